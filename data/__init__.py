@@ -1,0 +1,1 @@
+"""Data: tokenizers, corpus preparation into token files, and batches."""

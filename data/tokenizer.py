@@ -1,0 +1,171 @@
+"""Tokenizers: text <-> token ids.
+
+- `char`: one id per character, vocabulary taken from the training corpus.
+- `gpt2`: GPT-2's byte-pair encoding (tiktoken's `r50k_base`), compacted to
+  the ids that occur in the training corpus plus end-of-text, padded to a
+  multiple of 64. A 50k-row output head would cost most of a small model's
+  step; a few thousand rows cost little. The id map travels with the prepared
+  data and the checkpoint (`to_meta` / `tokenizer_from_meta`).
+
+Both raise `TokenizerError` naming any text the vocabulary cannot express.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Protocol
+
+from errors import UserError
+
+TOKENIZERS = ("char", "gpt2")
+GPT2_ENCODING = "r50k_base"
+EOT = "<|endoftext|>"
+PAD_MULTIPLE = 64
+
+
+class TokenizerError(UserError):
+    """Text holds characters or tokens outside the vocabulary."""
+
+
+class Tokenizer(Protocol):
+    name: str
+    vocab_size: int
+
+    def encode(self, text: str) -> list[int]: ...
+    def decode(self, ids: Sequence[int]) -> str: ...
+    def token_strings(self, ids: Sequence[int]) -> list[str]: ...
+    def encode_with_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]: ...
+    def to_meta(self) -> dict: ...
+
+
+def _preview(items: Sequence[str], limit: int = 8) -> str:
+    shown = ", ".join(repr(s) for s in items[:limit])
+    return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
+
+
+class CharTokenizer:
+    name = "char"
+
+    def __init__(self, chars: str) -> None:
+        self.chars = chars
+        self.vocab_size = len(chars)
+        self._index = {c: i for i, c in enumerate(chars)}
+
+    @classmethod
+    def from_text(cls, text: str) -> CharTokenizer:
+        return cls("".join(sorted(set(text))))
+
+    def encode(self, text: str) -> list[int]:
+        try:
+            return [self._index[c] for c in text]
+        except KeyError:
+            unknown = sorted({c for c in text if c not in self._index})
+            raise TokenizerError(
+                f"{len(unknown)} character(s) not in the char vocabulary: {_preview(unknown)}; "
+                f"remove them, or train on a corpus that contains them") from None
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return "".join(self.chars[i] for i in ids)
+
+    def token_strings(self, ids: Sequence[int]) -> list[str]:
+        return [self.chars[i] for i in ids]
+
+    def encode_with_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        return self.encode(text), [(i, i + 1) for i in range(len(text))]
+
+    def to_meta(self) -> dict:
+        return {"name": self.name, "chars": self.chars}
+
+
+def gpt2_encoding():
+    """tiktoken's r50k_base (GPT-2's BPE). Offline use needs TIKTOKEN_CACHE_DIR
+    pointing at a cache that holds it; the first online use downloads it."""
+    import tiktoken
+
+    try:
+        return tiktoken.get_encoding(GPT2_ENCODING)
+    except Exception as exc:  # network or cache problems surface as many types
+        cache = os.environ.get("TIKTOKEN_CACHE_DIR", "(unset)")
+        raise UserError(
+            f"cannot load the GPT-2 BPE ({GPT2_ENCODING}): {type(exc).__name__}: {exc}; connect to the "
+            f"internet once, or set TIKTOKEN_CACHE_DIR to a tiktoken cache (now {cache})") from None
+
+
+class GPT2Tokenizer:
+    name = "gpt2"
+
+    def __init__(self, kept_ids: Sequence[int]) -> None:
+        """kept_ids[i] is the r50k_base id of compact id i (end-of-text included)."""
+        self.enc = gpt2_encoding()
+        self.kept_ids = list(kept_ids)
+        self._to_compact = {orig: i for i, orig in enumerate(self.kept_ids)}
+        # Padding rows are never targets; a multiple of 64 keeps matmuls aligned.
+        self.vocab_size = -(-len(self.kept_ids) // PAD_MULTIPLE) * PAD_MULTIPLE
+        self.eot_id = self._to_compact[self.enc.eot_token]
+
+    @classmethod
+    def from_text(cls, text: str) -> GPT2Tokenizer:
+        enc = gpt2_encoding()
+        present = set(enc.encode(text, allowed_special={EOT}, disallowed_special=()))
+        present.add(enc.eot_token)
+        return cls(sorted(present))
+
+    def _original_ids(self, text: str) -> list[int]:
+        return self.enc.encode(text, allowed_special={EOT}, disallowed_special=())
+
+    def _compact(self, original: list[int]) -> list[int]:
+        try:
+            return [self._to_compact[t] for t in original]
+        except KeyError:
+            unknown = sorted({self.enc.decode([t]) for t in original if t not in self._to_compact})
+            raise TokenizerError(
+                f"{len(unknown)} token(s) never seen in the training corpus: {_preview(unknown)}; "
+                f"rephrase with words from the corpus, or train on one that contains them") from None
+
+    def encode(self, text: str) -> list[int]:
+        return self._compact(self._original_ids(text))
+
+    def decode(self, ids: Sequence[int]) -> str:
+        # Padding ids (>= len(kept_ids)) are never trained as targets; show them as nothing.
+        return self.enc.decode([self.kept_ids[i] for i in ids if i < len(self.kept_ids)])
+
+    def token_strings(self, ids: Sequence[int]) -> list[str]:
+        return [self.enc.decode([self.kept_ids[i]]) if i < len(self.kept_ids) else "<pad>" for i in ids]
+
+    def encode_with_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        original = self._original_ids(text)
+        ids = self._compact(original)
+        spans, pos = [], 0
+        for t in original:
+            piece = self.enc.decode_single_token_bytes(t).decode("utf-8", errors="replace")
+            # A piece that is a partial UTF-8 character decodes to U+FFFD; it
+            # still occupies its character in `text`, found by searching.
+            found = text.find(piece, pos) if "\ufffd" not in piece else -1
+            start = found if found >= 0 else pos
+            end = start + len(piece) if found >= 0 else min(len(text), pos + 1)
+            spans.append((start, end))
+            pos = end
+        return ids, spans
+
+    def to_meta(self) -> dict:
+        return {"name": self.name, "encoding": GPT2_ENCODING, "kept_ids": self.kept_ids}
+
+
+def build_tokenizer(name: str, text: str) -> Tokenizer:
+    """A tokenizer whose vocabulary covers `text` (the training corpus)."""
+    if name == "char":
+        return CharTokenizer.from_text(text)
+    if name == "gpt2":
+        return GPT2Tokenizer.from_text(text)
+    raise UserError(f"unknown tokenizer {name!r}; choose one of: {', '.join(TOKENIZERS)}")
+
+
+def tokenizer_from_meta(meta: dict) -> Tokenizer:
+    name = meta.get("name")
+    if name == "char":
+        return CharTokenizer(meta["chars"])
+    if name == "gpt2":
+        return GPT2Tokenizer(meta["kept_ids"])
+    raise UserError(f"unknown tokenizer {name!r} in metadata; expected one of: {', '.join(TOKENIZERS)}")
+

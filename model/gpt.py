@@ -1,0 +1,277 @@
+"""A GPT: token and position embeddings, a stack of pre-norm transformer
+blocks built around `SelfAttention`, a final norm and an output head tied to
+the token embedding.
+
+Two architectures share this file:
+- "gpt2" (default, for teaching): learned positions, LayerNorm, GELU MLP.
+- "modern": rotary positions, QK-norm, parameter-free RMSNorm, ReLU² MLP and
+  zero-initialised output projections, which trains faster at small scale.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from model.attention import KVCache, SelfAttention
+
+ARCHITECTURES = ("gpt2", "modern")
+
+
+@dataclass
+class GPTConfig:
+    vocab_size: int
+    block_size: int = 256
+    n_layer: int = 4
+    n_head: int = 4
+    n_embd: int = 128
+    dropout: float = 0.0
+    bias: bool = False  # biases in LayerNorm, output projections and MLP
+    arch: str = "gpt2"
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
+        if self.n_embd % self.n_head:
+            raise ValueError(f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}; "
+                             f"pick n_embd as a multiple of n_head")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+        if self.arch not in ARCHITECTURES:
+            raise ValueError(f"arch must be one of {', '.join(ARCHITECTURES)}, got {self.arch!r}")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class Norm(nn.Module):
+    """LayerNorm (optional bias) for "gpt2"; parameter-free RMSNorm for "modern"."""
+
+    def __init__(self, dim: int, config: GPTConfig) -> None:
+        super().__init__()
+        self.modern = config.arch == "modern"
+        self.dim = dim
+        if not self.modern:
+            self.weight = nn.Parameter(torch.ones(dim))
+            self.bias = nn.Parameter(torch.zeros(dim)) if config.bias else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.modern:
+            return F.rms_norm(x, (self.dim,))
+        return F.layer_norm(x, (self.dim,), self.weight, self.bias, 1e-5)
+
+
+class MLP(nn.Module):
+    def __init__(self, config: GPTConfig) -> None:
+        super().__init__()
+        self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=config.bias)
+        self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=config.bias)
+        self.dropout = nn.Dropout(config.dropout)
+        self.modern = config.arch == "modern"
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.c_fc(x)
+        h = F.relu(h).square() if self.modern else F.gelu(h)
+        return self.dropout(self.c_proj(h))
+
+
+class Block(nn.Module):
+    """x + attention(norm(x)), then x + mlp(norm(x))."""
+
+    def __init__(self, config: GPTConfig) -> None:
+        super().__init__()
+        modern = config.arch == "modern"
+        self.ln_1 = Norm(config.n_embd, config)
+        self.attn = SelfAttention(config.n_embd, config.n_embd, config.n_head, config.dropout,
+                                  out_proj=True, bias=config.bias, rotary=modern, qk_norm=modern,
+                                  max_len=config.block_size)
+        self.ln_2 = Norm(config.n_embd, config)
+        self.mlp = MLP(config)
+        self.resid_dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x: torch.Tensor, cache: KVCache | None = None, layer: int = 0,
+                head_mask: torch.Tensor | None = None) -> torch.Tensor:
+        x = x + self.resid_dropout(self.attn(self.ln_1(x), cache=cache, layer=layer, head_mask=head_mask))
+        return x + self.mlp(self.ln_2(x))
+
+    def forward_with_weights(self, x: torch.Tensor, head_mask: torch.Tensor | None = None
+                             ) -> tuple[torch.Tensor, torch.Tensor]:
+        attended, weights = self.attn.forward_with_weights(self.ln_1(x), head_mask=head_mask)
+        x = x + self.resid_dropout(attended)
+        return x + self.mlp(self.ln_2(x)), weights
+
+
+Ablation = dict[int, list[int]]  # layer -> heads to zero
+
+
+class GPT(nn.Module):
+    def __init__(self, config: GPTConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.wte = nn.Embedding(config.vocab_size, config.n_embd)
+        # "modern" encodes position by rotating queries and keys instead.
+        self.wpe = nn.Embedding(config.block_size, config.n_embd) if config.arch == "gpt2" else None
+        self.drop = nn.Dropout(config.dropout)
+        self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layer))
+        self.ln_f = Norm(config.n_embd, config)
+        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        self.lm_head.weight = self.wte.weight  # tied: one matrix reads and writes tokens
+        self._init_weights()
+
+    def _init_weights(self) -> None:
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.normal_(module.weight, mean=0.0, std=0.02)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+            elif isinstance(module, nn.Embedding):
+                nn.init.normal_(module.weight, mean=0.0, std=0.02)
+        # Projections that write into the residual stream: scaled down (GPT-2) so
+        # the stream's variance does not grow with depth, or zero ("modern") so
+        # each block starts as the identity.
+        for block in self.blocks:
+            for proj in (block.attn.out_proj, block.mlp.c_proj):
+                if self.config.arch == "modern":
+                    nn.init.zeros_(proj.weight)
+                else:
+                    nn.init.normal_(proj.weight, mean=0.0, std=0.02 / math.sqrt(2 * self.config.n_layer))
+
+    def num_params(self, non_embedding: bool = True) -> int:
+        """Parameter count; position embeddings excluded by default, as GPT-2 reports it.
+        (The token embedding is shared with the head, so it counts once.)"""
+        n = sum(p.numel() for p in self.parameters())
+        if non_embedding and self.wpe is not None:
+            n -= self.wpe.weight.numel()
+        return n
+
+    # --- forward --------------------------------------------------------------
+
+    def _embed(self, idx: torch.Tensor, start: int = 0) -> torch.Tensor:
+        B, T = idx.shape
+        if start + T > self.config.block_size:
+            raise ValueError(f"sequence of {start + T} tokens is longer than block_size="
+                             f"{self.config.block_size}; crop the input or train with a larger block_size")
+        x = self.wte(idx)
+        if self.wpe is not None:
+            x = x + self.wpe(torch.arange(start, start + T, device=idx.device))
+        return self.drop(x)
+
+    def _head_masks(self, ablate: Ablation | None, device: torch.device) -> list[torch.Tensor | None]:
+        masks: list[torch.Tensor | None] = [None] * self.config.n_layer
+        for layer, heads in (ablate or {}).items():
+            if not 0 <= layer < self.config.n_layer or any(not 0 <= h < self.config.n_head for h in heads):
+                raise ValueError(f"cannot ablate layer {layer} heads {heads}: the model has "
+                                 f"{self.config.n_layer} layers of {self.config.n_head} heads (L0H0 first)")
+            mask = torch.ones(self.config.n_head, device=device)
+            mask[list(heads)] = 0.0
+            masks[layer] = mask
+        return masks
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, *,
+                ablate: Ablation | None = None, all_logits: bool = False
+                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """idx [B, T] token ids -> (logits, loss).
+
+        With targets, logits cover every position and loss is the mean
+        cross-entropy. Without, only the last position goes through the head
+        (all a sampler needs) unless `all_logits` is set.
+        """
+        x = self._embed(idx)
+        for layer, (block, mask) in enumerate(zip(self.blocks, self._head_masks(ablate, idx.device))):
+            x = block(x, head_mask=mask, layer=layer)
+        x = self.ln_f(x)
+        if targets is not None:
+            logits = self.lm_head(x)
+            loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1)
+            return logits, loss
+        return (self.lm_head(x) if all_logits else self.lm_head(x[:, -1:, :])), None
+
+    def forward_with_attention(self, idx: torch.Tensor, *, ablate: Ablation | None = None
+                               ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """The readable path through every layer: (logits at every position,
+        one attention pattern [batch, head, query_pos, key_pos] per layer)."""
+        x = self._embed(idx)
+        patterns = []
+        for block, mask in zip(self.blocks, self._head_masks(ablate, idx.device)):
+            x, weights = block.forward_with_weights(x, head_mask=mask)
+            patterns.append(weights)
+        return self.lm_head(self.ln_f(x)), patterns
+
+    # --- sampling ---------------------------------------------------------------
+
+    def _step(self, idx: torch.Tensor, cache: KVCache | None) -> torch.Tensor:
+        """Logits [B, V] for the position after idx; extends the cache if given."""
+        start = cache.length if cache is not None else 0
+        x = self._embed(idx, start)
+        for layer, block in enumerate(self.blocks):
+            x = block(x, cache=cache, layer=layer)
+        if cache is not None:
+            cache.length += idx.shape[1]
+        return self.lm_head(self.ln_f(x[:, -1, :]))
+
+    @torch.no_grad()
+    def generate_stream(self, idx: torch.Tensor, max_new_tokens: int, *, temperature: float = 1.0,
+                        top_k: int | None = None, top_p: float | None = None,
+                        generator: torch.Generator | None = None, use_cache: bool = True
+                        ) -> Iterator[torch.Tensor]:
+        """Yields each new token, [B, 1], as soon as it is sampled.
+
+        temperature 0 is greedy. When the context outgrows block_size, the model
+        keeps the most recent half block and goes on (re-encoding those tokens
+        once), so with or without the cache it sees exactly the same context,
+        and the cache saves work on all but one token in every half block.
+        """
+        if idx.dim() != 2 or idx.shape[1] == 0:
+            raise ValueError("generate needs a non-empty prompt shaped [batch, tokens]")
+        block = self.config.block_size
+        keep = max(1, block // 2)
+        context = idx[:, -block:]
+        cache = None
+        if use_cache:
+            cfg = self.config
+            cache = KVCache(cfg.n_layer, idx.shape[0], cfg.n_head, block, cfg.n_embd // cfg.n_head,
+                            idx.device, self.wte.weight.dtype)
+        pending = context  # tokens not yet in the cache
+        for _ in range(max_new_tokens):
+            logits = self._step(pending, cache) if use_cache else self._step(context, None)
+            next_token = sample_next(logits, temperature, top_k, top_p, generator)
+            yield next_token
+            context = torch.cat([context, next_token], dim=1)
+            pending = next_token
+            if context.shape[1] > block:
+                context = context[:, -keep:]
+                pending = context
+                if cache is not None:
+                    cache.reset()
+
+    @torch.no_grad()
+    def generate(self, idx: torch.Tensor, max_new_tokens: int, **kwargs) -> torch.Tensor:
+        """idx [B, T] -> [B, T + max_new_tokens]; see `generate_stream` for options."""
+        new = list(self.generate_stream(idx, max_new_tokens, **kwargs))
+        return torch.cat([idx, *new], dim=1)
+
+
+def sample_next(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
+                top_p: float | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
+    """logits [B, V] -> token ids [B, 1]. temperature 0 picks the argmax."""
+    if temperature == 0:
+        return logits.argmax(dim=-1, keepdim=True)
+    logits = logits.float() / temperature
+    if top_k is not None:
+        kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p is not None and top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, descending=True)
+        cumulative = torch.softmax(sorted_logits, dim=-1).cumsum(dim=-1)
+        # Drop a token once the tokens before it already cover top_p; the first always stays.
+        drop_sorted = (cumulative - torch.softmax(sorted_logits, dim=-1)) >= top_p
+        drop = drop_sorted.scatter(-1, order, drop_sorted)
+        logits = logits.masked_fill(drop, float("-inf"))
+    probs = torch.softmax(logits, dim=-1)
+    return torch.multinomial(probs, num_samples=1, generator=generator)
