@@ -1,0 +1,56 @@
+"""Random training windows from the token files, seeded and reproducible."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from data.prepare import Prepared
+from errors import UserError
+
+
+class Batches:
+    """Draws (x, y) pairs: y is x shifted one token left.
+
+    Training batches come from one generator whose state is saved with a
+    checkpoint, so a resumed run sees the batches it would have seen.
+    Evaluation batches come from a generator re-seeded each time, so every
+    evaluation scores the same windows and the numbers compare across steps.
+    """
+
+    def __init__(self, prepared: Prepared, block_size: int, batch_size: int, device: torch.device,
+                 seed: int, rank: int = 0) -> None:
+        self.splits = {split: prepared.tokens(split) for split in ("train", "val")}
+        for split, tokens in self.splits.items():
+            if len(tokens) < block_size + 2:
+                raise UserError(f"the {split} split has {len(tokens)} tokens, fewer than block_size + 2 = "
+                                f"{block_size + 2}; use a longer text or a smaller --block_size")
+        self.block_size = block_size
+        self.batch_size = batch_size
+        self.device = device
+        self.eval_seed = seed + 10_000
+        self.generator = torch.Generator().manual_seed(seed + 1000 * rank)
+        self._offsets = np.arange(block_size + 1)
+
+    def _draw(self, split: str, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        tokens = self.splits[split]
+        starts = torch.randint(len(tokens) - self.block_size - 1, (self.batch_size,), generator=generator)
+        windows = torch.from_numpy(tokens[starts.numpy()[:, None] + self._offsets].astype(np.int64))
+        x, y = windows[:, :-1], windows[:, 1:]
+        if self.device.type == "cuda":
+            return x.pin_memory().to(self.device, non_blocking=True), y.pin_memory().to(self.device, non_blocking=True)
+        return x.to(self.device), y.to(self.device)
+
+    def train(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self._draw("train", self.generator)
+
+    def eval_batches(self, split: str, count: int):
+        generator = torch.Generator().manual_seed(self.eval_seed)
+        for _ in range(count):
+            yield self._draw(split, generator)
+
+    def state(self) -> torch.Tensor:
+        return self.generator.get_state()
+
+    def load_state(self, state: torch.Tensor) -> None:
+        self.generator.set_state(state)

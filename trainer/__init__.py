@@ -1,0 +1,1 @@
+"""Training support: config, optimizer and schedule, checkpoints, runtime."""

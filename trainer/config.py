@@ -1,0 +1,240 @@
+"""Training configuration: TOML files read into a typed dataclass.
+
+Every key is checked: an unknown key, a wrong type or an impossible value is a
+`UsageError` naming the key and what would be valid. Command-line overrides
+are `--key=value`; `--help` is built from the same field descriptions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, get_type_hints
+
+from errors import UsageError
+
+DEVICES = ("auto", "cpu", "cuda", "mps")
+DTYPES = ("auto", "float32", "bfloat16")
+OPTIMIZERS = ("adamw", "muon")
+
+
+def _opt(default: Any, help: str, choices: tuple[str, ...] | None = None, group: str = "") -> Any:
+    meta = {"help": help, "choices": choices, "group": group}
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+@dataclass
+class TrainConfig:
+    # data
+    dataset: str = _opt("pronouns", "named corpus (pronouns, shakespeare, tinystories) or a path to a UTF-8 text file",
+                        group="data")
+    tokenizer: str = _opt("char", "char (characters of the corpus) or gpt2 (GPT-2 BPE, compacted)",
+                          ("char", "gpt2"), "data")
+    val_fraction: float = _opt(0.1, "share of the corpus held out for validation (the tail)", group="data")
+    data_dir: str = _opt("data/prepared", "where prepared token files are cached", group="data")
+    corpus_sentences: int = _opt(30000, "sentences generated for the pronouns corpus", group="data")
+    # model
+    arch: str = _opt("gpt2", "gpt2 (classic, for teaching) or modern (rotary, QK-norm, RMSNorm, ReLU²)",
+                     ("gpt2", "modern"), "model")
+    n_layer: int = _opt(4, "transformer blocks", group="model")
+    n_head: int = _opt(4, "attention heads per block", group="model")
+    n_embd: int = _opt(128, "embedding width (a multiple of n_head)", group="model")
+    block_size: int = _opt(64, "context length in tokens", group="model")
+    dropout: float = _opt(0.0, "dropout probability", group="model")
+    bias: bool = _opt(False, "biases in norms, projections and MLPs", group="model")
+    # optimisation
+    optimizer: str = _opt("adamw", "adamw, or muon (Muon on hidden matrices, AdamW on the rest)", OPTIMIZERS,
+                          "optim")
+    batch_size: int = _opt(12, "sequences per micro-batch (per process)", group="optim")
+    grad_accum: int = _opt(1, "micro-batches per optimizer step, summed over all processes", group="optim")
+    max_iters: int = _opt(2000, "optimizer steps", group="optim")
+    learning_rate: float = _opt(1e-3, "peak learning rate", group="optim")
+    min_lr: float = _opt(1e-4, "learning-rate floor at the end of the cosine decay", group="optim")
+    warmup_iters: int = _opt(100, "steps of linear warm-up", group="optim")
+    lr_decay_iters: int = _opt(0, "step where the cosine reaches min_lr (0: max_iters)", group="optim")
+    weight_decay: float = _opt(0.1, "AdamW weight decay, applied to matrices only", group="optim")
+    beta1: float = _opt(0.9, "AdamW beta1", group="optim")
+    beta2: float = _opt(0.99, "AdamW beta2", group="optim")
+    grad_clip: float = _opt(1.0, "clip the gradient norm to this (0: off)", group="optim")
+    muon_lr: float = _opt(0.02, "Muon learning rate for hidden matrices (optimizer = muon)", group="optim")
+    # evaluation and logging
+    eval_interval: int = _opt(250, "steps between evaluations", group="eval")
+    eval_iters: int = _opt(20, "batches per split in each evaluation", group="eval")
+    log_interval: int = _opt(10, "steps between progress-bar and TensorBoard updates", group="eval")
+    sample_tokens: int = _opt(200, "tokens in the text sample logged at each evaluation (0: none)", group="eval")
+    sample_prompt: str = _opt("\n", "prompt of that sample", group="eval")
+    probes: str = _opt("", "JSONL probe file for attention metrics ('' : the corpus's own, if any)", group="eval")
+    watch_sentences: list = _opt([], "sentences whose attention heatmaps are logged at each evaluation",
+                                 group="eval")
+    # checkpoints and runs
+    out_dir: str = _opt("out", "folder for ckpt.pt", group="run")
+    ckpt_interval: int = _opt(0, "also checkpoint every N steps (0: at evaluations when val improves, and at the end)",
+                              group="run")
+    resume: bool = _opt(False, "continue from out_dir/ckpt.pt", group="run")
+    log_dir: str = _opt("runs", "TensorBoard root folder", group="run")
+    run_name: str = _opt("", "TensorBoard run name ('' : derived from the config name and time)", group="run")
+    seed: int = _opt(1337, "random seed for initialisation and batches", group="run")
+    device: str = _opt("auto", "auto picks cuda, then mps, then cpu", DEVICES, "run")
+    dtype: str = _opt("auto", "auto: bfloat16 autocast on CUDA, float32 elsewhere", DTYPES, "run")
+    compile: bool = _opt(False, "torch.compile the model (slow start, faster steps)", group="run")
+    threads: int = _opt(0, "CPU threads for torch (0: torch's default)", group="run")
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        for f in dataclasses.fields(self):
+            choices = f.metadata.get("choices")
+            if choices and getattr(self, f.name) not in choices:
+                raise UsageError(f"config key '{f.name}' must be one of {', '.join(choices)}; "
+                                 f"got {getattr(self, f.name)!r}")
+        positive = ("n_layer", "n_head", "n_embd", "block_size", "batch_size", "grad_accum", "max_iters",
+                    "eval_interval", "eval_iters", "log_interval", "corpus_sentences")
+        for name in positive:
+            if getattr(self, name) <= 0:
+                raise UsageError(f"config key '{name}' must be a positive integer; got {getattr(self, name)}")
+        non_negative = ("warmup_iters", "lr_decay_iters", "weight_decay", "grad_clip", "ckpt_interval",
+                        "sample_tokens", "threads", "min_lr")
+        for name in non_negative:
+            if getattr(self, name) < 0:
+                raise UsageError(f"config key '{name}' must be >= 0; got {getattr(self, name)}")
+        if self.learning_rate <= 0 or self.muon_lr <= 0:
+            raise UsageError("config keys 'learning_rate' and 'muon_lr' must be > 0")
+        if self.n_embd % self.n_head:
+            raise UsageError(f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}; "
+                             f"choose n_embd as a multiple of n_head (e.g. {self.n_head * (self.n_embd // self.n_head + 1)})")
+        if not 0 < self.val_fraction < 1:
+            raise UsageError(f"config key 'val_fraction' must be between 0 and 1; got {self.val_fraction}")
+        if not 0 <= self.dropout < 1:
+            raise UsageError(f"config key 'dropout' must be in [0, 1); got {self.dropout}")
+        for name in ("beta1", "beta2"):
+            if not 0 <= getattr(self, name) < 1:
+                raise UsageError(f"config key '{name}' must be in [0, 1); got {getattr(self, name)}")
+        if not all(isinstance(s, str) for s in self.watch_sentences):
+            raise UsageError("config key 'watch_sentences' must be a list of strings")
+
+    @property
+    def decay_iters(self) -> int:
+        return self.lr_decay_iters or self.max_iters
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+_TYPES = get_type_hints(TrainConfig)
+FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
+_TYPE_WORDS = {int: "an integer", float: "a number", bool: "true or false", str: "a string", list: "a list"}
+
+
+def _unknown_key(key: str, where: str) -> UsageError:
+    close = difflib.get_close_matches(key, FIELDS, n=1)
+    hint = f"did you mean '{close[0]}'? " if close else ""
+    return UsageError(f"unknown config key '{key}' {where}; {hint}valid keys: {', '.join(FIELDS)}")
+
+
+def _coerce(key: str, value: Any, where: str) -> Any:
+    """A TOML value checked against the field's type (ints are accepted as floats)."""
+    expected = _TYPES[key]
+    if expected is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, expected) and not (expected is int and isinstance(value, bool)):
+        return value
+    return _raise_type(key, value, where)
+
+
+def _raise_type(key: str, value: Any, where: str) -> Any:
+    raise UsageError(f"config key '{key}' {where} must be {_TYPE_WORDS[_TYPES[key]]}; got {value!r}")
+
+
+def parse_cli_value(key: str, text: str) -> Any:
+    """`--key=value` text -> the field's type."""
+    expected = _TYPES[key]
+    where = "on the command line"
+    try:
+        if expected is bool:
+            lowered = text.lower()
+            if lowered in ("1", "true", "yes", "on"):
+                return True
+            if lowered in ("0", "false", "no", "off"):
+                return False
+            return _raise_type(key, text, where)
+        if expected is int:
+            return int(text)
+        if expected is float:
+            return float(text)
+        if expected is list:
+            value = tomllib.loads(f"v = {text}")["v"]
+            return _coerce(key, value, where)
+    except (ValueError, tomllib.TOMLDecodeError):
+        return _raise_type(key, text, where)
+    return text
+
+
+def read_toml(path: str | Path) -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise UsageError(f"config file {path} not found; give the path of a .toml file (see configs/)")
+    try:
+        with path.open("rb") as fh:
+            raw = tomllib.load(fh)
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"config file {path} is not valid TOML: {exc}; fix the syntax there") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"config file {path} is not UTF-8 text; save it as UTF-8") from None
+    values = {}
+    for key, value in raw.items():
+        if isinstance(value, dict):
+            raise UsageError(f"config file {path} has a table [{key}]; keys are flat (write `key = value` "
+                             f"at the top level)")
+        if key not in FIELDS:
+            raise _unknown_key(key, f"in {path}")
+        values[key] = _coerce(key, value, f"in {path}")
+    return values
+
+
+def parse_overrides(args: list[str]) -> dict:
+    """['--n_layer=2', '--resume'] -> {'n_layer': 2, 'resume': True}."""
+    values = {}
+    for arg in args:
+        if not arg.startswith("--"):
+            raise UsageError(f"unexpected argument {arg!r}; overrides look like --key=value")
+        key, sep, text = arg[2:].partition("=")
+        if key not in FIELDS:
+            raise _unknown_key(key, "on the command line")
+        if not sep:
+            if _TYPES[key] is not bool:
+                raise UsageError(f"--{key} needs a value: --{key}=VALUE")
+            text = "true"
+        values[key] = parse_cli_value(key, text)
+    return values
+
+
+def load_config(path: str | Path | None, overrides: list[str]) -> TrainConfig:
+    values = read_toml(path) if path is not None else {}
+    values.update(parse_overrides(overrides))
+    try:
+        return TrainConfig(**values)
+    except TypeError as exc:  # only reachable if a key slipped past the checks above
+        raise UsageError(f"bad config: {exc}") from None
+
+
+def help_text(program: str, default_config: str) -> str:
+    lines = [f"usage: python {program} [CONFIG.toml] [--key=value ...]",
+             "",
+             f"Trains a GPT. With no CONFIG, {default_config} is used. Every key below can be set in the",
+             "TOML file or overridden on the command line; booleans also take a bare --key.",
+             "  --debug   show full tracebacks for errors",
+             ""]
+    group = None
+    for f in dataclasses.fields(TrainConfig):
+        if f.metadata["group"] != group:
+            group = f.metadata["group"]
+            lines.append(f"[{group}]")
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        lines.append(f"  --{f.name}={default!r}".ljust(34) + f"  {f.metadata['help']}")
+    return "\n".join(lines)

@@ -1,0 +1,82 @@
+"""Where training runs: device, precision, threads and processes."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from errors import UsageError
+from trainer.config import TrainConfig
+
+
+@dataclass
+class Runtime:
+    device: torch.device
+    autocast_dtype: torch.dtype | None  # None: plain float32
+    rank: int = 0
+    local_rank: int = 0
+    world_size: int = 1
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def autocast(self):
+        if self.autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=self.autocast_dtype)
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device=cuda but no CUDA GPU is visible; use --device=auto or --device=cpu")
+    if name == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        raise UsageError("--device=mps but MPS is not available; use --device=auto or --device=cpu")
+    return torch.device(name)
+
+
+def setup(cfg: TrainConfig) -> Runtime:
+    """Picks the device; under torchrun, joins the process group (nccl on CUDA, gloo on CPU)."""
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    device = pick_device(cfg.device)
+    if world_size > 1:
+        if cfg.grad_accum % world_size:
+            raise UsageError(f"grad_accum={cfg.grad_accum} must be a multiple of the {world_size} processes, so "
+                             f"each optimizer step sees the same tokens at any world size; set --grad_accum="
+                             f"{world_size * max(1, cfg.grad_accum // world_size)}")
+        if device.type == "cuda":
+            device = torch.device("cuda", local_rank)
+            torch.cuda.set_device(device)
+        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
+    autocast_dtype = None
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+        if cfg.dtype in ("auto", "bfloat16"):
+            autocast_dtype = torch.bfloat16
+    elif cfg.dtype == "bfloat16":
+        autocast_dtype = torch.bfloat16
+    return Runtime(device, autocast_dtype, rank, local_rank, world_size)
+
+
+def teardown(rt: Runtime) -> None:
+    if rt.distributed and dist.is_initialized():
+        dist.destroy_process_group()
