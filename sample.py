@@ -1,0 +1,144 @@
+"""Sample text from a checkpoint, or look inside it.
+
+    python sample.py --out_dir=out --prompt "The dog" [--num_samples=3 --max_new_tokens=200 ...]
+    python sample.py --out_dir=out --prompt @prompt.txt
+    python sample.py --out_dir=out --attention "The dog fetched the ball and she was happy"
+    python sample.py --out_dir=out --probes probes.jsonl [--ablate L1H2] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from data.tokenizer import tokenizer_from_meta
+from errors import UsageError, UserError, run_cli
+from model import GPT, GPTConfig
+from trainer.checkpoint import load_checkpoint
+from trainer.runtime import pick_device
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, exit 2, instead of argparse's usage dump
+        raise UsageError(f"{message}; see python sample.py --help")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = Parser(description="Sample from a trained checkpoint, or inspect its attention.",
+               formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--out_dir", default="out", help="folder holding ckpt.pt (or the path of a .pt file)")
+    p.add_argument("--prompt", default="\n", help="text to continue; @FILE reads it from a file")
+    p.add_argument("--num_samples", type=int, default=1, help="how many samples")
+    p.add_argument("--max_new_tokens", type=int, default=200, help="tokens to generate per sample")
+    p.add_argument("--temperature", type=float, default=0.8, help="0 is greedy; higher is more random")
+    p.add_argument("--top_k", type=int, default=None, help="sample only from the k most likely tokens")
+    p.add_argument("--top_p", type=float, default=None, help="sample from the smallest set with this much probability")
+    p.add_argument("--seed", type=int, default=1337, help="random seed")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda or mps")
+    p.add_argument("--no_cache", action="store_true", help="recompute the whole context for every token")
+    look = p.add_argument_group("looking inside")
+    look.add_argument("--attention", metavar="TEXT", help="heatmaps of TEXT's attention (PNG and TensorBoard)")
+    look.add_argument("--query", default=None,
+                      help="token whose attention --attention prints: a word or a position (default: last pronoun)")
+    look.add_argument("--png_dir", default=None, help="where --attention writes PNGs (default: OUT_DIR/attention)")
+    look.add_argument("--probes", metavar="FILE.jsonl", help="print the head table for a probe file")
+    look.add_argument("--ablate", metavar="LlHh", action="append", default=[],
+                      help="zero this head's output (repeatable), e.g. L1H2")
+    look.add_argument("--json", action="store_true", help="print machine-readable JSON instead of tables")
+    return p
+
+
+def validate(args: argparse.Namespace, vocab_size: int) -> None:
+    if args.max_new_tokens <= 0:
+        raise UsageError(f"--max_new_tokens must be positive, got {args.max_new_tokens}")
+    if args.num_samples <= 0:
+        raise UsageError(f"--num_samples must be positive, got {args.num_samples}")
+    if args.temperature < 0:
+        raise UsageError(f"--temperature must be >= 0 (0 is greedy), got {args.temperature}")
+    if args.top_k is not None and not 0 < args.top_k <= vocab_size:
+        raise UsageError(f"--top_k must be between 1 and the vocabulary size {vocab_size}, got {args.top_k}")
+    if args.top_p is not None and not 0 < args.top_p <= 1:
+        raise UsageError(f"--top_p must be in (0, 1], got {args.top_p}")
+
+
+def read_prompt(prompt: str) -> str:
+    if prompt.startswith("@"):
+        path = Path(prompt[1:])
+        if not path.is_file():
+            raise UsageError(f"prompt file {path} not found; give --prompt @PATH of an existing text file")
+        try:
+            prompt = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            raise UsageError(f"prompt file {path} is not UTF-8 text; save it as UTF-8") from None
+    if prompt == "":
+        raise UsageError("the prompt is empty; give at least one character, e.g. --prompt \"The\"")
+    return prompt
+
+
+def load_model(out_dir: str, device: torch.device):
+    ckpt = load_checkpoint(out_dir, map_location=device)
+    model = GPT(GPTConfig(**ckpt["model_config"]))
+    model.load_state_dict(ckpt["model"])
+    model.to(device).eval()
+    return model, tokenizer_from_meta(ckpt["tokenizer"]), ckpt
+
+
+def stream_samples(model, tokenizer, ids: list[int], args: argparse.Namespace, device: torch.device) -> None:
+    generator = torch.Generator(device=device).manual_seed(args.seed)
+    temperature = args.temperature
+    for n in range(args.num_samples):
+        out = list(ids)
+        printed = tokenizer.decode(out)
+        sys.stdout.write(printed)
+        stream = model.generate_stream(torch.tensor([ids], device=device), args.max_new_tokens,
+                                       temperature=temperature, top_k=args.top_k, top_p=args.top_p,
+                                       generator=generator, use_cache=not args.no_cache)
+        for token in stream:
+            out.append(int(token[0, 0]))
+            text = tokenizer.decode(out)
+            # BPE pieces can end inside a character; print only what decodes cleanly so far.
+            if not text.endswith("\ufffd"):
+                sys.stdout.write(text[len(printed):])
+                sys.stdout.flush()
+                printed = text
+        sys.stdout.write("\n" + ("-" * 40 + "\n" if n < args.num_samples - 1 else ""))
+    sys.stdout.flush()
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    device = pick_device(args.device)
+    model, tokenizer, ckpt = load_model(args.out_dir, device)
+    validate(args, tokenizer.vocab_size)
+    from watch.heads import parse_head
+
+    ablate: dict[int, list[int]] = {}
+    for text in args.ablate:
+        layer, head = parse_head(text, model.config.n_layer, model.config.n_head)
+        ablate.setdefault(layer, []).append(head)
+
+    if args.attention is not None:
+        from watch.inspect_cli import show_attention
+
+        show_attention(model, tokenizer, ckpt, args, ablate)
+        return 0
+    if args.probes is not None:
+        from watch.inspect_cli import show_probes
+
+        show_probes(model, tokenizer, args, ablate)
+        return 0
+
+    ids = tokenizer.encode(read_prompt(args.prompt))
+    stream_samples(model, tokenizer, ids, args, device)
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(run_cli(main, sys.argv[1:]))
+    except BrokenPipeError:  # `python sample.py | head` is fine
+        sys.exit(0)
