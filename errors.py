@@ -22,7 +22,8 @@ class UsageError(UserError):
 
 def run_cli(main, argv: list[str]) -> int:
     """Runs `main(argv)`; a `UserError` becomes one line on stderr and its exit
-    code. `--debug` anywhere in argv keeps the full traceback instead."""
+    code, and a Ctrl-C that reaches it exit status 130. `--debug` anywhere
+    in argv keeps the full traceback instead."""
     import sys
 
     debug = "--debug" in argv
@@ -32,5 +33,11 @@ def run_cli(main, argv: list[str]) -> int:
     except UserError as exc:
         if debug:
             raise
-        print(f"error: {exc}", file=sys.stderr)
+        # One line, whatever the message quotes (a path or a library's error may hold newlines).
+        print("error: " + " ".join(str(exc).splitlines()), file=sys.stderr)
         return exc.exit_code
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        print("error: interrupted; the last checkpoint saved, if any, is intact", file=sys.stderr)
+        return 130

@@ -11,6 +11,7 @@ log_dir/run_name; the checkpoint to out_dir/ckpt.pt.
 from __future__ import annotations
 
 import math
+import shlex
 import signal
 import sys
 import time
@@ -27,7 +28,7 @@ from errors import UsageError, UserError, run_cli
 from model import GPT, GPTConfig
 from trainer import runtime as rt_mod
 from trainer.checkpoint import load_checkpoint, save_checkpoint
-from trainer.config import TrainConfig, help_text, load_config
+from trainer.config import FIELDS, TrainConfig, help_text, load_config
 from trainer.optim import lr_at, make_optimizer, set_lr
 from trainer.watching import AttentionWatch
 
@@ -40,6 +41,11 @@ class Stop(Exception):
 
 
 def split_args(argv: list[str]) -> tuple[str | None, list[str]]:
+    for flag, value in zip(argv, argv[1:], strict=False):
+        key = flag[2:]
+        if flag.startswith("--") and "=" not in flag and key in FIELDS \
+                and not isinstance(FIELDS[key].default, bool) and not value.startswith("-"):
+            raise UsageError(f"write --{key}={value} (with '='), not '--{key} {value}'")
     configs = [a for a in argv if not a.startswith("-")]
     if len(configs) > 1:
         raise UsageError(f"give at most one config file, got {configs}; put other settings as --key=value")
@@ -98,12 +104,12 @@ def main(argv: list[str]) -> int:
     config_name = Path(config_path).stem if config_path else "default"
     rt = rt_mod.setup(cfg)
     try:
-        return train(cfg, config_name, rt)
+        return train(cfg, config_name, rt, argv)
     finally:
         rt_mod.teardown(rt)
 
 
-def train(cfg: TrainConfig, config_name: str, rt: rt_mod.Runtime) -> int:
+def train(cfg: TrainConfig, config_name: str, rt: rt_mod.Runtime, argv: list[str] | None = None) -> int:
     torch.manual_seed(cfg.seed + rt.rank)
     out_dir = Path(cfg.out_dir)
     ckpt_path = out_dir / "ckpt.pt"
@@ -119,10 +125,16 @@ def train(cfg: TrainConfig, config_name: str, rt: rt_mod.Runtime) -> int:
 
     # --- model, optimizer, maybe a checkpoint to resume from -----------------------------
     ckpt = None
+    model_cfg = model_config(cfg, tokenizer.vocab_size)
     if cfg.resume:
+        if not ckpt_path.is_file():
+            raise UserError(f"--resume but there is no checkpoint at {ckpt_path}; drop --resume to start a new "
+                            f"run, or set --out_dir to the folder that holds ckpt.pt")
         ckpt = load_checkpoint(ckpt_path, map_location=rt.device)
         check_resume_compatible(cfg, ckpt, tokenizer.to_meta())
-    model = GPT(model_config(cfg, tokenizer.vocab_size)).to(rt.device)
+        # A smaller --block_size trains on shorter windows; the model keeps the position table it was built with.
+        model_cfg.block_size = ckpt["model_config"]["block_size"]
+    model = GPT(model_cfg).to(rt.device)
     optimizer = make_optimizer(model, cfg, rt.device)
     start_step, best_val = 0, math.inf
     run_name = cfg.run_name or f"{config_name}-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -160,15 +172,31 @@ def train(cfg: TrainConfig, config_name: str, rt: rt_mod.Runtime) -> int:
               f"{tokens_per_step:,} tokens per step, {torch.get_num_threads()} CPU threads")
         print(f"TensorBoard: tensorboard --logdir {cfg.log_dir} --samples_per_plugin=images=200,text=200")
 
+    # Step of the checkpoint on disk from this run (or the one resumed), and of the last evaluation: a
+    # checkpoint saved between a step and its evaluation (Ctrl-C, ckpt_interval) gets that evaluation on resume.
+    saved_step = start_step if ckpt is not None else None
+    eval_step = ckpt.get("eval_step", start_step) if ckpt is not None else None
+
+    def diverged(what: str, value: float, step: int) -> UserError:
+        kept = (f"{ckpt_path} keeps the last good checkpoint (step {saved_step})" if saved_step is not None
+                else "no checkpoint was saved in this run")
+        clip = "" if cfg.grad_clip > 0 else " or --grad_clip=1"
+        return UserError(f"{what} became {value} at step {step}; training stopped and {kept}; try a lower "
+                         f"--learning_rate (now {cfg.learning_rate:g}){clip}")
+
     def checkpoint(step: int) -> None:
+        nonlocal saved_step
         if not rt.is_main:
             return
+        if not all(bool(torch.isfinite(p).all()) for p in raw_model.parameters()):
+            raise diverged("a parameter", math.nan, step)  # never overwrite a good checkpoint with this
         save_checkpoint(ckpt_path, {
             "model": raw_model.state_dict(), "optimizer": optimizer.state_dict(),
             "model_config": raw_model.config.to_dict(), "train_config": cfg.to_dict(),
             "tokenizer": tokenizer.to_meta(), "step": step, "best_val_loss": best_val, "run_name": run_name,
-            "rng": {"torch": torch.get_rng_state(), "batches": batches.state()},
+            "eval_step": eval_step, "rng": {"torch": torch.get_rng_state(), "batches": batches.state()},
         })
+        saved_step = step
 
     @torch.no_grad()
     def evaluate() -> dict[str, float]:
@@ -186,8 +214,9 @@ def train(cfg: TrainConfig, config_name: str, rt: rt_mod.Runtime) -> int:
 
     # --- the loop -------------------------------------------------------------------------
     model.train()
+    # The bar goes to stdout with the other progress lines, so stderr carries only problems.
     bar = tqdm(total=cfg.max_iters, initial=start_step, disable=not rt.is_main, dynamic_ncols=True,
-               desc="train", mininterval=0.5)
+               desc="train", mininterval=0.5, file=sys.stdout)
     last_losses: dict[str, float] = {}
     t_log, tokens_since_log, tokens_per_sec = time.perf_counter(), 0, 0.0
     t_start = time.perf_counter()
@@ -196,9 +225,9 @@ def train(cfg: TrainConfig, config_name: str, rt: rt_mod.Runtime) -> int:
     with StopSignals() as signals:
         try:
             while True:
-                resumed_here = ckpt is not None and step == start_step
-                if (step % cfg.eval_interval == 0 or step == cfg.max_iters) and not resumed_here:
+                if (step % cfg.eval_interval == 0 or step == cfg.max_iters) and step != eval_step:
                     last_losses = evaluate()
+                    eval_step = step
                     if rt.is_main:
                         bar.write(f"step {step}: train loss {last_losses['train']:.4f}, "
                                   f"val loss {last_losses['val']:.4f}")
@@ -226,12 +255,12 @@ def train(cfg: TrainConfig, config_name: str, rt: rt_mod.Runtime) -> int:
                     loss.backward()
                     loss_sum += loss.detach()
                 if not torch.isfinite(loss_sum):
-                    raise UserError(f"loss became {loss_sum.item()} at step {step}; training stopped and "
-                                    f"{ckpt_path} keeps the last good state; try a lower --learning_rate "
-                                    f"(now {cfg.learning_rate:g}) or --grad_clip")
+                    raise diverged("the loss", loss_sum.item(), step)
                 grad_norm = None
                 if cfg.grad_clip > 0:
                     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+                    if not torch.isfinite(grad_norm):
+                        raise diverged("the gradient norm", grad_norm.item(), step)
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
                 step += 1
@@ -260,13 +289,23 @@ def train(cfg: TrainConfig, config_name: str, rt: rt_mod.Runtime) -> int:
             if rt.is_main:
                 bar.close()
                 name = signal.Signals(signals.received).name
+                given = [a for a in (sys.argv[1:] if argv is None else argv) if a.split("=")[0] != "--resume"]
                 print(f"\n{name}: saved step {step} to {ckpt_path}; resume with: "
-                      f"python train.py {' '.join(sys.argv[1:])} --resume".replace(" --resume --resume", " --resume"))
-    bar.close()
+                      f"{shlex.join(['python', 'train.py', *given, '--resume'])}")
+        except BaseException:
+            if writer is not None:
+                writer.close()  # keep the TensorBoard events logged so far
+            raise
+        finally:
+            bar.close()
     wall = time.perf_counter() - t_start
 
     if exit_code == 0:
         checkpoint(step)
+    if rt.distributed:
+        agree = ranks_agree(raw_model)
+        if rt.is_main:
+            print(f"parameters identical on all {rt.world_size} processes: {agree}")
     if rt.is_main:
         steps_done = step - start_step
         print(f"done: {steps_done} steps in {wall:.1f} s ({steps_done * tokens_per_step / max(wall, 1e-9):,.0f} "
@@ -281,6 +320,16 @@ def train(cfg: TrainConfig, config_name: str, rt: rt_mod.Runtime) -> int:
         print(f"open TensorBoard: tensorboard --logdir {cfg.log_dir} --samples_per_plugin=images=200,text=200")
         print(f"sample: python sample.py --out_dir={cfg.out_dir} --prompt \"...\"")
     return exit_code
+
+
+def ranks_agree(model: torch.nn.Module) -> bool:
+    """Whether every process holds exactly the same parameters (DDP's promise)."""
+    import torch.distributed as dist
+
+    flat = torch.cat([p.detach().float().flatten() for p in model.parameters()])
+    gathered = [torch.empty_like(flat) for _ in range(dist.get_world_size())]
+    dist.all_gather(gathered, flat)
+    return all(torch.equal(gathered[0], g) for g in gathered[1:])
 
 
 def _check_writable(folder: Path, key: str) -> None:

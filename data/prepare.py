@@ -9,6 +9,7 @@ returns at once.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import os
@@ -71,6 +72,11 @@ def _source_text(dataset: str, corpus_sentences: int) -> tuple[str, str, list[di
     if dataset in corpora.CORPORA:
         path = corpora.corpus_path(dataset)
         return read_text(path), str(path), None
+    if not Path(dataset).exists():
+        close = difflib.get_close_matches(dataset, corpora.NAMES, n=1)
+        hint = f"did you mean '{close[0]}'? " if close else ""
+        raise UserError(f"dataset '{dataset}' is neither a corpus name nor an existing file; {hint}give one of "
+                        f"{', '.join(corpora.NAMES)} or the path of a UTF-8 text file")
     return read_text(dataset), str(Path(dataset).resolve()), None
 
 
@@ -84,7 +90,10 @@ def prepare(dataset: str, tokenizer: str = "char", data_dir: str | Path = "data/
     folder = Path(data_dir) / f"{stem}-{tokenizer}-{digest[:12]}-val{val_fraction:g}"
     meta_path = folder / "meta.json"
     if meta_path.is_file():
-        meta = json.loads(meta_path.read_text())
+        try:
+            meta = json.loads(meta_path.read_text())
+        except (ValueError, OSError):  # a damaged cache entry is rebuilt, not trusted
+            meta = {}
         if meta.get("format") == META_FORMAT and meta.get("source_sha256") == digest:
             return Prepared(folder, meta, tokenizer_from_meta(meta["tokenizer"]))
 
@@ -108,8 +117,11 @@ def prepare(dataset: str, tokenizer: str = "char", data_dir: str | Path = "data/
 
     # Build in a temporary sibling and rename, so an interrupted preparation
     # never leaves a half-written folder that looks complete.
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=folder.name + ".", dir=folder.parent))
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=folder.name + ".", dir=folder.parent))
+    except OSError as exc:
+        raise _write_error(folder.parent, exc) from None
     try:
         train.astype(dtype).tofile(staging / "train.bin")
         val.astype(dtype).tofile(staging / "val.bin")
@@ -121,10 +133,17 @@ def prepare(dataset: str, tokenizer: str = "char", data_dir: str | Path = "data/
         if folder.exists():
             shutil.rmtree(folder)
         os.replace(staging, folder)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(staging, ignore_errors=True)
+        if isinstance(exc, OSError):
+            raise _write_error(folder.parent, exc) from None
         raise
     if not quiet:
         print(f"prepared {label}: {len(train):,} train + {len(val):,} val tokens, "
               f"vocabulary {tok.vocab_size} ({tokenizer}) -> {folder}")
     return Prepared(folder, meta, tok)
+
+
+def _write_error(folder: Path, exc: OSError) -> UserError:
+    return UserError(f"cannot write prepared data to {folder} ({exc.strerror or exc}); free disk space or "
+                     f"choose a writable --data_dir")

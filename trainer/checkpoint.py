@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import pickle
-import zipfile
+import re
 from pathlib import Path
 
 import torch
@@ -20,6 +20,7 @@ from errors import UserError
 
 FORMAT = "gptwatch-checkpoint"
 FORMAT_VERSION = 1
+ZIP_MAGIC = b"PK\x03\x04"
 
 
 class CheckpointError(UserError):
@@ -43,6 +44,9 @@ def save_checkpoint(path: str | Path, payload: dict) -> None:
         kept = " (the previous checkpoint is intact)" if path.exists() else ""
         raise CheckpointError(f"cannot write checkpoint {path}: {exc.strerror or exc}{kept}; "
                               f"free disk space or choose a writable --out_dir") from None
+    except BaseException:  # e.g. a second Ctrl-C mid-save: leave no half-written temp file behind
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -67,14 +71,29 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
         raise CheckpointError(f"no checkpoint at {path}; train one first (python train.py --out_dir=...) "
                               f"or point --out_dir at the folder that holds ckpt.pt")
     try:
+        with path.open("rb") as fh:
+            head = fh.read(len(ZIP_MAGIC))
+    except OSError as exc:
+        raise CheckpointError(f"cannot read checkpoint {path} ({exc.strerror or exc}); check its permissions") \
+            from None
+    if not head:
+        raise CheckpointError(f"{path} is empty (0 bytes), perhaps from an interrupted copy; use an earlier "
+                              f"copy or retrain")
+    # torch.save writes a zip archive; anything else (an old-style pickle, text, random bytes) is not ours,
+    # and is refused before any unpickler sees it.
+    if head != ZIP_MAGIC:
+        raise CheckpointError(f"{path} is not a checkpoint written by this trainer (not a PyTorch archive); "
+                              f"give the ckpt.pt that train.py wrote")
+    try:
         payload = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as exc:
-        if "weights_only" in str(exc) or "Unsupported global" in str(exc):
-            raise CheckpointError(f"refusing {path}: it contains pickled Python objects, which could run code "
-                                  f"when loaded; only load checkpoints written by this trainer") from None
-        raise CheckpointError(f"{path} is not a readable checkpoint ({exc}); it may be truncated or "
-                              f"corrupt: use an earlier copy or retrain") from None
-    except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError) as exc:
+        found = _pickled_object(str(exc))
+        if found is not None:
+            raise CheckpointError(f"refusing {path}: it contains a pickled Python object ({found}), which could "
+                                  f"run code when loaded; only load checkpoints written by this trainer") from None
+        raise CheckpointError(f"{path} is not a readable checkpoint (its pickled data is damaged); it may be "
+                              f"truncated or corrupt: use an earlier copy or retrain") from None
+    except Exception as exc:  # a damaged archive surfaces as many types (RuntimeError, KeyError, EOFError, ...)
         raise CheckpointError(f"{path} is not a readable checkpoint ({type(exc).__name__}); it may be truncated "
                               f"or corrupt: use an earlier copy or retrain") from None
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
@@ -85,3 +104,14 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
         raise CheckpointError(f"{path} has checkpoint format version {version}, this trainer reads version "
                               f"{FORMAT_VERSION}; use the trainer version that wrote it, or retrain")
     return payload
+
+
+def _pickled_object(message: str) -> str | None:
+    """The object torch's weights-only unpickler refused, from its error message; None when it
+    refused for another reason (damaged data)."""
+    match = re.search(r"GLOBAL (\S+)", message)
+    if match:
+        return match.group(1)
+    if "Can only create new object" in message or "call reduce for unrecognized function" in message:
+        return "an object of a class that is not a tensor"
+    return None

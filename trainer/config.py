@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,7 +74,8 @@ class TrainConfig:
                                  group="eval")
     # checkpoints and runs
     out_dir: str = _opt("out", "folder for ckpt.pt", group="run")
-    ckpt_interval: int = _opt(0, "also checkpoint every N steps (0: at evaluations when val improves, and at the end)",
+    ckpt_interval: int = _opt(0, "also checkpoint every N steps, so a crash or kill -9 loses at most N steps "
+                                 "(0: only at evaluations that improve val loss, on Ctrl-C/SIGTERM, and at the end)",
                               group="run")
     resume: bool = _opt(False, "continue from out_dir/ckpt.pt", group="run")
     log_dir: str = _opt("runs", "TensorBoard root folder", group="run")
@@ -89,6 +91,8 @@ class TrainConfig:
 
     def validate(self) -> None:
         for f in dataclasses.fields(self):
+            if isinstance(getattr(self, f.name), float) and not math.isfinite(getattr(self, f.name)):
+                raise UsageError(f"config key '{f.name}' must be a finite number; got {getattr(self, f.name)}")
             choices = f.metadata.get("choices")
             if choices and getattr(self, f.name) not in choices:
                 raise UsageError(f"config key '{f.name}' must be one of {', '.join(choices)}; "
@@ -106,8 +110,9 @@ class TrainConfig:
         if self.learning_rate <= 0 or self.muon_lr <= 0:
             raise UsageError("config keys 'learning_rate' and 'muon_lr' must be > 0")
         if self.n_embd % self.n_head:
+            multiple = self.n_head * (self.n_embd // self.n_head + 1)
             raise UsageError(f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}; "
-                             f"choose n_embd as a multiple of n_head (e.g. {self.n_head * (self.n_embd // self.n_head + 1)})")
+                             f"choose n_embd as a multiple of n_head (e.g. {multiple})")
         if not 0 < self.val_fraction < 1:
             raise UsageError(f"config key 'val_fraction' must be between 0 and 1; got {self.val_fraction}")
         if not 0 <= self.dropout < 1:
@@ -183,7 +188,10 @@ def read_toml(path: str | Path) -> dict:
         with path.open("rb") as fh:
             raw = tomllib.load(fh)
     except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"config file {path} is not valid TOML: {exc}; fix the syntax there") from None
+        where = str(exc)
+        if "line" not in where:  # "at end of document": the error is on the last line
+            where += f" (line {max(1, len(path.read_bytes().splitlines()))})"
+        raise UsageError(f"config file {path} is not valid TOML: {where}; fix the syntax there") from None
     except UnicodeDecodeError:
         raise UsageError(f"config file {path} is not UTF-8 text; save it as UTF-8") from None
     values = {}

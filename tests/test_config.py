@@ -1,0 +1,65 @@
+"""Configs: TOML into a typed dataclass; every key and type checked; --key=value overrides."""
+
+from pathlib import Path
+
+import pytest
+
+from errors import UsageError
+from trainer.config import FIELDS, TrainConfig, help_text, load_config, parse_overrides
+
+CONFIGS = sorted((Path(__file__).resolve().parent.parent / "configs").glob("*.toml"))
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=[p.name for p in CONFIGS])
+def test_every_shipped_config_loads(path):
+    assert isinstance(load_config(path, []), TrainConfig)
+
+
+def test_shakespeare_char_is_nanogpts_cpu_recipe():
+    cfg = load_config(Path(__file__).resolve().parent.parent / "configs" / "shakespeare_char.toml", [])
+    recipe = dict(n_layer=4, n_head=4, n_embd=128, block_size=64, batch_size=12, max_iters=2000,
+                  learning_rate=1e-3, min_lr=1e-4, warmup_iters=100, dropout=0.0, beta1=0.9, beta2=0.99,
+                  weight_decay=0.1, grad_clip=1.0, eval_interval=250, eval_iters=20, tokenizer="char",
+                  dataset="shakespeare", grad_accum=1, decay_iters=2000)
+    assert {k: getattr(cfg, k) for k in recipe} == recipe
+
+
+def test_overrides_are_typed_and_win_over_the_file(tmp_path):
+    f = tmp_path / "c.toml"
+    f.write_text("n_layer = 3\nlearning_rate = 1\n")
+    cfg = load_config(f, ["--n_layer=5", "--compile", "--dropout=0.1", '--watch_sentences=["a b", "c"]'])
+    assert (cfg.n_layer, cfg.compile, cfg.dropout, cfg.learning_rate) == (5, True, 0.1, 1.0)
+    assert cfg.watch_sentences == ["a b", "c"]
+    assert isinstance(cfg.learning_rate, float)
+
+
+def test_unknown_key_names_it_and_suggests(tmp_path):
+    f = tmp_path / "c.toml"
+    f.write_text("n_layers = 3\n")
+    with pytest.raises(UsageError, match="unknown config key 'n_layers'.*did you mean 'n_layer'"):
+        load_config(f, [])
+    with pytest.raises(UsageError, match="'lerning_rate'.*'learning_rate'"):
+        parse_overrides(["--lerning_rate=1"])
+
+
+@pytest.mark.parametrize("text,match", [
+    ("n_layer = 'four'", "'n_layer' in .* must be an integer"),
+    ("compile = 1", "'compile' .* must be true or false"),
+    ("n_layer = 0", "'n_layer' must be a positive integer"),
+    ("n_embd = 130", "not divisible by n_head"),
+    ("tokenizer = 'bpe'", "'tokenizer' must be one of char, gpt2"),
+    ("n_layer = [", "not valid TOML.*line 1"),
+    ("n_layer = 2\nn_head = = 3", "not valid TOML.*line 2"),
+    ("[model]\nn_layer = 2", "keys are flat"),
+])
+def test_bad_config_files_get_one_clear_error(tmp_path, text, match):
+    f = tmp_path / "c.toml"
+    f.write_text(text + "\n")
+    with pytest.raises(UsageError, match=match):
+        load_config(f, [])
+
+
+def test_help_lists_every_key_with_its_default():
+    text = help_text("train.py", "configs/pronouns.toml")
+    for name in FIELDS:
+        assert f"--{name}=" in text

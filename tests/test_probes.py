@@ -1,0 +1,202 @@
+"""Probe loading and alignment of words to token positions."""
+
+import json
+import re
+
+import pytest
+from conftest import shared_file
+
+from data import pronouns as P
+from data.probes import Probe, align, align_all, load_probes
+from data.tokenizer import CharTokenizer, GPT2Tokenizer, TokenizerError
+from errors import UserError
+
+TINYSTORIES_PROBES = "data/probes/tinystories.jsonl"
+
+
+@pytest.fixture(scope="module")
+def corpus() -> str:
+    # Large enough that every continuation of every noun occurs at least once.
+    return P.training_text(seed=11, n_sentences=2000) + P.EXPLANATION_SENTENCE + " and xe smiled .\n"
+
+
+@pytest.fixture(scope="module")
+def gpt2(corpus) -> GPT2Tokenizer:
+    return GPT2Tokenizer.from_text(corpus)
+
+
+@pytest.fixture(scope="module")
+def char(corpus) -> CharTokenizer:
+    return CharTokenizer.from_text(corpus)
+
+
+def joined(aligned, positions) -> str:
+    return "".join(aligned.tokens[i] for i in positions)
+
+
+def test_a_word_split_by_bpe_gets_all_its_positions(gpt2):
+    probe = Probe(P.EXPLANATION_SENTENCE, pronoun="she", referent="fetched", distractor="ball")
+    aligned = align(probe, gpt2)
+    assert [aligned.tokens[i] for i in aligned.referent_positions] == [" fet", "ched"]
+    assert [aligned.tokens[i] for i in aligned.distractor_positions] == [" ball"]
+    assert aligned.tokens[aligned.pronoun_pos] == " she"
+    kite = align(Probe("The kite hit the king and he laughed loudly .", "he", "king", "kite"), gpt2)
+    assert [kite.tokens[i] for i in kite.distractor_positions] == [" k", "ite"]
+
+
+def test_char_alignment_covers_each_letter(char):
+    probe = Probe("The dog fetched the ball and she was happy", "she", "dog", "ball")
+    aligned = align(probe, char)
+    assert aligned.referent_positions == [4, 5, 6]
+    assert joined(aligned, aligned.distractor_positions) == "ball"
+    assert aligned.tokens == list(probe.text)
+
+
+@pytest.mark.parametrize("name", ["gpt2", "char"])
+def test_pronoun_query_is_its_last_sub_token(name, request):
+    tokenizer = request.getfixturevalue(name)
+    text = "The dog fetched the ball and xe smiled ."
+    aligned = align(Probe(text, "xe", "dog", "ball"), tokenizer)
+    # "xe" is two tokens in both vocabularies: " x"+"e" and "x"+"e".
+    assert aligned.tokens[aligned.pronoun_pos - 1: aligned.pronoun_pos + 1] in ([" x", "e"], ["x", "e"])
+    assert aligned.continuation_pos in (aligned.pronoun_pos, aligned.pronoun_pos + 1)
+
+
+def test_gpt2_continuation_is_predicted_at_the_pronoun(gpt2):
+    record = P.probe_records(seed=11, n=4)[0]
+    aligned = align(Probe(**record), gpt2)
+    assert aligned.continuation_pos == aligned.pronoun_pos
+    assert aligned.continuation_ids == [gpt2.encode(" " + w)[0] for w in record["continuations"]]
+    assert aligned.distractor_continuation_ids == [gpt2.encode(" " + w)[0]
+                                                   for w in record["distractor_continuations"]]
+    assert aligned.ids[aligned.continuation_pos + 1] in aligned.continuation_ids  # the text's own next word
+    assert not set(aligned.continuation_ids) & set(aligned.distractor_continuation_ids)
+
+
+def test_char_continuation_is_predicted_at_the_space(char):
+    probe = Probe("The dog fetched the ball and she barked .", "she", "dog", "ball",
+                  continuations=["barked", "bit", "wagged"], distractor_continuations=["rolled"])
+    aligned = align(probe, char)
+    assert aligned.continuation_pos == aligned.pronoun_pos + 1
+    assert aligned.tokens[aligned.continuation_pos] == " "
+    assert aligned.continuation_ids == char.encode("bw")  # deduplicated first letters
+    assert aligned.distractor_continuation_ids == char.encode("r")
+
+
+@pytest.mark.parametrize("name", ["gpt2", "char"])
+def test_without_continuations_the_next_word_is_the_continuation(name, request):
+    tokenizer = request.getfixturevalue(name)
+    aligned = align(Probe("The dog fetched the ball and she barked loudly .", "she", "dog", "ball"), tokenizer)
+    assert aligned.continuation_ids == [aligned.ids[aligned.continuation_pos + 1]]
+    assert aligned.distractor_continuation_ids == []
+    assert tokenizer.decode(aligned.continuation_ids) in (" barked", " bark", "b")
+
+
+def test_no_continuation_position_when_the_model_never_sees_that_context(char, gpt2):
+    probe = Probe("The dog fetched the ball and she", "she", "dog", "ball", continuations=["barked"])
+    assert align(probe, char).continuation_pos is None  # the space before "barked" is not in the text
+    assert align(probe, gpt2).continuation_pos == len(gpt2.encode(probe.text)) - 1
+    end = align(Probe("The dog fetched the ball and she", "she", "dog", "ball"), gpt2)
+    assert end.continuation_pos is None and end.continuation_ids == []
+
+
+def test_offsets_override_word_search(gpt2):
+    text = "then he saw the dog and the ball hit the dog and he barked ."
+    found = Probe(text, "he", "dog", "ball")
+    assert (found.referent_offset, found.pronoun_offset) == (text.index("dog"), text.rindex("he "))
+    chosen = Probe(text, "he", "dog", "ball", referent_offset=text.rindex("dog"), pronoun_offset=5)
+    a, b = align(found, gpt2), align(chosen, gpt2)
+    assert a.referent_positions != b.referent_positions
+    assert joined(b, b.referent_positions) == " dog" and b.referent_positions[0] > b.distractor_positions[0]
+    assert b.pronoun_pos == 1
+    with pytest.raises(UserError, match="points at 'saw'"):
+        Probe(text, "he", "dog", "ball", referent_offset=8)
+
+
+def test_pronoun_defaults(gpt2):
+    # Before the nouns, "it" is a different use; only the one after both counts.
+    text = "it was the cup that hit the king and it fell ."
+    assert Probe(text, "it", "cup", "king").pronoun_offset == text.rindex("it")
+    # With none after the nouns, the last occurrence is taken.
+    assert Probe("she saw the dog and the ball", "she", "dog", "ball").pronoun_offset == 0
+    # Case and whole words: "The" is not "he", "Dog" is "dog".
+    assert Probe("The Dog saw the ball and he ran", "he", "dog", "ball").pronoun_offset == 25
+
+
+def test_unknown_text_raises_the_tokenizer_error(char, gpt2):
+    with pytest.raises(TokenizerError):
+        align(Probe("The Zebra saw the ball and it rolled away .", "it", "ball", "Zebra"), char)
+    with pytest.raises(TokenizerError):
+        align(Probe("The dog saw the ball and it rolled away .", "it", "ball", "dog",
+                    continuations=["xylophoned"]), gpt2)
+
+
+def write_lines(tmp_path, *lines: str):
+    path = tmp_path / "probes.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+GOOD = json.dumps({"text": "the dog saw the ball and she ran .", "pronoun": "she", "referent": "dog",
+                   "distractor": "ball"})
+
+
+@pytest.mark.parametrize("bad, problem", [
+    ("{not json", "not valid JSON"),
+    ('{"text": "the dog ran", "pronoun": "he", "referent": "dog"}', "missing field.*'distractor'"),
+    ('{"text": "the dog saw the ball", "pronoun": "she", "referent": "cat", "distractor": "ball"}',
+     "referent 'cat' does not occur"),
+    ('{"text": "the dog saw a ball and he ran", "pronoun": "he", "referent": "dog", "distractor": "ball",'
+     ' "continuation": ["ran"]}', "unknown field.*'continuation'"),
+    ('{"text": "the dog saw a ball and he ran", "pronoun": "he", "referent": "dog", "distractor": "ball",'
+     ' "continuations": "ran"}', "continuations must be a list"),
+    ('["a list"]', "expected a JSON object"),
+])
+def test_load_errors_name_the_file_and_line(tmp_path, bad, problem):
+    path = write_lines(tmp_path, GOOD, "", bad)
+    with pytest.raises(UserError) as info:
+        load_probes(path)
+    message = str(info.value)
+    assert f"{path} line 3: " in message and re.search(problem, message)
+    assert "\n" not in message
+
+
+def test_load_errors_for_missing_and_empty_files(tmp_path):
+    with pytest.raises(UserError, match="cannot read probe file .*nowhere.jsonl"):
+        load_probes(tmp_path / "nowhere.jsonl")
+    with pytest.raises(UserError, match="holds no probes"):
+        load_probes(write_lines(tmp_path, "", "  "))
+
+
+def test_write_then_load_round_trip(tmp_path):
+    records = P.probe_records(seed=3, n=6)
+    P.write_probes(tmp_path / "p.jsonl", records)
+    probes = load_probes(tmp_path / "p.jsonl")
+    assert [Probe(**r) for r in records] == probes
+    assert [p.continuations for p in probes] == [r["continuations"] for r in records]
+
+
+def test_generated_probes_align_on_their_nouns(gpt2, char):
+    probes = [Probe(**r) for r in P.probe_records(seed=11, n=40)]
+    for tokenizer in (gpt2, char):
+        for aligned in align_all(probes, tokenizer):
+            p = aligned.probe
+            assert joined(aligned, aligned.referent_positions).strip() == p.referent
+            assert joined(aligned, aligned.distractor_positions).strip() == p.distractor
+            assert p.pronoun.endswith(aligned.tokens[aligned.pronoun_pos].strip())
+            assert max(aligned.referent_positions + aligned.distractor_positions) < aligned.pronoun_pos
+
+
+def test_tinystories_probes_fit_tinystories():
+    text = shared_file("data/tinystories_subset.txt").read_text()
+    probes = load_probes(TINYSTORIES_PROBES)
+    assert len(probes) >= 25
+    first = sum(p.referent_offset < p.distractor_offset for p in probes)
+    assert abs(2 * first - len(probes)) <= 2
+    assert {p.pronoun for p in probes} == {"he", "she", "it"}
+    words = {w.lower() for w in re.findall(r"[A-Za-z]+", text)}
+    for probe in probes:
+        assert set(re.findall(r"[a-z]+", probe.text.lower())) <= words, probe.text
+    for tokenizer in (GPT2Tokenizer.from_text(text), CharTokenizer.from_text(text)):
+        for aligned in align_all(probes, tokenizer):
+            assert aligned.continuation_pos is not None and len(aligned.continuation_ids) == 1

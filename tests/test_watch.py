@@ -1,0 +1,441 @@
+"""watch/: capturing attention, scoring heads on pronoun probes, heatmaps, TensorBoard logging."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+import torch
+
+from data.tokenizer import CharTokenizer
+from errors import UsageError, UserError
+from model.gpt import GPT, GPTConfig
+from watch import (
+    HeadStats,
+    ablation_effect,
+    ablation_for,
+    baselines,
+    best_head,
+    capture_attention,
+    continuation_logits,
+    display_token,
+    evaluate_probes,
+    format_head_table,
+    head_figure,
+    head_name,
+    head_stats,
+    layer_figure,
+    log_attention,
+    parse_head,
+    save_png,
+    top_attended,
+)
+from watch.metrics import ContinuationStats, ProbeReport
+
+
+# Stand-ins with the fields of data.probes.Probe / AlignedProbe.
+@dataclass
+class Probe:
+    text: str
+    pronoun: str
+    referent: str
+    distractor: str
+    pronoun_offset: int | None = None
+    referent_offset: int | None = None
+    distractor_offset: int | None = None
+    continuations: list[str] | None = None
+    distractor_continuations: list[str] | None = None
+
+
+@dataclass
+class AlignedProbe:
+    probe: Probe
+    ids: list[int]
+    tokens: list[str]
+    pronoun_pos: int
+    referent_positions: list[int]
+    distractor_positions: list[int]
+    continuation_pos: int | None = None
+    continuation_ids: list[int] = field(default_factory=list)
+    distractor_continuation_ids: list[int] = field(default_factory=list)
+
+
+def tiny_model(arch: str = "gpt2", dropout: float = 0.0) -> GPT:
+    torch.manual_seed(0)
+    return GPT(GPTConfig(vocab_size=32, block_size=16, n_layer=2, n_head=2, n_embd=16, dropout=dropout, arch=arch))
+
+
+# --- hand-built patterns with known answers -------------------------------------------------
+
+# Three probes: (length, pronoun_pos, referent_positions, distractor_positions).
+SHAPES = [(6, 5, [1, 2], [4]), (6, 5, [4], [1]), (4, 3, [0], [2])]
+# The pronoun row of each head in each probe, as {key_pos: weight}; None means uniform.
+ROWS = {
+    (0, 0): [{0: .8, 1: .05, 4: .15}, {0: .8, 4: .05, 1: .15}, {0: .5, 2: .5}],   # mostly a sink
+    (0, 1): [{0: .6, 2: .3, 4: .1}, {0: .6, 4: .3, 1: .1}, {0: .9, 2: .1}],
+    (1, 0): [{0: .05, 1: .5, 2: .4, 4: .05}, {0: .05, 4: .9, 1: .05}, {0: .9, 2: .1}],  # the resolver
+    (1, 1): [None, None, None],
+}
+
+
+def fake_probes() -> tuple[list[list[torch.Tensor]], list[AlignedProbe]]:
+    patterns, aligned = [], []
+    for index, (length, pronoun, ref, dis) in enumerate(SHAPES):
+        layers = []
+        for layer in range(2):
+            # Every row uniform over the past, then the pronoun row as specified.
+            p = torch.tril(torch.ones(2, length, length))
+            p = p / p.sum(-1, keepdim=True)
+            for head in range(2):
+                spec = ROWS[(layer, head)][index]
+                if spec is not None:
+                    p[head, pronoun] = 0.0
+                    for key, weight in spec.items():
+                        p[head, pronoun, key] = weight
+            layers.append(p)
+        patterns.append(layers)
+        tokens = [f"t{i}" for i in range(length)]
+        aligned.append(AlignedProbe(Probe(" ".join(tokens), "it", "ref", "dis"), list(range(length)), tokens,
+                                    pronoun, ref, dis))
+    return patterns, aligned
+
+
+def test_head_stats_on_known_patterns():
+    patterns, aligned = fake_probes()
+    stats = head_stats(patterns, aligned)
+    assert list(stats) == ["L0H0", "L0H1", "L1H0", "L1H1"]
+
+    resolver = stats["L1H0"]
+    assert resolver.referent == pytest.approx(0.9)
+    assert resolver.distractor == pytest.approx(0.2 / 3)
+    assert resolver.top1 == 1.0 and resolver.n_top1 == 3 and resolver.n_probes == 3
+    # The probe whose referent sits at position 0 cannot be separated from the sink.
+    assert resolver.n_no_sink == 2
+    assert resolver.referent_no_sink == pytest.approx(0.9 / 0.95)
+    assert resolver.distractor_no_sink == pytest.approx(0.05 / 0.95)
+
+    sink = stats["L0H0"]
+    assert sink.referent == pytest.approx(0.2)
+    assert sink.distractor == pytest.approx(0.8 / 3)
+    assert sink.top1 == 0.0  # the 0.5/0.5 tie in the third probe is not a win
+    assert sink.referent_no_sink == pytest.approx(0.25)
+    assert sink.distractor_no_sink == pytest.approx(0.75)
+
+    # Loses to the sink raw, wins once the sink is removed.
+    assert stats["L0H1"].referent == pytest.approx(0.5)
+    assert stats["L0H1"].referent_no_sink == pytest.approx(0.75)
+    assert stats["L0H1"].top1_no_sink == 1.0
+
+    uniform = stats["L1H1"]
+    assert uniform.referent == pytest.approx((2 / 6 + 1 / 6 + 1 / 4) / 3)
+    assert uniform.top1 == pytest.approx(1 / 3)
+    assert uniform.referent_no_sink == pytest.approx(((2 / 6) / (5 / 6) + (1 / 6) / (5 / 6)) / 2)
+    assert uniform.top1_no_sink == pytest.approx(0.5)
+
+    assert best_head(stats).name == "L1H0"
+
+
+def test_best_head_breaks_ties_by_top1():
+    def stats(layer, head, referent, top1):
+        return HeadStats(layer, head, referent, 0.1, top1, None, None, None, 10, int(10 * top1), 0, 0)
+
+    heads = {s.name: s for s in [stats(0, 0, 0.6, 0.7), stats(0, 1, 0.6, 0.9), stats(1, 0, 0.5, 1.0)]}
+    assert best_head(heads).name == "L0H1"
+
+
+def test_baselines():
+    _, aligned = fake_probes()
+    # First noun: referent first in probes 1 and 3. Nearest noun: referent nearer only in probe 2.
+    assert baselines(aligned) == pytest.approx({"chance": 0.5, "first_noun": 2 / 3, "nearest_noun": 1 / 3})
+
+
+def test_head_stats_rejects_positions_outside_the_sentence():
+    patterns, aligned = fake_probes()
+    aligned[0].referent_positions = [9]
+    with pytest.raises(ValueError, match="referent_positions"):
+        head_stats(patterns, aligned)
+
+
+def fake_report() -> ProbeReport:
+    patterns, aligned = fake_probes()
+    continuation = ContinuationStats(accuracy=0.5, distractor_rate=0.25, logit_diff=0.3, n=4, n_correct=2,
+                                     n_logit_diff=4)
+    return ProbeReport(head_stats(patterns, aligned), len(aligned), baselines(aligned), continuation)
+
+
+def test_report_dict_markdown_and_table():
+    report = fake_report()
+    data = report.to_dict()
+    json.dumps(data, allow_nan=False)  # JSON-able, no NaN
+    assert data["best"]["name"] == "L1H0" and data["n_probes"] == 3
+    assert set(data["heads"]) == {"L0H0", "L0H1", "L1H0", "L1H1"}
+    assert {"referent", "distractor", "top1", "referent_no_sink", "top1_no_sink"} <= set(data["heads"]["L0H0"])
+    assert data["continuation_accuracy"] == 0.5
+    assert data["baselines"]["first_noun"] == pytest.approx(2 / 3)
+
+    md = report.to_markdown().splitlines()
+    assert md[0].startswith("| rank | head |")
+    ranked = [line.split("|")[2].strip() for line in md[2:6]]
+    assert ranked == ["**L1H0**", "L0H1", "L1H1", "L0H0"]
+
+    table = format_head_table(report).splitlines()
+    assert table[2].startswith("*") and "L1H0" in table[2]
+    assert not any(line.startswith("*") for line in table[3:6])
+    # Aligned columns: every row of the table has the same width up to its last cell.
+    assert len({line.index("L") for line in table[2:6]}) == 1
+    assert "first noun 67%" in table[-1] and "continuation accuracy 50%" in table[-1]
+
+
+def test_top_attended():
+    pattern = torch.zeros(2, 3, 3)
+    pattern[0, 2] = torch.tensor([0.02, 0.88, 0.10])
+    pattern[1, 2] = torch.tensor([0.5, 0.25, 0.25])
+    lines = top_attended(pattern, [" the", " dog", " ball"], 2, k=2, layer=1).splitlines()
+    assert lines == ["L1H0: dog 0.88 | ball 0.10", "L1H1: the 0.50 | dog 0.25"]
+
+
+# --- capture from a real model ---------------------------------------------------------------
+
+def manual_patterns(model: GPT, ids: list[int]) -> list[torch.Tensor]:
+    """Block by block, the readable attention of each layer on that layer's input."""
+    idx = torch.tensor([ids])
+    with torch.no_grad():
+        x = model.wte(idx)
+        if model.wpe is not None:
+            x = x + model.wpe(torch.arange(len(ids)))
+        patterns = []
+        for block in model.blocks:
+            _, weights = block.attn.forward_with_weights(block.ln_1(x))
+            patterns.append(weights[0])
+            x = block(x)
+    return patterns
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "modern"])
+def test_capture_matches_readable_path_layer_by_layer(arch):
+    model = tiny_model(arch, dropout=0.1)
+    if arch == "modern":  # zero-initialised projections would make every layer see the same input
+        for p in model.parameters():
+            torch.nn.init.normal_(p, std=0.2)
+    sentences = [[3, 1, 4, 1, 5], [9, 2, 6, 5, 3, 5, 8, 9, 7], list(range(16)), [7]]
+    model.train()
+    captured = capture_attention(model, sentences)
+    assert model.training and all(m.training for m in model.modules())
+    model.eval()
+    for ids, layers in zip(sentences, captured, strict=True):
+        expected = manual_patterns(model, ids)
+        assert len(layers) == len(expected) == 2
+        for got, want in zip(layers, expected, strict=True):
+            assert got.shape == (2, len(ids), len(ids))
+            torch.testing.assert_close(got, want)
+
+
+def test_capture_restores_mixed_modes():
+    model = tiny_model()
+    model.train()
+    model.blocks[0].eval()
+    before = [m.training for m in model.modules()]
+    capture_attention(model, [[1, 2, 3]])
+    assert [m.training for m in model.modules()] == before
+    model.eval()
+    capture_attention(model, [[1, 2, 3]])
+    assert not model.training
+
+
+def test_captured_rows_are_causal_distributions():
+    model = tiny_model()
+    for layers in capture_attention(model, [[5, 4, 3, 2, 1, 0, 9], [1, 1]]):
+        for pattern in layers:
+            t = pattern.shape[-1]
+            torch.testing.assert_close(pattern.sum(-1), torch.ones(2, t))
+            assert torch.all(pattern.masked_select(torch.ones(t, t, dtype=torch.bool).triu(1)) == 0)
+
+
+def test_capture_checks_block_size():
+    model = tiny_model()
+    with pytest.raises(UserError, match="17 tokens.*block_size is 16"):
+        capture_attention(model, [list(range(3)), [1] * 17])
+    (layers,) = capture_attention(model, [[1] * 17], crop=True)
+    assert layers[0].shape == (2, 16, 16)
+
+
+# --- probes through a real model -------------------------------------------------------------
+
+def model_probes() -> list[AlignedProbe]:
+    gen = torch.Generator().manual_seed(1)
+    probes = []
+    for length in (6, 9, 12, 7):
+        ids = torch.randint(0, 32, (length,), generator=gen).tolist()
+        probes.append(AlignedProbe(Probe("p", "it", "a", "b"), ids, [str(i) for i in ids], length - 2, [1], [3],
+                                   continuation_pos=length - 2, continuation_ids=[4, 5],
+                                   distractor_continuation_ids=[6]))
+    probes.append(AlignedProbe(Probe("q", "it", "a", "b"), [1, 2, 3, 4, 5], list("12345"), 4, [0, 1], [2]))
+    return probes
+
+
+def test_continuation_logits_match_plain_forward():
+    model = tiny_model()
+    probes = model_probes()
+    logits = continuation_logits(model, probes, batch_size=2)  # batches mix lengths: padding is exercised
+    assert logits[-1] is None
+    with torch.no_grad():
+        for item, row in zip(probes[:-1], logits[:-1], strict=True):
+            full, _ = model(torch.tensor([item.ids]), all_logits=True)
+            torch.testing.assert_close(row, full[0, item.continuation_pos], atol=1e-5, rtol=1e-5)
+    for row, same in zip(logits, continuation_logits(model, probes, ablate={}), strict=True):
+        assert (row is None and same is None) or torch.allclose(row, same, atol=1e-6)
+
+
+def test_evaluate_probes_and_ablation():
+    model = tiny_model()
+    probes = model_probes()
+    plain = evaluate_probes(model, probes)
+    assert plain.n_probes == 5 and plain.continuation.n == 4 and plain.ablated == []
+
+    # Continuation accuracy counts argmax hits among the probes that have a continuation.
+    logits = continuation_logits(model, probes)
+    hits = sum(int(row.argmax()) in item.continuation_ids
+               for item, row in zip(probes, logits, strict=True) if row is not None)
+    assert plain.continuation_accuracy == hits / 4
+
+    ablated = evaluate_probes(model, probes, ablate={0: [1]})
+    assert ablated.ablated == ["L0H1"]
+    # Layer 0's own patterns are computed before the ablated output; layer 1 sees the change.
+    assert ablated.heads["L0H1"].referent == pytest.approx(plain.heads["L0H1"].referent)
+    assert ablated.heads["L1H0"].referent != pytest.approx(plain.heads["L1H0"].referent, abs=1e-7, rel=0)
+    assert ablated.continuation.logit_diff != pytest.approx(plain.continuation.logit_diff, abs=1e-7, rel=0)
+    changed = continuation_logits(model, probes, ablate={0: [1]})
+    assert not torch.allclose(changed[0], logits[0])
+
+    effect = ablation_effect(model, probes, "L0H1")
+    assert effect["head"] == "L0H1" and effect["n"] == 4
+    assert effect["continuation_accuracy"] == plain.continuation_accuracy
+    assert effect["logit_diff_ablated"] == pytest.approx(ablated.continuation.logit_diff)
+    assert ablation_effect(model, probes, (0, 1)) == effect
+    with pytest.raises(UsageError):
+        ablation_effect(model, probes, "L2H0")
+
+
+# --- heatmaps ----------------------------------------------------------------------------------
+
+def test_display_token():
+    assert display_token(" dog") == "·dog"
+    assert display_token("\n") == "\\n"
+    assert display_token(" ") == "·"
+    assert display_token("dog") == "dog"
+
+
+def test_head_figure_labels_mask_and_annotations(tmp_path):
+    tokens = [" The", " dog", " saw", "\n", " it"]
+    pattern = torch.tril(torch.ones(5, 5))
+    pattern = pattern / pattern.sum(-1, keepdim=True)
+    fig = head_figure(pattern, tokens, "L1H0")
+    ax = fig.axes[0]
+    labels = ["·The", "·dog", "·saw", "\\n", "·it"]
+    assert [t.get_text() for t in ax.get_xticklabels()] == labels
+    assert [t.get_text() for t in ax.get_yticklabels()] == labels
+    assert ax.get_xlabel() == "key (attended to)" and ax.get_ylabel() == "query"
+    image = ax.images[0]
+    shown = np.ma.masked_invalid(image.get_array())
+    assert np.ma.getmaskarray(shown)[np.triu_indices(5, k=1)].all()
+    assert not np.ma.getmaskarray(shown)[np.tril_indices(5)].any()
+    assert image.get_clim() == (0.0, 1.0)
+    assert len(ax.texts) == 5 * 6 // 2  # one number per visible cell
+    assert len(fig.axes) == 2  # the heatmap and its colorbar
+
+    path = save_png(fig, tmp_path / "figs" / "head.png")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_long_sentence_has_no_cell_numbers():
+    fig = head_figure(torch.tril(torch.ones(20, 20)) / 20, [str(i) for i in range(20)], "L0H0")
+    assert len(fig.axes[0].texts) == 0
+
+
+def test_layer_figure_titles_every_head():
+    pattern = torch.softmax(torch.randn(3, 4, 4).masked_fill(torch.ones(4, 4).triu(1).bool(), -math.inf), -1)
+    fig = layer_figure(pattern, ["a", "b", "c", "d"], layer=1, best="L1H2")
+    titles = [ax.get_title() for ax in fig.axes if ax.images]
+    assert titles == ["L1H0", "L1H1", "L1H2 (best)"]
+    import matplotlib.pyplot as plt
+    assert plt.get_fignums() == []  # built without pyplot: nothing left open
+
+
+# --- TensorBoard -------------------------------------------------------------------------------
+
+def test_log_attention_writes_scalars_images_and_text(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from torch.utils.tensorboard import SummaryWriter
+
+    text = "the dog saw a cat. it ran."
+    tokenizer = CharTokenizer.from_text(text)
+    model = GPT(GPTConfig(vocab_size=tokenizer.vocab_size, block_size=32, n_layer=2, n_head=2, n_embd=16))
+    ids = tokenizer.encode(text)
+    dog, cat, it = text.index("dog"), text.index("cat"), text.index("it")
+    probe = AlignedProbe(Probe(text, "it", "dog", "cat", continuations=[" ran"]), ids, tokenizer.token_strings(ids),
+                         it + 1, [dog, dog + 1, dog + 2], [cat, cat + 1, cat + 2], continuation_pos=it + 1,
+                         continuation_ids=tokenizer.encode(" "), distractor_continuation_ids=tokenizer.encode("."))
+
+    writer = SummaryWriter(str(tmp_path))
+    with pytest.warns(UserWarning, match="skipped"):
+        report = log_attention(writer, 7, model, tokenizer, [text, "a dog? no!"], [probe])
+    writer.close()
+    assert isinstance(report, ProbeReport) and report.n_probes == 1
+
+    events = EventAccumulator(str(tmp_path), size_guidance={"images": 0, "scalars": 0, "tensors": 0})
+    events.Reload()
+    tags = events.Tags()
+    slug = "the_dog_saw_a_cat_it_ran"
+    assert set(tags["images"]) == {f"attention/{slug}/layer0", f"attention/{slug}/layer1",
+                                   f"attention/{slug}/best_head"}
+    expected = {f"attention/referent/{head_name(layer, head)}" for layer in range(2) for head in range(2)}
+    expected |= {"attention/referent/best", "attention/distractor/best", "attention/top1/best",
+                 "probes/continuation_accuracy"}
+    assert expected <= set(tags["scalars"])
+    best = events.Scalars("attention/referent/best")[0]
+    assert best.step == 7 and best.value == pytest.approx(report.best.referent)
+    assert any(tag.startswith("attention/heads") for tag in tags["tensors"])
+
+
+def test_log_attention_without_usable_probes(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from torch.utils.tensorboard import SummaryWriter
+
+    tokenizer = CharTokenizer.from_text("abc ")
+    model = GPT(GPTConfig(vocab_size=tokenizer.vocab_size, block_size=8, n_layer=1, n_head=2, n_embd=8))
+    too_long = AlignedProbe(Probe("abc cab bca", "a", "b", "c"), tokenizer.encode("abc cab bca"), [], 9, [1], [2])
+    writer = SummaryWriter(str(tmp_path))
+    with pytest.warns(UserWarning, match="first 8 of 11"), pytest.warns(UserWarning, match="1 of 1 probes"):
+        assert log_attention(writer, 0, model, tokenizer, ["abc cab bca"], [too_long]) is None
+    writer.close()
+    events = EventAccumulator(str(tmp_path), size_guidance={"images": 0})
+    events.Reload()
+    assert events.Tags()["images"] == ["attention/abc_cab_bca/layer0"]
+    assert events.Tags()["scalars"] == []
+
+
+# --- head names --------------------------------------------------------------------------------
+
+def test_parse_head_accepts_names():
+    assert parse_head("L1H2") == (1, 2)
+    assert parse_head(" l0h3 ", n_layer=1, n_head=4) == (0, 3)
+    assert parse_head(head_name(11, 7)) == (11, 7)
+    assert ablation_for(["L1H0", (0, 1), "l1h0"], 2, 2) == {0: [1], 1: [0]}
+
+
+@pytest.mark.parametrize("bad", ["1.2", "L1", "H1L2", "", "L1H2x", "layer1head2"])
+def test_parse_head_rejects_bad_forms(bad):
+    with pytest.raises(UsageError) as info:
+        parse_head(bad)
+    message = str(info.value)
+    assert repr(bad) in message and "L<layer>H<head>" in message and "\n" not in message
+
+
+@pytest.mark.parametrize(("bad", "what"), [("L2H0", "layers are 0..1"), ("L0H4", "heads are 0..3")])
+def test_parse_head_rejects_out_of_range(bad, what):
+    with pytest.raises(UsageError, match=what) as info:
+        parse_head(bad, n_layer=2, n_head=4)
+    assert "L0H0 to L1H3" in str(info.value)

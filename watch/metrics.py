@@ -1,0 +1,320 @@
+"""How well each attention head resolves pronouns, measured on aligned probes.
+
+For a probe like "The dog chased the ball because it was bored", the query row
+is the pronoun ("it"); a head that resolves it puts its weight on the referent
+("dog") rather than the distractor ("ball"). A word's weight is the sum over
+its sub-tokens. Every head is scored; the best is the one with the highest
+mean weight on the referent.
+
+Small models often park most of a row's weight on the first token (an
+"attention sink") whatever the sentence, which hides what the rest of the row
+does; the `_no_sink` scores drop key position 0 and renormalise the row.
+Probes whose referent or distractor starts at position 0 are left out of
+those scores, since there the sink and the word cannot be told apart.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn as nn
+
+from watch.capture import Ablation, capture_attention, continuation_logits
+from watch.heads import Head, ablation_names, head_name, parse_head
+
+if TYPE_CHECKING:
+    from data.probes import AlignedProbe
+
+# A probe names one referent and one distractor, so guessing is right half the time.
+CHANCE = 0.5
+
+
+@dataclass
+class HeadStats:
+    """One head's scores over a probe set (weights are means over probes)."""
+
+    layer: int
+    head: int
+    referent: float            # mean weight from the pronoun row to the referent
+    distractor: float          # the same for the distractor
+    top1: float                # fraction of probes where the referent outweighs every other candidate
+    referent_no_sink: float | None    # the same three with key position 0 dropped, row renormalised;
+    distractor_no_sink: float | None  # None when no probe qualifies
+    top1_no_sink: float | None
+    n_probes: int
+    n_top1: int
+    n_no_sink: int             # probes counted in the _no_sink scores
+    n_top1_no_sink: int
+
+    @property
+    def name(self) -> str:
+        return head_name(self.layer, self.head)
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, **{k: _json_number(v) for k, v in asdict(self).items()}}
+
+
+@dataclass
+class ContinuationStats:
+    """Does the model continue the pronoun's sentence as if it knew the referent?"""
+
+    accuracy: float | None          # argmax next token is one of the referent's continuations
+    distractor_rate: float | None   # argmax next token is one of the distractor's continuations
+    logit_diff: float | None        # mean (best referent-continuation logit - best distractor one)
+    n: int                          # probes with a continuation position
+    n_correct: int
+    n_logit_diff: int               # probes with both kinds of continuation
+
+
+@dataclass
+class ProbeReport:
+    """Scores of every head, the best head, baselines and continuation accuracy."""
+
+    heads: dict[str, HeadStats]
+    n_probes: int
+    baselines: dict[str, float]
+    continuation: ContinuationStats
+    ablated: list[str] = field(default_factory=list)
+
+    def ranked(self) -> list[HeadStats]:
+        """Heads best first: by mean referent weight, then top-1 accuracy, then position."""
+        return sorted(self.heads.values(), key=_rank_key)
+
+    @property
+    def best(self) -> HeadStats:
+        return self.ranked()[0]
+
+    @property
+    def continuation_accuracy(self) -> float | None:
+        return self.continuation.accuracy
+
+    def to_dict(self) -> dict:
+        """JSON-able: plain numbers, None where a score is undefined."""
+        return {
+            "n_probes": self.n_probes,
+            "best": self.best.to_dict(),
+            "heads": {name: stats.to_dict() for name, stats in self.heads.items()},
+            "baselines": dict(self.baselines),
+            "continuation_accuracy": _json_number(self.continuation.accuracy),
+            "continuation": {k: _json_number(v) for k, v in asdict(self.continuation).items()},
+            "ablated": list(self.ablated),
+        }
+
+    def to_markdown(self) -> str:
+        """A table ranking the heads, best first, and a line of baselines."""
+        lines = [
+            "| rank | head | referent | distractor | top-1 | referent (no sink) | top-1 (no sink) |",
+            "|---:|:---|---:|---:|---:|---:|---:|",
+        ]
+        for rank, s in enumerate(self.ranked(), start=1):
+            name = f"**{s.name}**" if rank == 1 else s.name
+            lines.append(f"| {rank} | {name} | {_fmt(s.referent)} | {_fmt(s.distractor)} | {_pct(s.top1)} | "
+                         f"{_fmt(s.referent_no_sink)} | {_pct(s.top1_no_sink)} |")
+        lines.append("")
+        lines.append(summary_line(self))
+        return "\n".join(lines)
+
+
+def _rank_key(stats: HeadStats) -> tuple:
+    return (-stats.referent, -stats.top1, stats.layer, stats.head)
+
+
+def summary_line(report: ProbeReport) -> str:
+    """Probe count, baselines and continuation accuracy in one line."""
+    parts = [f"{report.n_probes} probes", f"chance {_pct(report.baselines['chance'])}",
+             f"first noun {_pct(report.baselines['first_noun'])}",
+             f"nearest noun {_pct(report.baselines['nearest_noun'])}"]
+    cont = report.continuation
+    if cont.n:
+        parts.append(f"continuation accuracy {_pct(cont.accuracy)} ({cont.n_correct}/{cont.n})")
+    if cont.logit_diff is not None:
+        parts.append(f"logit diff {cont.logit_diff:+.2f}")
+    if report.ablated:
+        parts.append("ablated " + ", ".join(report.ablated))
+    return "; ".join(parts)
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.0f}%"
+
+
+def _json_number(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def _check_positions(item: AlignedProbe, index: int, length: int) -> None:
+    named = [("pronoun_pos", [item.pronoun_pos]), ("referent_positions", item.referent_positions),
+             ("distractor_positions", item.distractor_positions)]
+    for label, positions in named:
+        bad = [p for p in positions if not 0 <= p < length]
+        if bad:
+            raise ValueError(f"probe {index} ({item.probe.text!r}): {label} {bad} outside its {length} tokens")
+    if not item.referent_positions:
+        raise ValueError(f"probe {index} ({item.probe.text!r}) has no referent positions")
+
+
+def head_stats(patterns: Sequence[Sequence[torch.Tensor]], aligned: Sequence[AlignedProbe]) -> dict[str, HeadStats]:
+    """Score every head from captured patterns.
+
+    `patterns[probe][layer]` is [head, query_pos, key_pos] (as `capture_attention`
+    returns), `aligned[probe]` the matching AlignedProbe.
+    """
+    if len(patterns) != len(aligned):
+        raise ValueError(f"{len(patterns)} captured patterns for {len(aligned)} probes; capture one per probe")
+    if not aligned:
+        raise ValueError("no probes to score")
+    n_layer = len(patterns[0])
+    n_head = patterns[0][0].shape[0]
+    shape = (n_layer, n_head)
+    # Sums over probes, one entry per [layer, head].
+    ref_sum, dis_sum = torch.zeros(shape, dtype=torch.float64), torch.zeros(shape, dtype=torch.float64)
+    ref_ns, dis_ns = torch.zeros_like(ref_sum), torch.zeros_like(ref_sum)
+    top1, top1_ns = torch.zeros(shape, dtype=torch.long), torch.zeros(shape, dtype=torch.long)
+    n_no_sink = 0
+    for index, (layers, item) in enumerate(zip(patterns, aligned, strict=True)):
+        length = layers[0].shape[-1]
+        _check_positions(item, index, length)
+        # Rows of every head at the pronoun: [layer, head, key_pos].
+        rows = torch.stack([p[:, item.pronoun_pos, :] for p in layers]).double()
+        ref = rows[..., item.referent_positions].sum(-1)
+        dis = rows[..., item.distractor_positions].sum(-1)
+        ref_sum += ref
+        dis_sum += dis
+        top1 += (ref > dis).long()  # a tie is not a win
+        positions = [*item.referent_positions, *item.distractor_positions]
+        if item.pronoun_pos == 0 or 0 in positions:
+            continue
+        rest = rows[..., 1:].sum(-1).clamp_min(1e-12)
+        ref_n, dis_n = ref / rest, dis / rest
+        ref_ns += ref_n
+        dis_ns += dis_n
+        top1_ns += (ref_n > dis_n).long()
+        n_no_sink += 1
+
+    n = len(aligned)
+    stats = {}
+    for layer in range(n_layer):
+        for head in range(n_head):
+            at = (layer, head)
+            stats[head_name(layer, head)] = HeadStats(
+                layer=layer, head=head,
+                referent=ref_sum[at].item() / n, distractor=dis_sum[at].item() / n, top1=top1[at].item() / n,
+                referent_no_sink=ref_ns[at].item() / n_no_sink if n_no_sink else None,
+                distractor_no_sink=dis_ns[at].item() / n_no_sink if n_no_sink else None,
+                top1_no_sink=top1_ns[at].item() / n_no_sink if n_no_sink else None,
+                n_probes=n, n_top1=int(top1[at]), n_no_sink=n_no_sink, n_top1_no_sink=int(top1_ns[at]),
+            )
+    return stats
+
+
+def best_head(stats: dict[str, HeadStats]) -> HeadStats:
+    """The head with the highest mean referent weight; ties go to higher top-1, then the earlier head."""
+    if not stats:
+        raise ValueError("no heads to choose from")
+    return min(stats.values(), key=_rank_key)
+
+
+def baselines(aligned: Sequence[AlignedProbe]) -> dict[str, float]:
+    """Accuracy of heuristics that ignore the model, for the same probes.
+
+    - chance: one of the two candidates at random.
+    - first_noun: pick the candidate that appears first in the sentence.
+    - nearest_noun: pick the candidate whose last sub-token is closest before the pronoun.
+    A tie, or no candidate before the pronoun, counts as wrong (as a tie does for heads).
+    """
+    if not aligned:
+        raise ValueError("no probes for baselines")
+    first = nearest = 0
+    for item in aligned:
+        ref, dis = item.referent_positions, item.distractor_positions
+        if not dis or min(ref) < min(dis):
+            first += 1
+        ref_gap = _gap(ref, item.pronoun_pos)
+        if ref_gap < _gap(dis, item.pronoun_pos):
+            nearest += 1
+    n = len(aligned)
+    return {"chance": CHANCE, "first_noun": first / n, "nearest_noun": nearest / n}
+
+
+def _gap(positions: Sequence[int], pronoun_pos: int) -> float:
+    before = [p for p in positions if p < pronoun_pos]
+    return pronoun_pos - max(before) if before else math.inf
+
+
+def continuation_stats(model: nn.Module, aligned: Sequence[AlignedProbe],
+                       ablate: Ablation | None = None) -> ContinuationStats:
+    """Continuation accuracy (and logit difference) from the fast path, optionally with heads ablated."""
+    logits = continuation_logits(model, aligned, ablate)
+    n = correct = to_distractor = 0
+    diffs = []
+    for item, row in zip(aligned, logits, strict=True):
+        if row is None:
+            continue
+        n += 1
+        predicted = int(row.argmax())
+        correct += predicted in item.continuation_ids
+        to_distractor += predicted in item.distractor_continuation_ids
+        if item.continuation_ids and item.distractor_continuation_ids:
+            # TransformerLens's usual metric: how much more the model favours the
+            # right continuation, which moves even when the argmax does not.
+            diffs.append(row[list(item.continuation_ids)].max().item()
+                         - row[list(item.distractor_continuation_ids)].max().item())
+    return ContinuationStats(
+        accuracy=correct / n if n else None, distractor_rate=to_distractor / n if n else None,
+        logit_diff=sum(diffs) / len(diffs) if diffs else None, n=n, n_correct=correct, n_logit_diff=len(diffs),
+    )
+
+
+def continuation_accuracy(model: nn.Module, aligned: Sequence[AlignedProbe],
+                          ablate: Ablation | None = None) -> float | None:
+    """Fraction of probes whose argmax next token at `continuation_pos` is a referent continuation.
+    Probes without a continuation position are skipped; None if none has one."""
+    return continuation_stats(model, aligned, ablate).accuracy
+
+
+def evaluate_probes(model: nn.Module, aligned: Sequence[AlignedProbe],
+                    ablate: Ablation | None = None) -> ProbeReport:
+    """Score every head of `model` on the probes, plus baselines and continuation accuracy.
+
+    `ablate` ({layer: [heads]}) zeroes those heads' outputs in both the
+    attention capture and the continuation logits.
+    """
+    if not aligned:
+        raise ValueError("evaluate_probes needs at least one probe")
+    patterns = capture_attention(model, [item.ids for item in aligned], ablate)
+    return ProbeReport(
+        heads=head_stats(patterns, aligned), n_probes=len(aligned), baselines=baselines(aligned),
+        continuation=continuation_stats(model, aligned, ablate), ablated=ablation_names(ablate),
+    )
+
+
+def ablation_effect(model: nn.Module, aligned: Sequence[AlignedProbe], head: str | Head) -> dict:
+    """Continuation accuracy and logit difference with and without one head ("L1H3" or (1, 3))."""
+    cfg = model.config
+    layer, index = parse_head(head if isinstance(head, str) else head_name(*head), cfg.n_layer, cfg.n_head)
+    base = continuation_stats(model, aligned)
+    ablated = continuation_stats(model, aligned, {layer: [index]})
+
+    def change(after: float | None, before: float | None) -> float | None:
+        return None if after is None or before is None else after - before
+
+    return {
+        "head": head_name(layer, index),
+        "n": base.n,
+        "continuation_accuracy": base.accuracy,
+        "continuation_accuracy_ablated": ablated.accuracy,
+        "accuracy_change": change(ablated.accuracy, base.accuracy),
+        "logit_diff": base.logit_diff,
+        "logit_diff_ablated": ablated.logit_diff,
+        "logit_diff_change": change(ablated.logit_diff, base.logit_diff),
+    }

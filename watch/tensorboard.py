@@ -1,0 +1,115 @@
+"""Attention in TensorBoard: heatmaps of chosen sentences, every head's probe
+scores as scalars, and a table ranking the heads.
+
+The writer is duck-typed (`add_figure`, `add_scalar`, `add_text`), so a
+`torch.utils.tensorboard.SummaryWriter` or anything like it will do.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch.nn as nn
+
+from errors import UserError
+from watch.capture import capture_attention
+from watch.heatmaps import head_figure, layer_figure
+from watch.metrics import ProbeReport, evaluate_probes
+
+if TYPE_CHECKING:
+    from data.probes import AlignedProbe
+
+
+def sentence_slug(text: str, max_len: int = 40) -> str:
+    """A tag-safe name for a sentence, stable across steps so its images line up in TensorBoard."""
+    slug = re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_")[:max_len].rstrip("_")
+    return slug or "sentence"
+
+
+def _unique_slugs(sentences: Sequence[str]) -> list[str]:
+    seen: dict[str, int] = {}
+    slugs = []
+    for text in sentences:
+        slug = sentence_slug(text)
+        seen[slug] = seen.get(slug, 0) + 1
+        slugs.append(slug if seen[slug] == 1 else f"{slug}_{seen[slug]}")
+    return slugs
+
+
+def log_scores(writer: Any, step: int, report: ProbeReport) -> None:
+    """Scalars for every head and the best one, plus the ranking table as Markdown."""
+    for name, stats in report.heads.items():
+        writer.add_scalar(f"attention/referent/{name}", stats.referent, step)
+        writer.add_scalar(f"attention/distractor/{name}", stats.distractor, step)
+    best = report.best
+    scalars = {
+        "attention/referent/best": best.referent,
+        "attention/distractor/best": best.distractor,
+        "attention/top1/best": best.top1,
+        "attention/referent_no_sink/best": best.referent_no_sink,
+        "attention/top1_no_sink/best": best.top1_no_sink,
+        "probes/continuation_accuracy": report.continuation.accuracy,
+        "probes/logit_diff": report.continuation.logit_diff,
+    }
+    for tag, value in scalars.items():
+        if value is not None:
+            writer.add_scalar(tag, value, step)
+    writer.add_text("attention/heads", f"step {step}, best head **{best.name}**\n\n{report.to_markdown()}", step)
+
+
+def log_attention(writer: Any, step: int, model: nn.Module, tokenizer: Any, sentences: Sequence[str],
+                  aligned_probes: Sequence[AlignedProbe] | None = None) -> ProbeReport | None:
+    """Log attention heatmaps and probe scores at `step`; returns the probe report (None without probes).
+
+    For each sentence (the explanation sentence first, then perhaps a few probe
+    texts): one figure per layer with all its heads, tagged
+    `attention/{slug}/layer{l}`, and, when probes name a best head, that head
+    alone as `attention/{slug}/best_head`. A sentence that is also a probe's
+    text has its pronoun row outlined. Sentences the tokenizer cannot encode
+    are skipped with a warning, and so are probes longer than block_size, so
+    neither stops training.
+    """
+    block_size = model.config.block_size
+    probes = [item for item in aligned_probes or [] if len(item.ids) <= block_size]
+    if aligned_probes and len(probes) < len(aligned_probes):
+        warnings.warn(f"{len(aligned_probes) - len(probes)} of {len(aligned_probes)} probes are longer than "
+                      f"block_size={block_size} and were left out of the attention scores", stacklevel=2)
+    report = evaluate_probes(model, probes) if probes else None
+    if report is not None:
+        log_scores(writer, step, report)
+    best = report.best if report is not None else None
+    pronoun_rows = {item.probe.text: item.pronoun_pos for item in probes}
+
+    kept: list[tuple[str, list[int]]] = []
+    for text in sentences:
+        try:
+            ids = tokenizer.encode(text)
+        except UserError as exc:
+            warnings.warn(f"attention heatmap skipped for {text[:60]!r}: {exc}", stacklevel=2)
+            continue
+        if not ids:
+            warnings.warn(f"attention heatmap skipped for {text[:60]!r}: it has no tokens", stacklevel=2)
+            continue
+        if len(ids) > block_size:
+            warnings.warn(f"attention heatmap of {text[:60]!r} shows only its first {block_size} of "
+                          f"{len(ids)} tokens (block_size)", stacklevel=2)
+        kept.append((text, ids[:block_size]))
+
+    captured = capture_attention(model, [ids for _, ids in kept])
+    for slug, (text, ids), layers in zip(_unique_slugs([t for t, _ in kept]), kept, captured, strict=True):
+        tokens = tokenizer.token_strings(ids)
+        row = pronoun_rows.get(text)
+        highlight = row if row is not None and row < len(ids) else None
+        for layer, pattern in enumerate(layers):
+            fig = layer_figure(pattern, tokens, layer, title=f"layer {layer}, step {step}",
+                               highlight_query=highlight, best=best.name if best is not None else None)
+            writer.add_figure(f"attention/{slug}/layer{layer}", fig, step)
+        if best is not None:
+            fig = head_figure(layers[best.layer][best.head], tokens,
+                              f"best head {best.name} (referent {best.referent:.2f}), step {step}",
+                              highlight_query=highlight)
+            writer.add_figure(f"attention/{slug}/best_head", fig, step)
+    return report
