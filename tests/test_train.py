@@ -74,8 +74,8 @@ def test_two_cpu_processes_end_with_identical_parameters(tmp_path):
 
     prepare(str(tmp_path / "corpus.txt"), "char", tmp_path / "prep", quiet=True)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port=0",
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
                            "train.py", *args], cwd=ROOT, capture_output=True, text=True, timeout=240, env=env)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     assert "parameters identical on all 2 processes: True" in proc.stdout
     assert "x 2 processes, 512 tokens per step" in proc.stdout  # same as one process with grad_accum=2

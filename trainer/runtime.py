@@ -79,4 +79,7 @@ def setup(cfg: TrainConfig) -> Runtime:
 
 def teardown(rt: Runtime) -> None:
     if rt.distributed and dist.is_initialized():
+        # Everyone arrives before anyone leaves: a process that tears down its
+        # connections while another still sends makes gloo abort the latter.
+        dist.barrier()
         dist.destroy_process_group()
