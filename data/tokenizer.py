@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Protocol
 
 from errors import UserError
@@ -78,11 +79,20 @@ class CharTokenizer:
         return {"name": self.name, "chars": self.chars}
 
 
+SHARED_TIKTOKEN = Path(__file__).resolve().parent.parent.parent / "shared" / "tiktoken"
+
+
 def gpt2_encoding():
-    """tiktoken's r50k_base (GPT-2's BPE). Offline use needs TIKTOKEN_CACHE_DIR
-    pointing at a cache that holds it; the first online use downloads it."""
+    """tiktoken's r50k_base (GPT-2's BPE).
+
+    tiktoken downloads it once into its cache. Offline, it is read from
+    TIKTOKEN_CACHE_DIR, or, when that is unset, from a `shared/tiktoken` cache
+    beside the repository (where the shared corpora live too).
+    """
     import tiktoken
 
+    if "TIKTOKEN_CACHE_DIR" not in os.environ and SHARED_TIKTOKEN.is_dir():
+        os.environ["TIKTOKEN_CACHE_DIR"] = str(SHARED_TIKTOKEN)
     try:
         return tiktoken.get_encoding(GPT2_ENCODING)
     except Exception as exc:  # network or cache problems surface as many types

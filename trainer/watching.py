@@ -88,7 +88,6 @@ class AttentionWatch:
         if not self.active:
             return {}
         from watch.capture import capture_attention
-        from watch.heads import head_name
         from watch.metrics import ablation_effect, evaluate_probes
         from watch.report import format_head_table, top_attended
 
@@ -99,22 +98,22 @@ class AttentionWatch:
             best = report.best
             print(f"\nattention on {len(self.aligned)} held-out probes (pronoun -> referent):")
             print(format_head_table(report))
-            effect = ablation_effect(model, self.aligned, best)
-            print(f"continuation accuracy after the pronoun: {effect['baseline']:.3f}; with {head_name(*best)} "
-                  f"ablated: {effect['ablated']:.3f} (drop {effect['baseline'] - effect['ablated']:+.3f})")
-            stats = report.heads[head_name(*best)]
-            metrics.update({"hparam/best_head_referent": stats["referent"],
-                            "hparam/best_head_top1": stats["top1"],
-                            "hparam/continuation_accuracy": effect["baseline"],
-                            "hparam/continuation_accuracy_ablated": effect["ablated"]})
+            effect = ablation_effect(model, self.aligned, best.name)
+            base, ablated = effect["continuation_accuracy"], effect["continuation_accuracy_ablated"]
+            if base is not None:
+                print(f"continuation accuracy after the pronoun: {base:.3f}; with {best.name} ablated: "
+                      f"{ablated:.3f} ({100 * (ablated - base):+.1f} points)")
+                metrics.update({"hparam/continuation_accuracy": base,
+                                "hparam/continuation_accuracy_ablated": ablated})
+            metrics.update({"hparam/best_head_referent": best.referent, "hparam/best_head_top1": best.top1})
         for sentence in self.sentences:
             ids = self.tokenizer.encode(sentence)
             tokens = self.tokenizer.token_strings(ids)
             query = last_pronoun_pos(tokens)
             if query is None:
                 continue
-            patterns = capture_attention(model, [ids])[0]
-            layer, head = best if best is not None else (len(patterns) - 1, 0)
-            print(f"\n{sentence!r}: where {tokens[query].strip()!r} looks (layer {layer}):")
-            print(top_attended(patterns[layer], tokens, query, k=3))
+            patterns = capture_attention(model, [ids], crop=True)[0]
+            layer = best.layer if best is not None else len(patterns) - 1
+            print(f"\n{sentence!r}: where {tokens[query].strip()!r} looks, layer {layer}:")
+            print(top_attended(patterns[layer], tokens, query, k=3, layer=layer))
         return metrics
