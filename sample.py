@@ -9,14 +9,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 import torch
 
 from data.tokenizer import tokenizer_from_meta
-from errors import UsageError, UserError, run_cli
+from errors import UsageError, run_cli
 from model import GPT, GPTConfig
 from trainer.checkpoint import load_checkpoint
 from trainer.runtime import pick_device

@@ -183,7 +183,7 @@ class GPT(nn.Module):
         (all a sampler needs) unless `all_logits` is set.
         """
         x = self._embed(idx)
-        for layer, (block, mask) in enumerate(zip(self.blocks, self._head_masks(ablate, idx.device))):
+        for layer, (block, mask) in enumerate(zip(self.blocks, self._head_masks(ablate, idx.device), strict=True)):
             x = block(x, head_mask=mask, layer=layer)
         x = self.ln_f(x)
         if targets is not None:
@@ -198,7 +198,7 @@ class GPT(nn.Module):
         one attention pattern [batch, head, query_pos, key_pos] per layer)."""
         x = self._embed(idx)
         patterns = []
-        for block, mask in zip(self.blocks, self._head_masks(ablate, idx.device)):
+        for block, mask in zip(self.blocks, self._head_masks(ablate, idx.device), strict=True):
             x, weights = block.forward_with_weights(x, head_mask=mask)
             patterns.append(weights)
         return self.lm_head(self.ln_f(x)), patterns

@@ -69,4 +69,4 @@ def test_batches_are_shifted_windows_and_reproducible(tmp_path):
     first = [x for x, _ in a.eval_batches("val", 2)]
     a.train()
     second = [x for x, _ in a.eval_batches("val", 2)]
-    assert all(torch.equal(p, q) for p, q in zip(first, second))
+    assert all(torch.equal(p, q) for p, q in zip(first, second, strict=True))

@@ -1,0 +1,136 @@
+"""`sample.py --attention` and `sample.py --probes`: look inside a checkpoint."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+
+from errors import UsageError
+from trainer.watching import last_pronoun_pos
+from watch.capture import capture_attention
+from watch.heads import ablation_names, head_name
+from watch.heatmaps import display_token, head_figure, layer_figure, save_png
+from watch.metrics import evaluate_probes
+from watch.report import format_head_table, top_attended
+from watch.tensorboard import sentence_slug
+
+
+def _query_position(tokens: list[str], query: str | None) -> int:
+    """--query as a position or a word; by default the last pronoun, else the last token."""
+    if query is None:
+        found = last_pronoun_pos(tokens)
+        return len(tokens) - 1 if found is None else found
+    if query.lstrip("-").isdigit():
+        pos = int(query)
+        pos = pos + len(tokens) if pos < 0 else pos
+        if not 0 <= pos < len(tokens):
+            raise UsageError(f"--query {query} is outside the {len(tokens)} tokens; give 0..{len(tokens) - 1}")
+        return pos
+    words = [t.strip().lower() for t in tokens]
+    matches = [i for i, w in enumerate(words) if w == query.strip().lower()]
+    if not matches:
+        raise UsageError(f"--query {query!r} is not a token of the text; tokens are: "
+                         f"{', '.join(repr(t) for t in tokens)}")
+    return matches[-1]
+
+
+def _focused_head(patterns: list, query: int) -> tuple[int, int]:
+    """The head whose query row puts the most weight on one earlier token,
+    position 0 and the token itself excluded (they absorb idle attention)."""
+    best, best_weight = (len(patterns) - 1, 0), -1.0
+    for layer, pattern in enumerate(patterns):
+        rows = pattern[:, query, 1:query].numpy() if query > 1 else np.zeros((pattern.shape[0], 1))
+        for head in range(pattern.shape[0]):
+            weight = float(rows[head].max()) if rows.size else 0.0
+            if weight > best_weight:
+                best, best_weight = (layer, head), weight
+    return best
+
+
+def show_attention(model, tokenizer, ckpt: dict, args: argparse.Namespace, ablate: dict) -> None:
+    text = args.attention
+    if not text:
+        raise UsageError("--attention needs a non-empty text, e.g. --attention \"The dog saw the ball and it\"")
+    ids = tokenizer.encode(text)
+    tokens = tokenizer.token_strings(ids)
+    if len(ids) > model.config.block_size:
+        raise UsageError(f"the text has {len(ids)} tokens, more than the model's block_size "
+                         f"{model.config.block_size}; shorten it")
+    patterns = capture_attention(model, [ids], ablate or None)[0]
+    query = _query_position(tokens, args.query)
+    layer, head = _focused_head(patterns, query)
+
+    if args.json:
+        print(json.dumps({
+            "text": text, "tokens": tokens, "query_pos": query, "focused_head": head_name(layer, head),
+            "ablated": ablation_names(ablate),
+            # [layer][head][query_pos][key_pos]
+            "patterns": [[[[round(float(w), 6) for w in row] for row in h] for h in p.tolist()] for p in patterns],
+        }))
+        return
+
+    png_dir = Path(args.png_dir) if args.png_dir else Path(args.out_dir if Path(args.out_dir).is_dir()
+                                                           else Path(args.out_dir).parent) / "attention"
+    slug = sentence_slug(text)
+    figures = {f"{slug}_layer{n}.png": layer_figure(p, tokens, n) for n, p in enumerate(patterns)}
+    figures[f"{slug}_{head_name(layer, head)}.png"] = head_figure(
+        patterns[layer][head], tokens, f"{head_name(layer, head)}: most focused head for {tokens[query].strip()!r}",
+        highlight_query=query)
+    for name, fig in figures.items():
+        save_png(fig, png_dir / name)
+    _log_to_run(ckpt, slug, figures)
+
+    print("tokens: " + " | ".join(display_token(t, space_mark="") for t in tokens))
+    print(f"where {tokens[query].strip()!r} (position {query}) looks, top 3 per head:")
+    for n, pattern in enumerate(patterns):
+        print(top_attended(pattern, tokens, query, k=3, layer=n))
+    print(f"most focused head: {head_name(layer, head)}")
+    print(f"heatmaps: {png_dir}/{slug}_*.png")
+
+
+def _log_to_run(ckpt: dict, slug: str, figures: dict) -> None:
+    """Adds the heatmaps to the checkpoint's TensorBoard run, under inspect/."""
+    config = ckpt.get("train_config", {})
+    run = ckpt.get("run_name")
+    if not run:
+        return
+    from torch.utils.tensorboard import SummaryWriter
+
+    log_dir = Path(config.get("log_dir", "runs")) / run
+    try:
+        writer = SummaryWriter(log_dir=str(log_dir))
+    except OSError as exc:
+        print(f"warning: not writing to TensorBoard run {log_dir}: {exc}")
+        return
+    for name, fig in figures.items():
+        writer.add_figure(f"inspect/{slug}/{Path(name).stem.removeprefix(slug + '_')}", fig, ckpt.get("step", 0))
+    writer.close()
+    print(f"TensorBoard: tensorboard --logdir {log_dir.parent} (run {run}, tab IMAGES, tags inspect/...)")
+
+
+def show_probes(model, tokenizer, args: argparse.Namespace, ablate: dict) -> None:
+    from data.probes import align_all, load_probes
+
+    aligned = align_all(load_probes(args.probes), tokenizer)
+    if not aligned:
+        raise UsageError(f"{args.probes} holds no probes; write one JSON object per line")
+    report = evaluate_probes(model, aligned, ablate or None)
+    baseline = evaluate_probes(model, aligned) if ablate else report
+    if args.json:
+        out = report.to_dict()
+        if ablate:
+            out["continuation_accuracy_without_ablation"] = baseline.continuation_accuracy
+        print(json.dumps(out))
+        return
+    title = f"heads on {len(aligned)} probes from {args.probes}"
+    if ablate:
+        title += f", with {', '.join(ablation_names(ablate))} ablated"
+    print(title + ":")
+    print(format_head_table(report))
+    if ablate and baseline.continuation_accuracy is not None:
+        before, after = baseline.continuation_accuracy, report.continuation_accuracy
+        print(f"continuation accuracy: {before:.3f} -> {after:.3f} with {', '.join(ablation_names(ablate))} ablated "
+              f"({100 * (after - before):+.1f} points)")
