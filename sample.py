@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
@@ -56,8 +57,8 @@ def validate(args: argparse.Namespace, vocab_size: int) -> None:
         raise UsageError(f"--max_new_tokens must be positive, got {args.max_new_tokens}")
     if args.num_samples <= 0:
         raise UsageError(f"--num_samples must be positive, got {args.num_samples}")
-    if args.temperature < 0:
-        raise UsageError(f"--temperature must be >= 0 (0 is greedy), got {args.temperature}")
+    if not 0 <= args.temperature < math.inf:  # also refuses nan
+        raise UsageError(f"--temperature must be a number >= 0 (0 is greedy), got {args.temperature}")
     if args.top_k is not None and not 0 < args.top_k <= vocab_size:
         raise UsageError(f"--top_k must be between 1 and the vocabulary size {vocab_size}, got {args.top_k}")
     if args.top_p is not None and not 0 < args.top_p <= 1:

@@ -177,11 +177,11 @@ def train(cfg: TrainConfig, config_name: str, rt: rt_mod.Runtime, argv: list[str
     saved_step = start_step if ckpt is not None else None
     eval_step = ckpt.get("eval_step", start_step) if ckpt is not None else None
 
-    def diverged(what: str, value: float, step: int) -> UserError:
-        kept = (f"{ckpt_path} keeps the last good checkpoint (step {saved_step})" if saved_step is not None
-                else "no checkpoint was saved in this run")
+    def diverged(what: str, value: object, step: int) -> UserError:
+        kept = (f"with {ckpt_path} left at step {saved_step}" if saved_step is not None
+                else "before any checkpoint was saved")
         clip = "" if cfg.grad_clip > 0 else " or --grad_clip=1"
-        return UserError(f"{what} became {value} at step {step}; training stopped and {kept}; try a lower "
+        return UserError(f"{what} became {value} at step {step}; training stopped {kept}; try a lower "
                          f"--learning_rate (now {cfg.learning_rate:g}){clip}")
 
     def checkpoint(step: int) -> None:
@@ -189,7 +189,7 @@ def train(cfg: TrainConfig, config_name: str, rt: rt_mod.Runtime, argv: list[str
         if not rt.is_main:
             return
         if not all(bool(torch.isfinite(p).all()) for p in raw_model.parameters()):
-            raise diverged("a parameter", math.nan, step)  # never overwrite a good checkpoint with this
+            raise diverged("a parameter", "inf or nan", step)  # never overwrite a good checkpoint with this
         save_checkpoint(ckpt_path, {
             "model": raw_model.state_dict(), "optimizer": optimizer.state_dict(),
             "model_config": raw_model.config.to_dict(), "train_config": cfg.to_dict(),

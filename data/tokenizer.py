@@ -128,9 +128,12 @@ class GPT2Tokenizer:
         try:
             return [self._to_compact[t] for t in original]
         except KeyError:
-            unknown = sorted({self.enc.decode([t]) for t in original if t not in self._to_compact})
+            unseen = {t for t in original if t not in self._to_compact}
+            # A token can be part of a character's UTF-8 bytes; those show as \xNN rather than all as U+FFFD.
+            unknown = sorted({self.enc.decode_single_token_bytes(t).decode("utf-8", errors="backslashreplace")
+                              for t in unseen})
             raise TokenizerError(
-                f"{len(unknown)} token(s) never seen in the training corpus: {_preview(unknown)}; "
+                f"{len(unseen)} token(s) never seen in the training corpus: {_preview(unknown)}; "
                 f"rephrase with words from the corpus, or train on one that contains them") from None
 
     def encode(self, text: str) -> list[int]:

@@ -92,10 +92,10 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
             raise CheckpointError(f"refusing {path}: it contains a pickled Python object ({found}), which could "
                                   f"run code when loaded; only load checkpoints written by this trainer") from None
         raise CheckpointError(f"{path} is not a readable checkpoint (its pickled data is damaged); it may be "
-                              f"truncated or corrupt: use an earlier copy or retrain") from None
-    except Exception as exc:  # a damaged archive surfaces as many types (RuntimeError, KeyError, EOFError, ...)
-        raise CheckpointError(f"{path} is not a readable checkpoint ({type(exc).__name__}); it may be truncated "
-                              f"or corrupt: use an earlier copy or retrain") from None
+                              f"truncated or corrupt: use an earlier copy or retrain") from exc
+    except Exception as exc:  # a damaged archive surfaces as many types (RuntimeError, OSError, KeyError, ...)
+        raise CheckpointError(f"{path} is not a readable checkpoint; it may be truncated or corrupt: use an "
+                              f"earlier copy or retrain") from exc
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise CheckpointError(f"{path} is not a checkpoint written by this trainer; give the ckpt.pt that "
                               f"train.py wrote")

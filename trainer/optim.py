@@ -31,16 +31,33 @@ def _fused_supported(device: torch.device) -> bool:
     return device.type == "cpu" and (major, minor) >= (2, 4)
 
 
-def make_optimizer(model: nn.Module, cfg: TrainConfig, device: torch.device) -> torch.optim.Optimizer:
+def make_optimizer(model: nn.Module, cfg: TrainConfig, device: torch.device):
     """AdamW with weight decay on matrices (>= 2 dims) only: decaying norms'
-    gains and biases pulls them towards zero for no benefit."""
+    gains and biases pulls them towards zero for no benefit.
+
+    With optimizer = "muon", the blocks' hidden matrices go to Muon instead;
+    embeddings (and the tied head), norms and biases stay with AdamW.
+    """
     params = [p for p in model.parameters() if p.requires_grad]
-    decay = [p for p in params if p.dim() >= 2]
-    no_decay = [p for p in params if p.dim() < 2]
+    hidden = []
+    if cfg.optimizer == "muon":
+        hidden = [p for name, p in model.named_parameters() if name.startswith("blocks.") and p.dim() == 2]
+    hidden_ids = {id(p) for p in hidden}
+    rest = [p for p in params if id(p) not in hidden_ids]
+    decay = [p for p in rest if p.dim() >= 2]
+    no_decay = [p for p in rest if p.dim() < 2]
     groups = [{"params": decay, "weight_decay": cfg.weight_decay},
               {"params": no_decay, "weight_decay": 0.0}]
     kwargs = {"fused": True} if _fused_supported(device) else {}
-    return torch.optim.AdamW(groups, lr=cfg.learning_rate, betas=(cfg.beta1, cfg.beta2), **kwargs)
+    adamw = torch.optim.AdamW(groups, lr=cfg.learning_rate, betas=(cfg.beta1, cfg.beta2), **kwargs)
+    if not hidden:
+        return adamw
+    from trainer.muon import Muon, Optimizers
+
+    # The schedule sets every group's lr as learning_rate x lr_scale, so Muon's
+    # own rate follows the same warm-up and decay.
+    muon = Muon([{"params": hidden, "lr_scale": cfg.muon_lr / cfg.learning_rate}], lr=cfg.muon_lr)
+    return Optimizers(adamw, muon)
 
 
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:

@@ -1,0 +1,69 @@
+"""Learning-rate schedule, AdamW parameter groups, Muon."""
+
+import pytest
+import torch
+
+from model import GPT, GPTConfig
+from trainer.config import TrainConfig
+from trainer.muon import Muon, Optimizers, orthogonalise
+from trainer.optim import lr_at, make_optimizer, set_lr
+
+
+def test_schedule_warms_up_then_decays_to_the_floor():
+    cfg = TrainConfig(learning_rate=1e-3, min_lr=1e-4, warmup_iters=10, max_iters=100)
+    lrs = [lr_at(s, cfg) for s in range(120)]
+    assert all(a < b for a, b in zip(lrs[:10], lrs[1:11], strict=True))  # rising during warm-up
+    assert lrs[10] == pytest.approx(1e-3)
+    assert all(a >= b for a, b in zip(lrs[10:100], lrs[11:101], strict=True))  # then never rising
+    assert lrs[100] == lrs[119] == pytest.approx(1e-4)
+
+
+def test_adamw_decays_matrices_only():
+    model = GPT(GPTConfig(vocab_size=32, block_size=8, n_layer=1, n_head=2, n_embd=16, bias=True))
+    opt = make_optimizer(model, TrainConfig(weight_decay=0.1), torch.device("cpu"))
+    decay, no_decay = opt.param_groups
+    assert decay["weight_decay"] == 0.1 and all(p.dim() == 2 for p in decay["params"])
+    assert no_decay["weight_decay"] == 0.0 and all(p.dim() == 1 for p in no_decay["params"])
+    assert sum(p.numel() for g in opt.param_groups for p in g["params"]) == model.num_params(non_embedding=False)
+
+
+def test_orthogonalise_flattens_the_singular_values():
+    torch.manual_seed(0)
+    G = torch.randn(3, 32, 64) * torch.logspace(-2, 1, 64)  # badly conditioned
+    s = torch.linalg.svdvals(orthogonalise(G))
+    assert s.min() > 0.5 and s.max() < 1.3  # the quintic iteration lands near 1, not exactly on it
+    tall = orthogonalise(torch.randn(2, 64, 16))
+    assert tall.shape == (2, 64, 16)
+
+
+def test_muon_takes_hidden_matrices_and_follows_the_schedule():
+    model = GPT(GPTConfig(vocab_size=32, block_size=8, n_layer=2, n_head=2, n_embd=16))
+    cfg = TrainConfig(optimizer="muon", learning_rate=1e-3, muon_lr=0.02)
+    opt = make_optimizer(model, cfg, torch.device("cpu"))
+    assert isinstance(opt, Optimizers)
+    muon = next(o for o in opt.optimizers if isinstance(o, Muon))
+    hidden = {id(p) for g in muon.param_groups for p in g["params"]}
+    names = {n for n, p in model.named_parameters() if id(p) in hidden}
+    assert names and all(n.startswith("blocks.") for n in names) and "wte.weight" not in names
+    set_lr(opt, 5e-4)
+    assert muon.param_groups[0]["lr"] == pytest.approx(0.01)  # half of muon_lr, as 5e-4 is half of 1e-3
+
+
+def test_muon_lowers_the_loss_and_its_state_round_trips():
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=16, block_size=8, n_layer=1, n_head=2, n_embd=16))
+    opt = make_optimizer(model, TrainConfig(optimizer="muon", learning_rate=3e-3), torch.device("cpu"))
+    x = torch.randint(0, 16, (4, 8))
+    first = None
+    for _ in range(30):
+        _, loss = model(x, x)
+        first = first if first is not None else loss.item()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+    assert loss.item() < first - 1.0
+    state = opt.state_dict()
+    again = make_optimizer(model, TrainConfig(optimizer="muon", learning_rate=3e-3), torch.device("cpu"))
+    again.load_state_dict(state)
+    assert torch.equal(again.optimizers[1].state[next(iter(again.optimizers[1].state))]["momentum_buffer"],
+                       opt.optimizers[1].state[next(iter(opt.optimizers[1].state))]["momentum_buffer"])

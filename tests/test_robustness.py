@@ -1,0 +1,335 @@
+"""Nothing lost, nothing trusted blindly: atomic checkpoints, safe loading,
+exact resume, stopping on a signal, and stopping when the loss diverges."""
+
+import dataclasses
+import errno
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from data.batches import Batches
+from model import GPT
+from tests.cli import ROOT, one_line, run_train, tiny_args
+from trainer import checkpoint as ckpt_mod
+from trainer.checkpoint import FORMAT, FORMAT_VERSION, CheckpointError, load_checkpoint, save_checkpoint
+
+SCHEDULE = ["--warmup_iters=1", "--lr_decay_iters=6"]  # the same learning rates however the run is split
+
+
+def eval_lines(out: str) -> dict[int, str]:
+    """{step: 'train loss ..., val loss ...'} from a run's printed evaluations."""
+    out = out.replace("\r", "\n")  # the progress bar redraws itself with carriage returns
+    return {int(m[1]): m[2] for m in re.finditer(r"^step (\d+): (train loss .*)$", out, re.M)}
+
+
+def same_tensors(a: dict, b: dict) -> bool:
+    """Deep equality of nested dicts/lists holding tensors, bit for bit."""
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(same_tensors(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(same_tensors(x, y) for x, y in zip(a, b, strict=True))
+    return a == b
+
+
+# --- saving: atomic, and a failed save changes nothing ------------------------------------------
+
+def _payload(step: int) -> dict:
+    return {"step": step, "weights": torch.full((64, 64), float(step))}
+
+
+def _full_disk_after_some_bytes(obj, fh, *args, **kwargs):
+    fh.write(b"PK\x03\x04 half a checkpoint")
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def _failing_rename(src, dst):
+    raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+
+@pytest.mark.parametrize("target,replacement,reason", [
+    ("torch.save", _full_disk_after_some_bytes, "No space left on device"),
+    ("os.replace", _failing_rename, "Input/output error"),
+], ids=["disk-full-mid-write", "rename-fails"])
+def test_crash_during_save_keeps_previous_checkpoint(tmp_path, monkeypatch, target, replacement, reason):
+    path = tmp_path / "ckpt.pt"
+    save_checkpoint(path, _payload(1))
+    before = path.read_bytes()
+    module, name = target.split(".")
+    monkeypatch.setattr(getattr(ckpt_mod, module), name, replacement)
+    with pytest.raises(CheckpointError) as info:
+        save_checkpoint(path, _payload(2))
+    message = str(info.value)
+    assert "\n" not in message and reason in message and "previous checkpoint is intact" in message
+    assert "--out_dir" in message
+    monkeypatch.undo()
+    assert path.read_bytes() == before and load_checkpoint(path)["step"] == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt.pt"]  # no temp file left
+
+
+def test_interrupt_during_save_leaves_no_temp_file(tmp_path, monkeypatch):
+    path = tmp_path / "ckpt.pt"
+    save_checkpoint(path, _payload(1))
+
+    def interrupted(obj, fh, *args, **kwargs):
+        fh.write(b"partial")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ckpt_mod.torch, "save", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        save_checkpoint(path, _payload(2))
+    monkeypatch.undo()
+    assert load_checkpoint(path)["step"] == 1 and [p.name for p in tmp_path.iterdir()] == ["ckpt.pt"]
+
+
+# --- loading: only what this trainer wrote ------------------------------------------------------
+
+@dataclasses.dataclass
+class Settings:
+    lr: float = 0.1
+
+
+class Sneaky:
+    """Unpickling this would create a file: proof that code ran."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def _write_bad(kind: str, path: Path, good: bytes) -> None:
+    header = {"format": FORMAT, "format_version": FORMAT_VERSION}
+    if kind == "dataclass":
+        torch.save({**header, "settings": Settings()}, path)
+    elif kind == "code":
+        torch.save({**header, "model": Sneaky(path.parent / "code-ran")}, path)
+    elif kind == "truncated":
+        path.write_bytes(good[: len(good) // 2])
+    elif kind == "random":
+        path.write_bytes(os.urandom(4096))
+    elif kind == "text":
+        path.write_text("step = 3\nthis is a config, not a checkpoint\n")
+    elif kind == "tensor":
+        torch.save(torch.zeros(3), path)
+    elif kind == "empty":
+        path.write_bytes(b"")
+    elif kind == "version":
+        torch.save({**torch.load(_good(path.parent), weights_only=True), "format_version": 99}, path)
+
+
+def _good(folder: Path) -> Path:
+    good = folder / "good.pt"
+    if not good.exists():
+        save_checkpoint(good, _payload(5))
+    return good
+
+
+@pytest.mark.parametrize("kind,words", [
+    ("dataclass", ["refusing", "pickled Python object", "Settings"]),
+    ("code", ["refusing", "pickled Python object (io.open)"]),
+    ("truncated", ["not a readable checkpoint", "truncated"]),
+    ("random", ["not a checkpoint written by this trainer"]),
+    ("text", ["not a checkpoint written by this trainer"]),
+    ("tensor", ["not a checkpoint written by this trainer"]),
+    ("empty", ["is empty"]),
+    ("version", ["format version 99", "reads version 1"]),
+])
+def test_untrusted_or_broken_checkpoints_are_refused_clearly(tmp_path, kind, words):
+    path = tmp_path / "ckpt.pt"
+    _write_bad(kind, path, _good(tmp_path).read_bytes())
+    with pytest.raises(CheckpointError) as info:
+        load_checkpoint(path)
+    message = str(info.value)
+    assert "\n" not in message and str(path) in message, message
+    for word in words:
+        assert word in message, message
+    assert not (tmp_path / "code-ran").exists()
+
+
+def test_missing_checkpoint_says_where_it_looked(tmp_path):
+    with pytest.raises(CheckpointError, match="no checkpoint at .*ckpt.pt; train one first"):
+        load_checkpoint(tmp_path)
+
+
+# --- resume: bit-identical to a run that never stopped -------------------------------------------
+
+def test_resume_equals_straight_run(tmp_path):
+    """N steps straight == N/2 steps, then --resume for N/2 more: same losses, identical parameters."""
+    straight = tmp_path / "straight"
+    split = tmp_path / "split"
+    code, out_a, _ = run_train(tiny_args(tmp_path, *SCHEDULE, f"--out_dir={straight}"))
+    assert code == 0
+    code, out_b1, _ = run_train(tiny_args(tmp_path, *SCHEDULE, f"--out_dir={split}", "--max_iters=3"))
+    assert code == 0
+    code, out_b2, _ = run_train(tiny_args(tmp_path, *SCHEDULE, f"--out_dir={split}", "--resume"))
+    assert code == 0
+
+    a, b = torch.load(straight / "ckpt.pt", weights_only=True), torch.load(split / "ckpt.pt", weights_only=True)
+    assert a["step"] == b["step"] == 6
+    assert same_tensors(a["model"], b["model"])
+    assert same_tensors(a["optimizer"], b["optimizer"])
+    assert same_tensors(a["rng"], b["rng"])
+    assert a["best_val_loss"] == b["best_val_loss"]
+    assert eval_lines(out_a) == {**eval_lines(out_b1), **eval_lines(out_b2)}
+    assert sorted(eval_lines(out_b2)) == [6]  # step 3 was evaluated before the first half saved
+
+
+def test_ctrl_c_saves_and_resume_equals_straight_run(tmp_path, monkeypatch):
+    """Ctrl-C during step 2 finishes it, saves step 3 before its evaluation, exits 130; resuming
+    evaluates step 3 and ends exactly where an uninterrupted run ends."""
+    straight = tmp_path / "straight"
+    code, out_a, _ = run_train(tiny_args(tmp_path, *SCHEDULE, f"--out_dir={straight}"))
+    assert code == 0
+
+    draws = {"n": 0}
+    original = Batches.train
+
+    def train_batch(self):
+        draws["n"] += 1
+        if draws["n"] == 3:  # inside step 2 (steps count from 0)
+            os.kill(os.getpid(), signal.SIGINT)
+        return original(self)
+
+    monkeypatch.setattr(Batches, "train", train_batch)
+    stopped = tmp_path / "stopped"
+    args = tiny_args(tmp_path, *SCHEDULE, f"--out_dir={stopped}")
+    code, out_b1, err = run_train(args)
+    monkeypatch.undo()
+    assert code == 128 + signal.SIGINT and err == ""
+    hint = re.search(r"SIGINT: saved step 3 to (\S+); resume with: (.*)$", out_b1, re.M)
+    assert hint and Path(hint[1]) == stopped / "ckpt.pt"
+    command = shlex.split(hint[2])
+    assert command[:2] == ["python", "train.py"] and command[2:] == [*args, "--resume"]
+    assert torch.load(stopped / "ckpt.pt", weights_only=True)["step"] == 3
+
+    code, out_b2, _ = run_train(command[2:])
+    assert code == 0
+    a, b = torch.load(straight / "ckpt.pt", weights_only=True), torch.load(stopped / "ckpt.pt", weights_only=True)
+    assert same_tensors(a["model"], b["model"]) and same_tensors(a["optimizer"], b["optimizer"])
+    assert sorted(eval_lines(out_b1)) == [0] and sorted(eval_lines(out_b2)) == [3, 6]
+    assert eval_lines(out_a) == {**eval_lines(out_b1), **eval_lines(out_b2)}
+
+
+def test_resume_with_a_shorter_block_size_trains_on(tmp_path):
+    assert run_train(tiny_args(tmp_path, "--max_iters=3"))[0] == 0
+    code, _, err = run_train(tiny_args(tmp_path, "--resume", "--block_size=8"))
+    assert (code, err) == (0, "")
+    ckpt = torch.load(tmp_path / "out" / "ckpt.pt", weights_only=True)
+    assert ckpt["step"] == 6 and ckpt["model_config"]["block_size"] == 16
+
+
+# --- signals and kill -9, in a real process --------------------------------------------------------
+
+def _start(args: list[str]) -> tuple[subprocess.Popen, list[str]]:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, "train.py", *args], cwd=ROOT, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    lines: list[str] = []
+    threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True).start()
+    return proc, lines
+
+
+def _wait_for(condition, proc: subprocess.Popen, what: str, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"train.py never got to {what} (exit {proc.poll()}): {proc.stderr.read()[-2000:]}")
+        time.sleep(0.05)
+
+
+def test_sigterm_finishes_the_step_saves_and_exits_143(tmp_path):
+    args = tiny_args(tmp_path, "--max_iters=1000000", "--eval_interval=1000000")
+    proc, lines = _start(args)
+    _wait_for(lambda: any(line.startswith("step 0:") for line in lines), proc, "training")
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    out = "".join(lines)
+    assert proc.returncode == 128 + signal.SIGTERM == 143, err
+    assert err == ""
+    hint = re.search(r"SIGTERM: saved step (\d+) to .*; resume with: python train.py .* --resume$", out, re.M)
+    assert hint, out[-2000:]
+    step = int(hint[1])
+    assert step > 0 and load_checkpoint(tmp_path / "out")["step"] == step
+
+    # The printed command resumes (here for two more steps).
+    code, _, err = run_train([*args, "--resume", f"--max_iters={step + 2}"])
+    assert (code, err) == (0, "") and load_checkpoint(tmp_path / "out")["step"] == step + 2
+
+
+def test_kill_9_loses_at_most_ckpt_interval_steps(tmp_path):
+    args = tiny_args(tmp_path, "--max_iters=1000000", "--eval_interval=1000000", "--ckpt_interval=2")
+    proc, _ = _start(args)
+    ckpt_path = tmp_path / "out" / "ckpt.pt"
+    _wait_for(ckpt_path.exists, proc, "its first checkpoint")
+    time.sleep(0.3)
+    proc.kill()
+    proc.communicate(timeout=60)
+    ckpt = load_checkpoint(ckpt_path)  # complete, whatever moment the kill came
+    assert ckpt["step"] > 0 and ckpt["step"] % 2 == 0
+    code, _, err = run_train([*args, "--resume", f"--max_iters={ckpt['step'] + 1}"])
+    assert (code, err) == (0, "")
+
+
+# --- divergence --------------------------------------------------------------------------------------
+
+def test_absurd_learning_rate_stops_with_one_line(tmp_path):
+    code, _, err = run_train(tiny_args(tmp_path, "--learning_rate=1e6", "--ckpt_interval=1"))
+    assert code == 1
+    message = one_line(err)
+    assert re.search(r"became (nan|inf|-inf) at step \d+; training stopped", message), message
+    assert "try a lower --learning_rate (now 1e+06)" in message
+
+
+def test_nan_loss_names_the_step_and_keeps_the_last_checkpoint(tmp_path, monkeypatch):
+    calls = {"n": 0}
+    forward = GPT.forward
+
+    def poisoned(self, idx, targets=None, **kwargs):
+        logits, loss = forward(self, idx, targets, **kwargs)
+        if self.training:
+            calls["n"] += 1
+            if calls["n"] == 5:  # the training forward of step 4
+                loss = loss * float("nan")
+        return logits, loss
+
+    monkeypatch.setattr(GPT, "forward", poisoned)
+    code, _, err = run_train(tiny_args(tmp_path, "--ckpt_interval=2"))
+    assert code == 1
+    ckpt_path = tmp_path / "out" / "ckpt.pt"
+    assert one_line(err) == (f"error: the loss became nan at step 4; training stopped with {ckpt_path} left at "
+                             f"step 4; try a lower --learning_rate (now 0.001)\n")
+    ckpt = load_checkpoint(ckpt_path)
+    assert ckpt["step"] == 4 and all(torch.isfinite(t).all() for t in ckpt["model"].values())
+
+
+def test_non_finite_parameters_are_never_saved(tmp_path, monkeypatch):
+    """A step that leaves inf in the weights stops training before any save can overwrite the last checkpoint."""
+    step = torch.optim.AdamW.step
+    calls = {"n": 0}
+
+    def corrupting_step(self, *args, **kwargs):
+        result = step(self, *args, **kwargs)
+        calls["n"] += 1
+        if calls["n"] == 3:
+            with torch.no_grad():
+                self.param_groups[0]["params"][0].fill_(float("inf"))
+        return result
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", corrupting_step)
+    code, _, err = run_train(tiny_args(tmp_path, "--ckpt_interval=1"))
+    assert code == 1 and "at step 3" in one_line(err) and "left at step 2" in err
+    assert load_checkpoint(tmp_path / "out")["step"] == 2

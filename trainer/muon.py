@@ -1,0 +1,96 @@
+"""Muon: momentum, then orthogonalise each hidden matrix's update.
+
+For a weight matrix, Muon replaces the momentum-averaged gradient G by the
+nearest semi-orthogonal matrix (U Vᵀ from G = U S Vᵀ), approximated by a few
+Newton–Schulz iterations. Every direction of the update then moves the same
+amount, which trains small transformers markedly faster per step than AdamW.
+(Idea: Keller Jordan et al., 2024.) Only hidden matrices use it; embeddings,
+the output head, norms and biases stay with AdamW.
+
+This version runs the iteration in float32 (CPUs without bf16 units are slow
+in bf16) and stacks same-shaped matrices so each iteration is one batched
+matmul rather than one per parameter.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import torch
+
+# Quintic iteration coefficients chosen to push singular values towards 1 fast.
+NS_COEFFS = (3.4445, -4.7750, 2.0315)
+
+
+def orthogonalise(G: torch.Tensor, steps: int = 5) -> torch.Tensor:
+    """Approximately U Vᵀ for each matrix in a batch G [k, m, n], in float32."""
+    X = G.float()
+    transposed = X.shape[-2] > X.shape[-1]
+    if transposed:  # iterate on the wide orientation: X Xᵀ is then the smaller Gram matrix
+        X = X.transpose(-2, -1)
+    X = X / (X.norm(dim=(-2, -1), keepdim=True) + 1e-7)  # spectral norm <= Frobenius norm <= 1
+    a, b, c = NS_COEFFS
+    for _ in range(steps):
+        A = X @ X.transpose(-2, -1)
+        B = b * A + c * (A @ A)
+        X = a * X + B @ X
+    return X.transpose(-2, -1) if transposed else X
+
+
+class Muon(torch.optim.Optimizer):
+    def __init__(self, params, lr: float = 0.02, momentum: float = 0.95, nesterov: bool = True,
+                 ns_steps: int = 5, weight_decay: float = 0.0) -> None:
+        super().__init__(params, dict(lr=lr, momentum=momentum, nesterov=nesterov, ns_steps=ns_steps,
+                                      weight_decay=weight_decay))
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = closure() if closure is not None else None
+        for group in self.param_groups:
+            by_shape: dict[tuple, list[torch.Tensor]] = defaultdict(list)
+            for p in group["params"]:
+                if p.grad is not None:
+                    by_shape[tuple(p.shape)].append(p)
+            for shape, params in by_shape.items():
+                grads = []
+                for p in params:
+                    state = self.state[p]
+                    if "momentum_buffer" not in state:
+                        state["momentum_buffer"] = torch.zeros_like(p)
+                    buf = state["momentum_buffer"]
+                    buf.mul_(group["momentum"]).add_(p.grad)
+                    grads.append(p.grad.add(buf, alpha=group["momentum"]) if group["nesterov"] else buf)
+                update = orthogonalise(torch.stack(grads), group["ns_steps"])
+                # Scale so the update's RMS does not shrink for tall matrices.
+                scale = max(1.0, shape[0] / shape[1]) ** 0.5
+                for p, u in zip(params, update, strict=True):
+                    if group["weight_decay"]:
+                        p.mul_(1 - group["lr"] * group["weight_decay"])
+                    p.add_(u.to(p.dtype), alpha=-group["lr"] * scale)
+        return loss
+
+
+class Optimizers:
+    """Several optimizers stepped as one: what the training loop needs of an optimizer."""
+
+    def __init__(self, *optimizers: torch.optim.Optimizer) -> None:
+        self.optimizers = optimizers
+
+    @property
+    def param_groups(self) -> list[dict]:
+        return [g for opt in self.optimizers for g in opt.param_groups]
+
+    def step(self) -> None:
+        for opt in self.optimizers:
+            opt.step()
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for opt in self.optimizers:
+            opt.zero_grad(set_to_none=set_to_none)
+
+    def state_dict(self) -> dict:
+        return {str(i): opt.state_dict() for i, opt in enumerate(self.optimizers)}
+
+    def load_state_dict(self, state: dict) -> None:
+        for i, opt in enumerate(self.optimizers):
+            opt.load_state_dict(state[str(i)])
