@@ -55,6 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
 def validate(args: argparse.Namespace, vocab_size: int) -> None:
     if args.max_new_tokens <= 0:
         raise UsageError(f"--max_new_tokens must be positive, got {args.max_new_tokens}")
+    if not 0 <= args.seed < 2**32:  # as train.py accepts
+        raise UsageError(f"--seed must be between 0 and 2**32 - 1, got {args.seed}")
     if args.num_samples <= 0:
         raise UsageError(f"--num_samples must be positive, got {args.num_samples}")
     if not 0 <= args.temperature < math.inf:  # also refuses nan

@@ -66,6 +66,10 @@ def check_resume_compatible(cfg: TrainConfig, ckpt: dict, tokenizer_meta: dict) 
         if saved[key] != getattr(cfg, key) and key != "block_size":
             raise UsageError(f"config key '{key}' is {getattr(cfg, key)!r} but the checkpoint was trained with "
                              f"{saved[key]!r}; use the same value to resume, or a new --out_dir")
+    saved_optimizer = ckpt["train_config"].get("optimizer", "adamw")
+    if saved_optimizer != cfg.optimizer:  # the optimizer states would not fit
+        raise UsageError(f"config key 'optimizer' is {cfg.optimizer!r} but the checkpoint was trained with "
+                         f"{saved_optimizer!r}; use the same value to resume, or a new --out_dir")
     if ckpt["tokenizer"] != tokenizer_meta:
         raise UsageError("the checkpoint's vocabulary does not match this data's; resume with the dataset and "
                          "tokenizer it was trained on, or start a new --out_dir")

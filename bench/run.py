@@ -74,12 +74,15 @@ class Settings:
     eval_interval: int   # 0: the config's own eval_interval
     sample_tokens: int
     sample_runs: int
+    train_overrides: tuple[str, ...] = ()  # extra train.py flags for time to target
 
 
 FULL = Settings(warmup=20, steps=200, peak_n=2048, peak_warmup=3, peak_reps=10, max_iters=0, eval_interval=100,
                 sample_tokens=500, sample_runs=3)
-QUICK = Settings(warmup=5, steps=30, peak_n=2048, peak_warmup=1, peak_reps=3, max_iters=60, eval_interval=20,
-                 sample_tokens=100, sample_runs=3)
+# Quick evaluations are cut down too (fewer batches, no text sample): on a busy 2-core machine a
+# full one takes longer than the 60 training steps around it.
+QUICK = Settings(warmup=5, steps=30, peak_n=2048, peak_warmup=1, peak_reps=3, max_iters=60, eval_interval=30,
+                 sample_tokens=100, sample_runs=3, train_overrides=("--eval_iters=4", "--sample_tokens=0"))
 
 
 def log(message: str = "") -> None:
@@ -319,7 +322,7 @@ def run_training(config: str, out_dir: str, settings: Settings, target: float) -
     """train.py as users run it; each stdout line is timestamped as it arrives."""
     from trainer.config import load_config
 
-    cfg = load_config(REPO / config, [])
+    cfg = load_config(REPO / config, list(settings.train_overrides))
     stem = Path(config).stem
     cmd = [sys.executable, "-u", "train.py", config, f"--out_dir={out_dir}",
            f"--log_dir={(SCRATCH / 'runs').relative_to(REPO)}", f"--run_name=bench-{stem}"]
@@ -327,6 +330,7 @@ def run_training(config: str, out_dir: str, settings: Settings, target: float) -
         cmd.append(f"--eval_interval={settings.eval_interval}")
     if settings.max_iters:
         cmd.append(f"--max_iters={settings.max_iters}")
+    cmd += settings.train_overrides
     eval_interval = settings.eval_interval or cfg.eval_interval
     max_iters = settings.max_iters or cfg.max_iters
     log(f"    $ {shlex.join(cmd[2:])}")
@@ -644,6 +648,8 @@ def render_markdown(doc: dict | None, quick: bool = False) -> str:
     if not doc or not doc.get("results"):
         lines += ["No full run recorded yet.", ""]
         return "\n".join(lines)
+    commands = list(dict.fromkeys(m["command"] for m in doc.get("measured", {}).values()))
+    lines += ["The numbers below came from " + ", then ".join(f"`{c}`" for c in commands) + ".", ""]
     lines += ["## Machine", "", *machine_lines(doc["machine"]), ""]
     ref = doc.get("reference", REFERENCE)
     lines += ["## nanoGPT reference (same CPU)", "",
@@ -690,20 +696,20 @@ def save(doc: dict, quick: bool) -> Path:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="tiny step counts: a smoke test of the harness, not numbers")
     p.add_argument("--only", nargs="+", choices=BENCHMARKS, metavar="NAME",
                    help=f"run only these benchmarks ({', '.join(BENCHMARKS)})")
-    p.add_argument("--repeats", type=int, default=1, help="run every measurement N times, interleaved A,B,A,B")
+    p.add_argument("--repeats", type=int, default=1,
+                   help="run every measurement N times, interleaved A,B,A,B (default 1)")
     p.add_argument("--json", metavar="PATH", help="also write this run's JSON here")
     p.add_argument("--config", action="append", default=[], metavar="TOML",
                    help="another config for the throughput benchmark (repeatable)")
     p.add_argument("--target_config", action="append", default=[], metavar="TOML",
                    help="another config for the time-to-target benchmark (repeatable)")
-    p.add_argument("--target", type=float, default=TARGET_VAL_LOSS, help="target val loss")
+    p.add_argument("--target", type=float, default=TARGET_VAL_LOSS, help=f"target val loss (default {TARGET_VAL_LOSS})")
     p.add_argument("--eval_interval", type=int, default=None,
-                   help="evaluation interval for time to target, 0 = the config's own (default 100; 20 with --quick)")
+                   help="evaluation interval for time to target, 0 = the config's own (default 100; 30 with --quick)")
     p.add_argument("--steps", type=int, default=None, help="timed steps per throughput run (default 200; 30 quick)")
     p.add_argument("--warmup", type=int, default=None, help="untimed steps before those (default 20; 5 quick)")
     p.add_argument("--tokens", type=int, default=None, help="new tokens per sampling run (default 500; 100 quick)")

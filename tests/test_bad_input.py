@@ -160,6 +160,10 @@ CASES = [
          lambda w: w.train("--learning_rate=nan"), 2, ("'learning_rate' must be a finite number",)),
     Case("val-fraction", "val_fraction outside (0, 1)", "train",
          lambda w: w.train("--val_fraction=1.5"), 2, ("'val_fraction' must be between 0 and 1",)),
+    Case("seed-out-of-range", "a seed no generator accepts", "train",
+         lambda w: w.train("--seed=99999999999999999999"), 2, ("'seed' must be between 0 and 2**32 - 1",)),
+    Case("threads-too-many", "more threads than CPUs", "train",
+         lambda w: w.train("--threads=100000"), 2, ("--threads=100000 but this machine has",), exact=False),
     Case("toml-malformed", "malformed TOML", "train",
          lambda w: w.train(config=w.file("c.toml", "n_layer = 2\nn_head = = 3\n")), 2,
          ("not valid TOML", "line 2", "fix the syntax")),
@@ -193,6 +197,9 @@ CASES = [
          ("--block_size=32 is larger than the 16", "--block_size=16")),
     Case("resume-other-model", "--resume with another model shape", "train",
          lambda w: w.train("--resume", "--n_layer=2"), 2, ("'n_layer' is 2 but the checkpoint was trained with 1",)),
+    Case("resume-other-optimizer", "--resume with another optimizer", "train",
+         lambda w: w.train("--resume", "--optimizer=muon"), 2,
+         ("'optimizer' is 'muon' but the checkpoint was trained with 'adamw'",)),
     Case("resume-other-vocabulary", "--resume with another tokenizer", "train",
          lambda w: w.train("--resume", "--tokenizer=gpt2"), 2, ("vocabulary does not match",)),
     # --- sampling -----------------------------------------------------------------------------------------------
@@ -219,6 +226,8 @@ CASES = [
          lambda w: w.sample("--top_p=0"), 2, ("--top_p must be in (0, 1]",)),
     Case("sample-top-p-big", "--top_p above 1", "sample",
          lambda w: w.sample("--top_p=1.5"), 2, ("--top_p must be in (0, 1]",)),
+    Case("sample-seed-out-of-range", "a seed no generator accepts", "sample",
+         lambda w: w.sample("--seed=-1"), 2, ("--seed must be between 0 and 2**32 - 1",)),
     Case("sample-prompt-file-missing", "missing prompt file", "sample",
          lambda w: w.sample(f"--prompt=@{w.root / 'prompt.txt'}"), 2, ("prompt file", "not found")),
     Case("sample-unknown-flag", "unknown flag", "sample",
@@ -296,16 +305,19 @@ def test_real_process_prints_one_line_and_exits(case_id, references, tmp_path):
     assert one_line(err).removeprefix("error: ").rstrip("\n") == doc_rows()[case.id].replace("TMP", str(tmp_path))
 
 
-def test_debug_shows_the_traceback(tmp_path):
+def test_debug_lets_the_exception_and_its_traceback_through(tmp_path):
+    import sample
     import train
-    from errors import UsageError, run_cli
+    from errors import UsageError, UserError, run_cli
 
     with pytest.raises(UsageError, match="'n_layer' must be a positive integer"):
         run_cli(train.main, [*tiny_args(tmp_path, "--n_layer=0"), "--debug"])
     latin1 = tmp_path / "latin1.txt"
     latin1.write_bytes("café ".encode("latin-1") * 50)
-    code, _, err = run("train", [*tiny_args(tmp_path, f"--dataset={latin1}"), "--debug"], subprocess_=True)
-    assert code == 1 and "Traceback (most recent call last)" in err and "UserError: data file" in err
+    with pytest.raises(UserError, match="not UTF-8"):
+        run_cli(train.main, [*tiny_args(tmp_path, f"--dataset={latin1}"), "--debug"])
+    with pytest.raises(UserError, match="no checkpoint at"):
+        run_cli(sample.main, ["--debug", f"--out_dir={tmp_path / 'nothing'}"])
 
 
 def test_every_case_is_documented():

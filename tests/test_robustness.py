@@ -165,15 +165,17 @@ def test_missing_checkpoint_says_where_it_looked(tmp_path):
 
 # --- resume: bit-identical to a run that never stopped -------------------------------------------
 
-def test_resume_equals_straight_run(tmp_path):
+@pytest.mark.parametrize("optimizer", ["adamw", "muon"])
+def test_resume_equals_straight_run(tmp_path, optimizer):
     """N steps straight == N/2 steps, then --resume for N/2 more: same losses, identical parameters."""
     straight = tmp_path / "straight"
     split = tmp_path / "split"
-    code, out_a, _ = run_train(tiny_args(tmp_path, *SCHEDULE, f"--out_dir={straight}"))
+    common = [*SCHEDULE, f"--optimizer={optimizer}"]
+    code, out_a, _ = run_train(tiny_args(tmp_path, *common, f"--out_dir={straight}"))
     assert code == 0
-    code, out_b1, _ = run_train(tiny_args(tmp_path, *SCHEDULE, f"--out_dir={split}", "--max_iters=3"))
+    code, out_b1, _ = run_train(tiny_args(tmp_path, *common, f"--out_dir={split}", "--max_iters=3"))
     assert code == 0
-    code, out_b2, _ = run_train(tiny_args(tmp_path, *SCHEDULE, f"--out_dir={split}", "--resume"))
+    code, out_b2, _ = run_train(tiny_args(tmp_path, *common, f"--out_dir={split}", "--resume"))
     assert code == 0
 
     a, b = torch.load(straight / "ckpt.pt", weights_only=True), torch.load(split / "ckpt.pt", weights_only=True)
@@ -222,6 +224,23 @@ def test_ctrl_c_saves_and_resume_equals_straight_run(tmp_path, monkeypatch):
     assert eval_lines(out_a) == {**eval_lines(out_b1), **eval_lines(out_b2)}
 
 
+def test_second_ctrl_c_stops_at_once(tmp_path, monkeypatch):
+    assert run_train(tiny_args(tmp_path, "--max_iters=2"))[0] == 0
+    before = (tmp_path / "out" / "ckpt.pt").read_bytes()
+    original = Batches.train
+
+    def train_batch(self):
+        os.kill(os.getpid(), signal.SIGINT)  # the first asks for a stop after this step, the second insists
+        os.kill(os.getpid(), signal.SIGINT)
+        return original(self)
+
+    monkeypatch.setattr(Batches, "train", train_batch)
+    code, _, err = run_train(tiny_args(tmp_path, "--resume"))
+    assert code == 130 and "interrupted" in one_line(err)
+    assert (tmp_path / "out" / "ckpt.pt").read_bytes() == before
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["ckpt.pt"]
+
+
 def test_resume_with_a_shorter_block_size_trains_on(tmp_path):
     assert run_train(tiny_args(tmp_path, "--max_iters=3"))[0] == 0
     code, _, err = run_train(tiny_args(tmp_path, "--resume", "--block_size=8"))
@@ -233,12 +252,21 @@ def test_resume_with_a_shorter_block_size_trains_on(tmp_path):
 # --- signals and kill -9, in a real process --------------------------------------------------------
 
 def _start(args: list[str]) -> tuple[subprocess.Popen, list[str]]:
+    """train.py in a process whose stdout lines arrive in the returned list while it runs."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen([sys.executable, "train.py", *args], cwd=ROOT, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     lines: list[str] = []
-    threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True).start()
+    proc.reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
+    proc.reader.start()
     return proc, lines
+
+
+def _finish(proc: subprocess.Popen) -> str:
+    """Waits for the process and its stdout reader; returns its stderr."""
+    proc.wait(timeout=60)
+    proc.reader.join(timeout=10)
+    return proc.stderr.read()
 
 
 def _wait_for(condition, proc: subprocess.Popen, what: str, timeout: float = 90) -> None:
@@ -256,7 +284,7 @@ def test_sigterm_finishes_the_step_saves_and_exits_143(tmp_path):
     _wait_for(lambda: any(line.startswith("step 0:") for line in lines), proc, "training")
     time.sleep(0.3)
     proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=60)
+    err = _finish(proc)
     out = "".join(lines)
     assert proc.returncode == 128 + signal.SIGTERM == 143, err
     assert err == ""
@@ -277,7 +305,7 @@ def test_kill_9_loses_at_most_ckpt_interval_steps(tmp_path):
     _wait_for(ckpt_path.exists, proc, "its first checkpoint")
     time.sleep(0.3)
     proc.kill()
-    proc.communicate(timeout=60)
+    _finish(proc)
     ckpt = load_checkpoint(ckpt_path)  # complete, whatever moment the kill came
     assert ckpt["step"] > 0 and ckpt["step"] % 2 == 0
     code, _, err = run_train([*args, "--resume", f"--max_iters={ckpt['step'] + 1}"])

@@ -107,6 +107,8 @@ class TrainConfig:
         for name in non_negative:
             if getattr(self, name) < 0:
                 raise UsageError(f"config key '{name}' must be >= 0; got {getattr(self, name)}")
+        if not 0 <= self.seed < 2**32:  # what every generator it seeds accepts, with room for per-rank offsets
+            raise UsageError(f"config key 'seed' must be between 0 and 2**32 - 1; got {self.seed}")
         if self.learning_rate <= 0 or self.muon_lr <= 0:
             raise UsageError("config keys 'learning_rate' and 'muon_lr' must be > 0")
         if self.n_embd % self.n_head:

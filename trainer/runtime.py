@@ -52,6 +52,10 @@ def pick_device(name: str) -> torch.device:
 def setup(cfg: TrainConfig) -> Runtime:
     """Picks the device; under torchrun, joins the process group (nccl on CUDA, gloo on CPU)."""
     if cfg.threads:
+        cpus = os.cpu_count() or 1
+        if cfg.threads > cpus:  # far more threads than CPUs only slows torch down, or fails to start them
+            raise UsageError(f"--threads={cfg.threads} but this machine has {cpus} CPUs; use at most {cpus}, "
+                             f"or 0 for torch's default")
         torch.set_num_threads(cfg.threads)
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))

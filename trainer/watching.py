@@ -62,9 +62,17 @@ class AttentionWatch:
         aligned = []
         probes_path = cfg.probes or prepared.probes_path
         if probes_path:
-            from data.probes import align_all, load_probes
+            from data.probes import align, load_probes
 
-            aligned = align_all(load_probes(probes_path), tokenizer)
+            probes = load_probes(probes_path)
+            for probe in probes:
+                try:
+                    aligned.append(align(probe, tokenizer))
+                except TokenizerError:
+                    pass  # a probe with words the corpus never used cannot be scored
+            if len(aligned) < len(probes):
+                print(f"warning: {len(probes) - len(aligned)} of {len(probes)} probes in {probes_path} use tokens "
+                      f"outside the vocabulary and are left out")
         return cls(cfg, tokenizer, writer, sentences, aligned)
 
     @property
