@@ -11,6 +11,7 @@ log_dir/run_name; the checkpoint to out_dir/ckpt.pt.
 from __future__ import annotations
 
 import math
+import os
 import shlex
 import signal
 import sys
@@ -27,7 +28,7 @@ from data.prepare import prepare
 from errors import UsageError, UserError, run_cli
 from model import GPT, GPTConfig
 from trainer import runtime as rt_mod
-from trainer.checkpoint import load_checkpoint, save_checkpoint
+from trainer.checkpoint import load_checkpoint, remove_stale_temp_files, save_checkpoint
 from trainer.config import FIELDS, TrainConfig, help_text, load_config
 from trainer.optim import lr_at, make_optimizer, set_lr
 from trainer.watching import AttentionWatch
@@ -106,11 +107,21 @@ def main(argv: list[str]) -> int:
         config_path = str(DEFAULT_CONFIG)
     cfg = load_config(config_path, overrides)
     config_name = Path(config_path).stem if config_path else "default"
-    rt = rt_mod.setup(cfg)
+    # Until the training loop takes over signals, SIGTERM unwinds like Ctrl-C,
+    # so data preparation cleans up its half-written files.
+    previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
-        return train(cfg, config_name, rt, argv)
+        rt = rt_mod.setup(cfg)
+        try:
+            return train(cfg, config_name, rt, argv)
+        finally:
+            rt_mod.teardown(rt)
     finally:
-        rt_mod.teardown(rt)
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _exit_on_sigterm(signum, frame) -> None:
+    raise SystemExit(128 + signum)
 
 
 def train(cfg: TrainConfig, config_name: str, rt: rt_mod.Runtime, argv: list[str] | None = None) -> int:
@@ -119,6 +130,12 @@ def train(cfg: TrainConfig, config_name: str, rt: rt_mod.Runtime, argv: list[str
     ckpt_path = out_dir / "ckpt.pt"
     if rt.is_main:
         _check_writable(out_dir, "out_dir")
+        remove_stale_temp_files(ckpt_path)
+        if not cfg.resume and ckpt_path.is_file():
+            # A new run must not silently destroy the last one: keep it one generation back.
+            previous = ckpt_path.with_name("ckpt.prev.pt")
+            os.replace(ckpt_path, previous)
+            print(f"note: {ckpt_path} existed and this is a new run (no --resume); moved it to {previous}")
 
     # --- data ---------------------------------------------------------------------------
     prepared = prepare(cfg.dataset, cfg.tokenizer, cfg.data_dir, cfg.val_fraction, cfg.corpus_sentences,

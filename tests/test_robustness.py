@@ -361,3 +361,23 @@ def test_non_finite_parameters_are_never_saved(tmp_path, monkeypatch):
     code, _, err = run_train(tiny_args(tmp_path, "--ckpt_interval=1"))
     assert code == 1 and "at step 3" in one_line(err) and "left at step 2" in err
     assert load_checkpoint(tmp_path / "out")["step"] == 2
+
+
+def test_a_new_run_keeps_the_previous_checkpoint_one_generation_back(tmp_path):
+    assert run_train(tiny_args(tmp_path))[0] == 0
+    first = (tmp_path / "out" / "ckpt.pt").read_bytes()
+    code, out, _ = run_train(tiny_args(tmp_path, "--seed=2"))
+    assert code == 0 and "moved it to" in out
+    assert (tmp_path / "out" / "ckpt.prev.pt").read_bytes() == first
+    assert (tmp_path / "out" / "ckpt.pt").read_bytes() != first
+
+
+def test_temp_files_of_a_killed_save_are_cleaned_up(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    dead = out / ".ckpt.pt.tmp-999999999"  # no such process
+    dead.write_bytes(b"half a checkpoint")
+    live = out / f".ckpt.pt.tmp-{os.getppid()}"  # a running process may still be saving
+    live.write_bytes(b"in progress")
+    assert run_train(tiny_args(tmp_path))[0] == 0
+    assert not dead.exists() and live.exists()

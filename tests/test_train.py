@@ -1,6 +1,7 @@
 """End to end: a tiny training run, its checkpoint, TensorBoard logs, sampling, two processes."""
 
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +21,9 @@ TEXT = "".join(f"the dog saw the ball and it rolled away {i % 7}.\nthe cat saw t
 def tiny_args(tmp_path, *extra):
     corpus = tmp_path / "corpus.txt"
     corpus.write_text(TEXT)
-    return [f"--dataset={corpus}", f"--data_dir={tmp_path / 'prep'}", f"--out_dir={tmp_path / 'out'}",
+    config = tmp_path / "empty.toml"  # the built-in defaults, not the demo's config
+    config.write_text("")
+    return [str(config), f"--dataset={corpus}", f"--data_dir={tmp_path / 'prep'}", f"--out_dir={tmp_path / 'out'}",
             f"--log_dir={tmp_path / 'runs'}", "--run_name=t", "--n_layer=2", "--n_head=2", "--n_embd=32",
             "--block_size=32", "--batch_size=8", "--max_iters=40", "--eval_interval=20", "--eval_iters=2",
             "--learning_rate=3e-3", "--warmup_iters=5", "--sample_tokens=20", "--sample_prompt=the",
@@ -66,6 +69,12 @@ def test_gradient_accumulation_keeps_tokens_per_step(tmp_path, capsys):
     assert "256 tokens per step" in capsys.readouterr().out  # 4 sequences x 32 tokens x 2 micro-batches
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 @pytest.mark.skipif(not torch.distributed.is_available(), reason="torch built without distributed")
 def test_two_cpu_processes_end_with_identical_parameters(tmp_path):
     args = tiny_args(tmp_path, "--max_iters=6", "--eval_interval=3", "--grad_accum=2", "--sample_tokens=0")
@@ -74,8 +83,9 @@ def test_two_cpu_processes_end_with_identical_parameters(tmp_path):
 
     prepare(str(tmp_path / "corpus.txt"), "char", tmp_path / "prep", quiet=True)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                           "train.py", *args], cwd=ROOT, capture_output=True, text=True, timeout=240, env=env)
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+                           "--master_addr=127.0.0.1", f"--master_port={free_port()}", "train.py", *args],
+                          cwd=ROOT, capture_output=True, text=True, timeout=240, env=env)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     assert "parameters identical on all 2 processes: True" in proc.stdout
     assert "x 2 processes, 512 tokens per step" in proc.stdout  # same as one process with grad_accum=2

@@ -49,6 +49,27 @@ def save_checkpoint(path: str | Path, payload: dict) -> None:
         raise
 
 
+def remove_stale_temp_files(path: str | Path) -> None:
+    """Deletes temporary files that a save killed mid-write (kill -9, power
+    loss) left beside `path`; a save still running in a live process is kept."""
+    path = Path(path)
+    for tmp in path.parent.glob(f".{path.name}.tmp-*"):
+        pid = tmp.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and int(pid) != os.getpid() and _alive(int(pid)):
+            continue
+        tmp.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def _fsync_dir(folder: Path) -> None:
     # Makes the rename itself durable; not every platform allows opening a directory.
     try:
