@@ -215,7 +215,7 @@ class GPT(nn.Module):
             cache.length += idx.shape[1]
         return self.lm_head(self.ln_f(x[:, -1, :]))
 
-    @torch.no_grad()
+    @torch.inference_mode()  # lighter than no_grad: no version counters, no view tracking
     def generate_stream(self, idx: torch.Tensor, max_new_tokens: int, *, temperature: float = 1.0,
                         top_k: int | None = None, top_p: float | None = None,
                         generator: torch.Generator | None = None, use_cache: bool = True
@@ -250,7 +250,7 @@ class GPT(nn.Module):
                 if cache is not None:
                     cache.reset()
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def generate(self, idx: torch.Tensor, max_new_tokens: int, **kwargs) -> torch.Tensor:
         """idx [B, T] -> [B, T + max_new_tokens]; see `generate_stream` for options."""
         new = list(self.generate_stream(idx, max_new_tokens, **kwargs))
