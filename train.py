@@ -131,11 +131,9 @@ def train(cfg: TrainConfig, config_name: str, rt: rt_mod.Runtime, argv: list[str
     if rt.is_main:
         _check_writable(out_dir, "out_dir")
         remove_stale_temp_files(ckpt_path)
-        if not cfg.resume and ckpt_path.is_file():
-            # A new run must not silently destroy the last one: keep it one generation back.
-            previous = ckpt_path.with_name("ckpt.prev.pt")
-            os.replace(ckpt_path, previous)
-            print(f"note: {ckpt_path} existed and this is a new run (no --resume); moved it to {previous}")
+    # A new run must not silently destroy the last one: its first save keeps the old
+    # checkpoint one generation back (not earlier, so a run that fails leaves it in place).
+    keep_previous = rt.is_main and not cfg.resume and ckpt_path.is_file()
 
     # --- data ---------------------------------------------------------------------------
     prepared = prepare(cfg.dataset, cfg.tokenizer, cfg.data_dir, cfg.val_fraction, cfg.corpus_sentences,
@@ -206,9 +204,10 @@ def train(cfg: TrainConfig, config_name: str, rt: rt_mod.Runtime, argv: list[str
                          f"--learning_rate (now {cfg.learning_rate:g}){clip}")
 
     def checkpoint(step: int) -> None:
-        nonlocal saved_step
+        nonlocal saved_step, keep_previous
         if not rt.is_main:
             return
+        previous = ckpt_path.with_name("ckpt.prev.pt") if keep_previous else None
         if not all(bool(torch.isfinite(p).all()) for p in raw_model.parameters()):
             raise diverged("a parameter", "inf or nan", step)  # never overwrite a good checkpoint with this
         save_checkpoint(ckpt_path, {
@@ -216,7 +215,10 @@ def train(cfg: TrainConfig, config_name: str, rt: rt_mod.Runtime, argv: list[str
             "model_config": raw_model.config.to_dict(), "train_config": cfg.to_dict(),
             "tokenizer": tokenizer.to_meta(), "step": step, "best_val_loss": best_val, "run_name": run_name,
             "eval_step": eval_step, "rng": {"torch": torch.get_rng_state(), "batches": batches.state()},
-        })
+        }, keep_previous=previous)
+        if previous is not None:
+            keep_previous = False
+            print(f"note: {ckpt_path} held an earlier run (this one has no --resume); kept it as {previous}")
         saved_step = step
 
     @torch.no_grad()

@@ -367,7 +367,7 @@ def test_a_new_run_keeps_the_previous_checkpoint_one_generation_back(tmp_path):
     assert run_train(tiny_args(tmp_path))[0] == 0
     first = (tmp_path / "out" / "ckpt.pt").read_bytes()
     code, out, _ = run_train(tiny_args(tmp_path, "--seed=2"))
-    assert code == 0 and "moved it to" in out
+    assert code == 0 and "kept it as" in out
     assert (tmp_path / "out" / "ckpt.prev.pt").read_bytes() == first
     assert (tmp_path / "out" / "ckpt.pt").read_bytes() != first
 

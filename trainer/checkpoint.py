@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import shutil
 import re
 from pathlib import Path
 
@@ -27,7 +28,10 @@ class CheckpointError(UserError):
     pass
 
 
-def save_checkpoint(path: str | Path, payload: dict) -> None:
+def save_checkpoint(path: str | Path, payload: dict, keep_previous: str | Path | None = None) -> None:
+    """Atomically replaces `path` with `payload`. With `keep_previous`, the
+    checkpoint being replaced survives under that name (hard-linked just before
+    the swap, so `path` itself is never missing)."""
     path = Path(path)
     payload = {"format": FORMAT, "format_version": FORMAT_VERSION, **payload}
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
@@ -37,6 +41,13 @@ def save_checkpoint(path: str | Path, payload: dict) -> None:
             torch.save(payload, fh)
             fh.flush()
             os.fsync(fh.fileno())
+        if keep_previous is not None and path.exists():
+            keep_previous = Path(keep_previous)
+            keep_previous.unlink(missing_ok=True)
+            try:
+                os.link(path, keep_previous)
+            except OSError:  # a filesystem without hard links
+                shutil.copy2(path, keep_previous)
         os.replace(tmp, path)
         _fsync_dir(path.parent)
     except OSError as exc:
