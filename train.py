@@ -11,7 +11,6 @@ log_dir/run_name; the checkpoint to out_dir/ckpt.pt.
 from __future__ import annotations
 
 import math
-import os
 import shlex
 import signal
 import sys

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import os
 import pickle
-import shutil
 import re
+import shutil
 from pathlib import Path
 
 import torch
