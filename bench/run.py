@@ -397,6 +397,8 @@ def aggregate(runs: list[dict]) -> dict:
         numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
         if key in BULKY or len(good) == 1:
             out[key] = values[-1]
+        elif numeric and all(v == values[0] for v in values):
+            out[key] = values[0]  # settings such as tokens/step: keep their type
         elif numeric:
             out[key] = statistics.median(values)
         else:
@@ -783,7 +785,10 @@ def main(argv: list[str]) -> int:
     raw: dict[tuple[str, str], list[dict]] = {unit: [] for unit in units}
     started = time.perf_counter()
     for repeat in range(args.repeats):
-        for bench, key in units:  # interleaved: every unit once per repeat
+        # Interleaved: every unit once per repeat, in reverse order every other repeat, so a unit
+        # that runs right after a heavy one (the matmul peak heats the chip) is not always the same.
+        order = units if repeat % 2 == 0 else units[::-1]
+        for bench, key in order:
             log(f"[{repeat + 1}/{args.repeats}] {bench} {key}")
             raw[(bench, key)].append(run_unit(bench, key, args, settings))
 
