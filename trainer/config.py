@@ -237,7 +237,8 @@ def help_text(program: str, default_config: str) -> str:
     lines = [f"usage: python {program} [CONFIG.toml] [--key=value ...]",
              "",
              f"Trains a GPT. With no CONFIG, {default_config} is used. Every key below can be set in the",
-             "TOML file or overridden on the command line; booleans also take a bare --key.",
+             "TOML file or overridden on the command line (booleans also take a bare --key); the values",
+             "shown are the built-in defaults that every CONFIG file starts from.",
              "  --debug   show full tracebacks for errors",
              ""]
     group = None
