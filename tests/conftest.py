@@ -32,6 +32,17 @@ def shared_file(relative: str) -> Path:
     return path
 
 
+def require_gpt2() -> None:
+    """Skip, saying why, when GPT-2's BPE ranks cannot be loaded here."""
+    from data.tokenizer import gpt2_encoding
+    from errors import UserError
+
+    try:
+        gpt2_encoding()
+    except UserError:
+        pytest.skip("GPT-2 BPE ranks unavailable (offline, no tiktoken cache); set TIKTOKEN_CACHE_DIR or connect once")
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     """A test that needs GPT-2's BPE ranks is skipped, not failed, on a machine

@@ -3,6 +3,7 @@
 import json
 
 import pytest
+from conftest import require_gpt2
 
 import train
 from errors import run_cli
@@ -10,6 +11,7 @@ from errors import run_cli
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
+    require_gpt2()
     tmp = tmp_path_factory.mktemp("pronouns")
     # The demo's model and corpus (configs/pronouns.toml), a third of its steps.
     args = ["configs/pronouns.toml", f"--data_dir={tmp / 'prep'}",
