@@ -33,7 +33,7 @@ from trainer.optim import lr_at, make_optimizer, set_lr
 from trainer.watching import AttentionWatch
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent / "configs" / "pronouns.toml"
-MODEL_KEYS = ("n_layer", "n_head", "n_embd", "block_size", "arch", "bias")
+MODEL_KEYS = ("n_layer", "n_head", "n_embd", "arch", "bias")  # must match to resume; block_size may shrink
 
 
 class Stop(Exception):
@@ -59,11 +59,11 @@ def model_config(cfg: TrainConfig, vocab_size: int) -> GPTConfig:
 
 def check_resume_compatible(cfg: TrainConfig, ckpt: dict, tokenizer_meta: dict) -> None:
     saved = ckpt["model_config"]
+    if cfg.block_size > saved["block_size"]:  # a smaller one just trains on shorter windows
+        raise UsageError(f"--block_size={cfg.block_size} is larger than the {saved['block_size']} the checkpoint "
+                         f"was trained with; resume with --block_size={saved['block_size']} or start a new out_dir")
     for key in MODEL_KEYS:
-        if key == "block_size" and cfg.block_size > saved["block_size"]:
-            raise UsageError(f"--block_size={cfg.block_size} is larger than the {saved['block_size']} the checkpoint "
-                             f"was trained with; resume with --block_size={saved['block_size']} or start a new out_dir")
-        if saved[key] != getattr(cfg, key) and key != "block_size":
+        if saved[key] != getattr(cfg, key):
             raise UsageError(f"config key '{key}' is {getattr(cfg, key)!r} but the checkpoint was trained with "
                              f"{saved[key]!r}; use the same value to resume, or a new --out_dir")
     saved_optimizer = ckpt["train_config"].get("optimizer", "adamw")

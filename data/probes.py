@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from data.tokenizer import Tokenizer
@@ -150,9 +150,9 @@ class AlignedProbe:
     pronoun_pos: int
     referent_positions: list[int]
     distractor_positions: list[int]
-    continuation_pos: int | None
-    continuation_ids: list[int]
-    distractor_continuation_ids: list[int]
+    continuation_pos: int | None = None
+    continuation_ids: list[int] = field(default_factory=list)
+    distractor_continuation_ids: list[int] = field(default_factory=list)
 
 
 def _overlapping(spans: Sequence[Span], target: Span) -> list[int]:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import pytest
 import torch
 
+from data.probes import AlignedProbe
 from data.tokenizer import CharTokenizer
 from errors import UsageError, UserError
 from model.gpt import GPT, GPTConfig
@@ -36,31 +37,16 @@ from watch import (
 from watch.metrics import ContinuationStats, ProbeReport
 
 
-# Stand-ins with the fields of data.probes.Probe / AlignedProbe.
 @dataclass
 class Probe:
+    """watch/ reads only a probe's text, so hand-built positions need no more. (data.probes.Probe
+    would also insist that its words occur in the text.)"""
+
     text: str
-    pronoun: str
-    referent: str
-    distractor: str
-    pronoun_offset: int | None = None
-    referent_offset: int | None = None
-    distractor_offset: int | None = None
+    pronoun: str = ""
+    referent: str = ""
+    distractor: str = ""
     continuations: list[str] | None = None
-    distractor_continuations: list[str] | None = None
-
-
-@dataclass
-class AlignedProbe:
-    probe: Probe
-    ids: list[int]
-    tokens: list[str]
-    pronoun_pos: int
-    referent_positions: list[int]
-    distractor_positions: list[int]
-    continuation_pos: int | None = None
-    continuation_ids: list[int] = field(default_factory=list)
-    distractor_continuation_ids: list[int] = field(default_factory=list)
 
 
 def tiny_model(arch: str = "gpt2", dropout: float = 0.0) -> GPT:

@@ -3,7 +3,6 @@ at each evaluation, and the head report at the end."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 import torch
@@ -11,8 +10,6 @@ import torch
 from data.prepare import Prepared
 from data.tokenizer import Tokenizer, TokenizerError
 from trainer.config import TrainConfig
-
-PRONOUNS = {"he", "she", "it", "they", "him", "her", "them", "his", "its", "their"}
 
 
 def sample_text(model, tokenizer: Tokenizer, prompt: str, max_new_tokens: int, seed: int) -> str | None:
@@ -31,14 +28,6 @@ def sample_text(model, tokenizer: Tokenizer, prompt: str, max_new_tokens: int, s
                          generator=generator)
     model.train(was_training)
     return tokenizer.decode(out[0].tolist())
-
-
-def last_pronoun_pos(tokens: list[str]) -> int | None:
-    """Index of the last token that is a third-person pronoun, if any."""
-    for i in range(len(tokens) - 1, -1, -1):
-        if re.sub(r"\W", "", tokens[i]).lower() in PRONOUNS:
-            return i
-    return None
 
 
 @dataclass
@@ -97,7 +86,7 @@ class AttentionWatch:
             return {}
         from watch.capture import capture_attention
         from watch.metrics import ablation_effect, evaluate_probes
-        from watch.report import format_head_table, top_attended
+        from watch.report import format_head_table, last_pronoun_pos, top_attended
 
         metrics: dict[str, float] = {}
         best = None

@@ -9,12 +9,11 @@ from pathlib import Path
 import numpy as np
 
 from errors import UsageError
-from trainer.watching import last_pronoun_pos
 from watch.capture import capture_attention
 from watch.heads import ablation_names, head_name
 from watch.heatmaps import display_token, head_figure, layer_figure, save_png
 from watch.metrics import evaluate_probes
-from watch.report import format_head_table, top_attended
+from watch.report import format_head_table, last_pronoun_pos, top_attended
 from watch.tensorboard import sentence_slug
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 import numpy as np
@@ -10,6 +11,8 @@ import torch
 from watch.heads import head_name
 from watch.heatmaps import display_token
 from watch.metrics import ProbeReport, summary_line
+
+PRONOUNS = {"he", "she", "it", "they", "him", "her", "them", "his", "its", "their"}
 
 
 def format_head_table(report: ProbeReport, limit: int | None = None) -> str:
@@ -62,3 +65,11 @@ def top_attended(pattern: torch.Tensor | np.ndarray, tokens: Sequence[str], quer
         cells = [f"{display_token(tokens[i], space_mark='')} {row[i]:.2f}" for i in order]
         lines.append(f"{head_name(layer, head)}: " + " | ".join(cells))
     return "\n".join(lines)
+
+
+def last_pronoun_pos(tokens: list[str]) -> int | None:
+    """Index of the last token that is a third-person pronoun, if any."""
+    for i in range(len(tokens) - 1, -1, -1):
+        if re.sub(r"\W", "", tokens[i]).lower() in PRONOUNS:
+            return i
+    return None
