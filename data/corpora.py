@@ -14,7 +14,8 @@ from pathlib import Path
 from errors import UserError
 
 REPO = Path(__file__).resolve().parent.parent
-SEARCH_DIRS = (REPO.parent / "shared" / "data", REPO / "data" / "downloads")
+SHARED = REPO.parent / "shared"  # corpora and the BPE cache that sit beside the repository, when present
+SEARCH_DIRS = (SHARED / "data", REPO / "data" / "downloads")
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Protocol
 
+from data.corpora import SHARED
 from errors import UserError
 
 TOKENIZERS = ("char", "gpt2")
@@ -79,7 +79,7 @@ class CharTokenizer:
         return {"name": self.name, "chars": self.chars}
 
 
-SHARED_TIKTOKEN = Path(__file__).resolve().parent.parent.parent / "shared" / "tiktoken"
+SHARED_TIKTOKEN = SHARED / "tiktoken"
 
 
 def gpt2_encoding():
