@@ -81,7 +81,7 @@ class Settings:
 
 
 FULL = Settings(warmup=20, steps=200, peak_n=2048, peak_warmup=3, peak_reps=10, max_iters=0, eval_interval=100,
-                sample_tokens=500, sample_runs=3)
+                sample_tokens=500, sample_runs=7)
 # Quick evaluations are cut down too (fewer batches, no text sample): on a busy 2-core machine a
 # full one takes longer than the 60 training steps around it.
 QUICK = Settings(warmup=5, steps=30, peak_n=2048, peak_warmup=1, peak_reps=3, max_iters=60, eval_interval=30,

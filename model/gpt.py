@@ -19,6 +19,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from model.attention import KVCache, SelfAttention
+from model.decode import TokenDecoder
 
 ARCHITECTURES = ("gpt2", "modern")
 
@@ -238,8 +239,14 @@ class GPT(nn.Module):
             cache = KVCache(cfg.n_layer, idx.shape[0], cfg.n_head, block, cfg.n_embd // cfg.n_head,
                             idx.device, self.wte.weight.dtype)
         pending = context  # tokens not yet in the cache
+        decoder = TokenDecoder(self, cache) if cache is not None else None
         for _ in range(max_new_tokens):
-            logits = self._step(pending, cache) if use_cache else self._step(context, None)
+            if cache is None:
+                logits = self._step(context, None)
+            elif pending.shape[1] == 1:  # the usual case: one new token, on the lean path
+                logits = decoder.step(pending)
+            else:  # the prompt, or the re-anchored half block: through the modules
+                logits = self._step(pending, cache)
             next_token = sample_next(logits, temperature, top_k, top_p, generator)
             yield next_token
             context = torch.cat([context, next_token], dim=1)

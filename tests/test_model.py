@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from model import GPT, GPTConfig, sample_next
+from model import GPT, GPTConfig, KVCache, sample_next
+from model.decode import TokenDecoder
 
 
 def tiny(arch="gpt2", **kw):
@@ -72,6 +73,45 @@ def test_greedy_generation_is_identical_with_and_without_kv_cache(arch, new_toke
     uncached = model.generate(prompt, new_tokens, temperature=0, use_cache=False)
     assert cached.shape == (2, 5 + new_tokens)
     assert torch.equal(cached, uncached)
+
+
+@pytest.mark.parametrize("arch,bias", [("gpt2", False), ("gpt2", True), ("modern", False)])
+def test_token_decoder_matches_the_module_path(arch, bias):
+    # Sampling decodes one token at a time on plain tensors (model/decode.py);
+    # every step must give the logits the modules give, and fill the cache the same way.
+    model = tiny(arch, bias=bias)
+    for p in model.parameters():
+        torch.nn.init.normal_(p, std=0.3)
+    cfg = model.config
+    tokens = torch.randint(0, 50, (2, 12))
+
+    def new_cache():
+        return KVCache(cfg.n_layer, 2, cfg.n_head, cfg.block_size, cfg.n_embd // cfg.n_head,
+                       torch.device("cpu"), torch.float32)
+
+    module_cache, lean_cache = new_cache(), new_cache()
+    decoder = TokenDecoder(model, lean_cache)
+    with torch.inference_mode():
+        model._step(tokens[:, :4], module_cache)  # a prompt, through the modules, in both caches
+        model._step(tokens[:, :4], lean_cache)
+        for t in range(4, 12):
+            expected = model._step(tokens[:, t:t + 1], module_cache)
+            got = decoder.step(tokens[:, t:t + 1])
+            torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+    assert lean_cache.length == module_cache.length == 12
+    for layer in range(cfg.n_layer):
+        torch.testing.assert_close(lean_cache.keys[layer], module_cache.keys[layer], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(lean_cache.values[layer], module_cache.values[layer], atol=1e-5, rtol=1e-5)
+
+
+def test_token_decoder_refuses_a_full_cache():
+    model = tiny()
+    cfg = model.config
+    cache = KVCache(cfg.n_layer, 1, cfg.n_head, cfg.block_size, cfg.n_embd // cfg.n_head,
+                    torch.device("cpu"), torch.float32)
+    cache.length = cfg.block_size
+    with pytest.raises(ValueError, match="cache is full"):
+        TokenDecoder(model, cache).step(torch.zeros(1, 1, dtype=torch.long))
 
 
 def test_long_prompt_is_cropped_to_block_size():
