@@ -16,6 +16,7 @@ from errors import UsageError, UserError
 from model.gpt import GPT, GPTConfig
 from watch import (
     HeadStats,
+    HeatmapFigure,
     ablation_effect,
     ablation_for,
     baselines,
@@ -348,6 +349,52 @@ def test_layer_figure_titles_every_head():
     assert titles == ["L1H0", "L1H1", "L1H2 (best)"]
     import matplotlib.pyplot as plt
     assert plt.get_fignums() == []  # built without pyplot: nothing left open
+
+
+def test_heatmap_figure_redraws_with_new_weights():
+    tokens = ["a", "b", "c"]
+    first = torch.tensor([[1.0, 0, 0], [0.5, 0.5, 0], [0.2, 0.3, 0.5]])
+    second = torch.tensor([[1.0, 0, 0], [0.9, 0.1, 0], [0.0, 0.25, 0.75]])
+    heatmap = HeatmapFigure(tokens, 1)
+    fig = heatmap.update([first], ["step 0"])
+    fig.canvas.draw()
+    heatmap.freeze_layout()
+    assert heatmap.update([second], ["step 1"]) is fig  # the same figure, not a new one
+    ax = fig.axes[0]
+    assert ax.get_title() == "step 1"
+    np.testing.assert_allclose(np.ma.filled(ax.images[0].get_array(), np.nan)[np.tril_indices(3)],
+                               second.numpy()[np.tril_indices(3)])
+    numbers = {(round(t.get_position()[1]), round(t.get_position()[0])): t.get_text() for t in ax.texts}
+    assert numbers == {(0, 0): "1", (1, 0): ".90", (1, 1): ".10", (2, 0): ".00", (2, 1): ".25", (2, 2): ".75"}
+    assert ax.texts[-1].get_color() == "black" and ax.texts[-2].get_color() == "white"  # .75 on yellow, .25 on blue
+    with pytest.raises(ValueError, match="1 panels, got 2 patterns"):
+        heatmap.update([first, second], ["x", "y"])
+
+
+def test_log_attention_reuses_figures_between_steps():
+    class Writer:
+        def __init__(self):
+            self.figures = []
+
+        def add_figure(self, tag, fig, step):
+            fig.canvas.draw()  # as SummaryWriter does, to turn it into an image
+            self.figures.append((tag, step, fig, fig.axes[0].get_title()))
+
+    tokenizer = CharTokenizer.from_text("abc ")
+    model = GPT(GPTConfig(vocab_size=tokenizer.vocab_size, block_size=8, n_layer=2, n_head=2, n_embd=8))
+    writer, kept = Writer(), {}
+    log_attention(writer, 0, model, tokenizer, ["abc", "cab a"], figures=kept)
+    log_attention(writer, 10, model, tokenizer, ["abc", "cab a"], figures=kept)
+    assert sorted(kept) == ["attention/abc/layer0", "attention/abc/layer1",
+                            "attention/cab_a/layer0", "attention/cab_a/layer1"]
+    first, second = writer.figures[:4], writer.figures[4:]
+    assert [(tag, fig) for tag, _, fig, _ in first] == [(tag, fig) for tag, _, fig, _ in second]
+    assert {step for _, step, _, _ in second} == {10}
+    # "abc " has the same tag as "abc" but one token more: it gets a figure of its own size.
+    log_attention(writer, 20, model, tokenizer, ["abc ", "cab a"], figures=kept)
+    assert kept["attention/abc/layer0"].tokens == ["a", "b", "c", " "]
+    assert kept["attention/abc/layer0"].figure is not first[0][2]
+    assert kept["attention/cab_a/layer0"].figure is first[2][2]
 
 
 # --- TensorBoard -------------------------------------------------------------------------------

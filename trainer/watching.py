@@ -37,6 +37,7 @@ class AttentionWatch:
     writer: object
     sentences: list[str] = field(default_factory=list)
     aligned: list = field(default_factory=list)
+    figures: dict = field(default_factory=dict)  # heatmaps kept between evaluations, redrawn with new weights
 
     @classmethod
     def create(cls, cfg: TrainConfig, prepared: Prepared, writer) -> AttentionWatch:
@@ -78,7 +79,8 @@ class AttentionWatch:
         if self.active:
             from watch.tensorboard import log_attention
 
-            log_attention(self.writer, step, model, self.tokenizer, self.sentences, self.aligned or None)
+            log_attention(self.writer, step, model, self.tokenizer, self.sentences, self.aligned or None,
+                          figures=self.figures)
 
     def at_end(self, model, step: int) -> dict[str, float]:
         """Prints the head report; returns final metrics for TensorBoard's hparams."""

@@ -19,6 +19,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.image import AxesImage
 from matplotlib.patches import Rectangle
+from matplotlib.text import Text
 
 from watch.heads import head_name
 
@@ -53,29 +54,82 @@ def _matrix(pattern: torch.Tensor | np.ndarray, tokens: Sequence[str]) -> np.nda
     return values
 
 
-def _draw(ax: Axes, values: np.ndarray, tokens: Sequence[str], title: str, *, font: float,
-          highlight_query: int | None) -> AxesImage:
-    n = values.shape[0]
-    image = ax.imshow(values, cmap=CMAP, vmin=0.0, vmax=1.0, interpolation="nearest", aspect="equal")
-    labels = [display_token(t) for t in tokens]
-    stride = max(1, math.ceil(n / LABEL_MAX_TOKENS))
-    ticks = list(range(0, n, stride))
-    ax.set_xticks(ticks, [labels[i] for i in ticks], rotation=90, fontsize=font)
-    ax.set_yticks(ticks, [labels[i] for i in ticks], fontsize=font)
-    ax.set_xlabel("key (attended to)", fontsize=font + 1)
-    ax.set_ylabel("query", fontsize=font + 1)
-    ax.set_title(title, fontsize=font + 2)
-    if n <= ANNOTATE_MAX_TOKENS:
-        for q in range(n):
-            for k in range(q + 1):
+class HeatmapFigure:
+    """Heatmaps of one sentence's attention, one panel per head, that can be
+    redrawn with new weights.
+
+    Building a figure and laying it out costs more than drawing it, so a
+    training run keeps one per sentence and layer and, at each evaluation, only
+    `update`s the colours, numbers and titles (`freeze_layout` after the first
+    drawing keeps the layout instead of recomputing it).
+    """
+
+    def __init__(self, tokens: Sequence[str], n_panels: int, *, highlight_query: int | None = None) -> None:
+        self.tokens = list(tokens)
+        n = len(self.tokens)
+        self.font = _font(n)
+        single = n_panels == 1
+        cols = math.ceil(math.sqrt(n_panels))
+        rows = math.ceil(n_panels / cols)
+        side = _side(n)
+        self.figure = _new_figure(cols * side + 1.2, rows * side + (0.0 if single else 0.5))
+        axes = self.figure.subplots(rows, cols, squeeze=False).ravel()
+        for ax in axes[n_panels:]:
+            ax.set_axis_off()
+        self.axes = list(axes[:n_panels])
+        empty = np.full((n, n), np.nan)
+        self.images = [self._panel(ax, empty, highlight_query) for ax in self.axes]
+        # (query, key) -> the number drawn in that cell, for every visible cell of every panel
+        self.cells: list[dict[tuple[int, int], Text]] = [self._numbers(ax) for ax in self.axes]
+        self.figure.colorbar(self.images[-1], ax=self.axes, shrink=0.8 if single else 0.6, label="attention weight")
+
+    def _panel(self, ax: Axes, values: np.ndarray, highlight_query: int | None) -> AxesImage:
+        n, font = len(self.tokens), self.font
+        image = ax.imshow(values, cmap=CMAP, vmin=0.0, vmax=1.0, interpolation="nearest", aspect="equal")
+        labels = [display_token(t) for t in self.tokens]
+        stride = max(1, math.ceil(n / LABEL_MAX_TOKENS))
+        ticks = list(range(0, n, stride))
+        ax.set_xticks(ticks, [labels[i] for i in ticks], rotation=90, fontsize=font)
+        ax.set_yticks(ticks, [labels[i] for i in ticks], fontsize=font)
+        ax.set_xlabel("key (attended to)", fontsize=font + 1)
+        ax.set_ylabel("query", fontsize=font + 1)
+        if highlight_query is not None and 0 <= highlight_query < n:
+            ax.add_patch(Rectangle((-0.5, highlight_query - 0.5), highlight_query + 1, 1, fill=False,
+                                   edgecolor="red", linewidth=1.5))
+        return image
+
+    def _numbers(self, ax: Axes) -> dict[tuple[int, int], Text]:
+        n = len(self.tokens)
+        if n > ANNOTATE_MAX_TOKENS:
+            return {}
+        # Inside the axes, so they need no room of their own: leaving them out
+        # of the layout saves measuring every one of them.
+        return {(q, k): ax.text(k, q, "", ha="center", va="center", fontsize=self.font - 1.5, in_layout=False)
+                for q in range(n) for k in range(q + 1)}
+
+    def update(self, patterns: Sequence[torch.Tensor | np.ndarray], titles: Sequence[str],
+               suptitle: str | None = None) -> Figure:
+        """Show new weights (one [query_pos, key_pos] pattern per panel); returns the figure."""
+        if len(patterns) != len(self.axes) or len(titles) != len(self.axes):
+            raise ValueError(f"this figure has {len(self.axes)} panels, got {len(patterns)} patterns "
+                             f"and {len(titles)} titles")
+        for ax, image, cells, pattern, title in zip(self.axes, self.images, self.cells, patterns, titles,
+                                                    strict=True):
+            values = _matrix(pattern, self.tokens)
+            image.set_data(values)
+            ax.set_title(title, fontsize=self.font + 2)
+            for (q, k), text in cells.items():
                 v = values[q, k]
+                text.set_text(_cell_text(v))
                 # Dark text on the bright end of viridis, light text on the dark end.
-                ax.text(k, q, _cell_text(v), ha="center", va="center", fontsize=font - 1.5,
-                        color="black" if v > 0.55 else "white")
-    if highlight_query is not None and 0 <= highlight_query < n:
-        ax.add_patch(Rectangle((-0.5, highlight_query - 0.5), highlight_query + 1, 1, fill=False,
-                               edgecolor="red", linewidth=1.5))
-    return image
+                text.set_color("black" if v > 0.55 else "white")
+        if suptitle is not None:
+            self.figure.suptitle(suptitle)
+        return self.figure
+
+    def freeze_layout(self) -> None:
+        """Keep the positions the layout engine found when the figure was last drawn."""
+        self.figure.set_layout_engine("none")
 
 
 def _cell_text(value: float) -> str:
@@ -98,19 +152,28 @@ def _font(n: int) -> float:
     return 9.0 if n <= ANNOTATE_MAX_TOKENS else 7.0 if n <= 40 else 5.0
 
 
+def _layer_pattern(pattern: torch.Tensor | np.ndarray) -> np.ndarray:
+    if isinstance(pattern, torch.Tensor):
+        pattern = pattern.detach().float().cpu().numpy()
+    pattern = np.asarray(pattern)
+    if pattern.ndim != 3:
+        raise ValueError(f"a layer's pattern must be [head, query_pos, key_pos], got shape {pattern.shape}")
+    return pattern
+
+
+def head_titles(layer: int, n_head: int, best: str | None = None) -> list[str]:
+    """Panel titles of a layer figure: every head named LlHh, `best` marked."""
+    names = [head_name(layer, head) for head in range(n_head)]
+    return [f"{name} (best)" if name == best else name for name in names]
+
+
 def head_figure(pattern: torch.Tensor | np.ndarray, tokens: Sequence[str], title: str, *,
                 highlight_query: int | None = None) -> Figure:
     """One head's pattern [query_pos, key_pos] as a heatmap with a colorbar.
 
     `highlight_query` outlines one query row (a probe's pronoun, say).
     """
-    values = _matrix(pattern, tokens)
-    side = _side(len(tokens))
-    fig = _new_figure(side + 1.2, side)
-    ax = fig.add_subplot()
-    image = _draw(ax, values, tokens, title, font=_font(len(tokens)), highlight_query=highlight_query)
-    fig.colorbar(image, ax=ax, shrink=0.8, label="attention weight")
-    return fig
+    return HeatmapFigure(tokens, 1, highlight_query=highlight_query).update([pattern], [title])
 
 
 def layer_figure(pattern: torch.Tensor | np.ndarray, tokens: Sequence[str], layer: int, *,
@@ -120,28 +183,10 @@ def layer_figure(pattern: torch.Tensor | np.ndarray, tokens: Sequence[str], laye
 
     `best` names a head (e.g. "L1H0") to mark in its subplot title.
     """
-    if isinstance(pattern, torch.Tensor):
-        pattern = pattern.detach().float().cpu().numpy()
-    pattern = np.asarray(pattern)
-    if pattern.ndim != 3:
-        raise ValueError(f"a layer's pattern must be [head, query_pos, key_pos], got shape {pattern.shape}")
-    n_head, n = pattern.shape[0], len(tokens)
-    cols = math.ceil(math.sqrt(n_head))
-    rows = math.ceil(n_head / cols)
-    side = _side(n)
-    fig = _new_figure(cols * side + 1.2, rows * side + 0.5)
-    axes = fig.subplots(rows, cols, squeeze=False).ravel()
-    image = None
-    for head, ax in enumerate(axes):
-        if head >= n_head:
-            ax.set_axis_off()
-            continue
-        name = head_name(layer, head)
-        image = _draw(ax, _matrix(pattern[head], tokens), tokens, f"{name} (best)" if name == best else name,
-                      font=_font(n), highlight_query=highlight_query)
-    fig.colorbar(image, ax=list(axes[:n_head]), shrink=0.6, label="attention weight")
-    fig.suptitle(title or f"layer {layer}")
-    return fig
+    pattern = _layer_pattern(pattern)
+    n_head = pattern.shape[0]
+    heatmap = HeatmapFigure(tokens, n_head, highlight_query=highlight_query)
+    return heatmap.update(list(pattern), head_titles(layer, n_head, best), title or f"layer {layer}")
 
 
 def save_png(fig: Figure, path: str | Path) -> Path:

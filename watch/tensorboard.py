@@ -16,7 +16,7 @@ import torch.nn as nn
 
 from errors import UserError
 from watch.capture import capture_attention
-from watch.heatmaps import head_figure, layer_figure
+from watch.heatmaps import HeatmapFigure, head_titles
 from watch.metrics import ProbeReport, evaluate_probes
 
 if TYPE_CHECKING:
@@ -61,7 +61,8 @@ def log_scores(writer: Any, step: int, report: ProbeReport) -> None:
 
 
 def log_attention(writer: Any, step: int, model: nn.Module, tokenizer: Any, sentences: Sequence[str],
-                  aligned_probes: Sequence[AlignedProbe] | None = None) -> ProbeReport | None:
+                  aligned_probes: Sequence[AlignedProbe] | None = None,
+                  figures: dict[str, HeatmapFigure] | None = None) -> ProbeReport | None:
     """Log attention heatmaps and probe scores at `step`; returns the probe report (None without probes).
 
     For each sentence (the explanation sentence first, then perhaps a few probe
@@ -71,6 +72,9 @@ def log_attention(writer: Any, step: int, model: nn.Module, tokenizer: Any, sent
     text has its pronoun row outlined. Sentences the tokenizer cannot encode
     are skipped with a warning, and so are probes longer than block_size, so
     neither stops training.
+
+    Pass the same `figures` dict at every step of a run: the figures are then
+    built once and redrawn with new weights, which is most of the cost saved.
     """
     block_size = model.config.block_size
     probes = [item for item in aligned_probes or [] if len(item.ids) <= block_size]
@@ -104,12 +108,33 @@ def log_attention(writer: Any, step: int, model: nn.Module, tokenizer: Any, sent
         row = pronoun_rows.get(text)
         highlight = row if row is not None and row < len(ids) else None
         for layer, pattern in enumerate(layers):
-            fig = layer_figure(pattern, tokens, layer, title=f"layer {layer}, step {step}",
-                               highlight_query=highlight, best=best.name if best is not None else None)
-            writer.add_figure(f"attention/{slug}/layer{layer}", fig, step)
+            tag, n_head = f"attention/{slug}/layer{layer}", pattern.shape[0]
+            heatmap = _figure(figures, tag, tokens, n_head, highlight)
+            heatmap.update(list(pattern), head_titles(layer, n_head, best.name if best else None),
+                           f"layer {layer}, step {step}")
+            _add(writer, tag, heatmap, step)
         if best is not None:
-            fig = head_figure(layers[best.layer][best.head], tokens,
-                              f"best head {best.name} (referent {best.referent:.2f}), step {step}",
-                              highlight_query=highlight)
-            writer.add_figure(f"attention/{slug}/best_head", fig, step)
+            tag = f"attention/{slug}/best_head"
+            heatmap = _figure(figures, tag, tokens, 1, highlight)
+            heatmap.update([layers[best.layer][best.head]],
+                           [f"best head {best.name} (referent {best.referent:.2f}), step {step}"])
+            _add(writer, tag, heatmap, step)
     return report
+
+
+def _figure(figures: dict[str, HeatmapFigure] | None, tag: str, tokens: list[str], n_panels: int,
+            highlight: int | None) -> HeatmapFigure:
+    """The figure kept for `tag` when it still fits these tokens, else a new one (kept if there is a dict)."""
+    heatmap = figures.get(tag) if figures is not None else None
+    if heatmap is None or heatmap.tokens != tokens or len(heatmap.axes) != n_panels:
+        heatmap = HeatmapFigure(tokens, n_panels, highlight_query=highlight)
+        if figures is not None:
+            figures[tag] = heatmap
+    return heatmap
+
+
+def _add(writer: Any, tag: str, heatmap: HeatmapFigure, step: int) -> None:
+    # The writer draws the figure (its "close" is a no-op: the figure never went
+    # through pyplot), so from then on the layout can stay as drawn.
+    writer.add_figure(tag, heatmap.figure, step)
+    heatmap.freeze_layout()
