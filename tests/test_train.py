@@ -1,4 +1,4 @@
-"""End to end: a tiny training run, its checkpoint, TensorBoard logs, sampling, two processes."""
+"""End to end: a tiny training run, its checkpoint, TensorBoard logs, sampling, two processes, two nodes."""
 
 import os
 import socket
@@ -89,3 +89,31 @@ def test_two_cpu_processes_end_with_identical_parameters(tmp_path):
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     assert "parameters identical on all 2 processes: True" in proc.stdout
     assert "x 2 processes, 512 tokens per step" in proc.stdout  # same as one process with grad_accum=2
+
+
+@pytest.mark.skipif(not torch.distributed.is_available(), reason="torch built without distributed")
+def test_two_nodes_meet_through_c10d_rendezvous(tmp_path):
+    # The README's multi-node command, with both "nodes" on this machine: two torchrun
+    # launchers, one process each, that find each other only through the rendezvous.
+    args = tiny_args(tmp_path, "--max_iters=4", "--eval_interval=2", "--grad_accum=2", "--sample_tokens=0")
+    from data.prepare import prepare
+
+    prepare(str(tmp_path / "corpus.txt"), "char", tmp_path / "prep", quiet=True)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    launch = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc_per_node=1",
+              "--rdzv_backend=c10d", f"--rdzv_endpoint=127.0.0.1:{free_port()}", "--rdzv_id=two-nodes",
+              "train.py", *args]
+    nodes = [subprocess.Popen(launch, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+             for _ in range(2)]
+    try:
+        results = [node.communicate(timeout=240) for node in nodes]
+    finally:
+        for node in nodes:
+            node.kill()
+    for node, (out, err) in zip(nodes, results, strict=True):
+        assert node.returncode == 0, out[-2000:] + err[-4000:]
+    outputs = [out for out, _ in results]
+    # Rank 0 (on whichever node the rendezvous made it) alone reports and saves.
+    reporting = [out for out in outputs if "parameters identical on all 2 processes: True" in out]
+    assert len(reporting) == 1 and "x 2 processes" in reporting[0]
+    assert (tmp_path / "out" / "ckpt.pt").is_file()
