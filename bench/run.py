@@ -103,27 +103,37 @@ def _sync(device) -> None:
 
 
 def worker_peak(args: dict) -> dict:
-    """Best fp32 matmul rate on this machine: the denominator of MFU."""
+    """Best matmul rate on this machine, the denominator of MFU: fp32 everywhere, and bf16
+    on CUDA, where training runs under bf16 autocast (TF32 stays off for the fp32 figure)."""
     import torch
 
     from trainer.runtime import pick_device
 
     device = pick_device("auto")
-    n = args["n"]
-    a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
-    out = torch.empty(n, n, device=device)
-    for _ in range(args["warmup"]):
-        torch.mm(a, b, out=out)
-    _sync(device)
-    rates = []
-    for _ in range(args["reps"]):
-        t0 = time.perf_counter()
-        torch.mm(a, b, out=out)
+    # A 2048 matmul keeps a CPU busy; a GPU needs bigger ones to reach its peak.
+    n = args["n"] if device.type != "cuda" else max(args["n"], 8192)
+
+    def best_rate(dtype: torch.dtype) -> tuple[float, float]:
+        a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
+        out = torch.empty(n, n, device=device, dtype=dtype)
+        for _ in range(args["warmup"]):
+            torch.mm(a, b, out=out)
         _sync(device)
-        rates.append(2 * n**3 / (time.perf_counter() - t0) / 1e9)
-    # The best repetition is the one least disturbed by anything else on the machine.
-    return {"device": str(device), "dtype": "float32", "n": n, "reps": len(rates), "threads": torch.get_num_threads(),
-            "best_gflops": max(rates), "median_gflops": statistics.median(rates)}
+        rates = []
+        for _ in range(args["reps"]):
+            t0 = time.perf_counter()
+            torch.mm(a, b, out=out)
+            _sync(device)
+            rates.append(2 * n**3 / (time.perf_counter() - t0) / 1e9)
+        # The best repetition is the one least disturbed by anything else on the machine.
+        return max(rates), statistics.median(rates)
+
+    best, median = best_rate(torch.float32)
+    result = {"device": str(device), "dtype": "float32", "n": n, "reps": args["reps"],
+              "threads": torch.get_num_threads(), "best_gflops": best, "median_gflops": median}
+    if device.type == "cuda":
+        result["bf16_best_gflops"], result["bf16_median_gflops"] = best_rate(torch.bfloat16)
+    return result
 
 
 def flops_per_token(model) -> dict:
@@ -148,6 +158,28 @@ def flops_per_token(model) -> dict:
             "flops_per_token": 6 * (non_embedding + head) + attention}
 
 
+# Vocabularies of synthetic batches: GPT-2's 50,257 tokens padded to a multiple of 64 (what
+# a full-vocabulary GPT-2 run uses), or bytes for a character-level config.
+SYNTHETIC_VOCAB = {"gpt2": 50304, "char": 256}
+
+
+class SyntheticBatches:
+    """Uniformly random tokens made on the device: throughput without preparing a corpus
+    (a GPU machine may have no copy of it), at the vocabulary size that sets the head's cost."""
+
+    def __init__(self, vocab_size: int, block_size: int, batch_size: int, device) -> None:
+        import torch
+
+        self.shape, self.vocab_size, self.device = (batch_size, block_size + 1), vocab_size, device
+        self.generator = torch.Generator(device=device).manual_seed(0)
+
+    def train(self):
+        import torch
+
+        windows = torch.randint(self.vocab_size, self.shape, device=self.device, generator=self.generator)
+        return windows[:, :-1], windows[:, 1:]
+
+
 def worker_throughput(args: dict) -> dict:
     """Median time of a full optimizer step, built exactly as train.py builds it."""
     import torch
@@ -164,10 +196,15 @@ def worker_throughput(args: dict) -> dict:
     rt = rt_mod.setup(cfg)
     try:
         torch.manual_seed(cfg.seed + rt.rank)
-        prepared = prepare(cfg.dataset, cfg.tokenizer, cfg.data_dir, cfg.val_fraction, cfg.corpus_sentences,
-                           quiet=True)
-        batches = Batches(prepared, cfg.block_size, cfg.batch_size, rt.device, cfg.seed, rt.rank)
-        raw_model = GPT(model_config(cfg, prepared.tokenizer.vocab_size)).to(rt.device)
+        if args.get("synthetic"):
+            vocab_size = SYNTHETIC_VOCAB[cfg.tokenizer]
+            batches = SyntheticBatches(vocab_size, cfg.block_size, cfg.batch_size, rt.device)
+        else:
+            prepared = prepare(cfg.dataset, cfg.tokenizer, cfg.data_dir, cfg.val_fraction, cfg.corpus_sentences,
+                               quiet=True)
+            vocab_size = prepared.tokenizer.vocab_size
+            batches = Batches(prepared, cfg.block_size, cfg.batch_size, rt.device, cfg.seed, rt.rank)
+        raw_model = GPT(model_config(cfg, vocab_size)).to(rt.device)
         optimizer = make_optimizer(raw_model, cfg, rt.device)
         if args.get("baseline") == BASELINE:
             # nanoGPT passes fused=True to AdamW only on CUDA; on a CPU it runs torch's
@@ -211,9 +248,11 @@ def worker_throughput(args: dict) -> dict:
     flops = flops_per_token(raw_model)
     tokens_per_s = tokens_per_step / median
     return {
-        "config": args["config"], "dataset": cfg.dataset, "tokenizer": cfg.tokenizer, "arch": cfg.arch,
-        "model": f"{cfg.n_layer}x{cfg.n_head}x{cfg.n_embd} block {cfg.block_size}",
-        "vocab_size": prepared.tokenizer.vocab_size, "device": str(rt.device), "threads": torch.get_num_threads(),
+        "config": args["config"], "overrides": args.get("overrides", []), "synthetic": bool(args.get("synthetic")),
+        "dataset": cfg.dataset, "tokenizer": cfg.tokenizer, "arch": cfg.arch,
+        "model": f"{cfg.n_layer}x{cfg.n_head}x{cfg.n_embd} block {cfg.block_size}", "vocab_size": vocab_size,
+        "device": str(rt.device), "compute_dtype": str(rt.autocast_dtype or torch.float32).removeprefix("torch."),
+        "threads": torch.get_num_threads(),
         "compile": cfg.compile, "tokens_per_step": tokens_per_step, "warmup_steps": warmup, "timed_steps": len(times),
         "ms_per_step": median * 1e3, "ms_per_step_p10": quantiles[0] * 1e3, "ms_per_step_p90": quantiles[-1] * 1e3,
         "ms_per_step_mean": statistics.fmean(times) * 1e3, "tokens_per_s": tokens_per_s,
@@ -483,7 +522,9 @@ def run_unit(bench: str, key: str, args: argparse.Namespace, settings: Settings)
     if bench == "throughput":
         baseline, _, config = key.rpartition(":")
         return run_worker("throughput", {"config": config, "warmup": settings.warmup, "steps": settings.steps,
-                                         "baseline": baseline or None})
+                                         "baseline": baseline or None,
+                                         "overrides": [f"--{o.removeprefix('--')}" for o in args.overrides],
+                                         "synthetic": args.synthetic})
     if bench == "time_to_target":
         if not (REPO / key).is_file():
             return {"config": key, "skipped": f"{key} does not exist yet"}
@@ -518,9 +559,13 @@ def summarise(raw: dict[tuple[str, str], list[dict]]) -> dict:
     for row in results.get("throughput", {}).values():
         if "error" in row:
             continue
-        row["peak_gflops"] = peak
-        row["mfu"] = ratio(row["achieved_gflops"], peak)
-        if row["dataset"] == "shakespeare" and row["tokenizer"] == "char":
+        # A bf16-autocast run is measured against the bf16 peak, where the harness has one (CUDA).
+        bf16 = row.get("compute_dtype") == "bfloat16" and results.get("peak", {}).get("bf16_best_gflops")
+        row["peak_dtype"] = "bfloat16" if bf16 else "float32"
+        row["peak_gflops"] = results["peak"]["bf16_best_gflops"] if bf16 else peak
+        row["mfu"] = ratio(row["achieved_gflops"], row["peak_gflops"])
+        recipe = row["dataset"] == "shakespeare" and row["tokenizer"] == "char"
+        if recipe and not row.get("synthetic") and not row.get("overrides"):  # only the recipe as nanoGPT ran it
             row["vs_nanogpt"] = {"tokens_per_s": ratio(row["tokens_per_s"], REFERENCE["tokens_per_s"]),
                                  "ms_per_step": ratio(row["ms_per_step"], REFERENCE["ms_per_step"]),
                                  "mfu": ratio(row["mfu"], REFERENCE["mfu"])}
@@ -591,14 +636,18 @@ def section_tables(results: dict) -> list[str]:
     lines: list[str] = []
     peak = results.get("peak")
     if peak:
-        lines += ["### Peak fp32 matmul (MFU denominator)", ""]
+        lines += ["### Peak matmul (MFU denominator)", ""]
         if "error" in peak:
             lines += [f"error: {peak['error']}", ""]
         else:
-            lines += table(["device", "size", "reps", "best GFLOP/s", "median GFLOP/s", "peak RSS MiB", "vs nanoGPT"],
-                           [[peak["device"], f"{peak['n']}x{peak['n']}", fmt(peak["reps"]), fmt(peak["best_gflops"]),
-                             fmt(peak["median_gflops"]), fmt(peak["max_rss_mb"], 0),
-                             times(peak.get("vs_nanogpt", {}).get("peak_gflops"))]])
+            rows = [[peak["device"], "float32", f"{peak['n']}x{peak['n']}", fmt(peak["reps"]),
+                     fmt(peak["best_gflops"]), fmt(peak["median_gflops"]), fmt(peak["max_rss_mb"], 0),
+                     times(peak.get("vs_nanogpt", {}).get("peak_gflops"))]]
+            if peak.get("bf16_best_gflops"):
+                rows.append([peak["device"], "bfloat16", f"{peak['n']}x{peak['n']}", fmt(peak["reps"]),
+                             fmt(peak["bf16_best_gflops"]), fmt(peak["bf16_median_gflops"]), "", "-"])
+            lines += table(["device", "dtype", "size", "reps", "best GFLOP/s", "median GFLOP/s", "peak RSS MiB",
+                            "vs nanoGPT"], rows)
             lines.append("")
     rows = []
     for name, r in results.get("throughput", {}).items():
@@ -606,9 +655,13 @@ def section_tables(results: dict) -> list[str]:
             rows.append([name, r["error"], *[""] * 9])
             continue
         vs = r.get("vs_nanogpt", {})
-        rows.append([name, r["model"], fmt(r["tokens_per_step"]), f"{fmt(r['ms_per_step'], 2)} "
+        label = name + "".join(f" {o}" for o in r.get("overrides", [])) + (" (random tokens)" if r.get("synthetic")
+                                                                          else "")
+        mfu = "-" if r["mfu"] is None else f"{100 * r['mfu']:.1f}%" + (
+            " of bf16" if r.get("peak_dtype") == "bfloat16" else "")
+        rows.append([label, r["model"], fmt(r["tokens_per_step"]), f"{fmt(r['ms_per_step'], 2)} "
                      f"({fmt(r['ms_per_step_p10'], 1)}-{fmt(r['ms_per_step_p90'], 1)})", fmt(r["tokens_per_s"], 0),
-                     fmt(r["achieved_gflops"], 2), "-" if r["mfu"] is None else f"{100 * r['mfu']:.1f}%",
+                     fmt(r["achieved_gflops"], 2), mfu,
                      fmt(r["max_rss_mb"], 0), times(vs.get("tokens_per_s")), times(vs.get("mfu")),
                      f"{r['warmup_steps']}+{fmt(r['timed_steps'])}"])
     if rows:
@@ -729,6 +782,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", metavar="PATH", help="also write this run's JSON here")
     p.add_argument("--config", action="append", default=[], metavar="TOML",
                    help="another config for the throughput benchmark (repeatable)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
+                   help="override a config key in every throughput run (repeatable), e.g. --set compile=true")
+    p.add_argument("--synthetic", action="store_true",
+                   help="throughput on random tokens (vocabulary 50304 for gpt2 configs, 256 for char): "
+                        "no corpus needed")
     p.add_argument("--target_config", action="append", default=[], metavar="TOML",
                    help="another config for the time-to-target benchmark (repeatable)")
     p.add_argument("--target", type=float, default=TARGET_VAL_LOSS, help=f"target val loss (default {TARGET_VAL_LOSS})")
@@ -774,6 +832,15 @@ def main(argv: list[str]) -> int:
     args.ckpt = args.ckpt and relative_to_repo(args.ckpt)
 
     sys.path.insert(0, str(REPO))
+    if args.overrides:  # refuse a bad --set here, in one line, rather than in every child
+        from errors import UsageError
+        from trainer.config import load_config
+
+        for config in [*THROUGHPUT_CONFIGS, *args.config]:
+            try:
+                load_config(REPO / config, [f"--{o.removeprefix('--')}" for o in args.overrides])
+            except UsageError as exc:
+                raise SystemExit(f"error: --set with {config}: {exc}") from None
     machine = machine_info()
     if machine["load_avg_start"] and machine["load_avg_start"][0] >= 0.5:
         log(f"warning: load average {machine['load_avg_start'][0]} at start: the machine is not idle, "
