@@ -1,7 +1,7 @@
 """One new token through a KV-cached GPT, written for speed.
 
 With a KV cache a sampled token costs one position of work, and at the sizes
-this project trains on a CPU that work is tiny: a [1, 128] x [128, 384] matmul
+this project trains on a CPU that work is tiny: a [1, 128] x [128, 128] matmul
 takes a few microseconds, about what Python and the dispatcher spend calling one
 `nn.Module`. So the module path (`GPT._step`), clear as it is, spends most of a
 decoded token on overhead. `TokenDecoder` does the same arithmetic on plain
@@ -18,11 +18,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 
 from model.attention import KVCache
+
+if TYPE_CHECKING:  # model.gpt imports this module
+    from model.gpt import GPT
 
 
 @dataclass(frozen=True)
@@ -46,7 +50,7 @@ class TokenDecoder:
     """`step(tokens)`: logits for the position after `tokens` ([batch, 1]),
     given a cache already holding everything before them."""
 
-    def __init__(self, model, cache: KVCache) -> None:
+    def __init__(self, model: GPT, cache: KVCache) -> None:
         config = model.config
         self.cache = cache
         self.modern = config.arch == "modern"
