@@ -13,7 +13,7 @@ from errors import run_cli
 def trained(tmp_path_factory):
     require_gpt2()
     tmp = tmp_path_factory.mktemp("pronouns")
-    # The demo's model and corpus (configs/pronouns.toml), a third of its steps.
+    # The demo's model and corpus (configs/pronouns.toml), 600 of its 1000 steps.
     args = ["configs/pronouns.toml", f"--data_dir={tmp / 'prep'}",
             f"--out_dir={tmp / 'out'}", f"--log_dir={tmp / 'runs'}", "--run_name=p", "--max_iters=600",
             "--lr_decay_iters=600", "--eval_interval=600", "--eval_iters=2", "--sample_tokens=0"]
