@@ -523,7 +523,7 @@ def run_unit(bench: str, key: str, args: argparse.Namespace, settings: Settings)
         baseline, _, config = key.rpartition(":")
         return run_worker("throughput", {"config": config, "warmup": settings.warmup, "steps": settings.steps,
                                          "baseline": baseline or None,
-                                         "overrides": [f"--{o.removeprefix('--')}" for o in args.overrides],
+                                         "overrides": args.overrides,
                                          "synthetic": args.synthetic})
     if bench == "time_to_target":
         if not (REPO / key).is_file():
@@ -832,13 +832,14 @@ def main(argv: list[str]) -> int:
     args.ckpt = args.ckpt and relative_to_repo(args.ckpt)
 
     sys.path.insert(0, str(REPO))
+    args.overrides = [f"--{o.removeprefix('--')}" for o in args.overrides]  # as train.py spells them
     if args.overrides:  # refuse a bad --set here, in one line, rather than in every child
         from errors import UsageError
         from trainer.config import load_config
 
         for config in [*THROUGHPUT_CONFIGS, *args.config]:
             try:
-                load_config(REPO / config, [f"--{o.removeprefix('--')}" for o in args.overrides])
+                load_config(REPO / config, args.overrides)
             except UsageError as exc:
                 raise SystemExit(f"error: --set with {config}: {exc}") from None
     machine = machine_info()

@@ -76,10 +76,11 @@ class MLP(nn.Module):
         self.dropout = nn.Dropout(config.dropout)
         self.modern = config.arch == "modern"
 
+    def activation(self, h: torch.Tensor) -> torch.Tensor:
+        return F.relu(h).square() if self.modern else F.gelu(h)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.c_fc(x)
-        h = F.relu(h).square() if self.modern else F.gelu(h)
-        return self.dropout(self.c_proj(h))
+        return self.dropout(self.c_proj(self.activation(self.c_fc(x))))
 
 
 class Block(nn.Module):
