@@ -1,43 +1,74 @@
-"""The one error type users see.
+"""The project's errors and its one way to warn.
 
-Anything raised as `UserError` is a problem with the user's input (a config,
-a file, a flag). The command-line entry points print it as one line on stderr
-and exit with `exit_code`; everything else is a bug and keeps its traceback.
+`UserError` is a problem with the user's input (a file, a checkpoint, a flag), with a
+message that names the problem and the fix; `UsageError` is one on the command line or in
+a config file. Library code raises them, or a plain `ValueError` for a programming mistake.
+Only `run_cli`, which the two commands call, turns them into one line on stderr and an exit
+status: 1, or 2 for usage, as shells expect. Everything else is a bug and keeps its traceback.
+
+`warn` reports a problem that does not stop the run. It raises a `GptwatchWarning` through
+Python's `warnings`, so tests can catch it; under `run_cli` it prints as one line,
+`warning: ...`, on stderr.
 """
 
 from __future__ import annotations
+
+import sys
+import warnings
+from collections.abc import Callable
 
 
 class UserError(Exception):
     """A bad input, with a message that names the problem and the fix."""
 
-    exit_code = 1
-
 
 class UsageError(UserError):
-    """A bad command line or config: exit status 2, as shells expect."""
-
-    exit_code = 2
+    """A bad command line or config."""
 
 
-def run_cli(main, argv: list[str]) -> int:
-    """Runs `main(argv)`; a `UserError` becomes one line on stderr and its exit
-    code, and a Ctrl-C that reaches it exit status 130. `--debug` anywhere
-    in argv keeps the full traceback instead."""
-    import sys
+class GptwatchWarning(UserWarning):
+    """Something the user should know that does not stop the run."""
 
+
+def warn(message: str) -> None:
+    """The one way library code warns: a `GptwatchWarning` pointing at the caller."""
+    warnings.warn(message, GptwatchWarning, stacklevel=2)
+
+
+def exit_status(error: UserError) -> int:
+    return 2 if isinstance(error, UsageError) else 1
+
+
+def _one_line(text: object) -> str:
+    # One line, whatever the message quotes (a path or a library's error may hold newlines).
+    return " ".join(str(text).splitlines())
+
+
+def run_cli(main: Callable[[list[str]], int | None], argv: list[str]) -> int:
+    """Runs `main(argv)`; a `UserError` becomes one line on stderr and its exit status,
+    a Ctrl-C that reaches it exit status 130, and each warning one `warning: ...` line.
+    `--debug` anywhere in argv keeps the full traceback instead."""
     debug = "--debug" in argv
     argv = [a for a in argv if a != "--debug"]
-    try:
-        return main(argv) or 0
-    except UserError as exc:
-        if debug:
-            raise
-        # One line, whatever the message quotes (a path or a library's error may hold newlines).
-        print("error: " + " ".join(str(exc).splitlines()), file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        if debug:
-            raise
-        print("error: interrupted; the last checkpoint saved, if any, is intact", file=sys.stderr)
-        return 130
+    with warnings.catch_warnings():
+        plain = warnings.showwarning
+
+        def show(message, category, filename, lineno, file=None, line=None) -> None:
+            if issubclass(category, GptwatchWarning) and not debug:
+                print("warning: " + _one_line(message), file=sys.stderr)
+            else:
+                plain(message, category, filename, lineno, file, line)
+
+        warnings.showwarning = show
+        try:
+            return main(argv) or 0
+        except UserError as exc:
+            if debug:
+                raise
+            print("error: " + _one_line(exc), file=sys.stderr)
+            return exit_status(exc)
+        except KeyboardInterrupt:
+            if debug:
+                raise
+            print("error: interrupted; the last checkpoint saved, if any, is intact", file=sys.stderr)
+            return 130

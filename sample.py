@@ -15,10 +15,9 @@ from pathlib import Path
 
 import torch
 
-from data.tokenizer import tokenizer_from_meta
 from errors import UsageError, run_cli
-from model import GPT, GPTConfig
-from trainer.checkpoint import load_checkpoint
+from trainer.checkpoint import load_model
+from trainer.config import DEVICES
 from trainer.runtime import pick_device
 
 
@@ -38,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top_k", type=int, default=None, help="sample only from the k most likely tokens")
     p.add_argument("--top_p", type=float, default=None, help="sample from the smallest set with this much probability")
     p.add_argument("--seed", type=int, default=1337, help="random seed")
-    p.add_argument("--device", default="auto", help="auto, cpu, cuda or mps")
+    p.add_argument("--device", default="auto", help=", ".join(DEVICES) + " (or cuda:N)")
     p.add_argument("--no_cache", action="store_true", help="recompute the whole context for every token")
     look = p.add_argument_group("looking inside")
     look.add_argument("--attention", metavar="TEXT", help="heatmaps of TEXT's attention (PNG and TensorBoard)")
@@ -81,14 +80,6 @@ def read_prompt(prompt: str) -> str:
     return prompt
 
 
-def load_model(out_dir: str, device: torch.device):
-    ckpt = load_checkpoint(out_dir, map_location=device)
-    model = GPT(GPTConfig(**ckpt["model_config"]))
-    model.load_state_dict(ckpt["model"])
-    model.to(device).eval()
-    return model, tokenizer_from_meta(ckpt["tokenizer"]), ckpt
-
-
 def stream_samples(model, tokenizer, ids: list[int], args: argparse.Namespace, device: torch.device) -> None:
     generator = torch.Generator(device=device).manual_seed(args.seed)
     temperature = args.temperature
@@ -114,14 +105,15 @@ def stream_samples(model, tokenizer, ids: list[int], args: argparse.Namespace, d
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     device = pick_device(args.device)
-    model, tokenizer, ckpt = load_model(args.out_dir, device)
+    loaded = load_model(args.out_dir, device)
+    model, tokenizer, ckpt = loaded.model, loaded.tokenizer, loaded.payload
     validate(args, tokenizer.vocab_size)
-    from watch.heads import parse_head
+    from watch.heads import ablation_for
 
-    ablate: dict[int, list[int]] = {}
-    for text in args.ablate:
-        layer, head = parse_head(text, model.config.n_layer, model.config.n_head)
-        ablate.setdefault(layer, []).append(head)
+    try:
+        ablate = ablation_for(args.ablate, model.config.n_layer, model.config.n_head)
+    except ValueError as exc:
+        raise UsageError(f"--ablate: {exc}") from None
 
     if args.attention is not None:
         from watch.inspect_cli import show_attention

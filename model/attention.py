@@ -1,12 +1,20 @@
-"""Causal self-attention: one layer, two ways to run it.
+"""Causal self-attention: one layer, three ways to run it.
 
-`forward` is the fast path used for training and sampling: it calls
-`F.scaled_dot_product_attention`, which fuses score, mask, softmax and mix.
+The maths, for each head, is the single-head causal attention of Raschka's *Build a Large
+Language Model (From Scratch)*, chapter 3, which this project starts from:
 
-`forward_with_weights` is the readable path: the same weights, the same maths,
-spelled out step by step as in the reference explanation, and it returns the
-attention weights shaped `[batch, head, query_pos, key_pos]` so they can be
-watched. A test proves the two paths agree.
+    queries, keys, values = x·W_query, x·W_key, x·W_value
+    attention_scores      = queries · keysᵀ                    [query_pos, key_pos]
+    attention_weights     = softmax(attention_scores / sqrt(d_k)), with every key after its
+                            query masked to -inf first (no peeking at the future)
+    context               = attention_weights · values
+
+`forward_with_weights` is that recipe line by line, and returns the weights shaped
+`[batch, head, query_pos, key_pos]` so they can be watched. `forward` is the fast path
+that trains the model: the same maths fused by `F.scaled_dot_product_attention`. `decode`
+is the path for sampling: new positions attend to themselves and to the keys and values a
+`KVCache` holds, so a sampled token costs one position of work. All three read the same
+weights; `tests/test_attention.py` and `tests/test_model.py` prove they agree.
 """
 
 from __future__ import annotations
@@ -19,10 +27,14 @@ import torch.nn.functional as F
 
 
 class KVCache:
-    """Keys and values of every position seen so far, one slot per layer.
+    """What sampling keeps between tokens: the keys and values of every position seen so far,
+    one slot per layer.
 
-    Preallocated to `max_len` so each new token writes in place: a sampled
-    token then costs one position of work, not the whole context.
+    Preallocated to `max_len`, so a new token writes in place. The cache owns its length:
+    each layer `append`s its new keys and values at `length`, and once every layer has,
+    the model calls `advance`. It also keeps, for as long as the generation lasts, each
+    layer's three projections side by side (`fused_projections`), so a token needs one
+    matmul for its query, key and value instead of three.
     """
 
     def __init__(self, n_layer: int, batch: int, n_head: int, max_len: int, head_dim: int,
@@ -30,11 +42,38 @@ class KVCache:
         shape = (batch, n_head, max_len, head_dim)
         self.keys = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(n_layer)]
         self.values = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(n_layer)]
-        self.length = 0  # positions filled, the same in every layer
         self.max_len = max_len
+        self.batch = batch
+        self._length = 0  # positions filled, the same in every layer
+        self._fused: dict[int, torch.Tensor] = {}
+
+    @property
+    def length(self) -> int:
+        return self._length
+
+    def append(self, layer: int, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Stores `layer`'s keys and values [B, H, T, head_dim] for positions length..length+T-1;
+        returns all that layer holds, those included."""
+        end = self._length + keys.shape[-2]
+        if end > self.max_len:
+            raise ValueError(f"the KV cache is full ({self.max_len} positions); re-anchor the context first")
+        self.keys[layer][:, :, self._length:end] = keys
+        self.values[layer][:, :, self._length:end] = values
+        return self.keys[layer][:, :, :end], self.values[layer][:, :, :end]
+
+    def advance(self, n: int) -> None:
+        """Every layer has appended `n` positions."""
+        self._length += n
 
     def reset(self) -> None:
-        self.length = 0
+        self._length = 0
+
+    def fused_projections(self, layer: int, attention: SelfAttention) -> torch.Tensor:
+        """[d_in, 3 * d_out]: x @ this is [queries | keys | values]; made on first use."""
+        if layer not in self._fused:
+            weights = (attention.W_query.weight, attention.W_key.weight, attention.W_value.weight)
+            self._fused[layer] = torch.cat(weights).t().contiguous()
+        return self._fused[layer]
 
 
 class Rotary(nn.Module):
@@ -62,9 +101,9 @@ class Rotary(nn.Module):
 class SelfAttention(nn.Module):
     """Causal multi-head self-attention.
 
-    With `n_head=1` and `out_proj=False` this is exactly the reference
-    explanation's layer: softmax(q·kᵀ / sqrt(d_k), causal) · v.
-    Accepts `[batch, seq, d_in]` or the explanation's unbatched `[seq, d_in]`.
+    With `n_head=1` and `out_proj=False` this is exactly the chapter-3 layer:
+    softmax(q·kᵀ / sqrt(d_k), causal) · v. Accepts `[batch, seq, d_in]` or the
+    unbatched `[seq, d_in]` of that chapter.
     """
 
     def __init__(self, d_in: int, d_out: int, n_head: int = 1, dropout: float = 0.0,
@@ -80,36 +119,108 @@ class SelfAttention(nn.Module):
         self.W_query = nn.Linear(d_in, d_out, bias=False)
         self.W_key = nn.Linear(d_in, d_out, bias=False)
         self.W_value = nn.Linear(d_in, d_out, bias=False)
-        # Mixes the heads back together; the explanation's single head has none.
+        # Mixes the heads back together; the chapter's single head has none.
         self.out_proj = nn.Linear(d_out, d_out, bias=bias) if out_proj else None
         self.dropout = dropout
         # Options of the "modern" architecture; both off gives the classic GPT-2 layer.
         self.qk_norm = qk_norm
         self.rotary = Rotary(self.head_dim, max_len) if rotary else None
 
-    # --- shared by both paths -------------------------------------------------
+    # --- the readable path ----------------------------------------------------------
 
-    def _project(self, x: torch.Tensor, start: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """x [B, T, d_in] -> queries, keys, values, each [B, H, T, head_dim].
+    def forward_with_weights(self, x: torch.Tensor, *, head_mask: torch.Tensor | None = None
+                             ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The layer written out step by step; also returns the attention weights.
 
-        `start` is the absolute position of x's first row (non-zero when
-        sampling with a KV cache); only rotary embeddings need it.
+        Returns (result, attention_weights) with attention_weights shaped
+        [batch, head, query_pos, key_pos] ([head, query_pos, key_pos] when the
+        input was unbatched).
         """
-        B, T, _ = x.shape
-        queries = self.W_query(x)
-        keys = self.W_key(x)
-        values = self.W_value(x)
+        x, unbatched = self._batched(x)
+        queries, keys, values = self._project(x)                        # each [B, H, T, d_k]
+        T = x.shape[1]
+        d_k = keys.shape[-1]
 
-        def split_heads(t: torch.Tensor) -> torch.Tensor:
-            return t.view(B, T, self.n_head, self.head_dim).transpose(1, 2)
+        attention_scores = queries @ keys.transpose(-2, -1)              # [B, H, T, T]
+        mask = torch.triu(torch.ones(T, T, dtype=torch.bool, device=x.device), diagonal=1)
+        attention_scores = attention_scores.masked_fill(mask, float("-inf"))  # no peeking ahead
+        attention_weights = torch.softmax(attention_scores / math.sqrt(d_k), dim=-1)
+        mixed = attention_weights
+        if self.training and self.dropout > 0:
+            mixed = F.dropout(attention_weights, p=self.dropout)
+        context = mixed @ values                                           # [B, H, T, d_k]
 
-        queries, keys, values = split_heads(queries), split_heads(keys), split_heads(values)
+        result = self._merge(context, head_mask)
+        if unbatched:
+            return result.squeeze(0), attention_weights.squeeze(0)
+        return result, attention_weights
+
+    # --- the fast path: training and evaluation ------------------------------------------
+
+    def forward(self, x: torch.Tensor, *, head_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """The same function as `forward_with_weights`, with score, mask, softmax and mix
+        fused into one call that never materialises the weights."""
+        x, unbatched = self._batched(x)
+        queries, keys, values = self._project(x)
+        dropout = self.dropout if self.training else 0.0
+        context = F.scaled_dot_product_attention(queries, keys, values, dropout_p=dropout, is_causal=True)
+        out = self._merge(context, head_mask)
+        return out.squeeze(0) if unbatched else out
+
+    # --- the cached path: sampling -----------------------------------------------------------
+
+    def decode(self, x: torch.Tensor, cache: KVCache, layer: int) -> torch.Tensor:
+        """x [B * T, d_in]: for each of the cache's B sequences, T positions that follow the
+        `cache.length` it holds. Each attends to itself, the new positions before it, and
+        every cached position. Appends this layer's keys and values to the cache (the model
+        advances it). Returns [B * T, d_out].
+
+        The same maths as `forward`, arranged for one sampled token of a small model, where
+        the arithmetic takes microseconds and the cost is in how many operations run: rows
+        in 2-D, one matmul for the three projections, no module calls.
+        """
+        B = cache.batch
+        T = x.shape[0] // B
+        start = cache.length
+        qkv = torch.mm(x, cache.fused_projections(layer, self)).view(B, T, 3, self.n_head, self.head_dim)
+        queries, keys, values = (qkv[:, :, i].transpose(1, 2) for i in range(3))   # each [B, H, T, d_k]
+        queries, keys = self._shape_queries_and_keys(queries, keys, start)
+        keys, values = cache.append(layer, keys, values)
+        if T == 1:
+            # A single new query may look at every cached position: no mask needed.
+            context = F.scaled_dot_product_attention(queries, keys, values)
+        else:
+            # New query i sits at absolute position start + i and sees keys up to there.
+            allowed = torch.ones(T, start + T, dtype=torch.bool, device=x.device).tril(diagonal=start)
+            context = F.scaled_dot_product_attention(queries, keys, values, attn_mask=allowed)
+        out = context.transpose(1, 2).reshape(B * T, self.d_out)
+        if self.out_proj is None:
+            return out
+        return F.linear(out, self.out_proj.weight, self.out_proj.bias)
+
+    # --- shared by all three ----------------------------------------------------------------
+
+    def _project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """x [B, T, d_in] -> queries, keys, values, each [B, H, T, head_dim]."""
+        queries = self._heads(self.W_query(x))
+        keys = self._heads(self.W_key(x))
+        values = self._heads(self.W_value(x))
+        return (*self._shape_queries_and_keys(queries, keys, 0), values)
+
+    def _heads(self, t: torch.Tensor) -> torch.Tensor:
+        """[B, T, d_out] -> [B, H, T, head_dim]: each head gets its own slice of the features."""
+        B, T, _ = t.shape
+        return t.view(B, T, self.n_head, self.head_dim).transpose(1, 2)
+
+    def _shape_queries_and_keys(self, queries: torch.Tensor, keys: torch.Tensor, start: int
+                                ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The "modern" options; `start` is the absolute position of the first row."""
         if self.qk_norm:  # bounds the logits, which lets a higher learning rate stay stable
             queries = F.rms_norm(queries, (self.head_dim,))
             keys = F.rms_norm(keys, (self.head_dim,))
         if self.rotary is not None:
             queries, keys = self.rotary(queries, start), self.rotary(keys, start)
-        return queries, keys, values
+        return queries, keys
 
     def _merge(self, context: torch.Tensor, head_mask: torch.Tensor | None) -> torch.Tensor:
         """context [B, H, T, head_dim] -> [B, T, d_out], through the output projection.
@@ -125,64 +236,8 @@ class SelfAttention(nn.Module):
 
     @staticmethod
     def _batched(x: torch.Tensor) -> tuple[torch.Tensor, bool]:
-        if x.dim() == 2:  # the explanation's unbatched [seq, dim]
+        if x.dim() == 2:  # the chapter's unbatched [seq, dim]
             return x.unsqueeze(0), True
         if x.dim() != 3:
             raise ValueError(f"SelfAttention expects [batch, seq, dim] or [seq, dim], got shape {tuple(x.shape)}")
         return x, False
-
-    # --- fast path --------------------------------------------------------------
-
-    def forward(self, x: torch.Tensor, *, cache: KVCache | None = None, layer: int = 0,
-                head_mask: torch.Tensor | None = None) -> torch.Tensor:
-        x, unbatched = self._batched(x)
-        queries, keys, values = self._project(x, cache.length if cache is not None else 0)
-        T = x.shape[1]
-        dropout = self.dropout if self.training else 0.0
-        if cache is None:
-            context = F.scaled_dot_product_attention(queries, keys, values, dropout_p=dropout, is_causal=True)
-        else:
-            start = cache.length
-            end = start + T
-            cache.keys[layer][:, :, start:end] = keys
-            cache.values[layer][:, :, start:end] = values
-            keys = cache.keys[layer][:, :, :end]
-            values = cache.values[layer][:, :, :end]
-            if T == 1:
-                # A single new query may look at every cached position: no mask needed.
-                context = F.scaled_dot_product_attention(queries, keys, values)
-            else:
-                # New query i sits at absolute position start + i and sees keys up to there.
-                allowed = torch.ones(T, end, dtype=torch.bool, device=x.device).tril(diagonal=start)
-                context = F.scaled_dot_product_attention(queries, keys, values, attn_mask=allowed)
-        out = self._merge(context, head_mask)
-        return out.squeeze(0) if unbatched else out
-
-    # --- readable path ----------------------------------------------------------
-
-    def forward_with_weights(self, x: torch.Tensor, *, head_mask: torch.Tensor | None = None
-                             ) -> tuple[torch.Tensor, torch.Tensor]:
-        """The same function as `forward`, written out; also returns the weights.
-
-        Returns (result, attention_weights) with attention_weights shaped
-        [batch, head, query_pos, key_pos] ([head, query_pos, key_pos] when the
-        input was unbatched).
-        """
-        x, unbatched = self._batched(x)
-        queries, keys, values = self._project(x)
-        T = x.shape[1]
-        d_k = keys.shape[-1]
-
-        attention_scores = queries @ keys.transpose(-2, -1)          # [B, H, T, T]
-        mask = torch.triu(torch.ones(T, T, dtype=torch.bool, device=x.device), diagonal=1)
-        attention_scores = attention_scores.masked_fill(mask, float("-inf"))  # no peeking ahead
-        attention_weights = torch.softmax(attention_scores / math.sqrt(d_k), dim=-1)
-        mixed = attention_weights
-        if self.training and self.dropout > 0:
-            mixed = F.dropout(attention_weights, p=self.dropout)
-        context = mixed @ values                                       # [B, H, T, head_dim]
-
-        result = self._merge(context, head_mask)
-        if unbatched:
-            return result.squeeze(0), attention_weights.squeeze(0)
-        return result, attention_weights

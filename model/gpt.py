@@ -1,31 +1,36 @@
-"""A GPT: token and position embeddings, a stack of pre-norm transformer
-blocks built around `SelfAttention`, a final norm and an output head tied to
-the token embedding.
+"""A GPT: token and position embeddings, a stack of pre-norm transformer blocks built
+around `SelfAttention`, a final norm and an output head tied to the token embedding.
 
 Two architectures share this file:
 - "gpt2" (default, for teaching): learned positions, LayerNorm, GELU MLP.
 - "modern": rotary positions, QK-norm, parameter-free RMSNorm, ReLU² MLP and
   zero-initialised output projections, which trains faster at small scale.
+
+Data takes one of three paths through it, the three paths of `SelfAttention`:
+`forward` (training, evaluation), `forward_with_attention` (the readable path, returning
+every layer's attention pattern) and `decode` (sampling with a KV cache).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from model.attention import KVCache, SelfAttention
-from model.decode import TokenDecoder
 
 ARCHITECTURES = ("gpt2", "modern")
+Ablation = dict[int, list[int]]  # layer -> heads whose output is zeroed
 
 
 @dataclass
 class GPTConfig:
+    """The model's sizes; `validate` is the one place their rules live."""
+
     vocab_size: int
     block_size: int = 256
     n_layer: int = 4
@@ -36,19 +41,36 @@ class GPTConfig:
     arch: str = "gpt2"
 
     def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raises ValueError naming the first impossible value and what would do."""
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"'{name}' must be a positive integer; got {value}")
         if self.n_embd % self.n_head:
-            raise ValueError(f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}; "
-                             f"pick n_embd as a multiple of n_head")
+            multiple = self.n_head * (self.n_embd // self.n_head + 1)
+            raise ValueError(f"'n_embd' must be a multiple of 'n_head' ({self.n_head}), so every head gets an "
+                             f"equal share; got {self.n_embd}, e.g. use {multiple}")
         if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+            raise ValueError(f"'dropout' must be in [0, 1); got {self.dropout}")
         if self.arch not in ARCHITECTURES:
-            raise ValueError(f"arch must be one of {', '.join(ARCHITECTURES)}, got {self.arch!r}")
+            raise ValueError(f"'arch' must be one of {', '.join(ARCHITECTURES)}; got {self.arch!r}")
+
+    @property
+    def modern(self) -> bool:
+        return self.arch == "modern"
+
+    @property
+    def head_dim(self) -> int:
+        return self.n_embd // self.n_head
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+MODEL_FIELDS = tuple(f.name for f in fields(GPTConfig))
 
 
 class Norm(nn.Module):
@@ -56,7 +78,7 @@ class Norm(nn.Module):
 
     def __init__(self, dim: int, config: GPTConfig) -> None:
         super().__init__()
-        self.modern = config.arch == "modern"
+        self.modern = config.modern
         self.dim = dim
         if not self.modern:
             self.weight = nn.Parameter(torch.ones(dim))
@@ -74,7 +96,7 @@ class MLP(nn.Module):
         self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=config.bias)
         self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=config.bias)
         self.dropout = nn.Dropout(config.dropout)
-        self.modern = config.arch == "modern"
+        self.modern = config.modern
 
     def activation(self, h: torch.Tensor) -> torch.Tensor:
         return F.relu(h).square() if self.modern else F.gelu(h)
@@ -82,24 +104,27 @@ class MLP(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.dropout(self.c_proj(self.activation(self.c_fc(x))))
 
+    def decode(self, x: torch.Tensor) -> torch.Tensor:
+        """`forward` on plain tensors, without dropout (sampling never trains)."""
+        hidden = self.activation(F.linear(x, self.c_fc.weight, self.c_fc.bias))
+        return F.linear(hidden, self.c_proj.weight, self.c_proj.bias)
+
 
 class Block(nn.Module):
     """x + attention(norm(x)), then x + mlp(norm(x))."""
 
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
-        modern = config.arch == "modern"
         self.ln_1 = Norm(config.n_embd, config)
         self.attn = SelfAttention(config.n_embd, config.n_embd, config.n_head, config.dropout,
-                                  out_proj=True, bias=config.bias, rotary=modern, qk_norm=modern,
+                                  out_proj=True, bias=config.bias, rotary=config.modern, qk_norm=config.modern,
                                   max_len=config.block_size)
         self.ln_2 = Norm(config.n_embd, config)
         self.mlp = MLP(config)
         self.resid_dropout = nn.Dropout(config.dropout)
 
-    def forward(self, x: torch.Tensor, cache: KVCache | None = None, layer: int = 0,
-                head_mask: torch.Tensor | None = None) -> torch.Tensor:
-        x = x + self.resid_dropout(self.attn(self.ln_1(x), cache=cache, layer=layer, head_mask=head_mask))
+    def forward(self, x: torch.Tensor, head_mask: torch.Tensor | None = None) -> torch.Tensor:
+        x = x + self.resid_dropout(self.attn(self.ln_1(x), head_mask=head_mask))
         return x + self.mlp(self.ln_2(x))
 
     def forward_with_weights(self, x: torch.Tensor, head_mask: torch.Tensor | None = None
@@ -108,8 +133,10 @@ class Block(nn.Module):
         x = x + self.resid_dropout(attended)
         return x + self.mlp(self.ln_2(x)), weights
 
-
-Ablation = dict[int, list[int]]  # layer -> heads to zero
+    def decode(self, x: torch.Tensor, cache: KVCache, layer: int) -> torch.Tensor:
+        # `.forward` and `.decode` called directly: the module machinery costs as much as the maths here.
+        x = x + self.attn.decode(self.ln_1.forward(x), cache, layer)
+        return x + self.mlp.decode(self.ln_2.forward(x))
 
 
 class GPT(nn.Module):
@@ -118,7 +145,7 @@ class GPT(nn.Module):
         self.config = config
         self.wte = nn.Embedding(config.vocab_size, config.n_embd)
         # "modern" encodes position by rotating queries and keys instead.
-        self.wpe = nn.Embedding(config.block_size, config.n_embd) if config.arch == "gpt2" else None
+        self.wpe = None if config.modern else nn.Embedding(config.block_size, config.n_embd)
         self.drop = nn.Dropout(config.dropout)
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layer))
         self.ln_f = Norm(config.n_embd, config)
@@ -139,7 +166,7 @@ class GPT(nn.Module):
         # each block starts as the identity.
         for block in self.blocks:
             for proj in (block.attn.out_proj, block.mlp.c_proj):
-                if self.config.arch == "modern":
+                if self.config.modern:
                     nn.init.zeros_(proj.weight)
                 else:
                     nn.init.normal_(proj.weight, mean=0.0, std=0.02 / math.sqrt(2 * self.config.n_layer))
@@ -152,10 +179,40 @@ class GPT(nn.Module):
             n -= self.wpe.weight.numel()
         return n
 
-    # --- forward --------------------------------------------------------------
+    # --- training, evaluation, watching ------------------------------------------------
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, *,
+                ablate: Ablation | None = None, all_logits: bool = False
+                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """idx [B, T] token ids -> (logits, loss).
+
+        With targets, logits cover every position and loss is the mean
+        cross-entropy. Without, only the last position goes through the head
+        (all a sampler needs) unless `all_logits` is set.
+        """
+        x = self._embed(idx)
+        for block, mask in zip(self.blocks, self._head_masks(ablate, idx.device), strict=True):
+            x = block(x, head_mask=mask)
+        x = self.ln_f(x)
+        if targets is not None:
+            logits = self.lm_head(x)
+            loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1)
+            return logits, loss
+        return (self.lm_head(x) if all_logits else self.lm_head(x[:, -1:, :])), None
+
+    def forward_with_attention(self, idx: torch.Tensor, *, ablate: Ablation | None = None
+                               ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """The readable path through every layer: (logits at every position,
+        one attention pattern [batch, head, query_pos, key_pos] per layer)."""
+        x = self._embed(idx)
+        patterns = []
+        for block, mask in zip(self.blocks, self._head_masks(ablate, idx.device), strict=True):
+            x, weights = block.forward_with_weights(x, head_mask=mask)
+            patterns.append(weights)
+        return self.lm_head(self.ln_f(x)), patterns
 
     def _embed(self, idx: torch.Tensor, start: int = 0) -> torch.Tensor:
-        B, T = idx.shape
+        T = idx.shape[1]
         if start + T > self.config.block_size:
             raise ValueError(f"sequence of {start + T} tokens is longer than block_size="
                              f"{self.config.block_size}; crop the input or train with a larger block_size")
@@ -175,47 +232,31 @@ class GPT(nn.Module):
             masks[layer] = mask
         return masks
 
-    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, *,
-                ablate: Ablation | None = None, all_logits: bool = False
-                ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """idx [B, T] token ids -> (logits, loss).
+    # --- sampling ------------------------------------------------------------------------
 
-        With targets, logits cover every position and loss is the mean
-        cross-entropy. Without, only the last position goes through the head
-        (all a sampler needs) unless `all_logits` is set.
-        """
-        x = self._embed(idx)
-        for layer, (block, mask) in enumerate(zip(self.blocks, self._head_masks(ablate, idx.device), strict=True)):
-            x = block(x, head_mask=mask, layer=layer)
-        x = self.ln_f(x)
-        if targets is not None:
-            logits = self.lm_head(x)
-            loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1)
-            return logits, loss
-        return (self.lm_head(x) if all_logits else self.lm_head(x[:, -1:, :])), None
+    def new_cache(self, batch: int) -> KVCache:
+        cfg = self.config
+        return KVCache(cfg.n_layer, batch, cfg.n_head, cfg.block_size, cfg.head_dim, self.wte.weight.device,
+                       self.wte.weight.dtype)
 
-    def forward_with_attention(self, idx: torch.Tensor, *, ablate: Ablation | None = None
-                               ) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """The readable path through every layer: (logits at every position,
-        one attention pattern [batch, head, query_pos, key_pos] per layer)."""
-        x = self._embed(idx)
-        patterns = []
-        for block, mask in zip(self.blocks, self._head_masks(ablate, idx.device), strict=True):
-            x, weights = block.forward_with_weights(x, head_mask=mask)
-            patterns.append(weights)
-        return self.lm_head(self.ln_f(x)), patterns
+    def decode(self, idx: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        """Logits [B, vocab] for the position after idx [B, T], whose tokens follow the
+        `cache.length` positions the cache holds; adds them to the cache.
 
-    # --- sampling ---------------------------------------------------------------
-
-    def _step(self, idx: torch.Tensor, cache: KVCache | None) -> torch.Tensor:
-        """Logits [B, V] for the position after idx; extends the cache if given."""
-        start = cache.length if cache is not None else 0
-        x = self._embed(idx, start)
+        The layers see the B x T positions as rows of a 2-D tensor (see `SelfAttention.decode`)."""
+        B, T = idx.shape
+        start = cache.length
+        if start + T > self.config.block_size:
+            raise ValueError(f"the KV cache is full ({self.config.block_size} positions); re-anchor the context first")
+        x = F.embedding(idx, self.wte.weight)
+        if self.wpe is not None:
+            x = x + self.wpe.weight[start:start + T]
+        x = x.view(B * T, -1)
         for layer, block in enumerate(self.blocks):
-            x = block(x, cache=cache, layer=layer)
-        if cache is not None:
-            cache.length += idx.shape[1]
-        return self.lm_head(self.ln_f(x[:, -1, :]))
+            x = block.decode(x, cache, layer)
+        cache.advance(T)
+        last = x.view(B, T, -1)[:, -1]
+        return F.linear(self.ln_f.forward(last), self.wte.weight)
 
     @torch.inference_mode()  # lighter than no_grad: no version counters, no view tracking
     def generate_stream(self, idx: torch.Tensor, max_new_tokens: int, *, temperature: float = 1.0,
@@ -234,20 +275,13 @@ class GPT(nn.Module):
         block = self.config.block_size
         keep = max(1, block // 2)
         context = idx[:, -block:]
-        cache = None
-        if use_cache:
-            cfg = self.config
-            cache = KVCache(cfg.n_layer, idx.shape[0], cfg.n_head, block, cfg.n_embd // cfg.n_head,
-                            idx.device, self.wte.weight.dtype)
+        cache = self.new_cache(idx.shape[0]) if use_cache else None
         pending = context  # tokens not yet in the cache
-        decoder = TokenDecoder(self, cache) if cache is not None else None
         for _ in range(max_new_tokens):
             if cache is None:
-                logits = self._step(context, None)
-            elif pending.shape[1] == 1:  # the usual case: one new token, on the lean path
-                logits = decoder.step(pending)
-            else:  # the prompt, or the re-anchored half block: through the modules
-                logits = self._step(pending, cache)
+                logits = self(context)[0][:, -1]
+            else:
+                logits = self.decode(pending, cache)
             next_token = sample_next(logits, temperature, top_k, top_p, generator)
             yield next_token
             context = torch.cat([context, next_token], dim=1)
@@ -271,8 +305,8 @@ def sample_next(logits: torch.Tensor, temperature: float = 1.0, top_k: int | Non
     if temperature == 0:
         return logits.argmax(dim=-1, keepdim=True)
     logits = logits.float() / temperature
-    if top_k is not None:
-        kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, -1:]
+    if top_k is not None and top_k < logits.size(-1):
+        kth = torch.topk(logits, top_k).values[:, -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
     if top_p is not None and top_p < 1.0:
         sorted_logits, order = torch.sort(logits, descending=True)
@@ -282,4 +316,7 @@ def sample_next(logits: torch.Tensor, temperature: float = 1.0, top_k: int | Non
         drop = drop_sorted.scatter(-1, order, drop_sorted)
         logits = logits.masked_fill(drop, float("-inf"))
     probs = torch.softmax(logits, dim=-1)
-    return torch.multinomial(probs, num_samples=1, generator=generator)
+    # An "exponential race": with E_i ~ Exp(1), argmax p_i / E_i is token i with probability
+    # p_i, exactly as torch.multinomial draws, for one random draw and an argmax.
+    race = torch.empty_like(probs).exponential_(generator=generator)
+    return (probs / race).argmax(dim=-1, keepdim=True)

@@ -153,7 +153,7 @@ CASES = [
     Case("block-size-zero", "block_size 0", "train",
          lambda w: w.train("--block_size=0"), 2, ("'block_size' must be a positive integer",)),
     Case("n-embd-indivisible", "n_embd not divisible by n_head", "train",
-         lambda w: w.train("--n_embd=15"), 2, ("not divisible by n_head=2", "e.g. 16")),
+         lambda w: w.train("--n_embd=15"), 2, ("'n_embd' must be a multiple of 'n_head' (2)", "use 16")),
     Case("unknown-tokenizer", "unknown tokenizer", "train",
          lambda w: w.train("--tokenizer=bpe"), 2, ("'tokenizer' must be one of char, gpt2",)),
     Case("not-finite", "a number that is nan or inf", "train",

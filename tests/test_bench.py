@@ -1,64 +1,77 @@
-"""bench/run.py's bookkeeping: which peak an MFU divides by, random-token batches, --set.
+"""bench/'s bookkeeping: spreads and per-repeat ratios, MFU against the right peak, nanoGPT's
+output read back, random-token batches, the training step it times, --set.
 (The benchmarks themselves are timings and live outside the test suite.)"""
-
-import importlib.util
-import sys
 
 import pytest
 import torch
 
-from tests.cli import ROOT
+from bench import nanogpt, report, run, workers
+from bench.harness import spread
 
 
-def load_bench():
-    spec = importlib.util.spec_from_file_location("bench_run", ROOT / "bench" / "run.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up while being defined
-    spec.loader.exec_module(module)
-    return module
+def test_a_spread_keeps_median_range_and_every_value():
+    assert spread([3.0, 1.0, None, 2.0]) == {"median": 2.0, "min": 1.0, "max": 3.0, "n": 3, "values": [3.0, 1.0, 2.0]}
+    assert spread([None]) is None
 
 
-bench = load_bench()
+def test_ratios_pair_each_repeat_of_nanogpt_with_the_same_repeat_of_ours():
+    raw = {("recipe", "nanogpt"): [{"wall_s": 60.0, "tokens_per_s": 100.0}, {"wall_s": 90.0, "tokens_per_s": 50.0}],
+           ("recipe", "ours"): [{"wall_s": 40.0, "tokens_per_s": 150.0}, {"wall_s": 45.0, "tokens_per_s": 100.0}]}
+    ratios = report.summarise(raw)["ratios"]
+    # Per repeat: 60/40 = 1.5 and 90/45 = 2.0, not a ratio of medians (75/42.5).
+    assert ratios["recipe_speedup"]["values"] == [1.5, 2.0]
+    assert ratios["recipe_tokens_per_s"]["median"] == pytest.approx(1.75)
 
 
-def throughput_row(compute_dtype: str, **extra) -> dict:
-    return {"dataset": "tinystories", "tokenizer": "gpt2", "compute_dtype": compute_dtype,
-            "achieved_gflops": 400_000.0, **extra}
+def test_a_failed_repeat_is_left_out_and_counted():
+    row = report.aggregate([{"wall_s": 2.0}, {"error": "exited 1"}, {"wall_s": 4.0}])
+    assert row["wall_s"]["median"] == 3.0 and row["repeats"] == 3 and row["failed_repeats"] == 1
+    assert "error" in report.aggregate([{"error": "exited 1"}])
+
+
+def throughput_row(compute_dtype: str, gflops: float) -> dict:
+    return {"compute_dtype": compute_dtype, "achieved_gflops": gflops}
 
 
 def test_mfu_divides_by_the_peak_of_the_dtype_the_run_computed_in():
-    peak = {"best_gflops": 50_000.0, "bf16_best_gflops": 800_000.0}
-    raw = {("peak", "fp32_matmul"): [peak],
-           ("throughput", "configs/a.toml"): [throughput_row("bfloat16")],
-           ("throughput", "configs/b.toml"): [throughput_row("float32")]}
-    results = bench.summarise(raw)
-    a, b = results["throughput"]["a"], results["throughput"]["b"]
-    assert (a["peak_dtype"], a["mfu"]) == ("bfloat16", pytest.approx(0.5))
-    assert (b["peak_dtype"], b["mfu"]) == ("float32", pytest.approx(8.0))
+    raw = {("peak", "matmul"): [{"best_gflops": 50_000.0, "bf16_best_gflops": 800_000.0}],
+           ("throughput", "configs/a.toml"): [throughput_row("bfloat16", 400_000.0)],
+           ("throughput", "configs/b.toml"): [throughput_row("float32", 400_000.0)]}
+    rows = report.summarise(raw)["throughput"]
+    assert (rows["a"]["peak_dtype"], rows["a"]["mfu"]["median"]) == ("bfloat16", pytest.approx(0.5))
+    assert (rows["b"]["peak_dtype"], rows["b"]["mfu"]["median"]) == ("float32", pytest.approx(8.0))
 
 
 def test_a_cpu_peak_has_no_bf16_figure_so_bf16_runs_fall_back_to_fp32():
-    raw = {("peak", "fp32_matmul"): [{"best_gflops": 100.0}],
-           ("throughput", "configs/a.toml"): [throughput_row("bfloat16", achieved_gflops=50.0)]}
-    row = bench.summarise(raw)["throughput"]["a"]
-    assert row["peak_dtype"] == "float32" and row["mfu"] == pytest.approx(0.5)
+    raw = {("peak", "matmul"): [{"best_gflops": 100.0}],
+           ("throughput", "configs/a.toml"): [throughput_row("bfloat16", 50.0)]}
+    row = report.summarise(raw)["throughput"]["a"]
+    assert row["peak_dtype"] == "float32" and row["mfu"]["median"] == pytest.approx(0.5)
 
 
-def test_only_the_recipe_as_nanogpt_ran_it_is_compared_with_nanogpt():
-    recipe = {"dataset": "shakespeare", "tokenizer": "char", "compute_dtype": "float32", "achieved_gflops": 50.0,
-              "tokens_per_s": 9900.0, "ms_per_step": 77.0}
-    raw = {("peak", "fp32_matmul"): [{"best_gflops": 100.0}],
-           ("throughput", "configs/plain.toml"): [dict(recipe)],
-           ("throughput", "configs/random.toml"): [dict(recipe, synthetic=True)],
-           ("throughput", "configs/changed.toml"): [dict(recipe, overrides=["--compile=true"])]}
-    rows = bench.summarise(raw)["throughput"]
-    assert rows["plain"]["vs_nanogpt"]["tokens_per_s"] == pytest.approx(1.0)
-    assert "vs_nanogpt" not in rows["random"] and "vs_nanogpt" not in rows["changed"]
+def test_nanogpt_output_is_read_into_evaluations_and_step_times():
+    lines = [(1.0, "step 0: train loss 4.1676, val loss 4.1649"),
+             (2.0, "iter 0: loss 4.1700, time 900.00ms, mfu -100.00%"),
+             (2.1, "iter 1: loss 4.0000, time 30.00ms, mfu 1.00%"),
+             (2.2, "iter 2: loss 3.9000, time 32.00ms, mfu 1.00%"),
+             (9.5, "step 250: train loss 2.1000, val loss 2.2000"), (9.6, "saving checkpoint to out-recipe")]
+    parsed = nanogpt.parse_training(lines)
+    assert parsed["evals"] == [{"step": 0, "train_loss": 4.1676, "val_loss": 4.1649, "wall_s": 1.0},
+                               {"step": 250, "train_loss": 2.1, "val_loss": 2.2, "wall_s": 9.5}]
+    assert parsed["step_ms"] == [30.0, 32.0]  # iteration 0 carries the evaluation before it
+
+
+def test_the_time_to_target_is_the_first_evaluation_at_or_below_it():
+    evals = [{"step": 0, "val_loss": 4.0, "wall_s": 1.0}, {"step": 50, "val_loss": 1.9, "wall_s": 5.0},
+             {"step": 100, "val_loss": 1.886, "wall_s": 9.0}, {"step": 150, "val_loss": 1.7, "wall_s": 13.0}]
+    figures = run._training_figures(evals, steps=150, tokens_per_step=10, wall_s=15.0)
+    assert (figures["reached"], figures["step_at_target"], figures["wall_s_at_target"]) == (True, 100, 9.0)
+    assert figures["tokens_per_s"] == 100.0 and figures["final_val_loss"] == 1.7
 
 
 def test_synthetic_batches_are_shifted_random_tokens_of_the_padded_vocabulary():
-    assert bench.SYNTHETIC_VOCAB["gpt2"] % 64 == 0 and bench.SYNTHETIC_VOCAB["gpt2"] >= 50257
-    batches = bench.SyntheticBatches(50304, block_size=16, batch_size=3, device=torch.device("cpu"))
+    assert workers.SYNTHETIC_VOCAB["gpt2"] % 64 == 0 and workers.SYNTHETIC_VOCAB["gpt2"] >= 50257
+    batches = workers.SyntheticBatches(50304, block_size=16, batch_size=3, device=torch.device("cpu"))
     x, y = batches.train()
     assert x.shape == y.shape == (3, 16)
     assert torch.equal(x[:, 1:], y[:, :-1])
@@ -66,19 +79,19 @@ def test_synthetic_batches_are_shifted_random_tokens_of_the_padded_vocabulary():
     assert not torch.equal(batches.train()[0], x)  # a new batch each step
 
 
-def test_throughput_worker_runs_on_random_tokens_without_a_corpus(tmp_path):
+def test_throughput_times_the_trainers_own_step_on_random_tokens(tmp_path):
     config = tmp_path / "tiny.toml"
     config.write_text('dataset = "no-such-corpus.txt"\ntokenizer = "gpt2"\nn_layer = 1\nn_head = 2\n'
                       'n_embd = 16\nblock_size = 8\nbatch_size = 2\n')
-    result = bench.worker_throughput({"config": str(config), "warmup": 1, "steps": 2, "synthetic": True,
-                                      "overrides": ["--grad_accum=2"]})
+    result = workers.throughput({"config": str(config), "warmup": 1, "steps": 2, "synthetic": True,
+                                 "overrides": ["--grad_accum=2"]})
     assert result["vocab_size"] == 50304 and result["synthetic"] is True
     assert result["tokens_per_step"] == 2 * 8 * 2 and result["timed_steps"] == 2
-    assert result["compute_dtype"] == "float32"
+    assert result["compute_dtype"] == "float32" and result["last_loss"] > 0
 
 
 def test_a_bad_set_is_refused_in_one_line():
     with pytest.raises(SystemExit) as info:
-        bench.main(["--only", "throughput", "--set", "n_head=three"])
+        run.main(["--only", "throughput", "--set", "n_head=three"])
     message = str(info.value)
     assert message.startswith("error: --set with configs/") and "n_head" in message and "\n" not in message

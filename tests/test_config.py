@@ -46,7 +46,7 @@ def test_unknown_key_names_it_and_suggests(tmp_path):
     ("n_layer = 'four'", "'n_layer' in .* must be an integer"),
     ("compile = 1", "'compile' .* must be true or false"),
     ("n_layer = 0", "'n_layer' must be a positive integer"),
-    ("n_embd = 130", "not divisible by n_head"),
+    ("n_embd = 130", "must be a multiple of 'n_head'"),
     ("tokenizer = 'bpe'", "'tokenizer' must be one of char, gpt2"),
     ("n_layer = [", "not valid TOML.*line 1"),
     ("n_layer = 2\nn_head = = 3", "not valid TOML.*line 2"),

@@ -3,8 +3,7 @@
 import pytest
 import torch
 
-from model import GPT, GPTConfig, KVCache, sample_next
-from model.decode import TokenDecoder
+from model import GPT, GPTConfig, sample_next
 
 
 def tiny(arch="gpt2", **kw):
@@ -76,42 +75,36 @@ def test_greedy_generation_is_identical_with_and_without_kv_cache(arch, new_toke
 
 
 @pytest.mark.parametrize("arch,bias", [("gpt2", False), ("gpt2", True), ("modern", False)])
-def test_token_decoder_matches_the_module_path(arch, bias):
-    # Sampling decodes one token at a time on plain tensors (model/decode.py);
-    # every step must give the logits the modules give, and fill the cache the same way.
+@pytest.mark.parametrize("prompt", [1, 4])
+def test_cached_decoding_matches_the_full_forward_pass(arch, bias, prompt):
+    # Sampling runs a prompt, then one token at a time, through the cached path
+    # (GPT.decode); at every position it must give the logits the full forward pass
+    # gives, and leave in the cache exactly the keys and values that pass computes.
     model = tiny(arch, bias=bias)
     for p in model.parameters():
         torch.nn.init.normal_(p, std=0.3)
-    cfg = model.config
     tokens = torch.randint(0, 50, (2, 12))
-
-    def new_cache():
-        return KVCache(cfg.n_layer, 2, cfg.n_head, cfg.block_size, cfg.n_embd // cfg.n_head,
-                       torch.device("cpu"), torch.float32)
-
-    module_cache, lean_cache = new_cache(), new_cache()
-    decoder = TokenDecoder(model, lean_cache)
+    full, _ = model(tokens, all_logits=True)
+    cache = model.new_cache(batch=2)
     with torch.inference_mode():
-        model._step(tokens[:, :4], module_cache)  # a prompt, through the modules, in both caches
-        model._step(tokens[:, :4], lean_cache)
-        for t in range(4, 12):
-            expected = model._step(tokens[:, t:t + 1], module_cache)
-            got = decoder.step(tokens[:, t:t + 1])
-            torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
-    assert lean_cache.length == module_cache.length == 12
-    for layer in range(cfg.n_layer):
-        torch.testing.assert_close(lean_cache.keys[layer], module_cache.keys[layer], atol=1e-5, rtol=1e-5)
-        torch.testing.assert_close(lean_cache.values[layer], module_cache.values[layer], atol=1e-5, rtol=1e-5)
+        got = [model.decode(tokens[:, :prompt], cache)]
+        got += [model.decode(tokens[:, t:t + 1], cache) for t in range(prompt, 12)]
+    torch.testing.assert_close(torch.stack(got, dim=1), full[:, prompt - 1:], atol=1e-5, rtol=1e-5)
+    assert cache.length == 12
+    x = model.wte(tokens) + (model.wpe.weight[:12] if model.wpe is not None else 0)
+    for layer, block in enumerate(model.blocks):
+        _, keys, values = block.attn._project(block.ln_1(x))
+        torch.testing.assert_close(cache.keys[layer][:, :, :12], keys, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(cache.values[layer][:, :, :12], values, atol=1e-5, rtol=1e-5)
+        x = block(x)
 
 
-def test_token_decoder_refuses_a_full_cache():
+def test_a_full_cache_is_refused():
     model = tiny()
-    cfg = model.config
-    cache = KVCache(cfg.n_layer, 1, cfg.n_head, cfg.block_size, cfg.n_embd // cfg.n_head,
-                    torch.device("cpu"), torch.float32)
-    cache.length = cfg.block_size
+    cache = model.new_cache(batch=1)
+    model.decode(torch.zeros(1, model.config.block_size, dtype=torch.long), cache)
     with pytest.raises(ValueError, match="cache is full"):
-        TokenDecoder(model, cache).step(torch.zeros(1, 1, dtype=torch.long))
+        model.decode(torch.zeros(1, 1, dtype=torch.long), cache)
 
 
 def test_long_prompt_is_cropped_to_block_size():
@@ -126,6 +119,14 @@ def test_seeded_sampling_is_reproducible():
     a = model.generate(prompt, 20, generator=torch.Generator().manual_seed(7))
     b = model.generate(prompt, 20, generator=torch.Generator().manual_seed(7))
     assert torch.equal(a, b)
+
+
+def test_sampling_draws_each_token_with_its_probability():
+    probs = torch.tensor([0.1, 0.2, 0.7])
+    logits = probs.log().expand(30_000, 3)
+    draws = sample_next(logits, temperature=1.0, generator=torch.Generator().manual_seed(0))
+    frequencies = torch.bincount(draws[:, 0], minlength=3) / 30_000
+    torch.testing.assert_close(frequencies, probs, atol=0.01, rtol=0)  # about 4 standard errors
 
 
 def test_top_k_and_top_p_keep_only_the_likely_tokens():
@@ -150,7 +151,7 @@ def test_ablating_a_head_changes_the_output_and_bad_heads_are_named():
 
 
 def test_config_rejects_impossible_sizes():
-    with pytest.raises(ValueError, match="divisible"):
+    with pytest.raises(ValueError, match="multiple of 'n_head'"):
         GPTConfig(vocab_size=10, n_embd=10, n_head=4)
     with pytest.raises(ValueError, match="n_layer"):
         GPTConfig(vocab_size=10, n_layer=0)

@@ -12,30 +12,22 @@ import torch
 
 from data.probes import AlignedProbe
 from data.tokenizer import CharTokenizer
-from errors import UsageError, UserError
+from errors import UserError
 from model.gpt import GPT, GPTConfig
-from watch import (
+from watch.capture import capture_attention, continuation_logits
+from watch.heads import ablation_for, head_name, parse_head
+from watch.heatmaps import HeatmapFigure, head_figure, layer_figure, save_png
+from watch.metrics import (
+    ContinuationStats,
     HeadStats,
-    HeatmapFigure,
+    ProbeReport,
     ablation_effect,
-    ablation_for,
     baselines,
-    best_head,
-    capture_attention,
-    continuation_logits,
-    display_token,
     evaluate_probes,
-    format_head_table,
-    head_figure,
-    head_name,
     head_stats,
-    layer_figure,
-    log_attention,
-    parse_head,
-    save_png,
-    top_attended,
 )
-from watch.metrics import ContinuationStats, ProbeReport
+from watch.report import display_token, head_table, top_attended
+from watch.tensorboard import log_attention
 
 
 @dataclass
@@ -122,7 +114,12 @@ def test_head_stats_on_known_patterns():
     assert uniform.referent_no_sink == pytest.approx(((2 / 6) / (5 / 6) + (1 / 6) / (5 / 6)) / 2)
     assert uniform.top1_no_sink == pytest.approx(0.5)
 
-    assert best_head(stats).name == "L1H0"
+    assert report_of(stats).best.name == "L1H0"
+
+
+def report_of(heads: dict[str, HeadStats]) -> ProbeReport:
+    continuation = ContinuationStats(None, None, None, 0, 0, 0)
+    return ProbeReport(heads, 10, {"chance": 0.5, "first_noun": 0.5, "nearest_noun": 0.5}, continuation)
 
 
 def test_best_head_breaks_ties_by_top1():
@@ -130,7 +127,7 @@ def test_best_head_breaks_ties_by_top1():
         return HeadStats(layer, head, referent, 0.1, top1, None, None, None, 10, int(10 * top1), 0, 0)
 
     heads = {s.name: s for s in [stats(0, 0, 0.6, 0.7), stats(0, 1, 0.6, 0.9), stats(1, 0, 0.5, 1.0)]}
-    assert best_head(heads).name == "L0H1"
+    assert report_of(heads).best.name == "L0H1"
 
 
 def test_baselines():
@@ -163,12 +160,16 @@ def test_report_dict_markdown_and_table():
     assert data["continuation_accuracy"] == 0.5
     assert data["baselines"]["first_noun"] == pytest.approx(2 / 3)
 
-    md = report.to_markdown().splitlines()
+    md = head_table(report, markdown=True).splitlines()
     assert md[0].startswith("| rank | head |")
     ranked = [line.split("|")[2].strip() for line in md[2:6]]
     assert ranked == ["**L1H0**", "L0H1", "L1H1", "L0H0"]
 
-    table = format_head_table(report).splitlines()
+    table = head_table(report).splitlines()
+    # One formatter: the Markdown rows hold exactly the cells of the terminal's rows.
+    for md_row, text_row in zip(md[2:6], table[2:6], strict=True):
+        cells = [c.strip().strip("*") for c in md_row.strip("|").split("|")]
+        assert text_row.lstrip("* ").split() == " ".join(cells).split()
     assert table[2].startswith("*") and "L1H0" in table[2]
     assert not any(line.startswith("*") for line in table[3:6])
     # Aligned columns: every row of the table has the same width up to its last cell.
@@ -302,7 +303,7 @@ def test_evaluate_probes_and_ablation():
     assert effect["continuation_accuracy"] == plain.continuation_accuracy
     assert effect["logit_diff_ablated"] == pytest.approx(ablated.continuation.logit_diff)
     assert ablation_effect(model, probes, (0, 1)) == effect
-    with pytest.raises(UsageError):
+    with pytest.raises(ValueError):
         ablation_effect(model, probes, "L2H0")
 
 
@@ -461,7 +462,7 @@ def test_parse_head_accepts_names():
 
 @pytest.mark.parametrize("bad", ["1.2", "L1", "H1L2", "", "L1H2x", "layer1head2"])
 def test_parse_head_rejects_bad_forms(bad):
-    with pytest.raises(UsageError) as info:
+    with pytest.raises(ValueError) as info:
         parse_head(bad)
     message = str(info.value)
     assert repr(bad) in message and "L<layer>H<head>" in message and "\n" not in message
@@ -469,6 +470,6 @@ def test_parse_head_rejects_bad_forms(bad):
 
 @pytest.mark.parametrize(("bad", "what"), [("L2H0", "layers are 0..1"), ("L0H4", "heads are 0..3")])
 def test_parse_head_rejects_out_of_range(bad, what):
-    with pytest.raises(UsageError, match=what) as info:
+    with pytest.raises(ValueError, match=what) as info:
         parse_head(bad, n_layer=2, n_head=4)
     assert "L0H0 to L1H3" in str(info.value)

@@ -13,15 +13,24 @@ import os
 import pickle
 import re
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from errors import UserError
+from data.tokenizer import Tokenizer, tokenizer_from_meta
+from errors import UsageError, UserError, warn
+from model.gpt import GPT, MODEL_FIELDS, GPTConfig
+from trainer.config import TrainConfig
 
 FORMAT = "gptwatch-checkpoint"
 FORMAT_VERSION = 1
 ZIP_MAGIC = b"PK\x03\x04"
+
+
+# What a resumed run must share with its checkpoint: the vocabulary is checked through the
+# tokenizer, a smaller block_size just trains on shorter windows, and dropout only acts in training.
+RESUME_MUST_MATCH = tuple(name for name in MODEL_FIELDS if name not in ("vocab_size", "block_size", "dropout"))
 
 
 class CheckpointError(UserError):
@@ -147,3 +156,70 @@ def _pickled_object(message: str) -> str | None:
     if "Can only create new object" in message or "call reduce for unrecognized function" in message:
         return "an object of a class that is not a tensor"
     return None
+
+
+@dataclass
+class Loaded:
+    """A checkpoint made usable: the model in eval mode on its device, its tokenizer, and the
+    checkpoint's other contents (step, configs, run name)."""
+
+    model: GPT
+    tokenizer: Tokenizer
+    payload: dict
+
+
+def load_model(path: str | Path, device: torch.device) -> Loaded:
+    """The one way from a checkpoint file (or the folder holding ckpt.pt) to a model and its tokenizer."""
+    payload = load_checkpoint(path, map_location=device)
+    try:
+        config = GPTConfig(**payload["model_config"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CheckpointError(f"{path} holds no usable model_config ({exc}); it was not written by this "
+                              f"trainer's train.py: use the ckpt.pt that train.py wrote") from None
+    model = GPT(config)
+    try:
+        model.load_state_dict(payload["model"])
+    except (KeyError, RuntimeError) as exc:
+        raise CheckpointError(f"{path}: the saved weights do not fit the saved model_config "
+                              f"({' '.join(str(exc).split())[:200]}); use the ckpt.pt that train.py wrote") from None
+    model.to(device).eval()
+    return Loaded(model, tokenizer_from_meta(payload["tokenizer"]), payload)
+
+
+def check_resume_compatible(cfg: TrainConfig, ckpt: dict, tokenizer_meta: dict) -> None:
+    """A UsageError naming the first setting that differs from the checkpoint's in a way resuming cannot absorb."""
+    saved = ckpt["model_config"]
+    if cfg.block_size > saved["block_size"]:  # a smaller one just trains on shorter windows
+        raise UsageError(f"--block_size={cfg.block_size} is larger than the {saved['block_size']} the checkpoint "
+                         f"was trained with; resume with --block_size={saved['block_size']} or start a new out_dir")
+    for key in RESUME_MUST_MATCH:
+        if saved[key] != getattr(cfg, key):
+            raise UsageError(f"config key '{key}' is {getattr(cfg, key)!r} but the checkpoint was trained with "
+                             f"{saved[key]!r}; use the same value to resume, or a new --out_dir")
+    saved_optimizer = ckpt["train_config"].get("optimizer", "adamw")
+    if saved_optimizer != cfg.optimizer:  # the optimizer states would not fit
+        raise UsageError(f"config key 'optimizer' is {cfg.optimizer!r} but the checkpoint was trained with "
+                         f"{saved_optimizer!r}; use the same value to resume, or a new --out_dir")
+    if ckpt["tokenizer"] != tokenizer_meta:
+        raise UsageError("the checkpoint's vocabulary does not match this data's; resume with the dataset and "
+                         "tokenizer it was trained on, or start a new --out_dir")
+
+
+class CheckpointWriter:
+    """A run's saves to `path`. The first save of a run that did not resume keeps the
+    checkpoint it replaces (an earlier run's) as ckpt.prev.pt, so a new run never silently
+    destroys the last one; it does so only at that first save, so a run that fails before
+    saving leaves everything in place."""
+
+    def __init__(self, path: Path, *, keep_previous: bool, saved_step: int | None) -> None:
+        self.path = path
+        self.keep_previous = keep_previous
+        self.saved_step = saved_step  # step of the checkpoint on disk from this run (or the one resumed)
+
+    def save(self, payload: dict, step: int) -> None:
+        previous = self.path.with_name("ckpt.prev.pt") if self.keep_previous else None
+        save_checkpoint(self.path, payload, keep_previous=previous)
+        if previous is not None:
+            self.keep_previous = False
+            warn(f"{self.path} held an earlier run (this one has no --resume); kept it as {previous}")
+        self.saved_step = step

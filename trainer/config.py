@@ -15,7 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_type_hints
 
+from data.corpora import NAMES as CORPORA
+from data.tokenizer import TOKENIZERS
 from errors import UsageError
+from model.gpt import ARCHITECTURES, MODEL_FIELDS, GPTConfig
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
 DTYPES = ("auto", "float32", "bfloat16")
@@ -32,16 +35,16 @@ def _opt(default: Any, help: str, choices: tuple[str, ...] | None = None, group:
 @dataclass
 class TrainConfig:
     # data
-    dataset: str = _opt("pronouns", "named corpus (pronouns, shakespeare, tinystories) or a path to a UTF-8 text file",
+    dataset: str = _opt("pronouns", f"named corpus ({', '.join(CORPORA)}) or a path to a UTF-8 text file",
                         group="data")
-    tokenizer: str = _opt("char", "char (characters of the corpus) or gpt2 (GPT-2 BPE, compacted)",
-                          ("char", "gpt2"), "data")
+    tokenizer: str = _opt("char", "char (characters of the corpus) or gpt2 (GPT-2 BPE, compacted)", TOKENIZERS,
+                          "data")
     val_fraction: float = _opt(0.1, "share of the corpus held out for validation (the tail)", group="data")
     data_dir: str = _opt("data/prepared", "where prepared token files are cached", group="data")
     corpus_sentences: int = _opt(30000, "sentences generated for the pronouns corpus", group="data")
     # model
     arch: str = _opt("gpt2", "gpt2 (classic, for teaching) or modern (rotary, QK-norm, RMSNorm, ReLU²)",
-                     ("gpt2", "modern"), "model")
+                     ARCHITECTURES, "model")
     n_layer: int = _opt(4, "transformer blocks", group="model")
     n_head: int = _opt(4, "attention heads per block", group="model")
     n_embd: int = _opt(128, "embedding width (a multiple of n_head)", group="model")
@@ -97,8 +100,8 @@ class TrainConfig:
             if choices and getattr(self, f.name) not in choices:
                 raise UsageError(f"config key '{f.name}' must be one of {', '.join(choices)}; "
                                  f"got {getattr(self, f.name)!r}")
-        positive = ("n_layer", "n_head", "n_embd", "block_size", "batch_size", "grad_accum", "max_iters",
-                    "eval_interval", "eval_iters", "log_interval", "corpus_sentences")
+        positive = ("batch_size", "grad_accum", "max_iters", "eval_interval", "eval_iters", "log_interval",
+                    "corpus_sentences")
         for name in positive:
             if getattr(self, name) <= 0:
                 raise UsageError(f"config key '{name}' must be a positive integer; got {getattr(self, name)}")
@@ -111,19 +114,22 @@ class TrainConfig:
             raise UsageError(f"config key 'seed' must be between 0 and 2**32 - 1; got {self.seed}")
         if self.learning_rate <= 0 or self.muon_lr <= 0:
             raise UsageError("config keys 'learning_rate' and 'muon_lr' must be > 0")
-        if self.n_embd % self.n_head:
-            multiple = self.n_head * (self.n_embd // self.n_head + 1)
-            raise UsageError(f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}; "
-                             f"choose n_embd as a multiple of n_head (e.g. {multiple})")
+        try:  # the model's sizes follow the model's own rules
+            self.model_config(vocab_size=1)
+        except ValueError as exc:
+            raise UsageError(f"config key {exc}") from None
         if not 0 < self.val_fraction < 1:
             raise UsageError(f"config key 'val_fraction' must be between 0 and 1; got {self.val_fraction}")
-        if not 0 <= self.dropout < 1:
-            raise UsageError(f"config key 'dropout' must be in [0, 1); got {self.dropout}")
         for name in ("beta1", "beta2"):
             if not 0 <= getattr(self, name) < 1:
                 raise UsageError(f"config key '{name}' must be in [0, 1); got {getattr(self, name)}")
         if not all(isinstance(s, str) for s in self.watch_sentences):
             raise UsageError("config key 'watch_sentences' must be a list of strings")
+
+    def model_config(self, vocab_size: int) -> GPTConfig:
+        """The model these settings describe, for a vocabulary of `vocab_size`."""
+        return GPTConfig(vocab_size=vocab_size, **{name: getattr(self, name) for name in MODEL_FIELDS
+                                                   if name != "vocab_size"})
 
     @property
     def decay_iters(self) -> int:

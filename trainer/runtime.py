@@ -10,7 +10,7 @@ import torch
 import torch.distributed as dist
 
 from errors import UsageError
-from trainer.config import TrainConfig
+from trainer.config import DEVICES, TrainConfig
 
 
 @dataclass
@@ -36,14 +36,21 @@ class Runtime:
 
 
 def pick_device(name: str) -> torch.device:
+    """"auto" (cuda, then mps, then cpu), "cpu", "cuda", "cuda:N" or "mps", checked to exist here."""
+    kind, _, index = name.partition(":")
+    if kind not in DEVICES or (index and (kind != "cuda" or not index.isdigit())):
+        raise UsageError(f"unknown device {name!r}; use one of {', '.join(DEVICES)} (or cuda:N for one GPU)")
     if name == "auto":
         if torch.cuda.is_available():
             return torch.device("cuda")
         if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
             return torch.device("mps")
         return torch.device("cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise UsageError("--device=cuda but no CUDA GPU is visible; use --device=auto or --device=cpu")
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise UsageError(f"--device={name} but no CUDA GPU is visible; use --device=auto or --device=cpu")
+    if index and int(index) >= torch.cuda.device_count():
+        raise UsageError(f"--device={name} but only {torch.cuda.device_count()} CUDA GPU(s) are visible; "
+                         f"use cuda:0 to cuda:{torch.cuda.device_count() - 1}")
     if name == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
         raise UsageError("--device=mps but MPS is not available; use --device=auto or --device=cpu")
     return torch.device(name)
@@ -87,3 +94,11 @@ def teardown(rt: Runtime) -> None:
         # connections while another still sends makes gloo abort the latter.
         dist.barrier()
         dist.destroy_process_group()
+
+
+def ranks_agree(model: torch.nn.Module) -> bool:
+    """Whether every process holds exactly the same parameters (DDP's promise)."""
+    flat = torch.cat([p.detach().float().flatten() for p in model.parameters()])
+    gathered = [torch.empty_like(flat) for _ in range(dist.get_world_size())]
+    dist.all_gather(gathered, flat)
+    return all(torch.equal(gathered[0], g) for g in gathered[1:])

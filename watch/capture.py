@@ -16,11 +16,10 @@ import torch
 import torch.nn as nn
 
 from errors import UserError
+from model.gpt import Ablation
 
 if TYPE_CHECKING:
     from data.probes import AlignedProbe
-
-Ablation = dict[int, list[int]]  # layer -> heads whose output is zeroed
 
 
 @contextmanager

@@ -5,8 +5,6 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from errors import UsageError
-
 _HEAD = re.compile(r"L(\d+)H(\d+)", re.IGNORECASE)
 _FORM = "L<layer>H<head>, e.g. L1H3 (zero-based)"
 
@@ -18,26 +16,21 @@ def head_name(layer: int, head: int) -> str:
     return f"L{layer}H{head}"
 
 
-def all_heads(n_layer: int, n_head: int) -> list[Head]:
-    """Every (layer, head) in order: L0H0, L0H1, ..., L{n_layer-1}H{n_head-1}."""
-    return [(layer, head) for layer in range(n_layer) for head in range(n_head)]
-
-
 def parse_head(text: str, n_layer: int | None = None, n_head: int | None = None) -> Head:
     """"L1H3" (any case, surrounding spaces allowed) -> (1, 3).
 
     With `n_layer` / `n_head` the head must also exist in such a model.
-    Raises `UsageError` with a one-line message naming the bad value.
+    Raises ValueError with a one-line message naming the bad value.
     """
     match = _HEAD.fullmatch(text.strip()) if isinstance(text, str) else None
     if match is None:
-        raise UsageError(f"bad head name {text!r}: expected {_FORM}")
+        raise ValueError(f"bad head name {text!r}: expected {_FORM}")
     layer, head = int(match.group(1)), int(match.group(2))
     if n_layer is not None and layer >= n_layer:
-        raise UsageError(f"head {text.strip()!r} names layer {layer}, but the model's layers are "
+        raise ValueError(f"head {text.strip()!r} names layer {layer}, but the model's layers are "
                          f"0..{n_layer - 1}; expected {_range(n_layer, n_head)}")
     if n_head is not None and head >= n_head:
-        raise UsageError(f"head {text.strip()!r} names head {head}, but each layer's heads are "
+        raise ValueError(f"head {text.strip()!r} names head {head}, but each layer's heads are "
                          f"0..{n_head - 1}; expected {_range(n_layer, n_head)}")
     return layer, head
 

@@ -22,23 +22,11 @@ from matplotlib.patches import Rectangle
 from matplotlib.text import Text
 
 from watch.heads import head_name
+from watch.report import display_token
 
 ANNOTATE_MAX_TOKENS = 16   # beyond this, numbers in cells no longer fit
 LABEL_MAX_TOKENS = 64      # beyond this, only every n-th token is labelled
 CMAP = matplotlib.colormaps["viridis"].with_extremes(bad="white")  # blank for the masked future
-
-
-def display_token(token: str, space_mark: str = "·") -> str:
-    """A token as a readable label: GPT-2's leading space becomes a subtle `space_mark`,
-    newlines and tabs are written as escapes, and a token of only spaces stays visible."""
-    text = token.replace("\n", "\\n").replace("\t", "\\t").replace("\r", "\\r")
-    if not text:
-        return "∅"
-    if not text.strip(" "):
-        return "·" * len(text)
-    if text.startswith(" "):
-        text = space_mark + text[1:]
-    return text
 
 
 def _matrix(pattern: torch.Tensor | np.ndarray, tokens: Sequence[str]) -> np.ndarray:

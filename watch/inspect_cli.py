@@ -11,9 +11,9 @@ import numpy as np
 from errors import UsageError
 from watch.capture import capture_attention
 from watch.heads import ablation_names, head_name
-from watch.heatmaps import display_token, head_figure, layer_figure, save_png
+from watch.heatmaps import head_figure, layer_figure, save_png
 from watch.metrics import evaluate_probes
-from watch.report import format_head_table, last_pronoun_pos, top_attended
+from watch.report import ablation_line, display_token, head_table, last_pronoun_pos, top_attended
 from watch.tensorboard import sentence_slug
 
 
@@ -128,8 +128,6 @@ def show_probes(model, tokenizer, args: argparse.Namespace, ablate: dict) -> Non
     if ablate:
         title += f", with {', '.join(ablation_names(ablate))} ablated"
     print(title + ":")
-    print(format_head_table(report))
+    print(head_table(report))
     if ablate and baseline.continuation_accuracy is not None:
-        before, after = baseline.continuation_accuracy, report.continuation_accuracy
-        print(f"continuation accuracy: {before:.3f} -> {after:.3f} with {', '.join(ablation_names(ablate))} ablated "
-              f"({100 * (after - before):+.1f} points)")
+        print(ablation_line(baseline.continuation_accuracy, report.continuation_accuracy, ablation_names(ablate)))

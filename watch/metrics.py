@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING
 import torch
 import torch.nn as nn
 
-from watch.capture import Ablation, capture_attention, continuation_logits
+from model.gpt import Ablation
+from watch.capture import capture_attention, continuation_logits
 from watch.heads import Head, ablation_names, head_name, parse_head
 
 if TYPE_CHECKING:
@@ -104,46 +105,9 @@ class ProbeReport:
             "ablated": list(self.ablated),
         }
 
-    def to_markdown(self) -> str:
-        """A table ranking the heads, best first, and a line of baselines."""
-        lines = [
-            "| rank | head | referent | distractor | top-1 | referent (no sink) | top-1 (no sink) |",
-            "|---:|:---|---:|---:|---:|---:|---:|",
-        ]
-        for rank, s in enumerate(self.ranked(), start=1):
-            name = f"**{s.name}**" if rank == 1 else s.name
-            lines.append(f"| {rank} | {name} | {_fmt(s.referent)} | {_fmt(s.distractor)} | {_pct(s.top1)} | "
-                         f"{_fmt(s.referent_no_sink)} | {_pct(s.top1_no_sink)} |")
-        lines.append("")
-        lines.append(summary_line(self))
-        return "\n".join(lines)
-
 
 def _rank_key(stats: HeadStats) -> tuple:
     return (-stats.referent, -stats.top1, stats.layer, stats.head)
-
-
-def summary_line(report: ProbeReport) -> str:
-    """Probe count, baselines and continuation accuracy in one line."""
-    parts = [f"{report.n_probes} probes", f"chance {_pct(report.baselines['chance'])}",
-             f"first noun {_pct(report.baselines['first_noun'])}",
-             f"nearest noun {_pct(report.baselines['nearest_noun'])}"]
-    cont = report.continuation
-    if cont.n:
-        parts.append(f"continuation accuracy {_pct(cont.accuracy)} ({cont.n_correct}/{cont.n})")
-    if cont.logit_diff is not None:
-        parts.append(f"logit diff {cont.logit_diff:+.2f}")
-    if report.ablated:
-        parts.append("ablated " + ", ".join(report.ablated))
-    return "; ".join(parts)
-
-
-def _fmt(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3f}"
-
-
-def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{100 * value:.0f}%"
 
 
 def _json_number(value):
@@ -217,13 +181,6 @@ def head_stats(patterns: Sequence[Sequence[torch.Tensor]], aligned: Sequence[Ali
     return stats
 
 
-def best_head(stats: dict[str, HeadStats]) -> HeadStats:
-    """The head with the highest mean referent weight; ties go to higher top-1, then the earlier head."""
-    if not stats:
-        raise ValueError("no heads to choose from")
-    return min(stats.values(), key=_rank_key)
-
-
 def baselines(aligned: Sequence[AlignedProbe]) -> dict[str, float]:
     """Accuracy of heuristics that ignore the model, for the same probes.
 
@@ -273,13 +230,6 @@ def continuation_stats(model: nn.Module, aligned: Sequence[AlignedProbe],
         accuracy=correct / n if n else None, distractor_rate=to_distractor / n if n else None,
         logit_diff=sum(diffs) / len(diffs) if diffs else None, n=n, n_correct=correct, n_logit_diff=len(diffs),
     )
-
-
-def continuation_accuracy(model: nn.Module, aligned: Sequence[AlignedProbe],
-                          ablate: Ablation | None = None) -> float | None:
-    """Fraction of probes whose argmax next token at `continuation_pos` is a referent continuation.
-    Probes without a continuation position are skipped; None if none has one."""
-    return continuation_stats(model, aligned, ablate).accuracy
 
 
 def evaluate_probes(model: nn.Module, aligned: Sequence[AlignedProbe],

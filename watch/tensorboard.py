@@ -8,16 +8,16 @@ The writer is duck-typed (`add_figure`, `add_scalar`, `add_text`), so a
 from __future__ import annotations
 
 import re
-import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch.nn as nn
 
-from errors import UserError
+from errors import UserError, warn
 from watch.capture import capture_attention
 from watch.heatmaps import HeatmapFigure, head_titles
 from watch.metrics import ProbeReport, evaluate_probes
+from watch.report import head_table
 
 if TYPE_CHECKING:
     from data.probes import AlignedProbe
@@ -57,7 +57,8 @@ def log_scores(writer: Any, step: int, report: ProbeReport) -> None:
     for tag, value in scalars.items():
         if value is not None:
             writer.add_scalar(tag, value, step)
-    writer.add_text("attention/heads", f"step {step}, best head **{best.name}**\n\n{report.to_markdown()}", step)
+    table = head_table(report, markdown=True)
+    writer.add_text("attention/heads", f"step {step}, best head **{best.name}**\n\n{table}", step)
 
 
 def log_attention(writer: Any, step: int, model: nn.Module, tokenizer: Any, sentences: Sequence[str],
@@ -79,8 +80,8 @@ def log_attention(writer: Any, step: int, model: nn.Module, tokenizer: Any, sent
     block_size = model.config.block_size
     probes = [item for item in aligned_probes or [] if len(item.ids) <= block_size]
     if aligned_probes and len(probes) < len(aligned_probes):
-        warnings.warn(f"{len(aligned_probes) - len(probes)} of {len(aligned_probes)} probes are longer than "
-                      f"block_size={block_size} and were left out of the attention scores", stacklevel=2)
+        warn(f"{len(aligned_probes) - len(probes)} of {len(aligned_probes)} probes are longer than "
+                      f"block_size={block_size} and were left out of the attention scores")
     report = evaluate_probes(model, probes) if probes else None
     if report is not None:
         log_scores(writer, step, report)
@@ -92,14 +93,14 @@ def log_attention(writer: Any, step: int, model: nn.Module, tokenizer: Any, sent
         try:
             ids = tokenizer.encode(text)
         except UserError as exc:
-            warnings.warn(f"attention heatmap skipped for {text[:60]!r}: {exc}", stacklevel=2)
+            warn(f"attention heatmap skipped for {text[:60]!r}: {exc}")
             continue
         if not ids:
-            warnings.warn(f"attention heatmap skipped for {text[:60]!r}: it has no tokens", stacklevel=2)
+            warn(f"attention heatmap skipped for {text[:60]!r}: it has no tokens")
             continue
         if len(ids) > block_size:
-            warnings.warn(f"attention heatmap of {text[:60]!r} shows only its first {block_size} of "
-                          f"{len(ids)} tokens (block_size)", stacklevel=2)
+            warn(f"attention heatmap of {text[:60]!r} shows only its first {block_size} of "
+                          f"{len(ids)} tokens (block_size)")
         kept.append((text, ids[:block_size]))
 
     captured = capture_attention(model, [ids for _, ids in kept])

@@ -1,0 +1,323 @@
+"""One training run, in one place.
+
+`Trainer.step()` is one optimizer step: this step's learning rate, `grad_accum`
+micro-batches forward and backward, the checks that stop a diverging run, gradient
+clipping and the update. `evaluate()` is the mean loss on both splits. `fit()` is the
+loop around them: evaluate every `eval_interval` steps, checkpoint when val improves
+(and every `ckpt_interval` steps, on Ctrl-C or SIGTERM, and at the end), until `max_iters`.
+
+What a run shows (progress, TensorBoard, samples, attention) plugs in as callbacks: any
+objects with some of the hooks of `Callback`, called in the order given.
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+import time
+from collections.abc import Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.nn.parallel import DistributedDataParallel
+
+from data.batches import Batches
+from data.prepare import Prepared, prepare
+from errors import UserError
+from model.gpt import GPT
+from trainer.checkpoint import CheckpointWriter, check_resume_compatible, load_checkpoint, remove_stale_temp_files
+from trainer.config import TrainConfig
+from trainer.optim import lr_at, make_optimizer, set_lr
+from trainer.runtime import Runtime, ranks_agree
+
+
+@dataclass
+class StepResult:
+    step: int                 # optimizer steps done, this one included
+    loss: float               # mean training loss over the step's micro-batches
+    lr: float
+    grad_norm: float | None   # before clipping; None when grad_clip = 0
+
+
+@dataclass
+class Evaluation:
+    step: int
+    train_loss: float
+    val_loss: float
+    seconds: float            # since fit() began
+
+
+@dataclass
+class FitResult:
+    start_step: int
+    step: int = 0
+    seconds: float = 0.0
+    best_val_loss: float = math.inf
+    evaluations: list[Evaluation] = field(default_factory=list)
+    stopped_by: int | None = None      # the signal that stopped the run early, if one did
+    ranks_agree: bool | None = None    # with several processes: are their parameters identical?
+    metrics: dict[str, float] = field(default_factory=dict)  # final figures callbacks add, for hparams
+
+    @property
+    def steps(self) -> int:
+        return self.step - self.start_step
+
+    @property
+    def completed(self) -> bool:
+        return self.stopped_by is None
+
+
+class Callback:
+    """The hooks a Trainer calls, each a no-op here. Subclass and override what you need, or
+    give any object methods of these names (watch/'s callback does, so it needs no trainer)."""
+
+    def on_fit_start(self, trainer: Trainer) -> None: ...
+    def on_step(self, trainer: Trainer, result: StepResult) -> None: ...
+    def on_evaluate(self, trainer: Trainer, evaluation: Evaluation) -> None: ...
+    def on_fit_end(self, trainer: Trainer, result: FitResult) -> None: ...  # completed, or stopped by a signal
+    def on_exit(self, trainer: Trainer) -> None: ...  # always last, also when fit() raises
+
+
+@dataclass
+class TrainState:
+    """Where a run stands; all of it goes into the checkpoint."""
+
+    run_name: str
+    step: int = 0
+    best_val_loss: float = math.inf
+    eval_step: int | None = None  # step of the last evaluation: a resumed run does not repeat it
+
+
+class Stop(Exception):
+    """Raised inside the loop when a signal asked training to stop."""
+
+
+class StopSignals:
+    """Ctrl-C or SIGTERM: finish the current step, save, stop. A second Ctrl-C stops at once."""
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> StopSignals:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum, frame) -> None:
+        if self.received is not None:
+            raise KeyboardInterrupt
+        self.received = signum
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
+class Trainer:
+    def __init__(self, cfg: TrainConfig, runtime: Runtime, model: GPT, optimizer: Any, batches: Any, *,
+                 data: Prepared | None = None, state: TrainState | None = None,
+                 checkpoints: CheckpointWriter | None = None, callbacks: Sequence[Any] = ()) -> None:
+        self.cfg = cfg
+        self.runtime = runtime
+        self.model = model                 # the plain GPT: what is saved and watched
+        self.optimizer = optimizer
+        self.batches = batches
+        self.data = data                   # the prepared corpus (None for a benchmark's random tokens)
+        self.tokenizer = data.tokenizer if data is not None else None
+        self.state = state or TrainState(run_name=cfg.run_name or "run")
+        self.checkpoints = checkpoints     # None: this process does not save (not rank 0, or a benchmark)
+        self.callbacks = list(callbacks)
+        # What the steps run: compiled and wrapped for several processes when asked.
+        self.train_model: Any = torch.compile(model) if cfg.compile else model
+        if runtime.distributed:
+            ids = [runtime.local_rank] if runtime.device.type == "cuda" else None
+            self.train_model = DistributedDataParallel(self.train_model, device_ids=ids)
+        self.accum_per_rank = cfg.grad_accum // runtime.world_size
+        self.tokens_per_step = cfg.batch_size * cfg.block_size * cfg.grad_accum
+
+    @classmethod
+    def from_config(cls, cfg: TrainConfig, runtime: Runtime, *, config_name: str = "default") -> Trainer:
+        """Data, model and optimizer as `cfg` asks, resumed from out_dir/ckpt.pt with --resume."""
+        torch.manual_seed(cfg.seed + runtime.rank)
+        ckpt_path = Path(cfg.out_dir) / "ckpt.pt"
+        if runtime.is_main:
+            check_writable(ckpt_path.parent, "out_dir")
+            remove_stale_temp_files(ckpt_path)
+        prepared = prepare(cfg.dataset, cfg.tokenizer, cfg.data_dir, cfg.val_fraction, cfg.corpus_sentences,
+                           quiet=not runtime.is_main)
+        batches = Batches(prepared, cfg.block_size, cfg.batch_size, runtime.device, cfg.seed, runtime.rank)
+        ckpt = _resume_payload(cfg, ckpt_path, runtime.device, prepared.tokenizer.to_meta())
+        model_cfg = cfg.model_config(prepared.tokenizer.vocab_size)
+        if ckpt is not None:  # a smaller --block_size trains on shorter windows of the same position table
+            model_cfg.block_size = ckpt["model_config"]["block_size"]
+        model = GPT(model_cfg).to(runtime.device)
+        optimizer = make_optimizer(model, cfg, runtime.device)
+        state = TrainState(run_name=cfg.run_name or f"{config_name}-{time.strftime('%Y%m%d-%H%M%S')}")
+        if ckpt is not None:
+            model.load_state_dict(ckpt["model"])
+            optimizer.load_state_dict(ckpt["optimizer"])
+            state = TrainState(run_name=cfg.run_name or ckpt.get("run_name", state.run_name), step=ckpt["step"],
+                               best_val_loss=ckpt["best_val_loss"], eval_step=ckpt.get("eval_step", ckpt["step"]))
+            batches.load_state(ckpt["rng"]["batches"])
+            torch.set_rng_state(ckpt["rng"]["torch"])
+        checkpoints = None
+        if runtime.is_main:
+            checkpoints = CheckpointWriter(ckpt_path, keep_previous=not cfg.resume and ckpt_path.is_file(),
+                                           saved_step=state.step if ckpt is not None else None)
+        return cls(cfg, runtime, model, optimizer, batches, data=prepared, state=state,
+                   checkpoints=checkpoints)
+
+    @property
+    def finished(self) -> bool:
+        return self.state.step >= self.cfg.max_iters
+
+    # --- one step ----------------------------------------------------------------------------
+
+    def step(self) -> StepResult:
+        """One optimizer step over grad_accum micro-batches (summed over all processes)."""
+        cfg, rt = self.cfg, self.runtime
+        lr = lr_at(self.state.step, cfg)
+        set_lr(self.optimizer, lr)
+        loss_sum = torch.zeros((), device=rt.device)
+        for micro in range(self.accum_per_rank):
+            x, y = self.batches.train()
+            # Gradients sync across processes only on the last micro-batch.
+            last = micro == self.accum_per_rank - 1
+            sync = self.train_model.no_sync() if rt.distributed and not last else nullcontext()
+            with sync, rt.autocast():
+                _, loss = self.train_model(x, y)
+                loss = loss / self.accum_per_rank
+            loss.backward()
+            loss_sum += loss.detach()
+        if not torch.isfinite(loss_sum):
+            raise self._diverged("the loss", loss_sum.item())
+        grad_norm = None
+        if cfg.grad_clip > 0:
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.train_model.parameters(), cfg.grad_clip).item()
+            if not math.isfinite(grad_norm):
+                raise self._diverged("the gradient norm", grad_norm)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.state.step += 1
+        return StepResult(self.state.step, loss_sum.item(), lr, grad_norm)
+
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, float]:
+        """Mean loss over eval_iters batches of each split; the same batches at every evaluation."""
+        self.train_model.eval()
+        losses = {}
+        for split in ("train", "val"):
+            total = 0.0
+            for x, y in self.batches.eval_batches(split, self.cfg.eval_iters):
+                with self.runtime.autocast():
+                    _, loss = self.train_model(x, y)
+                total += loss.item()
+            losses[split] = total / self.cfg.eval_iters
+        self.train_model.train()
+        return losses
+
+    # --- the loop ----------------------------------------------------------------------------
+
+    def fit(self) -> FitResult:
+        """Trains to max_iters, or until Ctrl-C / SIGTERM (then saves and stops)."""
+        result = FitResult(start_step=self.state.step)
+        started = time.perf_counter()
+        try:
+            self._emit("on_fit_start", self)
+            self.train_model.train()
+            with StopSignals() as signals:
+                try:
+                    self._loop(signals, result, started)
+                except Stop:
+                    result.stopped_by = signals.received
+            result.seconds = time.perf_counter() - started
+            result.step, result.best_val_loss = self.state.step, self.state.best_val_loss
+            self.save()
+            if self.runtime.distributed:
+                result.ranks_agree = ranks_agree(self.model)
+            self._emit("on_fit_end", self, result)
+        finally:
+            self._emit("on_exit", self)
+        return result
+
+    def _loop(self, signals: StopSignals, result: FitResult, started: float) -> None:
+        cfg, state = self.cfg, self.state
+        while True:
+            if (state.step % cfg.eval_interval == 0 or state.step == cfg.max_iters) and state.step != state.eval_step:
+                losses = self.evaluate()
+                evaluation = Evaluation(state.step, losses["train"], losses["val"], time.perf_counter() - started)
+                state.eval_step = state.step
+                result.evaluations.append(evaluation)
+                self._emit("on_evaluate", self, evaluation)
+                if evaluation.val_loss < state.best_val_loss:
+                    state.best_val_loss = evaluation.val_loss
+                    if state.step > 0:
+                        self.save()
+            if state.step >= cfg.max_iters:
+                return
+            self._emit("on_step", self, self.step())
+            if cfg.ckpt_interval and state.step % cfg.ckpt_interval == 0:
+                self.save()
+            if signals.received is not None:
+                raise Stop
+
+    # --- checkpoints -------------------------------------------------------------------------
+
+    def save(self) -> None:
+        """Writes out_dir/ckpt.pt atomically (rank 0 only); never a model that has gone inf or nan."""
+        if self.checkpoints is None:
+            return
+        if not all(bool(torch.isfinite(p).all()) for p in self.model.parameters()):
+            raise self._diverged("a parameter", "inf or nan")
+        self.checkpoints.save(self.checkpoint_payload(), self.state.step)
+
+    def checkpoint_payload(self) -> dict:
+        """Everything a resumed run needs to continue exactly, as plain tensors and values."""
+        return {
+            "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+            "model_config": self.model.config.to_dict(), "train_config": self.cfg.to_dict(),
+            "tokenizer": self.tokenizer.to_meta() if self.tokenizer is not None else None,
+            "step": self.state.step, "best_val_loss": self.state.best_val_loss, "run_name": self.state.run_name,
+            "eval_step": self.state.eval_step,
+            "rng": {"torch": torch.get_rng_state(), "batches": self.batches.state()},
+        }
+
+    def _diverged(self, what: str, value: object) -> UserError:
+        saved = self.checkpoints.saved_step if self.checkpoints is not None else None
+        kept = (f"with {self.checkpoints.path} left at step {saved}" if saved is not None
+                else "before any checkpoint was saved")
+        clip = "" if self.cfg.grad_clip > 0 else " or --grad_clip=1"
+        return UserError(f"{what} became {value} at step {self.state.step}; training stopped {kept}; try a lower "
+                         f"--learning_rate (now {self.cfg.learning_rate:g}){clip}")
+
+    def _emit(self, hook: str, *args: Any) -> None:
+        for callback in self.callbacks:
+            method = getattr(callback, hook, None)
+            if method is not None:
+                method(*args)
+
+
+def _resume_payload(cfg: TrainConfig, ckpt_path: Path, device: torch.device, tokenizer_meta: dict) -> dict | None:
+    if not cfg.resume:
+        return None
+    if not ckpt_path.is_file():
+        raise UserError(f"--resume but there is no checkpoint at {ckpt_path}; drop --resume to start a new "
+                        f"run, or set --out_dir to the folder that holds ckpt.pt")
+    ckpt = load_checkpoint(ckpt_path, map_location=device)
+    check_resume_compatible(cfg, ckpt, tokenizer_meta)
+    return ckpt
+
+
+def check_writable(folder: Path, key: str) -> None:
+    """A UserError naming `--key` unless files can be created in `folder` (made if missing)."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / ".write-test"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise UserError(f"cannot write to {key} {folder} ({exc.strerror or exc}); choose a writable --{key}") from None

@@ -1,0 +1,108 @@
+"""Attention watching as a training callback.
+
+`AttentionWatch` has the hooks a `trainer.Trainer` calls (`on_evaluate`, `on_fit_end`),
+so training plugs it in without the trainer knowing about attention, and this package
+needs nothing from the trainer: it reads only `trainer.model`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from data.probes import AlignedProbe, align, load_probes
+from data.tokenizer import Tokenizer, TokenizerError
+from errors import warn
+from watch.capture import capture_attention
+from watch.heatmaps import HeatmapFigure
+from watch.metrics import ablation_effect, evaluate_probes
+from watch.report import ablation_line, head_table, last_pronoun_pos, top_attended
+from watch.tensorboard import log_attention
+
+
+def aligned_probes(path: str | Path, tokenizer: Tokenizer) -> list[AlignedProbe]:
+    """The probes of a JSONL file in this tokenizer's positions; those using tokens outside its
+    vocabulary cannot be scored and are left out, with a warning."""
+    probes = load_probes(path)
+    aligned = []
+    for probe in probes:
+        try:
+            aligned.append(align(probe, tokenizer))
+        except TokenizerError:
+            pass
+    if len(aligned) < len(probes):
+        warn(f"{len(probes) - len(aligned)} of {len(probes)} probes in {path} use tokens outside the vocabulary "
+             f"and are left out")
+    return aligned
+
+
+class AttentionWatch:
+    """At each evaluation: heatmaps of the watched sentences and every head's probe scores, in
+    TensorBoard. At the end of a completed run: the head report on the terminal (the heads
+    ranked, the effect of ablating the best one, where each watched sentence's pronoun looks),
+    and its figures for TensorBoard's HParams."""
+
+    def __init__(self, writer: Any, tokenizer: Tokenizer, sentences: Sequence[str] = (),
+                 probes: Sequence[AlignedProbe] = ()) -> None:
+        self.writer = writer
+        self.tokenizer = tokenizer
+        self.sentences: list[str] = []
+        for sentence in sentences:
+            try:
+                tokenizer.encode(sentence)
+                self.sentences.append(sentence)
+            except TokenizerError as exc:
+                warn(f"not watching {sentence!r}: {exc}")
+        self.probes = list(probes)
+        self.figures: dict[str, HeatmapFigure] = {}  # built once, redrawn with new weights at each evaluation
+
+    @property
+    def active(self) -> bool:
+        return bool(self.sentences or self.probes)
+
+    def on_fit_start(self, trainer: Any) -> None:
+        """Probes longer than the model's block_size cannot be scored: left out once, with a warning."""
+        block_size = trainer.model.config.block_size
+        fitting = [probe for probe in self.probes if len(probe.ids) <= block_size]
+        if len(fitting) < len(self.probes):
+            warn(f"{len(self.probes) - len(fitting)} of {len(self.probes)} probes are longer than "
+                 f"block_size={block_size} and are left out of the attention scores")
+        self.probes = fitting
+
+    def on_evaluate(self, trainer: Any, evaluation: Any) -> None:
+        if self.active:
+            log_attention(self.writer, evaluation.step, trainer.model, self.tokenizer, self.sentences,
+                          self.probes or None, figures=self.figures)
+
+    def on_fit_end(self, trainer: Any, result: Any) -> None:
+        if result.completed and self.active:
+            result.metrics.update(self.report(trainer.model))
+
+    def report(self, model: Any) -> dict[str, float]:
+        """Prints the head report; returns its figures, named for TensorBoard's HParams."""
+        metrics: dict[str, float] = {}
+        best = None
+        if self.probes:
+            report = evaluate_probes(model, self.probes)
+            best = report.best
+            print(f"\nattention on {len(self.probes)} held-out probes (pronoun -> referent):")
+            print(head_table(report))
+            effect = ablation_effect(model, self.probes, best.name)
+            base, ablated = effect["continuation_accuracy"], effect["continuation_accuracy_ablated"]
+            if base is not None:
+                print(ablation_line(base, ablated, [best.name]))
+                metrics.update({"hparam/continuation_accuracy": base,
+                                "hparam/continuation_accuracy_ablated": ablated})
+            metrics.update({"hparam/best_head_referent": best.referent, "hparam/best_head_top1": best.top1})
+        for sentence in self.sentences:
+            ids = self.tokenizer.encode(sentence)
+            tokens = self.tokenizer.token_strings(ids)
+            query = last_pronoun_pos(tokens)
+            if query is None:
+                continue
+            patterns = capture_attention(model, [ids], crop=True)[0]
+            layer = best.layer if best is not None else len(patterns) - 1
+            print(f"\n{sentence!r}: where {tokens[query].strip()!r} looks, layer {layer}:")
+            print(top_attended(patterns[layer], tokens, query, k=3, layer=layer))
+        return metrics
