@@ -15,6 +15,10 @@ that trains the model: the same maths fused by `F.scaled_dot_product_attention`.
 is the path for sampling: new positions attend to themselves and to the keys and values a
 `KVCache` holds, so a sampled token costs one position of work. All three read the same
 weights; `tests/test_attention.py` and `tests/test_model.py` prove they agree.
+
+Names: inside the layer the softmax's output is `attention_weights`, as in the chapter.
+Once it leaves the layer, a `[head, query_pos, key_pos]` (or `[batch, head, ...]`) tensor of
+them is a *pattern*, TransformerLens's word, everywhere else in the project.
 """
 
 from __future__ import annotations

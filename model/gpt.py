@@ -129,9 +129,9 @@ class Block(nn.Module):
 
     def forward_with_weights(self, x: torch.Tensor, head_mask: torch.Tensor | None = None
                              ) -> tuple[torch.Tensor, torch.Tensor]:
-        attended, weights = self.attn.forward_with_weights(self.ln_1(x), head_mask=head_mask)
+        attended, pattern = self.attn.forward_with_weights(self.ln_1(x), head_mask=head_mask)
         x = x + self.resid_dropout(attended)
-        return x + self.mlp(self.ln_2(x)), weights
+        return x + self.mlp(self.ln_2(x)), pattern
 
     def decode(self, x: torch.Tensor, cache: KVCache, layer: int) -> torch.Tensor:
         # `.forward` and `.decode` called directly: the module machinery costs as much as the maths here.
@@ -207,8 +207,8 @@ class GPT(nn.Module):
         x = self._embed(idx)
         patterns = []
         for block, mask in zip(self.blocks, self._head_masks(ablate, idx.device), strict=True):
-            x, weights = block.forward_with_weights(x, head_mask=mask)
-            patterns.append(weights)
+            x, pattern = block.forward_with_weights(x, head_mask=mask)
+            patterns.append(pattern)
         return self.lm_head(self.ln_f(x)), patterns
 
     def _embed(self, idx: torch.Tensor, start: int = 0) -> torch.Tensor:
