@@ -20,15 +20,25 @@ from data.batches import Batches
 from model import GPT
 from tests.cli import ROOT, one_line, run_train, tiny_args
 from trainer import checkpoint as ckpt_mod
+from trainer import runtime
 from trainer.checkpoint import FORMAT, FORMAT_VERSION, CheckpointError, load_checkpoint, save_checkpoint
+from trainer.config import load_config
+from trainer.trainer import FitResult, Trainer
 
 SCHEDULE = ["--warmup_iters=1", "--lr_decay_iters=6"]  # the same learning rates however the run is split
 
 
-def eval_lines(out: str) -> dict[int, str]:
-    """{step: 'train loss ..., val loss ...'} from a run's printed evaluations."""
-    out = out.replace("\r", "\n")  # the progress bar redraws itself with carriage returns
-    return {int(m[1]): m[2] for m in re.finditer(r"^step (\d+): (train loss .*)$", out, re.M)}
+def fit(tmp_path: Path, *extra: str) -> FitResult:
+    """A tiny run through the Trainer itself (train.py's run, without its printing)."""
+    argv = tiny_args(tmp_path, *extra)
+    cfg = load_config(argv[0], argv[1:])
+    rt = runtime.setup(cfg)
+    return Trainer.from_config(cfg, rt).fit()
+
+
+def evaluations(*results: FitResult) -> dict[int, tuple[float, float]]:
+    """{step: (train loss, val loss)} over one or several runs."""
+    return {e.step: (e.train_loss, e.val_loss) for result in results for e in result.evaluations}
 
 
 def same_tensors(a: dict, b: dict) -> bool:
@@ -171,12 +181,9 @@ def test_resume_equals_straight_run(tmp_path, optimizer):
     straight = tmp_path / "straight"
     split = tmp_path / "split"
     common = [*SCHEDULE, f"--optimizer={optimizer}"]
-    code, out_a, _ = run_train(tiny_args(tmp_path, *common, f"--out_dir={straight}"))
-    assert code == 0
-    code, out_b1, _ = run_train(tiny_args(tmp_path, *common, f"--out_dir={split}", "--max_iters=3"))
-    assert code == 0
-    code, out_b2, _ = run_train(tiny_args(tmp_path, *common, f"--out_dir={split}", "--resume"))
-    assert code == 0
+    whole = fit(tmp_path, *common, f"--out_dir={straight}")
+    first = fit(tmp_path, *common, f"--out_dir={split}", "--max_iters=3")
+    second = fit(tmp_path, *common, f"--out_dir={split}", "--resume")
 
     a, b = torch.load(straight / "ckpt.pt", weights_only=True), torch.load(split / "ckpt.pt", weights_only=True)
     assert a["step"] == b["step"] == 6
@@ -184,16 +191,15 @@ def test_resume_equals_straight_run(tmp_path, optimizer):
     assert same_tensors(a["optimizer"], b["optimizer"])
     assert same_tensors(a["rng"], b["rng"])
     assert a["best_val_loss"] == b["best_val_loss"]
-    assert eval_lines(out_a) == {**eval_lines(out_b1), **eval_lines(out_b2)}
-    assert sorted(eval_lines(out_b2)) == [6]  # step 3 was evaluated before the first half saved
+    assert evaluations(whole) == evaluations(first, second)  # the same floats, not just the same digits
+    assert sorted(evaluations(second)) == [6]  # step 3 was evaluated before the first half saved
 
 
 def test_ctrl_c_saves_and_resume_equals_straight_run(tmp_path, monkeypatch):
-    """Ctrl-C during step 2 finishes it, saves step 3 before its evaluation, exits 130; resuming
+    """Ctrl-C during step 2 finishes it, saves step 3 before its evaluation, stops; resuming
     evaluates step 3 and ends exactly where an uninterrupted run ends."""
     straight = tmp_path / "straight"
-    code, out_a, _ = run_train(tiny_args(tmp_path, *SCHEDULE, f"--out_dir={straight}"))
-    assert code == 0
+    whole = fit(tmp_path, *SCHEDULE, f"--out_dir={straight}")
 
     draws = {"n": 0}
     original = Batches.train
@@ -206,22 +212,32 @@ def test_ctrl_c_saves_and_resume_equals_straight_run(tmp_path, monkeypatch):
 
     monkeypatch.setattr(Batches, "train", train_batch)
     stopped = tmp_path / "stopped"
-    args = tiny_args(tmp_path, *SCHEDULE, f"--out_dir={stopped}")
-    code, out_b1, err = run_train(args)
+    first = fit(tmp_path, *SCHEDULE, f"--out_dir={stopped}")
     monkeypatch.undo()
-    assert code == 128 + signal.SIGINT and err == ""
-    hint = re.search(r"SIGINT: saved step 3 to (\S+); resume with: (.*)$", out_b1, re.M)
-    assert hint and Path(hint[1]) == stopped / "ckpt.pt"
-    command = shlex.split(hint[2])
-    assert command[:2] == ["python", "train.py"] and command[2:] == [*args, "--resume"]
+    assert (first.stopped_by, first.step) == (signal.SIGINT, 3)
     assert torch.load(stopped / "ckpt.pt", weights_only=True)["step"] == 3
 
-    code, out_b2, _ = run_train(command[2:])
-    assert code == 0
+    second = fit(tmp_path, *SCHEDULE, f"--out_dir={stopped}", "--resume")
     a, b = torch.load(straight / "ckpt.pt", weights_only=True), torch.load(stopped / "ckpt.pt", weights_only=True)
     assert same_tensors(a["model"], b["model"]) and same_tensors(a["optimizer"], b["optimizer"])
-    assert sorted(eval_lines(out_b1)) == [0] and sorted(eval_lines(out_b2)) == [3, 6]
-    assert eval_lines(out_a) == {**eval_lines(out_b1), **eval_lines(out_b2)}
+    assert sorted(evaluations(first)) == [0] and sorted(evaluations(second)) == [3, 6]
+    assert evaluations(whole) == evaluations(first, second)
+
+
+def test_ctrl_c_prints_the_command_that_resumes(tmp_path, monkeypatch):
+    original = Batches.train
+
+    def train_batch(self):
+        os.kill(os.getpid(), signal.SIGINT)
+        return original(self)
+
+    monkeypatch.setattr(Batches, "train", train_batch)
+    args = tiny_args(tmp_path)
+    code, out, err = run_train(args)
+    assert code == 128 + signal.SIGINT and err == ""
+    hint = re.search(r"SIGINT: saved step 1 to (\S+); resume with: (.*)$", out, re.M)
+    assert hint and Path(hint[1]) == tmp_path / "out" / "ckpt.pt"
+    assert shlex.split(hint[2]) == ["python", "train.py", *args, "--resume"]
 
 
 def test_second_ctrl_c_stops_at_once(tmp_path, monkeypatch):
