@@ -66,6 +66,7 @@ class TrainConfig:
     beta2: float = _opt(0.99, "AdamW beta2", group="optim")
     grad_clip: float = _opt(1.0, "clip the gradient norm to this (0: off)", group="optim")
     muon_lr: float = _opt(0.02, "Muon learning rate for hidden matrices (optimizer = muon)", group="optim")
+    muon_ns_steps: int = _opt(5, "Newton-Schulz iterations that orthogonalise each Muon update", group="optim")
     # evaluation and logging
     eval_interval: int = _opt(250, "steps between evaluations", group="eval")
     eval_iters: int = _opt(20, "batches per split in each evaluation", group="eval")
@@ -101,7 +102,7 @@ class TrainConfig:
                 raise UsageError(f"config key '{f.name}' must be one of {', '.join(choices)}; "
                                  f"got {getattr(self, f.name)!r}")
         positive = ("batch_size", "grad_accum", "max_iters", "eval_interval", "eval_iters", "log_interval",
-                    "corpus_sentences")
+                    "corpus_sentences", "muon_ns_steps")
         for name in positive:
             if getattr(self, name) <= 0:
                 raise UsageError(f"config key '{name}' must be a positive integer; got {getattr(self, name)}")
