@@ -54,23 +54,32 @@ def _checked(ids: Sequence[int], index: int, block_size: int, crop: bool) -> lis
 
 
 def capture_attention(model: nn.Module, ids_list: Sequence[Sequence[int]], ablate: Ablation | None = None,
-                      *, crop: bool = False) -> list[list[torch.Tensor]]:
+                      *, crop: bool = False, batch_size: int = 64) -> list[list[torch.Tensor]]:
     """Attention patterns of every layer for each sentence, via the readable path.
 
     Returns `patterns[sentence][layer]`, a float32 CPU tensor [head, query_pos, key_pos].
-    Sentences run one at a time because their lengths differ (padding would add
-    rows and columns that are not in the sentence). A sentence longer than
-    block_size raises `UserError`, or with `crop=True` keeps its first block_size tokens.
+    Sentences of similar length share a batch, right-padded: attention is causal, so the
+    padding after a sentence is never a key for its own positions, and its rows and
+    columns are cut off again. A sentence longer than block_size raises `UserError`, or
+    with `crop=True` keeps its first block_size tokens.
     """
     block_size = model.config.block_size
     checked = [_checked(ids, i, block_size, crop) for i, ids in enumerate(ids_list)]
     device = _device(model)
-    captured = []
+    captured: list[list[torch.Tensor]] = [[] for _ in checked]
+    order = sorted(range(len(checked)), key=lambda i: len(checked[i]))
     with evaluating(model):
-        for ids in checked:
-            idx = torch.tensor([ids], dtype=torch.long, device=device)
+        for start in range(0, len(order), batch_size):
+            chunk = order[start:start + batch_size]
+            width = max(len(checked[i]) for i in chunk)
+            idx = torch.zeros(len(chunk), width, dtype=torch.long, device=device)
+            for row, i in enumerate(chunk):
+                idx[row, :len(checked[i])] = torch.tensor(checked[i], dtype=torch.long)
             _, patterns = model.forward_with_attention(idx, ablate=ablate)
-            captured.append([p[0].detach().float().cpu() for p in patterns])
+            patterns = [p.detach().float().cpu() for p in patterns]
+            for row, i in enumerate(chunk):
+                n = len(checked[i])
+                captured[i] = [p[row, :, :n, :n].clone() for p in patterns]
     return captured
 
 

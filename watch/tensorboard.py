@@ -1,7 +1,7 @@
 """Attention in TensorBoard: heatmaps of chosen sentences, every head's probe
 scores as scalars, and a table ranking the heads.
 
-The writer is duck-typed (`add_figure`, `add_scalar`, `add_text`), so a
+The writer is duck-typed (`add_image`, `add_scalar`, `add_text`), so a
 `torch.utils.tensorboard.SummaryWriter` or anything like it will do.
 """
 
@@ -135,7 +135,4 @@ def _figure(figures: dict[str, HeatmapFigure] | None, tag: str, tokens: list[str
 
 
 def _add(writer: Any, tag: str, heatmap: HeatmapFigure, step: int) -> None:
-    # The writer draws the figure (its "close" is a no-op: the figure never went
-    # through pyplot), so from then on the layout can stay as drawn.
-    writer.add_figure(tag, heatmap.figure, step)
-    heatmap.freeze_layout()
+    writer.add_image(tag, heatmap.render(), step, dataformats="HWC")
