@@ -84,6 +84,9 @@ class HeatmapFigure:
         ticks = list(range(0, n, stride))
         ax.set_xticks(ticks, [labels[i] for i in ticks], rotation=90, fontsize=font)
         ax.set_yticks(ticks, [labels[i] for i in ticks], fontsize=font)
+        # No frame and no tick marks: the cells are the frame, and nothing drawn once lies over them.
+        ax.spines[:].set_visible(False)
+        ax.tick_params(length=0)
         ax.set_xlabel("key (attended to)", fontsize=font + 1)
         ax.set_ylabel("query", fontsize=font + 1)
         if highlight_query is not None and 0 <= highlight_query < n:
@@ -131,7 +134,7 @@ class HeatmapFigure:
         canvas = self.figure.canvas
         changing = [self.suptitle]
         for ax in self.axes:  # the cells and what lies on top of them, in the order a full draw keeps
-            on_top = [*ax.images, *ax.patches, *ax.spines.values(), *ax.texts, ax.title]
+            on_top = [*ax.images, *ax.patches, *ax.texts, ax.title]
             changing += sorted(on_top, key=lambda artist: artist.get_zorder())
         if self._background is None:
             for artist in changing:
