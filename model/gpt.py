@@ -133,9 +133,10 @@ class Block(nn.Module):
         x = x + self.resid_dropout(attended)
         return x + self.mlp(self.ln_2(x)), pattern
 
-    def decode(self, x: torch.Tensor, cache: KVCache, layer: int) -> torch.Tensor:
+    def decode(self, x: torch.Tensor, cache: KVCache, layer: int, head_mask: torch.Tensor | None = None
+               ) -> torch.Tensor:
         # `.forward` and `.decode` called directly: the module machinery costs as much as the maths here.
-        x = x + self.attn.decode(self.ln_1.forward(x), cache, layer)
+        x = x + self.attn.decode(self.ln_1.forward(x), cache, layer, head_mask)
         return x + self.mlp.decode(self.ln_2.forward(x))
 
 
@@ -239,9 +240,11 @@ class GPT(nn.Module):
         return KVCache(cfg.n_layer, batch, cfg.n_head, cfg.block_size, cfg.head_dim, self.wte.weight.device,
                        self.wte.weight.dtype)
 
-    def decode(self, idx: torch.Tensor, cache: KVCache) -> torch.Tensor:
+    def decode(self, idx: torch.Tensor, cache: KVCache, head_masks: list[torch.Tensor | None] | None = None
+               ) -> torch.Tensor:
         """Logits [B, vocab] for the position after idx [B, T], whose tokens follow the
-        `cache.length` positions the cache holds; adds them to the cache.
+        `cache.length` positions the cache holds; adds them to the cache. `head_masks` (from
+        `_head_masks`, one per layer) ablates heads as `forward`'s `ablate` does.
 
         The layers see the B x T positions as rows of a 2-D tensor (see `SelfAttention.decode`)."""
         B, T = idx.shape
@@ -253,7 +256,7 @@ class GPT(nn.Module):
             x = x + self.wpe.weight[start:start + T]
         x = x.view(B * T, -1)
         for layer, block in enumerate(self.blocks):
-            x = block.decode(x, cache, layer)
+            x = block.decode(x, cache, layer, None if head_masks is None else head_masks[layer])
         cache.advance(T)
         last = x.view(B, T, -1)[:, -1]
         return F.linear(self.ln_f.forward(last), self.wte.weight)
@@ -261,9 +264,9 @@ class GPT(nn.Module):
     @torch.inference_mode()  # lighter than no_grad: no version counters, no view tracking
     def generate_stream(self, idx: torch.Tensor, max_new_tokens: int, *, temperature: float = 1.0,
                         top_k: int | None = None, top_p: float | None = None,
-                        generator: torch.Generator | None = None, use_cache: bool = True
-                        ) -> Iterator[torch.Tensor]:
-        """Yields each new token, [B, 1], as soon as it is sampled.
+                        generator: torch.Generator | None = None, use_cache: bool = True,
+                        ablate: Ablation | None = None) -> Iterator[torch.Tensor]:
+        """Yields each new token, [B, 1], as soon as it is sampled, with the heads in `ablate` removed.
 
         temperature 0 is greedy. When the context outgrows block_size, the model
         keeps the most recent half block and goes on (re-encoding those tokens
@@ -276,12 +279,13 @@ class GPT(nn.Module):
         keep = max(1, block // 2)
         context = idx[:, -block:]
         cache = self.new_cache(idx.shape[0]) if use_cache else None
+        head_masks = self._head_masks(ablate, idx.device) if ablate else None
         pending = context  # tokens not yet in the cache
         for _ in range(max_new_tokens):
             if cache is None:
-                logits = self(context)[0][:, -1]
+                logits = self(context, ablate=ablate)[0][:, -1]
             else:
-                logits = self.decode(pending, cache)
+                logits = self.decode(pending, cache, head_masks)
             next_token = sample_next(logits, temperature, top_k, top_p, generator)
             yield next_token
             context = torch.cat([context, next_token], dim=1)
@@ -299,10 +303,15 @@ class GPT(nn.Module):
         return torch.cat([idx, *new], dim=1)
 
 
+# Below this temperature, sampling is greedy: logit gaps of float32's resolution, divided by it, leave
+# every other token a probability of exactly 0 (and a still smaller one would overflow float32).
+GREEDY_BELOW = 1e-20
+
+
 def sample_next(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
                 top_p: float | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
-    """logits [B, V] -> token ids [B, 1]. temperature 0 picks the argmax."""
-    if temperature == 0:
+    """logits [B, V] -> token ids [B, 1]. temperature 0 (or below GREEDY_BELOW) picks the argmax."""
+    if temperature < GREEDY_BELOW:
         return logits.argmax(dim=-1, keepdim=True)
     logits = logits.float() / temperature
     if top_k is not None and top_k < logits.size(-1):
@@ -313,6 +322,7 @@ def sample_next(logits: torch.Tensor, temperature: float = 1.0, top_k: int | Non
         cumulative = torch.softmax(sorted_logits, dim=-1).cumsum(dim=-1)
         # Drop a token once the tokens before it already cover top_p; the first always stays.
         drop_sorted = (cumulative - torch.softmax(sorted_logits, dim=-1)) >= top_p
+        drop_sorted[:, 0] = False  # also when top_p is too small for float32 to tell from 0
         drop = drop_sorted.scatter(-1, order, drop_sorted)
         logits = logits.masked_fill(drop, float("-inf"))
     probs = torch.softmax(logits, dim=-1)
