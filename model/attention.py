@@ -196,12 +196,12 @@ class SelfAttention(nn.Module):
     # --- the cached path: sampling -----------------------------------------------------------
 
     def decode(self, x: torch.Tensor, cache: KVCache, layer: int, weights: tuple,
-               residual: torch.Tensor | None = None) -> torch.Tensor:
+               residual: torch.Tensor | None = None, head_mask: torch.Tensor | None = None) -> torch.Tensor:
         """x [B * T, d_in]: for each of the cache's B sequences, T positions that follow the
         `cache.length` it holds. Each attends to itself, the new positions before it, and
         every cached position. Appends this layer's keys and values to the cache (the model
         advances it). `weights` is what `decode_weights` returned, once per generation.
-        Returns [B * T, d_out], plus `residual` when given.
+        Returns [B * T, d_out], plus `residual` when given. `head_mask` ablates heads as in `_merge`.
 
         The same maths as `forward`, arranged for one sampled token of a small model, where
         the arithmetic takes microseconds and the cost is in how many operations run: rows in
@@ -226,6 +226,8 @@ class SelfAttention(nn.Module):
             # New query i sits at absolute position start + i and sees keys up to there.
             allowed = torch.ones(T, start + T, dtype=torch.bool, device=x.device).tril(diagonal=start)
             context = F.scaled_dot_product_attention(queries, keys, values, attn_mask=allowed)
+        if head_mask is not None:
+            context = context * head_mask.view(1, -1, 1, 1).to(context.dtype)
         out = context.view(B, self.d_out) if T == 1 else context.transpose(1, 2).reshape(B * T, self.d_out)
         if out_t is None:
             return out if residual is None else residual + out

@@ -147,12 +147,14 @@ class Block(nn.Module):
         x = x + self.resid_dropout(attended)
         return x + self.mlp(self.ln_2(x)), pattern
 
-    def decode(self, x: torch.Tensor, cache: KVCache, layer: int, weights: tuple) -> torch.Tensor:
+    def decode(self, x: torch.Tensor, cache: KVCache, layer: int, weights: tuple,
+               head_mask: torch.Tensor | None = None) -> torch.Tensor:
         """`forward` for rows [B * T, n_embd] through the cache (see `SelfAttention.decode`), on
         the plain tensors `decode_weights` gathered. The residual additions happen inside the
-        matmuls: for a sampled token each extra operation costs as much as the maths."""
+        matmuls: for a sampled token each extra operation costs as much as the maths.
+        `head_mask` ablates heads as in `forward`."""
         ln_1, attn, ln_2, mlp = weights
-        x = self.attn.decode(self.ln_1.decode(x, ln_1), cache, layer, attn, residual=x)
+        x = self.attn.decode(self.ln_1.decode(x, ln_1), cache, layer, attn, residual=x, head_mask=head_mask)
         return self.mlp.decode(self.ln_2.decode(x, ln_2), mlp, residual=x)
 
     def decode_weights(self) -> tuple:
@@ -260,9 +262,11 @@ class GPT(nn.Module):
         return KVCache(cfg.n_layer, batch, cfg.n_head, cfg.block_size, cfg.head_dim, self.wte.weight.device,
                        self.wte.weight.dtype)
 
-    def decode(self, idx: torch.Tensor, cache: KVCache) -> torch.Tensor:
+    def decode(self, idx: torch.Tensor, cache: KVCache, head_masks: list[torch.Tensor | None] | None = None
+               ) -> torch.Tensor:
         """Logits [B, vocab] for the position after idx [B, T], whose tokens follow the
-        `cache.length` positions the cache holds; adds them to the cache.
+        `cache.length` positions the cache holds; adds them to the cache. `head_masks` (from
+        `_head_masks`, one per layer) ablates heads as `forward`'s `ablate` does.
 
         The layers see the B x T positions as rows of a 2-D tensor (see `SelfAttention.decode`),
         and read plain tensors gathered once per generation (`KVCache.weights`)."""
@@ -276,7 +280,7 @@ class GPT(nn.Module):
             x = x + position_embedding[start:start + T]
         x = x.view(B * T, -1)
         for layer, (block, weights) in enumerate(zip(self.blocks, blocks, strict=True)):
-            x = block.decode(x, cache, layer, weights)
+            x = block.decode(x, cache, layer, weights, None if head_masks is None else head_masks[layer])
         cache.advance(T)
         last = x.view(B, T, -1)[:, -1]
         return torch.mm(self.ln_f.decode(last, final_norm), token_embedding.t())
@@ -288,16 +292,16 @@ class GPT(nn.Module):
 
     def generate_stream(self, idx: torch.Tensor, max_new_tokens: int, *, temperature: float = 1.0,
                         top_k: int | None = None, top_p: float | None = None,
-                        generator: torch.Generator | None = None, use_cache: bool = True
-                        ) -> Iterator[torch.Tensor]:
-        """Yields each new token, [B, 1], as soon as it is sampled.
+                        generator: torch.Generator | None = None, use_cache: bool = True,
+                        ablate: Ablation | None = None) -> Iterator[torch.Tensor]:
+        """Yields each new token, [B, 1], as soon as it is sampled, with the heads in `ablate` removed.
 
         temperature 0 is greedy. When the context outgrows block_size, the model
         keeps the most recent half block and goes on (re-encoding those tokens
         once), so with or without the cache it sees exactly the same context,
         and the cache saves work on all but one token in every half block.
         """
-        tokens = self._sampled(idx, max_new_tokens, temperature, top_k, top_p, generator, use_cache)
+        tokens = self._sampled(idx, max_new_tokens, temperature, top_k, top_p, generator, use_cache, ablate)
         while True:
             with sampling_mode():  # around each token only: the caller's code between tokens runs as usual
                 token = next(tokens, None)
@@ -312,17 +316,21 @@ class GPT(nn.Module):
         return torch.cat([idx, *new], dim=1)
 
     def _sampled(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
-                 top_p: float | None = None, generator: torch.Generator | None = None, use_cache: bool = True
-                 ) -> Iterator[torch.Tensor]:
+                 top_p: float | None = None, generator: torch.Generator | None = None, use_cache: bool = True,
+                 ablate: Ablation | None = None) -> Iterator[torch.Tensor]:
         if idx.dim() != 2 or idx.shape[1] == 0:
             raise ValueError("generate needs a non-empty prompt shaped [batch, tokens]")
         block = self.config.block_size
         keep = max(1, block // 2)
         context = idx[:, -block:]
         cache = self.new_cache(idx.shape[0]) if use_cache else None
+        head_masks = self._head_masks(ablate, idx.device) if ablate else None
         pending = context  # tokens not yet in the cache
         for _ in range(max_new_tokens):
-            logits = self(context)[0][:, -1] if cache is None else self.decode(pending, cache)
+            if cache is None:
+                logits = self(context, ablate=ablate)[0][:, -1]
+            else:
+                logits = self.decode(pending, cache, head_masks)
             next_token = sample_next(logits, temperature, top_k, top_p, generator)
             yield next_token
             context = torch.cat([context, next_token], dim=1)
@@ -348,10 +356,15 @@ def sampling_mode() -> Iterator[None]:
         torch.backends.mkldnn.enabled = previous
 
 
+# Below this temperature, sampling is greedy: logit gaps of float32's resolution, divided by it, leave
+# every other token a probability of exactly 0 (and a still smaller one would overflow float32).
+GREEDY_BELOW = 1e-20
+
+
 def sample_next(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
                 top_p: float | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
-    """logits [B, V] -> token ids [B, 1]. temperature 0 picks the argmax."""
-    if temperature == 0:
+    """logits [B, V] -> token ids [B, 1]. temperature 0 (or below GREEDY_BELOW) picks the argmax."""
+    if temperature < GREEDY_BELOW:
         return logits.argmax(dim=-1, keepdim=True)
     logits = logits.float() / temperature
     if top_k is not None and top_k < logits.size(-1):
@@ -362,6 +375,7 @@ def sample_next(logits: torch.Tensor, temperature: float = 1.0, top_k: int | Non
         cumulative = torch.softmax(sorted_logits, dim=-1).cumsum(dim=-1)
         # Drop a token once the tokens before it already cover top_p; the first always stays.
         drop_sorted = (cumulative - torch.softmax(sorted_logits, dim=-1)) >= top_p
+        drop_sorted[:, 0] = False  # also when top_p is too small for float32 to tell from 0
         drop = drop_sorted.scatter(-1, order, drop_sorted)
         logits = logits.masked_fill(drop, float("-inf"))
     probs = torch.softmax(logits, dim=-1)

@@ -494,3 +494,40 @@ def test_parse_head_rejects_out_of_range(bad, what):
     with pytest.raises(ValueError, match=what) as info:
         parse_head(bad, n_layer=2, n_head=4)
     assert "L0H0 to L1H3" in str(info.value)
+
+
+def test_a_tensorboard_writer_that_cannot_write_warns_once_and_goes_on(tmp_path, monkeypatch, capfd):
+    """The disk fills under TensorBoard's writer thread: one warning, no traceback from that thread,
+    and every later call (the hparams at the end, close) is a no-op."""
+    import errno
+    import os
+    import threading
+    import time
+    import warnings
+
+    from errors import GptwatchWarning
+    from watch.tensorboard import TensorBoardWriter
+
+    def append(self, filename, file_content, binary_mode=False):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr("tensorboard.compat.tensorflow_stub.io.gfile.LocalFileSystem.append", append)
+    printed = []  # what the writer thread's failure would print as a traceback
+    monkeypatch.setattr(threading, "excepthook", printed.append)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        writer = TensorBoardWriter(tmp_path / "run")
+        writer.add_scalar("loss", 1.0, 0)
+        deadline = time.monotonic() + 30  # the thread writes (and fails) on its own
+        while any(type(t).__name__ == "_AsyncWriterThread" for t in threading.enumerate()):
+            assert time.monotonic() < deadline, "TensorBoard's writer thread never met the full disk"
+            time.sleep(0.01)
+        for step in range(20):
+            writer.add_scalar("loss", 1.0, step)
+            writer.flush()
+        writer.add_hparams({"lr": 0.1}, {"hparam/loss": 1.0}, run_name=".")
+        writer.close()
+    assert [str(w.message) for w in caught if w.category is GptwatchWarning] == [
+        f"cannot write TensorBoard logs to {tmp_path / 'run'} (No space left on device); going on without them: "
+        f"free disk space or choose another --log_dir"]
+    assert writer.failed and printed == [] and "Traceback" not in capfd.readouterr().err

@@ -48,7 +48,7 @@ def _checked(ids: Sequence[int], index: int, block_size: int, crop: bool) -> lis
     if len(ids) > block_size:
         if not crop:
             raise UserError(f"sentence {index} has {len(ids)} tokens but the model's block_size is {block_size}; "
-                            f"shorten it, or pass crop=True to keep its first {block_size} tokens")
+                            f"shorten it to at most {block_size} tokens")
         ids = ids[:block_size]
     return ids
 
