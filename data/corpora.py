@@ -1,12 +1,19 @@
 """Named corpora and where their text comes from.
 
 A name resolves to text in this order: `../shared/data` beside the repository,
-then `data/downloads`, then a download from the corpus's public address. The
-`pronouns` corpus is generated, so it needs no file at all.
+then `data/downloads`, then a download from the corpus's public address (repaired
+and checked, for a corpus that gives `repairs` and `sha256`). The `pronouns`
+corpus is generated, so it needs no file at all.
+
+A corpus may name its own probe files: two-person pronoun probes (the format
+`data.probes.load_probes` reads) and single-person agreement contexts
+(`data.probes.load_agreement`). A lower-case corpus needs lower-case probes, so
+each corpus points at the ones made from its own text (`data/gender_probes.py`).
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +29,18 @@ class Corpus:
     filename: str
     url: str
     about: str
+    probes: str = ""      # two-person pronoun probes made from this text (a path in the repository)
+    agreement: str = ""   # single-person agreement contexts made from it
+    repairs: tuple[tuple[str, str], ...] = ()  # text replacements that turn the download into `filename`
+    sha256: str = ""      # of the repaired download, when it must be exactly `filename`
+
+    @property
+    def probes_path(self) -> Path | None:
+        return REPO / self.probes if self.probes else None
+
+    @property
+    def agreement_path(self) -> Path | None:
+        return REPO / self.agreement if self.agreement else None
 
 
 CORPORA = {
@@ -34,7 +53,21 @@ CORPORA = {
         # The validation file of TinyStories V2 (CDLA-Sharing-1.0): 22 MB, a
         # larger stand-in for the subset this project ships its results on.
         "https://huggingface.co/datasets/roneneldan/TinyStories/resolve/main/TinyStoriesV2-GPT4-valid.txt",
-        "TinyStories (Eldan & Li 2023, CDLA-Sharing-1.0)"),
+        "TinyStories (Eldan & Li 2023, CDLA-Sharing-1.0)",
+        probes="data/probes/gender-subset.jsonl", agreement="data/probes/gender-subset-agreement.jsonl"),
+    "tinystories_lower": Corpus(
+        "tinystories_lower.txt",
+        # The start of the same TinyStories train split, lower-cased upstream (4.2 MB, about 1.0M GPT-2
+        # tokens); repaired as ../shared/data/README.md describes (UTF-8 read as cp1252, then lower-cased).
+        "https://raw.githubusercontent.com/Arnoochka/Transformer-Parallelism/"
+        "911b9e732fbe6d228ba0feacbd6735395f0d279e/tinystories.txt",
+        "TinyStories, lower case (Eldan & Li 2023, CDLA-Sharing-1.0)",
+        probes="data/probes/gender-lower.jsonl", agreement="data/probes/gender-lower-agreement.jsonl",
+        repairs=(("\u00e2\u20ac\u0153", '"'), ("\u00e2\u20ac\u2122", "'"), ("\u00e2\u20ac\u201c", "-"),
+                 ("\u00e2\u20ac\u201d", "-"), ("\u00e2\u20ac\u02dc", "'"), ("\u00e2\u20ac\u00a6", "..."),
+                 ("\u00e2\u20ac", '"'), ("\u00e2\u00ab", '"'), ("\u00e2\u00bb", '"'), ("\u00e2\u00a1", ""),
+                 ("\u00e3\u00b1", "n"), ("\u00e3\u00a1", "a"), ("\u00e3\u00a9", "e"), ("\u00e3\u00b3", "o")),
+        sha256="6737f9146562643f5520682bab0e2f02a9ae0066c4d38f9bc55d639c46c22647"),
 }
 GENERATED = ("pronouns",)
 NAMES = (*GENERATED, *CORPORA)
@@ -61,8 +94,39 @@ def corpus_path(name: str) -> Path:
         partial.unlink(missing_ok=True)
         raise UserError(f"cannot download corpus '{name}' from {corpus.url} ({exc}); connect to the internet, "
                         f"or save the file as {target}") from None
+    if corpus.repairs or corpus.sha256:
+        try:
+            _repair(partial, corpus)
+        except UserError:
+            partial.unlink(missing_ok=True)
+            raise
     partial.replace(target)
     return target
+
+
+def repaired(text: str, repairs: tuple[tuple[str, str], ...]) -> str:
+    """`text` with each (old, new) of `repairs` replaced in turn."""
+    for old, new in repairs:
+        text = text.replace(old, new)
+    return text
+
+
+def _repair(path: Path, corpus: Corpus) -> None:
+    """Rewrites a downloaded file as the corpus's text: its repairs applied, its sha256 checked."""
+    data = repaired(path.read_bytes().decode("utf-8", errors="replace"), corpus.repairs).encode("utf-8")
+    digest = hashlib.sha256(data).hexdigest()
+    if corpus.sha256 and digest != corpus.sha256:
+        raise UserError(f"the file downloaded from {corpus.url} is not the expected text (sha256 {digest[:12]}, "
+                        f"expected {corpus.sha256[:12]}); save the corpus as data/downloads/{corpus.filename}")
+    path.write_bytes(data)
+
+
+def corpus_of(dataset: str) -> Corpus | None:
+    """The named corpus `dataset` names, or whose file it is (by file name); None for any other text."""
+    if dataset in CORPORA:
+        return CORPORA[dataset]
+    name = Path(dataset).name
+    return next((corpus for corpus in CORPORA.values() if corpus.filename == name), None)
 
 
 def is_named(dataset: str) -> bool:

@@ -14,18 +14,26 @@ the pronoun when it means the referent / the distractor).
 Alignment turns words into positions: attention from the pronoun is read at
 its last sub-token (the first place the whole word has been seen), and
 attention to a noun sums over every sub-token that overlaps it.
+
+An agreement file holds the other kind of probe: a context that names one
+person and stops just before a pronoun, scored by the model's next-token
+probabilities rather than by attention:
+
+    {"text": "Lily went to the park and", "pronoun": "she", "wrong": "he", "person": "Lily",
+     "mention": "first"}
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from data.tokenizer import Tokenizer
-from errors import UserError
+from data.tokenizer import Tokenizer, TokenizerError
+from errors import UserError, warn
 
 REQUIRED_FIELDS = ("text", "pronoun", "referent", "distractor")
 OFFSET_FIELDS = ("pronoun_offset", "referent_offset", "distractor_offset")
@@ -39,6 +47,12 @@ def _word_spans(text: str, word: str) -> list[Span]:
     """Whole-word, case-insensitive occurrences of `word` in `text`."""
     pattern = re.compile(rf"(?<!\w){re.escape(word)}(?!\w)", re.IGNORECASE)
     return [m.span() for m in pattern.finditer(text)]
+
+
+def _require_words(record: object, names: Sequence[str]) -> None:
+    for name in names:
+        if not isinstance(getattr(record, name), str) or not getattr(record, name).strip():
+            raise UserError(f"field {name!r} must be a non-empty string")
 
 
 @dataclass
@@ -57,9 +71,7 @@ class Probe:
     line: int | None = field(default=None, compare=False)  # where a probe file holds it, for messages
 
     def __post_init__(self) -> None:
-        for name in REQUIRED_FIELDS:
-            if not isinstance(getattr(self, name), str) or not getattr(self, name).strip():
-                raise UserError(f"field {name!r} must be a non-empty string")
+        _require_words(self, REQUIRED_FIELDS)
         for name in LIST_FIELDS:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, list)
@@ -107,29 +119,76 @@ class Probe:
         return start, start + len(getattr(self, name))
 
 
-def _probe_from_dict(obj: object) -> Probe:
+AGREEMENT_REQUIRED = ("text", "pronoun", "wrong")
+AGREEMENT_FIELDS = (*AGREEMENT_REQUIRED, "person", "mention", "gender", "kind", "frame")
+
+
+@dataclass
+class AgreementProbe:
+    """A context naming one person, cut just before a pronoun ("Lily went to the park and"). The
+    model agrees when it gives `pronoun` ("she") more probability than `wrong` ("he") as the next
+    word. `person` (found as a whole word) lets each head's weight on the name be read; `mention`
+    is "first" when nothing has referred back to the person yet, "second" when a pronoun has."""
+
+    text: str
+    pronoun: str                  # the pronoun that agrees: the right next word
+    wrong: str                    # the other one
+    person: str | None = None
+    mention: str | None = None    # "first" or "second"
+    gender: str | None = None     # the person's, as the corpus gives it
+    kind: str | None = None       # "name" or "noun"
+    frame: int | None = None      # which sentence frame made it
+    line: int | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        _require_words(self, AGREEMENT_REQUIRED)
+        if self.pronoun.strip().lower() == self.wrong.strip().lower():
+            raise UserError(f"'pronoun' and 'wrong' are both {self.pronoun!r}; 'wrong' is the pronoun that "
+                            f"does not agree")
+        for name in ("person", "mention", "gender", "kind"):
+            if getattr(self, name) is not None and not isinstance(getattr(self, name), str):
+                raise UserError(f"field {name!r} must be a string, got {getattr(self, name)!r}")
+        if self.frame is not None and (isinstance(self.frame, bool) or not isinstance(self.frame, int)):
+            raise UserError(f"field 'frame' must be an integer, got {self.frame!r}")
+        if self.person is not None and not _word_spans(self.text, self.person):
+            raise UserError(f"person {self.person!r} does not occur as a whole word in the text {self.text!r}; "
+                            f"fix the word or the text")
+
+
+def _from_dict(obj: object, make: type, fields: Sequence[str], required: Sequence[str], kind: str) -> object:
     if not isinstance(obj, dict):
         raise UserError(f"expected a JSON object, got {type(obj).__name__}")
-    unknown = sorted(set(obj) - set(FIELDS))
+    unknown = sorted(set(obj) - set(fields))
     if unknown:
         # A misspelt optional field would otherwise be silently ignored.
-        raise UserError(f"unknown field(s) {', '.join(map(repr, unknown))}; allowed: {', '.join(FIELDS)}")
-    missing = [name for name in REQUIRED_FIELDS if name not in obj]
+        raise UserError(f"unknown field(s) {', '.join(map(repr, unknown))}; allowed: {', '.join(fields)}")
+    missing = [name for name in required if name not in obj]
     if missing:
         raise UserError(f"missing field(s) {', '.join(map(repr, missing))}; "
-                        f"every probe needs {', '.join(REQUIRED_FIELDS)}")
-    return Probe(**obj)
+                        f"every {kind} needs {', '.join(required)}")
+    return make(**obj)
 
 
 def load_probes(path: str | Path) -> list[Probe]:
     """Probes from a JSONL file; blank lines are skipped. Problems raise UserError naming the line."""
+    return _load_jsonl(path, "probe", lambda obj: _from_dict(obj, Probe, FIELDS, REQUIRED_FIELDS, "probe"))
+
+
+def load_agreement(path: str | Path) -> list[AgreementProbe]:
+    """Agreement contexts from a JSONL file, checked as `load_probes` checks probes."""
+    return _load_jsonl(path, "agreement context", lambda obj: _from_dict(
+        obj, AgreementProbe, AGREEMENT_FIELDS, AGREEMENT_REQUIRED, "agreement context"))
+
+
+def _load_jsonl(path: str | Path, kind: str, make: Callable[[object], Any]) -> list:
     if Path(path).exists() and not Path(path).is_file():  # a FIFO would block, a folder is not a file
-        raise UserError(f"probe file {path} is not a regular file; give the path of a JSONL file")
+        raise UserError(f"{kind} file {path} is not a regular file; give the path of a JSONL file")
     try:
         lines = Path(path).read_text(encoding="utf-8-sig").splitlines()  # a byte-order mark is not a probe
     except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"cannot read probe file {path}: {exc}; check the path and that it is UTF-8 JSONL") from None
-    probes = []
+        raise UserError(f"cannot read {kind} file {path}: {exc}; check the path and that it is UTF-8 JSONL") \
+            from None
+    items = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
@@ -139,14 +198,14 @@ def load_probes(path: str | Path) -> list[Probe]:
             raise UserError(f"{path} line {number}: not valid JSON ({exc.msg} at column {exc.colno}); "
                             f"write one JSON object per line") from None
         try:
-            probe = _probe_from_dict(obj)
+            item = make(obj)
         except UserError as exc:
             raise UserError(f"{path} line {number}: {exc}") from None
-        probe.line = number
-        probes.append(probe)
-    if not probes:
-        raise UserError(f"{path} holds no probes; write one JSON object per line")
-    return probes
+        item.line = number
+        items.append(item)
+    if not items:
+        raise UserError(f"{path} holds no {kind}s; write one JSON object per line")
+    return items
 
 
 @dataclass
@@ -237,5 +296,58 @@ def align(probe: Probe, tokenizer: Tokenizer) -> AlignedProbe:
                         continuation_ids=continuation_ids, distractor_continuation_ids=distractor_ids)
 
 
+def align_usable(items: Sequence[Any], align_one: Callable[[Any, Tokenizer], Any], tokenizer: Tokenizer,
+                 what: str) -> list:
+    """Each item aligned with `align_one`; items with tokens outside the tokenizer's vocabulary cannot be
+    scored and are left out, with a warning that counts them as `what` ("probes in FILE")."""
+    aligned = []
+    for item in items:
+        try:
+            aligned.append(align_one(item, tokenizer))
+        except TokenizerError:
+            continue
+    if len(aligned) < len(items):
+        warn(f"{len(items) - len(aligned)} of {len(items)} {what} use tokens outside the vocabulary and are left out")
+    return aligned
+
+
+def within_block(items: Sequence[Any], block_size: int, what: str) -> list:
+    """The items (aligned, with `ids`) of at most `block_size` tokens; longer ones are left out, with a
+    warning that counts them as `what`."""
+    kept = [item for item in items if len(item.ids) <= block_size]
+    if len(kept) < len(items):
+        warn(f"{len(items) - len(kept)} of {len(items)} {what} are longer than block_size={block_size} and are "
+             f"left out")
+    return kept
+
+
 def align_all(probes: Sequence[Probe], tokenizer: Tokenizer) -> list[AlignedProbe]:
     return [align(probe, tokenizer) for probe in probes]
+
+
+@dataclass
+class AlignedAgreement:
+    """An agreement context in token positions: `ids` runs up to the position that predicts the
+    pronoun, where `right_id` and `wrong_id` are the first tokens of the two pronouns."""
+
+    probe: AgreementProbe
+    ids: list[int]
+    right_id: int
+    wrong_id: int
+    person_positions: list[int]   # tokens of the person's word (empty without `person`)
+
+    @property
+    def continuation_pos(self) -> int:
+        return len(self.ids) - 1
+
+
+def align_agreement(probe: AgreementProbe, tokenizer: Tokenizer) -> AlignedAgreement:
+    """Token positions of an agreement context; text the tokenizer cannot encode raises its TokenizerError."""
+    ids, spans = tokenizer.encode_with_offsets(probe.text + " " + probe.pronoun)
+    position, right = _first_token_ids(tokenizer, ids, probe.text, [(" ", probe.pronoun)])
+    wrong_position, wrong = _first_token_ids(tokenizer, ids, probe.text, [(" ", probe.wrong)])
+    if position is None or wrong_position != position or right == wrong:
+        raise UserError(f"agreement context {probe.text!r}: {probe.pronoun!r} and {probe.wrong!r} do not start "
+                        f"with different tokens after the same context; end the text before the pronoun")
+    person = _overlapping(spans, _word_spans(probe.text, probe.person)[0]) if probe.person else []
+    return AlignedAgreement(probe, ids[:position + 1], right[0], wrong[0], person)

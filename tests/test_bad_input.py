@@ -203,6 +203,7 @@ def _damaged_cache(ws: Workspace):
     yield
 
 
+AGREEMENT_LINE = json.dumps({"text": "the king and", "pronoun": "he"}) + "\n"
 SHORT_PROBE = {"text": "cat and dog it", "pronoun": "it", "referent": "cat", "distractor": "dog"}
 LONG_PROBE = {"text": "the dog saw the ball and it rolled away and the cat saw it", "pronoun": "it",
               "referent": "ball", "distractor": "dog"}
@@ -230,7 +231,7 @@ CASES = [
     # --- data -------------------------------------------------------------------------------------------
     Case("data-missing", "dataset file does not exist", "train",
          lambda w: w.train(f"--dataset={w.root / 'missing.txt'}"), 1,
-         ("neither a corpus name nor an existing file", "pronouns, shakespeare, tinystories")),
+         ("neither a corpus name nor an existing file", "pronouns, shakespeare, tinystories, tinystories_lower")),
     Case("data-unknown-corpus", "dataset is not a corpus name (typo)", "train",
          lambda w: w.train("--dataset=shakespear"), 1, ("did you mean 'shakespeare'",)),
     Case("data-directory", "dataset is a directory", "train",
@@ -310,6 +311,9 @@ CASES = [
          lambda w: w.train("--dataset="), 2, ("'dataset' is empty",)),
     Case("watch-sentence-empty", "an empty watch sentence", "train",
          lambda w: w.train('--watch_sentences=["the dog", ""]'), 2, ("non-empty strings",)),
+    Case("agreement-missing-field", "an agreement context without its other pronoun", "train",
+         lambda w: w.train(f"--agreement={w.file('agree.jsonl', AGREEMENT_LINE)}"), 1,
+         ("agree.jsonl line 1", "missing field(s) 'wrong'", "text, pronoun, wrong")),
     Case("device-unknown", "a device that does not exist (tpu)", "train",
          lambda w: w.train("--device=tpu"), 2, ("'device' must be one of auto, cpu, cuda, mps or cuda:N",)),
     Case("model-too-big", "a model too large for memory (n_embd in the millions)", "train",

@@ -225,3 +225,46 @@ def test_a_split_too_short_names_the_fix_that_works(tmp_path, val_fraction, prob
     assert message.startswith(problem) and "longer text" not in message, message
     suggested = float(re.search(r"--val_fraction=([\d.e-]+) or (more|less)", message)[1])
     Batches(prepare(str(src), "char", tmp_path / "prep", suggested, quiet=True), 16, 4, torch.device("cpu"), seed=1)
+
+
+class Download:
+    """What urllib.request.urlopen returns, for `data` in place of the network."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def __enter__(self):
+        import io
+
+        return io.BytesIO(self.data)
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+
+def test_a_downloaded_corpus_is_repaired_and_checked_before_it_is_kept(tmp_path, monkeypatch):
+    import hashlib
+    import urllib.request
+
+    from data import corpora
+    from errors import UserError
+
+    lower = corpora.CORPORA["tinystories_lower"]
+    # UTF-8 read as cp1252, then lower-cased upstream: the quotes and dashes of the original.
+    raw = "lily said, \u00e2\u20ac\u0153hi!\u00e2\u20ac and it\u00e2\u20ac\u2122s fun \u00e2\u20ac\u201c yes.\n"
+    fixed = "lily said, \"hi!\" and it's fun - yes.\n"
+    assert corpora.repaired(raw, lower.repairs) == fixed
+    corpus = corpora.Corpus("small.txt", "https://example.org/small.txt", "a small text", repairs=lower.repairs,
+                            sha256=hashlib.sha256(fixed.encode()).hexdigest())
+    monkeypatch.setattr(corpora, "CORPORA", {"small": corpus})
+    monkeypatch.setattr(corpora, "SEARCH_DIRS", (tmp_path / "shared",))
+    monkeypatch.setattr(corpora, "REPO", tmp_path)
+    monkeypatch.setattr(urllib.request, "urlopen", lambda url, timeout: Download(raw.encode()))
+    path = corpora.corpus_path("small")
+    assert path == tmp_path / "data" / "downloads" / "small.txt" and path.read_text() == fixed
+
+    path.unlink()
+    monkeypatch.setattr(urllib.request, "urlopen", lambda url, timeout: Download(b"something else\n"))
+    with pytest.raises(UserError, match="not the expected text"):
+        corpora.corpus_path("small")
+    assert not list((tmp_path / "data" / "downloads").iterdir())  # nothing half-kept

@@ -80,6 +80,8 @@ class TrainConfig:
     sample_tokens: int = _opt(200, "tokens in the text sample logged at each evaluation (0: none)", group="eval")
     sample_prompt: str = _opt("\n", "prompt of that sample", group="eval")
     probes: str = _opt("", "JSONL probe file for attention metrics ('' : the corpus's own, if any)", group="eval")
+    agreement: str = _opt("", "JSONL file of single-person contexts for pronoun agreement and head ablation "
+                              "('' : the corpus's own, if any)", group="eval")
     watch_sentences: list = _opt([], "sentences whose attention heatmaps are logged at each evaluation",
                                  group="eval")
     # checkpoints and runs

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from data.probes import AlignedProbe, align, load_probes
+from data.probes import AlignedProbe, align, align_usable, load_probes
 from data.tokenizer import Tokenizer, TokenizerError
 from errors import warn
 from watch.capture import capture_attention
@@ -24,17 +24,7 @@ from watch.tensorboard import log_attention
 def aligned_probes(path: str | Path, tokenizer: Tokenizer) -> list[AlignedProbe]:
     """The probes of a JSONL file in this tokenizer's positions; those using tokens outside its
     vocabulary cannot be scored and are left out, with a warning."""
-    probes = load_probes(path)
-    aligned = []
-    for probe in probes:
-        try:
-            aligned.append(align(probe, tokenizer))
-        except TokenizerError:
-            pass
-    if len(aligned) < len(probes):
-        warn(f"{len(probes) - len(aligned)} of {len(probes)} probes in {path} use tokens outside the vocabulary "
-             f"and are left out")
-    return aligned
+    return align_usable(load_probes(path), align, tokenizer, f"probes in {path}")
 
 
 class AttentionWatch:
