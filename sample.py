@@ -2,7 +2,7 @@
 
     python sample.py --out_dir=out --prompt "The dog" [--num_samples=3 --max_new_tokens=200 ...]
     python sample.py --out_dir=out --prompt @prompt.txt
-    python sample.py --out_dir=out --attention "The dog fetched the ball and she was happy"
+    python sample.py --out_dir=out --attention "The dog fetched the ball and she was happy" [--html page.html]
     python sample.py --out_dir=out --probes probes.jsonl [--ablate L1H2] [--json]
 """
 
@@ -44,6 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
     look.add_argument("--query", default=None,
                       help="token whose attention --attention prints: a word or a position (default: last pronoun)")
     look.add_argument("--png_dir", default=None, help="where --attention writes PNGs (default: OUT_DIR/attention)")
+    look.add_argument("--html", metavar="FILE.html", default=None,
+                      help="with --attention: write an offline attention page (one HTML file) instead of PNGs")
     look.add_argument("--probes", metavar="FILE.jsonl", help="print the head table for a probe file")
     look.add_argument("--ablate", metavar="LlHh", action="append", default=[],
                       help="zero this head's output (repeatable), e.g. L1H2")
@@ -104,6 +106,9 @@ def stream_samples(model, tokenizer, ids: list[int], args: argparse.Namespace, d
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
+    if args.html is not None and args.attention is None:
+        raise UsageError("--html needs --attention TEXT, the sentence to show, e.g. "
+                         "--attention \"The dog saw the ball and it\" --html page.html")
     device = pick_device(args.device)
     loaded = load_model(args.out_dir, device)
     model, tokenizer, ckpt = loaded.model, loaded.tokenizer, loaded.payload

@@ -116,7 +116,8 @@ def main_process_callbacks(cfg: TrainConfig, trainer: Trainer, writer) -> list:
     probes = aligned_probes(probes_path, trainer.tokenizer) if probes_path else []
     return [TrainingLog(writer),
             TextSample(writer, trainer.tokenizer, cfg.sample_prompt, cfg.sample_tokens, cfg.seed),
-            AttentionWatch(writer, trainer.tokenizer, cfg.watch_sentences, probes)]
+            AttentionWatch(writer, trainer.tokenizer, cfg.watch_sentences, probes,
+                           page=Path(cfg.out_dir) / "attention.html")]
 
 
 def report_end(cfg: TrainConfig, result: FitResult, argv: list[str]) -> None:
@@ -126,6 +127,8 @@ def report_end(cfg: TrainConfig, result: FitResult, argv: list[str]) -> None:
         print(f"\n{name}: saved step {result.step} to {Path(cfg.out_dir) / 'ckpt.pt'}; resume with: "
               f"{shlex.join(['python', 'train.py', *given, '--resume'])}")
     print("open TensorBoard: " + TENSORBOARD.format(cfg.log_dir))
+    for what, path in result.files.items():
+        print(f"{what}: {path} (open it in a browser; it needs no network)")
     print(f"sample: python sample.py --out_dir={cfg.out_dir} --prompt \"...\"")
 
 

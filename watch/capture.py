@@ -1,5 +1,6 @@
-"""Running the model to watch it: attention patterns from the readable path,
-next-token logits at probe positions from the fast path.
+"""Running the model to watch it: attention patterns from the readable path (whole
+patterns of a few sentences, or one query row each of many probes in batches, with the
+next-token logits there), and next-token logits at probe positions from the fast path.
 
 Both run in eval mode (no dropout) without gradients and put the model's
 train/eval flags back as they were, so they can be called in the middle of
@@ -111,3 +112,46 @@ def continuation_logits(model: nn.Module, aligned: Sequence[AlignedProbe], ablat
             for row, (i, ids) in enumerate(chunk):
                 result[i] = logits[row, len(ids) - 1].float().cpu()
     return result
+
+
+def capture_rows(model: nn.Module, ids_list: Sequence[Sequence[int]], query_pos: Sequence[int],
+                 logits_pos: Sequence[int | None] | None = None, ablate: Ablation | None = None, *,
+                 batch_size: int = 64) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
+    """One query row of every layer and head for each sentence, and next-token logits at one
+    position of each, from the readable path: one forward per `batch_size` sentences.
+
+    Returns `(rows, logits)`: `rows` is a float32 CPU tensor [layer, sentence, head, key_pos],
+    zero beyond each sentence's own length; `logits[i]` is [vocab] at `logits_pos[i]`, or None
+    where that is None. Sentences are right-padded into a batch, which changes no row read:
+    attention is causal, so no position sees the padding after it.
+    """
+    n = len(ids_list)
+    if len(query_pos) != n or (logits_pos is not None and len(logits_pos) != n):
+        raise ValueError(f"{n} sentences need as many query positions ({len(query_pos)}) and logits positions")
+    checked = [_checked(ids, i, model.config.block_size, crop=False) for i, ids in enumerate(ids_list)]
+    wanted = list(logits_pos) if logits_pos is not None else [None] * n
+    for i, (ids, query, pos) in enumerate(zip(checked, query_pos, wanted, strict=True)):
+        if not 0 <= query < len(ids) or (pos is not None and not 0 <= pos < len(ids)):
+            raise ValueError(f"sentence {i}: query position {query} or logits position {pos} is outside "
+                             f"its {len(ids)} tokens")
+    width = max((len(ids) for ids in checked), default=0)
+    cfg = model.config
+    rows = torch.zeros(cfg.n_layer, n, cfg.n_head, width)
+    logits: list[torch.Tensor | None] = [None] * n
+    device = _device(model)
+    with evaluating(model):
+        for start in range(0, n, batch_size):
+            chunk = range(start, min(start + batch_size, n))
+            length = max(len(checked[i]) for i in chunk)
+            idx = torch.zeros(len(chunk), length, dtype=torch.long, device=device)
+            for row, i in enumerate(chunk):
+                idx[row, :len(checked[i])] = torch.tensor(checked[i], dtype=torch.long)
+            batch = torch.arange(len(chunk), device=device)
+            queries = torch.tensor([query_pos[i] for i in chunk], device=device)
+            all_logits, patterns = model.forward_with_attention(idx, ablate=ablate)
+            for layer, pattern in enumerate(patterns):  # [batch, head, query_pos, key_pos]
+                rows[layer, start:chunk.stop, :, :length] = pattern[batch, :, queries, :].float().cpu()
+            for row, i in enumerate(chunk):
+                if wanted[i] is not None:
+                    logits[i] = all_logits[row, wanted[i]].float().cpu()
+    return rows, logits
