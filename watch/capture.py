@@ -114,11 +114,16 @@ def continuation_logits(model: nn.Module, aligned: Sequence[AlignedProbe], ablat
     return result
 
 
+# Attention weights one batched forward may hold (every layer's [batch, head, T, T]): 128 MB of float32.
+BATCH_WEIGHTS = 1 << 25
+
+
 def capture_rows(model: nn.Module, ids_list: Sequence[Sequence[int]], query_pos: Sequence[int],
                  logits_pos: Sequence[int | None] | None = None, ablate: Ablation | None = None, *,
-                 batch_size: int = 64) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
+                 batch_size: int | None = None) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
     """One query row of every layer and head for each sentence, and next-token logits at one
-    position of each, from the readable path: one forward per `batch_size` sentences.
+    position of each, from the readable path: one forward per `batch_size` sentences (by default
+    as many as keep the batch's attention weights within BATCH_WEIGHTS; all 256 of the demo's probes).
 
     Returns `(rows, logits)`: `rows` is a float32 CPU tensor [layer, sentence, head, key_pos],
     zero beyond each sentence's own length; `logits[i]` is [vocab] at `logits_pos[i]`, or None
@@ -136,6 +141,8 @@ def capture_rows(model: nn.Module, ids_list: Sequence[Sequence[int]], query_pos:
                              f"its {len(ids)} tokens")
     width = max((len(ids) for ids in checked), default=0)
     cfg = model.config
+    if batch_size is None:
+        batch_size = max(1, BATCH_WEIGHTS // (cfg.n_layer * cfg.n_head * width * width or 1))
     rows = torch.zeros(cfg.n_layer, n, cfg.n_head, width)
     logits: list[torch.Tensor | None] = [None] * n
     device = _device(model)

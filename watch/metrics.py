@@ -250,8 +250,9 @@ def evaluate_probes(model: nn.Module, aligned: Sequence[AlignedProbe],
                     ablate: Ablation | None = None) -> ProbeReport:
     """Score every head of `model` on the probes, plus baselines and continuation accuracy.
 
-    One readable forward per 64 probes gives both the pronoun rows and the
-    continuation logits, so this is cheap enough to run every few training steps.
+    One readable forward over the probes (or a few, for many long probes) gives both
+    the pronoun rows and the continuation logits, so this is cheap enough to run every
+    few training steps.
     `ablate` ({layer: [heads]}) zeroes those heads' outputs in both.
     """
     if not aligned:
