@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from errors import UsageError, run_cli
+from errors import UsageError, UserError, run_cli
 from trainer.checkpoint import load_model
 from trainer.config import DEVICES
 from trainer.runtime import pick_device
@@ -53,6 +53,32 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+SAMPLING_OPTIONS = ("prompt", "num_samples", "max_new_tokens", "temperature", "top_k", "top_p", "seed", "no_cache")
+
+
+def check_mode(args: argparse.Namespace, parser: argparse.ArgumentParser) -> str:
+    """"sample", "attention" or "probes"; a UsageError for an option that this mode would ignore."""
+    if args.attention is not None and args.probes is not None:
+        raise UsageError("--attention and --probes are two different looks inside a checkpoint; give one of them "
+                         "per command")
+    mode = "attention" if args.attention is not None else "probes" if args.probes is not None else "sample"
+    given = [name for name, value in vars(args).items() if value != parser.get_default(name)]
+    for name in given:
+        if name in SAMPLING_OPTIONS and mode != "sample":
+            raise UsageError(f"--{name} applies to sampling text, which --{mode} does not do; drop --{name}")
+        if name == "html" and mode != "attention":
+            raise UsageError("--html needs --attention TEXT, the sentence to show, e.g. "
+                             "--attention \"The dog saw the ball and it\" --html page.html")
+        if name in ("query", "png_dir") and mode != "attention":
+            raise UsageError(f"--{name} applies only to --attention; drop it, or add --attention TEXT")
+        if name == "png_dir" and args.html is not None:
+            raise UsageError("--png_dir is where --attention writes PNGs, which --html replaces by one page; "
+                             "drop one of them")
+        if name == "json" and mode == "sample":
+            raise UsageError("--json applies only to --attention and --probes; drop it, or add one of them")
+    return mode
+
+
 def validate(args: argparse.Namespace, vocab_size: int) -> None:
     if args.max_new_tokens <= 0:
         raise UsageError(f"--max_new_tokens must be positive, got {args.max_new_tokens}")
@@ -71,18 +97,24 @@ def validate(args: argparse.Namespace, vocab_size: int) -> None:
 def read_prompt(prompt: str) -> str:
     if prompt.startswith("@"):
         path = Path(prompt[1:])
+        if path.exists() and not path.is_file():  # a FIFO would block, a folder is not text
+            raise UsageError(f"prompt file {path} is not a regular file; give --prompt @PATH of a text file")
         if not path.is_file():
             raise UsageError(f"prompt file {path} not found; give --prompt @PATH of an existing text file")
         try:
-            prompt = path.read_text(encoding="utf-8")
+            prompt = path.read_text(encoding="utf-8-sig")  # a byte-order mark is not part of the prompt
         except UnicodeDecodeError:
             raise UsageError(f"prompt file {path} is not UTF-8 text; save it as UTF-8") from None
+        except OSError as exc:
+            raise UserError(f"cannot read prompt file {path} ({exc.strerror or exc}); check its permissions") \
+                from None
     if prompt == "":
         raise UsageError("the prompt is empty; give at least one character, e.g. --prompt \"The\"")
     return prompt
 
 
-def stream_samples(model, tokenizer, ids: list[int], args: argparse.Namespace, device: torch.device) -> None:
+def stream_samples(model, tokenizer, ids: list[int], args: argparse.Namespace, device: torch.device,
+                   ablate: dict | None = None) -> None:
     generator = torch.Generator(device=device).manual_seed(args.seed)
     temperature = args.temperature
     for n in range(args.num_samples):
@@ -91,7 +123,7 @@ def stream_samples(model, tokenizer, ids: list[int], args: argparse.Namespace, d
         sys.stdout.write(printed)
         stream = model.generate_stream(torch.tensor([ids], device=device), args.max_new_tokens,
                                        temperature=temperature, top_k=args.top_k, top_p=args.top_p,
-                                       generator=generator, use_cache=not args.no_cache)
+                                       generator=generator, use_cache=not args.no_cache, ablate=ablate or None)
         for token in stream:
             out.append(int(token[0, 0]))
             text = tokenizer.decode(out)
@@ -105,10 +137,9 @@ def stream_samples(model, tokenizer, ids: list[int], args: argparse.Namespace, d
 
 
 def main(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
-    if args.html is not None and args.attention is None:
-        raise UsageError("--html needs --attention TEXT, the sentence to show, e.g. "
-                         "--attention \"The dog saw the ball and it\" --html page.html")
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    mode = check_mode(args, parser)
     device = pick_device(args.device)
     loaded = load_model(args.out_dir, device)
     model, tokenizer, ckpt = loaded.model, loaded.tokenizer, loaded.payload
@@ -120,19 +151,19 @@ def main(argv: list[str]) -> int:
     except ValueError as exc:
         raise UsageError(f"--ablate: {exc}") from None
 
-    if args.attention is not None:
+    if mode == "attention":
         from watch.inspect_cli import show_attention
 
         show_attention(model, tokenizer, ckpt, args, ablate)
         return 0
-    if args.probes is not None:
+    if mode == "probes":
         from watch.inspect_cli import show_probes
 
         show_probes(model, tokenizer, args, ablate)
         return 0
 
     ids = tokenizer.encode(read_prompt(args.prompt))
-    stream_samples(model, tokenizer, ids, args, device)
+    stream_samples(model, tokenizer, ids, args, device, ablate)
     return 0
 
 

@@ -16,12 +16,14 @@ from __future__ import annotations
 import shlex
 import signal
 import sys
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from errors import UsageError, run_cli
 from trainer import runtime
 from trainer.config import FIELDS, TrainConfig, help_text, load_config
+from trainer.resources import out_of_memory
+from trainer.runlock import RunLock
 from trainer.trainer import FitResult, Trainer, check_writable
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent / "configs" / "pronouns.toml"
@@ -40,7 +42,9 @@ def main(argv: list[str]) -> int:
     with _sigterm_unwinds():
         rt = runtime.setup(cfg)
         try:
-            return train(cfg, config_name, rt, argv)
+            # One run per out_dir: the processes of one torchrun job share it, and rank 0 speaks for them.
+            with RunLock(cfg.out_dir) if rt.is_main else nullcontext():
+                return train(cfg, config_name, rt, argv)
         finally:
             runtime.teardown(rt)
 
@@ -73,6 +77,11 @@ def _sigterm_unwinds():
 
 
 def train(cfg: TrainConfig, config_name: str, rt: runtime.Runtime, argv: list[str]) -> int:
+    with out_of_memory(cfg):
+        return _train(cfg, config_name, rt, argv)
+
+
+def _train(cfg: TrainConfig, config_name: str, rt: runtime.Runtime, argv: list[str]) -> int:
     trainer = Trainer.from_config(cfg, rt, config_name=config_name)
     if trainer.finished:
         print(f"checkpoint is already at step {trainer.state.step} >= max_iters={cfg.max_iters}; "
@@ -99,12 +108,12 @@ def train(cfg: TrainConfig, config_name: str, rt: runtime.Runtime, argv: list[st
 
 
 def open_tensorboard(cfg: TrainConfig, run_name: str):
-    from torch.utils.tensorboard import SummaryWriter
+    from watch.tensorboard import TensorBoardWriter
 
     log_dir = Path(cfg.log_dir) / run_name
     check_writable(log_dir, "log_dir")
     print("TensorBoard: " + TENSORBOARD.format(cfg.log_dir))
-    return SummaryWriter(log_dir=str(log_dir))
+    return TensorBoardWriter(log_dir)
 
 
 def main_process_callbacks(cfg: TrainConfig, trainer: Trainer, writer) -> list:

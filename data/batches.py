@@ -23,8 +23,7 @@ class Batches:
         self.splits = {split: prepared.tokens(split) for split in ("train", "val")}
         for split, tokens in self.splits.items():
             if len(tokens) < block_size + 2:
-                raise UserError(f"the {split} split has {len(tokens)} tokens, fewer than block_size + 2 = "
-                                f"{block_size + 2}; use a longer text or a smaller --block_size")
+                raise _too_short(split, {s: len(t) for s, t in self.splits.items()}, block_size, prepared.meta)
         self.block_size = block_size
         self.batch_size = batch_size
         self.device = device
@@ -54,3 +53,29 @@ class Batches:
 
     def load_state(self, state: torch.Tensor) -> None:
         self.generator.set_state(state)
+
+
+def _too_short(split: str, sizes: dict[str, int], block_size: int, meta: dict) -> UserError:
+    """Why `split` is shorter than one window, and the fix that helps: a longer text or a smaller block
+    when the whole text is short, otherwise a split of the text that leaves each part enough."""
+    need = block_size + 2
+    total = sizes["train"] + sizes["val"]
+    fraction = meta.get("val_fraction", 0.1)
+    problem = f"the {split} split has {sizes[split]:,} tokens, fewer than block_size + 2 = {need}"
+    if total < 2 * need:
+        more = ("raise --corpus_sentences" if str(meta.get("source", "")).startswith("pronouns(")
+                else "use a longer text")
+        smaller = f" or a --block_size of at most {total // 2 - 2}" if total // 2 - 2 >= 1 else ""
+        return UserError(f"{problem}: the text has {total:,} tokens in all, too few for both splits; {more} "
+                         f"(at least {2 * need:,} tokens){smaller}")
+    if split == "val":  # the smallest fraction (to 2 significant digits) that gives val a window
+        suggested = float(f"{need / total:.2g}")
+        while int(total * suggested) < need:
+            suggested = float(f"{suggested * 1.1:.2g}")
+        return UserError(f"{problem}: --val_fraction={fraction:g} of {total:,} tokens is too small; use "
+                         f"--val_fraction={suggested:g} or more")
+    largest = float(f"{(total - need) / total:.2g}")
+    while total - int(total * largest) < need:
+        largest = float(f"{largest * 0.9:.2g}")
+    return UserError(f"{problem}: --val_fraction={fraction:g} leaves too little for training; use "
+                     f"--val_fraction={largest:g} or less")

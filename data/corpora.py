@@ -7,7 +7,6 @@ then `data/downloads`, then a download from the corpus's public address. The
 
 from __future__ import annotations
 
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,6 +47,8 @@ def corpus_path(name: str) -> Path:
         candidate = folder / corpus.filename
         if candidate.is_file():
             return candidate
+    import urllib.request  # only to download: the usual case finds the file on disk
+
     target = REPO / "data" / "downloads" / corpus.filename
     target.parent.mkdir(parents=True, exist_ok=True)
     print(f"downloading {corpus.about} from {corpus.url}")

@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,11 +22,13 @@ from pathlib import Path
 import numpy as np
 
 from data import corpora
-from data.tokenizer import TOKENIZERS, Tokenizer, build_tokenizer, tokenizer_from_meta
-from errors import UserError
+from data.tokenizer import TOKENIZERS, Tokenizer, TokenizerMetaError, build_tokenizer, tokenizer_from_meta
+from errors import UserError, warn
 
-META_FORMAT = 1
+META_FORMAT = 2  # 2: meta.json carries checksums of itself and of the token files
 PRONOUN_CORPUS_SEED = 1234  # fixed, so the corpus (and its cache) does not change with the training seed
+SPLITS = ("train", "val")
+CHUNK = 1 << 24  # bytes read at a time when checking a token file (a multiple of every dtype's size)
 
 
 @dataclass
@@ -39,7 +42,9 @@ class Prepared:
         name = self.meta.get("probes")
         return self.folder / name if name else None
 
-    def tokens(self, split: str) -> np.memmap:
+    def tokens(self, split: str) -> np.ndarray:
+        if not self.meta[f"{split}_tokens"]:  # numpy cannot map an empty file
+            return np.zeros(0, dtype=self.meta["dtype"])
         return np.memmap(self.folder / f"{split}.bin", dtype=self.meta["dtype"], mode="r")
 
 
@@ -51,11 +56,23 @@ def read_text(path: str | Path) -> str:
                         f"or a corpus name ({', '.join(corpora.NAMES)})")
     if path.is_dir():
         raise UserError(f"data path {path} is a directory; give the path of a UTF-8 text file inside it")
-    raw = path.read_bytes()
+    if not path.is_file():  # a FIFO or a device would block or never end
+        raise UserError(f"data path {path} is not a regular file (a pipe, socket or device); save the text to a "
+                        f"file and give its path")
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise UserError(f"cannot read data file {path} ({exc.strerror or exc}); check its permissions") from None
+    except MemoryError:
+        raise UserError(f"data file {path} ({path.stat().st_size:,} bytes) does not fit in memory; "
+                        f"use a smaller text") from None
     if not raw.strip():
         raise UserError(f"data file {path} is empty; give a file with text in it")
+    if b"\x00" in raw:  # no text file holds NUL bytes; a binary file would train on nothing useful
+        raise UserError(f"data file {path} holds NUL bytes (the first at byte {raw.index(0):,}), so it is binary "
+                        f"data, not text; give a UTF-8 text file")
     try:
-        return raw.decode("utf-8")
+        return raw.decode("utf-8-sig")  # a byte-order mark is not part of the text
     except UnicodeDecodeError as exc:
         raise UserError(f"data file {path} is not UTF-8 (bad byte at offset {exc.start}); "
                         f"convert it, e.g. `iconv -f latin1 -t utf-8`") from None
@@ -82,68 +99,196 @@ def _source_text(dataset: str, corpus_sentences: int) -> tuple[str, str, list[di
 
 def prepare(dataset: str, tokenizer: str = "char", data_dir: str | Path = "data/prepared",
             val_fraction: float = 0.1, corpus_sentences: int = 30000, quiet: bool = False) -> Prepared:
+    """The prepared token files of `dataset`, from the cache when it holds exactly what its meta.json
+    promises, else built (again) from the source text."""
     if tokenizer not in TOKENIZERS:
         raise UserError(f"unknown tokenizer {tokenizer!r}; choose one of: {', '.join(TOKENIZERS)}")
     text, label, probes = _source_text(dataset, corpus_sentences)
     digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
     stem = Path(dataset).stem if not corpora.is_named(dataset) else dataset
     folder = Path(data_dir) / f"{stem}-{tokenizer}-{digest[:12]}-val{val_fraction:g}"
-    meta_path = folder / "meta.json"
-    if meta_path.is_file():
-        try:
-            meta = json.loads(meta_path.read_text())
-        except (ValueError, OSError):  # a damaged cache entry is rebuilt, not trusted
-            meta = {}
-        if meta.get("format") == META_FORMAT and meta.get("source_sha256") == digest:
-            return Prepared(folder, meta, tokenizer_from_meta(meta["tokenizer"]))
-
-    tok = build_tokenizer(tokenizer, text)
-    ids = np.asarray(tok.encode(text), dtype=np.int64)
-    dtype = "uint16" if tok.vocab_size <= np.iinfo(np.uint16).max + 1 else "uint32"
-    n_val = int(len(ids) * val_fraction)
-    train, val = ids[: len(ids) - n_val], ids[len(ids) - n_val:]
+    try:
+        cached, problem = _cached(folder, digest)
+    except OSError as exc:  # e.g. a folder that cannot be read: say so rather than rebuild over it
+        raise UserError(f"cannot read prepared data in {folder} ({exc.strerror or exc}); check its permissions "
+                        f"or choose another --data_dir") from None
+    if cached is not None:
+        return cached
+    if problem is not None and not quiet:
+        warn(f"prepared data in {folder} cannot be used as it is ({problem}); rebuilding it from {label}")
+    try:
+        tok, train, val = _tokenize(text, tokenizer, val_fraction, label)
+    except MemoryError:
+        fix = "lower --corpus_sentences" if dataset == "pronouns" else "use a smaller text"
+        raise UserError(f"not enough memory to tokenize {label} ({len(text):,} characters); {fix}") from None
     meta = {
         "format": META_FORMAT,
         "source": label,
         "source_sha256": digest,
         "tokenizer": tok.to_meta(),
         "vocab_size": tok.vocab_size,
-        "dtype": dtype,
+        "dtype": _dtype_for(tok.vocab_size),
         "train_tokens": int(len(train)),
         "val_tokens": int(len(val)),
         "val_fraction": val_fraction,
         "probes": "probes.jsonl" if probes else None,
     }
-
-    # Build in a temporary sibling and rename, so an interrupted preparation
-    # never leaves a half-written folder that looks complete.
-    try:
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=folder.name + ".", dir=folder.parent))
-    except OSError as exc:
-        raise _write_error(folder.parent, exc) from None
-    try:
-        train.astype(dtype).tofile(staging / "train.bin")
-        val.astype(dtype).tofile(staging / "val.bin")
-        if probes:
-            with (staging / "probes.jsonl").open("w") as fh:
-                for record in probes:
-                    fh.write(json.dumps(record) + "\n")
-        (staging / "meta.json").write_text(json.dumps(meta, indent=1))
-        if folder.exists():
-            shutil.rmtree(folder)
-        os.replace(staging, folder)
-    except BaseException as exc:
-        shutil.rmtree(staging, ignore_errors=True)
-        if isinstance(exc, OSError):
-            raise _write_error(folder.parent, exc) from None
-        raise
+    _write(folder, meta, {"train.bin": train, "val.bin": val}, probes)
     if not quiet:
         print(f"prepared {label}: {len(train):,} train + {len(val):,} val tokens, "
               f"vocabulary {tok.vocab_size} ({tokenizer}) -> {folder}")
     return Prepared(folder, meta, tok)
 
 
+def _tokenize(text: str, tokenizer: str, val_fraction: float, label: str
+              ) -> tuple[Tokenizer, np.ndarray, np.ndarray]:
+    """(tokenizer, train ids, val ids); refuses text with a single kind of token: nothing to learn."""
+    tok = build_tokenizer(tokenizer, text)
+    ids = np.asarray(tok.encode(text), dtype=np.int64)
+    if ids.min() == ids.max():
+        token = tok.token_strings([int(ids[0])])[0]
+        times = f"{len(ids):,} times" if len(ids) > 1 else "once"
+        raise UserError(f"{label} holds one kind of token only ({token!r}, {times}), so there is nothing to "
+                        f"predict; give a text with more than one kind of "
+                        f"{'character' if tokenizer == 'char' else 'word'}")
+    n_val = int(len(ids) * val_fraction)
+    return tok, ids[: len(ids) - n_val], ids[len(ids) - n_val:]
+
+
+def _dtype_for(vocab_size: int) -> str:
+    return "uint16" if vocab_size <= np.iinfo(np.uint16).max + 1 else "uint32"
+
+
+def _write(folder: Path, meta: dict, splits: dict[str, np.ndarray], probes: list[dict] | None) -> None:
+    """Writes the files and a meta.json holding their checksums and its own, in a temporary sibling
+    renamed into place, so an interrupted preparation never leaves a half-written folder that looks complete."""
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=folder.name + ".", dir=folder.parent))
+    except OSError as exc:
+        raise _write_error(folder.parent, exc) from None
+    try:
+        for name, ids in splits.items():
+            ids.astype(meta["dtype"]).tofile(staging / name)
+        if probes:
+            with (staging / meta["probes"]).open("w") as fh:
+                for record in probes:
+                    fh.write(json.dumps(record) + "\n")
+        meta["sha256"] = {path.name: _scan(path)[0] for path in sorted(staging.iterdir())}
+        meta["checksum"] = _meta_checksum(meta)
+        (staging / "meta.json").write_text(json.dumps(meta, indent=1))
+        _remove_cache(folder)
+        os.replace(staging, folder)
+    except BaseException as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        if isinstance(exc, OSError):
+            raise _write_error(folder.parent, exc) from None
+        raise
+
+
+def _remove_cache(folder: Path) -> None:
+    """Clears the way for a rebuilt cache folder (a link is removed, never what it points to)."""
+    if folder.is_symlink() or folder.is_file():
+        folder.unlink()
+    elif folder.exists():
+        shutil.rmtree(folder)
+
+
 def _write_error(folder: Path, exc: OSError) -> UserError:
     return UserError(f"cannot write prepared data to {folder} ({exc.strerror or exc}); free disk space or "
                      f"choose a writable --data_dir")
+
+
+# --- checking a cached preparation --------------------------------------------------------------
+
+def _meta_checksum(meta: dict) -> str:
+    body = {key: value for key, value in meta.items() if key != "checksum"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode("utf-8")).hexdigest()
+
+
+def _scan(path: Path, dtype: str | None = None) -> tuple[str, int]:
+    """(sha256 of the file, its largest value read as `dtype`: -1 when empty or no dtype), in one pass."""
+    sha, largest = hashlib.sha256(), -1
+    with path.open("rb") as fh:
+        while chunk := fh.read(CHUNK):
+            sha.update(chunk)
+            if dtype is not None:
+                largest = max(largest, int(np.frombuffer(chunk, dtype=dtype).max()))
+    return sha.hexdigest(), largest
+
+
+def _regular_file(path: Path) -> str | None:
+    """What is wrong with `path` as one of the cache's files, or None."""
+    try:
+        mode = path.lstat().st_mode
+    except FileNotFoundError:
+        return f"{path.name} is missing"
+    except OSError as exc:
+        return f"{path.name} cannot be read ({exc.strerror or exc})"
+    return None if stat.S_ISREG(mode) else f"{path.name} is not a regular file"
+
+
+def _cached(folder: Path, digest: str) -> tuple[Prepared | None, str | None]:
+    """(the cached preparation, None) when `folder` holds exactly what its meta.json promises; otherwise
+    (None, what does not match), or (None, None) when there is no cache yet."""
+    if not folder.exists() and not folder.is_symlink():
+        return None, None
+    meta_path = folder / "meta.json"
+    problem = _regular_file(meta_path)
+    if problem is not None:
+        return None, problem
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        return None, "meta.json is not valid JSON"
+    if not isinstance(meta, dict):
+        return None, "meta.json does not hold a JSON object"
+    if meta.get("format") != META_FORMAT:
+        return None, f"meta.json has format {meta.get('format')!r}; this version writes {META_FORMAT}"
+    if meta.get("checksum") != _meta_checksum(meta):
+        return None, "meta.json was changed after it was written: its checksum does not match"
+    if meta.get("source_sha256") != digest:
+        return None, "meta.json describes another text"
+    try:
+        tok = tokenizer_from_meta(meta["tokenizer"])
+        problem = _meta_problem(meta, tok) or _files_problem(folder, meta)
+    except (KeyError, TypeError, AttributeError, ValueError, TokenizerMetaError) as exc:
+        return None, f"meta.json is malformed ({type(exc).__name__}: {exc})"
+    if problem is not None:
+        return None, problem
+    return Prepared(folder, meta, tok), None
+
+
+def _meta_problem(meta: dict, tok: Tokenizer) -> str | None:
+    """What in meta.json contradicts itself, or None."""
+    if meta["vocab_size"] != tok.vocab_size:
+        return f"its vocabulary has {tok.vocab_size} tokens, not the {meta['vocab_size']} it states"
+    if meta["dtype"] != _dtype_for(tok.vocab_size):
+        return f"dtype {meta['dtype']!r} is not {_dtype_for(tok.vocab_size)!r}, the type of this vocabulary's ids"
+    for split in SPLITS:
+        count = meta[f"{split}_tokens"]
+        if type(count) is not int or count < 0:
+            return f"{split}_tokens is {count!r}, not a count"
+    return None
+
+
+def _files_problem(folder: Path, meta: dict) -> str | None:
+    """What in the files contradicts meta.json (size, checksum, token range), or None."""
+    itemsize = np.dtype(meta["dtype"]).itemsize
+    files = {f"{split}.bin": meta[f"{split}_tokens"] * itemsize for split in SPLITS}
+    if meta.get("probes"):
+        files[meta["probes"]] = None
+    for name, size in files.items():
+        path = folder / name
+        problem = _regular_file(path)
+        if problem is not None:
+            return problem
+        if size is not None and path.stat().st_size != size:
+            return (f"{name} has {path.stat().st_size:,} bytes where {size // itemsize:,} {meta['dtype']} tokens "
+                    f"take {size:,}")
+        sha, largest = _scan(path, meta["dtype"] if size is not None else None)
+        if sha != meta["sha256"][name]:
+            return f"the contents of {name} do not match its checksum"
+        if size is not None and largest >= meta["vocab_size"]:
+            return f"{name} holds token id {largest}, outside the vocabulary of {meta['vocab_size']}"
+    return None

@@ -54,6 +54,7 @@ class Probe:
     distractor_offset: int | None = None
     continuations: list[str] | None = None
     distractor_continuations: list[str] | None = None
+    line: int | None = field(default=None, compare=False)  # where a probe file holds it, for messages
 
     def __post_init__(self) -> None:
         for name in REQUIRED_FIELDS:
@@ -69,6 +70,12 @@ class Probe:
         self.distractor_offset = self._place("distractor", self.distractor_offset, after=0, avoid=referent_span)
         nouns_end = max(referent_span[1], self.distractor_offset + len(self.distractor))
         self.pronoun_offset = self._place("pronoun", self.pronoun_offset, after=nouns_end)
+        spans = {name: self.span(name) for name in ("pronoun", "referent", "distractor")}
+        for a, b in (("pronoun", "referent"), ("pronoun", "distractor"), ("referent", "distractor")):
+            if spans[a][0] < spans[b][1] and spans[b][0] < spans[a][1]:
+                raise UserError(f"the {a} {getattr(self, a)!r} and the {b} {getattr(self, b)!r} are the same place "
+                                f"in the text; they must be different words (give {a}_offset or {b}_offset when "
+                                f"a word occurs twice)")
 
     def _place(self, name: str, offset: int | None, after: int, avoid: Span | None = None) -> int:
         word: str = getattr(self, name)
@@ -80,7 +87,11 @@ class Probe:
                 raise UserError(f"{name}_offset {offset} points at {found!r}, not {word!r}; "
                                 f"give the character offset where {word!r} starts in the text")
             return offset
-        spans = [s for s in _word_spans(self.text, word) if avoid is None or s != avoid]
+        every = _word_spans(self.text, word)
+        spans = [s for s in every if avoid is None or s != avoid]
+        if every and not spans:
+            raise UserError(f"{name} {word!r} is the same word as the referent, and occurs only once in the text "
+                            f"{self.text!r}; name a different noun as the {name}, or repeat the word in the text")
         if not spans:
             raise UserError(f"{name} {word!r} does not occur as a whole word in the text {self.text!r}; "
                             f"fix the word or the text")
@@ -112,8 +123,10 @@ def _probe_from_dict(obj: object) -> Probe:
 
 def load_probes(path: str | Path) -> list[Probe]:
     """Probes from a JSONL file; blank lines are skipped. Problems raise UserError naming the line."""
+    if Path(path).exists() and not Path(path).is_file():  # a FIFO would block, a folder is not a file
+        raise UserError(f"probe file {path} is not a regular file; give the path of a JSONL file")
     try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
+        lines = Path(path).read_text(encoding="utf-8-sig").splitlines()  # a byte-order mark is not a probe
     except (OSError, UnicodeDecodeError) as exc:
         raise UserError(f"cannot read probe file {path}: {exc}; check the path and that it is UTF-8 JSONL") from None
     probes = []
@@ -126,9 +139,11 @@ def load_probes(path: str | Path) -> list[Probe]:
             raise UserError(f"{path} line {number}: not valid JSON ({exc.msg} at column {exc.colno}); "
                             f"write one JSON object per line") from None
         try:
-            probes.append(_probe_from_dict(obj))
+            probe = _probe_from_dict(obj)
         except UserError as exc:
             raise UserError(f"{path} line {number}: {exc}") from None
+        probe.line = number
+        probes.append(probe)
     if not probes:
         raise UserError(f"{path} holds no probes; write one JSON object per line")
     return probes

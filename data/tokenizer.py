@@ -29,6 +29,10 @@ class TokenizerError(UserError):
     """Text holds characters or tokens outside the vocabulary."""
 
 
+class TokenizerMetaError(UserError):
+    """A saved tokenizer description (meta.json, a checkpoint) that does not describe a tokenizer."""
+
+
 class Tokenizer(Protocol):
     name: str
     vocab_size: int
@@ -109,6 +113,9 @@ class GPT2Tokenizer:
         """kept_ids[i] is the r50k_base id of compact id i (end-of-text included)."""
         self.enc = gpt2_encoding()
         self.kept_ids = list(kept_ids)
+        if self.enc.eot_token not in self.kept_ids or not all(0 <= i < self.enc.n_vocab for i in self.kept_ids):
+            raise TokenizerMetaError(f"the gpt2 tokenizer's 'kept_ids' must be ids of {GPT2_ENCODING} "
+                                     f"(0..{self.enc.n_vocab - 1}) including end-of-text ({self.enc.eot_token})")
         self._to_compact = {orig: i for i, orig in enumerate(self.kept_ids)}
         # Padding rows are never targets; a multiple of 64 keeps matmuls aligned.
         self.vocab_size = -(-len(self.kept_ids) // PAD_MULTIPLE) * PAD_MULTIPLE
@@ -174,11 +181,19 @@ def build_tokenizer(name: str, text: str) -> Tokenizer:
     raise UserError(f"unknown tokenizer {name!r}; choose one of: {', '.join(TOKENIZERS)}")
 
 
-def tokenizer_from_meta(meta: dict) -> Tokenizer:
-    name = meta.get("name")
+def tokenizer_from_meta(meta: object) -> Tokenizer:
+    """The tokenizer `to_meta` described. Metadata comes from files a user can edit (a prepared
+    dataset's meta.json, a checkpoint), so anything malformed is a `TokenizerMetaError` saying what."""
+    name = meta.get("name") if isinstance(meta, dict) else None
     if name == "char":
-        return CharTokenizer(meta["chars"])
+        chars = meta.get("chars")
+        if not isinstance(chars, str) or not chars or len(set(chars)) != len(chars):
+            raise TokenizerMetaError("the char tokenizer's 'chars' is not a string of distinct characters")
+        return CharTokenizer(chars)
     if name == "gpt2":
-        return GPT2Tokenizer(meta["kept_ids"])
-    raise UserError(f"unknown tokenizer {name!r} in metadata; expected one of: {', '.join(TOKENIZERS)}")
+        kept = meta.get("kept_ids")
+        if not isinstance(kept, list) or not all(type(i) is int for i in kept) or len(set(kept)) != len(kept):
+            raise TokenizerMetaError("the gpt2 tokenizer's 'kept_ids' is not a list of distinct token ids")
+        return GPT2Tokenizer(kept)
+    raise TokenizerMetaError(f"unknown tokenizer {name!r}; expected one of: {', '.join(TOKENIZERS)}")
 

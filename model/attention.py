@@ -24,6 +24,7 @@ them is a *pattern*, TransformerLens's word, everywhere else in the project.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn as nn
@@ -34,36 +35,45 @@ class KVCache:
     """What sampling keeps between tokens: the keys and values of every position seen so far,
     one slot per layer.
 
-    Preallocated to `max_len`, so a new token writes in place. The cache owns its length:
-    each layer `append`s its new keys and values at `length`, and once every layer has,
-    the model calls `advance`. It also keeps, for as long as the generation lasts, each
-    layer's three projections side by side (`fused_projections`), so a token needs one
-    matmul for its query, key and value instead of three.
+    Each layer's slot is [batch, position, 2, head, d_k], keys and values side by side, so a
+    new position's key and value are written in one copy, and preallocated to `max_len`, so
+    that copy is in place. The cache owns its length: each layer `append`s at `length`, and
+    once every layer has, the model calls `advance`. For as long as the generation lasts it
+    also keeps the plain tensors each layer's `decode` reads (`weights`), among them the
+    three projections side by side, so a token needs one matmul for its query, key and value.
     """
 
     def __init__(self, n_layer: int, batch: int, n_head: int, max_len: int, head_dim: int,
                  device: torch.device, dtype: torch.dtype) -> None:
-        shape = (batch, n_head, max_len, head_dim)
-        self.keys = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(n_layer)]
-        self.values = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(n_layer)]
+        self.slots = [torch.zeros(batch, max_len, 2, n_head, head_dim, device=device, dtype=dtype)
+                      for _ in range(n_layer)]
         self.max_len = max_len
         self.batch = batch
         self._length = 0  # positions filled, the same in every layer
-        self._fused: dict[int, torch.Tensor] = {}
+        self._weights: tuple | None = None
 
     @property
     def length(self) -> int:
         return self._length
 
-    def append(self, layer: int, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Stores `layer`'s keys and values [B, H, T, head_dim] for positions length..length+T-1;
-        returns all that layer holds, those included."""
-        end = self._length + keys.shape[-2]
+    def keys(self, layer: int) -> torch.Tensor:
+        """[B, H, length, d_k]: the keys held for `layer` (a view)."""
+        return self.slots[layer][:, :self._length, 0].transpose(1, 2)
+
+    def values(self, layer: int) -> torch.Tensor:
+        return self.slots[layer][:, :self._length, 1].transpose(1, 2)
+
+    def append(self, layer: int, keys_and_values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Stores `layer`'s keys and values [B, T, 2, H, d_k] for positions length..length+T-1;
+        returns all the keys and all the values it holds for that layer, those included, each
+        [B, H, positions, d_k]."""
+        end = self._length + keys_and_values.shape[1]
         if end > self.max_len:
             raise ValueError(f"the KV cache is full ({self.max_len} positions); re-anchor the context first")
-        self.keys[layer][:, :, self._length:end] = keys
-        self.values[layer][:, :, self._length:end] = values
-        return self.keys[layer][:, :, :end], self.values[layer][:, :, :end]
+        slot = self.slots[layer]
+        slot[:, self._length:end] = keys_and_values
+        keys, values = slot[:, :end].permute(2, 0, 3, 1, 4).unbind(0)   # each [B, H, end, d_k], views
+        return keys, values
 
     def advance(self, n: int) -> None:
         """Every layer has appended `n` positions."""
@@ -72,12 +82,24 @@ class KVCache:
     def reset(self) -> None:
         self._length = 0
 
-    def fused_projections(self, layer: int, attention: SelfAttention) -> torch.Tensor:
-        """[d_in, 3 * d_out]: x @ this is [queries | keys | values]; made on first use."""
-        if layer not in self._fused:
-            weights = (attention.W_query.weight, attention.W_key.weight, attention.W_value.weight)
-            self._fused[layer] = torch.cat(weights).t().contiguous()
-        return self._fused[layer]
+    def weights(self, gather: Callable[[], tuple]) -> tuple:
+        """The plain tensors the model's `decode` reads, gathered by `gather()` on first use and
+        kept for the rest of the generation: reading a parameter through its module costs a
+        microsecond or two each time, which a sampled token cannot afford."""
+        if self._weights is None:
+            self._weights = gather()
+        return self._weights
+
+
+def rows_linear(x: torch.Tensor, weight_t: torch.Tensor, bias: torch.Tensor | None,
+                residual: torch.Tensor | None = None) -> torch.Tensor:
+    """`residual + x @ weight_t + bias` for rows x [N, in], in one matmul call where it can
+    (F.linear and a separate addition would each add a dispatch, which is what a sampled
+    token's tiny matmuls cost). `weight_t` is a linear layer's weight transposed, [in, out]."""
+    if residual is None:
+        return torch.mm(x, weight_t) if bias is None else torch.addmm(bias, x, weight_t)
+    out = torch.addmm(residual, x, weight_t)
+    return out if bias is None else out.add_(bias)
 
 
 class Rotary(nn.Module):
@@ -173,23 +195,30 @@ class SelfAttention(nn.Module):
 
     # --- the cached path: sampling -----------------------------------------------------------
 
-    def decode(self, x: torch.Tensor, cache: KVCache, layer: int) -> torch.Tensor:
+    def decode(self, x: torch.Tensor, cache: KVCache, layer: int, weights: tuple,
+               residual: torch.Tensor | None = None, head_mask: torch.Tensor | None = None) -> torch.Tensor:
         """x [B * T, d_in]: for each of the cache's B sequences, T positions that follow the
         `cache.length` it holds. Each attends to itself, the new positions before it, and
         every cached position. Appends this layer's keys and values to the cache (the model
-        advances it). Returns [B * T, d_out].
+        advances it). `weights` is what `decode_weights` returned, once per generation.
+        Returns [B * T, d_out], plus `residual` when given. `head_mask` ablates heads as in `_merge`.
 
         The same maths as `forward`, arranged for one sampled token of a small model, where
-        the arithmetic takes microseconds and the cost is in how many operations run: rows
-        in 2-D, one matmul for the three projections, no module calls.
+        the arithmetic takes microseconds and the cost is in how many operations run: rows in
+        2-D, one matmul for the three projections, the new keys and values copied into the
+        cache at once, plain tensors gathered once per generation instead of module calls.
         """
+        qkv_t, out_t, out_bias = weights
         B = cache.batch
         T = x.shape[0] // B
         start = cache.length
-        qkv = torch.mm(x, cache.fused_projections(layer, self)).view(B, T, 3, self.n_head, self.head_dim)
-        queries, keys, values = (qkv[:, :, i].transpose(1, 2) for i in range(3))   # each [B, H, T, d_k]
-        queries, keys = self._shape_queries_and_keys(queries, keys, start)
-        keys, values = cache.append(layer, keys, values)
+        qkv = torch.mm(x, qkv_t).view(B, T, 3, self.n_head, self.head_dim)
+        queries = qkv[:, :, 0].transpose(1, 2)                                   # [B, H, T, d_k]
+        new = qkv[:, :, 1:]                                                        # [B, T, 2, H, d_k]
+        if self.qk_norm or self.rotary is not None:
+            queries, new_keys = self._shape_queries_and_keys(queries, new[:, :, 0].transpose(1, 2), start)
+            new = torch.stack((new_keys.transpose(1, 2), new[:, :, 1]), dim=2)
+        keys, values = cache.append(layer, new)
         if T == 1:
             # A single new query may look at every cached position: no mask needed.
             context = F.scaled_dot_product_attention(queries, keys, values)
@@ -197,10 +226,20 @@ class SelfAttention(nn.Module):
             # New query i sits at absolute position start + i and sees keys up to there.
             allowed = torch.ones(T, start + T, dtype=torch.bool, device=x.device).tril(diagonal=start)
             context = F.scaled_dot_product_attention(queries, keys, values, attn_mask=allowed)
-        out = context.transpose(1, 2).reshape(B * T, self.d_out)
+        if head_mask is not None:
+            context = context * head_mask.view(1, -1, 1, 1).to(context.dtype)
+        out = context.view(B, self.d_out) if T == 1 else context.transpose(1, 2).reshape(B * T, self.d_out)
+        if out_t is None:
+            return out if residual is None else residual + out
+        return rows_linear(out, out_t, out_bias, residual)
+
+    def decode_weights(self) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """What `decode` reads: [W_query | W_key | W_value] transposed into one [d_in, 3 * d_out]
+        matrix, and the output projection's weight (transposed) and bias."""
+        qkv_t = torch.cat((self.W_query.weight, self.W_key.weight, self.W_value.weight)).t().contiguous()
         if self.out_proj is None:
-            return out
-        return F.linear(out, self.out_proj.weight, self.out_proj.bias)
+            return qkv_t, None, None
+        return qkv_t, self.out_proj.weight.t(), self.out_proj.bias
 
     # --- shared by all three ----------------------------------------------------------------
 

@@ -9,13 +9,16 @@ as printed: `python tests/test_bad_input.py --write` refreshes it there.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
+import json
 import os
 import re
 import shutil
 import sys
 import tempfile
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,10 +28,12 @@ if __name__ == "__main__":
 import pytest
 import torch
 
-from tests.cli import ROOT, one_line, run, tiny_args
+from tests.cli import ROOT, run, tiny_args
 
 DOC = ROOT / "docs" / "errors.md"
-START, END = "<!-- cases:start -->", "<!-- cases:end -->"
+README = ROOT / "README.md"
+SECTIONS = {"error": ("<!-- cases:start -->", "<!-- cases:end -->"),
+            "warning": ("<!-- warnings:start -->", "<!-- warnings:end -->")}
 
 
 class Workspace:
@@ -48,13 +53,23 @@ class Workspace:
         return args
 
     def sample(self, *extra: str, out: Path | str | None = None) -> list[str]:
-        return [f"--out_dir={out or self.out}", "--max_new_tokens=5", "--device=cpu", *extra]
+        looks = any(a.startswith(("--attention", "--probes")) for a in extra)  # these sample no text
+        return [f"--out_dir={out or self.out}", *([] if looks else ["--max_new_tokens=5"]), "--device=cpu", *extra]
 
     def file(self, name: str, content: str | bytes) -> str:
         path = self.root / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(content if isinstance(content, bytes) else content.encode())
         return str(path)
+
+    def fifo(self, name: str) -> str:
+        """A named pipe: reading it would wait forever for a writer."""
+        path = self.root / name
+        os.mkfifo(path)
+        return str(path)
+
+    def probes(self, *records: dict) -> str:
+        return self.file("probes.jsonl", "".join(json.dumps(r) + "\n" for r in records))
 
     def checkpoint(self, folder: str, damage: Callable[[Path, bytes], None]) -> Path:
         """A folder whose ckpt.pt is the trained one after `damage(path, good_bytes)`."""
@@ -95,12 +110,102 @@ def _other_version(path: Path, good: bytes) -> None:
     torch.save({**torch.load(path, weights_only=True), "format_version": 99}, path)
 
 
+def _edited(change: Callable[[dict], None]) -> Callable[[Path, bytes], None]:
+    """A damage that loads the good checkpoint, changes its contents and saves it again."""
+    def damage(path: Path, good: bytes) -> None:
+        path.write_bytes(good)
+        payload = torch.load(path, weights_only=True)
+        change(payload)
+        torch.save(payload, path)
+    return damage
+
+
+def _optimizer_moments_of_another_model(payload: dict) -> None:
+    for state in payload["optimizer"]["state"].values():
+        state["exp_avg"] = torch.zeros(3)
+
+
+_no_model_config = _edited(lambda p: p.pop("model_config"))
+_wider_config = _edited(lambda p: p["model_config"].update(n_embd=32))
+_no_optimizer = _edited(lambda p: p.pop("optimizer"))
+_other_moments = _edited(_optimizer_moments_of_another_model)
+_broken_tokenizer = _edited(lambda p: p.update(tokenizer={"name": "char", "chars": 5}))
+
+
+class _FillingFile:
+    """A file on a disk that fills up after `room` bytes: writes then fail as a full disk's do."""
+
+    def __init__(self, fh, room: int) -> None:
+        self.fh, self.room = fh, room
+
+    def write(self, data) -> int:
+        if len(data) > self.room:
+            self.fh.write(bytes(data[:self.room]))
+            self.room = 0
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        self.room -= len(data)
+        return self.fh.write(data)
+
+    def __getattr__(self, name: str):
+        return getattr(self.fh, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.fh.close()
+
+
 def _disk_full(mp: pytest.MonkeyPatch) -> None:
-    def save(obj, fh, *args, **kwargs):
-        fh.write(b"PK\x03\x04 part of a checkpoint")
+    """The checkpoint's file fills the disk halfway: torch.save meets the error inside its zip writer."""
+    def open_on_full_disk(path, mode="r", *args, **kwargs):
+        fh = open(path, mode, *args, **kwargs)
+        return _FillingFile(fh, room=1000) if "w" in mode else fh
+
+    mp.setattr("trainer.checkpoint.open", open_on_full_disk, raising=False)
+
+
+def _log_dir_full(mp: pytest.MonkeyPatch) -> None:
+    """TensorBoard's writer thread finds the disk full, as it writes its first event."""
+    def append(self, filename, file_content, binary_mode=False):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    mp.setattr("trainer.checkpoint.torch.save", save)
+    mp.setattr("tensorboard.compat.tensorflow_stub.io.gfile.LocalFileSystem.append", append)
+
+
+@contextlib.contextmanager
+def _another_run_holds_out(ws: Workspace):
+    """out/ locked by a run whose lock file says it is pid 4242 on another machine."""
+    from trainer.runlock import RunLock
+
+    with RunLock(ws.out) as lock:
+        owner = {"pid": 4242, "host": "other-host", "started": "2025-01-01 12:00:00",
+                 "command": "python train.py configs/pronouns.toml"}
+        lock.path.write_text(json.dumps(owner))
+        yield
+
+
+@contextlib.contextmanager
+def _lock_left_by_a_killed_run(ws: Workspace):
+    ws.file("new/.lock", json.dumps({"pid": 999999999, "host": "this-host", "started": "2025-01-01 12:00:00",
+                                     "command": "python train.py"}))
+    yield
+
+
+@contextlib.contextmanager
+def _damaged_cache(ws: Workspace):
+    from data.prepare import prepare
+    from tests.cli import TEXT
+
+    ws.file("corpus.txt", TEXT)
+    prepared = prepare(str(ws.root / "corpus.txt"), "char", ws.root / "prep", quiet=True)
+    (prepared.folder / "train.bin").write_bytes(b"\x01\x02\x03")
+    yield
+
+
+SHORT_PROBE = {"text": "cat and dog it", "pronoun": "it", "referent": "cat", "distractor": "dog"}
+LONG_PROBE = {"text": "the dog saw the ball and it rolled away and the cat saw it", "pronoun": "it",
+              "referent": "ball", "distractor": "dog"}
 
 
 @dataclass
@@ -113,6 +218,12 @@ class Case:
     words: tuple[str, ...]  # what the message must name
     patch: Callable[[pytest.MonkeyPatch], None] | None = None
     exact: bool = True  # False: the message may differ across machines, so docs/errors.md shows one instance
+    setup: Callable[[Workspace], AbstractContextManager] | None = None  # held while the command runs
+    may_change: tuple[str, ...] = ()  # for a warning: files (globs under the workspace) it may rewrite
+
+    @property
+    def kind(self) -> str:
+        return "warning" if self.code == 0 else "error"
 
 
 CASES = [
@@ -131,7 +242,25 @@ CASES = [
          ("not UTF-8", "offset 3", "iconv")),
     Case("data-too-short", "text shorter than block_size + 2 tokens", "train",
          lambda w: w.train(f"--dataset={w.file('short.txt', 'the dog saw the cat')}"), 1,
-         ("fewer than block_size + 2 = 18", "--block_size")),
+         ("fewer than block_size + 2 = 18", "too few for both splits", "--block_size of at most 7")),
+    Case("data-val-too-short", "a val_fraction too small for a long enough text", "train",
+         lambda w: w.train("--val_fraction=0.001"), 1,
+         ("val split has 3 tokens", "--val_fraction=0.0058 or more")),
+    Case("data-train-too-short", "a val_fraction that leaves too little to train on", "train",
+         lambda w: w.train("--val_fraction=0.999"), 1, ("train split has 4 tokens", "--val_fraction=0.99 or less")),
+    Case("data-not-regular", "dataset is a named pipe (FIFO)", "train",
+         lambda w: w.train(f"--dataset={w.fifo('pipe.txt')}"), 1, ("not a regular file",)),
+    Case("data-nul-bytes", "dataset file of NUL bytes", "train",
+         lambda w: w.train(f"--dataset={w.file('zeros.txt', bytes(5000))}"), 1, ("NUL bytes", "binary")),
+    Case("data-one-character", "dataset file of one character", "train",
+         lambda w: w.train(f"--dataset={w.file('a.txt', 'a')}"), 1,
+         ("one kind of token only ('a', once)", "nothing to predict")),
+    Case("data-one-token", "dataset file of one character repeated", "train",
+         lambda w: w.train(f"--dataset={w.file('a.txt', 'a' * 5000)}"), 1,
+         ("one kind of token only ('a', 5,000 times)",)),
+    Case("data-too-big", "a generated corpus too large for memory", "train",
+         lambda w: w.train("--dataset=pronouns", "--corpus_sentences=10000000000000"), 1,
+         ("generating 10,000,000,000,000 sentences needs at least", "lower --corpus_sentences"), exact=False),
     # --- config -------------------------------------------------------------------------------------------
     Case("cli-unknown-key", "unknown key on the command line", "train",
          lambda w: w.train("--n_layers=2"), 2, ("unknown config key 'n_layers'", "did you mean 'n_layer'")),
@@ -175,6 +304,22 @@ CASES = [
          lambda w: w.train(config=str(w.root / "nope.toml")), 2, ("nope.toml not found",)),
     Case("two-configs", "two config files", "train",
          lambda w: w.train(w.file("other.toml", "")), 2, ("at most one config file",)),
+    Case("toml-not-regular", "config file is a named pipe (FIFO)", "train",
+         lambda w: w.train(config=w.fifo("c.toml")), 2, ("not a regular file",)),
+    Case("toml-nul-character", "a NUL character in a TOML string", "train",
+         lambda w: w.train(config=w.file("c.toml", 'probes = "a\\u0000b.jsonl"\n')), 2, ("'probes' holds a NUL",)),
+    Case("dataset-empty", "an empty dataset name", "train",
+         lambda w: w.train("--dataset="), 2, ("'dataset' is empty",)),
+    Case("watch-sentence-empty", "an empty watch sentence", "train",
+         lambda w: w.train('--watch_sentences=["the dog", ""]'), 2, ("non-empty strings",)),
+    Case("device-unknown", "a device that does not exist (tpu)", "train",
+         lambda w: w.train("--device=tpu"), 2, ("'device' must be one of auto, cpu, cuda, mps or cuda:N",)),
+    Case("model-too-big", "a model too large for memory (n_embd in the millions)", "train",
+         lambda w: w.train("--n_embd=4000000", "--n_head=1"), 1,
+         ("needs at least", "lower --n_embd (now 4,000,000) or --n_layer"), exact=False),
+    Case("batch-too-big", "a batch too large for memory (batch_size in the billions)", "train",
+         lambda w: w.train("--batch_size=10000000000"), 1,
+         ("needs at least", "lower --batch_size (now 10,000,000,000), --block_size"), exact=False),
     # --- checkpoints (train --resume) -----------------------------------------------------------------------
     Case("resume-missing", "--resume without a checkpoint", "train",
          lambda w: w.train("--resume", f"--out_dir={w.root / 'empty'}"), 1,
@@ -194,6 +339,18 @@ CASES = [
     Case("resume-other-version", "--resume from another checkpoint format version", "train",
          lambda w: w.train("--resume", f"--out_dir={w.checkpoint('v99', _other_version)}"), 1,
          ("format version 99",)),
+    Case("resume-no-model-config", "--resume from a checkpoint without model_config", "train",
+         lambda w: w.train("--resume", f"--out_dir={w.checkpoint('noconf', _no_model_config)}"), 1,
+         ("not a usable checkpoint", "'model_config' is missing")),
+    Case("resume-config-disagrees", "--resume from a checkpoint whose model_config and weights disagree", "train",
+         lambda w: w.train("--resume", f"--out_dir={w.checkpoint('wide', _wider_config)}"), 1,
+         ("weights do not fit its model_config", "expected (28, 32), found (28, 16)")),
+    Case("resume-no-optimizer", "--resume from a checkpoint without optimizer state", "train",
+         lambda w: w.train("--resume", f"--out_dir={w.checkpoint('noopt', _no_optimizer)}"), 1,
+         ("'optimizer', which resuming needs, is missing",)),
+    Case("resume-optimizer-mismatch", "--resume from optimizer state of another model", "train",
+         lambda w: w.train("--resume", f"--out_dir={w.checkpoint('moments', _other_moments)}"), 1,
+         ("optimizer or random-generator state does not fit", "'exp_avg'")),
     Case("resume-larger-block", "--resume with a block_size beyond the checkpoint's", "train",
          lambda w: w.train("--resume", "--block_size=32"), 2,
          ("--block_size=32 is larger than the 16", "--block_size=16")),
@@ -236,14 +393,55 @@ CASES = [
          lambda w: w.sample("--topk=3"), 2, ("unrecognized arguments: --topk=3", "--help")),
     Case("sample-wrong-type", "a flag value of the wrong type", "sample",
          lambda w: w.sample("--max_new_tokens=ten"), 2, ("invalid int value: 'ten'",)),
-    Case("sample-html-alone", "--html without --attention", "sample",
-         lambda w: w.sample("--html=page.html"), 2, ("--html needs --attention TEXT",)),
     Case("sample-no-checkpoint", "no checkpoint in --out_dir", "sample",
          lambda w: w.sample(out=w.root / "nothing"), 1, ("no checkpoint at",)),
     Case("sample-truncated", "truncated checkpoint", "sample",
          lambda w: w.sample(out=w.checkpoint("cut", _truncate)), 1, ("not a readable checkpoint",)),
     Case("sample-pickled-object", "checkpoint with a pickled object", "sample",
          lambda w: w.sample(out=w.checkpoint("pickled", _pickled)), 1, ("refusing", "pickled Python object")),
+    Case("sample-no-model-config", "checkpoint without model_config", "sample",
+         lambda w: w.sample(out=w.checkpoint("noconf", _no_model_config)), 1, ("'model_config' is missing",)),
+    Case("sample-config-disagrees", "checkpoint whose model_config and weights disagree", "sample",
+         lambda w: w.sample(out=w.checkpoint("wide", _wider_config)), 1, ("weights do not fit its model_config",)),
+    Case("sample-broken-tokenizer", "checkpoint whose tokenizer is not one", "sample",
+         lambda w: w.sample(out=w.checkpoint("tok", _broken_tokenizer)), 1, ("holds no usable tokenizer",)),
+    Case("sample-checkpoint-directory", "a folder named ckpt.pt", "sample",
+         lambda w: w.sample(out=(w.root / "dir" / "ckpt.pt").mkdir(parents=True) or w.root / "dir"), 1,
+         ("is a directory, not a checkpoint",)),
+    Case("sample-device-unknown", "a device that does not exist (tpu)", "sample",
+         lambda w: w.sample("--device=tpu"), 2, ("unknown device 'tpu'",)),
+    Case("sample-device-meta", "torch's shape-only device (meta)", "sample",
+         lambda w: w.sample("--device=meta"), 2, ("unknown device 'meta'",)),
+    Case("sample-device-absent", "a GPU this machine does not have (cuda:99)", "sample",
+         lambda w: w.sample("--device=cuda:99"), 2, ("--device=cuda:99 but",), exact=False),
+    Case("sample-two-looks", "--attention and --probes together", "sample",
+         lambda w: w.sample("--attention=the dog", f"--probes={w.probes(LONG_PROBE)}"), 2,
+         ("give one of them per command",)),
+    Case("sample-option-ignored", "a sampling option with --probes", "sample",
+         lambda w: w.sample(f"--probes={w.probes(LONG_PROBE)}", "--temperature=0.5"), 2,
+         ("--temperature applies to sampling text, which --probes does not do",)),
+    Case("sample-query-alone", "--query without --attention", "sample",
+         lambda w: w.sample("--query=dog"), 2, ("--query applies only to --attention",)),
+    Case("sample-html-alone", "--html without --attention", "sample",
+         lambda w: w.sample("--html=page.html"), 2, ("--html needs --attention TEXT",)),
+    Case("sample-html-and-png-dir", "--html with --png_dir", "sample",
+         lambda w: w.sample("--attention=the dog and it", "--html=page.html", "--png_dir=png"), 2,
+         ("--png_dir is where --attention writes PNGs, which --html replaces",)),
+    Case("sample-json-alone", "--json in plain sampling", "sample",
+         lambda w: w.sample("--json"), 2, ("--json applies only to --attention and --probes",)),
+    Case("sample-prompt-not-regular", "prompt file is a named pipe (FIFO)", "sample",
+         lambda w: w.sample(f"--prompt=@{w.fifo('prompt.txt')}"), 2, ("not a regular file",)),
+    Case("sample-probes-not-regular", "probe file is a named pipe (FIFO)", "sample",
+         lambda w: w.sample(f"--probes={w.fifo('probes.jsonl')}"), 1, ("not a regular file",)),
+    Case("sample-probe-too-long", "a probe longer than block_size", "sample",
+         lambda w: w.sample(f"--probes={w.probes(SHORT_PROBE, LONG_PROBE)}"), 1,
+         ("probes.jsonl line 2", "58 tokens but the model's block_size is 16", "shorten its text")),
+    Case("sample-probe-same-word", "a probe whose referent is its distractor", "sample",
+         lambda w: w.sample(f"--probes={w.probes({**LONG_PROBE, 'distractor': 'ball'})}"), 1,
+         ("probes.jsonl line 1", "same word as the referent")),
+    Case("sample-probe-unknown-characters", "a probe with characters outside the vocabulary", "sample",
+         lambda w: w.sample(f"--probes={w.probes({**LONG_PROBE, 'text': 'The dog saw the ball and it rolled'})}"), 1,
+         ("probes.jsonl line 1", "'T'")),
     # --- files ---------------------------------------------------------------------------------------------------
     Case("out-dir-unwritable", "out_dir under a regular file", "train",
          lambda w: w.train(f"--out_dir={w.file('a-file', 'x')}/out"), 1,
@@ -254,37 +452,72 @@ CASES = [
     Case("data-dir-unwritable", "data_dir under a regular file", "train",
          lambda w: w.train(f"--data_dir={w.file('a-file', 'x')}/prep"), 1,
          ("cannot write prepared data", "--data_dir")),
+    Case("disk-full", "disk full while saving a checkpoint (simulated: its writes fail halfway)", "train",
+         lambda w: w.train(), 1,
+         ("No space left on device", "previous checkpoint is intact", "free disk space"), patch=_disk_full),
+    Case("checkpoint-path-directory", "a folder where out_dir/ckpt.pt should be", "train",
+         lambda w: w.train(f"--out_dir={(w.root / 'dir' / 'ckpt.pt').mkdir(parents=True) or w.root / 'dir'}"), 1,
+         ("ckpt.pt is a directory", "move it away or choose another --out_dir")),
+    Case("out-dir-in-use", "another training run holds out_dir", "train",
+         lambda w: w.train(), 1, ("in use by another training run", "pid 4242 on other-host", "wait for it"),
+         setup=_another_run_holds_out),
+    Case("png-dir-unwritable", "--png_dir under a regular file", "sample",
+         lambda w: w.sample("--attention=the dog saw it", f"--png_dir={w.file('a-file', 'x')}/png"), 1,
+         ("cannot write the heatmaps", "choose a writable --png_dir")),
     Case("html-unwritable", "--html under a regular file", "sample",
          lambda w: w.sample("--attention=the dog and it", f"--html={w.file('a-file', 'x')}/page.html"), 1,
          ("cannot write the attention page", "a-file/page.html", "choose a writable path")),
-    Case("disk-full", "disk full while saving a checkpoint (simulated)", "train",
-         lambda w: w.train(), 1,
-         ("No space left on device", "previous checkpoint is intact", "free disk space"), patch=_disk_full),
     # --- training ---------------------------------------------------------------------------------------------
     Case("diverged", "loss becomes nan or inf (--learning_rate=1e6)", "train",
          lambda w: w.train("--learning_rate=1e6"), 1,
          ("at step", "training stopped", "try a lower --learning_rate (now 1e+06)"), exact=False),
+    # --- warnings: the command goes on, and says what it did -------------------------------------------
+    Case("warn-earlier-run-kept", "a new run into an out_dir holding a checkpoint", "train",
+         lambda w: w.train(), 0, ("held an earlier run", "kept it as"), may_change=("out/ckpt.pt",)),
+    Case("warn-stale-lock", "a run lock left by a killed run", "train",
+         lambda w: w.train(f"--out_dir={w.root / 'new'}"), 0, ("pid 999999999", "taking it over"),
+         setup=_lock_left_by_a_killed_run, may_change=("new/.lock",)),
+    Case("warn-damaged-cache", "prepared data damaged on disk (train.bin cut short)", "train",
+         lambda w: w.train(f"--out_dir={w.root / 'new'}"), 0, ("train.bin has 3 bytes", "rebuilding it"),
+         setup=_damaged_cache, may_change=("prep/*/*",)),
+    Case("warn-sample-prompt", "a sample_prompt outside the vocabulary", "train",
+         lambda w: w.train(f"--out_dir={w.root / 'new'}", "--sample_prompt=THE DOG", "--sample_tokens=5"), 0,
+         ("no text sample will be logged", "'D', 'E'")),
+    Case("warn-log-dir-full", "disk full under log_dir (simulated in TensorBoard's writer thread)", "train",
+         lambda w: w.train(f"--out_dir={w.root / 'new'}"), 0,
+         ("cannot write TensorBoard logs", "No space left on device", "going on without them"), patch=_log_dir_full),
 ]
 SUBPROCESS = ("cli-unknown-key", "sample-top-p-big")  # the same, through a real process
 
 
 def run_case(case: Case, root: Path, references: Path, subprocess_: bool = False) -> tuple[int, str, str]:
-    """(exit status, stdout, stderr) of the case run in `root`, checking that existing files are untouched."""
+    """(exit status, stdout, stderr) of the case run in `root`, checking that existing files are untouched
+    (a warning's `may_change` files excepted)."""
     ws = Workspace(root, references)
     args = case.args(ws)
-    before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
-    with pytest.MonkeyPatch.context() as mp:
-        if case.patch:
-            case.patch(mp)
-        code, out, err = run(case.program, args, subprocess_=subprocess_)
-    changed = [str(p) for p, data in before.items() if not p.is_file() or p.read_bytes() != data]
+    with contextlib.ExitStack() as stack:
+        if case.setup:
+            stack.enter_context(case.setup(ws))
+        may_change = {p for pattern in case.may_change for p in root.glob(pattern)}
+        before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file() and p not in may_change}
+        with pytest.MonkeyPatch.context() as mp:
+            if case.patch:
+                case.patch(mp)
+            code, out, err = run(case.program, args, subprocess_=subprocess_)
+        changed = [str(p) for p, data in before.items() if not p.is_file() or p.read_bytes() != data]
     assert not changed, f"{case.id} changed existing files: {changed}"
     return code, out, err
 
 
+def one_message(err: str, kind: str) -> str:
+    """stderr of the case: exactly one line, 'error: ...' or 'warning: ...', no traceback."""
+    assert err.startswith(f"{kind}: ") and err.endswith("\n") and err.count("\n") == 1, err
+    return err
+
+
 def shown(err: str, root: Path) -> str:
-    """The message as docs/errors.md shows it: without 'error: ', with the temporary folder as TMP."""
-    return err.removeprefix("error: ").rstrip("\n").replace(str(root), "TMP")
+    """The message as docs/errors.md shows it: without 'error: ' or 'warning: ', the temporary folder as TMP."""
+    return re.sub(r"^(error|warning): ", "", err).rstrip("\n").replace(str(root), "TMP")
 
 
 @pytest.fixture(scope="module")
@@ -295,11 +528,11 @@ def references(tmp_path_factory) -> Path:
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_bad_input_gets_one_clear_line(case, references, tmp_path):
     code, _, err = run_case(case, tmp_path, references)
-    message = one_line(err)
+    message = one_message(err, case.kind)
     assert code == case.code, message
     for word in case.words:
         assert word in message, f"{word!r} missing from: {message}"
-    documented = doc_rows().get(case.id)
+    documented = doc_rows(case.kind).get(case.id)
     assert documented is not None and (documented == shown(err, tmp_path) or not case.exact), (
         f"docs/errors.md is out of date for {case.id}; run: python tests/test_bad_input.py --write")
 
@@ -309,7 +542,7 @@ def test_real_process_prints_one_line_and_exits(case_id, references, tmp_path):
     case = next(c for c in CASES if c.id == case_id)
     code, _, err = run_case(case, tmp_path, references, subprocess_=True)
     assert code == case.code and "Traceback" not in err
-    assert one_line(err).removeprefix("error: ").rstrip("\n") == doc_rows()[case.id].replace("TMP", str(tmp_path))
+    assert shown(one_message(err, case.kind), tmp_path) == doc_rows(case.kind)[case.id]
 
 
 def test_debug_lets_the_exception_and_its_traceback_through(tmp_path):
@@ -328,43 +561,63 @@ def test_debug_lets_the_exception_and_its_traceback_through(tmp_path):
 
 
 def test_every_case_is_documented():
-    assert sorted(doc_rows()) == sorted(c.id for c in CASES)
+    for kind in SECTIONS:
+        assert sorted(doc_rows(kind)) == sorted(c.id for c in CASES if c.kind == kind)
+
+
+def test_readme_counts_the_cases():
+    errors = sum(c.kind == "error" for c in CASES)
+    warnings = sum(c.kind == "warning" for c in CASES)
+    assert f"{errors} bad inputs" in README.read_text(encoding="utf-8")
+    assert f"{errors} bad inputs and {warnings} warnings" in DOC.read_text(encoding="utf-8")
 
 
 # --- docs/errors.md ---------------------------------------------------------------------------------------
 
-def doc_rows() -> dict[str, str]:
-    """{case id: message} from the table in docs/errors.md."""
+def doc_rows(kind: str = "error") -> dict[str, str]:
+    """{case id: message} from the table of errors (or of warnings) in docs/errors.md."""
+    start, end = SECTIONS[kind]
     rows = {}
-    for line in DOC.read_text(encoding="utf-8").split(START)[1].split(END)[0].splitlines():
+    for line in DOC.read_text(encoding="utf-8").split(start)[1].split(end)[0].splitlines():
         match = re.match(r"\| `([\w-]+)` \|.*\| `` (.*) `` \|$", line)
         if match:
             rows[match[1]] = match[2].replace("\\|", "|")
     return rows
 
 
-def doc_table() -> str:
-    """Runs every case and returns the markdown table of what it printed."""
-    lines = ["| case | bad input | program | exit | message (stderr, after `error: `) |",
-             "|---|---|---|---|---|"]
+def doc_tables() -> dict[str, str]:
+    """Runs every case and returns, for errors and for warnings, the markdown table of what it printed."""
+    lines = {kind: [f"| case | {'bad input' if kind == 'error' else 'input'} | program | exit | message (stderr, "
+                    f"after `{kind}: `) |", "|---|---|---|---|---|"] for kind in SECTIONS}
     with tempfile.TemporaryDirectory() as tmp:
         references = train_references(Path(tmp) / "references")
         for case in CASES:
             root = Path(tmp) / case.id
             root.mkdir()
             code, _, err = run_case(case, root, references)
-            assert code == case.code, (case.id, err)
+            assert code == case.code and err.count("\n") == 1, (case.id, err)
             message = shown(err, root).replace("|", "\\|")
-            lines.append(f"| `{case.id}` | {case.problem} | {case.program}.py | {code} | `` {message} `` |")
-    return "\n".join(lines)
+            lines[case.kind].append(f"| `{case.id}` | {case.problem} | {case.program}.py | {code} | `` {message} `` |")
+    return {kind: "\n".join(rows) for kind, rows in lines.items()}
+
+
+def write_docs(tables: dict[str, str]) -> None:
+    text = DOC.read_text(encoding="utf-8")
+    for kind, (start, end) in SECTIONS.items():
+        head, rest = text.split(start)
+        text = f"{head}{start}\n{tables[kind]}\n{end}{rest.split(end)[1]}"
+    counts = (sum(c.kind == "error" for c in CASES), sum(c.kind == "warning" for c in CASES))
+    text = re.sub(r"\d+ bad inputs and \d+ warnings", f"{counts[0]} bad inputs and {counts[1]} warnings", text)
+    DOC.write_text(text, encoding="utf-8")
+    readme = README.read_text(encoding="utf-8")
+    README.write_text(re.sub(r"\d+ bad inputs", f"{counts[0]} bad inputs", readme), encoding="utf-8")
 
 
 if __name__ == "__main__":
     os.chdir(ROOT)
-    table = doc_table()
+    tables = doc_tables()
     if "--write" in sys.argv:
-        head, rest = DOC.read_text(encoding="utf-8").split(START)
-        DOC.write_text(f"{head}{START}\n{table}\n{END}{rest.split(END)[1]}", encoding="utf-8")
-        print(f"updated {DOC}")
+        write_docs(tables)
+        print(f"updated {DOC} and the count in {README}")
     else:
-        print(table)
+        print("\n\n".join(tables.values()))

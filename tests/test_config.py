@@ -51,6 +51,11 @@ def test_unknown_key_names_it_and_suggests(tmp_path):
     ("n_layer = [", "not valid TOML.*line 1"),
     ("n_layer = 2\nn_head = = 3", "not valid TOML.*line 2"),
     ("[model]\nn_layer = 2", "keys are flat"),
+    ("device = 'tpu'", "'device' must be one of auto, cpu, cuda, mps or cuda:N"),
+    ("device = 'cuda:x'", "'device' must be one of"),
+    ('out_dir = "a\\u0000b"', "'out_dir' holds a NUL character"),
+    ("dataset = ' '", "'dataset' is empty"),
+    ("watch_sentences = ['the dog', '']", "non-empty strings"),
 ])
 def test_bad_config_files_get_one_clear_error(tmp_path, text, match):
     f = tmp_path / "c.toml"
@@ -63,3 +68,22 @@ def test_help_lists_every_key_with_its_default():
     text = help_text("train.py", "configs/pronouns.toml")
     for name in FIELDS:
         assert f"--{name}=" in text
+
+
+def test_a_byte_order_mark_is_not_part_of_the_toml(tmp_path):
+    f = tmp_path / "c.toml"
+    f.write_bytes(b"\xef\xbb\xbf" + "n_layer = 3\r\nrun_name = 'été'\r\n".encode())
+    cfg = load_config(f, [])
+    assert (cfg.n_layer, cfg.run_name) == (3, "été")
+
+
+def test_one_gpu_can_be_named_in_the_config():
+    assert load_config(None, ["--device=cuda:1"]).device == "cuda:1"
+
+
+def test_a_config_file_that_is_not_a_regular_file_is_refused_without_waiting(tmp_path):
+    import os
+
+    os.mkfifo(tmp_path / "c.toml")
+    with pytest.raises(UsageError, match="not a regular file"):
+        load_config(tmp_path / "c.toml", [])

@@ -1,6 +1,10 @@
 """Tokenizers, preparation into token files, and batches."""
 
 import json
+import os
+import re
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -70,3 +74,154 @@ def test_batches_are_shifted_windows_and_reproducible(tmp_path):
     a.train()
     second = [x for x, _ in a.eval_batches("val", 2)]
     assert all(torch.equal(p, q) for p, q in zip(first, second, strict=True))
+
+
+# --- the prepared cache is checked, not trusted -------------------------------------------------------
+
+def _edit_meta(change):
+    def damage(folder):
+        meta = json.loads((folder / "meta.json").read_text())
+        change(meta)
+        (folder / "meta.json").write_text(json.dumps(meta))
+    return damage
+
+
+def _consistent_meta_edit(change):
+    """An edit that also fixes meta.json's own checksum: the files must still be checked against it."""
+    from data.prepare import _meta_checksum
+
+    def edit(meta):
+        change(meta)
+        meta["checksum"] = _meta_checksum(meta)
+    return _edit_meta(edit)
+
+
+def _replace(name, make):
+    def damage(folder):
+        (folder / name).unlink()
+        make(folder / name)
+    return damage
+
+
+def _shortened_vocabulary(meta):
+    meta["tokenizer"]["chars"] = meta["tokenizer"]["chars"][:5]
+    meta["vocab_size"] = 5
+    meta["dtype"] = "uint16"
+
+
+TAMPERING = {
+    "emptied": (lambda f: (f / "train.bin").write_bytes(b""), "train.bin has 0 bytes"),
+    "truncated": (lambda f: (f / "train.bin").write_bytes((f / "train.bin").read_bytes()[:100]), "has 100 bytes"),
+    "odd length": (lambda f: (f / "val.bin").write_bytes((f / "val.bin").read_bytes() + b"x"), "val.bin has"),
+    "random bytes": (lambda f: (f / "train.bin").write_bytes(os.urandom((f / "train.bin").stat().st_size)),
+                     "contents of train.bin do not match its checksum"),
+    "deleted": (lambda f: (f / "val.bin").unlink(), "val.bin is missing"),
+    "a directory": (_replace("train.bin", Path.mkdir), "train.bin is not a regular file"),
+    "a named pipe": (_replace("train.bin", os.mkfifo), "train.bin is not a regular file"),
+    "meta.json not JSON": (lambda f: (f / "meta.json").write_text("{"), "meta.json is not valid JSON"),
+    "meta.json a list": (lambda f: (f / "meta.json").write_text("[]"), "does not hold a JSON object"),
+    "meta.json deleted": (lambda f: (f / "meta.json").unlink(), "meta.json is missing"),
+    "dtype edited": (_edit_meta(lambda m: m.update(dtype="uint8")), "its checksum does not match"),
+    "vocabulary shortened": (_edit_meta(_shortened_vocabulary), "its checksum does not match"),
+    # The same edits with meta.json's checksum made to agree: the checks of sizes, dtype and range still catch them.
+    "dtype edited, checksum fixed": (_consistent_meta_edit(lambda m: m.update(dtype="uint8")),
+                                     "dtype 'uint8' is not 'uint16'"),
+    "vocabulary shortened, checksum fixed": (_consistent_meta_edit(_shortened_vocabulary),
+                                             "train.bin holds token id 27, outside the vocabulary of 5"),
+    "counts edited, checksum fixed": (_consistent_meta_edit(lambda m: m.update(train_tokens=10)),
+                                      "train.bin has 5,616 bytes where 10 uint16 tokens take 20"),
+    "tokenizer edited, checksum fixed": (_consistent_meta_edit(lambda m: m["tokenizer"].update(chars=7)),
+                                         "meta.json is malformed"),
+}
+
+
+@pytest.mark.parametrize("damage,problem", TAMPERING.values(), ids=TAMPERING.keys())
+def test_a_tampered_cache_is_rebuilt_from_the_source_saying_why(tmp_path, damage, problem):
+    from errors import GptwatchWarning
+    from tests.cli import TEXT
+
+    src = tmp_path / "story.txt"
+    src.write_text(TEXT)
+    first = prepare(str(src), "char", tmp_path / "prep", quiet=True)
+    good = {p.name: p.read_bytes() for p in first.folder.iterdir()}
+    damage(first.folder)
+    with pytest.warns(GptwatchWarning) as caught:
+        again = prepare(str(src), "char", tmp_path / "prep")
+    assert len(caught) == 1
+    message = str(caught[0].message)
+    assert problem in message and "rebuilding it from" in message and "\n" not in message, message
+    assert {p.name: p.read_bytes() for p in again.folder.iterdir()} == good
+    assert Batches(again, 16, 4, torch.device("cpu"), seed=1).train()[0].shape == (4, 16)
+
+
+def test_a_cache_folder_that_is_a_link_is_rebuilt_without_touching_what_it_points_to(tmp_path):
+    from tests.cli import TEXT
+
+    src = tmp_path / "story.txt"
+    src.write_text(TEXT)
+    folder = prepare(str(src), "char", tmp_path / "prep", quiet=True).folder
+    elsewhere = tmp_path / "users-folder"
+    elsewhere.mkdir()
+    (elsewhere / "notes.txt").write_text("mine")
+    shutil.rmtree(folder)
+    folder.symlink_to(elsewhere)
+    with pytest.warns(UserWarning, match="meta.json is missing"):
+        prepare(str(src), "char", tmp_path / "prep")
+    assert (elsewhere / "notes.txt").read_text() == "mine" and not folder.is_symlink()
+
+
+# --- text that cannot teach anything -------------------------------------------------------------------
+
+@pytest.mark.parametrize("content,problem", [
+    (bytes(4000), "holds NUL bytes (the first at byte 0)"),
+    (b"abc\x00def" * 100, "the first at byte 3"),
+    (b"a", "one kind of token only ('a', once)"),
+    (b"zzzz" * 1000, "one kind of token only ('z', 4,000 times)"),
+])
+def test_text_that_cannot_teach_anything_is_refused(tmp_path, content, problem):
+    from errors import UserError
+
+    src = tmp_path / "story.txt"
+    src.write_bytes(content)
+    with pytest.raises(UserError, match=re.escape(problem)):
+        prepare(str(src), "char", tmp_path / "prep", quiet=True)
+    assert not (tmp_path / "prep").exists() or not any((tmp_path / "prep").iterdir())
+
+
+def test_a_named_pipe_is_refused_without_waiting_for_a_writer(tmp_path):
+    from errors import UserError
+
+    pipe = tmp_path / "story.txt"
+    os.mkfifo(pipe)
+    with pytest.raises(UserError, match="not a regular file"):
+        prepare(str(pipe), "char", tmp_path / "prep", quiet=True)
+
+
+def test_a_byte_order_mark_is_not_part_of_the_text(tmp_path):
+    plain, marked = tmp_path / "plain.txt", tmp_path / "marked.txt"
+    plain.write_text(TEXT)
+    marked.write_bytes(b"\xef\xbb\xbf" + TEXT.encode())
+    a = prepare(str(plain), "char", tmp_path / "prep", quiet=True)
+    b = prepare(str(marked), "char", tmp_path / "prep", quiet=True)
+    assert a.tokenizer.to_meta() == b.tokenizer.to_meta() and np.array_equal(a.tokens("train"), b.tokens("train"))
+
+
+@pytest.mark.parametrize("val_fraction,problem", [
+    (0.0001, "the val split has 0 tokens"),
+    (0.001, "the val split has 3 tokens"),
+    (0.999, "the train split has 4 tokens"),
+])
+def test_a_split_too_short_names_the_fix_that_works(tmp_path, val_fraction, problem):
+    """A long enough text with a bad split is told which --val_fraction to use, and that value works."""
+    from errors import UserError
+    from tests.cli import TEXT
+
+    src = tmp_path / "story.txt"
+    src.write_text(TEXT)
+    with pytest.raises(UserError) as info:
+        Batches(prepare(str(src), "char", tmp_path / "prep", val_fraction, quiet=True), 16, 4,
+                torch.device("cpu"), seed=1)
+    message = str(info.value)
+    assert message.startswith(problem) and "longer text" not in message, message
+    suggested = float(re.search(r"--val_fraction=([\d.e-]+) or (more|less)", message)[1])
+    Batches(prepare(str(src), "char", tmp_path / "prep", suggested, quiet=True), 16, 4, torch.device("cpu"), seed=1)

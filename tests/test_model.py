@@ -94,8 +94,8 @@ def test_cached_decoding_matches_the_full_forward_pass(arch, bias, prompt):
     x = model.wte(tokens) + (model.wpe.weight[:12] if model.wpe is not None else 0)
     for layer, block in enumerate(model.blocks):
         _, keys, values = block.attn._project(block.ln_1(x))
-        torch.testing.assert_close(cache.keys[layer][:, :, :12], keys, atol=1e-5, rtol=1e-5)
-        torch.testing.assert_close(cache.values[layer][:, :, :12], values, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(cache.keys(layer), keys, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(cache.values(layer), values, atol=1e-5, rtol=1e-5)
         x = block(x)
 
 
@@ -155,3 +155,46 @@ def test_config_rejects_impossible_sizes():
         GPTConfig(vocab_size=10, n_embd=10, n_head=4)
     with pytest.raises(ValueError, match="n_layer"):
         GPTConfig(vocab_size=10, n_layer=0)
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "modern"])
+@pytest.mark.parametrize("new_tokens", [10, 40])  # 40 > block_size: the context re-anchors
+def test_ablated_generation_changes_the_text_and_is_the_same_with_and_without_kv_cache(arch, new_tokens):
+    model = tiny(arch)
+    for p in model.parameters():
+        torch.nn.init.normal_(p, std=0.3)
+    prompt = torch.randint(0, 50, (2, 5))
+    ablate = {0: [0, 1], 1: [1]}
+    plain = model.generate(prompt, new_tokens, temperature=0)
+    cached = model.generate(prompt, new_tokens, temperature=0, ablate=ablate)
+    uncached = model.generate(prompt, new_tokens, temperature=0, ablate=ablate, use_cache=False)
+    assert torch.equal(cached, uncached)
+    assert not torch.equal(cached, plain)
+
+
+def test_ablated_cached_decoding_matches_the_ablated_forward_pass():
+    model = tiny()
+    for p in model.parameters():
+        torch.nn.init.normal_(p, std=0.3)
+    tokens = torch.randint(0, 50, (2, 12))
+    ablate = {1: [0]}
+    full, _ = model(tokens, all_logits=True, ablate=ablate)
+    cache, masks = model.new_cache(batch=2), model._head_masks(ablate, tokens.device)
+    with torch.inference_mode():
+        got = [model.decode(tokens[:, :3], cache, masks)]
+        got += [model.decode(tokens[:, t:t + 1], cache, masks) for t in range(3, 12)]
+    torch.testing.assert_close(torch.stack(got, dim=1), full[:, 2:], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("temperature", [1e-46, 1e-300, 5e-324, 1e-21])
+def test_a_temperature_too_small_for_float32_samples_greedily(temperature):
+    logits = torch.tensor([[4.0, 3.0, 1.0], [0.0, 2.0, 1.0]])
+    assert sample_next(logits, temperature, generator=torch.Generator().manual_seed(0)).tolist() == [[0], [1]]
+
+
+@pytest.mark.parametrize("top_p", [1e-300, 5e-324, 1e-50])
+def test_a_top_p_too_small_for_float32_keeps_the_most_likely_token(top_p):
+    logits = torch.tensor([[1.0, 3.0, 2.0]])
+    picks = {int(sample_next(logits, 1.0, top_p=top_p, generator=torch.Generator().manual_seed(s)))
+             for s in range(20)}
+    assert picks == {1}

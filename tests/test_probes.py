@@ -151,6 +151,12 @@ GOOD = json.dumps({"text": "the dog saw the ball and she ran .", "pronoun": "she
     ('{"text": "the dog saw a ball and he ran", "pronoun": "he", "referent": "dog", "distractor": "ball",'
      ' "continuations": "ran"}', "continuations must be a list"),
     ('["a list"]', "expected a JSON object"),
+    ('{"text": "the dog saw the ball", "pronoun": "it", "referent": "dog", "distractor": "dog"}',
+     "distractor 'dog' is the same word as the referent, and occurs only once"),
+    ('{"text": "the dog saw it", "pronoun": "it", "referent": "dog", "distractor": "it"}',
+     "the pronoun 'it' and the distractor 'it' are the same place in the text"),
+    ('{"text": "the big dog saw it", "pronoun": "it", "referent": "big dog", "distractor": "dog"}',
+     "the referent 'big dog' and the distractor 'dog' are the same place"),
 ])
 def test_load_errors_name_the_file_and_line(tmp_path, bad, problem):
     path = write_lines(tmp_path, GOOD, "", bad)
@@ -200,3 +206,17 @@ def test_tinystories_probes_fit_tinystories():
     for tokenizer in (GPT2Tokenizer.from_text(text), CharTokenizer.from_text(text)):
         for aligned in align_all(probes, tokenizer):
             assert aligned.continuation_pos is not None and len(aligned.continuation_ids) == 1
+
+
+def test_probes_remember_their_line_and_a_byte_order_mark_is_no_probe(tmp_path):
+    path = tmp_path / "p.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + f"{GOOD}\n\n{GOOD}\n".encode())
+    assert [probe.line for probe in load_probes(path)] == [1, 3]
+
+
+def test_a_probe_file_that_is_a_named_pipe_is_refused_without_waiting(tmp_path):
+    import os
+
+    os.mkfifo(tmp_path / "p.jsonl")
+    with pytest.raises(UserError, match="not a regular file"):
+        load_probes(tmp_path / "p.jsonl")

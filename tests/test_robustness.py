@@ -3,6 +3,7 @@ exact resume, stopping on a signal, and stopping when the loss diverges."""
 
 import dataclasses
 import errno
+import json
 import os
 import re
 import shlex
@@ -17,8 +18,9 @@ import pytest
 import torch
 
 from data.batches import Batches
+from errors import UserError
 from model import GPT
-from tests.cli import ROOT, one_line, run_train, tiny_args
+from tests.cli import ROOT, one_line, run, run_train, tiny_args
 from trainer import checkpoint as ckpt_mod
 from trainer import runtime
 from trainer.checkpoint import FORMAT, FORMAT_VERSION, CheckpointError, load_checkpoint, save_checkpoint
@@ -324,8 +326,12 @@ def test_kill_9_loses_at_most_ckpt_interval_steps(tmp_path):
     _finish(proc)
     ckpt = load_checkpoint(ckpt_path)  # complete, whatever moment the kill came
     assert ckpt["step"] > 0 and ckpt["step"] % 2 == 0
+    # The killed run's lock file is left behind but held by nobody: the next run takes it over and says so.
     code, _, err = run_train([*args, "--resume", f"--max_iters={ckpt['step'] + 1}"])
-    assert (code, err) == (0, "")
+    assert code == 0 and err.count("\n") == 1
+    assert re.fullmatch(rf"warning: \S+\.lock was left by a run that has ended \(pid {proc.pid} on .*\); "
+                        rf"taking it over\n", err), err
+    assert not (tmp_path / "out" / ".lock").exists()  # released at the end
 
 
 # --- divergence --------------------------------------------------------------------------------------
@@ -397,3 +403,125 @@ def test_temp_files_of_a_killed_save_are_cleaned_up(tmp_path):
     live.write_bytes(b"in progress")
     assert run_train(tiny_args(tmp_path))[0] == 0
     assert not dead.exists() and live.exists()
+
+
+# --- one run per out_dir -----------------------------------------------------------------------------
+
+def test_a_second_run_into_the_same_out_dir_is_refused_and_destroys_nothing(tmp_path):
+    """Two real processes. Unlocked, both would exit 0, one replacing the other's checkpoint and both
+    keeping the earlier run's as ckpt.prev.pt, so that earlier run would be lost."""
+    out = tmp_path / "out"
+    assert run_train(tiny_args(tmp_path, "--max_iters=2"))[0] == 0
+    earlier = (out / "ckpt.pt").read_bytes()
+
+    first, lines = _start(tiny_args(tmp_path, "--max_iters=1000000", "--eval_interval=1000000", "--seed=2"))
+    _wait_for(lambda: any(line.startswith("step 0:") for line in lines), first, "training")
+    second = subprocess.run([sys.executable, "train.py", *tiny_args(tmp_path, "--seed=3")], cwd=ROOT,
+                            capture_output=True, text=True, timeout=120)
+    assert second.returncode == 1
+    message = one_line(second.stderr)
+    assert f"out_dir {out} is in use by another training run (pid {first.pid} on " in message
+    assert "wait for it to finish or stop it, or choose another --out_dir" in message
+    assert (out / "ckpt.pt").read_bytes() == earlier and not (out / "ckpt.prev.pt").exists()
+
+    first.send_signal(signal.SIGTERM)
+    assert _finish(first).count("\n") == 1 and first.returncode == 143  # its one warning: the earlier run kept
+    assert (out / "ckpt.prev.pt").read_bytes() == earlier
+    assert not (out / ".lock").exists()
+    code, _, err = run_train(tiny_args(tmp_path, "--resume", "--max_iters=1000000", "--eval_interval=1000000",
+                                       f"--max_iters={load_checkpoint(out)['step'] + 1}", "--seed=2"))
+    assert (code, err) == (0, "")  # the lock went with the first run
+
+
+def test_lock_file_names_its_owner_and_goes_with_it(tmp_path):
+    from trainer.runlock import RunLock
+
+    with RunLock(tmp_path) as lock:
+        owner = json.loads(lock.path.read_text())
+        assert owner["pid"] == os.getpid() and owner["host"] and owner["command"].startswith("python")
+        with pytest.raises(UserError, match=rf"in use by another training run \(pid {os.getpid()} on "):
+            RunLock(tmp_path).acquire()
+    assert not (tmp_path / ".lock").exists()
+    (tmp_path / ".lock").mkdir()  # not a lock file: refused, and left alone
+    with pytest.raises(UserError, match="move it away"):
+        RunLock(tmp_path).acquire()
+    assert (tmp_path / ".lock").is_dir()
+
+
+# --- checkpoints that load but do not fit ------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("trained")
+    assert run_train(tiny_args(folder, "--max_iters=2"))[0] == 0
+    return folder / "out" / "ckpt.pt"
+
+
+def _edit(trained: Path, folder: Path, change) -> Path:
+    payload = torch.load(trained, weights_only=True)
+    change(payload)
+    path = folder / "ckpt.pt"
+    torch.save(payload, path)
+    return path
+
+
+@pytest.mark.parametrize("change,words", [
+    (lambda p: p.pop("tokenizer"), "it has no 'tokenizer'"),
+    (lambda p: p.update(step="3"), "'step' is not a step count"),
+    (lambda p: p["model"].update({"wte.weight": [1.0, 2.0]}), "not a set of named floating-point tensors"),
+    (lambda p: p["model"].update({"wte.weight": torch.zeros(28, 16, dtype=torch.long)}), "floating-point"),
+    (lambda p: p["model"].pop("ln_f.weight"), "ln_f.weight: expected (16,), found nothing"),
+    (lambda p: p["model_config"].update(n_layer=3), "its model_config says 3 layers, its weights hold 1"),
+    (lambda p: p["model_config"].pop("arch"), "'model_config' is missing or does not hold exactly"),
+    (lambda p: p["model_config"].update(n_head=3), "its model_config is invalid ('n_embd' must be a multiple"),
+    (lambda p: p["model_config"].update(n_embd=10**12, n_head=1), "describes a model too large to exist"),
+    (lambda p: p["tokenizer"].update(chars="abc"), "its tokenizer has 3 tokens but its model_config 28"),
+    (lambda p: p.update(tokenizer={"name": "gpt2", "kept_ids": [10**9]}), "holds no usable tokenizer"),
+])
+def test_a_checkpoint_whose_parts_do_not_fit_is_refused_before_use(trained, tmp_path, change, words):
+    from trainer.checkpoint import load_model
+
+    path = _edit(trained, tmp_path, change)
+    with pytest.raises(CheckpointError) as info:
+        load_model(path, torch.device("cpu"))
+    assert words in str(info.value) and str(path) in str(info.value) and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("change,words", [
+    (lambda p: p.pop("rng"), "'rng', which resuming needs, is missing"),
+    (lambda p: p.update(best_val_loss="low"), "'best_val_loss', which resuming needs"),
+    (lambda p: p["rng"].update(torch=torch.zeros(3)), "'rng' does not hold the random generators' states"),
+    (lambda p: p.update(eval_step=2.5), "'eval_step' is not a step"),
+])
+def test_resuming_needs_more_than_sampling(trained, tmp_path, change, words):
+    from trainer.checkpoint import load_model, validate
+
+    path = _edit(trained, tmp_path, change)
+    assert load_model(path, torch.device("cpu")).payload["step"] == 2  # enough to sample from
+    with pytest.raises(CheckpointError, match=re.escape(words)):
+        validate(load_checkpoint(path), path, for_resume=True)
+
+
+def test_resume_takes_the_optimizer_settings_from_the_config_not_the_checkpoint(trained, tmp_path):
+    """Only the optimizer's state is the checkpoint's: its settings could be anything."""
+    out = tmp_path / "out"
+    out.mkdir()
+
+    def odd_settings(payload: dict) -> None:
+        for group in payload["optimizer"]["param_groups"]:
+            group.update(betas="fast", weight_decay=-1.0)
+
+    _edit(trained, out, odd_settings)
+    code, _, err = run_train(tiny_args(tmp_path, "--resume", "--max_iters=3"))
+    assert (code, err) == (0, "") and load_checkpoint(out)["step"] == 3
+
+
+def test_a_checkpoint_is_read_on_the_cpu_whatever_device_is_asked(trained):
+    """Where the model runs is decided apart from loading, so a device missing here cannot make a
+    healthy checkpoint look damaged."""
+    payload = load_checkpoint(trained)
+    assert all(t.device.type == "cpu" for t in payload["model"].values())
+    for program, args in (("sample", [f"--out_dir={trained}"]),
+                          ("train", tiny_args(trained.parent.parent, "--resume"))):
+        code, _, err = run(program, [*args, "--device=cuda:99"])
+        assert code == 2 and "--device=cuda:99 but" in one_line(err) and "checkpoint" not in err

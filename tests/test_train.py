@@ -63,6 +63,14 @@ def test_sample_streams_text_from_the_checkpoint(tmp_path, capsys):
     run_cli(sample.main, [f"--out_dir={tmp_path / 'out'}", "--prompt=the dog", "--max_new_tokens=30",
                           "--temperature=0", "--no_cache"])
     assert capsys.readouterr().out.strip() == first.strip()
+    # --ablate applies to plain sampling too: every head removed, the text changes; cached or not, it agrees.
+    every_head = [f"--ablate=L{layer}H{head}" for layer in range(2) for head in range(2)]
+    ablated = []
+    for cache in ([], ["--no_cache"]):
+        assert run_cli(sample.main, [f"--out_dir={tmp_path / 'out'}", "--prompt=the dog", "--max_new_tokens=30",
+                                     "--temperature=0", *every_head, *cache]) == 0
+        ablated.append(capsys.readouterr().out.strip())
+    assert ablated[0] == ablated[1] != first.strip() and ablated[0].startswith("the dog")
 
 
 def test_gradient_accumulation_keeps_tokens_per_step(tmp_path):

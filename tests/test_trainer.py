@@ -68,7 +68,7 @@ class FakeWriter:
     def add_text(self, tag, text, step):
         self.texts.setdefault(tag, []).append(step)
 
-    def add_figure(self, tag, figure, step):
+    def add_image(self, tag, image, step, dataformats):
         self.figures.setdefault(tag, []).append(step)
 
     def add_custom_scalars(self, layout):

@@ -398,18 +398,39 @@ def test_heatmap_figure_redraws_with_new_weights():
     second = torch.tensor([[1.0, 0, 0], [0.9, 0.1, 0], [0.0, 0.25, 0.75]])
     heatmap = HeatmapFigure(tokens, 1)
     fig = heatmap.update([first], ["step 0"])
-    fig.canvas.draw()
-    heatmap.freeze_layout()
+    heatmap.render()
     assert heatmap.update([second], ["step 1"]) is fig  # the same figure, not a new one
     ax = fig.axes[0]
     assert ax.get_title() == "step 1"
     np.testing.assert_allclose(np.ma.filled(ax.images[0].get_array(), np.nan)[np.tril_indices(3)],
                                second.numpy()[np.tril_indices(3)])
     numbers = {(round(t.get_position()[1]), round(t.get_position()[0])): t.get_text() for t in ax.texts}
-    assert numbers == {(0, 0): "1", (1, 0): ".90", (1, 1): ".10", (2, 0): ".00", (2, 1): ".25", (2, 2): ".75"}
+    # Weights below 0.05 show no number.
+    assert numbers == {(0, 0): "1", (1, 0): ".90", (1, 1): ".10", (2, 0): "", (2, 1): ".25", (2, 2): ".75"}
     assert ax.texts[-1].get_color() == "black" and ax.texts[-2].get_color() == "white"  # .75 on yellow, .25 on blue
     with pytest.raises(ValueError, match="1 panels, got 2 patterns"):
         heatmap.update([first, second], ["x", "y"])
+
+
+@pytest.mark.parametrize("n_panels", [1, 4])
+def test_a_redrawn_heatmap_is_the_picture_a_fresh_one_draws(n_panels):
+    # Later renders draw only what changes over the first render's background; the
+    # picture must be the one a figure drawn from scratch with the same weights shows.
+    tokens = [" the", " dog", " saw", " it"]
+    torch.manual_seed(1)
+    rows = [torch.softmax(torch.randn(n_panels, 4, 4), -1) for _ in range(2)]
+    # Titles of the same glyphs, so both figures get the same layout to the subpixel.
+    titles = [[f"H{i} step {s}" for i in range(n_panels)] for s in ("12", "21")]
+    reused = HeatmapFigure(tokens, n_panels, highlight_query=3)
+    reused.update(list(rows[0]), titles[0], "layer 0, step 12")
+    first = reused.render()
+    reused.update(list(rows[1]), titles[1], "layer 0, step 21")
+    again = reused.render()
+    fresh = HeatmapFigure(tokens, n_panels, highlight_query=3).update(list(rows[1]), titles[1], "layer 0, step 21")
+    fresh.canvas.draw()  # a plain, complete drawing
+    assert again.shape == first.shape and again.dtype == np.uint8 and again.shape[-1] == 3
+    assert not np.array_equal(again, first)
+    np.testing.assert_array_equal(again, np.asarray(fresh.canvas.buffer_rgba())[..., :3])
 
 
 def test_log_attention_reuses_figures_between_steps():
@@ -417,9 +438,9 @@ def test_log_attention_reuses_figures_between_steps():
         def __init__(self):
             self.figures = []
 
-        def add_figure(self, tag, fig, step):
-            fig.canvas.draw()  # as SummaryWriter does, to turn it into an image
-            self.figures.append((tag, step, fig, fig.axes[0].get_title()))
+        def add_image(self, tag, image, step, dataformats):
+            assert dataformats == "HWC" and image.ndim == 3
+            self.figures.append((tag, step, kept[tag].figure, kept[tag].axes[0].get_title()))
 
     tokenizer = CharTokenizer.from_text("abc ")
     model = GPT(GPTConfig(vocab_size=tokenizer.vocab_size, block_size=8, n_layer=2, n_head=2, n_embd=8))
@@ -544,3 +565,40 @@ def test_parse_head_rejects_out_of_range(bad, what):
     with pytest.raises(ValueError, match=what) as info:
         parse_head(bad, n_layer=2, n_head=4)
     assert "L0H0 to L1H3" in str(info.value)
+
+
+def test_a_tensorboard_writer_that_cannot_write_warns_once_and_goes_on(tmp_path, monkeypatch, capfd):
+    """The disk fills under TensorBoard's writer thread: one warning, no traceback from that thread,
+    and every later call (the hparams at the end, close) is a no-op."""
+    import errno
+    import os
+    import threading
+    import time
+    import warnings
+
+    from errors import GptwatchWarning
+    from watch.tensorboard import TensorBoardWriter
+
+    def append(self, filename, file_content, binary_mode=False):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr("tensorboard.compat.tensorflow_stub.io.gfile.LocalFileSystem.append", append)
+    printed = []  # what the writer thread's failure would print as a traceback
+    monkeypatch.setattr(threading, "excepthook", printed.append)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        writer = TensorBoardWriter(tmp_path / "run")
+        writer.add_scalar("loss", 1.0, 0)
+        deadline = time.monotonic() + 30  # the thread writes (and fails) on its own
+        while any(type(t).__name__ == "_AsyncWriterThread" for t in threading.enumerate()):
+            assert time.monotonic() < deadline, "TensorBoard's writer thread never met the full disk"
+            time.sleep(0.01)
+        for step in range(20):
+            writer.add_scalar("loss", 1.0, step)
+            writer.flush()
+        writer.add_hparams({"lr": 0.1}, {"hparam/loss": 1.0}, run_name=".")
+        writer.close()
+    assert [str(w.message) for w in caught if w.category is GptwatchWarning] == [
+        f"cannot write TensorBoard logs to {tmp_path / 'run'} (No space left on device); going on without them: "
+        f"free disk space or choose another --log_dir"]
+    assert writer.failed and printed == [] and "Traceback" not in capfd.readouterr().err

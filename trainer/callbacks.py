@@ -99,6 +99,8 @@ class TextSample(Callback):
         self.seed = seed
         self.tokenizer = tokenizer
         self.prompt_ids: list[int] = []
+        if not max_new_tokens:  # no sample asked for: nothing to warn about
+            return
         try:
             self.prompt_ids = tokenizer.encode(prompt)
         except TokenizerError as exc:

@@ -9,12 +9,14 @@ at any moment leaves the previous complete checkpoint in place.
 
 from __future__ import annotations
 
+import errno
 import os
 import pickle
 import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -22,6 +24,7 @@ from data.tokenizer import Tokenizer, tokenizer_from_meta
 from errors import UsageError, UserError, warn
 from model.gpt import GPT, MODEL_FIELDS, GPTConfig
 from trainer.config import TrainConfig
+from trainer.resources import is_out_of_memory
 
 FORMAT = "gptwatch-checkpoint"
 FORMAT_VERSION = 1
@@ -46,8 +49,11 @@ def save_checkpoint(path: str | Path, payload: dict, keep_previous: str | Path |
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+        if path.exists() and not path.is_file():
+            raise CheckpointError(f"{path} is {_what(path)}, not a checkpoint; move it away or choose another "
+                                  f"--out_dir")
         with open(tmp, "wb") as fh:
-            torch.save(payload, fh)
+            _save(payload, fh)
             fh.flush()
             os.fsync(fh.fileno())
         if keep_previous is not None and path.exists():
@@ -61,12 +67,46 @@ def save_checkpoint(path: str | Path, payload: dict, keep_previous: str | Path |
         _fsync_dir(path.parent)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
-        kept = " (the previous checkpoint is intact)" if path.exists() else ""
-        raise CheckpointError(f"cannot write checkpoint {path}: {exc.strerror or exc}{kept}; "
-                              f"free disk space or choose a writable --out_dir") from None
+        kept = " (the previous checkpoint is intact)" if path.is_file() else ""
+        fix = ("free disk space or choose a writable --out_dir" if exc.errno in (errno.ENOSPC, errno.EDQUOT)
+               else "choose a writable --out_dir")
+        raise CheckpointError(f"cannot write checkpoint {path}: {exc.strerror or exc}{kept}; {fix}") from None
     except BaseException:  # e.g. a second Ctrl-C mid-save: leave no half-written temp file behind
         tmp.unlink(missing_ok=True)
         raise
+
+
+class _RecordingFile:
+    """A file whose failed writes are remembered: torch.save reports a full disk as a RuntimeError about
+    zip positions, and this keeps the OSError that really happened."""
+
+    def __init__(self, fh) -> None:
+        self.fh = fh
+        self.error: OSError | None = None
+
+    def write(self, data) -> int:
+        try:
+            return self.fh.write(data)
+        except OSError as exc:
+            self.error = exc
+            raise
+
+    def __getattr__(self, name: str):
+        return getattr(self.fh, name)
+
+
+def _save(payload: dict, fh) -> None:
+    recording = _RecordingFile(fh)
+    try:
+        torch.save(payload, recording)
+    except RuntimeError:
+        if recording.error is not None:
+            raise recording.error from None
+        raise
+
+
+def _what(path: Path) -> str:
+    return "a directory" if path.is_dir() else "not a regular file"
 
 
 def remove_stale_temp_files(path: str | Path) -> None:
@@ -75,12 +115,15 @@ def remove_stale_temp_files(path: str | Path) -> None:
     path = Path(path)
     for tmp in path.parent.glob(f".{path.name}.tmp-*"):
         pid = tmp.name.rsplit("-", 1)[-1]
-        if pid.isdigit() and int(pid) != os.getpid() and _alive(int(pid)):
+        if pid.isdigit() and int(pid) != os.getpid() and process_alive(int(pid)):
             continue
         tmp.unlink(missing_ok=True)
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: object) -> bool:
+    """Whether a process with this id runs on this machine."""
+    if type(pid) is not int or pid <= 0:
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -104,10 +147,18 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict:
+def checkpoint_path(path: str | Path) -> Path:
+    """The checkpoint file `path` names: itself, or the ckpt.pt in it when it is a folder."""
     path = Path(path)
-    if path.is_dir():
-        path = path / "ckpt.pt"
+    return path / "ckpt.pt" if path.is_dir() else path
+
+
+def load_checkpoint(path: str | Path) -> dict:
+    """A checkpoint's contents, on the CPU, read without running any pickled code; `CheckpointError`
+    for anything that is not a checkpoint this trainer wrote. Check its structure with `validate`."""
+    path = checkpoint_path(path)
+    if path.exists() and not path.is_file():  # a FIFO would block; a folder named ckpt.pt is not one
+        raise CheckpointError(f"{path} is {_what(path)}, not a checkpoint; give the ckpt.pt that train.py wrote")
     if not path.is_file():
         raise CheckpointError(f"no checkpoint at {path}; train one first (python train.py --out_dir=...) "
                               f"or point --out_dir at the folder that holds ckpt.pt")
@@ -126,7 +177,9 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
         raise CheckpointError(f"{path} is not a checkpoint written by this trainer (not a PyTorch archive); "
                               f"give the ckpt.pt that train.py wrote")
     try:
-        payload = torch.load(path, map_location=map_location, weights_only=True)
+        # Always onto the CPU: where the model runs is decided later, so a device that is missing here
+        # can never make a healthy checkpoint look damaged.
+        payload = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
         found = _pickled_object(str(exc))
         if found is not None:
@@ -134,6 +187,9 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
                                   f"run code when loaded; only load checkpoints written by this trainer") from None
         raise CheckpointError(f"{path} is not a readable checkpoint (its pickled data is damaged); it may be "
                               f"truncated or corrupt: use an earlier copy or retrain") from exc
+    except MemoryError:
+        raise CheckpointError(f"not enough memory to load {path} ({path.stat().st_size:,} bytes); close other "
+                              f"programs or load it on a machine with more memory") from None
     except Exception as exc:  # a damaged archive surfaces as many types (RuntimeError, OSError, KeyError, ...)
         raise CheckpointError(f"{path} is not a readable checkpoint; it may be truncated or corrupt: use an "
                               f"earlier copy or retrain") from exc
@@ -145,6 +201,72 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
         raise CheckpointError(f"{path} has checkpoint format version {version}, this trainer reads version "
                               f"{FORMAT_VERSION}; use the trainer version that wrote it, or retrain")
     return payload
+
+
+def validate(payload: dict, path: str | Path, *, for_resume: bool = False) -> GPTConfig:
+    """The checkpoint's model config, after checking that everything a model (and, `for_resume`, a
+    resumed run) reads from it is there with the right type; `CheckpointError` naming the first problem."""
+    problem = _structure_problem(payload, for_resume)
+    if problem is None:
+        try:
+            config = GPTConfig(**payload["model_config"])
+        except (TypeError, ValueError) as exc:
+            problem = f"its model_config is invalid ({exc})"
+        else:
+            problem = _shape_problem(config, payload["model"])
+    if problem is not None:
+        raise CheckpointError(f"{path} is not a usable checkpoint: {problem}; it was not written by this "
+                              f"trainer's train.py, or was edited: use the ckpt.pt that train.py wrote")
+    return config
+
+
+_RESUME_FIELDS = {"optimizer": dict, "train_config": dict, "rng": dict, "best_val_loss": (float, int),
+                  "run_name": str}
+
+
+def _shape_problem(config: GPTConfig, weights: dict) -> str | None:
+    """Whether `weights` are those of the model `config` describes, compared on the meta device
+    (shapes only: no memory, no random numbers)."""
+    layers = {name.split(".")[1] for name in weights if name.startswith("blocks.")}
+    if len(layers) != config.n_layer:
+        return f"its model_config says {config.n_layer} layers, its weights hold {len(layers)}"
+    try:
+        with torch.device("meta"):
+            expected = {name: tuple(t.shape) for name, t in GPT(config).state_dict().items()}
+    except RuntimeError:  # sizes whose product overflows
+        return "its model_config describes a model too large to exist"
+    found = {name: tuple(t.shape) for name, t in weights.items()}
+    differ = sorted(set(expected) ^ set(found)) or [name for name in expected if expected[name] != found[name]]
+    if differ:
+        name = differ[0]
+        return (f"its weights do not fit its model_config ({name}: expected {expected.get(name, 'nothing')}, "
+                f"found {found.get(name, 'nothing')})")
+    return None
+
+
+def _structure_problem(payload: dict, for_resume: bool) -> str | None:
+    weights = payload.get("model")
+    if not isinstance(weights, dict) or not weights or not all(
+            isinstance(k, str) and isinstance(v, torch.Tensor) and v.is_floating_point() for k, v in weights.items()):
+        return "'model' is not a set of named floating-point tensors"
+    config = payload.get("model_config")
+    if not isinstance(config, dict) or set(config) != set(MODEL_FIELDS):
+        return f"'model_config' is missing or does not hold exactly {', '.join(MODEL_FIELDS)}"
+    if not isinstance(payload.get("tokenizer"), dict):
+        return "it has no 'tokenizer'"
+    if type(payload.get("step")) is not int or payload["step"] < 0:
+        return "'step' is not a step count"
+    if not for_resume:
+        return None
+    for key, kind in _RESUME_FIELDS.items():
+        if not isinstance(payload.get(key), kind) or isinstance(payload.get(key), bool):
+            return f"{key!r}, which resuming needs, is missing or not a {getattr(kind, '__name__', 'number')}"
+    rng = payload["rng"]
+    if not all(isinstance(rng.get(k), torch.Tensor) and rng[k].dtype == torch.uint8 for k in ("torch", "batches")):
+        return "'rng' does not hold the random generators' states"
+    if payload.get("eval_step") is not None and type(payload["eval_step"]) is not int:
+        return "'eval_step' is not a step"
+    return None
 
 
 def _pickled_object(message: str) -> str | None:
@@ -170,20 +292,68 @@ class Loaded:
 
 def load_model(path: str | Path, device: torch.device) -> Loaded:
     """The one way from a checkpoint file (or the folder holding ckpt.pt) to a model and its tokenizer."""
-    payload = load_checkpoint(path, map_location=device)
+    payload = load_checkpoint(path)
+    path = checkpoint_path(path)  # the file, for messages
+    config = validate(payload, path)
     try:
-        config = GPTConfig(**payload["model_config"])
-    except (KeyError, TypeError, ValueError) as exc:
-        raise CheckpointError(f"{path} holds no usable model_config ({exc}); it was not written by this "
-                              f"trainer's train.py: use the ckpt.pt that train.py wrote") from None
-    model = GPT(config)
+        tokenizer = tokenizer_from_meta(payload["tokenizer"])
+    except UserError as exc:
+        raise CheckpointError(f"{path} holds no usable tokenizer ({exc}); use the ckpt.pt that train.py wrote") \
+            from None
+    if tokenizer.vocab_size != config.vocab_size:
+        raise CheckpointError(f"{path}: its tokenizer has {tokenizer.vocab_size} tokens but its model_config "
+                              f"{config.vocab_size}; use the ckpt.pt that train.py wrote")
     try:
-        model.load_state_dict(payload["model"])
-    except (KeyError, RuntimeError) as exc:
+        model = GPT(config)
+        load_weights(model, payload["model"], path)
+        model.to(device).eval()
+    except (MemoryError, RuntimeError) as exc:
+        if not is_out_of_memory(exc):
+            raise
+        raise CheckpointError(f"{path}: its model ({config.to_dict()}) does not fit in the memory of {device} "
+                              f"here; use --device=cpu, or a machine with more memory") from None
+    return Loaded(model, tokenizer, payload)
+
+
+def load_weights(model: GPT, weights: dict, path: str | Path) -> None:
+    """`model.load_state_dict(weights)`, with a `CheckpointError` when they do not fit its config."""
+    try:
+        model.load_state_dict(weights)
+    except (KeyError, RuntimeError, TypeError, ValueError) as exc:
         raise CheckpointError(f"{path}: the saved weights do not fit the saved model_config "
                               f"({' '.join(str(exc).split())[:200]}); use the ckpt.pt that train.py wrote") from None
-    model.to(device).eval()
-    return Loaded(model, tokenizer_from_meta(payload["tokenizer"]), payload)
+
+
+def restore_training(ckpt: dict, path: Path, model: GPT, optimizer: Any, batches: Any) -> None:
+    """Puts a resumed run's weights, optimizer state and random generators back, refusing any part
+    that does not fit this run. The optimizer's settings (betas, weight decay) stay this config's;
+    only its state (moments, momentum) comes from the checkpoint."""
+    load_weights(model, ckpt["model"], path)
+    try:
+        _load_optimizer_state(optimizer, ckpt["optimizer"])
+        batches.load_state(ckpt["rng"]["batches"])
+        torch.set_rng_state(ckpt["rng"]["torch"])
+    except (KeyError, IndexError, RuntimeError, TypeError, ValueError, AttributeError) as exc:
+        raise CheckpointError(f"{path}: its optimizer or random-generator state does not fit this model "
+                              f"({' '.join(str(exc).split())[:200]}); resume from the ckpt.pt that train.py wrote, "
+                              f"or start a new --out_dir") from None
+
+
+def _load_optimizer_state(optimizer: Any, saved: dict) -> None:
+    parts = getattr(optimizer, "optimizers", None)  # trainer.muon.Optimizers: several, saved under "0", "1"
+    pairs = [(opt, saved[str(i)]) for i, opt in enumerate(parts)] if parts else [(optimizer, saved)]
+    for opt, state in pairs:
+        fresh = opt.state_dict()
+        n_params = sum(len(group["params"]) for group in fresh["param_groups"])
+        if not isinstance(state["state"], dict) or any(type(k) is not int or not 0 <= k < n_params
+                                                       for k in state["state"]):
+            raise ValueError("its optimizer state names parameters this model does not have")
+        opt.load_state_dict({"state": state["state"], "param_groups": fresh["param_groups"]})
+        for param, values in opt.state.items():
+            for name, value in values.items():
+                if not isinstance(value, torch.Tensor) or (value.dim() > 0 and value.shape != param.shape):
+                    raise ValueError(f"optimizer state {name!r} does not match a parameter of shape "
+                                     f"{tuple(param.shape)}")
 
 
 def check_resume_compatible(cfg: TrainConfig, ckpt: dict, tokenizer_meta: dict) -> None:

@@ -25,6 +25,12 @@ DTYPES = ("auto", "float32", "bfloat16")
 OPTIMIZERS = ("adamw", "muon")
 
 
+def is_device_name(name: str) -> bool:
+    """"auto", "cpu", "cuda", "cuda:N" or "mps" (whether it exists here is `runtime.pick_device`'s job)."""
+    kind, _, index = name.partition(":")
+    return kind in DEVICES and (not index or (kind == "cuda" and index.isdigit()))
+
+
 def _opt(default: Any, help: str, choices: tuple[str, ...] | None = None, group: str = "") -> Any:
     meta = {"help": help, "choices": choices, "group": group}
     if isinstance(default, list):
@@ -66,6 +72,7 @@ class TrainConfig:
     beta2: float = _opt(0.99, "AdamW beta2", group="optim")
     grad_clip: float = _opt(1.0, "clip the gradient norm to this (0: off)", group="optim")
     muon_lr: float = _opt(0.02, "Muon learning rate for hidden matrices (optimizer = muon)", group="optim")
+    muon_ns_steps: int = _opt(5, "Newton-Schulz iterations that orthogonalise each Muon update", group="optim")
     # evaluation and logging
     eval_interval: int = _opt(250, "steps between evaluations", group="eval")
     eval_iters: int = _opt(20, "batches per split in each evaluation", group="eval")
@@ -86,7 +93,7 @@ class TrainConfig:
     log_dir: str = _opt("runs", "TensorBoard root folder", group="run")
     run_name: str = _opt("", "TensorBoard run name ('' : derived from the config name and time)", group="run")
     seed: int = _opt(1337, "random seed for initialisation and batches", group="run")
-    device: str = _opt("auto", "auto picks cuda, then mps, then cpu", DEVICES, "run")
+    device: str = _opt("auto", "auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps", group="run")
     dtype: str = _opt("auto", "auto: bfloat16 autocast on CUDA, float32 elsewhere", DTYPES, "run")
     compile: bool = _opt(False, "torch.compile the model (slow start, faster steps)", group="run")
     threads: int = _opt(0, "CPU threads for torch (0: torch's default)", group="run")
@@ -102,8 +109,16 @@ class TrainConfig:
             if choices and getattr(self, f.name) not in choices:
                 raise UsageError(f"config key '{f.name}' must be one of {', '.join(choices)}; "
                                  f"got {getattr(self, f.name)!r}")
+            if isinstance(getattr(self, f.name), str) and "\x00" in getattr(self, f.name):
+                raise UsageError(f"config key '{f.name}' holds a NUL character (\\u0000), which no name or path "
+                                 f"can hold; remove it")
+        if not is_device_name(self.device):
+            raise UsageError(f"config key 'device' must be one of {', '.join(DEVICES)} or cuda:N; got {self.device!r}")
+        if not self.dataset.strip():
+            raise UsageError(f"config key 'dataset' is empty; give a corpus name ({', '.join(CORPORA)}) or the path "
+                             f"of a UTF-8 text file")
         positive = ("batch_size", "grad_accum", "max_iters", "eval_interval", "eval_iters", "log_interval",
-                    "corpus_sentences")
+                    "corpus_sentences", "muon_ns_steps")
         for name in positive:
             if getattr(self, name) <= 0:
                 raise UsageError(f"config key '{name}' must be a positive integer; got {getattr(self, name)}")
@@ -125,8 +140,8 @@ class TrainConfig:
         for name in ("beta1", "beta2"):
             if not 0 <= getattr(self, name) < 1:
                 raise UsageError(f"config key '{name}' must be in [0, 1); got {getattr(self, name)}")
-        if not all(isinstance(s, str) for s in self.watch_sentences):
-            raise UsageError("config key 'watch_sentences' must be a list of strings")
+        if not all(isinstance(s, str) and s.strip() for s in self.watch_sentences):
+            raise UsageError("config key 'watch_sentences' must be a list of non-empty strings")
 
     def model_config(self, vocab_size: int) -> GPTConfig:
         """The model these settings describe, for a vocabulary of `vocab_size`."""
@@ -192,15 +207,21 @@ def parse_cli_value(key: str, text: str) -> Any:
 
 def read_toml(path: str | Path) -> dict:
     path = Path(path)
+    if path.exists() and not path.is_file():  # a folder, or a FIFO that would block
+        raise UsageError(f"config file {path} is not a regular file; give the path of a .toml file (see configs/)")
     if not path.is_file():
         raise UsageError(f"config file {path} not found; give the path of a .toml file (see configs/)")
     try:
-        with path.open("rb") as fh:
-            raw = tomllib.load(fh)
+        data = path.read_bytes()
+    except OSError as exc:
+        raise UsageError(f"cannot read config file {path} ({exc.strerror or exc}); check its permissions") from None
+    try:
+        # Editors on Windows may start a UTF-8 file with a byte-order mark, which is not part of the TOML.
+        raw = tomllib.loads(data.decode("utf-8").removeprefix("\ufeff"))
     except tomllib.TOMLDecodeError as exc:
         where = str(exc)
         if "line" not in where:  # "at end of document": the error is on the last line
-            where += f" (line {max(1, len(path.read_bytes().splitlines()))})"
+            where += f" (line {max(1, len(data.splitlines()))})"
         raise UsageError(f"config file {path} is not valid TOML: {where}; fix the syntax there") from None
     except UnicodeDecodeError:
         raise UsageError(f"config file {path} is not UTF-8 text; save it as UTF-8") from None

@@ -56,7 +56,8 @@ def make_optimizer(model: nn.Module, cfg: TrainConfig, device: torch.device):
 
     # The schedule sets every group's lr as learning_rate x lr_scale, so Muon's
     # own rate follows the same warm-up and decay.
-    muon = Muon([{"params": hidden, "lr_scale": cfg.muon_lr / cfg.learning_rate}], lr=cfg.muon_lr)
+    muon = Muon([{"params": hidden, "lr_scale": cfg.muon_lr / cfg.learning_rate}], lr=cfg.muon_lr,
+                ns_steps=cfg.muon_ns_steps)
     return Optimizers(adamw, muon)
 
 

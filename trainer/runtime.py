@@ -10,7 +10,7 @@ import torch
 import torch.distributed as dist
 
 from errors import UsageError
-from trainer.config import DEVICES, TrainConfig
+from trainer.config import DEVICES, TrainConfig, is_device_name
 
 
 @dataclass
@@ -38,7 +38,7 @@ class Runtime:
 def pick_device(name: str) -> torch.device:
     """"auto" (cuda, then mps, then cpu), "cpu", "cuda", "cuda:N" or "mps", checked to exist here."""
     kind, _, index = name.partition(":")
-    if kind not in DEVICES or (index and (kind != "cuda" or not index.isdigit())):
+    if not is_device_name(name):
         raise UsageError(f"unknown device {name!r}; use one of {', '.join(DEVICES)} (or cuda:N for one GPU)")
     if name == "auto":
         if torch.cuda.is_available():

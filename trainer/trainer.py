@@ -29,9 +29,17 @@ from data.batches import Batches
 from data.prepare import Prepared, prepare
 from errors import UserError
 from model.gpt import GPT
-from trainer.checkpoint import CheckpointWriter, check_resume_compatible, load_checkpoint, remove_stale_temp_files
+from trainer.checkpoint import (
+    CheckpointWriter,
+    check_resume_compatible,
+    load_checkpoint,
+    remove_stale_temp_files,
+    restore_training,
+    validate,
+)
 from trainer.config import TrainConfig
 from trainer.optim import lr_at, make_optimizer, set_lr
+from trainer.resources import check_corpus_fits, check_training_fits
 from trainer.runtime import Runtime, ranks_agree
 
 
@@ -149,11 +157,16 @@ class Trainer:
         ckpt_path = Path(cfg.out_dir) / "ckpt.pt"
         if runtime.is_main:
             check_writable(ckpt_path.parent, "out_dir")
+            if ckpt_path.exists() and not ckpt_path.is_file():  # found now, not at the first save
+                raise UserError(f"{ckpt_path} is {'a directory' if ckpt_path.is_dir() else 'not a regular file'}, "
+                                f"where this run saves its checkpoint; move it away or choose another --out_dir")
             remove_stale_temp_files(ckpt_path)
+        check_corpus_fits(cfg)
         prepared = prepare(cfg.dataset, cfg.tokenizer, cfg.data_dir, cfg.val_fraction, cfg.corpus_sentences,
                            quiet=not runtime.is_main)
+        check_training_fits(cfg, prepared.tokenizer.vocab_size, runtime.device)
         batches = Batches(prepared, cfg.block_size, cfg.batch_size, runtime.device, cfg.seed, runtime.rank)
-        ckpt = _resume_payload(cfg, ckpt_path, runtime.device, prepared.tokenizer.to_meta())
+        ckpt = _resume_payload(cfg, ckpt_path, prepared.tokenizer.to_meta())
         model_cfg = cfg.model_config(prepared.tokenizer.vocab_size)
         if ckpt is not None:  # a smaller --block_size trains on shorter windows of the same position table
             model_cfg.block_size = ckpt["model_config"]["block_size"]
@@ -161,12 +174,9 @@ class Trainer:
         optimizer = make_optimizer(model, cfg, runtime.device)
         state = TrainState(run_name=cfg.run_name or f"{config_name}-{time.strftime('%Y%m%d-%H%M%S')}")
         if ckpt is not None:
-            model.load_state_dict(ckpt["model"])
-            optimizer.load_state_dict(ckpt["optimizer"])
+            restore_training(ckpt, ckpt_path, model, optimizer, batches)
             state = TrainState(run_name=cfg.run_name or ckpt.get("run_name", state.run_name), step=ckpt["step"],
                                best_val_loss=ckpt["best_val_loss"], eval_step=ckpt.get("eval_step", ckpt["step"]))
-            batches.load_state(ckpt["rng"]["batches"])
-            torch.set_rng_state(ckpt["rng"]["torch"])
         checkpoints = None
         if runtime.is_main:
             checkpoints = CheckpointWriter(ckpt_path, keep_previous=not cfg.resume and ckpt_path.is_file(),
@@ -306,13 +316,14 @@ class Trainer:
                 method(*args)
 
 
-def _resume_payload(cfg: TrainConfig, ckpt_path: Path, device: torch.device, tokenizer_meta: dict) -> dict | None:
+def _resume_payload(cfg: TrainConfig, ckpt_path: Path, tokenizer_meta: dict) -> dict | None:
     if not cfg.resume:
         return None
-    if not ckpt_path.is_file():
+    if not ckpt_path.exists():
         raise UserError(f"--resume but there is no checkpoint at {ckpt_path}; drop --resume to start a new "
                         f"run, or set --out_dir to the folder that holds ckpt.pt")
-    ckpt = load_checkpoint(ckpt_path, map_location=device)
+    ckpt = load_checkpoint(ckpt_path)
+    validate(ckpt, ckpt_path, for_resume=True)
     check_resume_compatible(cfg, ckpt, tokenizer_meta)
     return ckpt
 

@@ -42,6 +42,15 @@ def _device(model: nn.Module) -> torch.device:
     return next(model.parameters()).device
 
 
+def _right_padded(sequences: Sequence[Sequence[int]], device: torch.device) -> torch.Tensor:
+    """Token ids [len(sequences), longest], each row followed by zeros. Attention is causal, so the
+    padding after a sequence is never a key for its own positions: nothing read from them changes."""
+    idx = torch.zeros(len(sequences), max(len(ids) for ids in sequences), dtype=torch.long, device=device)
+    for row, ids in enumerate(sequences):
+        idx[row, :len(ids)] = torch.tensor(ids, dtype=torch.long)
+    return idx
+
+
 def _checked(ids: Sequence[int], index: int, block_size: int, crop: bool) -> list[int]:
     ids = list(ids)
     if not ids:
@@ -49,29 +58,35 @@ def _checked(ids: Sequence[int], index: int, block_size: int, crop: bool) -> lis
     if len(ids) > block_size:
         if not crop:
             raise UserError(f"sentence {index} has {len(ids)} tokens but the model's block_size is {block_size}; "
-                            f"shorten it, or pass crop=True to keep its first {block_size} tokens")
+                            f"shorten it to at most {block_size} tokens")
         ids = ids[:block_size]
     return ids
 
 
 def capture_attention(model: nn.Module, ids_list: Sequence[Sequence[int]], ablate: Ablation | None = None,
-                      *, crop: bool = False) -> list[list[torch.Tensor]]:
+                      *, crop: bool = False, batch_size: int = 64) -> list[list[torch.Tensor]]:
     """Attention patterns of every layer for each sentence, via the readable path.
 
     Returns `patterns[sentence][layer]`, a float32 CPU tensor [head, query_pos, key_pos].
-    Sentences run one at a time because their lengths differ (padding would add
-    rows and columns that are not in the sentence). A sentence longer than
-    block_size raises `UserError`, or with `crop=True` keeps its first block_size tokens.
+    Sentences of similar length share a batch, right-padded: attention is causal, so the
+    padding after a sentence is never a key for its own positions, and its rows and
+    columns are cut off again. A sentence longer than block_size raises `UserError`, or
+    with `crop=True` keeps its first block_size tokens.
     """
     block_size = model.config.block_size
     checked = [_checked(ids, i, block_size, crop) for i, ids in enumerate(ids_list)]
     device = _device(model)
-    captured = []
+    captured: list[list[torch.Tensor]] = [[] for _ in checked]
+    order = sorted(range(len(checked)), key=lambda i: len(checked[i]))
     with evaluating(model):
-        for ids in checked:
-            idx = torch.tensor([ids], dtype=torch.long, device=device)
+        for start in range(0, len(order), batch_size):
+            chunk = order[start:start + batch_size]
+            idx = _right_padded([checked[i] for i in chunk], device)
             _, patterns = model.forward_with_attention(idx, ablate=ablate)
-            captured.append([p[0].detach().float().cpu() for p in patterns])
+            patterns = [p.detach().float().cpu() for p in patterns]
+            for row, i in enumerate(chunk):
+                n = len(checked[i])
+                captured[i] = [p[row, :, :n, :n].clone() for p in patterns]
     return captured
 
 
@@ -104,11 +119,7 @@ def continuation_logits(model: nn.Module, aligned: Sequence[AlignedProbe], ablat
     with evaluating(model):
         for start in range(0, len(wanted), batch_size):
             chunk = wanted[start:start + batch_size]
-            width = max(len(ids) for _, ids in chunk)
-            idx = torch.zeros(len(chunk), width, dtype=torch.long, device=device)
-            for row, (_, ids) in enumerate(chunk):
-                idx[row, :len(ids)] = torch.tensor(ids, dtype=torch.long)
-            logits, _ = model(idx, ablate=ablate, all_logits=True)
+            logits, _ = model(_right_padded([ids for _, ids in chunk], device), ablate=ablate, all_logits=True)
             for row, (i, ids) in enumerate(chunk):
                 result[i] = logits[row, len(ids) - 1].float().cpu()
     return result
@@ -149,10 +160,8 @@ def capture_rows(model: nn.Module, ids_list: Sequence[Sequence[int]], query_pos:
     with evaluating(model):
         for start in range(0, n, batch_size):
             chunk = range(start, min(start + batch_size, n))
-            length = max(len(checked[i]) for i in chunk)
-            idx = torch.zeros(len(chunk), length, dtype=torch.long, device=device)
-            for row, i in enumerate(chunk):
-                idx[row, :len(checked[i])] = torch.tensor(checked[i], dtype=torch.long)
+            idx = _right_padded([checked[i] for i in chunk], device)
+            length = idx.shape[1]
             batch = torch.arange(len(chunk), device=device)
             queries = torch.tensor([query_pos[i] for i in chunk], device=device)
             all_logits, patterns = model.forward_with_attention(idx, ablate=ablate)

@@ -26,6 +26,8 @@ from watch.report import display_token
 
 ANNOTATE_MAX_TOKENS = 16   # beyond this, numbers in cells no longer fit
 LABEL_MAX_TOKENS = 64      # beyond this, only every n-th token is labelled
+NUMBER_MIN_WEIGHT = 0.05   # cells below this weight show no number
+DPI = 80                   # sharp enough for 9-point labels, with a third fewer pixels to encode than 100
 CMAP = matplotlib.colormaps["viridis"].with_extremes(bad="white")  # blank for the masked future
 
 
@@ -48,8 +50,9 @@ class HeatmapFigure:
 
     Building a figure and laying it out costs more than drawing it, so a
     training run keeps one per sentence and layer and, at each evaluation, only
-    `update`s the colours, numbers and titles (`freeze_layout` after the first
-    drawing keeps the layout instead of recomputing it).
+    `update`s the colours, numbers and titles, and `render`s: the first render
+    draws everything and keeps the parts that never change (axes, token labels,
+    colour bar) as a background; later ones draw only the changing parts over it.
     """
 
     def __init__(self, tokens: Sequence[str], n_panels: int, *, highlight_query: int | None = None) -> None:
@@ -70,6 +73,8 @@ class HeatmapFigure:
         # (query, key) -> the number drawn in that cell, for every visible cell of every panel
         self.cells: list[dict[tuple[int, int], Text]] = [self._numbers(ax) for ax in self.axes]
         self.figure.colorbar(self.images[-1], ax=self.axes, shrink=0.8 if single else 0.6, label="attention weight")
+        self.suptitle = self.figure.suptitle("")
+        self._background = None  # what render() keeps of the first drawing
 
     def _panel(self, ax: Axes, values: np.ndarray, highlight_query: int | None) -> AxesImage:
         n, font = len(self.tokens), self.font
@@ -79,6 +84,9 @@ class HeatmapFigure:
         ticks = list(range(0, n, stride))
         ax.set_xticks(ticks, [labels[i] for i in ticks], rotation=90, fontsize=font)
         ax.set_yticks(ticks, [labels[i] for i in ticks], fontsize=font)
+        # No frame and no tick marks: the cells are the frame, and nothing drawn once lies over them.
+        ax.spines[:].set_visible(False)
+        ax.tick_params(length=0)
         ax.set_xlabel("key (attended to)", fontsize=font + 1)
         ax.set_ylabel("query", fontsize=font + 1)
         if highlight_query is not None and 0 <= highlight_query < n:
@@ -112,20 +120,44 @@ class HeatmapFigure:
                 # Dark text on the bright end of viridis, light text on the dark end.
                 text.set_color("black" if v > 0.55 else "white")
         if suptitle is not None:
-            self.figure.suptitle(suptitle)
+            self.suptitle.set_text(suptitle)
         return self.figure
 
-    def freeze_layout(self) -> None:
-        """Keep the positions the layout engine found when the figure was last drawn."""
-        self.figure.set_layout_engine("none")
+    def render(self) -> np.ndarray:
+        """The figure as it now stands, as an RGB array [height, width, 3].
+
+        Only the cells, their numbers and the titles change between evaluations, so after
+        the first render those alone are drawn, over a copy of everything else. (The
+        layout stays as the first drawing found it.) A figure once rendered this way
+        draws its changing parts only through `render`, not through `savefig`.
+        """
+        canvas = self.figure.canvas
+        changing = [self.suptitle]
+        for ax in self.axes:  # the cells and what lies on top of them, in the order a full draw keeps
+            on_top = [*ax.images, *ax.patches, *ax.texts, ax.title]
+            changing += sorted(on_top, key=lambda artist: artist.get_zorder())
+        if self._background is None:
+            for artist in changing:
+                artist.set_animated(True)   # left out of a plain draw, though not out of the layout
+            canvas.draw()
+            self.figure.set_layout_engine("none")          # keep the layout that draw found
+            self._background = canvas.copy_from_bbox(self.figure.bbox)
+        canvas.restore_region(self._background)
+        for artist in changing:
+            self.figure.draw_artist(artist)
+        return np.asarray(canvas.buffer_rgba())[..., :3].copy()
 
 
 def _cell_text(value: float) -> str:
-    return "1" if value >= 0.995 else f"{value:.2f}"[1:]  # ".88": fits a small cell
+    """".88" (fits a small cell); blank below 0.05, so the weights that matter stand out, and
+    the drawing, whose cost is mostly these numbers, stays quick."""
+    if not value >= NUMBER_MIN_WEIGHT:  # also blank for the masked future (NaN)
+        return ""
+    return "1" if value >= 0.995 else f"{value:.2f}"[1:]
 
 
 def _new_figure(width: float, height: float) -> Figure:
-    fig = Figure(figsize=(width, height), dpi=100, layout="constrained")
+    fig = Figure(figsize=(width, height), dpi=DPI, layout="constrained")
     FigureCanvasAgg(fig)
     return fig
 

@@ -7,7 +7,7 @@ import argparse
 import json
 from pathlib import Path
 
-from errors import UsageError
+from errors import UsageError, UserError
 from watch.capture import capture_attention
 from watch.heads import ablation_names, head_name
 from watch.heatmaps import head_figure, layer_figure, save_png
@@ -21,7 +21,7 @@ from watch.report import (
     last_pronoun_pos,
     top_attended,
 )
-from watch.tensorboard import sentence_slug
+from watch.tensorboard import TensorBoardWriter, sentence_slug
 
 
 def _query_position(tokens: list[str], query: str | None) -> int:
@@ -95,38 +95,44 @@ def _write_heatmaps(ckpt: dict, args: argparse.Namespace, tokens: list[str], pat
     figures[f"{slug}_{name}.png"] = head_figure(
         patterns[focused[0]][focused[1]], tokens, f"{name}: most focused head for {tokens[query].strip()!r}",
         highlight_query=query)
-    for file_name, fig in figures.items():
-        save_png(fig, png_dir / file_name)
+    try:
+        for file_name, fig in figures.items():
+            save_png(fig, png_dir / file_name)
+    except OSError as exc:
+        raise UserError(f"cannot write the heatmaps to {png_dir} ({exc.strerror or exc}); choose a writable "
+                        f"--png_dir") from None
     _log_to_run(ckpt, slug, figures)
     return png_dir
 
 
 def _log_to_run(ckpt: dict, slug: str, figures: dict) -> None:
     """Adds the heatmaps to the checkpoint's TensorBoard run, under inspect/."""
-    config = ckpt.get("train_config", {})
+    config = ckpt.get("train_config")
     run = ckpt.get("run_name")
-    if not run:
+    root = config.get("log_dir", "runs") if isinstance(config, dict) else None
+    if not isinstance(run, str) or not run or not isinstance(root, str):
         return
-    from torch.utils.tensorboard import SummaryWriter
-
-    log_dir = Path(config.get("log_dir", "runs")) / run
-    try:
-        writer = SummaryWriter(log_dir=str(log_dir))
-    except OSError as exc:
-        print(f"warning: not writing to TensorBoard run {log_dir}: {exc}")
-        return
+    log_dir = Path(root) / run
+    writer = TensorBoardWriter(log_dir, fix="the heatmaps are in the PNG files")
     for name, fig in figures.items():
         writer.add_figure(f"inspect/{slug}/{Path(name).stem.removeprefix(slug + '_')}", fig, ckpt.get("step", 0))
     writer.close()
-    print(f"TensorBoard: tensorboard --logdir {log_dir.parent} (run {run}, tab IMAGES, tags inspect/...)")
+    if not writer.failed:
+        print(f"TensorBoard: tensorboard --logdir {log_dir.parent} (run {run}, tab IMAGES, tags inspect/...)")
 
 
 def show_probes(model, tokenizer, args: argparse.Namespace, ablate: dict) -> None:
-    from data.probes import align_all, load_probes
+    from data.probes import align, load_probes
 
-    aligned = align_all(load_probes(args.probes), tokenizer)
-    if not aligned:
-        raise UsageError(f"{args.probes} holds no probes; write one JSON object per line")
+    aligned = []
+    for probe in load_probes(args.probes):
+        try:
+            aligned.append(align(probe, tokenizer))
+        except UserError as exc:
+            raise UserError(f"{args.probes} line {probe.line}: {exc}") from None
+        if len(aligned[-1].ids) > model.config.block_size:
+            raise UserError(f"{args.probes} line {probe.line}: the probe has {len(aligned[-1].ids)} tokens but the "
+                            f"model's block_size is {model.config.block_size}; shorten its text, or remove it")
     report = evaluate_probes(model, aligned, ablate or None)
     baseline = evaluate_probes(model, aligned) if ablate else report
     if args.json:

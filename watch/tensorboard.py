@@ -2,14 +2,16 @@
 scores as scalars, a table ranking the heads, and the Custom Scalars charts that
 put every head on one axis.
 
-The writer is duck-typed (`add_figure`, `add_scalar`, `add_text`, `add_custom_scalars`),
+The writer is duck-typed (`add_image`, `add_scalar`, `add_text`, `add_custom_scalars`),
 so a `torch.utils.tensorboard.SummaryWriter` or anything like it will do.
 """
 
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch.nn as nn
@@ -22,6 +24,74 @@ from watch.report import head_table
 
 if TYPE_CHECKING:
     from data.probes import AlignedProbe
+
+
+class TensorBoardWriter:
+    """A `SummaryWriter` whose failures never stop the program: the first write that fails (a full
+    disk, a removed folder) becomes one warning naming `fix`, and later writes are skipped.
+
+    SummaryWriter writes from a background thread. An error there is raised again by the writer's
+    next call, here turned into the warning, and printed as a traceback by the thread itself, which
+    `_quiet_writer_threads` keeps quiet."""
+
+    def __init__(self, log_dir: str | Path, fix: str = "free disk space or choose another --log_dir") -> None:
+        from torch.utils.tensorboard import SummaryWriter
+
+        _quiet_writer_threads()
+        self.log_dir = Path(log_dir)
+        self.fix = fix
+        self.failed = False
+        self._writer = None
+        try:
+            self._writer = SummaryWriter(log_dir=str(self.log_dir))
+        except OSError as exc:
+            self._fail(exc)
+
+    def __getattr__(self, name: str) -> Any:
+        if self._writer is None:
+            return lambda *args, **kwargs: None
+        method = getattr(self._writer, name)  # add_scalar, add_figure, add_text, add_hparams, flush, ...
+
+        def guarded(*args: Any, **kwargs: Any) -> Any:
+            if self.failed:
+                return None
+            try:
+                return method(*args, **kwargs)
+            except OSError as exc:
+                self._fail(exc)
+                return None
+
+        return guarded
+
+    def close(self) -> None:
+        if self._writer is None:
+            return
+        try:
+            self._writer.close()
+        except OSError as exc:
+            if not self.failed:
+                self._fail(exc)
+
+    def _fail(self, exc: OSError) -> None:
+        self.failed = True
+        warn(f"cannot write TensorBoard logs to {self.log_dir} ({exc.strerror or exc}); going on without them: "
+             f"{self.fix}")
+
+
+def _quiet_writer_threads() -> None:
+    """Keeps TensorBoard's writer thread from printing a traceback for an OSError that its
+    writer raises again in the main thread (once per process)."""
+    previous = threading.excepthook
+    if getattr(previous, "quiet_writer_threads", False):
+        return
+
+    def hook(args: Any) -> None:
+        if type(args.thread).__name__ == "_AsyncWriterThread" and issubclass(args.exc_type, OSError):
+            return
+        previous(args)
+
+    hook.quiet_writer_threads = True
+    threading.excepthook = hook
 
 
 def sentence_slug(text: str, max_len: int = 40) -> str:
@@ -156,7 +226,4 @@ def _figure(figures: dict[str, HeatmapFigure] | None, tag: str, tokens: list[str
 
 
 def _add(writer: Any, tag: str, heatmap: HeatmapFigure, step: int) -> None:
-    # The writer draws the figure (its "close" is a no-op: the figure never went
-    # through pyplot), so from then on the layout can stay as drawn.
-    writer.add_figure(tag, heatmap.figure, step)
-    heatmap.freeze_layout()
+    writer.add_image(tag, heatmap.render(), step, dataformats="HWC")

@@ -1,0 +1,68 @@
+"""Writes that fail for real: a small tmpfs that fills up under out_dir, log_dir or data_dir.
+
+Mounting needs root; where the test cannot mount one it is skipped, saying why. (The simulated
+full disk of tests/test_bad_input.py runs everywhere.)
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.cli import ROOT, one_line, run_train, tiny_args
+from trainer.checkpoint import load_checkpoint
+
+
+@pytest.fixture
+def small_disk(tmp_path, request):
+    """A mounted tmpfs of `request.param` bytes, unmounted afterwards."""
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    mount = tmp_path / "small-disk"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={request.param}", "tmpfs", str(mount)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {(done.stderr or done.stdout).strip()}")
+    try:
+        yield mount
+    finally:
+        if subprocess.run(["umount", str(mount)], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+
+
+@pytest.mark.parametrize("small_disk", ["100k"], indirect=True)
+def test_a_full_disk_during_a_checkpoint_save_is_one_line_and_keeps_the_last_checkpoint(tmp_path, small_disk):
+    """Room for one checkpoint (about 70 kB) but not for the temporary file of the next one: torch.save
+    fails inside its zip writer, which torch reports as a RuntimeError about file positions."""
+    out = small_disk / "out"
+    code, _, err = run_train(tiny_args(tmp_path, f"--out_dir={out}", "--ckpt_interval=1"))
+    assert code == 1
+    assert one_line(err) == (f"error: cannot write checkpoint {out / 'ckpt.pt'}: No space left on device (the "
+                             f"previous checkpoint is intact); free disk space or choose a writable --out_dir\n")
+    assert load_checkpoint(out)["step"] == 1
+    assert sorted(p.name for p in out.iterdir()) == ["ckpt.pt"]  # no temporary file, and the lock released
+
+
+@pytest.mark.parametrize("small_disk", ["64k"], indirect=True)
+def test_a_full_log_dir_is_one_warning_and_training_goes_on(tmp_path, small_disk):
+    """TensorBoard writes from a background thread; its failure must not print that thread's traceback,
+    nor a second one from the main thread, nor stop the run."""
+    args = tiny_args(tmp_path, f"--log_dir={small_disk}", "--watch_sentences=[\"the dog saw it\"]")
+    done = subprocess.run([sys.executable, "train.py", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == (f"warning: cannot write TensorBoard logs to {small_disk / 't'} (No space left on "
+                           f"device); going on without them: free disk space or choose another --log_dir\n")
+    assert load_checkpoint(tmp_path / "out")["step"] == 6
+
+
+@pytest.mark.parametrize("small_disk", ["4k"], indirect=True)
+def test_a_full_data_dir_is_one_line_and_leaves_no_half_prepared_folder(tmp_path, small_disk):
+    code, _, err = run_train(tiny_args(tmp_path, f"--data_dir={small_disk}"))
+    assert code == 1
+    assert one_line(err) == (f"error: cannot write prepared data to {small_disk} (No space left on device); "
+                             f"free disk space or choose a writable --data_dir\n")
+    assert list(Path(small_disk).iterdir()) == []
