@@ -2,7 +2,7 @@
 
     python sample.py --out_dir=out --prompt "The dog" [--num_samples=3 --max_new_tokens=200 ...]
     python sample.py --out_dir=out --prompt @prompt.txt
-    python sample.py --out_dir=out --attention "The dog fetched the ball and she was happy"
+    python sample.py --out_dir=out --attention "The dog fetched the ball and she was happy" [--html page.html]
     python sample.py --out_dir=out --probes probes.jsonl [--ablate L1H2] [--json]
 """
 
@@ -44,6 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
     look.add_argument("--query", default=None,
                       help="token whose attention --attention prints: a word or a position (default: last pronoun)")
     look.add_argument("--png_dir", default=None, help="where --attention writes PNGs (default: OUT_DIR/attention)")
+    look.add_argument("--html", metavar="FILE.html", default=None,
+                      help="with --attention: write an offline attention page (one HTML file) instead of PNGs")
     look.add_argument("--probes", metavar="FILE.jsonl", help="print the head table for a probe file")
     look.add_argument("--ablate", metavar="LlHh", action="append", default=[],
                       help="zero this head's output (repeatable), e.g. L1H2")
@@ -64,8 +66,14 @@ def check_mode(args: argparse.Namespace, parser: argparse.ArgumentParser) -> str
     for name in given:
         if name in SAMPLING_OPTIONS and mode != "sample":
             raise UsageError(f"--{name} applies to sampling text, which --{mode} does not do; drop --{name}")
+        if name == "html" and mode != "attention":
+            raise UsageError("--html needs --attention TEXT, the sentence to show, e.g. "
+                             "--attention \"The dog saw the ball and it\" --html page.html")
         if name in ("query", "png_dir") and mode != "attention":
             raise UsageError(f"--{name} applies only to --attention; drop it, or add --attention TEXT")
+        if name == "png_dir" and args.html is not None:
+            raise UsageError("--png_dir is where --attention writes PNGs, which --html replaces by one page; "
+                             "drop one of them")
         if name == "json" and mode == "sample":
             raise UsageError("--json applies only to --attention and --probes; drop it, or add one of them")
     return mode

@@ -132,7 +132,8 @@ def main_process_callbacks(cfg: TrainConfig, trainer: Trainer, writer) -> list:
         if agreement_path else []
     return [TrainingLog(writer),
             TextSample(writer, trainer.tokenizer, cfg.sample_prompt, cfg.sample_tokens, cfg.seed),
-            AttentionWatch(writer, trainer.tokenizer, cfg.watch_sentences, probes), *agreement]
+            AttentionWatch(writer, trainer.tokenizer, cfg.watch_sentences, probes,
+                           page=Path(cfg.out_dir) / "attention.html"), *agreement]
 
 
 def report_end(cfg: TrainConfig, result: FitResult, argv: list[str]) -> None:
@@ -142,6 +143,8 @@ def report_end(cfg: TrainConfig, result: FitResult, argv: list[str]) -> None:
         print(f"\n{name}: saved step {result.step} to {Path(cfg.out_dir) / 'ckpt.pt'}; resume with: "
               f"{shlex.join(['python', 'train.py', *given, '--resume'])}")
     print("open TensorBoard: " + TENSORBOARD.format(cfg.log_dir))
+    for what, path in result.files.items():
+        print(f"{what}: {path} (open it in a browser; it needs no network)")
     print(f"sample: python sample.py --out_dir={cfg.out_dir} --prompt \"...\"")
 
 

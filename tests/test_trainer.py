@@ -45,6 +45,9 @@ class Recorder(Callback):
     def on_evaluate(self, trainer, evaluation):
         self.calls.append(("evaluate", evaluation))
 
+    def on_watch(self, trainer, step):
+        self.calls.append(("watch", step))
+
     def on_fit_end(self, trainer, result):
         self.calls.append(("end", result))
 
@@ -57,6 +60,7 @@ class FakeWriter:
         self.scalars: dict[str, list[tuple[int, float]]] = {}
         self.texts: dict[str, list[int]] = {}
         self.figures: dict[str, list[int]] = {}
+        self.layouts: list[dict] = []
 
     def add_scalar(self, tag, value, step):
         self.scalars.setdefault(tag, []).append((step, value))
@@ -66,6 +70,9 @@ class FakeWriter:
 
     def add_image(self, tag, image, step, dataformats):
         self.figures.setdefault(tag, []).append(step)
+
+    def add_custom_scalars(self, layout):
+        self.layouts.append(layout)
 
     def flush(self):
         pass
@@ -114,6 +121,23 @@ def test_fit_calls_the_hooks_in_order_with_what_the_loop_saw(tmp_path):
     assert saved["step"] == 6 and saved["best_val_loss"] == result.best_val_loss
 
 
+def test_on_watch_comes_every_watch_interval_steps_between_evaluations(tmp_path):
+    trainer = make_trainer(tmp_path, "--watch_interval=2")
+    recorder = Recorder()
+    trainer.callbacks = [recorder]
+    trainer.fit()
+    calls = [(kind, value if kind == "watch" else getattr(value, "step", None)) for kind, value in recorder.calls]
+    # Steps 0 and 6 are evaluated, so they are not watched as well.
+    assert [call for call in calls if call[0] in ("watch", "evaluate")] == [
+        ("evaluate", 0), ("watch", 2), ("evaluate", 3), ("watch", 4), ("evaluate", 6)]
+    assert calls[calls.index(("watch", 2)) - 1] == ("step", 2)  # after the step it follows
+    (tmp_path / "off").mkdir()
+    none = make_trainer(tmp_path / "off", "--watch_interval=0")
+    none.callbacks = [recorder := Recorder()]
+    none.fit()
+    assert "watch" not in [kind for kind, _ in recorder.calls]
+
+
 def test_on_exit_runs_even_when_training_stops_with_an_error(tmp_path):
     trainer = make_trainer(tmp_path, "--learning_rate=1e6", "--max_iters=40")
     recorder = Recorder()
@@ -148,21 +172,27 @@ def test_text_sample_logs_at_each_evaluation_and_warns_once_about_a_prompt_it_ca
 
 
 def test_attention_watch_plugs_in_as_a_callback(tmp_path, capsys):
-    trainer = make_trainer(tmp_path, "--block_size=48")
+    trainer = make_trainer(tmp_path, "--block_size=48", "--watch_interval=2")
     tokenizer = trainer.tokenizer
     text = "the dog saw the ball and it rolled"
     ids = tokenizer.encode(text)
     probe = AlignedProbe(Probe(text, "it", "ball", "dog"), ids, tokenizer.token_strings(ids), text.index(" it") + 2,
                          [text.index("ball") + i for i in range(4)], [text.index("dog") + i for i in range(3)])
     writer = FakeWriter()
-    watch = AttentionWatch(writer, tokenizer, [text], [probe])
+    watch = AttentionWatch(writer, tokenizer, [text], [probe], page=tmp_path / "out" / "attention.html")
     trainer.callbacks = [watch]
     result = trainer.fit()
+    # Heatmaps and the head table at evaluations; the scores also every watch_interval steps between them.
     assert writer.figures["attention/the_dog_saw_the_ball_and_it_rolled/layer0"] == [0, 3, 6]
-    assert [step for step, _ in writer.scalars["attention/referent/best"]] == [0, 3, 6]
+    assert writer.texts["attention/heads"] == [0, 3, 6]
+    for tag in ("attention/referent/best", "attention/referent/L0H1", "attention/top1/L0H0", "attention/top1/L0H1"):
+        assert [step for step, _ in writer.scalars[tag]] == [0, 2, 3, 4, 6], tag
+    assert len(writer.layouts) == 1  # the Custom Scalars charts, once
     assert {"hparam/best_head_referent", "hparam/best_head_top1"} <= set(result.metrics)
     assert "held-out probes (pronoun -> referent)" in capsys.readouterr().out
+    assert result.files == {"attention page": tmp_path / "out" / "attention.html"}
+    assert "best head on 1 probes" in result.files["attention page"].read_text(encoding="utf-8")
 
     stopped = FitResult(start_step=0, stopped_by=2)
     watch.on_fit_end(trainer, stopped)
-    assert stopped.metrics == {}  # no head report for a run a signal stopped
+    assert stopped.metrics == {} and stopped.files == {}  # no head report or page for a run a signal stopped

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -14,7 +15,7 @@ from data.probes import AlignedProbe
 from data.tokenizer import CharTokenizer
 from errors import UserError
 from model.gpt import GPT, GPTConfig
-from watch.capture import capture_attention, continuation_logits
+from watch.capture import capture_attention, capture_rows, continuation_logits
 from watch.heads import ablation_for, head_name, parse_head
 from watch.heatmaps import HeatmapFigure, head_figure, layer_figure, save_png
 from watch.metrics import (
@@ -27,7 +28,7 @@ from watch.metrics import (
     head_stats,
 )
 from watch.report import display_token, head_table, top_attended
-from watch.tensorboard import log_attention
+from watch.tensorboard import HEAD_CHARTS, log_attention, log_head_charts, log_scores
 
 
 @dataclass
@@ -277,6 +278,45 @@ def test_continuation_logits_match_plain_forward():
         assert (row is None and same is None) or torch.allclose(row, same, atol=1e-6)
 
 
+@pytest.mark.parametrize("arch", ["gpt2", "modern"])
+def test_batched_rows_equal_each_sentence_captured_alone(arch):
+    model = tiny_model(arch)
+    for p in model.parameters():
+        torch.nn.init.normal_(p, std=0.3)
+    probes = model_probes()
+    ids = [item.ids for item in probes]
+    queries = [item.pronoun_pos for item in probes]
+    wanted = [item.continuation_pos for item in probes]
+    rows, logits = capture_rows(model, ids, queries, wanted, batch_size=2)  # padded batches of mixed lengths
+    assert rows.shape == (2, 5, 2, 12)
+    for i, (layers, item) in enumerate(zip(capture_attention(model, ids), probes, strict=True)):
+        n = len(item.ids)
+        for layer, pattern in enumerate(layers):
+            torch.testing.assert_close(rows[layer, i, :, :n], pattern[:, item.pronoun_pos], atol=1e-6, rtol=1e-5)
+            assert torch.all(rows[layer, i, :, n:] == 0)
+    fast = continuation_logits(model, probes)
+    assert logits[-1] is None and fast[-1] is None
+    for mine, theirs in zip(logits[:-1], fast[:-1], strict=True):
+        torch.testing.assert_close(mine, theirs, atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="outside its 6 tokens"):
+        capture_rows(model, [ids[0]], [6])
+
+
+def test_evaluate_probes_scores_as_the_whole_patterns_do():
+    model = tiny_model()
+    for p in model.parameters():
+        torch.nn.init.normal_(p, std=0.3)
+    probes = model_probes()
+    report = evaluate_probes(model, probes)
+    whole = head_stats(capture_attention(model, [item.ids for item in probes]), probes)
+    for name, stats in report.heads.items():
+        for key in ("referent", "distractor", "top1", "referent_no_sink", "distractor_no_sink", "top1_no_sink"):
+            assert getattr(stats, key) == pytest.approx(getattr(whole[name], key), abs=1e-6), (name, key)
+    fast = ablation_effect(model, probes, "L0H0")
+    assert report.continuation_accuracy == fast["continuation_accuracy"]
+    assert report.continuation.logit_diff == pytest.approx(fast["logit_diff"], abs=1e-5)
+
+
 def test_evaluate_probes_and_ablation():
     model = tiny_model()
     probes = model_probes()
@@ -446,13 +486,44 @@ def test_log_attention_writes_scalars_images_and_text(tmp_path):
     slug = "the_dog_saw_a_cat_it_ran"
     assert set(tags["images"]) == {f"attention/{slug}/layer0", f"attention/{slug}/layer1",
                                    f"attention/{slug}/best_head"}
-    expected = {f"attention/referent/{head_name(layer, head)}" for layer in range(2) for head in range(2)}
+    expected = {f"attention/{kind}/{head_name(layer, head)}" for layer in range(2) for head in range(2)
+                for kind in ("referent", "top1")}
     expected |= {"attention/referent/best", "attention/distractor/best", "attention/top1/best",
                  "probes/continuation_accuracy"}
     assert expected <= set(tags["scalars"])
     best = events.Scalars("attention/referent/best")[0]
     assert best.step == 7 and best.value == pytest.approx(report.best.referent)
     assert any(tag.startswith("attention/heads") for tag in tags["tensors"])
+
+
+def test_custom_scalars_put_every_head_on_one_chart(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.custom_scalar import layout_pb2
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(str(tmp_path))
+    log_head_charts(writer)
+    log_scores(writer, 5, fake_report(), table=False)
+    for tag in ("loss/train", "loss/val", "loss/train_eval", "probes/agreement_accuracy"):
+        writer.add_scalar(tag, 1.0, 5)
+    writer.close()
+    events = EventAccumulator(str(tmp_path), size_guidance={"tensors": 0, "scalars": 0})
+    events.Reload()
+    assert not any(tag.startswith("attention/heads") for tag in events.Tags()["tensors"])  # no table: scalars only
+    # The layout as TensorBoard reads it back, and the tags each chart draws (its regexes match tag starts).
+    (stored,) = events.Tensors("custom_scalars__config__")
+    layout = layout_pb2.Layout.FromString(stored.tensor_proto.string_val[0])
+    tags = events.Tags()["scalars"]
+    charts = {chart.title: sorted(tag for tag in tags if any(re.match(rx, tag) for rx in chart.multiline.tag))
+              for category in layout.category for chart in category.chart}
+    assert [c.title for c in layout.category] == list(HEAD_CHARTS)
+    heads = ["L0H0", "L0H1", "L1H0", "L1H1"]
+    assert charts == {
+        "referent weight, every head": [f"attention/referent/{h}" for h in heads],
+        "top-1, every head": [f"attention/top1/{h}" for h in heads],
+        "training loss and accuracy": ["loss/train", "probes/agreement_accuracy", "probes/continuation_accuracy"],
+    }
+    assert events.Scalars("attention/top1/L1H0")[0].value == pytest.approx(1.0)
 
 
 def test_log_attention_without_usable_probes(tmp_path):

@@ -14,6 +14,7 @@ import os
 import pickle
 import re
 import shutil
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -231,7 +232,7 @@ def _shape_problem(config: GPTConfig, weights: dict) -> str | None:
     if len(layers) != config.n_layer:
         return f"its model_config says {config.n_layer} layers, its weights hold {len(layers)}"
     try:
-        with torch.device("meta"):
+        with torch.device("meta"), _normal_init_skipped():
             expected = {name: tuple(t.shape) for name, t in GPT(config).state_dict().items()}
     except RuntimeError:  # sizes whose product overflows
         return "its model_config describes a model too large to exist"
@@ -242,6 +243,19 @@ def _shape_problem(config: GPTConfig, weights: dict) -> str | None:
         return (f"its weights do not fit its model_config ({name}: expected {expected.get(name, 'nothing')}, "
                 f"found {found.get(name, 'nothing')})")
     return None
+
+
+@contextmanager
+def _normal_init_skipped():
+    """`nn.init.normal_` as a no-op. On the meta device there is nothing to fill, yet torch
+    implements `normal_` there through its Python reference ops, whose first use imports
+    torch._dynamo: about a second of every `sample.py` start-up, for a shape check."""
+    real = torch.nn.init.normal_
+    torch.nn.init.normal_ = lambda tensor, *args, **kwargs: tensor
+    try:
+        yield
+    finally:
+        torch.nn.init.normal_ = real
 
 
 def _structure_problem(payload: dict, for_resume: bool) -> str | None:

@@ -77,6 +77,8 @@ class TrainConfig:
     eval_interval: int = _opt(250, "steps between evaluations", group="eval")
     eval_iters: int = _opt(20, "batches per split in each evaluation", group="eval")
     log_interval: int = _opt(10, "steps between progress-bar and TensorBoard updates", group="eval")
+    watch_interval: int = _opt(25, "steps between probe scores in TensorBoard, a cheap dense curve of each head "
+                                   "(scalars only; 0: only at evaluations)", group="eval")
     sample_tokens: int = _opt(200, "tokens in the text sample logged at each evaluation (0: none)", group="eval")
     sample_prompt: str = _opt("\n", "prompt of that sample", group="eval")
     probes: str = _opt("", "JSONL probe file for attention metrics ('' : the corpus's own, if any)", group="eval")
@@ -123,7 +125,7 @@ class TrainConfig:
             if getattr(self, name) <= 0:
                 raise UsageError(f"config key '{name}' must be a positive integer; got {getattr(self, name)}")
         non_negative = ("warmup_iters", "lr_decay_iters", "weight_decay", "grad_clip", "ckpt_interval",
-                        "sample_tokens", "threads", "min_lr")
+                        "sample_tokens", "threads", "min_lr", "watch_interval")
         for name in non_negative:
             if getattr(self, name) < 0:
                 raise UsageError(f"config key '{name}' must be >= 0; got {getattr(self, name)}")

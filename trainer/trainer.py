@@ -4,7 +4,8 @@
 micro-batches forward and backward, the checks that stop a diverging run, gradient
 clipping and the update. `evaluate()` is the mean loss on both splits. `fit()` is the
 loop around them: evaluate every `eval_interval` steps, checkpoint when val improves
-(and every `ckpt_interval` steps, on Ctrl-C or SIGTERM, and at the end), until `max_iters`.
+(and every `ckpt_interval` steps, on Ctrl-C or SIGTERM, and at the end), until `max_iters`;
+between evaluations, every `watch_interval` steps, the callbacks' `on_watch` takes a quick look.
 
 What a run shows (progress, TensorBoard, samples, attention) plugs in as callbacks: any
 objects with some of the hooks of `Callback`, called in the order given.
@@ -68,6 +69,7 @@ class FitResult:
     stopped_by: int | None = None      # the signal that stopped the run early, if one did
     ranks_agree: bool | None = None    # with several processes: are their parameters identical?
     metrics: dict[str, float] = field(default_factory=dict)  # final figures callbacks add, for hparams
+    files: dict[str, Path] = field(default_factory=dict)     # what callbacks wrote at the end, e.g. {"page": path}
 
     @property
     def steps(self) -> int:
@@ -85,6 +87,7 @@ class Callback:
     def on_fit_start(self, trainer: Trainer) -> None: ...
     def on_step(self, trainer: Trainer, result: StepResult) -> None: ...
     def on_evaluate(self, trainer: Trainer, evaluation: Evaluation) -> None: ...
+    def on_watch(self, trainer: Trainer, step: int) -> None: ...  # every watch_interval steps between evaluations
     def on_fit_end(self, trainer: Trainer, result: FitResult) -> None: ...  # completed, or stopped by a signal
     def on_exit(self, trainer: Trainer) -> None: ...  # always last, also when fit() raises
 
@@ -267,6 +270,8 @@ class Trainer:
                     state.best_val_loss = evaluation.val_loss
                     if state.step > 0:
                         self.save()
+            elif cfg.watch_interval and state.step % cfg.watch_interval == 0 and state.step != state.eval_step:
+                self._emit("on_watch", self, state.step)
             if state.step >= cfg.max_iters:
                 return
             self._emit("on_step", self, self.step())

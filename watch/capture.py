@@ -1,5 +1,6 @@
-"""Running the model to watch it: attention patterns from the readable path,
-next-token logits at probe positions from the fast path.
+"""Running the model to watch it: attention patterns from the readable path (whole
+patterns of a few sentences, or one query row each of many probes in batches, with the
+next-token logits there), and next-token logits at probe positions from the fast path.
 
 Both run in eval mode (no dropout) without gradients and put the model's
 train/eval flags back as they were, so they can be called in the middle of
@@ -41,6 +42,15 @@ def _device(model: nn.Module) -> torch.device:
     return next(model.parameters()).device
 
 
+def _right_padded(sequences: Sequence[Sequence[int]], device: torch.device) -> torch.Tensor:
+    """Token ids [len(sequences), longest], each row followed by zeros. Attention is causal, so the
+    padding after a sequence is never a key for its own positions: nothing read from them changes."""
+    idx = torch.zeros(len(sequences), max(len(ids) for ids in sequences), dtype=torch.long, device=device)
+    for row, ids in enumerate(sequences):
+        idx[row, :len(ids)] = torch.tensor(ids, dtype=torch.long)
+    return idx
+
+
 def _checked(ids: Sequence[int], index: int, block_size: int, crop: bool) -> list[int]:
     ids = list(ids)
     if not ids:
@@ -71,10 +81,7 @@ def capture_attention(model: nn.Module, ids_list: Sequence[Sequence[int]], ablat
     with evaluating(model):
         for start in range(0, len(order), batch_size):
             chunk = order[start:start + batch_size]
-            width = max(len(checked[i]) for i in chunk)
-            idx = torch.zeros(len(chunk), width, dtype=torch.long, device=device)
-            for row, i in enumerate(chunk):
-                idx[row, :len(checked[i])] = torch.tensor(checked[i], dtype=torch.long)
+            idx = _right_padded([checked[i] for i in chunk], device)
             _, patterns = model.forward_with_attention(idx, ablate=ablate)
             patterns = [p.detach().float().cpu() for p in patterns]
             for row, i in enumerate(chunk):
@@ -112,11 +119,55 @@ def continuation_logits(model: nn.Module, aligned: Sequence[AlignedProbe], ablat
     with evaluating(model):
         for start in range(0, len(wanted), batch_size):
             chunk = wanted[start:start + batch_size]
-            width = max(len(ids) for _, ids in chunk)
-            idx = torch.zeros(len(chunk), width, dtype=torch.long, device=device)
-            for row, (_, ids) in enumerate(chunk):
-                idx[row, :len(ids)] = torch.tensor(ids, dtype=torch.long)
-            logits, _ = model(idx, ablate=ablate, all_logits=True)
+            logits, _ = model(_right_padded([ids for _, ids in chunk], device), ablate=ablate, all_logits=True)
             for row, (i, ids) in enumerate(chunk):
                 result[i] = logits[row, len(ids) - 1].float().cpu()
     return result
+
+
+# Attention weights one batched forward may hold (every layer's [batch, head, T, T]): 128 MB of float32.
+BATCH_WEIGHTS = 1 << 25
+
+
+def capture_rows(model: nn.Module, ids_list: Sequence[Sequence[int]], query_pos: Sequence[int],
+                 logits_pos: Sequence[int | None] | None = None, ablate: Ablation | None = None, *,
+                 batch_size: int | None = None) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
+    """One query row of every layer and head for each sentence, and next-token logits at one
+    position of each, from the readable path: one forward per `batch_size` sentences (by default
+    as many as keep the batch's attention weights within BATCH_WEIGHTS; all 256 of the demo's probes).
+
+    Returns `(rows, logits)`: `rows` is a float32 CPU tensor [layer, sentence, head, key_pos],
+    zero beyond each sentence's own length; `logits[i]` is [vocab] at `logits_pos[i]`, or None
+    where that is None. Sentences are right-padded into a batch, which changes no row read:
+    attention is causal, so no position sees the padding after it.
+    """
+    n = len(ids_list)
+    if len(query_pos) != n or (logits_pos is not None and len(logits_pos) != n):
+        raise ValueError(f"{n} sentences need as many query positions ({len(query_pos)}) and logits positions")
+    checked = [_checked(ids, i, model.config.block_size, crop=False) for i, ids in enumerate(ids_list)]
+    wanted = list(logits_pos) if logits_pos is not None else [None] * n
+    for i, (ids, query, pos) in enumerate(zip(checked, query_pos, wanted, strict=True)):
+        if not 0 <= query < len(ids) or (pos is not None and not 0 <= pos < len(ids)):
+            raise ValueError(f"sentence {i}: query position {query} or logits position {pos} is outside "
+                             f"its {len(ids)} tokens")
+    width = max((len(ids) for ids in checked), default=0)
+    cfg = model.config
+    if batch_size is None:
+        batch_size = max(1, BATCH_WEIGHTS // (cfg.n_layer * cfg.n_head * width * width or 1))
+    rows = torch.zeros(cfg.n_layer, n, cfg.n_head, width)
+    logits: list[torch.Tensor | None] = [None] * n
+    device = _device(model)
+    with evaluating(model):
+        for start in range(0, n, batch_size):
+            chunk = range(start, min(start + batch_size, n))
+            idx = _right_padded([checked[i] for i in chunk], device)
+            length = idx.shape[1]
+            batch = torch.arange(len(chunk), device=device)
+            queries = torch.tensor([query_pos[i] for i in chunk], device=device)
+            all_logits, patterns = model.forward_with_attention(idx, ablate=ablate)
+            for layer, pattern in enumerate(patterns):  # [batch, head, query_pos, key_pos]
+                rows[layer, start:chunk.stop, :, :length] = pattern[batch, :, queries, :].float().cpu()
+            for row, i in enumerate(chunk):
+                if wanted[i] is not None:
+                    logits[i] = all_logits[row, wanted[i]].float().cpu()
+    return rows, logits

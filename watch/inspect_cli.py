@@ -1,4 +1,5 @@
-"""`sample.py --attention` and `sample.py --probes`: look inside a checkpoint."""
+"""`sample.py --attention` (heatmaps, or with `--html` an offline attention page) and `sample.py --probes`:
+look inside a checkpoint."""
 
 from __future__ import annotations
 
@@ -6,14 +7,20 @@ import argparse
 import json
 from pathlib import Path
 
-import numpy as np
-
 from errors import UsageError, UserError
 from watch.capture import capture_attention
 from watch.heads import ablation_names, head_name
 from watch.heatmaps import head_figure, layer_figure, save_png
 from watch.metrics import evaluate_probes
-from watch.report import ablation_line, display_token, head_table, last_pronoun_pos, top_attended
+from watch.page import attention_page, sentence_view, write_page
+from watch.report import (
+    ablation_line,
+    display_token,
+    focused_head,
+    head_table,
+    last_pronoun_pos,
+    top_attended,
+)
 from watch.tensorboard import TensorBoardWriter, sentence_slug
 
 
@@ -36,19 +43,6 @@ def _query_position(tokens: list[str], query: str | None) -> int:
     return matches[-1]
 
 
-def _focused_head(patterns: list, query: int) -> tuple[int, int]:
-    """The head whose query row puts the most weight on one earlier token,
-    position 0 and the token itself excluded (they absorb idle attention)."""
-    best, best_weight = (len(patterns) - 1, 0), -1.0
-    for layer, pattern in enumerate(patterns):
-        rows = pattern[:, query, 1:query].numpy() if query > 1 else np.zeros((pattern.shape[0], 1))
-        for head in range(pattern.shape[0]):
-            weight = float(rows[head].max()) if rows.size else 0.0
-            if weight > best_weight:
-                best, best_weight = (layer, head), weight
-    return best
-
-
 def show_attention(model, tokenizer, ckpt: dict, args: argparse.Namespace, ablate: dict) -> None:
     text = args.attention
     if not text:
@@ -60,8 +54,13 @@ def show_attention(model, tokenizer, ckpt: dict, args: argparse.Namespace, ablat
                          f"{model.config.block_size}; shorten it")
     patterns = capture_attention(model, [ids], ablate or None)[0]
     query = _query_position(tokens, args.query)
-    layer, head = _focused_head(patterns, query)
+    layer, head = focused_head(patterns, query)
 
+    if args.html:
+        view = sentence_view(text, tokens, patterns, query=query)
+        step = f" at step {ckpt['step']}" if "step" in ckpt else ""
+        ablated = f", with {', '.join(ablation_names(ablate))} ablated" if ablate else ""
+        page = write_page(args.html, attention_page([view], f"Attention of {args.out_dir}{step}{ablated}"))
     if args.json:
         print(json.dumps({
             "text": text, "tokens": tokens, "query_pos": query, "focused_head": head_name(layer, head),
@@ -70,28 +69,40 @@ def show_attention(model, tokenizer, ckpt: dict, args: argparse.Namespace, ablat
             "patterns": [[[[round(float(w), 6) for w in row] for row in h] for h in p.tolist()] for p in patterns],
         }))
         return
-
-    png_dir = Path(args.png_dir) if args.png_dir else Path(args.out_dir if Path(args.out_dir).is_dir()
-                                                           else Path(args.out_dir).parent) / "attention"
-    slug = sentence_slug(text)
-    figures = {f"{slug}_layer{n}.png": layer_figure(p, tokens, n) for n, p in enumerate(patterns)}
-    figures[f"{slug}_{head_name(layer, head)}.png"] = head_figure(
-        patterns[layer][head], tokens, f"{head_name(layer, head)}: most focused head for {tokens[query].strip()!r}",
-        highlight_query=query)
-    try:
-        for name, fig in figures.items():
-            save_png(fig, png_dir / name)
-    except OSError as exc:
-        raise UserError(f"cannot write the heatmaps to {png_dir} ({exc.strerror or exc}); choose a writable "
-                        f"--png_dir") from None
-    _log_to_run(ckpt, slug, figures)
+    if not args.html:
+        png_dir = _write_heatmaps(ckpt, args, tokens, patterns, query, (layer, head))
 
     print("tokens: " + " | ".join(display_token(t, space_mark="") for t in tokens))
     print(f"where {tokens[query].strip()!r} (position {query}) looks, top 3 per head:")
     for n, pattern in enumerate(patterns):
         print(top_attended(pattern, tokens, query, k=3, layer=n))
     print(f"most focused head: {head_name(layer, head)}")
-    print(f"heatmaps: {png_dir}/{slug}_*.png")
+    if args.html:
+        print(f"attention page: {page} (open it in a browser; it needs no network)")
+    else:
+        print(f"heatmaps: {png_dir}/{sentence_slug(text)}_*.png")
+
+
+def _write_heatmaps(ckpt: dict, args: argparse.Namespace, tokens: list[str], patterns: list, query: int,
+                    focused: tuple[int, int]) -> Path:
+    """PNGs of every layer and of the focused head, also added to the checkpoint's TensorBoard run;
+    returns their folder."""
+    png_dir = Path(args.png_dir) if args.png_dir else Path(args.out_dir if Path(args.out_dir).is_dir()
+                                                           else Path(args.out_dir).parent) / "attention"
+    slug = sentence_slug(args.attention)
+    name = head_name(*focused)
+    figures = {f"{slug}_layer{n}.png": layer_figure(p, tokens, n) for n, p in enumerate(patterns)}
+    figures[f"{slug}_{name}.png"] = head_figure(
+        patterns[focused[0]][focused[1]], tokens, f"{name}: most focused head for {tokens[query].strip()!r}",
+        highlight_query=query)
+    try:
+        for file_name, fig in figures.items():
+            save_png(fig, png_dir / file_name)
+    except OSError as exc:
+        raise UserError(f"cannot write the heatmaps to {png_dir} ({exc.strerror or exc}); choose a writable "
+                        f"--png_dir") from None
+    _log_to_run(ckpt, slug, figures)
+    return png_dir
 
 
 def _log_to_run(ckpt: dict, slug: str, figures: dict) -> None:

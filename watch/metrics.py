@@ -24,7 +24,7 @@ import torch
 import torch.nn as nn
 
 from model.gpt import Ablation
-from watch.capture import capture_attention, continuation_logits
+from watch.capture import capture_rows, continuation_logits
 from watch.heads import Head, ablation_names, head_name, parse_head
 
 if TYPE_CHECKING:
@@ -137,35 +137,45 @@ def head_stats(patterns: Sequence[Sequence[torch.Tensor]], aligned: Sequence[Ali
         raise ValueError(f"{len(patterns)} captured patterns for {len(aligned)} probes; capture one per probe")
     if not aligned:
         raise ValueError("no probes to score")
-    n_layer = len(patterns[0])
-    n_head = patterns[0][0].shape[0]
-    shape = (n_layer, n_head)
-    # Sums over probes, one entry per [layer, head].
-    ref_sum, dis_sum = torch.zeros(shape, dtype=torch.float64), torch.zeros(shape, dtype=torch.float64)
-    ref_ns, dis_ns = torch.zeros_like(ref_sum), torch.zeros_like(ref_sum)
-    top1, top1_ns = torch.zeros(shape, dtype=torch.long), torch.zeros(shape, dtype=torch.long)
-    n_no_sink = 0
+    width = max(layers[0].shape[-1] for layers in patterns)
+    n_layer, n_head = len(patterns[0]), patterns[0][0].shape[0]
+    rows = torch.zeros(n_layer, len(aligned), n_head, width, dtype=torch.float64)
     for index, (layers, item) in enumerate(zip(patterns, aligned, strict=True)):
         length = layers[0].shape[-1]
         _check_positions(item, index, length)
-        # Rows of every head at the pronoun: [layer, head, key_pos].
-        rows = torch.stack([p[:, item.pronoun_pos, :] for p in layers]).double()
-        ref = rows[..., item.referent_positions].sum(-1)
-        dis = rows[..., item.distractor_positions].sum(-1)
-        ref_sum += ref
-        dis_sum += dis
-        top1 += (ref > dis).long()  # a tie is not a win
-        positions = [*item.referent_positions, *item.distractor_positions]
-        if item.pronoun_pos == 0 or 0 in positions:
-            continue
-        rest = rows[..., 1:].sum(-1).clamp_min(1e-12)
-        ref_n, dis_n = ref / rest, dis / rest
-        ref_ns += ref_n
-        dis_ns += dis_n
-        top1_ns += (ref_n > dis_n).long()
-        n_no_sink += 1
+        for layer, pattern in enumerate(layers):
+            rows[layer, index, :, :length] = pattern[:, item.pronoun_pos, :]
+    return row_stats(rows, aligned)
 
-    n = len(aligned)
+
+def row_stats(rows: torch.Tensor, aligned: Sequence[AlignedProbe]) -> dict[str, HeadStats]:
+    """Score every head from the pronoun rows: `rows` is [layer, probe, head, key_pos]
+    (as `capture_rows` returns), zero beyond each probe's length."""
+    n_layer, n, n_head, width = rows.shape
+    if n != len(aligned) or not aligned:
+        raise ValueError(f"{n} rows of attention for {len(aligned)} probes; score at least one, one row each")
+    rows = rows.double()
+    # 1 at the key positions of each probe's referent / distractor: [probe, key_pos].
+    ref_at, dis_at = torch.zeros(n, width, dtype=torch.float64), torch.zeros(n, width, dtype=torch.float64)
+    no_sink = torch.zeros(n, dtype=torch.bool)  # probes whose words and pronoun are clear of position 0
+    for index, item in enumerate(aligned):
+        _check_positions(item, index, min(len(item.ids), width))
+        ref_at[index, item.referent_positions] = 1.0
+        dis_at[index, item.distractor_positions] = 1.0
+        no_sink[index] = item.pronoun_pos != 0 and 0 not in (*item.referent_positions, *item.distractor_positions)
+    # Weight on each word, summed over its sub-tokens: [layer, probe, head].
+    ref = (rows * ref_at[None, :, None, :]).sum(-1)
+    dis = (rows * dis_at[None, :, None, :]).sum(-1)
+    rest = rows[..., 1:].sum(-1).clamp_min(1e-12)  # the row without the sink, to renormalise by
+    ref_n, dis_n = ref / rest, dis / rest
+    keep = no_sink[None, :, None]
+    n_no_sink = int(no_sink.sum())
+    # Sums over probes: [layer, head].
+    ref_sum, dis_sum = ref.sum(1), dis.sum(1)
+    top1 = (ref > dis).sum(1)  # a tie is not a win
+    ref_ns, dis_ns = (ref_n * keep).sum(1), (dis_n * keep).sum(1)
+    top1_ns = ((ref_n > dis_n) & keep).sum(1)
+
     stats = {}
     for layer in range(n_layer):
         for head in range(n_head):
@@ -211,7 +221,11 @@ def _gap(positions: Sequence[int], pronoun_pos: int) -> float:
 def continuation_stats(model: nn.Module, aligned: Sequence[AlignedProbe],
                        ablate: Ablation | None = None) -> ContinuationStats:
     """Continuation accuracy (and logit difference) from the fast path, optionally with heads ablated."""
-    logits = continuation_logits(model, aligned, ablate)
+    return _continuation(continuation_logits(model, aligned, ablate), aligned)
+
+
+def _continuation(logits: Sequence[torch.Tensor | None], aligned: Sequence[AlignedProbe]) -> ContinuationStats:
+    """Continuation accuracy (and logit difference) from each probe's logits at its continuation position."""
     n = correct = to_distractor = 0
     diffs = []
     for item, row in zip(aligned, logits, strict=True):
@@ -236,15 +250,18 @@ def evaluate_probes(model: nn.Module, aligned: Sequence[AlignedProbe],
                     ablate: Ablation | None = None) -> ProbeReport:
     """Score every head of `model` on the probes, plus baselines and continuation accuracy.
 
-    `ablate` ({layer: [heads]}) zeroes those heads' outputs in both the
-    attention capture and the continuation logits.
+    One readable forward over the probes (or a few, for many long probes) gives both
+    the pronoun rows and the continuation logits, so this is cheap enough to run every
+    few training steps.
+    `ablate` ({layer: [heads]}) zeroes those heads' outputs in both.
     """
     if not aligned:
         raise ValueError("evaluate_probes needs at least one probe")
-    patterns = capture_attention(model, [item.ids for item in aligned], ablate)
+    rows, logits = capture_rows(model, [item.ids for item in aligned], [item.pronoun_pos for item in aligned],
+                                [item.continuation_pos for item in aligned], ablate)
     return ProbeReport(
-        heads=head_stats(patterns, aligned), n_probes=len(aligned), baselines=baselines(aligned),
-        continuation=continuation_stats(model, aligned, ablate), ablated=ablation_names(ablate),
+        heads=row_stats(rows, aligned), n_probes=len(aligned), baselines=baselines(aligned),
+        continuation=_continuation(logits, aligned), ablated=ablation_names(ablate),
     )
 
 

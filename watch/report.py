@@ -116,3 +116,16 @@ def last_pronoun_pos(tokens: list[str]) -> int | None:
         if re.sub(r"\W", "", tokens[i]).lower() in PRONOUNS:
             return i
     return None
+
+
+def focused_head(patterns: Sequence[torch.Tensor], query: int) -> tuple[int, int]:
+    """The head whose query row puts the most weight on one earlier token,
+    position 0 and the token itself excluded (they absorb idle attention)."""
+    best, best_weight = (len(patterns) - 1, 0), -1.0
+    for layer, pattern in enumerate(patterns):
+        rows = pattern[:, query, 1:query].numpy() if query > 1 else np.zeros((pattern.shape[0], 1))
+        for head in range(pattern.shape[0]):
+            weight = float(rows[head].max()) if rows.size else 0.0
+            if weight > best_weight:
+                best, best_weight = (layer, head), weight
+    return best

@@ -1,8 +1,9 @@
 """Attention in TensorBoard: heatmaps of chosen sentences, every head's probe
-scores as scalars, and a table ranking the heads.
+scores as scalars, a table ranking the heads, and the Custom Scalars charts that
+put every head on one axis.
 
-The writer is duck-typed (`add_image`, `add_scalar`, `add_text`), so a
-`torch.utils.tensorboard.SummaryWriter` or anything like it will do.
+The writer is duck-typed (`add_image`, `add_scalar`, `add_text`, `add_custom_scalars`),
+so a `torch.utils.tensorboard.SummaryWriter` or anything like it will do.
 """
 
 from __future__ import annotations
@@ -109,11 +110,30 @@ def _unique_slugs(sentences: Sequence[str]) -> list[str]:
     return slugs
 
 
-def log_scores(writer: Any, step: int, report: ProbeReport) -> None:
-    """Scalars for every head and the best one, plus the ranking table as Markdown."""
+# TensorBoard's Custom Scalars tab: {category: {chart title: ["Multiline", [tag regexes]]}}. A regex
+# matches the start of a tag; one chart draws every matching tag of every run on one axis. The last
+# chart takes the training loss (logged every log_interval steps) rather than the validation loss (5
+# points in the demo, which smoothing bends out of shape), and every accuracy the probes report.
+HEAD_CHARTS = {
+    "attention heads": {
+        "referent weight, every head": ["Multiline", [r"attention/referent/L\d+H\d+$"]],
+        "top-1, every head": ["Multiline", [r"attention/top1/L\d+H\d+$"]],
+        "training loss and accuracy": ["Multiline", [r"loss/train$", r"probes/.*accuracy"]],
+    },
+}
+
+
+def log_head_charts(writer: Any) -> None:
+    """The Custom Scalars layout (`HEAD_CHARTS`): written once, at the start of a run."""
+    writer.add_custom_scalars(HEAD_CHARTS)
+
+
+def log_scores(writer: Any, step: int, report: ProbeReport, *, table: bool = True) -> None:
+    """Scalars for every head and the best one, plus (with `table`) the ranking table as Markdown."""
     for name, stats in report.heads.items():
         writer.add_scalar(f"attention/referent/{name}", stats.referent, step)
         writer.add_scalar(f"attention/distractor/{name}", stats.distractor, step)
+        writer.add_scalar(f"attention/top1/{name}", stats.top1, step)
     best = report.best
     scalars = {
         "attention/referent/best": best.referent,
@@ -127,8 +147,9 @@ def log_scores(writer: Any, step: int, report: ProbeReport) -> None:
     for tag, value in scalars.items():
         if value is not None:
             writer.add_scalar(tag, value, step)
-    table = head_table(report, markdown=True)
-    writer.add_text("attention/heads", f"step {step}, best head **{best.name}**\n\n{table}", step)
+    if table:
+        text = f"step {step}, best head **{best.name}**\n\n{head_table(report, markdown=True)}"
+        writer.add_text("attention/heads", text, step)
 
 
 def log_attention(writer: Any, step: int, model: nn.Module, tokenizer: Any, sentences: Sequence[str],
