@@ -11,6 +11,8 @@
   Custom Scalars charts that put every head on one axis;
 - `page`: an offline HTML page to click through where each head looks;
 - `callback`: the training callback that logs it while a model trains;
+- `agreement`: pronoun agreement in single-person contexts, the heads that read the name
+  before the pronoun, and what removing them costs (with its training callback);
 - `inspect_cli`: `sample.py --attention` (heatmaps, or the page with `--html`) and `--probes`.
 
 Nothing is imported here, so importing one module (say `watch.heads` for plain sampling)
