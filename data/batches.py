@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 
@@ -65,9 +67,15 @@ def _too_short(split: str, sizes: dict[str, int], block_size: int, meta: dict) -
     if total < 2 * need:
         more = ("raise --corpus_sentences" if str(meta.get("source", "")).startswith("pronouns(")
                 else "use a longer text")
-        smaller = f" or a --block_size of at most {total // 2 - 2}" if total // 2 - 2 >= 1 else ""
-        return UserError(f"{problem}: the text has {total:,} tokens in all, too few for both splits; {more} "
-                         f"(at least {2 * need:,} tokens){smaller}")
+        # Each fix must work at the split the user has, or name the split it needs.
+        fixes = [f"{more} (at least {math.ceil(need / min(fraction, 1 - fraction)):,} tokens at "
+                 f"--val_fraction={fraction:g})"]
+        if min(sizes.values()) - 2 >= 1:
+            fixes.append(f"a --block_size of at most {min(sizes.values()) - 2}")
+        elif total // 2 - 2 >= 1:
+            fixes.append(f"--val_fraction=0.5 with a --block_size of at most {total // 2 - 2}")
+        return UserError(f"{problem}: the text has {total:,} tokens in all, too few for both splits; "
+                         f"{' or '.join(fixes)}")
     if split == "val":  # the smallest fraction (to 2 significant digits) that gives val a window
         suggested = float(f"{need / total:.2g}")
         while int(total * suggested) < need:

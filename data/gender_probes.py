@@ -532,10 +532,15 @@ def agreement_items(lexicon: Lexicon, seed: int, per_frame: int = 6, max_people:
 
 
 def write_jsonl(path: Path, records: Iterable[dict]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", encoding="utf-8") as f:
-        for record in records:
-            f.write(json.dumps(record, ensure_ascii=False) + "\n")
+    _write(path, "".join(json.dumps(record, ensure_ascii=False) + "\n" for record in records))
+
+
+def _write(path: Path, text: str) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise UserError(f"cannot write {path} ({exc.strerror or exc}); choose a writable path") from None
 
 
 def keep_encodable(generated: Generated, corpus: str) -> tuple[Generated, int]:
@@ -563,7 +568,7 @@ def write_meta(path: Path, meta: dict) -> None:
         lines += [f"  {row}," for row in rows[:-1]] + ([f"  {rows[-1]}"] if rows else [])
         lines.append(" ]," if key == "people" else " ]")
     lines.append("}")
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    _write(path, "\n".join(lines) + "\n")
 
 
 # --- command line ---------------------------------------------------------------------------------

@@ -223,15 +223,19 @@ class GPT(nn.Module):
             return logits, loss
         return (self.lm_head(x) if all_logits else self.lm_head(x[:, -1:, :])), None
 
-    def forward_with_attention(self, idx: torch.Tensor, *, ablate: Ablation | None = None
-                               ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    def forward_with_attention(self, idx: torch.Tensor, *, ablate: Ablation | None = None,
+                               logits_at: torch.Tensor | None = None) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """The readable path through every layer: (logits at every position,
-        one attention pattern [batch, head, query_pos, key_pos] per layer)."""
+        one attention pattern [batch, head, query_pos, key_pos] per layer). With `logits_at`
+        ([batch] positions), the logits [batch, vocab] at those positions only: the output
+        head over every position is most of the work when a caller reads one row each."""
         x = self._embed(idx)
         patterns = []
         for block, mask in zip(self.blocks, self._head_masks(ablate, idx.device), strict=True):
             x, pattern = block.forward_with_weights(x, head_mask=mask)
             patterns.append(pattern)
+        if logits_at is not None:
+            x = x[torch.arange(x.shape[0], device=x.device), logits_at]
         return self.lm_head(self.ln_f(x)), patterns
 
     def _embed(self, idx: torch.Tensor, start: int = 0) -> torch.Tensor:
@@ -372,9 +376,9 @@ def sample_next(logits: torch.Tensor, temperature: float = 1.0, top_k: int | Non
         logits = logits.masked_fill(logits < kth, float("-inf"))
     if top_p is not None and top_p < 1.0:
         sorted_logits, order = torch.sort(logits, descending=True)
-        cumulative = torch.softmax(sorted_logits, dim=-1).cumsum(dim=-1)
+        sorted_probs = torch.softmax(sorted_logits, dim=-1)
         # Drop a token once the tokens before it already cover top_p; the first always stays.
-        drop_sorted = (cumulative - torch.softmax(sorted_logits, dim=-1)) >= top_p
+        drop_sorted = (sorted_probs.cumsum(dim=-1) - sorted_probs) >= top_p
         drop_sorted[:, 0] = False  # also when top_p is too small for float32 to tell from 0
         drop = drop_sorted.scatter(-1, order, drop_sorted)
         logits = logits.masked_fill(drop, float("-inf"))

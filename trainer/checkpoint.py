@@ -14,7 +14,6 @@ import os
 import pickle
 import re
 import shutil
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,7 +50,7 @@ def save_checkpoint(path: str | Path, payload: dict, keep_previous: str | Path |
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         if path.exists() and not path.is_file():
-            raise CheckpointError(f"{path} is {_what(path)}, not a checkpoint; move it away or choose another "
+            raise CheckpointError(f"{path} is {not_a_file(path)}, not a checkpoint; move it away or choose another "
                                   f"--out_dir")
         with open(tmp, "wb") as fh:
             _save(payload, fh)
@@ -106,7 +105,8 @@ def _save(payload: dict, fh) -> None:
         raise
 
 
-def _what(path: Path) -> str:
+def not_a_file(path: Path) -> str:
+    """What stands at `path` instead of a regular file, in words."""
     return "a directory" if path.is_dir() else "not a regular file"
 
 
@@ -159,7 +159,7 @@ def load_checkpoint(path: str | Path) -> dict:
     for anything that is not a checkpoint this trainer wrote. Check its structure with `validate`."""
     path = checkpoint_path(path)
     if path.exists() and not path.is_file():  # a FIFO would block; a folder named ckpt.pt is not one
-        raise CheckpointError(f"{path} is {_what(path)}, not a checkpoint; give the ckpt.pt that train.py wrote")
+        raise CheckpointError(f"{path} is {not_a_file(path)}, not a checkpoint; give the ckpt.pt that train.py wrote")
     if not path.is_file():
         raise CheckpointError(f"no checkpoint at {path}; train one first (python train.py --out_dir=...) "
                               f"or point --out_dir at the folder that holds ckpt.pt")
@@ -216,9 +216,13 @@ def validate(payload: dict, path: str | Path, *, for_resume: bool = False) -> GP
         else:
             problem = _shape_problem(config, payload["model"])
     if problem is not None:
-        raise CheckpointError(f"{path} is not a usable checkpoint: {problem}; it was not written by this "
-                              f"trainer's train.py, or was edited: use the ckpt.pt that train.py wrote")
+        raise _unusable(path, problem)
     return config
+
+
+def _unusable(path: str | Path, problem: str) -> CheckpointError:
+    return CheckpointError(f"{path} is not a usable checkpoint: {problem}; it was not written by this "
+                           f"trainer's train.py, or was edited: use the ckpt.pt that train.py wrote")
 
 
 _RESUME_FIELDS = {"optimizer": dict, "train_config": dict, "rng": dict, "best_val_loss": (float, int),
@@ -226,36 +230,28 @@ _RESUME_FIELDS = {"optimizer": dict, "train_config": dict, "rng": dict, "best_va
 
 
 def _shape_problem(config: GPTConfig, weights: dict) -> str | None:
-    """Whether `weights` are those of the model `config` describes, compared on the meta device
-    (shapes only: no memory, no random numbers)."""
+    """Whether `weights` have the sizes that decide every other shape of the model `config`
+    describes: the layer count, the token table (vocabulary x width) and, for gpt2, the position
+    table. Read from the checkpoint's own tensors, so a config describing a model far larger than
+    its weights is refused before anything is allocated; `load_weights` compares every name and
+    shape with the model once it is built."""
     layers = {name.split(".")[1] for name in weights if name.startswith("blocks.")}
     if len(layers) != config.n_layer:
         return f"its model_config says {config.n_layer} layers, its weights hold {len(layers)}"
-    try:
-        with torch.device("meta"), _normal_init_skipped():
-            expected = {name: tuple(t.shape) for name, t in GPT(config).state_dict().items()}
-    except RuntimeError:  # sizes whose product overflows
-        return "its model_config describes a model too large to exist"
-    found = {name: tuple(t.shape) for name, t in weights.items()}
+    sizes = {"wte.weight": (config.vocab_size, config.n_embd)}
+    if not config.modern:
+        sizes["wpe.weight"] = (config.block_size, config.n_embd)
+    return _mismatch(sizes, {name: tuple(weights[name].shape) for name in sizes if name in weights})
+
+
+def _mismatch(expected: dict[str, tuple], found: dict[str, tuple]) -> str | None:
+    """The first tensor whose shape (or presence) differs, in words; None when all fit."""
     differ = sorted(set(expected) ^ set(found)) or [name for name in expected if expected[name] != found[name]]
-    if differ:
-        name = differ[0]
-        return (f"its weights do not fit its model_config ({name}: expected {expected.get(name, 'nothing')}, "
-                f"found {found.get(name, 'nothing')})")
-    return None
-
-
-@contextmanager
-def _normal_init_skipped():
-    """`nn.init.normal_` as a no-op. On the meta device there is nothing to fill, yet torch
-    implements `normal_` there through its Python reference ops, whose first use imports
-    torch._dynamo: about a second of every `sample.py` start-up, for a shape check."""
-    real = torch.nn.init.normal_
-    torch.nn.init.normal_ = lambda tensor, *args, **kwargs: tensor
-    try:
-        yield
-    finally:
-        torch.nn.init.normal_ = real
+    if not differ:
+        return None
+    name = differ[0]
+    return (f"its weights do not fit its model_config ({name}: expected {expected.get(name, 'nothing')}, "
+            f"found {found.get(name, 'nothing')})")
 
 
 def _structure_problem(payload: dict, for_resume: bool) -> str | None:
@@ -330,7 +326,12 @@ def load_model(path: str | Path, device: torch.device) -> Loaded:
 
 
 def load_weights(model: GPT, weights: dict, path: str | Path) -> None:
-    """`model.load_state_dict(weights)`, with a `CheckpointError` when they do not fit its config."""
+    """`model.load_state_dict(weights)`, with a `CheckpointError` naming the first tensor that does
+    not fit the model."""
+    expected = {name: tuple(t.shape) for name, t in model.state_dict().items()}
+    problem = _mismatch(expected, {name: tuple(t.shape) for name, t in weights.items()})
+    if problem is not None:
+        raise _unusable(path, problem)
     try:
         model.load_state_dict(weights)
     except (KeyError, RuntimeError, TypeError, ValueError) as exc:

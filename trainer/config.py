@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,8 +28,9 @@ OPTIMIZERS = ("adamw", "muon")
 
 def is_device_name(name: str) -> bool:
     """"auto", "cpu", "cuda", "cuda:N" or "mps" (whether it exists here is `runtime.pick_device`'s job)."""
-    kind, _, index = name.partition(":")
-    return kind in DEVICES and (not index or (kind == "cuda" and index.isdigit()))
+    kind, colon, index = name.partition(":")
+    # ASCII digits only: str.isdigit() also accepts "²", which int() refuses.
+    return kind in DEVICES and (not colon or (kind == "cuda" and re.fullmatch(r"[0-9]+", index) is not None))
 
 
 def _opt(default: Any, help: str, choices: tuple[str, ...] | None = None, group: str = "") -> Any:

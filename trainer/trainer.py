@@ -33,6 +33,7 @@ from trainer.checkpoint import (
     CheckpointWriter,
     check_resume_compatible,
     load_checkpoint,
+    not_a_file,
     remove_stale_temp_files,
     restore_training,
     validate,
@@ -158,8 +159,8 @@ class Trainer:
         if runtime.is_main:
             check_writable(ckpt_path.parent, "out_dir")
             if ckpt_path.exists() and not ckpt_path.is_file():  # found now, not at the first save
-                raise UserError(f"{ckpt_path} is {'a directory' if ckpt_path.is_dir() else 'not a regular file'}, "
-                                f"where this run saves its checkpoint; move it away or choose another --out_dir")
+                raise UserError(f"{ckpt_path} is {not_a_file(ckpt_path)}, where this run saves its checkpoint; "
+                                f"move it away or choose another --out_dir")
             remove_stale_temp_files(ckpt_path)
         check_corpus_fits(cfg)
         prepared = prepare(cfg.dataset, cfg.tokenizer, cfg.data_dir, cfg.val_fraction, cfg.corpus_sentences,
@@ -206,8 +207,9 @@ class Trainer:
                 loss = loss / self.accum_per_rank
             loss.backward()
             loss_sum += loss.detach()
-        if not torch.isfinite(loss_sum):
-            raise self._diverged("the loss", loss_sum.item())
+        mean_loss = loss_sum.item()  # read once: the check and the result share one wait for the device
+        if not math.isfinite(mean_loss):
+            raise self._diverged("the loss", mean_loss)
         grad_norm = None
         if cfg.grad_clip > 0:
             grad_norm = torch.nn.utils.clip_grad_norm_(self.train_model.parameters(), cfg.grad_clip).item()
@@ -216,7 +218,7 @@ class Trainer:
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.state.step += 1
-        return StepResult(self.state.step, loss_sum.item(), lr, grad_norm)
+        return StepResult(self.state.step, mean_loss, lr, grad_norm)
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
@@ -268,7 +270,7 @@ class Trainer:
                 self._emit("on_evaluate", self, evaluation)
                 if evaluation.val_loss < state.best_val_loss:
                     state.best_val_loss = evaluation.val_loss
-                    if state.step > 0:
+                    if 0 < state.step < cfg.max_iters:  # at the end, fit() saves this same state next
                         self.save()
             elif cfg.watch_interval and state.step % cfg.watch_interval == 0 and state.step != state.eval_step:
                 self._emit("on_watch", self, state.step)

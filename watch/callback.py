@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from data.probes import AlignedProbe, align, align_usable, load_probes
+from data.probes import AlignedProbe, align, align_usable, load_probes, within_block
 from data.tokenizer import Tokenizer, TokenizerError
 from errors import UserError, warn
 from watch.capture import capture_attention
@@ -57,12 +57,7 @@ class AttentionWatch:
 
     def on_fit_start(self, trainer: Any) -> None:
         """Probes longer than the model's block_size cannot be scored: left out once, with a warning."""
-        block_size = trainer.model.config.block_size
-        fitting = [probe for probe in self.probes if len(probe.ids) <= block_size]
-        if len(fitting) < len(self.probes):
-            warn(f"{len(self.probes) - len(fitting)} of {len(self.probes)} probes are longer than "
-                 f"block_size={block_size} and are left out of the attention scores")
-        self.probes = fitting
+        self.probes = within_block(self.probes, trainer.model.config.block_size, "probes")
         if self.probes:
             log_head_charts(self.writer)
 

@@ -164,10 +164,11 @@ def capture_rows(model: nn.Module, ids_list: Sequence[Sequence[int]], query_pos:
             length = idx.shape[1]
             batch = torch.arange(len(chunk), device=device)
             queries = torch.tensor([query_pos[i] for i in chunk], device=device)
-            all_logits, patterns = model.forward_with_attention(idx, ablate=ablate)
+            at = torch.tensor([wanted[i] or 0 for i in chunk], device=device)  # position 0: read by nobody
+            chunk_logits, patterns = model.forward_with_attention(idx, ablate=ablate, logits_at=at)
             for layer, pattern in enumerate(patterns):  # [batch, head, query_pos, key_pos]
                 rows[layer, start:chunk.stop, :, :length] = pattern[batch, :, queries, :].float().cpu()
             for row, i in enumerate(chunk):
                 if wanted[i] is not None:
-                    logits[i] = all_logits[row, wanted[i]].float().cpu()
+                    logits[i] = chunk_logits[row].float().cpu()
     return rows, logits

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch.nn as nn
 
+from data.probes import within_block
 from errors import UserError, warn
 from watch.capture import capture_attention
 from watch.heatmaps import HeatmapFigure, head_titles
@@ -169,10 +170,7 @@ def log_attention(writer: Any, step: int, model: nn.Module, tokenizer: Any, sent
     built once and redrawn with new weights, which is most of the cost saved.
     """
     block_size = model.config.block_size
-    probes = [item for item in aligned_probes or [] if len(item.ids) <= block_size]
-    if aligned_probes and len(probes) < len(aligned_probes):
-        warn(f"{len(aligned_probes) - len(probes)} of {len(aligned_probes)} probes are longer than "
-                      f"block_size={block_size} and were left out of the attention scores")
+    probes = within_block(aligned_probes or [], block_size, "probes")
     report = evaluate_probes(model, probes) if probes else None
     if report is not None:
         log_scores(writer, step, report)
