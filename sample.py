@@ -11,11 +11,11 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from pathlib import Path
 
 import torch
 
-from errors import UsageError, UserError, run_cli
+from errors import UsageError, run_cli
+from files import read_text
 from trainer.checkpoint import load_model
 from trainer.config import DEVICES
 from trainer.runtime import pick_device
@@ -96,18 +96,7 @@ def validate(args: argparse.Namespace, vocab_size: int) -> None:
 
 def read_prompt(prompt: str) -> str:
     if prompt.startswith("@"):
-        path = Path(prompt[1:])
-        if path.exists() and not path.is_file():  # a FIFO would block, a folder is not text
-            raise UsageError(f"prompt file {path} is not a regular file; give --prompt @PATH of a text file")
-        if not path.is_file():
-            raise UsageError(f"prompt file {path} not found; give --prompt @PATH of an existing text file")
-        try:
-            prompt = path.read_text(encoding="utf-8-sig")  # a byte-order mark is not part of the prompt
-        except UnicodeDecodeError:
-            raise UsageError(f"prompt file {path} is not UTF-8 text; save it as UTF-8") from None
-        except OSError as exc:
-            raise UserError(f"cannot read prompt file {path} ({exc.strerror or exc}); check its permissions") \
-                from None
+        prompt = read_text(prompt[1:], "prompt file", "give --prompt @PATH of a text file", UsageError)
     if prompt == "":
         raise UsageError("the prompt is empty; give at least one character, e.g. --prompt \"The\"")
     return prompt
@@ -142,7 +131,7 @@ def main(argv: list[str]) -> int:
     mode = check_mode(args, parser)
     device = pick_device(args.device)
     loaded = load_model(args.out_dir, device)
-    model, tokenizer, ckpt = loaded.model, loaded.tokenizer, loaded.payload
+    model, tokenizer, checkpoint = loaded.model, loaded.tokenizer, loaded.checkpoint
     validate(args, tokenizer.vocab_size)
     from watch.heads import ablation_for
 
@@ -154,7 +143,7 @@ def main(argv: list[str]) -> int:
     if mode == "attention":
         from watch.inspect_cli import show_attention
 
-        show_attention(model, tokenizer, ckpt, args, ablate)
+        show_attention(model, tokenizer, checkpoint, args, ablate)
         return 0
     if mode == "probes":
         from watch.inspect_cli import show_probes

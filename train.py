@@ -20,11 +20,12 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from errors import UsageError, run_cli
+from files import writable_folder
 from trainer import runtime
 from trainer.config import FIELDS, TrainConfig, help_text, load_config
 from trainer.resources import out_of_memory
 from trainer.runlock import RunLock
-from trainer.trainer import FitResult, Trainer, check_writable
+from trainer.trainer import FitResult, Trainer
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent / "configs" / "pronouns.toml"
 TENSORBOARD = "tensorboard --logdir {} --samples_per_plugin=images=200,text=200"
@@ -111,7 +112,7 @@ def open_tensorboard(cfg: TrainConfig, run_name: str):
     from watch.tensorboard import TensorBoardWriter
 
     log_dir = Path(cfg.log_dir) / run_name
-    check_writable(log_dir, "log_dir")
+    writable_folder(log_dir, "log_dir")
     print("TensorBoard: " + TENSORBOARD.format(cfg.log_dir))
     return TensorBoardWriter(log_dir)
 

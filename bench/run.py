@@ -87,7 +87,7 @@ def train_ours(config: str, out_dir: str, settings: Settings, *extra: str) -> di
 
     cfg = load_config(REPO / config, command[3:])
     evals = _logged_evaluations(log_dir / name, run.started_at)
-    return {**result, **_training_figures(evals, cfg.max_iters, cfg.batch_size * cfg.block_size * cfg.grad_accum,
+    return {**result, **_training_summary(evals, cfg.max_iters, cfg.batch_size * cfg.block_size * cfg.grad_accum,
                                           run.wall_s)}
 
 
@@ -100,7 +100,7 @@ def _logged_evaluations(run_dir: Path, started_at: float) -> list[dict]:
             for e in events.Scalars("loss/val")]
 
 
-def _training_figures(evals: list[dict], steps: int, tokens_per_step: int, wall_s: float) -> dict:
+def _training_summary(evals: list[dict], steps: int, tokens_per_step: int, wall_s: float) -> dict:
     hit = next((e for e in evals if e["val_loss"] <= TARGET_VAL_LOSS), None)
     last = evals[-1] if evals else {}
     return {"final_step": last.get("step"), "final_val_loss": last.get("val_loss"), "evals": evals,
@@ -118,9 +118,9 @@ def train_nanogpt(settings: Settings) -> dict:
         return {**result, "error": f"nanoGPT's train.py exited with status {run.returncode}"}
     parsed = nanogpt.parse_training(run.lines)
     steps = settings.max_iters or 2000
-    figures = _training_figures(parsed["evals"], steps, nanogpt.RECIPE_TOKENS_PER_STEP, run.wall_s)
+    summary = _training_summary(parsed["evals"], steps, nanogpt.RECIPE_TOKENS_PER_STEP, run.wall_s)
     step_ms = sorted(parsed["step_ms"])
-    return {**result, **figures, "step_ms": step_ms[len(step_ms) // 2] if step_ms else None}
+    return {**result, **summary, "step_ms": step_ms[len(step_ms) // 2] if step_ms else None}
 
 
 def startup(command: list[str], cwd: Path, label: str) -> dict:

@@ -2,13 +2,8 @@
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import torch
-
-from data.prepare import Prepared
-from errors import UserError
 
 
 class Batches:
@@ -20,12 +15,11 @@ class Batches:
     evaluation scores the same windows and the numbers compare across steps.
     """
 
-    def __init__(self, prepared: Prepared, block_size: int, batch_size: int, device: torch.device,
+    def __init__(self, splits: dict[str, np.ndarray], block_size: int, batch_size: int, device: torch.device,
                  seed: int, rank: int = 0) -> None:
-        self.splits = {split: prepared.tokens(split) for split in ("train", "val")}
-        for split, tokens in self.splits.items():
-            if len(tokens) < block_size + 2:
-                raise _too_short(split, {s: len(t) for s, t in self.splits.items()}, block_size, prepared.meta)
+        """`splits`: the "train" and "val" token ids, each at least block_size + 2 long (as
+        `Prepared.splits` gives them)."""
+        self.splits = splits
         self.block_size = block_size
         self.batch_size = batch_size
         self.device = device
@@ -55,35 +49,3 @@ class Batches:
 
     def load_state(self, state: torch.Tensor) -> None:
         self.generator.set_state(state)
-
-
-def _too_short(split: str, sizes: dict[str, int], block_size: int, meta: dict) -> UserError:
-    """Why `split` is shorter than one window, and the fix that helps: a longer text or a smaller block
-    when the whole text is short, otherwise a split of the text that leaves each part enough."""
-    need = block_size + 2
-    total = sizes["train"] + sizes["val"]
-    fraction = meta.get("val_fraction", 0.1)
-    problem = f"the {split} split has {sizes[split]:,} tokens, fewer than block_size + 2 = {need}"
-    if total < 2 * need:
-        more = ("raise --corpus_sentences" if str(meta.get("source", "")).startswith("pronouns(")
-                else "use a longer text")
-        # Each fix must work at the split the user has, or name the split it needs.
-        fixes = [f"{more} (at least {math.ceil(need / min(fraction, 1 - fraction)):,} tokens at "
-                 f"--val_fraction={fraction:g})"]
-        if min(sizes.values()) - 2 >= 1:
-            fixes.append(f"a --block_size of at most {min(sizes.values()) - 2}")
-        elif total // 2 - 2 >= 1:
-            fixes.append(f"--val_fraction=0.5 with a --block_size of at most {total // 2 - 2}")
-        return UserError(f"{problem}: the text has {total:,} tokens in all, too few for both splits; "
-                         f"{' or '.join(fixes)}")
-    if split == "val":  # the smallest fraction (to 2 significant digits) that gives val a window
-        suggested = float(f"{need / total:.2g}")
-        while int(total * suggested) < need:
-            suggested = float(f"{suggested * 1.1:.2g}")
-        return UserError(f"{problem}: --val_fraction={fraction:g} of {total:,} tokens is too small; use "
-                         f"--val_fraction={suggested:g} or more")
-    largest = float(f"{(total - need) / total:.2g}")
-    while total - int(total * largest) < need:
-        largest = float(f"{largest * 0.9:.2g}")
-    return UserError(f"{problem}: --val_fraction={fraction:g} leaves too little for training; use "
-                     f"--val_fraction={largest:g} or less")

@@ -8,7 +8,7 @@ corpus is generated, so it needs no file at all.
 A corpus may name its own probe files: two-person pronoun probes (the format
 `data.probes.load_probes` reads) and single-person agreement contexts
 (`data.probes.load_agreement`). A lower-case corpus needs lower-case probes, so
-each corpus points at the ones made from its own text (`data/gender_probes.py`).
+each corpus points at the ones made from its own text (`tools/gender_probes.py`).
 """
 
 from __future__ import annotations

@@ -12,9 +12,9 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
+import math
 import os
 import shutil
-import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +24,7 @@ import numpy as np
 from data import corpora
 from data.tokenizer import TOKENIZERS, Tokenizer, TokenizerMetaError, build_tokenizer, tokenizer_from_meta
 from errors import UserError, warn
+from files import read_bytes, utf8, what_stands_at
 
 META_FORMAT = 2  # 2: meta.json carries checksums of itself and of the token files
 PRONOUN_CORPUS_SEED = 1234  # fixed, so the corpus (and its cache) does not change with the training seed
@@ -47,35 +48,26 @@ class Prepared:
             return np.zeros(0, dtype=self.meta["dtype"])
         return np.memmap(self.folder / f"{split}.bin", dtype=self.meta["dtype"], mode="r")
 
+    def splits(self, block_size: int) -> dict[str, np.ndarray]:
+        """{"train": ids, "val": ids}, after checking that each holds a training window of
+        `block_size` + 1 tokens with room to draw it; a UserError naming the fix otherwise."""
+        splits = {split: self.tokens(split) for split in SPLITS}
+        for split, tokens in splits.items():
+            if len(tokens) < block_size + 2:
+                raise _too_short(split, {s: len(t) for s, t in splits.items()}, block_size, self.meta)
+        return splits
+
 
 def read_text(path: str | Path) -> str:
     """A UTF-8 text file, or a clear error saying what is wrong with it."""
-    path = Path(path)
-    if not path.exists():
-        raise UserError(f"data file {path} does not exist; give the path of a UTF-8 text file "
-                        f"or a corpus name ({', '.join(corpora.NAMES)})")
-    if path.is_dir():
-        raise UserError(f"data path {path} is a directory; give the path of a UTF-8 text file inside it")
-    if not path.is_file():  # a FIFO or a device would block or never end
-        raise UserError(f"data path {path} is not a regular file (a pipe, socket or device); save the text to a "
-                        f"file and give its path")
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise UserError(f"cannot read data file {path} ({exc.strerror or exc}); check its permissions") from None
-    except MemoryError:
-        raise UserError(f"data file {path} ({path.stat().st_size:,} bytes) does not fit in memory; "
-                        f"use a smaller text") from None
+    fix = f"give the path of a UTF-8 text file or a corpus name ({', '.join(corpora.NAMES)})"
+    raw = read_bytes(path, "data file", fix)
     if not raw.strip():
         raise UserError(f"data file {path} is empty; give a file with text in it")
     if b"\x00" in raw:  # no text file holds NUL bytes; a binary file would train on nothing useful
         raise UserError(f"data file {path} holds NUL bytes (the first at byte {raw.index(0):,}), so it is binary "
                         f"data, not text; give a UTF-8 text file")
-    try:
-        return raw.decode("utf-8-sig")  # a byte-order mark is not part of the text
-    except UnicodeDecodeError as exc:
-        raise UserError(f"data file {path} is not UTF-8 (bad byte at offset {exc.start}); "
-                        f"convert it, e.g. `iconv -f latin1 -t utf-8`") from None
+    return utf8(raw, path, "data file")
 
 
 def _source_text(dataset: str, corpus_sentences: int) -> tuple[str, str, list[dict] | None]:
@@ -138,6 +130,38 @@ def prepare(dataset: str, tokenizer: str = "char", data_dir: str | Path = "data/
         print(f"prepared {label}: {len(train):,} train + {len(val):,} val tokens, "
               f"vocabulary {tok.vocab_size} ({tokenizer}) -> {folder}")
     return Prepared(folder, meta, tok)
+
+
+def _too_short(split: str, sizes: dict[str, int], block_size: int, meta: dict) -> UserError:
+    """Why `split` is shorter than one window, and the fix that helps: a longer text or a smaller block
+    when the whole text is short, otherwise a split of the text that leaves each part enough."""
+    need = block_size + 2
+    total = sizes["train"] + sizes["val"]
+    fraction = meta.get("val_fraction", 0.1)
+    problem = f"the {split} split has {sizes[split]:,} tokens, fewer than block_size + 2 = {need}"
+    if total < 2 * need:
+        more = ("raise --corpus_sentences" if str(meta.get("source", "")).startswith("pronouns(")
+                else "use a longer text")
+        # Each fix must work at the split the user has, or name the split it needs.
+        fixes = [f"{more} (at least {math.ceil(need / min(fraction, 1 - fraction)):,} tokens at "
+                 f"--val_fraction={fraction:g})"]
+        if min(sizes.values()) - 2 >= 1:
+            fixes.append(f"a --block_size of at most {min(sizes.values()) - 2}")
+        elif total // 2 - 2 >= 1:
+            fixes.append(f"--val_fraction=0.5 with a --block_size of at most {total // 2 - 2}")
+        return UserError(f"{problem}: the text has {total:,} tokens in all, too few for both splits; "
+                         f"{' or '.join(fixes)}")
+    if split == "val":  # the smallest fraction (to 2 significant digits) that gives val a window
+        suggested = float(f"{need / total:.2g}")
+        while int(total * suggested) < need:
+            suggested = float(f"{suggested * 1.1:.2g}")
+        return UserError(f"{problem}: --val_fraction={fraction:g} of {total:,} tokens is too small; use "
+                         f"--val_fraction={suggested:g} or more")
+    largest = float(f"{(total - need) / total:.2g}")
+    while total - int(total * largest) < need:
+        largest = float(f"{largest * 0.9:.2g}")
+    return UserError(f"{problem}: --val_fraction={fraction:g} leaves too little for training; use "
+                     f"--val_fraction={largest:g} or less")
 
 
 def _tokenize(text: str, tokenizer: str, val_fraction: float, label: str
@@ -218,14 +242,10 @@ def _scan(path: Path, dtype: str | None = None) -> tuple[str, int]:
 
 
 def _regular_file(path: Path) -> str | None:
-    """What is wrong with `path` as one of the cache's files, or None."""
-    try:
-        mode = path.lstat().st_mode
-    except FileNotFoundError:
-        return f"{path.name} is missing"
-    except OSError as exc:
-        return f"{path.name} cannot be read ({exc.strerror or exc})"
-    return None if stat.S_ISREG(mode) else f"{path.name} is not a regular file"
+    """What is wrong with `path` as one of the cache's files, or None. A link is wrong too: the cache
+    holds its own files."""
+    problem = what_stands_at(path, follow_links=False)
+    return None if problem is None else f"{path.name} is {problem}"
 
 
 def _cached(folder: Path, digest: str) -> tuple[Prepared | None, str | None]:

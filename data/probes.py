@@ -34,6 +34,7 @@ from typing import Any
 
 from data.tokenizer import Tokenizer, TokenizerError
 from errors import UserError, warn
+from files import read_text
 
 REQUIRED_FIELDS = ("text", "pronoun", "referent", "distractor")
 OFFSET_FIELDS = ("pronoun_offset", "referent_offset", "distractor_offset")
@@ -181,13 +182,7 @@ def load_agreement(path: str | Path) -> list[AgreementProbe]:
 
 
 def _load_jsonl(path: str | Path, kind: str, make: Callable[[object], Any]) -> list:
-    if Path(path).exists() and not Path(path).is_file():  # a FIFO would block, a folder is not a file
-        raise UserError(f"{kind} file {path} is not a regular file; give the path of a JSONL file")
-    try:
-        lines = Path(path).read_text(encoding="utf-8-sig").splitlines()  # a byte-order mark is not a probe
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"cannot read {kind} file {path}: {exc}; check the path and that it is UTF-8 JSONL") \
-            from None
+    lines = read_text(path, f"{kind} file", "give the path of a JSONL file").splitlines()
     items = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():

@@ -1,6 +1,7 @@
-"""The model: causal self-attention and the GPT built around it."""
+"""The model: causal self-attention, the GPT built around it, and sampling from it."""
 
-from model.attention import KVCache, SelfAttention
-from model.gpt import GPT, GPTConfig, sample_next
+from model.attention import SelfAttention
+from model.gpt import GPT, GPTConfig
+from model.sampling import KVCache, sample_next
 
 __all__ = ["GPT", "GPTConfig", "KVCache", "SelfAttention", "sample_next"]

@@ -6,26 +6,26 @@ Two architectures share this file:
 - "modern": rotary positions, QK-norm, parameter-free RMSNorm, ReLU² MLP and
   zero-initialised output projections, which trains faster at small scale.
 
-Data takes one of three paths through it, the three paths of `SelfAttention`:
-`forward` (training, evaluation), `forward_with_attention` (the readable path, returning
-every layer's attention pattern) and `decode` (sampling with a KV cache).
+Data takes one of two paths through it, the two paths of `SelfAttention`: `forward`
+(training, evaluation) and `forward_with_attention` (the readable path, returning every
+layer's attention pattern). `generate` samples text; how, with a KV cache, is
+`model/sampling.py`'s business.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from model.attention import KVCache, SelfAttention, rows_linear
+import model.sampling as sampling
+from model.attention import Ablation, SelfAttention
 
 ARCHITECTURES = ("gpt2", "modern")
-Ablation = dict[int, list[int]]  # layer -> heads whose output is zeroed
 
 
 @dataclass
@@ -90,15 +90,6 @@ class Norm(nn.Module):
             return F.rms_norm(x, (self.dim,))
         return F.layer_norm(x, (self.dim,), self.weight, self.bias, 1e-5)
 
-    def decode(self, x: torch.Tensor, weights: tuple) -> torch.Tensor:
-        """`forward` on the plain tensors `decode_weights` gathered."""
-        if self.modern:
-            return F.rms_norm(x, (self.dim,))
-        return F.layer_norm(x, (self.dim,), weights[0], weights[1], 1e-5)
-
-    def decode_weights(self) -> tuple:
-        return () if self.modern else (self.weight, self.bias)
-
 
 class MLP(nn.Module):
     def __init__(self, config: GPTConfig) -> None:
@@ -113,15 +104,6 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.dropout(self.c_proj(self.activation(self.c_fc(x))))
-
-    def decode(self, x: torch.Tensor, weights: tuple, residual: torch.Tensor) -> torch.Tensor:
-        """`residual + forward(x)` for rows [N, n_embd] on the plain tensors `decode_weights`
-        gathered, without dropout (sampling never trains)."""
-        fc_t, fc_bias, proj_t, proj_bias = weights
-        return rows_linear(self.activation(rows_linear(x, fc_t, fc_bias)), proj_t, proj_bias, residual)
-
-    def decode_weights(self) -> tuple:
-        return self.c_fc.weight.t(), self.c_fc.bias, self.c_proj.weight.t(), self.c_proj.bias
 
 
 class Block(nn.Module):
@@ -146,20 +128,6 @@ class Block(nn.Module):
         attended, pattern = self.attn.forward_with_weights(self.ln_1(x), head_mask=head_mask)
         x = x + self.resid_dropout(attended)
         return x + self.mlp(self.ln_2(x)), pattern
-
-    def decode(self, x: torch.Tensor, cache: KVCache, layer: int, weights: tuple,
-               head_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """`forward` for rows [B * T, n_embd] through the cache (see `SelfAttention.decode`), on
-        the plain tensors `decode_weights` gathered. The residual additions happen inside the
-        matmuls: for a sampled token each extra operation costs as much as the maths.
-        `head_mask` ablates heads as in `forward`."""
-        ln_1, attn, ln_2, mlp = weights
-        x = self.attn.decode(self.ln_1.decode(x, ln_1), cache, layer, attn, residual=x, head_mask=head_mask)
-        return self.mlp.decode(self.ln_2.decode(x, ln_2), mlp, residual=x)
-
-    def decode_weights(self) -> tuple:
-        return (self.ln_1.decode_weights(), self.attn.decode_weights(), self.ln_2.decode_weights(),
-                self.mlp.decode_weights())
 
 
 class GPT(nn.Module):
@@ -214,7 +182,7 @@ class GPT(nn.Module):
         (all a sampler needs) unless `all_logits` is set.
         """
         x = self._embed(idx)
-        for block, mask in zip(self.blocks, self._head_masks(ablate, idx.device), strict=True):
+        for block, mask in zip(self.blocks, self.head_masks(ablate, idx.device), strict=True):
             x = block(x, head_mask=mask)
         x = self.ln_f(x)
         if targets is not None:
@@ -231,24 +199,25 @@ class GPT(nn.Module):
         head over every position is most of the work when a caller reads one row each."""
         x = self._embed(idx)
         patterns = []
-        for block, mask in zip(self.blocks, self._head_masks(ablate, idx.device), strict=True):
+        for block, mask in zip(self.blocks, self.head_masks(ablate, idx.device), strict=True):
             x, pattern = block.forward_with_weights(x, head_mask=mask)
             patterns.append(pattern)
         if logits_at is not None:
             x = x[torch.arange(x.shape[0], device=x.device), logits_at]
         return self.lm_head(self.ln_f(x)), patterns
 
-    def _embed(self, idx: torch.Tensor, start: int = 0) -> torch.Tensor:
+    def _embed(self, idx: torch.Tensor) -> torch.Tensor:
         T = idx.shape[1]
-        if start + T > self.config.block_size:
-            raise ValueError(f"sequence of {start + T} tokens is longer than block_size="
+        if T > self.config.block_size:
+            raise ValueError(f"sequence of {T} tokens is longer than block_size="
                              f"{self.config.block_size}; crop the input or train with a larger block_size")
         x = self.wte(idx)
         if self.wpe is not None:
-            x = x + self.wpe(torch.arange(start, start + T, device=idx.device))
+            x = x + self.wpe(torch.arange(T, device=idx.device))
         return self.drop(x)
 
-    def _head_masks(self, ablate: Ablation | None, device: torch.device) -> list[torch.Tensor | None]:
+    def head_masks(self, ablate: Ablation | None, device: torch.device) -> list[torch.Tensor | None]:
+        """One [n_head] mask per layer (None: nothing removed), 0 for each head `ablate` names."""
         masks: list[torch.Tensor | None] = [None] * self.config.n_layer
         for layer, heads in (ablate or {}).items():
             if not 0 <= layer < self.config.n_layer or any(not 0 <= h < self.config.n_head for h in heads):
@@ -259,131 +228,13 @@ class GPT(nn.Module):
             masks[layer] = mask
         return masks
 
-    # --- sampling ------------------------------------------------------------------------
-
-    def new_cache(self, batch: int) -> KVCache:
-        cfg = self.config
-        return KVCache(cfg.n_layer, batch, cfg.n_head, cfg.block_size, cfg.head_dim, self.wte.weight.device,
-                       self.wte.weight.dtype)
-
-    def decode(self, idx: torch.Tensor, cache: KVCache, head_masks: list[torch.Tensor | None] | None = None
-               ) -> torch.Tensor:
-        """Logits [B, vocab] for the position after idx [B, T], whose tokens follow the
-        `cache.length` positions the cache holds; adds them to the cache. `head_masks` (from
-        `_head_masks`, one per layer) ablates heads as `forward`'s `ablate` does.
-
-        The layers see the B x T positions as rows of a 2-D tensor (see `SelfAttention.decode`),
-        and read plain tensors gathered once per generation (`KVCache.weights`)."""
-        B, T = idx.shape
-        start = cache.length
-        if start + T > self.config.block_size:
-            raise ValueError(f"the KV cache is full ({self.config.block_size} positions); re-anchor the context first")
-        token_embedding, position_embedding, blocks, final_norm = cache.weights(self.decode_weights)
-        x = F.embedding(idx, token_embedding)
-        if position_embedding is not None:
-            x = x + position_embedding[start:start + T]
-        x = x.view(B * T, -1)
-        for layer, (block, weights) in enumerate(zip(self.blocks, blocks, strict=True)):
-            x = block.decode(x, cache, layer, weights, None if head_masks is None else head_masks[layer])
-        cache.advance(T)
-        last = x.view(B, T, -1)[:, -1]
-        return torch.mm(self.ln_f.decode(last, final_norm), token_embedding.t())
-
-    def decode_weights(self) -> tuple:
-        """What `decode` reads, as plain tensors (no copies but the fused projections)."""
-        return (self.wte.weight, self.wpe.weight if self.wpe is not None else None,
-                [block.decode_weights() for block in self.blocks], self.ln_f.decode_weights())
-
-    def generate_stream(self, idx: torch.Tensor, max_new_tokens: int, *, temperature: float = 1.0,
-                        top_k: int | None = None, top_p: float | None = None,
-                        generator: torch.Generator | None = None, use_cache: bool = True,
-                        ablate: Ablation | None = None) -> Iterator[torch.Tensor]:
-        """Yields each new token, [B, 1], as soon as it is sampled, with the heads in `ablate` removed.
-
-        temperature 0 is greedy. When the context outgrows block_size, the model
-        keeps the most recent half block and goes on (re-encoding those tokens
-        once), so with or without the cache it sees exactly the same context,
-        and the cache saves work on all but one token in every half block.
-        """
-        tokens = self._sampled(idx, max_new_tokens, temperature, top_k, top_p, generator, use_cache, ablate)
-        while True:
-            with sampling_mode():  # around each token only: the caller's code between tokens runs as usual
-                token = next(tokens, None)
-            if token is None:
-                return
-            yield token
+    # --- sampling (model/sampling.py) --------------------------------------------------------------
 
     def generate(self, idx: torch.Tensor, max_new_tokens: int, **kwargs) -> torch.Tensor:
-        """idx [B, T] -> [B, T + max_new_tokens]; see `generate_stream` for options."""
-        with sampling_mode():
-            new = list(self._sampled(idx, max_new_tokens, **kwargs))
-        return torch.cat([idx, *new], dim=1)
+        """idx [B, T] -> [B, T + max_new_tokens]; options as `generate_stream`."""
+        return sampling.generate(self, idx, max_new_tokens, **kwargs)
 
-    def _sampled(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
-                 top_p: float | None = None, generator: torch.Generator | None = None, use_cache: bool = True,
-                 ablate: Ablation | None = None) -> Iterator[torch.Tensor]:
-        if idx.dim() != 2 or idx.shape[1] == 0:
-            raise ValueError("generate needs a non-empty prompt shaped [batch, tokens]")
-        block = self.config.block_size
-        keep = max(1, block // 2)
-        context = idx[:, -block:]
-        cache = self.new_cache(idx.shape[0]) if use_cache else None
-        head_masks = self._head_masks(ablate, idx.device) if ablate else None
-        pending = context  # tokens not yet in the cache
-        for _ in range(max_new_tokens):
-            if cache is None:
-                logits = self(context, ablate=ablate)[0][:, -1]
-            else:
-                logits = self.decode(pending, cache, head_masks)
-            next_token = sample_next(logits, temperature, top_k, top_p, generator)
-            yield next_token
-            context = torch.cat([context, next_token], dim=1)
-            pending = next_token
-            if context.shape[1] > block:
-                context = context[:, -keep:]
-                pending = context
-                if cache is not None:
-                    cache.reset()
-
-
-@contextmanager
-def sampling_mode() -> Iterator[None]:
-    """How sampling runs: under inference mode (lighter than no_grad: no version counters, no
-    view tracking), and with PyTorch's own CPU kernels rather than oneDNN's, whose set-up costs
-    about 10 microseconds a call: more than a sampled token's GELU takes."""
-    previous = torch.backends.mkldnn.enabled
-    torch.backends.mkldnn.enabled = False
-    try:
-        with torch.inference_mode():
-            yield
-    finally:
-        torch.backends.mkldnn.enabled = previous
-
-
-# Below this temperature, sampling is greedy: logit gaps of float32's resolution, divided by it, leave
-# every other token a probability of exactly 0 (and a still smaller one would overflow float32).
-GREEDY_BELOW = 1e-20
-
-
-def sample_next(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
-                top_p: float | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
-    """logits [B, V] -> token ids [B, 1]. temperature 0 (or below GREEDY_BELOW) picks the argmax."""
-    if temperature < GREEDY_BELOW:
-        return logits.argmax(dim=-1, keepdim=True)
-    logits = logits.float() / temperature
-    if top_k is not None and top_k < logits.size(-1):
-        kth = torch.topk(logits, top_k).values[:, -1:]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    if top_p is not None and top_p < 1.0:
-        sorted_logits, order = torch.sort(logits, descending=True)
-        sorted_probs = torch.softmax(sorted_logits, dim=-1)
-        # Drop a token once the tokens before it already cover top_p; the first always stays.
-        drop_sorted = (sorted_probs.cumsum(dim=-1) - sorted_probs) >= top_p
-        drop_sorted[:, 0] = False  # also when top_p is too small for float32 to tell from 0
-        drop = drop_sorted.scatter(-1, order, drop_sorted)
-        logits = logits.masked_fill(drop, float("-inf"))
-    probs = torch.softmax(logits, dim=-1)
-    # An "exponential race": with E_i ~ Exp(1), argmax p_i / E_i is token i with probability
-    # p_i, exactly as torch.multinomial draws, for one random draw and an argmax.
-    race = torch.empty_like(probs).exponential_(generator=generator)
-    return (probs / race).argmax(dim=-1, keepdim=True)
+    def generate_stream(self, idx: torch.Tensor, max_new_tokens: int, **kwargs) -> Iterator[torch.Tensor]:
+        """Yields each new token, [B, 1], as soon as it is sampled. Options: temperature (0 is
+        greedy), top_k, top_p, generator, use_cache (the KV cache, default True), ablate."""
+        return sampling.generate_stream(self, idx, max_new_tokens, **kwargs)

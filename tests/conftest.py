@@ -1,7 +1,11 @@
-"""Test setup: offline tiktoken, fixed seeds, the repository on sys.path."""
+"""Test setup: offline tiktoken, fixed seeds, the repository on sys.path; and what many tests
+share: `tiny_model`, a small GPT built in one line, and `trained`, tiny checkpoints trained once
+per test session."""
 
 import os
+import shutil
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -55,3 +59,51 @@ def pytest_runtest_makereport(item, call):
         report.longrepr = (str(item.path), item.location[1] or 0,
                            "Skipped: GPT-2 BPE ranks unavailable (offline, no tiktoken cache); "
                            "set TIKTOKEN_CACHE_DIR or connect once")
+
+
+def tiny_model(arch: str = "gpt2", *, seed: int | None = 0, **sizes) -> "GPT":  # noqa: F821
+    """A small GPT in eval mode: 2 layers of 2 heads, 16 wide, a vocabulary of 50, block 16, unless
+    `sizes` say otherwise (any `GPTConfig` field). Seeded with `seed` first (None: not seeded)."""
+    from model import GPT, GPTConfig
+
+    if seed is not None:
+        torch.manual_seed(seed)
+    config = {"vocab_size": 50, "block_size": 16, "n_layer": 2, "n_head": 2, "n_embd": 16, "arch": arch, **sizes}
+    return GPT(GPTConfig(**config)).eval()
+
+
+@dataclass(frozen=True)
+class Trained:
+    """Checkpoints trained once per session from `tests.cli.tiny_args` (1 layer of 2 heads, 2 steps):
+    `char` (the character tokenizer) and `gpt2` (GPT-2 BPE), each `ckpt.pt` in its own folder. Shared
+    by every test that needs one: copy it (`copy_to`) before changing anything."""
+
+    folder: Path
+
+    @property
+    def char(self) -> Path:
+        return self.folder / "out" / "ckpt.pt"
+
+    @property
+    def gpt2(self) -> Path:
+        return self.folder / "gpt2" / "ckpt.pt"
+
+    def copy_to(self, folder: Path, which: str = "char") -> Path:
+        """A copy of one checkpoint as folder/ckpt.pt; returns its path."""
+        folder.mkdir(parents=True, exist_ok=True)
+        return Path(shutil.copy(getattr(self, which), folder / "ckpt.pt"))
+
+
+def train_tiny_checkpoints(folder: Path) -> Trained:
+    from tests.cli import run, tiny_args
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, extra in (("out", []), ("gpt2", ["--tokenizer=gpt2"])):
+        code, _, err = run("train", tiny_args(folder, f"--out_dir={folder / name}", "--max_iters=2", *extra))
+        assert code == 0, err
+    return Trained(folder)
+
+
+@pytest.fixture(scope="session")
+def trained(tmp_path_factory) -> Trained:
+    return train_tiny_checkpoints(tmp_path_factory.mktemp("trained"))

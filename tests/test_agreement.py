@@ -168,7 +168,7 @@ class FakeWriter:
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory):
+def watched(tmp_path_factory):
     """300 steps of a 2-layer character model on sentences whose pronoun follows the name's gender,
     with the agreement watch logging at steps 0, 150 and 300."""
     tmp = tmp_path_factory.mktemp("agreement")
@@ -189,8 +189,8 @@ def trained(tmp_path_factory):
     return trainer.fit(), writer, tmp
 
 
-def test_the_watch_logs_agreement_and_ablation_at_each_evaluation(trained, capsys):
-    result, writer, _ = trained
+def test_the_watch_logs_agreement_and_ablation_at_each_evaluation(watched, capsys):
+    result, writer, _ = watched
     accuracy = dict(writer.scalars["probes/agreement_accuracy"])
     assert list(accuracy) == [0, 150, 300]
     assert accuracy[300] >= 0.9 > accuracy[0]
@@ -204,11 +204,11 @@ def test_the_watch_logs_agreement_and_ablation_at_each_evaluation(trained, capsy
     assert result.metrics["hparam/agreement_accuracy_without_name_readers"] == without[300]
 
 
-def test_the_study_scores_a_checkpoint_at_both_positions_with_its_baselines(trained, capsys):
-    from bench import pronoun_study
+def test_the_study_scores_a_checkpoint_at_both_positions_with_its_baselines(watched, capsys):
+    from tools import pronoun_study
 
-    _, _, tmp = trained
-    # Each pair in both orders and with both pronouns: a balanced set, as data/gender_probes.py writes.
+    _, _, tmp = watched
+    # Each pair in both orders and with both pronouns: a balanced set, as tools/gender_probes.py writes.
     probes = [{"text": f"{a} met {b} and {p} sang.", "pronoun": p, "referent": w if p == "she" else m,
                "distractor": m if p == "she" else w}
               for w, m in zip(WOMEN, MEN, strict=True) for a, b in ((w, m), (m, w)) for p in ("she", "he")]

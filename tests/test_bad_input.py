@@ -14,7 +14,6 @@ import errno
 import json
 import os
 import re
-import shutil
 import sys
 import tempfile
 from collections.abc import Callable
@@ -27,6 +26,7 @@ if __name__ == "__main__":
 
 import pytest
 import torch
+from conftest import Trained, train_tiny_checkpoints
 
 from tests.cli import ROOT, run, tiny_args
 
@@ -39,12 +39,11 @@ SECTIONS = {"error": ("<!-- cases:start -->", "<!-- cases:end -->"),
 class Workspace:
     """A folder with a corpus, a config and a trained checkpoint in out/ (char) and gpt2/ (GPT-2 BPE)."""
 
-    def __init__(self, root: Path, references: Path) -> None:
+    def __init__(self, root: Path, trained: Trained) -> None:
         self.root = root
         self.out = root / "out"
         for name in ("out", "gpt2"):
-            (root / name).mkdir()
-            shutil.copy(references / name / "ckpt.pt", root / name / "ckpt.pt")
+            trained.copy_to(root / name, "char" if name == "out" else name)
 
     def train(self, *extra: str, config: str | None = None) -> list[str]:
         args = tiny_args(self.root, *extra)
@@ -79,15 +78,6 @@ class Workspace:
         return path.parent
 
 
-def train_references(folder: Path) -> Path:
-    """Tiny trained checkpoints the cases copy: folder/out (char) and folder/gpt2."""
-    folder.mkdir(parents=True, exist_ok=True)
-    for name, extra in (("out", []), ("gpt2", ["--tokenizer=gpt2"])):
-        code, _, err = run("train", tiny_args(folder, f"--out_dir={folder / name}", "--max_iters=2", *extra))
-        assert code == 0, err
-    return folder
-
-
 def _truncate(path: Path, good: bytes) -> None:
     path.write_bytes(good[: len(good) // 2])
 
@@ -114,14 +104,14 @@ def _edited(change: Callable[[dict], None]) -> Callable[[Path, bytes], None]:
     """A damage that loads the good checkpoint, changes its contents and saves it again."""
     def damage(path: Path, good: bytes) -> None:
         path.write_bytes(good)
-        payload = torch.load(path, weights_only=True)
-        change(payload)
-        torch.save(payload, path)
+        checkpoint = torch.load(path, weights_only=True)
+        change(checkpoint)
+        torch.save(checkpoint, path)
     return damage
 
 
-def _optimizer_moments_of_another_model(payload: dict) -> None:
-    for state in payload["optimizer"]["state"].values():
+def _optimizer_moments_of_another_model(checkpoint: dict) -> None:
+    for state in checkpoint["optimizer"]["state"].values():
         state["exp_avg"] = torch.zeros(3)
 
 
@@ -398,7 +388,7 @@ CASES = [
     Case("sample-wrong-type", "a flag value of the wrong type", "sample",
          lambda w: w.sample("--max_new_tokens=ten"), 2, ("invalid int value: 'ten'",)),
     Case("sample-no-checkpoint", "no checkpoint in --out_dir", "sample",
-         lambda w: w.sample(out=w.root / "nothing"), 1, ("no checkpoint at",)),
+         lambda w: w.sample(out=w.root / "nothing"), 1, ("checkpoint", "not found")),
     Case("sample-truncated", "truncated checkpoint", "sample",
          lambda w: w.sample(out=w.checkpoint("cut", _truncate)), 1, ("not a readable checkpoint",)),
     Case("sample-pickled-object", "checkpoint with a pickled object", "sample",
@@ -411,7 +401,7 @@ CASES = [
          lambda w: w.sample(out=w.checkpoint("tok", _broken_tokenizer)), 1, ("holds no usable tokenizer",)),
     Case("sample-checkpoint-directory", "a folder named ckpt.pt", "sample",
          lambda w: w.sample(out=(w.root / "dir" / "ckpt.pt").mkdir(parents=True) or w.root / "dir"), 1,
-         ("is a directory, not a checkpoint",)),
+         ("checkpoint", "is a directory")),
     Case("sample-device-unknown", "a device that does not exist (tpu)", "sample",
          lambda w: w.sample("--device=tpu"), 2, ("unknown device 'tpu'",)),
     Case("sample-device-meta", "torch's shape-only device (meta)", "sample",
@@ -494,10 +484,10 @@ CASES = [
 SUBPROCESS = ("cli-unknown-key", "sample-top-p-big")  # the same, through a real process
 
 
-def run_case(case: Case, root: Path, references: Path, subprocess_: bool = False) -> tuple[int, str, str]:
+def run_case(case: Case, root: Path, trained: Trained, subprocess_: bool = False) -> tuple[int, str, str]:
     """(exit status, stdout, stderr) of the case run in `root`, checking that existing files are untouched
     (a warning's `may_change` files excepted)."""
-    ws = Workspace(root, references)
+    ws = Workspace(root, trained)
     args = case.args(ws)
     with contextlib.ExitStack() as stack:
         if case.setup:
@@ -524,14 +514,9 @@ def shown(err: str, root: Path) -> str:
     return re.sub(r"^(error|warning): ", "", err).rstrip("\n").replace(str(root), "TMP")
 
 
-@pytest.fixture(scope="module")
-def references(tmp_path_factory) -> Path:
-    return train_references(tmp_path_factory.mktemp("references"))
-
-
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_bad_input_gets_one_clear_line(case, references, tmp_path):
-    code, _, err = run_case(case, tmp_path, references)
+def test_bad_input_gets_one_clear_line(case, trained, tmp_path):
+    code, _, err = run_case(case, tmp_path, trained)
     message = one_message(err, case.kind)
     assert code == case.code, message
     for word in case.words:
@@ -542,9 +527,9 @@ def test_bad_input_gets_one_clear_line(case, references, tmp_path):
 
 
 @pytest.mark.parametrize("case_id", SUBPROCESS)
-def test_real_process_prints_one_line_and_exits(case_id, references, tmp_path):
+def test_real_process_prints_one_line_and_exits(case_id, trained, tmp_path):
     case = next(c for c in CASES if c.id == case_id)
-    code, _, err = run_case(case, tmp_path, references, subprocess_=True)
+    code, _, err = run_case(case, tmp_path, trained, subprocess_=True)
     assert code == case.code and "Traceback" not in err
     assert shown(one_message(err, case.kind), tmp_path) == doc_rows(case.kind)[case.id]
 
@@ -560,7 +545,7 @@ def test_debug_lets_the_exception_and_its_traceback_through(tmp_path):
     latin1.write_bytes("café ".encode("latin-1") * 50)
     with pytest.raises(UserError, match="not UTF-8"):
         run_cli(train.main, [*tiny_args(tmp_path, f"--dataset={latin1}"), "--debug"])
-    with pytest.raises(UserError, match="no checkpoint at"):
+    with pytest.raises(UserError, match="checkpoint .* not found"):
         run_cli(sample.main, ["--debug", f"--out_dir={tmp_path / 'nothing'}"])
 
 
@@ -594,11 +579,11 @@ def doc_tables() -> dict[str, str]:
     lines = {kind: [f"| case | {'bad input' if kind == 'error' else 'input'} | program | exit | message (stderr, "
                     f"after `{kind}: `) |", "|---|---|---|---|---|"] for kind in SECTIONS}
     with tempfile.TemporaryDirectory() as tmp:
-        references = train_references(Path(tmp) / "references")
+        trained = train_tiny_checkpoints(Path(tmp) / "trained")
         for case in CASES:
             root = Path(tmp) / case.id
             root.mkdir()
-            code, _, err = run_case(case, root, references)
+            code, _, err = run_case(case, root, trained)
             assert code == case.code and err.count("\n") == 1, (case.id, err)
             message = shown(err, root).replace("|", "\\|")
             lines[case.kind].append(f"| `{case.id}` | {case.problem} | {case.program}.py | {code} | `` {message} `` |")

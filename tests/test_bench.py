@@ -64,7 +64,7 @@ def test_nanogpt_output_is_read_into_evaluations_and_step_times():
 def test_the_time_to_target_is_the_first_evaluation_at_or_below_it():
     evals = [{"step": 0, "val_loss": 4.0, "wall_s": 1.0}, {"step": 50, "val_loss": 1.9, "wall_s": 5.0},
              {"step": 100, "val_loss": 1.886, "wall_s": 9.0}, {"step": 150, "val_loss": 1.7, "wall_s": 13.0}]
-    figures = run._training_figures(evals, steps=150, tokens_per_step=10, wall_s=15.0)
+    figures = run._training_summary(evals, steps=150, tokens_per_step=10, wall_s=15.0)
     assert (figures["reached"], figures["step_at_target"], figures["wall_s_at_target"]) == (True, 100, 9.0)
     assert figures["tokens_per_s"] == 100.0 and figures["final_val_loss"] == 1.7
 

@@ -63,8 +63,8 @@ def test_batches_are_shifted_windows_and_reproducible(tmp_path):
     src = tmp_path / "story.txt"
     src.write_text(TEXT)
     prepared = prepare(str(src), "char", tmp_path / "prep", quiet=True)
-    a = Batches(prepared, block_size=8, batch_size=4, device=torch.device("cpu"), seed=3)
-    b = Batches(prepared, block_size=8, batch_size=4, device=torch.device("cpu"), seed=3)
+    a = Batches(prepared.splits(8), block_size=8, batch_size=4, device=torch.device("cpu"), seed=3)
+    b = Batches(prepared.splits(8), block_size=8, batch_size=4, device=torch.device("cpu"), seed=3)
     xa, ya = a.train()
     xb, yb = b.train()
     assert torch.equal(xa, xb) and torch.equal(ya, yb)
@@ -116,8 +116,8 @@ TAMPERING = {
     "random bytes": (lambda f: (f / "train.bin").write_bytes(os.urandom((f / "train.bin").stat().st_size)),
                      "contents of train.bin do not match its checksum"),
     "deleted": (lambda f: (f / "val.bin").unlink(), "val.bin is missing"),
-    "a directory": (_replace("train.bin", Path.mkdir), "train.bin is not a regular file"),
-    "a named pipe": (_replace("train.bin", os.mkfifo), "train.bin is not a regular file"),
+    "a directory": (_replace("train.bin", Path.mkdir), "train.bin is a directory"),
+    "a named pipe": (_replace("train.bin", os.mkfifo), "train.bin is not a regular file (a pipe"),
     "meta.json not JSON": (lambda f: (f / "meta.json").write_text("{"), "meta.json is not valid JSON"),
     "meta.json a list": (lambda f: (f / "meta.json").write_text("[]"), "does not hold a JSON object"),
     "meta.json deleted": (lambda f: (f / "meta.json").unlink(), "meta.json is missing"),
@@ -151,7 +151,7 @@ def test_a_tampered_cache_is_rebuilt_from_the_source_saying_why(tmp_path, damage
     message = str(caught[0].message)
     assert problem in message and "rebuilding it from" in message and "\n" not in message, message
     assert {p.name: p.read_bytes() for p in again.folder.iterdir()} == good
-    assert Batches(again, 16, 4, torch.device("cpu"), seed=1).train()[0].shape == (4, 16)
+    assert Batches(again.splits(16), 16, 4, torch.device("cpu"), seed=1).train()[0].shape == (4, 16)
 
 
 def test_a_cache_folder_that_is_a_link_is_rebuilt_without_touching_what_it_points_to(tmp_path):
@@ -219,12 +219,11 @@ def test_a_split_too_short_names_the_fix_that_works(tmp_path, val_fraction, prob
     src = tmp_path / "story.txt"
     src.write_text(TEXT)
     with pytest.raises(UserError) as info:
-        Batches(prepare(str(src), "char", tmp_path / "prep", val_fraction, quiet=True), 16, 4,
-                torch.device("cpu"), seed=1)
+        prepare(str(src), "char", tmp_path / "prep", val_fraction, quiet=True).splits(16)
     message = str(info.value)
     assert message.startswith(problem) and "longer text" not in message, message
     suggested = float(re.search(r"--val_fraction=([\d.e-]+) or (more|less)", message)[1])
-    Batches(prepare(str(src), "char", tmp_path / "prep", suggested, quiet=True), 16, 4, torch.device("cpu"), seed=1)
+    prepare(str(src), "char", tmp_path / "prep", suggested, quiet=True).splits(16)
 
 
 class Download:

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from conftest import shared_file
 
-from data import gender_probes as G
 from data.probes import Probe, align, load_probes
 from data.tokenizer import CharTokenizer
+from tools import gender_probes as G
 from watch.metrics import baselines
 
 WOMEN = ["Nora", "Ivy", "Beth", "Greta"]

@@ -2,19 +2,15 @@
 
 import pytest
 import torch
+from conftest import tiny_model
 
-from model import GPT, GPTConfig, sample_next
-
-
-def tiny(arch="gpt2", **kw):
-    cfg = dict(vocab_size=50, block_size=16, n_layer=2, n_head=2, n_embd=16, arch=arch)
-    cfg.update(kw)
-    return GPT(GPTConfig(**cfg)).eval()
+from model import GPT, GPTConfig, KVCache, sample_next
+from model.sampling import decode
 
 
 @pytest.mark.parametrize("arch", ["gpt2", "modern"])
 def test_loss_and_logit_shapes(arch):
-    model = tiny(arch)
+    model = tiny_model(arch)
     idx = torch.randint(0, 50, (3, 16))
     logits, loss = model(idx, idx)
     assert logits.shape == (3, 16, 50) and loss.ndim == 0
@@ -24,7 +20,7 @@ def test_loss_and_logit_shapes(arch):
 
 
 def test_output_head_is_tied_and_counted_once():
-    model = tiny()
+    model = tiny_model()
     assert model.lm_head.weight is model.wte.weight
     total = sum(p.numel() for p in model.parameters())
     assert model.num_params(non_embedding=False) == total
@@ -39,7 +35,7 @@ def test_recipe_model_size_matches_nanogpt():
 
 @pytest.mark.parametrize("arch", ["gpt2", "modern"])
 def test_model_is_causal(arch):
-    model = tiny(arch)
+    model = tiny_model(arch)
     a = torch.randint(0, 50, (1, 12))
     b = a.clone()
     b[0, 8:] = (b[0, 8:] + 1) % 50
@@ -50,7 +46,7 @@ def test_model_is_causal(arch):
 
 @pytest.mark.parametrize("arch", ["gpt2", "modern"])
 def test_readable_path_gives_the_same_logits(arch):
-    model = tiny(arch)
+    model = tiny_model(arch)
     if arch == "modern":  # zero-initialised projections would make every path trivially equal
         for p in model.parameters():
             torch.nn.init.normal_(p, std=0.2)
@@ -64,7 +60,7 @@ def test_readable_path_gives_the_same_logits(arch):
 @pytest.mark.parametrize("arch", ["gpt2", "modern"])
 @pytest.mark.parametrize("new_tokens", [1, 10, 40])  # 40 > block_size: the context re-anchors
 def test_greedy_generation_is_identical_with_and_without_kv_cache(arch, new_tokens):
-    model = tiny(arch)
+    model = tiny_model(arch)
     for p in model.parameters():
         torch.nn.init.normal_(p, std=0.3)  # a random but decisive model
     prompt = torch.randint(0, 50, (2, 5))
@@ -78,17 +74,17 @@ def test_greedy_generation_is_identical_with_and_without_kv_cache(arch, new_toke
 @pytest.mark.parametrize("prompt", [1, 4])
 def test_cached_decoding_matches_the_full_forward_pass(arch, bias, prompt):
     # Sampling runs a prompt, then one token at a time, through the cached path
-    # (GPT.decode); at every position it must give the logits the full forward pass
+    # (model/sampling.py's decode); at every position it must give the logits the full forward pass
     # gives, and leave in the cache exactly the keys and values that pass computes.
-    model = tiny(arch, bias=bias)
+    model = tiny_model(arch, bias=bias)
     for p in model.parameters():
         torch.nn.init.normal_(p, std=0.3)
     tokens = torch.randint(0, 50, (2, 12))
     full, _ = model(tokens, all_logits=True)
-    cache = model.new_cache(batch=2)
+    cache = KVCache.for_model(model, batch=2)
     with torch.inference_mode():
-        got = [model.decode(tokens[:, :prompt], cache)]
-        got += [model.decode(tokens[:, t:t + 1], cache) for t in range(prompt, 12)]
+        got = [decode(model, tokens[:, :prompt], cache)]
+        got += [decode(model, tokens[:, t:t + 1], cache) for t in range(prompt, 12)]
     torch.testing.assert_close(torch.stack(got, dim=1), full[:, prompt - 1:], atol=1e-5, rtol=1e-5)
     assert cache.length == 12
     x = model.wte(tokens) + (model.wpe.weight[:12] if model.wpe is not None else 0)
@@ -100,21 +96,21 @@ def test_cached_decoding_matches_the_full_forward_pass(arch, bias, prompt):
 
 
 def test_a_full_cache_is_refused():
-    model = tiny()
-    cache = model.new_cache(batch=1)
-    model.decode(torch.zeros(1, model.config.block_size, dtype=torch.long), cache)
+    model = tiny_model()
+    cache = KVCache.for_model(model, batch=1)
+    decode(model, torch.zeros(1, model.config.block_size, dtype=torch.long), cache)
     with pytest.raises(ValueError, match="cache is full"):
-        model.decode(torch.zeros(1, 1, dtype=torch.long), cache)
+        decode(model, torch.zeros(1, 1, dtype=torch.long), cache)
 
 
 def test_long_prompt_is_cropped_to_block_size():
-    model = tiny()
+    model = tiny_model()
     out = model.generate(torch.randint(0, 50, (1, 40)), 3, temperature=0)
     assert out.shape == (1, 43)
 
 
 def test_seeded_sampling_is_reproducible():
-    model = tiny()
+    model = tiny_model()
     prompt = torch.zeros(1, 1, dtype=torch.long)
     a = model.generate(prompt, 20, generator=torch.Generator().manual_seed(7))
     b = model.generate(prompt, 20, generator=torch.Generator().manual_seed(7))
@@ -141,7 +137,7 @@ def test_top_k_and_top_p_keep_only_the_likely_tokens():
 
 
 def test_ablating_a_head_changes_the_output_and_bad_heads_are_named():
-    model = tiny()
+    model = tiny_model()
     idx = torch.randint(0, 50, (1, 8))
     plain, _ = model(idx, all_logits=True)
     ablated, _ = model(idx, all_logits=True, ablate={1: [0]})
@@ -160,7 +156,7 @@ def test_config_rejects_impossible_sizes():
 @pytest.mark.parametrize("arch", ["gpt2", "modern"])
 @pytest.mark.parametrize("new_tokens", [10, 40])  # 40 > block_size: the context re-anchors
 def test_ablated_generation_changes_the_text_and_is_the_same_with_and_without_kv_cache(arch, new_tokens):
-    model = tiny(arch)
+    model = tiny_model(arch)
     for p in model.parameters():
         torch.nn.init.normal_(p, std=0.3)
     prompt = torch.randint(0, 50, (2, 5))
@@ -173,16 +169,16 @@ def test_ablated_generation_changes_the_text_and_is_the_same_with_and_without_kv
 
 
 def test_ablated_cached_decoding_matches_the_ablated_forward_pass():
-    model = tiny()
+    model = tiny_model()
     for p in model.parameters():
         torch.nn.init.normal_(p, std=0.3)
     tokens = torch.randint(0, 50, (2, 12))
     ablate = {1: [0]}
     full, _ = model(tokens, all_logits=True, ablate=ablate)
-    cache, masks = model.new_cache(batch=2), model._head_masks(ablate, tokens.device)
+    cache, masks = KVCache.for_model(model, batch=2), model.head_masks(ablate, tokens.device)
     with torch.inference_mode():
-        got = [model.decode(tokens[:, :3], cache, masks)]
-        got += [model.decode(tokens[:, t:t + 1], cache, masks) for t in range(3, 12)]
+        got = [decode(model, tokens[:, :3], cache, masks)]
+        got += [decode(model, tokens[:, t:t + 1], cache, masks) for t in range(3, 12)]
     torch.testing.assert_close(torch.stack(got, dim=1), full[:, 2:], atol=1e-5, rtol=1e-5)
 
 

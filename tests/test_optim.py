@@ -2,8 +2,8 @@
 
 import pytest
 import torch
+from conftest import tiny_model
 
-from model import GPT, GPTConfig
 from trainer.config import TrainConfig
 from trainer.muon import Muon, Optimizers, orthogonalise
 from trainer.optim import lr_at, make_optimizer, set_lr
@@ -19,7 +19,7 @@ def test_schedule_warms_up_then_decays_to_the_floor():
 
 
 def test_adamw_decays_matrices_only():
-    model = GPT(GPTConfig(vocab_size=32, block_size=8, n_layer=1, n_head=2, n_embd=16, bias=True))
+    model = tiny_model(vocab_size=32, block_size=8, n_layer=1, bias=True, seed=None).train()
     opt = make_optimizer(model, TrainConfig(weight_decay=0.1), torch.device("cpu"))
     decay, no_decay = opt.param_groups
     assert decay["weight_decay"] == 0.1 and all(p.dim() == 2 for p in decay["params"])
@@ -37,7 +37,7 @@ def test_orthogonalise_flattens_the_singular_values():
 
 
 def test_muon_takes_hidden_matrices_and_follows_the_schedule():
-    model = GPT(GPTConfig(vocab_size=32, block_size=8, n_layer=2, n_head=2, n_embd=16))
+    model = tiny_model(vocab_size=32, block_size=8, seed=None).train()
     cfg = TrainConfig(optimizer="muon", learning_rate=1e-3, muon_lr=0.02)
     opt = make_optimizer(model, cfg, torch.device("cpu"))
     assert isinstance(opt, Optimizers)
@@ -51,7 +51,7 @@ def test_muon_takes_hidden_matrices_and_follows_the_schedule():
 
 def test_muon_lowers_the_loss_and_its_state_round_trips():
     torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=16, block_size=8, n_layer=1, n_head=2, n_embd=16))
+    model = tiny_model(vocab_size=16, block_size=8, n_layer=1, seed=None).train()
     opt = make_optimizer(model, TrainConfig(optimizer="muon", learning_rate=3e-3), torch.device("cpu"))
     x = torch.randint(0, 16, (4, 8))
     first = None

@@ -7,10 +7,10 @@ import re
 
 import pytest
 import torch
+from conftest import tiny_model
 
 from data.tokenizer import CharTokenizer
 from errors import UserError
-from model.gpt import GPT, GPTConfig
 from tests.chromium import Browser, find_chromium
 from tests.cli import run_sample, run_train, tiny_args
 from watch.capture import capture_attention
@@ -23,7 +23,7 @@ TEXTS = ["the dog saw a cat. it ran.", "a <cat> & \"dog\" </script>"]
 def demo_views():
     torch.manual_seed(3)
     tokenizer = CharTokenizer.from_text("".join(TEXTS))
-    model = GPT(GPTConfig(vocab_size=tokenizer.vocab_size, block_size=32, n_layer=2, n_head=3, n_embd=12))
+    model = tiny_model(vocab_size=tokenizer.vocab_size, block_size=32, n_head=3, n_embd=12, seed=None).train()
     for p in model.parameters():  # sharper patterns than at initialisation, so heads differ
         torch.nn.init.normal_(p, std=0.5)
     views, captured = [], []

@@ -168,7 +168,7 @@ def test_load_errors_name_the_file_and_line(tmp_path, bad, problem):
 
 
 def test_load_errors_for_missing_and_empty_files(tmp_path):
-    with pytest.raises(UserError, match="cannot read probe file .*nowhere.jsonl"):
+    with pytest.raises(UserError, match="probe file .*nowhere.jsonl not found"):
         load_probes(tmp_path / "nowhere.jsonl")
     with pytest.raises(UserError, match="holds no probes"):
         load_probes(write_lines(tmp_path, "", "  "))

@@ -10,7 +10,9 @@ from errors import run_cli
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory):
+def demo(tmp_path_factory):
+    """The subject of these tests: the demo's own config, trained (not a checkpoint to borrow: that is
+    conftest's `trained`)."""
     require_gpt2()
     tmp = tmp_path_factory.mktemp("pronouns")
     # The demo's model and corpus (configs/pronouns.toml), 600 of its 1000 steps.
@@ -21,11 +23,11 @@ def trained(tmp_path_factory):
     return tmp
 
 
-def test_best_head_beats_the_positional_heuristics(trained, capsys):
+def test_best_head_beats_the_positional_heuristics(demo, capsys):
     import sample
 
-    probes = next((trained / "prep").glob("pronouns-*/probes.jsonl"))
-    assert run_cli(sample.main, [f"--out_dir={trained / 'out'}", f"--probes={probes}", "--json"]) == 0
+    probes = next((demo / "prep").glob("pronouns-*/probes.jsonl"))
+    assert run_cli(sample.main, [f"--out_dir={demo / 'out'}", f"--probes={probes}", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["baselines"]["first_noun"] == pytest.approx(0.5)
     assert report["baselines"]["nearest_noun"] == pytest.approx(0.5)
@@ -34,13 +36,13 @@ def test_best_head_beats_the_positional_heuristics(trained, capsys):
     assert best["referent"] > 2 * best["distractor"]
 
 
-def test_ablating_the_best_head_hurts_the_continuation(trained, capsys):
+def test_ablating_the_best_head_hurts_the_continuation(demo, capsys):
     import sample
 
-    probes = next((trained / "prep").glob("pronouns-*/probes.jsonl"))
-    run_cli(sample.main, [f"--out_dir={trained / 'out'}", f"--probes={probes}", "--json"])
+    probes = next((demo / "prep").glob("pronouns-*/probes.jsonl"))
+    run_cli(sample.main, [f"--out_dir={demo / 'out'}", f"--probes={probes}", "--json"])
     report = json.loads(capsys.readouterr().out)
-    run_cli(sample.main, [f"--out_dir={trained / 'out'}", f"--probes={probes}", "--json",
+    run_cli(sample.main, [f"--out_dir={demo / 'out'}", f"--probes={probes}", "--json",
                           f"--ablate={report['best']['name']}"])
     ablated = json.loads(capsys.readouterr().out)
     assert ablated["continuation_accuracy"] < report["continuation_accuracy"]

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import Trained
 
 from data.batches import Batches
 from errors import UserError
@@ -56,7 +57,7 @@ def same_tensors(a: dict, b: dict) -> bool:
 
 # --- saving: atomic, and a failed save changes nothing ------------------------------------------
 
-def _payload(step: int) -> dict:
+def _checkpoint(step: int) -> dict:
     return {"step": step, "weights": torch.full((64, 64), float(step))}
 
 
@@ -75,12 +76,12 @@ def _failing_rename(src, dst):
 ], ids=["disk-full-mid-write", "rename-fails"])
 def test_crash_during_save_keeps_previous_checkpoint(tmp_path, monkeypatch, target, replacement, reason):
     path = tmp_path / "ckpt.pt"
-    save_checkpoint(path, _payload(1))
+    save_checkpoint(path, _checkpoint(1))
     before = path.read_bytes()
     module, name = target.split(".")
     monkeypatch.setattr(getattr(ckpt_mod, module), name, replacement)
     with pytest.raises(CheckpointError) as info:
-        save_checkpoint(path, _payload(2))
+        save_checkpoint(path, _checkpoint(2))
     message = str(info.value)
     assert "\n" not in message and reason in message and "previous checkpoint is intact" in message
     assert "--out_dir" in message
@@ -91,7 +92,7 @@ def test_crash_during_save_keeps_previous_checkpoint(tmp_path, monkeypatch, targ
 
 def test_interrupt_during_save_leaves_no_temp_file(tmp_path, monkeypatch):
     path = tmp_path / "ckpt.pt"
-    save_checkpoint(path, _payload(1))
+    save_checkpoint(path, _checkpoint(1))
 
     def interrupted(obj, fh, *args, **kwargs):
         fh.write(b"partial")
@@ -99,7 +100,7 @@ def test_interrupt_during_save_leaves_no_temp_file(tmp_path, monkeypatch):
 
     monkeypatch.setattr(ckpt_mod.torch, "save", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        save_checkpoint(path, _payload(2))
+        save_checkpoint(path, _checkpoint(2))
     monkeypatch.undo()
     assert load_checkpoint(path)["step"] == 1 and [p.name for p in tmp_path.iterdir()] == ["ckpt.pt"]
 
@@ -144,7 +145,7 @@ def _write_bad(kind: str, path: Path, good: bytes) -> None:
 def _good(folder: Path) -> Path:
     good = folder / "good.pt"
     if not good.exists():
-        save_checkpoint(good, _payload(5))
+        save_checkpoint(good, _checkpoint(5))
     return good
 
 
@@ -171,7 +172,7 @@ def test_untrusted_or_broken_checkpoints_are_refused_clearly(tmp_path, kind, wor
 
 
 def test_missing_checkpoint_says_where_it_looked(tmp_path):
-    with pytest.raises(CheckpointError, match="no checkpoint at .*ckpt.pt; train one first"):
+    with pytest.raises(CheckpointError, match="checkpoint .*ckpt.pt not found; point --out_dir at the folder"):
         load_checkpoint(tmp_path)
 
 
@@ -242,8 +243,8 @@ def test_ctrl_c_prints_the_command_that_resumes(tmp_path, monkeypatch):
     assert shlex.split(hint[2]) == ["python", "train.py", *args, "--resume"]
 
 
-def test_second_ctrl_c_stops_at_once(tmp_path, monkeypatch):
-    assert run_train(tiny_args(tmp_path, "--max_iters=2"))[0] == 0
+def test_second_ctrl_c_stops_at_once(trained, tmp_path, monkeypatch):
+    trained.copy_to(tmp_path / "out")
     before = (tmp_path / "out" / "ckpt.pt").read_bytes()
     original = Batches.train
 
@@ -263,8 +264,8 @@ def test_resume_with_a_shorter_block_size_trains_on(tmp_path):
     assert run_train(tiny_args(tmp_path, "--max_iters=3"))[0] == 0
     code, _, err = run_train(tiny_args(tmp_path, "--resume", "--block_size=8"))
     assert (code, err) == (0, "")
-    ckpt = torch.load(tmp_path / "out" / "ckpt.pt", weights_only=True)
-    assert ckpt["step"] == 6 and ckpt["model_config"]["block_size"] == 16
+    checkpoint = torch.load(tmp_path / "out" / "ckpt.pt", weights_only=True)
+    assert checkpoint["step"] == 6 and checkpoint["model_config"]["block_size"] == 16
 
 
 # --- signals and kill -9, in a real process --------------------------------------------------------
@@ -319,15 +320,15 @@ def test_sigterm_finishes_the_step_saves_and_exits_143(tmp_path):
 def test_kill_9_loses_at_most_ckpt_interval_steps(tmp_path):
     args = tiny_args(tmp_path, "--max_iters=1000000", "--eval_interval=1000000", "--ckpt_interval=2")
     proc, _ = _start(args)
-    ckpt_path = tmp_path / "out" / "ckpt.pt"
-    _wait_for(ckpt_path.exists, proc, "its first checkpoint")
+    checkpoint_file = tmp_path / "out" / "ckpt.pt"
+    _wait_for(checkpoint_file.exists, proc, "its first checkpoint")
     time.sleep(0.3)
     proc.kill()
     _finish(proc)
-    ckpt = load_checkpoint(ckpt_path)  # complete, whatever moment the kill came
-    assert ckpt["step"] > 0 and ckpt["step"] % 2 == 0
+    checkpoint = load_checkpoint(checkpoint_file)  # complete, whatever moment the kill came
+    assert checkpoint["step"] > 0 and checkpoint["step"] % 2 == 0
     # The killed run's lock file is left behind but held by nobody: the next run takes it over and says so.
-    code, _, err = run_train([*args, "--resume", f"--max_iters={ckpt['step'] + 1}"])
+    code, _, err = run_train([*args, "--resume", f"--max_iters={checkpoint['step'] + 1}"])
     assert code == 0 and err.count("\n") == 1
     assert re.fullmatch(rf"warning: \S+\.lock was left by a run that has ended \(pid {proc.pid} on .*\); "
                         rf"taking it over\n", err), err
@@ -359,11 +360,11 @@ def test_nan_loss_names_the_step_and_keeps_the_last_checkpoint(tmp_path, monkeyp
     monkeypatch.setattr(GPT, "forward", poisoned)
     code, _, err = run_train(tiny_args(tmp_path, "--ckpt_interval=2"))
     assert code == 1
-    ckpt_path = tmp_path / "out" / "ckpt.pt"
-    assert one_line(err) == (f"error: the loss became nan at step 4; training stopped with {ckpt_path} left at "
+    checkpoint_file = tmp_path / "out" / "ckpt.pt"
+    assert one_line(err) == (f"error: the loss became nan at step 4; training stopped with {checkpoint_file} left at "
                              f"step 4; try a lower --learning_rate (now 0.001)\n")
-    ckpt = load_checkpoint(ckpt_path)
-    assert ckpt["step"] == 4 and all(torch.isfinite(t).all() for t in ckpt["model"].values())
+    checkpoint = load_checkpoint(checkpoint_file)
+    assert checkpoint["step"] == 4 and all(torch.isfinite(t).all() for t in checkpoint["model"].values())
 
 
 def test_non_finite_parameters_are_never_saved(tmp_path, monkeypatch):
@@ -407,11 +408,11 @@ def test_temp_files_of_a_killed_save_are_cleaned_up(tmp_path):
 
 # --- one run per out_dir -----------------------------------------------------------------------------
 
-def test_a_second_run_into_the_same_out_dir_is_refused_and_destroys_nothing(tmp_path):
+def test_a_second_run_into_the_same_out_dir_is_refused_and_destroys_nothing(trained, tmp_path):
     """Two real processes. Unlocked, both would exit 0, one replacing the other's checkpoint and both
     keeping the earlier run's as ckpt.prev.pt, so that earlier run would be lost."""
     out = tmp_path / "out"
-    assert run_train(tiny_args(tmp_path, "--max_iters=2"))[0] == 0
+    trained.copy_to(out)
     earlier = (out / "ckpt.pt").read_bytes()
 
     first, lines = _start(tiny_args(tmp_path, "--max_iters=1000000", "--eval_interval=1000000", "--seed=2"))
@@ -450,18 +451,11 @@ def test_lock_file_names_its_owner_and_goes_with_it(tmp_path):
 
 # --- checkpoints that load but do not fit ------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("trained")
-    assert run_train(tiny_args(folder, "--max_iters=2"))[0] == 0
-    return folder / "out" / "ckpt.pt"
-
-
-def _edit(trained: Path, folder: Path, change) -> Path:
-    payload = torch.load(trained, weights_only=True)
-    change(payload)
+def _edit(trained: Trained, folder: Path, change) -> Path:
+    checkpoint = torch.load(trained.char, weights_only=True)
+    change(checkpoint)
     path = folder / "ckpt.pt"
-    torch.save(payload, path)
+    torch.save(checkpoint, path)
     return path
 
 
@@ -498,7 +492,7 @@ def test_resuming_needs_more_than_sampling(trained, tmp_path, change, words):
     from trainer.checkpoint import load_model, validate
 
     path = _edit(trained, tmp_path, change)
-    assert load_model(path, torch.device("cpu")).payload["step"] == 2  # enough to sample from
+    assert load_model(path, torch.device("cpu")).checkpoint["step"] == 2  # enough to sample from
     with pytest.raises(CheckpointError, match=re.escape(words)):
         validate(load_checkpoint(path), path, for_resume=True)
 
@@ -508,8 +502,8 @@ def test_resume_takes_the_optimizer_settings_from_the_config_not_the_checkpoint(
     out = tmp_path / "out"
     out.mkdir()
 
-    def odd_settings(payload: dict) -> None:
-        for group in payload["optimizer"]["param_groups"]:
+    def odd_settings(checkpoint: dict) -> None:
+        for group in checkpoint["optimizer"]["param_groups"]:
             group.update(betas="fast", weight_decay=-1.0)
 
     _edit(trained, out, odd_settings)
@@ -517,12 +511,13 @@ def test_resume_takes_the_optimizer_settings_from_the_config_not_the_checkpoint(
     assert (code, err) == (0, "") and load_checkpoint(out)["step"] == 3
 
 
-def test_a_checkpoint_is_read_on_the_cpu_whatever_device_is_asked(trained):
+def test_a_checkpoint_is_read_on_the_cpu_whatever_device_is_asked(trained, tmp_path):
     """Where the model runs is decided apart from loading, so a device missing here cannot make a
     healthy checkpoint look damaged."""
-    payload = load_checkpoint(trained)
-    assert all(t.device.type == "cpu" for t in payload["model"].values())
-    for program, args in (("sample", [f"--out_dir={trained}"]),
-                          ("train", tiny_args(trained.parent.parent, "--resume"))):
+    checkpoint = load_checkpoint(trained.char)
+    assert all(t.device.type == "cpu" for t in checkpoint["model"].values())
+    trained.copy_to(tmp_path / "out")
+    for program, args in (("sample", [f"--out_dir={trained.char}"]),
+                          ("train", tiny_args(tmp_path, "--resume"))):
         code, _, err = run(program, [*args, "--device=cuda:99"])
         assert code == 2 and "--device=cuda:99 but" in one_line(err) and "checkpoint" not in err

@@ -4,7 +4,6 @@ import os
 import socket
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -12,22 +11,17 @@ import torch
 import sample
 import train
 from errors import run_cli
+from tests import cli
+from tests.cli import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
-TEXT = "".join(f"the dog saw the ball and it rolled away {i % 7}.\nthe cat saw the king and he waved.\n"
-               for i in range(200))
+# A run long enough to learn something: 40 steps of a 2-layer model on tests.cli's corpus.
+LEARNING = ("--n_layer=2", "--n_embd=32", "--block_size=32", "--batch_size=8", "--max_iters=40",
+            "--eval_interval=20", "--learning_rate=3e-3", "--warmup_iters=5", "--sample_tokens=20",
+            "--sample_prompt=the")
 
 
 def tiny_args(tmp_path, *extra):
-    corpus = tmp_path / "corpus.txt"
-    corpus.write_text(TEXT)
-    config = tmp_path / "empty.toml"  # the built-in defaults, not the demo's config
-    config.write_text("")
-    return [str(config), f"--dataset={corpus}", f"--data_dir={tmp_path / 'prep'}", f"--out_dir={tmp_path / 'out'}",
-            f"--log_dir={tmp_path / 'runs'}", "--run_name=t", "--n_layer=2", "--n_head=2", "--n_embd=32",
-            "--block_size=32", "--batch_size=8", "--max_iters=40", "--eval_interval=20", "--eval_iters=2",
-            "--learning_rate=3e-3", "--warmup_iters=5", "--sample_tokens=20", "--sample_prompt=the",
-            *extra]
+    return cli.tiny_args(tmp_path, *LEARNING, *extra)
 
 
 def test_training_lowers_the_loss_and_writes_checkpoint_and_logs(tmp_path, capsys):
@@ -35,15 +29,15 @@ def test_training_lowers_the_loss_and_writes_checkpoint_and_logs(tmp_path, capsy
     out = capsys.readouterr().out
     assert "tensorboard --logdir" in out and "--samples_per_plugin=images=200,text=200" in out
 
-    ckpt = torch.load(tmp_path / "out" / "ckpt.pt", weights_only=True)
-    assert ckpt["step"] == 40 and ckpt["model_config"]["n_layer"] == 2
+    checkpoint = torch.load(tmp_path / "out" / "ckpt.pt", weights_only=True)
+    assert checkpoint["step"] == 40 and checkpoint["model_config"]["n_layer"] == 2
 
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     events = EventAccumulator(str(tmp_path / "runs" / "t")).Reload()
     losses = [event.value for event in events.Scalars("loss/val")]
     assert len(losses) == 3 and losses[-1] < losses[0] - 1.0
-    assert ckpt["best_val_loss"] == pytest.approx(min(losses))
+    assert checkpoint["best_val_loss"] == pytest.approx(min(losses))
     scalars = set(events.Tags()["scalars"])
     assert {"loss/train", "loss/val", "lr", "grad_norm", "throughput/tokens_per_sec"} <= scalars
     assert "sample/text_summary" in events.Tags()["tensors"]
@@ -55,22 +49,21 @@ def test_sample_streams_text_from_the_checkpoint(tmp_path, capsys):
     code = run_cli(sample.main, [f"--out_dir={tmp_path / 'out'}", "--prompt", "the dog", "--max_new_tokens=30",
                                  "--num_samples=2", "--temperature=0"])
     assert code == 0
-    text = capsys.readouterr().out
-    first, second = text.split("-" * 40)
-    assert first.strip().startswith("the dog") and len(first.strip()) == len("the dog") + 30
-    assert first.strip() == second.strip()  # greedy: both samples agree
+    first, second = capsys.readouterr().out.split("\n" + "-" * 40 + "\n")
+    assert first.startswith("the dog") and len(first) == len("the dog") + 30
+    assert second == first + "\n"  # greedy: both samples agree
     # With and without the KV cache, greedy text is the same.
     run_cli(sample.main, [f"--out_dir={tmp_path / 'out'}", "--prompt=the dog", "--max_new_tokens=30",
                           "--temperature=0", "--no_cache"])
-    assert capsys.readouterr().out.strip() == first.strip()
+    assert capsys.readouterr().out == first + "\n"
     # --ablate applies to plain sampling too: every head removed, the text changes; cached or not, it agrees.
     every_head = [f"--ablate=L{layer}H{head}" for layer in range(2) for head in range(2)]
     ablated = []
     for cache in ([], ["--no_cache"]):
         assert run_cli(sample.main, [f"--out_dir={tmp_path / 'out'}", "--prompt=the dog", "--max_new_tokens=30",
                                      "--temperature=0", *every_head, *cache]) == 0
-        ablated.append(capsys.readouterr().out.strip())
-    assert ablated[0] == ablated[1] != first.strip() and ablated[0].startswith("the dog")
+        ablated.append(capsys.readouterr().out)
+    assert ablated[0] == ablated[1] != first + "\n" and ablated[0].startswith("the dog")
 
 
 def test_gradient_accumulation_keeps_tokens_per_step(tmp_path):

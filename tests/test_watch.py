@@ -10,11 +10,12 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 import torch
+from conftest import tiny_model
 
 from data.probes import AlignedProbe
 from data.tokenizer import CharTokenizer
 from errors import UserError
-from model.gpt import GPT, GPTConfig
+from model.gpt import GPT
 from watch.capture import capture_attention, capture_rows, continuation_logits
 from watch.heads import ablation_for, head_name, parse_head
 from watch.heatmaps import HeatmapFigure, head_figure, layer_figure, save_png
@@ -41,11 +42,6 @@ class Probe:
     referent: str = ""
     distractor: str = ""
     continuations: list[str] | None = None
-
-
-def tiny_model(arch: str = "gpt2", dropout: float = 0.0) -> GPT:
-    torch.manual_seed(0)
-    return GPT(GPTConfig(vocab_size=32, block_size=16, n_layer=2, n_head=2, n_embd=16, dropout=dropout, arch=arch))
 
 
 # --- hand-built patterns with known answers -------------------------------------------------
@@ -205,7 +201,7 @@ def manual_patterns(model: GPT, ids: list[int]) -> list[torch.Tensor]:
 
 @pytest.mark.parametrize("arch", ["gpt2", "modern"])
 def test_capture_matches_readable_path_layer_by_layer(arch):
-    model = tiny_model(arch, dropout=0.1)
+    model = tiny_model(arch, vocab_size=32, dropout=0.1)
     if arch == "modern":  # zero-initialised projections would make every layer see the same input
         for p in model.parameters():
             torch.nn.init.normal_(p, std=0.2)
@@ -223,7 +219,7 @@ def test_capture_matches_readable_path_layer_by_layer(arch):
 
 
 def test_capture_restores_mixed_modes():
-    model = tiny_model()
+    model = tiny_model(vocab_size=32)
     model.train()
     model.blocks[0].eval()
     before = [m.training for m in model.modules()]
@@ -235,7 +231,7 @@ def test_capture_restores_mixed_modes():
 
 
 def test_captured_rows_are_causal_distributions():
-    model = tiny_model()
+    model = tiny_model(vocab_size=32)
     for layers in capture_attention(model, [[5, 4, 3, 2, 1, 0, 9], [1, 1]]):
         for pattern in layers:
             t = pattern.shape[-1]
@@ -244,7 +240,7 @@ def test_captured_rows_are_causal_distributions():
 
 
 def test_capture_checks_block_size():
-    model = tiny_model()
+    model = tiny_model(vocab_size=32)
     with pytest.raises(UserError, match="17 tokens.*block_size is 16"):
         capture_attention(model, [list(range(3)), [1] * 17])
     (layers,) = capture_attention(model, [[1] * 17], crop=True)
@@ -266,7 +262,7 @@ def model_probes() -> list[AlignedProbe]:
 
 
 def test_continuation_logits_match_plain_forward():
-    model = tiny_model()
+    model = tiny_model(vocab_size=32)
     probes = model_probes()
     logits = continuation_logits(model, probes, batch_size=2)  # batches mix lengths: padding is exercised
     assert logits[-1] is None
@@ -280,7 +276,7 @@ def test_continuation_logits_match_plain_forward():
 
 @pytest.mark.parametrize("arch", ["gpt2", "modern"])
 def test_batched_rows_equal_each_sentence_captured_alone(arch):
-    model = tiny_model(arch)
+    model = tiny_model(arch, vocab_size=32)
     for p in model.parameters():
         torch.nn.init.normal_(p, std=0.3)
     probes = model_probes()
@@ -303,7 +299,7 @@ def test_batched_rows_equal_each_sentence_captured_alone(arch):
 
 
 def test_evaluate_probes_scores_as_the_whole_patterns_do():
-    model = tiny_model()
+    model = tiny_model(vocab_size=32)
     for p in model.parameters():
         torch.nn.init.normal_(p, std=0.3)
     probes = model_probes()
@@ -318,7 +314,7 @@ def test_evaluate_probes_scores_as_the_whole_patterns_do():
 
 
 def test_evaluate_probes_and_ablation():
-    model = tiny_model()
+    model = tiny_model(vocab_size=32)
     probes = model_probes()
     plain = evaluate_probes(model, probes)
     assert plain.n_probes == 5 and plain.continuation.n == 4 and plain.ablated == []
@@ -443,7 +439,7 @@ def test_log_attention_reuses_figures_between_steps():
             self.figures.append((tag, step, kept[tag].figure, kept[tag].axes[0].get_title()))
 
     tokenizer = CharTokenizer.from_text("abc ")
-    model = GPT(GPTConfig(vocab_size=tokenizer.vocab_size, block_size=8, n_layer=2, n_head=2, n_embd=8))
+    model = tiny_model(vocab_size=tokenizer.vocab_size, block_size=8, n_embd=8, seed=None).train()
     writer, kept = Writer(), {}
     log_attention(writer, 0, model, tokenizer, ["abc", "cab a"], figures=kept)
     log_attention(writer, 10, model, tokenizer, ["abc", "cab a"], figures=kept)
@@ -467,7 +463,7 @@ def test_log_attention_writes_scalars_images_and_text(tmp_path):
 
     text = "the dog saw a cat. it ran."
     tokenizer = CharTokenizer.from_text(text)
-    model = GPT(GPTConfig(vocab_size=tokenizer.vocab_size, block_size=32, n_layer=2, n_head=2, n_embd=16))
+    model = tiny_model(vocab_size=tokenizer.vocab_size, block_size=32, seed=None).train()
     ids = tokenizer.encode(text)
     dog, cat, it = text.index("dog"), text.index("cat"), text.index("it")
     probe = AlignedProbe(Probe(text, "it", "dog", "cat", continuations=[" ran"]), ids, tokenizer.token_strings(ids),
@@ -531,7 +527,7 @@ def test_log_attention_without_usable_probes(tmp_path):
     from torch.utils.tensorboard import SummaryWriter
 
     tokenizer = CharTokenizer.from_text("abc ")
-    model = GPT(GPTConfig(vocab_size=tokenizer.vocab_size, block_size=8, n_layer=1, n_head=2, n_embd=8))
+    model = tiny_model(vocab_size=tokenizer.vocab_size, block_size=8, n_layer=1, n_embd=8, seed=None).train()
     too_long = AlignedProbe(Probe("abc cab bca", "a", "b", "c"), tokenizer.encode("abc cab bca"), [], 9, [1], [2])
     writer = SummaryWriter(str(tmp_path))
     with pytest.warns(UserWarning, match="first 8 of 11"), pytest.warns(UserWarning, match="1 of 1 probes"):

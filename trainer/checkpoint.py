@@ -22,6 +22,7 @@ import torch
 
 from data.tokenizer import Tokenizer, tokenizer_from_meta
 from errors import UsageError, UserError, warn
+from files import cannot, clear_for_file, regular_file, writable_folder
 from model.gpt import GPT, MODEL_FIELDS, GPTConfig
 from trainer.config import TrainConfig
 from trainer.resources import is_out_of_memory
@@ -40,20 +41,18 @@ class CheckpointError(UserError):
     pass
 
 
-def save_checkpoint(path: str | Path, payload: dict, keep_previous: str | Path | None = None) -> None:
-    """Atomically replaces `path` with `payload`. With `keep_previous`, the
+def save_checkpoint(path: str | Path, checkpoint: dict, keep_previous: str | Path | None = None) -> None:
+    """Atomically replaces `path` with `checkpoint`. With `keep_previous`, the
     checkpoint being replaced survives under that name (hard-linked just before
     the swap, so `path` itself is never missing)."""
     path = Path(path)
-    payload = {"format": FORMAT, "format_version": FORMAT_VERSION, **payload}
+    checkpoint = {"format": FORMAT, "format_version": FORMAT_VERSION, **checkpoint}
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        if path.exists() and not path.is_file():
-            raise CheckpointError(f"{path} is {not_a_file(path)}, not a checkpoint; move it away or choose another "
-                                  f"--out_dir")
+        clear_for_file(path, "the checkpoint", "move it away or choose another --out_dir", CheckpointError)
         with open(tmp, "wb") as fh:
-            _save(payload, fh)
+            _save(checkpoint, fh)
             fh.flush()
             os.fsync(fh.fileno())
         if keep_previous is not None and path.exists():
@@ -95,19 +94,22 @@ class _RecordingFile:
         return getattr(self.fh, name)
 
 
-def _save(payload: dict, fh) -> None:
+def _save(checkpoint: dict, fh) -> None:
     recording = _RecordingFile(fh)
     try:
-        torch.save(payload, recording)
+        torch.save(checkpoint, recording)
     except RuntimeError:
         if recording.error is not None:
             raise recording.error from None
         raise
 
 
-def not_a_file(path: Path) -> str:
-    """What stands at `path` instead of a regular file, in words."""
-    return "a directory" if path.is_dir() else "not a regular file"
+def check_out_dir(path: Path) -> None:
+    """Before a run starts: its out_dir can be written, nothing but a checkpoint stands at `path`
+    (found now, not at the first save), and no temporary file of a killed save lies beside it."""
+    writable_folder(path.parent, "out_dir")
+    clear_for_file(path, "this run's checkpoint", "move it away or choose another --out_dir")
+    remove_stale_temp_files(path)
 
 
 def remove_stale_temp_files(path: str | Path) -> None:
@@ -157,18 +159,13 @@ def checkpoint_path(path: str | Path) -> Path:
 def load_checkpoint(path: str | Path) -> dict:
     """A checkpoint's contents, on the CPU, read without running any pickled code; `CheckpointError`
     for anything that is not a checkpoint this trainer wrote. Check its structure with `validate`."""
-    path = checkpoint_path(path)
-    if path.exists() and not path.is_file():  # a FIFO would block; a folder named ckpt.pt is not one
-        raise CheckpointError(f"{path} is {not_a_file(path)}, not a checkpoint; give the ckpt.pt that train.py wrote")
-    if not path.is_file():
-        raise CheckpointError(f"no checkpoint at {path}; train one first (python train.py --out_dir=...) "
-                              f"or point --out_dir at the folder that holds ckpt.pt")
+    path = regular_file(checkpoint_path(path), "checkpoint", "point --out_dir at the folder that holds the "
+                        "ckpt.pt train.py wrote, or train one first (python train.py --out_dir=...)", CheckpointError)
     try:
         with path.open("rb") as fh:
             head = fh.read(len(ZIP_MAGIC))
     except OSError as exc:
-        raise CheckpointError(f"cannot read checkpoint {path} ({exc.strerror or exc}); check its permissions") \
-            from None
+        raise CheckpointError(f"{cannot('read checkpoint', path, exc)}; check its permissions") from None
     if not head:
         raise CheckpointError(f"{path} is empty (0 bytes), perhaps from an interrupted copy; use an earlier "
                               f"copy or retrain")
@@ -180,7 +177,7 @@ def load_checkpoint(path: str | Path) -> dict:
     try:
         # Always onto the CPU: where the model runs is decided later, so a device that is missing here
         # can never make a healthy checkpoint look damaged.
-        payload = torch.load(path, map_location="cpu", weights_only=True)
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
         found = _pickled_object(str(exc))
         if found is not None:
@@ -194,27 +191,27 @@ def load_checkpoint(path: str | Path) -> dict:
     except Exception as exc:  # a damaged archive surfaces as many types (RuntimeError, OSError, KeyError, ...)
         raise CheckpointError(f"{path} is not a readable checkpoint; it may be truncated or corrupt: use an "
                               f"earlier copy or retrain") from exc
-    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+    if not isinstance(checkpoint, dict) or checkpoint.get("format") != FORMAT:
         raise CheckpointError(f"{path} is not a checkpoint written by this trainer; give the ckpt.pt that "
                               f"train.py wrote")
-    version = payload.get("format_version")
+    version = checkpoint.get("format_version")
     if version != FORMAT_VERSION:
         raise CheckpointError(f"{path} has checkpoint format version {version}, this trainer reads version "
                               f"{FORMAT_VERSION}; use the trainer version that wrote it, or retrain")
-    return payload
+    return checkpoint
 
 
-def validate(payload: dict, path: str | Path, *, for_resume: bool = False) -> GPTConfig:
+def validate(checkpoint: dict, path: str | Path, *, for_resume: bool = False) -> GPTConfig:
     """The checkpoint's model config, after checking that everything a model (and, `for_resume`, a
     resumed run) reads from it is there with the right type; `CheckpointError` naming the first problem."""
-    problem = _structure_problem(payload, for_resume)
+    problem = _structure_problem(checkpoint, for_resume)
     if problem is None:
         try:
-            config = GPTConfig(**payload["model_config"])
+            config = GPTConfig(**checkpoint["model_config"])
         except (TypeError, ValueError) as exc:
             problem = f"its model_config is invalid ({exc})"
         else:
-            problem = _shape_problem(config, payload["model"])
+            problem = _shape_problem(config, checkpoint["model"])
     if problem is not None:
         raise _unusable(path, problem)
     return config
@@ -254,27 +251,27 @@ def _mismatch(expected: dict[str, tuple], found: dict[str, tuple]) -> str | None
             f"found {found.get(name, 'nothing')})")
 
 
-def _structure_problem(payload: dict, for_resume: bool) -> str | None:
-    weights = payload.get("model")
+def _structure_problem(checkpoint: dict, for_resume: bool) -> str | None:
+    weights = checkpoint.get("model")
     if not isinstance(weights, dict) or not weights or not all(
             isinstance(k, str) and isinstance(v, torch.Tensor) and v.is_floating_point() for k, v in weights.items()):
         return "'model' is not a set of named floating-point tensors"
-    config = payload.get("model_config")
+    config = checkpoint.get("model_config")
     if not isinstance(config, dict) or set(config) != set(MODEL_FIELDS):
         return f"'model_config' is missing or does not hold exactly {', '.join(MODEL_FIELDS)}"
-    if not isinstance(payload.get("tokenizer"), dict):
+    if not isinstance(checkpoint.get("tokenizer"), dict):
         return "it has no 'tokenizer'"
-    if type(payload.get("step")) is not int or payload["step"] < 0:
+    if type(checkpoint.get("step")) is not int or checkpoint["step"] < 0:
         return "'step' is not a step count"
     if not for_resume:
         return None
     for key, kind in _RESUME_FIELDS.items():
-        if not isinstance(payload.get(key), kind) or isinstance(payload.get(key), bool):
+        if not isinstance(checkpoint.get(key), kind) or isinstance(checkpoint.get(key), bool):
             return f"{key!r}, which resuming needs, is missing or not a {getattr(kind, '__name__', 'number')}"
-    rng = payload["rng"]
+    rng = checkpoint["rng"]
     if not all(isinstance(rng.get(k), torch.Tensor) and rng[k].dtype == torch.uint8 for k in ("torch", "batches")):
         return "'rng' does not hold the random generators' states"
-    if payload.get("eval_step") is not None and type(payload["eval_step"]) is not int:
+    if checkpoint.get("eval_step") is not None and type(checkpoint["eval_step"]) is not int:
         return "'eval_step' is not a step"
     return None
 
@@ -297,16 +294,16 @@ class Loaded:
 
     model: GPT
     tokenizer: Tokenizer
-    payload: dict
+    checkpoint: dict
 
 
 def load_model(path: str | Path, device: torch.device) -> Loaded:
     """The one way from a checkpoint file (or the folder holding ckpt.pt) to a model and its tokenizer."""
-    payload = load_checkpoint(path)
+    checkpoint = load_checkpoint(path)
     path = checkpoint_path(path)  # the file, for messages
-    config = validate(payload, path)
+    config = validate(checkpoint, path)
     try:
-        tokenizer = tokenizer_from_meta(payload["tokenizer"])
+        tokenizer = tokenizer_from_meta(checkpoint["tokenizer"])
     except UserError as exc:
         raise CheckpointError(f"{path} holds no usable tokenizer ({exc}); use the ckpt.pt that train.py wrote") \
             from None
@@ -315,14 +312,14 @@ def load_model(path: str | Path, device: torch.device) -> Loaded:
                               f"{config.vocab_size}; use the ckpt.pt that train.py wrote")
     try:
         model = GPT(config)
-        load_weights(model, payload["model"], path)
+        load_weights(model, checkpoint["model"], path)
         model.to(device).eval()
     except (MemoryError, RuntimeError) as exc:
         if not is_out_of_memory(exc):
             raise
         raise CheckpointError(f"{path}: its model ({config.to_dict()}) does not fit in the memory of {device} "
                               f"here; use --device=cpu, or a machine with more memory") from None
-    return Loaded(model, tokenizer, payload)
+    return Loaded(model, tokenizer, checkpoint)
 
 
 def load_weights(model: GPT, weights: dict, path: str | Path) -> None:
@@ -339,15 +336,15 @@ def load_weights(model: GPT, weights: dict, path: str | Path) -> None:
                               f"({' '.join(str(exc).split())[:200]}); use the ckpt.pt that train.py wrote") from None
 
 
-def restore_training(ckpt: dict, path: Path, model: GPT, optimizer: Any, batches: Any) -> None:
+def restore_training(checkpoint: dict, path: Path, model: GPT, optimizer: Any, batches: Any) -> None:
     """Puts a resumed run's weights, optimizer state and random generators back, refusing any part
     that does not fit this run. The optimizer's settings (betas, weight decay) stay this config's;
     only its state (moments, momentum) comes from the checkpoint."""
-    load_weights(model, ckpt["model"], path)
+    load_weights(model, checkpoint["model"], path)
     try:
-        _load_optimizer_state(optimizer, ckpt["optimizer"])
-        batches.load_state(ckpt["rng"]["batches"])
-        torch.set_rng_state(ckpt["rng"]["torch"])
+        _load_optimizer_state(optimizer, checkpoint["optimizer"])
+        batches.load_state(checkpoint["rng"]["batches"])
+        torch.set_rng_state(checkpoint["rng"]["torch"])
     except (KeyError, IndexError, RuntimeError, TypeError, ValueError, AttributeError) as exc:
         raise CheckpointError(f"{path}: its optimizer or random-generator state does not fit this model "
                               f"({' '.join(str(exc).split())[:200]}); resume from the ckpt.pt that train.py wrote, "
@@ -371,9 +368,21 @@ def _load_optimizer_state(optimizer: Any, saved: dict) -> None:
                                      f"{tuple(param.shape)}")
 
 
-def check_resume_compatible(cfg: TrainConfig, ckpt: dict, tokenizer_meta: dict) -> None:
+def resumed_checkpoint(cfg: TrainConfig, path: Path, tokenizer_meta: dict) -> dict:
+    """The checkpoint a --resume run continues from, after checking that it is complete and that this
+    run's settings and data (`tokenizer_meta`) can continue it."""
+    if not path.exists():
+        raise UserError(f"--resume but there is no checkpoint at {path}; drop --resume to start a new "
+                        f"run, or set --out_dir to the folder that holds ckpt.pt")
+    checkpoint = load_checkpoint(path)
+    validate(checkpoint, path, for_resume=True)
+    check_resume_compatible(cfg, checkpoint, tokenizer_meta)
+    return checkpoint
+
+
+def check_resume_compatible(cfg: TrainConfig, checkpoint: dict, tokenizer_meta: dict) -> None:
     """A UsageError naming the first setting that differs from the checkpoint's in a way resuming cannot absorb."""
-    saved = ckpt["model_config"]
+    saved = checkpoint["model_config"]
     if cfg.block_size > saved["block_size"]:  # a smaller one just trains on shorter windows
         raise UsageError(f"--block_size={cfg.block_size} is larger than the {saved['block_size']} the checkpoint "
                          f"was trained with; resume with --block_size={saved['block_size']} or start a new out_dir")
@@ -381,11 +390,11 @@ def check_resume_compatible(cfg: TrainConfig, ckpt: dict, tokenizer_meta: dict) 
         if saved[key] != getattr(cfg, key):
             raise UsageError(f"config key '{key}' is {getattr(cfg, key)!r} but the checkpoint was trained with "
                              f"{saved[key]!r}; use the same value to resume, or a new --out_dir")
-    saved_optimizer = ckpt["train_config"].get("optimizer", "adamw")
+    saved_optimizer = checkpoint["train_config"].get("optimizer", "adamw")
     if saved_optimizer != cfg.optimizer:  # the optimizer states would not fit
         raise UsageError(f"config key 'optimizer' is {cfg.optimizer!r} but the checkpoint was trained with "
                          f"{saved_optimizer!r}; use the same value to resume, or a new --out_dir")
-    if ckpt["tokenizer"] != tokenizer_meta:
+    if checkpoint["tokenizer"] != tokenizer_meta:
         raise UsageError("the checkpoint's vocabulary does not match this data's; resume with the dataset and "
                          "tokenizer it was trained on, or start a new --out_dir")
 
@@ -401,9 +410,9 @@ class CheckpointWriter:
         self.keep_previous = keep_previous
         self.saved_step = saved_step  # step of the checkpoint on disk from this run (or the one resumed)
 
-    def save(self, payload: dict, step: int) -> None:
+    def save(self, checkpoint: dict, step: int) -> None:
         previous = self.path.with_name("ckpt.prev.pt") if self.keep_previous else None
-        save_checkpoint(self.path, payload, keep_previous=previous)
+        save_checkpoint(self.path, checkpoint, keep_previous=previous)
         if previous is not None:
             self.keep_previous = False
             warn(f"{self.path} held an earlier run (this one has no --resume); kept it as {previous}")

@@ -19,6 +19,7 @@ from typing import Any, get_type_hints
 from data.corpora import NAMES as CORPORA
 from data.tokenizer import TOKENIZERS
 from errors import UsageError
+from files import read_text
 from model.gpt import ARCHITECTURES, MODEL_FIELDS, GPTConfig
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
@@ -211,24 +212,14 @@ def parse_cli_value(key: str, text: str) -> Any:
 
 def read_toml(path: str | Path) -> dict:
     path = Path(path)
-    if path.exists() and not path.is_file():  # a folder, or a FIFO that would block
-        raise UsageError(f"config file {path} is not a regular file; give the path of a .toml file (see configs/)")
-    if not path.is_file():
-        raise UsageError(f"config file {path} not found; give the path of a .toml file (see configs/)")
+    text = read_text(path, "config file", "give the path of a .toml file (see configs/)", UsageError)
     try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise UsageError(f"cannot read config file {path} ({exc.strerror or exc}); check its permissions") from None
-    try:
-        # Editors on Windows may start a UTF-8 file with a byte-order mark, which is not part of the TOML.
-        raw = tomllib.loads(data.decode("utf-8").removeprefix("\ufeff"))
+        raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         where = str(exc)
         if "line" not in where:  # "at end of document": the error is on the last line
-            where += f" (line {max(1, len(data.splitlines()))})"
+            where += f" (line {max(1, len(text.splitlines()))})"
         raise UsageError(f"config file {path} is not valid TOML: {where}; fix the syntax there") from None
-    except UnicodeDecodeError:
-        raise UsageError(f"config file {path} is not UTF-8 text; save it as UTF-8") from None
     values = {}
     for key, value in raw.items():
         if isinstance(value, dict):

@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 
 from errors import UserError, warn
+from files import writable_folder
 from trainer.checkpoint import process_alive
-from trainer.trainer import check_writable
 
 try:
     import fcntl
@@ -47,7 +47,7 @@ class RunLock:
         self.release()
 
     def acquire(self) -> None:
-        check_writable(self.folder, "out_dir")
+        writable_folder(self.folder, "out_dir")
         while True:
             fd = self._open()
             try:

@@ -29,15 +29,7 @@ from data.batches import Batches
 from data.prepare import Prepared, prepare
 from errors import UserError
 from model.gpt import GPT
-from trainer.checkpoint import (
-    CheckpointWriter,
-    check_resume_compatible,
-    load_checkpoint,
-    not_a_file,
-    remove_stale_temp_files,
-    restore_training,
-    validate,
-)
+from trainer.checkpoint import CheckpointWriter, check_out_dir, restore_training, resumed_checkpoint
 from trainer.config import TrainConfig
 from trainer.optim import lr_at, make_optimizer, set_lr
 from trainer.resources import check_corpus_fits, check_training_fits
@@ -69,7 +61,7 @@ class FitResult:
     evaluations: list[Evaluation] = field(default_factory=list)
     stopped_by: int | None = None      # the signal that stopped the run early, if one did
     ranks_agree: bool | None = None    # with several processes: are their parameters identical?
-    metrics: dict[str, float] = field(default_factory=dict)  # final figures callbacks add, for hparams
+    metrics: dict[str, float] = field(default_factory=dict)  # final numbers callbacks add, for hparams
     files: dict[str, Path] = field(default_factory=dict)     # what callbacks wrote at the end, e.g. {"page": path}
 
     @property
@@ -155,35 +147,32 @@ class Trainer:
     def from_config(cls, cfg: TrainConfig, runtime: Runtime, *, config_name: str = "default") -> Trainer:
         """Data, model and optimizer as `cfg` asks, resumed from out_dir/ckpt.pt with --resume."""
         torch.manual_seed(cfg.seed + runtime.rank)
-        ckpt_path = Path(cfg.out_dir) / "ckpt.pt"
+        path = Path(cfg.out_dir) / "ckpt.pt"
         if runtime.is_main:
-            check_writable(ckpt_path.parent, "out_dir")
-            if ckpt_path.exists() and not ckpt_path.is_file():  # found now, not at the first save
-                raise UserError(f"{ckpt_path} is {not_a_file(ckpt_path)}, where this run saves its checkpoint; "
-                                f"move it away or choose another --out_dir")
-            remove_stale_temp_files(ckpt_path)
+            check_out_dir(path)
         check_corpus_fits(cfg)
-        prepared = prepare(cfg.dataset, cfg.tokenizer, cfg.data_dir, cfg.val_fraction, cfg.corpus_sentences,
-                           quiet=not runtime.is_main)
-        check_training_fits(cfg, prepared.tokenizer.vocab_size, runtime.device)
-        batches = Batches(prepared, cfg.block_size, cfg.batch_size, runtime.device, cfg.seed, runtime.rank)
-        ckpt = _resume_payload(cfg, ckpt_path, prepared.tokenizer.to_meta())
-        model_cfg = cfg.model_config(prepared.tokenizer.vocab_size)
-        if ckpt is not None:  # a smaller --block_size trains on shorter windows of the same position table
-            model_cfg.block_size = ckpt["model_config"]["block_size"]
+        data = prepare(cfg.dataset, cfg.tokenizer, cfg.data_dir, cfg.val_fraction, cfg.corpus_sentences,
+                       quiet=not runtime.is_main)
+        check_training_fits(cfg, data.tokenizer.vocab_size, runtime.device)
+        batches = Batches(data.splits(cfg.block_size), cfg.block_size, cfg.batch_size, runtime.device, cfg.seed,
+                          runtime.rank)
+        resumed = resumed_checkpoint(cfg, path, data.tokenizer.to_meta()) if cfg.resume else None
+        model_cfg = cfg.model_config(data.tokenizer.vocab_size)
+        if resumed is not None:  # a smaller --block_size trains on shorter windows of the same position table
+            model_cfg.block_size = resumed["model_config"]["block_size"]
         model = GPT(model_cfg).to(runtime.device)
         optimizer = make_optimizer(model, cfg, runtime.device)
         state = TrainState(run_name=cfg.run_name or f"{config_name}-{time.strftime('%Y%m%d-%H%M%S')}")
-        if ckpt is not None:
-            restore_training(ckpt, ckpt_path, model, optimizer, batches)
-            state = TrainState(run_name=cfg.run_name or ckpt.get("run_name", state.run_name), step=ckpt["step"],
-                               best_val_loss=ckpt["best_val_loss"], eval_step=ckpt.get("eval_step", ckpt["step"]))
+        if resumed is not None:
+            restore_training(resumed, path, model, optimizer, batches)
+            state = TrainState(run_name=cfg.run_name or resumed.get("run_name", state.run_name), step=resumed["step"],
+                               best_val_loss=resumed["best_val_loss"],
+                               eval_step=resumed.get("eval_step", resumed["step"]))
         checkpoints = None
         if runtime.is_main:
-            checkpoints = CheckpointWriter(ckpt_path, keep_previous=not cfg.resume and ckpt_path.is_file(),
-                                           saved_step=state.step if ckpt is not None else None)
-        return cls(cfg, runtime, model, optimizer, batches, data=prepared, state=state,
-                   checkpoints=checkpoints)
+            checkpoints = CheckpointWriter(path, keep_previous=not cfg.resume and path.is_file(),
+                                           saved_step=state.step if resumed is not None else None)
+        return cls(cfg, runtime, model, optimizer, batches, data=data, state=state, checkpoints=checkpoints)
 
     @property
     def finished(self) -> bool:
@@ -290,9 +279,9 @@ class Trainer:
             return
         if not all(bool(torch.isfinite(p).all()) for p in self.model.parameters()):
             raise self._diverged("a parameter", "inf or nan")
-        self.checkpoints.save(self.checkpoint_payload(), self.state.step)
+        self.checkpoints.save(self.checkpoint(), self.state.step)
 
-    def checkpoint_payload(self) -> dict:
+    def checkpoint(self) -> dict:
         """Everything a resumed run needs to continue exactly, as plain tensors and values."""
         return {
             "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
@@ -316,26 +305,3 @@ class Trainer:
             method = getattr(callback, hook, None)
             if method is not None:
                 method(*args)
-
-
-def _resume_payload(cfg: TrainConfig, ckpt_path: Path, tokenizer_meta: dict) -> dict | None:
-    if not cfg.resume:
-        return None
-    if not ckpt_path.exists():
-        raise UserError(f"--resume but there is no checkpoint at {ckpt_path}; drop --resume to start a new "
-                        f"run, or set --out_dir to the folder that holds ckpt.pt")
-    ckpt = load_checkpoint(ckpt_path)
-    validate(ckpt, ckpt_path, for_resume=True)
-    check_resume_compatible(cfg, ckpt, tokenizer_meta)
-    return ckpt
-
-
-def check_writable(folder: Path, key: str) -> None:
-    """A UserError naming `--key` unless files can be created in `folder` (made if missing)."""
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        probe = folder / ".write-test"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as exc:
-        raise UserError(f"cannot write to {key} {folder} ({exc.strerror or exc}); choose a writable --{key}") from None

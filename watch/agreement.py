@@ -44,7 +44,7 @@ class AgreementStats:
 
 
 @dataclass
-class Ablated:
+class AblationResult:
     """The model with `heads` removed."""
 
     label: str                      # why these heads: "most_selective" or "name_readers"
@@ -58,7 +58,7 @@ class AgreementReport:
     agreement: AgreementStats
     reading: dict[str, float]       # head -> mean weight on the name from the predicting position
     selective: HeadStats | None     # the head with the highest top-1 (None without two-person probes)
-    ablations: list[Ablated] = field(default_factory=list)
+    ablations: list[AblationResult] = field(default_factory=list)
 
 
 def aligned_agreement(path: str | Path, tokenizer: Tokenizer) -> list[AlignedAgreement]:
@@ -126,12 +126,12 @@ def agreement_report(model: nn.Module, contexts: Sequence[AlignedAgreement],
                              most_selective(stats) if stats else None)
     choices = [("most_selective", [report.selective.name] if report.selective else []),
                ("name_readers", name_readers(report.reading))]
-    report.ablations = [ablated(model, contexts, probes, label, heads) for label, heads in choices if heads]
+    report.ablations = [ablation_result(model, contexts, probes, label, heads) for label, heads in choices if heads]
     return report
 
 
-def ablated(model: nn.Module, contexts: Sequence[AlignedAgreement], probes: Sequence[AlignedProbe],
-            label: str, heads: Sequence[str]) -> Ablated:
+def ablation_result(model: nn.Module, contexts: Sequence[AlignedAgreement], probes: Sequence[AlignedProbe],
+                    label: str, heads: Sequence[str]) -> AblationResult:
     """Agreement and the best remaining top-1 with `heads` ("L1H3", ...) removed."""
     cfg = model.config
     ablate = ablation_for(heads, cfg.n_layer, cfg.n_head)
@@ -140,10 +140,10 @@ def ablated(model: nn.Module, contexts: Sequence[AlignedAgreement], probes: Sequ
         stats = head_stats(capture_attention(model, [p.ids for p in probes], ablate), probes)
         left = [s.top1 for name, s in stats.items() if name not in heads]
         top1 = max(left) if left else None
-    return Ablated(label, list(heads), agreement_stats(model, contexts, ablate).accuracy, top1)
+    return AblationResult(label, list(heads), agreement_stats(model, contexts, ablate).accuracy, top1)
 
 
-def figures(report: AgreementReport) -> dict[str, float]:
+def agreement_scalars(report: AgreementReport) -> dict[str, float]:
     """The report's numbers by name: agreement_accuracy (also per mention), agreement_share,
     most_selective_top1, and both after each ablation (`..._without_<label>`)."""
     a = report.agreement
@@ -159,9 +159,9 @@ def figures(report: AgreementReport) -> dict[str, float]:
 
 
 def log_agreement(writer: Any, step: int, report: AgreementReport) -> None:
-    """The figures as scalars, under probes/agreement_... and attention/top1/most_selective..., and the
+    """The numbers as scalars, under probes/agreement_... and attention/top1/most_selective..., and the
     ablated heads as text."""
-    for name, value in figures(report).items():
+    for name, value in agreement_scalars(report).items():
         tag = "attention/top1/most_selective" + name.removeprefix("most_selective_top1") \
             if name.startswith("most_selective_top1") else f"probes/{name}"
         writer.add_scalar(tag, value, step)
@@ -195,7 +195,7 @@ def agreement_lines(report: AgreementReport) -> str:
 
 class AgreementWatch:
     """A training callback: the agreement report in TensorBoard at each evaluation, and on the
-    terminal (with its figures for HParams) at the end of a completed run. `probes` are the
+    terminal (with its numbers for HParams) at the end of a completed run. `probes` are the
     two-person probes the attention top-1 is measured on (may be empty)."""
 
     def __init__(self, writer: Any, contexts: Sequence[AlignedAgreement],
@@ -223,4 +223,4 @@ class AgreementWatch:
             fresh = self.last is not None and self.last[0] == result.step
             report = self.last[1] if fresh else agreement_report(trainer.model, self.contexts, self.probes)
             print("\n" + agreement_lines(report))
-            result.metrics.update({f"hparam/{name}": value for name, value in figures(report).items()})
+            result.metrics.update({f"hparam/{name}": value for name, value in agreement_scalars(report).items()})

@@ -33,7 +33,7 @@ class AttentionWatch:
     TensorBoard; between evaluations (`on_watch`), the probe scores alone, a cheap dense curve;
     at the start, the Custom Scalars charts that put every head on one axis. At the end of a
     completed run: the head report on the terminal (the heads ranked, the effect of ablating
-    the best one, where each watched sentence's pronoun looks), its figures for TensorBoard's
+    the best one, where each watched sentence's pronoun looks), its numbers for TensorBoard's
     HParams, and the watched sentences as an offline attention page at `page`, if given."""
 
     def __init__(self, writer: Any, tokenizer: Tokenizer, sentences: Sequence[str] = (),
@@ -83,7 +83,7 @@ class AttentionWatch:
                 warn(f"no attention page: {exc}")
 
     def report(self, model: Any) -> tuple[dict[str, float], list[SentenceView]]:
-        """Prints the head report; returns its figures, named for TensorBoard's HParams, and the
+        """Prints the head report; returns its numbers, named for TensorBoard's HParams, and the
         watched sentences with their patterns, for the attention page."""
         metrics: dict[str, float] = {}
         best = None

@@ -43,7 +43,7 @@ def _query_position(tokens: list[str], query: str | None) -> int:
     return matches[-1]
 
 
-def show_attention(model, tokenizer, ckpt: dict, args: argparse.Namespace, ablate: dict) -> None:
+def show_attention(model, tokenizer, checkpoint: dict, args: argparse.Namespace, ablate: dict) -> None:
     text = args.attention
     if not text:
         raise UsageError("--attention needs a non-empty text, e.g. --attention \"The dog saw the ball and it\"")
@@ -58,7 +58,7 @@ def show_attention(model, tokenizer, ckpt: dict, args: argparse.Namespace, ablat
 
     if args.html:
         view = sentence_view(text, tokens, patterns, query=query)
-        step = f" at step {ckpt['step']}" if "step" in ckpt else ""
+        step = f" at step {checkpoint['step']}" if "step" in checkpoint else ""
         ablated = f", with {', '.join(ablation_names(ablate))} ablated" if ablate else ""
         page = write_page(args.html, attention_page([view], f"Attention of {args.out_dir}{step}{ablated}"))
     if args.json:
@@ -70,7 +70,7 @@ def show_attention(model, tokenizer, ckpt: dict, args: argparse.Namespace, ablat
         }))
         return
     if not args.html:
-        png_dir = _write_heatmaps(ckpt, args, tokens, patterns, query, (layer, head))
+        png_dir = _write_heatmaps(checkpoint, args, tokens, patterns, query, (layer, head))
 
     print("tokens: " + " | ".join(display_token(t, space_mark="") for t in tokens))
     print(f"where {tokens[query].strip()!r} (position {query}) looks, top 3 per head:")
@@ -83,7 +83,7 @@ def show_attention(model, tokenizer, ckpt: dict, args: argparse.Namespace, ablat
         print(f"heatmaps: {png_dir}/{sentence_slug(text)}_*.png")
 
 
-def _write_heatmaps(ckpt: dict, args: argparse.Namespace, tokens: list[str], patterns: list, query: int,
+def _write_heatmaps(checkpoint: dict, args: argparse.Namespace, tokens: list[str], patterns: list, query: int,
                     focused: tuple[int, int]) -> Path:
     """PNGs of every layer and of the focused head, also added to the checkpoint's TensorBoard run;
     returns their folder."""
@@ -101,21 +101,21 @@ def _write_heatmaps(ckpt: dict, args: argparse.Namespace, tokens: list[str], pat
     except OSError as exc:
         raise UserError(f"cannot write the heatmaps to {png_dir} ({exc.strerror or exc}); choose a writable "
                         f"--png_dir") from None
-    _log_to_run(ckpt, slug, figures)
+    _log_to_run(checkpoint, slug, figures)
     return png_dir
 
 
-def _log_to_run(ckpt: dict, slug: str, figures: dict) -> None:
+def _log_to_run(checkpoint: dict, slug: str, figures: dict) -> None:
     """Adds the heatmaps to the checkpoint's TensorBoard run, under inspect/."""
-    config = ckpt.get("train_config")
-    run = ckpt.get("run_name")
+    config = checkpoint.get("train_config")
+    run = checkpoint.get("run_name")
     root = config.get("log_dir", "runs") if isinstance(config, dict) else None
     if not isinstance(run, str) or not run or not isinstance(root, str):
         return
     log_dir = Path(root) / run
     writer = TensorBoardWriter(log_dir, fix="the heatmaps are in the PNG files")
     for name, fig in figures.items():
-        writer.add_figure(f"inspect/{slug}/{Path(name).stem.removeprefix(slug + '_')}", fig, ckpt.get("step", 0))
+        writer.add_figure(f"inspect/{slug}/{Path(name).stem.removeprefix(slug + '_')}", fig, checkpoint.get("step", 0))
     writer.close()
     if not writer.failed:
         print(f"TensorBoard: tensorboard --logdir {log_dir.parent} (run {run}, tab IMAGES, tags inspect/...)")

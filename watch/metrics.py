@@ -173,7 +173,7 @@ def row_stats(rows: torch.Tensor, aligned: Sequence[AlignedProbe]) -> dict[str, 
     # Sums over probes: [layer, head].
     ref_sum, dis_sum = ref.sum(1), dis.sum(1)
     top1 = (ref > dis).sum(1)  # a tie is not a win
-    ref_ns, dis_ns = (ref_n * keep).sum(1), (dis_n * keep).sum(1)
+    referent_no_sink, distractor_no_sink = (ref_n * keep).sum(1), (dis_n * keep).sum(1)
     top1_ns = ((ref_n > dis_n) & keep).sum(1)
 
     stats = {}
@@ -183,8 +183,8 @@ def row_stats(rows: torch.Tensor, aligned: Sequence[AlignedProbe]) -> dict[str, 
             stats[head_name(layer, head)] = HeadStats(
                 layer=layer, head=head,
                 referent=ref_sum[at].item() / n, distractor=dis_sum[at].item() / n, top1=top1[at].item() / n,
-                referent_no_sink=ref_ns[at].item() / n_no_sink if n_no_sink else None,
-                distractor_no_sink=dis_ns[at].item() / n_no_sink if n_no_sink else None,
+                referent_no_sink=referent_no_sink[at].item() / n_no_sink if n_no_sink else None,
+                distractor_no_sink=distractor_no_sink[at].item() / n_no_sink if n_no_sink else None,
                 top1_no_sink=top1_ns[at].item() / n_no_sink if n_no_sink else None,
                 n_probes=n, n_top1=int(top1[at]), n_no_sink=n_no_sink, n_top1_no_sink=int(top1_ns[at]),
             )

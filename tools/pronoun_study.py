@@ -1,6 +1,6 @@
 """Where does a checkpoint resolve gendered pronouns? Every head at two positions, behaviour, ablation.
 
-    python bench/pronoun_study.py CKPT [CKPT ...] [--probes FILE] [--heldout FILE] [--agreement FILE]
+    python tools/pronoun_study.py CKPT [CKPT ...] [--probes FILE] [--heldout FILE] [--agreement FILE]
         [--ablate L1H2+L2H0 ...] [--residual] [--init_seeds N] [--brief] [--json FILE] [--log_dir DIR]
 
 On two-person probes ("lily played with tom, and he laughed") every head is scored at two
@@ -52,10 +52,10 @@ from errors import UsageError, UserError, run_cli  # noqa: E402
 from model.gpt import GPT, GPTConfig  # noqa: E402
 from trainer.checkpoint import load_model  # noqa: E402
 from watch.agreement import (  # noqa: E402
-    Ablated,
+    AblationResult,
     AgreementReport,
     AgreementStats,
-    ablated,
+    ablation_result,
     agreement_lines,
     agreement_report,
     aligned_agreement,
@@ -74,9 +74,9 @@ NO_CONTINUATION = ContinuationStats(None, None, None, 0, 0, 0)
 # --- inputs ------------------------------------------------------------------------------------------
 
 
-def probe_files(payload: dict, args: argparse.Namespace) -> tuple[Path, Path | None, Path | None]:
+def probe_files(checkpoint: dict, args: argparse.Namespace) -> tuple[Path, Path | None, Path | None]:
     """(two-person probes, held-out probes, agreement contexts): as given, else the corpus's own."""
-    dataset = str((payload.get("train_config") or {}).get("dataset", ""))
+    dataset = str((checkpoint.get("train_config") or {}).get("dataset", ""))
     corpus = corpus_of(dataset)
     probes = args.probes or (corpus.probes_path if corpus else None)
     if probes is None:
@@ -284,7 +284,7 @@ def study(model, tokenizer: Tokenizer, files: tuple[Path, Path | None, Path | No
     if agreement is not None:
         done = {tuple(ab.heads) for ab in agreement.ablations}
         sets = [("best", [best.name]), *(("requested", sorted(heads)) for heads in extra)]
-        result["more_ablations"] = [ablated(model, contexts, aligned, label, heads) for label, heads in sets
+        result["more_ablations"] = [ablation_result(model, contexts, aligned, label, heads) for label, heads in sets
                                     if tuple(heads) not in done]
         cfg = model.config
         result["object_ablated"] = {
@@ -380,7 +380,7 @@ def to_json(value: object) -> object:
     """A study's result as plain JSON values."""
     if isinstance(value, ProbeReport | HeadStats):
         return value.to_dict()
-    if isinstance(value, AgreementReport | Ablated | AgreementStats):
+    if isinstance(value, AgreementReport | AblationResult | AgreementStats):
         return to_json(vars(value))
     if isinstance(value, dict):
         return {k: to_json(v) for k, v in value.items()}
@@ -390,7 +390,7 @@ def to_json(value: object) -> object:
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="python bench/pronoun_study.py", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python tools/pronoun_study.py", description=__doc__.split("\n\n")[0])
     p.add_argument("checkpoints", nargs="+", help="ckpt.pt files, or folders holding one")
     p.add_argument("--probes", type=Path, default=None, help="two-person probes (default: the corpus's own)")
     p.add_argument("--heldout", type=Path, default=None, help="held-out family (default: PROBES-heldout.jsonl)")
@@ -415,10 +415,11 @@ def main(argv: list[str]) -> int:
     reports, rows = {}, []
     for name in args.checkpoints:
         loaded = load_model(name, torch.device("cpu"))
-        payload = loaded.payload
-        r = study(loaded.model, loaded.tokenizer, probe_files(payload, args), [a.split("+") for a in args.ablate],
-                  args.residual, list(range(args.init_seeds)), int((payload.get("train_config") or {}).get("seed", 0)))
-        step, val = payload["step"], payload["best_val_loss"]
+        checkpoint = loaded.checkpoint
+        seed = int((checkpoint.get("train_config") or {}).get("seed", 0))
+        r = study(loaded.model, loaded.tokenizer, probe_files(checkpoint, args), [a.split("+") for a in args.ablate],
+                  args.residual, list(range(args.init_seeds)), seed)
+        step, val = checkpoint["step"], checkpoint["best_val_loss"]
         if not args.brief:
             print(format_report(f"{name} (step {step}, best val {val:.4f})", r, args.limit) + "\n")
         rows.append(summary_row(f"{Path(name).parent.name}/{Path(name).name}", step, val, r))

@@ -40,7 +40,7 @@ Agreement items test the behaviour instead of the attention: a context with a
 single person, cut just before a pronoun ("Lily went to the park and"), whose
 next word should be "she" rather than "he".
 
-    python -m data.gender_probes --corpus ../shared/data/tinystories_subset.txt \\
+    python -m tools.gender_probes --corpus ../shared/data/tinystories_subset.txt \\
         --out data/probes/gender-subset.jsonl --heldout data/probes/gender-subset-heldout.jsonl \\
         --agreement data/probes/gender-subset-agreement.jsonl
 
@@ -575,7 +575,7 @@ def write_meta(path: Path, meta: dict) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m data.gender_probes", description=__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(prog="python -m tools.gender_probes", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--corpus", required=True,
                    help="training text the people come from (and that must not contain the probes)")

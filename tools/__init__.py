@@ -1,0 +1,1 @@
+"""Offline tools and studies: run by hand, never imported by `model`, `data`, `trainer` or `watch`."""
