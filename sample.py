@@ -4,6 +4,7 @@
     python sample.py --out_dir=out --prompt @prompt.txt
     python sample.py --out_dir=out --attention "The dog fetched the ball and she was happy" [--html page.html]
     python sample.py --out_dir=out --probes probes.jsonl [--ablate L1H2] [--json]
+    python sample.py --out_dir=out --heads [--text FILE] [--ablate L1H2] [--ablation=mean] [--json]
 """
 
 from __future__ import annotations
@@ -47,6 +48,14 @@ def build_parser() -> argparse.ArgumentParser:
     look.add_argument("--html", metavar="FILE.html", default=None,
                       help="with --attention: write an offline attention page (one HTML file) instead of PNGs")
     look.add_argument("--probes", metavar="FILE.jsonl", help="print the head table for a probe file")
+    look.add_argument("--heads", action="store_true",
+                      help="what kind of head each head became (previous-token, induction, ...), against the "
+                           "untrained model, and what removing them costs")
+    look.add_argument("--text", metavar="FILE", default=None,
+                      help="with --heads: held-out text to score on (default: the run's val split, if its prepared "
+                           "data is still here)")
+    look.add_argument("--ablation", choices=("zero", "mean"), default="zero",
+                      help="with --heads: how a head is removed, its output set to 0 or to its mean over held-out text")
     look.add_argument("--ablate", metavar="LlHh", action="append", default=[],
                       help="zero this head's output (repeatable), e.g. L1H2")
     look.add_argument("--json", action="store_true", help="print machine-readable JSON instead of tables")
@@ -57,11 +66,13 @@ SAMPLING_OPTIONS = ("prompt", "num_samples", "max_new_tokens", "temperature", "t
 
 
 def check_mode(args: argparse.Namespace, parser: argparse.ArgumentParser) -> str:
-    """"sample", "attention" or "probes"; a UsageError for an option that this mode would ignore."""
-    if args.attention is not None and args.probes is not None:
-        raise UsageError("--attention and --probes are two different looks inside a checkpoint; give one of them "
-                         "per command")
-    mode = "attention" if args.attention is not None else "probes" if args.probes is not None else "sample"
+    """"sample", "attention", "probes" or "heads"; a UsageError for an option that this mode would ignore."""
+    looks = [name for name, given in (("attention", args.attention is not None), ("probes", args.probes is not None),
+                                      ("heads", args.heads)) if given]
+    if len(looks) > 1:
+        raise UsageError(f"--{looks[0]} and --{looks[1]} are two different looks inside a checkpoint; give one of "
+                         f"them per command")
+    mode = looks[0] if looks else "sample"
     given = [name for name, value in vars(args).items() if value != parser.get_default(name)]
     for name in given:
         if name in SAMPLING_OPTIONS and mode != "sample":
@@ -75,7 +86,9 @@ def check_mode(args: argparse.Namespace, parser: argparse.ArgumentParser) -> str
             raise UsageError("--png_dir is where --attention writes PNGs, which --html replaces by one page; "
                              "drop one of them")
         if name == "json" and mode == "sample":
-            raise UsageError("--json applies only to --attention and --probes; drop it, or add one of them")
+            raise UsageError("--json applies only to --attention, --probes and --heads; drop it, or add one of them")
+        if name in ("text", "ablation") and mode != "heads":
+            raise UsageError(f"--{name} applies only to --heads; drop it, or add --heads")
     return mode
 
 
@@ -149,6 +162,11 @@ def main(argv: list[str]) -> int:
         from watch.inspect_cli import show_probes
 
         show_probes(model, tokenizer, args, ablate)
+        return 0
+    if mode == "heads":
+        from watch.inspect_cli import show_heads
+
+        show_heads(model, tokenizer, checkpoint, args, ablate)
         return 0
 
     ids = tokenizer.encode(read_prompt(args.prompt))

@@ -118,23 +118,19 @@ def open_tensorboard(cfg: TrainConfig, run_name: str):
 
 
 def main_process_callbacks(cfg: TrainConfig, trainer: Trainer, writer) -> list:
-    """The terminal and TensorBoard scalars, a text sample, attention watching and, with agreement
-    contexts, pronoun agreement."""
+    """The terminal and TensorBoard scalars, a text sample, and attention watching: head types, and
+    with probe files (the corpus's own, or --probes/--agreement) pronoun resolution and agreement."""
     from data.corpora import corpus_of
     from trainer.callbacks import TextSample, TrainingLog
-    from watch.agreement import AgreementWatch, aligned_agreement
-    from watch.callback import AttentionWatch, aligned_probes
+    from watch.callback import AttentionWatch
 
     corpus = corpus_of(cfg.dataset)
-    probes_path = cfg.probes or trainer.data.probes_path or (corpus and corpus.probes_path)
-    probes = aligned_probes(probes_path, trainer.tokenizer) if probes_path else []
-    agreement_path = cfg.agreement or (corpus and corpus.agreement_path)
-    agreement = [AgreementWatch(writer, aligned_agreement(agreement_path, trainer.tokenizer), probes)] \
-        if agreement_path else []
+    probes = cfg.probes or trainer.data.probes_path or (corpus and corpus.probes_path) or None
+    agreement = cfg.agreement or (corpus and corpus.agreement_path) or None
     return [TrainingLog(writer),
             TextSample(writer, trainer.tokenizer, cfg.sample_prompt, cfg.sample_tokens, cfg.seed),
-            AttentionWatch(writer, trainer.tokenizer, cfg.watch_sentences, probes,
-                           page=Path(cfg.out_dir) / "attention.html"), *agreement]
+            AttentionWatch(writer, cfg.watch_sentences, probes, agreement, page=Path(cfg.out_dir) / "attention.html",
+                           ablation=cfg.ablation)]
 
 
 def report_end(cfg: TrainConfig, result: FitResult, argv: list[str]) -> None:

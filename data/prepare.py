@@ -132,6 +132,39 @@ def prepare(dataset: str, tokenizer: str = "char", data_dir: str | Path = "data/
     return Prepared(folder, meta, tok)
 
 
+def find_prepared(settings: dict, tokenizer_meta: dict) -> Prepared | None:
+    """The prepared data a run with these settings (a checkpoint's `data`, or its train_config) used,
+    when it is still on disk and intact; None otherwise. Nothing is prepared or downloaded."""
+    folder, digest = settings.get("folder"), settings.get("source_sha256")
+    candidates = []
+    if isinstance(folder, str) and isinstance(digest, str):
+        candidates.append((Path(folder), digest))
+    dataset, tokenizer = settings.get("dataset"), settings.get("tokenizer")
+    data_dir, fraction = settings.get("data_dir", "data/prepared"), settings.get("val_fraction")
+    if all(isinstance(v, str) for v in (dataset, tokenizer, data_dir)) and isinstance(fraction, float):
+        stem = Path(dataset).stem if not corpora.is_named(dataset) else dataset
+        try:
+            found = sorted(Path(data_dir).glob(f"{glob_escape(stem)}-{tokenizer}-*-val{fraction:g}"))
+        except OSError:
+            found = []
+        candidates += [(path, None) for path in found]
+    for path, digest in candidates:
+        try:
+            meta = json.loads((path / "meta.json").read_text(encoding="utf-8"))
+            if not isinstance(meta, dict) or meta.get("tokenizer") != tokenizer_meta:
+                continue
+            prepared, _ = _cached(path, digest or meta.get("source_sha256"))
+        except (OSError, ValueError, UnicodeDecodeError):
+            continue
+        if prepared is not None:
+            return prepared
+    return None
+
+
+def glob_escape(text: str) -> str:
+    return "".join(f"[{c}]" if c in "*?[" else c for c in text)
+
+
 def _too_short(split: str, sizes: dict[str, int], block_size: int, meta: dict) -> UserError:
     """Why `split` is shorter than one window, and the fix that helps: a longer text or a smaller block
     when the whole text is short, otherwise a split of the text that leaves each part enough."""

@@ -25,12 +25,29 @@ TransformerLens's word.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-Ablation = dict[int, list[int]]  # layer -> heads whose output is zeroed (see `SelfAttention._merge`)
+
+@dataclass(frozen=True)
+class HeadAblation:
+    """Heads removed from one layer. `keep` [n_head] is 1 for a head that stays and 0 for one
+    removed; a removed head's output is replaced by zeros (zero-ablation, `fill` None) or by
+    `fill` [n_head, head_dim], its mean output over some text (mean-ablation)."""
+
+    keep: torch.Tensor
+    fill: torch.Tensor | None = None
+
+    def apply(self, context: torch.Tensor) -> torch.Tensor:
+        """context [B, H, T, head_dim], every head's output, with the removed heads replaced."""
+        out = context * self.keep.view(1, -1, 1, 1).to(context.dtype)
+        if self.fill is None:
+            return out
+        removed = (1 - self.keep).view(-1, 1).to(context.dtype)                       # [H, 1]
+        return out + (removed * self.fill.to(context.dtype)).unsqueeze(1)          # + [H, 1, head_dim]
 
 
 class Rotary(nn.Module):
@@ -85,7 +102,7 @@ class SelfAttention(nn.Module):
 
     # --- the readable path ----------------------------------------------------------
 
-    def forward_with_weights(self, x: torch.Tensor, *, head_mask: torch.Tensor | None = None
+    def forward_with_weights(self, x: torch.Tensor, *, ablation: HeadAblation | None = None
                              ) -> tuple[torch.Tensor, torch.Tensor]:
         """The layer written out step by step; also returns the attention weights.
 
@@ -107,21 +124,21 @@ class SelfAttention(nn.Module):
             mixed = F.dropout(attention_weights, p=self.dropout)
         context = mixed @ values                                           # [B, H, T, d_k]
 
-        result = self._merge(context, head_mask)
+        result = self._merge(context, ablation)
         if unbatched:
             return result.squeeze(0), attention_weights.squeeze(0)
         return result, attention_weights
 
     # --- the fast path: training and evaluation ------------------------------------------
 
-    def forward(self, x: torch.Tensor, *, head_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, *, ablation: HeadAblation | None = None) -> torch.Tensor:
         """The same function as `forward_with_weights`, with score, mask, softmax and mix
         fused into one call that never materialises the weights."""
         x, unbatched = self._batched(x)
         queries, keys, values = self._project(x)
         dropout = self.dropout if self.training else 0.0
         context = F.scaled_dot_product_attention(queries, keys, values, dropout_p=dropout, is_causal=True)
-        out = self._merge(context, head_mask)
+        out = self._merge(context, ablation)
         return out.squeeze(0) if unbatched else out
 
     # --- shared by both paths (and by sampling's cached path, model/sampling.py) ---------------
@@ -149,14 +166,14 @@ class SelfAttention(nn.Module):
             queries, keys = self.rotary(queries, start), self.rotary(keys, start)
         return queries, keys
 
-    def _merge(self, context: torch.Tensor, head_mask: torch.Tensor | None) -> torch.Tensor:
+    def _merge(self, context: torch.Tensor, ablation: HeadAblation | None) -> torch.Tensor:
         """context [B, H, T, head_dim] -> [B, T, d_out], through the output projection.
 
-        `head_mask` ([H], 1 keeps a head, 0 removes it) zeroes heads before they
-        are mixed: that is how a head is ablated.
+        `ablation` replaces the output of the heads it removes before the heads are mixed:
+        that is how a head is ablated.
         """
-        if head_mask is not None:
-            context = context * head_mask.view(1, -1, 1, 1).to(context.dtype)
+        if ablation is not None:
+            context = ablation.apply(context)
         B, H, T, D = context.shape
         out = context.transpose(1, 2).reshape(B, T, H * D)
         return self.out_proj(out) if self.out_proj is not None else out

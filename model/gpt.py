@@ -23,9 +23,23 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import model.sampling as sampling
-from model.attention import Ablation, SelfAttention
+from model.attention import HeadAblation, SelfAttention
 
 ARCHITECTURES = ("gpt2", "modern")
+
+
+@dataclass(frozen=True)
+class Ablation:
+    """Heads to remove: `heads` {layer: [head, ...]}. Zero-ablation replaces a removed head's output
+    by zeros; mean-ablation (`means` given: {layer: [n_head, head_dim]}, each head's mean output over
+    some text) by that mean. Wherever a model takes `ablate`, a plain {layer: [heads]} means
+    zero-ablation."""
+
+    heads: dict[int, list[int]]
+    means: dict[int, torch.Tensor] | None = None
+
+
+Ablate = Ablation | dict[int, list[int]]
 
 
 @dataclass
@@ -119,13 +133,13 @@ class Block(nn.Module):
         self.mlp = MLP(config)
         self.resid_dropout = nn.Dropout(config.dropout)
 
-    def forward(self, x: torch.Tensor, head_mask: torch.Tensor | None = None) -> torch.Tensor:
-        x = x + self.resid_dropout(self.attn(self.ln_1(x), head_mask=head_mask))
+    def forward(self, x: torch.Tensor, ablation: HeadAblation | None = None) -> torch.Tensor:
+        x = x + self.resid_dropout(self.attn(self.ln_1(x), ablation=ablation))
         return x + self.mlp(self.ln_2(x))
 
-    def forward_with_weights(self, x: torch.Tensor, head_mask: torch.Tensor | None = None
+    def forward_with_weights(self, x: torch.Tensor, ablation: HeadAblation | None = None
                              ) -> tuple[torch.Tensor, torch.Tensor]:
-        attended, pattern = self.attn.forward_with_weights(self.ln_1(x), head_mask=head_mask)
+        attended, pattern = self.attn.forward_with_weights(self.ln_1(x), ablation=ablation)
         x = x + self.resid_dropout(attended)
         return x + self.mlp(self.ln_2(x)), pattern
 
@@ -173,7 +187,7 @@ class GPT(nn.Module):
     # --- training, evaluation, watching ------------------------------------------------
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, *,
-                ablate: Ablation | None = None, all_logits: bool = False
+                ablate: Ablate | None = None, all_logits: bool = False
                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """idx [B, T] token ids -> (logits, loss).
 
@@ -182,8 +196,8 @@ class GPT(nn.Module):
         (all a sampler needs) unless `all_logits` is set.
         """
         x = self._embed(idx)
-        for block, mask in zip(self.blocks, self.head_masks(ablate, idx.device), strict=True):
-            x = block(x, head_mask=mask)
+        for block, ablation in zip(self.blocks, self.head_ablations(ablate, idx.device), strict=True):
+            x = block(x, ablation)
         x = self.ln_f(x)
         if targets is not None:
             logits = self.lm_head(x)
@@ -191,7 +205,7 @@ class GPT(nn.Module):
             return logits, loss
         return (self.lm_head(x) if all_logits else self.lm_head(x[:, -1:, :])), None
 
-    def forward_with_attention(self, idx: torch.Tensor, *, ablate: Ablation | None = None,
+    def forward_with_attention(self, idx: torch.Tensor, *, ablate: Ablate | None = None,
                                logits_at: torch.Tensor | None = None) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """The readable path through every layer: (logits at every position,
         one attention pattern [batch, head, query_pos, key_pos] per layer). With `logits_at`
@@ -199,8 +213,8 @@ class GPT(nn.Module):
         head over every position is most of the work when a caller reads one row each."""
         x = self._embed(idx)
         patterns = []
-        for block, mask in zip(self.blocks, self.head_masks(ablate, idx.device), strict=True):
-            x, pattern = block.forward_with_weights(x, head_mask=mask)
+        for block, ablation in zip(self.blocks, self.head_ablations(ablate, idx.device), strict=True):
+            x, pattern = block.forward_with_weights(x, ablation)
             patterns.append(pattern)
         if logits_at is not None:
             x = x[torch.arange(x.shape[0], device=x.device), logits_at]
@@ -216,17 +230,21 @@ class GPT(nn.Module):
             x = x + self.wpe(torch.arange(T, device=idx.device))
         return self.drop(x)
 
-    def head_masks(self, ablate: Ablation | None, device: torch.device) -> list[torch.Tensor | None]:
-        """One [n_head] mask per layer (None: nothing removed), 0 for each head `ablate` names."""
-        masks: list[torch.Tensor | None] = [None] * self.config.n_layer
-        for layer, heads in (ablate or {}).items():
+    def head_ablations(self, ablate: Ablate | None, device: torch.device) -> list[HeadAblation | None]:
+        """What each layer removes (None: nothing), for `ablate` as `forward` takes it."""
+        if ablate is None:
+            return [None] * self.config.n_layer
+        plan = ablate if isinstance(ablate, Ablation) else Ablation(ablate)
+        ablations: list[HeadAblation | None] = [None] * self.config.n_layer
+        for layer, heads in plan.heads.items():
             if not 0 <= layer < self.config.n_layer or any(not 0 <= h < self.config.n_head for h in heads):
                 raise ValueError(f"cannot ablate layer {layer} heads {heads}: the model has "
                                  f"{self.config.n_layer} layers of {self.config.n_head} heads (L0H0 first)")
-            mask = torch.ones(self.config.n_head, device=device)
-            mask[list(heads)] = 0.0
-            masks[layer] = mask
-        return masks
+            keep = torch.ones(self.config.n_head, device=device)
+            keep[list(heads)] = 0.0
+            fill = plan.means[layer].to(device) if plan.means is not None else None
+            ablations[layer] = HeadAblation(keep, fill)
+        return ablations
 
     # --- sampling (model/sampling.py) --------------------------------------------------------------
 

@@ -25,8 +25,6 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-Ablation = dict[int, list[int]]  # layer -> heads whose output is zeroed
-
 
 class KVCache:
     """What sampling keeps between tokens: the keys and values of every position seen so far,
@@ -132,7 +130,7 @@ def _rows_linear(x: torch.Tensor, weight_t: torch.Tensor, bias: torch.Tensor | N
 
 
 def _attention(attn: nn.Module, x: torch.Tensor, weights: tuple, cache: KVCache, layer: int,
-               residual: torch.Tensor, head_mask: torch.Tensor | None) -> torch.Tensor:
+               residual: torch.Tensor, ablation) -> torch.Tensor:
     """`residual + attn(x)` for rows x [B * T, d_in]: for each of the cache's B sequences, T
     positions that follow the `cache.length` it holds. Each attends to itself, the new positions
     before it, and every cached position; this layer's keys and values join the cache."""
@@ -154,8 +152,8 @@ def _attention(attn: nn.Module, x: torch.Tensor, weights: tuple, cache: KVCache,
         # New query i sits at absolute position start + i and sees keys up to there.
         allowed = torch.ones(T, start + T, dtype=torch.bool, device=x.device).tril(diagonal=start)
         context = F.scaled_dot_product_attention(queries, keys, values, attn_mask=allowed)
-    if head_mask is not None:
-        context = context * head_mask.view(1, -1, 1, 1).to(context.dtype)
+    if ablation is not None:
+        context = ablation.apply(context)
     out = context.view(B, attn.d_out) if T == 1 else context.transpose(1, 2).reshape(B * T, attn.d_out)
     if out_t is None:
         return residual + out
@@ -169,10 +167,10 @@ def _mlp(activation, x: torch.Tensor, weights: tuple, residual: torch.Tensor) ->
 
 
 def decode(model: nn.Module, idx: torch.Tensor, cache: KVCache,
-           head_masks: list[torch.Tensor | None] | None = None) -> torch.Tensor:
+           ablations: list | None = None) -> torch.Tensor:
     """Logits [B, vocab] for the position after idx [B, T], whose tokens follow the
-    `cache.length` positions the cache holds; adds them to the cache. `head_masks` (from
-    `GPT.head_masks`, one per layer) ablates heads as `GPT.forward`'s `ablate` does."""
+    `cache.length` positions the cache holds; adds them to the cache. `ablations` (from
+    `GPT.head_ablations`, one per layer) removes heads as `GPT.forward`'s `ablate` does."""
     B, T = idx.shape
     start = cache.length
     if start + T > model.config.block_size:
@@ -183,8 +181,8 @@ def decode(model: nn.Module, idx: torch.Tensor, cache: KVCache,
         x = x + position_table[start:start + T]
     x = x.view(B * T, -1)
     for layer, (block, (ln_1, attn, ln_2, mlp)) in enumerate(zip(model.blocks, blocks, strict=True)):
-        mask = None if head_masks is None else head_masks[layer]
-        x = _attention(block.attn, _norm(x, ln_1), attn, cache, layer, x, mask)
+        ablation = None if ablations is None else ablations[layer]
+        x = _attention(block.attn, _norm(x, ln_1), attn, cache, layer, x, ablation)
         x = _mlp(block.mlp.activation, _norm(x, ln_2), mlp, x)
     cache.advance(T)
     last = x.view(B, T, -1)[:, -1]
@@ -196,8 +194,9 @@ def decode(model: nn.Module, idx: torch.Tensor, cache: KVCache,
 def generate_stream(model: nn.Module, idx: torch.Tensor, max_new_tokens: int, *, temperature: float = 1.0,
                     top_k: int | None = None, top_p: float | None = None,
                     generator: torch.Generator | None = None, use_cache: bool = True,
-                    ablate: Ablation | None = None) -> Iterator[torch.Tensor]:
-    """Yields each new token, [B, 1], as soon as it is sampled, with the heads in `ablate` removed.
+                    ablate=None) -> Iterator[torch.Tensor]:
+    """Yields each new token, [B, 1], as soon as it is sampled, with the heads in `ablate` removed
+    (as `GPT.forward` takes it).
 
     temperature 0 is greedy. When the context outgrows block_size, the model
     keeps the most recent half block and goes on (re-encoding those tokens
@@ -222,20 +221,20 @@ def generate(model: nn.Module, idx: torch.Tensor, max_new_tokens: int, **kwargs)
 
 def _sampled(model: nn.Module, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
              top_k: int | None = None, top_p: float | None = None, generator: torch.Generator | None = None,
-             use_cache: bool = True, ablate: Ablation | None = None) -> Iterator[torch.Tensor]:
+             use_cache: bool = True, ablate=None) -> Iterator[torch.Tensor]:
     if idx.dim() != 2 or idx.shape[1] == 0:
         raise ValueError("generate needs a non-empty prompt shaped [batch, tokens]")
     block = model.config.block_size
     keep = max(1, block // 2)
     context = idx[:, -block:]
     cache = KVCache.for_model(model, idx.shape[0]) if use_cache else None
-    head_masks = model.head_masks(ablate, idx.device) if ablate else None
+    ablations = model.head_ablations(ablate, idx.device) if ablate else None
     pending = context  # tokens not yet in the cache
     for _ in range(max_new_tokens):
         if cache is None:
             logits = model(context, ablate=ablate)[0][:, -1]
         else:
-            logits = decode(model, pending, cache, head_masks)
+            logits = decode(model, pending, cache, ablations)
         next_token = sample_next(logits, temperature, top_k, top_p, generator)
         yield next_token
         context = torch.cat([context, next_token], dim=1)

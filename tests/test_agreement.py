@@ -14,20 +14,14 @@ import train
 from data.probes import AgreementProbe, align_agreement, load_agreement, load_probes
 from data.tokenizer import CharTokenizer, GPT2Tokenizer
 from errors import UserError, run_cli
-from model.gpt import GPTConfig
 from trainer import runtime
 from trainer.config import load_config
 from trainer.trainer import Trainer
-from watch.agreement import (
-    AgreementWatch,
-    agreement_stats,
-    aligned_agreement,
-    most_selective,
-    name_readers,
-    name_weights,
-)
-from watch.callback import aligned_probes
-from watch.metrics import HeadStats
+from watch.callback import AttentionWatch
+from watch.capture import capture_from_patterns
+from watch.pipeline import read
+from watch.probesets import AGREEMENT, ProbeSet, ProbeSets, agreement_contexts
+from watch.pronouns import HeadStats, ProbeReport, agreement_stats, most_selective, name_readers
 
 WOMEN, MEN = ["ann", "eve", "may"], ["bob", "tim", "ted"]
 PLACES = ["out", "home", "up", "in"]
@@ -95,10 +89,14 @@ def test_contexts_with_unknown_tokens_are_left_out_with_a_warning(tmp_path):
     path = write_jsonl(tmp_path / "a.jsonl", [*contexts(), {"text": "zoe went out and", "pronoun": "she",
                                                             "wrong": "he"}])
     with pytest.warns(UserWarning, match="1 of 13 agreement contexts"):
-        assert len(aligned_agreement(path, CharTokenizer.from_text(corpus()))) == 12
+        assert len(agreement_contexts(path, CharTokenizer.from_text(corpus()), block_size=64)) == 12
 
 
 # --- scores with known answers -----------------------------------------------------------------
+
+
+def agreement_set(items: list) -> ProbeSet:
+    return ProbeSet(AGREEMENT, [item.ids for item in items], items, logits_at=[item.continuation_pos for item in items])
 
 
 def test_name_weights_on_a_hand_built_pattern(tmp_path):
@@ -113,7 +111,9 @@ def test_name_weights_on_a_hand_built_pattern(tmp_path):
         layers[1][0, last, item.person_positions] = 0.3  # three letters of "ann": 0.9 on the name
         layers[1][0, last, last] = 0.1
         patterns.append(layers)
-    weights = name_weights(patterns, items)
+    contexts_set = agreement_set(items)
+    results = read([capture_from_patterns(contexts_set, patterns)], ProbeSets({AGREEMENT: contexts_set}))
+    weights = results.per_head("name_reading")
     assert weights["L1H0"] == pytest.approx(0.9)
     uniform = sum(3 / len(item.ids) for item in items) / len(items)  # every other row: uniform over the past
     assert weights["L0H0"] == pytest.approx(uniform) and weights["L1H1"] == pytest.approx(uniform)
@@ -127,27 +127,23 @@ def test_most_selective_is_the_best_top1_whatever_its_weight():
         return HeadStats(layer, head, referent, 0.1, top1, None, None, None, 10, int(10 * top1), 0, 0)
 
     heads = {"L0H0": stats("L0H0", 0.6, 0.5), "L1H0": stats("L1H0", 0.2, 0.8), "L1H1": stats("L1H1", 0.3, 0.8)}
-    assert most_selective(heads).name == "L1H1"  # ties on top-1 go to the larger referent weight
-
-
-class AlwaysShe(torch.nn.Module):
-    """A model whose next-token logits always rank 's' above 'h'."""
-
-    def __init__(self, tokenizer: CharTokenizer) -> None:
-        super().__init__()
-        self.logits = torch.nn.Parameter(torch.zeros(tokenizer.vocab_size))
-        self.logits.data[tokenizer.encode("s")[0]] = 1.0
-        self.config = GPTConfig(vocab_size=tokenizer.vocab_size, block_size=32)
-
-    def forward(self, idx, ablate=None, all_logits=False):
-        return self.logits.expand(*idx.shape, -1), None
+    report = ProbeReport(heads, 10, {}, None)
+    assert most_selective(report).name == "L1H1"  # ties on top-1 go to the larger referent weight
 
 
 def test_agreement_counts_the_pronoun_the_model_prefers():
+    """Logits that always rank 's' above 'h': right for every woman, wrong for every man."""
     tokenizer = CharTokenizer.from_text(corpus())
     items = [align_agreement(AgreementProbe(**c), tokenizer) for c in contexts()]
-    stats = agreement_stats(AlwaysShe(tokenizer), items)
-    assert stats.accuracy == 0.5 and stats.n_correct == 6  # right for every woman, wrong for every man
+    logits = torch.zeros(tokenizer.vocab_size)
+    logits[tokenizer.encode("s")[0]] = 1.0
+    contexts_set = agreement_set(items)
+    patterns = [[torch.tril(torch.ones(1, len(i.ids), len(i.ids))) / torch.arange(1, len(i.ids) + 1)[:, None]]
+                for i in items]
+    results = read([capture_from_patterns(contexts_set, patterns, [logits] * len(items))],
+                   ProbeSets({AGREEMENT: contexts_set}))
+    stats = agreement_stats(results)
+    assert stats.accuracy == 0.5 and stats.n_correct == 6
     assert stats.by_mention == {"first": 0.5, "second": 0.5}
     assert stats.share == pytest.approx(0.5)  # sigmoid(+1) and sigmoid(-1) in equal numbers
 
@@ -166,6 +162,9 @@ class FakeWriter:
     def add_text(self, tag, text, step):
         self.texts.setdefault(tag, []).append(text)
 
+    def add_custom_scalars(self, layout):
+        self.layout = layout
+
 
 @pytest.fixture(scope="module")
 def watched(tmp_path_factory):
@@ -179,22 +178,21 @@ def watched(tmp_path_factory):
                              "--eval_iters=2", "--learning_rate=1e-2", "--warmup_iters=10", "--device=cpu",
                              "--run_name=t"])
     trainer = Trainer.from_config(cfg, runtime.setup(cfg))
-    items = aligned_agreement(write_jsonl(tmp / "a.jsonl", contexts()), trainer.tokenizer)
-    probes = aligned_probes(write_jsonl(tmp / "p.jsonl", [
+    agreement = write_jsonl(tmp / "a.jsonl", contexts())
+    probes = write_jsonl(tmp / "p.jsonl", [
         {"text": "ann met bob and she sang.", "pronoun": "she", "referent": "ann", "distractor": "bob"},
-        {"text": "ann met bob and he sang.", "pronoun": "he", "referent": "bob", "distractor": "ann"}]),
-        trainer.tokenizer)
+        {"text": "ann met bob and he sang.", "pronoun": "he", "referent": "bob", "distractor": "ann"}])
     writer = FakeWriter()
-    trainer.callbacks = [AgreementWatch(writer, items, probes)]
+    trainer.callbacks = [AttentionWatch(writer, probes=probes, agreement=agreement)]
     return trainer.fit(), writer, tmp
 
 
 def test_the_watch_logs_agreement_and_ablation_at_each_evaluation(watched, capsys):
     result, writer, _ = watched
     accuracy = dict(writer.scalars["probes/agreement_accuracy"])
-    assert list(accuracy) == [0, 150, 300]
+    assert list(accuracy) == list(range(0, 301, 25))  # every watch point, evaluations included
     assert accuracy[300] >= 0.9 > accuracy[0]
-    assert [step for step, _ in writer.scalars["probes/agreement_accuracy_first_mention"]] == [0, 150, 300]
+    assert {0, 150, 300} <= {step for step, _ in writer.scalars["probes/agreement_accuracy_first_mention"]}
     assert [step for step, _ in writer.scalars["attention/top1/most_selective"]] == [0, 150, 300]
     # The heads that read the name do the work: without them the model is back to guessing.
     without = dict(writer.scalars["probes/agreement_accuracy_without_name_readers"])

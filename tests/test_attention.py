@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from model import SelfAttention
+from model.attention import HeadAblation
 
 
 def explanation_formula(x: torch.Tensor, attn: SelfAttention) -> torch.Tensor:
@@ -65,12 +66,24 @@ def test_causal_a_later_token_never_changes_an_earlier_output(path):
     assert not torch.allclose(run(x)[0, 6:], run(y)[0, 6:])
 
 
-def test_head_mask_zeroes_exactly_one_heads_contribution():
+def test_zero_ablation_zeroes_exactly_one_heads_contribution():
     attn = SelfAttention(8, 8, n_head=2, out_proj=False)
     x = torch.randn(1, 5, 8)
-    out = attn(x, head_mask=torch.tensor([1.0, 0.0]))
+    out = attn(x, ablation=HeadAblation(torch.tensor([1.0, 0.0])))
     assert (out[..., 4:] == 0).all()
     torch.testing.assert_close(out[..., :4], attn(x)[..., :4])
+
+
+@pytest.mark.parametrize("path", ["fast", "readable"])
+def test_mean_ablation_puts_the_mean_in_place_of_exactly_one_head(path):
+    attn = SelfAttention(8, 8, n_head=2, out_proj=False)
+    x = torch.randn(1, 5, 8)
+    fill = torch.arange(8.0).view(2, 4)  # head 1's stand-in output: 4, 5, 6, 7 at every position
+    ablation = HeadAblation(torch.tensor([1.0, 0.0]), fill)
+    run = attn if path == "fast" else (lambda t, **kw: attn.forward_with_weights(t, **kw)[0])
+    out = run(x, ablation=ablation)
+    assert torch.equal(out[..., 4:], fill[1].expand(1, 5, 4))
+    torch.testing.assert_close(out[..., :4], run(x)[..., :4])
 
 
 def test_bad_input_shapes_are_named():

@@ -52,7 +52,7 @@ class Workspace:
         return args
 
     def sample(self, *extra: str, out: Path | str | None = None) -> list[str]:
-        looks = any(a.startswith(("--attention", "--probes")) for a in extra)  # these sample no text
+        looks = any(a.startswith(("--attention", "--probes", "--heads")) for a in extra)  # these sample no text
         return [f"--out_dir={out or self.out}", *([] if looks else ["--max_new_tokens=5"]), "--device=cpu", *extra]
 
     def file(self, name: str, content: str | bytes) -> str:
@@ -120,6 +120,8 @@ _wider_config = _edited(lambda p: p["model_config"].update(n_embd=32))
 _no_optimizer = _edited(lambda p: p.pop("optimizer"))
 _other_moments = _edited(_optimizer_moments_of_another_model)
 _broken_tokenizer = _edited(lambda p: p.update(tokenizer={"name": "char", "chars": 5}))
+# A checkpoint whose prepared data is gone: no record of it, and a data_dir that does not exist.
+_data_gone = _edited(lambda p: (p.pop("data", None), p["train_config"].update(data_dir="/nonexistent/prepared")))
 
 
 class _FillingFile:
@@ -421,15 +423,30 @@ CASES = [
     Case("sample-html-and-png-dir", "--html with --png_dir", "sample",
          lambda w: w.sample("--attention=the dog and it", "--html=page.html", "--png_dir=png"), 2,
          ("--png_dir is where --attention writes PNGs, which --html replaces",)),
+    Case("sample-text-alone", "--text without --heads", "sample",
+         lambda w: w.sample(f"--text={w.file('t.txt', 'the dog')}"), 2, ("--text applies only to --heads",)),
+    Case("sample-heads-and-probes", "--heads with --probes", "sample",
+         lambda w: w.sample("--heads", f"--probes={w.probes(SHORT_PROBE)}"), 2,
+         ("two different looks", "give one of them")),
+    Case("sample-mean-ablation-without-text", "--heads --ablation=mean where there is no held-out text", "sample",
+         lambda w: w.sample("--heads", "--ablation=mean", "--ablate=L0H0", out=w.checkpoint("gone", _data_gone)), 2,
+         ("--ablation=mean", "give --text FILE", "--ablation=zero")),
+    Case("sample-heads-text-missing", "--heads --text of a missing file", "sample",
+         lambda w: w.sample("--heads", f"--text={w.root / 'nowhere.txt'}"), 1, ("text file", "not found")),
+    Case("sample-heads-text-outside-vocabulary", "--heads --text with characters the model never saw", "sample",
+         lambda w: w.sample("--heads", f"--text={w.file('t.txt', 'ZZZ QQQ')}"), 1,
+         ("--text", "not in the char vocabulary")),
+    Case("cli-bad-ablation", "an unknown ablation mode", "train",
+         lambda w: w.train("--ablation=half"), 2, ("'ablation' must be one of zero, mean",)),
     Case("sample-json-alone", "--json in plain sampling", "sample",
-         lambda w: w.sample("--json"), 2, ("--json applies only to --attention and --probes",)),
+         lambda w: w.sample("--json"), 2, ("--json applies only to --attention, --probes and --heads",)),
     Case("sample-prompt-not-regular", "prompt file is a named pipe (FIFO)", "sample",
          lambda w: w.sample(f"--prompt=@{w.fifo('prompt.txt')}"), 2, ("not a regular file",)),
     Case("sample-probes-not-regular", "probe file is a named pipe (FIFO)", "sample",
          lambda w: w.sample(f"--probes={w.fifo('probes.jsonl')}"), 1, ("not a regular file",)),
     Case("sample-probe-too-long", "a probe longer than block_size", "sample",
          lambda w: w.sample(f"--probes={w.probes(SHORT_PROBE, LONG_PROBE)}"), 1,
-         ("probes.jsonl line 2", "58 tokens but the model's block_size is 16", "shorten its text")),
+         ("probes.jsonl line 2", "58 tokens, more than the model's block_size 16", "shorten its text")),
     Case("sample-probe-same-word", "a probe whose referent is its distractor", "sample",
          lambda w: w.sample(f"--probes={w.probes({**LONG_PROBE, 'distractor': 'ball'})}"), 1,
          ("probes.jsonl line 1", "same word as the referent")),

@@ -175,7 +175,7 @@ def test_ablated_cached_decoding_matches_the_ablated_forward_pass():
     tokens = torch.randint(0, 50, (2, 12))
     ablate = {1: [0]}
     full, _ = model(tokens, all_logits=True, ablate=ablate)
-    cache, masks = KVCache.for_model(model, batch=2), model.head_masks(ablate, tokens.device)
+    cache, masks = KVCache.for_model(model, batch=2), model.head_ablations(ablate, tokens.device)
     with torch.inference_mode():
         got = [decode(model, tokens[:, :3], cache, masks)]
         got += [decode(model, tokens[:, t:t + 1], cache, masks) for t in range(3, 12)]

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
 import torch
 
-from data.probes import AlignedProbe, Probe
 from errors import GptwatchWarning, UserError
 from trainer import runtime
 from trainer.callbacks import TextSample, TrainingLog
@@ -173,20 +173,20 @@ def test_text_sample_logs_at_each_evaluation_and_warns_once_about_a_prompt_it_ca
 
 def test_attention_watch_plugs_in_as_a_callback(tmp_path, capsys):
     trainer = make_trainer(tmp_path, "--block_size=48", "--watch_interval=2")
-    tokenizer = trainer.tokenizer
     text = "the dog saw the ball and it rolled"
-    ids = tokenizer.encode(text)
-    probe = AlignedProbe(Probe(text, "it", "ball", "dog"), ids, tokenizer.token_strings(ids), text.index(" it") + 2,
-                         [text.index("ball") + i for i in range(4)], [text.index("dog") + i for i in range(3)])
+    probes = tmp_path / "probes.jsonl"
+    probes.write_text(json.dumps({"text": text, "pronoun": "it", "referent": "ball", "distractor": "dog"}) + "\n")
     writer = FakeWriter()
-    watch = AttentionWatch(writer, tokenizer, [text], [probe], page=tmp_path / "out" / "attention.html")
+    watch = AttentionWatch(writer, [text], probes, page=tmp_path / "out" / "attention.html")
     trainer.callbacks = [watch]
     result = trainer.fit()
     # Heatmaps and the head table at evaluations; the scores also every watch_interval steps between them.
     assert writer.figures["attention/the_dog_saw_the_ball_and_it_rolled/layer0"] == [0, 3, 6]
     assert writer.texts["attention/heads"] == [0, 3, 6]
-    for tag in ("attention/referent/best", "attention/referent/L0H1", "attention/top1/L0H0", "attention/top1/L0H1"):
+    for tag in ("attention/referent/best", "attention/referent/L0H1", "attention/top1/L0H0", "attention/top1/L0H1",
+                "heads/induction/L0H1", "heads/previous_token/L0H0", "heads/in_context_gain"):
         assert [step for step, _ in writer.scalars[tag]] == [0, 2, 3, 4, 6], tag
+    assert writer.texts["heads/types"] == [0, 3, 6]
     assert len(writer.layouts) == 1  # the Custom Scalars charts, once
     assert {"hparam/best_head_referent", "hparam/best_head_top1"} <= set(result.metrics)
     assert "held-out probes (pronoun -> referent)" in capsys.readouterr().out

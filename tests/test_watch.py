@@ -1,4 +1,5 @@
-"""watch/: capturing attention, scoring heads on pronoun probes, heatmaps, TensorBoard logging."""
+"""watch/: capturing attention, scoring heads on pronoun probes from the capture, heatmaps, TensorBoard logging.
+(Head types: tests/test_head_types.py.)"""
 
 from __future__ import annotations
 
@@ -16,20 +17,15 @@ from data.probes import AlignedProbe
 from data.tokenizer import CharTokenizer
 from errors import UserError
 from model.gpt import GPT
-from watch.capture import capture_attention, capture_rows, continuation_logits
+from watch import capture as capture_module
+from watch.capture import capture_attention, capture_from_patterns, captures
 from watch.heads import ablation_for, head_name, parse_head
-from watch.heatmaps import HeatmapFigure, head_figure, layer_figure, save_png
-from watch.metrics import (
-    ContinuationStats,
-    HeadStats,
-    ProbeReport,
-    ablation_effect,
-    baselines,
-    evaluate_probes,
-    head_stats,
-)
+from watch.heatmaps import HeatmapFigure, SentenceHeatmaps, head_figure, layer_figure, save_png
+from watch.pipeline import read, score
+from watch.probesets import PRONOUN, SENTENCES, ProbeSet, ProbeSets, pronoun_probes, sentences
+from watch.pronouns import ContinuationStats, HeadStats, ProbeReport, baselines, probe_report
 from watch.report import display_token, head_table, top_attended
-from watch.tensorboard import HEAD_CHARTS, log_attention, log_head_charts, log_scores
+from watch.tensorboard import PRONOUN_CHARTS, log_charts, log_images, log_scores, log_tables
 
 
 @dataclass
@@ -55,6 +51,17 @@ ROWS = {
     (1, 0): [{0: .05, 1: .5, 2: .4, 4: .05}, {0: .05, 4: .9, 1: .05}, {0: .9, 2: .1}],  # the resolver
     (1, 1): [None, None, None],
 }
+
+
+def pronoun_set(aligned: list[AlignedProbe]) -> ProbeSet:
+    return ProbeSet(PRONOUN, [item.ids for item in aligned], aligned,
+                    logits_at=[item.continuation_pos for item in aligned])
+
+
+def head_stats(patterns: list[list[torch.Tensor]], aligned: list[AlignedProbe]) -> dict[str, HeadStats]:
+    """Every head's pronoun scores, read from a capture made of these hand-built patterns."""
+    probes = pronoun_set(aligned)
+    return probe_report(read([capture_from_patterns(probes, patterns)], ProbeSets({PRONOUN: probes}))).heads
 
 
 def fake_probes() -> tuple[list[list[torch.Tensor]], list[AlignedProbe]]:
@@ -133,14 +140,30 @@ def test_baselines():
     assert baselines(aligned) == pytest.approx({"chance": 0.5, "first_noun": 2 / 3, "nearest_noun": 1 / 3})
 
 
-def test_head_stats_rejects_positions_outside_the_sentence():
+def test_a_capture_from_patterns_of_the_wrong_shape_is_refused():
     patterns, aligned = fake_probes()
-    aligned[0].referent_positions = [9]
-    with pytest.raises(ValueError, match="referent_positions"):
+    patterns[0][1] = patterns[0][1][:, :5, :5]
+    with pytest.raises(ValueError, match="sequence 0, layer 1"):
         head_stats(patterns, aligned)
 
 
+def test_chunked_captures_add_up_to_the_same_scores(monkeypatch):
+    """A probe set too big for one forward is split; the scores are sums over the chunks, so nothing changes."""
+    model = tiny_model(vocab_size=32)
+    for p in model.parameters():
+        torch.nn.init.normal_(p, std=0.3)
+    sets = ProbeSets({PRONOUN: pronoun_set(model_probes())})
+    whole = score(model, sets)
+    monkeypatch.setattr(capture_module, "BATCH_WEIGHTS", 2 * 2 * 2 * 12 * 12)  # two probes a forward
+    chunked = score(model, sets)
+    assert (whole.forwards, chunked.forwards) == (1, 3)
+    for name, values in whole.heads.items():
+        torch.testing.assert_close(values, chunked.heads[name], atol=1e-6, rtol=1e-5, equal_nan=True)
+    assert whole.numbers == pytest.approx(chunked.numbers)
+
+
 def fake_report() -> ProbeReport:
+    """The hand-built probes' report, with a continuation as a real pass would give it."""
     patterns, aligned = fake_probes()
     continuation = ContinuationStats(accuracy=0.5, distractor_rate=0.25, logit_diff=0.3, n=4, n_correct=2,
                                      n_logit_diff=4)
@@ -261,86 +284,66 @@ def model_probes() -> list[AlignedProbe]:
     return probes
 
 
-def test_continuation_logits_match_plain_forward():
+def test_logits_are_read_where_the_probe_set_asks_and_match_the_plain_forward():
     model = tiny_model(vocab_size=32)
     probes = model_probes()
-    logits = continuation_logits(model, probes, batch_size=2)  # batches mix lengths: padding is exercised
-    assert logits[-1] is None
+    (capture,) = list(captures(model, pronoun_set(probes)))  # one forward, mixed lengths: padding is exercised
+    assert capture.logits.shape == (5, 32) and capture.patterns[0].shape == (5, 2, 12, 12)
     with torch.no_grad():
-        for item, row in zip(probes[:-1], logits[:-1], strict=True):
+        for row, item in enumerate(probes[:-1]):
             full, _ = model(torch.tensor([item.ids]), all_logits=True)
-            torch.testing.assert_close(row, full[0, item.continuation_pos], atol=1e-5, rtol=1e-5)
-    for row, same in zip(logits, continuation_logits(model, probes, ablate={}), strict=True):
-        assert (row is None and same is None) or torch.allclose(row, same, atol=1e-6)
+            torch.testing.assert_close(capture.logits[row], full[0, item.continuation_pos], atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("arch", ["gpt2", "modern"])
-def test_batched_rows_equal_each_sentence_captured_alone(arch):
+def test_a_padded_batch_holds_each_sentence_as_captured_alone(arch):
     model = tiny_model(arch, vocab_size=32)
     for p in model.parameters():
         torch.nn.init.normal_(p, std=0.3)
     probes = model_probes()
-    ids = [item.ids for item in probes]
-    queries = [item.pronoun_pos for item in probes]
-    wanted = [item.continuation_pos for item in probes]
-    rows, logits = capture_rows(model, ids, queries, wanted, batch_size=2)  # padded batches of mixed lengths
-    assert rows.shape == (2, 5, 2, 12)
-    for i, (layers, item) in enumerate(zip(capture_attention(model, ids), probes, strict=True)):
+    (capture,) = list(captures(model, pronoun_set(probes)))
+    for i, item in enumerate(probes):
         n = len(item.ids)
-        for layer, pattern in enumerate(layers):
-            torch.testing.assert_close(rows[layer, i, :, :n], pattern[:, item.pronoun_pos], atol=1e-6, rtol=1e-5)
-            assert torch.all(rows[layer, i, :, n:] == 0)
-    fast = continuation_logits(model, probes)
-    assert logits[-1] is None and fast[-1] is None
-    for mine, theirs in zip(logits[:-1], fast[:-1], strict=True):
-        torch.testing.assert_close(mine, theirs, atol=1e-5, rtol=1e-5)
-    with pytest.raises(ValueError, match="outside its 6 tokens"):
-        capture_rows(model, [ids[0]], [6])
+        (alone,) = capture_attention(model, [item.ids])
+        for layer, pattern in enumerate(alone):
+            torch.testing.assert_close(capture.patterns[layer][i, :, :n, :n], pattern, atol=1e-6, rtol=1e-5)
+            assert torch.all(capture.patterns[layer][i, :, :n, n:] == 0)
 
 
-def test_evaluate_probes_scores_as_the_whole_patterns_do():
+def test_the_pass_scores_as_the_whole_patterns_do():
     model = tiny_model(vocab_size=32)
     for p in model.parameters():
         torch.nn.init.normal_(p, std=0.3)
     probes = model_probes()
-    report = evaluate_probes(model, probes)
+    report = probe_report(score(model, ProbeSets({PRONOUN: pronoun_set(probes)})))
     whole = head_stats(capture_attention(model, [item.ids for item in probes]), probes)
     for name, stats in report.heads.items():
         for key in ("referent", "distractor", "top1", "referent_no_sink", "distractor_no_sink", "top1_no_sink"):
             assert getattr(stats, key) == pytest.approx(getattr(whole[name], key), abs=1e-6), (name, key)
-    fast = ablation_effect(model, probes, "L0H0")
-    assert report.continuation_accuracy == fast["continuation_accuracy"]
-    assert report.continuation.logit_diff == pytest.approx(fast["logit_diff"], abs=1e-5)
 
 
-def test_evaluate_probes_and_ablation():
+def test_continuation_accuracy_and_ablation():
     model = tiny_model(vocab_size=32)
     probes = model_probes()
-    plain = evaluate_probes(model, probes)
+    sets = ProbeSets({PRONOUN: pronoun_set(probes)})
+    plain = probe_report(score(model, sets))
     assert plain.n_probes == 5 and plain.continuation.n == 4 and plain.ablated == []
 
     # Continuation accuracy counts argmax hits among the probes that have a continuation.
-    logits = continuation_logits(model, probes)
-    hits = sum(int(row.argmax()) in item.continuation_ids
-               for item, row in zip(probes, logits, strict=True) if row is not None)
+    with torch.no_grad():
+        rows = [model(torch.tensor([item.ids]), all_logits=True)[0][0, item.continuation_pos] for item in probes[:-1]]
+    hits = sum(int(row.argmax()) in item.continuation_ids for item, row in zip(probes, rows, strict=False))
     assert plain.continuation_accuracy == hits / 4
 
-    ablated = evaluate_probes(model, probes, ablate={0: [1]})
+    ablated = probe_report(score(model, sets, ablate={0: [1]}))
     assert ablated.ablated == ["L0H1"]
     # Layer 0's own patterns are computed before the ablated output; layer 1 sees the change.
     assert ablated.heads["L0H1"].referent == pytest.approx(plain.heads["L0H1"].referent)
     assert ablated.heads["L1H0"].referent != pytest.approx(plain.heads["L1H0"].referent, abs=1e-7, rel=0)
     assert ablated.continuation.logit_diff != pytest.approx(plain.continuation.logit_diff, abs=1e-7, rel=0)
-    changed = continuation_logits(model, probes, ablate={0: [1]})
-    assert not torch.allclose(changed[0], logits[0])
-
-    effect = ablation_effect(model, probes, "L0H1")
-    assert effect["head"] == "L0H1" and effect["n"] == 4
-    assert effect["continuation_accuracy"] == plain.continuation_accuracy
-    assert effect["logit_diff_ablated"] == pytest.approx(ablated.continuation.logit_diff)
-    assert ablation_effect(model, probes, (0, 1)) == effect
+    assert ablation_for(["L0H1"], 2, 2) == {0: [1]}
     with pytest.raises(ValueError):
-        ablation_effect(model, probes, "L2H0")
+        score(model, sets, ablate={2: [0]})
 
 
 # --- heatmaps ----------------------------------------------------------------------------------
@@ -429,35 +432,31 @@ def test_a_redrawn_heatmap_is_the_picture_a_fresh_one_draws(n_panels):
     np.testing.assert_array_equal(again, np.asarray(fresh.canvas.buffer_rgba())[..., :3])
 
 
-def test_log_attention_reuses_figures_between_steps():
-    class Writer:
-        def __init__(self):
-            self.figures = []
-
-        def add_image(self, tag, image, step, dataformats):
-            assert dataformats == "HWC" and image.ndim == 3
-            self.figures.append((tag, step, kept[tag].figure, kept[tag].axes[0].get_title()))
-
+def test_sentence_heatmaps_reuse_their_figures_between_steps():
     tokenizer = CharTokenizer.from_text("abc ")
     model = tiny_model(vocab_size=tokenizer.vocab_size, block_size=8, n_embd=8, seed=None).train()
-    writer, kept = Writer(), {}
-    log_attention(writer, 0, model, tokenizer, ["abc", "cab a"], figures=kept)
-    log_attention(writer, 10, model, tokenizer, ["abc", "cab a"], figures=kept)
-    assert sorted(kept) == ["attention/abc/layer0", "attention/abc/layer1",
-                            "attention/cab_a/layer0", "attention/cab_a/layer1"]
-    first, second = writer.figures[:4], writer.figures[4:]
-    assert [(tag, fig) for tag, _, fig, _ in first] == [(tag, fig) for tag, _, fig, _ in second]
-    assert {step for _, step, _, _ in second} == {10}
+    heatmaps = SentenceHeatmaps()
+
+    def images(step, texts):
+        ids = [tokenizer.encode(t) for t in texts]
+        tokens = [tokenizer.token_strings(i) for i in ids]
+        return [(tag, heatmaps.figures[tag].figure) for tag, image in
+                heatmaps.images(step, texts, tokens, capture_attention(model, ids))]
+
+    first, second = images(0, ["abc", "cab a"]), images(10, ["abc", "cab a"])
+    assert sorted(heatmaps.figures) == ["attention/abc/layer0", "attention/abc/layer1",
+                                        "attention/cab_a/layer0", "attention/cab_a/layer1"]
+    assert first == second
     # "abc " has the same tag as "abc" but one token more: it gets a figure of its own size.
-    log_attention(writer, 20, model, tokenizer, ["abc ", "cab a"], figures=kept)
-    assert kept["attention/abc/layer0"].tokens == ["a", "b", "c", " "]
-    assert kept["attention/abc/layer0"].figure is not first[0][2]
-    assert kept["attention/cab_a/layer0"].figure is first[2][2]
+    images(20, ["abc ", "cab a"])
+    assert heatmaps.figures["attention/abc/layer0"].tokens == ["a", "b", "c", " "]
+    assert heatmaps.figures["attention/abc/layer0"].figure is not first[0][1]
+    assert heatmaps.figures["attention/cab_a/layer0"].figure is first[2][1]
 
 
 # --- TensorBoard -------------------------------------------------------------------------------
 
-def test_log_attention_writes_scalars_images_and_text(tmp_path):
+def test_a_pass_is_written_as_scalars_images_and_text(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from torch.utils.tensorboard import SummaryWriter
 
@@ -469,12 +468,21 @@ def test_log_attention_writes_scalars_images_and_text(tmp_path):
     probe = AlignedProbe(Probe(text, "it", "dog", "cat", continuations=[" ran"]), ids, tokenizer.token_strings(ids),
                          it + 1, [dog, dog + 1, dog + 2], [cat, cat + 1, cat + 2], continuation_pos=it + 1,
                          continuation_ids=tokenizer.encode(" "), distractor_continuation_ids=tokenizer.encode("."))
+    sets = ProbeSets({PRONOUN: pronoun_set([probe])})
+    with pytest.warns(UserWarning, match="not watching"):
+        sets.add(SENTENCES, sentences([text, "a dog? no!"], tokenizer, 32))
+    results = score(model, sets)
+    assert results.forwards == 2 and len(results.patterns) == 1
+    report = probe_report(results)
 
     writer = SummaryWriter(str(tmp_path))
-    with pytest.warns(UserWarning, match="skipped"):
-        report = log_attention(writer, 7, model, tokenizer, [text, "a dog? no!"], [probe])
+    log_scores(writer, 7, results)
+    log_tables(writer, 7, results, None, {})
+    best = (report.best.name, report.best.layer, report.best.head, "best")
+    log_images(writer, 7, SentenceHeatmaps().images(7, [text], [tokenizer.token_strings(ids)], results.patterns,
+                                                    best))
     writer.close()
-    assert isinstance(report, ProbeReport) and report.n_probes == 1
+    assert report.n_probes == 1
 
     events = EventAccumulator(str(tmp_path), size_guidance={"images": 0, "scalars": 0, "tensors": 0})
     events.Reload()
@@ -497,9 +505,12 @@ def test_custom_scalars_put_every_head_on_one_chart(tmp_path):
     from tensorboard.plugins.custom_scalar import layout_pb2
     from torch.utils.tensorboard import SummaryWriter
 
+    patterns, aligned = fake_probes()
+    probes = pronoun_set(aligned)
+    results = read([capture_from_patterns(probes, patterns)], ProbeSets({PRONOUN: probes}))
     writer = SummaryWriter(str(tmp_path))
-    log_head_charts(writer)
-    log_scores(writer, 5, fake_report(), table=False)
+    log_charts(writer, pronouns=True, types=False)
+    log_scores(writer, 5, results)
     for tag in ("loss/train", "loss/val", "loss/train_eval", "probes/agreement_accuracy"):
         writer.add_scalar(tag, 1.0, 5)
     writer.close()
@@ -512,34 +523,29 @@ def test_custom_scalars_put_every_head_on_one_chart(tmp_path):
     tags = events.Tags()["scalars"]
     charts = {chart.title: sorted(tag for tag in tags if any(re.match(rx, tag) for rx in chart.multiline.tag))
               for category in layout.category for chart in category.chart}
-    assert [c.title for c in layout.category] == list(HEAD_CHARTS)
+    assert [c.title for c in layout.category] == list(PRONOUN_CHARTS)
     heads = ["L0H0", "L0H1", "L1H0", "L1H1"]
     assert charts == {
         "referent weight, every head": [f"attention/referent/{h}" for h in heads],
         "top-1, every head": [f"attention/top1/{h}" for h in heads],
-        "training loss and accuracy": ["loss/train", "probes/agreement_accuracy", "probes/continuation_accuracy"],
+        "training loss and accuracy": ["loss/train", "probes/agreement_accuracy"],
     }
     assert events.Scalars("attention/top1/L1H0")[0].value == pytest.approx(1.0)
 
 
-def test_log_attention_without_usable_probes(tmp_path):
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-    from torch.utils.tensorboard import SummaryWriter
-
+def test_probes_and_sentences_that_do_not_fit_are_left_out_saying_so(tmp_path):
     tokenizer = CharTokenizer.from_text("abc ")
-    model = tiny_model(vocab_size=tokenizer.vocab_size, block_size=8, n_layer=1, n_embd=8, seed=None).train()
-    too_long = AlignedProbe(Probe("abc cab bca", "a", "b", "c"), tokenizer.encode("abc cab bca"), [], 9, [1], [2])
-    writer = SummaryWriter(str(tmp_path))
-    with pytest.warns(UserWarning, match="first 8 of 11"), pytest.warns(UserWarning, match="1 of 1 probes"):
-        assert log_attention(writer, 0, model, tokenizer, ["abc cab bca"], [too_long]) is None
-    writer.close()
-    events = EventAccumulator(str(tmp_path), size_guidance={"images": 0})
-    events.Reload()
-    assert events.Tags()["images"] == ["attention/abc_cab_bca/layer0"]
-    assert events.Tags()["scalars"] == []
+    path = tmp_path / "p.jsonl"
+    record = {"text": "abc cab bca", "pronoun": "bca", "referent": "abc", "distractor": "cab"}
+    path.write_text(json.dumps(record) + "\n")
+    with pytest.warns(UserWarning, match="1 of 1 probes in .* longer than block_size=8"):
+        assert len(pronoun_probes(path, tokenizer, 8)) == 0
+    with pytest.raises(UserError, match="line 1: 11 tokens, more than the model's block_size 8"):
+        pronoun_probes(path, tokenizer, 8, strict=True)
+    with pytest.warns(UserWarning, match="first 8 of 11"):
+        kept = sentences(["abc cab bca"], tokenizer, 8)
+    assert [len(ids) for ids in kept.ids] == [8]
 
-
-# --- head names --------------------------------------------------------------------------------
 
 def test_parse_head_accepts_names():
     assert parse_head("L1H2") == (1, 2)

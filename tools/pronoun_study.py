@@ -13,7 +13,7 @@ query positions:
   reads the names' gender for the prediction shows up as weight on both.
 
 The held-out frame family is scored with the heads chosen on the main probes. Then the
-agreement report of `watch.agreement` (single-person contexts, name-reading heads, ablations),
+agreement report of `watch.pronouns` (single-person contexts, name-reading heads, ablations),
 plus the ablation of the head table's best head and of any `--ablate` set, and object choice:
 after "..., and she hugged", does the model name the other person rather than the referent?
 `--residual` adds linear read-outs of the residual stream, layer by layer (below).
@@ -37,7 +37,7 @@ import argparse
 import json
 import random
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 if __name__ == "__main__":  # run as a script: the repository root holds the packages it imports
@@ -46,30 +46,25 @@ if __name__ == "__main__":  # run as a script: the repository root holds the pac
 import torch  # noqa: E402
 
 from data.corpora import corpus_of  # noqa: E402
-from data.probes import AlignedProbe, within_block  # noqa: E402
+from data.probes import AlignedProbe  # noqa: E402
 from data.tokenizer import Tokenizer, TokenizerError  # noqa: E402
 from errors import UsageError, UserError, run_cli  # noqa: E402
-from model.gpt import GPT, GPTConfig  # noqa: E402
 from trainer.checkpoint import load_model  # noqa: E402
-from watch.agreement import (  # noqa: E402
-    AblationResult,
-    AgreementReport,
-    AgreementStats,
-    ablation_result,
-    agreement_lines,
-    agreement_report,
-    aligned_agreement,
-    log_agreement,
-    most_selective,
-)
-from watch.callback import aligned_probes  # noqa: E402
-from watch.capture import capture_attention, continuation_logits, evaluating  # noqa: E402
+from watch.ablation import AblationResult, ablated, agreement_ablations  # noqa: E402
+from watch.capture import captures, evaluating  # noqa: E402
 from watch.heads import ablation_for  # noqa: E402
-from watch.metrics import ContinuationStats, HeadStats, ProbeReport, baselines, head_stats  # noqa: E402
-from watch.report import head_table  # noqa: E402
-
-NO_CONTINUATION = ContinuationStats(None, None, None, 0, 0, 0)
-
+from watch.pipeline import Results, score, untrained_like  # noqa: E402
+from watch.probesets import AGREEMENT, PRONOUN, ProbeSet, ProbeSets, agreement_contexts, pronoun_probes  # noqa: E402
+from watch.pronouns import (  # noqa: E402
+    AgreementStats,
+    HeadStats,
+    ProbeReport,
+    agreement_stats,
+    baselines,
+    most_selective,
+    probe_report,
+)
+from watch.report import agreement_lines, best_top1_left, head_table  # noqa: E402
 
 # --- inputs ------------------------------------------------------------------------------------------
 
@@ -103,8 +98,26 @@ def predicting(item: AlignedProbe, tokenizer: Tokenizer) -> AlignedProbe:
     return replace(item, pronoun_pos=first - 1)
 
 
-def probe_report(stats: dict[str, HeadStats], aligned: list[AlignedProbe]) -> ProbeReport:
-    return ProbeReport(stats, len(aligned), baselines(aligned), NO_CONTINUATION)
+def pronoun_set(items: list[AlignedProbe]) -> ProbeSets:
+    return ProbeSets({PRONOUN: ProbeSet(PRONOUN, [i.ids for i in items], list(items),
+                                        logits_at=[i.continuation_pos for i in items])})
+
+
+def report_on(model, items: list[AlignedProbe]) -> ProbeReport:
+    """The pronoun head table of `items` (their `pronoun_pos` is the query row read)."""
+    return probe_report(score(model, pronoun_set(items)))
+
+
+@dataclass
+class Agreement:
+    """Agreement on the single-person contexts, and what removing its heads costs."""
+
+    results: Results
+    ablations: list[AblationResult]
+
+    @property
+    def stats(self) -> AgreementStats:
+        return agreement_stats(self.results)
 
 
 # --- object choice -----------------------------------------------------------------------------------
@@ -139,9 +152,13 @@ def object_choice(model, items: list[dict], ablate: dict | None = None) -> float
     """Share of object items where the other person's first token outscores the referent's."""
     if not items:
         return None
-    shells = [argparse.Namespace(**item) for item in items]
-    logits = continuation_logits(model, shells, ablate)
-    return sum(bool(row[it.other] > row[it.same]) for it, row in zip(shells, logits, strict=True)) / len(items)
+    objects = ProbeSet("objects", [item["ids"] for item in items], items,
+                       logits_at=[item["continuation_pos"] for item in items])
+    wins = 0
+    for capture in captures(model, objects, ablate):
+        wins += sum(bool(row[it["other"]] > row[it["same"]]) for it, row in zip(capture.items, capture.logits,
+                                                                                strict=True))
+    return wins / len(items)
 
 
 # --- residual read-outs ------------------------------------------------------------------------------
@@ -225,27 +242,23 @@ def residual_study(model, aligned: list[AlignedProbe], pred: list[AlignedProbe],
 # --- one checkpoint ----------------------------------------------------------------------------------
 
 
-def by_group(patterns: list, aligned: list[AlignedProbe], meta: list[dict], head: HeadStats,
-             key: str) -> dict[str, float]:
+def by_group(model, aligned: list[AlignedProbe], meta: list[dict], head: HeadStats, key: str) -> dict[str, float]:
     """The head's top-1 within each value of `key` in the probes' metadata."""
-    groups: dict[str, tuple[list, list[AlignedProbe]]] = {}
-    for item, info, layers in zip(aligned, meta, patterns, strict=True):
-        group = groups.setdefault(str(info.get(key, "all")), ([], []))
-        group[0].append(layers)
-        group[1].append(item)
-    return {k: head_stats(*group)[head.name].top1 for k, group in sorted(groups.items())}
+    groups: dict[str, list[AlignedProbe]] = {}
+    for item, info in zip(aligned, meta, strict=True):
+        groups.setdefault(str(info.get(key, "all")), []).append(item)
+    return {k: report_on(model, items).heads[head.name].top1 for k, items in sorted(groups.items())}
 
 
 _AT_INIT: dict[tuple, dict[str, HeadStats]] = {}
 
 
-def heads_at_init(config: GPTConfig, seed: int, aligned: list[AlignedProbe]) -> dict[str, HeadStats]:
+def heads_at_init(model, seed: int, aligned: list[AlignedProbe]) -> dict[str, HeadStats]:
     """Every head's scores in an untrained model of this config, initialised as a run with `seed` is
     (train.py seeds torch, then builds the model)."""
-    key = (json.dumps(config.to_dict(), sort_keys=True), seed, tuple(tuple(item.ids) for item in aligned))
+    key = (json.dumps(model.config.to_dict(), sort_keys=True), seed, tuple(tuple(item.ids) for item in aligned))
     if key not in _AT_INIT:
-        torch.manual_seed(seed)
-        _AT_INIT[key] = head_stats(capture_attention(GPT(config), [item.ids for item in aligned]), aligned)
+        _AT_INIT[key] = report_on(untrained_like(model, seed), aligned).heads
     return _AT_INIT[key]
 
 
@@ -253,50 +266,56 @@ def study(model, tokenizer: Tokenizer, files: tuple[Path, Path | None, Path | No
           residual: bool, init_seeds: list[int], run_seed: int) -> dict:
     block = model.config.block_size
     probes_path, heldout_path, agreement_path = files
-    aligned = within_block(aligned_probes(probes_path, tokenizer), block, f"probes in {probes_path}")
+    sets = ProbeSets()
+    sets.add(PRONOUN, pronoun_probes(probes_path, tokenizer, block))
+    aligned = sets.get(PRONOUN).items
     if not aligned:
         raise UserError(f"no probe in {probes_path} fits this checkpoint's vocabulary and block_size; use the probe "
                         f"files made from its corpus (lower-case probes for a lower-case corpus)")
+    if agreement_path:
+        sets.add(AGREEMENT, agreement_contexts(agreement_path, tokenizer, block))
     meta = probe_meta(probes_path, aligned)
     pred = [predicting(item, tokenizer) for item in aligned]
-    patterns = capture_attention(model, [item.ids for item in aligned])
-    at_pronoun, at_predicting = head_stats(patterns, aligned), head_stats(patterns, pred)
-    best = probe_report(at_pronoun, aligned).best
+    results = score(model, sets)
+    at_pronoun = probe_report(results)
+    at_predicting = report_on(model, pred)
+    best = at_pronoun.best
     selective = most_selective(at_pronoun)
-    contexts = within_block(aligned_agreement(agreement_path, tokenizer), block, f"agreement contexts in "
-                            f"{agreement_path}") if agreement_path else []
-    agreement = agreement_report(model, contexts, aligned) if contexts else None
+    contexts = sets.get(AGREEMENT).items if sets.get(AGREEMENT) is not None else []
+    agreement = Agreement(results, agreement_ablations(model, sets, results)) if contexts else None
     objects = object_items(aligned, tokenizer)
     result = {
         "probes": str(probes_path), "n_probes": len(aligned), "baselines": baselines(aligned),
-        "at_pronoun": probe_report(at_pronoun, aligned), "at_predicting": probe_report(at_predicting, pred),
+        "at_pronoun": at_pronoun, "at_predicting": at_predicting,
         "best": best, "selective": selective, "agreement": agreement,
-        "selective_by_family": by_group(patterns, aligned, meta, selective, "family"),
-        "selective_by_gender": by_group(patterns, aligned, meta, selective, "referent_gender"),
+        "selective_by_family": by_group(model, aligned, meta, selective, "family"),
+        "selective_by_gender": by_group(model, aligned, meta, selective, "referent_gender"),
         "object_choice": {"n": len(objects), "accuracy": object_choice(model, objects)},
+        "_results": results,
     }
     if heldout_path is not None:
-        held = within_block(aligned_probes(heldout_path, tokenizer), block, f"probes in {heldout_path}")
-        stats = head_stats(capture_attention(model, [item.ids for item in held]), held)
-        result["heldout"] = {"n_probes": len(held), "baselines": baselines(held), "best": stats[best.name],
-                             "selective": stats[selective.name], "own_selective": most_selective(stats)}
+        held = pronoun_probes(heldout_path, tokenizer, block).items
+        stats = report_on(model, held)
+        result["heldout"] = {"n_probes": len(held), "baselines": baselines(held), "best": stats.heads[best.name],
+                             "selective": stats.heads[selective.name], "own_selective": most_selective(stats)}
     result["more_ablations"], result["object_ablated"] = [], {}
     if agreement is not None:
         done = {tuple(ab.heads) for ab in agreement.ablations}
-        sets = [("best", [best.name]), *(("requested", sorted(heads)) for heads in extra)]
-        result["more_ablations"] = [ablation_result(model, contexts, aligned, label, heads) for label, heads in sets
-                                    if tuple(heads) not in done]
+        chosen = [("best", [best.name]), *(("requested", sorted(heads)) for heads in extra)]
+        result["more_ablations"] = [ablated(model, sets, heads, label, label, kinds=(PRONOUN, AGREEMENT))
+                                    for label, heads in chosen if tuple(heads) not in done]
         cfg = model.config
         result["object_ablated"] = {
-            ab.label: object_choice(model, objects, ablation_for(ab.heads, cfg.n_layer, cfg.n_head))
+            ab.kind: object_choice(model, objects, ablation_for(ab.heads, cfg.n_layer, cfg.n_head))
             for ab in [*agreement.ablations, *result["more_ablations"]]}
     if residual:
         result["residual"] = residual_study(model, aligned, pred, meta, contexts)
     if init_seeds:
-        own = heads_at_init(model.config, run_seed, aligned)
-        result["init"] = {"seed": run_seed, "same_head": own[selective.name], "selective": most_selective(own),
-                          "seeds": init_seeds, "best_top1": sorted(most_selective(heads_at_init(
-                              model.config, seed, aligned)).top1 for seed in init_seeds)}
+        own = heads_at_init(model, run_seed, aligned)
+        result["init"] = {"seed": run_seed, "same_head": own[selective.name],
+                          "selective": min(own.values(), key=lambda s: (-s.top1, -s.referent, s.layer, s.head)),
+                          "seeds": init_seeds, "best_top1": sorted(max(h.top1 for h in heads_at_init(
+                              model, seed, aligned).values()) for seed in init_seeds)}
     return result
 
 
@@ -328,12 +347,13 @@ def format_report(title: str, r: dict, limit: int | None) -> str:
         out.append(f"object choice ({o['n']} contexts such as '..., and she hugged'): the other person preferred to "
                    f"the referent in {_pct(o['accuracy'])} (position heuristics 50%)")
     if r["agreement"] is not None:
-        out.append(agreement_lines(r["agreement"]))
-        base = r["agreement"].agreement.accuracy
+        out.append(agreement_lines(r["agreement"].results, r["agreement"].ablations))
+        base = r["agreement"].stats.accuracy
         for ab in r["more_ablations"]:
-            out.append(f"ablating {', '.join(ab.heads)} ({ab.label}): agreement {ab.agreement:.3f} "
-                       f"({100 * (ab.agreement - base):+.1f} points); best top-1 left {_pct(ab.top1)} "
-                       f"({100 * (ab.top1 - s.top1):+.1f} points)")
+            after, top1 = agreement_stats(ab.results).accuracy, best_top1_left(ab)
+            out.append(f"ablating {', '.join(ab.heads)} ({ab.label}): agreement {after:.3f} "
+                       f"({100 * (after - base):+.1f} points); best top-1 left {_pct(top1)} "
+                       f"({100 * (top1 - s.top1):+.1f} points)")
         out.append("object choice with heads ablated: " + ", ".join(
             f"without {label} {_pct(value)}" for label, value in r["object_ablated"].items()))
     if "init" in r:
@@ -361,18 +381,23 @@ def summary_row(name: str, step: int, val: float, r: dict) -> str:
     b, s = r["best"], r["selective"]
     held = r.get("heldout", {}).get("selective")
     a = r["agreement"]
-    by_label = {ab.label: ab for ab in (a.ablations if a else [])}
-    sel, readers = by_label.get("most_selective"), by_label.get("name_readers")
-    mention = a.agreement.by_mention if a else {}
-    agree = f"{_pct(a.agreement.accuracy)} ({_pct(mention.get('first'))} / {_pct(mention.get('second'))})" if a else "-"
+    by_kind = {ab.kind: ab for ab in (a.ablations if a else [])}
+    sel, readers = by_kind.get("most_selective"), by_kind.get("name_readers")
+    accuracy = a.stats.accuracy if a else None
+    mention = a.stats.by_mention if a else {}
+    agree = f"{_pct(accuracy)} ({_pct(mention.get('first'))} / {_pct(mention.get('second'))})" if a else "-"
+
+    def without(ab: AblationResult) -> float:
+        return 100 * (agreement_stats(ab.results).accuracy - accuracy)
+
     cells = [name, str(step), f"{val:.3f}", f"{b.name} {b.referent:.2f} / {b.distractor:.2f}, {_pct(b.top1)}",
              f"{s.name} {s.referent:.2f} / {s.distractor:.2f}, {_pct(s.top1)}",
              _pct(r["init"]["same_head"].top1) if "init" in r else "-",
              f"{held.referent:.2f}, {_pct(held.top1)}" if held else "-",
              agree,
              _pct(r["object_choice"]["accuracy"]),
-             f"{100 * (sel.top1 - s.top1):+.1f} / {100 * (sel.agreement - a.agreement.accuracy):+.1f}" if sel else "-",
-             f"{', '.join(readers.heads)}: {100 * (readers.agreement - a.agreement.accuracy):+.1f}" if readers else "-"]
+             f"{100 * (best_top1_left(sel) - s.top1):+.1f} / {without(sel):+.1f}" if sel else "-",
+             f"{', '.join(readers.heads)}: {without(readers):+.1f}" if readers else "-"]
     return "| " + " | ".join(cells) + " |"
 
 
@@ -380,10 +405,17 @@ def to_json(value: object) -> object:
     """A study's result as plain JSON values."""
     if isinstance(value, ProbeReport | HeadStats):
         return value.to_dict()
-    if isinstance(value, AgreementReport | AblationResult | AgreementStats):
+    if isinstance(value, Agreement):
+        return {"agreement": to_json(value.stats), "reading": value.results.per_head("name_reading"),
+                "ablations": [to_json(ab) for ab in value.ablations]}
+    if isinstance(value, AblationResult):
+        after = agreement_stats(value.results)
+        return {"label": value.label, "heads": value.heads, "kind": value.kind, "mode": value.mode,
+                "agreement": after.accuracy if after else None, "top1": best_top1_left(value)}
+    if isinstance(value, AgreementStats):
         return to_json(vars(value))
     if isinstance(value, dict):
-        return {k: to_json(v) for k, v in value.items()}
+        return {k: to_json(v) for k, v in value.items() if not str(k).startswith("_")}
     if isinstance(value, list):
         return [to_json(v) for v in value]
     return value
@@ -425,11 +457,11 @@ def main(argv: list[str]) -> int:
         rows.append(summary_row(f"{Path(name).parent.name}/{Path(name).name}", step, val, r))
         reports[name] = {"step": step, "best_val_loss": val, **to_json(r)}
         if writer is not None:
-            from watch.tensorboard import log_scores
+            from watch.tensorboard import log_agreement, log_scores
 
-            log_scores(writer, step, r["at_pronoun"])
+            log_scores(writer, step, r["_results"])
             if r["agreement"] is not None:
-                log_agreement(writer, step, r["agreement"])
+                log_agreement(writer, step, r["agreement"].results, r["agreement"].ablations)
     if writer is not None:
         writer.close()
     print(SUMMARY + "\n" + "\n".join(rows))

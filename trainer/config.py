@@ -25,6 +25,7 @@ from model.gpt import ARCHITECTURES, MODEL_FIELDS, GPTConfig
 DEVICES = ("auto", "cpu", "cuda", "mps")
 DTYPES = ("auto", "float32", "bfloat16")
 OPTIMIZERS = ("adamw", "muon")
+ABLATIONS = ("zero", "mean")
 
 
 def is_device_name(name: str) -> bool:
@@ -80,8 +81,8 @@ class TrainConfig:
     eval_interval: int = _opt(250, "steps between evaluations", group="eval")
     eval_iters: int = _opt(20, "batches per split in each evaluation", group="eval")
     log_interval: int = _opt(10, "steps between progress-bar and TensorBoard updates", group="eval")
-    watch_interval: int = _opt(25, "steps between probe scores in TensorBoard, a cheap dense curve of each head "
-                                   "(scalars only; 0: only at evaluations)", group="eval")
+    watch_interval: int = _opt(25, "steps between head scores in TensorBoard (head types, probes), a cheap dense "
+                                   "curve of each head (scalars only; 0: only at evaluations)", group="eval")
     sample_tokens: int = _opt(200, "tokens in the text sample logged at each evaluation (0: none)", group="eval")
     sample_prompt: str = _opt("\n", "prompt of that sample", group="eval")
     probes: str = _opt("", "JSONL probe file for attention metrics ('' : the corpus's own, if any)", group="eval")
@@ -89,6 +90,8 @@ class TrainConfig:
                               "('' : the corpus's own, if any)", group="eval")
     watch_sentences: list = _opt([], "sentences whose attention heatmaps are logged at each evaluation",
                                  group="eval")
+    ablation: str = _opt("zero", "how the end-of-run report removes a head: zero (its output becomes 0) or mean "
+                                 "(its mean output over held-out text)", ABLATIONS, "eval")
     # checkpoints and runs
     out_dir: str = _opt("out", "folder for ckpt.pt", group="run")
     ckpt_interval: int = _opt(0, "also checkpoint every N steps, so a crash or kill -9 loses at most N steps "

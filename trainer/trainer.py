@@ -290,7 +290,18 @@ class Trainer:
             "step": self.state.step, "best_val_loss": self.state.best_val_loss, "run_name": self.state.run_name,
             "eval_step": self.state.eval_step,
             "rng": {"torch": torch.get_rng_state(), "batches": self.batches.state()},
+            "data": self.data_identity(),
         }
+
+    def data_identity(self) -> dict | None:
+        """What defines the data this run trains and validates on: the source text's sha256, how it was
+        split and tokenized, and where its prepared files are."""
+        if self.data is None:
+            return None
+        meta = self.data.meta
+        return {"dataset": self.cfg.dataset, "source": meta.get("source"), "source_sha256": meta.get("source_sha256"),
+                "tokenizer": self.cfg.tokenizer, "val_fraction": self.cfg.val_fraction, "data_dir": self.cfg.data_dir,
+                "folder": str(self.data.folder)}
 
     def _diverged(self, what: str, value: object) -> UserError:
         saved = self.checkpoints.saved_step if self.checkpoints is not None else None

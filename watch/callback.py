@@ -1,8 +1,15 @@
 """Attention watching as a training callback.
 
-`AttentionWatch` has the hooks a `trainer.Trainer` calls (`on_fit_start`, `on_evaluate`,
-`on_watch`, `on_fit_end`), so training plugs it in without the trainer knowing about
-attention, and this package needs nothing from the trainer: it reads only `trainer.model`.
+`AttentionWatch` has the hooks a `trainer.Trainer` calls (`on_fit_start`, `on_watch`,
+`on_evaluate`, `on_fit_end`), so training plugs it in without the trainer knowing about
+attention, and this package needs nothing from the trainer: it reads `trainer.model`,
+`trainer.tokenizer`, `trainer.data` (the prepared corpus) and `trainer.cfg.seed`.
+
+At every watch point one pass (`watch/pipeline.py`) captures each probe set once and every score
+is read from it; the watch only decides what to do with the results: scalars every
+`watch_interval` steps; at evaluations also the tables, the heatmaps and, with agreement contexts,
+what removing the agreement heads costs; at the end of a completed run the report on the terminal,
+the proof by ablation, TensorBoard's HParams and the offline attention page.
 """
 
 from __future__ import annotations
@@ -11,107 +18,193 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from data.probes import AlignedProbe, align, align_usable, load_probes, within_block
-from data.tokenizer import Tokenizer, TokenizerError
 from errors import UserError, warn
-from watch.capture import capture_attention
-from watch.heatmaps import HeatmapFigure
-from watch.metrics import ablation_effect, evaluate_probes
+from watch.ablation import DEFAULT_MODE, AblationResult, agreement_ablations, proofs
+from watch.headtypes import LABELS, HeadType, head_types
+from watch.heatmaps import SentenceHeatmaps
 from watch.page import SentenceView, attention_page, sentence_view, write_page
-from watch.report import ablation_line, head_table, last_pronoun_pos, top_attended
-from watch.tensorboard import log_attention, log_head_charts, log_scores
+from watch.pipeline import Results, score, untrained_like
+from watch.probesets import PRONOUN, SENTENCES, ProbeSets, watch_sets
+from watch.pronouns import agreement_stats, most_selective, probe_report
+from watch.report import (
+    ablation_line,
+    ablation_lines,
+    agreement_lines,
+    best_top1_left,
+    head_table,
+    last_pronoun_pos,
+    top_attended,
+    type_lines,
+    type_table,
+)
+from watch.tensorboard import log_agreement, log_charts, log_images, log_scores, log_tables
 
-
-def aligned_probes(path: str | Path, tokenizer: Tokenizer) -> list[AlignedProbe]:
-    """The probes of a JSONL file in this tokenizer's positions; those using tokens outside its
-    vocabulary cannot be scored and are left out, with a warning."""
-    return align_usable(load_probes(path), align, tokenizer, f"probes in {path}")
+WATCHED = ("pronoun", "agreement", "repeated", "text")   # the probe sets scored at every watch point
 
 
 class AttentionWatch:
-    """At each evaluation: heatmaps of the watched sentences and every head's probe scores, in
-    TensorBoard; between evaluations (`on_watch`), the probe scores alone, a cheap dense curve;
-    at the start, the Custom Scalars charts that put every head on one axis. At the end of a
-    completed run: the head report on the terminal (the heads ranked, the effect of ablating
-    the best one, where each watched sentence's pronoun looks), its numbers for TensorBoard's
-    HParams, and the watched sentences as an offline attention page at `page`, if given."""
+    """Watches a training run's attention: see the module's docstring. `probes` and `agreement` are
+    JSONL files (or None); `sentences` are shown as heatmaps and on the page written to `page`."""
 
-    def __init__(self, writer: Any, tokenizer: Tokenizer, sentences: Sequence[str] = (),
-                 probes: Sequence[AlignedProbe] = (), *, page: str | Path | None = None) -> None:
+    def __init__(self, writer: Any, sentences: Sequence[str] = (), probes: str | Path | None = None,
+                 agreement: str | Path | None = None, *, page: str | Path | None = None,
+                 ablation: str = DEFAULT_MODE) -> None:
         self.writer = writer
-        self.tokenizer = tokenizer
-        self.sentences: list[str] = []
-        for sentence in sentences:
-            try:
-                tokenizer.encode(sentence)
-                self.sentences.append(sentence)
-            except TokenizerError as exc:
-                warn(f"not watching {sentence!r}: {exc}")
-        self.probes = list(probes)
+        self.texts = list(sentences)
+        self.probes, self.agreement = probes, agreement
         self.page = Path(page) if page is not None else None
-        self.figures: dict[str, HeatmapFigure] = {}  # built once, redrawn with new weights at each evaluation
-
-    @property
-    def active(self) -> bool:
-        return bool(self.sentences or self.probes)
+        self.ablation = ablation
+        self.sets = ProbeSets()
+        self.tokenizer = None
+        self.untrained: Results | None = None
+        self.heatmaps = SentenceHeatmaps()
+        self.last: tuple[int, Results, list[AblationResult]] | None = None  # the latest evaluation's
 
     def on_fit_start(self, trainer: Any) -> None:
-        """Probes longer than the model's block_size cannot be scored: left out once, with a warning."""
-        self.probes = within_block(self.probes, trainer.model.config.block_size, "probes")
-        if self.probes:
-            log_head_charts(self.writer)
-
-    def on_evaluate(self, trainer: Any, evaluation: Any) -> None:
-        if self.active:
-            log_attention(self.writer, evaluation.step, trainer.model, self.tokenizer, self.sentences,
-                          self.probes or None, figures=self.figures)
+        """The probe sets, made once; the untrained model's scores (the same config from the run's
+        seed), which the head types are measured against; the Custom Scalars charts."""
+        model, data = trainer.model, trainer.data
+        self.tokenizer = trainer.tokenizer
+        self.sets = watch_sets(trainer.tokenizer, model.config.block_size,
+                               train_tokens=data.tokens("train") if data is not None else None,
+                               text=data.tokens("val") if data is not None else None,
+                               probes=self.probes, agreement=self.agreement, texts=self.texts)
+        self.untrained = score(untrained_like(model, trainer.cfg.seed), self.sets, kinds=WATCHED)
+        log_charts(self.writer, pronouns=PRONOUN in self.sets.sets,
+                   types=any(kind in self.sets.sets for kind in ("repeated", "text")))
 
     def on_watch(self, trainer: Any, step: int) -> None:
-        if self.probes:
-            log_scores(self.writer, step, evaluate_probes(trainer.model, self.probes), table=False)
+        log_scores(self.writer, step, score(trainer.model, self.sets, kinds=WATCHED))
+
+    def on_evaluate(self, trainer: Any, evaluation: Any) -> None:
+        results = score(trainer.model, self.sets)
+        log_scores(self.writer, evaluation.step, results)
+        log_tables(self.writer, evaluation.step, results, self.untrained, self.types(results))
+        ablations = agreement_ablations(trainer.model, self.sets, results)
+        log_agreement(self.writer, evaluation.step, results, ablations)
+        self.last = (evaluation.step, results, ablations)
+        sentences = self.sets.get(SENTENCES)
+        if sentences is not None and results.patterns:
+            tokens = [self.tokenizer.token_strings(ids) for ids in sentences.ids]
+            log_images(self.writer, evaluation.step, self.heatmaps.images(
+                evaluation.step, sentences.items, tokens, results.patterns, self._best(results), self._pronoun_rows()))
+
+    def types(self, results: Results) -> dict[str, HeadType]:
+        return head_types(results, self.untrained) if any(k in results.sets.sets for k in ("repeated", "text")) else {}
 
     def on_fit_end(self, trainer: Any, result: Any) -> None:
-        if not (result.completed and self.active):
+        if not result.completed:
             return
-        metrics, views = self.report(trainer.model)
-        result.metrics.update(metrics)
-        if self.page is not None and views:
+        fresh = self.last is not None and self.last[0] == result.step
+        results, ablations = (self.last[1], self.last[2]) if fresh else (score(trainer.model, self.sets), None)
+        if ablations is None:
+            ablations = agreement_ablations(trainer.model, self.sets, results)
+        result.metrics.update(self.report(trainer.model, results, ablations))
+        if self.page is not None and results.patterns:
             try:
-                result.files["attention page"] = write_page(
-                    self.page, attention_page(views, f"Attention at step {result.step}: {self.page.parent}"))
+                result.files["attention page"] = write_page(self.page, attention_page(
+                    self.views(results), f"Attention at step {result.step}: {self.page.parent}",
+                    head_labels(self.types(results))))
             except UserError as exc:
                 warn(f"no attention page: {exc}")
 
-    def report(self, model: Any) -> tuple[dict[str, float], list[SentenceView]]:
-        """Prints the head report; returns its numbers, named for TensorBoard's HParams, and the
-        watched sentences with their patterns, for the attention page."""
+    # --- the report at the end ------------------------------------------------------------------
+
+    def report(self, model: Any, results: Results, agreement: list[AblationResult]) -> dict[str, float]:
+        """Prints the head report; returns its numbers, named for TensorBoard's HParams."""
         metrics: dict[str, float] = {}
-        best = None
-        if self.probes:
-            report = evaluate_probes(model, self.probes)
+        types = self.types(results)
+        found = proofs(model, self.sets, results, types, self.ablation)
+        report = probe_report(results)
+        if report is not None:
             best = report.best
-            print(f"\nattention on {len(self.probes)} held-out probes (pronoun -> referent):")
+            print(f"\nattention on {report.n_probes} held-out probes (pronoun -> referent):")
             print(head_table(report))
-            effect = ablation_effect(model, self.probes, best.name)
-            base, ablated = effect["continuation_accuracy"], effect["continuation_accuracy_ablated"]
-            if base is not None:
-                print(ablation_line(base, ablated, [best.name]))
-                metrics.update({"hparam/continuation_accuracy": base,
-                                "hparam/continuation_accuracy_ablated": ablated})
+            removed = next((p for p in found if p.kind == "pronoun"), None)
+            base = report.continuation_accuracy
+            after = removed.results.numbers.get("continuation_accuracy") if removed is not None else None
+            if base is not None and after is not None:
+                print(ablation_line(base, after, [best.name]))
+                metrics.update({"hparam/continuation_accuracy": base, "hparam/continuation_accuracy_ablated": after})
             metrics.update({"hparam/best_head_referent": best.referent, "hparam/best_head_top1": best.top1})
-        views = []
-        for sentence in self.sentences:
-            ids = self.tokenizer.encode(sentence)
-            tokens = self.tokenizer.token_strings(ids)
-            patterns = capture_attention(model, [ids], crop=True)[0]
-            tokens = tokens[:len(patterns[0][0])]  # as cropped to block_size
-            marked = {} if best is None else {"best": (best.layer, best.head), "note": (
-                f"best head on {len(self.probes)} probes (referent {best.referent:.2f}, top-1 {100 * best.top1:.0f}%)")}
-            views.append(sentence_view(sentence, tokens, patterns, **marked))
-            query = last_pronoun_pos(tokens)
+        for view in self.views(results):
+            query = last_pronoun_pos(view.tokens)
             if query is None:
                 continue
-            layer = best.layer if best is not None else len(patterns) - 1
-            print(f"\n{sentence!r}: where {tokens[query].strip()!r} looks, layer {layer}:")
-            print(top_attended(patterns[layer], tokens, query, k=3, layer=layer))
-        return metrics, views
+            layer = view.best[0] if report is not None else len(view.patterns) - 1
+            print(f"\n{view.text!r}: where {view.tokens[query].strip()!r} looks, layer {layer}:")
+            print(top_attended(view.patterns[layer], view.tokens, query, k=3, layer=layer))
+        if agreement_stats(results) is not None:
+            print("\n" + agreement_lines(results, agreement))
+            metrics.update(agreement_metrics(results, agreement))
+        if types:
+            about = "; ".join(s.about for kind, s in self.sets.sets.items() if kind in ("repeated", "text"))
+            print(f"\nhead types ({about}); the untrained model's scores in brackets:")
+            print(type_table(results, self.untrained, types))
+            print(type_lines(results, self.untrained, types))
+            for why in self.sets.missing.values():
+                print(f"({why})")
+            lines = ablation_lines(results, [p for p in found if p.kind != "pronoun"])
+            if lines:
+                print(lines)
+            metrics.update(type_metrics(results))
+        return metrics
+
+    def views(self, results: Results) -> list[SentenceView]:
+        """The watched sentences with their patterns, for the page, the best pronoun head marked."""
+        sentences = self.sets.get(SENTENCES)
+        if sentences is None:
+            return []
+        report = probe_report(results)
+        views = []
+        for text, ids, patterns in zip(sentences.items, sentences.ids, results.patterns, strict=True):
+            marked = {} if report is None else {"best": (report.best.layer, report.best.head), "note": (
+                f"best head on {report.n_probes} probes (referent {report.best.referent:.2f}, "
+                f"top-1 {100 * report.best.top1:.0f}%)")}
+            views.append(sentence_view(text, self.tokenizer.token_strings(ids), patterns, **marked))
+        return views
+
+    def _best(self, results: Results) -> tuple[str, int, int, str] | None:
+        report = probe_report(results)
+        if report is None:
+            return None
+        best = report.best
+        return best.name, best.layer, best.head, f"best head {best.name} (referent {best.referent:.2f})"
+
+    def _pronoun_rows(self) -> dict[str, int]:
+        probes = self.sets.get(PRONOUN)
+        return {item.probe.text: item.pronoun_pos for item in probes.items} if probes is not None else {}
+
+
+def head_labels(types: dict[str, HeadType]) -> dict[str, str]:
+    """{"L1H3": "induction", ...} for the heads that have a type."""
+    return {name: LABELS[t.kind] for name, t in types.items() if t.kind}
+
+
+def type_metrics(results: Results) -> dict[str, float]:
+    """The head-type figures for TensorBoard's HParams: each type's best score and the in-context gain."""
+    out = {}
+    for kind in ("previous_token", "duplicate_token", "induction"):
+        found = results.best(kind)
+        if found is not None:
+            out[f"hparam/best_{kind}"] = found[1]
+    for name in ("in_context_gain", "in_context_score"):
+        if name in results.numbers:
+            out[f"hparam/{name}"] = results.numbers[name]
+    return out
+
+
+def agreement_metrics(results: Results, ablations: Sequence[AblationResult]) -> dict[str, float]:
+    """Agreement and what removing its heads costs, for TensorBoard's HParams."""
+    a = agreement_stats(results)
+    out = {"hparam/agreement_accuracy": a.accuracy, "hparam/agreement_share": a.share}
+    out.update({f"hparam/agreement_accuracy_{m}_mention": v for m, v in a.by_mention.items()})
+    report = probe_report(results)
+    if report is not None:
+        out["hparam/most_selective_top1"] = most_selective(report).top1
+    for ab in ablations:
+        out[f"hparam/agreement_accuracy_without_{ab.kind}"] = agreement_stats(ab.results).accuracy
+        top1 = best_top1_left(ab)
+        if top1 is not None:
+            out[f"hparam/most_selective_top1_without_{ab.kind}"] = top1
+    return out

@@ -8,6 +8,7 @@ during a long training run and no backend is switched for the caller.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -207,6 +208,62 @@ def layer_figure(pattern: torch.Tensor | np.ndarray, tokens: Sequence[str], laye
     n_head = pattern.shape[0]
     heatmap = HeatmapFigure(tokens, n_head, highlight_query=highlight_query)
     return heatmap.update(list(pattern), head_titles(layer, n_head, best), title or f"layer {layer}")
+
+
+def sentence_slug(text: str, max_len: int = 40) -> str:
+    """A tag-safe name for a sentence, stable across steps so its images line up in TensorBoard."""
+    slug = re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_")[:max_len].rstrip("_")
+    return slug or "sentence"
+
+
+def unique_slugs(sentences: Sequence[str]) -> list[str]:
+    seen: dict[str, int] = {}
+    slugs = []
+    for text in sentences:
+        slug = sentence_slug(text)
+        seen[slug] = seen.get(slug, 0) + 1
+        slugs.append(slug if seen[slug] == 1 else f"{slug}_{seen[slug]}")
+    return slugs
+
+
+class SentenceHeatmaps:
+    """The heatmaps of a run's watched sentences at each evaluation: per sentence, one figure per
+    layer with every head, and the best head alone when there is one. The figures are built at
+    the first evaluation and redrawn with new weights at the later ones, which is most of the cost
+    saved; each comes back as a (tag, RGB image) pair for TensorBoard."""
+
+    def __init__(self) -> None:
+        self.figures: dict[str, HeatmapFigure] = {}
+
+    def images(self, step: int, texts: Sequence[str], tokens: Sequence[Sequence[str]],
+               patterns: Sequence[Sequence[torch.Tensor]], best: tuple[str, int, int, str] | None = None,
+               highlights: dict[str, int] | None = None) -> list[tuple[str, np.ndarray]]:
+        """`patterns[sentence][layer]` [head, query_pos, key_pos]; `best` (name, layer, head, title) marks
+        a head and draws it alone; `highlights` outlines a query row of a sentence (by its text)."""
+        out = []
+        for slug, text, toks, layers in zip(unique_slugs(texts), texts, tokens, patterns, strict=True):
+            highlight = (highlights or {}).get(text)
+            highlight = highlight if highlight is not None and highlight < len(toks) else None
+            for layer, pattern in enumerate(layers):
+                tag, n_head = f"attention/{slug}/layer{layer}", pattern.shape[0]
+                heatmap = self._figure(tag, toks, n_head, highlight)
+                heatmap.update(list(pattern), head_titles(layer, n_head, best[0] if best else None),
+                               f"layer {layer}, step {step}")
+                out.append((tag, heatmap.render()))
+            if best is not None:
+                name, layer, head, title = best
+                tag = f"attention/{slug}/best_head"
+                heatmap = self._figure(tag, toks, 1, highlight)
+                heatmap.update([layers[layer][head]], [f"{title}, step {step}"])
+                out.append((tag, heatmap.render()))
+        return out
+
+    def _figure(self, tag: str, tokens: Sequence[str], n_panels: int, highlight: int | None) -> HeatmapFigure:
+        """The figure kept for `tag` when it still fits these tokens, else a new one (kept)."""
+        heatmap = self.figures.get(tag)
+        if heatmap is None or heatmap.tokens != list(tokens) or len(heatmap.axes) != n_panels:
+            heatmap = self.figures[tag] = HeatmapFigure(tokens, n_panels, highlight_query=highlight)
+        return heatmap
 
 
 def save_png(fig: Figure, path: str | Path) -> Path:

@@ -1,5 +1,6 @@
-"""`sample.py --attention` (heatmaps, or with `--html` an offline attention page) and `sample.py --probes`:
-look inside a checkpoint."""
+"""Looking inside a checkpoint, for `sample.py`: `--attention` (heatmaps, or with `--html` an offline
+attention page), `--probes` (the pronoun head table) and `--heads` (what kind of head each head
+became, against the untrained model, and what removing them costs)."""
 
 from __future__ import annotations
 
@@ -7,21 +8,31 @@ import argparse
 import json
 from pathlib import Path
 
+from data.prepare import find_prepared
 from errors import UsageError, UserError
+from files import read_text
+from watch.ablation import head_means, plan, proofs
+from watch.callback import head_labels
 from watch.capture import capture_attention
-from watch.heads import ablation_names, head_name
-from watch.heatmaps import head_figure, layer_figure, save_png
-from watch.metrics import evaluate_probes
+from watch.heads import ablation_names, head_name, parse_head
+from watch.headtypes import LABELS, head_types, positional
+from watch.heatmaps import head_figure, layer_figure, save_png, sentence_slug
 from watch.page import attention_page, sentence_view, write_page
+from watch.pipeline import Results, score, untrained_like
+from watch.probesets import PRONOUN, TEXT, ProbeSets, pronoun_probes, watch_sets
+from watch.pronouns import json_number, probe_report
 from watch.report import (
     ablation_line,
+    ablation_lines,
     display_token,
     focused_head,
     head_table,
     last_pronoun_pos,
     top_attended,
+    type_lines,
+    type_table,
 )
-from watch.tensorboard import TensorBoardWriter, sentence_slug
+from watch.tensorboard import TensorBoardWriter
 
 
 def _query_position(tokens: list[str], query: str | None) -> int:
@@ -60,7 +71,10 @@ def show_attention(model, tokenizer, checkpoint: dict, args: argparse.Namespace,
         view = sentence_view(text, tokens, patterns, query=query)
         step = f" at step {checkpoint['step']}" if "step" in checkpoint else ""
         ablated = f", with {', '.join(ablation_names(ablate))} ablated" if ablate else ""
-        page = write_page(args.html, attention_page([view], f"Attention of {args.out_dir}{step}{ablated}"))
+        sets = checkpoint_sets(model, tokenizer, checkpoint, None)
+        results, untrained = score(model, sets), score(untrained_like(model, _seed(checkpoint)), sets)
+        labels = head_labels(head_types(results, untrained))
+        page = write_page(args.html, attention_page([view], f"Attention of {args.out_dir}{step}{ablated}", labels))
     if args.json:
         print(json.dumps({
             "text": text, "tokens": tokens, "query_pos": query, "focused_head": head_name(layer, head),
@@ -122,29 +136,116 @@ def _log_to_run(checkpoint: dict, slug: str, figures: dict) -> None:
 
 
 def show_probes(model, tokenizer, args: argparse.Namespace, ablate: dict) -> None:
-    from data.probes import align, load_probes
-
-    aligned = []
-    for probe in load_probes(args.probes):
-        try:
-            aligned.append(align(probe, tokenizer))
-        except UserError as exc:
-            raise UserError(f"{args.probes} line {probe.line}: {exc}") from None
-        if len(aligned[-1].ids) > model.config.block_size:
-            raise UserError(f"{args.probes} line {probe.line}: the probe has {len(aligned[-1].ids)} tokens but the "
-                            f"model's block_size is {model.config.block_size}; shorten its text, or remove it")
-    report = evaluate_probes(model, aligned, ablate or None)
-    baseline = evaluate_probes(model, aligned) if ablate else report
+    sets = ProbeSets({PRONOUN: pronoun_probes(args.probes, tokenizer, model.config.block_size, strict=True)})
+    report = probe_report(score(model, sets, ablate or None))
+    baseline = probe_report(score(model, sets)) if ablate else report
+    if report is None:
+        raise UserError(f"{args.probes} holds no probe this model can score; check its words against the vocabulary")
     if args.json:
         out = report.to_dict()
         if ablate:
             out["continuation_accuracy_without_ablation"] = baseline.continuation_accuracy
         print(json.dumps(out))
         return
-    title = f"heads on {len(aligned)} probes from {args.probes}"
+    title = f"heads on {report.n_probes} probes from {args.probes}"
     if ablate:
         title += f", with {', '.join(ablation_names(ablate))} ablated"
     print(title + ":")
     print(head_table(report))
     if ablate and baseline.continuation_accuracy is not None:
         print(ablation_line(baseline.continuation_accuracy, report.continuation_accuracy, ablation_names(ablate)))
+
+
+# --- head types -----------------------------------------------------------------------------------
+
+def _seed(checkpoint: dict) -> int:
+    config = checkpoint.get("train_config")
+    seed = config.get("seed") if isinstance(config, dict) else None
+    return seed if type(seed) is int else 1337
+
+
+def checkpoint_sets(model, tokenizer, checkpoint: dict, text_file: str | None) -> ProbeSets:
+    """The probe sets a checkpoint is scored on: repeated random tokens, and held-out text from
+    `text_file`, else from the val split of the run's prepared data when it is still on disk."""
+    settings = checkpoint.get("data") if isinstance(checkpoint.get("data"), dict) else None
+    settings = settings or (checkpoint.get("train_config") if isinstance(checkpoint.get("train_config"), dict) else {})
+    prepared = find_prepared(settings, tokenizer.to_meta())
+    text, source = None, None
+    if text_file is not None:
+        content = read_text(text_file, "text file", "give --text the path of a UTF-8 text file")
+        try:
+            text, source = tokenizer.encode(content), str(text_file)
+        except UserError as exc:
+            raise UserError(f"--text {text_file}: {exc}") from None
+    elif prepared is not None:
+        text, source = prepared.tokens("val"), f"the val split of {prepared.meta.get('source', prepared.folder)}"
+    return watch_sets(tokenizer, model.config.block_size,
+                      train_tokens=prepared.tokens("train") if prepared is not None else None,
+                      text=text, text_source=source or "the val split")
+
+
+def show_heads(model, tokenizer, checkpoint: dict, args: argparse.Namespace, ablate: dict) -> None:
+    """The head-type table, the untrained model's beside it, and (without --ablate) what removing each
+    typed head costs; with --ablate, the same figures with those heads removed."""
+    sets = checkpoint_sets(model, tokenizer, checkpoint, args.text)
+    if args.ablation == "mean" and sets.get(TEXT) is None:
+        raise UsageError("--ablation=mean replaces a head by its mean output over held-out text, and there is none "
+                         "here; give --text FILE, or use --ablation=zero")
+    removal = None
+    if ablate:
+        means = head_means(model, sets.get(TEXT)) if args.ablation == "mean" else None
+        removal = plan(model, ablation_names(ablate), args.ablation, means)
+    untrained = score(untrained_like(model, _seed(checkpoint)), sets)
+    results = score(model, sets, removal)
+    types = head_types(results, untrained)
+    found = proofs(model, sets, results, types, args.ablation) if not ablate else []
+    if args.json:
+        print(json.dumps(heads_json(results, untrained, types, found, args.ablation, sets), allow_nan=False))
+        return
+    about = "; ".join(s.about for s in sets.sets.values())
+    removed = f", with {', '.join(results.ablated)} removed ({args.ablation}-ablation)" if ablate else ""
+    print(f"head types of {args.out_dir}{removed} ({about}); the untrained model's scores in brackets:")
+    print(type_table(results, untrained, types))
+    print(type_lines(results, untrained, types))
+    for why in sets.missing.values():
+        print(f"({why})")
+    lines = ablation_lines(results, found)
+    if lines:
+        print(lines)
+
+
+def heads_json(results: Results, untrained: Results, types: dict, found: list, mode: str, sets: ProbeSets) -> dict:
+    """What `show_heads` prints, as one JSON object (None where a score was not measured)."""
+    best_k = positional(results)
+    kinds = ("previous_token", "duplicate_token", "induction", "sink", "current_token", "broad")
+
+    def scores_of(r: Results, layer: int, head: int) -> dict:
+        out = {kind: r.head(kind, layer, head) for kind in kinds}
+        found_k = positional(r)
+        out["positional"] = float(found_k[0][layer, head]) if found_k is not None else None
+        return out
+
+    heads = {}
+    for name, head_type in types.items():
+        layer, head = parse_head(name)
+        heads[name] = {**scores_of(results, layer, head),
+                       "positional_offset": int(best_k[1][layer, head]) if best_k is not None else None,
+                       "type": head_type.kind, "type_label": LABELS.get(head_type.kind),
+                       "untrained": scores_of(untrained, layer, head)}
+    numbers = ("in_context_gain", "in_context_score", "loss_first_copy", "loss_second_copy", "text_loss")
+    out = {"heads": heads, **{n: json_number(results.numbers.get(n)) for n in numbers},
+           "untrained": {n: json_number(untrained.numbers.get(n)) for n in numbers},
+           "ablated": results.ablated, "ablation": mode,
+           "probe_sets": {kind: s.about for kind, s in sets.sets.items()}, "not_measured": dict(sets.missing)}
+    out["ablations"] = [{"heads": p.heads, "chosen_as": p.kind, **{n: json_number(p.results.numbers.get(n))
+                                                                    for n in numbers},
+                         "best_induction": (p.results.best("induction") or (None, None))[1]} for p in found]
+    return _finite(out)
+
+
+def _finite(value):
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return json_number(value)

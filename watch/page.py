@@ -65,8 +65,9 @@ def _float32_rows(pattern: torch.Tensor) -> list[list[list[float]]]:
             for head in range(values.shape[0])]
 
 
-def page_data(views: Sequence[SentenceView], title: str) -> dict:
-    """What the page embeds, as JSON: weights[layer][head][query_pos][key_pos <= query_pos]."""
+def page_data(views: Sequence[SentenceView], title: str, labels: dict[str, str] | None = None) -> dict:
+    """What the page embeds, as JSON: weights[layer][head][query_pos][key_pos <= query_pos], and each
+    head's type by name ("L1H3": "induction") where it has one."""
     if not views:
         raise ValueError("an attention page needs at least one sentence")
     sentences = []
@@ -79,12 +80,12 @@ def page_data(views: Sequence[SentenceView], title: str) -> dict:
             "best": {"layer": layer, "head": head, "name": head_name(layer, head), "note": view.note},
             "weights": [_float32_rows(pattern) for pattern in view.patterns],
         })
-    return {"title": title, "sentences": sentences}
+    return {"title": title, "sentences": sentences, "types": dict(labels or {})}
 
 
-def attention_page(views: Sequence[SentenceView], title: str) -> str:
-    """The page as one HTML string."""
-    data = json.dumps(page_data(views, title), ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+def attention_page(views: Sequence[SentenceView], title: str, labels: dict[str, str] | None = None) -> str:
+    """The page as one HTML string; `labels` names the heads' types ("L1H3": "induction")."""
+    data = json.dumps(page_data(views, title, labels), ensure_ascii=False, allow_nan=False, separators=(",", ":"))
     # Inside <script>, "</script>" or "<!--" in a token must not end the block.
     data = data.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     values = {"title": html.escape(title), "data_id": DATA_ID, "data": data}
@@ -122,6 +123,8 @@ _TEMPLATE = """<!DOCTYPE html>
   table { border-collapse: separate; border-spacing: 3px; }
   th.head { text-align: right; font-weight: 600; padding-right: .5em; white-space: nowrap; }
   th.head.best { color: #b35900; }
+  th.head .type { font-weight: 400; font-size: .8em; color: #555; background: #eef; border-radius: 3px;
+                  padding: 0 .3em; }
   button.tok { font: inherit; font-size: 1.1em; padding: .25em .45em; border: 2px solid #ccc; border-radius: 6px;
                background: #f7f7f7; cursor: pointer; min-width: 2.2em; }
   button.tok:focus-visible { outline: 3px solid #3b82f6; outline-offset: 1px; }
@@ -138,7 +141,8 @@ _TEMPLATE = """<!DOCTYPE html>
 <body>
 <h1>{title}</h1>
 <p class="hint">Hover or click a token to see where each head of the layer looks from it; the stronger the colour,
-the more attention (numbers on hover). &#9733; marks the best head. Arrow keys move between tokens.</p>
+the more attention (numbers on hover). &#9733; marks the best head; a head's type (induction, previous-token, ...)
+stands beside its name. Arrow keys move between tokens.</p>
 <div class="controls">
   <label id="sentence-label">sentence <select id="sentence"></select></label>
   <label>layer <select id="layer"></select></label>
@@ -156,6 +160,7 @@ const $ = (id) => document.getElementById(id);
 function item() { return data.sentences[state.sentence]; }
 function headName(layer, head) { return "L" + layer + "H" + head; }
 function isBest(layer, head) { const b = item().best; return b.layer === layer && b.head === head; }
+function typeOf(layer, head) { return data.types[headName(layer, head)] || ""; }
 function colour(head, nHead, alpha) {
   return "hsla(" + Math.round(head * 360 / nHead + 210) % 360 + ", 75%, 42%, " + alpha + ")";
 }
@@ -209,7 +214,8 @@ function build() {
 function buildHeads() {
   const it = item(), nHead = it.weights[state.layer].length;
   options($("head"), [["all", "all heads"], ...[...Array(nHead).keys()].map((h) =>
-    [h, headName(state.layer, h) + (isBest(state.layer, h) ? " \\u2605 best" : "")])], state.head);
+    [h, headName(state.layer, h) + (typeOf(state.layer, h) ? " " + typeOf(state.layer, h) : "") +
+        (isBest(state.layer, h) ? " \\u2605 best" : "")])], state.head);
   if ($("head").value !== state.head) { state.head = "all"; $("head").value = "all"; }
   $("heads").replaceChildren(...[...Array(nHead).keys()].map((h) => {
     const tr = document.createElement("tr");
@@ -218,6 +224,10 @@ function buildHeads() {
     const sw = document.createElement("span");
     sw.className = "swatch"; sw.style.background = colour(h, nHead, 1);
     th.append(sw, headName(state.layer, h) + (isBest(state.layer, h) ? " \\u2605" : ""));
+    if (typeOf(state.layer, h)) {
+      const kind = document.createElement("span");
+      kind.className = "type"; kind.textContent = typeOf(state.layer, h); th.append(" ", kind);
+    }
     if (isBest(state.layer, h)) th.title = it.best.note;
     tr.appendChild(th);
     for (let k = 0; k < it.tokens.length; k++) {
@@ -253,7 +263,8 @@ function render() {
     });
     const top = row.map((w, k) => [w, k]).sort((a, b) => b[0] - a[0] || a[1] - b[1]).slice(0, 3);
     lines.push(headName(state.layer, h) + (isBest(state.layer, h) ? " \\u2605" : "  ") + "  " +
-               top.map(([w, k]) => it.tokens[k].trim() + " " + fmt(w)).join(" | "));
+               top.map(([w, k]) => it.tokens[k].trim() + " " + fmt(w)).join(" | ") +
+               (typeOf(state.layer, h) ? "   (" + typeOf(state.layer, h) + ")" : ""));
   });
   $("readout").textContent = "from " + JSON.stringify(it.tokens[q]) + " (token " + q + "), layer " + state.layer +
     ":\\n" + lines.join("\\n") + "\\n\\u2605 " + it.best.name + ": " + it.best.note;

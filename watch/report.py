@@ -1,6 +1,7 @@
-"""Text views of what the heads do: the head table (for a terminal or as Markdown for
-TensorBoard), the line of baselines under it, the ablation line, and what a query attends
-to most. Token labels for every view, heatmaps included, come from `display_token`."""
+"""Text views of what the heads do, for a terminal or as Markdown for TensorBoard: the head-type
+table (every head's type scores beside its untrained ones), the pronoun head table with the line
+of baselines under it, what removing heads costs, pronoun agreement, and what a query attends to
+most. Token labels for every view, heatmaps included, come from `display_token`."""
 
 from __future__ import annotations
 
@@ -10,8 +11,12 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from watch.heads import head_name
-from watch.metrics import HeadStats, ProbeReport
+from watch.ablation import AblationResult
+from watch.heads import head_name, parse_head
+from watch.headtypes import LABELS, TYPES, HeadType, positional, type_scores
+from watch.pipeline import Results
+from watch.pronouns import AgreementStats, HeadStats, ProbeReport, agreement_stats, most_selective, probe_report
+from watch.scores import icl_positions
 
 PRONOUNS = {"he", "she", "it", "they", "him", "her", "them", "his", "its", "their"}
 COLUMNS = ("rank", "head", "referent", "distractor", "top-1", "ref (no sink)", "top-1 (no sink)")
@@ -38,21 +43,30 @@ def head_table(report: ProbeReport, *, markdown: bool = False, limit: int | None
     first rows (the baselines line still covers all probes).
     """
     rows = [_cells(rank, stats) for rank, stats in enumerate(report.ranked()[:limit], start=1)]
+    return "\n".join([*_table(COLUMNS, rows, markdown, marked=[0], text_columns=(1,)), *([""] if markdown else []),
+                      summary_line(report)])
+
+
+def _table(columns: Sequence[str], rows: list[list[str]], markdown: bool, *, marked: Sequence[int] = (),
+           text_columns: Sequence[int] = ()) -> list[str]:
+    """Lines of a table: Markdown, the `marked` rows' first name (the first of `text_columns`) in
+    bold; or plain text, aligned, the marked rows starred. Names (`text_columns`) are left-aligned,
+    numbers right-aligned so their decimal points line up."""
     if markdown:
-        lines = ["| " + " | ".join(COLUMNS) + " |", "|---:|:---|---:|---:|---:|---:|---:|"]
-        lines += ["| " + " | ".join([row[0], f"**{row[1]}**" if i == 0 else row[1], *row[2:]]) + " |"
-                  for i, row in enumerate(rows)]
-        return "\n".join([*lines, "", summary_line(report)])
-    table = [["", *COLUMNS], *[["*" if i == 0 else "", *row] for i, row in enumerate(rows)]]
+        align = "|" + "|".join(":---" if i in text_columns else "---:" for i in range(len(columns))) + "|"
+        name = text_columns[0] if text_columns else None
+        body = [[f"**{c}**" if r in marked and i == name else c for i, c in enumerate(row)]
+                for r, row in enumerate(rows)]
+        return ["| " + " | ".join(columns) + " |", align, *["| " + " | ".join(row) + " |" for row in body]]
+    table = [["", *columns], *[["*" if r in marked else "", *row] for r, row in enumerate(rows)]]
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    left = {0, *(i + 1 for i in text_columns)}
 
     def line(cells: list[str]) -> str:
-        # Names left-aligned, numbers right-aligned so their decimal points line up.
-        out = [c.ljust(widths[i]) if i in (0, 2) else c.rjust(widths[i]) for i, c in enumerate(cells)]
+        out = [c.ljust(widths[i]) if i in left else c.rjust(widths[i]) for i, c in enumerate(cells)]
         return "  ".join(out).rstrip()
 
-    lines = [line(table[0]), line(["-" * w for w in widths]), *[line(row) for row in table[1:]]]
-    return "\n".join([*lines, summary_line(report)])
+    return [line(table[0]), line(["-" * w for w in widths]), *[line(row) for row in table[1:]]]
 
 
 def _cells(rank: int, s: HeadStats) -> list[str]:
@@ -129,3 +143,171 @@ def focused_head(patterns: Sequence[torch.Tensor], query: int) -> tuple[int, int
             if weight > best_weight:
                 best, best_weight = (layer, head), weight
     return best
+
+
+# --- head types --------------------------------------------------------------------------------------
+
+TYPE_COLUMNS = ("head", "type", "previous", "duplicate", "induction", "sink", "current", "positional (k)", "broad")
+
+
+def type_table(results: Results, untrained: Results | None, types: dict[str, HeadType], *,
+               markdown: bool = False) -> str:
+    """Every head's type and type scores, each with the untrained model's in brackets; "n/a" where a
+    score could not be measured (no held-out text, a block too short for repeated tokens)."""
+    trained, before = type_scores(results), type_scores(untrained) if untrained is not None else {}
+    found = positional(results)
+    rows = []
+    for name, head_type in types.items():
+        layer, head = parse_head(name)
+        broad = results.head("broad", layer, head)
+        rows.append([name, LABELS[head_type.kind] if head_type.kind else "-",
+                     *(_type_cell(trained, before, found, kind, layer, head) for kind in TYPES),
+                     "n/a" if broad is None else f"{broad:.2f}"])
+    return "\n".join(_table(TYPE_COLUMNS, rows, markdown, text_columns=(0, 1)))
+
+
+def _type_cell(trained: dict, before: dict, found: tuple | None, kind: str, layer: int, head: int) -> str:
+    """"0.91 (0.05)": a head's score of one type and, in brackets, the untrained model's."""
+    if kind not in trained:
+        return "n/a"
+    value = f"{float(trained[kind][layer, head]):.2f}"
+    if kind in before:
+        value += f" ({float(before[kind][layer, head]):.2f})"
+    if kind == "positional" and found is not None:
+        value += f" k={int(found[1][layer, head])}"
+    return value
+
+
+def type_lines(results: Results, untrained: Results | None, types: dict[str, HeadType]) -> str:
+    """One line per head type: its heads, or where the best head stood; then in-context learning."""
+    trained, before = type_scores(results), type_scores(untrained) if untrained is not None else {}
+    lines = []
+    for kind in TYPES:
+        if kind not in trained:
+            continue
+        heads = [t for t in types.values() if t.kind == kind]
+        if heads:
+            listed = ", ".join(f"{t.name} {t.score:.2f}" + _untrained(before, kind, t.name) for t in heads)
+            lines.append(f"{LABELS[kind]} heads: {listed}")
+        else:
+            name, value = _best(trained[kind])
+            lines.append(f"no {LABELS[kind]} head yet (best {name} {value:.2f}{_untrained(before, kind, name)})")
+    lines += in_context_lines(results, untrained)
+    return "\n".join(lines)
+
+
+def in_context_lines(results: Results, untrained: Results | None) -> list[str]:
+    numbers, then = results.numbers, untrained.numbers if untrained is not None else {}
+    lines = []
+    if "in_context_gain" in numbers:
+        was = f"; untrained {then['in_context_gain']:+.3f}" if "in_context_gain" in then else ""
+        lines.append(f"in-context gain on repeated random tokens: {numbers['in_context_gain']:+.3f} nats/token "
+                     f"(first copy {numbers['loss_first_copy']:.3f}, second {numbers['loss_second_copy']:.3f}{was})")
+    if "in_context_score" in numbers:
+        text = results.sets.get("text")
+        early, late = icl_positions(len(text.ids[0])) if text is not None else (0, 0)
+        was = f"; untrained {then['in_context_score']:+.3f}" if "in_context_score" in then else ""
+        lines.append(f"in-context score on held-out text: {numbers['in_context_score']:+.3f} nats (loss of token "
+                     f"{late} minus token {early}; below 0: later tokens are predicted better{was})")
+    return lines
+
+
+def _best(values: torch.Tensor) -> tuple[str, float]:
+    flat = int(torch.nan_to_num(values, nan=-1.0).argmax())
+    layer, head = divmod(flat, values.shape[1])
+    return head_name(layer, head), float(values[layer, head])
+
+
+def _untrained(before: dict[str, torch.Tensor], kind: str, name: str) -> str:
+    if kind not in before:
+        return ""
+    layer, head = parse_head(name)
+    return f", untrained {float(before[kind][layer, head]):.2f}"
+
+
+def ablation_lines(results: Results, found: Sequence[AblationResult]) -> str:
+    """What removing each set of heads cost, one line each, in the measure that fits their kind."""
+    lines = []
+    for result in found:
+        after = result.results
+        what = f"removing {', '.join(result.heads)} ({_chosen_as(result)}, {result.mode}-ablation)"
+        costs = []
+        if result.kind in ("induction", "duplicate_token", "previous_token"):
+            costs.append(_change("in-context gain", results.numbers, after.numbers, "in_context_gain", share=True))
+        if result.kind == "previous_token":
+            costs.append(_best_change("best induction score", results, after, "induction", result.heads))
+        if result.kind in ("sink", "current_token", "positional"):
+            costs.append(_change("held-out loss", results.numbers, after.numbers, "text_loss"))
+        if result.kind == "pronoun":
+            costs.append(_change("continuation accuracy", results.numbers, after.numbers, "continuation_accuracy",
+                                 points=True))
+        costs = [c for c in costs if c]
+        if costs:
+            lines.append(f"{what}: {'; '.join(costs)}")
+    return "\n".join(lines)
+
+
+def _chosen_as(result: AblationResult) -> str:
+    if result.kind in LABELS:
+        return LABELS[result.kind] + ("" if len(result.heads) == 1 else f", {result.label}")
+    return {"pronoun": "best pronoun head"}.get(result.kind, result.kind.replace("_", " "))
+
+
+def _change(label: str, before: dict, after: dict, key: str, *, share: bool = False, points: bool = False) -> str:
+    if key not in before or key not in after:
+        return ""
+    old, new = before[key], after[key]
+    if points:
+        return f"{label} {old:.3f} -> {new:.3f} ({100 * (new - old):+.1f} points)"
+    text = f"{label} {old:.3f} -> {new:.3f}"
+    if share and old > 0:
+        text += f" ({100 * (old - new) / old:.0f}% of it removed)"
+    return text
+
+
+def _best_change(label: str, before: Results, after: Results, score: str, removed: Sequence[str]) -> str:
+    """The best score among the heads not removed, before and after."""
+    old = {n: v for n, v in before.per_head(score).items() if n not in removed}
+    new = {n: v for n, v in after.per_head(score).items() if n not in removed}
+    if not old or not new:
+        return ""
+    name = max(old, key=old.get)
+    return f"{label} {old[name]:.3f} -> {new[name]:.3f} ({name})"
+
+
+# --- pronoun agreement ------------------------------------------------------------------------------
+
+def agreement_lines(results: Results, ablations: Sequence[AblationResult]) -> str:
+    """Agreement, the heads that read the name, the most selective head and what removing them costs,
+    one finding a line."""
+    a: AgreementStats | None = agreement_stats(results)
+    if a is None:
+        return ""
+    mentions = ", ".join(f"{m} mention {v:.3f}" for m, v in a.by_mention.items())
+    lines = [f"pronoun agreement on {a.n} single-person contexts: {a.accuracy:.3f}"
+             + (f" ({mentions})" if mentions else "")]
+    reading = results.per_head("name_reading")
+    top = sorted(reading.items(), key=lambda kv: (-kv[1], kv[0]))[:5]
+    if top:
+        lines.append("weight on the name from the position before the pronoun: "
+                     + ", ".join(f"{name} {weight:.2f}" for name, weight in top))
+    report = probe_report(results)
+    selective = most_selective(report) if report is not None else None
+    if selective is not None:
+        lines.append(f"most selective head at the pronoun: {selective.name}, top-1 {100 * selective.top1:.1f}% "
+                     f"(referent {selective.referent:.3f}, distractor {selective.distractor:.3f})")
+    for ab in ablations:
+        after = agreement_stats(ab.results)
+        line = (f"ablating {', '.join(ab.heads)} ({ab.kind.replace('_', ' ')}): agreement {after.accuracy:.3f} "
+                f"({100 * (after.accuracy - a.accuracy):+.1f} points)")
+        top1 = best_top1_left(ab)
+        if top1 is not None and selective is not None:
+            line += f"; best top-1 left {100 * top1:.1f}% ({100 * (top1 - selective.top1):+.1f} points)"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def best_top1_left(ablation: AblationResult) -> float | None:
+    """The best top-1 on the pronoun probes among the heads an ablation left in place."""
+    left = [v for name, v in ablation.results.per_head("top1").items() if name not in ablation.heads]
+    return max(left) if left else None

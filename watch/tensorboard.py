@@ -1,6 +1,7 @@
-"""Attention in TensorBoard: heatmaps of chosen sentences, every head's probe
-scores as scalars, a table ranking the heads, and the Custom Scalars charts that
-put every head on one axis.
+"""What a watch pass found, in TensorBoard: every head's scores as scalars (head types, pronoun
+probes, agreement), the tables as text, heatmap images of the watched sentences, and the Custom
+Scalars charts that put every head on one axis. Nothing here runs the model: it writes what
+`watch/pipeline.py` found and `watch/heatmaps.py` drew.
 
 The writer is duck-typed (`add_image`, `add_scalar`, `add_text`, `add_custom_scalars`),
 so a `torch.utils.tensorboard.SummaryWriter` or anything like it will do.
@@ -8,23 +9,19 @@ so a `torch.utils.tensorboard.SummaryWriter` or anything like it will do.
 
 from __future__ import annotations
 
-import re
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import torch.nn as nn
+import numpy as np
 
-from data.probes import within_block
-from errors import UserError, warn
-from watch.capture import capture_attention
-from watch.heatmaps import HeatmapFigure, head_titles
-from watch.metrics import ProbeReport, evaluate_probes
-from watch.report import head_table
-
-if TYPE_CHECKING:
-    from data.probes import AlignedProbe
+from errors import warn
+from watch.ablation import AblationResult
+from watch.headtypes import TYPES, HeadType, positional
+from watch.pipeline import Results
+from watch.pronouns import agreement_stats, most_selective, probe_report
+from watch.report import best_top1_left, head_table, type_lines, type_table
 
 
 class TensorBoardWriter:
@@ -95,27 +92,19 @@ def _quiet_writer_threads() -> None:
     threading.excepthook = hook
 
 
-def sentence_slug(text: str, max_len: int = 40) -> str:
-    """A tag-safe name for a sentence, stable across steps so its images line up in TensorBoard."""
-    slug = re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_")[:max_len].rstrip("_")
-    return slug or "sentence"
-
-
-def _unique_slugs(sentences: Sequence[str]) -> list[str]:
-    seen: dict[str, int] = {}
-    slugs = []
-    for text in sentences:
-        slug = sentence_slug(text)
-        seen[slug] = seen.get(slug, 0) + 1
-        slugs.append(slug if seen[slug] == 1 else f"{slug}_{seen[slug]}")
-    return slugs
-
-
 # TensorBoard's Custom Scalars tab: {category: {chart title: ["Multiline", [tag regexes]]}}. A regex
-# matches the start of a tag; one chart draws every matching tag of every run on one axis. The last
-# chart takes the training loss (logged every log_interval steps) rather than the validation loss (5
-# points in the demo, which smoothing bends out of shape), and every accuracy the probes report.
-HEAD_CHARTS = {
+# matches the start of a tag; one chart draws every matching tag of every run on one axis.
+TYPE_CHARTS = {
+    "head types": {
+        **{f"{kind.replace('_', '-')}, every head": ["Multiline", [rf"heads/{kind}/L\d+H\d+$"]]
+           for kind in (*TYPES, "broad")},
+        # The phase change: the induction score and the in-context gain jump together.
+        "induction and in-context gain": ["Multiline", [r"heads/induction/best$", r"heads/in_context_gain$"]],
+    },
+}
+# The last chart takes the training loss (logged every log_interval steps) rather than the validation
+# loss (5 points in the demo, which smoothing bends out of shape), and every accuracy the probes report.
+PRONOUN_CHARTS = {
     "attention heads": {
         "referent weight, every head": ["Multiline", [r"attention/referent/L\d+H\d+$"]],
         "top-1, every head": ["Multiline", [r"attention/top1/L\d+H\d+$"]],
@@ -124,13 +113,45 @@ HEAD_CHARTS = {
 }
 
 
-def log_head_charts(writer: Any) -> None:
-    """The Custom Scalars layout (`HEAD_CHARTS`): written once, at the start of a run."""
-    writer.add_custom_scalars(HEAD_CHARTS)
+def log_charts(writer: Any, *, pronouns: bool, types: bool) -> None:
+    """The Custom Scalars layout: written once, at the start of a run."""
+    layout = {**(PRONOUN_CHARTS if pronouns else {}), **(TYPE_CHARTS if types else {})}
+    if layout:
+        writer.add_custom_scalars(layout)
 
 
-def log_scores(writer: Any, step: int, report: ProbeReport, *, table: bool = True) -> None:
-    """Scalars for every head and the best one, plus (with `table`) the ranking table as Markdown."""
+def log_scores(writer: Any, step: int, results: Results) -> None:
+    """Every head's scores and the model's numbers as scalars."""
+    for kind in (*TYPES, "broad"):
+        values = positional(results)[0] if kind == "positional" and positional(results) else results.heads.get(kind)
+        if values is None:
+            continue
+        for layer in range(values.shape[0]):
+            for head in range(values.shape[1]):
+                writer.add_scalar(f"heads/{kind}/L{layer}H{head}", float(values[layer, head]), step)
+        if kind != "broad":
+            writer.add_scalar(f"heads/{kind}/best", float(values.max()), step)
+    found = positional(results)
+    if found is not None:
+        for layer in range(found[1].shape[0]):
+            for head in range(found[1].shape[1]):
+                writer.add_scalar(f"heads/positional_offset/L{layer}H{head}", int(found[1][layer, head]), step)
+    for name in ("in_context_gain", "in_context_score", "loss_first_copy", "loss_second_copy", "text_loss"):
+        if name in results.numbers:
+            writer.add_scalar(f"heads/{name}", results.numbers[name], step)
+    _log_pronouns(writer, step, results)
+    agreement = agreement_stats(results)
+    if agreement is not None:
+        writer.add_scalar("probes/agreement_accuracy", agreement.accuracy, step)
+        writer.add_scalar("probes/agreement_share", agreement.share, step)
+        for mention, value in agreement.by_mention.items():
+            writer.add_scalar(f"probes/agreement_accuracy_{mention}_mention", value, step)
+
+
+def _log_pronouns(writer: Any, step: int, results: Results) -> None:
+    report = probe_report(results)
+    if report is None:
+        return
     for name, stats in report.heads.items():
         writer.add_scalar(f"attention/referent/{name}", stats.referent, step)
         writer.add_scalar(f"attention/distractor/{name}", stats.distractor, step)
@@ -148,80 +169,40 @@ def log_scores(writer: Any, step: int, report: ProbeReport, *, table: bool = Tru
     for tag, value in scalars.items():
         if value is not None:
             writer.add_scalar(tag, value, step)
-    if table:
-        text = f"step {step}, best head **{best.name}**\n\n{head_table(report, markdown=True)}"
-        writer.add_text("attention/heads", text, step)
 
 
-def log_attention(writer: Any, step: int, model: nn.Module, tokenizer: Any, sentences: Sequence[str],
-                  aligned_probes: Sequence[AlignedProbe] | None = None,
-                  figures: dict[str, HeatmapFigure] | None = None) -> ProbeReport | None:
-    """Log attention heatmaps and probe scores at `step`; returns the probe report (None without probes).
-
-    For each sentence (the explanation sentence first, then perhaps a few probe
-    texts): one figure per layer with all its heads, tagged
-    `attention/{slug}/layer{l}`, and, when probes name a best head, that head
-    alone as `attention/{slug}/best_head`. A sentence that is also a probe's
-    text has its pronoun row outlined. Sentences the tokenizer cannot encode
-    are skipped with a warning, and so are probes longer than block_size, so
-    neither stops training.
-
-    Pass the same `figures` dict at every step of a run: the figures are then
-    built once and redrawn with new weights, which is most of the cost saved.
-    """
-    block_size = model.config.block_size
-    probes = within_block(aligned_probes or [], block_size, "probes")
-    report = evaluate_probes(model, probes) if probes else None
+def log_tables(writer: Any, step: int, results: Results, untrained: Results | None,
+               types: dict[str, HeadType]) -> None:
+    """The head tables as Markdown in the Text tab: the pronoun probes' ranking and the head types."""
+    report = probe_report(results)
     if report is not None:
-        log_scores(writer, step, report)
-    best = report.best if report is not None else None
-    pronoun_rows = {item.probe.text: item.pronoun_pos for item in probes}
-
-    kept: list[tuple[str, list[int]]] = []
-    for text in sentences:
-        try:
-            ids = tokenizer.encode(text)
-        except UserError as exc:
-            warn(f"attention heatmap skipped for {text[:60]!r}: {exc}")
-            continue
-        if not ids:
-            warn(f"attention heatmap skipped for {text[:60]!r}: it has no tokens")
-            continue
-        if len(ids) > block_size:
-            warn(f"attention heatmap of {text[:60]!r} shows only its first {block_size} of "
-                          f"{len(ids)} tokens (block_size)")
-        kept.append((text, ids[:block_size]))
-
-    captured = capture_attention(model, [ids for _, ids in kept])
-    for slug, (text, ids), layers in zip(_unique_slugs([t for t, _ in kept]), kept, captured, strict=True):
-        tokens = tokenizer.token_strings(ids)
-        row = pronoun_rows.get(text)
-        highlight = row if row is not None and row < len(ids) else None
-        for layer, pattern in enumerate(layers):
-            tag, n_head = f"attention/{slug}/layer{layer}", pattern.shape[0]
-            heatmap = _figure(figures, tag, tokens, n_head, highlight)
-            heatmap.update(list(pattern), head_titles(layer, n_head, best.name if best else None),
-                           f"layer {layer}, step {step}")
-            _add(writer, tag, heatmap, step)
-        if best is not None:
-            tag = f"attention/{slug}/best_head"
-            heatmap = _figure(figures, tag, tokens, 1, highlight)
-            heatmap.update([layers[best.layer][best.head]],
-                           [f"best head {best.name} (referent {best.referent:.2f}), step {step}"])
-            _add(writer, tag, heatmap, step)
-    return report
+        text = f"step {step}, best head **{report.best.name}**\n\n{head_table(report, markdown=True)}"
+        writer.add_text("attention/heads", text, step)
+    if types:
+        lines = type_lines(results, untrained, types).replace("\n", "  \n")   # Markdown line breaks
+        writer.add_text("heads/types", f"step {step}\n\n{type_table(results, untrained, types, markdown=True)}"
+                                       f"\n\n{lines}", step)
 
 
-def _figure(figures: dict[str, HeatmapFigure] | None, tag: str, tokens: list[str], n_panels: int,
-            highlight: int | None) -> HeatmapFigure:
-    """The figure kept for `tag` when it still fits these tokens, else a new one (kept if there is a dict)."""
-    heatmap = figures.get(tag) if figures is not None else None
-    if heatmap is None or heatmap.tokens != tokens or len(heatmap.axes) != n_panels:
-        heatmap = HeatmapFigure(tokens, n_panels, highlight_query=highlight)
-        if figures is not None:
-            figures[tag] = heatmap
-    return heatmap
+def log_agreement(writer: Any, step: int, results: Results, ablations: Sequence[AblationResult]) -> None:
+    """The most selective head's top-1 and what removing it, or the name readers, costs, as scalars
+    (under probes/agreement_... and attention/top1/most_selective...), and the removed heads as text."""
+    agreement, report = agreement_stats(results), probe_report(results)
+    if agreement is None:
+        return
+    if report is not None:
+        writer.add_scalar("attention/top1/most_selective", most_selective(report).top1, step)
+    for ab in ablations:
+        writer.add_scalar(f"probes/agreement_accuracy_without_{ab.kind}", agreement_stats(ab.results).accuracy, step)
+        top1 = best_top1_left(ab)
+        if top1 is not None:
+            writer.add_scalar(f"attention/top1/most_selective_without_{ab.kind}", top1, step)
+    if ablations:
+        text = "; ".join(f"{ab.kind.replace('_', ' ')}: {', '.join(ab.heads)}" for ab in ablations)
+        writer.add_text("probes/ablated_heads", f"step {step}, ablated: {text}", step)
 
 
-def _add(writer: Any, tag: str, heatmap: HeatmapFigure, step: int) -> None:
-    writer.add_image(tag, heatmap.render(), step, dataformats="HWC")
+def log_images(writer: Any, step: int, images: Sequence[tuple[str, np.ndarray]]) -> None:
+    """Heatmap images (tag, RGB array [height, width, 3]) as drawn by `watch/heatmaps.py`."""
+    for tag, image in images:
+        writer.add_image(tag, image, step, dataformats="HWC")

@@ -1,0 +1,129 @@
+"""Proof by ablation: remove heads and see what the model loses.
+
+Two ways to remove a head:
+- zero-ablation (the default): its output becomes zero. Nothing but the model is needed, so it
+  works from any checkpoint; it is what the README's floors are measured with.
+- mean-ablation: its output becomes its mean over the held-out text, so the layers after it
+  still see an output of the usual size and direction; only what the head does differently from
+  token to token is removed. It needs held-out text, and it keeps a head that writes a constant
+  (an attention sink's) from looking important just because that constant went missing.
+
+What each kind of head is tested on: induction heads and duplicate-token heads on the in-context
+gain; previous-token heads on the induction score and the in-context gain (the two-head circuit:
+the earlier head's output lets the later one find the token after); sink, current-token and
+positional heads on the held-out text's loss; the best pronoun head on the continuation accuracy;
+and, with agreement contexts, the most selective head and the heads that read the name on
+agreement.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+
+from model.gpt import Ablation
+from watch.capture import evaluating
+from watch.heads import ablation_for
+from watch.headtypes import TYPES, HeadType, heads_of
+from watch.pipeline import Results, score
+from watch.probesets import AGREEMENT, PRONOUN, REPEATED, TEXT, ProbeSet, ProbeSets
+from watch.pronouns import most_selective, name_readers, probe_report
+
+MODES = ("zero", "mean")
+DEFAULT_MODE = "zero"
+
+
+def head_means(model: nn.Module, text: ProbeSet) -> dict[int, torch.Tensor]:
+    """Each layer's heads' mean output over `text`: {layer: [n_head, head_dim]}, read where the heads'
+    outputs enter the output projection."""
+    cfg = model.config
+    sums = {layer: torch.zeros(cfg.n_head, cfg.head_dim, dtype=torch.float64) for layer in range(cfg.n_layer)}
+    count = 0
+
+    def record(layer: int):
+        def hook(module: nn.Module, inputs: tuple) -> None:
+            merged = inputs[0].detach().double().cpu()                       # [B, T, n_head * head_dim]
+            sums[layer] += merged.reshape(-1, cfg.n_head, cfg.head_dim).sum(0)
+        return hook
+
+    handles = [block.attn.out_proj.register_forward_pre_hook(record(layer))
+               for layer, block in enumerate(model.blocks)]
+    device = next(model.parameters()).device
+    try:
+        with evaluating(model):
+            for ids in text.ids:
+                model(torch.tensor([ids], device=device), all_logits=True)
+                count += len(ids)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return {layer: (total / count).float() for layer, total in sums.items()}
+
+
+def plan(model: nn.Module, heads: Sequence[str], mode: str = DEFAULT_MODE,
+         means: dict[int, torch.Tensor] | None = None) -> Ablation:
+    """The ablation that removes `heads` ("L1H3", ...) the `mode` way (mean: `means` needed)."""
+    if mode not in MODES:
+        raise ValueError(f"ablation mode must be one of {', '.join(MODES)}; got {mode!r}")
+    if mode == "mean" and means is None:
+        raise ValueError("mean-ablation needs the heads' mean outputs (head_means of held-out text)")
+    cfg = model.config
+    return Ablation(ablation_for(heads, cfg.n_layer, cfg.n_head), means if mode == "mean" else None)
+
+
+@dataclass
+class AblationResult:
+    """The model with `heads` removed (`label` says why these), and what one pass then found."""
+
+    label: str
+    heads: list[str]
+    kind: str                   # what they were chosen as: a head type, "pronoun", "most_selective", "name_readers"
+    mode: str
+    results: Results
+
+
+def ablated(model: nn.Module, sets: ProbeSets, heads: Sequence[str], label: str, kind: str,
+            mode: str = DEFAULT_MODE, means: dict[int, torch.Tensor] | None = None,
+            kinds: tuple[str, ...] = (PRONOUN, AGREEMENT, REPEATED, TEXT)) -> AblationResult:
+    """One pass over `sets` (their `kinds` only) with `heads` removed."""
+    results = score(model, sets, plan(model, heads, mode, means), kinds=kinds)
+    return AblationResult(label, list(heads), kind, mode, results)
+
+
+def proofs(model: nn.Module, sets: ProbeSets, results: Results, types: dict[str, HeadType],
+           mode: str = DEFAULT_MODE) -> list[AblationResult]:
+    """Every typed head removed alone, the top two of a type together (and all of them, when
+    there are more), and the best pronoun head."""
+    means = head_means(model, sets.get(TEXT)) if mode == "mean" and sets.get(TEXT) is not None else None
+    if mode == "mean" and means is None:
+        raise ValueError("mean-ablation needs held-out text; use zero-ablation")
+    out = []
+    for kind in TYPES:
+        heads = heads_of(types, kind)
+        groups = [[head] for head in heads]
+        if len(heads) >= 2:
+            groups.append(heads[:2])
+        if len(heads) >= 3:
+            groups.append(heads)
+        for group in groups:
+            label = group[0] if len(group) == 1 else ("top two" if len(group) == 2 else f"all {len(group)}")
+            out.append(ablated(model, sets, group, label, kind, mode, means))
+    report = probe_report(results)
+    if report is not None:
+        out.append(ablated(model, sets, [report.best.name], report.best.name, "pronoun", mode, means))
+    return out
+
+
+def agreement_ablations(model: nn.Module, sets: ProbeSets, results: Results) -> list[AblationResult]:
+    """With agreement contexts: the most selective head on the pronoun probes removed, then the heads
+    that read the name (zero-ablation)."""
+    if AGREEMENT not in sets.sets:
+        return []
+    report = probe_report(results)
+    choices = [("most_selective", [most_selective(report).name] if report else []),
+               ("name_readers", name_readers(results.per_head("name_reading")))]
+    return [ablated(model, sets, heads, ", ".join(heads), kind, kinds=(PRONOUN, AGREEMENT))
+            for kind, heads in choices if heads]

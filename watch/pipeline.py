@@ -1,0 +1,115 @@
+"""One pass of watching: every probe set captured once (`watch/capture.py`), every registered score
+(`watch/scores.py`) read from those captures, into one `Results` that every reader uses: the head
+tables, TensorBoard, the attention page, `sample.py` and the ablation reports."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn as nn
+
+from model.gpt import Ablate, Ablation
+from watch.capture import Capture, captures, sentence_patterns
+from watch.heads import ablation_names, head_name
+from watch.probesets import SENTENCES, ProbeSets
+from watch.scores import HEAD_SCORES, MODEL_SCORES, derived_model_scores, mean
+
+
+@dataclass
+class Results:
+    """What one pass found. `heads[score]` is [layer, head] (float64; NaN where the score had nothing
+    to average), `numbers[score]` a number per model score, `counts[score]` how many positions,
+    probes or contexts it averaged, `patterns[sentence][layer]` the watched sentences' patterns."""
+
+    heads: dict[str, torch.Tensor]
+    numbers: dict[str, float]
+    counts: dict[str, int]
+    patterns: list[list[torch.Tensor]]
+    sets: ProbeSets
+    forwards: int
+    ablated: list[str] = field(default_factory=list)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        any_scores = next(iter(self.heads.values()), None)
+        return tuple(any_scores.shape) if any_scores is not None else (0, 0)
+
+    def head(self, score: str, layer: int, head: int) -> float | None:
+        """One head's score, None when it was not measured."""
+        values = self.heads.get(score)
+        if values is None or torch.isnan(values[layer, head]):
+            return None
+        return float(values[layer, head])
+
+    def per_head(self, score: str) -> dict[str, float]:
+        """{"L0H0": value, ...} for one score (empty when it was not measured)."""
+        values = self.heads.get(score)
+        if values is None:
+            return {}
+        return {head_name(layer, head): float(values[layer, head])
+                for layer in range(values.shape[0]) for head in range(values.shape[1])
+                if not torch.isnan(values[layer, head])}
+
+    def best(self, score: str) -> tuple[str, float] | None:
+        """The head with the highest score (earliest first on ties), and the score."""
+        scores = self.per_head(score)
+        if not scores:
+            return None
+        name = max(scores, key=lambda n: (scores[n], -list(scores).index(n)))
+        return name, scores[name]
+
+
+def untrained_like(model: nn.Module, seed: int) -> nn.Module:
+    """The model of the same config as `model` as training started it: initialised from `seed`
+    (what `train.py` seeds before building the model), on the same device. The global random
+    state is left as it was."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        fresh = type(model)(model.config)
+    return fresh.to(next(model.parameters()).device).eval()
+
+
+def score(model: nn.Module, sets: ProbeSets, ablate: Ablate | None = None,
+          kinds: tuple[str, ...] | None = None) -> Results:
+    """Captures each probe set of `sets` (only `kinds`, if given) once and reads every score
+    registered for it; `ablate` removes heads for the whole pass."""
+    chosen = [s for kind, s in sets.sets.items() if kinds is None or kind in kinds]
+    results = read((capture for probe_set in chosen for capture in captures(model, probe_set, ablate)), sets)
+    plan = ablate.heads if isinstance(ablate, Ablation) else ablate
+    results.ablated = ablation_names(plan)
+    return results
+
+
+def read(captured: Iterable[Capture], sets: ProbeSets) -> Results:
+    """Every score registered for each capture's probe set, added up over the captures: the
+    `Results` of a pass. Captures made by hand (`capture_from_patterns`) are read the same way."""
+    totals: dict[str, list] = {}
+    patterns: list[list[torch.Tensor]] = []
+    forwards = 0
+    for capture in captured:
+        forwards += 1
+        kind = capture.probe_set.kind
+        for s in (*HEAD_SCORES.values(), *MODEL_SCORES.values()):
+            if s.probe_set != kind:
+                continue
+            total, count = s.measure(capture)
+            if s.name in totals:
+                totals[s.name][0] = totals[s.name][0] + total
+                totals[s.name][1] = totals[s.name][1] + count
+            else:
+                totals[s.name] = [total, count]
+        if kind == SENTENCES:
+            patterns += sentence_patterns([capture])
+    heads, numbers, counts = {}, {}, {}
+    for name, (total, count) in totals.items():
+        value = mean(total, count)
+        counts[name] = int(count)
+        if name in HEAD_SCORES:
+            heads[name] = value if value is not None else torch.full_like(torch.as_tensor(total, dtype=torch.float64),
+                                                                          float("nan"))
+        elif value is not None:
+            numbers[name] = value
+    numbers.update(derived_model_scores(numbers))
+    return Results(heads, numbers, counts, patterns, sets, forwards)

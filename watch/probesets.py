@@ -1,0 +1,225 @@
+"""What the model is run on to be watched: probe sets, each scored from one capture.
+
+A probe set is token sequences that go through the model together, with what each sequence is
+for. Five kinds:
+
+- `PRONOUN`: two-person pronoun probes from a JSONL file (`data.probes`); the pronoun's query
+  row and the next-token logits right after the pronoun are read.
+- `AGREEMENT`: single-person contexts cut before a pronoun; the logits at their last position
+  and the row from there to the person's name are read.
+- `REPEATED`: repeated random tokens, the same for every model of a vocabulary: 32 sequences of
+  L = min(block_size // 2, 50) tokens drawn uniformly (seed 0) from the tokens the training
+  split holds (end-of-text excluded), each followed by itself, no separator. A model that
+  predicts the second copy better than the first learned from its context. Below block_size 32
+  (L < 16) the set is not made and its scores are "not measurable".
+- `TEXT`: held-out text: 16 windows of block_size tokens spread evenly through the corpus's
+  val split (or a text file given to `sample.py --text`).
+- `SENTENCES`: the sentences whose heatmaps and attention page a run shows.
+
+Every way of making a probe set checks its sequences against the model's block_size here, once;
+sequences that cannot be used (tokens outside the vocabulary, too long) are left out with one
+warning, or, `strict`, refused in one line naming the file's line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from data.probes import align, align_agreement, load_agreement, load_probes
+from data.tokenizer import Tokenizer, TokenizerError
+from errors import UserError, warn
+
+PRONOUN, AGREEMENT, REPEATED, TEXT, SENTENCES = "pronoun", "agreement", "repeated", "text", "sentences"
+
+REPEATED_SEQUENCES = 32
+REPEATED_MAX_LENGTH = 50
+REPEATED_MIN_LENGTH = 16     # L below this (block_size < 32): repeated-token scores are not measurable
+REPEATED_SEED = 0
+TEXT_WINDOWS = 16
+
+
+@dataclass
+class ProbeSet:
+    """Sequences run through the model together. `logits_at` holds, per sequence, the position
+    whose next-token logits are read (None: none); `all_logits` reads them at every position."""
+
+    kind: str
+    ids: list[list[int]]
+    items: list[Any] = field(default_factory=list)   # per sequence: an AlignedProbe, AlignedAgreement or text
+    logits_at: list[int | None] | None = None
+    all_logits: bool = False
+    about: str = ""                                    # how it was made, for reports
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+@dataclass
+class ProbeSets:
+    """The probe sets of a run or a checkpoint by kind, and, for each kind that could not be made,
+    why (for reports: "no held-out text: ...")."""
+
+    sets: dict[str, ProbeSet] = field(default_factory=dict)
+    missing: dict[str, str] = field(default_factory=dict)
+
+    def add(self, kind: str, made: ProbeSet | str | None) -> None:
+        """`made` is the set, or the reason there is none (None: not asked for)."""
+        if isinstance(made, ProbeSet):
+            self.sets[kind] = made
+        elif made:
+            self.missing[kind] = made
+
+    def get(self, kind: str) -> ProbeSet | None:
+        return self.sets.get(kind)
+
+    def only(self, *kinds: str) -> ProbeSets:
+        return ProbeSets({k: s for k, s in self.sets.items() if k in kinds},
+                         {k: why for k, why in self.missing.items() if k in kinds})
+
+
+# --- probes and agreement contexts from files -------------------------------------------------------
+
+def pronoun_probes(path: str | Path, tokenizer: Tokenizer, block_size: int, *, strict: bool = False) -> ProbeSet:
+    """The two-person probes of a JSONL file, in this tokenizer's positions."""
+    aligned = _usable(load_probes(path), align, tokenizer, block_size, f"probes in {path}", path, strict)
+    return ProbeSet(PRONOUN, [item.ids for item in aligned], aligned,
+                    logits_at=[item.continuation_pos for item in aligned], about=f"{len(aligned)} probes from {path}")
+
+
+def agreement_contexts(path: str | Path, tokenizer: Tokenizer, block_size: int, *,
+                       strict: bool = False) -> ProbeSet:
+    """The single-person agreement contexts of a JSONL file, in this tokenizer's positions."""
+    aligned = _usable(load_agreement(path), align_agreement, tokenizer, block_size,
+                      f"agreement contexts in {path}", path, strict)
+    return ProbeSet(AGREEMENT, [item.ids for item in aligned], aligned,
+                    logits_at=[item.continuation_pos for item in aligned],
+                    about=f"{len(aligned)} agreement contexts from {path}")
+
+
+def _usable(records: Sequence[Any], align_one: Callable[[Any, Tokenizer], Any], tokenizer: Tokenizer,
+            block_size: int, what: str, path: str | Path, strict: bool) -> list:
+    """Each record aligned; those with tokens outside the vocabulary or longer than block_size are left
+    out with one warning each kind (counting them as `what`), or with `strict` refused naming the line."""
+    aligned, unknown, too_long = [], 0, 0
+    for record in records:
+        try:
+            item = align_one(record, tokenizer)
+        except TokenizerError as exc:
+            if strict:
+                raise UserError(f"{path} line {record.line}: {exc}") from None
+            unknown += 1
+            continue
+        except UserError as exc:
+            raise UserError(f"{path} line {record.line}: {exc}") from None
+        if len(item.ids) > block_size:
+            if strict:
+                raise UserError(f"{path} line {record.line}: {len(item.ids)} tokens, more than the model's "
+                                f"block_size {block_size}; shorten its text, or remove it")
+            too_long += 1
+            continue
+        aligned.append(item)
+    if unknown:
+        warn(f"{unknown} of {len(records)} {what} use tokens outside the vocabulary and are left out")
+    if too_long:
+        warn(f"{too_long} of {len(records)} {what} are longer than block_size={block_size} and are left out")
+    return aligned
+
+
+# --- repeated random tokens and held-out text --------------------------------------------------------
+
+def repeated_length(block_size: int) -> int:
+    """L, the length of each random sequence before it repeats."""
+    return min(block_size // 2, REPEATED_MAX_LENGTH)
+
+
+def repeated_tokens(pool: Sequence[int], block_size: int, *, seed: int = REPEATED_SEED,
+                    sequences: int = REPEATED_SEQUENCES) -> ProbeSet | str:
+    """32 sequences of L random tokens from `pool`, each followed by itself; or why there are none."""
+    length = repeated_length(block_size)
+    if length < REPEATED_MIN_LENGTH:
+        return (f"block_size {block_size} is below {2 * REPEATED_MIN_LENGTH}, too short for repeated random tokens "
+                f"of {REPEATED_MIN_LENGTH}+{REPEATED_MIN_LENGTH}: induction, duplicate-token and in-context gain "
+                f"are not measurable")
+    pool = torch.tensor(sorted(set(pool)), dtype=torch.long)
+    if len(pool) < 2:
+        return "the vocabulary has fewer than 2 tokens to draw repeated random tokens from"
+    draws = torch.randint(len(pool), (sequences, length), generator=torch.Generator().manual_seed(seed))
+    first = pool[draws]
+    ids = torch.cat([first, first], dim=1).tolist()
+    return ProbeSet(REPEATED, ids, all_logits=True,
+                    about=f"{sequences} sequences of {length} random tokens repeated (from {len(pool)} tokens)")
+
+
+def token_pool(train_tokens: np.ndarray | None, tokenizer: Tokenizer) -> list[int]:
+    """The tokens repeated random tokens are drawn from: those the training split holds, end-of-text
+    excluded; without the split (a checkpoint whose data is not here), every token of the vocabulary
+    but end-of-text and padding."""
+    special = {getattr(tokenizer, "eot_id", None)}
+    if train_tokens is not None and len(train_tokens):
+        present = np.unique(np.asarray(train_tokens)).tolist()
+    else:
+        present = range(len(getattr(tokenizer, "kept_ids", None) or range(tokenizer.vocab_size)))
+    return [int(t) for t in present if t not in special]
+
+
+def held_out_text(tokens: np.ndarray | Sequence[int], block_size: int, *, windows: int = TEXT_WINDOWS,
+                  source: str = "the val split") -> ProbeSet | str:
+    """`windows` windows of block_size tokens spread evenly through `tokens`; or why there are none."""
+    tokens = np.asarray(tokens)
+    length = min(block_size, len(tokens))
+    if length < REPEATED_MIN_LENGTH:
+        return f"{source} has {len(tokens)} tokens, too few for held-out text scores (at least {REPEATED_MIN_LENGTH})"
+    count = min(windows, len(tokens) - length + 1)
+    starts = np.linspace(0, len(tokens) - length, count).round().astype(np.int64)
+    ids = [tokens[start:start + length].astype(np.int64).tolist() for start in starts]
+    return ProbeSet(TEXT, ids, all_logits=True, about=f"{count} windows of {length} tokens from {source}")
+
+
+# --- sentences to show ----------------------------------------------------------------------------------
+
+def sentences(texts: Sequence[str], tokenizer: Tokenizer, block_size: int) -> ProbeSet:
+    """Sentences for heatmaps and the attention page; one the tokenizer cannot encode is left out and
+    one longer than block_size keeps its first block_size tokens, each with a warning."""
+    kept_texts, ids = [], []
+    for text in texts:
+        try:
+            encoded = tokenizer.encode(text)
+        except TokenizerError as exc:
+            warn(f"not watching {text[:60]!r}: {exc}")
+            continue
+        if not encoded:
+            warn(f"not watching {text[:60]!r}: it has no tokens")
+            continue
+        if len(encoded) > block_size:
+            warn(f"attention of {text[:60]!r} shows only its first {block_size} of {len(encoded)} tokens "
+                 f"(block_size)")
+        kept_texts.append(text)
+        ids.append(encoded[:block_size])
+    return ProbeSet(SENTENCES, ids, kept_texts, about=f"{len(ids)} sentences")
+
+
+def watch_sets(tokenizer: Tokenizer, block_size: int, *, train_tokens: np.ndarray | None = None,
+               text: np.ndarray | Sequence[int] | None = None, text_source: str = "the val split",
+               probes: str | Path | None = None, agreement: str | Path | None = None,
+               texts: Sequence[str] = (), strict: bool = False) -> ProbeSets:
+    """Every probe set a run or a checkpoint is watched on: repeated random tokens always (drawn from
+    `train_tokens`, see `token_pool`), held-out text from `text`, pronoun probes and agreement contexts
+    from their files, and the sentences `texts`."""
+    sets = ProbeSets()
+    sets.add(REPEATED, repeated_tokens(token_pool(train_tokens, tokenizer), block_size))
+    sets.add(TEXT, held_out_text(text, block_size, source=text_source) if text is not None else
+             "no held-out text (give sample.py --text FILE, or keep the run's prepared data): previous-token, "
+             "sink, current-token, positional and broad scores and the in-context score are left out")
+    if probes:
+        sets.add(PRONOUN, pronoun_probes(probes, tokenizer, block_size, strict=strict))
+    if agreement:
+        sets.add(AGREEMENT, agreement_contexts(agreement, tokenizer, block_size, strict=strict))
+    if texts:
+        sets.add(SENTENCES, sentences(texts, tokenizer, block_size))
+    return sets

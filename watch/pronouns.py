@@ -1,0 +1,188 @@
+"""The pronoun reading of a pass (`watch/pipeline.py`): how well each head resolves pronouns, and
+whether the model knows which pronoun agrees.
+
+For a probe like "The dog chased the ball because it was bored", the query row is the pronoun
+("it"); a head that resolves it puts its weight on the referent ("dog") rather than the
+distractor ("ball"). A word's weight is the sum over its sub-tokens. The best head is the one
+with the highest mean weight on the referent. Small models often park most of a row's weight on
+the first token (an "attention sink") whatever the sentence; the `_no_sink` scores drop key
+position 0 and renormalise the row, over the probes whose words are clear of position 0.
+
+Agreement: in contexts that name one person and stop before a pronoun ("lily went to the park
+and"), how often the model gives the agreeing pronoun more probability than the other one, split
+by mention ("first" when nothing has referred back to the person yet, "second" when a pronoun
+has); and each head's weight on the person's name from the position that predicts the pronoun.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+
+from watch.heads import head_name
+from watch.pipeline import Results
+from watch.probesets import PRONOUN
+
+# A probe names one referent and one distractor, so guessing is right half the time.
+CHANCE = 0.5
+READER_WEIGHT = 0.25  # a head reads the name when it puts at least this mean weight on it
+
+
+@dataclass
+class HeadStats:
+    """One head's scores over a probe set (weights are means over probes)."""
+
+    layer: int
+    head: int
+    referent: float            # mean weight from the pronoun row to the referent
+    distractor: float          # the same for the distractor
+    top1: float                # fraction of probes where the referent outweighs the distractor
+    referent_no_sink: float | None    # the same three with key position 0 dropped, row renormalised;
+    distractor_no_sink: float | None  # None when no probe qualifies
+    top1_no_sink: float | None
+    n_probes: int
+    n_top1: int
+    n_no_sink: int             # probes counted in the _no_sink scores
+    n_top1_no_sink: int
+
+    @property
+    def name(self) -> str:
+        return head_name(self.layer, self.head)
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, **{k: json_number(v) for k, v in asdict(self).items()}}
+
+
+@dataclass
+class ContinuationStats:
+    """Does the model continue the pronoun's sentence as if it knew the referent?"""
+
+    accuracy: float | None          # argmax next token is one of the referent's continuations
+    distractor_rate: float | None   # argmax next token is one of the distractor's continuations
+    logit_diff: float | None        # mean (best referent-continuation logit - best distractor one)
+    n: int                          # probes with a continuation position
+    n_correct: int
+    n_logit_diff: int               # probes with both kinds of continuation
+
+
+@dataclass
+class ProbeReport:
+    """Scores of every head, the best head, baselines and continuation accuracy."""
+
+    heads: dict[str, HeadStats]
+    n_probes: int
+    baselines: dict[str, float]
+    continuation: ContinuationStats
+    ablated: list[str] = field(default_factory=list)
+
+    def ranked(self) -> list[HeadStats]:
+        """Heads best first: by mean referent weight, then top-1 accuracy, then position."""
+        return sorted(self.heads.values(), key=lambda s: (-s.referent, -s.top1, s.layer, s.head))
+
+    @property
+    def best(self) -> HeadStats:
+        return self.ranked()[0]
+
+    @property
+    def continuation_accuracy(self) -> float | None:
+        return self.continuation.accuracy
+
+    def to_dict(self) -> dict:
+        """JSON-able: plain numbers, None where a score is undefined."""
+        return {
+            "n_probes": self.n_probes,
+            "best": self.best.to_dict(),
+            "heads": {name: stats.to_dict() for name, stats in self.heads.items()},
+            "baselines": dict(self.baselines),
+            "continuation_accuracy": json_number(self.continuation.accuracy),
+            "continuation": {k: json_number(v) for k, v in asdict(self.continuation).items()},
+            "ablated": list(self.ablated),
+        }
+
+
+def json_number(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def probe_report(results: Results) -> ProbeReport | None:
+    """The pronoun probes' report, from a pass that had them (None otherwise)."""
+    probes = results.sets.get(PRONOUN)
+    if probes is None or "referent" not in results.heads or not len(probes):
+        return None
+    n, n_no_sink = results.counts["referent"], results.counts.get("referent_no_sink", 0)
+    n_layer, n_head = results.heads["referent"].shape
+    heads = {}
+    scores = ("referent", "distractor", "top1", "referent_no_sink", "distractor_no_sink", "top1_no_sink")
+    for layer in range(n_layer):
+        for head in range(n_head):
+            v = {name: results.head(name, layer, head) for name in scores}
+            heads[head_name(layer, head)] = HeadStats(
+                layer, head, *(v[name] for name in scores), n, round(v["top1"] * n), n_no_sink,
+                round(v["top1_no_sink"] * n_no_sink) if v["top1_no_sink"] is not None else 0)
+    numbers, counts = results.numbers, results.counts
+    continuation = ContinuationStats(
+        numbers.get("continuation_accuracy"), numbers.get("distractor_rate"), numbers.get("logit_diff"),
+        counts.get("continuation_accuracy", 0),
+        round(numbers.get("continuation_accuracy", 0.0) * counts.get("continuation_accuracy", 0)),
+        counts.get("logit_diff", 0))
+    return ProbeReport(heads, n, baselines(probes.items), continuation, list(results.ablated))
+
+
+def baselines(aligned: Sequence) -> dict[str, float]:
+    """Accuracy of heuristics that ignore the model, for the same probes.
+
+    - chance: one of the two candidates at random.
+    - first_noun: pick the candidate that appears first in the sentence.
+    - nearest_noun: pick the candidate whose last sub-token is closest before the pronoun.
+    A tie, or no candidate before the pronoun, counts as wrong (as a tie does for heads).
+    """
+    if not aligned:
+        raise ValueError("no probes for baselines")
+    first = nearest = 0
+    for item in aligned:
+        ref, dis = item.referent_positions, item.distractor_positions
+        if not dis or min(ref) < min(dis):
+            first += 1
+        if _gap(ref, item.pronoun_pos) < _gap(dis, item.pronoun_pos):
+            nearest += 1
+    n = len(aligned)
+    return {"chance": CHANCE, "first_noun": first / n, "nearest_noun": nearest / n}
+
+
+def _gap(positions: Sequence[int], pronoun_pos: int) -> float:
+    before = [p for p in positions if p < pronoun_pos]
+    return pronoun_pos - max(before) if before else math.inf
+
+
+def most_selective(report: ProbeReport) -> HeadStats:
+    """The head whose referent most often outweighs the distractor (then by referent weight, then position)."""
+    return min(report.heads.values(), key=lambda s: (-s.top1, -s.referent, s.layer, s.head))
+
+
+def name_readers(reading: dict[str, float]) -> list[str]:
+    """The heads that put at least READER_WEIGHT on the name, else the one that puts the most."""
+    readers = sorted(name for name, weight in reading.items() if weight >= READER_WEIGHT)
+    if not readers and reading:
+        readers = [max(reading, key=lambda name: (reading[name], name))]
+    return readers
+
+
+@dataclass
+class AgreementStats:
+    accuracy: float                 # share of contexts where the agreeing pronoun is more probable
+    by_mention: dict[str, float]    # the same for "first" and "second" mentions
+    share: float                    # mean P(agreeing) / (P(agreeing) + P(other))
+    n: int
+    n_correct: int
+
+
+def agreement_stats(results: Results) -> AgreementStats | None:
+    if "agreement_accuracy" not in results.numbers:
+        return None
+    accuracy, n = results.numbers["agreement_accuracy"], results.counts["agreement_accuracy"]
+    by_mention = {m: results.numbers[f"agreement_accuracy_{m}_mention"] for m in ("first", "second")
+                  if f"agreement_accuracy_{m}_mention" in results.numbers}
+    return AgreementStats(accuracy, by_mention, results.numbers["agreement_share"], n, round(accuracy * n))

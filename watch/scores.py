@@ -1,0 +1,393 @@
+"""Every score the watch reports, each a small function of a capture (`watch/capture.py`).
+
+A score adds up over the captures of its probe set: its function returns (total, count), and the
+score is total / count. A head score's total is a [layer, head] tensor (so is its count, or it is
+one number for every head); a model score's are numbers. Adding a score is one function and one
+registration (`@head_score(...)` or `@model_score(...)`); the pipeline, the head tables,
+TensorBoard, the attention page and `sample.py` all read it from there.
+
+Head types (Olsson et al. 2022, "In-context Learning and Induction Heads"): the score of a type
+is the attention weight a head puts on the type's target keys, summed where there are several,
+averaged over the query positions that have a target, so a head that does nothing else scores
+1.0. TransformerLens's `detect_head` divides the same weight by every query position instead, those
+without a target included: its score is ours times (positions with a target / all positions), so a
+perfect induction head on repeated tokens scores below 0.5 there. The two are not mixed here.
+
+- previous_token: from i to i-1, on held-out text;
+- duplicate_token: from i to every earlier position holding the same token, on repeated tokens;
+- induction: from i in the second copy to the position after each earlier occurrence of token i
+  (chiefly i - L + 1; the current position itself excluded), on repeated tokens;
+- sink: to position 0, from positions 1.., on held-out text;
+- current_token: from i to i, from positions 1.., on held-out text;
+- positional_k (k = 2..8): from i to i-k, on held-out text; a head's positional score is its best k;
+- broad: the mean entropy of a head's rows (from position 1) divided by that of a uniform row:
+  1.0 spreads evenly, 0.0 looks at one token. A number beside the types, not a type.
+
+Model scores: in_context_gain (mean loss predicting tokens 2..L of the first copy minus the same
+for the second copy, nats/token) and in_context_score (Olsson's "loss at token 500 minus loss at
+token 50" of a 512-token context, at the same fractions of ours: `icl_positions`), and the pronoun
+probes' and agreement contexts' own (see `watch/pronouns.py` for their reading).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from watch.capture import Capture
+from watch.probesets import AGREEMENT, PRONOUN, REPEATED, TEXT
+
+Total = tuple[torch.Tensor | float, torch.Tensor | float]   # (total, count): the score is total / count
+
+
+@dataclass(frozen=True)
+class Score:
+    name: str
+    probe_set: str              # the kind of probe set it reads
+    measure: Callable[[Capture], Total]
+    about: str
+    per_head: bool
+
+
+HEAD_SCORES: dict[str, Score] = {}
+MODEL_SCORES: dict[str, Score] = {}
+
+
+def head_score(name: str, probe_set: str, about: str):
+    """Registers `measure(capture) -> (total [layer, head], count)` as a head score."""
+    def register(measure: Callable[[Capture], Total]) -> Callable[[Capture], Total]:
+        HEAD_SCORES[name] = Score(name, probe_set, measure, about, per_head=True)
+        return measure
+    return register
+
+
+def model_score(name: str, probe_set: str, about: str):
+    """Registers `measure(capture) -> (total, count)` as a score of the whole model."""
+    def register(measure: Callable[[Capture], Total]) -> Callable[[Capture], Total]:
+        MODEL_SCORES[name] = Score(name, probe_set, measure, about, per_head=False)
+        return measure
+    return register
+
+
+# --- the shared maths ---------------------------------------------------------------------------------
+
+def weight_on_targets(capture: Capture, targets: torch.Tensor) -> Total:
+    """Per head, the weight on `targets` ([N, query_pos, key_pos] bool) summed over each query's
+    targets, added over the queries that have one: (total [layer, head], number of such queries)."""
+    targets = targets.to(torch.float64)
+    queries = (targets.sum(-1) > 0).to(torch.float64)                      # [N, T]: queries with a target
+    totals = [((pattern.double() * targets[:, None]).sum(-1) * queries[:, None]).sum((0, 2))
+              for pattern in capture.patterns]
+    return torch.stack(totals), int(queries.sum())
+
+
+def weight_at_offset(capture: Capture, offset: int, first_query: int) -> Total:
+    """Per head, the weight from each query i >= `first_query` to key i - `offset`, added over those
+    queries of every sequence (all of one length): (total [layer, head], number of queries)."""
+    length = capture.ids.shape[1]
+    if length <= first_query:
+        return torch.zeros(len(capture.patterns), capture.patterns[0].shape[1], dtype=torch.float64), 0
+    totals = [pattern.diagonal(offset=-offset, dim1=-2, dim2=-1)[..., first_query - offset:].double().sum((0, 2))
+              for pattern in capture.patterns]
+    return torch.stack(totals), capture.ids.shape[0] * (length - first_query)
+
+
+def next_token_losses(capture: Capture) -> torch.Tensor:
+    """[N, T - 1]: the loss (nats) of predicting token t + 1 from positions up to t."""
+    log_probs = torch.log_softmax(capture.logits[:, :-1].double(), dim=-1)
+    return -log_probs.gather(-1, capture.ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+
+
+# --- head types on repeated random tokens ------------------------------------------------------------
+
+def _same_token(ids: torch.Tensor) -> torch.Tensor:
+    """[N, T, T]: key j < query i holds the same token as i."""
+    same = ids.unsqueeze(2) == ids.unsqueeze(1)
+    return same & torch.ones_like(same[0]).tril(diagonal=-1)
+
+
+@head_score("duplicate_token", REPEATED, "weight from a token to its earlier occurrences")
+def duplicate_token(capture: Capture) -> Total:
+    return weight_on_targets(capture, _same_token(capture.ids))
+
+
+@head_score("induction", REPEATED, "weight from a token of the second copy to the token after its earlier "
+                                   "occurrences")
+def induction(capture: Capture) -> Total:
+    ids = capture.ids
+    n, length = ids.shape
+    copy = length // 2
+    # key j is a target of query i when the token before j is token i: shift "same token" one key right.
+    earlier = ids.unsqueeze(2) == ids.unsqueeze(1)                         # [N, i, j-1]
+    targets = torch.zeros(n, length, length, dtype=torch.bool)
+    targets[:, :, 1:] = earlier[:, :, :-1]
+    targets &= torch.ones(length, length, dtype=torch.bool).tril(diagonal=-1)  # keys before i only
+    targets[:, :copy] = False                                              # queries in the second copy
+    return weight_on_targets(capture, targets)
+
+
+# --- head types on held-out text ---------------------------------------------------------------------
+
+@head_score("previous_token", TEXT, "weight from each token to the one before it")
+def previous_token(capture: Capture) -> Total:
+    return weight_at_offset(capture, 1, 1)
+
+
+@head_score("sink", TEXT, "weight on the first position, from every later one")
+def sink(capture: Capture) -> Total:
+    totals = [pattern[:, :, 1:, 0].double().sum((0, 2)) for pattern in capture.patterns]
+    return torch.stack(totals), capture.ids.shape[0] * (capture.ids.shape[1] - 1)
+
+
+@head_score("current_token", TEXT, "weight from each token on itself (from position 1)")
+def current_token(capture: Capture) -> Total:
+    return weight_at_offset(capture, 0, 1)
+
+
+POSITIONAL_OFFSETS = range(2, 9)
+
+
+def _positional(offset: int) -> Callable[[Capture], Total]:
+    def measure(capture: Capture) -> Total:
+        return weight_at_offset(capture, offset, offset)
+    return measure
+
+
+for _k in POSITIONAL_OFFSETS:
+    head_score(f"positional_{_k}", TEXT, f"weight from each token to the one {_k} before it")(_positional(_k))
+
+
+@head_score("broad", TEXT, "mean entropy of a head's rows relative to a uniform row (1: spread evenly)")
+def broad(capture: Capture) -> Total:
+    length = capture.ids.shape[1]
+    if length < 2:
+        return torch.zeros(len(capture.patterns), capture.patterns[0].shape[1], dtype=torch.float64), 0
+    uniform = torch.log(torch.arange(2, length + 1, dtype=torch.float64))   # a uniform row from position 1
+    totals = []
+    for pattern in capture.patterns:
+        p = pattern[:, :, 1:].double()
+        entropy = -(p * torch.log(p.clamp_min(1e-30))).sum(-1)                # [N, H, T - 1]
+        totals.append((entropy / uniform).sum((0, 2)))
+    return torch.stack(totals), capture.ids.shape[0] * (length - 1)
+
+
+# --- in-context learning -----------------------------------------------------------------------------
+
+def _copy_loss(capture: Capture, second: bool) -> Total:
+    losses = next_token_losses(capture)              # position t predicts token t + 1
+    copy = capture.ids.shape[1] // 2
+    # tokens 2..L of a copy: predicted from its positions 0..L-2
+    part = losses[:, copy:2 * copy - 1] if second else losses[:, :copy - 1]
+    return float(part.sum()), part.numel()
+
+
+@model_score("loss_first_copy", REPEATED, "loss predicting tokens 2..L of the first copy (nats/token)")
+def loss_first_copy(capture: Capture) -> Total:
+    return _copy_loss(capture, second=False)
+
+
+@model_score("loss_second_copy", REPEATED, "loss predicting tokens 2..L of the second copy (nats/token)")
+def loss_second_copy(capture: Capture) -> Total:
+    return _copy_loss(capture, second=True)
+
+
+def icl_positions(length: int) -> tuple[int, int]:
+    """The token positions (0-based) whose losses the in-context score compares, for a context of
+    `length` tokens: where tokens 50 and 500 of 512 would be."""
+    early = max(1, round(50 * length / 512))
+    late = min(length - 1, max(early + 1, round(500 * length / 512)))
+    return early, late
+
+
+def _loss_at(capture: Capture, late: bool) -> Total:
+    losses = next_token_losses(capture)
+    position = icl_positions(capture.ids.shape[1])[1 if late else 0]
+    column = losses[:, position - 1]                 # predicting token `position`
+    return float(column.sum()), column.numel()
+
+
+@model_score("text_loss_early", TEXT, "loss of the token early in the context (see icl_positions)")
+def text_loss_early(capture: Capture) -> Total:
+    return _loss_at(capture, late=False)
+
+
+@model_score("text_loss_late", TEXT, "loss of the token late in the context (see icl_positions)")
+def text_loss_late(capture: Capture) -> Total:
+    return _loss_at(capture, late=True)
+
+
+@model_score("text_loss", TEXT, "mean next-token loss on the held-out text (nats/token)")
+def text_loss(capture: Capture) -> Total:
+    losses = next_token_losses(capture)
+    return float(losses.sum()), losses.numel()
+
+
+def derived_model_scores(values: dict[str, float]) -> dict[str, float]:
+    """The scores made of others: the in-context gain and the in-context score."""
+    out = {}
+    if "loss_first_copy" in values and "loss_second_copy" in values:
+        out["in_context_gain"] = values["loss_first_copy"] - values["loss_second_copy"]
+    if "text_loss_early" in values and "text_loss_late" in values:
+        out["in_context_score"] = values["text_loss_late"] - values["text_loss_early"]
+    return out
+
+
+# --- pronoun probes: the pronoun's row ---------------------------------------------------------------
+
+def _pronoun_rows(capture: Capture) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(rows [layer, probe, head, key] float64, referent keys [probe, key], distractor keys, probes
+    clear of position 0 [probe]) for the capture's probes."""
+    items = capture.items
+    n, width = len(items), capture.ids.shape[1]
+    pronoun = torch.tensor([item.pronoun_pos for item in items])
+    rows = torch.stack([pattern[torch.arange(n), :, pronoun] for pattern in capture.patterns]).double()
+    referent_at, distractor_at = torch.zeros(n, width, dtype=torch.float64), torch.zeros(n, width, dtype=torch.float64)
+    clear = torch.zeros(n, dtype=torch.bool)
+    for index, item in enumerate(items):
+        referent_at[index, item.referent_positions] = 1.0
+        distractor_at[index, item.distractor_positions] = 1.0
+        clear[index] = item.pronoun_pos != 0 and 0 not in (*item.referent_positions, *item.distractor_positions)
+    return rows, referent_at, distractor_at, clear
+
+
+def _pronoun_weights(capture: Capture, no_sink: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(weight on the referent, on the distractor: each [layer, probe, head], summed over a word's
+    tokens, and the probes that count [probe]). `no_sink`: key 0 dropped and the row renormalised,
+    over the probes whose words and pronoun are clear of position 0 (there the sink and a word
+    cannot be told apart)."""
+    rows, referent_at, distractor_at, clear = _pronoun_rows(capture)
+    referent = (rows * referent_at[None, :, None, :]).sum(-1)
+    distractor = (rows * distractor_at[None, :, None, :]).sum(-1)
+    if not no_sink:
+        return referent, distractor, torch.ones_like(clear)
+    rest = rows[..., 1:].sum(-1).clamp_min(1e-12)  # the row without the sink, to renormalise by
+    return referent / rest, distractor / rest, clear
+
+
+def _mean_over_probes(values: torch.Tensor, counted: torch.Tensor) -> Total:
+    return (values * counted[None, :, None]).sum(1), int(counted.sum())
+
+
+@head_score("referent", PRONOUN, "mean weight from the pronoun on the noun it refers to")
+def referent(capture: Capture) -> Total:
+    ref, _, counted = _pronoun_weights(capture, no_sink=False)
+    return _mean_over_probes(ref, counted)
+
+
+@head_score("distractor", PRONOUN, "mean weight from the pronoun on the other noun")
+def distractor(capture: Capture) -> Total:
+    _, dis, counted = _pronoun_weights(capture, no_sink=False)
+    return _mean_over_probes(dis, counted)
+
+
+@head_score("top1", PRONOUN, "share of probes whose referent outweighs the distractor")
+def top1(capture: Capture) -> Total:
+    ref, dis, counted = _pronoun_weights(capture, no_sink=False)
+    return _mean_over_probes((ref > dis).double(), counted)  # a tie is not a win
+
+
+@head_score("referent_no_sink", PRONOUN, "referent weight with position 0 dropped and the row renormalised")
+def referent_no_sink(capture: Capture) -> Total:
+    ref, _, counted = _pronoun_weights(capture, no_sink=True)
+    return _mean_over_probes(ref, counted)
+
+
+@head_score("distractor_no_sink", PRONOUN, "distractor weight with position 0 dropped, renormalised")
+def distractor_no_sink(capture: Capture) -> Total:
+    _, dis, counted = _pronoun_weights(capture, no_sink=True)
+    return _mean_over_probes(dis, counted)
+
+
+@head_score("top1_no_sink", PRONOUN, "top-1 with position 0 dropped")
+def top1_no_sink(capture: Capture) -> Total:
+    ref, dis, counted = _pronoun_weights(capture, no_sink=True)
+    return _mean_over_probes((ref > dis).double(), counted)
+
+
+# --- pronoun probes: what the model predicts after the pronoun -------------------------------------
+
+def _continuations(capture: Capture) -> list[tuple]:
+    """(item, logits [vocab]) for each probe with a continuation position (none without logits)."""
+    if capture.logits is None:
+        return []
+    return [(item, capture.logits[row]) for row, item in enumerate(capture.items) if item.continuation_pos is not None]
+
+
+@model_score("continuation_accuracy", PRONOUN, "share of probes whose next-token argmax after the pronoun is "
+                                              "something the referent does")
+def continuation_accuracy(capture: Capture) -> Total:
+    hits = [int(row.argmax()) in item.continuation_ids for item, row in _continuations(capture)]
+    return float(sum(hits)), len(hits)
+
+
+@model_score("distractor_rate", PRONOUN, "share of probes whose argmax is something the other noun does")
+def distractor_rate(capture: Capture) -> Total:
+    hits = [int(row.argmax()) in item.distractor_continuation_ids for item, row in _continuations(capture)]
+    return float(sum(hits)), len(hits)
+
+
+@model_score("logit_diff", PRONOUN, "mean (best referent-continuation logit - best distractor one)")
+def logit_diff(capture: Capture) -> Total:
+    # TransformerLens's usual metric: how much more the model favours the right continuation,
+    # which moves even when the argmax does not.
+    diffs = [row[list(item.continuation_ids)].max().item() - row[list(item.distractor_continuation_ids)].max().item()
+             for item, row in _continuations(capture) if item.continuation_ids and item.distractor_continuation_ids]
+    return float(sum(diffs)), len(diffs)
+
+
+# --- agreement contexts ------------------------------------------------------------------------------
+
+def _margins(capture: Capture) -> list[tuple]:
+    """(item, logit of the agreeing pronoun - logit of the other) for each context (none without logits)."""
+    if capture.logits is None:
+        return []
+    return [(item, capture.logits[row, item.right_id] - capture.logits[row, item.wrong_id])
+            for row, item in enumerate(capture.items)]
+
+
+def _agreement(mention: str | None) -> Callable[[Capture], Total]:
+    def measure(capture: Capture) -> Total:
+        hits = [bool(margin > 0) for item, margin in _margins(capture)
+                if mention is None or item.probe.mention == mention]
+        return float(sum(hits)), len(hits)
+    return measure
+
+
+model_score("agreement_accuracy", AGREEMENT, "share of contexts where the agreeing pronoun is more probable "
+                                             "than the other")(_agreement(None))
+for _mention in ("first", "second"):
+    model_score(f"agreement_accuracy_{_mention}_mention", AGREEMENT,
+                f"agreement on {_mention} mentions")(_agreement(_mention))
+
+
+@model_score("agreement_share", AGREEMENT, "mean P(agreeing) / (P(agreeing) + P(other))")
+def agreement_share(capture: Capture) -> Total:
+    shares = [torch.sigmoid(margin.double()).item() for _, margin in _margins(capture)]
+    return float(sum(shares)), len(shares)
+
+
+@head_score("name_reading", AGREEMENT, "mean weight on the person's name from the position that predicts "
+                                       "the pronoun")
+def name_reading(capture: Capture) -> Total:
+    named = [(row, item) for row, item in enumerate(capture.items) if item.person_positions]
+    totals = torch.zeros(len(capture.patterns), capture.patterns[0].shape[1], dtype=torch.float64)
+    for row, item in named:
+        for layer, pattern in enumerate(capture.patterns):
+            totals[layer] += pattern[row, :, item.continuation_pos, item.person_positions].sum(-1).double()
+    return totals, len(named)
+
+
+def mean(total: torch.Tensor | float, count: torch.Tensor | float) -> torch.Tensor | float | None:
+    """total / count; None (a score with nothing to average) when count is 0."""
+    if isinstance(count, torch.Tensor):
+        return total / count
+    if not count:
+        return None
+    return total / count if isinstance(total, torch.Tensor) else float(total) / count
+
+
+def finite(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
