@@ -265,7 +265,7 @@ def test_resume_with_a_shorter_block_size_trains_on(tmp_path):
     code, _, err = run_train(tiny_args(tmp_path, "--resume", "--block_size=8"))
     assert (code, err) == (0, "")
     checkpoint = torch.load(tmp_path / "out" / "ckpt.pt", weights_only=True)
-    assert checkpoint["step"] == 6 and checkpoint["model_config"]["block_size"] == 16
+    assert checkpoint["step"] == 6 and checkpoint["model_config"]["block_size"] == 32
 
 
 # --- signals and kill -9, in a real process --------------------------------------------------------
