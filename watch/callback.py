@@ -37,7 +37,7 @@ from watch.report import (
     type_lines,
     type_table,
 )
-from watch.tensorboard import log_agreement, log_charts, log_images, log_scores, log_tables
+from watch.tensorboard import log_charts, log_evaluation, log_scores
 
 WATCHED = ("pronoun", "agreement", "repeated", "text")   # the probe sets scored at every watch point
 
@@ -77,17 +77,17 @@ class AttentionWatch:
         log_scores(self.writer, step, score(trainer.model, self.sets, kinds=WATCHED))
 
     def on_evaluate(self, trainer: Any, evaluation: Any) -> None:
+        step = evaluation.step
         results = score(trainer.model, self.sets)
-        log_scores(self.writer, evaluation.step, results)
-        log_tables(self.writer, evaluation.step, results, self.untrained, self.types(results))
         ablations = agreement_ablations(trainer.model, self.sets, results)
-        log_agreement(self.writer, evaluation.step, results, ablations)
-        self.last = (evaluation.step, results, ablations)
+        self.last = (step, results, ablations)
+        images = []
         sentences = self.sets.get(SENTENCES)
         if sentences is not None and results.patterns:
             tokens = [self.tokenizer.token_strings(ids) for ids in sentences.ids]
-            log_images(self.writer, evaluation.step, self.heatmaps.images(
-                evaluation.step, sentences.items, tokens, results.patterns, self._best(results), self._pronoun_rows()))
+            images = self.heatmaps.images(step, sentences.items, tokens, results.patterns, self._best(results),
+                                          self._pronoun_rows())
+        log_evaluation(self.writer, step, results, self.untrained, self.types(results), ablations, images)
 
     def types(self, results: Results) -> dict[str, HeadType]:
         return head_types(results, self.untrained) if any(k in results.sets.sets for k in ("repeated", "text")) else {}

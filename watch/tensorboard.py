@@ -120,6 +120,16 @@ def log_charts(writer: Any, *, pronouns: bool, types: bool) -> None:
         writer.add_custom_scalars(layout)
 
 
+def log_evaluation(writer: Any, step: int, results: Results, untrained: Results | None, types: dict[str, HeadType],
+                   ablations: Sequence[AblationResult], images: Sequence[tuple[str, np.ndarray]]) -> None:
+    """Everything an evaluation shows: the scores, the tables, what removing the agreement heads
+    costs, and the heatmaps."""
+    log_scores(writer, step, results)
+    log_tables(writer, step, results, untrained, types)
+    log_agreement(writer, step, results, ablations)
+    log_images(writer, step, images)
+
+
 def log_scores(writer: Any, step: int, results: Results) -> None:
     """Every head's scores and the model's numbers as scalars."""
     for kind in (*TYPES, "broad"):
