@@ -183,8 +183,9 @@ def test_the_pool_is_the_training_splits_tokens_without_end_of_text():
     assert token_pool(None, tokenizer) == [0, 1, 2, 3]  # no split here: the vocabulary
 
 
-def test_icl_positions_scale_olssons_to_the_context():
-    assert icl_positions(512) == (50, 500) and icl_positions(64) == (6, 62) and icl_positions(32) == (3, 31)
+def test_icl_positions_are_bands_at_olssons_fractions_of_the_context():
+    assert icl_positions(512) == (range(26, 77), range(461, 512))    # around token 50; the last tenth
+    assert icl_positions(64) == (range(3, 10), range(58, 64)) and icl_positions(32) == (range(2, 5), range(29, 32))
 
 
 # --- the type rule -----------------------------------------------------------------------------------

@@ -12,8 +12,9 @@ for. Five kinds:
   split holds (end-of-text excluded), each followed by itself, no separator. A model that
   predicts the second copy better than the first learned from its context. Below block_size 32
   (L < 16) the set is not made and its scores are "not measurable".
-- `TEXT`: held-out text: 16 windows of block_size tokens spread evenly through the corpus's
-  val split (or a text file given to `sample.py --text`).
+- `TEXT`: held-out text: windows of block_size tokens spread evenly through the corpus's val
+  split (or a text file given to `sample.py --text`): 16 of them, or as many as hold 2,048 tokens
+  when that is fewer (at least 4), so a long block costs no more than a short one.
 - `SENTENCES`: the sentences whose heatmaps and attention page a run shows.
 
 Every way of making a probe set checks its sequences against the model's block_size here, once;
@@ -42,6 +43,7 @@ REPEATED_MAX_LENGTH = 50
 REPEATED_MIN_LENGTH = 16     # L below this (block_size < 32): repeated-token scores are not measurable
 REPEATED_SEED = 0
 TEXT_WINDOWS = 16
+TEXT_TOKENS = 2048
 
 
 @dataclass
@@ -168,11 +170,14 @@ def token_pool(train_tokens: np.ndarray | None, tokenizer: Tokenizer) -> list[in
     return [int(t) for t in present if t not in special]
 
 
-def held_out_text(tokens: np.ndarray | Sequence[int], block_size: int, *, windows: int = TEXT_WINDOWS,
+def held_out_text(tokens: np.ndarray | Sequence[int], block_size: int, *, windows: int | None = None,
                   source: str = "the val split") -> ProbeSet | str:
-    """`windows` windows of block_size tokens spread evenly through `tokens`; or why there are none."""
+    """`windows` windows of block_size tokens spread evenly through `tokens` (by default 16, or as many
+    as hold TEXT_TOKENS when fewer, at least 4); or why there are none."""
     tokens = np.asarray(tokens)
     length = min(block_size, len(tokens))
+    if windows is None:
+        windows = min(TEXT_WINDOWS, max(4, TEXT_TOKENS // max(length, 1)))
     if length < REPEATED_MIN_LENGTH:
         return f"{source} has {len(tokens)} tokens, too few for held-out text scores (at least {REPEATED_MIN_LENGTH})"
     count = min(windows, len(tokens) - length + 1)

@@ -205,10 +205,11 @@ def in_context_lines(results: Results, untrained: Results | None) -> list[str]:
                      f"(first copy {numbers['loss_first_copy']:.3f}, second {numbers['loss_second_copy']:.3f}{was})")
     if "in_context_score" in numbers:
         text = results.sets.get("text")
-        early, late = icl_positions(len(text.ids[0])) if text is not None else (0, 0)
+        early, late = icl_positions(len(text.ids[0]))
         was = f"; untrained {then['in_context_score']:+.3f}" if "in_context_score" in then else ""
-        lines.append(f"in-context score on held-out text: {numbers['in_context_score']:+.3f} nats (loss of token "
-                     f"{late} minus token {early}; below 0: later tokens are predicted better{was})")
+        lines.append(f"in-context score on held-out text: {numbers['in_context_score']:+.3f} nats (loss of tokens "
+                     f"{late.start}-{late.stop - 1} minus tokens {early.start}-{early.stop - 1}; below 0: later "
+                     f"tokens are predicted better{was})")
     return lines
 
 

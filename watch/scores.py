@@ -25,7 +25,7 @@ perfect induction head on repeated tokens scores below 0.5 there. The two are no
 
 Model scores: in_context_gain (mean loss predicting tokens 2..L of the first copy minus the same
 for the second copy, nats/token) and in_context_score (Olsson's "loss at token 500 minus loss at
-token 50" of a 512-token context, at the same fractions of ours: `icl_positions`), and the pronoun
+token 50" of a 512-token context, over bands at the same fractions of ours: `icl_positions`), and the pronoun
 probes' and agreement contexts' own (see `watch/pronouns.py` for their reading).
 """
 
@@ -194,27 +194,29 @@ def loss_second_copy(capture: Capture) -> Total:
     return _copy_loss(capture, second=True)
 
 
-def icl_positions(length: int) -> tuple[int, int]:
-    """The token positions (0-based) whose losses the in-context score compares, for a context of
-    `length` tokens: where tokens 50 and 500 of 512 would be."""
-    early = max(1, round(50 * length / 512))
-    late = min(length - 1, max(early + 1, round(500 * length / 512)))
+def icl_positions(length: int) -> tuple[range, range]:
+    """The token positions (0-based) whose mean losses the in-context score compares, for a context of
+    `length` tokens: Olsson's tokens 50 and 500 of 512 are a tenth of the way in and at the end; here
+    a band around each (the early one from 5% to 15% of the context, the late one its last tenth),
+    because a few held-out windows give too few losses at one position."""
+    early = range(max(1, round(0.05 * length)), max(2, round(0.15 * length)))
+    late = range(min(length - 1, max(early.stop, round(0.9 * length))), length)
     return early, late
 
 
 def _loss_at(capture: Capture, late: bool) -> Total:
     losses = next_token_losses(capture)
-    position = icl_positions(capture.ids.shape[1])[1 if late else 0]
-    column = losses[:, position - 1]                 # predicting token `position`
-    return float(column.sum()), column.numel()
+    positions = icl_positions(capture.ids.shape[1])[1 if late else 0]
+    band = losses[:, positions.start - 1:positions.stop - 1]    # predicting the tokens at those positions
+    return float(band.sum()), band.numel()
 
 
-@model_score("text_loss_early", TEXT, "loss of the token early in the context (see icl_positions)")
+@model_score("text_loss_early", TEXT, "loss of the tokens early in the context (see icl_positions)")
 def text_loss_early(capture: Capture) -> Total:
     return _loss_at(capture, late=False)
 
 
-@model_score("text_loss_late", TEXT, "loss of the token late in the context (see icl_positions)")
+@model_score("text_loss_late", TEXT, "loss of the tokens late in the context (see icl_positions)")
 def text_loss_late(capture: Capture) -> Total:
     return _loss_at(capture, late=True)
 
