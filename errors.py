@@ -6,6 +6,9 @@ a config file. Library code raises them, or a plain `ValueError` for a programmi
 Only `run_cli`, which the two commands call, turns them into one line on stderr and an exit
 status: 1, or 2 for usage, as shells expect. Everything else is a bug and keeps its traceback.
 
+With `survive_closed_output`, output that nobody reads any more (`train.py | head -1`, a terminal
+closed by an ssh drop) is dropped instead of raising: training goes on and saves.
+
 `warn` reports a problem that does not stop the run. It raises a `GptwatchWarning` through
 Python's `warnings`, so tests can catch it; under `run_cli` it prints as one line,
 `warning: ...`, on stderr.
@@ -13,9 +16,12 @@ Python's `warnings`, so tests can catch it; under `run_cli` it prints as one lin
 
 from __future__ import annotations
 
+import io
+import os
 import sys
 import warnings
 from collections.abc import Callable
+from contextlib import contextmanager
 
 
 class UserError(Exception):
@@ -44,10 +50,69 @@ def _one_line(text: object) -> str:
     return " ".join(str(text).splitlines())
 
 
-def run_cli(main: Callable[[list[str]], int | None], argv: list[str]) -> int:
+class SurvivingStream:
+    """A text stream (stdout, stderr) whose writes never raise. The first write or flush that fails (a
+    pipe whose reader has gone, EPIPE; a terminal that hung up, EIO) points the stream's file descriptor
+    at /dev/null, so what is still buffered, and everything written later, goes nowhere quietly, also
+    when Python flushes the stream at exit."""
+
+    def __init__(self, stream) -> None:
+        self.stream = stream
+        self.lost = False
+
+    def write(self, text: str) -> int:
+        if not self.lost:
+            try:
+                return self.stream.write(text)
+            except OSError:
+                self._lose()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.lost:
+            try:
+                self.stream.flush()
+            except OSError:
+                self._lose()
+
+    def _lose(self) -> None:
+        self.lost = True
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+        except OSError:
+            return
+        try:
+            os.dup2(devnull, self.stream.fileno())
+        except (OSError, ValueError, io.UnsupportedOperation):
+            pass  # not a real file (a test's StringIO): the flag alone drops its output
+        finally:
+            os.close(devnull)
+
+    def __getattr__(self, name: str):
+        return getattr(self.stream, name)
+
+
+@contextmanager
+def surviving_output():
+    """sys.stdout and sys.stderr as `SurvivingStream`s for the duration, flushed at its end."""
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = SurvivingStream(sys.stdout), SurvivingStream(sys.stderr)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        sys.stdout, sys.stderr = saved
+
+
+def run_cli(main: Callable[[list[str]], int | None], argv: list[str], *, survive_closed_output: bool = False) -> int:
     """Runs `main(argv)`; a `UserError` becomes one line on stderr and its exit status,
     a Ctrl-C that reaches it exit status 130, and each warning one `warning: ...` line.
-    `--debug` anywhere in argv keeps the full traceback instead."""
+    `--debug` anywhere in argv keeps the full traceback instead. With `survive_closed_output`,
+    stdout and stderr never raise (see `SurvivingStream`)."""
+    if survive_closed_output:
+        with surviving_output():
+            return run_cli(main, argv)
     debug = "--debug" in argv
     argv = [a for a in argv if a != "--debug"]
     with warnings.catch_warnings():

@@ -6,14 +6,29 @@
 - `read_bytes` / `read_text` (`utf8`): a regular file, read (UTF-8, a byte-order mark dropped).
 - `clear_for_file`: nothing but a regular file stands where a file is about to be written.
 - `writable_folder`: a folder exists, or can be made, and files can be created in it.
+- `fresh_file` / `replace_file`: a file is written whole into a new file of its own beside it, then
+  renamed over it, so a link planted under its name is replaced, never written through.
+- `remove_dead_leftovers`: what a process that has ended left half-written (named `...tmp-<pid>...`)
+  is deleted; what a live process is writing is kept.
+- `inside_name`: a name meant to stay inside a folder (a run name) is relative, without '..'.
+- `utf8_name`: a name or path given as text holds only characters UTF-8 can write.
+- `parse_json` / `parse_toml`: text read from a user or from disk, parsed; any way it can fail
+  (bad syntax, brackets nested too deeply to read) is one `NotParsed` saying why.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import secrets
+import shutil
 import stat
 import tempfile
-from pathlib import Path
+import tomllib
+from collections.abc import Callable
+from pathlib import Path, PureWindowsPath
+from typing import BinaryIO
 
 from errors import UserError
 
@@ -49,6 +64,11 @@ def regular_file(path: str | Path, what: str, fix: str, error: type[UserError] =
     return path
 
 
+def glob_escape(text: str) -> str:
+    """`text` as a glob pattern that matches only itself."""
+    return "".join(f"[{c}]" if c in "*?[" else c for c in text)
+
+
 def cannot(action: str, path: Path, exc: OSError) -> str:
     """"cannot read config file x.toml (Permission denied)": an OSError in words, with the path."""
     return f"cannot {action} {path} ({exc.strerror or exc})"
@@ -80,12 +100,15 @@ def utf8(data: bytes, path: str | Path, what: str, error: type[UserError] = User
                     f"`iconv -f latin1 -t utf-8`") from None
 
 
-def clear_for_file(path: str | Path, what: str, fix: str, error: type[UserError] = UserError) -> Path:
+def clear_for_file(path: str | Path, what: str, fix: str, error: type[UserError] = UserError, *,
+                   follow_links: bool = True) -> Path:
     """`path`, after checking that nothing but a regular file (or nothing) stands there, so a file can
-    be written there: a folder or a pipe in its place is `error` now, not a failure halfway."""
+    be written there: a folder or a pipe in its place is `error` now, not a failure halfway. Without
+    `follow_links` (for a writer that replaces whatever is there, see `replace_file`), a link is fine too:
+    it is replaced, and what it points to is never looked at."""
     path = Path(path)
-    problem = what_stands_at(path)
-    if problem is not None and not problem.startswith("missing"):
+    problem = what_stands_at(path, follow_links=follow_links)
+    if problem is not None and not problem.startswith("missing") and problem != "a symbolic link":
         raise error(f"{path} is {problem}, where {what} goes; {fix}")
     return path
 
@@ -104,3 +127,156 @@ def writable_folder(folder: str | Path, key: str) -> Path:
     except OSError as exc:
         raise UserError(f"{cannot('write to ' + key, folder, exc)}; choose a writable --{key}") from None
     return folder
+
+
+# --- writing a file whole: never through a link, never half -------------------------------------------
+
+def fresh_file(path: str | Path) -> tuple[int, Path]:
+    """(an open descriptor, its path) of a new empty file beside `path`, named `.{name}.tmp-{pid}-{random}`:
+    created exclusively and without following links, so nothing planted under that name (a link to a
+    file elsewhere, another process's file) is ever written to. The pid in the name lets
+    `remove_dead_leftovers` delete it if this process dies before renaming it."""
+    path = Path(path)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
+    for _ in range(100):
+        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
+        try:
+            return os.open(tmp, flags, 0o666), tmp  # the umask applies, as for any new file
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary name beside {path}")
+
+
+def replace_file(path: str | Path, write: Callable[[BinaryIO], object]) -> Path:
+    """Writes `path` as a whole new file: `write(fh)` fills a `fresh_file` beside it, which is flushed to disk
+    and renamed over `path`. A link at `path` is replaced by the file, never followed; a reader sees the old
+    file or the new one, never half of one. An OSError leaves `path` as it was and no temporary file."""
+    path = Path(path)
+    fd, tmp = fresh_file(path)
+    try:
+        with open(fd, "wb") as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
+# --- leftovers of processes that died ---------------------------------------------------------------------
+
+def process_alive(pid: object) -> bool:
+    """Whether a process with this id runs on this machine."""
+    if type(pid) is not int or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except OverflowError:  # a pid no process can have
+        return False
+    return True
+
+
+def remove_dead_leftovers(folder: str | Path, pattern: str, *, directories: bool = False) -> list[Path]:
+    """Deletes what processes that have ended left in `folder` under names matching the glob `pattern`, each
+    ending in `tmp-<pid>` or `tmp-<pid>-<anything>` (see `fresh_file`): files, or with `directories`
+    folders (a link is removed, never what it points to). What a live process owns is kept, and so is
+    anything whose name holds no pid. Returns what was removed."""
+    removed = []
+    try:
+        found = sorted(Path(folder).glob(pattern))
+    except OSError:
+        return removed
+    for path in found:
+        match = re.search(r"tmp-([0-9]+)(?:-[^/]*)?$", path.name)
+        if match is None:
+            continue
+        pid = int(match[1])
+        if pid != os.getpid() and process_alive(pid):
+            continue
+        try:
+            if directories and path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            elif directories or not path.is_dir():
+                path.unlink()
+            else:
+                continue
+        except OSError:
+            continue  # not ours to remove after all (permissions): leave it
+        removed.append(path)
+    return removed
+
+
+# --- names --------------------------------------------------------------------------------------------------
+
+def inside_name(name: str) -> str | None:
+    """What keeps `name` from naming a place inside a folder (a run name under log_dir), in words; None
+    when it is fine: relative, in parts separated by '/', none of them empty, '.' or '..'."""
+    if name.startswith(("/", "\\")) or os.path.isabs(name) or PureWindowsPath(name).drive:
+        return "is an absolute path"
+    parts = re.split(r"[/\\]", name)
+    if ".." in parts:
+        return "climbs out of its folder with '..'"
+    if "" in parts:
+        return "has an empty part (a '/' at an end, or '//')"
+    if "." in parts:
+        return "has a '.' part"
+    return None
+
+
+def utf8_name(text: str) -> str | None:
+    """None when `text` can be written as UTF-8 (every name and path a run records must be); otherwise what
+    is wrong, with the text shown escaped. A byte of a file name that is not UTF-8 reaches Python as a
+    lone surrogate (U+DC80..U+DCFF), which no file, checkpoint or log can hold."""
+    bad = [c for c in text if 0xD800 <= ord(c) <= 0xDFFF]
+    if not bad:
+        return None
+
+    def shown(c: str) -> str:
+        if 0xDC80 <= ord(c) <= 0xDCFF:
+            return f"\\x{ord(c) - 0xDC00:02x}"
+        return f"\\u{ord(c):04x}" if 0xD800 <= ord(c) <= 0xDFFF else c
+
+    first = shown(bad[0])
+    what = f"the byte {first}, which is not UTF-8" if first.startswith("\\x") else f"{first}, a lone surrogate"
+    return f"'{''.join(shown(c) for c in text)}' holds {what}"
+
+
+# --- parsing what users and disks hand us ------------------------------------------------------------------
+
+class NotParsed(ValueError):
+    """JSON or TOML that cannot be read; str() says why, in a few words."""
+
+
+TOO_DEEP = "its brackets are nested too deeply to read"
+
+
+def parse_json(text: str | bytes) -> object:
+    """`json.loads(text)`, with every way it can fail as a `NotParsed`: bad syntax ("Expecting value at
+    column 3"), or nesting deep enough to exhaust Python's recursion limit (a RecursionError otherwise)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        where = f"at column {exc.colno}" if exc.lineno == 1 else f"at line {exc.lineno}, column {exc.colno}"
+        raise NotParsed(f"{exc.msg} {where}") from None
+    except RecursionError:
+        raise NotParsed(TOO_DEEP) from None
+    except (UnicodeDecodeError, MemoryError) as exc:
+        raise NotParsed(type(exc).__name__) from None
+
+
+def parse_toml(text: str) -> dict:
+    """`tomllib.loads(text)`, with every way it can fail as a `NotParsed` (as `parse_json`)."""
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise NotParsed(str(exc)) from None
+    except RecursionError:
+        raise NotParsed(TOO_DEEP) from None
+    except MemoryError as exc:
+        raise NotParsed(type(exc).__name__) from None

@@ -15,8 +15,9 @@ import sys
 
 import torch
 
-from errors import UsageError, run_cli
-from files import read_text
+from data.tokenizer import TokenizerError
+from errors import UsageError, run_cli, warn
+from files import read_text, utf8_name
 from trainer.checkpoint import load_model
 from trainer.config import DEVICES
 from trainer.runtime import pick_device
@@ -107,6 +108,17 @@ def validate(args: argparse.Namespace, vocab_size: int) -> None:
         raise UsageError(f"--top_p must be in (0, 1], got {args.top_p}")
 
 
+def check_names(args: argparse.Namespace) -> None:
+    """Every text argument can be written as UTF-8: a file name's byte that is not (a surrogate escape in
+    sys.argv) is refused here, in one line, before anything is read or written."""
+    for name, value in vars(args).items():
+        for text in value if isinstance(value, list) else [value]:
+            problem = utf8_name(text) if isinstance(text, str) else None
+            if problem is not None:
+                raise UsageError(f"--{name} {problem}; rename that file or folder to a UTF-8 name, or give "
+                                 f"another")
+
+
 def read_prompt(prompt: str) -> str:
     if prompt.startswith("@"):
         prompt = read_text(prompt[1:], "prompt file", "give --prompt @PATH of a text file", UsageError)
@@ -115,25 +127,44 @@ def read_prompt(prompt: str) -> str:
     return prompt
 
 
+def prompt_ids(tokenizer, args: argparse.Namespace, parser: argparse.ArgumentParser) -> list[int]:
+    """The prompt's token ids. Without --prompt, the default (a newline) when this model knows it; else, with
+    one warning, end-of-text for GPT-2's BPE (where its documents start), or a space (else the first character)
+    for a character vocabulary."""
+    prompt = read_prompt(args.prompt)
+    if args.prompt != parser.get_default("prompt"):
+        return tokenizer.encode(prompt)
+    try:
+        return tokenizer.encode(prompt)
+    except TokenizerError:
+        pass
+    eot = getattr(tokenizer, "eot_id", None)
+    ids = [eot] if eot is not None else tokenizer.encode(" " if " " in tokenizer.chars else tokenizer.chars[0])
+    shown = "end-of-text" if eot is not None else repr(tokenizer.decode(ids))
+    warn(f"no --prompt given, and this model never saw a newline (the default prompt); starting from {shown} "
+         f"instead: give --prompt TEXT to choose")
+    return ids
+
+
 def stream_samples(model, tokenizer, ids: list[int], args: argparse.Namespace, device: torch.device,
                    ablate: dict | None = None) -> None:
+    """Prints each sample as it is generated. Only the new tokens are decoded (a long prompt is decoded once),
+    and they are held back while they end inside a character: BPE pieces can split one across tokens."""
     generator = torch.Generator(device=device).manual_seed(args.seed)
     temperature = args.temperature
     for n in range(args.num_samples):
-        out = list(ids)
-        printed = tokenizer.decode(out)
-        sys.stdout.write(printed)
+        sys.stdout.write(tokenizer.decode(ids))
+        pending: list[int] = []  # generated tokens not printed yet
         stream = model.generate_stream(torch.tensor([ids], device=device), args.max_new_tokens,
                                        temperature=temperature, top_k=args.top_k, top_p=args.top_p,
                                        generator=generator, use_cache=not args.no_cache, ablate=ablate or None)
         for token in stream:
-            out.append(int(token[0, 0]))
-            text = tokenizer.decode(out)
-            # BPE pieces can end inside a character; print only what decodes cleanly so far.
+            pending.append(int(token[0, 0]))
+            text = tokenizer.decode(pending)
             if not text.endswith("\ufffd"):
-                sys.stdout.write(text[len(printed):])
+                sys.stdout.write(text)
                 sys.stdout.flush()
-                printed = text
+                pending.clear()
         sys.stdout.write("\n" + ("-" * 40 + "\n" if n < args.num_samples - 1 else ""))
     sys.stdout.flush()
 
@@ -141,6 +172,7 @@ def stream_samples(model, tokenizer, ids: list[int], args: argparse.Namespace, d
 def main(argv: list[str]) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    check_names(args)
     mode = check_mode(args, parser)
     device = pick_device(args.device)
     loaded = load_model(args.out_dir, device)
@@ -169,7 +201,7 @@ def main(argv: list[str]) -> int:
         show_heads(model, tokenizer, checkpoint, args, ablate)
         return 0
 
-    ids = tokenizer.encode(read_prompt(args.prompt))
+    ids = prompt_ids(tokenizer, args, parser)
     stream_samples(model, tokenizer, ids, args, device, ablate)
     return 0
 

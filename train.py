@@ -20,12 +20,12 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from errors import UsageError, run_cli
-from files import writable_folder
+from files import utf8_name, writable_folder
 from trainer import runtime
 from trainer.config import FIELDS, TrainConfig, help_text, load_config
 from trainer.resources import out_of_memory
 from trainer.runlock import RunLock
-from trainer.trainer import FitResult, Trainer
+from trainer.trainer import FitResult, Trainer, stop_signals
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent / "configs" / "pronouns.toml"
 TENSORBOARD = "tensorboard --logdir {} --samples_per_plugin=images=200,text=200"
@@ -38,14 +38,17 @@ def main(argv: list[str]) -> int:
     config_path, overrides = split_args(argv)
     if config_path is None and DEFAULT_CONFIG.is_file():
         config_path = str(DEFAULT_CONFIG)
+    problem = utf8_name(config_path) if config_path else None
+    if problem is not None:  # its name becomes the run's name, which checkpoints and logs record
+        raise UsageError(f"the config file name {problem}; rename it to a UTF-8 name")
     cfg = load_config(config_path, overrides)
     config_name = Path(config_path).stem if config_path else "default"
     with _sigterm_unwinds():
         rt = runtime.setup(cfg)
         try:
             # One run per out_dir: the processes of one torchrun job share it, and rank 0 speaks for them.
-            with RunLock(cfg.out_dir) if rt.is_main else nullcontext():
-                return train(cfg, config_name, rt, argv)
+            with RunLock(cfg.out_dir) if rt.is_main else nullcontext() as lock:
+                return train(cfg, config_name, rt, argv, lock)
         finally:
             runtime.teardown(rt)
 
@@ -65,29 +68,41 @@ def split_args(argv: list[str]) -> tuple[str | None, list[str]]:
 
 @contextmanager
 def _sigterm_unwinds():
-    """Until training takes over the signals, SIGTERM unwinds like Ctrl-C, so data
+    """Until training takes over the signals, SIGTERM and SIGHUP unwind like Ctrl-C, so data
     preparation cleans up its half-written files."""
     def exit_now(signum, frame) -> None:
         raise SystemExit(128 + signum)
 
-    previous = signal.signal(signal.SIGTERM, exit_now)
+    signals = [sig for sig in stop_signals() if sig != signal.SIGINT]
+    previous = {sig: signal.signal(sig, exit_now) for sig in signals}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
-def train(cfg: TrainConfig, config_name: str, rt: runtime.Runtime, argv: list[str]) -> int:
+def train(cfg: TrainConfig, config_name: str, rt: runtime.Runtime, argv: list[str],
+          lock: RunLock | None = None) -> int:
+    """Trains as `cfg` asks; `lock` holds out_dir (rank 0), checked before every save."""
     with out_of_memory(cfg):
-        return _train(cfg, config_name, rt, argv)
+        trainer = Trainer.from_config(cfg, rt, config_name=config_name)
+        if trainer.checkpoints is not None and lock is not None:
+            trainer.checkpoints.guard = lock.check
+        if trainer.finished:
+            print(f"checkpoint is already at step {trainer.state.step} >= max_iters={cfg.max_iters}; "
+                  f"raise --max_iters to train further")
+            return 0
+        # One run per TensorBoard run folder too (unless it is out_dir itself, locked already). A lock there left
+        # by a killed run is taken over quietly: the out_dir lock it left says so already.
+        folder = Path(cfg.log_dir) / trainer.state.run_name
+        same = lock is not None and folder.resolve() == Path(cfg.out_dir).resolve()
+        with RunLock(folder, key="log_dir", what="the TensorBoard run", option="--run_name", say_takeover=False) \
+                if rt.is_main and not same else nullcontext():
+            return _train(cfg, trainer, rt, argv)
 
 
-def _train(cfg: TrainConfig, config_name: str, rt: runtime.Runtime, argv: list[str]) -> int:
-    trainer = Trainer.from_config(cfg, rt, config_name=config_name)
-    if trainer.finished:
-        print(f"checkpoint is already at step {trainer.state.step} >= max_iters={cfg.max_iters}; "
-              f"raise --max_iters to train further")
-        return 0
+def _train(cfg: TrainConfig, trainer: Trainer, rt: runtime.Runtime, argv: list[str]) -> int:
     writer = open_tensorboard(cfg, trainer.state.run_name) if rt.is_main else None
     try:
         if writer is not None:
@@ -146,4 +161,5 @@ def report_end(cfg: TrainConfig, result: FitResult, argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(run_cli(main, sys.argv[1:]))
+    # A closed pipe or terminal (`python train.py | head -1`, an ssh drop) must not stop a run that can go on.
+    sys.exit(run_cli(main, sys.argv[1:], survive_closed_output=True))

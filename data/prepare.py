@@ -24,11 +24,12 @@ import numpy as np
 from data import corpora
 from data.tokenizer import TOKENIZERS, Tokenizer, TokenizerMetaError, build_tokenizer, tokenizer_from_meta
 from errors import UserError, warn
-from files import read_bytes, utf8, what_stands_at
+from files import NotParsed, glob_escape, parse_json, read_bytes, remove_dead_leftovers, utf8, what_stands_at
 
 META_FORMAT = 2  # 2: meta.json carries checksums of itself and of the token files
 PRONOUN_CORPUS_SEED = 1234  # fixed, so the corpus (and its cache) does not change with the training seed
 SPLITS = ("train", "val")
+STAGING_GLOB = "*-val*.tmp-*"  # a cache folder's staging sibling: <folder>.tmp-<pid>-<random>
 CHUNK = 1 << 24  # bytes read at a time when checking a token file (a multiple of every dtype's size)
 
 
@@ -99,6 +100,9 @@ def prepare(dataset: str, tokenizer: str = "char", data_dir: str | Path = "data/
     digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
     stem = Path(dataset).stem if not corpora.is_named(dataset) else dataset
     folder = Path(data_dir) / f"{stem}-{tokenizer}-{digest[:12]}-val{val_fraction:g}"
+    # A preparation killed mid-write (kill -9, power loss) left its staging folder: delete those whose
+    # process has ended, never one a live preparation is still writing.
+    remove_dead_leftovers(data_dir, STAGING_GLOB, directories=True)
     try:
         cached, problem = _cached(folder, digest)
     except OSError as exc:  # e.g. a folder that cannot be read: say so rather than rebuild over it
@@ -150,19 +154,15 @@ def find_prepared(settings: dict, tokenizer_meta: dict) -> Prepared | None:
         candidates += [(path, None) for path in found]
     for path, digest in candidates:
         try:
-            meta = json.loads((path / "meta.json").read_text(encoding="utf-8"))
+            meta = parse_json((path / "meta.json").read_bytes())
             if not isinstance(meta, dict) or meta.get("tokenizer") != tokenizer_meta:
                 continue
             prepared, _ = _cached(path, digest or meta.get("source_sha256"))
-        except (OSError, ValueError, UnicodeDecodeError):
+        except (OSError, ValueError):
             continue
         if prepared is not None:
             return prepared
     return None
-
-
-def glob_escape(text: str) -> str:
-    return "".join(f"[{c}]" if c in "*?[" else c for c in text)
 
 
 def _too_short(split: str, sizes: dict[str, int], block_size: int, meta: dict) -> UserError:
@@ -221,7 +221,8 @@ def _write(folder: Path, meta: dict, splits: dict[str, np.ndarray], probes: list
     renamed into place, so an interrupted preparation never leaves a half-written folder that looks complete."""
     try:
         folder.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=folder.name + ".", dir=folder.parent))
+        # The pid in the name tells a later preparation whether the writer is still alive.
+        staging = Path(tempfile.mkdtemp(prefix=f"{folder.name}.tmp-{os.getpid()}-", dir=folder.parent))
     except OSError as exc:
         raise _write_error(folder.parent, exc) from None
     try:
@@ -291,9 +292,9 @@ def _cached(folder: Path, digest: str) -> tuple[Prepared | None, str | None]:
     if problem is not None:
         return None, problem
     try:
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError):
-        return None, "meta.json is not valid JSON"
+        meta = parse_json(meta_path.read_bytes())
+    except NotParsed as exc:
+        return None, f"meta.json is not valid JSON: {exc}"
     if not isinstance(meta, dict):
         return None, "meta.json does not hold a JSON object"
     if meta.get("format") != META_FORMAT:

@@ -25,7 +25,6 @@ probabilities rather than by attention:
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -34,7 +33,7 @@ from typing import Any
 
 from data.tokenizer import Tokenizer, TokenizerError
 from errors import UserError, warn
-from files import read_text
+from files import NotParsed, parse_json, read_text
 
 REQUIRED_FIELDS = ("text", "pronoun", "referent", "distractor")
 OFFSET_FIELDS = ("pronoun_offset", "referent_offset", "distractor_offset")
@@ -188,10 +187,9 @@ def _load_jsonl(path: str | Path, kind: str, make: Callable[[object], Any]) -> l
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise UserError(f"{path} line {number}: not valid JSON ({exc.msg} at column {exc.colno}); "
-                            f"write one JSON object per line") from None
+            obj = parse_json(line)
+        except NotParsed as exc:
+            raise UserError(f"{path} line {number}: not valid JSON ({exc}); write one JSON object per line") from None
         try:
             item = make(obj)
         except UserError as exc:

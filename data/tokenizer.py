@@ -86,6 +86,15 @@ class CharTokenizer:
 SHARED_TIKTOKEN = SHARED / "tiktoken"
 
 
+R50K_URL = "https://openaipublic.blob.core.windows.net/encodings/r50k_base.tiktoken"  # as tiktoken_ext names it
+R50K_SHA256 = "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930"
+
+
+class TokenizerUnavailable(UserError):
+    """GPT-2's BPE cannot be loaded here (offline without a cache, or a damaged cache): not the fault of
+    the data or the checkpoint that names it."""
+
+
 def gpt2_encoding():
     """tiktoken's r50k_base (GPT-2's BPE).
 
@@ -97,13 +106,48 @@ def gpt2_encoding():
 
     if "TIKTOKEN_CACHE_DIR" not in os.environ and SHARED_TIKTOKEN.is_dir():
         os.environ["TIKTOKEN_CACHE_DIR"] = str(SHARED_TIKTOKEN)
+    damaged = _damaged_cache_file()
+    if damaged is not None:  # tiktoken would delete it and try to download it again, failing offline
+        raise TokenizerUnavailable(
+            f"cannot load the GPT-2 BPE ({GPT2_ENCODING}): the tiktoken cache holds a damaged copy of it, {damaged} "
+            f"(its sha256 is not {R50K_SHA256[:12]}...); delete that file so tiktoken downloads it again, or set "
+            f"TIKTOKEN_CACHE_DIR to a good cache (now {os.environ.get('TIKTOKEN_CACHE_DIR', '(unset)')})")
     try:
         return tiktoken.get_encoding(GPT2_ENCODING)
     except Exception as exc:  # network or cache problems surface as many types
         cache = os.environ.get("TIKTOKEN_CACHE_DIR", "(unset)")
-        raise UserError(
+        raise TokenizerUnavailable(
             f"cannot load the GPT-2 BPE ({GPT2_ENCODING}): {type(exc).__name__}: {exc}; connect to the "
             f"internet once, or set TIKTOKEN_CACHE_DIR to a tiktoken cache (now {cache})") from None
+
+
+_CHECKED: set[str] = set()  # cache files found intact in this process
+
+
+def _damaged_cache_file() -> str | None:
+    """The path of tiktoken's cached r50k_base file when it is there and its checksum is wrong; None when it is
+    intact, absent (tiktoken downloads it) or r50k_base is loaded already. Where tiktoken looks: TIKTOKEN_CACHE_DIR,
+    else DATA_GYM_CACHE_DIR, else data-gym-cache in the temporary folder."""
+    import hashlib
+    import tempfile
+
+    cache_dir = os.environ.get("TIKTOKEN_CACHE_DIR", os.environ.get("DATA_GYM_CACHE_DIR"))
+    if cache_dir is None:
+        cache_dir = os.path.join(tempfile.gettempdir(), "data-gym-cache")
+    if not cache_dir:  # "" turns tiktoken's cache off
+        return None
+    path = os.path.join(cache_dir, hashlib.sha1(R50K_URL.encode()).hexdigest())
+    if path in _CHECKED:
+        return None
+    try:
+        with open(path, "rb") as fh:
+            intact = hashlib.sha256(fh.read()).hexdigest() == R50K_SHA256
+    except OSError:
+        return None
+    if intact:
+        _CHECKED.add(path)
+        return None
+    return path
 
 
 class GPT2Tokenizer:

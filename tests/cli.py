@@ -15,7 +15,7 @@ if str(ROOT) not in sys.path:
 
 # Small enough that a run takes well under a second on one CPU core.
 TINY = ["--n_layer=1", "--n_head=2", "--n_embd=16", "--block_size=32", "--batch_size=4", "--max_iters=6",
-        "--eval_interval=3", "--eval_iters=2", "--sample_tokens=0", "--device=cpu", "--run_name=t"]
+        "--warmup_iters=1", "--eval_interval=3", "--eval_iters=2", "--sample_tokens=0", "--device=cpu", "--run_name=t"]
 TEXT = "".join(f"the dog saw the ball and it rolled away {i % 7}.\nthe cat saw the king and he waved.\n"
                for i in range(40))
 

@@ -28,7 +28,7 @@ import pytest
 import torch
 from conftest import Trained, train_tiny_checkpoints
 
-from tests.cli import ROOT, run, tiny_args
+from tests.cli import ROOT, TEXT, run, tiny_args
 
 DOC = ROOT / "docs" / "errors.md"
 README = ROOT / "README.md"
@@ -124,6 +124,34 @@ _broken_tokenizer = _edited(lambda p: p.update(tokenizer={"name": "char", "chars
 _data_gone = _edited(lambda p: (p.pop("data", None), p["train_config"].update(data_dir="/nonexistent/prepared")))
 
 
+def _nan_weights(checkpoint: dict) -> None:
+    checkpoint["model"]["wte.weight"].view(-1)[:3] = float("nan")
+
+
+def _inf_moment(checkpoint: dict) -> None:
+    next(iter(checkpoint["optimizer"]["state"].values()))["exp_avg"].view(-1)[0] = float("inf")
+
+
+def _without_newline(checkpoint: dict) -> None:
+    checkpoint["tokenizer"]["chars"] = checkpoint["tokenizer"]["chars"].replace("\n", "~")
+
+
+def _trained_here(path: Path, good: bytes) -> None:
+    """The trained checkpoint, recording the workspace's copy of its corpus as the text it was trained on."""
+    _edited(lambda p: p["data"].update(source=str(path.parent.parent / "corpus.txt")))(path, good)
+
+
+_nan_weight = _edited(_nan_weights)
+_inf_optimizer_state = _edited(_inf_moment)
+_no_data_record = _edited(lambda p: p.pop("data"))  # as checkpoints were written before it was recorded
+_run_name_escapes = _edited(lambda p: p.update(run_name="../../escaped"))
+_no_newline = _edited(_without_newline)
+# The same characters as the corpus the checkpoints were trained on, in another order: another text.
+OTHER_TEXT = "".join(reversed(TEXT.splitlines(keepends=True)))
+DEEP = 100_000  # brackets: far beyond Python's recursion limit
+NOT_UTF8 = "caf\udce9"  # the Latin-1 file name 'café' as Python's sys.argv holds it on a UTF-8 system
+
+
 class _FillingFile:
     """A file on a disk that fills up after `room` bytes: writes then fail as a full disk's do."""
 
@@ -187,11 +215,57 @@ def _lock_left_by_a_killed_run(ws: Workspace):
 @contextlib.contextmanager
 def _damaged_cache(ws: Workspace):
     from data.prepare import prepare
-    from tests.cli import TEXT
 
     ws.file("corpus.txt", TEXT)
     prepared = prepare(str(ws.root / "corpus.txt"), "char", ws.root / "prep", quiet=True)
     (prepared.folder / "train.bin").write_bytes(b"\x01\x02\x03")
+    yield
+
+
+@contextlib.contextmanager
+def _another_run_logs_to_the_run_name(ws: Workspace):
+    """runs/t, the TensorBoard folder of the run name the tests use, locked by a run on another machine."""
+    from trainer.runlock import RunLock
+
+    with RunLock(ws.root / "runs" / "t") as lock:
+        owner = {"pid": 4242, "host": "other-host", "started": "2025-01-01 12:00:00", "command": "python train.py"}
+        lock.path.write_text(json.dumps(owner))
+        yield
+
+
+@contextlib.contextmanager
+def _nested_lock_left_by_a_killed_run(ws: Workspace):
+    ws.file("new/.lock", "[" * DEEP)
+    yield
+
+
+@contextlib.contextmanager
+def _nested_cache_meta(ws: Workspace):
+    from data.prepare import prepare
+
+    ws.file("corpus.txt", TEXT)
+    prepared = prepare(str(ws.root / "corpus.txt"), "char", ws.root / "prep", quiet=True)
+    (prepared.folder / "meta.json").write_text("[" * DEEP)
+    yield
+
+
+@contextlib.contextmanager
+def _damaged_tiktoken_cache(ws: Workspace):
+    """TIKTOKEN_CACHE_DIR holding a file of the right name for GPT-2's BPE, with the wrong contents."""
+    import hashlib
+
+    from data import tokenizer
+
+    ws.file(f"tiktoken/{hashlib.sha1(tokenizer.R50K_URL.encode()).hexdigest()}", "not the BPE ranks\n")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TIKTOKEN_CACHE_DIR", str(ws.root / "tiktoken"))
+        mp.setattr(tokenizer, "_CHECKED", set())  # look at the cache again, as a new process would
+        yield
+
+
+@contextlib.contextmanager
+def _link_as_the_lock(ws: Workspace):
+    (ws.out / ".lock").symlink_to(ws.file("precious.txt", "someone's file\n"))
     yield
 
 
@@ -316,6 +390,30 @@ CASES = [
     Case("batch-too-big", "a batch too large for memory (batch_size in the billions)", "train",
          lambda w: w.train("--batch_size=10000000000"), 1,
          ("needs at least", "lower --batch_size (now 10,000,000,000), --block_size"), exact=False),
+    Case("run-name-escapes", "a run_name that climbs out of log_dir", "train",
+         lambda w: w.train("--run_name=../../x"), 2, ("'run_name' climbs out of its folder", "inside log_dir")),
+    Case("run-name-absolute", "a run_name that is an absolute path", "train",
+         lambda w: w.train(f"--run_name={w.root / 'elsewhere'}"), 2, ("'run_name' is an absolute path",)),
+    Case("run-name-empty-part", "a run_name with an empty part", "train",
+         lambda w: w.train("--run_name=a//b"), 2, ("'run_name' has an empty part",)),
+    Case("schedule-min-lr-above-peak", "min_lr above learning_rate", "train",
+         lambda w: w.train("--learning_rate=1e-4", "--min_lr=1e-3"), 2,
+         ("'min_lr' (0.001) is above 'learning_rate' (0.0001)", "--min_lr=1e-05")),
+    Case("toml-nested", f"a TOML value of {DEEP:,} nested brackets", "train",
+         lambda w: w.train(config=w.file("c.toml", "watch_sentences = " + "[" * DEEP)), 2,
+         ("c.toml is not valid TOML", "nested too deeply")),
+    Case("cli-nested-list", f"--watch_sentences of {DEEP:,} nested brackets", "train",
+         lambda w: w.train("--watch_sentences=" + "[" * DEEP), 2,
+         ("'watch_sentences' on the command line must be a list", "nested too deeply")),
+    Case("out-dir-not-utf8", "an out_dir whose name holds a byte that is not UTF-8", "train",
+         lambda w: w.train(f"--out_dir={w.root / NOT_UTF8}"), 2,
+         ("'out_dir'", "caf\\xe9' holds the byte \\xe9, which is not UTF-8", "rename")),
+    Case("dataset-not-utf8", "a dataset file whose name holds a byte that is not UTF-8", "train",
+         lambda w: w.train(f"--dataset={w.file(NOT_UTF8 + '.txt', TEXT)}"), 2, ("'dataset'", "not UTF-8")),
+    Case("run-name-not-utf8", "a run_name holding a byte that is not UTF-8", "train",
+         lambda w: w.train(f"--run_name={NOT_UTF8}"), 2, ("'run_name'", "not UTF-8")),
+    Case("toml-name-not-utf8", "a config file whose name holds a byte that is not UTF-8", "train",
+         lambda w: w.train(config=w.file(NOT_UTF8 + ".toml", "")), 2, ("config file name", "not UTF-8")),
     # --- checkpoints (train --resume) -----------------------------------------------------------------------
     Case("resume-missing", "--resume without a checkpoint", "train",
          lambda w: w.train("--resume", f"--out_dir={w.root / 'empty'}"), 1,
@@ -357,6 +455,23 @@ CASES = [
          ("'optimizer' is 'muon' but the checkpoint was trained with 'adamw'",)),
     Case("resume-other-vocabulary", "--resume with another tokenizer", "train",
          lambda w: w.train("--resume", "--tokenizer=gpt2"), 2, ("vocabulary does not match",)),
+    Case("resume-other-text", "--resume on another text with the same characters", "train",
+         lambda w: w.train("--resume", f"--out_dir={w.checkpoint('here', _trained_here)}",
+                           f"--dataset={w.file('other.txt', OTHER_TEXT)}"), 2,
+         ("other.txt is not the text the checkpoint was trained on", "corpus.txt, sha256 be3d41fa7511",
+          "start a new --out_dir")),
+    Case("resume-other-val-fraction", "--resume with another val_fraction", "train",
+         lambda w: w.train("--resume", "--val_fraction=0.2"), 2,
+         ("'val_fraction' is 0.2 but the checkpoint was trained with 0.1", "--val_fraction=0.1")),
+    Case("resume-nan-weight", "--resume from a checkpoint holding nan weights", "train",
+         lambda w: w.train("--resume", f"--out_dir={w.checkpoint('nan', _nan_weight)}"), 1,
+         ("holds numbers that are not finite", "model.wte.weight holds 3 nan values")),
+    Case("resume-inf-optimizer-state", "--resume from a checkpoint whose optimizer state holds inf", "train",
+         lambda w: w.train("--resume", f"--out_dir={w.checkpoint('inf', _inf_optimizer_state)}"), 1,
+         ("holds numbers that are not finite", "exp_avg holds 1 inf value")),
+    Case("resume-run-name-escapes", "--resume from a checkpoint whose run name climbs out of log_dir", "train",
+         lambda w: w.train("--resume", "--run_name=", f"--out_dir={w.checkpoint('esc', _run_name_escapes)}"), 1,
+         ("'../../escaped'", "outside --log_dir", "--run_name=NAME")),
     # --- sampling -----------------------------------------------------------------------------------------------
     Case("sample-empty-prompt", "empty prompt", "sample",
          lambda w: w.sample("--prompt="), 2, ("prompt is empty",)),
@@ -404,6 +519,17 @@ CASES = [
     Case("sample-checkpoint-directory", "a folder named ckpt.pt", "sample",
          lambda w: w.sample(out=(w.root / "dir" / "ckpt.pt").mkdir(parents=True) or w.root / "dir"), 1,
          ("checkpoint", "is a directory")),
+    Case("sample-nan-weight", "checkpoint holding nan weights", "sample",
+         lambda w: w.sample(out=w.checkpoint("nan", _nan_weight)), 1,
+         ("holds numbers that are not finite", "model.wte.weight holds 3 nan values")),
+    Case("sample-nan-weight-page", "checkpoint holding nan weights, for --attention --html", "sample",
+         lambda w: w.sample("--attention=the dog saw it", "--html=page.html", out=w.checkpoint("nan", _nan_weight)),
+         1, ("holds numbers that are not finite",)),
+    Case("sample-out-dir-not-utf8", "an --out_dir whose name holds a byte that is not UTF-8", "sample",
+         lambda w: w.sample(out=w.root / NOT_UTF8), 2, ("--out_dir", "not UTF-8")),
+    Case("sample-tiktoken-cache-damaged", "a damaged GPT-2 BPE file in TIKTOKEN_CACHE_DIR", "sample",
+         lambda w: w.sample(out=w.root / "gpt2"), 1, ("tiktoken cache holds a damaged copy", "TIKTOKEN_CACHE_DIR"),
+         setup=_damaged_tiktoken_cache),
     Case("sample-device-unknown", "a device that does not exist (tpu)", "sample",
          lambda w: w.sample("--device=tpu"), 2, ("unknown device 'tpu'",)),
     Case("sample-device-meta", "torch's shape-only device (meta)", "sample",
@@ -447,6 +573,9 @@ CASES = [
     Case("sample-probe-too-long", "a probe longer than block_size", "sample",
          lambda w: w.sample(f"--probes={w.probes(SHORT_PROBE, LONG_PROBE)}"), 1,
          ("probes.jsonl line 2", "58 tokens, more than the model's block_size 32", "shorten its text")),
+    Case("sample-probe-nested", f"a probe line of {DEEP:,} nested brackets", "sample",
+         lambda w: w.sample(f"--probes={w.file('probes.jsonl', '[' * DEEP)}"), 1,
+         ("probes.jsonl line 1: not valid JSON", "nested too deeply")),
     Case("sample-probe-same-word", "a probe whose referent is its distractor", "sample",
          lambda w: w.sample(f"--probes={w.probes({**LONG_PROBE, 'distractor': 'ball'})}"), 1,
          ("probes.jsonl line 1", "same word as the referent")),
@@ -472,6 +601,15 @@ CASES = [
     Case("out-dir-in-use", "another training run holds out_dir", "train",
          lambda w: w.train(), 1, ("in use by another training run", "pid 4242 on other-host", "wait for it"),
          setup=_another_run_holds_out),
+    Case("run-name-in-use", "another training run logs to the same log_dir/run_name", "train",
+         lambda w: w.train(f"--out_dir={w.root / 'new'}"), 1,
+         ("the TensorBoard run", "in use by another training run", "pid 4242 on other-host", "--run_name"),
+         setup=_another_run_logs_to_the_run_name),
+    Case("out-dir-lock-link", "a symbolic link where out_dir's lock goes", "train",
+         lambda w: w.train(), 1, ("cannot open the run lock", "link"), setup=_link_as_the_lock),
+    Case("checkpoint-prev-directory", "a folder where the earlier run's ckpt.prev.pt goes", "train",
+         lambda w: w.train(f"--out_dir={(w.out / 'ckpt.prev.pt').mkdir() or w.out}"), 1,
+         ("ckpt.prev.pt is a directory", "earlier run's checkpoint", "move it away")),
     Case("png-dir-unwritable", "--png_dir under a regular file", "sample",
          lambda w: w.sample("--attention=the dog saw it", f"--png_dir={w.file('a-file', 'x')}/png"), 1,
          ("cannot write the heatmaps", "choose a writable --png_dir")),
@@ -482,6 +620,9 @@ CASES = [
     Case("diverged", "loss becomes nan or inf (--learning_rate=1e6)", "train",
          lambda w: w.train("--learning_rate=1e6"), 1,
          ("at step", "training stopped", "try a lower --learning_rate (now 1e+06)"), exact=False),
+    Case("diverged-weight-decay", "a weight decay that removes whole weights (--weight_decay=1e6)", "train",
+         lambda w: w.train("--weight_decay=1e6"), 1, ("training stopped", "try a lower --weight_decay (now 1e+06)"),
+         exact=False),
     # --- warnings: the command goes on, and says what it did -------------------------------------------
     Case("warn-earlier-run-kept", "a new run into an out_dir holding a checkpoint", "train",
          lambda w: w.train(), 0, ("held an earlier run", "kept it as"), may_change=("out/ckpt.pt",)),
@@ -497,6 +638,25 @@ CASES = [
     Case("warn-log-dir-full", "disk full under log_dir (simulated in TensorBoard's writer thread)", "train",
          lambda w: w.train(f"--out_dir={w.root / 'new'}"), 0,
          ("cannot write TensorBoard logs", "No space left on device", "going on without them"), patch=_log_dir_full),
+    Case("warn-stale-lock-nested", f"a run lock left by a killed run, holding {DEEP:,} nested brackets", "train",
+         lambda w: w.train(f"--out_dir={w.root / 'new'}"), 0, ("pid unknown", "taking it over"),
+         setup=_nested_lock_left_by_a_killed_run, may_change=("new/.lock",)),
+    Case("warn-damaged-cache-nested", f"a prepared meta.json of {DEEP:,} nested brackets", "train",
+         lambda w: w.train(f"--out_dir={w.root / 'new'}"), 0, ("meta.json is not valid JSON", "nested too deeply",
+                                                              "rebuilding it"),
+         setup=_nested_cache_meta, may_change=("prep/*/*",)),
+    Case("warn-warmup-longer-than-run", "a warm-up longer than the run", "train",
+         lambda w: w.train(f"--out_dir={w.root / 'new'}", "--warmup_iters=100"), 0,
+         ("warms up over --warmup_iters=100 steps but the run ends at step 6", "never reaches")),
+    Case("warn-resume-old-checkpoint", "--resume from a checkpoint that does not record its data", "train",
+         lambda w: w.train("--resume", f"--out_dir={w.checkpoint('old', _no_data_record)}"), 0,
+         ("does not record which text it was trained on",), may_change=("old/ckpt.pt",)),
+    Case("warn-sample-default-prompt", "no --prompt, for a model that never saw a newline", "sample",
+         lambda w: w.sample(out=w.checkpoint("nonl", _no_newline)), 0,
+         ("no --prompt given", "never saw a newline", "starting from ' '")),
+    Case("warn-attention-run-name-escapes", "--attention with a checkpoint whose run name climbs out", "sample",
+         lambda w: w.sample("--attention=the dog saw it", out=w.checkpoint("esc", _run_name_escapes)), 0,
+         ("not added to TensorBoard", "'../../escaped'", "they are in the PNG files")),
 ]
 SUBPROCESS = ("cli-unknown-key", "sample-top-p-big")  # the same, through a real process
 

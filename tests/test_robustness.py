@@ -1,12 +1,15 @@
 """Nothing lost, nothing trusted blindly: atomic checkpoints, safe loading,
 exact resume, stopping on a signal, and stopping when the loss diverges."""
 
+import contextlib
 import dataclasses
 import errno
+import io
 import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -21,7 +24,7 @@ from conftest import Trained
 from data.batches import Batches
 from errors import UserError
 from model import GPT
-from tests.cli import ROOT, one_line, run, run_train, tiny_args
+from tests.cli import ROOT, TEXT, one_line, run, run_train, tiny_args
 from trainer import checkpoint as ckpt_mod
 from trainer import runtime
 from trainer.checkpoint import FORMAT, FORMAT_VERSION, CheckpointError, load_checkpoint, save_checkpoint
@@ -362,7 +365,8 @@ def test_nan_loss_names_the_step_and_keeps_the_last_checkpoint(tmp_path, monkeyp
     assert code == 1
     checkpoint_file = tmp_path / "out" / "ckpt.pt"
     assert one_line(err) == (f"error: the loss became nan at step 4; training stopped with {checkpoint_file} left at "
-                             f"step 4; try a lower --learning_rate (now 0.001)\n")
+                             f"step 4, the last state whose loss was sane; resume from it with a lower --learning_rate "
+                             f"(now 0.001)\n")
     checkpoint = load_checkpoint(checkpoint_file)
     assert checkpoint["step"] == 4 and all(torch.isfinite(t).all() for t in checkpoint["model"].values())
 
@@ -521,3 +525,183 @@ def test_a_checkpoint_is_read_on_the_cpu_whatever_device_is_asked(trained, tmp_p
                           ("train", tiny_args(tmp_path, "--resume"))):
         code, _, err = run(program, [*args, "--device=cuda:99"])
         assert code == 2 and "--device=cuda:99 but" in one_line(err) and "checkpoint" not in err
+
+
+# --- signals and pipes: the same save-and-exit, whatever ends the terminal ----------------------------
+
+class _ClosedPipe(io.StringIO):
+    """stdout read by `head -1`: after the first line its reader has gone, and every write fails."""
+
+    failures = 0
+
+    def write(self, text: str) -> int:
+        if "\n" in self.getvalue():
+            _ClosedPipe.failures += 1
+            raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
+        return super().write(text)
+
+
+def test_a_closed_pipe_does_not_stop_training(tmp_path):
+    """`python train.py | head -1`: the run goes on past the closed pipe, trains to the end and saves."""
+    import train
+    from errors import run_cli
+
+    err = io.StringIO()
+    with contextlib.redirect_stdout(_ClosedPipe()) as out, contextlib.redirect_stderr(err):
+        code = run_cli(train.main, tiny_args(tmp_path), survive_closed_output=True)
+    assert (code, err.getvalue()) == (0, "")
+    assert out.getvalue().startswith("prepared ") and out.getvalue().count("\n") == 1 and _ClosedPipe.failures
+    assert load_checkpoint(tmp_path / "out")["step"] == 6
+
+
+def test_sighup_with_the_terminal_gone_saves_and_exits_129(tmp_path):
+    """An ssh drop: stdout goes dead (writes fail) and SIGHUP arrives; the run saves where it stopped."""
+    args = tiny_args(tmp_path, "--max_iters=1000000", "--eval_interval=1000000", "--ckpt_interval=1")
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, "train.py", *args], cwd=ROOT, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout.readline().startswith("prepared ")
+    proc.stdout.close()  # every later write to stdout fails with EPIPE
+    _wait_for((tmp_path / "out" / "ckpt.pt").exists, proc, "its first checkpoint")
+    proc.send_signal(signal.SIGHUP)
+    proc.wait(timeout=60)
+    err = proc.stderr.read()
+    assert (proc.returncode, err) == (128 + signal.SIGHUP, ""), err[-2000:]
+    step = load_checkpoint(tmp_path / "out")["step"]
+    assert step > 0 and not (tmp_path / "out" / ".lock").exists()
+    code, _, err = run_train([*args, "--resume", f"--max_iters={step + 1}"])
+    assert (code, err) == (0, "") and load_checkpoint(tmp_path / "out")["step"] == step + 1
+
+
+def test_under_nohup_sighup_is_left_ignored():
+    from trainer.trainer import stop_signals
+
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        assert signal.SIGHUP not in stop_signals()
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+    assert signal.SIGHUP in stop_signals() or previous == signal.SIG_IGN
+
+
+def test_a_preparation_killed_mid_write_leaves_nothing_behind(tmp_path):
+    """kill -9 while the token files are written: the next preparation deletes the dead one's staging
+    folder, and keeps one that a live preparation is still writing."""
+    corpus, data_dir = tmp_path / "corpus.txt", tmp_path / "prep"
+    corpus.write_text(TEXT)
+    script = (f"import os, signal, sys; sys.path.insert(0, {str(ROOT)!r}); import data.prepare as p; "
+              f"p._meta_checksum = lambda meta: os.kill(os.getpid(), signal.SIGKILL); "
+              f"p.prepare({str(corpus)!r}, 'char', {str(data_dir)!r})")
+    proc = subprocess.Popen([sys.executable, "-c", script])
+    assert proc.wait(timeout=60) == -signal.SIGKILL
+    [staging] = data_dir.iterdir()  # the token files written, meta.json not yet
+    assert f".tmp-{proc.pid}-" in staging.name and (staging / "train.bin").stat().st_size > 0
+    live = data_dir / staging.name.replace(f"tmp-{proc.pid}-", f"tmp-{os.getppid()}-")
+    live.mkdir()
+
+    from data.prepare import prepare
+
+    prepared = prepare(str(corpus), "char", data_dir, quiet=True)
+    assert not staging.exists() and live.is_dir()
+    assert sorted(data_dir.iterdir()) == sorted([prepared.folder, live])
+
+
+# --- paths that escape: nothing written outside the folders named, never through a link --------------
+
+def test_links_planted_in_out_dir_are_replaced_never_followed(trained, tmp_path, monkeypatch):
+    """Links planted under every name a run writes in out_dir, after it started: the files they point to
+    stay as they were, and the run's files replace the links."""
+    out = tmp_path / "out"
+    trained.copy_to(out)
+    earlier = (out / "ckpt.pt").read_bytes()
+    names = ("attention.html", "ckpt.prev.pt", f".ckpt.pt.tmp-{os.getpid()}")
+    victims = {name: tmp_path / f"victim-{n}.txt" for n, name in enumerate(names)}
+    original = Batches.train
+
+    def plant_links(self):
+        for name, victim in victims.items():
+            if not victim.exists():  # once, at the first step: the run has started, nothing is saved yet
+                victim.write_text("someone else's file\n")
+                (out / name).symlink_to(victim)
+        return original(self)
+
+    monkeypatch.setattr(Batches, "train", plant_links)
+    code, _, err = run_train(tiny_args(tmp_path, "--ckpt_interval=1", '--watch_sentences=["the dog saw it"]'))
+    assert code == 0 and "kept it as" in err
+    assert all(victim.read_text() == "someone else's file\n" for victim in victims.values())
+    assert not (out / "attention.html").is_symlink() and "<html" in (out / "attention.html").read_text()
+    assert not (out / "ckpt.prev.pt").is_symlink() and (out / "ckpt.prev.pt").read_bytes() == earlier
+    assert load_checkpoint(out)["step"] == 6
+
+
+def test_replace_file_replaces_a_link_and_leaves_its_target(tmp_path):
+    from files import replace_file
+
+    target = tmp_path / "target.txt"
+    target.write_text("keep me")
+    (tmp_path / "page.html").symlink_to(target)
+    replace_file(tmp_path / "page.html", lambda fh: fh.write(b"new"))
+    assert target.read_text() == "keep me" and (tmp_path / "page.html").read_bytes() == b"new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["page.html", "target.txt"]
+
+
+# --- poisoned numbers: a diverged run leaves a state that resumes --------------------------------------
+
+def test_a_diverged_run_leaves_the_last_sane_state_which_resumes(trained, tmp_path):
+    """A learning rate that blows up, saving every step, on resume: the ruined states are never saved, the
+    message names the step left on disk, and that checkpoint resumes at a sane learning rate."""
+    out = tmp_path / "out"
+    trained.copy_to(out)
+    code, _, err = run_train(tiny_args(tmp_path, "--resume", "--learning_rate=30", "--ckpt_interval=1",
+                                       "--max_iters=30"))
+    assert code == 1
+    message = one_line(err)
+    assert f"training stopped with {out / 'ckpt.pt'} left at step 2, the last state whose loss was sane" in message
+    assert "resume from it with a lower --learning_rate (now 30)" in message
+    checkpoint = load_checkpoint(out)
+    assert checkpoint["step"] == 2 and all(torch.isfinite(t).all() for t in checkpoint["model"].values())
+    code, _, err = run_train(tiny_args(tmp_path, "--resume"))
+    assert (code, err) == (0, "") and load_checkpoint(out)["step"] == 6
+
+
+def test_saves_skipped_while_the_loss_is_blown_up_are_reported_once_it_recovers(tmp_path, monkeypatch):
+    from errors import GptwatchWarning
+
+    real = Trainer.state_loss
+    monkeypatch.setattr(Trainer, "state_loss", lambda self: 1e3 if self.state.step in (2, 3) else real(self))
+    saved = []
+    monkeypatch.setattr(ckpt_mod.CheckpointWriter, "save",
+                        lambda self, checkpoint, step: saved.append(step) or setattr(self, "saved_step", step))
+    with pytest.warns(GptwatchWarning, match=r"checkpoints of steps 2 to 3 were not saved: the loss had blown up "
+                                             r"to 1000, .* back at [\d.]+ at step 4, saved now"):
+        fit(tmp_path, "--ckpt_interval=1")
+    assert saved[:3] == [1, 4, 5] and 2 not in saved and 3 not in saved
+
+
+# --- two runs, one name --------------------------------------------------------------------------------
+
+def test_a_run_whose_out_dir_is_taken_over_stops_without_writing_there(trained, tmp_path, monkeypatch):
+    """out_dir deleted under a running training, and a second run takes the folder: the first one's next
+    save would replace the second's checkpoint; it stops with one line instead."""
+    from trainer.runlock import RunLock
+
+    out = tmp_path / "out"
+    second = RunLock(out)
+    original = Batches.train
+
+    def taken_over(self):
+        if second._fd is None:
+            shutil.rmtree(out)
+            second.acquire()
+            trained.copy_to(out)
+        return original(self)
+
+    monkeypatch.setattr(Batches, "train", taken_over)
+    theirs = trained.char.read_bytes()
+    try:
+        code, _, err = run_train(tiny_args(tmp_path, "--ckpt_interval=1"))
+        assert code == 1 and (out / ".lock").exists()
+    finally:
+        second.release()
+    assert f"out_dir {out} was deleted or taken over by another run while this one ran" in one_line(err)
+    assert (out / "ckpt.pt").read_bytes() == theirs and sorted(p.name for p in out.iterdir()) == ["ckpt.pt"]

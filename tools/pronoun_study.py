@@ -49,6 +49,7 @@ from data.corpora import corpus_of  # noqa: E402
 from data.probes import AlignedProbe  # noqa: E402
 from data.tokenizer import Tokenizer, TokenizerError  # noqa: E402
 from errors import UsageError, UserError, run_cli  # noqa: E402
+from files import NotParsed, parse_json  # noqa: E402
 from trainer.checkpoint import load_model  # noqa: E402
 from watch.ablation import AblationResult, ablated, agreement_ablations  # noqa: E402
 from watch.capture import captures, evaluating  # noqa: E402
@@ -85,7 +86,11 @@ def probe_files(checkpoint: dict, args: argparse.Namespace) -> tuple[Path, Path 
 def probe_meta(path: Path, aligned: list[AlignedProbe]) -> list[dict]:
     """Each probe's row of PATH.meta.json (family, frame, referent gender), when the file has one."""
     meta_path = path.with_suffix(".meta.json")
-    rows = json.loads(meta_path.read_text())["probes"] if meta_path.exists() else []
+    try:
+        meta = parse_json(meta_path.read_bytes()) if meta_path.exists() else {}
+    except NotParsed as exc:
+        raise UserError(f"{meta_path} is not valid JSON ({exc}); regenerate it with tools/gender_probes.py") from None
+    rows = meta.get("probes", []) if isinstance(meta, dict) else []
     by_line = dict(enumerate(rows, start=1))
     return [by_line.get(item.probe.line, {}) for item in aligned]
 

@@ -13,16 +13,26 @@ import errno
 import os
 import pickle
 import re
-import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from data.tokenizer import Tokenizer, tokenizer_from_meta
+from data.tokenizer import Tokenizer, TokenizerMetaError, tokenizer_from_meta
 from errors import UsageError, UserError, warn
-from files import cannot, clear_for_file, regular_file, writable_folder
+from files import (
+    cannot,
+    clear_for_file,
+    fresh_file,
+    glob_escape,
+    inside_name,
+    regular_file,
+    remove_dead_leftovers,
+    replace_file,
+    writable_folder,
+)
 from model.gpt import GPT, MODEL_FIELDS, GPTConfig
 from trainer.config import TrainConfig
 from trainer.resources import is_out_of_memory
@@ -44,35 +54,46 @@ class CheckpointError(UserError):
 def save_checkpoint(path: str | Path, checkpoint: dict, keep_previous: str | Path | None = None) -> None:
     """Atomically replaces `path` with `checkpoint`. With `keep_previous`, the
     checkpoint being replaced survives under that name (hard-linked just before
-    the swap, so `path` itself is never missing)."""
+    the swap, so `path` itself is never missing). The temporary file is a new one of
+    its own (`files.fresh_file`), so a link planted in the folder is never written through."""
     path = Path(path)
     checkpoint = {"format": FORMAT, "format_version": FORMAT_VERSION, **checkpoint}
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         clear_for_file(path, "the checkpoint", "move it away or choose another --out_dir", CheckpointError)
-        with open(tmp, "wb") as fh:
+        fd, tmp = fresh_file(path)
+        with open(fd, "wb") as fh:
             _save(checkpoint, fh)
             fh.flush()
             os.fsync(fh.fileno())
         if keep_previous is not None and path.exists():
-            keep_previous = Path(keep_previous)
-            keep_previous.unlink(missing_ok=True)
-            try:
-                os.link(path, keep_previous)
-            except OSError:  # a filesystem without hard links
-                shutil.copy2(path, keep_previous)
+            _keep(path, Path(keep_previous))
         os.replace(tmp, path)
         _fsync_dir(path.parent)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
         kept = " (the previous checkpoint is intact)" if path.is_file() else ""
         fix = ("free disk space or choose a writable --out_dir" if exc.errno in (errno.ENOSPC, errno.EDQUOT)
                else "choose a writable --out_dir")
         raise CheckpointError(f"cannot write checkpoint {path}: {exc.strerror or exc}{kept}; {fix}") from None
     except BaseException:  # e.g. a second Ctrl-C mid-save: leave no half-written temp file behind
-        tmp.unlink(missing_ok=True)
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
         raise
+
+
+def _keep(path: Path, previous: Path) -> None:
+    """`path` also under the name `previous`: a hard link (a link or file already there is replaced, never
+    followed), or a copy on a filesystem without hard links."""
+    clear_for_file(previous, "the earlier run's checkpoint", "move it away or choose another --out_dir",
+                   CheckpointError, follow_links=False)
+    previous.unlink(missing_ok=True)
+    try:
+        os.link(path, previous, follow_symlinks=False)
+    except OSError:  # a filesystem without hard links
+        replace_file(previous, lambda fh: fh.write(path.read_bytes()))
 
 
 class _RecordingFile:
@@ -104,36 +125,28 @@ def _save(checkpoint: dict, fh) -> None:
         raise
 
 
-def check_out_dir(path: Path) -> None:
+def check_out_dir(path: Path, *, keeps_previous: bool = False) -> None:
     """Before a run starts: its out_dir can be written, nothing but a checkpoint stands at `path`
-    (found now, not at the first save), and no temporary file of a killed save lies beside it."""
+    (found now, not at the first save) nor, when the run will keep an earlier one (`keeps_previous`),
+    at ckpt.prev.pt, and no temporary file of a killed save lies beside it."""
     writable_folder(path.parent, "out_dir")
     clear_for_file(path, "this run's checkpoint", "move it away or choose another --out_dir")
+    if keeps_previous:
+        clear_for_file(previous_path(path), "the earlier run's checkpoint",
+                       "move it away or choose another --out_dir", follow_links=False)
     remove_stale_temp_files(path)
+
+
+def previous_path(path: Path) -> Path:
+    """Where a new run keeps the earlier run's checkpoint it replaces."""
+    return path.with_name("ckpt.prev.pt")
 
 
 def remove_stale_temp_files(path: str | Path) -> None:
     """Deletes temporary files that a save killed mid-write (kill -9, power
     loss) left beside `path`; a save still running in a live process is kept."""
     path = Path(path)
-    for tmp in path.parent.glob(f".{path.name}.tmp-*"):
-        pid = tmp.name.rsplit("-", 1)[-1]
-        if pid.isdigit() and int(pid) != os.getpid() and process_alive(int(pid)):
-            continue
-        tmp.unlink(missing_ok=True)
-
-
-def process_alive(pid: object) -> bool:
-    """Whether a process with this id runs on this machine."""
-    if type(pid) is not int or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    remove_dead_leftovers(path.parent, f".{glob_escape(path.name)}.tmp-*")
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -214,6 +227,13 @@ def validate(checkpoint: dict, path: str | Path, *, for_resume: bool = False) ->
             problem = _shape_problem(config, checkpoint["model"])
     if problem is not None:
         raise _unusable(path, problem)
+    # Weights (and, to resume, optimizer moments) that are nan or inf would sample garbage, or make every
+    # resumed step nan: a run that diverged never saves them, so such a file was damaged or made elsewhere.
+    found = _not_finite({"model": checkpoint["model"]}, "") or (
+        _not_finite({"optimizer": checkpoint["optimizer"]}, "") if for_resume else None)
+    if found is not None:
+        raise CheckpointError(f"{path} holds numbers that are not finite ({found}); it comes from a run that "
+                              f"diverged, or is damaged: use an earlier checkpoint (ckpt.prev.pt?) or retrain")
     return config
 
 
@@ -276,6 +296,24 @@ def _structure_problem(checkpoint: dict, for_resume: bool) -> str | None:
     return None
 
 
+def _not_finite(tensors: dict, where: str) -> str | None:
+    """The first tensor (nested dicts and lists searched) holding nan or inf, in words; None when all are finite."""
+    for name, value in tensors.items():
+        if isinstance(value, dict):
+            found = _not_finite(value, f"{where}{name}.")
+        elif isinstance(value, (list, tuple)):
+            found = _not_finite(dict(enumerate(value)), f"{where}{name}.")
+        elif isinstance(value, torch.Tensor) and value.is_floating_point() and not bool(torch.isfinite(value).all()):
+            bad = int((~torch.isfinite(value)).sum())
+            kinds = "/".join(k for k, f in (("nan", torch.isnan), ("inf", torch.isinf)) if bool(f(value).any()))
+            found = f"{where}{name} holds {bad:,} {kinds} value{'s' if bad > 1 else ''} of {value.numel():,}"
+        else:
+            found = None
+        if found is not None:
+            return found
+    return None
+
+
 def _pickled_object(message: str) -> str | None:
     """The object torch's weights-only unpickler refused, from its error message; None when it
     refused for another reason (damaged data)."""
@@ -304,7 +342,7 @@ def load_model(path: str | Path, device: torch.device) -> Loaded:
     config = validate(checkpoint, path)
     try:
         tokenizer = tokenizer_from_meta(checkpoint["tokenizer"])
-    except UserError as exc:
+    except TokenizerMetaError as exc:  # others (GPT-2's BPE not loadable here) are not the checkpoint's fault
         raise CheckpointError(f"{path} holds no usable tokenizer ({exc}); use the ckpt.pt that train.py wrote") \
             from None
     if tokenizer.vocab_size != config.vocab_size:
@@ -368,16 +406,45 @@ def _load_optimizer_state(optimizer: Any, saved: dict) -> None:
                                      f"{tuple(param.shape)}")
 
 
-def resumed_checkpoint(cfg: TrainConfig, path: Path, tokenizer_meta: dict) -> dict:
+def resumed_checkpoint(cfg: TrainConfig, path: Path, tokenizer_meta: dict, data: dict | None = None) -> dict:
     """The checkpoint a --resume run continues from, after checking that it is complete and that this
-    run's settings and data (`tokenizer_meta`) can continue it."""
+    run's settings and data (`tokenizer_meta`, and `data`, what defines its split: see
+    `trainer.Trainer.data_identity`) can continue it."""
     if not path.exists():
         raise UserError(f"--resume but there is no checkpoint at {path}; drop --resume to start a new "
                         f"run, or set --out_dir to the folder that holds ckpt.pt")
     checkpoint = load_checkpoint(path)
     validate(checkpoint, path, for_resume=True)
     check_resume_compatible(cfg, checkpoint, tokenizer_meta)
+    if data is not None:
+        check_same_data(checkpoint, data, path)
+    problem = inside_name(checkpoint["run_name"]) if not cfg.run_name else None
+    if problem is not None:  # the resumed run would write its TensorBoard logs to log_dir/run_name
+        raise CheckpointError(f"{path} holds the run name {checkpoint['run_name']!r}, which {problem}, so its "
+                              f"TensorBoard logs would go outside --log_dir; resume with --run_name=NAME")
     return checkpoint
+
+
+def check_same_data(checkpoint: dict, data: dict, path: Path) -> None:
+    """A UsageError when this run would train and validate on other data than the checkpoint's: another split
+    (val_fraction) or another text (its sha256), so the model would validate on text it trained on and its best
+    loss would not compare. Where the data lives (the file's path, data_dir) may change. A checkpoint from before
+    this was recorded is checked for its split only, with one warning."""
+    saved = checkpoint.get("data") if isinstance(checkpoint.get("data"), dict) else None
+    fraction = (saved or checkpoint["train_config"]).get("val_fraction")
+    if isinstance(fraction, float) and fraction != data["val_fraction"]:
+        raise UsageError(f"config key 'val_fraction' is {data['val_fraction']:g} but the checkpoint was trained with "
+                         f"{fraction:g}: the new validation split would hold text the model trained on; resume with "
+                         f"--val_fraction={fraction:g}, or start a new --out_dir")
+    if saved is None or not isinstance(saved.get("source_sha256"), str):
+        warn(f"{path} does not record which text it was trained on (an older checkpoint), so resuming cannot check "
+             f"that {data['source']} is that text; going on as if it were")
+        return
+    if saved["source_sha256"] != data["source_sha256"]:
+        raise UsageError(f"--dataset={data['dataset']} is not the text the checkpoint was trained on "
+                         f"({saved.get('source')}, sha256 {saved['source_sha256'][:12]}; this one's is "
+                         f"{data['source_sha256'][:12]}): its validation split would hold text the model trained on; "
+                         f"resume with the same text, or start a new --out_dir")
 
 
 def check_resume_compatible(cfg: TrainConfig, checkpoint: dict, tokenizer_meta: dict) -> None:
@@ -403,15 +470,20 @@ class CheckpointWriter:
     """A run's saves to `path`. The first save of a run that did not resume keeps the
     checkpoint it replaces (an earlier run's) as ckpt.prev.pt, so a new run never silently
     destroys the last one; it does so only at that first save, so a run that fails before
-    saving leaves everything in place."""
+    saving leaves everything in place. `guard`, when set, is called before every save and
+    raises when this run may no longer write there (its out_dir lock was lost: `RunLock.check`)."""
 
-    def __init__(self, path: Path, *, keep_previous: bool, saved_step: int | None) -> None:
+    def __init__(self, path: Path, *, keep_previous: bool, saved_step: int | None,
+                 guard: Callable[[], None] | None = None) -> None:
         self.path = path
         self.keep_previous = keep_previous
         self.saved_step = saved_step  # step of the checkpoint on disk from this run (or the one resumed)
+        self.guard = guard
 
     def save(self, checkpoint: dict, step: int) -> None:
-        previous = self.path.with_name("ckpt.prev.pt") if self.keep_previous else None
+        if self.guard is not None:
+            self.guard()
+        previous = previous_path(self.path) if self.keep_previous else None
         save_checkpoint(self.path, checkpoint, keep_previous=previous)
         if previous is not None:
             self.keep_previous = False

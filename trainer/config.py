@@ -11,7 +11,6 @@ import dataclasses
 import difflib
 import math
 import re
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_type_hints
@@ -19,7 +18,7 @@ from typing import Any, get_type_hints
 from data.corpora import NAMES as CORPORA
 from data.tokenizer import TOKENIZERS
 from errors import UsageError
-from files import read_text
+from files import TOO_DEEP, NotParsed, inside_name, parse_toml, read_text, utf8_name
 from model.gpt import ARCHITECTURES, MODEL_FIELDS, GPTConfig
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
@@ -120,6 +119,12 @@ class TrainConfig:
             if isinstance(getattr(self, f.name), str) and "\x00" in getattr(self, f.name):
                 raise UsageError(f"config key '{f.name}' holds a NUL character (\\u0000), which no name or path "
                                  f"can hold; remove it")
+            value = getattr(self, f.name)
+            for text in (value if isinstance(value, list) else [value]):
+                problem = utf8_name(text) if isinstance(text, str) else None
+                if problem is not None:  # a file name's byte that is not UTF-8: refused before anything is written
+                    raise UsageError(f"config key '{f.name}' {problem}, so no checkpoint or log could record it; "
+                                     f"rename that file or folder to a UTF-8 name, or choose another")
         if not is_device_name(self.device):
             raise UsageError(f"config key 'device' must be one of {', '.join(DEVICES)} or cuda:N; got {self.device!r}")
         if not self.dataset.strip():
@@ -150,6 +155,16 @@ class TrainConfig:
                 raise UsageError(f"config key '{name}' must be in [0, 1); got {getattr(self, name)}")
         if not all(isinstance(s, str) and s.strip() for s in self.watch_sentences):
             raise UsageError("config key 'watch_sentences' must be a list of non-empty strings")
+        problem = inside_name(self.run_name) if self.run_name else None
+        if problem is not None:  # TensorBoard writes log_dir/run_name, and nothing outside log_dir
+            raise UsageError(f"config key 'run_name' {problem}: it must name a folder inside log_dir (a subfolder "
+                             f"such as 'a/b' is fine), not '..', '.', an empty part or an absolute path; "
+                             f"got {self.run_name!r}")
+        if self.min_lr > self.learning_rate:  # the cosine "decay" would raise the learning rate
+            raise UsageError(f"config key 'min_lr' ({self.min_lr:g}) is above 'learning_rate' "
+                             f"({self.learning_rate:g}), so the schedule would decay upwards; set --min_lr to at most "
+                             f"the learning rate, "
+                             f"e.g. --min_lr={self.learning_rate / 10:g}")
 
     def model_config(self, vocab_size: int) -> GPTConfig:
         """The model these settings describe, for a vocabulary of `vocab_size`."""
@@ -185,8 +200,10 @@ def _coerce(key: str, value: Any, where: str) -> Any:
     return _raise_type(key, value, where)
 
 
-def _raise_type(key: str, value: Any, where: str) -> Any:
-    raise UsageError(f"config key '{key}' {where} must be {_TYPE_WORDS[_TYPES[key]]}; got {value!r}")
+def _raise_type(key: str, value: Any, where: str, why: str = "") -> Any:
+    shown = repr(value)
+    shown = shown if len(shown) <= 60 else f"{shown[:50]}... ({len(shown):,} characters)"
+    raise UsageError(f"config key '{key}' {where} must be {_TYPE_WORDS[_TYPES[key]]}; got {shown}{why}")
 
 
 def parse_cli_value(key: str, text: str) -> Any:
@@ -206,9 +223,11 @@ def parse_cli_value(key: str, text: str) -> Any:
         if expected is float:
             return float(text)
         if expected is list:
-            value = tomllib.loads(f"v = {text}")["v"]
+            value = parse_toml(f"v = {text}")["v"]
             return _coerce(key, value, where)
-    except (ValueError, tomllib.TOMLDecodeError):
+    except NotParsed as exc:
+        return _raise_type(key, text, where, f" ({exc})" if exc.args[0] == TOO_DEEP else "")
+    except ValueError:
         return _raise_type(key, text, where)
     return text
 
@@ -217,10 +236,10 @@ def read_toml(path: str | Path) -> dict:
     path = Path(path)
     text = read_text(path, "config file", "give the path of a .toml file (see configs/)", UsageError)
     try:
-        raw = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
+        raw = parse_toml(text)
+    except NotParsed as exc:
         where = str(exc)
-        if "line" not in where:  # "at end of document": the error is on the last line
+        if "line" not in where and where != TOO_DEEP:  # "at end of document": the error is on the last line
             where += f" (line {max(1, len(text.splitlines()))})"
         raise UsageError(f"config file {path} is not valid TOML: {where}; fix the syntax there") from None
     values = {}

@@ -21,6 +21,35 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
     return cfg.min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (cfg.learning_rate - cfg.min_lr)
 
 
+def schedule_problem(cfg: TrainConfig, start_step: int) -> str | None:
+    """What in the learning-rate schedule cannot be what the user meant, for a run starting at `start_step`;
+    None when nothing. (min_lr above learning_rate is refused by the config itself.)"""
+    if start_step < cfg.warmup_iters and cfg.warmup_iters >= cfg.max_iters:
+        return (f"the learning rate warms up over --warmup_iters={cfg.warmup_iters} steps but the run ends at step "
+                f"{cfg.max_iters}, so it never reaches --learning_rate={cfg.learning_rate:g}; lower --warmup_iters "
+                f"(a few percent of the run is usual) or raise --max_iters")
+    if cfg.lr_decay_iters and cfg.warmup_iters > cfg.lr_decay_iters:
+        return (f"--warmup_iters={cfg.warmup_iters} ends after --lr_decay_iters={cfg.lr_decay_iters}, so the learning "
+                f"rate jumps from its warm-up straight down to --min_lr={cfg.min_lr:g}; set --lr_decay_iters beyond "
+                f"the warm-up")
+    return None
+
+
+def divergence_fix(cfg: TrainConfig) -> str:
+    """What to change when a run diverges, naming the setting that most likely caused it. AdamW's decoupled
+    weight decay multiplies each matrix by (1 - lr x weight_decay) every step: at lr x weight_decay >= 1 it
+    removes the whole weight and more, flipping its sign and growing it, whatever the gradients do. That is
+    the weight decay's doing when it is beyond its usual range (0 to 1); a huge learning rate does it too."""
+    shrink = cfg.learning_rate * cfg.weight_decay
+    if shrink >= 1 and cfg.weight_decay > 1:
+        return (f"a lower --weight_decay (now {cfg.weight_decay:g}): times --learning_rate={cfg.learning_rate:g} it is "
+                f"{shrink:g}, so each step takes away more than the whole of every weight matrix; keep it well below "
+                f"1 / learning_rate = {1 / cfg.learning_rate:g} (0.1 is usual)")
+    clip = "" if cfg.grad_clip > 0 else " or --grad_clip=1"
+    muon = f" or --muon_lr (now {cfg.muon_lr:g})" if cfg.optimizer == "muon" else ""
+    return f"a lower --learning_rate (now {cfg.learning_rate:g}){muon}{clip}"
+
+
 def _fused_supported(device: torch.device) -> bool:
     # fused AdamW runs on CPU too since torch 2.4; older versions only on CUDA.
     if "fused" not in inspect.signature(torch.optim.AdamW).parameters:

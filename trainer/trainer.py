@@ -4,7 +4,7 @@
 micro-batches forward and backward, the checks that stop a diverging run, gradient
 clipping and the update. `evaluate()` is the mean loss on both splits. `fit()` is the
 loop around them: evaluate every `eval_interval` steps, checkpoint when val improves
-(and every `ckpt_interval` steps, on Ctrl-C or SIGTERM, and at the end), until `max_iters`;
+(and every `ckpt_interval` steps, on Ctrl-C, SIGTERM or SIGHUP, and at the end), until `max_iters`;
 between evaluations, every `watch_interval` steps, the callbacks' `on_watch` takes a quick look.
 
 What a run shows (progress, TensorBoard, samples, attention) plugs in as callbacks: any
@@ -27,11 +27,11 @@ from torch.nn.parallel import DistributedDataParallel
 
 from data.batches import Batches
 from data.prepare import Prepared, prepare
-from errors import UserError
+from errors import UserError, warn
 from model.gpt import GPT
 from trainer.checkpoint import CheckpointWriter, check_out_dir, restore_training, resumed_checkpoint
 from trainer.config import TrainConfig
-from trainer.optim import lr_at, make_optimizer, set_lr
+from trainer.optim import divergence_fix, lr_at, make_optimizer, schedule_problem, set_lr
 from trainer.resources import check_corpus_fits, check_training_fits
 from trainer.runtime import Runtime, ranks_agree
 
@@ -99,15 +99,24 @@ class Stop(Exception):
     """Raised inside the loop when a signal asked training to stop."""
 
 
+def stop_signals() -> tuple[int, ...]:
+    """The signals that stop a run after saving: Ctrl-C, SIGTERM (kill, a scheduler), and SIGHUP (a closed
+    terminal, an ssh drop), unless SIGHUP is ignored already, as under `nohup`, which asks the run to go on."""
+    hangup = getattr(signal, "SIGHUP", None)
+    ignored = hangup is None or signal.getsignal(hangup) is signal.SIG_IGN
+    return (signal.SIGINT, signal.SIGTERM) + (() if ignored else (hangup,))
+
+
 class StopSignals:
-    """Ctrl-C or SIGTERM: finish the current step, save, stop. A second Ctrl-C stops at once."""
+    """Ctrl-C, SIGTERM or SIGHUP (see `stop_signals`): finish the current step, save, stop. A second one stops
+    at once."""
 
     def __init__(self) -> None:
         self.received: int | None = None
         self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> StopSignals:
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in stop_signals():
             self._previous[sig] = signal.signal(sig, self._handle)
         return self
 
@@ -119,6 +128,15 @@ class StopSignals:
     def __exit__(self, *exc) -> None:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
+
+
+def data_identity(cfg: TrainConfig, data: Prepared) -> dict:
+    """What defines the data a run trains and validates on: the source text's sha256, how it was split and
+    tokenized, and where its prepared files are. A checkpoint records it; a resumed run must match it."""
+    meta = data.meta
+    return {"dataset": cfg.dataset, "source": meta.get("source"), "source_sha256": meta.get("source_sha256"),
+            "tokenizer": cfg.tokenizer, "val_fraction": cfg.val_fraction, "data_dir": cfg.data_dir,
+            "folder": str(data.folder)}
 
 
 class Trainer:
@@ -141,6 +159,7 @@ class Trainer:
             ids = [runtime.local_rank] if runtime.device.type == "cuda" else None
             self.train_model = DistributedDataParallel(self.train_model, device_ids=ids)
         self.accum_per_rank = cfg.grad_accum // runtime.world_size
+        self._unsaved: tuple[int, float] | None = None  # (first step, worst loss) of saves skipped as not sane
         self.tokens_per_step = cfg.batch_size * cfg.block_size * cfg.grad_accum
 
     @classmethod
@@ -149,14 +168,15 @@ class Trainer:
         torch.manual_seed(cfg.seed + runtime.rank)
         path = Path(cfg.out_dir) / "ckpt.pt"
         if runtime.is_main:
-            check_out_dir(path)
+            check_out_dir(path, keeps_previous=not cfg.resume and path.is_file())
         check_corpus_fits(cfg)
         data = prepare(cfg.dataset, cfg.tokenizer, cfg.data_dir, cfg.val_fraction, cfg.corpus_sentences,
                        quiet=not runtime.is_main)
         check_training_fits(cfg, data.tokenizer.vocab_size, runtime.device)
         batches = Batches(data.splits(cfg.block_size), cfg.block_size, cfg.batch_size, runtime.device, cfg.seed,
                           runtime.rank)
-        resumed = resumed_checkpoint(cfg, path, data.tokenizer.to_meta()) if cfg.resume else None
+        resumed = resumed_checkpoint(cfg, path, data.tokenizer.to_meta(), data_identity(cfg, data)) if cfg.resume \
+            else None
         model_cfg = cfg.model_config(data.tokenizer.vocab_size)
         if resumed is not None:  # a smaller --block_size trains on shorter windows of the same position table
             model_cfg.block_size = resumed["model_config"]["block_size"]
@@ -170,6 +190,9 @@ class Trainer:
                                eval_step=resumed.get("eval_step", resumed["step"]))
         checkpoints = None
         if runtime.is_main:
+            problem = schedule_problem(cfg, state.step)
+            if problem is not None:
+                warn(problem)
             checkpoints = CheckpointWriter(path, keep_previous=not cfg.resume and path.is_file(),
                                            saved_step=state.step if resumed is not None else None)
         return cls(cfg, runtime, model, optimizer, batches, data=data, state=state, checkpoints=checkpoints)
@@ -240,7 +263,7 @@ class Trainer:
                     result.stopped_by = signals.received
             result.seconds = time.perf_counter() - started
             result.step, result.best_val_loss = self.state.step, self.state.best_val_loss
-            self.save()
+            self.save(final=True)
             if self.runtime.distributed:
                 result.ranks_agree = ranks_agree(self.model)
             self._emit("on_fit_end", self, result)
@@ -273,13 +296,53 @@ class Trainer:
 
     # --- checkpoints -------------------------------------------------------------------------
 
-    def save(self) -> None:
-        """Writes out_dir/ckpt.pt atomically (rank 0 only); never a model that has gone inf or nan."""
+    def save(self, *, final: bool = False) -> None:
+        """Writes out_dir/ckpt.pt atomically (rank 0 only), and only a state that has not diverged: never one
+        whose weights are inf or nan (that stops the run), nor one whose loss has blown up (`sane`). Such a
+        save is skipped, so the checkpoint on disk stays the last sane state; at the end of fit (`final`)
+        the run stops with an error instead. A run that comes back down says what was not saved."""
         if self.checkpoints is None:
             return
         if not all(bool(torch.isfinite(p).all()) for p in self.model.parameters()):
             raise self._diverged("a parameter", "inf or nan")
+        loss = self.state_loss()
+        if not self.sane(loss):
+            if final:
+                raise self._diverged("the loss", f"{loss:.4g} (more than twice the {self._guess:.3g} of guessing)")
+            first, worst = self._unsaved or (self.state.step, loss)
+            self._unsaved = (first, max(worst, loss) if math.isfinite(loss) else loss)
+            return
+        if self._unsaved is not None:
+            first, worst = self._unsaved
+            steps = f"step {first}" if first == self.state.step - 1 else f"steps {first} to {self.state.step - 1}"
+            warn(f"checkpoints of {steps} were not saved: the loss had blown up to "
+                 f"{worst:.4g}, more than twice the {self._guess:.3g} of guessing; it is back at {loss:.4g} at step "
+                 f"{self.state.step}, saved now")
+            self._unsaved = None
         self.checkpoints.save(self.checkpoint(), self.state.step)
+
+    @torch.no_grad()
+    def state_loss(self) -> float:
+        """The loss of the weights as they are now, on the first evaluation batch of the train split (the same
+        batch every time; drawing it touches no generator that training uses)."""
+        was_training = self.model.training
+        self.model.eval()
+        x, y = next(iter(self.batches.eval_batches("train", 1)))
+        with self.runtime.autocast():
+            _, loss = self.model(x, y)
+        self.model.train(was_training)
+        return loss.item()
+
+    @property
+    def _guess(self) -> float:
+        """The loss of guessing every token with equal probability: ln(vocabulary size)."""
+        return math.log(self.model.config.vocab_size)
+
+    def sane(self, loss: float) -> bool:
+        """Whether a state with this loss can be saved: finite, and at most twice the loss of guessing. Any
+        model starts near that loss and training lowers it; a state far worse has been thrown off by too
+        large a step, and resuming it would diverge at any learning rate."""
+        return math.isfinite(loss) and loss <= 2 * max(self._guess, 1.0)
 
     def checkpoint(self) -> dict:
         """Everything a resumed run needs to continue exactly, as plain tensors and values."""
@@ -294,22 +357,18 @@ class Trainer:
         }
 
     def data_identity(self) -> dict | None:
-        """What defines the data this run trains and validates on: the source text's sha256, how it was
-        split and tokenized, and where its prepared files are."""
-        if self.data is None:
-            return None
-        meta = self.data.meta
-        return {"dataset": self.cfg.dataset, "source": meta.get("source"), "source_sha256": meta.get("source_sha256"),
-                "tokenizer": self.cfg.tokenizer, "val_fraction": self.cfg.val_fraction, "data_dir": self.cfg.data_dir,
-                "folder": str(self.data.folder)}
+        """What defines the data this run trains and validates on (see `data_identity`)."""
+        return data_identity(self.cfg, self.data) if self.data is not None else None
 
     def _diverged(self, what: str, value: object) -> UserError:
         saved = self.checkpoints.saved_step if self.checkpoints is not None else None
-        kept = (f"with {self.checkpoints.path} left at step {saved}" if saved is not None
-                else "before any checkpoint was saved")
-        clip = "" if self.cfg.grad_clip > 0 else " or --grad_clip=1"
-        return UserError(f"{what} became {value} at step {self.state.step}; training stopped {kept}; try a lower "
-                         f"--learning_rate (now {self.cfg.learning_rate:g}){clip}")
+        fix = divergence_fix(self.cfg)
+        if saved is None:
+            return UserError(f"{what} became {value} at step {self.state.step}; training stopped before any "
+                             f"checkpoint was saved; try {fix}")
+        return UserError(f"{what} became {value} at step {self.state.step}; training stopped with "
+                         f"{self.checkpoints.path} left at step {saved}, the last state whose loss was sane; resume "
+                         f"from it with {fix}")
 
     def _emit(self, hook: str, *args: Any) -> None:
         for callback in self.callbacks:

@@ -22,6 +22,7 @@ from matplotlib.image import AxesImage
 from matplotlib.patches import Rectangle
 from matplotlib.text import Text
 
+from files import replace_file
 from watch.heads import head_name
 from watch.report import display_token
 
@@ -272,5 +273,5 @@ def save_png(fig: Figure, path: str | Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     if not isinstance(fig.canvas, FigureCanvasAgg):
         FigureCanvasAgg(fig)
-    fig.savefig(path, format="png")
-    return path
+    # A new file renamed into place: a link under this name is replaced, never written through.
+    return replace_file(path, lambda fh: fig.savefig(fh, format="png"))

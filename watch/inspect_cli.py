@@ -9,8 +9,8 @@ import json
 from pathlib import Path
 
 from data.prepare import find_prepared
-from errors import UsageError, UserError
-from files import read_text
+from errors import UsageError, UserError, warn
+from files import inside_name, read_text
 from watch.ablation import head_means, plan, proofs
 from watch.callback import head_labels
 from watch.capture import capture_attention
@@ -76,12 +76,12 @@ def show_attention(model, tokenizer, checkpoint: dict, args: argparse.Namespace,
         labels = head_labels(head_types(results, untrained))
         page = write_page(args.html, attention_page([view], f"Attention of {args.out_dir}{step}{ablated}", labels))
     if args.json:
-        print(json.dumps({
+        print(json.dumps(_finite({
             "text": text, "tokens": tokens, "query_pos": query, "focused_head": head_name(layer, head),
             "ablated": ablation_names(ablate),
             # [layer][head][query_pos][key_pos]
             "patterns": [[[[round(float(w), 6) for w in row] for row in h] for h in p.tolist()] for p in patterns],
-        }))
+        }), allow_nan=False))
         return
     if not args.html:
         png_dir = _write_heatmaps(checkpoint, args, tokens, patterns, query, (layer, head))
@@ -120,13 +120,21 @@ def _write_heatmaps(checkpoint: dict, args: argparse.Namespace, tokens: list[str
 
 
 def _log_to_run(checkpoint: dict, slug: str, figures: dict) -> None:
-    """Adds the heatmaps to the checkpoint's TensorBoard run, under inspect/."""
+    """Adds the heatmaps to the checkpoint's TensorBoard run, under inspect/, when that run's folder is here.
+    Both its parts come from the checkpoint, so nothing else is written: no folder is made, and a run name
+    that would lead outside its log_dir ('..', an absolute path) is not followed."""
     config = checkpoint.get("train_config")
     run = checkpoint.get("run_name")
     root = config.get("log_dir", "runs") if isinstance(config, dict) else None
     if not isinstance(run, str) or not run or not isinstance(root, str):
         return
+    if inside_name(run) is not None:
+        warn(f"the heatmaps are not added to TensorBoard: the checkpoint's run name {run!r} {inside_name(run)}, "
+             f"so it would lead outside its log_dir; they are in the PNG files")
+        return
     log_dir = Path(root) / run
+    if not log_dir.is_dir():  # the run's logs are not here (another machine, or removed): nothing to add to
+        return
     writer = TensorBoardWriter(log_dir, fix="the heatmaps are in the PNG files")
     for name, fig in figures.items():
         writer.add_figure(f"inspect/{slug}/{Path(name).stem.removeprefix(slug + '_')}", fig, checkpoint.get("step", 0))
@@ -145,7 +153,7 @@ def show_probes(model, tokenizer, args: argparse.Namespace, ablate: dict) -> Non
         out = report.to_dict()
         if ablate:
             out["continuation_accuracy_without_ablation"] = baseline.continuation_accuracy
-        print(json.dumps(out))
+        print(json.dumps(_finite(out), allow_nan=False))  # valid JSON: null where a number is nan
         return
     title = f"heads on {report.n_probes} probes from {args.probes}"
     if ablate:

@@ -19,9 +19,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from errors import UserError
+from files import clear_for_file, replace_file
 from watch.heads import head_name
 from watch.report import display_token, focused_head, last_pronoun_pos
 
@@ -61,6 +63,9 @@ def _float32_rows(pattern: torch.Tensor) -> list[list[list[float]]]:
     """[head][query_pos] -> the weights on keys 0..query_pos (the rest is the masked future),
     each the shortest decimal that reads back as the same float32."""
     values = pattern.detach().float().cpu().numpy()
+    if not np.isfinite(values).all():  # weights that overflow give nan attention, which JSON cannot hold
+        raise UserError("the model's attention weights are not finite numbers (nan or inf): its weights overflow; "
+                        "use a checkpoint from before the run diverged")
     return [[[float(text) for text in values[head, q, :q + 1].astype(str)] for q in range(values.shape[1])]
             for head in range(values.shape[0])]
 
@@ -93,11 +98,13 @@ def attention_page(views: Sequence[SentenceView], title: str, labels: dict[str, 
 
 
 def write_page(path: str | Path, page: str) -> Path:
-    """Writes the page (parent folders made); a path that cannot be written is a UserError."""
+    """Writes the page (parent folders made) as a new file renamed into place, so a link there is replaced,
+    never written through; a path that cannot be written is a UserError."""
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(page, encoding="utf-8")
+        clear_for_file(path, "the attention page", "choose another path", follow_links=False)
+        replace_file(path, lambda fh: fh.write(page.encode("utf-8")))
     except OSError as exc:
         blocker = next((p for p in path.parents if p.exists()), None)
         reason = f"{blocker} is a file, not a folder" if blocker and not blocker.is_dir() else exc.strerror or exc
