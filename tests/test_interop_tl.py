@@ -13,7 +13,7 @@ from interop.transformerlens import to_hooked_transformer
 from tests.checkpoints import KINDS, make_checkpoint
 from tests.cli import TEXT, run_sample
 from trainer.checkpoint import load_model
-from watch.capture import capture_from_patterns
+from watch.capture import capture_attention, capture_from_patterns
 from watch.headtypes import head_types
 from watch.pipeline import read, score, untrained_like
 from watch.probesets import REPEATED, ProbeSets, held_out_text, repeated_tokens, token_pool
@@ -51,16 +51,19 @@ def max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def compare(model, hooked) -> tuple[float, float]:
-    """(max |logits diff|, max |pattern diff|) over `token_batches`, both of gptwatch's paths."""
+    """(max |logits diff|, max |pattern diff|) over `token_batches`: logits of both of gptwatch's paths,
+    patterns as gptwatch's watching captures them (`capture_attention`) against `hook_pattern`."""
     logits_diff = pattern_diff = 0.0
     with torch.no_grad():
         for idx in token_batches(model.config.vocab_size, model.config.block_size):
-            ours, patterns = model.forward_with_attention(idx)
+            ours, _ = model.forward_with_attention(idx)
             fast, _ = model(idx, all_logits=True)
             theirs, cache = hooked.run_with_cache(idx)
             logits_diff = max(logits_diff, max_diff(ours, theirs), max_diff(fast, theirs))
-            for layer, pattern in enumerate(patterns):
-                pattern_diff = max(pattern_diff, max_diff(pattern, cache[f"blocks.{layer}.attn.hook_pattern"]))
+            for row, layers in enumerate(capture_attention(model, idx.tolist())):
+                for layer, pattern in enumerate(layers):
+                    hooked_pattern = cache[f"blocks.{layer}.attn.hook_pattern"][row]
+                    pattern_diff = max(pattern_diff, max_diff(pattern, hooked_pattern))
     return logits_diff, pattern_diff
 
 
