@@ -30,13 +30,14 @@ SOURCES = [*KINDS, "trained-char", "trained-bpe"]
 
 
 @pytest.fixture
-def checkpoint(request, tmp_path, trained):
+def checkpoint(request, tmp_path):
     """The folder of the checkpoint a test's `source` names: made (tests/checkpoints.py) or trained (conftest)."""
     source = request.param
     if source in KINDS:
         if KINDS[source][1] == "gpt2":
             require_gpt2()
         return make_checkpoint(tmp_path / source, source)
+    trained = request.getfixturevalue("trained")  # only when asked: it trains two tiny runs once per session
     return trained.copy_to(tmp_path / source, "char" if source == "trained-char" else "gpt2").parent
 
 
