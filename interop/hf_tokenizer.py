@@ -92,6 +92,7 @@ def gpt2_backend(tokenizer: GPT2Tokenizer):
     backend = tokenizers.Tokenizer(tokenizers.models.BPE(vocab=vocab, merges=merges, fuse_unk=False,
                                                          ignore_merges=True))
     backend.pre_tokenizer = tokenizers.pre_tokenizers.Sequence([
+        # r50k's own regular expression: tiktoken keeps it only as this attribute
         tokenizers.pre_tokenizers.Split(tokenizers.Regex(enc._pat_str), behavior="isolated"),
         tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     backend.decoder = tokenizers.decoders.ByteLevel()

@@ -2,7 +2,7 @@
 a `HookedTransformerConfig` and converted weights: no download, no tokenizer.
 
 TransformerLens 3.x is the target (requirements-interop.txt pins it): 4.0 removed `HookedTransformer`.
-Its compact vocabularies are gptwatch's own, so token ids come from gptwatch's tokenizer.
+gptwatch's compact vocabularies are not TransformerLens's, so token ids come from gptwatch's tokenizer.
 
 Weights change layout, not value: `nn.Linear` keeps [out, in] while TransformerLens keeps per-head
 [head, d_model, d_head] for W_Q/W_K/W_V, [head, d_head, d_model] for W_O and [in, out] for the MLP
