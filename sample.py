@@ -5,6 +5,8 @@
     python sample.py --out_dir=out --attention "The dog fetched the ball and she was happy" [--html page.html]
     python sample.py --out_dir=out --probes probes.jsonl [--ablate L1H2] [--json]
     python sample.py --out_dir=out --heads [--text FILE] [--ablate L1H2] [--ablation=mean] [--json]
+    python sample.py --out_dir=out --export tl model.tl.pt    # TransformerLens; both need requirements-interop.txt
+    python sample.py --out_dir=out --export hf model-hf       # Hugging Face transformers
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import torch
 from data.tokenizer import TokenizerError
 from errors import UsageError, run_cli, warn
 from files import read_text, utf8_name
+from interop.parts import TARGETS
 from trainer.checkpoint import load_model
 from trainer.config import DEVICES
 from trainer.runtime import pick_device
@@ -60,6 +63,11 @@ def build_parser() -> argparse.ArgumentParser:
     look.add_argument("--ablate", metavar="LlHh", action="append", default=[],
                       help="zero this head's output (repeatable), e.g. L1H2")
     look.add_argument("--json", action="store_true", help="print machine-readable JSON instead of tables")
+    out = p.add_argument_group("carrying a model out (pip install -r requirements-interop.txt)")
+    out.add_argument("--export", nargs=2, metavar=("TARGET", "PATH"), default=None,
+                     help="write the model for another library, computing the same function: 'tl FILE' for "
+                          "TransformerLens (a HookedTransformer's config and state dict), 'hf FOLDER' for Hugging Face "
+                          "transformers (a save_pretrained folder with a tokenizer giving this model's token ids)")
     return p
 
 
@@ -67,15 +75,23 @@ SAMPLING_OPTIONS = ("prompt", "num_samples", "max_new_tokens", "temperature", "t
 
 
 def check_mode(args: argparse.Namespace, parser: argparse.ArgumentParser) -> str:
-    """"sample", "attention", "probes" or "heads"; a UsageError for an option that this mode would ignore."""
+    """"sample", "attention", "probes", "heads" or "export"; a UsageError for an option that this mode would
+    ignore."""
     looks = [name for name, given in (("attention", args.attention is not None), ("probes", args.probes is not None),
-                                      ("heads", args.heads)) if given]
+                                      ("heads", args.heads), ("export", args.export is not None)) if given]
     if len(looks) > 1:
-        raise UsageError(f"--{looks[0]} and --{looks[1]} are two different looks inside a checkpoint; give one of "
+        what = "things to do with" if "export" in looks else "looks inside"
+        raise UsageError(f"--{looks[0]} and --{looks[1]} are two different {what} a checkpoint; give one of "
                          f"them per command")
     mode = looks[0] if looks else "sample"
+    if mode == "export" and args.export[0] not in TARGETS:
+        raise UsageError(f"--export {args.export[0]}: unknown target; give tl (TransformerLens) or hf (Hugging Face), "
+                         f"e.g. --export tl model.tl.pt")
     given = [name for name, value in vars(args).items() if value != parser.get_default(name)]
     for name in given:
+        if mode == "export" and name in ("ablate", "device"):
+            raise UsageError(f"--{name} does not apply to --export, which converts the whole model on the CPU; "
+                             f"drop --{name}")
         if name in SAMPLING_OPTIONS and mode != "sample":
             raise UsageError(f"--{name} applies to sampling text, which --{mode} does not do; drop --{name}")
         if name == "html" and mode != "attention":
@@ -86,7 +102,7 @@ def check_mode(args: argparse.Namespace, parser: argparse.ArgumentParser) -> str
         if name == "png_dir" and args.html is not None:
             raise UsageError("--png_dir is where --attention writes PNGs, which --html replaces by one page; "
                              "drop one of them")
-        if name == "json" and mode == "sample":
+        if name == "json" and mode in ("sample", "export"):
             raise UsageError("--json applies only to --attention, --probes and --heads; drop it, or add one of them")
         if name in ("text", "ablation") and mode != "heads":
             raise UsageError(f"--{name} applies only to --heads; drop it, or add --heads")
@@ -174,6 +190,12 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     check_names(args)
     mode = check_mode(args, parser)
+    if mode == "export":
+        from interop.export import export, report
+
+        target, path = args.export
+        print(report(export(load_model(args.out_dir, torch.device("cpu")), target, path, args.out_dir), target))
+        return 0
     device = pick_device(args.device)
     loaded = load_model(args.out_dir, device)
     model, tokenizer, checkpoint = loaded.model, loaded.tokenizer, loaded.checkpoint

@@ -52,8 +52,10 @@ class Workspace:
         return args
 
     def sample(self, *extra: str, out: Path | str | None = None) -> list[str]:
-        looks = any(a.startswith(("--attention", "--probes", "--heads")) for a in extra)  # these sample no text
-        return [f"--out_dir={out or self.out}", *([] if looks else ["--max_new_tokens=5"]), "--device=cpu", *extra]
+        looks = any(a.startswith(("--attention", "--probes", "--heads", "--export")) for a in extra)  # no text
+        exports = "--export" in extra  # converts on the CPU, and refuses --device
+        return [f"--out_dir={out or self.out}", *([] if looks else ["--max_new_tokens=5"]),
+                *([] if exports else ["--device=cpu"]), *extra]
 
     def file(self, name: str, content: str | bytes) -> str:
         path = self.root / name
@@ -150,6 +152,24 @@ _no_newline = _edited(_without_newline)
 OTHER_TEXT = "".join(reversed(TEXT.splitlines(keepends=True)))
 DEEP = 100_000  # brackets: far beyond Python's recursion limit
 NOT_UTF8 = "caf\udce9"  # the Latin-1 file name 'café' as Python's sys.argv holds it on a UTF-8 system
+
+
+def _modern_with_biases(checkpoint: dict) -> None:
+    """The same checkpoint's model made "modern" with biases (fresh weights of that shape)."""
+    from model.gpt import GPT, GPTConfig
+
+    config = {**checkpoint["model_config"], "arch": "modern", "bias": True}
+    checkpoint.update(model_config=config, model=GPT(GPTConfig(**config)).state_dict())
+
+
+_modern_bias = _edited(_modern_with_biases)
+
+
+def _without(package: str) -> Callable[[pytest.MonkeyPatch], None]:
+    """An optional library made absent: importing it fails, whether or not it is installed here."""
+    def patch(mp: pytest.MonkeyPatch) -> None:
+        mp.setitem(sys.modules, package, None)
+    return patch
 
 
 class _FillingFile:
@@ -566,6 +586,44 @@ CASES = [
          lambda w: w.train("--ablation=half"), 2, ("'ablation' must be one of zero, mean",)),
     Case("sample-json-alone", "--json in plain sampling", "sample",
          lambda w: w.sample("--json"), 2, ("--json applies only to --attention, --probes and --heads",)),
+    # --- sample.py --export -----------------------------------------------------------------------------------
+    Case("export-unknown-target", "an export target that is not tl or hf", "sample",
+         lambda w: w.sample("--export", "onnx", "model.onnx"), 2, ("--export onnx: unknown target", "tl", "hf")),
+    Case("export-path-missing", "--export with a target and no path", "sample",
+         lambda w: w.sample("--export", "tl"), 2, ("--export: expected 2 arguments",)),
+    Case("export-option-ignored", "a sampling option with --export", "sample",
+         lambda w: w.sample("--export", "tl", "m.pt", "--temperature=0"), 2,
+         ("--temperature applies to sampling text, which --export does not do",)),
+    Case("export-ablate", "--ablate with --export", "sample",
+         lambda w: w.sample("--export", "tl", "m.pt", "--ablate=L0H0"), 2, ("--ablate does not apply to --export",)),
+    Case("export-and-look", "--export with --attention", "sample",
+         lambda w: w.sample("--attention=the dog", "--export", "tl", "m.pt"), 2,
+         ("two different things to do with a checkpoint", "give one of them per command")),
+    Case("export-tl-directory", "--export tl into an existing folder", "sample",
+         lambda w: w.sample("--export", "tl", str(w.root)), 1, ("is a directory", "give a file path")),
+    Case("export-tl-overwrite", "--export tl over a file that is not an export (the checkpoint)", "sample",
+         lambda w: w.sample("--export", "tl", str(w.out / "ckpt.pt")), 1,
+         ("exists and is not an earlier --export tl file", "remove it or choose another path")),
+    Case("export-unwritable", "--export tl under a regular file", "sample",
+         lambda w: w.sample("--export", "tl", f"{w.file('a-file', 'x')}/m.pt"), 1,
+         ("cannot write", "choose a writable path")),
+    Case("export-hf-not-empty", "--export hf into a folder holding other files", "sample",
+         lambda w: w.sample("--export", "hf", str(Path(w.file("mine/notes.txt", "mine")).parent)), 1,
+         ("not empty and holds no earlier export", "choose a new or empty folder")),
+    Case("export-hf-file", "--export hf onto a file", "sample",
+         lambda w: w.sample("--export", "hf", w.file("a-file", "x")), 1, ("is a file", "writes a folder")),
+    Case("export-hf-modern-bias", "--export hf of a modern model with biases (no exact standard class)", "sample",
+         lambda w: w.sample("--export", "hf", str(w.root / "hf"), out=w.checkpoint("modern", _modern_bias)), 1,
+         ("cannot export this model to Hugging Face exactly", "Qwen3ForCausalLM", "(c_fc, c_proj)", "(out_proj)",
+          "--export tl FILE")),
+    Case("export-tl-not-installed", "--export tl without transformer-lens installed", "sample",
+         lambda w: w.sample("--export", "tl", str(w.root / "m.pt")), 1,
+         ("needs transformer-lens, which is not installed", "pip install -r requirements-interop.txt"),
+         patch=_without("transformer_lens")),
+    Case("export-hf-not-installed", "--export hf without transformers installed", "sample",
+         lambda w: w.sample("--export", "hf", str(w.root / "hf")), 1,
+         ("needs transformers, which is not installed", "pip install -r requirements-interop.txt"),
+         patch=_without("transformers")),
     Case("sample-prompt-not-regular", "prompt file is a named pipe (FIFO)", "sample",
          lambda w: w.sample(f"--prompt=@{w.fifo('prompt.txt')}"), 2, ("not a regular file",)),
     Case("sample-probes-not-regular", "probe file is a named pipe (FIFO)", "sample",

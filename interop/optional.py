@@ -1,0 +1,68 @@
+"""The optional libraries an export needs, imported when it runs, or one line saying what to install.
+
+They live in requirements-interop.txt, not requirements.txt: together they add about half a gigabyte
+and seconds of import time that training and watching never need. A conversion imports them through
+these functions only, so a missing (or wrong) version is one `MissingDependency` line, not a traceback.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import warnings
+from contextlib import contextmanager
+from types import ModuleType
+
+from errors import UserError
+
+REQUIREMENTS = "requirements-interop.txt"
+
+
+class MissingDependency(UserError):
+    """An optional library that an export needs is absent, or is a version without what it needs."""
+
+
+def _installed_version(distribution: str) -> str | None:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _import(module: str, distribution: str, purpose: str) -> ModuleType:
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise MissingDependency(f"{purpose} needs {distribution}, which is not installed here; install it with: "
+                                f"pip install -r {REQUIREMENTS}") from None
+
+
+def transformer_lens(purpose: str = "exporting to TransformerLens") -> ModuleType:
+    """The `transformer_lens` package, with `HookedTransformer` (3.x: 4.0 removed it)."""
+    module = _import("transformer_lens", "transformer-lens", purpose)
+    if not hasattr(module, "HookedTransformer"):
+        version = _installed_version("transformer-lens") or "?"
+        raise MissingDependency(f"{purpose} needs transformer-lens 3.x (HookedTransformer); version {version} here "
+                                f"has none (4.0 removed it); install the pinned one with: pip install -r "
+                                f"{REQUIREMENTS}")
+    return module
+
+
+def transformers(purpose: str = "exporting to Hugging Face") -> ModuleType:
+    """The `transformers` package (which brings `tokenizers` and `safetensors`)."""
+    module = _import("transformers", "transformers", purpose)
+    _import("tokenizers", "tokenizers", purpose)
+    return module
+
+
+def tokenizers(purpose: str = "a Hugging Face tokenizer") -> ModuleType:
+    return _import("tokenizers", "tokenizers", purpose)
+
+
+@contextmanager
+def quiet_deprecation():
+    """Silences transformer-lens 3.x's DeprecationWarning on building a HookedTransformer (it points
+    to 4.x's TransformerBridge; requirements-interop.txt pins 3.x on purpose, see there)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="HookedTransformer is deprecated", category=DeprecationWarning)
+        yield

@@ -1,0 +1,126 @@
+"""A gptwatch model as a TransformerLens `HookedTransformer` that computes the same function, built from
+a `HookedTransformerConfig` and converted weights: no download, no tokenizer.
+
+TransformerLens 3.x is the target (requirements-interop.txt pins it): 4.0 removed `HookedTransformer`.
+gptwatch's compact vocabularies are not TransformerLens's, so token ids come from gptwatch's tokenizer.
+
+Weights change layout, not value: `nn.Linear` keeps [out, in] while TransformerLens keeps per-head
+[head, d_model, d_head] for W_Q/W_K/W_V, [head, d_head, d_model] for W_O and [in, out] for the MLP
+and the unembedding; every bias gptwatch has not is a zero (`interop.parts` has the table).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from interop import optional
+from interop.parts import check_supported
+from model.gpt import GPT, GPTConfig
+
+FORMAT = "gptwatch-transformerlens"
+FORMAT_VERSION = 1
+LN_EPS = 1e-5                                   # gptwatch's LayerNorm
+RMS_EPS = torch.finfo(torch.float32).eps        # F.rms_norm's default for float32, gptwatch's RMSNorm
+
+
+def hooked_config(config: GPTConfig) -> dict[str, Any]:
+    """The `HookedTransformerConfig` arguments for a model of `config`, as plain values (no device, so
+    TransformerLens picks one where the file is loaded)."""
+    common = dict(n_layers=config.n_layer, d_model=config.n_embd, n_heads=config.n_head, d_head=config.head_dim,
+                  d_mlp=4 * config.n_embd, d_vocab=config.vocab_size, n_ctx=config.block_size,
+                  # gptwatch adds no beginning-of-text token; its tokenizer's ids go in as they are
+                  default_prepend_bos=False, dtype=torch.float32, init_weights=False, model_name="gptwatch",
+                  original_architecture=f"gptwatch-{config.arch}")
+    if config.modern:
+        return dict(common, act_fn="relu2", normalization_type="RMSPre", eps=RMS_EPS,
+                    positional_embedding_type="rotary", rotary_dim=config.head_dim, rotary_base=10000,
+                    rotary_adjacent_pairs=True, use_qk_norm=True)
+    return dict(common, act_fn="gelu", normalization_type="LN", eps=LN_EPS, positional_embedding_type="standard")
+
+
+def hooked_weights(model: GPT) -> dict[str, torch.Tensor]:
+    """Every parameter of the HookedTransformer, by its TransformerLens name, from `model`'s weights."""
+    cfg = model.config
+    H, D, E = cfg.n_head, cfg.head_dim, cfg.n_embd
+
+    def per_head(weight: torch.Tensor) -> torch.Tensor:     # [H*D, E] -> [H, E, D]
+        return weight.reshape(H, D, E).permute(0, 2, 1)
+
+    def or_zeros(t: torch.Tensor | None, *shape: int) -> torch.Tensor:
+        return t if t is not None else torch.zeros(shape)
+
+    weights = {"embed.W_E": model.wte.weight, "unembed.W_U": model.wte.weight.t(),
+               "unembed.b_U": torch.zeros(cfg.vocab_size)}
+    if not cfg.modern:
+        weights.update({"pos_embed.W_pos": model.wpe.weight, "ln_final.w": model.ln_f.weight,
+                        "ln_final.b": or_zeros(model.ln_f.bias, E)})
+    for n, block in enumerate(model.blocks):
+        attn, mlp, p = block.attn, block.mlp, f"blocks.{n}."
+        weights.update({
+            p + "attn.W_Q": per_head(attn.W_query.weight), p + "attn.b_Q": torch.zeros(H, D),
+            p + "attn.W_K": per_head(attn.W_key.weight), p + "attn.b_K": torch.zeros(H, D),
+            p + "attn.W_V": per_head(attn.W_value.weight), p + "attn.b_V": torch.zeros(H, D),
+            p + "attn.W_O": attn.out_proj.weight.t().reshape(H, D, E), p + "attn.b_O": or_zeros(attn.out_proj.bias, E),
+            p + "mlp.W_in": mlp.c_fc.weight.t(), p + "mlp.b_in": or_zeros(mlp.c_fc.bias, 4 * E),
+            p + "mlp.W_out": mlp.c_proj.weight.t(), p + "mlp.b_out": or_zeros(mlp.c_proj.bias, E),
+        })
+        if cfg.modern:  # QK-norm's weights: gptwatch's is weight-free, so ones
+            weights.update({p + "attn.q_norm.w": torch.ones(D), p + "attn.k_norm.w": torch.ones(D)})
+        else:
+            weights.update({p + "ln1.w": block.ln_1.weight, p + "ln1.b": or_zeros(block.ln_1.bias, E),
+                            p + "ln2.w": block.ln_2.weight, p + "ln2.b": or_zeros(block.ln_2.bias, E)})
+    return {name: t.detach().float().cpu().contiguous() for name, t in weights.items()}
+
+
+def to_hooked_transformer(model: GPT, device: str | torch.device | None = None):
+    """A `HookedTransformer` computing what `model` computes (same logits, same attention patterns under
+    `blocks.{l}.attn.hook_pattern`), on `device` (default: the model's). Raises `Unsupported` naming the
+    part for a model TransformerLens cannot hold exactly, `MissingDependency` without transformer-lens 3.x."""
+    check_supported(model.config, "tl")
+    tl = optional.transformer_lens()
+    device = device if device is not None else next(model.parameters()).device
+    with optional.quiet_deprecation():
+        hooked = tl.HookedTransformer(tl.HookedTransformerConfig(**hooked_config(model.config), device=str(device)))
+    load_weights(hooked, hooked_weights(model))
+    return hooked.eval()
+
+
+def load_weights(hooked, weights: dict[str, torch.Tensor]) -> None:
+    """Puts `weights` into `hooked`, refusing a mismatch in either direction: a parameter of this
+    transformer-lens version that gptwatch does not fill would otherwise keep an arbitrary value."""
+    params = {name for name, _ in hooked.named_parameters()}
+    if params != set(weights):
+        raise RuntimeError(f"this transformer-lens has parameters {sorted(params - set(weights))} that gptwatch does "
+                           f"not fill, and lacks {sorted(set(weights) - params)}; use the version that "
+                           f"{optional.REQUIREMENTS} pins")
+    state = hooked.state_dict()
+    for name, value in weights.items():
+        if tuple(state[name].shape) != tuple(value.shape):
+            raise RuntimeError(f"{name}: transformer-lens expects {tuple(state[name].shape)}, gptwatch gives "
+                               f"{tuple(value.shape)}")
+        state[name] = value
+    hooked.load_state_dict(state, strict=True)
+
+
+def saved_contents(model: GPT, hooked, source: dict[str, Any]) -> dict[str, Any]:
+    """What `--export tl` writes: the config and state dict TransformerLens loads
+    (`HookedTransformer(saved["config"]).load_state_dict(saved["state_dict"])`), gptwatch's tokenizer
+    description (`data.tokenizer.tokenizer_from_meta`) and where it came from. Plain values and
+    tensors only, so `torch.load(weights_only=True)` reads it."""
+    return {"format": FORMAT, "format_version": FORMAT_VERSION, "config": hooked_config(model.config),
+            "state_dict": {name: t.detach().cpu() for name, t in hooked.state_dict().items()}, **source}
+
+
+def is_earlier_export(path: Path) -> bool:
+    """Whether `path` holds a file `--export tl` wrote (which a new export may replace)."""
+    try:
+        with path.open("rb") as fh:
+            if fh.read(4) != b"PK\x03\x04":  # not a torch archive: certainly not ours
+                return False
+        saved = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception:  # unreadable, damaged, or holding objects: not an export to replace silently
+        return False
+    return isinstance(saved, dict) and saved.get("format") == FORMAT
