@@ -13,9 +13,10 @@ back as they were, so they can run in the middle of training.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -56,10 +57,18 @@ class Capture:
     lengths: torch.Tensor
     patterns: list[torch.Tensor]
     logits: torch.Tensor | None
+    _shared: dict = field(default_factory=dict, repr=False)
 
     @property
     def items(self) -> list:
         return self.probe_set.items[self.rows.start:self.rows.stop]
+
+    def shared(self, name: str, make: Callable[[], Any]) -> Any:
+        """`make()`, computed once per capture however many scores ask for it (the next-token losses,
+        the pronoun rows)."""
+        if name not in self._shared:
+            self._shared[name] = make()
+        return self._shared[name]
 
 
 def _right_padded(sequences: Sequence[Sequence[int]], device: torch.device) -> torch.Tensor:

@@ -97,8 +97,10 @@ def weight_at_offset(capture: Capture, offset: int, first_query: int) -> Total:
 
 def next_token_losses(capture: Capture) -> torch.Tensor:
     """[N, T - 1]: the loss (nats) of predicting token t + 1 from positions up to t."""
-    log_probs = torch.log_softmax(capture.logits[:, :-1].double(), dim=-1)
-    return -log_probs.gather(-1, capture.ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+    def losses() -> torch.Tensor:
+        log_probs = torch.log_softmax(capture.logits[:, :-1].double(), dim=-1)
+        return -log_probs.gather(-1, capture.ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+    return capture.shared("next_token_losses", losses)
 
 
 # --- head types on repeated random tokens ------------------------------------------------------------
@@ -260,7 +262,7 @@ def _pronoun_weights(capture: Capture, no_sink: bool) -> tuple[torch.Tensor, tor
     tokens, and the probes that count [probe]). `no_sink`: key 0 dropped and the row renormalised,
     over the probes whose words and pronoun are clear of position 0 (there the sink and a word
     cannot be told apart)."""
-    rows, referent_at, distractor_at, clear = _pronoun_rows(capture)
+    rows, referent_at, distractor_at, clear = capture.shared("pronoun_rows", lambda: _pronoun_rows(capture))
     referent = (rows * referent_at[None, :, None, :]).sum(-1)
     distractor = (rows * distractor_at[None, :, None, :]).sum(-1)
     if not no_sink:
@@ -273,40 +275,20 @@ def _mean_over_probes(values: torch.Tensor, counted: torch.Tensor) -> Total:
     return (values * counted[None, :, None]).sum(1), int(counted.sum())
 
 
-@head_score("referent", PRONOUN, "mean weight from the pronoun on the noun it refers to")
-def referent(capture: Capture) -> Total:
-    ref, _, counted = _pronoun_weights(capture, no_sink=False)
-    return _mean_over_probes(ref, counted)
+def _pronoun_score(which: str, no_sink: bool) -> Callable[[Capture], Total]:
+    def measure(capture: Capture) -> Total:
+        ref, dis, counted = _pronoun_weights(capture, no_sink)
+        values = {"referent": ref, "distractor": dis, "top1": (ref > dis).double()}[which]  # a tie is not a win
+        return _mean_over_probes(values, counted)
+    return measure
 
 
-@head_score("distractor", PRONOUN, "mean weight from the pronoun on the other noun")
-def distractor(capture: Capture) -> Total:
-    _, dis, counted = _pronoun_weights(capture, no_sink=False)
-    return _mean_over_probes(dis, counted)
-
-
-@head_score("top1", PRONOUN, "share of probes whose referent outweighs the distractor")
-def top1(capture: Capture) -> Total:
-    ref, dis, counted = _pronoun_weights(capture, no_sink=False)
-    return _mean_over_probes((ref > dis).double(), counted)  # a tie is not a win
-
-
-@head_score("referent_no_sink", PRONOUN, "referent weight with position 0 dropped and the row renormalised")
-def referent_no_sink(capture: Capture) -> Total:
-    ref, _, counted = _pronoun_weights(capture, no_sink=True)
-    return _mean_over_probes(ref, counted)
-
-
-@head_score("distractor_no_sink", PRONOUN, "distractor weight with position 0 dropped, renormalised")
-def distractor_no_sink(capture: Capture) -> Total:
-    _, dis, counted = _pronoun_weights(capture, no_sink=True)
-    return _mean_over_probes(dis, counted)
-
-
-@head_score("top1_no_sink", PRONOUN, "top-1 with position 0 dropped")
-def top1_no_sink(capture: Capture) -> Total:
-    ref, dis, counted = _pronoun_weights(capture, no_sink=True)
-    return _mean_over_probes((ref > dis).double(), counted)
+for _which, _about in (("referent", "mean weight from the pronoun on the noun it refers to"),
+                       ("distractor", "mean weight from the pronoun on the other noun"),
+                       ("top1", "share of probes whose referent outweighs the distractor")):
+    head_score(_which, PRONOUN, _about)(_pronoun_score(_which, no_sink=False))
+    head_score(f"{_which}_no_sink", PRONOUN, f"{_about}, position 0 dropped and the row renormalised")(
+        _pronoun_score(_which, no_sink=True))
 
 
 # --- pronoun probes: what the model predicts after the pronoun -------------------------------------
