@@ -3,7 +3,8 @@
 A name resolves to text in this order: `../shared/data` beside the repository,
 then `data/downloads`, then a download from the corpus's public address (repaired
 and checked, for a corpus that gives `repairs` and `sha256`). The `pronouns`
-corpus is generated, so it needs no file at all.
+and `induction` corpora are generated (`data/pronouns.py`, `data/induction.py`), so they need
+no file at all.
 
 A corpus may name its own probe files: two-person pronoun probes (the format
 `data.probes.load_probes` reads) and single-person agreement contexts
@@ -69,7 +70,7 @@ CORPORA = {
                  ("\u00e3\u00b1", "n"), ("\u00e3\u00a1", "a"), ("\u00e3\u00a9", "e"), ("\u00e3\u00b3", "o")),
         sha256="6737f9146562643f5520682bab0e2f02a9ae0066c4d38f9bc55d639c46c22647"),
 }
-GENERATED = ("pronouns",)
+GENERATED = ("pronouns", "induction")
 NAMES = (*GENERATED, *CORPORA)
 
 

@@ -28,6 +28,7 @@ from files import NotParsed, glob_escape, parse_json, read_bytes, remove_dead_le
 
 META_FORMAT = 2  # 2: meta.json carries checksums of itself and of the token files
 PRONOUN_CORPUS_SEED = 1234  # fixed, so the corpus (and its cache) does not change with the training seed
+GENERATED_CORPUS_SEED = 0
 SPLITS = ("train", "val")
 STAGING_GLOB = "*-val*.tmp-*"  # a cache folder's staging sibling: <folder>.tmp-<pid>-<random>
 CHUNK = 1 << 24  # bytes read at a time when checking a token file (a multiple of every dtype's size)
@@ -79,6 +80,11 @@ def _source_text(dataset: str, corpus_sentences: int) -> tuple[str, str, list[di
         text = pronouns.training_text(seed=PRONOUN_CORPUS_SEED, n_sentences=corpus_sentences)
         return text, f"pronouns(seed={PRONOUN_CORPUS_SEED}, n={corpus_sentences})", \
             pronouns.probe_records(seed=PRONOUN_CORPUS_SEED)
+    if dataset == "induction":
+        from data import induction
+
+        text = induction.training_text(seed=GENERATED_CORPUS_SEED, n_lines=corpus_sentences)
+        return text, f"induction(seed={GENERATED_CORPUS_SEED}, n={corpus_sentences})", None
     if dataset in corpora.CORPORA:
         path = corpora.corpus_path(dataset)
         return read_text(path), str(path), None
@@ -115,7 +121,7 @@ def prepare(dataset: str, tokenizer: str = "char", data_dir: str | Path = "data/
     try:
         tok, train, val = _tokenize(text, tokenizer, val_fraction, label)
     except MemoryError:
-        fix = "lower --corpus_sentences" if dataset == "pronouns" else "use a smaller text"
+        fix = "lower --corpus_sentences" if dataset in corpora.GENERATED else "use a smaller text"
         raise UserError(f"not enough memory to tokenize {label} ({len(text):,} characters); {fix}") from None
     meta = {
         "format": META_FORMAT,
@@ -173,7 +179,7 @@ def _too_short(split: str, sizes: dict[str, int], block_size: int, meta: dict) -
     fraction = meta.get("val_fraction", 0.1)
     problem = f"the {split} split has {sizes[split]:,} tokens, fewer than block_size + 2 = {need}"
     if total < 2 * need:
-        more = ("raise --corpus_sentences" if str(meta.get("source", "")).startswith("pronouns(")
+        more = ("raise --corpus_sentences" if str(meta.get("source", "")).startswith(("pronouns(", "induction("))
                 else "use a longer text")
         # Each fix must work at the split the user has, or name the split it needs.
         fixes = [f"{more} (at least {math.ceil(need / min(fraction, 1 - fraction)):,} tokens at "

@@ -267,3 +267,20 @@ def test_a_downloaded_corpus_is_repaired_and_checked_before_it_is_kept(tmp_path,
     with pytest.raises(UserError, match="not the expected text"):
         corpora.corpus_path("small")
     assert not list((tmp_path / "data" / "downloads").iterdir())  # nothing half-kept
+
+
+def test_the_induction_corpus_is_random_strings_written_twice_and_seeded(tmp_path):
+    from data import induction
+
+    text = induction.training_text(seed=0, n_lines=300)
+    assert text == induction.training_text(seed=0, n_lines=300) != induction.training_text(seed=1, n_lines=300)
+    lines = text.splitlines()
+    assert len(lines) == 300
+    for line in lines:
+        half = len(line) // 2
+        assert line[:half] == line[half:] and induction.SHORTEST <= half <= induction.LONGEST
+        assert set(line) <= set(induction.ALPHABET)
+    # The copy's distance varies, so no fixed offset finds it.
+    assert len({len(line) for line in lines}) > 20
+    prepared = prepare("induction", "char", tmp_path / "prep", corpus_sentences=300, quiet=True)
+    assert prepared.meta["source"] == "induction(seed=0, n=300)" and prepared.tokenizer.vocab_size == 63

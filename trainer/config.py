@@ -50,7 +50,8 @@ class TrainConfig:
                           "data")
     val_fraction: float = _opt(0.1, "share of the corpus held out for validation (the tail)", group="data")
     data_dir: str = _opt("data/prepared", "where prepared token files are cached", group="data")
-    corpus_sentences: int = _opt(30000, "sentences generated for the pronouns corpus", group="data")
+    corpus_sentences: int = _opt(30000, "sentences (lines) generated for a generated corpus: pronouns, induction",
+                                 group="data")
     # model
     arch: str = _opt("gpt2", "gpt2 (classic, for teaching) or modern (rotary, QK-norm, RMSNorm, ReLU²)",
                      ARCHITECTURES, "model")

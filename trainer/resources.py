@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+from data.corpora import GENERATED
 from errors import UserError
 from trainer.config import TrainConfig
 
@@ -63,7 +64,7 @@ def check_corpus_fits(cfg: TrainConfig) -> None:
     free = available_memory(torch.device("cpu"))
     if free is None:
         return
-    if cfg.dataset == "pronouns":
+    if cfg.dataset in GENERATED:
         need = cfg.corpus_sentences * BYTES_PER_SENTENCE
         what, fix = f"generating {cfg.corpus_sentences:,} sentences", "lower --corpus_sentences"
     elif Path(cfg.dataset).is_file():

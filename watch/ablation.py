@@ -26,8 +26,8 @@ import torch.nn as nn
 
 from model.gpt import Ablation
 from watch.capture import evaluating
-from watch.heads import ablation_for
-from watch.headtypes import TYPES, HeadType, heads_of
+from watch.heads import ablation_for, head_name
+from watch.headtypes import TYPES, HeadType, heads_of, type_scores
 from watch.pipeline import Results, score
 from watch.probesets import AGREEMENT, PRONOUN, REPEATED, TEXT, ProbeSet, ProbeSets
 from watch.pronouns import most_selective, name_readers, probe_report
@@ -95,26 +95,35 @@ def ablated(model: nn.Module, sets: ProbeSets, heads: Sequence[str], label: str,
 
 def proofs(model: nn.Module, sets: ProbeSets, results: Results, types: dict[str, HeadType],
            mode: str = DEFAULT_MODE) -> list[AblationResult]:
-    """Every typed head removed alone, the top two of a type together (and all of them, when
-    there are more), and the best pronoun head."""
+    """Every typed head removed alone; for each type a head has, the two heads with the highest
+    score of that type together, typed or not (the pair a circuit is often split across), and all
+    the heads of the type when there are more than two; and the best pronoun head."""
     means = head_means(model, sets.get(TEXT)) if mode == "mean" and sets.get(TEXT) is not None else None
     if mode == "mean" and means is None:
         raise ValueError("mean-ablation needs held-out text; use zero-ablation")
     out = []
+    scores = type_scores(results)
     for kind in TYPES:
         heads = heads_of(types, kind)
-        groups = [[head] for head in heads]
-        if len(heads) >= 2:
-            groups.append(heads[:2])
-        if len(heads) >= 3:
-            groups.append(heads)
-        for group in groups:
-            label = group[0] if len(group) == 1 else ("top two" if len(group) == 2 else f"all {len(group)}")
+        if not heads:
+            continue
+        groups = [([head], head) for head in heads]
+        groups.append((top_heads(scores[kind], 2), "top two by score"))
+        if len(heads) > 2:
+            groups.append((heads, f"all {len(heads)}"))
+        for group, label in groups:
             out.append(ablated(model, sets, group, label, kind, mode, means))
     report = probe_report(results)
     if report is not None:
         out.append(ablated(model, sets, [report.best.name], report.best.name, "pronoun", mode, means))
     return out
+
+
+def top_heads(scores: torch.Tensor, count: int) -> list[str]:
+    """The `count` heads with the highest of these [layer, head] scores, highest first."""
+    flat = torch.nan_to_num(scores, nan=float("-inf")).flatten()
+    order = torch.argsort(flat, descending=True, stable=True)[:count]
+    return [head_name(int(i) // scores.shape[1], int(i) % scores.shape[1]) for i in order]
 
 
 def agreement_ablations(model: nn.Module, sets: ProbeSets, results: Results) -> list[AblationResult]:

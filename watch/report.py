@@ -234,7 +234,8 @@ def ablation_lines(results: Results, found: Sequence[AblationResult]) -> str:
         what = f"removing {', '.join(result.heads)} ({_chosen_as(result)}, {result.mode}-ablation)"
         costs = []
         if result.kind in ("induction", "duplicate_token", "previous_token"):
-            costs.append(_change("in-context gain", results.numbers, after.numbers, "in_context_gain", share=True))
+            costs.append(_change("in-context gain", results.numbers, after.numbers, "in_context_gain", share=True)
+                         + _copies(results.numbers, after.numbers))
         if result.kind == "previous_token":
             costs.append(_best_change("best induction score", results, after, "induction", result.heads))
         if result.kind in ("sink", "current_token", "positional"):
@@ -248,9 +249,19 @@ def ablation_lines(results: Results, found: Sequence[AblationResult]) -> str:
     return "\n".join(lines)
 
 
+def _copies(before: dict, after: dict) -> str:
+    """Where the gain went: the loss on each copy, before and after (a removed copying head can leave the
+    second copy predicted worse than the first, a gain below zero)."""
+    keys = ("loss_first_copy", "loss_second_copy")
+    if not all(k in before and k in after for k in keys):
+        return ""
+    return (f" (first copy {before[keys[0]]:.2f} -> {after[keys[0]]:.2f}, second {before[keys[1]]:.2f} -> "
+            f"{after[keys[1]]:.2f} nats)")
+
+
 def _chosen_as(result: AblationResult) -> str:
     if result.kind in LABELS:
-        return LABELS[result.kind] + ("" if len(result.heads) == 1 else f", {result.label}")
+        return LABELS[result.kind] + ("" if len(result.heads) == 1 else f" heads, {result.label}")
     return {"pronoun": "best pronoun head"}.get(result.kind, result.kind.replace("_", " "))
 
 
