@@ -28,6 +28,7 @@ import pytest
 import torch
 from conftest import Trained, train_tiny_checkpoints
 
+from data import corpora
 from tests.cli import ROOT, TEXT, run, tiny_args
 
 DOC = ROOT / "docs" / "errors.md"
@@ -317,7 +318,7 @@ CASES = [
     # --- data -------------------------------------------------------------------------------------------
     Case("data-missing", "dataset file does not exist", "train",
          lambda w: w.train(f"--dataset={w.root / 'missing.txt'}"), 1,
-         ("neither a corpus name nor an existing file", "pronouns, shakespeare, tinystories, tinystories_lower")),
+         ("neither a corpus name nor an existing file", ", ".join(corpora.NAMES))),
     Case("data-unknown-corpus", "dataset is not a corpus name (typo)", "train",
          lambda w: w.train("--dataset=shakespear"), 1, ("did you mean 'shakespeare'",)),
     Case("data-directory", "dataset is a directory", "train",

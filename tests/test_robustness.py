@@ -26,7 +26,7 @@ from errors import UserError
 from model import GPT
 from tests.cli import ROOT, TEXT, one_line, run, run_train, tiny_args
 from trainer import checkpoint as ckpt_mod
-from trainer import runtime
+from trainer import optim, runtime
 from trainer.checkpoint import FORMAT, FORMAT_VERSION, CheckpointError, load_checkpoint, save_checkpoint
 from trainer.config import load_config
 from trainer.trainer import FitResult, Trainer
@@ -373,7 +373,7 @@ def test_nan_loss_names_the_step_and_keeps_the_last_checkpoint(tmp_path, monkeyp
 
 def test_non_finite_parameters_are_never_saved(tmp_path, monkeypatch):
     """A step that leaves inf in the weights stops training before any save can overwrite the last checkpoint."""
-    step = torch.optim.AdamW.step
+    step = optim.AdamW.step
     calls = {"n": 0}
 
     def corrupting_step(self, *args, **kwargs):
@@ -384,7 +384,7 @@ def test_non_finite_parameters_are_never_saved(tmp_path, monkeypatch):
                 self.param_groups[0]["params"][0].fill_(float("inf"))
         return result
 
-    monkeypatch.setattr(torch.optim.AdamW, "step", corrupting_step)
+    monkeypatch.setattr(optim.AdamW, "step", corrupting_step)
     code, _, err = run_train(tiny_args(tmp_path, "--ckpt_interval=1"))
     assert code == 1 and "at step 3" in one_line(err) and "left at step 2" in err
     assert load_checkpoint(tmp_path / "out")["step"] == 2

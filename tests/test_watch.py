@@ -20,7 +20,7 @@ from model.gpt import GPT
 from watch import capture as capture_module
 from watch.capture import capture_attention, capture_from_patterns, captures
 from watch.heads import ablation_for, head_name, parse_head
-from watch.heatmaps import HeatmapFigure, SentenceHeatmaps, head_figure, layer_figure, save_png
+from watch.heatmaps import FUTURE, HeatmapCanvas, SentenceHeatmaps, colours, head_titles, layer_image, save_png
 from watch.pipeline import read, score
 from watch.probesets import PRONOUN, SENTENCES, ProbeSet, ProbeSets, pronoun_probes, sentences
 from watch.pronouns import ContinuationStats, HeadStats, ProbeReport, baselines, probe_report
@@ -355,81 +355,82 @@ def test_display_token():
     assert display_token("dog") == "dog"
 
 
-def test_head_figure_labels_mask_and_annotations(tmp_path):
+def cell_colour(canvas: HeatmapCanvas, image: np.ndarray, panel: int, q: int, k: int) -> tuple:
+    """The colour at a cell's top-left corner (clear of its number)."""
+    x0, y0 = canvas._origin(panel)
+    return tuple(image[y0 + q * canvas.cell + 1, x0 + k * canvas.cell + 1])
+
+
+def test_head_image_labels_mask_and_numbers(tmp_path):
+    from PIL import Image
+
     tokens = [" The", " dog", " saw", "\n", " it"]
     pattern = torch.tril(torch.ones(5, 5))
     pattern = pattern / pattern.sum(-1, keepdim=True)
-    fig = head_figure(pattern, tokens, "L1H0")
-    ax = fig.axes[0]
-    labels = ["·The", "·dog", "·saw", "\\n", "·it"]
-    assert [t.get_text() for t in ax.get_xticklabels()] == labels
-    assert [t.get_text() for t in ax.get_yticklabels()] == labels
-    assert ax.get_xlabel() == "key (attended to)" and ax.get_ylabel() == "query"
-    image = ax.images[0]
-    shown = np.ma.masked_invalid(image.get_array())
-    assert np.ma.getmaskarray(shown)[np.triu_indices(5, k=1)].all()
-    assert not np.ma.getmaskarray(shown)[np.tril_indices(5)].any()
-    assert image.get_clim() == (0.0, 1.0)
-    assert len(ax.texts) == 5 * 6 // 2  # one number per visible cell
-    assert len(fig.axes) == 2  # the heatmap and its colorbar
-
-    path = save_png(fig, tmp_path / "figs" / "head.png")
+    canvas = HeatmapCanvas(tokens, 1)
+    image = canvas.draw([pattern], ["L1H0"])
+    assert canvas.labels == ["·The", "·dog", "·saw", "\\n", "·it"] and canvas.titles == ["L1H0"]
+    # The future is blank, the past coloured by its weight: 1 (bright) in the first row, 1/5 in the last.
+    assert cell_colour(canvas, image, 0, 0, 1) == FUTURE and cell_colour(canvas, image, 0, 3, 4) == FUTURE
+    assert cell_colour(canvas, image, 0, 0, 0) == tuple(colours(np.array(1.0)))
+    assert cell_colour(canvas, image, 0, 4, 2) == tuple(colours(np.array(0.2)))
+    assert len(canvas.numbers[0]) == 5 * 6 // 2 and canvas.numbers[0][(4, 4)] == ".20"  # one per visible cell
+    path = save_png(image, tmp_path / "figs" / "head.png")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert np.array_equal(np.asarray(Image.open(path).convert("RGB")), image)
 
 
-def test_long_sentence_has_no_cell_numbers():
-    fig = head_figure(torch.tril(torch.ones(20, 20)) / 20, [str(i) for i in range(20)], "L0H0")
-    assert len(fig.axes[0].texts) == 0
+def test_colours_run_from_dark_to_bright():
+    ramp = colours(np.linspace(0, 1, 5)).astype(int)
+    assert (np.diff(ramp.sum(-1)) > 0).all()  # each step brighter: dark cells take white numbers, bright black
+    assert tuple(colours(np.array(np.nan))) == FUTURE
 
 
-def test_layer_figure_titles_every_head():
+def test_a_long_sentence_has_no_cell_numbers():
+    canvas = HeatmapCanvas([str(i) for i in range(20)], 1)
+    canvas.draw([torch.tril(torch.ones(20, 20)) / 20], ["L0H0"])
+    assert canvas.numbers == [{}]
+
+
+def test_layer_image_titles_every_head():
     pattern = torch.softmax(torch.randn(3, 4, 4).masked_fill(torch.ones(4, 4).triu(1).bool(), -math.inf), -1)
-    fig = layer_figure(pattern, ["a", "b", "c", "d"], layer=1, best="L1H2")
-    titles = [ax.get_title() for ax in fig.axes if ax.images]
-    assert titles == ["L1H0", "L1H1", "L1H2 (best)"]
-    import matplotlib.pyplot as plt
-    assert plt.get_fignums() == []  # built without pyplot: nothing left open
+    assert layer_image(pattern, ["a", "b", "c", "d"], layer=1, best="L1H2").ndim == 3
+    canvas = HeatmapCanvas(["a", "b", "c", "d"], 3)
+    canvas.draw(list(pattern), head_titles(1, 3, best="L1H2"))
+    assert canvas.titles == ["L1H0", "L1H1", "L1H2 (best)"]
 
 
-def test_heatmap_figure_redraws_with_new_weights():
+def test_a_canvas_draws_new_weights_and_shows_only_numbers_that_matter():
     tokens = ["a", "b", "c"]
     first = torch.tensor([[1.0, 0, 0], [0.5, 0.5, 0], [0.2, 0.3, 0.5]])
     second = torch.tensor([[1.0, 0, 0], [0.9, 0.1, 0], [0.0, 0.25, 0.75]])
-    heatmap = HeatmapFigure(tokens, 1)
-    fig = heatmap.update([first], ["step 0"])
-    heatmap.render()
-    assert heatmap.update([second], ["step 1"]) is fig  # the same figure, not a new one
-    ax = fig.axes[0]
-    assert ax.get_title() == "step 1"
-    np.testing.assert_allclose(np.ma.filled(ax.images[0].get_array(), np.nan)[np.tril_indices(3)],
-                               second.numpy()[np.tril_indices(3)])
-    numbers = {(round(t.get_position()[1]), round(t.get_position()[0])): t.get_text() for t in ax.texts}
+    canvas = HeatmapCanvas(tokens, 1)
+    canvas.draw([first], ["step 0"])
+    image = canvas.draw([second], ["step 1"])
+    assert canvas.titles == ["step 1"]
     # Weights below 0.05 show no number.
-    assert numbers == {(0, 0): "1", (1, 0): ".90", (1, 1): ".10", (2, 0): "", (2, 1): ".25", (2, 2): ".75"}
-    assert ax.texts[-1].get_color() == "black" and ax.texts[-2].get_color() == "white"  # .75 on yellow, .25 on blue
+    assert canvas.numbers[0] == {(0, 0): "1", (1, 0): ".90", (1, 1): ".10", (2, 0): "", (2, 1): ".25",
+                                 (2, 2): ".75"}
+    assert cell_colour(canvas, image, 0, 2, 2) == tuple(colours(np.array(0.75)))
     with pytest.raises(ValueError, match="1 panels, got 2 patterns"):
-        heatmap.update([first, second], ["x", "y"])
+        canvas.draw([first, second], ["x", "y"])
 
 
 @pytest.mark.parametrize("n_panels", [1, 4])
 def test_a_redrawn_heatmap_is_the_picture_a_fresh_one_draws(n_panels):
-    # Later renders draw only what changes over the first render's background; the
-    # picture must be the one a figure drawn from scratch with the same weights shows.
+    # Later draws paint only what changes over the background kept from the first; the picture
+    # must be the one a canvas made for these weights alone shows.
     tokens = [" the", " dog", " saw", " it"]
     torch.manual_seed(1)
     rows = [torch.softmax(torch.randn(n_panels, 4, 4), -1) for _ in range(2)]
-    # Titles of the same glyphs, so both figures get the same layout to the subpixel.
     titles = [[f"H{i} step {s}" for i in range(n_panels)] for s in ("12", "21")]
-    reused = HeatmapFigure(tokens, n_panels, highlight_query=3)
-    reused.update(list(rows[0]), titles[0], "layer 0, step 12")
-    first = reused.render()
-    reused.update(list(rows[1]), titles[1], "layer 0, step 21")
-    again = reused.render()
-    fresh = HeatmapFigure(tokens, n_panels, highlight_query=3).update(list(rows[1]), titles[1], "layer 0, step 21")
-    fresh.canvas.draw()  # a plain, complete drawing
+    reused = HeatmapCanvas(tokens, n_panels, highlight_query=3)
+    first = reused.draw(list(rows[0]), titles[0], "layer 0, step 12")
+    again = reused.draw(list(rows[1]), titles[1], "layer 0, step 21")
+    fresh = HeatmapCanvas(tokens, n_panels, highlight_query=3).draw(list(rows[1]), titles[1], "layer 0, step 21")
     assert again.shape == first.shape and again.dtype == np.uint8 and again.shape[-1] == 3
     assert not np.array_equal(again, first)
-    np.testing.assert_array_equal(again, np.asarray(fresh.canvas.buffer_rgba())[..., :3])
+    np.testing.assert_array_equal(again, fresh)
 
 
 def test_sentence_heatmaps_reuse_their_figures_between_steps():
@@ -440,18 +441,18 @@ def test_sentence_heatmaps_reuse_their_figures_between_steps():
     def images(step, texts):
         ids = [tokenizer.encode(t) for t in texts]
         tokens = [tokenizer.token_strings(i) for i in ids]
-        return [(tag, heatmaps.figures[tag].figure) for tag, image in
+        return [(tag, heatmaps.canvases[tag]) for tag, image in
                 heatmaps.images(step, texts, tokens, capture_attention(model, ids))]
 
     first, second = images(0, ["abc", "cab a"]), images(10, ["abc", "cab a"])
-    assert sorted(heatmaps.figures) == ["attention/abc/layer0", "attention/abc/layer1",
-                                        "attention/cab_a/layer0", "attention/cab_a/layer1"]
+    assert sorted(heatmaps.canvases) == ["attention/abc/layer0", "attention/abc/layer1",
+                                         "attention/cab_a/layer0", "attention/cab_a/layer1"]
     assert first == second
-    # "abc " has the same tag as "abc" but one token more: it gets a figure of its own size.
+    # "abc " has the same tag as "abc" but one token more: it gets a canvas of its own size.
     images(20, ["abc ", "cab a"])
-    assert heatmaps.figures["attention/abc/layer0"].tokens == ["a", "b", "c", " "]
-    assert heatmaps.figures["attention/abc/layer0"].figure is not first[0][1]
-    assert heatmaps.figures["attention/cab_a/layer0"].figure is first[2][1]
+    assert heatmaps.canvases["attention/abc/layer0"].tokens == ["a", "b", "c", " "]
+    assert heatmaps.canvases["attention/abc/layer0"] is not first[0][1]
+    assert heatmaps.canvases["attention/cab_a/layer0"] is first[2][1]
 
 
 # --- TensorBoard -------------------------------------------------------------------------------

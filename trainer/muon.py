@@ -18,6 +18,8 @@ from collections import defaultdict
 
 import torch
 
+from trainer.eager_optim import EagerOptimizer
+
 # Quintic iteration coefficients chosen to push singular values towards 1 fast.
 NS_COEFFS = (3.4445, -4.7750, 2.0315)
 
@@ -37,7 +39,7 @@ def orthogonalise(G: torch.Tensor, steps: int = 5) -> torch.Tensor:
     return X.transpose(-2, -1) if transposed else X
 
 
-class Muon(torch.optim.Optimizer):
+class Muon(EagerOptimizer, torch.optim.Optimizer):
     def __init__(self, params, lr: float = 0.02, momentum: float = 0.95, nesterov: bool = True,
                  ns_steps: int = 5, weight_decay: float = 0.0) -> None:
         super().__init__(params, dict(lr=lr, momentum=momentum, nesterov=nesterov, ns_steps=ns_steps,

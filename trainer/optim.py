@@ -9,6 +9,7 @@ import torch
 import torch.nn as nn
 
 from trainer.config import TrainConfig
+from trainer.eager_optim import AdamW
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
@@ -78,7 +79,7 @@ def make_optimizer(model: nn.Module, cfg: TrainConfig, device: torch.device):
     groups = [{"params": decay, "weight_decay": cfg.weight_decay},
               {"params": no_decay, "weight_decay": 0.0}]
     kwargs = {"fused": True} if _fused_supported(device) else {}
-    adamw = torch.optim.AdamW(groups, lr=cfg.learning_rate, betas=(cfg.beta1, cfg.beta2), **kwargs)
+    adamw = AdamW(groups, lr=cfg.learning_rate, betas=(cfg.beta1, cfg.beta2), **kwargs)
     if not hidden:
         return adamw
     from trainer.muon import Muon, Optimizers

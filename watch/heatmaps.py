@@ -1,26 +1,28 @@
 """Attention heatmaps: rows are queries, columns the keys they attend to.
 
-Figures are built from `matplotlib.figure.Figure` on an Agg canvas, never
-through pyplot, so nothing accumulates in pyplot's list of open figures
-during a long training run and no backend is switched for the caller.
+Drawn straight into pixels with Pillow: the cells are a colour lookup scaled up with numpy, and
+the labels, titles and cell numbers are text drawn by FreeType. A training run redraws the same
+sentences at every evaluation, so everything that does not change (token labels, axis titles,
+the colour bar) is drawn once per sentence as a background, and each evaluation paints only the
+cells, their numbers and the titles over a copy of it. A figure of four 24-token panels takes
+a few milliseconds this way, against about 150 with a plotting library.
+
+Text uses DejaVu Sans (wide Unicode coverage) where one is found: the copy matplotlib ships, or
+the system's; otherwise Pillow's own font.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import re
 from collections.abc import Sequence
+from functools import cache
 from pathlib import Path
 
-import matplotlib
 import numpy as np
 import torch
-from matplotlib.axes import Axes
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-from matplotlib.image import AxesImage
-from matplotlib.patches import Rectangle
-from matplotlib.text import Text
+from PIL import Image, ImageDraw, ImageFont
 
 from files import replace_file
 from watch.heads import head_name
@@ -29,149 +31,190 @@ from watch.report import display_token
 ANNOTATE_MAX_TOKENS = 16   # beyond this, numbers in cells no longer fit
 LABEL_MAX_TOKENS = 64      # beyond this, only every n-th token is labelled
 NUMBER_MIN_WEIGHT = 0.05   # cells below this weight show no number
-DPI = 80                   # sharp enough for 9-point labels, with a third fewer pixels to encode than 100
-CMAP = matplotlib.colormaps["viridis"].with_extremes(bad="white")  # blank for the masked future
+FUTURE = (255, 255, 255)   # the masked upper triangle: blank
+HIGHLIGHT = (220, 30, 30)  # the outline of a highlighted query row
+INK = (34, 34, 34)
+
+# A perceptual ramp from dark violet through blue and green to yellow (low to high weight): dark
+# enough at 0 for white numbers, light enough at 1 for black ones.
+_RAMP = np.array([(68, 1, 84), (65, 68, 135), (42, 120, 142), (34, 168, 132), (122, 209, 81), (253, 231, 37)],
+                 dtype=np.float64)
+LUT = np.stack([np.interp(np.linspace(0, 1, 256), np.linspace(0, 1, len(_RAMP)), _RAMP[:, c])
+                for c in range(3)], axis=1).round().astype(np.uint8)                   # [256, 3]
 
 
-def _matrix(pattern: torch.Tensor | np.ndarray, tokens: Sequence[str]) -> np.ndarray:
+@cache
+def font(size: int) -> ImageFont.FreeTypeFont:
+    """DejaVu Sans at `size` pixels: matplotlib's copy (found without importing it), or the
+    system's, else Pillow's built-in font."""
+    spec = importlib.util.find_spec("matplotlib")
+    candidates = [Path(p) / "mpl-data" / "fonts" / "ttf" / "DejaVuSans.ttf"
+                  for p in (spec.submodule_search_locations or [])] if spec else []
+    candidates.append(Path("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf"))
+    for path in candidates:
+        if path.is_file():
+            return ImageFont.truetype(str(path), size)
+    return ImageFont.load_default(size)
+
+
+def colours(values: np.ndarray) -> np.ndarray:
+    """Weights in [0, 1] -> RGB [..., 3]; NaN (the masked future) -> blank."""
+    index = np.clip(np.nan_to_num(values, nan=0.0) * 255 + 0.5, 0, 255).astype(np.int64)
+    out = LUT[index]
+    out[np.isnan(values)] = FUTURE
+    return out
+
+
+def _matrix(pattern: torch.Tensor | np.ndarray, n_tokens: int) -> np.ndarray:
     """[q, k] weights as float64 with the future (above the diagonal) set to NaN."""
     if isinstance(pattern, torch.Tensor):
         pattern = pattern.detach().float().cpu().numpy()
     values = np.array(pattern, dtype=np.float64)
     if values.ndim != 2 or values.shape[0] != values.shape[1]:
         raise ValueError(f"a head's pattern must be square [query_pos, key_pos], got shape {values.shape}")
-    if values.shape[0] != len(tokens):
-        raise ValueError(f"pattern covers {values.shape[0]} positions but {len(tokens)} tokens were given")
+    if values.shape[0] != n_tokens:
+        raise ValueError(f"pattern covers {values.shape[0]} positions but {n_tokens} tokens were given")
     values[np.triu_indices(values.shape[0], k=1)] = np.nan
     return values
 
 
-class HeatmapFigure:
-    """Heatmaps of one sentence's attention, one panel per head, that can be
-    redrawn with new weights.
-
-    Building a figure and laying it out costs more than drawing it, so a
-    training run keeps one per sentence and layer and, at each evaluation, only
-    `update`s the colours, numbers and titles, and `render`s: the first render
-    draws everything and keeps the parts that never change (axes, token labels,
-    colour bar) as a background; later ones draw only the changing parts over it.
-    """
-
-    def __init__(self, tokens: Sequence[str], n_panels: int, *, highlight_query: int | None = None) -> None:
-        self.tokens = list(tokens)
-        n = len(self.tokens)
-        self.font = _font(n)
-        single = n_panels == 1
-        cols = math.ceil(math.sqrt(n_panels))
-        rows = math.ceil(n_panels / cols)
-        side = _side(n)
-        self.figure = _new_figure(cols * side + 1.2, rows * side + (0.0 if single else 0.5))
-        axes = self.figure.subplots(rows, cols, squeeze=False).ravel()
-        for ax in axes[n_panels:]:
-            ax.set_axis_off()
-        self.axes = list(axes[:n_panels])
-        empty = np.full((n, n), np.nan)
-        self.images = [self._panel(ax, empty, highlight_query) for ax in self.axes]
-        # (query, key) -> the number drawn in that cell, for every visible cell of every panel
-        self.cells: list[dict[tuple[int, int], Text]] = [self._numbers(ax) for ax in self.axes]
-        self.figure.colorbar(self.images[-1], ax=self.axes, shrink=0.8 if single else 0.6, label="attention weight")
-        self.suptitle = self.figure.suptitle("")
-        self._background = None  # what render() keeps of the first drawing
-
-    def _panel(self, ax: Axes, values: np.ndarray, highlight_query: int | None) -> AxesImage:
-        n, font = len(self.tokens), self.font
-        image = ax.imshow(values, cmap=CMAP, vmin=0.0, vmax=1.0, interpolation="nearest", aspect="equal")
-        labels = [display_token(t) for t in self.tokens]
-        stride = max(1, math.ceil(n / LABEL_MAX_TOKENS))
-        ticks = list(range(0, n, stride))
-        ax.set_xticks(ticks, [labels[i] for i in ticks], rotation=90, fontsize=font)
-        ax.set_yticks(ticks, [labels[i] for i in ticks], fontsize=font)
-        # No frame and no tick marks: the cells are the frame, and nothing drawn once lies over them.
-        ax.spines[:].set_visible(False)
-        ax.tick_params(length=0)
-        ax.set_xlabel("key (attended to)", fontsize=font + 1)
-        ax.set_ylabel("query", fontsize=font + 1)
-        if highlight_query is not None and 0 <= highlight_query < n:
-            ax.add_patch(Rectangle((-0.5, highlight_query - 0.5), highlight_query + 1, 1, fill=False,
-                                   edgecolor="red", linewidth=1.5))
-        return image
-
-    def _numbers(self, ax: Axes) -> dict[tuple[int, int], Text]:
-        n = len(self.tokens)
-        if n > ANNOTATE_MAX_TOKENS:
-            return {}
-        # Inside the axes, so they need no room of their own: leaving them out
-        # of the layout saves measuring every one of them.
-        return {(q, k): ax.text(k, q, "", ha="center", va="center", fontsize=self.font - 1.5, in_layout=False)
-                for q in range(n) for k in range(q + 1)}
-
-    def update(self, patterns: Sequence[torch.Tensor | np.ndarray], titles: Sequence[str],
-               suptitle: str | None = None) -> Figure:
-        """Show new weights (one [query_pos, key_pos] pattern per panel); returns the figure."""
-        if len(patterns) != len(self.axes) or len(titles) != len(self.axes):
-            raise ValueError(f"this figure has {len(self.axes)} panels, got {len(patterns)} patterns "
-                             f"and {len(titles)} titles")
-        for ax, image, cells, pattern, title in zip(self.axes, self.images, self.cells, patterns, titles,
-                                                    strict=True):
-            values = _matrix(pattern, self.tokens)
-            image.set_data(values)
-            ax.set_title(title, fontsize=self.font + 2)
-            for (q, k), text in cells.items():
-                v = values[q, k]
-                text.set_text(_cell_text(v))
-                # Dark text on the bright end of viridis, light text on the dark end.
-                text.set_color("black" if v > 0.55 else "white")
-        if suptitle is not None:
-            self.suptitle.set_text(suptitle)
-        return self.figure
-
-    def render(self) -> np.ndarray:
-        """The figure as it now stands, as an RGB array [height, width, 3].
-
-        Only the cells, their numbers and the titles change between evaluations, so after
-        the first render those alone are drawn, over a copy of everything else. (The
-        layout stays as the first drawing found it.) A figure once rendered this way
-        draws its changing parts only through `render`, not through `savefig`.
-        """
-        canvas = self.figure.canvas
-        changing = [self.suptitle]
-        for ax in self.axes:  # the cells and what lies on top of them, in the order a full draw keeps
-            on_top = [*ax.images, *ax.patches, *ax.texts, ax.title]
-            changing += sorted(on_top, key=lambda artist: artist.get_zorder())
-        if self._background is None:
-            for artist in changing:
-                artist.set_animated(True)   # left out of a plain draw, though not out of the layout
-            canvas.draw()
-            self.figure.set_layout_engine("none")          # keep the layout that draw found
-            self._background = canvas.copy_from_bbox(self.figure.bbox)
-        canvas.restore_region(self._background)
-        for artist in changing:
-            self.figure.draw_artist(artist)
-        return np.asarray(canvas.buffer_rgba())[..., :3].copy()
-
-
-def _cell_text(value: float) -> str:
-    """".88" (fits a small cell); blank below 0.05, so the weights that matter stand out, and
-    the drawing, whose cost is mostly these numbers, stays quick."""
+def cell_text(value: float) -> str:
+    """".88" (fits a small cell); blank below 0.05, so the weights that matter stand out."""
     if not value >= NUMBER_MIN_WEIGHT:  # also blank for the masked future (NaN)
         return ""
     return "1" if value >= 0.995 else f"{value:.2f}"[1:]
 
 
-def _new_figure(width: float, height: float) -> Figure:
-    fig = Figure(figsize=(width, height), dpi=DPI, layout="constrained")
-    FigureCanvasAgg(fig)
-    return fig
+class HeatmapCanvas:
+    """Heatmaps of one sentence's attention, one panel per head, drawn again with new weights.
+
+    The layout, the token labels, the axis titles and the colour bar are drawn once, when the
+    canvas is made; `draw` paints the cells, their numbers and the titles over a copy of that.
+    What it last drew stays readable: `numbers[panel][(query, key)]` (the text in a cell) and
+    `titles`.
+    """
+
+    def __init__(self, tokens: Sequence[str], n_panels: int, *, highlight_query: int | None = None) -> None:
+        self.tokens = list(tokens)
+        self.n_panels = n_panels
+        n = len(self.tokens)
+        if not n or n_panels < 1:
+            raise ValueError("a heatmap needs at least one token and one panel")
+        self.highlight = highlight_query if highlight_query is not None and 0 <= highlight_query < n else None
+        self.cell = 26 if n <= ANNOTATE_MAX_TOKENS else max(4, min(20, 560 // n))
+        self.label_size = 12 if n <= ANNOTATE_MAX_TOKENS else 10 if n <= 40 else 8
+        self.labels = [display_token(t) for t in self.tokens]
+        stride = max(1, math.ceil(n / LABEL_MAX_TOKENS))
+        self.ticks = list(range(0, n, stride))
+        self._layout()
+        self.background = self._background()
+        self.numbers: list[dict[tuple[int, int], str]] = []
+        self.titles: list[str] = []
+
+    # --- layout --------------------------------------------------------------------------------
+
+    def _layout(self) -> None:
+        label_font = font(self.label_size)
+        widest = max(int(label_font.getlength(self.labels[i])) for i in self.ticks)
+        side = self.cell * len(self.tokens)
+        self.title_h = 22
+        self.left = widest + 8 + 18          # y labels, then room for "query"
+        self.below = widest + 8 + 18         # x labels (turned), then room for "key (attended to)"
+        self.cols = math.ceil(math.sqrt(self.n_panels))
+        self.rows = math.ceil(self.n_panels / self.cols)
+        self.panel_w = self.left + side + 16
+        self.panel_h = self.title_h + side + self.below + 12  # a gap before the next row's titles
+        self.top = 28                        # the figure's own title
+        self.bar_w = 70                      # the colour bar and its labels
+        self.width = self.cols * self.panel_w + self.bar_w
+        self.height = self.top + self.rows * self.panel_h
+        self.side = side
+
+    def _origin(self, panel: int) -> tuple[int, int]:
+        """The top-left pixel of a panel's cells."""
+        row, col = divmod(panel, self.cols)
+        return col * self.panel_w + self.left, self.top + row * self.panel_h + self.title_h
+
+    def _background(self) -> Image.Image:
+        image = Image.new("RGB", (self.width, self.height), "white")
+        draw = ImageDraw.Draw(image)
+        label_font, axis_font = font(self.label_size), font(self.label_size + 1)
+        for panel in range(self.n_panels):
+            x0, y0 = self._origin(panel)
+            for i in self.ticks:
+                centre = i * self.cell + self.cell // 2
+                draw.text((x0 - 4, y0 + centre), self.labels[i], fill=INK, font=label_font, anchor="rm")
+                image.paste(_turned(self.labels[i], label_font), (x0 + centre - self.label_size // 2 - 1,
+                                                                    y0 + self.side + 4))
+            draw.text((x0 + self.side // 2, y0 + self.below + self.side - 2), "key (attended to)", fill=INK,
+                      font=axis_font, anchor="md")
+            image.paste(_turned("query", axis_font), (x0 - self.left + 2, y0 + self.side // 2 - 20))
+        self._colour_bar(image, draw)
+        return image
+
+    def _colour_bar(self, image: Image.Image, draw: ImageDraw.ImageDraw) -> None:
+        x0, y0 = self.width - self.bar_w + 12, self.top + self.title_h
+        height = max(60, min(self.rows * self.panel_h - self.title_h - self.below, 400))
+        ramp = colours(np.linspace(1, 0, height)[:, None].repeat(14, axis=1))
+        image.paste(Image.fromarray(ramp), (x0, y0))
+        tick_font = font(11)
+        for value in (0.0, 0.5, 1.0):
+            y = y0 + round((1 - value) * (height - 1))
+            draw.line([(x0 + 14, y), (x0 + 17, y)], fill=INK)
+            draw.text((x0 + 20, y), f"{value:g}", fill=INK, font=tick_font, anchor="lm")
+        image.paste(_turned("attention weight", tick_font), (x0 + 38, y0 + height // 2 - 45))
+
+    # --- drawing ------------------------------------------------------------------------------
+
+    def draw(self, patterns: Sequence[torch.Tensor | np.ndarray], titles: Sequence[str],
+             suptitle: str | None = None) -> np.ndarray:
+        """The heatmaps of these weights (one [query_pos, key_pos] pattern per panel) as an RGB array
+        [height, width, 3]."""
+        if len(patterns) != self.n_panels or len(titles) != self.n_panels:
+            raise ValueError(f"this figure has {self.n_panels} panels, got {len(patterns)} patterns "
+                             f"and {len(titles)} titles")
+        image = self.background.copy()
+        draw = ImageDraw.Draw(image)
+        title_font, number_font = font(self.label_size + 2), font(max(8, self.label_size - 1))
+        self.numbers, self.titles = [], list(titles)
+        n = len(self.tokens)
+        for panel, (pattern, title) in enumerate(zip(patterns, titles, strict=True)):
+            values = _matrix(pattern, n)
+            x0, y0 = self._origin(panel)
+            cells = np.kron(colours(values), np.ones((self.cell, self.cell, 1), dtype=np.uint8))
+            image.paste(Image.fromarray(cells), (x0, y0))
+            draw.text((x0 + self.side // 2, y0 - 6), title, fill=INK, font=title_font, anchor="md")
+            numbers = {}
+            if n <= ANNOTATE_MAX_TOKENS:
+                for q, k in zip(*np.tril_indices(n), strict=True):
+                    text = cell_text(values[q, k])
+                    numbers[(int(q), int(k))] = text
+                    if text:
+                        ink = "black" if values[q, k] > 0.55 else "white"   # dark on the bright end
+                        draw.text((x0 + k * self.cell + self.cell // 2, y0 + q * self.cell + self.cell // 2), text,
+                                  fill=ink, font=number_font, anchor="mm")
+            self.numbers.append(numbers)
+            if self.highlight is not None:
+                y = y0 + self.highlight * self.cell
+                draw.rectangle([x0, y, x0 + (self.highlight + 1) * self.cell - 1, y + self.cell - 1],
+                               outline=HIGHLIGHT, width=2)
+        if suptitle:
+            draw.text((self.width // 2, 6), suptitle, fill=INK, font=font(15), anchor="mt")
+        return np.asarray(image)
 
 
-def _side(n: int) -> float:
-    """Inches for an n-token heatmap: room for the cell numbers when they are drawn."""
-    per_token = 0.38 if n <= ANNOTATE_MAX_TOKENS else 0.2
-    return min(12.0, max(3.0, 1.5 + per_token * n))
+@cache
+def _turned_cached(text: str, size: int, path: str) -> Image.Image:
+    face = ImageFont.truetype(path, size) if path else ImageFont.load_default(size)
+    width = max(1, int(face.getlength(text)) + 2)
+    strip = Image.new("RGB", (width, size + 4), "white")
+    ImageDraw.Draw(strip).text((0, size // 2 + 2), text, fill=INK, font=face, anchor="lm")
+    return strip.rotate(90, expand=True)
 
 
-def _font(n: int) -> float:
-    return 9.0 if n <= ANNOTATE_MAX_TOKENS else 7.0 if n <= 40 else 5.0
+def _turned(text: str, face: ImageFont.FreeTypeFont) -> Image.Image:
+    """`text` written upwards (a vertical strip), as axis labels are."""
+    return _turned_cached(text, int(face.size), getattr(face, "path", "") or "")
 
 
 def _layer_pattern(pattern: torch.Tensor | np.ndarray) -> np.ndarray:
@@ -184,31 +227,26 @@ def _layer_pattern(pattern: torch.Tensor | np.ndarray) -> np.ndarray:
 
 
 def head_titles(layer: int, n_head: int, best: str | None = None) -> list[str]:
-    """Panel titles of a layer figure: every head named LlHh, `best` marked."""
+    """Panel titles of a layer's heatmaps: every head named LlHh, `best` marked."""
     names = [head_name(layer, head) for head in range(n_head)]
     return [f"{name} (best)" if name == best else name for name in names]
 
 
-def head_figure(pattern: torch.Tensor | np.ndarray, tokens: Sequence[str], title: str, *,
-                highlight_query: int | None = None) -> Figure:
-    """One head's pattern [query_pos, key_pos] as a heatmap with a colorbar.
-
-    `highlight_query` outlines one query row (a probe's pronoun, say).
-    """
-    return HeatmapFigure(tokens, 1, highlight_query=highlight_query).update([pattern], [title])
+def head_image(pattern: torch.Tensor | np.ndarray, tokens: Sequence[str], title: str, *,
+               highlight_query: int | None = None) -> np.ndarray:
+    """One head's pattern [query_pos, key_pos] as a heatmap with a colour bar (RGB array).
+    `highlight_query` outlines one query row (a probe's pronoun, say)."""
+    return HeatmapCanvas(tokens, 1, highlight_query=highlight_query).draw([pattern], [title])
 
 
-def layer_figure(pattern: torch.Tensor | np.ndarray, tokens: Sequence[str], layer: int, *,
-                 title: str | None = None, highlight_query: int | None = None,
-                 best: str | None = None) -> Figure:
-    """All heads of one layer ([head, query_pos, key_pos]) in a grid, each titled LlHh.
-
-    `best` names a head (e.g. "L1H0") to mark in its subplot title.
-    """
+def layer_image(pattern: torch.Tensor | np.ndarray, tokens: Sequence[str], layer: int, *,
+                title: str | None = None, highlight_query: int | None = None, best: str | None = None) -> np.ndarray:
+    """All heads of one layer ([head, query_pos, key_pos]) in a grid, each titled LlHh; `best` names a
+    head (e.g. "L1H0") to mark in its title."""
     pattern = _layer_pattern(pattern)
     n_head = pattern.shape[0]
-    heatmap = HeatmapFigure(tokens, n_head, highlight_query=highlight_query)
-    return heatmap.update(list(pattern), head_titles(layer, n_head, best), title or f"layer {layer}")
+    return HeatmapCanvas(tokens, n_head, highlight_query=highlight_query).draw(
+        list(pattern), head_titles(layer, n_head, best), title or f"layer {layer}")
 
 
 def sentence_slug(text: str, max_len: int = 40) -> str:
@@ -228,13 +266,13 @@ def unique_slugs(sentences: Sequence[str]) -> list[str]:
 
 
 class SentenceHeatmaps:
-    """The heatmaps of a run's watched sentences at each evaluation: per sentence, one figure per
-    layer with every head, and the best head alone when there is one. The figures are built at
-    the first evaluation and redrawn with new weights at the later ones, which is most of the cost
-    saved; each comes back as a (tag, RGB image) pair for TensorBoard."""
+    """The heatmaps of a run's watched sentences at each evaluation: per sentence, one image per
+    layer with every head, and the best head alone when there is one. Each canvas is made at the
+    first evaluation and drawn again with new weights at the later ones; each image comes back as a
+    (tag, RGB array) pair for TensorBoard."""
 
     def __init__(self) -> None:
-        self.figures: dict[str, HeatmapFigure] = {}
+        self.canvases: dict[str, HeatmapCanvas] = {}
 
     def images(self, step: int, texts: Sequence[str], tokens: Sequence[Sequence[str]],
                patterns: Sequence[Sequence[torch.Tensor]], best: tuple[str, int, int, str] | None = None,
@@ -244,34 +282,30 @@ class SentenceHeatmaps:
         out = []
         for slug, text, toks, layers in zip(unique_slugs(texts), texts, tokens, patterns, strict=True):
             highlight = (highlights or {}).get(text)
-            highlight = highlight if highlight is not None and highlight < len(toks) else None
             for layer, pattern in enumerate(layers):
                 tag, n_head = f"attention/{slug}/layer{layer}", pattern.shape[0]
-                heatmap = self._figure(tag, toks, n_head, highlight)
-                heatmap.update(list(pattern), head_titles(layer, n_head, best[0] if best else None),
-                               f"layer {layer}, step {step}")
-                out.append((tag, heatmap.render()))
+                canvas = self._canvas(tag, toks, n_head, highlight)
+                out.append((tag, canvas.draw(list(pattern), head_titles(layer, n_head, best[0] if best else None),
+                                             f"layer {layer}, step {step}")))
             if best is not None:
                 name, layer, head, title = best
                 tag = f"attention/{slug}/best_head"
-                heatmap = self._figure(tag, toks, 1, highlight)
-                heatmap.update([layers[layer][head]], [f"{title}, step {step}"])
-                out.append((tag, heatmap.render()))
+                canvas = self._canvas(tag, toks, 1, highlight)
+                out.append((tag, canvas.draw([layers[layer][head]], [f"{title}, step {step}"])))
         return out
 
-    def _figure(self, tag: str, tokens: Sequence[str], n_panels: int, highlight: int | None) -> HeatmapFigure:
-        """The figure kept for `tag` when it still fits these tokens, else a new one (kept)."""
-        heatmap = self.figures.get(tag)
-        if heatmap is None or heatmap.tokens != list(tokens) or len(heatmap.axes) != n_panels:
-            heatmap = self.figures[tag] = HeatmapFigure(tokens, n_panels, highlight_query=highlight)
-        return heatmap
+    def _canvas(self, tag: str, tokens: Sequence[str], n_panels: int, highlight: int | None) -> HeatmapCanvas:
+        """The canvas kept for `tag` when it still fits these tokens, else a new one (kept)."""
+        canvas = self.canvases.get(tag)
+        if canvas is None or canvas.tokens != list(tokens) or canvas.n_panels != n_panels:
+            canvas = self.canvases[tag] = HeatmapCanvas(tokens, n_panels, highlight_query=highlight)
+        return canvas
 
 
-def save_png(fig: Figure, path: str | Path) -> Path:
-    """Write `fig` as a PNG (parent folders created) and return the path."""
+def save_png(image: np.ndarray, path: str | Path) -> Path:
+    """Writes an RGB array as a PNG (parent folders made; the file is replaced whole, never written
+    through a link) and returns the path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    if not isinstance(fig.canvas, FigureCanvasAgg):
-        FigureCanvasAgg(fig)
-    # A new file renamed into place: a link under this name is replaced, never written through.
-    return replace_file(path, lambda fh: fig.savefig(fh, format="png"))
+    picture = Image.fromarray(np.asarray(image, dtype=np.uint8))
+    return replace_file(path, lambda fh: picture.save(fh, format="PNG"))

@@ -16,7 +16,7 @@ from watch.callback import head_labels
 from watch.capture import capture_attention
 from watch.heads import ablation_names, head_name, parse_head
 from watch.headtypes import LABELS, head_types, positional
-from watch.heatmaps import head_figure, layer_figure, save_png, sentence_slug
+from watch.heatmaps import head_image, layer_image, save_png, sentence_slug
 from watch.page import attention_page, sentence_view, write_page
 from watch.pipeline import Results, score, untrained_like
 from watch.probesets import PRONOUN, TEXT, ProbeSets, pronoun_probes, watch_sets
@@ -105,21 +105,21 @@ def _write_heatmaps(checkpoint: dict, args: argparse.Namespace, tokens: list[str
                                                            else Path(args.out_dir).parent) / "attention"
     slug = sentence_slug(args.attention)
     name = head_name(*focused)
-    figures = {f"{slug}_layer{n}.png": layer_figure(p, tokens, n) for n, p in enumerate(patterns)}
-    figures[f"{slug}_{name}.png"] = head_figure(
+    images = {f"{slug}_layer{n}.png": layer_image(p, tokens, n) for n, p in enumerate(patterns)}
+    images[f"{slug}_{name}.png"] = head_image(
         patterns[focused[0]][focused[1]], tokens, f"{name}: most focused head for {tokens[query].strip()!r}",
         highlight_query=query)
     try:
-        for file_name, fig in figures.items():
-            save_png(fig, png_dir / file_name)
+        for file_name, image in images.items():
+            save_png(image, png_dir / file_name)
     except OSError as exc:
         raise UserError(f"cannot write the heatmaps to {png_dir} ({exc.strerror or exc}); choose a writable "
                         f"--png_dir") from None
-    _log_to_run(checkpoint, slug, figures)
+    _log_to_run(checkpoint, slug, images)
     return png_dir
 
 
-def _log_to_run(checkpoint: dict, slug: str, figures: dict) -> None:
+def _log_to_run(checkpoint: dict, slug: str, images: dict) -> None:
     """Adds the heatmaps to the checkpoint's TensorBoard run, under inspect/, when that run's folder is here.
     Both its parts come from the checkpoint, so nothing else is written: no folder is made, and a run name
     that would lead outside its log_dir ('..', an absolute path) is not followed."""
@@ -136,8 +136,9 @@ def _log_to_run(checkpoint: dict, slug: str, figures: dict) -> None:
     if not log_dir.is_dir():  # the run's logs are not here (another machine, or removed): nothing to add to
         return
     writer = TensorBoardWriter(log_dir, fix="the heatmaps are in the PNG files")
-    for name, fig in figures.items():
-        writer.add_figure(f"inspect/{slug}/{Path(name).stem.removeprefix(slug + '_')}", fig, checkpoint.get("step", 0))
+    for name, image in images.items():
+        writer.add_image(f"inspect/{slug}/{Path(name).stem.removeprefix(slug + '_')}", image, checkpoint.get("step", 0),
+                         dataformats="HWC")
     writer.close()
     if not writer.failed:
         print(f"TensorBoard: tensorboard --logdir {log_dir.parent} (run {run}, tab IMAGES, tags inspect/...)")
