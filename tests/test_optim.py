@@ -5,7 +5,8 @@ import torch
 from conftest import tiny_model
 
 from trainer.config import TrainConfig
-from trainer.muon import Muon, Optimizers, orthogonalise
+from trainer.eager_optim import AdamW
+from trainer.muon import Muon, Optimizers, iteration_dtype, native_bfloat16, orthogonalise
 from trainer.optim import lr_at, make_optimizer, set_lr
 
 
@@ -34,6 +35,41 @@ def test_orthogonalise_flattens_the_singular_values():
     assert s.min() > 0.5 and s.max() < 1.3  # the quintic iteration lands near 1, not exactly on it
     tall = orthogonalise(torch.randn(2, 64, 16))
     assert tall.shape == (2, 64, 16)
+
+
+def test_orthogonalise_in_bfloat16_points_the_same_way_as_in_float32():
+    torch.manual_seed(0)
+    G = torch.randn(4, 32, 96)
+    full, half = orthogonalise(G), orthogonalise(G, dtype=torch.bfloat16)
+    assert half.dtype == torch.bfloat16
+    cosine = torch.nn.functional.cosine_similarity(full.flatten(1), half.float().flatten(1))
+    assert cosine.min() > 0.99
+
+
+def test_muon_dtype_auto_follows_the_hardware():
+    cpu = torch.device("cpu")
+    assert iteration_dtype("auto", cpu) == (torch.bfloat16 if native_bfloat16(cpu) else torch.float32)
+    assert iteration_dtype("float32", cpu) == torch.float32
+    assert iteration_dtype("bfloat16", cpu) == torch.bfloat16
+    model = tiny_model(vocab_size=32, block_size=8, seed=None).train()
+    opt = make_optimizer(model, TrainConfig(optimizer="muon", muon_dtype="float32"), cpu)
+    assert next(o for o in opt.optimizers if isinstance(o, Muon)).dtype == torch.float32
+
+
+def test_adamw_steps_exactly_as_torch_adamw():
+    """Ours only skips the hooks torch.compile needs; the arithmetic is torch's own."""
+    torch.manual_seed(0)
+    weights = [torch.randn(8, 8, requires_grad=True), torch.randn(8, requires_grad=True)]
+    twins = [w.detach().clone().requires_grad_() for w in weights]
+    ours, theirs = AdamW(weights, lr=1e-2, weight_decay=0.1), torch.optim.AdamW(twins, lr=1e-2, weight_decay=0.1)
+    for step in range(3):
+        grads = [torch.randn_like(w) for w in weights]
+        for w, t, g in zip(weights, twins, grads, strict=True):
+            w.grad, t.grad = g.clone(), g.clone()
+        ours.step()
+        theirs.step()
+        assert all(torch.equal(w, t) for w, t in zip(weights, twins, strict=True)), f"differs at step {step}"
+    assert ours.state_dict()["state"][0]["exp_avg"].equal(theirs.state_dict()["state"][0]["exp_avg"])
 
 
 def test_muon_takes_hidden_matrices_and_follows_the_schedule():

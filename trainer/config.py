@@ -77,6 +77,8 @@ class TrainConfig:
     grad_clip: float = _opt(1.0, "clip the gradient norm to this (0: off)", group="optim")
     muon_lr: float = _opt(0.02, "Muon learning rate for hidden matrices (optimizer = muon)", group="optim")
     muon_ns_steps: int = _opt(5, "Newton-Schulz iterations that orthogonalise each Muon update", group="optim")
+    muon_dtype: str = _opt("auto", "precision of those iterations; auto: bfloat16 on CUDA and on CPUs with "
+                                   "bfloat16 matmul units (AVX512-BF16, AMX), float32 elsewhere", DTYPES, "optim")
     # evaluation and logging
     eval_interval: int = _opt(250, "steps between evaluations", group="eval")
     eval_iters: int = _opt(20, "batches per split in each evaluation", group="eval")

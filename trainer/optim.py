@@ -82,12 +82,12 @@ def make_optimizer(model: nn.Module, cfg: TrainConfig, device: torch.device):
     adamw = AdamW(groups, lr=cfg.learning_rate, betas=(cfg.beta1, cfg.beta2), **kwargs)
     if not hidden:
         return adamw
-    from trainer.muon import Muon, Optimizers
+    from trainer.muon import Muon, Optimizers, iteration_dtype
 
     # The schedule sets every group's lr as learning_rate x lr_scale, so Muon's
     # own rate follows the same warm-up and decay.
     muon = Muon([{"params": hidden, "lr_scale": cfg.muon_lr / cfg.learning_rate}], lr=cfg.muon_lr,
-                ns_steps=cfg.muon_ns_steps)
+                ns_steps=cfg.muon_ns_steps, dtype=iteration_dtype(cfg.muon_dtype, device))
     return Optimizers(adamw, muon)
 
 
