@@ -50,6 +50,20 @@ class HeadAblation:
         return out + (removed * self.fill.to(context.dtype)).unsqueeze(1)          # + [H, 1, head_dim]
 
 
+@dataclass(frozen=True)
+class Ablation:
+    """Heads to remove: `heads` {layer: [head, ...]}. Zero-ablation replaces a removed head's output
+    by zeros; mean-ablation (`means` given: {layer: [n_head, head_dim]}, each head's mean output over
+    some text) by that mean. Wherever a model takes `ablate`, a plain {layer: [heads]} means
+    zero-ablation."""
+
+    heads: dict[int, list[int]]
+    means: dict[int, torch.Tensor] | None = None
+
+
+Ablate = Ablation | dict[int, list[int]]
+
+
 class Rotary(nn.Module):
     """Rotary position embedding: rotates pairs of query/key features by an
     angle proportional to the position, so q·k depends on relative distance."""

@@ -23,23 +23,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import model.sampling as sampling
-from model.attention import HeadAblation, SelfAttention
+from model.attention import Ablate, Ablation, HeadAblation, SelfAttention
 
 ARCHITECTURES = ("gpt2", "modern")
-
-
-@dataclass(frozen=True)
-class Ablation:
-    """Heads to remove: `heads` {layer: [head, ...]}. Zero-ablation replaces a removed head's output
-    by zeros; mean-ablation (`means` given: {layer: [n_head, head_dim]}, each head's mean output over
-    some text) by that mean. Wherever a model takes `ablate`, a plain {layer: [heads]} means
-    zero-ablation."""
-
-    heads: dict[int, list[int]]
-    means: dict[int, torch.Tensor] | None = None
-
-
-Ablate = Ablation | dict[int, list[int]]
 
 
 @dataclass
