@@ -27,7 +27,7 @@ import torch.nn as nn
 from model.gpt import Ablation
 from watch.capture import evaluating
 from watch.heads import ablation_for, head_name
-from watch.headtypes import TYPES, HeadType, heads_of, type_scores
+from watch.headtypes import TYPE_SETS, TYPES, HeadType, heads_of, type_scores
 from watch.pipeline import Results, score
 from watch.probesets import AGREEMENT, PRONOUN, REPEATED, TEXT, ProbeSet, ProbeSets
 from watch.pronouns import most_selective, name_readers, probe_report
@@ -55,7 +55,7 @@ def head_means(model: nn.Module, text: ProbeSet) -> dict[int, torch.Tensor]:
     try:
         with evaluating(model):
             for ids in text.ids:
-                model(torch.tensor([ids], device=device), all_logits=True)
+                model(torch.tensor([ids], device=device))
                 count += len(ids)
     finally:
         for handle in handles:
@@ -111,8 +111,8 @@ def proofs(model: nn.Module, sets: ProbeSets, results: Results, types: dict[str,
         groups.append((top_heads(scores[kind], 2), "top two by score"))
         if len(heads) > 2:
             groups.append((heads, f"all {len(heads)}"))
-        for group, label in groups:
-            out.append(ablated(model, sets, group, label, kind, mode, means))
+        for group, label in groups:   # what they cost is read on the sets the types are measured on
+            out.append(ablated(model, sets, group, label, kind, mode, means, kinds=TYPE_SETS))
     report = probe_report(results)
     if report is not None:
         out.append(ablated(model, sets, [report.best.name], report.best.name, "pronoun", mode, means))

@@ -20,26 +20,24 @@ from typing import Any
 
 from errors import UserError, warn
 from watch.ablation import DEFAULT_MODE, AblationResult, agreement_ablations, proofs
-from watch.headtypes import LABELS, HeadType, head_types
+from watch.headtypes import TYPE_SETS, HeadType, head_labels, head_types
 from watch.heatmaps import SentenceHeatmaps
 from watch.page import SentenceView, attention_page, sentence_view, write_page
 from watch.pipeline import Results, score, untrained_like
-from watch.probesets import PRONOUN, SENTENCES, ProbeSets, watch_sets
+from watch.probesets import AGREEMENT, PRONOUN, SENTENCES, ProbeSets, watch_sets
 from watch.pronouns import agreement_stats, most_selective, probe_report
 from watch.report import (
     ablation_line,
-    ablation_lines,
     agreement_lines,
     best_top1_left,
     head_table,
     last_pronoun_pos,
     top_attended,
-    type_lines,
-    type_table,
+    type_report,
 )
 from watch.tensorboard import log_charts, log_evaluation, log_scores
 
-WATCHED = ("pronoun", "agreement", "repeated", "text")   # the probe sets scored at every watch point
+WATCHED = (PRONOUN, AGREEMENT, *TYPE_SETS)   # the probe sets scored at every watch point
 
 
 class AttentionWatch:
@@ -69,9 +67,9 @@ class AttentionWatch:
                                train_tokens=data.tokens("train") if data is not None else None,
                                text=data.tokens("val") if data is not None else None,
                                probes=self.probes, agreement=self.agreement, texts=self.texts)
-        self.untrained = score(untrained_like(model, trainer.cfg.seed), self.sets, kinds=WATCHED)
+        self.untrained = score(untrained_like(model, trainer.cfg.seed), self.sets, kinds=TYPE_SETS)
         log_charts(self.writer, pronouns=PRONOUN in self.sets.sets,
-                   types=any(kind in self.sets.sets for kind in ("repeated", "text")))
+                   types=any(kind in self.sets.sets for kind in TYPE_SETS))
 
     def on_watch(self, trainer: Any, step: int) -> None:
         log_scores(self.writer, step, score(trainer.model, self.sets, kinds=WATCHED))
@@ -90,7 +88,7 @@ class AttentionWatch:
         log_evaluation(self.writer, step, results, self.untrained, self.types(results), ablations, images)
 
     def types(self, results: Results) -> dict[str, HeadType]:
-        return head_types(results, self.untrained) if any(k in results.sets.sets for k in ("repeated", "text")) else {}
+        return head_types(results, self.untrained) if any(k in results.sets.sets for k in TYPE_SETS) else {}
 
     def on_fit_end(self, trainer: Any, result: Any) -> None:
         if not result.completed:
@@ -138,15 +136,10 @@ class AttentionWatch:
             print("\n" + agreement_lines(results, agreement))
             metrics.update(agreement_metrics(results, agreement))
         if types:
-            about = "; ".join(s.about for kind, s in self.sets.sets.items() if kind in ("repeated", "text"))
+            about = "; ".join(s.about for kind, s in self.sets.sets.items() if kind in TYPE_SETS)
             print(f"\nhead types ({about}); the untrained model's scores in brackets:")
-            print(type_table(results, self.untrained, types))
-            print(type_lines(results, self.untrained, types))
-            for why in self.sets.missing.values():
-                print(f"({why})")
-            lines = ablation_lines(results, [p for p in found if p.kind != "pronoun"])
-            if lines:
-                print(lines)
+            print(type_report(results, self.untrained, types, list(self.sets.missing.values()),
+                              [p for p in found if p.kind != "pronoun"]))
             metrics.update(type_metrics(results))
         return metrics
 
@@ -174,11 +167,6 @@ class AttentionWatch:
     def _pronoun_rows(self) -> dict[str, int]:
         probes = self.sets.get(PRONOUN)
         return {item.probe.text: item.pronoun_pos for item in probes.items} if probes is not None else {}
-
-
-def head_labels(types: dict[str, HeadType]) -> dict[str, str]:
-    """{"L1H3": "induction", ...} for the heads that have a type."""
-    return {name: LABELS[t.kind] for name, t in types.items() if t.kind}
 
 
 def type_metrics(results: Results) -> dict[str, float]:

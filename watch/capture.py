@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import torch
@@ -48,7 +49,7 @@ def evaluating(model: nn.Module) -> Iterator[nn.Module]:
 class Capture:
     """One forward over sequences `rows` of `probe_set`: `ids` [N, T] (right-padded with 0s),
     `lengths` [N], `patterns` one [N, head, T, T] float32 tensor per layer, and `logits`: [N, T, vocab]
-    when the set reads every position, [N, vocab] at its `logits_at` (zeros where that is None),
+    when the set reads every position, [N, vocab] at its `logits_at` (position 0's where that is None),
     or None."""
 
     probe_set: ProbeSet
@@ -69,6 +70,11 @@ class Capture:
         if name not in self._shared:
             self._shared[name] = make()
         return self._shared[name]
+
+    def constant(self, name: str, make: Callable[[], Any]) -> Any:
+        """`make()`, made once for these sequences of the probe set, whatever the model (score
+        targets, masks): `ProbeSet.constant`."""
+        return self.probe_set.constant(name, self.rows, make)
 
 
 def _right_padded(sequences: Sequence[Sequence[int]], device: torch.device) -> torch.Tensor:
@@ -97,16 +103,22 @@ def captures(model: nn.Module, probe_set: ProbeSet, ablate: Ablate | None = None
     with evaluating(model):
         for start in range(0, len(probe_set), step):
             rows = range(start, min(start + step, len(probe_set)))
-            chunk = probe_set.ids[rows.start:rows.stop]
-            idx = _right_padded(chunk, device)
-            at = None
-            if probe_set.logits_at is not None and not probe_set.all_logits:
-                at = torch.tensor([pos or 0 for pos in probe_set.logits_at[rows.start:rows.stop]], device=device)
+            idx, at, lengths = probe_set.constant(f"inputs on {device}", rows,
+                                                  partial(_inputs, probe_set, rows, device))
             logits, patterns = model.forward_with_attention(idx, ablate=ablate, logits_at=at)
             read = probe_set.all_logits or probe_set.logits_at is not None
-            yield Capture(probe_set, rows, idx.cpu(), torch.tensor([len(ids) for ids in chunk]),
-                          [p.detach().float().cpu() for p in patterns],
+            yield Capture(probe_set, rows, idx.cpu(), lengths, [p.detach().float().cpu() for p in patterns],
                           logits.detach().float().cpu() if read else None)
+
+
+def _inputs(probe_set: ProbeSet, rows: range, device: torch.device
+            ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+    """(ids [N, T] right-padded, the positions whose logits are read [N] or None, lengths [N]) of `rows`."""
+    chunk = probe_set.ids[rows.start:rows.stop]
+    at = None
+    if probe_set.logits_at is not None and not probe_set.all_logits:
+        at = torch.tensor([pos or 0 for pos in probe_set.logits_at[rows.start:rows.stop]], device=device)
+    return _right_padded(chunk, device), at, torch.tensor([len(ids) for ids in chunk])
 
 
 def capture_from_patterns(probe_set: ProbeSet, patterns: Sequence[Sequence[torch.Tensor]],

@@ -15,11 +15,14 @@ import torch
 
 from watch.heads import head_name
 from watch.pipeline import Results
+from watch.probesets import REPEATED, TEXT
 from watch.scores import POSITIONAL_OFFSETS
 
 TYPES = ("previous_token", "duplicate_token", "induction", "sink", "current_token", "positional")
 LABELS = {"previous_token": "previous-token", "duplicate_token": "duplicate-token", "induction": "induction",
           "sink": "first-token (sink)", "current_token": "current-token", "positional": "positional"}
+TYPE_SETS = (REPEATED, TEXT)   # the probe sets the types (and the in-context numbers) are measured on
+CONTEXT_NUMBERS = ("in_context_gain", "in_context_score", "loss_first_copy", "loss_second_copy", "text_loss")
 TYPE_MIN = 0.4
 TYPE_RATIO = 3.0
 
@@ -42,6 +45,11 @@ def type_scores(results: Results) -> dict[str, torch.Tensor]:
     if found is not None:
         out["positional"] = found[0]
     return out
+
+
+def head_labels(types: dict[str, HeadType]) -> dict[str, str]:
+    """{"L1H3": "induction", ...} for the heads that have a type."""
+    return {name: LABELS[t.kind] for name, t in types.items() if t.kind}
 
 
 @dataclass

@@ -65,11 +65,15 @@ def colours(values: np.ndarray) -> np.ndarray:
     return out
 
 
+def _as_array(pattern: torch.Tensor | np.ndarray) -> np.ndarray:
+    if isinstance(pattern, torch.Tensor):
+        return pattern.detach().float().cpu().numpy()
+    return np.asarray(pattern)
+
+
 def _matrix(pattern: torch.Tensor | np.ndarray, n_tokens: int) -> np.ndarray:
     """[q, k] weights as float64 with the future (above the diagonal) set to NaN."""
-    if isinstance(pattern, torch.Tensor):
-        pattern = pattern.detach().float().cpu().numpy()
-    values = np.array(pattern, dtype=np.float64)
+    values = np.array(_as_array(pattern), dtype=np.float64)
     if values.ndim != 2 or values.shape[0] != values.shape[1]:
         raise ValueError(f"a head's pattern must be square [query_pos, key_pos], got shape {values.shape}")
     if values.shape[0] != n_tokens:
@@ -218,9 +222,7 @@ def _turned(text: str, face: ImageFont.FreeTypeFont) -> Image.Image:
 
 
 def _layer_pattern(pattern: torch.Tensor | np.ndarray) -> np.ndarray:
-    if isinstance(pattern, torch.Tensor):
-        pattern = pattern.detach().float().cpu().numpy()
-    pattern = np.asarray(pattern)
+    pattern = _as_array(pattern)
     if pattern.ndim != 3:
         raise ValueError(f"a layer's pattern must be [head, query_pos, key_pos], got shape {pattern.shape}")
     return pattern
@@ -295,7 +297,8 @@ class SentenceHeatmaps:
         return out
 
     def _canvas(self, tag: str, tokens: Sequence[str], n_panels: int, highlight: int | None) -> HeatmapCanvas:
-        """The canvas kept for `tag` when it still fits these tokens, else a new one (kept)."""
+        """The canvas kept for `tag` when it still fits these tokens, else a new one (kept). (A tag
+        names one sentence, and its highlight comes from the sentence.)"""
         canvas = self.canvases.get(tag)
         if canvas is None or canvas.tokens != list(tokens) or canvas.n_panels != n_panels:
             canvas = self.canvases[tag] = HeatmapCanvas(tokens, n_panels, highlight_query=highlight)

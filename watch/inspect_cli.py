@@ -12,10 +12,9 @@ from data.prepare import find_prepared
 from errors import UsageError, UserError, warn
 from files import inside_name, read_text
 from watch.ablation import head_means, plan, proofs
-from watch.callback import head_labels
 from watch.capture import capture_attention
 from watch.heads import ablation_names, head_name, parse_head
-from watch.headtypes import LABELS, head_types, positional
+from watch.headtypes import CONTEXT_NUMBERS, LABELS, TYPE_SETS, head_labels, head_types, positional
 from watch.heatmaps import head_image, layer_image, save_png, sentence_slug
 from watch.page import attention_page, sentence_view, write_page
 from watch.pipeline import Results, score, untrained_like
@@ -23,14 +22,12 @@ from watch.probesets import PRONOUN, TEXT, ProbeSets, pronoun_probes, watch_sets
 from watch.pronouns import json_number, probe_report
 from watch.report import (
     ablation_line,
-    ablation_lines,
+    default_query,
     display_token,
     focused_head,
     head_table,
-    last_pronoun_pos,
     top_attended,
-    type_lines,
-    type_table,
+    type_report,
 )
 from watch.tensorboard import TensorBoardWriter
 
@@ -38,8 +35,7 @@ from watch.tensorboard import TensorBoardWriter
 def _query_position(tokens: list[str], query: str | None) -> int:
     """--query as a position or a word; by default the last pronoun, else the last token."""
     if query is None:
-        found = last_pronoun_pos(tokens)
-        return len(tokens) - 1 if found is None else found
+        return default_query(tokens)
     if query.lstrip("-").isdigit():
         pos = int(query)
         pos = pos + len(tokens) if pos < 0 else pos
@@ -72,7 +68,8 @@ def show_attention(model, tokenizer, checkpoint: dict, args: argparse.Namespace,
         step = f" at step {checkpoint['step']}" if "step" in checkpoint else ""
         ablated = f", with {', '.join(ablation_names(ablate))} ablated" if ablate else ""
         sets = checkpoint_sets(model, tokenizer, checkpoint, None)
-        results, untrained = score(model, sets), score(untrained_like(model, _seed(checkpoint)), sets)
+        results = score(model, sets)
+        untrained = score(untrained_like(model, _seed(checkpoint)), sets, kinds=TYPE_SETS)
         labels = head_labels(head_types(results, untrained))
         page = write_page(args.html, attention_page([view], f"Attention of {args.out_dir}{step}{ablated}", labels))
     if args.json:
@@ -204,7 +201,7 @@ def show_heads(model, tokenizer, checkpoint: dict, args: argparse.Namespace, abl
     if ablate:
         means = head_means(model, sets.get(TEXT)) if args.ablation == "mean" else None
         removal = plan(model, ablation_names(ablate), args.ablation, means)
-    untrained = score(untrained_like(model, _seed(checkpoint)), sets)
+    untrained = score(untrained_like(model, _seed(checkpoint)), sets, kinds=TYPE_SETS)
     results = score(model, sets, removal)
     types = head_types(results, untrained)
     found = proofs(model, sets, results, types, args.ablation) if not ablate else []
@@ -214,45 +211,38 @@ def show_heads(model, tokenizer, checkpoint: dict, args: argparse.Namespace, abl
     about = "; ".join(s.about for s in sets.sets.values())
     removed = f", with {', '.join(results.ablated)} removed ({args.ablation}-ablation)" if ablate else ""
     print(f"head types of {args.out_dir}{removed} ({about}); the untrained model's scores in brackets:")
-    print(type_table(results, untrained, types))
-    print(type_lines(results, untrained, types))
-    for why in sets.missing.values():
-        print(f"({why})")
-    lines = ablation_lines(results, found)
-    if lines:
-        print(lines)
+    print(type_report(results, untrained, types, list(sets.missing.values()), found))
 
 
 def heads_json(results: Results, untrained: Results, types: dict, found: list, mode: str, sets: ProbeSets) -> dict:
     """What `show_heads` prints, as one JSON object (None where a score was not measured)."""
-    best_k = positional(results)
+    best_k, untrained_k = positional(results), positional(untrained)
     kinds = ("previous_token", "duplicate_token", "induction", "sink", "current_token", "broad")
 
-    def scores_of(r: Results, layer: int, head: int) -> dict:
+    def scores_of(r: Results, found_k: tuple | None, layer: int, head: int) -> dict:
         out = {kind: r.head(kind, layer, head) for kind in kinds}
-        found_k = positional(r)
         out["positional"] = float(found_k[0][layer, head]) if found_k is not None else None
         return out
 
     heads = {}
     for name, head_type in types.items():
         layer, head = parse_head(name)
-        heads[name] = {**scores_of(results, layer, head),
+        heads[name] = {**scores_of(results, best_k, layer, head),
                        "positional_offset": int(best_k[1][layer, head]) if best_k is not None else None,
                        "type": head_type.kind, "type_label": LABELS.get(head_type.kind),
-                       "untrained": scores_of(untrained, layer, head)}
-    numbers = ("in_context_gain", "in_context_score", "loss_first_copy", "loss_second_copy", "text_loss")
-    out = {"heads": heads, **{n: json_number(results.numbers.get(n)) for n in numbers},
-           "untrained": {n: json_number(untrained.numbers.get(n)) for n in numbers},
+                       "untrained": scores_of(untrained, untrained_k, layer, head)}
+    out = {"heads": heads, **{n: results.numbers.get(n) for n in CONTEXT_NUMBERS},
+           "untrained": {n: untrained.numbers.get(n) for n in CONTEXT_NUMBERS},
            "ablated": results.ablated, "ablation": mode,
            "probe_sets": {kind: s.about for kind, s in sets.sets.items()}, "not_measured": dict(sets.missing)}
-    out["ablations"] = [{"heads": p.heads, "chosen_as": p.kind, **{n: json_number(p.results.numbers.get(n))
-                                                                    for n in numbers},
+    out["ablations"] = [{"heads": p.heads, "chosen_as": p.kind,
+                         **{n: p.results.numbers.get(n) for n in CONTEXT_NUMBERS},
                          "best_induction": (p.results.best("induction") or (None, None))[1]} for p in found]
     return _finite(out)
 
 
 def _finite(value):
+    """`value` with every float that JSON cannot hold (NaN, inf) replaced by None, however deep."""
     if isinstance(value, dict):
         return {k: _finite(v) for k, v in value.items()}
     if isinstance(value, list):

@@ -25,7 +25,7 @@ import torch
 from errors import UserError
 from files import clear_for_file, replace_file
 from watch.heads import head_name
-from watch.report import display_token, focused_head, last_pronoun_pos
+from watch.report import default_query, display_token, focused_head
 
 DATA_ID = "attention-data"
 
@@ -51,8 +51,7 @@ def sentence_view(text: str, tokens: Sequence[str], patterns: Sequence[torch.Ten
     if not tokens or any(p.shape[-1] != len(tokens) for p in patterns):
         raise ValueError(f"patterns of shape {[tuple(p.shape) for p in patterns]} do not fit {len(tokens)} tokens")
     if query is None:
-        found = last_pronoun_pos(tokens)
-        query = len(tokens) - 1 if found is None else found
+        query = default_query(tokens)
     if best is None:
         best = focused_head(patterns, query)
         note = note or f"most focused head from {display_token(tokens[query], space_mark='')!r}"

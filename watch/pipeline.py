@@ -57,7 +57,7 @@ class Results:
         scores = self.per_head(score)
         if not scores:
             return None
-        name = max(scores, key=lambda n: (scores[n], -list(scores).index(n)))
+        name = max(scores, key=scores.get)   # the first of equal highest: max keeps the earliest
         return name, scores[name]
 
 

@@ -57,9 +57,19 @@ class ProbeSet:
     logits_at: list[int | None] | None = None
     all_logits: bool = False
     about: str = ""                                    # how it was made, for reports
+    # What depends on the sequences alone (padded ids, score targets), made once and reused by every
+    # pass: the set never changes, and the watch passes over it every few steps.
+    constants: dict = field(default_factory=dict, repr=False, compare=False)
 
     def __len__(self) -> int:
         return len(self.ids)
+
+    def constant(self, name: str, rows: range, make: Callable[[], Any]) -> Any:
+        """`make()` for the sequences `rows`, made on first use and kept."""
+        key = (name, rows.start, rows.stop)
+        if key not in self.constants:
+            self.constants[key] = make()
+        return self.constants[key]
 
 
 @dataclass
@@ -79,10 +89,6 @@ class ProbeSets:
 
     def get(self, kind: str) -> ProbeSet | None:
         return self.sets.get(kind)
-
-    def only(self, *kinds: str) -> ProbeSets:
-        return ProbeSets({k: s for k, s in self.sets.items() if k in kinds},
-                         {k: why for k, why in self.missing.items() if k in kinds})
 
 
 # --- probes and agreement contexts from files -------------------------------------------------------

@@ -132,6 +132,12 @@ def last_pronoun_pos(tokens: list[str]) -> int | None:
     return None
 
 
+def default_query(tokens: list[str]) -> int:
+    """The query a sentence is shown from unless one is asked for: its last pronoun, else its last token."""
+    found = last_pronoun_pos(tokens)
+    return len(tokens) - 1 if found is None else found
+
+
 def focused_head(patterns: Sequence[torch.Tensor], query: int) -> tuple[int, int]:
     """The head whose query row puts the most weight on one earlier token,
     position 0 and the token itself excluded (they absorb idle attention)."""
@@ -247,6 +253,15 @@ def ablation_lines(results: Results, found: Sequence[AblationResult]) -> str:
         if costs:
             lines.append(f"{what}: {'; '.join(costs)}")
     return "\n".join(lines)
+
+
+def type_report(results: Results, untrained: Results | None, types: dict[str, HeadType], missing: Sequence[str],
+                found: Sequence[AblationResult]) -> str:
+    """The head-type table, its lines, why a set could not be measured, and what removing heads cost."""
+    parts = [type_table(results, untrained, types), type_lines(results, untrained, types),
+             *(f"({why})" for why in missing)]
+    costs = ablation_lines(results, found)
+    return "\n".join(parts + ([costs] if costs else []))
 
 
 def _copies(before: dict, after: dict) -> str:

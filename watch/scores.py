@@ -3,8 +3,9 @@
 A score adds up over the captures of its probe set: its function returns (total, count), and the
 score is total / count. A head score's total is a [layer, head] tensor (so is its count, or it is
 one number for every head); a model score's are numbers. Adding a score is one function and one
-registration (`@head_score(...)` or `@model_score(...)`); the pipeline, the head tables,
-TensorBoard, the attention page and `sample.py` all read it from there.
+registration (`@head_score(...)` or `@model_score(...)`): every pass (`watch/pipeline.py`) then
+computes it into its `Results`, where the head tables, TensorBoard, the attention page and
+`sample.py` find it by name.
 
 Head types (Olsson et al. 2022, "In-context Learning and Induction Heads"): the score of a type
 is the attention weight a head puts on the type's target keys, summed where there are several,
@@ -31,9 +32,9 @@ probes' and agreement contexts' own (see `watch/pronouns.py` for their reading).
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -49,7 +50,6 @@ class Score:
     probe_set: str              # the kind of probe set it reads
     measure: Callable[[Capture], Total]
     about: str
-    per_head: bool
 
 
 HEAD_SCORES: dict[str, Score] = {}
@@ -59,7 +59,7 @@ MODEL_SCORES: dict[str, Score] = {}
 def head_score(name: str, probe_set: str, about: str):
     """Registers `measure(capture) -> (total [layer, head], count)` as a head score."""
     def register(measure: Callable[[Capture], Total]) -> Callable[[Capture], Total]:
-        HEAD_SCORES[name] = Score(name, probe_set, measure, about, per_head=True)
+        HEAD_SCORES[name] = Score(name, probe_set, measure, about)
         return measure
     return register
 
@@ -67,7 +67,7 @@ def head_score(name: str, probe_set: str, about: str):
 def model_score(name: str, probe_set: str, about: str):
     """Registers `measure(capture) -> (total, count)` as a score of the whole model."""
     def register(measure: Callable[[Capture], Total]) -> Callable[[Capture], Total]:
-        MODEL_SCORES[name] = Score(name, probe_set, measure, about, per_head=False)
+        MODEL_SCORES[name] = Score(name, probe_set, measure, about)
         return measure
     return register
 
@@ -103,6 +103,13 @@ def next_token_losses(capture: Capture) -> torch.Tensor:
     return capture.shared("next_token_losses", losses)
 
 
+def _loss_sum(capture: Capture, start: int = 0, stop: int | None = None) -> Total:
+    """The next-token losses of every sequence from position `start` to `stop` (predicting the tokens
+    one further on), added up: (total, how many)."""
+    band = next_token_losses(capture)[:, start:stop]
+    return float(band.sum()), band.numel()
+
+
 # --- head types on repeated random tokens ------------------------------------------------------------
 
 def _same_token(ids: torch.Tensor) -> torch.Tensor:
@@ -113,22 +120,26 @@ def _same_token(ids: torch.Tensor) -> torch.Tensor:
 
 @head_score("duplicate_token", REPEATED, "weight from a token to its earlier occurrences")
 def duplicate_token(capture: Capture) -> Total:
-    return weight_on_targets(capture, _same_token(capture.ids))
+    return weight_on_targets(capture, capture.constant("same token", lambda: _same_token(capture.ids)))
 
 
 @head_score("induction", REPEATED, "weight from a token of the second copy to the token after its earlier "
                                    "occurrences")
 def induction(capture: Capture) -> Total:
-    ids = capture.ids
+    return weight_on_targets(capture, capture.constant("induction targets", lambda: _induction_targets(capture.ids)))
+
+
+def _induction_targets(ids: torch.Tensor) -> torch.Tensor:
+    """[N, T, T]: key j is a target of query i (in the second copy) when the token before j is token i."""
     n, length = ids.shape
     copy = length // 2
-    # key j is a target of query i when the token before j is token i: shift "same token" one key right.
+    # shift "same token" one key right
     earlier = ids.unsqueeze(2) == ids.unsqueeze(1)                         # [N, i, j-1]
     targets = torch.zeros(n, length, length, dtype=torch.bool)
     targets[:, :, 1:] = earlier[:, :, :-1]
     targets &= torch.ones(length, length, dtype=torch.bool).tril(diagonal=-1)  # keys before i only
     targets[:, :copy] = False                                              # queries in the second copy
-    return weight_on_targets(capture, targets)
+    return targets
 
 
 # --- head types on held-out text ---------------------------------------------------------------------
@@ -179,11 +190,9 @@ def broad(capture: Capture) -> Total:
 # --- in-context learning -----------------------------------------------------------------------------
 
 def _copy_loss(capture: Capture, second: bool) -> Total:
-    losses = next_token_losses(capture)              # position t predicts token t + 1
     copy = capture.ids.shape[1] // 2
     # tokens 2..L of a copy: predicted from its positions 0..L-2
-    part = losses[:, copy:2 * copy - 1] if second else losses[:, :copy - 1]
-    return float(part.sum()), part.numel()
+    return _loss_sum(capture, copy, 2 * copy - 1) if second else _loss_sum(capture, 0, copy - 1)
 
 
 @model_score("loss_first_copy", REPEATED, "loss predicting tokens 2..L of the first copy (nats/token)")
@@ -207,10 +216,8 @@ def icl_positions(length: int) -> tuple[range, range]:
 
 
 def _loss_at(capture: Capture, late: bool) -> Total:
-    losses = next_token_losses(capture)
     positions = icl_positions(capture.ids.shape[1])[1 if late else 0]
-    band = losses[:, positions.start - 1:positions.stop - 1]    # predicting the tokens at those positions
-    return float(band.sum()), band.numel()
+    return _loss_sum(capture, positions.start - 1, positions.stop - 1)   # predicting the tokens at those positions
 
 
 @model_score("text_loss_early", TEXT, "loss of the tokens early in the context (see icl_positions)")
@@ -225,8 +232,7 @@ def text_loss_late(capture: Capture) -> Total:
 
 @model_score("text_loss", TEXT, "mean next-token loss on the held-out text (nats/token)")
 def text_loss(capture: Capture) -> Total:
-    losses = next_token_losses(capture)
-    return float(losses.sum()), losses.numel()
+    return _loss_sum(capture)
 
 
 def derived_model_scores(values: dict[str, float]) -> dict[str, float]:
@@ -244,17 +250,24 @@ def derived_model_scores(values: dict[str, float]) -> dict[str, float]:
 def _pronoun_rows(capture: Capture) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(rows [layer, probe, head, key] float64, referent keys [probe, key], distractor keys, probes
     clear of position 0 [probe]) for the capture's probes."""
+    pronoun, referent_at, distractor_at, clear = capture.constant("pronoun masks", lambda: _pronoun_masks(capture))
+    rows = torch.stack([pattern[torch.arange(len(pronoun)), :, pronoun] for pattern in capture.patterns]).double()
+    return rows, referent_at, distractor_at, clear
+
+
+def _pronoun_masks(capture: Capture) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(each probe's pronoun position [probe], referent keys [probe, key], distractor keys, probes clear
+    of position 0 [probe])."""
     items = capture.items
     n, width = len(items), capture.ids.shape[1]
     pronoun = torch.tensor([item.pronoun_pos for item in items])
-    rows = torch.stack([pattern[torch.arange(n), :, pronoun] for pattern in capture.patterns]).double()
     referent_at, distractor_at = torch.zeros(n, width, dtype=torch.float64), torch.zeros(n, width, dtype=torch.float64)
     clear = torch.zeros(n, dtype=torch.bool)
     for index, item in enumerate(items):
         referent_at[index, item.referent_positions] = 1.0
         distractor_at[index, item.distractor_positions] = 1.0
         clear[index] = item.pronoun_pos != 0 and 0 not in (*item.referent_positions, *item.distractor_positions)
-    return rows, referent_at, distractor_at, clear
+    return pronoun, referent_at, distractor_at, clear
 
 
 def _pronoun_weights(capture: Capture, no_sink: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -300,17 +313,21 @@ def _continuations(capture: Capture) -> list[tuple]:
     return [(item, capture.logits[row]) for row, item in enumerate(capture.items) if item.continuation_pos is not None]
 
 
+def _argmax_among(capture: Capture, ids_of: Callable[[Any], Sequence[int]]) -> Total:
+    """How many probes' next-token argmax is one of `ids_of(probe)`."""
+    hits = [int(row.argmax()) in ids_of(item) for item, row in _continuations(capture)]
+    return float(sum(hits)), len(hits)
+
+
 @model_score("continuation_accuracy", PRONOUN, "share of probes whose next-token argmax after the pronoun is "
                                               "something the referent does")
 def continuation_accuracy(capture: Capture) -> Total:
-    hits = [int(row.argmax()) in item.continuation_ids for item, row in _continuations(capture)]
-    return float(sum(hits)), len(hits)
+    return _argmax_among(capture, lambda probe: probe.continuation_ids)
 
 
 @model_score("distractor_rate", PRONOUN, "share of probes whose argmax is something the other noun does")
 def distractor_rate(capture: Capture) -> Total:
-    hits = [int(row.argmax()) in item.distractor_continuation_ids for item, row in _continuations(capture)]
-    return float(sum(hits)), len(hits)
+    return _argmax_among(capture, lambda probe: probe.distractor_continuation_ids)
 
 
 @model_score("logit_diff", PRONOUN, "mean (best referent-continuation logit - best distractor one)")
@@ -372,6 +389,3 @@ def mean(total: torch.Tensor | float, count: torch.Tensor | float) -> torch.Tens
         return None
     return total / count if isinstance(total, torch.Tensor) else float(total) / count
 
-
-def finite(value: float | None) -> float | None:
-    return value if value is not None and math.isfinite(value) else None

@@ -18,7 +18,7 @@ import numpy as np
 
 from errors import warn
 from watch.ablation import AblationResult
-from watch.headtypes import TYPES, HeadType, positional
+from watch.headtypes import CONTEXT_NUMBERS, TYPES, HeadType, positional, type_scores
 from watch.pipeline import Results
 from watch.pronouns import agreement_stats, most_selective, probe_report
 from watch.report import best_top1_left, head_table, type_lines, type_table
@@ -132,8 +132,7 @@ def log_evaluation(writer: Any, step: int, results: Results, untrained: Results 
 
 def log_scores(writer: Any, step: int, results: Results) -> None:
     """Every head's scores and the model's numbers as scalars."""
-    for kind in (*TYPES, "broad"):
-        values = positional(results)[0] if kind == "positional" and positional(results) else results.heads.get(kind)
+    for kind, values in (*type_scores(results).items(), ("broad", results.heads.get("broad"))):
         if values is None:
             continue
         for layer in range(values.shape[0]):
@@ -146,7 +145,7 @@ def log_scores(writer: Any, step: int, results: Results) -> None:
         for layer in range(found[1].shape[0]):
             for head in range(found[1].shape[1]):
                 writer.add_scalar(f"heads/positional_offset/L{layer}H{head}", int(found[1][layer, head]), step)
-    for name in ("in_context_gain", "in_context_score", "loss_first_copy", "loss_second_copy", "text_loss"):
+    for name in CONTEXT_NUMBERS:
         if name in results.numbers:
             writer.add_scalar(f"heads/{name}", results.numbers[name], step)
     _log_pronouns(writer, step, results)
