@@ -147,10 +147,12 @@ def fresh_file(path: str | Path) -> tuple[int, Path]:
     raise FileExistsError(f"no free temporary name beside {path}")
 
 
-def replace_file(path: str | Path, write: Callable[[BinaryIO], object]) -> Path:
+def replace_file(path: str | Path, write: Callable[[BinaryIO], object],
+                 before_replace: Callable[[], object] | None = None) -> Path:
     """Writes `path` as a whole new file: `write(fh)` fills a `fresh_file` beside it, which is flushed to disk
-    and renamed over `path`. A link at `path` is replaced by the file, never followed; a reader sees the old
-    file or the new one, never half of one. An OSError leaves `path` as it was and no temporary file."""
+    and renamed over `path` (`before_replace()` runs just before, the new file complete). A link at `path` is
+    replaced by the file, never followed; a reader sees the old file or the new one, never half of one. An
+    error (or an interrupt) leaves `path` as it was and no temporary file."""
     path = Path(path)
     fd, tmp = fresh_file(path)
     try:
@@ -158,6 +160,8 @@ def replace_file(path: str | Path, write: Callable[[BinaryIO], object]) -> Path:
             write(fh)
             fh.flush()
             os.fsync(fh.fileno())
+        if before_replace is not None:
+            before_replace()
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -245,6 +249,16 @@ def utf8_name(text: str) -> str | None:
     first = shown(bad[0])
     what = f"the byte {first}, which is not UTF-8" if first.startswith("\\x") else f"{first}, a lone surrogate"
     return f"'{''.join(shown(c) for c in text)}' holds {what}"
+
+
+def utf8_value(value: object) -> str | None:
+    """`utf8_name` of a setting's value: a string, or the first string of a list that is not UTF-8;
+    None for anything else."""
+    for text in value if isinstance(value, list) else [value]:
+        problem = utf8_name(text) if isinstance(text, str) else None
+        if problem is not None:
+            return problem
+    return None
 
 
 # --- parsing what users and disks hand us ------------------------------------------------------------------

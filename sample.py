@@ -19,7 +19,7 @@ import torch
 
 from data.tokenizer import TokenizerError
 from errors import UsageError, run_cli, warn
-from files import read_text, utf8_name
+from files import read_text, utf8_value
 from interop.parts import TARGETS
 from trainer.checkpoint import load_model
 from trainer.config import DEVICES
@@ -128,11 +128,9 @@ def check_names(args: argparse.Namespace) -> None:
     """Every text argument can be written as UTF-8: a file name's byte that is not (a surrogate escape in
     sys.argv) is refused here, in one line, before anything is read or written."""
     for name, value in vars(args).items():
-        for text in value if isinstance(value, list) else [value]:
-            problem = utf8_name(text) if isinstance(text, str) else None
-            if problem is not None:
-                raise UsageError(f"--{name} {problem}; rename that file or folder to a UTF-8 name, or give "
-                                 f"another")
+        problem = utf8_value(value)
+        if problem is not None:
+            raise UsageError(f"--{name} {problem}; rename that file or folder to a UTF-8 name, or give another")
 
 
 def read_prompt(prompt: str) -> str:

@@ -179,8 +179,8 @@ def _too_short(split: str, sizes: dict[str, int], block_size: int, meta: dict) -
     fraction = meta.get("val_fraction", 0.1)
     problem = f"the {split} split has {sizes[split]:,} tokens, fewer than block_size + 2 = {need}"
     if total < 2 * need:
-        more = ("raise --corpus_sentences" if str(meta.get("source", "")).startswith(("pronouns(", "induction("))
-                else "use a longer text")
+        generated = str(meta.get("source", "")).startswith(tuple(f"{name}(" for name in corpora.GENERATED))
+        more = "raise --corpus_sentences" if generated else "use a longer text"
         # Each fix must work at the split the user has, or name the split it needs.
         fixes = [f"{more} (at least {math.ceil(need / min(fraction, 1 - fraction)):,} tokens at "
                  f"--val_fraction={fraction:g})"]

@@ -199,11 +199,14 @@ class _FillingFile:
 
 def _disk_full(mp: pytest.MonkeyPatch) -> None:
     """The checkpoint's file fills the disk halfway: torch.save meets the error inside its zip writer."""
-    def open_on_full_disk(path, mode="r", *args, **kwargs):
-        fh = open(path, mode, *args, **kwargs)
-        return _FillingFile(fh, room=1000) if "w" in mode else fh
+    import trainer.checkpoint
 
-    mp.setattr("trainer.checkpoint.open", open_on_full_disk, raising=False)
+    save = trainer.checkpoint._save
+
+    def save_on_full_disk(checkpoint, fh):
+        return save(checkpoint, _FillingFile(fh, room=1000))
+
+    mp.setattr(trainer.checkpoint, "_save", save_on_full_disk)
 
 
 def _log_dir_full(mp: pytest.MonkeyPatch) -> None:

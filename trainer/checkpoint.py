@@ -13,6 +13,7 @@ import errno
 import os
 import pickle
 import re
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +26,6 @@ from errors import UsageError, UserError, warn
 from files import (
     cannot,
     clear_for_file,
-    fresh_file,
     glob_escape,
     inside_name,
     regular_file,
@@ -58,30 +58,22 @@ def save_checkpoint(path: str | Path, checkpoint: dict, keep_previous: str | Pat
     its own (`files.fresh_file`), so a link planted in the folder is never written through."""
     path = Path(path)
     checkpoint = {"format": FORMAT, "format_version": FORMAT_VERSION, **checkpoint}
-    tmp = None
+
+    def keep() -> None:
+        if keep_previous is not None and path.exists():
+            _keep(path, Path(keep_previous))
+
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         clear_for_file(path, "the checkpoint", "move it away or choose another --out_dir", CheckpointError)
-        fd, tmp = fresh_file(path)
-        with open(fd, "wb") as fh:
-            _save(checkpoint, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        if keep_previous is not None and path.exists():
-            _keep(path, Path(keep_previous))
-        os.replace(tmp, path)
+        # replace_file leaves no half-written temporary file, also on a second Ctrl-C mid-save
+        replace_file(path, lambda fh: _save(checkpoint, fh), before_replace=keep)
         _fsync_dir(path.parent)
     except OSError as exc:
-        if tmp is not None:
-            tmp.unlink(missing_ok=True)
         kept = " (the previous checkpoint is intact)" if path.is_file() else ""
         fix = ("free disk space or choose a writable --out_dir" if exc.errno in (errno.ENOSPC, errno.EDQUOT)
                else "choose a writable --out_dir")
         raise CheckpointError(f"cannot write checkpoint {path}: {exc.strerror or exc}{kept}; {fix}") from None
-    except BaseException:  # e.g. a second Ctrl-C mid-save: leave no half-written temp file behind
-        if tmp is not None:
-            tmp.unlink(missing_ok=True)
-        raise
 
 
 def _keep(path: Path, previous: Path) -> None:
@@ -93,7 +85,8 @@ def _keep(path: Path, previous: Path) -> None:
     try:
         os.link(path, previous, follow_symlinks=False)
     except OSError:  # a filesystem without hard links
-        replace_file(previous, lambda fh: fh.write(path.read_bytes()))
+        with open(path, "rb") as source:   # streamed: a checkpoint can be large
+            replace_file(previous, lambda fh: shutil.copyfileobj(source, fh))
 
 
 class _RecordingFile:
@@ -473,12 +466,11 @@ class CheckpointWriter:
     saving leaves everything in place. `guard`, when set, is called before every save and
     raises when this run may no longer write there (its out_dir lock was lost: `RunLock.check`)."""
 
-    def __init__(self, path: Path, *, keep_previous: bool, saved_step: int | None,
-                 guard: Callable[[], None] | None = None) -> None:
+    def __init__(self, path: Path, *, keep_previous: bool, saved_step: int | None) -> None:
         self.path = path
         self.keep_previous = keep_previous
         self.saved_step = saved_step  # step of the checkpoint on disk from this run (or the one resumed)
-        self.guard = guard
+        self.guard: Callable[[], None] | None = None   # set by the command that holds the run's lock
 
     def save(self, checkpoint: dict, step: int) -> None:
         if self.guard is not None:

@@ -18,7 +18,7 @@ from typing import Any, get_type_hints
 from data.corpora import NAMES as CORPORA
 from data.tokenizer import TOKENIZERS
 from errors import UsageError
-from files import TOO_DEEP, NotParsed, inside_name, parse_toml, read_text, utf8_name
+from files import TOO_DEEP, NotParsed, inside_name, parse_toml, read_text, utf8_value
 from model.gpt import ARCHITECTURES, MODEL_FIELDS, GPTConfig
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
@@ -122,12 +122,10 @@ class TrainConfig:
             if isinstance(getattr(self, f.name), str) and "\x00" in getattr(self, f.name):
                 raise UsageError(f"config key '{f.name}' holds a NUL character (\\u0000), which no name or path "
                                  f"can hold; remove it")
-            value = getattr(self, f.name)
-            for text in (value if isinstance(value, list) else [value]):
-                problem = utf8_name(text) if isinstance(text, str) else None
-                if problem is not None:  # a file name's byte that is not UTF-8: refused before anything is written
-                    raise UsageError(f"config key '{f.name}' {problem}, so no checkpoint or log could record it; "
-                                     f"rename that file or folder to a UTF-8 name, or choose another")
+            problem = utf8_value(getattr(self, f.name))
+            if problem is not None:  # a file name's byte that is not UTF-8: refused before anything is written
+                raise UsageError(f"config key '{f.name}' {problem}, so no checkpoint or log could record it; "
+                                 f"rename that file or folder to a UTF-8 name, or choose another")
         if not is_device_name(self.device):
             raise UsageError(f"config key 'device' must be one of {', '.join(DEVICES)} or cuda:N; got {self.device!r}")
         if not self.dataset.strip():

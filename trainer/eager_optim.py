@@ -9,11 +9,15 @@ are not wrapped this way simply runs its own methods.
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 
 
 def _unwrapped(method):
-    return getattr(method, "__wrapped__", method)
+    # All the way down: once torch.optim.AdamW itself has been instantiated, torch has wrapped its
+    # step once more (for step hooks and the profiler).
+    return inspect.unwrap(method)
 
 
 class EagerOptimizer:

@@ -167,8 +167,9 @@ class Trainer:
         """Data, model and optimizer as `cfg` asks, resumed from out_dir/ckpt.pt with --resume."""
         torch.manual_seed(cfg.seed + runtime.rank)
         path = Path(cfg.out_dir) / "ckpt.pt"
+        keeps_previous = not cfg.resume and path.is_file()   # looked at once: preparing data can take minutes
         if runtime.is_main:
-            check_out_dir(path, keeps_previous=not cfg.resume and path.is_file())
+            check_out_dir(path, keeps_previous=keeps_previous)
         check_corpus_fits(cfg)
         data = prepare(cfg.dataset, cfg.tokenizer, cfg.data_dir, cfg.val_fraction, cfg.corpus_sentences,
                        quiet=not runtime.is_main)
@@ -193,7 +194,7 @@ class Trainer:
             problem = schedule_problem(cfg, state.step)
             if problem is not None:
                 warn(problem)
-            checkpoints = CheckpointWriter(path, keep_previous=not cfg.resume and path.is_file(),
+            checkpoints = CheckpointWriter(path, keep_previous=keeps_previous,
                                            saved_step=state.step if resumed is not None else None)
         return cls(cfg, runtime, model, optimizer, batches, data=data, state=state, checkpoints=checkpoints)
 
