@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 from dataclasses import dataclass
 
@@ -90,6 +91,9 @@ def setup(cfg: TrainConfig) -> Runtime:
 
 def teardown(rt: Runtime) -> None:
     if rt.distributed and dist.is_initialized():
+        # Free what still holds the group (DDP's reducer sits in reference cycles) while Python is
+        # fully alive: gloo work freed during interpreter shutdown can abort the process (SIGABRT).
+        gc.collect()
         # Everyone arrives before anyone leaves: a process that tears down its
         # connections while another still sends makes gloo abort the latter.
         dist.barrier()
