@@ -9,6 +9,9 @@ status: 1, or 2 for usage, as shells expect. Everything else is a bug and keeps 
 With `survive_closed_output`, output that nobody reads any more (`train.py | head -1`, a terminal
 closed by an ssh drop) is dropped instead of raising: training goes on and saves.
 
+`ArgumentParser` is argparse as both commands use it: a mistake on the command line is a
+`UsageError` like any other, and no option is guessed from a prefix.
+
 `warn` reports a problem that does not stop the run. It raises a `GptwatchWarning` through
 Python's `warnings`, so tests can catch it; under `run_cli` it prints as one line,
 `warning: ...`, on stderr.
@@ -16,12 +19,14 @@ Python's `warnings`, so tests can catch it; under `run_cli` it prints as one lin
 
 from __future__ import annotations
 
+import argparse
 import io
 import os
 import sys
 import warnings
 from collections.abc import Callable
 from contextlib import contextmanager
+from typing import NoReturn
 
 
 class UserError(Exception):
@@ -39,6 +44,18 @@ class GptwatchWarning(UserWarning):
 def warn(message: str) -> None:
     """The one way library code warns: a `GptwatchWarning` pointing at the caller."""
     warnings.warn(message, GptwatchWarning, stacklevel=2)
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse for `python PROG`: an error is one `UsageError` pointing at --help instead of argparse's usage
+    dump, and options are never abbreviated (`--n_lay=2` is a mistake, not `--n_layer=2`)."""
+
+    def __init__(self, prog: str, **kwargs) -> None:
+        super().__init__(prog=prog, allow_abbrev=False,
+                         epilog="Add --debug to see the full traceback of an error.", **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message}; see python {self.prog} --help")
 
 
 def exit_status(error: UserError) -> int:

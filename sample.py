@@ -18,7 +18,7 @@ import sys
 import torch
 
 from data.tokenizer import TokenizerError
-from errors import UsageError, run_cli, warn
+from errors import ArgumentParser, UsageError, run_cli, warn
 from files import read_text, utf8_value
 from interop.parts import TARGETS
 from trainer.checkpoint import load_model
@@ -26,16 +26,20 @@ from trainer.config import DEVICES
 from trainer.runtime import pick_device
 
 
-class Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, exit 2, instead of argparse's usage dump
-        raise UsageError(f"{message}; see python sample.py --help")
+class _DefaultsNotSaid(argparse.ArgumentDefaultsHelpFormatter):
+    """Adds "(default: X)" to an option's help unless the help says its default already, or there is none."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        if action.default is None or "(default:" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = Parser(description="Sample from a trained checkpoint, or inspect its attention.",
-               formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = ArgumentParser("sample.py", description="Sample from a trained checkpoint, or inspect its attention.",
+                       formatter_class=_DefaultsNotSaid)
     p.add_argument("--out_dir", default="out", help="folder holding ckpt.pt (or the path of a .pt file)")
-    p.add_argument("--prompt", default="\n", help="text to continue; @FILE reads it from a file")
+    p.add_argument("--prompt", default="\n", help="text to continue (default: a newline); @FILE reads it from a file")
     p.add_argument("--num_samples", type=int, default=1, help="how many samples")
     p.add_argument("--max_new_tokens", type=int, default=200, help="tokens to generate per sample")
     p.add_argument("--temperature", type=float, default=0.8, help="0 is greedy; higher is more random")
@@ -71,14 +75,25 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+LOOKS = ("attention", "probes", "heads", "export")  # what to do with a checkpoint instead of sampling: one at most
 SAMPLING_OPTIONS = ("prompt", "num_samples", "max_new_tokens", "temperature", "top_k", "top_p", "seed", "no_cache")
+# (options, the modes they apply to, what to say when one is given in another mode)
+MODE_RULES = (
+    (SAMPLING_OPTIONS, ("sample",), "--{name} applies to sampling text, which --{mode} does not do; drop --{name}"),
+    (("device", "ablate"), ("sample", "attention", "probes", "heads"),
+     "--{name} does not apply to --export, which converts the whole model on the CPU; drop --{name}"),
+    (("query", "png_dir"), ("attention",), "--{name} applies only to --attention; drop it, or add --attention TEXT"),
+    (("html",), ("attention",), "--html needs --attention TEXT, the sentence to show, e.g. "
+                                "--attention \"The dog saw the ball and it\" --html page.html"),
+    (("json",), ("attention", "probes", "heads"),
+     "--json applies only to --attention, --probes and --heads; drop it, or add one of them"),
+    (("text", "ablation"), ("heads",), "--{name} applies only to --heads; drop it, or add --heads"),
+)
 
 
 def check_mode(args: argparse.Namespace, parser: argparse.ArgumentParser) -> str:
-    """"sample", "attention", "probes", "heads" or "export"; a UsageError for an option that this mode would
-    ignore."""
-    looks = [name for name, given in (("attention", args.attention is not None), ("probes", args.probes is not None),
-                                      ("heads", args.heads), ("export", args.export is not None)) if given]
+    """"sample" or one of LOOKS; a UsageError for an option that this mode would ignore."""
+    looks = [name for name in LOOKS if getattr(args, name) not in (None, False)]
     if len(looks) > 1:
         what = "things to do with" if "export" in looks else "looks inside"
         raise UsageError(f"--{looks[0]} and --{looks[1]} are two different {what} a checkpoint; give one of "
@@ -87,25 +102,13 @@ def check_mode(args: argparse.Namespace, parser: argparse.ArgumentParser) -> str
     if mode == "export" and args.export[0] not in TARGETS:
         raise UsageError(f"--export {args.export[0]}: unknown target; give tl (TransformerLens) or hf (Hugging Face), "
                          f"e.g. --export tl model.tl.pt")
-    given = [name for name, value in vars(args).items() if value != parser.get_default(name)]
-    for name in given:
-        if mode == "export" and name in ("ablate", "device"):
-            raise UsageError(f"--{name} does not apply to --export, which converts the whole model on the CPU; "
-                             f"drop --{name}")
-        if name in SAMPLING_OPTIONS and mode != "sample":
-            raise UsageError(f"--{name} applies to sampling text, which --{mode} does not do; drop --{name}")
-        if name == "html" and mode != "attention":
-            raise UsageError("--html needs --attention TEXT, the sentence to show, e.g. "
-                             "--attention \"The dog saw the ball and it\" --html page.html")
-        if name in ("query", "png_dir") and mode != "attention":
-            raise UsageError(f"--{name} applies only to --attention; drop it, or add --attention TEXT")
-        if name == "png_dir" and args.html is not None:
-            raise UsageError("--png_dir is where --attention writes PNGs, which --html replaces by one page; "
-                             "drop one of them")
-        if name == "json" and mode in ("sample", "export"):
-            raise UsageError("--json applies only to --attention, --probes and --heads; drop it, or add one of them")
-        if name in ("text", "ablation") and mode != "heads":
-            raise UsageError(f"--{name} applies only to --heads; drop it, or add --heads")
+    for names, modes, message in MODE_RULES:
+        for name in names:
+            if mode not in modes and getattr(args, name) != parser.get_default(name):
+                raise UsageError(message.format(name=name, mode=mode))
+    if args.png_dir is not None and args.html is not None:
+        raise UsageError("--png_dir is where --attention writes PNGs, which --html replaces by one page; "
+                         "drop one of them")
     return mode
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from errors import UsageError, run_cli
 from files import utf8_name, writable_folder
 from trainer import runtime
-from trainer.config import FIELDS, TrainConfig, help_text, load_config
+from trainer.config import TrainConfig, make_config, parse_command_line
 from trainer.resources import out_of_memory
 from trainer.runlock import RunLock
 from trainer.trainer import FitResult, Trainer, stop_signals
@@ -32,16 +32,13 @@ TENSORBOARD = "tensorboard --logdir {} --samples_per_plugin=images=200,text=200"
 
 
 def main(argv: list[str]) -> int:
-    if "-h" in argv or "--help" in argv:
-        print(help_text("train.py", "configs/pronouns.toml"))
-        return 0
-    config_path, overrides = split_args(argv)
+    config_path, overrides = parse_command_line(argv, "configs/pronouns.toml")  # --help prints and exits here
     if config_path is None and DEFAULT_CONFIG.is_file():
         config_path = str(DEFAULT_CONFIG)
     problem = utf8_name(config_path) if config_path else None
     if problem is not None:  # its name becomes the run's name, which checkpoints and logs record
         raise UsageError(f"the config file name {problem}; rename it to a UTF-8 name")
-    cfg = load_config(config_path, overrides)
+    cfg = make_config(config_path, overrides)
     config_name = Path(config_path).stem if config_path else "default"
     with _sigterm_unwinds():
         rt = runtime.setup(cfg)
@@ -51,19 +48,6 @@ def main(argv: list[str]) -> int:
                 return train(cfg, config_name, rt, argv, lock)
         finally:
             runtime.teardown(rt)
-
-
-def split_args(argv: list[str]) -> tuple[str | None, list[str]]:
-    """(the config file, if any; the --key=value overrides)."""
-    for flag, value in zip(argv, argv[1:], strict=False):
-        key = flag[2:]
-        if flag.startswith("--") and "=" not in flag and key in FIELDS \
-                and not isinstance(FIELDS[key].default, bool) and not value.startswith("-"):
-            raise UsageError(f"write --{key}={value} (with '='), not '--{key} {value}'")
-    configs = [a for a in argv if not a.startswith("-")]
-    if len(configs) > 1:
-        raise UsageError(f"give at most one config file, got {configs}; put other settings as --key=value")
-    return (configs[0] if configs else None), [a for a in argv if a.startswith("-")]
 
 
 @contextmanager

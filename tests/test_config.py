@@ -1,11 +1,13 @@
-"""Configs: TOML into a typed dataclass; every key and type checked; --key=value overrides."""
+"""Configs: TOML into a typed dataclass; every key and type checked; --key=value overrides, read by the
+argparse parser that --help describes."""
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
 from errors import UsageError
-from trainer.config import FIELDS, TrainConfig, help_text, load_config, parse_overrides
+from trainer.config import TrainConfig, load_config, make_config, parse_command_line, parse_overrides
 
 CONFIGS = sorted((Path(__file__).resolve().parent.parent / "configs").glob("*.toml"))
 
@@ -40,6 +42,8 @@ def test_unknown_key_names_it_and_suggests(tmp_path):
         load_config(f, [])
     with pytest.raises(UsageError, match="'lerning_rate'.*'learning_rate'"):
         parse_overrides(["--lerning_rate=1"])
+    with pytest.raises(UsageError, match="unexpected argument 'c.toml'; overrides look like --key=value"):
+        load_config(f, ["c.toml"])  # the file is `path`: overrides hold none
 
 
 @pytest.mark.parametrize("text,match", [
@@ -67,10 +71,69 @@ def test_bad_config_files_get_one_clear_error(tmp_path, text, match):
         load_config(f, [])
 
 
-def test_help_lists_every_key_with_its_default():
-    text = help_text("train.py", "configs/pronouns.toml")
-    for name in FIELDS:
-        assert f"--{name}=" in text
+def test_help_lists_every_key_with_its_default_and_meaning(capsys):
+    with pytest.raises(SystemExit) as stop:
+        parse_command_line(["--help"])
+    assert stop.value.code == 0
+    text = capsys.readouterr().out
+    unwrapped = "".join(text.split())  # argparse wraps the help to the terminal's width
+    for f in dataclasses.fields(TrainConfig):
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        assert f"--{f.name}={default!r}" in text
+        assert "".join(f.metadata["help"].split()) in unwrapped, f.name
+
+
+def test_a_file_then_overrides_each_win_over_the_one_before(tmp_path):
+    f = tmp_path / "c.toml"
+    f.write_text("n_layer = 3\nn_head = 2\nn_embd = 32\n")
+    # The config file may come anywhere among the overrides, and a value may be the next word.
+    for argv in (["--n_layer=5", str(f), "--seed", "7"], [str(f), "--n_layer", "5", "--seed=7"]):
+        path, overrides = parse_command_line(argv)
+        assert (path, overrides) == (str(f), {"n_layer": 5, "seed": 7})
+        cfg = make_config(path, overrides)
+        assert (cfg.n_layer, cfg.n_head, cfg.n_embd, cfg.seed, cfg.block_size) == (5, 2, 32, 7, 64)
+    assert parse_command_line(["--n_layer=1", "--n_layer=2"])[1] == {"n_layer": 2}  # the last one wins
+
+
+def test_an_unknown_key_on_the_command_line_suggests_the_closest(tmp_path):
+    for argv in (["--n_layers=2"], ["--n_layers", "2"], [str(tmp_path / "c.toml"), "--n_layers=2"]):
+        with pytest.raises(UsageError) as error:
+            parse_command_line(argv)
+        assert str(error.value).startswith(
+            "unknown config key 'n_layers' on the command line; did you mean 'n_layer'? valid keys: dataset, ")
+
+
+@pytest.mark.parametrize("prefix", ["--n_lay=2", "--n_lay", "--learning=0.1", "--comp"])
+def test_a_prefix_of_a_key_is_not_taken_for_the_key(prefix):
+    with pytest.raises(UsageError, match=f"unknown config key '{prefix[2:].partition('=')[0]}' on the command line"):
+        parse_overrides([prefix])
+
+
+@pytest.mark.parametrize("text,value", [("true", True), ("True", True), ("1", True), ("yes", True), ("on", True),
+                                        ("false", False), ("FALSE", False), ("0", False), ("no", False),
+                                        ("off", False)])
+def test_boolean_spellings(text, value):
+    assert parse_overrides([f"--compile={text}", f"--resume={text}"]) == {"compile": value, "resume": value}
+
+
+def test_a_bare_boolean_means_true_and_never_takes_the_next_word(tmp_path):
+    assert parse_overrides(["--compile"]) == {"compile": True}
+    assert parse_command_line(["--compile", "c.toml", "--bias"]) == ("c.toml", {"compile": True, "bias": True})
+    with pytest.raises(UsageError, match="'compile' on the command line must be true or false; got 'maybe'"):
+        parse_overrides(["--compile=maybe"])
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--n_layer"], "argument --n_layer: expected one argument; see python train.py --help"),
+    (["--n_layer", "--compile"], "argument --n_layer: expected one argument; see python train.py --help"),
+    (["a.toml", "b.toml"], "give at most one config file, got ['a.toml', 'b.toml']; put other settings as --key=value"),
+    (["-x"], "unexpected argument '-x'; overrides look like --key=value"),
+    (["--n_layer=two"], "config key 'n_layer' on the command line must be an integer; got 'two'"),
+])
+def test_command_line_mistakes_are_one_usage_error(argv, message):
+    with pytest.raises(UsageError) as error:
+        parse_command_line(argv)
+    assert str(error.value) == message
 
 
 def test_a_byte_order_mark_is_not_part_of_the_toml(tmp_path):

@@ -2,13 +2,15 @@
 
 Every key is checked: an unknown key, a wrong type or an impossible value is a
 `UsageError` naming the key and what would be valid. Command-line overrides
-are `--key=value`; `--help` is built from the same field descriptions.
+are `--key=value`, read by argparse; `--help` is built from the same field descriptions.
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import difflib
+import functools
 import math
 import re
 from dataclasses import dataclass, field
@@ -17,7 +19,7 @@ from typing import Any, get_type_hints
 
 from data.corpora import NAMES as CORPORA
 from data.tokenizer import TOKENIZERS
-from errors import UsageError
+from errors import ArgumentParser, UsageError
 from files import TOO_DEEP, NotParsed, inside_name, parse_toml, read_text, utf8_value
 from model.gpt import ARCHITECTURES, MODEL_FIELDS, GPTConfig
 
@@ -182,6 +184,7 @@ class TrainConfig:
 
 _TYPES = get_type_hints(TrainConfig)
 FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
+BOOLEANS = tuple(name for name, kind in _TYPES.items() if kind is bool)
 _TYPE_WORDS = {int: "an integer", float: "a number", bool: "true or false", str: "a string", list: "a list"}
 
 
@@ -208,7 +211,7 @@ def _raise_type(key: str, value: Any, where: str, why: str = "") -> Any:
 
 
 def parse_cli_value(key: str, text: str) -> Any:
-    """`--key=value` text -> the field's type."""
+    """A value's text on the command line -> the field's type (argparse's `type` for the key)."""
     expected = _TYPES[key]
     where = "on the command line"
     try:
@@ -254,45 +257,71 @@ def read_toml(path: str | Path) -> dict:
     return values
 
 
+class _KeyEqualsDefault(argparse.HelpFormatter):
+    """Each key as `--key=DEFAULT`, the spelling that works for every key, with its meaning beside it."""
+
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog, max_help_position=30)
+
+    def _format_action_invocation(self, action: argparse.Action) -> str:  # how argparse shows an option
+        if not action.option_strings or action.nargs == 0:  # CONFIG.toml, --help
+            return super()._format_action_invocation(action)
+        return f"{action.option_strings[0]}={action.metavar}"
+
+
+def command_line(default_config: str | None = None) -> ArgumentParser:
+    """train.py's parser: at most one config file, and every field of `TrainConfig` as an option whose value
+    `parse_cli_value` reads, listed under its group in --help with its default and meaning."""
+    parser = ArgumentParser("train.py", usage="python %(prog)s [CONFIG.toml] [--key=value ...]",
+                            formatter_class=_KeyEqualsDefault, description=(
+        "Trains a GPT. " + (f"With no CONFIG, {default_config} is used. " if default_config else "")
+        + "Every key below can be set in the TOML file and on the command line, which wins: --key=value or "
+        "--key value, and a boolean as --key=false or a bare --key (true). The values shown are the built-in "
+        "defaults that every CONFIG file starts from."))
+    parser.add_argument("config", nargs="*", metavar="CONFIG.toml", help="a flat TOML file of the keys below")
+    groups = {}
+    for f in dataclasses.fields(TrainConfig):
+        group = f.metadata["group"]
+        if group not in groups:
+            groups[group] = parser.add_argument_group(group)
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        # No default here: only what the command line gives may win over the config file.
+        groups[group].add_argument(f"--{f.name}", type=functools.partial(parse_cli_value, f.name),
+                                   default=argparse.SUPPRESS, metavar=repr(default), help=f.metadata["help"])
+    return parser
+
+
+def parse_command_line(argv: list[str], default_config: str | None = None) -> tuple[str | None, dict]:
+    """`[CONFIG.toml] [--key=value ...]` -> (the config file, if any; {key: value} of what the command line
+    sets). A value may also follow its key as the next word (`--n_layer 2`), except a boolean's: a bare
+    boolean key means true, so `--compile configs/x.toml` keeps the file as the config."""
+    argv = [f"{arg}=true" if arg.startswith("--") and arg[2:] in BOOLEANS else arg for arg in argv]
+    args, unknown = command_line(default_config).parse_known_intermixed_args(argv)
+    if unknown and unknown[0].startswith("--"):
+        raise _unknown_key(unknown[0][2:].partition("=")[0], "on the command line")
+    if unknown:
+        raise UsageError(f"unexpected argument {unknown[0]!r}; overrides look like --key=value")
+    values = vars(args)
+    configs = values.pop("config")
+    if len(configs) > 1:
+        raise UsageError(f"give at most one config file, got {configs}; put other settings as --key=value")
+    return (configs[0] if configs else None), values
+
+
 def parse_overrides(args: list[str]) -> dict:
-    """['--n_layer=2', '--resume'] -> {'n_layer': 2, 'resume': True}."""
-    values = {}
-    for arg in args:
-        if not arg.startswith("--"):
-            raise UsageError(f"unexpected argument {arg!r}; overrides look like --key=value")
-        key, sep, text = arg[2:].partition("=")
-        if key not in FIELDS:
-            raise _unknown_key(key, "on the command line")
-        if not sep:
-            if _TYPES[key] is not bool:
-                raise UsageError(f"--{key} needs a value: --{key}=VALUE")
-            text = "true"
-        values[key] = parse_cli_value(key, text)
+    """['--n_layer=2', '--resume'] -> {'n_layer': 2, 'resume': True}: a command line without a config file."""
+    config, values = parse_command_line(args)
+    if config is not None:
+        raise UsageError(f"unexpected argument {config!r}; overrides look like --key=value")
     return values
 
 
+def make_config(path: str | Path | None, overrides: dict) -> TrainConfig:
+    """The built-in defaults, then the config file at `path` (if any), then `overrides`: each wins over
+    the one before, and the result is validated once, whichever set each key."""
+    return TrainConfig(**{**(read_toml(path) if path is not None else {}), **overrides})
+
+
 def load_config(path: str | Path | None, overrides: list[str]) -> TrainConfig:
-    values = read_toml(path) if path is not None else {}
-    values.update(parse_overrides(overrides))
-    try:
-        return TrainConfig(**values)
-    except TypeError as exc:  # only reachable if a key slipped past the checks above
-        raise UsageError(f"bad config: {exc}") from None
-
-
-def help_text(program: str, default_config: str) -> str:
-    lines = [f"usage: python {program} [CONFIG.toml] [--key=value ...]",
-             "",
-             f"Trains a GPT. With no CONFIG, {default_config} is used. Every key below can be set in the",
-             "TOML file or overridden on the command line (booleans also take a bare --key); the values",
-             "shown are the built-in defaults that every CONFIG file starts from.",
-             "  --debug   show full tracebacks for errors",
-             ""]
-    group = None
-    for f in dataclasses.fields(TrainConfig):
-        if f.metadata["group"] != group:
-            group = f.metadata["group"]
-            lines.append(f"[{group}]")
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-        lines.append(f"  --{f.name}={default!r}".ljust(34) + f"  {f.metadata['help']}")
-    return "\n".join(lines)
+    """What `train.py PATH OVERRIDES...` trains with, for callers holding the two apart (tests, bench/)."""
+    return make_config(path, parse_overrides(overrides))
