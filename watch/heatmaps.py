@@ -7,13 +7,12 @@ the colour bar) is drawn once per sentence as a background, and each evaluation 
 cells, their numbers and the titles over a copy of it. A figure of four 24-token panels takes
 a few milliseconds this way, against about 150 with a plotting library.
 
-Text uses DejaVu Sans (wide Unicode coverage) where one is found: the copy matplotlib ships, or
-the system's; otherwise Pillow's own font.
+Text uses DejaVu Sans (wide Unicode coverage), shipped in watch/fonts/ with its licence, so the
+same attention draws the same pixels on every machine.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import re
 from collections.abc import Sequence
@@ -43,18 +42,13 @@ LUT = np.stack([np.interp(np.linspace(0, 1, 256), np.linspace(0, 1, len(_RAMP)),
                 for c in range(3)], axis=1).round().astype(np.uint8)                   # [256, 3]
 
 
+FONT_FILE = Path(__file__).parent / "fonts" / "DejaVuSans.ttf"
+
+
 @cache
 def font(size: int) -> ImageFont.FreeTypeFont:
-    """DejaVu Sans at `size` pixels: matplotlib's copy (found without importing it), or the
-    system's, else Pillow's built-in font."""
-    spec = importlib.util.find_spec("matplotlib")
-    candidates = [Path(p) / "mpl-data" / "fonts" / "ttf" / "DejaVuSans.ttf"
-                  for p in (spec.submodule_search_locations or [])] if spec else []
-    candidates.append(Path("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf"))
-    for path in candidates:
-        if path.is_file():
-            return ImageFont.truetype(str(path), size)
-    return ImageFont.load_default(size)
+    """DejaVu Sans at `size` pixels."""
+    return ImageFont.truetype(str(FONT_FILE), size)
 
 
 def colours(values: np.ndarray) -> np.ndarray:
