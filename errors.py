@@ -15,6 +15,8 @@ closed by an ssh drop) is dropped instead of raising: training goes on and saves
 `warn` reports a problem that does not stop the run. It raises a `GptwatchWarning` through
 Python's `warnings`, so tests can catch it; under `run_cli` it prints as one line,
 `warning: ...`, on stderr.
+
+`is_out_of_memory` tells a failed allocation from other errors, for the places that allocate a model.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ import warnings
 from collections.abc import Callable
 from contextlib import contextmanager
 from typing import NoReturn
+
+import torch
 
 
 class UserError(Exception):
@@ -60,6 +64,16 @@ class ArgumentParser(argparse.ArgumentParser):
 
 def exit_status(error: UserError) -> int:
     return 2 if isinstance(error, UsageError) else 1
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """Whether `exc` is an allocation that failed (on the CPU or a GPU), which the places that allocate a
+    model turn into one line naming what to lower, rather than a bug's traceback."""
+    if isinstance(exc, MemoryError) or isinstance(exc, getattr(torch, "OutOfMemoryError", ())):
+        return True
+    text = str(exc)
+    return isinstance(exc, RuntimeError) and ("not enough memory" in text or "out of memory" in text
+                                              or "can't allocate memory" in text)
 
 
 def _one_line(text: object) -> str:

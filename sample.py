@@ -17,11 +17,11 @@ import sys
 
 import torch
 
+from checkpoints import load_model
 from data.tokenizer import TokenizerError
 from errors import ArgumentParser, UsageError, run_cli, warn
 from files import read_text, utf8_value
 from interop.parts import TARGETS
-from trainer.checkpoint import load_model
 from trainer.config import DEVICES
 from trainer.runtime import pick_device
 

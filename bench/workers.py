@@ -169,7 +169,7 @@ def sampling(args: dict) -> dict:
     (what sample.py runs) and without; median of `runs` each, alternating."""
     import torch
 
-    from trainer.checkpoint import load_model
+    from checkpoints import load_model
 
     loaded = load_model(args["ckpt"], torch.device("cpu"))
     model, prompt = loaded.model, torch.tensor([loaded.tokenizer.encode(args["prompt"])])

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from checkpoints import Loaded
 from errors import UserError
 from files import cannot, what_stands_at, writable_folder
 from interop import optional
@@ -27,7 +28,6 @@ from interop.huggingface import to_hf_model
 from interop.parts import TARGETS, check_supported
 from interop.transformerlens import is_earlier_export, saved_contents, to_hooked_transformer
 from model.gpt import GPT
-from trainer.checkpoint import Loaded
 
 TOLERANCE = 1e-4            # float32 logits; the tests find about 1e-5
 MARKER = "gptwatch_export.json"  # in every folder `--export hf` writes: what it is, its files, where it came from

@@ -11,8 +11,8 @@ import pytest
 from interop.export import check_hf_path, check_tl_path
 from interop.parts import refusal
 from model.gpt import GPTConfig
-from tests.checkpoints import make_checkpoint
 from tests.cli import ROOT, one_line, run_sample
+from tests.random_checkpoints import make_checkpoint
 
 HEAVY = ("transformer_lens", "transformers", "tokenizers")
 

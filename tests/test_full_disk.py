@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from checkpoints import load_checkpoint
 from tests.cli import ROOT, one_line, run_train, tiny_args
-from trainer.checkpoint import load_checkpoint
 
 
 @pytest.fixture

@@ -249,8 +249,8 @@ def test_mean_ablation_puts_each_heads_mean_output_in_its_place():
 # --- the watch: one forward per probe set at each watch point ------------------------------------------
 
 def test_a_watch_point_runs_one_forward_per_probe_set(trained, monkeypatch, tmp_path):
+    from checkpoints import load_model
     from model.gpt import GPT
-    from trainer.checkpoint import load_model
     from watch.callback import AttentionWatch
 
     loaded = load_model(trained.char, torch.device("cpu"))

@@ -10,11 +10,11 @@ import pytest
 import torch
 from conftest import require_gpt2, shared_file
 
+from checkpoints import load_model
 from data.tokenizer import EOT, TokenizerError
 from interop.export import MARKER
-from tests.checkpoints import KINDS, make_checkpoint
 from tests.cli import TEXT, one_line, run_sample
-from trainer.checkpoint import load_model
+from tests.random_checkpoints import KINDS, make_checkpoint
 
 transformers = pytest.importorskip(
     "transformers", reason="transformers is optional: pip install -r requirements-interop.txt to test this")

@@ -1,18 +1,18 @@
 """TransformerLens: `sample.py --export tl` and `to_hooked_transformer` give a HookedTransformer that
 computes the same function: logits within 1e-4, every layer's `hook_pattern` within 1e-5, and the
 head-type scores read from its cache within 1e-5 of gptwatch's own. Every checkpoint kind exports
-(tests/checkpoints.py: both architectures, biases or none, char and BPE), and so do trained ones."""
+(tests/random_checkpoints.py: both architectures, biases or none, char and BPE), and so do trained ones."""
 
 import pytest
 import torch
 from conftest import require_gpt2
 
+from checkpoints import load_model
 from data.tokenizer import CharTokenizer
 from interop.optional import quiet_deprecation
 from interop.transformerlens import to_hooked_transformer
-from tests.checkpoints import KINDS, make_checkpoint
 from tests.cli import TEXT, run_sample
-from trainer.checkpoint import load_model
+from tests.random_checkpoints import KINDS, make_checkpoint
 from watch.capture import capture_attention, capture_from_patterns
 from watch.headtypes import head_types
 from watch.pipeline import read, score, untrained_like
@@ -31,7 +31,8 @@ SOURCES = [*KINDS, "trained-char", "trained-bpe"]
 
 @pytest.fixture
 def checkpoint(request, tmp_path):
-    """The folder of the checkpoint a test's `source` names: made (tests/checkpoints.py) or trained (conftest)."""
+    """The folder of the checkpoint a test's `source` names: made (tests/random_checkpoints.py) or trained
+    (conftest)."""
     source = request.param
     if source in KINDS:
         if KINDS[source][1] == "gpt2":

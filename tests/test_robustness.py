@@ -21,13 +21,14 @@ import pytest
 import torch
 from conftest import Trained
 
+from checkpoints import FORMAT, FORMAT_VERSION, CheckpointError, load_checkpoint
 from data.batches import Batches
 from errors import UserError
 from model import GPT
 from tests.cli import ROOT, TEXT, one_line, run, run_train, tiny_args
 from trainer import checkpoint as ckpt_mod
 from trainer import optim, runtime
-from trainer.checkpoint import FORMAT, FORMAT_VERSION, CheckpointError, load_checkpoint, save_checkpoint
+from trainer.checkpoint import save_checkpoint
 from trainer.config import load_config
 from trainer.trainer import FitResult, Trainer
 
@@ -478,7 +479,7 @@ def _edit(trained: Trained, folder: Path, change) -> Path:
     (lambda p: p.update(tokenizer={"name": "gpt2", "kept_ids": [10**9]}), "holds no usable tokenizer"),
 ])
 def test_a_checkpoint_whose_parts_do_not_fit_is_refused_before_use(trained, tmp_path, change, words):
-    from trainer.checkpoint import load_model
+    from checkpoints import load_model
 
     path = _edit(trained, tmp_path, change)
     with pytest.raises(CheckpointError) as info:
@@ -493,7 +494,7 @@ def test_a_checkpoint_whose_parts_do_not_fit_is_refused_before_use(trained, tmp_
     (lambda p: p.update(eval_step=2.5), "'eval_step' is not a step"),
 ])
 def test_resuming_needs_more_than_sampling(trained, tmp_path, change, words):
-    from trainer.checkpoint import load_model, validate
+    from checkpoints import load_model, validate
 
     path = _edit(trained, tmp_path, change)
     assert load_model(path, torch.device("cpu")).checkpoint["step"] == 2  # enough to sample from

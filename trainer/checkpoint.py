@@ -1,54 +1,38 @@
-"""Checkpoints: written atomically, read without running any pickled code.
+"""Checkpoints written atomically, and the checks a resumed run makes of the one it continues.
 
-A checkpoint holds only tensors and plain Python values (dicts, lists,
-strings, numbers), so `torch.load(weights_only=True)` can read it: a file from
-the internet cannot execute code on load. It is written to a temporary file
-in the same folder, flushed to disk, then renamed over the old one, so a crash
-at any moment leaves the previous complete checkpoint in place.
+A checkpoint is written to a temporary file in the same folder, flushed to disk, then renamed over
+the old one, so a crash at any moment leaves the previous complete checkpoint in place. Reading one
+(its format, its validation, `load_model`) is the `checkpoints` package's, below the trainer.
 """
 
 from __future__ import annotations
 
 import errno
 import os
-import pickle
-import re
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from data.tokenizer import Tokenizer, TokenizerMetaError, tokenizer_from_meta
+from checkpoints import FORMAT, FORMAT_VERSION, CheckpointError, load_checkpoint, load_weights, validate
+from checkpoints import load_model as load_model  # tools outside the package import it from here
 from errors import UsageError, UserError, warn
 from files import (
-    cannot,
     clear_for_file,
     glob_escape,
     inside_name,
-    regular_file,
     remove_dead_leftovers,
     replace_file,
     writable_folder,
 )
-from model.gpt import GPT, MODEL_FIELDS, GPTConfig
+from model.gpt import GPT, MODEL_FIELDS
 from trainer.config import TrainConfig
-from trainer.resources import is_out_of_memory
-
-FORMAT = "gptwatch-checkpoint"
-FORMAT_VERSION = 1
-ZIP_MAGIC = b"PK\x03\x04"
-
 
 # What a resumed run must share with its checkpoint: the vocabulary is checked through the
 # tokenizer, a smaller block_size just trains on shorter windows, and dropout only acts in training.
 RESUME_MUST_MATCH = tuple(name for name in MODEL_FIELDS if name not in ("vocab_size", "block_size", "dropout"))
-
-
-class CheckpointError(UserError):
-    pass
 
 
 def save_checkpoint(path: str | Path, checkpoint: dict, keep_previous: str | Path | None = None) -> None:
@@ -155,216 +139,6 @@ def _fsync_dir(folder: Path) -> None:
     finally:
         os.close(fd)
 
-
-def checkpoint_path(path: str | Path) -> Path:
-    """The checkpoint file `path` names: itself, or the ckpt.pt in it when it is a folder."""
-    path = Path(path)
-    return path / "ckpt.pt" if path.is_dir() else path
-
-
-def load_checkpoint(path: str | Path) -> dict:
-    """A checkpoint's contents, on the CPU, read without running any pickled code; `CheckpointError`
-    for anything that is not a checkpoint this trainer wrote. Check its structure with `validate`."""
-    path = regular_file(checkpoint_path(path), "checkpoint", "point --out_dir at the folder that holds the "
-                        "ckpt.pt train.py wrote, or train one first (python train.py --out_dir=...)", CheckpointError)
-    try:
-        with path.open("rb") as fh:
-            head = fh.read(len(ZIP_MAGIC))
-    except OSError as exc:
-        raise CheckpointError(f"{cannot('read checkpoint', path, exc)}; check its permissions") from None
-    if not head:
-        raise CheckpointError(f"{path} is empty (0 bytes), perhaps from an interrupted copy; use an earlier "
-                              f"copy or retrain")
-    # torch.save writes a zip archive; anything else (an old-style pickle, text, random bytes) is not ours,
-    # and is refused before any unpickler sees it.
-    if head != ZIP_MAGIC:
-        raise CheckpointError(f"{path} is not a checkpoint written by this trainer (not a PyTorch archive); "
-                              f"give the ckpt.pt that train.py wrote")
-    try:
-        # Always onto the CPU: where the model runs is decided later, so a device that is missing here
-        # can never make a healthy checkpoint look damaged.
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as exc:
-        found = _pickled_object(str(exc))
-        if found is not None:
-            raise CheckpointError(f"refusing {path}: it contains a pickled Python object ({found}), which could "
-                                  f"run code when loaded; only load checkpoints written by this trainer") from None
-        raise CheckpointError(f"{path} is not a readable checkpoint (its pickled data is damaged); it may be "
-                              f"truncated or corrupt: use an earlier copy or retrain") from exc
-    except MemoryError:
-        raise CheckpointError(f"not enough memory to load {path} ({path.stat().st_size:,} bytes); close other "
-                              f"programs or load it on a machine with more memory") from None
-    except Exception as exc:  # a damaged archive surfaces as many types (RuntimeError, OSError, KeyError, ...)
-        raise CheckpointError(f"{path} is not a readable checkpoint; it may be truncated or corrupt: use an "
-                              f"earlier copy or retrain") from exc
-    if not isinstance(checkpoint, dict) or checkpoint.get("format") != FORMAT:
-        raise CheckpointError(f"{path} is not a checkpoint written by this trainer; give the ckpt.pt that "
-                              f"train.py wrote")
-    version = checkpoint.get("format_version")
-    if version != FORMAT_VERSION:
-        raise CheckpointError(f"{path} has checkpoint format version {version}, this trainer reads version "
-                              f"{FORMAT_VERSION}; use the trainer version that wrote it, or retrain")
-    return checkpoint
-
-
-def validate(checkpoint: dict, path: str | Path, *, for_resume: bool = False) -> GPTConfig:
-    """The checkpoint's model config, after checking that everything a model (and, `for_resume`, a
-    resumed run) reads from it is there with the right type; `CheckpointError` naming the first problem."""
-    problem = _structure_problem(checkpoint, for_resume)
-    if problem is None:
-        try:
-            config = GPTConfig(**checkpoint["model_config"])
-        except (TypeError, ValueError) as exc:
-            problem = f"its model_config is invalid ({exc})"
-        else:
-            problem = _shape_problem(config, checkpoint["model"])
-    if problem is not None:
-        raise _unusable(path, problem)
-    # Weights (and, to resume, optimizer moments) that are nan or inf would sample garbage, or make every
-    # resumed step nan: a run that diverged never saves them, so such a file was damaged or made elsewhere.
-    found = _not_finite({"model": checkpoint["model"]}, "") or (
-        _not_finite({"optimizer": checkpoint["optimizer"]}, "") if for_resume else None)
-    if found is not None:
-        raise CheckpointError(f"{path} holds numbers that are not finite ({found}); it comes from a run that "
-                              f"diverged, or is damaged: use an earlier checkpoint (ckpt.prev.pt?) or retrain")
-    return config
-
-
-def _unusable(path: str | Path, problem: str) -> CheckpointError:
-    return CheckpointError(f"{path} is not a usable checkpoint: {problem}; it was not written by this "
-                           f"trainer's train.py, or was edited: use the ckpt.pt that train.py wrote")
-
-
-_RESUME_FIELDS = {"optimizer": dict, "train_config": dict, "rng": dict, "best_val_loss": (float, int),
-                  "run_name": str}
-
-
-def _shape_problem(config: GPTConfig, weights: dict) -> str | None:
-    """Whether `weights` have the sizes that decide every other shape of the model `config`
-    describes: the layer count, the token table (vocabulary x width) and, for gpt2, the position
-    table. Read from the checkpoint's own tensors, so a config describing a model far larger than
-    its weights is refused before anything is allocated; `load_weights` compares every name and
-    shape with the model once it is built."""
-    layers = {name.split(".")[1] for name in weights if name.startswith("blocks.")}
-    if len(layers) != config.n_layer:
-        return f"its model_config says {config.n_layer} layers, its weights hold {len(layers)}"
-    sizes = {"wte.weight": (config.vocab_size, config.n_embd)}
-    if not config.modern:
-        sizes["wpe.weight"] = (config.block_size, config.n_embd)
-    return _mismatch(sizes, {name: tuple(weights[name].shape) for name in sizes if name in weights})
-
-
-def _mismatch(expected: dict[str, tuple], found: dict[str, tuple]) -> str | None:
-    """The first tensor whose shape (or presence) differs, in words; None when all fit."""
-    differ = sorted(set(expected) ^ set(found)) or [name for name in expected if expected[name] != found[name]]
-    if not differ:
-        return None
-    name = differ[0]
-    return (f"its weights do not fit its model_config ({name}: expected {expected.get(name, 'nothing')}, "
-            f"found {found.get(name, 'nothing')})")
-
-
-def _structure_problem(checkpoint: dict, for_resume: bool) -> str | None:
-    weights = checkpoint.get("model")
-    if not isinstance(weights, dict) or not weights or not all(
-            isinstance(k, str) and isinstance(v, torch.Tensor) and v.is_floating_point() for k, v in weights.items()):
-        return "'model' is not a set of named floating-point tensors"
-    config = checkpoint.get("model_config")
-    if not isinstance(config, dict) or set(config) != set(MODEL_FIELDS):
-        return f"'model_config' is missing or does not hold exactly {', '.join(MODEL_FIELDS)}"
-    if not isinstance(checkpoint.get("tokenizer"), dict):
-        return "it has no 'tokenizer'"
-    if type(checkpoint.get("step")) is not int or checkpoint["step"] < 0:
-        return "'step' is not a step count"
-    if not for_resume:
-        return None
-    for key, kind in _RESUME_FIELDS.items():
-        if not isinstance(checkpoint.get(key), kind) or isinstance(checkpoint.get(key), bool):
-            return f"{key!r}, which resuming needs, is missing or not a {getattr(kind, '__name__', 'number')}"
-    rng = checkpoint["rng"]
-    if not all(isinstance(rng.get(k), torch.Tensor) and rng[k].dtype == torch.uint8 for k in ("torch", "batches")):
-        return "'rng' does not hold the random generators' states"
-    if checkpoint.get("eval_step") is not None and type(checkpoint["eval_step"]) is not int:
-        return "'eval_step' is not a step"
-    return None
-
-
-def _not_finite(tensors: dict, where: str) -> str | None:
-    """The first tensor (nested dicts and lists searched) holding nan or inf, in words; None when all are finite."""
-    for name, value in tensors.items():
-        if isinstance(value, dict):
-            found = _not_finite(value, f"{where}{name}.")
-        elif isinstance(value, (list, tuple)):
-            found = _not_finite(dict(enumerate(value)), f"{where}{name}.")
-        elif isinstance(value, torch.Tensor) and value.is_floating_point() and not bool(torch.isfinite(value).all()):
-            bad = int((~torch.isfinite(value)).sum())
-            kinds = "/".join(k for k, f in (("nan", torch.isnan), ("inf", torch.isinf)) if bool(f(value).any()))
-            found = f"{where}{name} holds {bad:,} {kinds} value{'s' if bad > 1 else ''} of {value.numel():,}"
-        else:
-            found = None
-        if found is not None:
-            return found
-    return None
-
-
-def _pickled_object(message: str) -> str | None:
-    """The object torch's weights-only unpickler refused, from its error message; None when it
-    refused for another reason (damaged data)."""
-    match = re.search(r"GLOBAL (\S+)", message)
-    if match:
-        return match.group(1)
-    if "Can only create new object" in message or "call reduce for unrecognized function" in message:
-        return "an object of a class that is not a tensor"
-    return None
-
-
-@dataclass
-class Loaded:
-    """A checkpoint made usable: the model in eval mode on its device, its tokenizer, and the
-    checkpoint's other contents (step, configs, run name)."""
-
-    model: GPT
-    tokenizer: Tokenizer
-    checkpoint: dict
-
-
-def load_model(path: str | Path, device: torch.device) -> Loaded:
-    """The one way from a checkpoint file (or the folder holding ckpt.pt) to a model and its tokenizer."""
-    checkpoint = load_checkpoint(path)
-    path = checkpoint_path(path)  # the file, for messages
-    config = validate(checkpoint, path)
-    try:
-        tokenizer = tokenizer_from_meta(checkpoint["tokenizer"])
-    except TokenizerMetaError as exc:  # others (GPT-2's BPE not loadable here) are not the checkpoint's fault
-        raise CheckpointError(f"{path} holds no usable tokenizer ({exc}); use the ckpt.pt that train.py wrote") \
-            from None
-    if tokenizer.vocab_size != config.vocab_size:
-        raise CheckpointError(f"{path}: its tokenizer has {tokenizer.vocab_size} tokens but its model_config "
-                              f"{config.vocab_size}; use the ckpt.pt that train.py wrote")
-    try:
-        model = GPT(config)
-        load_weights(model, checkpoint["model"], path)
-        model.to(device).eval()
-    except (MemoryError, RuntimeError) as exc:
-        if not is_out_of_memory(exc):
-            raise
-        raise CheckpointError(f"{path}: its model ({config.to_dict()}) does not fit in the memory of {device} "
-                              f"here; use --device=cpu, or a machine with more memory") from None
-    return Loaded(model, tokenizer, checkpoint)
-
-
-def load_weights(model: GPT, weights: dict, path: str | Path) -> None:
-    """`model.load_state_dict(weights)`, with a `CheckpointError` naming the first tensor that does
-    not fit the model."""
-    expected = {name: tuple(t.shape) for name, t in model.state_dict().items()}
-    problem = _mismatch(expected, {name: tuple(t.shape) for name, t in weights.items()})
-    if problem is not None:
-        raise _unusable(path, problem)
-    try:
-        model.load_state_dict(weights)
-    except (KeyError, RuntimeError, TypeError, ValueError) as exc:
-        raise CheckpointError(f"{path}: the saved weights do not fit the saved model_config "
-                              f"({' '.join(str(exc).split())[:200]}); use the ckpt.pt that train.py wrote") from None
 
 
 def restore_training(checkpoint: dict, path: Path, model: GPT, optimizer: Any, batches: Any) -> None:

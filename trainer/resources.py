@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from data.corpora import GENERATED
-from errors import UserError
+from errors import UserError, is_out_of_memory
 from trainer.config import TrainConfig
 
 # Preparing text holds it several times over: the text, the ids as Python ints, then as numpy
@@ -108,14 +108,6 @@ def _keys_to_lower(cfg: TrainConfig, need: dict[str, int]) -> str:
         return f"lower --n_embd (now {cfg.n_embd:,}) or --n_layer (now {cfg.n_layer:,})"
     return (f"lower --batch_size (now {cfg.batch_size:,}), --block_size (now {cfg.block_size:,}) or --n_layer "
             f"(now {cfg.n_layer:,})")
-
-
-def is_out_of_memory(exc: BaseException) -> bool:
-    if isinstance(exc, MemoryError) or isinstance(exc, getattr(torch, "OutOfMemoryError", ())):
-        return True
-    text = str(exc)
-    return isinstance(exc, RuntimeError) and ("not enough memory" in text or "out of memory" in text
-                                              or "can't allocate memory" in text)
 
 
 @contextmanager

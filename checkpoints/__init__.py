@@ -1,0 +1,16 @@
+"""Reading checkpoints, below the trainer: sampling, export, inspection and the benchmarks read weights
+here without importing `trainer`, which writes them (`trainer.checkpoint`) and checks a resume."""
+
+from checkpoints.load import Loaded, load_model
+from checkpoints.read import (
+    FORMAT,
+    FORMAT_VERSION,
+    CheckpointError,
+    checkpoint_path,
+    load_checkpoint,
+    load_weights,
+    validate,
+)
+
+__all__ = ["FORMAT", "FORMAT_VERSION", "CheckpointError", "Loaded", "checkpoint_path", "load_checkpoint",
+           "load_model", "load_weights", "validate"]
