@@ -22,6 +22,7 @@ from data.tokenizer import TokenizerError
 from errors import ArgumentParser, UsageError, run_cli, warn
 from files import read_text, utf8_value
 from interop.parts import TARGETS
+from model.ablation import Ablation
 from trainer.config import DEVICES
 from trainer.runtime import pick_device
 
@@ -164,7 +165,7 @@ def prompt_ids(tokenizer, args: argparse.Namespace, parser: argparse.ArgumentPar
 
 
 def stream_samples(model, tokenizer, ids: list[int], args: argparse.Namespace, device: torch.device,
-                   ablate: dict | None = None) -> None:
+                   ablate: Ablation | None = None) -> None:
     """Prints each sample as it is generated. Only the new tokens are decoded (a long prompt is decoded once),
     and they are held back while they end inside a character: BPE pieces can split one across tokens."""
     generator = torch.Generator(device=device).manual_seed(args.seed)

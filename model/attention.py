@@ -34,9 +34,10 @@ import torch.nn.functional as F
 
 @dataclass(frozen=True)
 class HeadAblation:
-    """Heads removed from one layer. `keep` [n_head] is 1 for a head that stays and 0 for one
-    removed; a removed head's output is replaced by zeros (zero-ablation, `fill` None) or by
-    `fill` [n_head, head_dim], its mean output over some text (mean-ablation)."""
+    """One layer's part of an `Ablation` (model/ablation.py), as `GPT.head_ablations` makes it.
+    `keep` [n_head] is 1 for a head that stays and 0 for one removed; a removed head's output is
+    replaced by zeros (zero-ablation, `fill` None) or by `fill` [n_head, head_dim], its mean output
+    over some text (mean-ablation)."""
 
     keep: torch.Tensor
     fill: torch.Tensor | None = None
@@ -48,20 +49,6 @@ class HeadAblation:
             return out
         removed = (1 - self.keep).view(-1, 1).to(context.dtype)                       # [H, 1]
         return out + (removed * self.fill.to(context.dtype)).unsqueeze(1)          # + [H, 1, head_dim]
-
-
-@dataclass(frozen=True)
-class Ablation:
-    """Heads to remove: `heads` {layer: [head, ...]}. Zero-ablation replaces a removed head's output
-    by zeros; mean-ablation (`means` given: {layer: [n_head, head_dim]}, each head's mean output over
-    some text) by that mean. Wherever a model takes `ablate`, a plain {layer: [heads]} means
-    zero-ablation."""
-
-    heads: dict[int, list[int]]
-    means: dict[int, torch.Tensor] | None = None
-
-
-Ablate = Ablation | dict[int, list[int]]
 
 
 class Rotary(nn.Module):

@@ -23,7 +23,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import model.sampling as sampling
-from model.attention import Ablate, Ablation, HeadAblation, SelfAttention
+from model.ablation import Ablation
+from model.attention import HeadAblation, SelfAttention
 
 ARCHITECTURES = ("gpt2", "modern")
 
@@ -173,7 +174,7 @@ class GPT(nn.Module):
     # --- training, evaluation, watching ------------------------------------------------
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, *,
-                ablate: Ablate | None = None, all_logits: bool = False
+                ablate: Ablation | None = None, all_logits: bool = False
                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """idx [B, T] token ids -> (logits, loss).
 
@@ -191,7 +192,7 @@ class GPT(nn.Module):
             return logits, loss
         return (self.lm_head(x) if all_logits else self.lm_head(x[:, -1:, :])), None
 
-    def forward_with_attention(self, idx: torch.Tensor, *, ablate: Ablate | None = None,
+    def forward_with_attention(self, idx: torch.Tensor, *, ablate: Ablation | None = None,
                                logits_at: torch.Tensor | None = None) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """The readable path through every layer: (logits at every position,
         one attention pattern [batch, head, query_pos, key_pos] per layer). With `logits_at`
@@ -216,19 +217,21 @@ class GPT(nn.Module):
             x = x + self.wpe(torch.arange(T, device=idx.device))
         return self.drop(x)
 
-    def head_ablations(self, ablate: Ablate | None, device: torch.device) -> list[HeadAblation | None]:
+    def head_ablations(self, ablate: Ablation | None, device: torch.device) -> list[HeadAblation | None]:
         """What each layer removes (None: nothing), for `ablate` as `forward` takes it."""
-        if ablate is None:
-            return [None] * self.config.n_layer
-        plan = ablate if isinstance(ablate, Ablation) else Ablation(ablate)
         ablations: list[HeadAblation | None] = [None] * self.config.n_layer
-        for layer, heads in plan.heads.items():
+        if ablate is None:
+            return ablations
+        if not isinstance(ablate, Ablation):
+            raise TypeError(f"ablate takes a model.ablation.Ablation, e.g. Ablation([(1, 0)]) for L1H0; "
+                            f"got {type(ablate).__name__}")
+        for layer, heads in ablate.by_layer().items():
             if not 0 <= layer < self.config.n_layer or any(not 0 <= h < self.config.n_head for h in heads):
                 raise ValueError(f"cannot ablate layer {layer} heads {heads}: the model has "
                                  f"{self.config.n_layer} layers of {self.config.n_head} heads (L0H0 first)")
             keep = torch.ones(self.config.n_head, device=device)
-            keep[list(heads)] = 0.0
-            fill = plan.means[layer].to(device) if plan.means is not None else None
+            keep[heads] = 0.0
+            fill = ablate.means[layer].to(device) if ablate.means is not None else None
             ablations[layer] = HeadAblation(keep, fill)
         return ablations
 

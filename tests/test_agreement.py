@@ -21,7 +21,7 @@ from watch.callback import AttentionWatch
 from watch.capture import capture_from_patterns
 from watch.pipeline import read
 from watch.probesets import AGREEMENT, ProbeSet, ProbeSets, agreement_contexts
-from watch.pronouns import HeadStats, ProbeReport, agreement_stats, most_selective, name_readers
+from watch.pronouns import HeadStats, ProbeReport, agreement_stats, name_readers
 
 WOMEN, MEN = ["ann", "eve", "may"], ["bob", "tim", "ted"]
 PLACES = ["out", "home", "up", "in"]
@@ -128,7 +128,7 @@ def test_most_selective_is_the_best_top1_whatever_its_weight():
 
     heads = {"L0H0": stats("L0H0", 0.6, 0.5), "L1H0": stats("L1H0", 0.2, 0.8), "L1H1": stats("L1H1", 0.3, 0.8)}
     report = ProbeReport(heads, 10, {}, None)
-    assert most_selective(report).name == "L1H1"  # ties on top-1 go to the larger referent weight
+    assert report.most_selective.name == "L1H1"  # ties on top-1 go to the larger referent weight
 
 
 def test_agreement_counts_the_pronoun_the_model_prefers():

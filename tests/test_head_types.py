@@ -12,10 +12,11 @@ import torch
 from conftest import tiny_model
 
 from data.tokenizer import CharTokenizer
-from model.gpt import Ablation
-from watch.ablation import head_means, plan
+from model.ablation import Ablation
+from watch.ablation import head_means, proofs
 from watch.capture import capture_attention, capture_from_patterns
-from watch.headtypes import TYPE_MIN, head_types, positional
+from watch.heads import ablation_for
+from watch.headtypes import TYPE_MIN, positional
 from watch.pipeline import read, score
 from watch.probesets import (
     REPEATED,
@@ -27,6 +28,7 @@ from watch.probesets import (
     repeated_tokens,
     token_pool,
 )
+from watch.reading import read_pass, read_results
 from watch.scores import icl_positions
 
 L = 6  # hand-made repeated sequences: 6 distinct tokens, then the same 6 again
@@ -195,13 +197,17 @@ def test_a_type_needs_its_score_and_three_times_the_untrained_one():
     # Untrained: every head as uniform as can be.
     for name in untrained.heads:
         untrained.heads[name] = torch.full_like(untrained.heads[name], 0.05)
-    kinds = {name: t.kind for name, t in head_types(results, untrained).items()}
-    assert kinds == {"L0H0": "previous_token", "L0H1": "induction", "L0H2": "duplicate_token", "L0H3": "sink",
-                     "L0H4": "current_token", "L0H5": "positional", "L0H6": None}
+
+    def types():
+        return read_results(results, read_results(untrained)).types
+
+    assert {name: t.kind for name, t in types().items()} == {
+        "L0H0": "previous_token", "L0H1": "induction", "L0H2": "duplicate_token", "L0H3": "sink",
+        "L0H4": "current_token", "L0H5": "positional", "L0H6": None}
     untrained.heads["induction"][0, 1] = 0.5          # as high before training: not learned as induction;
-    assert head_types(results, untrained)["L0H1"].kind == "positional"  # on text it looks L - 1 back every time
+    assert types()["L0H1"].kind == "positional"       # on text it looks L - 1 back every time
     results.heads["sink"][0, 3] = TYPE_MIN - 0.01     # below the bar
-    assert head_types(results, untrained)["L0H3"].kind is None
+    assert types()["L0H3"].kind is None
 
 
 # --- ablation ----------------------------------------------------------------------------------------
@@ -212,11 +218,11 @@ def test_removing_a_head_changes_only_what_comes_after_it():
         torch.nn.init.normal_(p, std=0.3)
     sets = ProbeSets({REPEATED: repeated_tokens(range(40), 32, sequences=4)})
     plain = score(model, sets)
-    last = score(model, sets, ablate={1: [0]})      # the last layer: no head's pattern can change
+    last = score(model, sets, ablate=Ablation([(1, 0)]))   # the last layer: no head's pattern can change
     for name, values in plain.heads.items():
         torch.testing.assert_close(values, last.heads[name])
     assert last.numbers["in_context_gain"] != pytest.approx(plain.numbers["in_context_gain"], abs=1e-6)
-    first = score(model, sets, ablate={0: [1]})     # layer 0's own patterns stay; layer 1 sees the change
+    first = score(model, sets, ablate=Ablation([(0, 1)]))  # layer 0's own patterns stay; layer 1 sees the change
     torch.testing.assert_close(first.heads["induction"][0], plain.heads["induction"][0])
     assert not torch.allclose(first.heads["induction"][1], plain.heads["induction"][1])
     assert first.ablated == ["L0H1"]
@@ -237,13 +243,15 @@ def test_mean_ablation_puts_each_heads_mean_output_in_its_place():
         _, weights = attn.forward_with_weights(model.blocks[0].ln_1(x))
         context = weights @ values                                          # [B, H, T, head_dim]
     torch.testing.assert_close(means[0], context.mean(dim=(0, 2)), atol=1e-5, rtol=1e-4)
-    removed = plan(model, ["L0H1"], "mean", means)
-    assert isinstance(removed, Ablation) and removed.heads == {0: [1]} and removed.means is means
-    zero, mean = score(model, ProbeSets({TEXT: text}), plan(model, ["L0H1"])), score(model, ProbeSets({TEXT: text}),
-                                                                                    removed)
-    assert zero.numbers["text_loss"] != pytest.approx(mean.numbers["text_loss"], abs=1e-6)
-    with pytest.raises(ValueError, match="mean-ablation needs"):
-        plan(model, ["L0H1"], "mean")
+    removed = ablation_for(["L0H1"], 2, 2, means)
+    assert removed.heads == ((0, 1),) and removed.mode == "mean" and removed.means is means
+    zero = ablation_for(["L0H1"], 2, 2)
+    assert zero.heads == removed.heads and zero.mode == "zero"
+    sets = ProbeSets({TEXT: text})
+    zero_loss, mean_loss = (score(model, sets, ablation).numbers["text_loss"] for ablation in (zero, removed))
+    assert zero_loss != pytest.approx(mean_loss, abs=1e-6)
+    with pytest.raises(ValueError, match="mean-ablation needs held-out text"):   # sets without the text
+        proofs(model, ProbeSets(), read_pass(model, sets), "mean")
 
 
 # --- the watch: one forward per probe set at each watch point ------------------------------------------

@@ -14,10 +14,10 @@ from interop.transformerlens import to_hooked_transformer
 from tests.cli import TEXT, run_sample
 from tests.random_checkpoints import KINDS, make_checkpoint
 from watch.capture import capture_attention, capture_from_patterns
-from watch.headtypes import head_types
 from watch.pipeline import read, score, untrained_like
 from watch.probesets import REPEATED, ProbeSets, held_out_text, repeated_tokens, token_pool
 from watch.probesets import TEXT as TEXT_SET
+from watch.reading import read_results
 
 transformer_lens = pytest.importorskip(
     "transformer_lens", reason="transformer-lens is optional: pip install -r requirements-interop.txt to test this")
@@ -124,8 +124,8 @@ def test_head_type_scores_from_transformer_lens_patterns_equal_gptwatch(checkpoi
     assert set(theirs.numbers) == set(ours.numbers)
     for name, value in ours.numbers.items():
         assert abs(value - theirs.numbers[name]) < LOGITS_TOL, name
-    untrained = score(untrained_like(model, 0), sets)
-    assert head_types(theirs, untrained) == head_types(ours, untrained)
+    untrained = read_results(score(untrained_like(model, 0), sets))
+    assert read_results(theirs, untrained).types == read_results(ours, untrained).types
 
 
 def test_the_python_entry_point_runs_on_the_model_device_and_keeps_the_tokenizer_ids(tmp_path):

@@ -5,6 +5,7 @@ import torch
 from conftest import tiny_model
 
 from model import GPT, GPTConfig, KVCache, sample_next
+from model.ablation import Ablation
 from model.sampling import decode
 
 
@@ -140,10 +141,12 @@ def test_ablating_a_head_changes_the_output_and_bad_heads_are_named():
     model = tiny_model()
     idx = torch.randint(0, 50, (1, 8))
     plain, _ = model(idx, all_logits=True)
-    ablated, _ = model(idx, all_logits=True, ablate={1: [0]})
+    ablated, _ = model(idx, all_logits=True, ablate=Ablation([(1, 0)]))
     assert not torch.allclose(plain, ablated)
     with pytest.raises(ValueError, match="2 layers of 2 heads"):
-        model(idx, ablate={2: [0]})
+        model(idx, ablate=Ablation([(2, 0)]))
+    with pytest.raises(TypeError, match="takes a model.ablation.Ablation"):
+        model(idx, ablate={1: [0]})
 
 
 def test_config_rejects_impossible_sizes():
@@ -160,7 +163,7 @@ def test_ablated_generation_changes_the_text_and_is_the_same_with_and_without_kv
     for p in model.parameters():
         torch.nn.init.normal_(p, std=0.3)
     prompt = torch.randint(0, 50, (2, 5))
-    ablate = {0: [0, 1], 1: [1]}
+    ablate = Ablation([(0, 0), (0, 1), (1, 1)])
     plain = model.generate(prompt, new_tokens, temperature=0)
     cached = model.generate(prompt, new_tokens, temperature=0, ablate=ablate)
     uncached = model.generate(prompt, new_tokens, temperature=0, ablate=ablate, use_cache=False)
@@ -173,7 +176,7 @@ def test_ablated_cached_decoding_matches_the_ablated_forward_pass():
     for p in model.parameters():
         torch.nn.init.normal_(p, std=0.3)
     tokens = torch.randint(0, 50, (2, 12))
-    ablate = {1: [0]}
+    ablate = Ablation([(1, 0)])
     full, _ = model(tokens, all_logits=True, ablate=ablate)
     cache, masks = KVCache.for_model(model, batch=2), model.head_ablations(ablate, tokens.device)
     with torch.inference_mode():

@@ -14,8 +14,8 @@ from errors import UserError
 from tests.chromium import Browser, find_chromium
 from tests.cli import run_sample, run_train, tiny_args
 from watch.capture import capture_attention
+from watch.heads import focused_head
 from watch.page import DATA_ID, attention_page, sentence_view, write_page
-from watch.report import focused_head
 
 TEXTS = ["the dog saw a cat. it ran.", "a <cat> & \"dog\" </script>"]
 

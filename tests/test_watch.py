@@ -16,15 +16,17 @@ from conftest import tiny_model
 from data.probes import AlignedProbe
 from data.tokenizer import CharTokenizer
 from errors import UserError
+from model.ablation import Ablation
 from model.gpt import GPT
 from watch import capture as capture_module
 from watch.capture import capture_attention, capture_from_patterns, captures
-from watch.heads import ablation_for, head_name, parse_head
+from watch.heads import ablation_for, display_token, head_name, parse_head
 from watch.heatmaps import FUTURE, HeatmapCanvas, SentenceHeatmaps, colours, head_titles, layer_image, save_png
 from watch.pipeline import read, score
 from watch.probesets import PRONOUN, SENTENCES, ProbeSet, ProbeSets, pronoun_probes, sentences
-from watch.pronouns import ContinuationStats, HeadStats, ProbeReport, baselines, probe_report
-from watch.report import display_token, head_table, top_attended
+from watch.pronouns import ContinuationStats, HeadStats, ProbeReport, baselines
+from watch.reading import read_pass, read_results
+from watch.report import head_table, top_attended
 from watch.tensorboard import PRONOUN_CHARTS, log_charts, log_images, log_scores, log_tables
 
 
@@ -61,7 +63,7 @@ def pronoun_set(aligned: list[AlignedProbe]) -> ProbeSet:
 def head_stats(patterns: list[list[torch.Tensor]], aligned: list[AlignedProbe]) -> dict[str, HeadStats]:
     """Every head's pronoun scores, read from a capture made of these hand-built patterns."""
     probes = pronoun_set(aligned)
-    return probe_report(read([capture_from_patterns(probes, patterns)], ProbeSets({PRONOUN: probes}))).heads
+    return read_results(read([capture_from_patterns(probes, patterns)], ProbeSets({PRONOUN: probes}))).pronouns.heads
 
 
 def fake_probes() -> tuple[list[list[torch.Tensor]], list[AlignedProbe]]:
@@ -315,7 +317,7 @@ def test_the_pass_scores_as_the_whole_patterns_do():
     for p in model.parameters():
         torch.nn.init.normal_(p, std=0.3)
     probes = model_probes()
-    report = probe_report(score(model, ProbeSets({PRONOUN: pronoun_set(probes)})))
+    report = read_pass(model, ProbeSets({PRONOUN: pronoun_set(probes)})).pronouns
     whole = head_stats(capture_attention(model, [item.ids for item in probes]), probes)
     for name, stats in report.heads.items():
         for key in ("referent", "distractor", "top1", "referent_no_sink", "distractor_no_sink", "top1_no_sink"):
@@ -326,7 +328,7 @@ def test_continuation_accuracy_and_ablation():
     model = tiny_model(vocab_size=32)
     probes = model_probes()
     sets = ProbeSets({PRONOUN: pronoun_set(probes)})
-    plain = probe_report(score(model, sets))
+    plain = read_pass(model, sets).pronouns
     assert plain.n_probes == 5 and plain.continuation.n == 4 and plain.ablated == []
 
     # Continuation accuracy counts argmax hits among the probes that have a continuation.
@@ -335,15 +337,15 @@ def test_continuation_accuracy_and_ablation():
     hits = sum(int(row.argmax()) in item.continuation_ids for item, row in zip(probes, rows, strict=False))
     assert plain.continuation_accuracy == hits / 4
 
-    ablated = probe_report(score(model, sets, ablate={0: [1]}))
+    ablated = read_pass(model, sets, ablate=Ablation([(0, 1)])).pronouns
     assert ablated.ablated == ["L0H1"]
     # Layer 0's own patterns are computed before the ablated output; layer 1 sees the change.
     assert ablated.heads["L0H1"].referent == pytest.approx(plain.heads["L0H1"].referent)
     assert ablated.heads["L1H0"].referent != pytest.approx(plain.heads["L1H0"].referent, abs=1e-7, rel=0)
     assert ablated.continuation.logit_diff != pytest.approx(plain.continuation.logit_diff, abs=1e-7, rel=0)
-    assert ablation_for(["L0H1"], 2, 2) == {0: [1]}
+    assert ablation_for(["L0H1"], 2, 2) == Ablation([(0, 1)]) and ablation_for([], 2, 2) is None
     with pytest.raises(ValueError):
-        score(model, sets, ablate={2: [0]})
+        score(model, sets, ablate=Ablation([(2, 0)]))
 
 
 # --- heatmaps ----------------------------------------------------------------------------------
@@ -472,13 +474,13 @@ def test_a_pass_is_written_as_scalars_images_and_text(tmp_path):
     sets = ProbeSets({PRONOUN: pronoun_set([probe])})
     with pytest.warns(UserWarning, match="not watching"):
         sets.add(SENTENCES, sentences([text, "a dog? no!"], tokenizer, 32))
-    results = score(model, sets)
+    reading = read_pass(model, sets)
+    results, report = reading.results, reading.pronouns
     assert results.forwards == 2 and len(results.patterns) == 1
-    report = probe_report(results)
 
     writer = SummaryWriter(str(tmp_path))
-    log_scores(writer, 7, results)
-    log_tables(writer, 7, results, None, {})
+    log_scores(writer, 7, reading)
+    log_tables(writer, 7, reading)
     best = (report.best.name, report.best.layer, report.best.head, "best")
     log_images(writer, 7, SentenceHeatmaps().images(7, [text], [tokenizer.token_strings(ids)], results.patterns,
                                                     best))
@@ -508,10 +510,10 @@ def test_custom_scalars_put_every_head_on_one_chart(tmp_path):
 
     patterns, aligned = fake_probes()
     probes = pronoun_set(aligned)
-    results = read([capture_from_patterns(probes, patterns)], ProbeSets({PRONOUN: probes}))
+    reading = read_results(read([capture_from_patterns(probes, patterns)], ProbeSets({PRONOUN: probes})))
     writer = SummaryWriter(str(tmp_path))
     log_charts(writer, pronouns=True, types=False)
-    log_scores(writer, 5, results)
+    log_scores(writer, 5, reading)
     for tag in ("loss/train", "loss/val", "loss/train_eval", "probes/agreement_accuracy"):
         writer.add_scalar(tag, 1.0, 5)
     writer.close()
@@ -552,7 +554,7 @@ def test_parse_head_accepts_names():
     assert parse_head("L1H2") == (1, 2)
     assert parse_head(" l0h3 ", n_layer=1, n_head=4) == (0, 3)
     assert parse_head(head_name(11, 7)) == (11, 7)
-    assert ablation_for(["L1H0", (0, 1), "l1h0"], 2, 2) == {0: [1], 1: [0]}
+    assert ablation_for(["L1H0", (0, 1), "l1h0"], 2, 2) == Ablation([(0, 1), (1, 0)])
 
 
 @pytest.mark.parametrize("bad", ["1.2", "L1", "H1L2", "", "L1H2x", "layer1head2"])

@@ -53,19 +53,11 @@ from errors import UsageError, UserError, run_cli  # noqa: E402
 from files import NotParsed, parse_json  # noqa: E402
 from watch.ablation import AblationResult, ablated, agreement_ablations  # noqa: E402
 from watch.capture import captures, evaluating  # noqa: E402
-from watch.heads import ablation_for  # noqa: E402
-from watch.pipeline import Results, score, untrained_like  # noqa: E402
+from watch.pipeline import untrained_like  # noqa: E402
 from watch.probesets import AGREEMENT, PRONOUN, ProbeSet, ProbeSets, agreement_contexts, pronoun_probes  # noqa: E402
-from watch.pronouns import (  # noqa: E402
-    AgreementStats,
-    HeadStats,
-    ProbeReport,
-    agreement_stats,
-    baselines,
-    most_selective,
-    probe_report,
-)
-from watch.report import agreement_lines, best_top1_left, head_table  # noqa: E402
+from watch.pronouns import AgreementStats, HeadStats, ProbeReport, baselines  # noqa: E402
+from watch.reading import Reading, read_pass  # noqa: E402
+from watch.report import agreement_lines, head_table  # noqa: E402
 
 # --- inputs ------------------------------------------------------------------------------------------
 
@@ -110,19 +102,19 @@ def pronoun_set(items: list[AlignedProbe]) -> ProbeSets:
 
 def report_on(model, items: list[AlignedProbe]) -> ProbeReport:
     """The pronoun head table of `items` (their `pronoun_pos` is the query row read)."""
-    return probe_report(score(model, pronoun_set(items)))
+    return read_pass(model, pronoun_set(items)).pronouns
 
 
 @dataclass
 class Agreement:
     """Agreement on the single-person contexts, and what removing its heads costs."""
 
-    results: Results
+    reading: Reading
     ablations: list[AblationResult]
 
     @property
     def stats(self) -> AgreementStats:
-        return agreement_stats(self.results)
+        return self.reading.agreement
 
 
 # --- object choice -----------------------------------------------------------------------------------
@@ -153,14 +145,15 @@ def object_items(aligned: list[AlignedProbe], tokenizer: Tokenizer) -> list[dict
     return items
 
 
-def object_choice(model, items: list[dict], ablate: dict | None = None) -> float | None:
-    """Share of object items where the other person's first token outscores the referent's."""
+def object_choice(model, items: list[dict], removed: AblationResult | None = None) -> float | None:
+    """Share of object items where the other person's first token outscores the referent's (with `removed`'s
+    heads removed)."""
     if not items:
         return None
     objects = ProbeSet("objects", [item["ids"] for item in items], items,
                        logits_at=[item["continuation_pos"] for item in items])
     wins = 0
-    for capture in captures(model, objects, ablate):
+    for capture in captures(model, objects, removed.ablation if removed is not None else None):
         wins += sum(bool(row[it["other"]] > row[it["same"]]) for it, row in zip(capture.items, capture.logits,
                                                                                 strict=True))
     return wins / len(items)
@@ -281,13 +274,13 @@ def study(model, tokenizer: Tokenizer, files: tuple[Path, Path | None, Path | No
         sets.add(AGREEMENT, agreement_contexts(agreement_path, tokenizer, block))
     meta = probe_meta(probes_path, aligned)
     pred = [predicting(item, tokenizer) for item in aligned]
-    results = score(model, sets)
-    at_pronoun = probe_report(results)
+    reading = read_pass(model, sets)
+    at_pronoun = reading.pronouns
     at_predicting = report_on(model, pred)
     best = at_pronoun.best
-    selective = most_selective(at_pronoun)
+    selective = at_pronoun.most_selective
     contexts = sets.get(AGREEMENT).items if sets.get(AGREEMENT) is not None else []
-    agreement = Agreement(results, agreement_ablations(model, sets, results)) if contexts else None
+    agreement = Agreement(reading, agreement_ablations(model, sets, reading)) if contexts else None
     objects = object_items(aligned, tokenizer)
     result = {
         "probes": str(probes_path), "n_probes": len(aligned), "baselines": baselines(aligned),
@@ -296,23 +289,21 @@ def study(model, tokenizer: Tokenizer, files: tuple[Path, Path | None, Path | No
         "selective_by_family": by_group(model, aligned, meta, selective, "family"),
         "selective_by_gender": by_group(model, aligned, meta, selective, "referent_gender"),
         "object_choice": {"n": len(objects), "accuracy": object_choice(model, objects)},
-        "_results": results,
+        "_reading": reading,
     }
     if heldout_path is not None:
         held = pronoun_probes(heldout_path, tokenizer, block).items
         stats = report_on(model, held)
         result["heldout"] = {"n_probes": len(held), "baselines": baselines(held), "best": stats.heads[best.name],
-                             "selective": stats.heads[selective.name], "own_selective": most_selective(stats)}
+                             "selective": stats.heads[selective.name], "own_selective": stats.most_selective}
     result["more_ablations"], result["object_ablated"] = [], {}
     if agreement is not None:
         done = {tuple(ab.heads) for ab in agreement.ablations}
         chosen = [("best", [best.name]), *(("requested", sorted(heads)) for heads in extra)]
         result["more_ablations"] = [ablated(model, sets, heads, label, label, kinds=(PRONOUN, AGREEMENT))
                                     for label, heads in chosen if tuple(heads) not in done]
-        cfg = model.config
-        result["object_ablated"] = {
-            ab.kind: object_choice(model, objects, ablation_for(ab.heads, cfg.n_layer, cfg.n_head))
-            for ab in [*agreement.ablations, *result["more_ablations"]]}
+        result["object_ablated"] = {ab.kind: object_choice(model, objects, ab)
+                                    for ab in [*agreement.ablations, *result["more_ablations"]]}
     if residual:
         result["residual"] = residual_study(model, aligned, pred, meta, contexts)
     if init_seeds:
@@ -352,10 +343,10 @@ def format_report(title: str, r: dict, limit: int | None) -> str:
         out.append(f"object choice ({o['n']} contexts such as '..., and she hugged'): the other person preferred to "
                    f"the referent in {_pct(o['accuracy'])} (position heuristics 50%)")
     if r["agreement"] is not None:
-        out.append(agreement_lines(r["agreement"].results, r["agreement"].ablations))
+        out.append(agreement_lines(r["agreement"].reading, r["agreement"].ablations))
         base = r["agreement"].stats.accuracy
         for ab in r["more_ablations"]:
-            after, top1 = agreement_stats(ab.results).accuracy, best_top1_left(ab)
+            after, top1 = ab.reading.agreement.accuracy, ab.best_top1_left
             out.append(f"ablating {', '.join(ab.heads)} ({ab.label}): agreement {after:.3f} "
                        f"({100 * (after - base):+.1f} points); best top-1 left {_pct(top1)} "
                        f"({100 * (top1 - s.top1):+.1f} points)")
@@ -393,7 +384,7 @@ def summary_row(name: str, step: int, val: float, r: dict) -> str:
     agree = f"{_pct(accuracy)} ({_pct(mention.get('first'))} / {_pct(mention.get('second'))})" if a else "-"
 
     def without(ab: AblationResult) -> float:
-        return 100 * (agreement_stats(ab.results).accuracy - accuracy)
+        return 100 * (ab.reading.agreement.accuracy - accuracy)
 
     cells = [name, str(step), f"{val:.3f}", f"{b.name} {b.referent:.2f} / {b.distractor:.2f}, {_pct(b.top1)}",
              f"{s.name} {s.referent:.2f} / {s.distractor:.2f}, {_pct(s.top1)}",
@@ -401,7 +392,7 @@ def summary_row(name: str, step: int, val: float, r: dict) -> str:
              f"{held.referent:.2f}, {_pct(held.top1)}" if held else "-",
              agree,
              _pct(r["object_choice"]["accuracy"]),
-             f"{100 * (best_top1_left(sel) - s.top1):+.1f} / {without(sel):+.1f}" if sel else "-",
+             f"{100 * (sel.best_top1_left - s.top1):+.1f} / {without(sel):+.1f}" if sel else "-",
              f"{', '.join(readers.heads)}: {without(readers):+.1f}" if readers else "-"]
     return "| " + " | ".join(cells) + " |"
 
@@ -411,12 +402,12 @@ def to_json(value: object) -> object:
     if isinstance(value, ProbeReport | HeadStats):
         return value.to_dict()
     if isinstance(value, Agreement):
-        return {"agreement": to_json(value.stats), "reading": value.results.per_head("name_reading"),
+        return {"agreement": to_json(value.stats), "reading": value.reading.results.per_head("name_reading"),
                 "ablations": [to_json(ab) for ab in value.ablations]}
     if isinstance(value, AblationResult):
-        after = agreement_stats(value.results)
+        after = value.reading.agreement
         return {"label": value.label, "heads": value.heads, "kind": value.kind, "mode": value.mode,
-                "agreement": after.accuracy if after else None, "top1": best_top1_left(value)}
+                "agreement": after.accuracy if after else None, "top1": value.best_top1_left}
     if isinstance(value, AgreementStats):
         return to_json(vars(value))
     if isinstance(value, dict):
@@ -464,9 +455,9 @@ def main(argv: list[str]) -> int:
         if writer is not None:
             from watch.tensorboard import log_agreement, log_scores
 
-            log_scores(writer, step, r["_results"])
+            log_scores(writer, step, r["_reading"])
             if r["agreement"] is not None:
-                log_agreement(writer, step, r["agreement"].results, r["agreement"].ablations)
+                log_agreement(writer, step, r["agreement"].reading, r["agreement"].ablations)
     if writer is not None:
         writer.close()
     print(SUMMARY + "\n" + "\n".join(rows))

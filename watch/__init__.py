@@ -1,5 +1,6 @@
 """Watching attention. One pass (`pipeline`) captures each probe set once and reads every score;
-everything else reads its results. Each module has one job:
+what the scores say is read once from its results (`reading`), and everything else reads that.
+Each module has one job:
 
 - `probesets`: what the model is run on (pronoun probes, agreement contexts, repeated random
   tokens, held-out text, watched sentences), each checked against the block once;
@@ -7,8 +8,10 @@ everything else reads its results. Each module has one job:
   `[batch, head, query_pos, key_pos]` per layer and the logits the set reads;
 - `scores`: every score, a registered function of a capture; `pipeline`: the pass and its results;
 - `headtypes`: what kind of head each head became, against the untrained model;
-- `pronouns`: the pronoun head table and agreement; `ablation`: zero- and mean-ablation, proofs;
-- `heads`: head names ("L1H3") and ablation sets;
+- `pronouns`: the pronoun head table and agreement;
+- `reading`: a pass read once (its pronoun table, agreement and head types), for every reader;
+- `ablation`: what removing heads costs (zero- and mean-ablation), proof by ablation;
+- `heads`: head names ("L1H3"), the heads to remove by name, and token labels for every view;
 - `report`: the tables and lines, for a terminal or as Markdown;
 - `heatmaps`: labelled heatmaps; `tensorboard`: all of it in TensorBoard, with the Custom
   Scalars charts that put every head on one axis;
@@ -17,5 +20,5 @@ everything else reads its results. Each module has one job:
 - `inspect_cli`: `sample.py --attention` (heatmaps, or the page with `--html`), `--probes`, `--heads`.
 
 Nothing is imported here, so importing one module (say `watch.heads` for plain sampling) pulls
-in nothing else.
+in no other module of the package.
 """

@@ -1,4 +1,5 @@
-"""Proof by ablation: remove heads and see what the model loses.
+"""Proof by ablation: remove heads and see what the model loses. Which heads are removed and what
+replaces them is an `Ablation` (model/ablation.py); what removing them cost is an `AblationResult`.
 
 Two ways to remove a head:
 - zero-ablation (the default): its output becomes zero. Nothing but the model is needed, so it
@@ -24,13 +25,12 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-from model.gpt import Ablation
+from model.ablation import Ablation
 from watch.capture import evaluating
 from watch.heads import ablation_for, head_name
-from watch.headtypes import TYPE_SETS, TYPES, HeadType, heads_of, type_scores
-from watch.pipeline import Results, score
+from watch.headtypes import TYPE_SETS, TYPES, heads_of
 from watch.probesets import AGREEMENT, PRONOUN, REPEATED, TEXT, ProbeSet, ProbeSets
-from watch.pronouns import most_selective, name_readers, probe_report
+from watch.reading import Reading, read_pass
 
 MODES = ("zero", "mean")
 DEFAULT_MODE = "zero"
@@ -63,59 +63,64 @@ def head_means(model: nn.Module, text: ProbeSet) -> dict[int, torch.Tensor]:
     return {layer: (total / count).float() for layer, total in sums.items()}
 
 
-def plan(model: nn.Module, heads: Sequence[str], mode: str = DEFAULT_MODE,
-         means: dict[int, torch.Tensor] | None = None) -> Ablation:
-    """The ablation that removes `heads` ("L1H3", ...) the `mode` way (mean: `means` needed)."""
-    if mode not in MODES:
-        raise ValueError(f"ablation mode must be one of {', '.join(MODES)}; got {mode!r}")
-    if mode == "mean" and means is None:
-        raise ValueError("mean-ablation needs the heads' mean outputs (head_means of held-out text)")
-    cfg = model.config
-    return Ablation(ablation_for(heads, cfg.n_layer, cfg.n_head), means if mode == "mean" else None)
-
-
-@dataclass
+@dataclass(frozen=True)
 class AblationResult:
-    """The model with `heads` removed (`label` says why these), and what one pass then found."""
+    """What removing heads cost: `heads` (as chosen, in that order; `label` says which) removed the
+    `ablation` way, chosen as `kind` (a head type, "pronoun", "most_selective", "name_readers"), and
+    the reading of one pass without them."""
 
-    label: str
     heads: list[str]
-    kind: str                   # what they were chosen as: a head type, "pronoun", "most_selective", "name_readers"
-    mode: str
-    results: Results
+    label: str
+    kind: str
+    ablation: Ablation
+    reading: Reading
+
+    @property
+    def mode(self) -> str:
+        return self.ablation.mode
+
+    @property
+    def best_top1_left(self) -> float | None:
+        """The best top-1 on the pronoun probes among the heads left in place (None without the probes)."""
+        report = self.reading.pronouns
+        if report is None:
+            return None
+        left = [s.top1 for name, s in report.heads.items() if name not in self.heads and s.top1 is not None]
+        return max(left) if left else None
 
 
 def ablated(model: nn.Module, sets: ProbeSets, heads: Sequence[str], label: str, kind: str,
-            mode: str = DEFAULT_MODE, means: dict[int, torch.Tensor] | None = None,
+            means: dict[int, torch.Tensor] | None = None,
             kinds: tuple[str, ...] = (PRONOUN, AGREEMENT, REPEATED, TEXT)) -> AblationResult:
-    """One pass over `sets` (their `kinds` only) with `heads` removed."""
-    results = score(model, sets, plan(model, heads, mode, means), kinds=kinds)
-    return AblationResult(label, list(heads), kind, mode, results)
+    """One pass over `sets` (their `kinds` only) with `heads` removed: zero-ablation, or mean-ablation with `means`."""
+    cfg = model.config
+    ablation = ablation_for(heads, cfg.n_layer, cfg.n_head, means)
+    return AblationResult(list(heads), label, kind, ablation, read_pass(model, sets, ablate=ablation, kinds=kinds))
 
 
-def proofs(model: nn.Module, sets: ProbeSets, results: Results, types: dict[str, HeadType],
-           mode: str = DEFAULT_MODE) -> list[AblationResult]:
+def proofs(model: nn.Module, sets: ProbeSets, reading: Reading, mode: str = DEFAULT_MODE) -> list[AblationResult]:
     """Every typed head removed alone; for each type a head has, the two heads with the highest
     score of that type together, typed or not (the pair a circuit is often split across), and all
     the heads of the type when there are more than two; and the best pronoun head."""
+    if mode not in MODES:
+        raise ValueError(f"ablation mode must be one of {', '.join(MODES)}; got {mode!r}")
     means = head_means(model, sets.get(TEXT)) if mode == "mean" and sets.get(TEXT) is not None else None
     if mode == "mean" and means is None:
         raise ValueError("mean-ablation needs held-out text; use zero-ablation")
     out = []
-    scores = type_scores(results)
     for kind in TYPES:
-        heads = heads_of(types, kind)
+        heads = heads_of(reading.types, kind)
         if not heads:
             continue
         groups = [([head], head) for head in heads]
-        groups.append((top_heads(scores[kind], 2), "top two by score"))
+        groups.append((top_heads(reading.type_scores[kind], 2), "top two by score"))
         if len(heads) > 2:
             groups.append((heads, f"all {len(heads)}"))
         for group, label in groups:   # what they cost is read on the sets the types are measured on
-            out.append(ablated(model, sets, group, label, kind, mode, means, kinds=TYPE_SETS))
-    report = probe_report(results)
-    if report is not None:
-        out.append(ablated(model, sets, [report.best.name], report.best.name, "pronoun", mode, means))
+            out.append(ablated(model, sets, group, label, kind, means, kinds=TYPE_SETS))
+    if reading.pronouns is not None:
+        best = reading.pronouns.best.name
+        out.append(ablated(model, sets, [best], best, "pronoun", means))
     return out
 
 
@@ -126,13 +131,12 @@ def top_heads(scores: torch.Tensor, count: int) -> list[str]:
     return [head_name(int(i) // scores.shape[1], int(i) % scores.shape[1]) for i in order]
 
 
-def agreement_ablations(model: nn.Module, sets: ProbeSets, results: Results) -> list[AblationResult]:
+def agreement_ablations(model: nn.Module, sets: ProbeSets, reading: Reading) -> list[AblationResult]:
     """With agreement contexts: the most selective head on the pronoun probes removed, then the heads
     that read the name (zero-ablation)."""
     if AGREEMENT not in sets.sets:
         return []
-    report = probe_report(results)
-    choices = [("most_selective", [most_selective(report).name] if report else []),
-               ("name_readers", name_readers(results.per_head("name_reading")))]
+    choices = [("most_selective", [reading.pronouns.most_selective.name] if reading.pronouns else []),
+               ("name_readers", reading.name_readers)]
     return [ablated(model, sets, heads, ", ".join(heads), kind, kinds=(PRONOUN, AGREEMENT))
             for kind, heads in choices if heads]

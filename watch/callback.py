@@ -20,21 +20,14 @@ from typing import Any
 
 from errors import UserError, warn
 from watch.ablation import DEFAULT_MODE, AblationResult, agreement_ablations, proofs
-from watch.headtypes import TYPE_SETS, HeadType, head_labels, head_types
+from watch.heads import last_pronoun_pos
+from watch.headtypes import TYPE_SETS, head_labels
 from watch.heatmaps import SentenceHeatmaps
 from watch.page import SentenceView, attention_page, sentence_view, write_page
-from watch.pipeline import Results, score, untrained_like
+from watch.pipeline import untrained_like
 from watch.probesets import AGREEMENT, PRONOUN, SENTENCES, ProbeSets, watch_sets
-from watch.pronouns import agreement_stats, most_selective, probe_report
-from watch.report import (
-    ablation_line,
-    agreement_lines,
-    best_top1_left,
-    head_table,
-    last_pronoun_pos,
-    top_attended,
-    type_report,
-)
+from watch.reading import Reading, read_pass
+from watch.report import ablation_line, agreement_lines, head_table, top_attended, type_report
 from watch.tensorboard import log_charts, log_evaluation, log_scores
 
 WATCHED = (PRONOUN, AGREEMENT, *TYPE_SETS)   # the probe sets scored at every watch point
@@ -54,9 +47,9 @@ class AttentionWatch:
         self.ablation = ablation
         self.sets = ProbeSets()
         self.tokenizer = None
-        self.untrained: Results | None = None
+        self.untrained: Reading | None = None
         self.heatmaps = SentenceHeatmaps()
-        self.last: tuple[int, Results, list[AblationResult]] | None = None  # the latest evaluation's
+        self.last: tuple[int, Reading, list[AblationResult]] | None = None  # the latest evaluation's
 
     def on_fit_start(self, trainer: Any) -> None:
         """The probe sets, made once; the untrained model's scores (the same config from the run's
@@ -67,110 +60,104 @@ class AttentionWatch:
                                train_tokens=data.tokens("train") if data is not None else None,
                                text=data.tokens("val") if data is not None else None,
                                probes=self.probes, agreement=self.agreement, texts=self.texts)
-        self.untrained = score(untrained_like(model, trainer.cfg.seed), self.sets, kinds=TYPE_SETS)
+        self.untrained = read_pass(untrained_like(model, trainer.cfg.seed), self.sets, kinds=TYPE_SETS)
         log_charts(self.writer, pronouns=PRONOUN in self.sets.sets,
                    types=any(kind in self.sets.sets for kind in TYPE_SETS))
 
     def on_watch(self, trainer: Any, step: int) -> None:
-        log_scores(self.writer, step, score(trainer.model, self.sets, kinds=WATCHED))
+        log_scores(self.writer, step, read_pass(trainer.model, self.sets, kinds=WATCHED))
 
     def on_evaluate(self, trainer: Any, evaluation: Any) -> None:
         step = evaluation.step
-        results = score(trainer.model, self.sets)
-        ablations = agreement_ablations(trainer.model, self.sets, results)
-        self.last = (step, results, ablations)
+        reading = read_pass(trainer.model, self.sets, untrained=self.untrained)
+        ablations = agreement_ablations(trainer.model, self.sets, reading)
+        self.last = (step, reading, ablations)
         images = []
         sentences = self.sets.get(SENTENCES)
-        if sentences is not None and results.patterns:
+        if sentences is not None and reading.results.patterns:
             tokens = [self.tokenizer.token_strings(ids) for ids in sentences.ids]
-            images = self.heatmaps.images(step, sentences.items, tokens, results.patterns, self._best(results),
+            best = None   # the best pronoun head, drawn alone
+            if reading.pronouns is not None:
+                head = reading.pronouns.best
+                best = (head.name, head.layer, head.head, f"best head {head.name} (referent {head.referent:.2f})")
+            images = self.heatmaps.images(step, sentences.items, tokens, reading.results.patterns, best,
                                           self._pronoun_rows())
-        log_evaluation(self.writer, step, results, self.untrained, self.types(results), ablations, images)
-
-    def types(self, results: Results) -> dict[str, HeadType]:
-        return head_types(results, self.untrained) if any(k in results.sets.sets for k in TYPE_SETS) else {}
+        log_evaluation(self.writer, step, reading, ablations, images)
 
     def on_fit_end(self, trainer: Any, result: Any) -> None:
         if not result.completed:
             return
-        fresh = self.last is not None and self.last[0] == result.step
-        results, ablations = (self.last[1], self.last[2]) if fresh else (score(trainer.model, self.sets), None)
-        if ablations is None:
-            ablations = agreement_ablations(trainer.model, self.sets, results)
-        result.metrics.update(self.report(trainer.model, results, ablations))
-        if self.page is not None and results.patterns:
+        if self.last is not None and self.last[0] == result.step:
+            reading, ablations = self.last[1], self.last[2]
+        else:
+            reading = read_pass(trainer.model, self.sets, untrained=self.untrained)
+            ablations = agreement_ablations(trainer.model, self.sets, reading)
+        result.metrics.update(self.report(trainer.model, reading, ablations))
+        if self.page is not None and reading.results.patterns:
             try:
                 result.files["attention page"] = write_page(self.page, attention_page(
-                    self.views(results), f"Attention at step {result.step}: {self.page.parent}",
-                    head_labels(self.types(results))))
+                    self.views(reading), f"Attention at step {result.step}: {self.page.parent}",
+                    head_labels(reading.types)))
             except UserError as exc:
                 warn(f"no attention page: {exc}")
 
     # --- the report at the end ------------------------------------------------------------------
 
-    def report(self, model: Any, results: Results, agreement: list[AblationResult]) -> dict[str, float]:
+    def report(self, model: Any, reading: Reading, agreement: list[AblationResult]) -> dict[str, float]:
         """Prints the head report; returns its numbers, named for TensorBoard's HParams."""
         metrics: dict[str, float] = {}
-        types = self.types(results)
-        found = proofs(model, self.sets, results, types, self.ablation)
-        report = probe_report(results)
+        found = proofs(model, self.sets, reading, self.ablation)
+        report = reading.pronouns
         if report is not None:
             best = report.best
             print(f"\nattention on {report.n_probes} held-out probes (pronoun -> referent):")
             print(head_table(report))
             removed = next((p for p in found if p.kind == "pronoun"), None)
             base = report.continuation_accuracy
-            after = removed.results.numbers.get("continuation_accuracy") if removed is not None else None
+            after = removed.reading.results.numbers.get("continuation_accuracy") if removed is not None else None
             if base is not None and after is not None:
                 print(ablation_line(base, after, [best.name]))
                 metrics.update({"hparam/continuation_accuracy": base, "hparam/continuation_accuracy_ablated": after})
             metrics.update({"hparam/best_head_referent": best.referent, "hparam/best_head_top1": best.top1})
-        for view in self.views(results):
+        for view in self.views(reading):
             query = last_pronoun_pos(view.tokens)
             if query is None:
                 continue
             layer = view.best[0] if report is not None else len(view.patterns) - 1
             print(f"\n{view.text!r}: where {view.tokens[query].strip()!r} looks, layer {layer}:")
             print(top_attended(view.patterns[layer], view.tokens, query, k=3, layer=layer))
-        if agreement_stats(results) is not None:
-            print("\n" + agreement_lines(results, agreement))
-            metrics.update(agreement_metrics(results, agreement))
-        if types:
+        if reading.agreement is not None:
+            print("\n" + agreement_lines(reading, agreement))
+            metrics.update(agreement_metrics(reading, agreement))
+        if reading.types:
             about = "; ".join(s.about for kind, s in self.sets.sets.items() if kind in TYPE_SETS)
             print(f"\nhead types ({about}); the untrained model's scores in brackets:")
-            print(type_report(results, self.untrained, types, list(self.sets.missing.values()),
-                              [p for p in found if p.kind != "pronoun"]))
-            metrics.update(type_metrics(results))
+            print(type_report(reading, list(self.sets.missing.values()), [p for p in found if p.kind != "pronoun"]))
+            metrics.update(type_metrics(reading))
         return metrics
 
-    def views(self, results: Results) -> list[SentenceView]:
+    def views(self, reading: Reading) -> list[SentenceView]:
         """The watched sentences with their patterns, for the page, the best pronoun head marked."""
         sentences = self.sets.get(SENTENCES)
         if sentences is None:
             return []
-        report = probe_report(results)
+        report = reading.pronouns
         views = []
-        for text, ids, patterns in zip(sentences.items, sentences.ids, results.patterns, strict=True):
+        for text, ids, patterns in zip(sentences.items, sentences.ids, reading.results.patterns, strict=True):
             marked = {} if report is None else {"best": (report.best.layer, report.best.head), "note": (
                 f"best head on {report.n_probes} probes (referent {report.best.referent:.2f}, "
                 f"top-1 {100 * report.best.top1:.0f}%)")}
             views.append(sentence_view(text, self.tokenizer.token_strings(ids), patterns, **marked))
         return views
 
-    def _best(self, results: Results) -> tuple[str, int, int, str] | None:
-        report = probe_report(results)
-        if report is None:
-            return None
-        best = report.best
-        return best.name, best.layer, best.head, f"best head {best.name} (referent {best.referent:.2f})"
-
     def _pronoun_rows(self) -> dict[str, int]:
         probes = self.sets.get(PRONOUN)
         return {item.probe.text: item.pronoun_pos for item in probes.items} if probes is not None else {}
 
 
-def type_metrics(results: Results) -> dict[str, float]:
+def type_metrics(reading: Reading) -> dict[str, float]:
     """The head-type figures for TensorBoard's HParams: each type's best score and the in-context gain."""
+    results = reading.results
     out = {}
     for kind in ("previous_token", "duplicate_token", "induction"):
         found = results.best(kind)
@@ -182,17 +169,16 @@ def type_metrics(results: Results) -> dict[str, float]:
     return out
 
 
-def agreement_metrics(results: Results, ablations: Sequence[AblationResult]) -> dict[str, float]:
+def agreement_metrics(reading: Reading, ablations: Sequence[AblationResult]) -> dict[str, float]:
     """Agreement and what removing its heads costs, for TensorBoard's HParams."""
-    a = agreement_stats(results)
+    a = reading.agreement
     out = {"hparam/agreement_accuracy": a.accuracy, "hparam/agreement_share": a.share}
     out.update({f"hparam/agreement_accuracy_{m}_mention": v for m, v in a.by_mention.items()})
-    report = probe_report(results)
-    if report is not None:
-        out["hparam/most_selective_top1"] = most_selective(report).top1
+    if reading.pronouns is not None:
+        out["hparam/most_selective_top1"] = reading.pronouns.most_selective.top1
     for ab in ablations:
-        out[f"hparam/agreement_accuracy_without_{ab.kind}"] = agreement_stats(ab.results).accuracy
-        top1 = best_top1_left(ab)
+        out[f"hparam/agreement_accuracy_without_{ab.kind}"] = ab.reading.agreement.accuracy
+        top1 = ab.best_top1_left
         if top1 is not None:
             out[f"hparam/most_selective_top1_without_{ab.kind}"] = top1
     return out

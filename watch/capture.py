@@ -23,7 +23,7 @@ import torch
 import torch.nn as nn
 
 from errors import UserError
-from model.gpt import Ablate
+from model.ablation import Ablation
 from watch.probesets import SENTENCES, ProbeSet
 
 # Attention weights one forward may hold (every layer's [batch, head, T, T]): 128 MB of float32.
@@ -90,7 +90,7 @@ def _batch_size(model: nn.Module, probe_set: ProbeSet) -> int:
     return max(1, BATCH_WEIGHTS // (cfg.n_layer * cfg.n_head * width * width))
 
 
-def captures(model: nn.Module, probe_set: ProbeSet, ablate: Ablate | None = None) -> Iterator[Capture]:
+def captures(model: nn.Module, probe_set: ProbeSet, ablate: Ablation | None = None) -> Iterator[Capture]:
     """The captures of `probe_set`: one forward each, normally one in all (see `BATCH_WEIGHTS`)."""
     if not len(probe_set):
         return
@@ -151,7 +151,7 @@ def capture_from_patterns(probe_set: ProbeSet, patterns: Sequence[Sequence[torch
                    torch.tensor([len(ids) for ids in probe_set.ids]), stacked, read)
 
 
-def capture_attention(model: nn.Module, ids_list: Sequence[Sequence[int]], ablate: Ablate | None = None,
+def capture_attention(model: nn.Module, ids_list: Sequence[Sequence[int]], ablate: Ablation | None = None,
                       *, crop: bool = False) -> list[list[torch.Tensor]]:
     """Every layer's pattern for each sentence: `patterns[sentence][layer]`, a float32 CPU tensor
     [head, query_pos, key_pos]. A sentence longer than block_size raises `UserError`, or with

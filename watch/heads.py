@@ -1,9 +1,16 @@
-"""Head names in TransformerLens's style: "L1H3" is layer 1, head 3, both zero-based."""
+"""Head names in TransformerLens's style ("L1H3" is layer 1, head 3, both zero-based), the heads
+to remove by name, and how every view labels tokens and picks the query and head it shows first.
+Readers (`report`) and drawers (`heatmaps`, `page`) alike take their labels from here."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+import torch
+
+from model.ablation import Ablation
 
 _HEAD = re.compile(r"L(\d+)H(\d+)", re.IGNORECASE)
 _FORM = "L<layer>H<head>, e.g. L1H3 (zero-based)"
@@ -41,18 +48,59 @@ def _range(n_layer: int | None, n_head: int | None) -> str:
     return f"L0H0 to L{last_layer}H{last_head}"
 
 
-def ablation_for(heads: Iterable[str | Head], n_layer: int | None = None,
-                 n_head: int | None = None) -> dict[int, list[int]]:
-    """Head names or (layer, head) pairs -> the `ablate` mapping the model takes ({layer: [heads]})."""
-    ablate: dict[int, list[int]] = {}
-    for item in heads:
-        name = item if isinstance(item, str) else head_name(*item)
-        layer, head = parse_head(name, n_layer, n_head)
-        if head not in ablate.setdefault(layer, []):
-            ablate[layer].append(head)
-    return {layer: sorted(hs) for layer, hs in sorted(ablate.items())}
+def ablation_for(heads: Iterable[str | Head], n_layer: int | None = None, n_head: int | None = None,
+                 means: dict[int, torch.Tensor] | None = None) -> Ablation | None:
+    """Head names or (layer, head) pairs -> the `Ablation` that removes them (mean-ablation with `means`,
+    zero-ablation without); None when no head is named."""
+    pairs = [parse_head(item if isinstance(item, str) else head_name(*item), n_layer, n_head) for item in heads]
+    return Ablation(pairs, means) if pairs else None
 
 
-def ablation_names(ablate: dict[int, list[int]] | None) -> list[str]:
-    """{1: [0, 2]} -> ["L1H0", "L1H2"]: the ablated heads, for reports."""
-    return [head_name(layer, head) for layer, heads in sorted((ablate or {}).items()) for head in sorted(heads)]
+def ablation_names(ablation: Ablation | None) -> list[str]:
+    """The removed heads' names ("L1H0", "L1H2"), for reports."""
+    return [head_name(layer, head) for layer, head in (ablation.heads if ablation is not None else ())]
+
+
+# --- what a view shows --------------------------------------------------------------------------------
+
+PRONOUNS = {"he", "she", "it", "they", "him", "her", "them", "his", "its", "their"}
+
+
+def display_token(token: str, space_mark: str = "·") -> str:
+    """A token as a readable label: GPT-2's leading space becomes a subtle `space_mark`,
+    newlines and tabs are written as escapes, and a token of only spaces stays visible."""
+    text = token.replace("\n", "\\n").replace("\t", "\\t").replace("\r", "\\r")
+    if not text:
+        return "∅"
+    if not text.strip(" "):
+        return "·" * len(text)
+    if text.startswith(" "):
+        text = space_mark + text[1:]
+    return text
+
+
+def last_pronoun_pos(tokens: list[str]) -> int | None:
+    """Index of the last token that is a third-person pronoun, if any."""
+    for i in range(len(tokens) - 1, -1, -1):
+        if re.sub(r"\W", "", tokens[i]).lower() in PRONOUNS:
+            return i
+    return None
+
+
+def default_query(tokens: list[str]) -> int:
+    """The query a sentence is shown from unless one is asked for: its last pronoun, else its last token."""
+    found = last_pronoun_pos(tokens)
+    return len(tokens) - 1 if found is None else found
+
+
+def focused_head(patterns: Sequence[torch.Tensor], query: int) -> tuple[int, int]:
+    """The head whose query row puts the most weight on one earlier token,
+    position 0 and the token itself excluded (they absorb idle attention)."""
+    best, best_weight = (len(patterns) - 1, 0), -1.0
+    for layer, pattern in enumerate(patterns):
+        rows = pattern[:, query, 1:query].numpy() if query > 1 else np.zeros((pattern.shape[0], 1))
+        for head in range(pattern.shape[0]):
+            weight = float(rows[head].max()) if rows.size else 0.0
+            if weight > best_weight:
+                best, best_weight = (layer, head), weight
+    return best

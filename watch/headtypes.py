@@ -38,13 +38,15 @@ def positional(results: Results) -> tuple[torch.Tensor, torch.Tensor] | None:
     return best, torch.tensor(list(POSITIONAL_OFFSETS))[index]
 
 
-def type_scores(results: Results) -> dict[str, torch.Tensor]:
-    """{type: [layer, head]} for the types these results measured."""
+def type_scores(results: Results) -> tuple[dict[str, torch.Tensor], torch.Tensor | None]:
+    """({type: [layer, head]} for the types these results measured, each head's best positional offset
+    [layer, head] or None without held-out text)."""
     out = {name: results.heads[name] for name in TYPES if name in results.heads}
     found = positional(results)
-    if found is not None:
-        out["positional"] = found[0]
-    return out
+    if found is None:
+        return out, None
+    out["positional"] = found[0]
+    return out, found[1]
 
 
 def head_labels(types: dict[str, HeadType]) -> dict[str, str]:
@@ -55,15 +57,16 @@ def head_labels(types: dict[str, HeadType]) -> dict[str, str]:
 @dataclass
 class HeadType:
     name: str                   # "L1H3"
+    layer: int
+    head: int
     kind: str | None            # the type, or None
     score: float | None         # its score, or None
 
 
-def head_types(results: Results, untrained: Results | None) -> dict[str, HeadType]:
-    """Every head's type (see the module's rule); without untrained results, the ratio is not asked."""
-    trained = type_scores(results)
-    baseline = type_scores(untrained) if untrained is not None else {}
-    n_layer, n_head = results.shape if trained else (0, 0)
+def head_types(trained: dict[str, torch.Tensor], untrained: dict[str, torch.Tensor]) -> dict[str, HeadType]:
+    """Every head's type (see the module's rule) from its type scores (`type_scores`) and the untrained
+    model's; without untrained ones ({}), the ratio is not asked."""
+    n_layer, n_head = next(iter(trained.values())).shape if trained else (0, 0)
     out = {}
     for layer in range(n_layer):
         for head in range(n_head):
@@ -72,12 +75,13 @@ def head_types(results: Results, untrained: Results | None) -> dict[str, HeadTyp
                 value = float(values[layer, head])
                 if torch.isnan(values[layer, head]) or value < TYPE_MIN:
                     continue
-                before = baseline.get(kind)
+                before = untrained.get(kind)
                 if before is not None and value < TYPE_RATIO * float(before[layer, head]):
                     continue
                 passed[kind] = value
             kind = max(passed, key=lambda k: (passed[k], -TYPES.index(k)), default=None)
-            out[head_name(layer, head)] = HeadType(head_name(layer, head), kind, passed.get(kind))
+            name = head_name(layer, head)
+            out[name] = HeadType(name, layer, head, kind, passed.get(kind))
     return out
 
 

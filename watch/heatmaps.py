@@ -24,8 +24,7 @@ import torch
 from PIL import Image, ImageDraw, ImageFont
 
 from files import replace_file
-from watch.heads import head_name
-from watch.report import display_token
+from watch.heads import display_token, head_name
 
 ANNOTATE_MAX_TOKENS = 16   # beyond this, numbers in cells no longer fit
 LABEL_MAX_TOKENS = 64      # beyond this, only every n-th token is labelled

@@ -11,24 +11,18 @@ from pathlib import Path
 from data.prepare import find_prepared
 from errors import UsageError, UserError, warn
 from files import inside_name, read_text
-from watch.ablation import head_means, plan, proofs
+from model.ablation import Ablation
+from watch.ablation import head_means, proofs
 from watch.capture import capture_attention
-from watch.heads import ablation_names, head_name, parse_head
-from watch.headtypes import CONTEXT_NUMBERS, LABELS, TYPE_SETS, head_labels, head_types, positional
+from watch.heads import ablation_names, default_query, display_token, focused_head, head_name
+from watch.headtypes import CONTEXT_NUMBERS, LABELS, TYPE_SETS, head_labels
 from watch.heatmaps import head_image, layer_image, save_png, sentence_slug
 from watch.page import attention_page, sentence_view, write_page
-from watch.pipeline import Results, score, untrained_like
+from watch.pipeline import untrained_like
 from watch.probesets import PRONOUN, TEXT, ProbeSets, pronoun_probes, watch_sets
-from watch.pronouns import json_number, probe_report
-from watch.report import (
-    ablation_line,
-    default_query,
-    display_token,
-    focused_head,
-    head_table,
-    top_attended,
-    type_report,
-)
+from watch.pronouns import json_number
+from watch.reading import Reading, read_pass
+from watch.report import ablation_line, head_table, top_attended, type_report
 from watch.tensorboard import TensorBoardWriter
 
 
@@ -50,7 +44,7 @@ def _query_position(tokens: list[str], query: str | None) -> int:
     return matches[-1]
 
 
-def show_attention(model, tokenizer, checkpoint: dict, args: argparse.Namespace, ablate: dict) -> None:
+def show_attention(model, tokenizer, checkpoint: dict, args: argparse.Namespace, ablate: Ablation | None) -> None:
     text = args.attention
     if not text:
         raise UsageError("--attention needs a non-empty text, e.g. --attention \"The dog saw the ball and it\"")
@@ -59,7 +53,7 @@ def show_attention(model, tokenizer, checkpoint: dict, args: argparse.Namespace,
     if len(ids) > model.config.block_size:
         raise UsageError(f"the text has {len(ids)} tokens, more than the model's block_size "
                          f"{model.config.block_size}; shorten it")
-    patterns = capture_attention(model, [ids], ablate or None)[0]
+    patterns = capture_attention(model, [ids], ablate)[0]
     query = _query_position(tokens, args.query)
     layer, head = focused_head(patterns, query)
 
@@ -68,9 +62,8 @@ def show_attention(model, tokenizer, checkpoint: dict, args: argparse.Namespace,
         step = f" at step {checkpoint['step']}" if "step" in checkpoint else ""
         ablated = f", with {', '.join(ablation_names(ablate))} ablated" if ablate else ""
         sets = checkpoint_sets(model, tokenizer, checkpoint, None)
-        results = score(model, sets)
-        untrained = score(untrained_like(model, _seed(checkpoint)), sets, kinds=TYPE_SETS)
-        labels = head_labels(head_types(results, untrained))
+        untrained = read_pass(untrained_like(model, _seed(checkpoint)), sets, kinds=TYPE_SETS)
+        labels = head_labels(read_pass(model, sets, untrained=untrained).types)
         page = write_page(args.html, attention_page([view], f"Attention of {args.out_dir}{step}{ablated}", labels))
     if args.json:
         print(json.dumps(_finite({
@@ -141,10 +134,10 @@ def _log_to_run(checkpoint: dict, slug: str, images: dict) -> None:
         print(f"TensorBoard: tensorboard --logdir {log_dir.parent} (run {run}, tab IMAGES, tags inspect/...)")
 
 
-def show_probes(model, tokenizer, args: argparse.Namespace, ablate: dict) -> None:
+def show_probes(model, tokenizer, args: argparse.Namespace, ablate: Ablation | None) -> None:
     sets = ProbeSets({PRONOUN: pronoun_probes(args.probes, tokenizer, model.config.block_size, strict=True)})
-    report = probe_report(score(model, sets, ablate or None))
-    baseline = probe_report(score(model, sets)) if ablate else report
+    report = read_pass(model, sets, ablate=ablate).pronouns
+    baseline = read_pass(model, sets).pronouns if ablate else report
     if report is None:
         raise UserError(f"{args.probes} holds no probe this model can score; check its words against the vocabulary")
     if args.json:
@@ -190,54 +183,52 @@ def checkpoint_sets(model, tokenizer, checkpoint: dict, text_file: str | None) -
                       text=text, text_source=source or "the val split")
 
 
-def show_heads(model, tokenizer, checkpoint: dict, args: argparse.Namespace, ablate: dict) -> None:
+def show_heads(model, tokenizer, checkpoint: dict, args: argparse.Namespace, ablate: Ablation | None) -> None:
     """The head-type table, the untrained model's beside it, and (without --ablate) what removing each
     typed head costs; with --ablate, the same figures with those heads removed."""
     sets = checkpoint_sets(model, tokenizer, checkpoint, args.text)
     if args.ablation == "mean" and sets.get(TEXT) is None:
         raise UsageError("--ablation=mean replaces a head by its mean output over held-out text, and there is none "
                          "here; give --text FILE, or use --ablation=zero")
-    removal = None
-    if ablate:
-        means = head_means(model, sets.get(TEXT)) if args.ablation == "mean" else None
-        removal = plan(model, ablation_names(ablate), args.ablation, means)
-    untrained = score(untrained_like(model, _seed(checkpoint)), sets, kinds=TYPE_SETS)
-    results = score(model, sets, removal)
-    types = head_types(results, untrained)
-    found = proofs(model, sets, results, types, args.ablation) if not ablate else []
+    if ablate and args.ablation == "mean":
+        ablate = Ablation(ablate.heads, head_means(model, sets.get(TEXT)))
+    untrained = read_pass(untrained_like(model, _seed(checkpoint)), sets, kinds=TYPE_SETS)
+    reading = read_pass(model, sets, untrained=untrained, ablate=ablate)
+    found = proofs(model, sets, reading, args.ablation) if not ablate else []
     if args.json:
-        print(json.dumps(heads_json(results, untrained, types, found, args.ablation, sets), allow_nan=False))
+        print(json.dumps(heads_json(reading, found, args.ablation, sets), allow_nan=False))
         return
     about = "; ".join(s.about for s in sets.sets.values())
-    removed = f", with {', '.join(results.ablated)} removed ({args.ablation}-ablation)" if ablate else ""
+    removed = f", with {', '.join(reading.results.ablated)} removed ({args.ablation}-ablation)" if ablate else ""
     print(f"head types of {args.out_dir}{removed} ({about}); the untrained model's scores in brackets:")
-    print(type_report(results, untrained, types, list(sets.missing.values()), found))
+    print(type_report(reading, list(sets.missing.values()), found))
 
 
-def heads_json(results: Results, untrained: Results, types: dict, found: list, mode: str, sets: ProbeSets) -> dict:
+def heads_json(reading: Reading, found: list, mode: str, sets: ProbeSets) -> dict:
     """What `show_heads` prints, as one JSON object (None where a score was not measured)."""
-    best_k, untrained_k = positional(results), positional(untrained)
+    results, untrained = reading.results, reading.untrained
     kinds = ("previous_token", "duplicate_token", "induction", "sink", "current_token", "broad")
 
-    def scores_of(r: Results, found_k: tuple | None, layer: int, head: int) -> dict:
-        out = {kind: r.head(kind, layer, head) for kind in kinds}
-        out["positional"] = float(found_k[0][layer, head]) if found_k is not None else None
+    def scores_of(r: Reading, layer: int, head: int) -> dict:
+        out = {kind: r.results.head(kind, layer, head) for kind in kinds}
+        positional = r.type_scores.get("positional")
+        out["positional"] = float(positional[layer, head]) if positional is not None else None
         return out
 
     heads = {}
-    for name, head_type in types.items():
-        layer, head = parse_head(name)
-        heads[name] = {**scores_of(results, best_k, layer, head),
-                       "positional_offset": int(best_k[1][layer, head]) if best_k is not None else None,
+    for name, head_type in reading.types.items():
+        layer, head = head_type.layer, head_type.head
+        heads[name] = {**scores_of(reading, layer, head),
+                       "positional_offset": int(reading.offsets[layer, head]) if reading.offsets is not None else None,
                        "type": head_type.kind, "type_label": LABELS.get(head_type.kind),
-                       "untrained": scores_of(untrained, untrained_k, layer, head)}
+                       "untrained": scores_of(untrained, layer, head)}
     out = {"heads": heads, **{n: results.numbers.get(n) for n in CONTEXT_NUMBERS},
-           "untrained": {n: untrained.numbers.get(n) for n in CONTEXT_NUMBERS},
+           "untrained": {n: untrained.results.numbers.get(n) for n in CONTEXT_NUMBERS},
            "ablated": results.ablated, "ablation": mode,
            "probe_sets": {kind: s.about for kind, s in sets.sets.items()}, "not_measured": dict(sets.missing)}
     out["ablations"] = [{"heads": p.heads, "chosen_as": p.kind,
-                         **{n: p.results.numbers.get(n) for n in CONTEXT_NUMBERS},
-                         "best_induction": (p.results.best("induction") or (None, None))[1]} for p in found]
+                         **{n: p.reading.results.numbers.get(n) for n in CONTEXT_NUMBERS},
+                         "best_induction": (p.reading.results.best("induction") or (None, None))[1]} for p in found]
     return _finite(out)
 
 

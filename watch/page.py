@@ -24,8 +24,7 @@ import torch
 
 from errors import UserError
 from files import clear_for_file, replace_file
-from watch.heads import head_name
-from watch.report import default_query, display_token, focused_head
+from watch.heads import default_query, display_token, focused_head, head_name
 
 DATA_ID = "attention-data"
 

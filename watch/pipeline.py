@@ -1,6 +1,6 @@
 """One pass of watching: every probe set captured once (`watch/capture.py`), every registered score
-(`watch/scores.py`) read from those captures, into one `Results` that every reader uses: the head
-tables, TensorBoard, the attention page, `sample.py` and the ablation reports."""
+(`watch/scores.py`) read from those captures, into one `Results`; what they say is read once from
+there (`watch/reading.py`) for every reader."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn as nn
 
-from model.gpt import Ablate, Ablation
+from model.ablation import Ablation
 from watch.capture import Capture, captures, sentence_patterns
 from watch.heads import ablation_names, head_name
 from watch.probesets import SENTENCES, ProbeSets
@@ -30,11 +30,6 @@ class Results:
     sets: ProbeSets
     forwards: int
     ablated: list[str] = field(default_factory=list)
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        any_scores = next(iter(self.heads.values()), None)
-        return tuple(any_scores.shape) if any_scores is not None else (0, 0)
 
     def head(self, score: str, layer: int, head: int) -> float | None:
         """One head's score, None when it was not measured."""
@@ -71,14 +66,13 @@ def untrained_like(model: nn.Module, seed: int) -> nn.Module:
     return fresh.to(next(model.parameters()).device).eval()
 
 
-def score(model: nn.Module, sets: ProbeSets, ablate: Ablate | None = None,
+def score(model: nn.Module, sets: ProbeSets, ablate: Ablation | None = None,
           kinds: tuple[str, ...] | None = None) -> Results:
     """Captures each probe set of `sets` (only `kinds`, if given) once and reads every score
     registered for it; `ablate` removes heads for the whole pass."""
     chosen = [s for kind, s in sets.sets.items() if kinds is None or kind in kinds]
     results = read((capture for probe_set in chosen for capture in captures(model, probe_set, ablate)), sets)
-    plan = ablate.heads if isinstance(ablate, Ablation) else ablate
-    results.ablated = ablation_names(plan)
+    results.ablated = ablation_names(ablate)
     return results
 
 

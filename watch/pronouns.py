@@ -20,6 +20,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
+import torch
+
 from watch.heads import head_name
 from watch.pipeline import Results
 from watch.probesets import PRONOUN
@@ -85,6 +87,11 @@ class ProbeReport:
         return self.ranked()[0]
 
     @property
+    def most_selective(self) -> HeadStats:
+        """The head whose referent most often outweighs the distractor (then by referent weight, then position)."""
+        return min(self.heads.values(), key=lambda s: (-s.top1, -s.referent, s.layer, s.head))
+
+    @property
     def continuation_accuracy(self) -> float | None:
         return self.continuation.accuracy
 
@@ -116,9 +123,10 @@ def probe_report(results: Results) -> ProbeReport | None:
     n_layer, n_head = results.heads["referent"].shape
     heads = {}
     scores = ("referent", "distractor", "top1", "referent_no_sink", "distractor_no_sink", "top1_no_sink")
+    columns = {name: results.heads.get(name) for name in scores}    # [layer, head]; NaN where no probe counted
     for layer in range(n_layer):
         for head in range(n_head):
-            v = {name: results.head(name, layer, head) for name in scores}
+            v = {name: _value(values, layer, head) for name, values in columns.items()}
             heads[head_name(layer, head)] = HeadStats(
                 layer, head, *(v[name] for name in scores), n, round(v["top1"] * n), n_no_sink,
                 round(v["top1_no_sink"] * n_no_sink) if v["top1_no_sink"] is not None else 0)
@@ -129,6 +137,11 @@ def probe_report(results: Results) -> ProbeReport | None:
         round(numbers.get("continuation_accuracy", 0.0) * counts.get("continuation_accuracy", 0)),
         counts.get("logit_diff", 0))
     return ProbeReport(heads, n, baselines(probes.items), continuation, list(results.ablated))
+
+
+def _value(values: torch.Tensor | None, layer: int, head: int) -> float | None:
+    """One head's score, None where it was not measured (no such score, or NaN: nothing averaged)."""
+    return None if values is None or torch.isnan(values[layer, head]) else float(values[layer, head])
 
 
 def baselines(aligned: Sequence) -> dict[str, float]:
@@ -155,11 +168,6 @@ def baselines(aligned: Sequence) -> dict[str, float]:
 def _gap(positions: Sequence[int], pronoun_pos: int) -> float:
     before = [p for p in positions if p < pronoun_pos]
     return pronoun_pos - max(before) if before else math.inf
-
-
-def most_selective(report: ProbeReport) -> HeadStats:
-    """The head whose referent most often outweighs the distractor (then by referent weight, then position)."""
-    return min(report.heads.values(), key=lambda s: (-s.top1, -s.referent, s.layer, s.head))
 
 
 def name_readers(reading: dict[str, float]) -> list[str]:

@@ -1,38 +1,24 @@
 """Text views of what the heads do, for a terminal or as Markdown for TensorBoard: the head-type
 table (every head's type scores beside its untrained ones), the pronoun head table with the line
 of baselines under it, what removing heads costs, pronoun agreement, and what a query attends to
-most. Token labels for every view, heatmaps included, come from `display_token`."""
+most. Each reads a pass's `Reading` (`watch/reading.py`); token labels come from `watch/heads.py`."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
 import numpy as np
 import torch
 
 from watch.ablation import AblationResult
-from watch.heads import head_name, parse_head
-from watch.headtypes import LABELS, TYPES, HeadType, positional, type_scores
+from watch.heads import display_token, head_name
+from watch.headtypes import LABELS, TYPES
 from watch.pipeline import Results
-from watch.pronouns import AgreementStats, HeadStats, ProbeReport, agreement_stats, most_selective, probe_report
+from watch.pronouns import HeadStats, ProbeReport
+from watch.reading import Reading
 from watch.scores import icl_positions
 
-PRONOUNS = {"he", "she", "it", "they", "him", "her", "them", "his", "its", "their"}
 COLUMNS = ("rank", "head", "referent", "distractor", "top-1", "ref (no sink)", "top-1 (no sink)")
-
-
-def display_token(token: str, space_mark: str = "·") -> str:
-    """A token as a readable label: GPT-2's leading space becomes a subtle `space_mark`,
-    newlines and tabs are written as escapes, and a token of only spaces stays visible."""
-    text = token.replace("\n", "\\n").replace("\t", "\\t").replace("\r", "\\r")
-    if not text:
-        return "∅"
-    if not text.strip(" "):
-        return "·" * len(text)
-    if text.startswith(" "):
-        text = space_mark + text[1:]
-    return text
 
 
 def head_table(report: ProbeReport, *, markdown: bool = False, limit: int | None = None) -> str:
@@ -124,93 +110,67 @@ def top_attended(pattern: torch.Tensor | np.ndarray, tokens: Sequence[str], quer
     return "\n".join(lines)
 
 
-def last_pronoun_pos(tokens: list[str]) -> int | None:
-    """Index of the last token that is a third-person pronoun, if any."""
-    for i in range(len(tokens) - 1, -1, -1):
-        if re.sub(r"\W", "", tokens[i]).lower() in PRONOUNS:
-            return i
-    return None
-
-
-def default_query(tokens: list[str]) -> int:
-    """The query a sentence is shown from unless one is asked for: its last pronoun, else its last token."""
-    found = last_pronoun_pos(tokens)
-    return len(tokens) - 1 if found is None else found
-
-
-def focused_head(patterns: Sequence[torch.Tensor], query: int) -> tuple[int, int]:
-    """The head whose query row puts the most weight on one earlier token,
-    position 0 and the token itself excluded (they absorb idle attention)."""
-    best, best_weight = (len(patterns) - 1, 0), -1.0
-    for layer, pattern in enumerate(patterns):
-        rows = pattern[:, query, 1:query].numpy() if query > 1 else np.zeros((pattern.shape[0], 1))
-        for head in range(pattern.shape[0]):
-            weight = float(rows[head].max()) if rows.size else 0.0
-            if weight > best_weight:
-                best, best_weight = (layer, head), weight
-    return best
-
-
 # --- head types --------------------------------------------------------------------------------------
 
 TYPE_COLUMNS = ("head", "type", "previous", "duplicate", "induction", "sink", "current", "positional (k)", "broad")
 
 
-def type_table(results: Results, untrained: Results | None, types: dict[str, HeadType], *,
-               markdown: bool = False) -> str:
+def type_table(reading: Reading, *, markdown: bool = False) -> str:
     """Every head's type and type scores, each with the untrained model's in brackets; "n/a" where a
     score could not be measured (no held-out text, a block too short for repeated tokens)."""
-    trained, before = type_scores(results), type_scores(untrained) if untrained is not None else {}
-    found = positional(results)
+    before = reading.untrained.type_scores if reading.untrained is not None else {}
     rows = []
-    for name, head_type in types.items():
-        layer, head = parse_head(name)
-        broad = results.head("broad", layer, head)
+    for name, head_type in reading.types.items():
+        layer, head = head_type.layer, head_type.head
+        broad = reading.results.head("broad", layer, head)
         rows.append([name, LABELS[head_type.kind] if head_type.kind else "-",
-                     *(_type_cell(trained, before, found, kind, layer, head) for kind in TYPES),
+                     *(_type_cell(reading, before, kind, layer, head) for kind in TYPES),
                      "n/a" if broad is None else f"{broad:.2f}"])
     return "\n".join(_table(TYPE_COLUMNS, rows, markdown, text_columns=(0, 1)))
 
 
-def _type_cell(trained: dict, before: dict, found: tuple | None, kind: str, layer: int, head: int) -> str:
+def _type_cell(reading: Reading, before: dict, kind: str, layer: int, head: int) -> str:
     """"0.91 (0.05)": a head's score of one type and, in brackets, the untrained model's."""
-    if kind not in trained:
+    if kind not in reading.type_scores:
         return "n/a"
-    value = f"{float(trained[kind][layer, head]):.2f}"
+    value = f"{float(reading.type_scores[kind][layer, head]):.2f}"
     if kind in before:
         value += f" ({float(before[kind][layer, head]):.2f})"
-    if kind == "positional" and found is not None:
-        value += f" k={int(found[1][layer, head])}"
+    if kind == "positional" and reading.offsets is not None:
+        value += f" k={int(reading.offsets[layer, head])}"
     return value
 
 
-def type_lines(results: Results, untrained: Results | None, types: dict[str, HeadType]) -> str:
+def type_lines(reading: Reading) -> str:
     """One line per head type: its heads, or where the best head stood; then in-context learning."""
-    trained, before = type_scores(results), type_scores(untrained) if untrained is not None else {}
+    trained = reading.type_scores
+    before = reading.untrained.type_scores if reading.untrained is not None else {}
     lines = []
     for kind in TYPES:
         if kind not in trained:
             continue
-        heads = [t for t in types.values() if t.kind == kind]
+        heads = [t for t in reading.types.values() if t.kind == kind]
         if heads:
-            listed = ", ".join(f"{t.name} {t.score:.2f}" + _untrained(before, kind, t.name) for t in heads)
+            listed = ", ".join(f"{t.name} {t.score:.2f}" + _untrained(before, kind, t.layer, t.head) for t in heads)
             lines.append(f"{LABELS[kind]} heads: {listed}")
         else:
-            name, value = _best(trained[kind])
-            lines.append(f"no {LABELS[kind]} head yet (best {name} {value:.2f}{_untrained(before, kind, name)})")
-    lines += in_context_lines(results, untrained)
+            layer, head, value = _best(trained[kind])
+            lines.append(f"no {LABELS[kind]} head yet (best {head_name(layer, head)} {value:.2f}"
+                         f"{_untrained(before, kind, layer, head)})")
+    lines += in_context_lines(reading)
     return "\n".join(lines)
 
 
-def in_context_lines(results: Results, untrained: Results | None) -> list[str]:
-    numbers, then = results.numbers, untrained.numbers if untrained is not None else {}
+def in_context_lines(reading: Reading) -> list[str]:
+    numbers = reading.results.numbers
+    then = reading.untrained.results.numbers if reading.untrained is not None else {}
     lines = []
     if "in_context_gain" in numbers:
         was = f"; untrained {then['in_context_gain']:+.3f}" if "in_context_gain" in then else ""
         lines.append(f"in-context gain on repeated random tokens: {numbers['in_context_gain']:+.3f} nats/token "
                      f"(first copy {numbers['loss_first_copy']:.3f}, second {numbers['loss_second_copy']:.3f}{was})")
     if "in_context_score" in numbers:
-        text = results.sets.get("text")
+        text = reading.results.sets.get("text")
         early, late = icl_positions(len(text.ids[0]))
         was = f"; untrained {then['in_context_score']:+.3f}" if "in_context_score" in then else ""
         lines.append(f"in-context score on held-out text: {numbers['in_context_score']:+.3f} nats (loss of tokens "
@@ -219,24 +179,24 @@ def in_context_lines(results: Results, untrained: Results | None) -> list[str]:
     return lines
 
 
-def _best(values: torch.Tensor) -> tuple[str, float]:
+def _best(values: torch.Tensor) -> tuple[int, int, float]:
     flat = int(torch.nan_to_num(values, nan=-1.0).argmax())
     layer, head = divmod(flat, values.shape[1])
-    return head_name(layer, head), float(values[layer, head])
+    return layer, head, float(values[layer, head])
 
 
-def _untrained(before: dict[str, torch.Tensor], kind: str, name: str) -> str:
+def _untrained(before: dict[str, torch.Tensor], kind: str, layer: int, head: int) -> str:
     if kind not in before:
         return ""
-    layer, head = parse_head(name)
     return f", untrained {float(before[kind][layer, head]):.2f}"
 
 
-def ablation_lines(results: Results, found: Sequence[AblationResult]) -> str:
+def ablation_lines(reading: Reading, found: Sequence[AblationResult]) -> str:
     """What removing each set of heads cost, one line each, in the measure that fits their kind."""
+    results = reading.results
     lines = []
     for result in found:
-        after = result.results
+        after = result.reading.results
         what = f"removing {', '.join(result.heads)} ({_chosen_as(result)}, {result.mode}-ablation)"
         costs = []
         if result.kind in ("induction", "duplicate_token", "previous_token"):
@@ -255,12 +215,10 @@ def ablation_lines(results: Results, found: Sequence[AblationResult]) -> str:
     return "\n".join(lines)
 
 
-def type_report(results: Results, untrained: Results | None, types: dict[str, HeadType], missing: Sequence[str],
-                found: Sequence[AblationResult]) -> str:
+def type_report(reading: Reading, missing: Sequence[str], found: Sequence[AblationResult]) -> str:
     """The head-type table, its lines, why a set could not be measured, and what removing heads cost."""
-    parts = [type_table(results, untrained, types), type_lines(results, untrained, types),
-             *(f"({why})" for why in missing)]
-    costs = ablation_lines(results, found)
+    parts = [type_table(reading), type_lines(reading), *(f"({why})" for why in missing)]
+    costs = ablation_lines(reading, found)
     return "\n".join(parts + ([costs] if costs else []))
 
 
@@ -304,37 +262,30 @@ def _best_change(label: str, before: Results, after: Results, score: str, remove
 
 # --- pronoun agreement ------------------------------------------------------------------------------
 
-def agreement_lines(results: Results, ablations: Sequence[AblationResult]) -> str:
+def agreement_lines(reading: Reading, ablations: Sequence[AblationResult]) -> str:
     """Agreement, the heads that read the name, the most selective head and what removing them costs,
     one finding a line."""
-    a: AgreementStats | None = agreement_stats(results)
+    a = reading.agreement
     if a is None:
         return ""
     mentions = ", ".join(f"{m} mention {v:.3f}" for m, v in a.by_mention.items())
     lines = [f"pronoun agreement on {a.n} single-person contexts: {a.accuracy:.3f}"
              + (f" ({mentions})" if mentions else "")]
-    reading = results.per_head("name_reading")
-    top = sorted(reading.items(), key=lambda kv: (-kv[1], kv[0]))[:5]
+    weights = reading.results.per_head("name_reading")
+    top = sorted(weights.items(), key=lambda kv: (-kv[1], kv[0]))[:5]
     if top:
         lines.append("weight on the name from the position before the pronoun: "
                      + ", ".join(f"{name} {weight:.2f}" for name, weight in top))
-    report = probe_report(results)
-    selective = most_selective(report) if report is not None else None
+    selective = reading.pronouns.most_selective if reading.pronouns is not None else None
     if selective is not None:
         lines.append(f"most selective head at the pronoun: {selective.name}, top-1 {100 * selective.top1:.1f}% "
                      f"(referent {selective.referent:.3f}, distractor {selective.distractor:.3f})")
     for ab in ablations:
-        after = agreement_stats(ab.results)
+        after = ab.reading.agreement
         line = (f"ablating {', '.join(ab.heads)} ({ab.kind.replace('_', ' ')}): agreement {after.accuracy:.3f} "
                 f"({100 * (after.accuracy - a.accuracy):+.1f} points)")
-        top1 = best_top1_left(ab)
+        top1 = ab.best_top1_left
         if top1 is not None and selective is not None:
             line += f"; best top-1 left {100 * top1:.1f}% ({100 * (top1 - selective.top1):+.1f} points)"
         lines.append(line)
     return "\n".join(lines)
-
-
-def best_top1_left(ablation: AblationResult) -> float | None:
-    """The best top-1 on the pronoun probes among the heads an ablation left in place."""
-    left = [v for name, v in ablation.results.per_head("top1").items() if name not in ablation.heads]
-    return max(left) if left else None

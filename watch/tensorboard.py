@@ -1,7 +1,7 @@
 """What a watch pass found, in TensorBoard: every head's scores as scalars (head types, pronoun
 probes, agreement), the tables as text, heatmap images of the watched sentences, and the Custom
-Scalars charts that put every head on one axis. Nothing here runs the model: it writes what
-`watch/pipeline.py` found and `watch/heatmaps.py` drew.
+Scalars charts that put every head on one axis. Nothing here runs the model: it writes what a
+pass's `Reading` (`watch/reading.py`) says and what `watch/heatmaps.py` drew.
 
 The writer is duck-typed (`add_image`, `add_scalar`, `add_text`, `add_custom_scalars`),
 so a `torch.utils.tensorboard.SummaryWriter` or anything like it will do.
@@ -18,10 +18,9 @@ import numpy as np
 
 from errors import warn
 from watch.ablation import AblationResult
-from watch.headtypes import CONTEXT_NUMBERS, TYPES, HeadType, positional, type_scores
-from watch.pipeline import Results
-from watch.pronouns import agreement_stats, most_selective, probe_report
-from watch.report import best_top1_left, head_table, type_lines, type_table
+from watch.headtypes import CONTEXT_NUMBERS, TYPES
+from watch.reading import Reading
+from watch.report import head_table, type_lines, type_table
 
 
 class TensorBoardWriter:
@@ -120,19 +119,20 @@ def log_charts(writer: Any, *, pronouns: bool, types: bool) -> None:
         writer.add_custom_scalars(layout)
 
 
-def log_evaluation(writer: Any, step: int, results: Results, untrained: Results | None, types: dict[str, HeadType],
-                   ablations: Sequence[AblationResult], images: Sequence[tuple[str, np.ndarray]]) -> None:
+def log_evaluation(writer: Any, step: int, reading: Reading, ablations: Sequence[AblationResult],
+                   images: Sequence[tuple[str, np.ndarray]]) -> None:
     """Everything an evaluation shows: the scores, the tables, what removing the agreement heads
     costs, and the heatmaps."""
-    log_scores(writer, step, results)
-    log_tables(writer, step, results, untrained, types)
-    log_agreement(writer, step, results, ablations)
+    log_scores(writer, step, reading)
+    log_tables(writer, step, reading)
+    log_agreement(writer, step, reading, ablations)
     log_images(writer, step, images)
 
 
-def log_scores(writer: Any, step: int, results: Results) -> None:
+def log_scores(writer: Any, step: int, reading: Reading) -> None:
     """Every head's scores and the model's numbers as scalars."""
-    for kind, values in (*type_scores(results).items(), ("broad", results.heads.get("broad"))):
+    results = reading.results
+    for kind, values in (*reading.type_scores.items(), ("broad", results.heads.get("broad"))):
         if values is None:
             continue
         for layer in range(values.shape[0]):
@@ -140,16 +140,16 @@ def log_scores(writer: Any, step: int, results: Results) -> None:
                 writer.add_scalar(f"heads/{kind}/L{layer}H{head}", float(values[layer, head]), step)
         if kind != "broad":
             writer.add_scalar(f"heads/{kind}/best", float(values.max()), step)
-    found = positional(results)
-    if found is not None:
-        for layer in range(found[1].shape[0]):
-            for head in range(found[1].shape[1]):
-                writer.add_scalar(f"heads/positional_offset/L{layer}H{head}", int(found[1][layer, head]), step)
+    offsets = reading.offsets
+    if offsets is not None:
+        for layer in range(offsets.shape[0]):
+            for head in range(offsets.shape[1]):
+                writer.add_scalar(f"heads/positional_offset/L{layer}H{head}", int(offsets[layer, head]), step)
     for name in CONTEXT_NUMBERS:
         if name in results.numbers:
             writer.add_scalar(f"heads/{name}", results.numbers[name], step)
-    _log_pronouns(writer, step, results)
-    agreement = agreement_stats(results)
+    _log_pronouns(writer, step, reading)
+    agreement = reading.agreement
     if agreement is not None:
         writer.add_scalar("probes/agreement_accuracy", agreement.accuracy, step)
         writer.add_scalar("probes/agreement_share", agreement.share, step)
@@ -157,8 +157,8 @@ def log_scores(writer: Any, step: int, results: Results) -> None:
             writer.add_scalar(f"probes/agreement_accuracy_{mention}_mention", value, step)
 
 
-def _log_pronouns(writer: Any, step: int, results: Results) -> None:
-    report = probe_report(results)
+def _log_pronouns(writer: Any, step: int, reading: Reading) -> None:
+    report = reading.pronouns
     if report is None:
         return
     for name, stats in report.heads.items():
@@ -180,30 +180,27 @@ def _log_pronouns(writer: Any, step: int, results: Results) -> None:
             writer.add_scalar(tag, value, step)
 
 
-def log_tables(writer: Any, step: int, results: Results, untrained: Results | None,
-               types: dict[str, HeadType]) -> None:
+def log_tables(writer: Any, step: int, reading: Reading) -> None:
     """The head tables as Markdown in the Text tab: the pronoun probes' ranking and the head types."""
-    report = probe_report(results)
+    report = reading.pronouns
     if report is not None:
         text = f"step {step}, best head **{report.best.name}**\n\n{head_table(report, markdown=True)}"
         writer.add_text("attention/heads", text, step)
-    if types:
-        lines = type_lines(results, untrained, types).replace("\n", "  \n")   # Markdown line breaks
-        writer.add_text("heads/types", f"step {step}\n\n{type_table(results, untrained, types, markdown=True)}"
-                                       f"\n\n{lines}", step)
+    if reading.types:
+        lines = type_lines(reading).replace("\n", "  \n")   # Markdown line breaks
+        writer.add_text("heads/types", f"step {step}\n\n{type_table(reading, markdown=True)}\n\n{lines}", step)
 
 
-def log_agreement(writer: Any, step: int, results: Results, ablations: Sequence[AblationResult]) -> None:
+def log_agreement(writer: Any, step: int, reading: Reading, ablations: Sequence[AblationResult]) -> None:
     """The most selective head's top-1 and what removing it, or the name readers, costs, as scalars
     (under probes/agreement_... and attention/top1/most_selective...), and the removed heads as text."""
-    agreement, report = agreement_stats(results), probe_report(results)
-    if agreement is None:
+    if reading.agreement is None:
         return
-    if report is not None:
-        writer.add_scalar("attention/top1/most_selective", most_selective(report).top1, step)
+    if reading.pronouns is not None:
+        writer.add_scalar("attention/top1/most_selective", reading.pronouns.most_selective.top1, step)
     for ab in ablations:
-        writer.add_scalar(f"probes/agreement_accuracy_without_{ab.kind}", agreement_stats(ab.results).accuracy, step)
-        top1 = best_top1_left(ab)
+        writer.add_scalar(f"probes/agreement_accuracy_without_{ab.kind}", ab.reading.agreement.accuracy, step)
+        top1 = ab.best_top1_left
         if top1 is not None:
             writer.add_scalar(f"attention/top1/most_selective_without_{ab.kind}", top1, step)
     if ablations:

@@ -1,0 +1,49 @@
+"""What a pass means, read once. A pass (`watch/pipeline.py`) gives a number per head and score; its
+`Reading` adds what those numbers say: the pronoun head table, pronoun agreement and the heads that
+read the name, every head's type scores and, against the untrained model, its type. The terminal
+report, TensorBoard, the attention page, `sample.py` and the proofs by ablation all read the same
+`Reading`, so none of them derives it again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+
+from model.ablation import Ablation
+from watch.headtypes import HeadType, head_types, type_scores
+from watch.pipeline import Results, score
+from watch.probesets import ProbeSets
+from watch.pronouns import AgreementStats, ProbeReport, agreement_stats, name_readers, probe_report
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One pass's `results` and what they say (None, or empty, where the pass had no set to say it)."""
+
+    results: Results
+    pronouns: ProbeReport | None          # the pronoun probes' head table
+    agreement: AgreementStats | None      # the single-person contexts
+    name_readers: list[str]               # the heads that read the name before a pronoun
+    type_scores: dict[str, torch.Tensor]  # {type: [layer, head]}
+    offsets: torch.Tensor | None          # each head's best positional offset [layer, head]
+    types: dict[str, HeadType]            # each head's type, against `untrained`
+    untrained: Reading | None             # the untrained model's reading, if the types were measured against it
+
+
+def read_pass(model: nn.Module, sets: ProbeSets, *, untrained: Reading | None = None, ablate: Ablation | None = None,
+              kinds: tuple[str, ...] | None = None) -> Reading:
+    """One pass over `sets` (only `kinds`, if given; `ablate`'s heads removed), read."""
+    return read_results(score(model, sets, ablate, kinds), untrained)
+
+
+def read_results(results: Results, untrained: Reading | None = None) -> Reading:
+    """The reading of a pass's results, also of one read from captures made elsewhere; head types are
+    measured against `untrained`'s type scores, or without it by the score alone."""
+    scores, offsets = type_scores(results)
+    types = head_types(scores, untrained.type_scores if untrained is not None else {})
+    pronouns, agreement = probe_report(results), agreement_stats(results)
+    readers = name_readers(results.per_head("name_reading"))
+    return Reading(results, pronouns, agreement, readers, scores, offsets, types, untrained)
