@@ -146,6 +146,7 @@ def _export_hf(loaded: Loaded, model: GPT, folder: Path, source: str) -> Exporte
         tokenizer.save_pretrained(tmp)
         marker["files"] = sorted(p.name for p in tmp.iterdir())
         (tmp / MARKER).write_text(json.dumps(marker, indent=1) + "\n", encoding="utf-8")
+        _same_mode_as(tmp / MARKER, tmp)
         if folder.exists():  # empty, or an earlier export: checked above
             os.replace(folder, old)
         os.replace(tmp, folder)
@@ -160,6 +161,15 @@ def _export_hf(loaded: Loaded, model: GPT, folder: Path, source: str) -> Exporte
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.rmtree(old, ignore_errors=True)
     return Exported(folder, f"Hugging Face {type(hf).__name__} with its tokenizer", diff, tokens)
+
+
+def _same_mode_as(reference: Path, folder: Path) -> None:
+    """Every file in `folder` gets the permissions of `reference`, a file written the usual way (the umask's):
+    safetensors writes the weights readable by their owner alone (0600), the other files as any file (0644)."""
+    mode = reference.stat().st_mode & 0o777
+    for path in folder.iterdir():
+        if path.is_file() and not path.is_symlink():
+            path.chmod(mode)
 
 
 # --- shared -------------------------------------------------------------------------------------------
