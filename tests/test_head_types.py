@@ -261,7 +261,7 @@ def test_a_head_close_to_a_type_says_so_with_its_figure_and_the_untrained_one():
 
 @pytest.mark.parametrize("old, new, words", [(3.01, -0.82, "all of it and more"), (1.0, 0.02, "all of it"),
                                              (0.344, 0.131, "62% of it"), (0.5, 0.49, "almost none of it"),
-                                             (0.12, 0.144, "none of it: it grows by 20%")])
+                                             (0.12, 0.144, "none of it; it grows by 20%")])
 def test_what_removing_heads_cost_is_said_in_plain_words(old, new, words):
     def reading(numbers):
         return read_results(Results({}, numbers, {}, [], ProbeSets(), 0))

@@ -313,7 +313,7 @@ def _share_taken(old: float, new: float) -> str:
         return f"{100 * taken:.0f}% of it"
     if taken > -0.05:
         return "almost none of it"
-    return f"none of it: it grows by {100 * -taken:.0f}%"
+    return f"none of it; it grows by {100 * -taken:.0f}%"
 
 
 def _loss_change(before: dict, after: dict) -> str:
