@@ -21,12 +21,9 @@ from __future__ import annotations
 import torch
 
 from interop import optional
-from interop.parts import check_supported
-from model.gpt import GPT, GPTConfig
-
-LN_EPS = 1e-5
-RMS_EPS = torch.finfo(torch.float32).eps
-ROPE_BASE = 10000.0
+from interop.parts import RMS_EPS, check_supported
+from model.attention import ROTARY_BASE
+from model.gpt import GPT, LN_EPS, GPTConfig
 
 
 def hf_config(config: GPTConfig, eos_token_id: int | None = None):
@@ -36,14 +33,14 @@ def hf_config(config: GPTConfig, eos_token_id: int | None = None):
                    tie_word_embeddings=True)
     if config.modern:
         return transformers.Qwen3Config(
-            vocab_size=config.vocab_size, hidden_size=config.n_embd, intermediate_size=4 * config.n_embd,
+            vocab_size=config.vocab_size, hidden_size=config.n_embd, intermediate_size=config.mlp_width,
             num_hidden_layers=config.n_layer, num_attention_heads=config.n_head, num_key_value_heads=config.n_head,
             head_dim=config.head_dim, hidden_act="relu", max_position_embeddings=config.block_size,
-            rms_norm_eps=RMS_EPS, rope_parameters={"rope_type": "default", "rope_theta": ROPE_BASE},
+            rms_norm_eps=RMS_EPS, rope_parameters={"rope_type": "default", "rope_theta": float(ROTARY_BASE)},
             attention_bias=False, attention_dropout=0.0, use_sliding_window=False, **special)
     return transformers.GPT2Config(
         vocab_size=config.vocab_size, n_positions=config.block_size, n_embd=config.n_embd, n_layer=config.n_layer,
-        n_head=config.n_head, n_inner=4 * config.n_embd, activation_function="gelu", layer_norm_epsilon=LN_EPS,
+        n_head=config.n_head, n_inner=config.mlp_width, activation_function="gelu", layer_norm_epsilon=LN_EPS,
         resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, **special)
 
 
@@ -61,11 +58,12 @@ def gpt2_weights(model: GPT) -> dict[str, torch.Tensor]:
         weights.update({
             p + "ln_1.weight": block.ln_1.weight, p + "ln_1.bias": _or_zeros(block.ln_1.bias, E),
             p + "ln_2.weight": block.ln_2.weight, p + "ln_2.bias": _or_zeros(block.ln_2.bias, E),
-            p + "attn.c_attn.weight": torch.cat((attn.W_query.weight, attn.W_key.weight, attn.W_value.weight)).t(),
+            p + "attn.c_attn.weight": attn.fused_projection().t(),
             p + "attn.c_attn.bias": torch.zeros(3 * E),
             p + "attn.c_proj.weight": attn.out_proj.weight.t(),
             p + "attn.c_proj.bias": _or_zeros(attn.out_proj.bias, E),
-            p + "mlp.c_fc.weight": mlp.c_fc.weight.t(), p + "mlp.c_fc.bias": _or_zeros(mlp.c_fc.bias, 4 * E),
+            p + "mlp.c_fc.weight": mlp.c_fc.weight.t(),
+            p + "mlp.c_fc.bias": _or_zeros(mlp.c_fc.bias, model.config.mlp_width),
             p + "mlp.c_proj.weight": mlp.c_proj.weight.t(), p + "mlp.c_proj.bias": _or_zeros(mlp.c_proj.bias, E),
         })
     return weights

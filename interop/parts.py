@@ -18,10 +18,14 @@ Every part and what stands for it (checked against transformer-lens 3.9 and tran
 
 from __future__ import annotations
 
+import torch
+
 from errors import UserError
 from model.gpt import GPTConfig
 
 TARGETS = {"tl": "TransformerLens", "hf": "Hugging Face"}
+# The model's RMSNorm and QK-norm pass no eps, so F.rms_norm uses the input's: float32's, as exported.
+RMS_EPS = torch.finfo(torch.float32).eps
 
 
 def refusal(config: GPTConfig, target: str) -> str | None:

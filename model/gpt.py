@@ -15,8 +15,9 @@ layer's attention pattern). `generate` samples text; how, with a KV cache, is
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, fields
+from functools import partial
 
 import torch
 import torch.nn as nn
@@ -27,6 +28,7 @@ from model.ablation import Ablation
 from model.attention import HeadAblation, SelfAttention
 
 ARCHITECTURES = ("gpt2", "modern")
+LN_EPS = 1e-5  # LayerNorm's epsilon, GPT-2's (the exporters tell TransformerLens and transformers this one)
 
 
 @dataclass
@@ -68,6 +70,11 @@ class GPTConfig:
     def head_dim(self) -> int:
         return self.n_embd // self.n_head
 
+    @property
+    def mlp_width(self) -> int:
+        """The MLP's hidden width: four times the embedding, as in GPT-2."""
+        return 4 * self.n_embd
+
     def to_dict(self) -> dict:
         return asdict(self)
 
@@ -80,23 +87,33 @@ class Norm(nn.Module):
 
     def __init__(self, dim: int, config: GPTConfig) -> None:
         super().__init__()
-        self.modern = config.modern
         self.dim = dim
-        if not self.modern:
-            self.weight = nn.Parameter(torch.ones(dim))
-            self.bias = nn.Parameter(torch.zeros(dim)) if config.bias else None
+        self.weight = None if config.modern else nn.Parameter(torch.ones(dim))
+        self.bias = nn.Parameter(torch.zeros(dim)) if config.bias and not config.modern else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.modern:
-            return F.rms_norm(x, (self.dim,))
-        return F.layer_norm(x, (self.dim,), self.weight, self.bias, 1e-5)
+        return self.normalise(x, (self.dim,), self.weight, self.bias)
+
+    def as_function(self) -> Callable[[torch.Tensor], torch.Tensor]:
+        """This norm as a function of x alone, its weights bound once: what sampling calls for each
+        token (`model/sampling.py`), which cannot afford to read them through the module every time."""
+        return partial(self.normalise, shape=(self.dim,), weight=self.weight, bias=self.bias)
+
+    @staticmethod
+    def normalise(x: torch.Tensor, shape: tuple[int], weight: torch.Tensor | None, bias: torch.Tensor | None
+                  ) -> torch.Tensor:
+        """LayerNorm over the last dimension (`shape` is `(dim,)`), or without a `weight` ("modern")
+        parameter-free RMSNorm."""
+        if weight is None:
+            return F.rms_norm(x, shape)
+        return F.layer_norm(x, shape, weight, bias, LN_EPS)
 
 
 class MLP(nn.Module):
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
-        self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=config.bias)
-        self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=config.bias)
+        self.c_fc = nn.Linear(config.n_embd, config.mlp_width, bias=config.bias)
+        self.c_proj = nn.Linear(config.mlp_width, config.n_embd, bias=config.bias)
         self.dropout = nn.Dropout(config.dropout)
         self.modern = config.modern
 
@@ -163,13 +180,11 @@ class GPT(nn.Module):
                 else:
                     nn.init.normal_(proj.weight, mean=0.0, std=0.02 / math.sqrt(2 * self.config.n_layer))
 
-    def num_params(self, non_embedding: bool = True) -> int:
-        """Parameter count; position embeddings excluded by default, as GPT-2 reports it.
-        (The token embedding is shared with the head, so it counts once.)"""
+    def num_params(self) -> int:
+        """Parameter count without the position embeddings, as GPT-2 reports it. (The token
+        embedding is shared with the head, so it counts once.)"""
         n = sum(p.numel() for p in self.parameters())
-        if non_embedding and self.wpe is not None:
-            n -= self.wpe.weight.numel()
-        return n
+        return n - self.wpe.weight.numel() if self.wpe is not None else n
 
     # --- training, evaluation, watching ------------------------------------------------
 

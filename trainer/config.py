@@ -73,7 +73,8 @@ class TrainConfig:
     min_lr: float = _opt(1e-4, "learning-rate floor at the end of the cosine decay", group="optim")
     warmup_iters: int = _opt(100, "steps of linear warm-up", group="optim")
     lr_decay_iters: int = _opt(0, "step where the cosine reaches min_lr (0: max_iters)", group="optim")
-    weight_decay: float = _opt(0.1, "AdamW weight decay, applied to matrices only", group="optim")
+    weight_decay: float = _opt(0.1, "AdamW weight decay, on the matrices AdamW trains: with optimizer = muon, "
+                                    "the blocks' hidden matrices get none", group="optim")
     beta1: float = _opt(0.9, "AdamW beta1", group="optim")
     beta2: float = _opt(0.99, "AdamW beta2", group="optim")
     grad_clip: float = _opt(1.0, "clip the gradient norm to this (0: off)", group="optim")
