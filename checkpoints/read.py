@@ -56,7 +56,7 @@ def load_checkpoint(path: str | Path) -> dict:
         # can never make a healthy checkpoint look damaged.
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
-        found = _pickled_object(str(exc))
+        found = pickled_object(str(exc))
         if found is not None:
             raise CheckpointError(f"refusing {path}: it contains a pickled Python object ({found}), which could "
                                   f"run code when loaded; only load checkpoints written by this trainer") from None
@@ -178,7 +178,7 @@ def _not_finite(tensors: dict, where: str) -> str | None:
     return None
 
 
-def _pickled_object(message: str) -> str | None:
+def pickled_object(message: str) -> str | None:
     """The object torch's weights-only unpickler refused, from its error message; None when it
     refused for another reason (damaged data)."""
     match = re.search(r"GLOBAL (\S+)", message)
