@@ -16,7 +16,7 @@ import torch
 
 from errors import UserError
 from files import cannot, regular_file
-from model.gpt import GPT, MODEL_FIELDS, GPTConfig
+from model.gpt import GPT, IMPORTED_FIELDS, MODEL_FIELDS, GPTConfig
 
 FORMAT = "gptwatch-checkpoint"
 FORMAT_VERSION = 1
@@ -141,8 +141,10 @@ def _structure_problem(checkpoint: dict, for_resume: bool) -> str | None:
             isinstance(k, str) and isinstance(v, torch.Tensor) and v.is_floating_point() for k, v in weights.items()):
         return "'model' is not a set of named floating-point tensors"
     config = checkpoint.get("model_config")
-    if not isinstance(config, dict) or set(config) != set(MODEL_FIELDS):
-        return f"'model_config' is missing or does not hold exactly {', '.join(MODEL_FIELDS)}"
+    # A model trained elsewhere also records the settings of IMPORTED_FIELDS it sets (GPTConfig.to_dict).
+    if not isinstance(config, dict) or not set(MODEL_FIELDS) <= set(config) <= {*MODEL_FIELDS, *IMPORTED_FIELDS}:
+        return (f"'model_config' is missing or does not hold exactly {', '.join(MODEL_FIELDS)} (and of "
+                f"{', '.join(IMPORTED_FIELDS)} those it sets)")
     if not isinstance(checkpoint.get("tokenizer"), dict):
         return "it has no 'tokenizer'"
     if type(checkpoint.get("step")) is not int or checkpoint["step"] < 0:

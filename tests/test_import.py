@@ -248,7 +248,7 @@ def test_the_hub_models_known_sizes_are_their_parameter_counts():
                                       dict(bias=True, activation="gelu_tanh")])
 def test_the_counted_parameters_are_the_models(settings):
     config = GPTConfig(vocab_size=50, block_size=16, n_layer=3, n_head=2, n_embd=16, **settings)
-    assert parameter_count(config) == GPT(config).num_params(non_embedding=False)
+    assert parameter_count(config) == sum(p.numel() for p in GPT(config).parameters())   # the tied head once
 
 
 def test_a_local_folder_named_like_a_hub_model_wins_and_says_so(tmp_path, monkeypatch):
@@ -388,6 +388,24 @@ def test_a_nanogpt_bpe_checkpoint_pads_its_vocabulary_and_never_samples_the_padd
                    dict(temperature=0, use_cache=False)):
         new = model.generate(prompt, 12, **kwargs)[0, prompt.shape[1]:]
         assert int(new.max()) < GPT2_VOCAB, kwargs
+
+
+def test_an_imported_model_saved_as_a_gptwatch_checkpoint_reads_back(nanogpt, tmp_path):
+    """Its settings (query/key/value biases, padding rows) are recorded in the checkpoint and honoured when it is
+    read again: the model a fine-tune starts from and saves."""
+    require_gpt2()
+    from trainer.checkpoint import save_checkpoint
+
+    theirs, args = nanogpt_model(nanogpt, vocab_size=50304, n_embd=32)
+    imported = load_any(save_nanogpt(theirs, args, tmp_path / "nano"), CPU)
+    save_checkpoint(tmp_path / "out" / "ckpt.pt", {**imported.checkpoint, "model": imported.model.state_dict(),
+                                                   "step": 0})
+    loaded = load_model(tmp_path / "out", CPU)
+    assert loaded.model.config == imported.model.config and loaded.model.config.vocab_used == GPT2_VOCAB
+    assert isinstance(loaded.tokenizer, FullGPT2Tokenizer)
+    idx = torch.randint(50304, (2, 9))
+    with torch.no_grad():
+        assert torch.equal(loaded.model(idx, all_logits=True)[0], imported.model(idx, all_logits=True)[0])
 
 
 def test_a_gptwatch_checkpoint_is_read_by_load_model(trained):
