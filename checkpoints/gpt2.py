@@ -114,8 +114,8 @@ def folder_tokenizer(folder: Path, config: GPTConfig) -> Tokenizer:
     marker = folder / EXPORT_MARKER
     if marker.is_file():
         try:
-            return tokenizer_from_meta(parse_json(read_text(marker, "export record", "", ForeignModelError))
-                                       .get("tokenizer"))
+            record = parse_json(read_text(marker, "export record", "export the model again", ForeignModelError))
+            return tokenizer_from_meta(record.get("tokenizer"))
         except (NotParsed, AttributeError, TokenizerMetaError) as exc:
             raise ForeignModelError(f"{marker} does not describe the tokenizer of the export ({exc}); remove it to "
                                     f"read the folder with GPT-2's BPE, or export again") from None

@@ -593,6 +593,11 @@ def _hf_weights_of_another_model(root: Path, mp) -> Callable[[], object]:
     return _read(folder)
 
 
+def _cut_short(path: Path) -> Path:
+    path.write_bytes(path.read_bytes()[:1000])
+    return path.parent
+
+
 def _renamed(state: dict) -> None:
     state["transformer.h.1.mlp.c_fc.weights"] = state.pop("transformer.h.1.mlp.c_fc.weight")
 
@@ -621,6 +626,9 @@ CASES = [
          _untied_head, ("lm_head.weight", "not its token table")),
     Case("import-hf-wrong-weights", "a folder whose weights are another model's",
          _hf_weights_of_another_model, ("missing transformer.h.1.attn.c_attn.bias",)),
+    Case("import-damaged-safetensors", "a model.safetensors cut short",
+         lambda root, mp: _read(_cut_short(_hf_folder(root) / "model.safetensors")),
+         ("model.safetensors is not a readable safetensors file", "use an intact copy")),
     Case("import-missing-key", "a nanoGPT checkpoint without a weight",
          _nanogpt_edited(lambda s: s.pop("transformer.h.0.ln_2.weight")), ("missing transformer.h.0.ln_2.weight",)),
     Case("import-unexpected-key", "a nanoGPT checkpoint with a renamed weight",
