@@ -35,14 +35,13 @@ from checkpoints.torchfile import load_torch_file
 from data.tokenizer import FullGPT2Tokenizer, Tokenizer, TokenizerMetaError, tokenizer_from_meta
 from files import NotParsed, parse_json, read_text
 from interop import optional
-from model.gpt import GPTConfig
+from model.gpt import LN_EPS, GPTConfig
 
 CONFIG = "config.json"
 WEIGHTS = ("model.safetensors", "pytorch_model.bin")   # the first present is read
 EXPORT_MARKER = "gptwatch_export.json"                 # written by `sample.py --export hf` (interop.export)
 READ_CLASSES = ("GPT2LMHeadModel", "GPT2Model")        # GPT2Model: the same weights, the head tied to them
 ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu"}
-LN_EPS = 1e-5
 
 # GPT2Config's options that change the function, each with the only value gptwatch computes (GPT2Config's
 # default, used where config.json leaves it out) and what another value would mean.
@@ -88,20 +87,21 @@ def gpt_config(hf: dict, where: Path) -> GPTConfig:
         if type(value) is not int or value <= 0:
             raise ForeignModelError(f"{where}: {key} is {json.dumps(value)}, not a positive integer; use the "
                                     f"config.json save_pretrained wrote")
-    width = sizes["n_embd"]
-    if hf.get("n_inner") not in (None, 4 * width):
-        _refuse(where, "n_inner", hf["n_inner"], "an MLP of another width than 4 x n_embd", f"n_inner={4 * width}")
     activation = hf.get("activation_function", "gelu_new")
     if activation not in ACTIVATIONS:
         names = [json.dumps(name) for name in ACTIVATIONS]
         _refuse(where, "activation_function", activation, "another activation",
                 f"activation_function {', '.join(names[:-1])} or {names[-1]}")
     try:
-        return GPTConfig(vocab_size=sizes["vocab_size"], block_size=sizes["n_positions"], n_layer=sizes["n_layer"],
-                         n_head=sizes["n_head"], n_embd=width, bias=True, qkv_bias=True,
-                         activation=ACTIVATIONS[activation])
+        config = GPTConfig(vocab_size=sizes["vocab_size"], block_size=sizes["n_positions"], n_layer=sizes["n_layer"],
+                           n_head=sizes["n_head"], n_embd=sizes["n_embd"], bias=True, qkv_bias=True,
+                           activation=ACTIVATIONS[activation])
     except ValueError as exc:
         raise ForeignModelError(f"{where} describes no model gptwatch can build ({exc})") from None
+    if hf.get("n_inner") not in (None, config.mlp_width):
+        _refuse(where, "n_inner", hf["n_inner"], "an MLP of another width than 4 x n_embd",
+                f"n_inner={config.mlp_width}")
+    return config
 
 
 def _refuse(where: Path, key: str, value: object, meaning: str, read: str) -> None:

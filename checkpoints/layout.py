@@ -51,7 +51,7 @@ def layout_names(names: Iterable[str]) -> dict[str, str]:
 
 def expected_shapes(config: GPTConfig, conv1d: bool) -> dict[str, tuple[int, ...]]:
     """Every tensor a file of this layout holds for a model of `config`, by name, with its shape there."""
-    E, P = config.n_embd, config.block_size
+    E, P, M = config.n_embd, config.block_size, config.mlp_width
 
     def linear(n_in: int, n_out: int) -> tuple[int, int]:
         return (n_in, n_out) if conv1d else (n_out, n_in)
@@ -62,11 +62,11 @@ def expected_shapes(config: GPTConfig, conv1d: bool) -> dict[str, tuple[int, ...
         p = f"transformer.h.{n}."
         norms += [p + "ln_1", p + "ln_2"]
         shapes.update({p + "attn.c_attn.weight": linear(E, 3 * E), p + "attn.c_proj.weight": linear(E, E),
-                       p + "mlp.c_fc.weight": linear(E, 4 * E), p + "mlp.c_proj.weight": linear(4 * E, E)})
+                       p + "mlp.c_fc.weight": linear(E, M), p + "mlp.c_proj.weight": linear(M, E)})
         if config.qkv_bias:
             shapes[p + "attn.c_attn.bias"] = (3 * E,)
         if config.bias:
-            shapes.update({p + "attn.c_proj.bias": (E,), p + "mlp.c_fc.bias": (4 * E,), p + "mlp.c_proj.bias": (E,)})
+            shapes.update({p + "attn.c_proj.bias": (E,), p + "mlp.c_fc.bias": (M,), p + "mlp.c_proj.bias": (E,)})
     for norm in norms:
         shapes[norm + ".weight"] = (E,)
         if config.bias:
@@ -112,9 +112,11 @@ def check_tied(read: Callable[[str], torch.Tensor], names: Iterable[str], where:
 
 def parameter_count(config: GPTConfig) -> int:
     """The parameters of a gptwatch "gpt2" model of `config`, counted from the config (the tied head once)."""
-    E = config.n_embd
+    E, M = config.n_embd, config.mlp_width
     per_norm = E * (2 if config.bias else 1)
-    per_block = 2 * per_norm + 12 * E * E + (3 * E if config.qkv_bias else 0) + (6 * E if config.bias else 0)
+    attention = 4 * E * E + (3 * E if config.qkv_bias else 0) + (E if config.bias else 0)
+    mlp = 2 * E * M + (M + E if config.bias else 0)
+    per_block = 2 * per_norm + attention + mlp
     return (config.vocab_size + config.block_size) * E + config.n_layer * per_block + per_norm
 
 
