@@ -34,9 +34,10 @@ def load_model(path: str | Path, device: torch.device) -> Loaded:
     except TokenizerMetaError as exc:  # others (GPT-2's BPE not loadable here) are not the checkpoint's fault
         raise CheckpointError(f"{path} holds no usable tokenizer ({exc}); use the ckpt.pt that train.py wrote") \
             from None
-    if tokenizer.vocab_size != config.vocab_size:
+    tokens = config.vocab_used or config.vocab_size   # the rows beyond vocab_used pad the vocabulary
+    if tokenizer.vocab_size != tokens:
         raise CheckpointError(f"{path}: its tokenizer has {tokenizer.vocab_size} tokens but its model_config "
-                              f"{config.vocab_size}; use the ckpt.pt that train.py wrote")
+                              f"{tokens}; use the ckpt.pt that train.py wrote")
     try:
         model = GPT(config)
         load_weights(model, checkpoint["model"], path)

@@ -16,7 +16,7 @@ import torch
 
 from errors import UserError
 from files import cannot, regular_file
-from model.gpt import GPT, MODEL_FIELDS, GPTConfig
+from model.gpt import GPT, IMPORTED_FIELDS, MODEL_FIELDS, GPTConfig
 
 FORMAT = "gptwatch-checkpoint"
 FORMAT_VERSION = 1
@@ -56,7 +56,7 @@ def load_checkpoint(path: str | Path) -> dict:
         # can never make a healthy checkpoint look damaged.
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
-        found = _pickled_object(str(exc))
+        found = pickled_object(str(exc))
         if found is not None:
             raise CheckpointError(f"refusing {path}: it contains a pickled Python object ({found}), which could "
                                   f"run code when loaded; only load checkpoints written by this trainer") from None
@@ -141,8 +141,10 @@ def _structure_problem(checkpoint: dict, for_resume: bool) -> str | None:
             isinstance(k, str) and isinstance(v, torch.Tensor) and v.is_floating_point() for k, v in weights.items()):
         return "'model' is not a set of named floating-point tensors"
     config = checkpoint.get("model_config")
-    if not isinstance(config, dict) or set(config) != set(MODEL_FIELDS):
-        return f"'model_config' is missing or does not hold exactly {', '.join(MODEL_FIELDS)}"
+    # A model trained elsewhere also records the settings of IMPORTED_FIELDS it sets (GPTConfig.to_dict).
+    if not isinstance(config, dict) or not set(MODEL_FIELDS) <= set(config) <= {*MODEL_FIELDS, *IMPORTED_FIELDS}:
+        return (f"'model_config' is missing or does not hold exactly {', '.join(MODEL_FIELDS)} (and of "
+                f"{', '.join(IMPORTED_FIELDS)} those it sets)")
     if not isinstance(checkpoint.get("tokenizer"), dict):
         return "it has no 'tokenizer'"
     if type(checkpoint.get("step")) is not int or checkpoint["step"] < 0:
@@ -178,7 +180,7 @@ def _not_finite(tensors: dict, where: str) -> str | None:
     return None
 
 
-def _pickled_object(message: str) -> str | None:
+def pickled_object(message: str) -> str | None:
     """The object torch's weights-only unpickler refused, from its error message; None when it
     refused for another reason (damaged data)."""
     match = re.search(r"GLOBAL (\S+)", message)

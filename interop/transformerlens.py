@@ -37,7 +37,8 @@ def hooked_config(config: GPTConfig) -> dict[str, Any]:
         return dict(common, act_fn="relu2", normalization_type="RMSPre", eps=RMS_EPS,
                     positional_embedding_type="rotary", rotary_dim=config.head_dim, rotary_base=ROTARY_BASE,
                     rotary_adjacent_pairs=True, use_qk_norm=True)
-    return dict(common, act_fn="gelu", normalization_type="LN", eps=LN_EPS, positional_embedding_type="standard")
+    act_fn = "gelu_new" if config.activation == "gelu_tanh" else "gelu"   # GPT-2's tanh approximation, or exact
+    return dict(common, act_fn=act_fn, normalization_type="LN", eps=LN_EPS, positional_embedding_type="standard")
 
 
 def hooked_weights(model: GPT) -> dict[str, torch.Tensor]:
@@ -49,7 +50,7 @@ def hooked_weights(model: GPT) -> dict[str, torch.Tensor]:
         return weight.reshape(H, D, E).permute(0, 2, 1)
 
     def or_zeros(t: torch.Tensor | None, *shape: int) -> torch.Tensor:
-        return t if t is not None else torch.zeros(shape)
+        return t.reshape(shape) if t is not None else torch.zeros(shape)
 
     weights = {"embed.W_E": model.wte.weight, "unembed.W_U": model.wte.weight.t(),
                "unembed.b_U": torch.zeros(cfg.vocab_size)}
@@ -59,9 +60,9 @@ def hooked_weights(model: GPT) -> dict[str, torch.Tensor]:
     for n, block in enumerate(model.blocks):
         attn, mlp, p = block.attn, block.mlp, f"blocks.{n}."
         weights.update({
-            p + "attn.W_Q": per_head(attn.W_query.weight), p + "attn.b_Q": torch.zeros(H, D),
-            p + "attn.W_K": per_head(attn.W_key.weight), p + "attn.b_K": torch.zeros(H, D),
-            p + "attn.W_V": per_head(attn.W_value.weight), p + "attn.b_V": torch.zeros(H, D),
+            p + "attn.W_Q": per_head(attn.W_query.weight), p + "attn.b_Q": or_zeros(attn.W_query.bias, H, D),
+            p + "attn.W_K": per_head(attn.W_key.weight), p + "attn.b_K": or_zeros(attn.W_key.bias, H, D),
+            p + "attn.W_V": per_head(attn.W_value.weight), p + "attn.b_V": or_zeros(attn.W_value.bias, H, D),
             p + "attn.W_O": attn.out_proj.weight.t().reshape(H, D, E), p + "attn.b_O": or_zeros(attn.out_proj.bias, E),
             p + "mlp.W_in": mlp.c_fc.weight.t(), p + "mlp.b_in": or_zeros(mlp.c_fc.bias, cfg.mlp_width),
             p + "mlp.W_out": mlp.c_proj.weight.t(), p + "mlp.b_out": or_zeros(mlp.c_proj.bias, E),

@@ -86,7 +86,7 @@ class SelfAttention(nn.Module):
 
     def __init__(self, d_in: int, d_out: int, n_head: int = 1, dropout: float = 0.0,
                  out_proj: bool = True, bias: bool = False, rotary: bool = False,
-                 qk_norm: bool = False, max_len: int = 4096) -> None:
+                 qk_norm: bool = False, max_len: int = 4096, qkv_bias: bool = False) -> None:
         super().__init__()
         if d_out % n_head != 0:
             raise ValueError(f"d_out={d_out} is not divisible by n_head={n_head}; "
@@ -94,9 +94,10 @@ class SelfAttention(nn.Module):
         self.n_head = n_head
         self.head_dim = d_out // n_head
         self.d_out = d_out
-        self.W_query = nn.Linear(d_in, d_out, bias=False)
-        self.W_key = nn.Linear(d_in, d_out, bias=False)
-        self.W_value = nn.Linear(d_in, d_out, bias=False)
+        # The chapter's projections have no biases; GPT-2's own weights have them (`qkv_bias`).
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
         # Mixes the heads back together; the chapter's single head has none.
         self.out_proj = nn.Linear(d_out, d_out, bias=bias) if out_proj else None
         self.dropout = dropout
@@ -158,6 +159,12 @@ class SelfAttention(nn.Module):
         """[W_query; W_key; W_value]: `_project`'s three projections as one [3 * d_out, d_in] matrix,
         so one matmul computes them (sampling's cached path; GPT-2's `c_attn` is this, transposed)."""
         return torch.cat((self.W_query.weight, self.W_key.weight, self.W_value.weight))
+
+    def fused_bias(self) -> torch.Tensor | None:
+        """[b_query; b_key; b_value], the biases of `fused_projection` (None: the layer has none)."""
+        if self.W_query.bias is None:
+            return None
+        return torch.cat((self.W_query.bias, self.W_key.bias, self.W_value.bias))
 
     def _heads(self, t: torch.Tensor) -> torch.Tensor:
         """[B, T, d_out] -> [B, H, T, head_dim]: each head gets its own slice of the features."""

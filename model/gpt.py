@@ -14,6 +14,7 @@ layer's attention pattern). `generate` samples text; how, with a KV cache, is
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, fields
@@ -29,6 +30,7 @@ from model.attention import HeadAblation, SelfAttention
 
 ARCHITECTURES = ("gpt2", "modern")
 LN_EPS = 1e-5  # LayerNorm's epsilon, GPT-2's (the exporters tell TransformerLens and transformers this one)
+ACTIVATIONS = ("gelu", "gelu_tanh")   # the exact (erf) GELU, or GPT-2's tanh approximation of it
 
 
 @dataclass
@@ -43,6 +45,10 @@ class GPTConfig:
     dropout: float = 0.0
     bias: bool = False  # biases in LayerNorm, output projections and MLP
     arch: str = "gpt2"
+    # What only a model trained elsewhere needs (GPT-2's weights, nanoGPT's): see `IMPORTED_FIELDS`.
+    qkv_bias: bool = False       # biases in the query, key and value projections
+    activation: str = "gelu"     # the MLP's GELU: "gelu" (exact) or "gelu_tanh" (GPT-2's approximation)
+    vocab_used: int | None = None  # rows from here on pad the vocabulary: no token, never sampled (None: none)
 
     def __post_init__(self) -> None:
         self.validate()
@@ -61,6 +67,15 @@ class GPTConfig:
             raise ValueError(f"'dropout' must be in [0, 1); got {self.dropout}")
         if self.arch not in ARCHITECTURES:
             raise ValueError(f"'arch' must be one of {', '.join(ARCHITECTURES)}; got {self.arch!r}")
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"'activation' must be one of {', '.join(ACTIVATIONS)}; got {self.activation!r}")
+        if self.modern and (self.qkv_bias or self.activation != "gelu"):
+            raise ValueError("'qkv_bias' and 'activation' are settings of arch gpt2 (modern has no query, key or "
+                             "value biases and uses ReLU²)")
+        used = self.vocab_used
+        if used is not None and (type(used) is not int or not 0 < used <= self.vocab_size):
+            raise ValueError(f"'vocab_used' must be a positive integer up to vocab_size ({self.vocab_size}); got "
+                             f"{self.vocab_used!r}")
 
     @property
     def modern(self) -> bool:
@@ -76,10 +91,16 @@ class GPTConfig:
         return 4 * self.n_embd
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """Every setting, but those of `IMPORTED_FIELDS` only where they differ from their defaults: a model
+        trained here is described as it always was."""
+        return {name: value for name, value in asdict(self).items()
+                if name not in IMPORTED_FIELDS or value != _DEFAULTS[name]}
 
 
-MODEL_FIELDS = tuple(f.name for f in fields(GPTConfig))
+# What a model trained elsewhere may set and a training config never does: recorded (`to_dict`) only when set.
+IMPORTED_FIELDS = ("qkv_bias", "activation", "vocab_used")
+MODEL_FIELDS = tuple(f.name for f in fields(GPTConfig) if f.name not in IMPORTED_FIELDS)   # a training config's
+_DEFAULTS = {f.name: f.default for f in fields(GPTConfig)}
 
 
 class Norm(nn.Module):
@@ -116,9 +137,10 @@ class MLP(nn.Module):
         self.c_proj = nn.Linear(config.mlp_width, config.n_embd, bias=config.bias)
         self.dropout = nn.Dropout(config.dropout)
         self.modern = config.modern
+        self.gelu_approximation = "tanh" if config.activation == "gelu_tanh" else "none"
 
     def activation(self, h: torch.Tensor) -> torch.Tensor:
-        return F.relu(h).square() if self.modern else F.gelu(h)
+        return F.relu(h).square() if self.modern else F.gelu(h, approximate=self.gelu_approximation)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.dropout(self.c_proj(self.activation(self.c_fc(x))))
@@ -132,7 +154,7 @@ class Block(nn.Module):
         self.ln_1 = Norm(config.n_embd, config)
         self.attn = SelfAttention(config.n_embd, config.n_embd, config.n_head, config.dropout,
                                   out_proj=True, bias=config.bias, rotary=config.modern, qk_norm=config.modern,
-                                  max_len=config.block_size)
+                                  max_len=config.block_size, qkv_bias=config.qkv_bias)
         self.ln_2 = Norm(config.n_embd, config)
         self.mlp = MLP(config)
         self.resid_dropout = nn.Dropout(config.dropout)
@@ -179,6 +201,15 @@ class GPT(nn.Module):
                     nn.init.zeros_(proj.weight)
                 else:
                     nn.init.normal_(proj.weight, mean=0.0, std=0.02 / math.sqrt(2 * self.config.n_layer))
+
+    def crop_block_size(self, block_size: int) -> None:
+        """Runs with fewer positions than it has: the rows of the position table beyond them are dropped (as
+        nanoGPT's `crop_block_size` does), for a model trained elsewhere with a longer block."""
+        if not 0 < block_size <= self.config.block_size:
+            raise ValueError(f"cannot crop {self.config.block_size} positions to {block_size}")
+        self.config = dataclasses.replace(self.config, block_size=block_size)
+        if self.wpe is not None:
+            self.wpe = nn.Embedding.from_pretrained(self.wpe.weight[:block_size].detach().clone(), freeze=False)
 
     def num_params(self) -> int:
         """Parameter count without the position embeddings, as GPT-2 reports it. (The token

@@ -96,7 +96,7 @@ def _plain_weights(model: nn.Module) -> tuple:
         attn, mlp = block.attn, block.mlp
         qkv_t = attn.fused_projection().t().contiguous()   # [d_in, 3 * d_out]: one matmul a token
         out = (None, None) if attn.out_proj is None else (attn.out_proj.weight.t(), attn.out_proj.bias)
-        blocks.append((block.ln_1.as_function(), (attn, qkv_t, *out), block.ln_2.as_function(),
+        blocks.append((block.ln_1.as_function(), (attn, qkv_t, attn.fused_bias(), *out), block.ln_2.as_function(),
                        (mlp.activation, mlp.c_fc.weight.t(), mlp.c_fc.bias, mlp.c_proj.weight.t(), mlp.c_proj.bias)))
     position_table = model.wpe.weight if model.wpe is not None else None
     return model.wte.weight, position_table, blocks, model.ln_f.as_function()
@@ -118,11 +118,11 @@ def _attention(x: torch.Tensor, weights: tuple, cache: KVCache, layer: int, resi
     """`residual + attn(x)` for rows x [B * T, d_in]: for each of the cache's B sequences, T
     positions that follow the `cache.length` it holds. Each attends to itself, the new positions
     before it, and every cached position; this layer's keys and values join the cache."""
-    attn, qkv_t, out_t, out_bias = weights
+    attn, qkv_t, qkv_bias, out_t, out_bias = weights
     B = cache.batch
     T = x.shape[0] // B
     start = cache.length
-    qkv = torch.mm(x, qkv_t).view(B, T, 3, attn.n_head, attn.head_dim)
+    qkv = _rows_linear(x, qkv_t, qkv_bias).view(B, T, 3, attn.n_head, attn.head_dim)
     queries = qkv[:, :, 0].transpose(1, 2)                                    # [B, H, T, head_dim]
     new = qkv[:, :, 1:]                                                        # [B, T, 2, H, head_dim]
     if attn.qk_norm or attn.rotary is not None:
@@ -213,13 +213,14 @@ def _sampled(model: nn.Module, idx: torch.Tensor, max_new_tokens: int, temperatu
     context = idx[:, -block:]
     cache = KVCache.for_model(model, idx.shape[0]) if use_cache else None
     ablations = model.head_ablations(ablate, idx.device) if ablate else None
+    vocab = model.config.vocab_used or model.config.vocab_size   # rows beyond it pad the vocabulary: never sampled
     pending = context  # tokens not yet in the cache
     for _ in range(max_new_tokens):
         if cache is None:
             logits = model(context, ablate=ablate)[0][:, -1]
         else:
             logits = decode(model, pending, cache, ablations)
-        next_token = sample_next(logits, temperature, top_k, top_p, generator)
+        next_token = sample_next(logits[:, :vocab], temperature, top_k, top_p, generator)
         yield next_token
         context = torch.cat([context, next_token], dim=1)
         pending = next_token
