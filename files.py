@@ -8,9 +8,10 @@
 - `writable_folder`: a folder exists, or can be made, and files can be created in it.
 - `destination`: the path a user gave for a file or folder to write, with a name of its own ('.' and
   'out/' name folders: never a file).
-- `fresh_file` / `fresh_folder` / `replace_file`: a file is written whole into a new file of its own
-  beside it, created exclusively under a name nobody can guess, then renamed over it, so a link planted
-  under any name is replaced, never written through.
+- `fresh_file` / `fresh_folder` / `replace_file` / `replace_folder`: a file (a folder) is written whole
+  into a new one of its own beside it, created exclusively under a name nobody can guess, then renamed
+  over it (or, for a folder that stands, moved into it), so a link planted under any name is replaced,
+  never written through.
 - `remove_dead_leftovers`: what a process that has ended left half-written (named `...tmp-<pid>...`)
   is deleted; what a live process is writing is kept.
 - `os_error_of` / `write_error`: a failed write as the OSError that happened, in words that name the
@@ -35,7 +36,7 @@ import tempfile
 import tomllib
 from collections.abc import Callable
 from pathlib import Path, PureWindowsPath
-from typing import BinaryIO
+from typing import BinaryIO, NoReturn
 
 from errors import UserError
 
@@ -207,10 +208,7 @@ def replace_file(path: str | Path, write: Callable[[BinaryIO], object],
             try:
                 write(fh)
             except Exception as exc:
-                error = fh.error or os_error_of(exc)
-                if error is None or error is exc:
-                    raise
-                raise error from None
+                _raise_os_error_of(exc, fh.error)
             raw.flush()
             os.fsync(raw.fileno())
         if before_replace is not None:
@@ -220,6 +218,52 @@ def replace_file(path: str | Path, write: Callable[[BinaryIO], object],
         tmp.unlink(missing_ok=True)
         raise
     return path
+
+
+def replace_folder(folder: Path, write: Callable[[Path], object], last: str | None = None) -> None:
+    """Writes `folder` as a whole new folder: `write(staging)` fills a `fresh_folder`, which then becomes
+    `folder`, renamed there when nothing stands there (a link there is removed first, never followed). Where
+    a folder stands already (one the caller has checked may be replaced: empty, or written by it before),
+    the new files are moved into it one by one, `last` (a marker saying the folder is complete) removed
+    first and moved in last, and the files it held that the new one has not are removed: the folder keeps
+    its place, permissions and mount (it may be the one the command runs in). A failure or an interrupt
+    removes the staging folder; a write that failed is raised as its OSError (see `os_error_of`)."""
+    existing = what_stands_at(folder, follow_links=False) == "a directory"
+    staging = fresh_folder(folder / folder.name if existing else folder)  # on the disk `folder` is on
+    try:
+        try:
+            write(staging)
+        except Exception as exc:
+            _raise_os_error_of(exc)
+        if not existing:
+            if folder.is_symlink():
+                folder.unlink()
+            os.replace(staging, folder)
+            return
+        earlier = {p.name for p in folder.iterdir()} - {staging.name}
+        if last is not None:
+            (folder / last).unlink(missing_ok=True)  # until it is back, the folder does not claim to be complete
+        new = sorted((p.name for p in staging.iterdir()), key=lambda name: name == last)
+        for name in new:
+            os.replace(staging / name, folder / name)
+        for name in earlier - set(new):
+            old = folder / name
+            if old.is_dir() and not old.is_symlink():
+                shutil.rmtree(old)
+            else:
+                old.unlink(missing_ok=True)
+        staging.rmdir()
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def _raise_os_error_of(exc: Exception, recorded: OSError | None = None) -> NoReturn:
+    """Raises the OSError behind `exc` (`recorded`, if a write recorded one), or `exc` itself when none."""
+    error = recorded or os_error_of(exc)
+    if error is None or error is exc:
+        raise exc
+    raise error from None
 
 
 def os_error_of(exc: BaseException) -> OSError | None:
@@ -249,13 +293,12 @@ def disk_full(exc: OSError) -> bool:
 
 
 def write_error(exc: OSError, path: str | Path) -> str:
-    """Why a write at `path` failed, in words. A full disk (or quota) is named by the folder it is mounted
-    at, which tells the user where space is missing: "the disk at /data is full (No space left on device)";
-    anything else in the system's words ("Permission denied")."""
+    """Why a write at `path` failed, in the system's words ("Permission denied"). A full disk (or a used-up
+    quota) is named by the folder it is mounted at, which tells the user where space is missing: "No space
+    left on device on the disk mounted at /data"."""
     if not disk_full(exc):
         return exc.strerror or str(exc)
-    what = "is full" if exc.errno == errno.ENOSPC else "has no quota left"
-    return f"the disk at {mount_point(path)} {what} ({os.strerror(exc.errno)})"
+    return f"{os.strerror(exc.errno)} on the disk mounted at {mount_point(path)}"
 
 
 def mount_point(path: str | Path) -> Path:

@@ -86,7 +86,7 @@ def _train(cfg: TrainConfig, trainer: Trainer, rt: runtime.Runtime, argv: list[s
                        **result.metrics}
             if result.evaluations:
                 metrics["hparam/final_train_loss"] = result.evaluations[-1].train_loss
-            writer.add_hparams(hparams, metrics, run_name=".")
+            writer.add_hparams(hparams, metrics)
     finally:
         if writer is not None:
             writer.close()  # keeps the TensorBoard events logged so far, also after an error

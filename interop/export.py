@@ -9,18 +9,16 @@ differ by more than `TOLERANCE`, so a file that computes something else is never
 
 Nothing is written through a link, and nothing is left half-written: the file is written whole into a
 new file of a name nobody can guess and renamed into place (`files.replace_file`, as checkpoints are);
-the folder's files are written into a new folder (`files.fresh_folder`), which becomes the export, or,
-where a folder stands already (empty, or an earlier export), whose files are moved into it, the marker
-last. A failure or an interrupt removes what was being written, and what a killed export left is
-removed by the next one.
+the folder is written into a new folder (`files.replace_folder`), which becomes the export or, where a
+folder stands already (empty, or an earlier export), whose files are moved into it, the marker last. A
+failure or an interrupt removes what was being written, and what a killed export left is removed by
+the next one.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,12 +30,11 @@ from files import (
     cannot,
     destination,
     disk_full,
-    fresh_folder,
     glob_escape,
-    os_error_of,
     parse_json,
     remove_dead_leftovers,
     replace_file,
+    replace_folder,
     what_stands_at,
     writable_folder,
     write_error,
@@ -189,51 +186,13 @@ def _export_hf(loaded: Loaded, model: GPT, folder: Path, source: str) -> Exporte
     shown = progress.is_progress_bar_enabled()
     progress.disable_progress_bar()  # a bar for writing one small file is noise in a command's output
     try:
-        replace_folder(folder, write)
+        replace_folder(folder, write, last=MARKER)
     except OSError as exc:
         raise _write_failed(folder, exc, "the Hugging Face folder") from None
     finally:
         if shown:
             progress.enable_progress_bar()
     return Exported(folder, f"Hugging Face {type(hf).__name__} with its tokenizer", diff, tokens)
-
-
-def replace_folder(folder: Path, write: Callable[[Path], object]) -> None:
-    """`write(staging)` fills a `fresh_folder`, which then becomes `folder`: renamed there when nothing stands
-    there (a link there is removed first, never followed); moved into it file by file, the marker last,
-    when `folder` is a folder already (empty or an earlier export, checked before), which so keeps its
-    place, permissions and mount (it may be the folder the command runs in). A failure or an interrupt
-    removes the staging folder; a failed write is raised as its OSError (`files.os_error_of`)."""
-    existing = what_stands_at(folder, follow_links=False) == "a directory"
-    staging = fresh_folder(folder / folder.name if existing else folder)  # on the disk `folder` is on
-    try:
-        try:
-            write(staging)
-        except Exception as exc:
-            error = os_error_of(exc)
-            if error is None or error is exc:
-                raise
-            raise error from None
-        if not existing:
-            if folder.is_symlink():
-                folder.unlink()
-            os.replace(staging, folder)
-            return
-        earlier = {p.name for p in folder.iterdir()} - {staging.name}  # the earlier export's files, if any
-        (folder / MARKER).unlink(missing_ok=True)  # until the marker is back, the folder is no complete export
-        new = [p.name for p in staging.iterdir()]
-        for name in sorted(new, key=lambda n: n == MARKER):
-            os.replace(staging / name, folder / name)
-        for name in earlier - set(new):
-            old = folder / name
-            if old.is_dir() and not old.is_symlink():
-                shutil.rmtree(old)
-            else:
-                old.unlink(missing_ok=True)
-        staging.rmdir()
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
 
 
 # --- shared -------------------------------------------------------------------------------------------
