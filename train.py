@@ -13,10 +13,13 @@ step and its loop; what a run shows plugs in as callbacks.
 
 from __future__ import annotations
 
+import startup  # noqa: F401  (first, so that a Ctrl-C while torch loads is one line, not a traceback)
+
+# isort: split
 import shlex
 import signal
 import sys
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from pathlib import Path
 
 from errors import UsageError, run_cli
@@ -25,7 +28,7 @@ from trainer import runtime
 from trainer.config import TrainConfig, make_config, parse_command_line
 from trainer.resources import out_of_memory
 from trainer.runlock import RunLock
-from trainer.trainer import FitResult, Trainer, stop_signals
+from trainer.trainer import FitResult, Trainer
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent / "configs" / "pronouns.toml"
 TENSORBOARD = "tensorboard --logdir {} --samples_per_plugin=images=200,text=200"
@@ -40,30 +43,15 @@ def main(argv: list[str]) -> int:
         raise UsageError(f"the config file name {problem}; rename it to a UTF-8 name")
     cfg = make_config(config_path, overrides)
     config_name = Path(config_path).stem if config_path else "default"
-    with _sigterm_unwinds():
-        rt = runtime.setup(cfg)
-        try:
-            # One run per out_dir: the processes of one torchrun job share it, and rank 0 speaks for them.
-            with RunLock(cfg.out_dir) if rt.is_main else nullcontext() as lock:
-                return train(cfg, config_name, rt, argv, lock)
-        finally:
-            runtime.teardown(rt)
-
-
-@contextmanager
-def _sigterm_unwinds():
-    """Until training takes over the signals, SIGTERM and SIGHUP unwind like Ctrl-C, so data
-    preparation cleans up its half-written files."""
-    def exit_now(signum, frame) -> None:
-        raise SystemExit(128 + signum)
-
-    signals = [sig for sig in stop_signals() if sig != signal.SIGINT]
-    previous = {sig: signal.signal(sig, exit_now) for sig in signals}
+    # Until training takes the signals over, SIGTERM and SIGHUP unwind like Ctrl-C (errors.run_cli), so data
+    # preparation cleans up its half-written files.
+    rt = runtime.setup(cfg)
     try:
-        yield
+        # One run per out_dir: the processes of one torchrun job share it, and rank 0 speaks for them.
+        with RunLock(cfg.out_dir) if rt.is_main else nullcontext() as lock:
+            return train(cfg, config_name, rt, argv, lock)
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        runtime.teardown(rt)
 
 
 def train(cfg: TrainConfig, config_name: str, rt: runtime.Runtime, argv: list[str],
@@ -98,7 +86,7 @@ def _train(cfg: TrainConfig, trainer: Trainer, rt: runtime.Runtime, argv: list[s
                        **result.metrics}
             if result.evaluations:
                 metrics["hparam/final_train_loss"] = result.evaluations[-1].train_loss
-            writer.add_hparams(hparams, metrics, run_name=".")
+            writer.add_hparams(hparams, metrics)
     finally:
         if writer is not None:
             writer.close()  # keeps the TensorBoard events logged so far, also after an error

@@ -31,6 +31,7 @@ from model.attention import HeadAblation, SelfAttention
 ARCHITECTURES = ("gpt2", "modern")
 LN_EPS = 1e-5  # LayerNorm's epsilon, GPT-2's (the exporters tell TransformerLens and transformers this one)
 ACTIVATIONS = ("gelu", "gelu_tanh")   # the exact (erf) GELU, or GPT-2's tanh approximation of it
+MAX_BLOCK_SIZE = 2**24  # positions beyond it: float32 (rotary angles) no longer tells them apart
 
 
 @dataclass
@@ -76,6 +77,19 @@ class GPTConfig:
         if used is not None and (type(used) is not int or not 0 < used <= self.vocab_size):
             raise ValueError(f"'vocab_used' must be a positive integer up to vocab_size ({self.vocab_size}); got "
                              f"{self.vocab_used!r}")
+        self._validate_limits()
+
+    def _validate_limits(self) -> None:
+        """The sizes a model of this architecture cannot have, however much memory there is."""
+        if self.block_size > MAX_BLOCK_SIZE:
+            raise ValueError(f"'block_size' must be at most {MAX_BLOCK_SIZE:,} (2**24: positions are counted in "
+                             f"float32, exact only that far); got {self.block_size:,}")
+        if self.modern and self.head_dim % 2:  # rotary positions turn each head's features in pairs
+            fits = [h for h in range(self.n_head, 0, -1) if self.n_embd % (2 * h) == 0]
+            fix = f"n_head={fits[0]}" if fits else f"n_embd={2 * self.n_embd}"
+            raise ValueError(f"'n_head' must leave each head an even number of features for arch 'modern', whose "
+                             f"rotary positions turn them in pairs; n_embd {self.n_embd} / n_head {self.n_head} "
+                             f"gives {self.head_dim}: e.g. use {fix}")
 
     @property
     def modern(self) -> bool:

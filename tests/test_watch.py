@@ -582,6 +582,7 @@ def test_a_tensorboard_writer_that_cannot_write_warns_once_and_goes_on(tmp_path,
     import warnings
 
     from errors import GptwatchWarning
+    from files import mount_point
     from watch.tensorboard import TensorBoardWriter
 
     def append(self, filename, file_content, binary_mode=False):
@@ -601,9 +602,9 @@ def test_a_tensorboard_writer_that_cannot_write_warns_once_and_goes_on(tmp_path,
         for step in range(20):
             writer.add_scalar("loss", 1.0, step)
             writer.flush()
-        writer.add_hparams({"lr": 0.1}, {"hparam/loss": 1.0}, run_name=".")
+        writer.add_hparams({"lr": 0.1}, {"hparam/loss": 1.0})
         writer.close()
     assert [str(w.message) for w in caught if w.category is GptwatchWarning] == [
-        f"cannot write TensorBoard logs to {tmp_path / 'run'} (No space left on device); going on without them: "
-        f"free disk space or choose another --log_dir"]
+        f"cannot write TensorBoard logs to {tmp_path / 'run'} (No space left on device on the disk mounted at "
+        f"{mount_point(tmp_path)}); going on without them: free disk space or choose another --log_dir"]
     assert writer.failed and printed == [] and "Traceback" not in capfd.readouterr().err

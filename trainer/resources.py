@@ -1,4 +1,4 @@
-"""Memory: what a run needs, estimated before anything large is allocated, and what is free.
+"""Memory: what a run needs, estimated before anything large is allocated, against what is free (`memory`).
 
 The estimates are deliberately low (a lower bound of what training certainly needs), so a config
 is refused only when it cannot fit; a config that passes and still runs out of memory is caught

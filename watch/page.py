@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from errors import UserError
-from files import clear_for_file, replace_file
+from files import clear_for_file, replace_file, write_error
 from watch.heads import default_query, display_token, focused_head, head_name
 
 DATA_ID = "attention-data"
@@ -105,7 +105,7 @@ def write_page(path: str | Path, page: str) -> Path:
         replace_file(path, lambda fh: fh.write(page.encode("utf-8")))
     except OSError as exc:
         blocker = next((p for p in path.parents if p.exists()), None)
-        reason = f"{blocker} is a file, not a folder" if blocker and not blocker.is_dir() else exc.strerror or exc
+        reason = f"{blocker} is a file, not a folder" if blocker and not blocker.is_dir() else write_error(exc, path)
         raise UserError(f"cannot write the attention page {path} ({reason}); choose a writable path") from None
     return path
 

@@ -41,6 +41,8 @@ PRONOUN, AGREEMENT, REPEATED, TEXT, SENTENCES = "pronoun", "agreement", "repeate
 REPEATED_SEQUENCES = 32
 REPEATED_MAX_LENGTH = 50
 REPEATED_MIN_LENGTH = 16     # L below this (block_size < 32): repeated-token scores are not measurable
+NO_TEXT = ("no held-out text (give sample.py --text FILE, or keep the run's prepared data): previous-token, sink, "
+           "current-token, positional and broad scores and the in-context score are left out")
 REPEATED_SEED = 0
 TEXT_WINDOWS = 16
 TEXT_TOKENS = 2048
@@ -184,6 +186,9 @@ def held_out_text(tokens: np.ndarray | Sequence[int], block_size: int, *, window
     length = min(block_size, len(tokens))
     if windows is None:
         windows = min(TEXT_WINDOWS, max(4, TEXT_TOKENS // max(length, 1)))
+    if block_size < REPEATED_MIN_LENGTH:  # the model's context, not the text, is too short
+        return (f"block_size {block_size} is below {REPEATED_MIN_LENGTH}, too short for windows of held-out text: "
+                f"previous-token, sink, current-token, positional and broad scores are not measurable")
     if length < REPEATED_MIN_LENGTH:
         return f"{source} has {len(tokens)} tokens, too few for held-out text scores (at least {REPEATED_MIN_LENGTH})"
     count = min(windows, len(tokens) - length + 1)
@@ -224,9 +229,7 @@ def watch_sets(tokenizer: Tokenizer, block_size: int, *, train_tokens: np.ndarra
     from their files, and the sentences `texts`."""
     sets = ProbeSets()
     sets.add(REPEATED, repeated_tokens(token_pool(train_tokens, tokenizer), block_size))
-    sets.add(TEXT, held_out_text(text, block_size, source=text_source) if text is not None else
-             "no held-out text (give sample.py --text FILE, or keep the run's prepared data): previous-token, "
-             "sink, current-token, positional and broad scores and the in-context score are left out")
+    sets.add(TEXT, held_out_text(text, block_size, source=text_source) if text is not None else NO_TEXT)
     if probes:
         sets.add(PRONOUN, pronoun_probes(probes, tokenizer, block_size, strict=strict))
     if agreement:

@@ -9,6 +9,7 @@ so a `torch.utils.tensorboard.SummaryWriter` or anything like it will do.
 
 from __future__ import annotations
 
+import secrets
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from errors import warn
+from files import write_error
 from watch.ablation import AblationResult
 from watch.headtypes import CONTEXT_NUMBERS, TYPES
 from watch.reading import Reading
@@ -29,7 +31,10 @@ class TensorBoardWriter:
 
     SummaryWriter writes from a background thread. An error there is raised again by the writer's
     next call, here turned into the warning, and printed as a traceback by the thread itself, which
-    `_quiet_writer_threads` keeps quiet."""
+    `_quiet_writer_threads` keeps quiet.
+
+    Its event file has a name nobody can guess (TensorBoard's own is the time, host and pid), and the
+    hparams go into that file too, so no link planted in the run folder is ever written through."""
 
     def __init__(self, log_dir: str | Path, fix: str = "free disk space or choose another --log_dir") -> None:
         from torch.utils.tensorboard import SummaryWriter
@@ -40,7 +45,22 @@ class TensorBoardWriter:
         self.failed = False
         self._writer = None
         try:
-            self._writer = SummaryWriter(log_dir=str(self.log_dir))
+            self._writer = SummaryWriter(log_dir=str(self.log_dir), filename_suffix=f".{secrets.token_hex(8)}")
+        except OSError as exc:
+            self._fail(exc)
+
+    def add_hparams(self, hparam_dict: dict, metric_dict: dict) -> None:
+        """The run's settings and final metrics, for the HParams tab, in this run's own event file (torch's
+        `add_hparams` would open a second one, under a name that can be guessed)."""
+        from torch.utils.tensorboard.summary import hparams
+
+        if self._writer is None or self.failed:
+            return
+        try:
+            for summary in hparams(hparam_dict, metric_dict):
+                self._writer.file_writer.add_summary(summary)
+            for name, value in metric_dict.items():
+                self._writer.add_scalar(name, value)
         except OSError as exc:
             self._fail(exc)
 
@@ -71,8 +91,8 @@ class TensorBoardWriter:
 
     def _fail(self, exc: OSError) -> None:
         self.failed = True
-        warn(f"cannot write TensorBoard logs to {self.log_dir} ({exc.strerror or exc}); going on without them: "
-             f"{self.fix}")
+        warn(f"cannot write TensorBoard logs to {self.log_dir} ({write_error(exc, self.log_dir)}); going on without "
+             f"them: {self.fix}")
 
 
 def _quiet_writer_threads() -> None:
