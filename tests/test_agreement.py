@@ -165,6 +165,9 @@ class FakeWriter:
     def add_custom_scalars(self, layout):
         self.layout = layout
 
+    def add_image(self, tag, image, step, dataformats):   # the composition matrix, at each evaluation
+        pass
+
 
 @pytest.fixture(scope="module")
 def watched(tmp_path_factory):

@@ -14,6 +14,7 @@ from files import NotParsed, inside_name, is_whole_number, parse_int, quoted, re
 from model.ablation import Ablation
 from watch.ablation import head_means, proofs
 from watch.capture import capture_attention
+from watch.composition import composition, composition_json, reads_from
 from watch.heads import ablation_names, default_query, display_token, focused_head, head_name
 from watch.headtypes import CONTEXT_NUMBERS, LABELS, TYPE_SETS, head_labels
 from watch.heatmaps import head_image, layer_image, save_png, sentence_slug
@@ -22,7 +23,7 @@ from watch.pipeline import untrained_like
 from watch.probesets import NO_TEXT, PRONOUN, REPEATED_MIN_LENGTH, TEXT, ProbeSets, pronoun_probes, watch_sets
 from watch.pronouns import json_number
 from watch.reading import Reading, read_pass
-from watch.report import ablation_line, head_table, top_attended, type_report
+from watch.report import ablation_line, composition_lines, head_table, top_attended, type_report
 from watch.tensorboard import TensorBoardWriter
 
 
@@ -65,9 +66,11 @@ def show_attention(model, tokenizer, checkpoint: dict, args: argparse.Namespace,
         step = f" at step {checkpoint['step']}" if "step" in checkpoint else ""
         ablated = f", with {', '.join(ablation_names(ablate))} ablated" if ablate else ""
         sets = checkpoint_sets(model, tokenizer, checkpoint, None)
-        untrained = read_pass(untrained_like(model, _seed(checkpoint)), sets, kinds=TYPE_SETS)
+        fresh = untrained_like(model, _seed(checkpoint))
+        untrained = read_pass(fresh, sets, kinds=TYPE_SETS)
         labels = head_labels(read_pass(model, sets, untrained=untrained).types)
-        page = write_page(args.html, attention_page([view], f"Attention of {args.out_dir}{step}{ablated}", labels))
+        page = write_page(args.html, attention_page([view], f"Attention of {args.out_dir}{step}{ablated}", labels,
+                                                    reads_from(composition(model), composition(fresh))))
     if args.json:
         print(json.dumps(_finite({
             "text": text, "tokens": tokens, "query_pos": query, "focused_head": head_name(layer, head),
@@ -201,16 +204,20 @@ def show_heads(model, tokenizer, checkpoint: dict, args: argparse.Namespace, abl
                          f"none: {why}; use --ablation=zero{longer}")
     if ablate and args.ablation == "mean":
         ablate = Ablation(ablate.heads, head_means(model, sets.get(TEXT)))
-    untrained = read_pass(untrained_like(model, _seed(checkpoint)), sets, kinds=TYPE_SETS)
+    fresh = untrained_like(model, _seed(checkpoint))
+    untrained = read_pass(fresh, sets, kinds=TYPE_SETS)
     reading = read_pass(model, sets, untrained=untrained, ablate=ablate)
     found = proofs(model, sets, reading, args.ablation) if not ablate else []
+    composed, composed_before = composition(model), composition(fresh)   # of the weights: --ablate leaves them
     if args.json:
-        print(json.dumps(heads_json(reading, found, args.ablation, sets), allow_nan=False))
+        print(json.dumps({**heads_json(reading, found, args.ablation, sets),
+                          **_finite(composition_json(composed, composed_before))}, allow_nan=False))
         return
     about = "; ".join(s.about for s in sets.sets.values())
     removed = f", with {', '.join(reading.results.ablated)} removed ({args.ablation}-ablation)" if ablate else ""
     print(f"head types of {args.out_dir}{removed} ({about}); the untrained model's scores in brackets:")
     print(type_report(reading, list(sets.missing.values()), found))
+    print(composition_lines(composed, composed_before, reading.types))
 
 
 def heads_json(reading: Reading, found: list, mode: str, sets: ProbeSets) -> dict:
