@@ -5,6 +5,9 @@ message that names the problem and the fix; `UsageError` is one on the command l
 a config file. Library code raises them, or a plain `ValueError` for a programming mistake.
 Only `run_cli`, which the two commands call, turns them into one line on stderr and an exit
 status: 1, or 2 for usage, as shells expect. Everything else is a bug and keeps its traceback.
+The line is shown by the terminal rule (`escape.for_terminal`): a file name or a value it quotes
+cannot drive the terminal. Under `run_cli`, SIGTERM and SIGHUP unwind like Ctrl-C (`stops_unwind`),
+so what a command was writing is removed on the way out.
 
 With `survive_closed_output`, output that nobody reads any more (`train.py | head -1`, a terminal
 closed by an ssh drop) is dropped instead of raising: training goes on and saves.
@@ -24,13 +27,17 @@ from __future__ import annotations
 import argparse
 import io
 import os
+import signal
 import sys
+import threading
 import warnings
 from collections.abc import Callable
 from contextlib import contextmanager
 from typing import NoReturn
 
 import torch
+
+from escape import for_terminal
 
 
 class UserError(Exception):
@@ -77,8 +84,32 @@ def is_out_of_memory(exc: BaseException) -> bool:
 
 
 def _one_line(text: object) -> str:
-    # One line, whatever the message quotes (a path or a library's error may hold newlines).
-    return " ".join(str(text).splitlines())
+    # One line, whatever the message quotes (a path or a library's error may hold newlines), that shows
+    # what it quotes rather than letting it act on the terminal.
+    return for_terminal(" ".join(str(text).splitlines()))
+
+
+@contextmanager
+def stops_unwind():
+    """While it is held, SIGTERM (kill, a scheduler) and SIGHUP (a closed terminal; left alone where it is
+    ignored, as under nohup, which asks the command to go on) unwind like Ctrl-C, as `SystemExit(128 +
+    signal)`: every `finally` runs, so nothing half-written is left. Training takes them over while it
+    runs, to save first. Only the main thread can handle signals; elsewhere this does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def unwind(signum, frame) -> None:
+        raise SystemExit(128 + signum)
+
+    hangup = getattr(signal, "SIGHUP", None)
+    signals = [signal.SIGTERM] + ([hangup] if hangup and signal.getsignal(hangup) is not signal.SIG_IGN else [])
+    previous = {sig: signal.signal(sig, unwind) for sig in signals}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 class SurvivingStream:
@@ -148,7 +179,8 @@ def print_line(text: str) -> None:
 
 def run_cli(main: Callable[[list[str]], int | None], argv: list[str], *, survive_closed_output: bool = False) -> int:
     """Runs `main(argv)`; a `UserError` becomes one line on stderr and its exit status,
-    a Ctrl-C that reaches it exit status 130, and each warning one `warning: ...` line.
+    a Ctrl-C that reaches it exit status 130 (SIGTERM, SIGHUP: 143, 129; see `stops_unwind`),
+    and each warning one `warning: ...` line.
     `--debug` anywhere in argv keeps the full traceback instead. With `survive_closed_output`,
     stdout and stderr never raise (see `SurvivingStream`)."""
     if survive_closed_output:
@@ -167,7 +199,8 @@ def run_cli(main: Callable[[list[str]], int | None], argv: list[str], *, survive
 
         warnings.showwarning = show
         try:
-            return main(argv) or 0
+            with stops_unwind():
+                return main(argv) or 0
         except UserError as exc:
             if debug:
                 raise

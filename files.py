@@ -6,18 +6,26 @@
 - `read_bytes` / `read_text` (`utf8`): a regular file, read (UTF-8, a byte-order mark dropped).
 - `clear_for_file`: nothing but a regular file stands where a file is about to be written.
 - `writable_folder`: a folder exists, or can be made, and files can be created in it.
-- `fresh_file` / `replace_file`: a file is written whole into a new file of its own beside it, then
-  renamed over it, so a link planted under its name is replaced, never written through.
+- `destination`: the path a user gave for a file or folder to write, with a name of its own ('.' and
+  'out/' name folders: never a file).
+- `fresh_file` / `fresh_folder` / `replace_file` / `replace_folder`: a file (a folder) is written whole
+  into a new one of its own beside it, created exclusively under a name nobody can guess, then renamed
+  over it (or, for a folder that stands, moved into it), so a link planted under any name is replaced,
+  never written through.
 - `remove_dead_leftovers`: what a process that has ended left half-written (named `...tmp-<pid>...`)
   is deleted; what a live process is writing is kept.
+- `os_error_of` / `write_error`: a failed write as the OSError that happened, in words that name the
+  disk when it is full.
 - `inside_name`: a name meant to stay inside a folder (a run name) is relative, without '..'.
 - `utf8_name`: a name or path given as text holds only characters UTF-8 can write.
-- `parse_json` / `parse_toml`: text read from a user or from disk, parsed; any way it can fail
-  (bad syntax, brackets nested too deeply to read) is one `NotParsed` saying why.
+- `parse_json` / `parse_toml` / `parse_int`: text read from a user, the environment or a disk, parsed;
+  any way it can fail (bad syntax, brackets nested too deeply to read, a number too long to convert)
+  is one `NotParsed` saying why. `quoted` shows such text in a message, however long.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -28,7 +36,7 @@ import tempfile
 import tomllib
 from collections.abc import Callable
 from pathlib import Path, PureWindowsPath
-from typing import BinaryIO
+from typing import BinaryIO, NoReturn
 
 from errors import UserError
 
@@ -131,15 +139,20 @@ def writable_folder(folder: str | Path, key: str) -> Path:
 
 # --- writing a file whole: never through a link, never half -------------------------------------------
 
+def _fresh_name(path: Path) -> Path:
+    """`.{name}.tmp-{pid}-{random}` beside `path`: the pid lets `remove_dead_leftovers` delete it once this
+    process has ended; the random part keeps anyone from planting something under it beforehand."""
+    return path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(8)}")
+
+
 def fresh_file(path: str | Path) -> tuple[int, Path]:
-    """(an open descriptor, its path) of a new empty file beside `path`, named `.{name}.tmp-{pid}-{random}`:
-    created exclusively and without following links, so nothing planted under that name (a link to a
-    file elsewhere, another process's file) is ever written to. The pid in the name lets
-    `remove_dead_leftovers` delete it if this process dies before renaming it."""
+    """(an open descriptor, its path) of a new empty file beside `path` (see `_fresh_name`): created
+    exclusively and without following links, so nothing planted under that name (a link to a file
+    elsewhere, another process's file) is ever written to."""
     path = Path(path)
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
     for _ in range(100):
-        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
+        tmp = _fresh_name(path)
         try:
             return os.open(tmp, flags, 0o666), tmp  # the umask applies, as for any new file
         except FileExistsError:
@@ -147,25 +160,175 @@ def fresh_file(path: str | Path) -> tuple[int, Path]:
     raise FileExistsError(f"no free temporary name beside {path}")
 
 
+def fresh_folder(path: str | Path) -> Path:
+    """A new empty folder beside `path` (see `_fresh_name`), made exclusively: mkdir never follows a link
+    and fails on any name that exists, so what is written into it goes nowhere else."""
+    path = Path(path)
+    for _ in range(100):
+        tmp = _fresh_name(path)
+        try:
+            tmp.mkdir(0o777)  # the umask applies, as for any new folder
+            return tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary name beside {path}")
+
+
+class _RecordingFile:
+    """A file whose failed writes are remembered: a library that writes through it may report the OSError
+    as something else (torch.save's zip writer: a RuntimeError about file positions)."""
+
+    def __init__(self, fh: BinaryIO) -> None:
+        self.fh = fh
+        self.error: OSError | None = None
+
+    def write(self, data) -> int:
+        try:
+            return self.fh.write(data)
+        except OSError as exc:
+            self.error = exc
+            raise
+
+    def __getattr__(self, name: str):
+        return getattr(self.fh, name)
+
+
 def replace_file(path: str | Path, write: Callable[[BinaryIO], object],
                  before_replace: Callable[[], object] | None = None) -> Path:
     """Writes `path` as a whole new file: `write(fh)` fills a `fresh_file` beside it, which is flushed to disk
     and renamed over `path` (`before_replace()` runs just before, the new file complete). A link at `path` is
     replaced by the file, never followed; a reader sees the old file or the new one, never half of one. An
-    error (or an interrupt) leaves `path` as it was and no temporary file."""
+    error (or an interrupt) leaves `path` as it was and no temporary file; a write that failed is raised as
+    its OSError (see `os_error_of`), however the library writing reported it."""
     path = Path(path)
     fd, tmp = fresh_file(path)
     try:
-        with open(fd, "wb") as fh:
-            write(fh)
-            fh.flush()
-            os.fsync(fh.fileno())
+        with open(fd, "wb") as raw:
+            fh = _RecordingFile(raw)
+            try:
+                write(fh)
+            except Exception as exc:
+                _raise_os_error_of(exc, fh.error)
+            raw.flush()
+            os.fsync(raw.fileno())
         if before_replace is not None:
             before_replace()
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+    return path
+
+
+def replace_folder(folder: Path, write: Callable[[Path], object], last: str | None = None) -> None:
+    """Writes `folder` as a whole new folder: `write(staging)` fills a `fresh_folder`, which then becomes
+    `folder`, renamed there when nothing stands there (a link there is removed first, never followed). Where
+    a folder stands already (one the caller has checked may be replaced: empty, or written by it before),
+    the new files are moved into it one by one, `last` (a marker saying the folder is complete) removed
+    first and moved in last, and the files it held that the new one has not are removed: the folder keeps
+    its place, permissions and mount (it may be the one the command runs in). A failure or an interrupt
+    removes the staging folder; a write that failed is raised as its OSError (see `os_error_of`)."""
+    existing = what_stands_at(folder, follow_links=False) == "a directory"
+    staging = fresh_folder(folder / folder.name if existing else folder)  # on the disk `folder` is on
+    try:
+        try:
+            write(staging)
+        except Exception as exc:
+            _raise_os_error_of(exc)
+        if not existing:
+            if folder.is_symlink():
+                folder.unlink()
+            os.replace(staging, folder)
+            return
+        earlier = {p.name for p in folder.iterdir()} - {staging.name}
+        if last is not None:
+            (folder / last).unlink(missing_ok=True)  # until it is back, the folder does not claim to be complete
+        new = sorted((p.name for p in staging.iterdir()), key=lambda name: name == last)
+        for name in new:
+            os.replace(staging / name, folder / name)
+        for name in earlier - set(new):
+            old = folder / name
+            if old.is_dir() and not old.is_symlink():
+                shutil.rmtree(old)
+            else:
+                old.unlink(missing_ok=True)
+        staging.rmdir()
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def _raise_os_error_of(exc: Exception, recorded: OSError | None = None) -> NoReturn:
+    """Raises the OSError behind `exc` (`recorded`, if a write recorded one), or `exc` itself when none."""
+    error = recorded or os_error_of(exc)
+    if error is None or error is exc:
+        raise exc
+    raise error from None
+
+
+def os_error_of(exc: BaseException) -> OSError | None:
+    """The OSError behind `exc`: itself, one it was raised from, or one a library described in its own
+    words (safetensors: "IoError(Os { code: 28, kind: StorageFull, ... })"); None when it is no OSError."""
+    seen = exc
+    while seen is not None:
+        if isinstance(seen, OSError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    text = str(exc)
+    code = re.search(r"\bOs \{ code: ([0-9]{1,4}),", text)
+    if code is not None:
+        return OSError(int(code[1]), os.strerror(int(code[1])))
+    for number in _FULL:
+        if os.strerror(number) in text:
+            return OSError(number, os.strerror(number))
+    return None
+
+
+_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def disk_full(exc: OSError) -> bool:
+    """Whether a write failed for want of space: a full disk, or a used-up quota."""
+    return exc.errno in _FULL
+
+
+def write_error(exc: OSError, path: str | Path) -> str:
+    """Why a write at `path` failed, in the system's words ("Permission denied"). A full disk (or a used-up
+    quota) is named by the folder it is mounted at, which tells the user where space is missing: "No space
+    left on device on the disk mounted at /data"."""
+    if not disk_full(exc):
+        return exc.strerror or str(exc)
+    return f"{os.strerror(exc.errno)} on the disk mounted at {mount_point(path)}"
+
+
+def mount_point(path: str | Path) -> Path:
+    """The folder the filesystem holding `path` (or its nearest existing parent) is mounted at."""
+    path = Path(os.path.abspath(path))
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    while not os.path.ismount(path) and path != path.parent:
+        path = path.parent
+    return path
+
+
+# --- where to write ----------------------------------------------------------------------------------------
+
+def destination(text: str, what: str, *, folder: bool, fix: str) -> Path:
+    """The path `text` names, for the option `what` ("--html") to write there: a file (`folder=False`) or a
+    folder. A path whose last
+    part is empty (a trailing '/'), '.' or '..' names a folder, which a file is never written as (pathlib
+    would drop the '/', making 'out/' the file 'out'); such a folder is resolved to its real name ('.' is the
+    folder the command runs in). A `UserError` "{text} ...; {fix}" when it names no place for `what`."""
+    last = text.replace(os.altsep or os.sep, os.sep).rsplit(os.sep, 1)[-1]
+    if last not in ("", ".", ".."):
+        return Path(text)
+    if not text:
+        raise UserError(f"{what} was given an empty path; {fix}")
+    if not folder:
+        raise UserError(f"{text} names a folder{' (it ends in /)' if not last else ''}, not a file for {what}; {fix}")
+    path = Path(text) if Path(text).name not in ("", "..") else Path(os.path.abspath(text))
+    if not path.name:
+        raise UserError(f"{text} is the root of the filesystem, which {what} cannot replace; {fix}")
     return path
 
 
@@ -264,7 +427,35 @@ def utf8_value(value: object) -> str | None:
 # --- parsing what users and disks hand us ------------------------------------------------------------------
 
 class NotParsed(ValueError):
-    """JSON or TOML that cannot be read; str() says why, in a few words."""
+    """JSON, TOML or a number that cannot be read; str() says why, in a few words."""
+
+
+def quoted(text: str, limit: int = 60) -> str:
+    """`repr(text)`, cut short when long: "'1111111111...' (5,003 characters)"."""
+    shown = repr(text)
+    return shown if len(shown) <= limit else f"{shown[:limit - 10]}...' ({len(text):,} characters)"
+
+
+WHOLE_NUMBER = re.compile(r"[+-]?[0-9]+(?:_[0-9]+)*")  # as Python and TOML write one: 12, -3, 10_000
+MAX_DIGITS = 40  # more than any count, size, position or seed takes (2**128 has 39)
+
+
+def is_whole_number(text: str) -> bool:
+    """Whether `text` is written as a whole number (see `parse_int`), however long."""
+    return WHOLE_NUMBER.fullmatch(text) is not None
+
+
+def parse_int(text: str) -> int:
+    """`text` as a whole number, accepting exactly what reads as one: ASCII digits, an optional sign, and '_'
+    between digits. Anything else is a ValueError, as int()'s: other digits too ('²', which str.isdigit()
+    accepts and int() refuses; '٣', which int() would read), spaces. More than MAX_DIGITS digits is a
+    `NotParsed` saying so, never Python's own limit on converting long numbers."""
+    if not is_whole_number(text):
+        raise ValueError(f"{quoted(text)} is not a whole number")
+    digits = len(text.lstrip("+-").replace("_", ""))
+    if digits > MAX_DIGITS:
+        raise NotParsed(f"a number of {digits:,} digits, more than any setting takes ({MAX_DIGITS} at most)")
+    return int(text)
 
 
 TOO_DEEP = "its brackets are nested too deeply to read"

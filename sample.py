@@ -11,18 +11,22 @@
 
 from __future__ import annotations
 
+import startup  # noqa: F401  (first, so that a Ctrl-C while torch loads is one line, not a traceback)
+
+# isort: split
 import argparse
 import math
 import sys
 
 import torch
 
-from checkpoints import load_model
+from checkpoints import Loaded, checkpoint_path, load_model
 from data.tokenizer import TokenizerError
 from errors import ArgumentParser, UsageError, run_cli, warn
-from files import read_text, utf8_value
+from files import destination, read_text, utf8_value
 from interop.parts import TARGETS
 from model.ablation import Ablation
+from trainer.checkpoint import saved_settings
 from trainer.config import DEVICES
 from trainer.runtime import pick_device
 
@@ -137,6 +141,14 @@ def check_names(args: argparse.Namespace) -> None:
             raise UsageError(f"--{name} {problem}; rename that file or folder to a UTF-8 name, or give another")
 
 
+def load(out_dir: str, device: torch.device) -> Loaded:
+    """The checkpoint's model and tokenizer, after checking every setting it records (`saved_settings`)
+    whichever of them a mode reads."""
+    loaded = load_model(out_dir, device)
+    saved_settings(loaded.checkpoint, checkpoint_path(out_dir))
+    return loaded
+
+
 def read_prompt(prompt: str) -> str:
     if prompt.startswith("@"):
         prompt = read_text(prompt[1:], "prompt file", "give --prompt @PATH of a text file", UsageError)
@@ -192,14 +204,17 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     check_names(args)
     mode = check_mode(args, parser)
+    if args.html is not None:
+        args.html = str(destination(args.html, "--html", folder=False, fix="give a file path, e.g. page.html"))
     if mode == "export":
-        from interop.export import export, report
+        from interop.export import export, export_path, report
 
         target, path = args.export
-        print(report(export(load_model(args.out_dir, torch.device("cpu")), target, path, args.out_dir), target))
+        export_path(target, path)  # a path that names nothing to write is refused before the checkpoint is read
+        print(report(export(load(args.out_dir, torch.device("cpu")), target, path, args.out_dir), target))
         return 0
     device = pick_device(args.device)
-    loaded = load_model(args.out_dir, device)
+    loaded = load(args.out_dir, device)
     model, tokenizer, checkpoint = loaded.model, loaded.tokenizer, loaded.checkpoint
     validate(args, tokenizer.vocab_size)
     from watch.heads import ablation_for

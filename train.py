@@ -14,10 +14,13 @@ step and its loop; what a run shows plugs in as callbacks.
 
 from __future__ import annotations
 
+import startup  # noqa: F401  (first, so that a Ctrl-C while torch loads is one line, not a traceback)
+
+# isort: split
 import shlex
 import signal
 import sys
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from pathlib import Path
 
 from errors import UsageError, run_cli
@@ -27,7 +30,7 @@ from trainer.config import TrainConfig, make_config, parse_command_line
 from trainer.resources import out_of_memory
 from trainer.runlock import RunLock
 from trainer.starting_point import starting_point
-from trainer.trainer import FitResult, Trainer, stop_signals
+from trainer.trainer import FitResult, Trainer
 
 TENSORBOARD = "tensorboard --logdir {} --samples_per_plugin=images=200,text=200"
 BASES = ("With no CONFIG.toml: configs/pronouns.toml (the demo), unless --dataset names real text (a file, or "
@@ -41,34 +44,19 @@ def main(argv: list[str]) -> int:
     problem = utf8_name(config_path) if config_path else None
     if problem is not None:  # its name becomes the run's name, which checkpoints and logs record
         raise UsageError(f"the config file name {problem}; rename it to a UTF-8 name")
-    with _sigterm_unwinds():   # reading a large text to choose settings for it can take a moment
-        start = starting_point(config_path, overrides)
-        cfg = make_config(start.config_path, overrides, start.settings)
-        rt = runtime.setup(cfg)
-        try:
-            if rt.is_main and start.line(cfg):
-                print(start.line(cfg))
-            # One run per out_dir: the processes of one torchrun job share it, and rank 0 speaks for them.
-            with RunLock(cfg.out_dir) if rt.is_main else nullcontext() as lock:
-                return train(cfg, start.name, rt, argv, lock)
-        finally:
-            runtime.teardown(rt)
-
-
-@contextmanager
-def _sigterm_unwinds():
-    """Until training takes over the signals, SIGTERM and SIGHUP unwind like Ctrl-C, so data
-    preparation cleans up its half-written files."""
-    def exit_now(signum, frame) -> None:
-        raise SystemExit(128 + signum)
-
-    signals = [sig for sig in stop_signals() if sig != signal.SIGINT]
-    previous = {sig: signal.signal(sig, exit_now) for sig in signals}
+    start = starting_point(config_path, overrides)
+    cfg = make_config(start.config_path, overrides, start.settings)
+    # Until training takes the signals over, SIGTERM and SIGHUP unwind like Ctrl-C (errors.run_cli), so data
+    # preparation cleans up its half-written files.
+    rt = runtime.setup(cfg)
     try:
-        yield
+        if rt.is_main and start.line(cfg):
+            print(start.line(cfg))
+        # One run per out_dir: the processes of one torchrun job share it, and rank 0 speaks for them.
+        with RunLock(cfg.out_dir) if rt.is_main else nullcontext() as lock:
+            return train(cfg, start.name, rt, argv, lock)
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        runtime.teardown(rt)
 
 
 def train(cfg: TrainConfig, config_name: str, rt: runtime.Runtime, argv: list[str],
@@ -103,7 +91,7 @@ def _train(cfg: TrainConfig, trainer: Trainer, rt: runtime.Runtime, argv: list[s
                        **result.metrics}
             if result.evaluations:
                 metrics["hparam/final_train_loss"] = result.evaluations[-1].train_loss
-            writer.add_hparams(hparams, metrics, run_name=".")
+            writer.add_hparams(hparams, metrics)
     finally:
         if writer is not None:
             writer.close()  # keeps the TensorBoard events logged so far, also after an error

@@ -9,8 +9,9 @@ from checkpoints.read import (
     checkpoint_path,
     load_checkpoint,
     load_weights,
+    unusable,
     validate,
 )
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "CheckpointError", "Loaded", "checkpoint_path", "load_checkpoint",
-           "load_model", "load_weights", "validate"]
+           "load_model", "load_weights", "unusable", "validate"]

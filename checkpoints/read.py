@@ -16,11 +16,12 @@ import torch
 
 from errors import UserError
 from files import cannot, regular_file
-from model.gpt import GPT, MODEL_FIELDS, GPTConfig
+from model.gpt import GPT, IMPORTED_FIELDS, MODEL_FIELDS, GPTConfig
 
 FORMAT = "gptwatch-checkpoint"
 FORMAT_VERSION = 1
 ZIP_MAGIC = b"PK\x03\x04"
+MAX_STEP = 2**63  # steps are logged as int64 (TensorBoard, torch)
 
 
 class CheckpointError(UserError):
@@ -56,7 +57,7 @@ def load_checkpoint(path: str | Path) -> dict:
         # can never make a healthy checkpoint look damaged.
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
-        found = _pickled_object(str(exc))
+        found = pickled_object(str(exc))
         if found is not None:
             raise CheckpointError(f"refusing {path}: it contains a pickled Python object ({found}), which could "
                                   f"run code when loaded; only load checkpoints written by this trainer") from None
@@ -90,7 +91,7 @@ def validate(checkpoint: dict, path: str | Path, *, for_resume: bool = False) ->
         else:
             problem = _shape_problem(config, checkpoint["model"])
     if problem is not None:
-        raise _unusable(path, problem)
+        raise unusable(path, problem)
     # Weights (and, to resume, optimizer moments) that are nan or inf would sample garbage, or make every
     # resumed step nan: a run that diverged never saves them, so such a file was damaged or made elsewhere.
     found = _not_finite({"model": checkpoint["model"]}, "") or (
@@ -101,7 +102,8 @@ def validate(checkpoint: dict, path: str | Path, *, for_resume: bool = False) ->
     return config
 
 
-def _unusable(path: str | Path, problem: str) -> CheckpointError:
+def unusable(path: str | Path, problem: str) -> CheckpointError:
+    """The error for a checkpoint that holds `problem` ("its model_config is invalid (...)")."""
     return CheckpointError(f"{path} is not a usable checkpoint: {problem}; it was not written by this "
                            f"trainer's train.py, or was edited: use the ckpt.pt that train.py wrote")
 
@@ -141,12 +143,14 @@ def _structure_problem(checkpoint: dict, for_resume: bool) -> str | None:
             isinstance(k, str) and isinstance(v, torch.Tensor) and v.is_floating_point() for k, v in weights.items()):
         return "'model' is not a set of named floating-point tensors"
     config = checkpoint.get("model_config")
-    if not isinstance(config, dict) or set(config) != set(MODEL_FIELDS):
-        return f"'model_config' is missing or does not hold exactly {', '.join(MODEL_FIELDS)}"
+    # A model trained elsewhere also records the settings of IMPORTED_FIELDS it sets (GPTConfig.to_dict).
+    if not isinstance(config, dict) or not set(MODEL_FIELDS) <= set(config) <= {*MODEL_FIELDS, *IMPORTED_FIELDS}:
+        return (f"'model_config' is missing or does not hold exactly {', '.join(MODEL_FIELDS)} (and of "
+                f"{', '.join(IMPORTED_FIELDS)} those it sets)")
     if not isinstance(checkpoint.get("tokenizer"), dict):
         return "it has no 'tokenizer'"
-    if type(checkpoint.get("step")) is not int or checkpoint["step"] < 0:
-        return "'step' is not a step count"
+    if type(checkpoint.get("step")) is not int or not 0 <= checkpoint["step"] < MAX_STEP:
+        return "'step' is not a step count (a whole number from 0 to 2**63 - 1)"
     if not for_resume:
         return None
     for key, kind in _RESUME_FIELDS.items():
@@ -155,8 +159,11 @@ def _structure_problem(checkpoint: dict, for_resume: bool) -> str | None:
     rng = checkpoint["rng"]
     if not all(isinstance(rng.get(k), torch.Tensor) and rng[k].dtype == torch.uint8 for k in ("torch", "batches")):
         return "'rng' does not hold the random generators' states"
-    if checkpoint.get("eval_step") is not None and type(checkpoint["eval_step"]) is not int:
+    if checkpoint.get("eval_step") is not None and (type(checkpoint["eval_step"]) is not int
+                                                    or not 0 <= checkpoint["eval_step"] < MAX_STEP):
         return "'eval_step' is not a step"
+    if checkpoint["best_val_loss"] != checkpoint["best_val_loss"]:
+        return "'best_val_loss' is nan"
     return None
 
 
@@ -178,7 +185,7 @@ def _not_finite(tensors: dict, where: str) -> str | None:
     return None
 
 
-def _pickled_object(message: str) -> str | None:
+def pickled_object(message: str) -> str | None:
     """The object torch's weights-only unpickler refused, from its error message; None when it
     refused for another reason (damaged data)."""
     match = re.search(r"GLOBAL (\S+)", message)
@@ -195,7 +202,7 @@ def load_weights(model: GPT, weights: dict, path: str | Path) -> None:
     expected = {name: tuple(t.shape) for name, t in model.state_dict().items()}
     problem = _mismatch(expected, {name: tuple(t.shape) for name, t in weights.items()})
     if problem is not None:
-        raise _unusable(path, problem)
+        raise unusable(path, problem)
     try:
         model.load_state_dict(weights)
     except (KeyError, RuntimeError, TypeError, ValueError) as exc:

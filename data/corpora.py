@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from errors import UserError
+from files import glob_escape, remove_dead_leftovers, replace_file, write_error
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"  # corpora and the BPE cache that sit beside the repository, when present
@@ -86,22 +87,21 @@ def corpus_path(name: str) -> Path:
     target = REPO / "data" / "downloads" / corpus.filename
     target.parent.mkdir(parents=True, exist_ok=True)
     print(f"downloading {corpus.about} from {corpus.url}")
-    partial = target.with_suffix(".part")
     try:
-        with urllib.request.urlopen(corpus.url, timeout=60) as response, partial.open("wb") as out:
-            while chunk := response.read(1 << 20):
-                out.write(chunk)
+        with urllib.request.urlopen(corpus.url, timeout=60) as response:
+            data = response.read()
     except OSError as exc:
-        partial.unlink(missing_ok=True)
         raise UserError(f"cannot download corpus '{name}' from {corpus.url} ({exc}); connect to the internet, "
                         f"or save the file as {target}") from None
     if corpus.repairs or corpus.sha256:
-        try:
-            _repair(partial, corpus)
-        except UserError:
-            partial.unlink(missing_ok=True)
-            raise
-    partial.replace(target)
+        data = _repaired(data, corpus)
+    # Kept as every file is written: whole, never through a link planted under its name or a temporary one.
+    remove_dead_leftovers(target.parent, f".{glob_escape(target.name)}.tmp-*")
+    try:
+        replace_file(target, lambda fh: fh.write(data))
+    except OSError as exc:
+        raise UserError(f"cannot save the downloaded corpus as {target} ({write_error(exc, target)}); free disk "
+                        f"space, or save it there yourself") from None
     return target
 
 
@@ -112,14 +112,14 @@ def repaired(text: str, repairs: tuple[tuple[str, str], ...]) -> str:
     return text
 
 
-def _repair(path: Path, corpus: Corpus) -> None:
-    """Rewrites a downloaded file as the corpus's text: its repairs applied, its sha256 checked."""
-    data = repaired(path.read_bytes().decode("utf-8", errors="replace"), corpus.repairs).encode("utf-8")
+def _repaired(data: bytes, corpus: Corpus) -> bytes:
+    """A downloaded file as the corpus's text: its repairs applied, its sha256 checked."""
+    data = repaired(data.decode("utf-8", errors="replace"), corpus.repairs).encode("utf-8")
     digest = hashlib.sha256(data).hexdigest()
     if corpus.sha256 and digest != corpus.sha256:
         raise UserError(f"the file downloaded from {corpus.url} is not the expected text (sha256 {digest[:12]}, "
                         f"expected {corpus.sha256[:12]}); save the corpus as data/downloads/{corpus.filename}")
-    path.write_bytes(data)
+    return data
 
 
 def corpus_of(dataset: str) -> Corpus | None:

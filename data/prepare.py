@@ -24,7 +24,16 @@ import numpy as np
 from data import corpora
 from data.tokenizer import TOKENIZERS, Tokenizer, TokenizerMetaError, build_tokenizer, tokenizer_from_meta
 from errors import UserError, warn
-from files import NotParsed, glob_escape, parse_json, read_bytes, remove_dead_leftovers, utf8, what_stands_at
+from files import (
+    NotParsed,
+    glob_escape,
+    parse_json,
+    read_bytes,
+    remove_dead_leftovers,
+    utf8,
+    what_stands_at,
+    write_error,
+)
 
 META_FORMAT = 2  # 2: meta.json carries checksums of itself and of the token files
 PRONOUN_CORPUS_SEED = 1234  # fixed, so the corpus (and its cache) does not change with the training seed
@@ -259,7 +268,7 @@ def _remove_cache(folder: Path) -> None:
 
 
 def _write_error(folder: Path, exc: OSError) -> UserError:
-    return UserError(f"cannot write prepared data to {folder} ({exc.strerror or exc}); free disk space or "
+    return UserError(f"cannot write prepared data to {folder} ({write_error(exc, folder)}); free disk space or "
                      f"choose a writable --data_dir")
 
 

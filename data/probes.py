@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from data.tokenizer import Tokenizer, TokenizerError
-from errors import UserError, warn
+from data.tokenizer import Tokenizer
+from errors import UserError
 from files import NotParsed, parse_json, read_text
 
 REQUIRED_FIELDS = ("text", "pronoun", "referent", "distractor")
@@ -287,35 +287,6 @@ def align(probe: Probe, tokenizer: Tokenizer) -> AlignedProbe:
                         pronoun_pos=pronoun_tokens[-1], referent_positions=referent_positions,
                         distractor_positions=distractor_positions, continuation_pos=continuation_pos,
                         continuation_ids=continuation_ids, distractor_continuation_ids=distractor_ids)
-
-
-def align_usable(items: Sequence[Any], align_one: Callable[[Any, Tokenizer], Any], tokenizer: Tokenizer,
-                 what: str) -> list:
-    """Each item aligned with `align_one`; items with tokens outside the tokenizer's vocabulary cannot be
-    scored and are left out, with a warning that counts them as `what` ("probes in FILE")."""
-    aligned = []
-    for item in items:
-        try:
-            aligned.append(align_one(item, tokenizer))
-        except TokenizerError:
-            continue
-    if len(aligned) < len(items):
-        warn(f"{len(items) - len(aligned)} of {len(items)} {what} use tokens outside the vocabulary and are left out")
-    return aligned
-
-
-def within_block(items: Sequence[Any], block_size: int, what: str) -> list:
-    """The items (aligned, with `ids`) of at most `block_size` tokens; longer ones are left out, with a
-    warning that counts them as `what`."""
-    kept = [item for item in items if len(item.ids) <= block_size]
-    if len(kept) < len(items):
-        warn(f"{len(items) - len(kept)} of {len(items)} {what} are longer than block_size={block_size} and are "
-             f"left out")
-    return kept
-
-
-def align_all(probes: Sequence[Probe], tokenizer: Tokenizer) -> list[AlignedProbe]:
-    return [align(probe, tokenizer) for probe in probes]
 
 
 @dataclass

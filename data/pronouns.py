@@ -15,11 +15,10 @@ never meets in training; `probe_records` draws only from those pairs.
 
 from __future__ import annotations
 
-import json
 import random
-from pathlib import Path
 
 EXPLANATION_SENTENCE = "The dog fetched the ball and she was happy"
+PROBES = 256  # probe sentences of the corpus (prepared beside it as probes.jsonl)
 
 # noun -> (pronoun, continuations). Gender is fixed so that two people of
 # different genders are never ambiguous.
@@ -207,14 +206,7 @@ def training_text(seed: int = 1234, n_sentences: int = 30000) -> str:
     return "".join(line + "\n" for line, _ in _generate(rng, n_sentences, held_out=False, with_tails=True))
 
 
-def probe_records(seed: int = 1234, n: int = 256) -> list[dict]:
-    """n probes over held-out pairs only, the referent first in exactly half (n // 2) of them."""
+def probe_records(seed: int = 1234) -> list[dict]:
+    """PROBES probes over held-out pairs only, the referent first in exactly half of them."""
     rng = random.Random(f"pronoun-corpus probes {seed}")
-    return [record for _, record in _generate(rng, n, held_out=True, with_tails=False)]
-
-
-def write_probes(path: str | Path, records: list[dict]) -> None:
-    """JSONL: one probe object a line, readable by `data.probes.load_probes`."""
-    with open(path, "w", encoding="utf-8") as f:
-        for record in records:
-            f.write(json.dumps(record) + "\n")
+    return [record for _, record in _generate(rng, PROBES, held_out=True, with_tails=False)]

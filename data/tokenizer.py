@@ -6,8 +6,11 @@
   multiple of 64. A 50k-row output head would cost most of a small model's
   step; a few thousand rows cost little. The id map travels with the prepared
   data and the checkpoint (`to_meta` / `tokenizer_from_meta`).
+- `gpt2-full`: GPT-2's byte-pair encoding as it is, all 50,257 ids unrenumbered: the vocabulary of
+  a model trained elsewhere on it (GPT-2's own weights, a nanoGPT checkpoint).
 
-Both raise `TokenizerError` naming any text the vocabulary cannot express.
+A char tokenizer also comes from nanoGPT's `meta.pkl` vocabulary (`CharTokenizer.from_stoi_itos`).
+All raise `TokenizerError` naming any text the vocabulary cannot express.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ from typing import Protocol
 from data.corpora import SHARED
 from errors import UserError
 
-TOKENIZERS = ("char", "gpt2")
+TOKENIZERS = ("char", "gpt2")   # what a training run builds from its corpus
+FULL_GPT2 = "gpt2-full"          # read from a model trained elsewhere, never built from a corpus
 GPT2_ENCODING = "r50k_base"
 EOT = "<|endoftext|>"
 PAD_MULTIPLE = 64
@@ -64,6 +68,22 @@ class CharTokenizer:
     @classmethod
     def from_text(cls, text: str) -> CharTokenizer:
         return cls("".join(sorted(set(text))))
+
+    @classmethod
+    def from_stoi_itos(cls, stoi: object, itos: object) -> CharTokenizer:
+        """nanoGPT's char vocabulary (its meta.pkl's `stoi` {char: id} and `itos` {id: char}), with the same
+        ids; `TokenizerMetaError` unless they are one vocabulary of single characters, ids 0..n-1."""
+        if not isinstance(itos, dict) or not isinstance(stoi, dict) or not itos:
+            raise TokenizerMetaError("the char vocabulary's 'itos' and 'stoi' must be non-empty dicts")
+        if any(type(i) is not int for i in itos) or set(itos) != set(range(len(itos))):
+            raise TokenizerMetaError(f"the char vocabulary's 'itos' must map the ids 0..{len(itos) - 1} to "
+                                     f"characters")
+        chars = [itos[i] for i in range(len(itos))]
+        if not all(isinstance(c, str) and len(c) == 1 for c in chars) or len(set(chars)) != len(chars):
+            raise TokenizerMetaError("the char vocabulary's 'itos' must give each id one distinct character")
+        if stoi != {c: i for i, c in enumerate(chars)}:
+            raise TokenizerMetaError("the char vocabulary's 'stoi' is not the inverse of its 'itos'")
+        return cls("".join(chars))
 
     def encode(self, text: str) -> list[int]:
         try:
@@ -233,6 +253,24 @@ class GPT2Tokenizer:
         return {"name": self.name, "encoding": GPT2_ENCODING, "kept_ids": self.kept_ids}
 
 
+class FullGPT2Tokenizer(GPT2Tokenizer):
+    """GPT-2's BPE with every r50k_base id as tiktoken gives it (50,257, end-of-text included): the
+    vocabulary of GPT-2's own weights. A model may have more rows than that (nanoGPT pads to 50,304);
+    those ids belong to no text."""
+
+    name = FULL_GPT2
+
+    def __init__(self) -> None:
+        super().__init__(range(gpt2_encoding().n_vocab))
+        self.vocab_size = self.enc.n_vocab
+
+    def _compact(self, original: list[int]) -> list[int]:
+        return original  # every id is kept, under its own number
+
+    def to_meta(self) -> dict:
+        return {"name": self.name, "encoding": GPT2_ENCODING}
+
+
 def build_tokenizer(name: str, text: str) -> Tokenizer:
     """A tokenizer whose vocabulary covers `text` (the training corpus)."""
     if name == "char":
@@ -256,5 +294,9 @@ def tokenizer_from_meta(meta: object) -> Tokenizer:
         if not isinstance(kept, list) or not all(type(i) is int for i in kept) or len(set(kept)) != len(kept):
             raise TokenizerMetaError("the gpt2 tokenizer's 'kept_ids' is not a list of distinct token ids")
         return GPT2Tokenizer(kept)
-    raise TokenizerMetaError(f"unknown tokenizer {name!r}; expected one of: {', '.join(TOKENIZERS)}")
+    if name == FULL_GPT2:
+        if meta.get("encoding") != GPT2_ENCODING:
+            raise TokenizerMetaError(f"the {FULL_GPT2} tokenizer's 'encoding' must be {GPT2_ENCODING!r}")
+        return FullGPT2Tokenizer()
+    raise TokenizerMetaError(f"unknown tokenizer {name!r}; expected one of: {', '.join((*TOKENIZERS, FULL_GPT2))}")
 

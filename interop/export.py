@@ -5,15 +5,20 @@ The checks run cheapest and most certain first, and all before anything is writt
 hold every part of the model exactly (`interop.parts`), the path can take the export without
 destroying anything that is not an earlier export, then the optional libraries are there. After
 converting, both models run on the same random tokens and the export is refused if their logits
-differ by more than `TOLERANCE`, so a file that computes something else is never written. The file or
-folder is written beside its final place and moved there whole, so a failure leaves what was there.
+differ by more than `TOLERANCE`, so a file that computes something else is never written.
+
+Nothing is written through a link, and nothing is left half-written: the file is written whole into a
+new file of a name nobody can guess and renamed into place (`files.replace_file`, as checkpoints are);
+the folder is written into a new folder (`files.replace_folder`), which becomes the export or, where a
+folder stands already (empty, or an earlier export), whose files are moved into it, the marker last. A
+failure or an interrupt removes what was being written, and what a killed export left is removed by
+the next one.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,7 +26,19 @@ import torch
 
 from checkpoints import Loaded
 from errors import UserError
-from files import cannot, what_stands_at, writable_folder
+from files import (
+    cannot,
+    destination,
+    disk_full,
+    glob_escape,
+    parse_json,
+    remove_dead_leftovers,
+    replace_file,
+    replace_folder,
+    what_stands_at,
+    writable_folder,
+    write_error,
+)
 from interop import optional
 from interop.hf_tokenizer import hf_tokenizer
 from interop.huggingface import to_hf_model
@@ -47,7 +64,8 @@ def export(loaded: Loaded, target: str, path: str | Path, source: str) -> Export
     """Writes `loaded`'s model for `target` ("tl": one file; "hf": a folder) at `path`."""
     model = loaded.model.float().cpu().eval()
     check_supported(model.config, target)
-    path = Path(path)
+    path = export_path(target, str(path))
+    remove_leftovers(path)
     if target == "tl":
         check_tl_path(path)
         return _export_tl(loaded, model, path, source)
@@ -57,24 +75,44 @@ def export(loaded: Loaded, target: str, path: str | Path, source: str) -> Export
 
 # --- the path ----------------------------------------------------------------------------------------
 
+def export_path(target: str, text: str) -> Path:
+    """The path `--export TARGET TEXT` writes: a file for tl ('out/' names a folder, refused), a folder for hf
+    ('.' is the folder the command runs in)."""
+    if target == "tl":
+        example = (Path(text) if text.endswith(("/", os.sep, ".")) else Path(text).parent) / "model.tl.pt"
+        return destination(text, "--export tl", folder=False, fix=f"give a file path, e.g. {example}")
+    return destination(text, "--export hf", folder=True, fix="give a folder name, e.g. model-hf")
+
+
+def remove_leftovers(path: Path) -> None:
+    """Removes what exports to `path` that were killed (kill -9, a power cut) left half-written beside it,
+    or inside it (an export into a folder that stood there); what a live export is writing is kept."""
+    pattern = f".{glob_escape(path.name)}.tmp-*"
+    remove_dead_leftovers(path.parent, pattern, directories=True)
+    if what_stands_at(path, follow_links=False) == "a directory":
+        remove_dead_leftovers(path, pattern, directories=True)
+
+
 def check_tl_path(path: Path) -> None:
-    """`path` can take the TransformerLens file: nothing there, or an earlier one, in a writable folder."""
-    problem = what_stands_at(path)
+    """`path` can take the TransformerLens file: nothing there, an earlier one, or a link (replaced, never
+    followed), in a writable folder."""
+    problem = what_stands_at(path, follow_links=False)
     if problem == "a directory":
         raise UserError(f"{path} is a directory, where --export tl writes one file; give a file path, e.g. "
                         f"{path / 'model.tl.pt'}")
     if problem is None and not is_earlier_export(path):
         raise UserError(f"{path} exists and is not an earlier --export tl file; remove it or choose another path "
                         f"(an export replaces only its own earlier file)")
-    if problem is not None and not problem.startswith("missing"):
+    if problem not in (None, "a symbolic link") and not problem.startswith("missing"):
         raise UserError(f"{path} is {problem}, where --export tl writes its file; choose another path")
     _writable_parent(path)
 
 
 def check_hf_path(path: Path) -> None:
-    """`path` can take the Hugging Face folder: nothing there, an empty folder or an earlier export."""
-    problem = what_stands_at(path)
-    if problem is None or (problem != "a directory" and not problem.startswith("missing")):
+    """`path` can take the Hugging Face folder: nothing there, an empty folder, an earlier export, or a link
+    (replaced by the folder, never followed)."""
+    problem = what_stands_at(path, follow_links=False)
+    if problem is None or problem not in ("a directory", "a symbolic link") and not problem.startswith("missing"):
         raise UserError(f"{path} is {'a file' if problem is None else problem}; --export hf writes a folder: choose "
                         f"a new folder name")
     if problem == "a directory" and not is_earlier_hf_export(path):
@@ -93,7 +131,7 @@ def is_earlier_hf_export(folder: Path) -> bool:
     user added is replaced)."""
     try:
         names = {p.name for p in folder.iterdir()}
-        marker = json.loads((folder / MARKER).read_text(encoding="utf-8"))
+        marker = parse_json((folder / MARKER).read_bytes())
     except (OSError, ValueError):
         return False
     if not isinstance(marker, dict) or marker.get("format") != "gptwatch-huggingface":
@@ -110,6 +148,11 @@ def _writable_parent(path: Path) -> None:
                         f"writable path") from None
 
 
+def _write_failed(path: Path, exc: OSError, what: str) -> UserError:
+    fix = "free disk space or choose another path" if disk_full(exc) else "choose another path"
+    return UserError(f"cannot write {what} {path}: {write_error(exc, path)}; {fix}")
+
+
 # --- TransformerLens -------------------------------------------------------------------------------
 
 def _export_tl(loaded: Loaded, model: GPT, path: Path, source: str) -> Exported:
@@ -117,14 +160,10 @@ def _export_tl(loaded: Loaded, model: GPT, path: Path, source: str) -> Exported:
     hooked = to_hooked_transformer(model, device="cpu")
     diff, tokens = _logits_diff(model, hooked)
     contents = saved_contents(model, hooked, _source(loaded, source))
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        torch.save(contents, tmp)
-        os.replace(tmp, path)
-    except (OSError, RuntimeError) as exc:  # torch.save reports a full disk as a RuntimeError
-        tmp.unlink(missing_ok=True)
-        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc).splitlines()[0][:120]
-        raise UserError(f"cannot write {path} ({why}); free disk space or choose another path") from None
+        replace_file(path, lambda fh: torch.save(contents, fh))
+    except OSError as exc:
+        raise _write_failed(path, exc, "the TransformerLens file") from None
     return Exported(path, "TransformerLens HookedTransformer (config and state dict)", diff, tokens)
 
 
@@ -136,30 +175,24 @@ def _export_hf(loaded: Loaded, model: GPT, folder: Path, source: str) -> Exporte
     diff, tokens = _logits_diff(model, lambda idx: hf(idx).logits)
     tokenizer = hf_tokenizer(loaded.tokenizer)
     marker = {"format": "gptwatch-huggingface", "class": type(hf).__name__, **_source(loaded, source)}
-    tmp = folder.with_name(f".{folder.name}.tmp-{os.getpid()}")
-    old = folder.with_name(f".{folder.name}.old-{os.getpid()}")
+
+    def write(staging: Path) -> None:
+        hf.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        marker["files"] = sorted(p.name for p in staging.iterdir())
+        (staging / MARKER).write_text(json.dumps(marker, indent=1) + "\n", encoding="utf-8")
+        _same_mode_as(staging / MARKER, staging)
+
     progress = transformers.utils.logging
     shown = progress.is_progress_bar_enabled()
     progress.disable_progress_bar()  # a bar for writing one small file is noise in a command's output
     try:
-        hf.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        marker["files"] = sorted(p.name for p in tmp.iterdir())
-        (tmp / MARKER).write_text(json.dumps(marker, indent=1) + "\n", encoding="utf-8")
-        _same_mode_as(tmp / MARKER, tmp)
-        if folder.exists():  # empty, or an earlier export: checked above
-            os.replace(folder, old)
-        os.replace(tmp, folder)
+        replace_folder(folder, write, last=MARKER)
     except OSError as exc:
-        if old.exists() and not folder.exists():
-            os.replace(old, folder)
-        raise UserError(f"{cannot('write the Hugging Face folder', folder, exc)}; free disk space or choose another "
-                        f"folder") from None
+        raise _write_failed(folder, exc, "the Hugging Face folder") from None
     finally:
         if shown:
             progress.enable_progress_bar()
-        shutil.rmtree(tmp, ignore_errors=True)
-        shutil.rmtree(old, ignore_errors=True)
     return Exported(folder, f"Hugging Face {type(hf).__name__} with its tokenizer", diff, tokens)
 
 

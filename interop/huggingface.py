@@ -4,7 +4,8 @@
 
 - "gpt2" -> `GPT2LMHeadModel`: the same block. Its `Conv1D` layers keep weights [in, out], the
   transpose of `nn.Linear`'s; `c_attn` is [query | key | value]; `activation_function="gelu"` is the
-  exact (erf) GELU gptwatch uses; biases gptwatch has not are zeros.
+  exact (erf) GELU gptwatch uses by default, `"gelu_new"` GPT-2's tanh approximation (`activation=
+  "gelu_tanh"`); biases gptwatch has not are zeros.
 - "modern" -> `Qwen3ForCausalLM` (bias=False only; `interop.parts`): RMSNorm and QK-norm with their
   weights at 1 and float32's eps (what gptwatch's parameter-free `F.rms_norm` uses), rotary base 10000,
   and two exact rewritings:
@@ -21,12 +22,11 @@ from __future__ import annotations
 import torch
 
 from interop import optional
-from interop.parts import check_supported
-from model.gpt import GPT, GPTConfig
+from interop.parts import RMS_EPS, check_supported
+from model.attention import ROTARY_BASE
+from model.gpt import GPT, LN_EPS, GPTConfig
 
-LN_EPS = 1e-5
-RMS_EPS = torch.finfo(torch.float32).eps
-ROPE_BASE = 10000.0
+GPT2_ACTIVATIONS = {"gelu": "gelu", "gelu_tanh": "gelu_new"}   # gptwatch's activation -> GPT2Config's
 
 
 def hf_config(config: GPTConfig, eos_token_id: int | None = None):
@@ -36,14 +36,15 @@ def hf_config(config: GPTConfig, eos_token_id: int | None = None):
                    tie_word_embeddings=True)
     if config.modern:
         return transformers.Qwen3Config(
-            vocab_size=config.vocab_size, hidden_size=config.n_embd, intermediate_size=4 * config.n_embd,
+            vocab_size=config.vocab_size, hidden_size=config.n_embd, intermediate_size=config.mlp_width,
             num_hidden_layers=config.n_layer, num_attention_heads=config.n_head, num_key_value_heads=config.n_head,
             head_dim=config.head_dim, hidden_act="relu", max_position_embeddings=config.block_size,
-            rms_norm_eps=RMS_EPS, rope_parameters={"rope_type": "default", "rope_theta": ROPE_BASE},
+            rms_norm_eps=RMS_EPS, rope_parameters={"rope_type": "default", "rope_theta": float(ROTARY_BASE)},
             attention_bias=False, attention_dropout=0.0, use_sliding_window=False, **special)
     return transformers.GPT2Config(
         vocab_size=config.vocab_size, n_positions=config.block_size, n_embd=config.n_embd, n_layer=config.n_layer,
-        n_head=config.n_head, n_inner=4 * config.n_embd, activation_function="gelu", layer_norm_epsilon=LN_EPS,
+        n_head=config.n_head, n_inner=config.mlp_width, activation_function=GPT2_ACTIVATIONS[config.activation],
+        layer_norm_epsilon=LN_EPS,
         resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, **special)
 
 
@@ -61,11 +62,12 @@ def gpt2_weights(model: GPT) -> dict[str, torch.Tensor]:
         weights.update({
             p + "ln_1.weight": block.ln_1.weight, p + "ln_1.bias": _or_zeros(block.ln_1.bias, E),
             p + "ln_2.weight": block.ln_2.weight, p + "ln_2.bias": _or_zeros(block.ln_2.bias, E),
-            p + "attn.c_attn.weight": torch.cat((attn.W_query.weight, attn.W_key.weight, attn.W_value.weight)).t(),
-            p + "attn.c_attn.bias": torch.zeros(3 * E),
+            p + "attn.c_attn.weight": attn.fused_projection().t(),
+            p + "attn.c_attn.bias": _or_zeros(attn.fused_bias(), 3 * E),
             p + "attn.c_proj.weight": attn.out_proj.weight.t(),
             p + "attn.c_proj.bias": _or_zeros(attn.out_proj.bias, E),
-            p + "mlp.c_fc.weight": mlp.c_fc.weight.t(), p + "mlp.c_fc.bias": _or_zeros(mlp.c_fc.bias, 4 * E),
+            p + "mlp.c_fc.weight": mlp.c_fc.weight.t(),
+            p + "mlp.c_fc.bias": _or_zeros(mlp.c_fc.bias, model.config.mlp_width),
             p + "mlp.c_proj.weight": mlp.c_proj.weight.t(), p + "mlp.c_proj.bias": _or_zeros(mlp.c_proj.bias, E),
         })
     return weights

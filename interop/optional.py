@@ -1,4 +1,4 @@
-"""The optional libraries an export needs, imported when it runs, or one line saying what to install.
+"""The optional libraries an export or an import needs, imported when it runs, or one line saying what to install.
 
 They live in requirements-interop.txt, not requirements.txt: together they add about half a gigabyte
 and seconds of import time that training and watching never need. A conversion imports them through
@@ -19,7 +19,7 @@ REQUIREMENTS = "requirements-interop.txt"
 
 
 class MissingDependency(UserError):
-    """An optional library that an export needs is absent, or is a version without what it needs."""
+    """An optional library that an export or an import needs is absent, or is a version without what it needs."""
 
 
 def _installed_version(distribution: str) -> str | None:
@@ -57,6 +57,15 @@ def transformers(purpose: str = "exporting to Hugging Face") -> ModuleType:
 
 def tokenizers(purpose: str = "a Hugging Face tokenizer") -> ModuleType:
     return _import("tokenizers", "tokenizers", purpose)
+
+
+def safetensors(purpose: str = "reading model.safetensors") -> ModuleType:
+    """The `safetensors` package: a file format of tensors only, which runs no code when read."""
+    return _import("safetensors", "safetensors", purpose)
+
+
+def huggingface_hub(purpose: str = "fetching a model from the Hugging Face hub") -> ModuleType:
+    return _import("huggingface_hub", "huggingface-hub", purpose)
 
 
 @contextmanager

@@ -8,20 +8,27 @@ Every part and what stands for it (checked against transformer-lens 3.9 and tran
 | gpt2: LayerNorm (eps 1e-5, bias or none) | `normalization_type="LN"`, zero bias if none | GPT2LMHeadModel, zero bias |
 | gpt2: learned positions | `positional_embedding_type="standard"` | `wpe` |
 | gpt2: exact (erf) GELU | `act_fn="gelu"` | `activation_function="gelu"` |
+| gpt2: GPT-2's tanh GELU (`activation="gelu_tanh"`) | `act_fn="gelu_new"` | `activation_function="gelu_new"` |
+| gpt2: query/key/value biases (`qkv_bias`) | `b_Q`, `b_K`, `b_V` | `c_attn.bias` |
 | modern: parameter-free RMSNorm (float32's eps) | `normalization_type="RMSPre"`, `eps` | Qwen3ForCausalLM, weights 1 |
 | modern: QK-norm before rotary | `use_qk_norm`, its weights 1 | `q_norm`/`k_norm`, weights 1 |
 | modern: rotary on interleaved pairs, base 10000 | `rotary_adjacent_pairs=True` | q/k rows permuted per head |
 | modern: ReLU² MLP | `act_fn="relu2"` | gated MLP, gate = up = c_fc, `relu` |
 | modern: biases (MLP, attention output) | `b_in`, `b_out`, `b_O` | **none**: refused |
 | no query/key/value biases, tied output head | zero `b_Q/b_K/b_V`, `W_U` = `W_E`ᵀ | zero biases, tied |
+| padding rows of the vocabulary (`vocab_used`) | rows of `W_E`/`W_U` like any other | the same |
 """
 
 from __future__ import annotations
+
+import torch
 
 from errors import UserError
 from model.gpt import GPTConfig
 
 TARGETS = {"tl": "TransformerLens", "hf": "Hugging Face"}
+# The model's RMSNorm and QK-norm pass no eps, so F.rms_norm uses the input's: float32's, as exported.
+RMS_EPS = torch.finfo(torch.float32).eps
 
 
 def refusal(config: GPTConfig, target: str) -> str | None:

@@ -17,28 +17,28 @@ from typing import Any
 import torch
 
 from interop import optional
-from interop.parts import check_supported
-from model.gpt import GPT, GPTConfig
+from interop.parts import RMS_EPS, check_supported
+from model.attention import ROTARY_BASE
+from model.gpt import GPT, LN_EPS, GPTConfig
 
 FORMAT = "gptwatch-transformerlens"
 FORMAT_VERSION = 1
-LN_EPS = 1e-5                                   # gptwatch's LayerNorm
-RMS_EPS = torch.finfo(torch.float32).eps        # F.rms_norm's default for float32, gptwatch's RMSNorm
 
 
 def hooked_config(config: GPTConfig) -> dict[str, Any]:
     """The `HookedTransformerConfig` arguments for a model of `config`, as plain values (no device, so
     TransformerLens picks one where the file is loaded)."""
     common = dict(n_layers=config.n_layer, d_model=config.n_embd, n_heads=config.n_head, d_head=config.head_dim,
-                  d_mlp=4 * config.n_embd, d_vocab=config.vocab_size, n_ctx=config.block_size,
+                  d_mlp=config.mlp_width, d_vocab=config.vocab_size, n_ctx=config.block_size,
                   # gptwatch adds no beginning-of-text token; its tokenizer's ids go in as they are
                   default_prepend_bos=False, dtype=torch.float32, init_weights=False, model_name="gptwatch",
                   original_architecture=f"gptwatch-{config.arch}")
     if config.modern:
         return dict(common, act_fn="relu2", normalization_type="RMSPre", eps=RMS_EPS,
-                    positional_embedding_type="rotary", rotary_dim=config.head_dim, rotary_base=10000,
+                    positional_embedding_type="rotary", rotary_dim=config.head_dim, rotary_base=ROTARY_BASE,
                     rotary_adjacent_pairs=True, use_qk_norm=True)
-    return dict(common, act_fn="gelu", normalization_type="LN", eps=LN_EPS, positional_embedding_type="standard")
+    act_fn = "gelu_new" if config.activation == "gelu_tanh" else "gelu"   # GPT-2's tanh approximation, or exact
+    return dict(common, act_fn=act_fn, normalization_type="LN", eps=LN_EPS, positional_embedding_type="standard")
 
 
 def hooked_weights(model: GPT) -> dict[str, torch.Tensor]:
@@ -50,7 +50,7 @@ def hooked_weights(model: GPT) -> dict[str, torch.Tensor]:
         return weight.reshape(H, D, E).permute(0, 2, 1)
 
     def or_zeros(t: torch.Tensor | None, *shape: int) -> torch.Tensor:
-        return t if t is not None else torch.zeros(shape)
+        return t.reshape(shape) if t is not None else torch.zeros(shape)
 
     weights = {"embed.W_E": model.wte.weight, "unembed.W_U": model.wte.weight.t(),
                "unembed.b_U": torch.zeros(cfg.vocab_size)}
@@ -60,11 +60,11 @@ def hooked_weights(model: GPT) -> dict[str, torch.Tensor]:
     for n, block in enumerate(model.blocks):
         attn, mlp, p = block.attn, block.mlp, f"blocks.{n}."
         weights.update({
-            p + "attn.W_Q": per_head(attn.W_query.weight), p + "attn.b_Q": torch.zeros(H, D),
-            p + "attn.W_K": per_head(attn.W_key.weight), p + "attn.b_K": torch.zeros(H, D),
-            p + "attn.W_V": per_head(attn.W_value.weight), p + "attn.b_V": torch.zeros(H, D),
+            p + "attn.W_Q": per_head(attn.W_query.weight), p + "attn.b_Q": or_zeros(attn.W_query.bias, H, D),
+            p + "attn.W_K": per_head(attn.W_key.weight), p + "attn.b_K": or_zeros(attn.W_key.bias, H, D),
+            p + "attn.W_V": per_head(attn.W_value.weight), p + "attn.b_V": or_zeros(attn.W_value.bias, H, D),
             p + "attn.W_O": attn.out_proj.weight.t().reshape(H, D, E), p + "attn.b_O": or_zeros(attn.out_proj.bias, E),
-            p + "mlp.W_in": mlp.c_fc.weight.t(), p + "mlp.b_in": or_zeros(mlp.c_fc.bias, 4 * E),
+            p + "mlp.W_in": mlp.c_fc.weight.t(), p + "mlp.b_in": or_zeros(mlp.c_fc.bias, cfg.mlp_width),
             p + "mlp.W_out": mlp.c_proj.weight.t(), p + "mlp.b_out": or_zeros(mlp.c_proj.bias, E),
         })
         if cfg.modern:  # QK-norm's weights: gptwatch's is weight-free, so ones

@@ -14,7 +14,7 @@ Language Model (From Scratch)*, chapter 3, which this project starts from:
 that trains the model: the same maths fused by `F.scaled_dot_product_attention`. Both read
 the same weights; `tests/test_attention.py` and `tests/test_model.py` prove they agree.
 Sampling runs the layer a third way, one new position at a time against a KV cache
-(`model/sampling.py`), with the same projections and `normalise_and_rotate`.
+(`model/sampling.py`), with the same projections (`fused_projection`) and `normalise_and_rotate`.
 
 Names: inside the layer the softmax's output is `attention_weights`, as in the chapter, and a
 head's width is the chapter's `d_k`; everywhere else that width is `head_dim`, and a
@@ -51,15 +51,18 @@ class HeadAblation:
         return out + (removed * self.fill.to(context.dtype)).unsqueeze(1)          # + [H, 1, head_dim]
 
 
+ROTARY_BASE = 10000  # feature pair i turns by position x ROTARY_BASE^(-2i / head_dim), as in RoFormer
+
+
 class Rotary(nn.Module):
     """Rotary position embedding: rotates pairs of query/key features by an
     angle proportional to the position, so q·k depends on relative distance."""
 
-    def __init__(self, head_dim: int, max_len: int, base: float = 10000.0) -> None:
+    def __init__(self, head_dim: int, max_len: int) -> None:
         super().__init__()
         if head_dim % 2:
             raise ValueError(f"rotary embeddings need an even head size, got {head_dim}")
-        inv_freq = 1.0 / base ** (torch.arange(0, head_dim, 2).float() / head_dim)
+        inv_freq = 1.0 / ROTARY_BASE ** (torch.arange(0, head_dim, 2).float() / head_dim)
         angles = torch.outer(torch.arange(max_len).float(), inv_freq)     # [max_len, head_dim/2]
         self.register_buffer("cos", angles.cos(), persistent=False)
         self.register_buffer("sin", angles.sin(), persistent=False)
@@ -83,7 +86,7 @@ class SelfAttention(nn.Module):
 
     def __init__(self, d_in: int, d_out: int, n_head: int = 1, dropout: float = 0.0,
                  out_proj: bool = True, bias: bool = False, rotary: bool = False,
-                 qk_norm: bool = False, max_len: int = 4096) -> None:
+                 qk_norm: bool = False, max_len: int = 4096, qkv_bias: bool = False) -> None:
         super().__init__()
         if d_out % n_head != 0:
             raise ValueError(f"d_out={d_out} is not divisible by n_head={n_head}; "
@@ -91,9 +94,10 @@ class SelfAttention(nn.Module):
         self.n_head = n_head
         self.head_dim = d_out // n_head
         self.d_out = d_out
-        self.W_query = nn.Linear(d_in, d_out, bias=False)
-        self.W_key = nn.Linear(d_in, d_out, bias=False)
-        self.W_value = nn.Linear(d_in, d_out, bias=False)
+        # The chapter's projections have no biases; GPT-2's own weights have them (`qkv_bias`).
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
         # Mixes the heads back together; the chapter's single head has none.
         self.out_proj = nn.Linear(d_out, d_out, bias=bias) if out_proj else None
         self.dropout = dropout
@@ -150,6 +154,17 @@ class SelfAttention(nn.Module):
         keys = self._heads(self.W_key(x))
         values = self._heads(self.W_value(x))
         return (*self.normalise_and_rotate(queries, keys, 0), values)
+
+    def fused_projection(self) -> torch.Tensor:
+        """[W_query; W_key; W_value]: `_project`'s three projections as one [3 * d_out, d_in] matrix,
+        so one matmul computes them (sampling's cached path; GPT-2's `c_attn` is this, transposed)."""
+        return torch.cat((self.W_query.weight, self.W_key.weight, self.W_value.weight))
+
+    def fused_bias(self) -> torch.Tensor | None:
+        """[b_query; b_key; b_value], the biases of `fused_projection` (None: the layer has none)."""
+        if self.W_query.bias is None:
+            return None
+        return torch.cat((self.W_query.bias, self.W_key.bias, self.W_value.bias))
 
     def _heads(self, t: torch.Tensor) -> torch.Tensor:
         """[B, T, d_out] -> [B, H, T, head_dim]: each head gets its own slice of the features."""

@@ -14,9 +14,11 @@ layer's attention pattern). `generate` samples text; how, with a KV cache, is
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, fields
+from functools import partial
 
 import torch
 import torch.nn as nn
@@ -27,6 +29,9 @@ from model.ablation import Ablation
 from model.attention import HeadAblation, SelfAttention
 
 ARCHITECTURES = ("gpt2", "modern")
+LN_EPS = 1e-5  # LayerNorm's epsilon, GPT-2's (the exporters tell TransformerLens and transformers this one)
+ACTIVATIONS = ("gelu", "gelu_tanh")   # the exact (erf) GELU, or GPT-2's tanh approximation of it
+MAX_BLOCK_SIZE = 2**24  # positions beyond it: float32 (rotary angles) no longer tells them apart
 
 
 @dataclass
@@ -41,6 +46,10 @@ class GPTConfig:
     dropout: float = 0.0
     bias: bool = False  # biases in LayerNorm, output projections and MLP
     arch: str = "gpt2"
+    # What only a model trained elsewhere needs (GPT-2's weights, nanoGPT's): see `IMPORTED_FIELDS`.
+    qkv_bias: bool = False       # biases in the query, key and value projections
+    activation: str = "gelu"     # the MLP's GELU: "gelu" (exact) or "gelu_tanh" (GPT-2's approximation)
+    vocab_used: int | None = None  # rows from here on pad the vocabulary: no token, never sampled (None: none)
 
     def __post_init__(self) -> None:
         self.validate()
@@ -59,6 +68,28 @@ class GPTConfig:
             raise ValueError(f"'dropout' must be in [0, 1); got {self.dropout}")
         if self.arch not in ARCHITECTURES:
             raise ValueError(f"'arch' must be one of {', '.join(ARCHITECTURES)}; got {self.arch!r}")
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"'activation' must be one of {', '.join(ACTIVATIONS)}; got {self.activation!r}")
+        if self.modern and (self.qkv_bias or self.activation != "gelu"):
+            raise ValueError("'qkv_bias' and 'activation' are settings of arch gpt2 (modern has no query, key or "
+                             "value biases and uses ReLU²)")
+        used = self.vocab_used
+        if used is not None and (type(used) is not int or not 0 < used <= self.vocab_size):
+            raise ValueError(f"'vocab_used' must be a positive integer up to vocab_size ({self.vocab_size}); got "
+                             f"{self.vocab_used!r}")
+        self._validate_limits()
+
+    def _validate_limits(self) -> None:
+        """The sizes a model of this architecture cannot have, however much memory there is."""
+        if self.block_size > MAX_BLOCK_SIZE:
+            raise ValueError(f"'block_size' must be at most {MAX_BLOCK_SIZE:,} (2**24: positions are counted in "
+                             f"float32, exact only that far); got {self.block_size:,}")
+        if self.modern and self.head_dim % 2:  # rotary positions turn each head's features in pairs
+            fits = [h for h in range(self.n_head, 0, -1) if self.n_embd % (2 * h) == 0]
+            fix = f"n_head={fits[0]}" if fits else f"n_embd={2 * self.n_embd}"
+            raise ValueError(f"'n_head' must leave each head an even number of features for arch 'modern', whose "
+                             f"rotary positions turn them in pairs; n_embd {self.n_embd} / n_head {self.n_head} "
+                             f"gives {self.head_dim}: e.g. use {fix}")
 
     @property
     def modern(self) -> bool:
@@ -68,11 +99,22 @@ class GPTConfig:
     def head_dim(self) -> int:
         return self.n_embd // self.n_head
 
+    @property
+    def mlp_width(self) -> int:
+        """The MLP's hidden width: four times the embedding, as in GPT-2."""
+        return 4 * self.n_embd
+
     def to_dict(self) -> dict:
-        return asdict(self)
+        """Every setting, but those of `IMPORTED_FIELDS` only where they differ from their defaults: a model
+        trained here is described as it always was."""
+        return {name: value for name, value in asdict(self).items()
+                if name not in IMPORTED_FIELDS or value != _DEFAULTS[name]}
 
 
-MODEL_FIELDS = tuple(f.name for f in fields(GPTConfig))
+# What a model trained elsewhere may set and a training config never does: recorded (`to_dict`) only when set.
+IMPORTED_FIELDS = ("qkv_bias", "activation", "vocab_used")
+MODEL_FIELDS = tuple(f.name for f in fields(GPTConfig) if f.name not in IMPORTED_FIELDS)   # a training config's
+_DEFAULTS = {f.name: f.default for f in fields(GPTConfig)}
 
 
 class Norm(nn.Module):
@@ -80,28 +122,39 @@ class Norm(nn.Module):
 
     def __init__(self, dim: int, config: GPTConfig) -> None:
         super().__init__()
-        self.modern = config.modern
         self.dim = dim
-        if not self.modern:
-            self.weight = nn.Parameter(torch.ones(dim))
-            self.bias = nn.Parameter(torch.zeros(dim)) if config.bias else None
+        self.weight = None if config.modern else nn.Parameter(torch.ones(dim))
+        self.bias = nn.Parameter(torch.zeros(dim)) if config.bias and not config.modern else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.modern:
-            return F.rms_norm(x, (self.dim,))
-        return F.layer_norm(x, (self.dim,), self.weight, self.bias, 1e-5)
+        return self.normalise(x, (self.dim,), self.weight, self.bias)
+
+    def as_function(self) -> Callable[[torch.Tensor], torch.Tensor]:
+        """This norm as a function of x alone, its weights bound once: what sampling calls for each
+        token (`model/sampling.py`), which cannot afford to read them through the module every time."""
+        return partial(self.normalise, shape=(self.dim,), weight=self.weight, bias=self.bias)
+
+    @staticmethod
+    def normalise(x: torch.Tensor, shape: tuple[int], weight: torch.Tensor | None, bias: torch.Tensor | None
+                  ) -> torch.Tensor:
+        """LayerNorm over the last dimension (`shape` is `(dim,)`), or without a `weight` ("modern")
+        parameter-free RMSNorm."""
+        if weight is None:
+            return F.rms_norm(x, shape)
+        return F.layer_norm(x, shape, weight, bias, LN_EPS)
 
 
 class MLP(nn.Module):
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
-        self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=config.bias)
-        self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=config.bias)
+        self.c_fc = nn.Linear(config.n_embd, config.mlp_width, bias=config.bias)
+        self.c_proj = nn.Linear(config.mlp_width, config.n_embd, bias=config.bias)
         self.dropout = nn.Dropout(config.dropout)
         self.modern = config.modern
+        self.gelu_approximation = "tanh" if config.activation == "gelu_tanh" else "none"
 
     def activation(self, h: torch.Tensor) -> torch.Tensor:
-        return F.relu(h).square() if self.modern else F.gelu(h)
+        return F.relu(h).square() if self.modern else F.gelu(h, approximate=self.gelu_approximation)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.dropout(self.c_proj(self.activation(self.c_fc(x))))
@@ -115,7 +168,7 @@ class Block(nn.Module):
         self.ln_1 = Norm(config.n_embd, config)
         self.attn = SelfAttention(config.n_embd, config.n_embd, config.n_head, config.dropout,
                                   out_proj=True, bias=config.bias, rotary=config.modern, qk_norm=config.modern,
-                                  max_len=config.block_size)
+                                  max_len=config.block_size, qkv_bias=config.qkv_bias)
         self.ln_2 = Norm(config.n_embd, config)
         self.mlp = MLP(config)
         self.resid_dropout = nn.Dropout(config.dropout)
@@ -163,13 +216,20 @@ class GPT(nn.Module):
                 else:
                     nn.init.normal_(proj.weight, mean=0.0, std=0.02 / math.sqrt(2 * self.config.n_layer))
 
-    def num_params(self, non_embedding: bool = True) -> int:
-        """Parameter count; position embeddings excluded by default, as GPT-2 reports it.
-        (The token embedding is shared with the head, so it counts once.)"""
+    def crop_block_size(self, block_size: int) -> None:
+        """Runs with fewer positions than it has: the rows of the position table beyond them are dropped (as
+        nanoGPT's `crop_block_size` does), for a model trained elsewhere with a longer block."""
+        if not 0 < block_size <= self.config.block_size:
+            raise ValueError(f"cannot crop {self.config.block_size} positions to {block_size}")
+        self.config = dataclasses.replace(self.config, block_size=block_size)
+        if self.wpe is not None:
+            self.wpe = nn.Embedding.from_pretrained(self.wpe.weight[:block_size].detach().clone(), freeze=False)
+
+    def num_params(self) -> int:
+        """Parameter count without the position embeddings, as GPT-2 reports it. (The token
+        embedding is shared with the head, so it counts once.)"""
         n = sum(p.numel() for p in self.parameters())
-        if non_embedding and self.wpe is not None:
-            n -= self.wpe.weight.numel()
-        return n
+        return n - self.wpe.weight.numel() if self.wpe is not None else n
 
     # --- training, evaluation, watching ------------------------------------------------
 

@@ -4,10 +4,11 @@ Three parts, in the order a token meets them:
 
 - `KVCache`: the keys and values of every position seen so far, so a new token attends to
   them without recomputing them.
-- `decode`: one step of the model for new positions, through the cache: the same maths as
-  `GPT.forward`, arranged for a small model's single token, where the arithmetic takes
-  microseconds and the cost is in how many operations run. So the layers see rows of a 2-D
-  tensor, the three projections are one matmul, the residual additions happen inside the
+- `decode`: one step of the model for new positions, through the cache: `GPT.forward`'s
+  layers, calling the modules' own maths (the norms, the MLP's activation, the attention's
+  projections and rotation), arranged for a small model's single token, where the arithmetic
+  takes microseconds and the cost is in how many operations run. So the layers see rows of a
+  2-D tensor, the three projections are one matmul, the residual additions happen inside the
   matmuls, and the weights are plain tensors gathered once per generation.
 - `generate_stream` / `generate`: the loop, and `sample_next`, the sampling maths
   (temperature, top-k, top-p).
@@ -55,13 +56,6 @@ class KVCache:
     def length(self) -> int:
         return self._length
 
-    def keys(self, layer: int) -> torch.Tensor:
-        """[B, H, length, head_dim]: the keys held for `layer` (a view)."""
-        return self.slots[layer][:, :self._length, 0].transpose(1, 2)
-
-    def values(self, layer: int) -> torch.Tensor:
-        return self.slots[layer][:, :self._length, 1].transpose(1, 2)
-
     def append(self, layer: int, keys_and_values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Stores `layer`'s keys and values [B, T, 2, H, head_dim] for positions length..length+T-1;
         returns all the keys and all the values it holds for that layer, those included, each
@@ -93,29 +87,19 @@ class KVCache:
 # --- one step through the cache ------------------------------------------------------------------
 
 def _plain_weights(model: nn.Module) -> tuple:
-    """What `decode` reads, as plain tensors (no copies but the fused projections): the token and
-    position tables, per block (norm, attention, norm, MLP) weights, and the final norm's."""
+    """What `decode` reads, gathered once: the token and position tables; per block, the first
+    norm, the attention layer with its projections, the second norm and the MLP's activation with its
+    weights; the final norm. The norms and the activation are the modules' own maths; the weights are
+    plain tensors (no copies but the fused projections), matrices transposed to [in, out]."""
     blocks = []
     for block in model.blocks:
         attn, mlp = block.attn, block.mlp
-        # [W_query | W_key | W_value] transposed into one [d_in, 3 * d_out] matrix: one matmul a token.
-        qkv_t = torch.cat((attn.W_query.weight, attn.W_key.weight, attn.W_value.weight)).t().contiguous()
+        qkv_t = attn.fused_projection().t().contiguous()   # [d_in, 3 * d_out]: one matmul a token
         out = (None, None) if attn.out_proj is None else (attn.out_proj.weight.t(), attn.out_proj.bias)
-        blocks.append((_norm_weights(block.ln_1), (qkv_t, *out), _norm_weights(block.ln_2),
-                       (mlp.c_fc.weight.t(), mlp.c_fc.bias, mlp.c_proj.weight.t(), mlp.c_proj.bias)))
+        blocks.append((block.ln_1.as_function(), (attn, qkv_t, attn.fused_bias(), *out), block.ln_2.as_function(),
+                       (mlp.activation, mlp.c_fc.weight.t(), mlp.c_fc.bias, mlp.c_proj.weight.t(), mlp.c_proj.bias)))
     position_table = model.wpe.weight if model.wpe is not None else None
-    return model.wte.weight, position_table, blocks, _norm_weights(model.ln_f)
-
-
-def _norm_weights(norm: nn.Module) -> tuple:
-    return (norm.dim,) if norm.modern else (norm.dim, norm.weight, norm.bias)
-
-
-def _norm(x: torch.Tensor, weights: tuple) -> torch.Tensor:
-    if len(weights) == 1:  # "modern": parameter-free RMSNorm
-        return F.rms_norm(x, weights)
-    dim, weight, bias = weights
-    return F.layer_norm(x, (dim,), weight, bias, 1e-5)
+    return model.wte.weight, position_table, blocks, model.ln_f.as_function()
 
 
 def _rows_linear(x: torch.Tensor, weight_t: torch.Tensor, bias: torch.Tensor | None,
@@ -129,16 +113,16 @@ def _rows_linear(x: torch.Tensor, weight_t: torch.Tensor, bias: torch.Tensor | N
     return out if bias is None else out.add_(bias)
 
 
-def _attention(attn: nn.Module, x: torch.Tensor, weights: tuple, cache: KVCache, layer: int,
-               residual: torch.Tensor, ablation) -> torch.Tensor:
+def _attention(x: torch.Tensor, weights: tuple, cache: KVCache, layer: int, residual: torch.Tensor,
+               ablation) -> torch.Tensor:
     """`residual + attn(x)` for rows x [B * T, d_in]: for each of the cache's B sequences, T
     positions that follow the `cache.length` it holds. Each attends to itself, the new positions
     before it, and every cached position; this layer's keys and values join the cache."""
-    qkv_t, out_t, out_bias = weights
+    attn, qkv_t, qkv_bias, out_t, out_bias = weights
     B = cache.batch
     T = x.shape[0] // B
     start = cache.length
-    qkv = torch.mm(x, qkv_t).view(B, T, 3, attn.n_head, attn.head_dim)
+    qkv = _rows_linear(x, qkv_t, qkv_bias).view(B, T, 3, attn.n_head, attn.head_dim)
     queries = qkv[:, :, 0].transpose(1, 2)                                    # [B, H, T, head_dim]
     new = qkv[:, :, 1:]                                                        # [B, T, 2, H, head_dim]
     if attn.qk_norm or attn.rotary is not None:
@@ -160,9 +144,9 @@ def _attention(attn: nn.Module, x: torch.Tensor, weights: tuple, cache: KVCache,
     return _rows_linear(out, out_t, out_bias, residual)
 
 
-def _mlp(activation, x: torch.Tensor, weights: tuple, residual: torch.Tensor) -> torch.Tensor:
+def _mlp(x: torch.Tensor, weights: tuple, residual: torch.Tensor) -> torch.Tensor:
     """`residual + mlp(x)` for rows [N, n_embd], without dropout (sampling never trains)."""
-    fc_t, fc_bias, proj_t, proj_bias = weights
+    activation, fc_t, fc_bias, proj_t, proj_bias = weights
     return _rows_linear(activation(_rows_linear(x, fc_t, fc_bias)), proj_t, proj_bias, residual)
 
 
@@ -180,13 +164,13 @@ def decode(model: nn.Module, idx: torch.Tensor, cache: KVCache,
     if position_table is not None:
         x = x + position_table[start:start + T]
     x = x.view(B * T, -1)
-    for layer, (block, (ln_1, attn, ln_2, mlp)) in enumerate(zip(model.blocks, blocks, strict=True)):
+    for layer, (ln_1, attn, ln_2, mlp) in enumerate(blocks):
         ablation = None if ablations is None else ablations[layer]
-        x = _attention(block.attn, _norm(x, ln_1), attn, cache, layer, x, ablation)
-        x = _mlp(block.mlp.activation, _norm(x, ln_2), mlp, x)
+        x = _attention(ln_1(x), attn, cache, layer, x, ablation)
+        x = _mlp(ln_2(x), mlp, x)
     cache.advance(T)
     last = x.view(B, T, -1)[:, -1]
-    return torch.mm(_norm(last, final_norm), token_table.t())
+    return torch.mm(final_norm(last), token_table.t())
 
 
 # --- the loop ---------------------------------------------------------------------------------------
@@ -229,13 +213,14 @@ def _sampled(model: nn.Module, idx: torch.Tensor, max_new_tokens: int, temperatu
     context = idx[:, -block:]
     cache = KVCache.for_model(model, idx.shape[0]) if use_cache else None
     ablations = model.head_ablations(ablate, idx.device) if ablate else None
+    vocab = model.config.vocab_used or model.config.vocab_size   # rows beyond it pad the vocabulary: never sampled
     pending = context  # tokens not yet in the cache
     for _ in range(max_new_tokens):
         if cache is None:
             logits = model(context, ablate=ablate)[0][:, -1]
         else:
             logits = decode(model, pending, cache, ablations)
-        next_token = sample_next(logits, temperature, top_k, top_p, generator)
+        next_token = sample_next(logits[:, :vocab], temperature, top_k, top_p, generator)
         yield next_token
         context = torch.cat([context, next_token], dim=1)
         pending = next_token

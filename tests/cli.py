@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -32,11 +33,13 @@ def tiny_args(tmp_path: Path, *extra: str) -> list[str]:
             f"--log_dir={tmp_path / 'runs'}", *TINY, *extra]
 
 
-def run(program: str, args: list[str], subprocess_: bool = False, timeout: float = 120) -> tuple[int, str, str]:
-    """(exit status, stdout, stderr) of `python {program}.py ARGS`."""
-    if subprocess_:
+def run(program: str, args: list[str], subprocess_: bool = False, timeout: float = 120,
+        env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    """(exit status, stdout, stderr) of `python {program}.py ARGS`; as a subprocess with `env` added to its
+    environment, if given."""
+    if subprocess_ or env is not None:
         proc = subprocess.run([sys.executable, f"{program}.py", *args], cwd=ROOT, capture_output=True, text=True,
-                              timeout=timeout)
+                              timeout=timeout, env={**os.environ, **(env or {})})
         return proc.returncode, proc.stdout, proc.stderr
     import sample
     import train

@@ -61,6 +61,21 @@ def pytest_runtest_makereport(item, call):
                            "set TIKTOKEN_CACHE_DIR or connect once")
 
 
+def custom_scalar_charts(events) -> tuple[list[str], dict[str, list[str]]]:
+    """From a loaded `EventAccumulator`: the Custom Scalars categories as TensorBoard reads them back, and
+    each chart's title with the scalar tags it draws (its regexes match the start of a tag)."""
+    import re
+
+    from tensorboard.plugins.custom_scalar import layout_pb2
+
+    (stored,) = events.Tensors("custom_scalars__config__")
+    layout = layout_pb2.Layout.FromString(stored.tensor_proto.string_val[0])
+    tags = events.Tags()["scalars"]
+    charts = {chart.title: sorted(tag for tag in tags if any(re.match(rx, tag) for rx in chart.multiline.tag))
+              for category in layout.category for chart in category.chart}
+    return [category.title for category in layout.category], charts
+
+
 def tiny_model(arch: str = "gpt2", *, seed: int | None = 0, **sizes) -> "GPT":  # noqa: F821
     """A small GPT in eval mode: 2 layers of 2 heads, 16 wide, a vocabulary of 50, block 16, unless
     `sizes` say otherwise (any `GPTConfig` field). Seeded with `seed` first (None: not seeded)."""

@@ -165,7 +165,7 @@ class FakeWriter:
     def add_custom_scalars(self, layout):
         self.layout = layout
 
-    def add_image(self, tag, image, step, dataformats):   # heatmaps of sentences from the held-out text
+    def add_image(self, tag, image, step, dataformats):   # the composition matrix, the sentences' heatmaps
         pass
 
 

@@ -165,6 +165,32 @@ def _modern_with_biases(checkpoint: dict) -> None:
 _modern_bias = _edited(_modern_with_biases)
 
 
+def _made_modern(**claims) -> Callable[[Path, bytes], None]:
+    """The checkpoint's model made "modern" (fresh weights of its sizes), its model_config then claiming `claims`,
+    which no tensor of a modern model can contradict (its head count, its block_size)."""
+    def change(checkpoint: dict) -> None:
+        from model.gpt import GPT, GPTConfig
+
+        config = {**checkpoint["model_config"], "arch": "modern"}
+        checkpoint.update(model_config={**config, **claims}, model=GPT(GPTConfig(**config)).state_dict())
+    return _edited(change)
+
+
+def _cut_to_block_1(checkpoint: dict) -> None:
+    """The model of block_size 1 (one position), as trained with --block_size=1."""
+    checkpoint["model_config"]["block_size"] = 1
+    checkpoint["model"]["wpe.weight"] = checkpoint["model"]["wpe.weight"][:1].clone()
+
+
+_odd_head_size = _made_modern(n_head=16)          # 16 wide: heads of 1 feature, which rotary cannot turn
+_billion_positions = _made_modern(block_size=10**9)
+_million_positions = _made_modern(block_size=2**20)
+_block_1 = _edited(_cut_to_block_1)
+_huge_seed = _edited(lambda p: p["train_config"].update(seed=2**70))
+_nul_in_data_dir = _edited(lambda p: p["train_config"].update(data_dir="data/pre\x00pared"))
+_huge_step = _edited(lambda p: p.update(step=2**70))
+
+
 def _without(package: str) -> Callable[[pytest.MonkeyPatch], None]:
     """An optional library made absent: importing it fails, whether or not it is installed here."""
     def patch(mp: pytest.MonkeyPatch) -> None:
@@ -197,15 +223,31 @@ class _FillingFile:
 
 
 def _disk_full(mp: pytest.MonkeyPatch) -> None:
-    """The checkpoint's file fills the disk halfway: torch.save meets the error inside its zip writer."""
-    import trainer.checkpoint
+    """Every file written whole (`files.replace_file`: a checkpoint, an export) fills the disk after 1000 bytes:
+    torch.save meets the error inside its zip writer, which reports it as a RuntimeError about file positions."""
+    import files
 
-    save = trainer.checkpoint._save
+    mp.setattr(files, "open", lambda fd, mode: _FillingFile(open(fd, mode), room=1000), raising=False)
 
-    def save_on_full_disk(checkpoint, fh):
-        return save(checkpoint, _FillingFile(fh, room=1000))
 
-    mp.setattr(trainer.checkpoint, "_save", save_on_full_disk)
+def _export_disk_full(mp: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("transformer_lens", reason="--export tl needs transformer-lens (requirements-interop.txt)")
+    _disk_full(mp)
+
+
+def _little_memory(mp: pytest.MonkeyPatch) -> None:
+    """64 MiB free, on any device."""
+    mp.setattr("checkpoints.load.available_memory", lambda device: 64 * 2**20)
+
+
+def _torch_interrupted(ws: Workspace) -> dict[str, str]:
+    """An environment in which importing torch is interrupted by Ctrl-C (a SIGINT the import sends itself),
+    as when a user presses it while a command starts."""
+    package = ws.root / "interrupting" / "torch"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("import os, signal, time\nos.kill(os.getpid(), signal.SIGINT)\n"
+                                         "time.sleep(30)\n")
+    return {"PYTHONPATH": str(package.parent)}
 
 
 def _log_dir_full(mp: pytest.MonkeyPatch) -> None:
@@ -310,6 +352,7 @@ class Case:
     exact: bool = True  # False: the message may differ across machines, so docs/errors.md shows one instance
     setup: Callable[[Workspace], AbstractContextManager] | None = None  # held while the command runs
     may_change: tuple[str, ...] = ()  # for a warning: files (globs under the workspace) it may rewrite
+    env: Callable[[Workspace], dict[str, str]] | None = None  # the environment of a real process, run as one
 
     @property
     def kind(self) -> str:
@@ -427,7 +470,28 @@ CASES = [
          ("c.toml is not valid TOML", "nested too deeply")),
     Case("cli-nested-list", f"--watch_sentences of {DEEP:,} nested brackets", "train",
          lambda w: w.train("--watch_sentences=" + "[" * DEEP), 2,
-         ("'watch_sentences' on the command line must be a list", "nested too deeply")),
+         ("'watch_sentences' on the command line is not valid TOML", "nested too deeply", "(100,000 characters)")),
+    Case("cli-list-bad-escape", "a --watch_sentences list whose string holds an escape TOML refuses", "train",
+         lambda w: w.train('--watch_sentences=["\\ud800abc"]'), 2,
+         ("is not valid TOML: Escaped character is not a Unicode scalar value (at character 9)",
+          "a TOML list of strings")),
+    Case("cli-int-too-long", "an integer of 5,000 digits (beyond Python's limit on converting them)", "train",
+         lambda w: w.train("--seed=" + "1" * 5000), 2,
+         ("'seed' on the command line is a number of 5,000 digits", "(5,000 characters)")),
+    Case("cli-int-other-digits", "an integer written with a digit int() refuses (²)", "train",
+         lambda w: w.train("--n_layer=²"), 2, ("'n_layer' on the command line must be an integer; got '²'",)),
+    Case("modern-odd-head-size", "--arch=modern with heads of an odd size (16 wide, 16 heads)", "train",
+         lambda w: w.train("--arch=modern", "--n_head=16"), 2,
+         ("'n_head' must leave each head an even number of features for arch 'modern'", "gives 1",
+          "use n_head=8")),
+    Case("block-size-too-large", "a block_size of a billion", "train",
+         lambda w: w.train("--block_size=1000000000"), 2, ("'block_size' must be at most 16,777,216",)),
+    Case("env-world-size-not-a-number", "WORLD_SIZE=² in the environment", "train",
+         lambda w: w.train(), 2, ("WORLD_SIZE='²' is not a whole number", "unset it"),
+         patch=lambda mp: mp.setenv("WORLD_SIZE", "²")),
+    Case("env-rank-outside-world", "RANK=5 in the environment, without WORLD_SIZE", "train",
+         lambda w: w.train(), 2, ("RANK=5", "of WORLD_SIZE=1, which no launcher sets"),
+         patch=lambda mp: mp.setenv("RANK", "5")),
     Case("out-dir-not-utf8", "an out_dir whose name holds a byte that is not UTF-8", "train",
          lambda w: w.train(f"--out_dir={w.root / NOT_UTF8}"), 2,
          ("'out_dir'", "caf\\xe9' holds the byte \\xe9, which is not UTF-8", "rename")),
@@ -492,6 +556,9 @@ CASES = [
     Case("resume-inf-optimizer-state", "--resume from a checkpoint whose optimizer state holds inf", "train",
          lambda w: w.train("--resume", f"--out_dir={w.checkpoint('inf', _inf_optimizer_state)}"), 1,
          ("holds numbers that are not finite", "exp_avg holds 1 inf value")),
+    Case("resume-seed-out-of-range", "--resume from a checkpoint whose train_config seed is 2**70", "train",
+         lambda w: w.train("--resume", f"--out_dir={w.checkpoint('seed', _huge_seed)}"), 1,
+         ("its train_config is invalid", "'seed' must be between 0 and 2**32 - 1; got 1180591620717411303424")),
     Case("resume-run-name-escapes", "--resume from a checkpoint whose run name climbs out of log_dir", "train",
          lambda w: w.train("--resume", "--run_name=", f"--out_dir={w.checkpoint('esc', _run_name_escapes)}"), 1,
          ("'../../escaped'", "outside --log_dir", "--run_name=NAME")),
@@ -548,6 +615,24 @@ CASES = [
     Case("sample-nan-weight-page", "checkpoint holding nan weights, for --attention --html", "sample",
          lambda w: w.sample("--attention=the dog saw it", "--html=page.html", out=w.checkpoint("nan", _nan_weight)),
          1, ("holds numbers that are not finite",)),
+    Case("sample-odd-head-size", "a modern checkpoint edited to heads of an odd size", "sample",
+         lambda w: w.sample(out=w.checkpoint("odd", _odd_head_size)), 1,
+         ("its model_config is invalid", "'n_head' must leave each head an even number of features")),
+    Case("sample-block-size-beyond-bound", "a modern checkpoint claiming block_size 10**9 (rotary tables)", "sample",
+         lambda w: w.sample(out=w.checkpoint("long", _billion_positions)), 1,
+         ("its model_config is invalid", "'block_size' must be at most 16,777,216")),
+    Case("sample-model-exceeds-memory", "a modern checkpoint claiming block_size 2**20, with 64 MiB free", "sample",
+         lambda w: w.sample(out=w.checkpoint("long", _million_positions)), 1,
+         ("block_size 1,048,576", "needs at least", "rotary tables 32.0 MiB", "64.0 MiB is free"),
+         patch=_little_memory),
+    Case("sample-checkpoint-seed-out-of-range", "--heads on a checkpoint whose train_config seed is 2**70", "sample",
+         lambda w: w.sample("--heads", out=w.checkpoint("seed", _huge_seed)), 1,
+         ("its train_config is invalid", "'seed' must be between 0 and 2**32 - 1")),
+    Case("sample-checkpoint-nul-data-dir", "a checkpoint whose train_config data_dir holds a NUL", "sample",
+         lambda w: w.sample("--heads", out=w.checkpoint("nul", _nul_in_data_dir)), 1,
+         ("its train_config is invalid", "'data_dir' holds a NUL character")),
+    Case("sample-checkpoint-step-too-large", "a checkpoint whose step is 2**70", "sample",
+         lambda w: w.sample(out=w.checkpoint("step", _huge_step)), 1, ("'step' is not a step count",)),
     Case("sample-out-dir-not-utf8", "an --out_dir whose name holds a byte that is not UTF-8", "sample",
          lambda w: w.sample(out=w.root / NOT_UTF8), 2, ("--out_dir", "not UTF-8")),
     Case("sample-tiktoken-cache-damaged", "a damaged GPT-2 BPE file in TIKTOKEN_CACHE_DIR", "sample",
@@ -565,6 +650,16 @@ CASES = [
     Case("sample-option-ignored", "a sampling option with --probes", "sample",
          lambda w: w.sample(f"--probes={w.probes(LONG_PROBE)}", "--temperature=0.5"), 2,
          ("--temperature applies to sampling text, which --probes does not do",)),
+    Case("sample-query-other-digits", "--query ² (a digit to str.isdigit, not to int)", "sample",
+         lambda w: w.sample("--attention=the dog saw it", "--query=²"), 2, ("--query '²' is not a token of the text",)),
+    Case("sample-query-too-long", "--query of 5,000 digits", "sample",
+         lambda w: w.sample("--attention=the dog saw it", "--query=" + "9" * 5000), 2,
+         ("(5,000 characters) is outside the 14 tokens",)),
+    Case("sample-ablate-too-long", "--ablate L0H followed by 5,000 digits", "sample",
+         lambda w: w.sample("--ablate=L0H" + "1" * 5000), 2,
+         ("bad head name", "a number of 5,000 digits", "expected L<layer>H<head>")),
+    Case("sample-prompt-file-control-characters", "a prompt file whose name holds ESC [2J (clear screen)", "sample",
+         lambda w: w.sample("--prompt=@" + str(w.root / "p\x1b[2J.txt")), 2, ("p\\x1b[2J.txt not found",)),
     Case("sample-query-alone", "--query without --attention", "sample",
          lambda w: w.sample("--query=dog"), 2, ("--query applies only to --attention",)),
     Case("sample-html-alone", "--html without --attention", "sample",
@@ -580,6 +675,12 @@ CASES = [
     Case("sample-mean-ablation-without-text", "--heads --ablation=mean where there is no held-out text", "sample",
          lambda w: w.sample("--heads", "--ablation=mean", "--ablate=L0H0", out=w.checkpoint("gone", _data_gone)), 2,
          ("--ablation=mean", "give --text FILE", "--ablation=zero")),
+    Case("sample-mean-ablation-short-text", "--heads --ablation=mean with a --text of one character", "sample",
+         lambda w: w.sample("--heads", "--ablation=mean", f"--text={w.file('one.txt', 'a')}"), 2,
+         ("one.txt has 1 tokens, too few for held-out text scores", "a longer --text FILE")),
+    Case("sample-mean-ablation-block-1", "--heads --ablation=mean on a model of block_size 1", "sample",
+         lambda w: w.sample("--heads", "--ablation=mean", "--ablate=L0H0", out=w.checkpoint("b1", _block_1)), 2,
+         ("block_size 1 is below 16, too short for windows of held-out text", "use --ablation=zero")),
     Case("sample-heads-text-missing", "--heads --text of a missing file", "sample",
          lambda w: w.sample("--heads", f"--text={w.root / 'nowhere.txt'}"), 1, ("text file", "not found")),
     Case("sample-heads-text-outside-vocabulary", "--heads --text with characters the model never saw", "sample",
@@ -619,6 +720,18 @@ CASES = [
          lambda w: w.sample("--export", "hf", str(w.root / "hf"), out=w.checkpoint("modern", _modern_bias)), 1,
          ("cannot export this model to Hugging Face exactly", "Qwen3ForCausalLM", "(c_fc, c_proj)", "(out_proj)",
           "--export tl FILE")),
+    Case("export-tl-folder-path", "--export tl to a path with a trailing / (a folder that does not exist)", "sample",
+         lambda w: w.sample("--export", "tl", f"{w.root / 'newdir'}/"), 1,
+         ("newdir/ names a folder (it ends in /), not a file for --export tl", "newdir/model.tl.pt")),
+    Case("export-hf-root", "--export hf / (a path without a name)", "sample",
+         lambda w: w.sample("--export", "hf", "/"), 1, ("/ is the root of the filesystem",)),
+    Case("html-folder-path", "--html to a path with a trailing /", "sample",
+         lambda w: w.sample("--attention=the dog saw it", f"--html={w.root / 'pages'}/"), 1,
+         ("pages/ names a folder (it ends in /), not a file for --html",)),
+    Case("export-tl-disk-full", "disk full while writing --export tl (simulated: its writes fail halfway)", "sample",
+         lambda w: w.sample("--export", "tl", str(w.root / "m.tl.pt")), 1,
+         ("cannot write the TransformerLens file", "No space left on device on the disk mounted at",
+          "free disk space"), patch=_export_disk_full, exact=False),
     Case("export-tl-not-installed", "--export tl without transformer-lens installed", "sample",
          lambda w: w.sample("--export", "tl", str(w.root / "m.pt")), 1,
          ("needs transformer-lens, which is not installed", "pip install -r requirements-interop.txt"),
@@ -655,7 +768,12 @@ CASES = [
          ("cannot write prepared data", "--data_dir")),
     Case("disk-full", "disk full while saving a checkpoint (simulated: its writes fail halfway)", "train",
          lambda w: w.train(), 1,
-         ("No space left on device", "previous checkpoint is intact", "free disk space"), patch=_disk_full),
+         ("No space left on device on the disk mounted at", "previous checkpoint is intact", "free disk space"),
+         patch=_disk_full, exact=False),
+    Case("startup-interrupted-train", "Ctrl-C while train.py starts (torch is being imported)", "train",
+         lambda w: w.train(), 130, ("interrupted while starting", "nothing was written"), env=_torch_interrupted),
+    Case("startup-interrupted-sample", "Ctrl-C while sample.py starts (torch is being imported)", "sample",
+         lambda w: w.sample(), 130, ("interrupted while starting", "nothing was written"), env=_torch_interrupted),
     Case("checkpoint-path-directory", "a folder where out_dir/ckpt.pt should be", "train",
          lambda w: w.train(f"--out_dir={(w.root / 'dir' / 'ckpt.pt').mkdir(parents=True) or w.root / 'dir'}"), 1,
          ("ckpt.pt is a directory", "move it away or choose another --out_dir")),
@@ -727,6 +845,7 @@ def run_case(case: Case, root: Path, trained: Trained, subprocess_: bool = False
     (a warning's `may_change` files excepted)."""
     ws = Workspace(root, trained)
     args = case.args(ws)
+    env = case.env(ws) if case.env else None
     with contextlib.ExitStack() as stack:
         if case.setup:
             stack.enter_context(case.setup(ws))
@@ -735,7 +854,7 @@ def run_case(case: Case, root: Path, trained: Trained, subprocess_: bool = False
         with pytest.MonkeyPatch.context() as mp:
             if case.patch:
                 case.patch(mp)
-            code, out, err = run(case.program, args, subprocess_=subprocess_)
+            code, out, err = run(case.program, args, subprocess_=subprocess_, env=env)
         changed = [str(p) for p, data in before.items() if not p.is_file() or p.read_bytes() != data]
     assert not changed, f"{case.id} changed existing files: {changed}"
     return code, out, err

@@ -1,4 +1,4 @@
-"""Writes that fail for real: a small tmpfs that fills up under out_dir, log_dir or data_dir.
+"""Writes that fail for real: a small tmpfs that fills up under out_dir, log_dir, data_dir or an export.
 
 Mounting needs root; where the test cannot mount one it is skipped, saying why. (The simulated
 full disk of tests/test_bad_input.py runs everywhere.)
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from checkpoints import load_checkpoint
-from tests.cli import ROOT, one_line, run_train, tiny_args
+from tests.cli import ROOT, one_line, run_sample, run_train, tiny_args
 
 
 @pytest.fixture
@@ -40,8 +40,9 @@ def test_a_full_disk_during_a_checkpoint_save_is_one_line_and_keeps_the_last_che
     out = small_disk / "out"
     code, _, err = run_train(tiny_args(tmp_path, f"--out_dir={out}", "--ckpt_interval=1"))
     assert code == 1
-    assert one_line(err) == (f"error: cannot write checkpoint {out / 'ckpt.pt'}: No space left on device (the "
-                             f"previous checkpoint is intact); free disk space or choose a writable --out_dir\n")
+    assert one_line(err) == (f"error: cannot write checkpoint {out / 'ckpt.pt'}: No space left on device on the disk "
+                             f"mounted at {small_disk}; the previous checkpoint is intact; free disk space or choose a "
+                             f"writable --out_dir\n")
     assert load_checkpoint(out)["step"] == 1
     assert sorted(p.name for p in out.iterdir()) == ["ckpt.pt"]  # no temporary file, and the lock released
 
@@ -54,8 +55,9 @@ def test_a_full_log_dir_is_one_warning_and_training_goes_on(tmp_path, small_disk
     done = subprocess.run([sys.executable, "train.py", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0, done.stderr
-    assert done.stderr == (f"warning: cannot write TensorBoard logs to {small_disk / 't'} (No space left on "
-                           f"device); going on without them: free disk space or choose another --log_dir\n")
+    assert done.stderr == (f"warning: cannot write TensorBoard logs to {small_disk / 't'} (No space left on device "
+                           f"on the disk mounted at {small_disk}); going on without them: free disk space or choose "
+                           f"another --log_dir\n")
     assert load_checkpoint(tmp_path / "out")["step"] == 6
 
 
@@ -63,6 +65,24 @@ def test_a_full_log_dir_is_one_warning_and_training_goes_on(tmp_path, small_disk
 def test_a_full_data_dir_is_one_line_and_leaves_no_half_prepared_folder(tmp_path, small_disk):
     code, _, err = run_train(tiny_args(tmp_path, f"--data_dir={small_disk}"))
     assert code == 1
-    assert one_line(err) == (f"error: cannot write prepared data to {small_disk} (No space left on device); "
-                             f"free disk space or choose a writable --data_dir\n")
+    assert one_line(err) == (f"error: cannot write prepared data to {small_disk} (No space left on device on the "
+                             f"disk mounted at {small_disk}); free disk space or choose a writable --data_dir\n")
     assert list(Path(small_disk).iterdir()) == []
+
+
+@pytest.mark.parametrize("small_disk", ["16k"], indirect=True)
+@pytest.mark.parametrize("target, library, what", [("tl", "transformer_lens", "the TransformerLens file"),
+                                                   ("hf", "transformers", "the Hugging Face folder")])
+def test_a_full_disk_during_an_export_is_one_line_naming_the_disk_and_leaves_nothing(tmp_path, small_disk, target,
+                                                                                      library, what):
+    """torch.save reports a full disk as a zip position error, safetensors as its own SafetensorError: both are
+    the one line of any full disk, naming where it is mounted."""
+    pytest.importorskip(library, reason=f"--export {target} needs {library} (requirements-interop.txt)")
+    from tests.random_checkpoints import make_checkpoint
+
+    folder = make_checkpoint(tmp_path / "ckpt", "gpt2-char")
+    code, _, err = run_sample([f"--out_dir={folder}", "--export", target, str(small_disk / "model")])
+    assert code == 1
+    assert one_line(err) == (f"error: cannot write {what} {small_disk / 'model'}: No space left on device on the "
+                             f"disk mounted at {small_disk}; free disk space or choose another path\n")
+    assert list(small_disk.iterdir()) == []

@@ -25,7 +25,7 @@ def test_adamw_decays_matrices_only():
     decay, no_decay = opt.param_groups
     assert decay["weight_decay"] == 0.1 and all(p.dim() == 2 for p in decay["params"])
     assert no_decay["weight_decay"] == 0.0 and all(p.dim() == 1 for p in no_decay["params"])
-    assert sum(p.numel() for g in opt.param_groups for p in g["params"]) == model.num_params(non_embedding=False)
+    assert sum(p.numel() for g in opt.param_groups for p in g["params"]) == sum(p.numel() for p in model.parameters())
 
 
 def test_orthogonalise_flattens_the_singular_values():

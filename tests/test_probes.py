@@ -7,7 +7,7 @@ import pytest
 from conftest import shared_file
 
 from data import pronouns as P
-from data.probes import Probe, align, align_all, load_probes
+from data.probes import Probe, align, load_probes
 from data.tokenizer import CharTokenizer, GPT2Tokenizer, TokenizerError
 from errors import UserError
 
@@ -63,7 +63,7 @@ def test_pronoun_query_is_its_last_sub_token(name, request):
 
 
 def test_gpt2_continuation_is_predicted_at_the_pronoun(gpt2):
-    record = P.probe_records(seed=11, n=4)[0]
+    record = P.probe_records(seed=11)[0]
     aligned = align(Probe(**record), gpt2)
     assert aligned.continuation_pos == aligned.pronoun_pos
     assert aligned.continuation_ids == [gpt2.encode(" " + w)[0] for w in record["continuations"]]
@@ -175,17 +175,17 @@ def test_load_errors_for_missing_and_empty_files(tmp_path):
 
 
 def test_write_then_load_round_trip(tmp_path):
-    records = P.probe_records(seed=3, n=6)
-    P.write_probes(tmp_path / "p.jsonl", records)
+    records = P.probe_records(seed=3)[:6]
+    (tmp_path / "p.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
     probes = load_probes(tmp_path / "p.jsonl")
     assert [Probe(**r) for r in records] == probes
     assert [p.continuations for p in probes] == [r["continuations"] for r in records]
 
 
 def test_generated_probes_align_on_their_nouns(gpt2, char):
-    probes = [Probe(**r) for r in P.probe_records(seed=11, n=40)]
+    probes = [Probe(**r) for r in P.probe_records(seed=11)[:40]]
     for tokenizer in (gpt2, char):
-        for aligned in align_all(probes, tokenizer):
+        for aligned in (align(probe, tokenizer) for probe in probes):
             p = aligned.probe
             assert joined(aligned, aligned.referent_positions).strip() == p.referent
             assert joined(aligned, aligned.distractor_positions).strip() == p.distractor
@@ -204,7 +204,7 @@ def test_tinystories_probes_fit_tinystories():
     for probe in probes:
         assert set(re.findall(r"[a-z]+", probe.text.lower())) <= words, probe.text
     for tokenizer in (GPT2Tokenizer.from_text(text), CharTokenizer.from_text(text)):
-        for aligned in align_all(probes, tokenizer):
+        for aligned in (align(probe, tokenizer) for probe in probes):
             assert aligned.continuation_pos is not None and len(aligned.continuation_ids) == 1
 
 

@@ -34,8 +34,8 @@ def lines() -> list[str]:
 def test_same_seed_same_text_other_seed_other_text():
     assert P.training_text(3, 200) == P.training_text(3, 200)
     assert P.training_text(3, 200) != P.training_text(4, 200)
-    assert P.probe_records(3, 20) == P.probe_records(3, 20)
-    assert P.probe_records(3, 20) != P.probe_records(4, 20)
+    assert P.probe_records(3) == P.probe_records(3)
+    assert P.probe_records(3) != P.probe_records(4)
 
 
 def test_one_sentence_a_line():
@@ -54,10 +54,11 @@ def test_every_line_has_one_pronoun_that_fits_one_candidate(lines):
 
 
 def test_referent_first_exactly_half_the_time(lines):
-    first = sum(referent_of(nouns, pronoun) == nouns[0] for nouns, pronoun, _ in map(parse, lines))
-    assert first == len(lines) // 2
-    records = P.probe_records(seed=9, n=101)
-    assert sum(Probe(**r).referent_offset < Probe(**r).distractor_offset for r in records) == 101 // 2
+    for text in (lines, P.training_text(seed=9, n_sentences=101).splitlines()):  # an odd count too
+        first = sum(referent_of(nouns, pronoun) == nouns[0] for nouns, pronoun, _ in map(parse, text))
+        assert first == len(text) // 2
+    records = P.probe_records(seed=9)
+    assert sum(Probe(**r).referent_offset < Probe(**r).distractor_offset for r in records) == len(records) // 2
 
 
 def test_continuation_first_words_name_their_noun():
@@ -100,12 +101,12 @@ def test_held_out_pairs_never_meet_in_training(lines):
     seen = {frozenset(parse(line)[0]) for line in lines}
     assert not seen & P.HELD_OUT_PAIRS
     assert {n for pair in seen for n in pair} == set(P.NOUNS)  # every noun is still trained
-    for record in P.probe_records(n=200):
+    for record in P.probe_records():
         assert frozenset({record["referent"], record["distractor"]}) in P.HELD_OUT_PAIRS
 
 
 def test_probe_records_are_complete_sentences_with_referent_continuations():
-    for record in P.probe_records(seed=2, n=50):
+    for record in P.probe_records(seed=2)[:50]:
         nouns, pronoun, following = parse(record["text"])
         assert pronoun == record["pronoun"] and referent_of(nouns, pronoun) == record["referent"]
         assert record["distractor"] in nouns and record["distractor"] != record["referent"]
@@ -136,7 +137,7 @@ def test_default_corpus_covers_every_probe_and_continuation(default_tokenizer):
 
 
 def test_position_heuristics_score_half_on_probes():
-    records = P.probe_records(n=256)
+    records = P.probe_records()
     probes = [Probe(**r) for r in records]
     first_noun = sum(p.referent_offset < p.distractor_offset for p in probes) / len(probes)
     nearest_noun = sum(p.referent_offset > p.distractor_offset for p in probes) / len(probes)

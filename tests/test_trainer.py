@@ -15,6 +15,7 @@ from trainer.config import load_config
 from trainer.optim import lr_at
 from trainer.trainer import Callback, Evaluation, FitResult, StepResult, Trainer
 from watch.callback import AttentionWatch
+from watch.pipeline import untrained_like
 
 TEXT = "".join(f"the dog saw the ball and it rolled away {i % 7}.\nthe cat saw the king and he waved.\n"
                for i in range(60))
@@ -76,6 +77,12 @@ class FakeWriter:
 
     def flush(self):
         pass
+
+
+def test_the_watchs_untrained_model_is_the_one_training_starts_from(tmp_path):
+    trainer = make_trainer(tmp_path, "--seed=7")
+    fresh = untrained_like(trainer.model, trainer.cfg.seed)
+    assert all(torch.equal(a, b) for a, b in zip(fresh.parameters(), trainer.model.parameters(), strict=True))
 
 
 def test_a_step_updates_the_parameters_and_reports_its_loss_rate_and_gradient_norm(tmp_path):

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from dataclasses import dataclass
 
 import numpy as np
 import pytest
 import torch
-from conftest import tiny_model
+from conftest import custom_scalar_charts, tiny_model
 
 from data.probes import AlignedProbe
 from data.tokenizer import CharTokenizer
@@ -505,7 +504,6 @@ def test_a_pass_is_written_as_scalars_images_and_text(tmp_path):
 
 def test_custom_scalars_put_every_head_on_one_chart(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-    from tensorboard.plugins.custom_scalar import layout_pb2
     from torch.utils.tensorboard import SummaryWriter
 
     patterns, aligned = fake_probes()
@@ -521,12 +519,8 @@ def test_custom_scalars_put_every_head_on_one_chart(tmp_path):
     events.Reload()
     assert not any(tag.startswith("attention/heads") for tag in events.Tags()["tensors"])  # no table: scalars only
     # The layout as TensorBoard reads it back, and the tags each chart draws (its regexes match tag starts).
-    (stored,) = events.Tensors("custom_scalars__config__")
-    layout = layout_pb2.Layout.FromString(stored.tensor_proto.string_val[0])
-    tags = events.Tags()["scalars"]
-    charts = {chart.title: sorted(tag for tag in tags if any(re.match(rx, tag) for rx in chart.multiline.tag))
-              for category in layout.category for chart in category.chart}
-    assert [c.title for c in layout.category] == list(PRONOUN_CHARTS)
+    categories, charts = custom_scalar_charts(events)
+    assert categories == list(PRONOUN_CHARTS)
     heads = ["L0H0", "L0H1", "L1H0", "L1H1"]
     assert charts == {
         "referent weight, every head": [f"attention/referent/{h}" for h in heads],
@@ -582,6 +576,7 @@ def test_a_tensorboard_writer_that_cannot_write_warns_once_and_goes_on(tmp_path,
     import warnings
 
     from errors import GptwatchWarning
+    from files import mount_point
     from watch.tensorboard import TensorBoardWriter
 
     def append(self, filename, file_content, binary_mode=False):
@@ -601,9 +596,9 @@ def test_a_tensorboard_writer_that_cannot_write_warns_once_and_goes_on(tmp_path,
         for step in range(20):
             writer.add_scalar("loss", 1.0, step)
             writer.flush()
-        writer.add_hparams({"lr": 0.1}, {"hparam/loss": 1.0}, run_name=".")
+        writer.add_hparams({"lr": 0.1}, {"hparam/loss": 1.0})
         writer.close()
     assert [str(w.message) for w in caught if w.category is GptwatchWarning] == [
-        f"cannot write TensorBoard logs to {tmp_path / 'run'} (No space left on device); going on without them: "
-        f"free disk space or choose another --log_dir"]
+        f"cannot write TensorBoard logs to {tmp_path / 'run'} (No space left on device on the disk mounted at "
+        f"{mount_point(tmp_path)}); going on without them: free disk space or choose another --log_dir"]
     assert writer.failed and printed == [] and "Traceback" not in capfd.readouterr().err

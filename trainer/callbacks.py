@@ -15,6 +15,7 @@ from tqdm import tqdm
 
 from data.tokenizer import Tokenizer, TokenizerError
 from errors import warn
+from escape import markdown_literal
 from trainer.trainer import Callback, Evaluation, FitResult, StepResult, Trainer
 
 
@@ -120,5 +121,5 @@ class TextSample(Callback):
         out = model.generate(torch.tensor([self.prompt_ids], device=device), self.max_new_tokens, temperature=0.8,
                              top_k=200, generator=generator)
         model.train(was_training)
-        # Markdown collapses single newlines; a code block keeps the text as generated.
-        self.writer.add_text("sample", "```\n" + self.tokenizer.decode(out[0].tolist()) + "\n```", evaluation.step)
+        # A code block keeps the text as generated (Markdown would join its lines), and shows any markup in it.
+        self.writer.add_text("sample", markdown_literal(self.tokenizer.decode(out[0].tolist())), evaluation.step)

@@ -7,7 +7,6 @@ the old one, so a crash at any moment leaves the previous complete checkpoint in
 
 from __future__ import annotations
 
-import errno
 import os
 import shutil
 from collections.abc import Callable
@@ -16,19 +15,21 @@ from typing import Any
 
 import torch
 
-from checkpoints import FORMAT, FORMAT_VERSION, CheckpointError, load_checkpoint, load_weights, validate
+from checkpoints import FORMAT, FORMAT_VERSION, CheckpointError, load_checkpoint, load_weights, unusable, validate
 from checkpoints import load_model as load_model  # tools outside the package import it from here
 from errors import UsageError, UserError, warn
 from files import (
     clear_for_file,
+    disk_full,
     glob_escape,
     inside_name,
     remove_dead_leftovers,
     replace_file,
     writable_folder,
+    write_error,
 )
 from model.gpt import GPT, MODEL_FIELDS
-from trainer.config import TrainConfig
+from trainer.config import FIELDS, TrainConfig, saved_config
 
 # What a resumed run must share with its checkpoint: the vocabulary is checked through the
 # tokenizer, a smaller block_size just trains on shorter windows, and dropout only acts in training.
@@ -54,10 +55,9 @@ def save_checkpoint(path: str | Path, checkpoint: dict, keep_previous: str | Pat
         replace_file(path, lambda fh: _save(checkpoint, fh), before_replace=keep)
         _fsync_dir(path.parent)
     except OSError as exc:
-        kept = " (the previous checkpoint is intact)" if path.is_file() else ""
-        fix = ("free disk space or choose a writable --out_dir" if exc.errno in (errno.ENOSPC, errno.EDQUOT)
-               else "choose a writable --out_dir")
-        raise CheckpointError(f"cannot write checkpoint {path}: {exc.strerror or exc}{kept}; {fix}") from None
+        kept = "; the previous checkpoint is intact" if path.is_file() else ""
+        fix = "free disk space or choose a writable --out_dir" if disk_full(exc) else "choose a writable --out_dir"
+        raise CheckpointError(f"cannot write checkpoint {path}: {write_error(exc, path)}{kept}; {fix}") from None
 
 
 def _keep(path: Path, previous: Path) -> None:
@@ -73,33 +73,8 @@ def _keep(path: Path, previous: Path) -> None:
             replace_file(previous, lambda fh: shutil.copyfileobj(source, fh))
 
 
-class _RecordingFile:
-    """A file whose failed writes are remembered: torch.save reports a full disk as a RuntimeError about
-    zip positions, and this keeps the OSError that really happened."""
-
-    def __init__(self, fh) -> None:
-        self.fh = fh
-        self.error: OSError | None = None
-
-    def write(self, data) -> int:
-        try:
-            return self.fh.write(data)
-        except OSError as exc:
-            self.error = exc
-            raise
-
-    def __getattr__(self, name: str):
-        return getattr(self.fh, name)
-
-
 def _save(checkpoint: dict, fh) -> None:
-    recording = _RecordingFile(fh)
-    try:
-        torch.save(checkpoint, recording)
-    except RuntimeError:
-        if recording.error is not None:
-            raise recording.error from None
-        raise
+    torch.save(checkpoint, fh)
 
 
 def check_out_dir(path: Path, *, keeps_previous: bool = False) -> None:
@@ -182,6 +157,7 @@ def resumed_checkpoint(cfg: TrainConfig, path: Path, tokenizer_meta: dict, data:
                         f"run, or set --out_dir to the folder that holds ckpt.pt")
     checkpoint = load_checkpoint(path)
     validate(checkpoint, path, for_resume=True)
+    saved_settings(checkpoint, path)
     check_resume_compatible(cfg, checkpoint, tokenizer_meta)
     if data is not None:
         check_same_data(checkpoint, data, path)
@@ -190,6 +166,29 @@ def resumed_checkpoint(cfg: TrainConfig, path: Path, tokenizer_meta: dict, data:
         raise CheckpointError(f"{path} holds the run name {checkpoint['run_name']!r}, which {problem}, so its "
                               f"TensorBoard logs would go outside --log_dir; resume with --run_name=NAME")
     return checkpoint
+
+
+def saved_settings(checkpoint: dict, path: str | Path) -> TrainConfig | None:
+    """The settings the checkpoint records (its train_config, and the config keys of its data record), checked
+    as a config's are, so that nothing read from them is used unchecked (a seed no generator takes, a path
+    holding NUL); `CheckpointError` naming the first bad one. None for a checkpoint without settings (one
+    a tool wrote: sampling needs none)."""
+    saved, data = checkpoint.get("train_config"), checkpoint.get("data")
+    if saved is None:
+        return None
+    if not isinstance(saved, dict) or not isinstance(data, (dict, type(None))):
+        raise unusable(path, "its 'train_config' or 'data' is not a table of settings")
+    for key, value in (data or {}).items():  # where its text was: names, which no config key checks
+        if key not in FIELDS and not (value is None or isinstance(value, str) and "\x00" not in value):
+            raise unusable(path, f"its data record's {key!r} is not a name or path")
+    record = "train_config"
+    try:
+        config = saved_config(saved, "in its train_config")
+        record = "data record"
+        saved_config({**saved, **(data or {})}, "in its data record")
+    except UsageError as exc:
+        raise unusable(path, f"its {record} is invalid ({exc})") from None
+    return config
 
 
 def check_same_data(checkpoint: dict, data: dict, path: Path) -> None:

@@ -20,7 +20,7 @@ from typing import Any, get_type_hints
 from data.corpora import NAMES as CORPORA
 from data.tokenizer import TOKENIZERS
 from errors import ArgumentParser, UsageError
-from files import TOO_DEEP, NotParsed, inside_name, parse_toml, read_text, utf8_value
+from files import TOO_DEEP, NotParsed, inside_name, parse_int, parse_toml, quoted, read_text, utf8_value
 from model.gpt import ARCHITECTURES, MODEL_FIELDS, GPTConfig
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
@@ -73,7 +73,8 @@ class TrainConfig:
     min_lr: float = _opt(1e-4, "learning-rate floor at the end of the cosine decay", group="optim")
     warmup_iters: int = _opt(100, "steps of linear warm-up", group="optim")
     lr_decay_iters: int = _opt(0, "step where the cosine reaches min_lr (0: max_iters)", group="optim")
-    weight_decay: float = _opt(0.1, "AdamW weight decay, applied to matrices only", group="optim")
+    weight_decay: float = _opt(0.1, "AdamW weight decay, on the matrices AdamW trains: with optimizer = muon, "
+                                    "the blocks' hidden matrices get none", group="optim")
     beta1: float = _opt(0.9, "AdamW beta1", group="optim")
     beta2: float = _opt(0.99, "AdamW beta2", group="optim")
     grad_clip: float = _opt(1.0, "clip the gradient norm to this (0: off)", group="optim")
@@ -205,8 +206,7 @@ def _coerce(key: str, value: Any, where: str) -> Any:
 
 
 def _raise_type(key: str, value: Any, where: str, why: str = "") -> Any:
-    shown = repr(value)
-    shown = shown if len(shown) <= 60 else f"{shown[:50]}... ({len(shown):,} characters)"
+    shown = quoted(value) if isinstance(value, str) else repr(value)
     raise UsageError(f"config key '{key}' {where} must be {_TYPE_WORDS[_TYPES[key]]}; got {shown}{why}")
 
 
@@ -223,17 +223,28 @@ def parse_cli_value(key: str, text: str) -> Any:
                 return False
             return _raise_type(key, text, where)
         if expected is int:
-            return int(text)
+            return parse_int(text)
         if expected is float:
             return float(text)
         if expected is list:
-            value = parse_toml(f"v = {text}")["v"]
-            return _coerce(key, value, where)
-    except NotParsed as exc:
-        return _raise_type(key, text, where, f" ({exc})" if exc.args[0] == TOO_DEEP else "")
+            return _coerce(key, _toml_value(key, text), where)
+    except NotParsed as exc:  # a whole number too long for any setting
+        raise UsageError(f"config key '{key}' {where} is {exc}; got {quoted(text)}") from None
     except ValueError:
         return _raise_type(key, text, where)
     return text
+
+
+def _toml_value(key: str, text: str) -> Any:
+    """A list (or any value) written on the command line in TOML; a UsageError with the parser's reason when
+    it is not TOML: a list whose string holds an escape TOML refuses is a bad escape, not a bad list."""
+    try:
+        return parse_toml(f"v = {text}")["v"]
+    except NotParsed as exc:
+        # Columns counted in `text`, not in the "v = " put before it.
+        why = re.sub(r"\(at line 1, column (\d+)\)", lambda m: f"(at character {int(m[1]) - 4})", str(exc))
+        raise UsageError(f"config key '{key}' on the command line is not valid TOML: {why}; got {quoted(text)}; "
+                         f"write a TOML list of strings, e.g. --{key}='[\"the dog saw it\"]'") from None
 
 
 def read_toml(path: str | Path) -> dict:
@@ -315,6 +326,13 @@ def parse_overrides(args: list[str]) -> dict:
     if config is not None:
         raise UsageError(f"unexpected argument {config!r}; overrides look like --key=value")
     return values
+
+
+def saved_config(values: dict, where: str) -> TrainConfig:
+    """The settings a checkpoint recorded (its train_config), checked as a config file's are: a value of the
+    wrong type or out of range is a `UsageError` naming the key. Keys this version does not know (another
+    version wrote them) are left out, and keys it lacks take their defaults."""
+    return TrainConfig(**{key: _coerce(key, value, where) for key, value in values.items() if key in FIELDS})
 
 
 def make_config(path: str | Path | None, overrides: dict, base: dict | None = None) -> TrainConfig:

@@ -24,6 +24,7 @@ from trainer.eager_optim import EagerOptimizer
 
 # Quintic iteration coefficients chosen to push singular values towards 1 fast.
 NS_COEFFS = (3.4445, -4.7750, 2.0315)
+MOMENTUM = 0.95
 
 
 def native_bfloat16(device: torch.device) -> bool:
@@ -60,10 +61,10 @@ def orthogonalise(G: torch.Tensor, steps: int = 5, dtype: torch.dtype = torch.fl
 
 
 class Muon(EagerOptimizer, torch.optim.Optimizer):
-    def __init__(self, params, lr: float = 0.02, momentum: float = 0.95, nesterov: bool = True,
-                 ns_steps: int = 5, weight_decay: float = 0.0, dtype: torch.dtype = torch.float32) -> None:
-        super().__init__(params, dict(lr=lr, momentum=momentum, nesterov=nesterov, ns_steps=ns_steps,
-                                      weight_decay=weight_decay))
+    """Nesterov momentum, then each update orthogonalised. No weight decay: `--weight_decay` is AdamW's."""
+
+    def __init__(self, params, lr: float = 0.02, ns_steps: int = 5, dtype: torch.dtype = torch.float32) -> None:
+        super().__init__(params, dict(lr=lr, ns_steps=ns_steps))
         self.dtype = dtype
 
     @torch.no_grad()
@@ -81,14 +82,12 @@ class Muon(EagerOptimizer, torch.optim.Optimizer):
                     if "momentum_buffer" not in state:
                         state["momentum_buffer"] = torch.zeros_like(p)
                     buf = state["momentum_buffer"]
-                    buf.mul_(group["momentum"]).add_(p.grad)
-                    grads.append(p.grad.add(buf, alpha=group["momentum"]) if group["nesterov"] else buf)
+                    buf.mul_(MOMENTUM).add_(p.grad)
+                    grads.append(p.grad.add(buf, alpha=MOMENTUM))  # Nesterov: looks ahead along the momentum
                 update = orthogonalise(torch.stack(grads), group["ns_steps"], self.dtype)
                 # Scale so the update's RMS does not shrink for tall matrices.
                 scale = max(1.0, shape[0] / shape[1]) ** 0.5
                 for p, u in zip(params, update, strict=True):
-                    if group["weight_decay"]:
-                        p.mul_(1 - group["lr"] * group["weight_decay"])
                     p.add_(u.to(p.dtype), alpha=-group["lr"] * scale)
         return loss
 

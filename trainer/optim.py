@@ -65,8 +65,8 @@ def make_optimizer(model: nn.Module, cfg: TrainConfig, device: torch.device):
     """AdamW with weight decay on matrices (>= 2 dims) only: decaying norms'
     gains and biases pulls them towards zero for no benefit.
 
-    With optimizer = "muon", the blocks' hidden matrices go to Muon instead;
-    embeddings (and the tied head), norms and biases stay with AdamW.
+    With optimizer = "muon", the blocks' hidden matrices go to Muon instead, which
+    decays none of them; embeddings (and the tied head), norms and biases stay with AdamW.
     """
     params = [p for p in model.parameters() if p.requires_grad]
     hidden = []

@@ -1,4 +1,4 @@
-"""Memory: what a run needs, estimated before anything large is allocated, and what is free.
+"""Memory: what a run needs, estimated before anything large is allocated, against what is free (`memory`).
 
 The estimates are deliberately low (a lower bound of what training certainly needs), so a config
 is refused only when it cannot fit; a config that passes and still runs out of memory is caught
@@ -15,6 +15,8 @@ import torch
 
 from data.corpora import GENERATED
 from errors import UserError, is_out_of_memory
+from memory import available_memory
+from memory import size_text as _size
 from trainer.config import TrainConfig
 
 # Preparing text holds it several times over: the text, the ids as Python ints, then as numpy
@@ -22,41 +24,6 @@ from trainer.config import TrainConfig
 # character of a char-tokenized text; these are rounded down.
 BYTES_PER_SENTENCE = 1000
 BYTES_PER_TEXT_BYTE = 10
-
-
-def available_memory(device: torch.device) -> int | None:
-    """Bytes that can still be allocated on `device` (None: unknown). On the CPU: MemAvailable plus
-    free swap, within the container's memory limit when there is one."""
-    if device.type == "cuda":
-        return torch.cuda.mem_get_info(device)[0]
-    info = _meminfo()
-    free = info["MemAvailable"] + info.get("SwapFree", 0) if "MemAvailable" in info else None
-    limit = _cgroup_headroom()
-    if free is None or limit is None:
-        return free if limit is None else limit
-    return min(free, limit)
-
-
-def _meminfo() -> dict[str, int]:
-    try:
-        lines = Path("/proc/meminfo").read_text().splitlines()
-    except OSError:
-        return {}
-    info = {}
-    for line in lines:
-        name, _, value = line.partition(":")
-        if value.strip().endswith("kB") and value.split()[0].isdigit():
-            info[name] = int(value.split()[0]) * 1024
-    return info
-
-
-def _cgroup_headroom() -> int | None:
-    try:
-        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
-        used = int(Path("/sys/fs/cgroup/memory.current").read_text().strip())
-    except (OSError, ValueError):
-        return None
-    return int(limit) - used if limit.isdigit() else None
 
 
 def check_corpus_fits(cfg: TrainConfig) -> None:
@@ -121,12 +88,3 @@ def out_of_memory(cfg: TrainConfig) -> Iterator[None]:
         need = training_bytes(cfg, 1)
         raise UserError(f"ran out of memory ({' '.join(str(exc).split())[:120] or type(exc).__name__}); "
                         f"{_keys_to_lower(cfg, need)}") from None
-
-
-def _size(n: float) -> str:
-    unit = "bytes"
-    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB"):
-        if n < 1024 or unit == "PiB":
-            break
-        n /= 1024
-    return f"{n:,.0f} bytes" if unit == "bytes" else f"{n:,.1f} {unit}"

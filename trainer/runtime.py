@@ -11,6 +11,7 @@ import torch
 import torch.distributed as dist
 
 from errors import UsageError
+from files import NotParsed, parse_int, quoted
 from trainer.config import DEVICES, TrainConfig, is_device_name
 
 
@@ -65,9 +66,7 @@ def setup(cfg: TrainConfig) -> Runtime:
             raise UsageError(f"--threads={cfg.threads} but this machine has {cpus} CPUs; use at most {cpus}, "
                              f"or 0 for torch's default")
         torch.set_num_threads(cfg.threads)
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    rank = int(os.environ.get("RANK", "0"))
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    world_size, rank, local_rank = launcher_ranks()
     device = pick_device(cfg.device)
     if world_size > 1:
         if cfg.grad_accum % world_size:
@@ -87,6 +86,26 @@ def setup(cfg: TrainConfig) -> Runtime:
     elif cfg.dtype == "bfloat16":
         autocast_dtype = torch.bfloat16
     return Runtime(device, autocast_dtype, rank, local_rank, world_size)
+
+
+def launcher_ranks() -> tuple[int, int, int]:
+    """(WORLD_SIZE, RANK, LOCAL_RANK), which torchrun sets for each process it starts; (1, 0, 0) without it. A
+    value that is no whole number, or that no launcher sets (a rank beyond the world), is a UsageError."""
+    numbers = []
+    for name, default in (("WORLD_SIZE", "1"), ("RANK", "0"), ("LOCAL_RANK", "0")):
+        text = os.environ.get(name, default)
+        try:
+            numbers.append(parse_int(text))
+        except ValueError as exc:
+            why = f" ({exc})" if isinstance(exc, NotParsed) else ""
+            raise UsageError(f"the environment variable {name}={quoted(text)} is not a whole number{why}; torchrun "
+                             f"sets it: unset it to train in one process") from None
+    world_size, rank, local_rank = numbers
+    if not 0 <= rank < world_size or local_rank < 0:
+        raise UsageError(f"the environment says this is process RANK={rank} (LOCAL_RANK={local_rank}) of "
+                         f"WORLD_SIZE={world_size}, which no launcher sets; unset them to train in one process, "
+                         f"or start with torchrun")
+    return world_size, rank, local_rank
 
 
 def teardown(rt: Runtime) -> None:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import math
 import signal
 import time
-from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -142,7 +141,7 @@ def data_identity(cfg: TrainConfig, data: Prepared) -> dict:
 class Trainer:
     def __init__(self, cfg: TrainConfig, runtime: Runtime, model: GPT, optimizer: Any, batches: Any, *,
                  data: Prepared | None = None, state: TrainState | None = None,
-                 checkpoints: CheckpointWriter | None = None, callbacks: Sequence[Any] = ()) -> None:
+                 checkpoints: CheckpointWriter | None = None) -> None:
         self.cfg = cfg
         self.runtime = runtime
         self.model = model                 # the plain GPT: what is saved and watched
@@ -152,7 +151,7 @@ class Trainer:
         self.tokenizer = data.tokenizer if data is not None else None
         self.state = state or TrainState(run_name=cfg.run_name or "run")
         self.checkpoints = checkpoints     # None: this process does not save (not rank 0, or a benchmark)
-        self.callbacks = list(callbacks)
+        self.callbacks: list[Any] = []    # what a run shows: set by its caller (train.py)
         # What the steps run: compiled and wrapped for several processes when asked.
         self.train_model: Any = torch.compile(model) if cfg.compile else model
         if runtime.distributed:

@@ -11,6 +11,7 @@ Each module has one job:
 - `pronouns`: the pronoun head table and agreement;
 - `reading`: a pass read once (its pronoun table, agreement and head types), for every reader;
 - `ablation`: what removing heads costs (zero- and mean-ablation), proof by ablation;
+- `composition`: how heads compose (Q-, K- and V-composition), from the weights alone;
 - `heads`: head names ("L1H3"), the heads to remove by name, and token labels for every view;
 - `report`: the tables and lines, for a terminal or as Markdown;
 - `heatmaps`: labelled heatmaps; `tensorboard`: all of it in TensorBoard, with the Custom

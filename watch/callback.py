@@ -6,8 +6,9 @@ attention, and this package needs nothing from the trainer: it reads `trainer.mo
 `trainer.tokenizer`, `trainer.data` (the prepared corpus) and `trainer.cfg.seed`.
 
 At every watch point one pass (`watch/pipeline.py`) captures each probe set once and every score
-is read from it; the watch only decides what to do with the results: scalars every
-`watch_interval` steps; at evaluations also the tables, the heatmaps and, with agreement contexts,
+is read from it, and the composition of every pair of heads is read from the weights; the watch only
+decides what to do with the results: scalars every `watch_interval` steps; at evaluations also the
+tables, the heatmaps (the composition matrix among them) and, with agreement contexts,
 what removing the agreement heads costs; at the end of a completed run the report on the terminal,
 the proof by ablation, TensorBoard's HParams and the offline attention page.
 """
@@ -20,15 +21,16 @@ from typing import Any
 
 from errors import UserError, warn
 from watch.ablation import DEFAULT_MODE, AblationResult, agreement_ablations, best_pronoun_proof, proofs
+from watch.composition import KINDS, Composition, composition, reads_from
 from watch.heads import last_pronoun_pos
 from watch.headtypes import TYPE_SETS, head_labels
-from watch.heatmaps import SentenceHeatmaps
+from watch.heatmaps import SentenceHeatmaps, composition_image
 from watch.page import SentenceView, attention_page, sentence_view, write_page
 from watch.pipeline import untrained_like
 from watch.probesets import AGREEMENT, PRONOUN, SENTENCES, ProbeSets, held_out_sentences, watch_sets
 from watch.reading import Reading, read_pass
-from watch.report import ablation_line, agreement_lines, head_table, top_attended, type_report
-from watch.tensorboard import log_charts, log_evaluation, log_scores
+from watch.report import ablation_line, agreement_lines, composition_lines, head_table, top_attended, type_report
+from watch.tensorboard import log_charts, log_composition, log_evaluation, log_scores
 
 WATCHED = (AGREEMENT, *TYPE_SETS)   # the probe sets scored at every watch point
 ROUGH_WHEN_QUICK = ("in_context_score", "in_context_score_spread")   # too few windows in a quick pass
@@ -52,6 +54,7 @@ class AttentionWatch:
         self.tokens_per_step = 0
         self.first_typed: dict[str, int] = {}
         self.untrained: Reading | None = None
+        self.untrained_composition: Composition | None = None
         self.heatmaps = SentenceHeatmaps()
         self.last: tuple[int, Reading, list[AblationResult]] | None = None  # the latest evaluation's
 
@@ -69,9 +72,12 @@ class AttentionWatch:
                                train_tokens=data.tokens("train") if data is not None else None,
                                text=val, probes=self.probes, agreement=self.agreement, texts=self.texts)
         self.quick = self.sets.quick()
-        self.untrained = read_pass(untrained_like(model, trainer.cfg.seed), self.sets, kinds=TYPE_SETS)
+        untrained = untrained_like(model, trainer.cfg.seed)
+        self.untrained = read_pass(untrained, self.sets, kinds=TYPE_SETS)
+        self.untrained_composition = composition(untrained)
         log_charts(self.writer, pronouns=PRONOUN in self.sets.sets,
-                   types=any(kind in self.sets.sets for kind in TYPE_SETS))
+                   types=any(kind in self.sets.sets for kind in TYPE_SETS),
+                   composition=self.untrained_composition is not None)
 
     def on_watch(self, trainer: Any, step: int) -> None:
         reading = read_pass(trainer.model, self.quick, untrained=self.untrained, kinds=WATCHED)
@@ -79,6 +85,7 @@ class AttentionWatch:
             reading.results.numbers.pop(name, None)
         self._note_types(reading, step)
         log_scores(self.writer, step, reading)
+        log_composition(self.writer, step, composition(trainer.model), self.untrained_composition)
 
     def _note_types(self, reading: Reading, step: int) -> None:
         """Remembers the first step at which each type had a head, for the report ("since step 250")."""
@@ -108,7 +115,11 @@ class AttentionWatch:
                 best = (head.name, head.layer, head.head, f"best head {head.name} (referent {head.referent:.2f})")
             images = self.heatmaps.images(step, sentences.items, tokens, reading.results.patterns, best,
                                           self._pronoun_rows())
+        found = composition(trainer.model)
+        if found is not None:
+            images.append(("composition/matrix", composition_image(found, self._composition_title(step))))
         log_evaluation(self.writer, step, reading, ablations, images)
+        log_composition(self.writer, step, found, self.untrained_composition)
 
     def on_fit_end(self, trainer: Any, result: Any) -> None:
         if not result.completed:
@@ -123,7 +134,7 @@ class AttentionWatch:
             try:
                 result.files["attention page"] = write_page(self.page, attention_page(
                     self.views(reading), f"Attention at step {result.step}: {self.page.parent}",
-                    head_labels(reading.types)))
+                    head_labels(reading.types), reads_from(composition(trainer.model), self.untrained_composition)))
             except UserError as exc:
                 warn(f"no attention page: {exc}")
 
@@ -161,7 +172,13 @@ class AttentionWatch:
             print(type_report(reading, list(self.sets.missing.values()), [p for p in found if p is not removed],
                               self.since()))
             metrics.update(type_metrics(reading))
+        print("\n" + composition_lines(composition(model), self.untrained_composition, reading.types))
         return metrics
+
+    def _composition_title(self, step: int) -> str:
+        before = self.untrained_composition
+        best = ", ".join(f"{kind} {before.best(kind)[1]:.2f}" for kind in KINDS) if before is not None else ""
+        return f"composition at step {step}" + (f"; the untrained model's highest: {best}" if best else "")
 
     def views(self, reading: Reading) -> list[SentenceView]:
         """The watched sentences with their patterns, for the page, the best pronoun head marked."""

@@ -10,9 +10,11 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import torch
 
+from escape import for_terminal
+from files import parse_int, quoted
 from model.ablation import Ablation
 
-_HEAD = re.compile(r"L(\d+)H(\d+)", re.IGNORECASE)
+_HEAD = re.compile(r"L([0-9]+)H([0-9]+)", re.IGNORECASE)  # ASCII digits: what parse_int reads
 _FORM = "L<layer>H<head>, e.g. L1H3 (zero-based)"
 
 Head = tuple[int, int]  # (layer, head)
@@ -31,8 +33,11 @@ def parse_head(text: str, n_layer: int | None = None, n_head: int | None = None)
     """
     match = _HEAD.fullmatch(text.strip()) if isinstance(text, str) else None
     if match is None:
-        raise ValueError(f"bad head name {text!r}: expected {_FORM}")
-    layer, head = int(match.group(1)), int(match.group(2))
+        raise ValueError(f"bad head name {quoted(text) if isinstance(text, str) else text!r}: expected {_FORM}")
+    try:
+        layer, head = parse_int(match.group(1)), parse_int(match.group(2))
+    except ValueError as exc:  # more digits than any model has layers or heads
+        raise ValueError(f"bad head name {quoted(text.strip())}: {exc}; expected {_FORM}") from None
     if n_layer is not None and layer >= n_layer:
         raise ValueError(f"head {text.strip()!r} names layer {layer}, but the model's layers are "
                          f"0..{n_layer - 1}; expected {_range(n_layer, n_head)}")
@@ -67,9 +72,10 @@ PRONOUNS = {"he", "she", "it", "they", "him", "her", "them", "his", "its", "thei
 
 
 def display_token(token: str, space_mark: str = "·") -> str:
-    """A token as a readable label: GPT-2's leading space becomes a subtle `space_mark`,
-    newlines and tabs are written as escapes, and a token of only spaces stays visible."""
-    text = token.replace("\n", "\\n").replace("\t", "\\t").replace("\r", "\\r")
+    """A token as a readable label: GPT-2's leading space becomes a subtle `space_mark`, every
+    character a terminal would act on (newline, tab, ESC, ...) is written as its escape
+    (`escape.for_terminal`), and a token of only spaces stays visible."""
+    text = for_terminal(token)
     if not text:
         return "∅"
     if not text.strip(" "):

@@ -24,6 +24,7 @@ import torch
 from PIL import Image, ImageDraw, ImageFont
 
 from files import replace_file
+from watch.composition import KINDS, Composition
 from watch.heads import display_token, head_name
 
 ANNOTATE_MAX_TOKENS = 16   # beyond this, numbers in cells no longer fit
@@ -305,3 +306,60 @@ def save_png(image: np.ndarray, path: str | Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     picture = Image.fromarray(np.asarray(image, dtype=np.uint8))
     return replace_file(path, lambda fh: picture.save(fh, format="PNG"))
+
+
+def grid_image(panels: Sequence[np.ndarray], titles: Sequence[str], row_labels: Sequence[str],
+               column_labels: Sequence[str], *, rows_name: str, columns_name: str, scale_name: str,
+               suptitle: str = "") -> np.ndarray:
+    """Matrices [row, column] of values in [0, 1] (NaN: blank) side by side as heatmaps with one colour
+    bar, the attention heatmaps' colours and numbers, every row and column labelled (RGB array)."""
+    n_rows, n_cols = len(row_labels), len(column_labels)
+    if not panels or any(p.shape != (n_rows, n_cols) for p in panels):
+        raise ValueError(f"every panel must be [{n_rows}, {n_cols}], got {[p.shape for p in panels]}")
+    annotate = max(n_rows, n_cols) <= ANNOTATE_MAX_TOKENS
+    cell = 30 if annotate else max(4, min(20, 480 // max(n_rows, n_cols)))
+    label_font, axis_font, title_font = font(12), font(13), font(14)
+    widest = max(int(label_font.getlength(t)) for t in (*row_labels, *column_labels))
+    left, below, top, title_h, bar_w = widest + 26, widest + 26, 28, 22, 80
+    panel_w = left + n_cols * cell + 16
+    height = top + title_h + n_rows * cell + below + 8
+    width = max(len(panels) * panel_w + bar_w, int(font(15).getlength(suptitle)) + 20)   # room for the title
+    image = Image.new("RGB", (width, max(height, top + title_h + 140)), "white")
+    draw = ImageDraw.Draw(image)
+    number_font = font(11)
+    for n, (values, title) in enumerate(zip(panels, titles, strict=True)):
+        x0, y0 = n * panel_w + left, top + title_h
+        image.paste(Image.fromarray(np.kron(colours(values), np.ones((cell, cell, 1), dtype=np.uint8))), (x0, y0))
+        draw.text((x0 + n_cols * cell // 2, y0 - 6), title, fill=INK, font=title_font, anchor="md")
+        for r, text in enumerate(row_labels):
+            draw.text((x0 - 4, y0 + r * cell + cell // 2), text, fill=INK, font=label_font, anchor="rm")
+        for c, text in enumerate(column_labels):
+            image.paste(_turned(text, label_font), (x0 + c * cell + cell // 2 - 7, y0 + n_rows * cell + 4))
+        draw.text((x0 + n_cols * cell // 2, y0 + n_rows * cell + below - 2), columns_name, fill=INK,
+                  font=axis_font, anchor="md")
+        image.paste(_turned(rows_name, axis_font), (x0 - left + 2, y0 + max(0, n_rows * cell // 2 - 30)))
+        if annotate:
+            for r, c in zip(*np.nonzero(~np.isnan(values)), strict=True):
+                text = f"{values[r, c]:.2f}".removeprefix("0")
+                draw.text((x0 + c * cell + cell // 2, y0 + r * cell + cell // 2), text,
+                          fill="black" if values[r, c] > 0.55 else "white", font=number_font, anchor="mm")
+    x0, y0, bar_h = image.width - bar_w + 12, top + title_h, 120
+    image.paste(Image.fromarray(colours(np.linspace(1, 0, bar_h)[:, None].repeat(14, axis=1))), (x0, y0))
+    for value in (0.0, 0.5, 1.0):
+        y = y0 + round((1 - value) * (bar_h - 1))
+        draw.line([(x0 + 14, y), (x0 + 17, y)], fill=INK)
+        draw.text((x0 + 20, y), f"{value:g}", fill=INK, font=font(11), anchor="lm")
+    image.paste(_turned(scale_name, font(11)), (x0 + 38, y0))
+    if suptitle:
+        draw.text((image.width // 2, 6), suptitle, fill=INK, font=font(15), anchor="mt")
+    return np.asarray(image)
+
+
+def composition_image(found: Composition, title: str) -> np.ndarray:
+    """The Q-, K- and V-composition of every pair of heads (watch/composition.py), a panel each: what the
+    head of a row writes, read by the head of a column."""
+    grids = [found.grid(kind) for kind in KINDS]
+    _, writers, readers = grids[0]
+    return grid_image([grid.numpy() for grid, _, _ in grids], [f"{kind}-composition" for kind in KINDS], writers,
+                      readers, rows_name="writes", columns_name="reads", scale_name="composition score",
+                      suptitle=title)

@@ -12,19 +12,20 @@ from pathlib import Path
 from data.corpora import corpus_of
 from data.prepare import find_prepared
 from errors import UsageError, UserError, warn
-from files import inside_name, read_text
+from files import NotParsed, inside_name, is_whole_number, parse_int, quoted, read_text, write_error
 from model.ablation import Ablation
 from watch.ablation import head_means, proofs
 from watch.capture import capture_attention
+from watch.composition import composition, composition_json, reads_from
 from watch.heads import ablation_names, default_query, display_token, focused_head, head_name
 from watch.headtypes import CONTEXT_NUMBERS, LABELS, TYPE_SETS, head_labels
 from watch.heatmaps import head_image, layer_image, save_png, sentence_slug
 from watch.page import attention_page, sentence_view, write_page
 from watch.pipeline import untrained_like
-from watch.probesets import PRONOUN, TEXT, ProbeSets, pronoun_probes, watch_sets
+from watch.probesets import NO_TEXT, PRONOUN, REPEATED_MIN_LENGTH, TEXT, ProbeSets, pronoun_probes, watch_sets
 from watch.pronouns import json_number
 from watch.reading import Reading, read_pass
-from watch.report import ablation_line, head_table, top_attended, type_report
+from watch.report import ablation_line, composition_lines, head_table, top_attended, type_report
 from watch.tensorboard import TensorBoardWriter
 
 
@@ -32,11 +33,14 @@ def _query_position(tokens: list[str], query: str | None) -> int:
     """--query as a position or a word; by default the last pronoun, else the last token."""
     if query is None:
         return default_query(tokens)
-    if query.lstrip("-").isdigit():
-        pos = int(query)
+    if is_whole_number(query):  # a position; other digits ('²') make a word
+        try:
+            pos = parse_int(query)
+        except NotParsed:
+            pos = len(tokens)  # beyond the tokens, however many digits it has
         pos = pos + len(tokens) if pos < 0 else pos
         if not 0 <= pos < len(tokens):
-            raise UsageError(f"--query {query} is outside the {len(tokens)} tokens; give 0..{len(tokens) - 1}")
+            raise UsageError(f"--query {quoted(query)} is outside the {len(tokens)} tokens; give 0..{len(tokens) - 1}")
         return pos
     words = [t.strip().lower() for t in tokens]
     matches = [i for i, w in enumerate(words) if w == query.strip().lower()]
@@ -64,9 +68,11 @@ def show_attention(model, tokenizer, checkpoint: dict, args: argparse.Namespace,
         step = f" at step {checkpoint['step']}" if "step" in checkpoint else ""
         ablated = f", with {', '.join(ablation_names(ablate))} ablated" if ablate else ""
         sets = checkpoint_sets(model, tokenizer, checkpoint, None)
-        untrained = read_pass(untrained_like(model, _seed(checkpoint)), sets, kinds=TYPE_SETS)
+        fresh = untrained_like(model, _seed(checkpoint))
+        untrained = read_pass(fresh, sets, kinds=TYPE_SETS)
         labels = head_labels(read_pass(model, sets, untrained=untrained).types)
-        page = write_page(args.html, attention_page([view], f"Attention of {args.out_dir}{step}{ablated}", labels))
+        page = write_page(args.html, attention_page([view], f"Attention of {args.out_dir}{step}{ablated}", labels,
+                                                    reads_from(composition(model), composition(fresh))))
     if args.json:
         print(json.dumps(_finite({
             "text": text, "tokens": tokens, "query_pos": query, "focused_head": head_name(layer, head),
@@ -105,7 +111,7 @@ def _write_heatmaps(checkpoint: dict, args: argparse.Namespace, tokens: list[str
         for file_name, image in images.items():
             save_png(image, png_dir / file_name)
     except OSError as exc:
-        raise UserError(f"cannot write the heatmaps to {png_dir} ({exc.strerror or exc}); choose a writable "
+        raise UserError(f"cannot write the heatmaps to {png_dir} ({write_error(exc, png_dir)}); choose a writable "
                         f"--png_dir") from None
     _log_to_run(checkpoint, slug, images)
     return png_dir
@@ -205,20 +211,30 @@ def show_heads(model, tokenizer, checkpoint: dict, args: argparse.Namespace, abl
     typed head costs; with --ablate, the same figures with those heads removed."""
     sets = checkpoint_sets(model, tokenizer, checkpoint, args.text)
     if args.ablation == "mean" and sets.get(TEXT) is None:
-        raise UsageError("--ablation=mean replaces a head by its mean output over held-out text, and there is none "
-                         "here; give --text FILE, or use --ablation=zero")
+        why = sets.missing.get(TEXT, NO_TEXT)
+        if why == NO_TEXT:
+            raise UsageError("--ablation=mean replaces a head by its mean output over held-out text, and there is "
+                             "none here; give --text FILE, or use --ablation=zero")
+        # There is text, and it cannot be used: say why (too short, or this model's block_size too small).
+        longer = "" if model.config.block_size < REPEATED_MIN_LENGTH else " or a longer --text FILE"
+        raise UsageError(f"--ablation=mean replaces a head by its mean output over held-out text, and there is "
+                         f"none: {why}; use --ablation=zero{longer}")
     if ablate and args.ablation == "mean":
         ablate = Ablation(ablate.heads, head_means(model, sets.get(TEXT)))
-    untrained = read_pass(untrained_like(model, _seed(checkpoint)), sets, kinds=TYPE_SETS)
+    fresh = untrained_like(model, _seed(checkpoint))
+    untrained = read_pass(fresh, sets, kinds=TYPE_SETS)
     reading = read_pass(model, sets, untrained=untrained, ablate=ablate)
     found = proofs(model, sets, reading, args.ablation) if not ablate else []
+    composed, composed_before = composition(model), composition(fresh)   # of the weights: --ablate leaves them
     if args.json:
-        print(json.dumps(heads_json(reading, found, args.ablation, sets), allow_nan=False))
+        print(json.dumps({**heads_json(reading, found, args.ablation, sets),
+                          **_finite(composition_json(composed, composed_before))}, allow_nan=False))
         return
     about = "; ".join(s.about for s in sets.sets.values())
     removed = f", with {', '.join(reading.results.ablated)} removed ({args.ablation}-ablation)" if ablate else ""
     print(f"head types of {args.out_dir}{removed} ({about}); the untrained model's scores in brackets:")
     print(type_report(reading, list(sets.missing.values()), found))
+    print(composition_lines(composed, composed_before, reading.types))
 
 
 def heads_json(reading: Reading, found: list, mode: str, sets: ProbeSets) -> dict:

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from errors import UserError
-from files import clear_for_file, replace_file
+from files import clear_for_file, replace_file, write_error
 from watch.heads import default_query, display_token, focused_head, head_name
 from watch.headtypes import LABELS, MEANINGS, RULE, TYPES
 
@@ -69,9 +69,11 @@ def _float32_rows(pattern: torch.Tensor) -> list[list[list[float]]]:
             for head in range(values.shape[0])]
 
 
-def page_data(views: Sequence[SentenceView], title: str, labels: dict[str, str] | None = None) -> dict:
-    """What the page embeds, as JSON: weights[layer][head][query_pos][key_pos <= query_pos], and each
-    head's type by name ("L1H3": "induction") where it has one."""
+def page_data(views: Sequence[SentenceView], title: str, labels: dict[str, str] | None = None,
+              reads: dict | None = None) -> dict:
+    """What the page embeds, as JSON: weights[layer][head][query_pos][key_pos <= query_pos], each
+    head's type by name ("L1H3": "induction") where it has one, and the heads each head reads from
+    (`watch.composition.reads_from`)."""
     if not views:
         raise ValueError("an attention page needs at least one sentence")
     sentences = []
@@ -84,12 +86,15 @@ def page_data(views: Sequence[SentenceView], title: str, labels: dict[str, str] 
             "best": {"layer": layer, "head": head, "name": head_name(layer, head), "note": view.note},
             "weights": [_float32_rows(pattern) for pattern in view.patterns],
         })
-    return {"title": title, "sentences": sentences, "types": dict(labels or {})}
+    return {"title": title, "sentences": sentences, "types": dict(labels or {}), "reads": dict(reads or {})}
 
 
-def attention_page(views: Sequence[SentenceView], title: str, labels: dict[str, str] | None = None) -> str:
-    """The page as one HTML string; `labels` names the heads' types ("L1H3": "induction")."""
-    data = json.dumps(page_data(views, title, labels), ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+def attention_page(views: Sequence[SentenceView], title: str, labels: dict[str, str] | None = None,
+                   reads: dict | None = None) -> str:
+    """The page as one HTML string; `labels` names the heads' types ("L1H3": "induction"), `reads` the heads
+    each head reads from by composition (`watch.composition.reads_from`), shown for a selected head."""
+    data = json.dumps(page_data(views, title, labels, reads), ensure_ascii=False, allow_nan=False,
+                      separators=(",", ":"))
     # Inside <script>, "</script>" or "<!--" in a token must not end the block.
     data = data.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     values = {"title": html.escape(title), "data_id": DATA_ID, "data": data, "legend": html.escape(legend(labels))}
@@ -116,7 +121,7 @@ def write_page(path: str | Path, page: str) -> Path:
         replace_file(path, lambda fh: fh.write(page.encode("utf-8")))
     except OSError as exc:
         blocker = next((p for p in path.parents if p.exists()), None)
-        reason = f"{blocker} is a file, not a folder" if blocker and not blocker.is_dir() else exc.strerror or exc
+        reason = f"{blocker} is a file, not a folder" if blocker and not blocker.is_dir() else write_error(exc, path)
         raise UserError(f"cannot write the attention page {path} ({reason}); choose a writable path") from None
     return path
 
@@ -175,6 +180,7 @@ stands beside its name. Arrow keys move between tokens.</p>
 <div id="scroller"><table id="view" aria-describedby="readout"><thead><tr id="tokens"></tr></thead>
 <tbody id="heads"></tbody></table></div>
 <div id="readout" aria-live="polite"></div>
+<p id="reads" class="hint"></p>
 <script type="application/json" id="{data_id}">{data}</script>
 <script>
 "use strict";
@@ -308,6 +314,17 @@ function render() {
   });
   $("readout").textContent = "from " + JSON.stringify(it.tokens[q]) + " (token " + q + "), layer " + state.layer +
     ":\\n" + lines.join("\\n") + "\\n\\u2605 " + it.best.name + ": " + it.best.note;
+  $("reads").textContent = one ? readsFrom(state.layer, Number(state.head)) : "";
+}
+
+function readsFrom(layer, head) {
+  // The heads a head reads from: its three highest composition scores of each kind, the untrained model's in brackets.
+  const name = headName(layer, head);
+  const parts = ["K", "Q", "V"].filter((kind) => data.reads[kind] && data.reads[kind][name]).map((kind) =>
+    kind + ": " + data.reads[kind][name].slice(0, 3).map(([source, value, was]) =>
+      source + " " + value.toFixed(2) + (was === null ? "" : " (" + was.toFixed(2) + ")")).join(", "));
+  if (!parts.length) return layer === 0 && data.reads.K ? name + " is in layer 0: it reads only the embeddings" : "";
+  return name + " reads from (composition of the weights; untrained in brackets) " + parts.join(" \\u00b7 ");
 }
 
 $("sentence-label").hidden = data.sentences.length < 2;

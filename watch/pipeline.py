@@ -58,7 +58,7 @@ class Results:
 
 def untrained_like(model: nn.Module, seed: int) -> nn.Module:
     """The model of the same config as `model` as training started it: initialised from `seed`
-    (what `train.py` seeds before building the model), on the same device. The global random
+    (what `Trainer.from_config` seeds before building the model), on the same device. The global random
     state is left as it was."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)

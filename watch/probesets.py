@@ -47,6 +47,8 @@ PRONOUN, AGREEMENT, REPEATED, TEXT, SENTENCES = "pronoun", "agreement", "repeate
 REPEATED_SEQUENCES = 32
 REPEATED_MAX_LENGTH = 50
 REPEATED_MIN_LENGTH = 16     # L below this (block_size < 32): repeated-token scores are not measurable
+NO_TEXT = ("no held-out text (give sample.py --text FILE, or keep the run's prepared data): previous-token, sink, "
+           "current-token, positional and broad scores and the in-context score are left out")
 REPEATED_SEED = 0
 TEXT_TOKENS = 16384   # held-out tokens an evaluation reads
 QUICK_WINDOWS, QUICK_TOKENS = 16, 2048   # of those, what a pass every watch_interval steps reads
@@ -229,6 +231,9 @@ def held_out_text(tokens: np.ndarray | Sequence[int], block_size: int, *, pairs:
     by default as many as hold TEXT_TOKENS tokens (at least 2), fewer where the text has fewer places; or
     why there are none."""
     tokens = np.asarray(tokens)
+    if block_size < REPEATED_MIN_LENGTH:  # the model's context, not the text, is too short
+        return (f"block_size {block_size} is below {REPEATED_MIN_LENGTH}, too short for windows of held-out text: "
+                f"previous-token, sink, current-token, positional and broad scores are not measurable")
     length = window_length(len(tokens), block_size)
     if not length:
         return (f"{source} has {len(tokens)} tokens, too few for held-out text scores (at least "
@@ -321,9 +326,7 @@ def watch_sets(tokenizer: Tokenizer, block_size: int, *, train_tokens: np.ndarra
     from their files, and the sentences `texts`."""
     sets = ProbeSets()
     sets.add(REPEATED, repeated_tokens(token_pool(train_tokens, tokenizer), block_size))
-    sets.add(TEXT, held_out_text(text, block_size, source=text_source) if text is not None else
-             "no held-out text (give sample.py --text FILE, or keep the run's prepared data): previous-token, "
-             "sink, current-token, positional and broad scores and the in-context score are left out")
+    sets.add(TEXT, held_out_text(text, block_size, source=text_source) if text is not None else NO_TEXT)
     if probes:
         sets.add(PRONOUN, pronoun_probes(probes, tokenizer, block_size, strict=strict))
     if agreement:

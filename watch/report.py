@@ -11,8 +11,9 @@ import numpy as np
 import torch
 
 from watch.ablation import AblationResult
+from watch.composition import KINDS, ONE_LAYER_NOTE, Composition, pair_name
 from watch.heads import display_token, head_name
-from watch.headtypes import LABELS, MEANINGS, RULE, TYPES, needed
+from watch.headtypes import LABELS, MEANINGS, RULE, TYPES, HeadType, needed
 from watch.pipeline import Results
 from watch.probesets import icl_positions
 from watch.pronouns import HeadStats, ProbeReport
@@ -388,4 +389,32 @@ def agreement_lines(reading: Reading, ablations: Sequence[AblationResult]) -> st
             line += (f"; the best top-1 among the heads left is {100 * top1:.1f}% "
                      f"({100 * (top1 - selective.top1):+.1f} points)")
         lines.append(line)
+    return "\n".join(lines)
+
+
+# --- composition ------------------------------------------------------------------------------------
+
+COMPOSITION_TOP = 3   # pairs shown per kind; the JSON and TensorBoard have them all
+
+
+def composition_lines(found: Composition | None, untrained: Composition | None, types: dict[str, HeadType]) -> str:
+    """Per kind the pairs that compose most, the untrained model's score in brackets, then where each
+    induction head's keys read from; one line for a one-layer model."""
+    if found is None:
+        return ONE_LAYER_NOTE
+    lines = [f"composition of the weights (Elhage et al. 2021), the {COMPOSITION_TOP} highest pairs of each kind; "
+             f"the untrained model's in brackets:"]
+    for kind in KINDS:
+        before = untrained.by_pair(kind) if untrained is not None else {}
+        top = sorted(found.by_pair(kind).items(), key=lambda item: -item[1])[:COMPOSITION_TOP]
+        shown = [f"{name} {value:.2f}" + (f" ({before[name]:.2f})" if name in before else "") for name, value in top]
+        lines.append(f"  {kind}: " + ", ".join(shown))
+    before = untrained.by_pair("K") if untrained is not None else {}
+    for head in (t for t in types.values() if t.kind == "induction"):
+        source, value = found.sources("K", (head.layer, head.head))[0]
+        kind = types[source].kind if source in types else None
+        was = before.get(pair_name(source, head.name))
+        lines.append(f"induction head {head.name} reads its keys most from {source}"
+                     + (f" ({LABELS[kind]})" if kind else "") + f": K-composition {value:.2f}"
+                     + (f", untrained {was:.2f}" if was is not None else ""))
     return "\n".join(lines)

@@ -1,7 +1,8 @@
 """What a watch pass found, in TensorBoard: every head's scores as scalars (head types, pronoun
 probes, agreement), the tables as text, heatmap images of the watched sentences, and the Custom
-Scalars charts that put every head on one axis. Nothing here runs the model: it writes what a
-pass's `Reading` (`watch/reading.py`) says and what `watch/heatmaps.py` drew.
+Scalars charts that put every head on one axis; beside them, how every pair of heads composes
+(`watch/composition.py`). Nothing here runs the model: it writes what a pass's `Reading`
+(`watch/reading.py`) says, the composition scores and what `watch/heatmaps.py` drew.
 
 The writer is duck-typed (`add_image`, `add_scalar`, `add_text`, `add_custom_scalars`),
 so a `torch.utils.tensorboard.SummaryWriter` or anything like it will do.
@@ -9,6 +10,7 @@ so a `torch.utils.tensorboard.SummaryWriter` or anything like it will do.
 
 from __future__ import annotations
 
+import secrets
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,7 +19,10 @@ from typing import Any
 import numpy as np
 
 from errors import warn
+from files import write_error
 from watch.ablation import AblationResult
+from watch.composition import KINDS, Composition
+from watch.heads import head_name
 from watch.headtypes import CONTEXT_NUMBERS, TYPES
 from watch.reading import Reading
 from watch.report import head_table, type_legend, type_lines, type_table
@@ -29,7 +34,10 @@ class TensorBoardWriter:
 
     SummaryWriter writes from a background thread. An error there is raised again by the writer's
     next call, here turned into the warning, and printed as a traceback by the thread itself, which
-    `_quiet_writer_threads` keeps quiet."""
+    `_quiet_writer_threads` keeps quiet.
+
+    Its event file has a name nobody can guess (TensorBoard's own is the time, host and pid), and the
+    hparams go into that file too, so no link planted in the run folder is ever written through."""
 
     def __init__(self, log_dir: str | Path, fix: str = "free disk space or choose another --log_dir") -> None:
         from torch.utils.tensorboard import SummaryWriter
@@ -40,7 +48,22 @@ class TensorBoardWriter:
         self.failed = False
         self._writer = None
         try:
-            self._writer = SummaryWriter(log_dir=str(self.log_dir))
+            self._writer = SummaryWriter(log_dir=str(self.log_dir), filename_suffix=f".{secrets.token_hex(8)}")
+        except OSError as exc:
+            self._fail(exc)
+
+    def add_hparams(self, hparam_dict: dict, metric_dict: dict) -> None:
+        """The run's settings and final metrics, for the HParams tab, in this run's own event file (torch's
+        `add_hparams` would open a second one, under a name that can be guessed)."""
+        from torch.utils.tensorboard.summary import hparams
+
+        if self._writer is None or self.failed:
+            return
+        try:
+            for summary in hparams(hparam_dict, metric_dict):
+                self._writer.file_writer.add_summary(summary)
+            for name, value in metric_dict.items():
+                self._writer.add_scalar(name, value)
         except OSError as exc:
             self._fail(exc)
 
@@ -71,8 +94,8 @@ class TensorBoardWriter:
 
     def _fail(self, exc: OSError) -> None:
         self.failed = True
-        warn(f"cannot write TensorBoard logs to {self.log_dir} ({exc.strerror or exc}); going on without them: "
-             f"{self.fix}")
+        warn(f"cannot write TensorBoard logs to {self.log_dir} ({write_error(exc, self.log_dir)}); going on without "
+             f"them: {self.fix}")
 
 
 def _quiet_writer_threads() -> None:
@@ -112,9 +135,22 @@ PRONOUN_CHARTS = {
 }
 
 
-def log_charts(writer: Any, *, pronouns: bool, types: bool) -> None:
+# Every pair of heads in different layers, one chart per kind (watch/composition.py); the best pair's
+# score beside the untrained model's best, a flat line to read the rise against.
+COMPOSITION_CHARTS = {
+    "composition": {
+        **{f"{kind}-composition, every pair": ["Multiline", [rf"composition/{kind}/L\d+H\d+_to_L\d+H\d+$"]]
+           for kind in KINDS},
+        "best pair of each kind, and the untrained model's": ["Multiline",
+                                                             [r"composition/[QKV]/(best|untrained_best)$"]],
+    },
+}
+
+
+def log_charts(writer: Any, *, pronouns: bool, types: bool, composition: bool = False) -> None:
     """The Custom Scalars layout: written once, at the start of a run."""
-    layout = {**(PRONOUN_CHARTS if pronouns else {}), **(TYPE_CHARTS if types else {})}
+    layout = {**(PRONOUN_CHARTS if pronouns else {}), **(TYPE_CHARTS if types else {}),
+              **(COMPOSITION_CHARTS if composition else {})}
     if layout:
         writer.add_custom_scalars(layout)
 
@@ -178,6 +214,20 @@ def _log_pronouns(writer: Any, step: int, reading: Reading) -> None:
     for tag, value in scalars.items():
         if value is not None:
             writer.add_scalar(tag, value, step)
+
+
+def log_composition(writer: Any, step: int, found: Composition | None, untrained: Composition | None) -> None:
+    """Every pair's Q-, K- and V-composition as scalars (composition/K/L0H1_to_L1H3: TensorBoard allows no
+    ">" in a tag), and per kind the best pair's score beside the untrained model's best."""
+    if found is None:
+        return
+    for kind in KINDS:
+        for source, target in found.pairs():
+            writer.add_scalar(f"composition/{kind}/{head_name(*source)}_to_{head_name(*target)}",
+                              found.score(kind, source, target), step)
+        writer.add_scalar(f"composition/{kind}/best", found.best(kind)[1], step)
+        if untrained is not None:
+            writer.add_scalar(f"composition/{kind}/untrained_best", untrained.best(kind)[1], step)
 
 
 def log_tables(writer: Any, step: int, reading: Reading) -> None:

@@ -1,0 +1,59 @@
+"""GPT-2-family models by their Hugging Face hub names, fetched once into the usual Hugging Face cache
+(`huggingface_hub.snapshot_download`: `HF_HOME`, by default ~/.cache/huggingface) and read from there as
+any local folder is (`checkpoints.gpt2`). Only their config and weights are fetched.
+
+Their sizes are known here, so a model too large for this machine's memory is refused before anything is
+downloaded.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from checkpoints.layout import ForeignModelError, check_fits
+from interop import optional
+from model.gpt import GPTConfig
+
+# name -> (hub repository, n_layer, n_head, n_embd); every one has GPT-2's vocabulary and 1,024 positions
+HUB_MODELS = {
+    "gpt2": ("openai-community/gpt2", 12, 12, 768),
+    "gpt2-medium": ("openai-community/gpt2-medium", 24, 16, 1024),
+    "gpt2-large": ("openai-community/gpt2-large", 36, 20, 1280),
+    "gpt2-xl": ("openai-community/gpt2-xl", 48, 25, 1600),
+    "distilgpt2": ("distilbert/distilgpt2", 6, 12, 768),
+}
+FILES = ["config.json", "model.safetensors"]   # each of them has its weights as safetensors
+LOCAL_FOLDER_HELP = "or pass a local folder holding config.json and model.safetensors (or pytorch_model.bin)"
+
+
+def hub_name(source: str) -> str | None:
+    """The hub model `source` names ("gpt2", or its repository "openai-community/gpt2"); None for any other."""
+    for name, (repository, *_) in HUB_MODELS.items():
+        if source in (name, repository):
+            return name
+    return None
+
+
+def hub_config(name: str) -> GPTConfig:
+    """The config of a hub model, known without fetching it."""
+    _, n_layer, n_head, n_embd = HUB_MODELS[name]
+    return GPTConfig(vocab_size=50257, block_size=1024, n_layer=n_layer, n_head=n_head, n_embd=n_embd, bias=True,
+                     qkv_bias=True, activation="gelu_tanh")
+
+
+def fetch(name: str, device: torch.device) -> Path:
+    """The folder in the Hugging Face cache holding hub model `name`, downloaded there first when it is not
+    yet, once the model is known to fit in memory."""
+    check_fits(hub_config(name), name, device)
+    hub = optional.huggingface_hub(f"fetching {name} from the Hugging Face hub")
+    repository = HUB_MODELS[name][0]
+    try:
+        return Path(hub.snapshot_download(repository, allow_patterns=FILES))
+    except Exception as exc:  # offline, unreachable, renamed or refused: the hub's errors come as many types
+        why = " ".join(str(exc).split()).split(". ")[0]
+        why = why if len(why) <= 160 else why[:157] + "..."
+        raise ForeignModelError(f"cannot fetch {name} ({repository}) from the Hugging Face hub ({type(exc).__name__}: "
+                                f"{why}); connect to the internet once (it is then kept in the Hugging Face "
+                                f"cache), {LOCAL_FOLDER_HELP}") from None

@@ -1,0 +1,142 @@
+"""nanoGPT checkpoints: the `ckpt.pt` its train.py writes ({model, optimizer, model_args, iter_num,
+best_val_loss, config}), with the character vocabulary of its `meta.pkl` when it has one, read into a
+gptwatch model that computes the same function.
+
+- Read with `torch.load(weights_only=True)` (`checkpoints.torchfile`): nanoGPT saves only tensors and plain
+  values (its `config` is the run's settings: strings, numbers, booleans), so nothing in it has to run.
+- `model_args` -> `GPTConfig`: n_layer, n_head, n_embd, block_size and vocab_size as they are; `bias` puts
+  biases everywhere, the query/key/value projection included (`qkv_bias`); nanoGPT's MLP uses the exact
+  GELU (`nn.GELU()`), as gptwatch's does. Dropout only acts in training, which sets its own.
+- `model`: torch.compile's `_orig_mod.` prefix dropped, the causal-mask buffers (`attn.bias`) of checkpoints
+  from before PyTorch 2 ignored; the rest is GPT-2's layout with `nn.Linear` weights (`checkpoints.layout`).
+- Vocabulary: `meta.pkl` beside the checkpoint, or where nanoGPT's sample.py finds it,
+  `<parent of out_dir>/data/<dataset>/meta.pkl`, read by an unpickler that builds only dicts, strings and
+  numbers, so a meta.pkl holding anything else is refused without running it. Without one, GPT-2's BPE as
+  it is, whose 50,257 tokens nanoGPT pads to 50,304 rows; the padding rows are never sampled (`vocab_used`).
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+from pathlib import Path
+
+import torch
+
+from checkpoints.layout import ForeignModelError
+from data.tokenizer import CharTokenizer, FullGPT2Tokenizer, Tokenizer, TokenizerMetaError
+from files import read_bytes
+from model.gpt import GPTConfig
+
+META = "meta.pkl"
+SIZES = ("n_layer", "n_head", "n_embd", "block_size", "vocab_size")   # model_args that give the shapes
+VOCABULARY_KEYS = ("vocab_size", "itos", "stoi")                       # what nanoGPT's prepare.py writes
+
+
+def is_nanogpt(contents: object) -> bool:
+    """Whether a loaded file has the shape of nanoGPT's train.py checkpoint."""
+    return isinstance(contents, dict) and "model_args" in contents and "model" in contents \
+        and "format" not in contents
+
+
+def nanogpt_config(checkpoint: dict, where: Path) -> GPTConfig:
+    """The gptwatch config of the model a nanoGPT checkpoint's `model_args` describe."""
+    args = checkpoint["model_args"]
+    if not isinstance(args, dict):
+        raise ForeignModelError(f"{where}: its model_args is not a dict of the model's sizes; use the ckpt.pt "
+                                f"nanoGPT's train.py wrote")
+    for key in SIZES:
+        if type(args.get(key)) is not int or args[key] <= 0:
+            raise ForeignModelError(f"{where}: its model_args has no positive integer {key!r} (found "
+                                    f"{args.get(key)!r}); use the ckpt.pt nanoGPT's train.py wrote")
+    if not isinstance(args.get("bias"), bool):
+        raise ForeignModelError(f"{where}: its model_args has no 'bias' (true or false); use the ckpt.pt nanoGPT's "
+                                f"train.py wrote")
+    try:
+        return GPTConfig(**{key: args[key] for key in SIZES}, bias=args["bias"], qkv_bias=args["bias"])
+    except ValueError as exc:
+        raise ForeignModelError(f"{where} describes no model gptwatch can build ({exc})") from None
+
+
+def meta_places(path: Path, checkpoint: dict) -> list[Path]:
+    """Where a checkpoint's meta.pkl may be, in the order looked at: beside it, then nanoGPT's
+    `<parent of out_dir>/data/<dataset>/meta.pkl` for the dataset its config names."""
+    places = [path.parent / META]
+    config = checkpoint.get("config")
+    dataset = config.get("dataset") if isinstance(config, dict) else None
+    if isinstance(dataset, str) and dataset and Path(dataset).name == dataset:
+        places.append(path.parent.parent / "data" / dataset / META)
+    return places
+
+
+def nanogpt_tokenizer(path: Path, checkpoint: dict, config: GPTConfig) -> tuple[Tokenizer, Path | None]:
+    """The checkpoint's vocabulary, and the meta.pkl it came from (None: GPT-2's BPE)."""
+    places = meta_places(path, checkpoint)
+    meta = next((place for place in places if place.exists()), None)
+    if meta is not None:
+        tokenizer = read_meta(meta)
+        if tokenizer.vocab_size != config.vocab_size:
+            raise ForeignModelError(f"{meta} holds {tokenizer.vocab_size:,} characters, but the model in {path} has "
+                                    f"{config.vocab_size:,} token rows: it is the vocabulary of another dataset; "
+                                    f"put the meta.pkl of the checkpoint's dataset beside it")
+        return tokenizer, meta
+    tokenizer = FullGPT2Tokenizer()
+    if config.vocab_size < tokenizer.vocab_size:
+        raise ForeignModelError(f"the model in {path} has {config.vocab_size:,} token rows, too few for GPT-2's BPE, "
+                                f"and it has no meta.pkl (looked at {' and '.join(map(str, places))}); put the "
+                                f"meta.pkl of its dataset beside it")
+    return tokenizer, None
+
+
+class _Refused(pickle.UnpicklingError):
+    pass
+
+
+class _PlainUnpickler(pickle.Unpickler):
+    """Builds what a pickle can describe without naming a class or function (dicts, lists, strings, numbers)
+    and refuses the rest, so nothing in the file runs."""
+
+    def find_class(self, module: str, name: str):
+        raise _Refused(f"{module}.{name}")
+
+    def persistent_load(self, pid):
+        raise _Refused("a persistent reference")
+
+
+def read_meta(path: Path) -> CharTokenizer:
+    """The char tokenizer of a nanoGPT meta.pkl ({vocab_size, itos, stoi}); `ForeignModelError` for anything
+    else, before anything in it could run."""
+    data = read_bytes(path, "vocabulary", "give the meta.pkl nanoGPT's prepare.py wrote", ForeignModelError)
+    try:
+        meta = _PlainUnpickler(io.BytesIO(data)).load()
+    except _Refused as exc:
+        raise ForeignModelError(f"refusing {path}: it holds a pickled Python object ({exc}), not only a vocabulary "
+                                f"of strings and numbers; nothing in it was run. Use the meta.pkl nanoGPT's "
+                                f"prepare.py wrote") from None
+    except Exception as exc:  # a damaged pickle surfaces as many types (EOFError, UnpicklingError, ValueError, ...)
+        raise ForeignModelError(f"{path} is not a readable pickle ({type(exc).__name__}); use the meta.pkl nanoGPT's "
+                                f"prepare.py wrote") from None
+    extra = sorted(map(repr, set(meta) - set(VOCABULARY_KEYS))) if isinstance(meta, dict) else None
+    if extra is None or extra:
+        found = f"the keys {', '.join(extra)}" if extra else f"a {type(meta).__name__}"
+        raise ForeignModelError(f"{path} holds {found}, not a vocabulary ({', '.join(VOCABULARY_KEYS)}); use the "
+                                f"meta.pkl nanoGPT's prepare.py wrote")
+    try:
+        tokenizer = CharTokenizer.from_stoi_itos(meta.get("stoi"), meta.get("itos"))
+    except TokenizerMetaError as exc:
+        raise ForeignModelError(f"{path} holds no usable vocabulary ({exc}); use the meta.pkl nanoGPT's "
+                                f"prepare.py wrote") from None
+    if "vocab_size" in meta and (type(meta["vocab_size"]) is not int or meta["vocab_size"] != tokenizer.vocab_size):
+        raise ForeignModelError(f"{path} says vocab_size={meta['vocab_size']!r} but holds {tokenizer.vocab_size:,} "
+                                f"characters; use the meta.pkl nanoGPT's prepare.py wrote")
+    return tokenizer
+
+
+def nanogpt_weights(checkpoint: dict, where: Path) -> dict[str, torch.Tensor]:
+    """The checkpoint's state dict, checked to be named tensors."""
+    state = checkpoint["model"]
+    if not isinstance(state, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor)
+                                              for k, v in state.items()):
+        raise ForeignModelError(f"{where}: its 'model' is not a state dict (named tensors); use the ckpt.pt nanoGPT's "
+                                f"train.py wrote")
+    return state

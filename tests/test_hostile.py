@@ -1,0 +1,551 @@
+"""Hostile and careless input, kind by kind: each test holds a mechanism (named in its docstring) against
+several members of its kind, not one example. The one-line messages themselves are cases of
+tests/test_bad_input.py (docs/errors.md); a tmpfs that really fills up is tests/test_full_disk.py."""
+
+from __future__ import annotations
+
+import errno
+import html
+import os
+import re
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+import files
+from checkpoints import CheckpointError, load_checkpoint, validate
+from escape import for_terminal, markdown_literal
+from files import NotParsed, destination, fresh_file, fresh_folder, os_error_of, parse_int, replace_file
+from model.gpt import GPT, MAX_BLOCK_SIZE, GPTConfig
+from tests.cli import TEXT, run_sample
+from tests.random_checkpoints import make_checkpoint
+from trainer.checkpoint import save_checkpoint, saved_settings
+
+DEAD = 999_999_999  # a pid no process has
+
+
+def _contents(folder: Path) -> dict[str, bytes | str]:
+    """What a folder holds, links included (as "-> target"), for before/after comparisons."""
+    out = {}
+    for path in sorted(folder.rglob("*")):
+        key = str(path.relative_to(folder))
+        out[key] = f"-> {os.readlink(path)}" if path.is_symlink() else path.read_bytes() if path.is_file() else "dir"
+    return out
+
+
+# --- 1. nothing written through a link: exclusive, unpredictable staging for every writer ---------------------
+
+def test_staging_names_are_unguessable_and_taken_only_if_new(tmp_path, monkeypatch):
+    """`fresh_file` / `fresh_folder` (every writer's staging): a name carries a random part, and a name that
+    exists (a planted link, another process's file) is skipped, never opened or written into."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    tokens = iter(["planted", "planted", "free1", "free2"])
+    monkeypatch.setattr(files.secrets, "token_hex", lambda n: next(tokens))
+    planted = tmp_path / f".m.pt.tmp-{os.getpid()}-planted"
+    planted.symlink_to(victim)
+    fd, name = fresh_file(tmp_path / "m.pt")
+    os.close(fd)
+    folder = fresh_folder(tmp_path / "hf")
+    assert name.name == f".m.pt.tmp-{os.getpid()}-free1" and folder.name == f".hf.tmp-{os.getpid()}-free2"
+    assert victim.read_text() == "keep me" and planted.is_symlink()
+    monkeypatch.undo()
+    assert len({fresh_folder(tmp_path / "x").name for _ in range(3)}) == 3  # random: nothing to plant ahead
+
+
+@pytest.fixture(scope="module")
+def checkpoint_folder(tmp_path_factory) -> Path:
+    return make_checkpoint(tmp_path_factory.mktemp("ckpt"), "gpt2-char")
+
+
+def _export(target: str, path: Path | str, checkpoint: Path) -> tuple[int, str, str]:
+    return run_sample([f"--out_dir={checkpoint}", "--export", target, str(path)])
+
+
+@pytest.mark.parametrize("target", ["tl", "hf"])
+def test_an_export_never_writes_through_links_planted_beside_or_at_it(tmp_path, checkpoint_folder, target):
+    """Links under the old predictable staging names (`.<name>.tmp-<pid>`) and at the destination itself: the
+    files they point to stay as they were, and the export is a real file or folder, not a link."""
+    pytest.importorskip("transformer_lens" if target == "tl" else "transformers")
+    victim = tmp_path / "victim.txt"
+    victim.write_text("someone else's file\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    for name in (f".model.tmp-{os.getpid()}", f".model.old-{os.getpid()}"):
+        (out / name).symlink_to(victim)
+    (out / "model").symlink_to(victim)
+    code, _, err = _export(target, out / "model", checkpoint_folder)
+    assert code == 0, err
+    assert victim.read_text() == "someone else's file\n"
+    assert not (out / "model").is_symlink() and ((out / "model").is_file() if target == "tl" else
+                                                 (out / "model" / "gptwatch_export.json").is_file())
+
+
+def test_export_hf_to_a_link_to_an_empty_folder_replaces_the_link_and_leaves_nothing_stray(tmp_path,
+                                                                                             checkpoint_folder):
+    pytest.importorskip("transformers")
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "linkdir").symlink_to(tmp_path / "empty")
+    code, _, err = _export("hf", tmp_path / "linkdir", checkpoint_folder)
+    assert code == 0, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty", "linkdir"]
+    assert list((tmp_path / "empty").iterdir()) == [] and not (tmp_path / "linkdir").is_symlink()
+
+
+def test_tensorboard_logs_never_write_through_links_planted_under_its_usual_names(tmp_path):
+    """TensorBoard names its event file by the time, host and pid, and torch's add_hparams opens a second one:
+    links planted under those names for the coming seconds stay unwritten; the run's one event file has a name
+    nobody could guess, and holds the scalars and the hparams."""
+    import socket
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from watch.tensorboard import TensorBoardWriter
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    run = tmp_path / "run"
+    run.mkdir()
+    now = int(time.time())
+    for second in range(now, now + 5):
+        for uid in range(4):
+            (run / f"events.out.tfevents.{second:010d}.{socket.gethostname()}.{os.getpid()}.{uid}").symlink_to(victim)
+    writer = TensorBoardWriter(run)
+    writer.add_scalar("loss", 1.5, 0)
+    writer.add_hparams({"lr": 0.1}, {"hparam/loss": 1.0})
+    writer.close()
+    assert victim.read_text() == "keep me" and not writer.failed
+    [events] = [p for p in run.iterdir() if not p.is_symlink()]
+    assert re.fullmatch(r"events\.out\.tfevents\..*\.[0-9a-f]{16}", events.name)
+    logged = EventAccumulator(str(events)).Reload()
+    assert {"loss", "hparam/loss"} <= set(logged.Tags()["scalars"])
+    assert "_hparams_/experiment" in logged.PluginTagToContent("hparams")
+
+
+# --- 2. no debris: an interrupted export removes what it wrote; a killed one's is removed next time -----------
+
+def _interrupting(signum: int | None):
+    """A save that writes a little, then is interrupted: by Ctrl-C (None), or by a real signal."""
+    def save(*args, **kwargs):
+        where = args[1] if len(args) > 1 else args[0]
+        if isinstance(where, (str, Path)):  # save_pretrained(folder): a file in it
+            Path(where, "model.safetensors").write_bytes(b"half")
+        else:
+            where.write(b"PK\x03\x04 half")
+        if signum is None:
+            raise KeyboardInterrupt
+        os.kill(os.getpid(), signum)
+        time.sleep(10)  # the handler raises here
+    return save
+
+
+@pytest.mark.parametrize("target", ["tl", "hf"])
+@pytest.mark.parametrize("signum", [None, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_an_interrupted_export_leaves_nothing_behind(tmp_path, checkpoint_folder, monkeypatch, target, signum):
+    """SIGINT and SIGTERM (which `errors.run_cli` makes unwind like Ctrl-C) in the middle of writing: the
+    staging file or folder is removed, and what stood at the destination (an earlier export) is untouched."""
+    if target == "tl":
+        pytest.importorskip("transformer_lens")
+        monkeypatch.setattr(torch, "save", _interrupting(signum))
+    else:
+        transformers = pytest.importorskip("transformers")
+        monkeypatch.setattr(transformers.PreTrainedModel, "save_pretrained", _interrupting(signum))
+    (tmp_path / "keep.txt").write_text("mine")
+    before = _contents(tmp_path)
+    if signum is None:
+        assert _export(target, tmp_path / "model", checkpoint_folder)[0] == 130
+    else:
+        with pytest.raises(SystemExit) as stopped:
+            _export(target, tmp_path / "model", checkpoint_folder)
+        assert stopped.value.code == 128 + signum
+    assert _contents(tmp_path) == before
+
+
+@pytest.mark.parametrize("target", ["tl", "hf"])
+def test_what_a_killed_export_left_is_removed_and_a_live_ones_is_kept(tmp_path, checkpoint_folder, target):
+    """`files.remove_dead_leftovers` for exports, as for checkpoints: staging files and folders of processes
+    that have ended (`kill -9`, a power cut), beside the destination and, for a folder, inside it."""
+    pytest.importorskip("transformer_lens" if target == "tl" else "transformers")
+    dead_file, live_file = tmp_path / f".model.tmp-{DEAD}-ab", tmp_path / f".model.tmp-{os.getppid()}-cd"
+    dead_folder = tmp_path / f".model.tmp-{DEAD}-ef"
+    for path in (dead_file, live_file):
+        path.write_bytes(b"half")
+    dead_folder.mkdir()
+    (dead_folder / "config.json").write_text("{")
+    if target == "hf":
+        (tmp_path / "model").mkdir()
+        (tmp_path / "model" / f".model.tmp-{DEAD}-gh").mkdir()  # left inside an (empty) destination
+    code, _, err = _export(target, tmp_path / "model", checkpoint_folder)
+    assert code == 0, err
+    left = {p.name for p in tmp_path.iterdir()}
+    assert left == {"model", live_file.name}
+    if target == "hf":
+        assert not any(p.name.startswith(".") for p in (tmp_path / "model").iterdir())
+
+
+# --- 3. a full disk is one line naming the disk, whatever library met it ---------------------------------------
+
+def test_the_oserror_behind_a_librarys_own_words_is_found():
+    """`files.os_error_of`: torch's zip writer wraps the OSError (its context), safetensors describes it in
+    Rust's words; both become the OSError, and other errors stay what they are."""
+    try:
+        try:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        except OSError:
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 64") from None
+    except RuntimeError as exc:
+        wrapped = exc
+    rust = Exception('Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No space left '
+                     'on device" })')
+    for exc in (wrapped, rust, RuntimeError("No space left on device")):
+        found = os_error_of(exc)
+        assert found is not None and found.errno == errno.ENOSPC
+    quota = os_error_of(Exception("IoError(Os { code: 122, kind: QuotaExceeded, ... })"))
+    assert quota is not None and quota.errno == errno.EDQUOT
+    assert os_error_of(ValueError("something else")) is None
+
+
+def test_replace_file_reports_the_full_disk_torch_save_met_and_names_its_mount(tmp_path):
+    """A file object whose writes fail as a full disk's do, under torch.save: `replace_file` raises the
+    OSError, not torch's RuntimeError, and `write_error` names the disk by where it is mounted."""
+    class Full:
+        def __init__(self, fh):
+            self.fh = fh
+
+        def write(self, data):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+        def __getattr__(self, name):
+            return getattr(self.fh, name)
+
+    with pytest.raises(OSError) as failed:
+        replace_file(tmp_path / "m.pt", lambda fh: torch.save({"w": torch.zeros(1000)}, Full(fh)))
+    assert failed.value.errno == errno.ENOSPC and list(tmp_path.iterdir()) == []
+    words = files.write_error(failed.value, tmp_path / "m.pt")
+    assert words == f"No space left on device on the disk mounted at {files.mount_point(tmp_path)}"
+    assert os.path.ismount(files.mount_point(tmp_path))
+
+
+def test_a_full_disk_in_hugging_faces_writer_is_one_line(tmp_path, checkpoint_folder, monkeypatch):
+    """safetensors reports a full disk as its own SafetensorError: one line naming the disk, nothing left."""
+    transformers = pytest.importorskip("transformers")
+
+    def full(self, folder, **kwargs):
+        raise type("SafetensorError", (Exception,), {})(
+            'Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No space left on device" })')
+
+    monkeypatch.setattr(transformers.PreTrainedModel, "save_pretrained", full)
+    code, _, err = _export("hf", tmp_path / "model", checkpoint_folder)
+    assert code == 1 and err == (f"error: cannot write the Hugging Face folder {tmp_path / 'model'}: No space left "
+                                 f"on device on the disk mounted at {files.mount_point(tmp_path)}; free disk space "
+                                 f"or choose another path\n")
+    assert list(tmp_path.iterdir()) == []
+
+
+# --- 4. destinations with no name: '.', 'out/', '..' name folders ----------------------------------------------
+
+@pytest.mark.parametrize("text", ["newdir/", ".", "..", "a/.", "a/..", "/"])
+def test_a_path_that_names_a_folder_is_never_a_file(text):
+    with pytest.raises(files.UserError, match="names a folder"):
+        destination(text, "--export tl", folder=False, fix="give a file path")
+
+
+def test_a_folder_without_a_name_is_the_folder_it_means(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert destination(".", "--export hf", folder=True, fix="") == tmp_path
+    assert destination("new/", "--export hf", folder=True, fix="") == Path("new")
+    assert destination("a/..", "--export hf", folder=True, fix="") == tmp_path
+    assert destination("m.pt", "--export tl", folder=False, fix="") == Path("m.pt")
+    with pytest.raises(files.UserError, match="root of the filesystem"):
+        destination("/", "--export hf", folder=True, fix="")
+
+
+def test_export_hf_into_the_empty_folder_the_command_runs_in(tmp_path, checkpoint_folder, monkeypatch):
+    """`--export hf .`: the files go into the folder itself, which stays (the shell is in it)."""
+    pytest.importorskip("transformers")
+    monkeypatch.chdir(tmp_path)
+    inode = tmp_path.stat().st_ino
+    code, out, err = _export("hf", ".", checkpoint_folder)
+    assert code == 0, err
+    assert f"wrote {tmp_path}:" in out and tmp_path.stat().st_ino == inode
+    assert "gptwatch_export.json" in {p.name for p in tmp_path.iterdir()}
+    code, _, err = _export("hf", ".", checkpoint_folder)  # an earlier export there is replaced, in place
+    assert code == 0, err
+    assert tmp_path.stat().st_ino == inode
+
+
+def test_export_tl_to_a_folder_path_writes_nothing(tmp_path, checkpoint_folder):
+    code, _, err = _export("tl", f"{tmp_path / 'newdir'}/", checkpoint_folder)
+    assert code == 1 and "names a folder (it ends in /)" in err and list(tmp_path.iterdir()) == []
+
+
+# --- 5. sizes no model can have: one place, for configs and checkpoints -----------------------------------------
+
+@pytest.mark.parametrize("sizes, words", [
+    ({"arch": "modern", "n_embd": 16, "n_head": 16}, "use n_head=8"),
+    ({"arch": "modern", "n_embd": 24, "n_head": 8}, "use n_head=6"),
+    ({"arch": "modern", "n_embd": 15, "n_head": 5}, "use n_embd=30"),
+    ({"block_size": MAX_BLOCK_SIZE + 1}, "'block_size' must be at most 16,777,216"),
+    ({"arch": "modern", "block_size": 10**9}, "'block_size' must be at most"),
+])
+def test_sizes_no_model_can_have_are_refused_by_the_config(sizes, words):
+    with pytest.raises(ValueError, match=re.escape(words)):
+        GPTConfig(vocab_size=50, **sizes)
+
+
+def test_the_same_sizes_are_fine_where_the_rule_does_not_apply():
+    GPTConfig(vocab_size=50, n_embd=16, n_head=16)  # gpt2: no rotary, any head size
+    GPTConfig(vocab_size=50, arch="modern", n_embd=16, n_head=8, block_size=MAX_BLOCK_SIZE)
+
+
+# --- 6 and 7. what a checkpoint claims and records is checked before it is used or allocated -------------------
+
+def _trained(trained) -> dict:
+    return torch.load(trained.char, weights_only=True)
+
+
+@pytest.mark.parametrize("change, words", [
+    (lambda c: c["train_config"].update(seed=2**70), "'seed' must be between 0 and 2**32 - 1"),
+    (lambda c: c["train_config"].update(seed=-1), "'seed' must be between"),
+    (lambda c: c["train_config"].update(seed="1337"), "'seed' in its train_config must be an integer"),
+    (lambda c: c["train_config"].update(data_dir="a\x00b"), "'data_dir' holds a NUL"),
+    (lambda c: c["train_config"].update(log_dir="runs\udce9"), "'log_dir'"),
+    (lambda c: c["train_config"].update(val_fraction=float("nan")), "'val_fraction' must be a finite number"),
+    (lambda c: c["train_config"].update(optimizer="sgd"), "'optimizer' must be one of adamw, muon"),
+    (lambda c: c["train_config"].update(watch_sentences="the dog"), "'watch_sentences' in its train_config"),
+    (lambda c: c["data"].update(val_fraction=7.0), "its data record is invalid"),
+    (lambda c: c["data"].update(folder="pre\x00pared"), "its data record's 'folder' is not a name or path"),
+    (lambda c: c.update(train_config=[1, 2]), "is not a table of settings"),
+])
+def test_every_setting_a_checkpoint_records_is_checked_as_a_configs_would_be(trained, change, words):
+    """`saved_settings`: a checkpoint's train_config and data record, through `TrainConfig`'s own checks."""
+    checkpoint = _trained(trained)
+    assert saved_settings(checkpoint, "ckpt.pt").seed == checkpoint["train_config"]["seed"]
+    change(checkpoint)
+    with pytest.raises(CheckpointError, match=re.escape(words)):
+        saved_settings(checkpoint, "ckpt.pt")
+
+
+def test_a_checkpoint_without_settings_needs_none(checkpoint_folder):
+    assert saved_settings(load_checkpoint(checkpoint_folder), "ckpt.pt") is None
+
+
+@pytest.mark.parametrize("change, words", [
+    (lambda c: c.update(step=2**63), "'step' is not a step count"),
+    (lambda c: c.update(eval_step=-1), "'eval_step' is not a step"),
+    (lambda c: c.update(best_val_loss=float("nan")), "'best_val_loss' is nan"),
+])
+def test_counts_a_checkpoint_records_are_bounded(trained, change, words):
+    checkpoint = _trained(trained)
+    validate(checkpoint, "ckpt.pt", for_resume=True)
+    change(checkpoint)
+    with pytest.raises(CheckpointError, match=re.escape(words)):
+        validate(checkpoint, "ckpt.pt", for_resume=True)
+
+
+@pytest.mark.parametrize("look", [["--heads"], ["--attention=the dog saw it", "--html=page.html"]])
+def test_a_seed_no_generator_takes_is_refused_by_every_look(trained, tmp_path, look, monkeypatch):
+    """The example of the issue, in both modes that seed an untrained model from the checkpoint's seed."""
+    monkeypatch.chdir(tmp_path)
+    checkpoint = _trained(trained)
+    checkpoint["train_config"]["seed"] = 2**70
+    torch.save(checkpoint, tmp_path / "ckpt.pt")
+    code, _, err = run_sample([f"--out_dir={tmp_path}", "--device=cpu", *look])
+    assert code == 1 and "'seed' must be between 0 and 2**32 - 1" in err and err.count("\n") == 1
+
+
+def test_loading_counts_what_block_size_alone_allocates(tmp_path, monkeypatch):
+    """A modern checkpoint's block_size is in no tensor: its rotary tables and sampling cache are counted
+    against free memory before the model is built (`checkpoints.load`), on the CPU and on the device."""
+    from checkpoints.load import load_bytes, load_model
+    from data.tokenizer import build_tokenizer
+
+    tokenizer = build_tokenizer("char", TEXT)
+    config = GPTConfig(vocab_size=tokenizer.vocab_size, block_size=2**20, n_layer=2, n_head=2, n_embd=16,
+                       arch="modern")
+    weights = GPT(GPTConfig(**{**config.to_dict(), "block_size": 16})).state_dict()
+    need = load_bytes(config, weights)
+    assert need["rotary tables"] == 4 * 2 * 2**20 * 8 and need["sampling cache"] == 4 * 2 * 2**20 * 2 * 16
+    assert need["weights"] == 4 * sum(t.numel() for n, t in weights.items() if n != "lm_head.weight")
+    save_checkpoint(tmp_path / "ckpt.pt", {"model": weights, "model_config": config.to_dict(), "step": 0,
+                                           "tokenizer": tokenizer.to_meta()})
+    asked = []
+    monkeypatch.setattr("checkpoints.load.available_memory", lambda device: asked.append(device.type) or 2**20)
+    built = []
+    monkeypatch.setattr("checkpoints.load.GPT", lambda config: built.append(config))
+    with pytest.raises(CheckpointError, match=r"needs at least 320\.0 MiB of memory on cpu"):
+        load_model(tmp_path, torch.device("cpu"))
+    assert asked == ["cpu"] and built == []
+
+
+# --- 8. messages name the real cause ---------------------------------------------------------------------------
+
+def test_heads_on_a_block_1_model_blames_the_block_not_the_val_split(trained, tmp_path):
+    checkpoint = _trained(trained)
+    checkpoint["model_config"]["block_size"] = 1
+    checkpoint["model"]["wpe.weight"] = checkpoint["model"]["wpe.weight"][:1].clone()
+    torch.save(checkpoint, tmp_path / "ckpt.pt")
+    code, out, err = run_sample([f"--out_dir={tmp_path}", "--device=cpu", "--heads"])
+    assert code == 0, err
+    assert "block_size 1 is below 16, too short for windows of held-out text" in out
+    assert "too few for held-out text" not in out
+
+
+# --- 9. parsers accept exactly what they can convert ------------------------------------------------------------
+
+@pytest.mark.parametrize("text, value", [("12", 12), ("-3", -3), ("+4", 4), ("10_000", 10000), ("9" * 40, 10**40 - 1)])
+def test_whole_numbers_are_read(text, value):
+    assert parse_int(text) == value
+
+
+@pytest.mark.parametrize("text", ["²", "٣", "１", " 1", "1 ", "", "1__0", "_1", "1_", "0x10", "1.0", "--1"])
+def test_what_only_looks_like_a_number_is_not_one(text):
+    with pytest.raises(ValueError, match="is not a whole number"):
+        parse_int(text)
+
+
+def test_a_number_too_long_for_any_setting_says_so_not_pythons_limit():
+    with pytest.raises(NotParsed, match="a number of 5,000 digits") as refused:
+        parse_int("1" * 5000)
+    assert "set_int_max_str_digits" not in str(refused.value)
+
+
+@pytest.mark.parametrize("name", ["L٣H0", "L0H²", "L0H" + "1" * 5000, "L 0H0"])
+def test_head_names_hold_ascii_digits_only(name):
+    from watch.heads import parse_head
+
+    with pytest.raises(ValueError, match="bad head name") as refused:
+        parse_head(name)
+    assert len(str(refused.value)) < 300
+
+
+@pytest.mark.parametrize("value, words", [
+    ('["\\ud800abc"]', "Escaped character is not a Unicode scalar value (at character 9)"),
+    ('["a\\qb"]', "Unescaped '\\' in a string (at character 6)"),
+    ('["the dog"', "is not valid TOML"),
+])
+def test_a_list_on_the_command_line_that_is_not_toml_says_why(value, words):
+    from errors import UsageError
+    from trainer.config import parse_cli_value
+
+    with pytest.raises(UsageError, match=re.escape(words)) as refused:
+        parse_cli_value("watch_sentences", value)
+    assert "must be a list" not in str(refused.value)
+
+
+@pytest.mark.parametrize("env, words", [
+    ({"WORLD_SIZE": "²"}, "WORLD_SIZE='²' is not a whole number"),
+    ({"LOCAL_RANK": "1" * 100}, "a number of 100 digits"),
+    ({"WORLD_SIZE": "2", "RANK": "2"}, "RANK=2 (LOCAL_RANK=0) of WORLD_SIZE=2"),
+    ({"WORLD_SIZE": "0"}, "of WORLD_SIZE=0"),
+])
+def test_what_the_launcher_sets_is_read_as_a_launcher_sets_it(monkeypatch, env, words):
+    from errors import UsageError
+    from trainer.runtime import launcher_ranks
+
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(UsageError, match=re.escape(words)):
+        launcher_ranks()
+
+
+# --- 10. Ctrl-C while a command starts ---------------------------------------------------------------------------
+
+def test_the_start_up_hook_speaks_only_for_the_commands_and_not_under_debug(monkeypatch, capsys):
+    """`startup`: an uncaught KeyboardInterrupt is one line (exit 130) when train.py or sample.py is the program
+    (the cases startup-interrupted-* run them); any other exception, `--debug`, or another program importing
+    them keeps Python's own report."""
+    import startup
+
+    reported = []
+    monkeypatch.setattr(startup, "_python_report", lambda *exc: reported.append(exc[0]))
+    monkeypatch.setattr(startup.os, "_exit", lambda code: reported.append(code))
+    startup._report(KeyboardInterrupt, KeyboardInterrupt(), None)      # pytest is the program here
+    monkeypatch.setattr(sys.modules["__main__"], "__file__", "/somewhere/train.py", raising=False)
+    startup._report(ValueError, ValueError(), None)
+    startup._report(KeyboardInterrupt, KeyboardInterrupt(), None)
+    monkeypatch.setattr(sys, "argv", ["train.py", "--debug"])
+    startup._report(KeyboardInterrupt, KeyboardInterrupt(), None)
+    assert reported == [KeyboardInterrupt, ValueError, 130, KeyboardInterrupt]
+    assert capsys.readouterr().err == startup.INTERRUPTED + "\n"
+
+
+# --- 11. what reaches a terminal is shown, never obeyed ---------------------------------------------------------
+
+def test_for_terminal_escapes_what_a_terminal_would_act_on():
+    assert for_terminal("the dog é ∅ · 猫") == "the dog é ∅ · 猫"
+    assert for_terminal("a\x1b[2Jb\x01c\x7fd\te\nf\rg\x9bh\u202ei\U000e0001") == (
+        "a\\x1b[2Jb\\x01c\\x7fd\\te\\nf\\rg\\x9bh\\u202ei\\U000e0001")
+
+
+def test_attention_shows_control_characters_escaped(tmp_path):
+    """A model whose vocabulary holds ESC, \\x01 and DEL, shown a text with them: the tokens line and the top-3
+    lines show escapes, and stdout holds no control character but the line ends."""
+    from data.tokenizer import build_tokenizer
+
+    tokenizer = build_tokenizer("char", TEXT + "\x1b]0;\x07\x01\x7f")
+    torch.manual_seed(0)
+    config = GPTConfig(vocab_size=tokenizer.vocab_size, block_size=32, n_layer=1, n_head=2, n_embd=16)
+    save_checkpoint(tmp_path / "ckpt.pt", {"model": GPT(config).state_dict(), "model_config": config.to_dict(),
+                                           "tokenizer": tokenizer.to_meta(), "step": 0})
+    text = "\x1b\x01\x7f]0;the dog\x07 saw it"  # --query=2: the first three, each among its top 3
+    code, out, err = run_sample([f"--out_dir={tmp_path}", "--device=cpu", f"--attention={text}",
+                                 f"--png_dir={tmp_path / 'png'}", "--query=2"])
+    assert code == 0, err
+    assert not re.search(r"[\x00-\x09\x0b-\x1f\x7f]", out)
+    tokens = next(line for line in out.splitlines() if line.startswith("tokens: "))
+    assert "\\x1b" in tokens and "\\x07" in tokens and "\\x01" in tokens and "\\x7f" in tokens
+    top3 = [line for line in out.splitlines() if line.startswith("L0H")]
+    assert len(top3) == 2 and all("\\x1b 0." in line and "\\x01 0." in line and "\\x7f 0." in line for line in top3)
+
+
+# --- 12. what reaches TensorBoard's Markdown is shown, never rendered -------------------------------------------
+
+PAYLOADS = [
+    "the dog\n```\n<img src=https://example.org/x.png>\n**bold** [link](https://example.org)",
+    "a\r<img src=x onerror=alert(1)>\r\n~~~\n<script>alert(1)</script>",
+    "<div>\n\n# heading\n\n- item\n</div>",
+    "    ```\n<img src=x>\n```",
+    "\n\nline\\\n\tx",
+]
+
+
+@pytest.mark.parametrize("text", PAYLOADS)
+def test_a_sample_is_shown_as_text_by_tensorboards_own_markdown(text):
+    """`markdown_literal` through TensorBoard's renderer (Python-Markdown, as its text plugin configures it):
+    one code block holding the text character for character, nothing after it rendered."""
+    plugin_util = pytest.importorskip("tensorboard.plugin_util")
+    rendered = plugin_util.markdown_to_safe_html(markdown_literal(text))
+    assert rendered.startswith("<pre><code>") and rendered.endswith("</code></pre>")
+    assert rendered.count("<pre>") == 1 and "<img" not in rendered and "<script" not in rendered
+    shown = html.unescape(rendered[len("<pre><code>"):-len("</code></pre>")])
+    assert shown == re.sub(r"\r\n?", "\n", text).expandtabs(4).rstrip("\n") + "\n"
+
+
+def test_the_training_sample_goes_to_tensorboard_through_that_rule():
+    from trainer.callbacks import TextSample
+
+    class Writer:
+        def __init__(self):
+            self.texts = []
+
+        def add_text(self, tag, text, step):
+            self.texts.append((tag, text))
+
+    class Model(torch.nn.Module):
+        def generate(self, idx, n, **kwargs):
+            return idx
+
+    class Trainer:
+        model = Model()
+
+    Trainer.model.register_parameter("p", torch.nn.Parameter(torch.zeros(1)))
+    writer = Writer()
+    tokenizer = type("Tokenizer", (), {"encode": lambda self, text: [0], "decode": lambda self, ids: PAYLOADS[0]})()
+    sample = TextSample(writer, tokenizer, "x", 5, seed=1)
+    sample.on_evaluate(Trainer(), type("E", (), {"step": 3})())
+    assert writer.texts == [("sample", markdown_literal(PAYLOADS[0]))]
