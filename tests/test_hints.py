@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 import select
+import shlex
 import shutil
 import signal
 import subprocess
@@ -123,3 +124,15 @@ def test_a_prompt_the_model_cannot_read_names_words_it_can_and_they_work(trained
     word = next(w for w in known if w.strip())
     code, out, err = run_sample([f"--out_dir={checkpoint}", "--prompt", word, "--max_new_tokens=5"])
     assert (code, err) == (0, "") and out.startswith(word)
+
+
+def test_the_command_a_missing_checkpoint_suggests_trains_into_that_folder(tmp_path):
+    """Running it is a whole demo run, so it is parsed here, as train.py parses it."""
+    from trainer.config import parse_command_line
+
+    folder = tmp_path / "my run"
+    code, _, err = run_sample([f"--out_dir={folder}"])
+    assert code == 1 and err.count("\n") == 1
+    (command,) = commands(err.rstrip("\n"))
+    words = shlex.split(command)
+    assert words[:2] == ["python", "train.py"] and parse_command_line(words[2:]) == (None, {"out_dir": str(folder)})
