@@ -17,7 +17,7 @@ closed by an ssh drop) is dropped instead of raising: training goes on and saves
 
 `warn` reports a problem that does not stop the run. It raises a `GptwatchWarning` through
 Python's `warnings`, so tests can catch it; under `run_cli` it prints as one line,
-`warning: ...`, on stderr.
+`warning: ...`, on stderr, above the progress bar while training draws one.
 
 `is_out_of_memory` tells a failed allocation from other errors, for the places that allocate a model.
 """
@@ -167,6 +167,16 @@ def surviving_output():
         sys.stdout, sys.stderr = saved
 
 
+def print_line(text: str) -> None:
+    """One line on stderr, above a progress bar when one is on the terminal (tqdm clears its bar, writes the
+    line and draws the bar again below it), never inside the bar's line."""
+    tqdm = sys.modules.get("tqdm")   # imported by whatever draws a bar; without it no bar can be there
+    if tqdm is not None:
+        tqdm.tqdm.write(text, file=sys.stderr)
+    else:
+        print(text, file=sys.stderr)
+
+
 def run_cli(main: Callable[[list[str]], int | None], argv: list[str], *, survive_closed_output: bool = False) -> int:
     """Runs `main(argv)`; a `UserError` becomes one line on stderr and its exit status,
     a Ctrl-C that reaches it exit status 130 (SIGTERM, SIGHUP: 143, 129; see `stops_unwind`),
@@ -183,7 +193,7 @@ def run_cli(main: Callable[[list[str]], int | None], argv: list[str], *, survive
 
         def show(message, category, filename, lineno, file=None, line=None) -> None:
             if issubclass(category, GptwatchWarning) and not debug:
-                print("warning: " + _one_line(message), file=sys.stderr)
+                print_line("warning: " + _one_line(message))
             else:
                 plain(message, category, filename, lineno, file, line)
 

@@ -3,8 +3,9 @@
     python train.py [CONFIG.toml] [--key=value ...]
     torchrun --nproc_per_node=N train.py [CONFIG.toml] [--key=value ...]
 
-With no CONFIG, configs/pronouns.toml runs: the pronoun demo. `--help` lists
-every key. Progress goes to the terminal and to TensorBoard under
+With no CONFIG, configs/pronouns.toml runs: the pronoun demo; with --dataset naming
+a text of your own, settings chosen for that text (`trainer/starting_point.py`).
+`--help` lists every key and says which base applies when. Progress goes to the terminal and to TensorBoard under
 log_dir/run_name; the checkpoint to out_dir/ckpt.pt.
 
 This file is the command line around `trainer.Trainer`, which holds the training
@@ -28,28 +29,32 @@ from trainer import runtime
 from trainer.config import TrainConfig, make_config, parse_command_line
 from trainer.resources import out_of_memory
 from trainer.runlock import RunLock
+from trainer.starting_point import starting_point
 from trainer.trainer import FitResult, Trainer
 
-DEFAULT_CONFIG = Path(__file__).resolve().parent / "configs" / "pronouns.toml"
 TENSORBOARD = "tensorboard --logdir {} --samples_per_plugin=images=200,text=200"
+BASES = ("With no CONFIG.toml: configs/pronouns.toml (the demo), unless --dataset names real text (a file, or "
+         "shakespeare, tinystories, tinystories_lower): then settings chosen for that text, scaled to its size and to "
+         "a few minutes on a laptop CPU, and printed in one line at the start (resumed: the model's shape and "
+         "tokenizer from the checkpoint). With a CONFIG.toml, that file alone.")
 
 
 def main(argv: list[str]) -> int:
-    config_path, overrides = parse_command_line(argv, "configs/pronouns.toml")  # --help prints and exits here
-    if config_path is None and DEFAULT_CONFIG.is_file():
-        config_path = str(DEFAULT_CONFIG)
+    config_path, overrides = parse_command_line(argv, BASES)  # --help prints and exits here
     problem = utf8_name(config_path) if config_path else None
     if problem is not None:  # its name becomes the run's name, which checkpoints and logs record
         raise UsageError(f"the config file name {problem}; rename it to a UTF-8 name")
-    cfg = make_config(config_path, overrides)
-    config_name = Path(config_path).stem if config_path else "default"
+    start = starting_point(config_path, overrides)
+    cfg = make_config(start.config_path, overrides, start.settings)
     # Until training takes the signals over, SIGTERM and SIGHUP unwind like Ctrl-C (errors.run_cli), so data
     # preparation cleans up its half-written files.
     rt = runtime.setup(cfg)
     try:
+        if rt.is_main and start.line(cfg):
+            print(start.line(cfg))
         # One run per out_dir: the processes of one torchrun job share it, and rank 0 speaks for them.
         with RunLock(cfg.out_dir) if rt.is_main else nullcontext() as lock:
-            return train(cfg, config_name, rt, argv, lock)
+            return train(cfg, start.name, rt, argv, lock)
     finally:
         runtime.teardown(rt)
 
@@ -91,7 +96,7 @@ def _train(cfg: TrainConfig, trainer: Trainer, rt: runtime.Runtime, argv: list[s
         if writer is not None:
             writer.close()  # keeps the TensorBoard events logged so far, also after an error
     if rt.is_main:
-        report_end(cfg, result, argv)
+        report_end(cfg, result, argv, sample_prompt(cfg, trainer))
     return 0 if result.completed else 128 + result.stopped_by
 
 
@@ -100,7 +105,7 @@ def open_tensorboard(cfg: TrainConfig, run_name: str):
 
     log_dir = Path(cfg.log_dir) / run_name
     writable_folder(log_dir, "log_dir")
-    print("TensorBoard: " + TENSORBOARD.format(cfg.log_dir))
+    print("TensorBoard: " + TENSORBOARD.format(shlex.quote(cfg.log_dir)))
     return TensorBoardWriter(log_dir)
 
 
@@ -120,16 +125,40 @@ def main_process_callbacks(cfg: TrainConfig, trainer: Trainer, writer) -> list:
                            ablation=cfg.ablation)]
 
 
-def report_end(cfg: TrainConfig, result: FitResult, argv: list[str]) -> None:
+def report_end(cfg: TrainConfig, result: FitResult, argv: list[str], prompt: str | None = None) -> None:
+    """The run's last lines: how to resume a stopped run, TensorBoard, the files written, and a sample command
+    (with `prompt`, words this model knows). Every command here runs as printed (tests/test_hints.py)."""
     if not result.completed:
         name = signal.Signals(result.stopped_by).name
         given = [a for a in argv if a.split("=")[0] != "--resume"]
         print(f"\n{name}: saved step {result.step} to {Path(cfg.out_dir) / 'ckpt.pt'}; resume with: "
               f"{shlex.join(['python', 'train.py', *given, '--resume'])}")
-    print("open TensorBoard: " + TENSORBOARD.format(cfg.log_dir))
+    print("open TensorBoard: " + TENSORBOARD.format(shlex.quote(cfg.log_dir)))
     for what, path in result.files.items():
         print(f"{what}: {path} (open it in a browser; it needs no network)")
-    print(f"sample: python sample.py --out_dir={cfg.out_dir} --prompt \"...\"")
+    command = ["python", "sample.py", f"--out_dir={cfg.out_dir}", *(["--prompt", prompt] if prompt else [])]
+    print(f"sample: {shlex.join(command)}")
+
+
+def sample_prompt(cfg: TrainConfig, trainer: Trainer) -> str | None:
+    """A prompt this model can read, for the sample command: the start of the first watched sentence (or of a
+    sentence of the held-out text) up to its last pronoun, else its first half; None when there is none."""
+    from data.tokenizer import TokenizerError
+    from watch.probesets import PRONOUN_WORD, held_out_sentences
+
+    texts = list(cfg.watch_sentences)
+    if not texts and trainer.data is not None:   # the sentences the watch chose (the same choice)
+        texts = held_out_sentences(trainer.data.tokens("val"), trainer.tokenizer, trainer.model.config.block_size)
+    for text in texts:
+        pronouns = [m for m in PRONOUN_WORD.finditer(text) if len(text[:m.start()].split()) >= 2]
+        words = text.split()
+        prompt = text[:pronouns[-1].end()] if pronouns else " ".join(words[:max(1, len(words) // 2)])
+        try:
+            if trainer.tokenizer.encode(prompt):
+                return prompt
+        except TokenizerError:
+            continue
+    return None
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pickle
 import re
+import shlex
 from pathlib import Path
 
 import torch
@@ -37,8 +38,10 @@ def checkpoint_path(path: str | Path) -> Path:
 def load_checkpoint(path: str | Path) -> dict:
     """A checkpoint's contents, on the CPU, read without running any pickled code; `CheckpointError`
     for anything that is not a checkpoint this trainer wrote. Check its structure with `validate`."""
+    folder = Path(path) if Path(path).suffix != ".pt" else Path(path).parent   # where train.py would write it
     path = regular_file(checkpoint_path(path), "checkpoint", "point --out_dir at the folder that holds the "
-                        "ckpt.pt train.py wrote, or train one first (python train.py --out_dir=...)", CheckpointError)
+                        f"ckpt.pt train.py wrote, or train one there first: python train.py "
+                        f"--out_dir={shlex.quote(str(folder))}", CheckpointError)
     try:
         with path.open("rb") as fh:
             head = fh.read(len(ZIP_MAGIC))

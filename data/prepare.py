@@ -81,7 +81,7 @@ def read_text(path: str | Path) -> str:
     return utf8(raw, path, "data file")
 
 
-def _source_text(dataset: str, corpus_sentences: int) -> tuple[str, str, list[dict] | None]:
+def source_text(dataset: str, corpus_sentences: int) -> tuple[str, str, list[dict] | None]:
     """(text, label, probe records or None) for a corpus name or a file path."""
     if dataset == "pronouns":
         from data import pronouns
@@ -111,7 +111,7 @@ def prepare(dataset: str, tokenizer: str = "char", data_dir: str | Path = "data/
     promises, else built (again) from the source text."""
     if tokenizer not in TOKENIZERS:
         raise UserError(f"unknown tokenizer {tokenizer!r}; choose one of: {', '.join(TOKENIZERS)}")
-    text, label, probes = _source_text(dataset, corpus_sentences)
+    text, label, probes = source_text(dataset, corpus_sentences)
     digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
     stem = Path(dataset).stem if not corpora.is_named(dataset) else dataset
     folder = Path(data_dir) / f"{stem}-{tokenizer}-{digest[:12]}-val{val_fraction:g}"

@@ -53,6 +53,10 @@ def _preview(items: Sequence[str], limit: int = 8) -> str:
     return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
 
 
+def _letters_first(char: str) -> tuple[bool, str]:
+    return not char.isalnum(), char
+
+
 class CharTokenizer:
     name = "char"
 
@@ -88,7 +92,8 @@ class CharTokenizer:
             unknown = sorted({c for c in text if c not in self._index})
             raise TokenizerError(
                 f"{len(unknown)} character(s) not in the char vocabulary: {_preview(unknown)}; "
-                f"remove them, or train on a corpus that contains them") from None
+                f"use the {len(self.chars)} it knows ({_preview(sorted(self.chars, key=_letters_first), 12)}), or "
+                f"train on a corpus that contains them") from None
 
     def decode(self, ids: Sequence[int]) -> str:
         return "".join(self.chars[i] for i in ids)
@@ -205,7 +210,19 @@ class GPT2Tokenizer:
                               for t in unseen})
             raise TokenizerError(
                 f"{len(unseen)} token(s) never seen in the training corpus: {_preview(unknown)}; "
-                f"rephrase with words from the corpus, or train on one that contains them") from None
+                f"rephrase with words it knows ({len(self.kept_ids):,} tokens, e.g. "
+                f"{_preview(self.known_words(), 8)}), or train on a corpus that contains them") from None
+
+    def known_words(self, count: int = 8) -> list[str]:
+        """Whole words of this vocabulary, the most common first (GPT-2's BPE gives common words low ids)."""
+        words = []
+        for original in self.kept_ids:
+            piece = self.enc.decode_single_token_bytes(original).decode("utf-8", errors="replace")
+            if piece.startswith(" ") and piece[1:].isalpha() and len(piece) > 3:
+                words.append(piece[1:])
+                if len(words) == count:
+                    break
+        return words
 
     def encode(self, text: str) -> list[int]:
         return self._compact(self._original_ids(text))

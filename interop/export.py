@@ -181,6 +181,7 @@ def _export_hf(loaded: Loaded, model: GPT, folder: Path, source: str) -> Exporte
         tokenizer.save_pretrained(staging)
         marker["files"] = sorted(p.name for p in staging.iterdir())
         (staging / MARKER).write_text(json.dumps(marker, indent=1) + "\n", encoding="utf-8")
+        _same_mode_as(staging / MARKER, staging)
 
     progress = transformers.utils.logging
     shown = progress.is_progress_bar_enabled()
@@ -193,6 +194,15 @@ def _export_hf(loaded: Loaded, model: GPT, folder: Path, source: str) -> Exporte
         if shown:
             progress.enable_progress_bar()
     return Exported(folder, f"Hugging Face {type(hf).__name__} with its tokenizer", diff, tokens)
+
+
+def _same_mode_as(reference: Path, folder: Path) -> None:
+    """Every file in `folder` gets the permissions of `reference`, a file written the usual way (the umask's):
+    safetensors writes the weights readable by their owner alone (0600), the other files as any file (0644)."""
+    mode = reference.stat().st_mode & 0o777
+    for path in folder.iterdir():
+        if path.is_file() and not path.is_symlink():
+            path.chmod(mode)
 
 
 # --- shared -------------------------------------------------------------------------------------------

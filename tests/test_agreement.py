@@ -165,7 +165,7 @@ class FakeWriter:
     def add_custom_scalars(self, layout):
         self.layout = layout
 
-    def add_image(self, tag, image, step, dataformats):   # the composition matrix, at each evaluation
+    def add_image(self, tag, image, step, dataformats):   # the composition matrix, the sentences' heatmaps
         pass
 
 

@@ -13,11 +13,11 @@ from conftest import tiny_model
 
 from data.tokenizer import CharTokenizer
 from model.ablation import Ablation
-from watch.ablation import head_means, proofs
+from watch.ablation import AblationResult, head_means, proofs
 from watch.capture import capture_attention, capture_from_patterns
 from watch.heads import ablation_for
 from watch.headtypes import TYPE_MIN, positional
-from watch.pipeline import read, score
+from watch.pipeline import Results, read, score
 from watch.probesets import (
     REPEATED,
     TEXT,
@@ -29,6 +29,7 @@ from watch.probesets import (
     token_pool,
 )
 from watch.reading import read_pass, read_results
+from watch.report import ablation_lines, type_legend, type_lines, type_table
 from watch.scores import icl_positions
 
 L = 6  # hand-made repeated sequences: 6 distinct tokens, then the same 6 again
@@ -143,11 +144,27 @@ def reference(model, repeated: ProbeSet, text: ProbeSet) -> dict:
         losses = torch.nn.functional.cross_entropy(logits[0, :-1].double(), torch.tensor(ids[1:]), reduction="none")
         out["first"] += losses[:half - 1].tolist()
         out["second"] += losses[half:2 * half - 1].tolist()
-    for ids in text.ids:
-        layers = capture_attention(model, [ids])[0]
-        out["previous_token"] += [torch.stack([p[:, i, i - 1] for p in layers]) for i in range(1, len(ids))]
+    differences = []
+    for ids, partner in zip(text.ids[0::2], text.ids[1::2], strict=True):
+        for sequence in (ids, partner):
+            layers = capture_attention(model, [sequence])[0]
+            out["previous_token"] += [torch.stack([p[:, i, i - 1] for p in layers]) for i in range(1, len(ids))]
+        # The late band's tokens, with the whole context and again early in the partner window.
+        early, late = icl_positions(len(ids))
+        offset = late.start - early.start
+        assert partner[:len(ids) - offset] == ids[offset:]
+        late_losses, early_losses = [], []
+        for sequence, losses_of in ((ids, late_losses), (partner, early_losses)):
+            with torch.no_grad():
+                logits, _ = model(torch.tensor([sequence]), all_logits=True)
+            losses_of += torch.nn.functional.cross_entropy(logits[0, :-1].double(), torch.tensor(sequence[1:]),
+                                                           reduction="none").tolist()
+        band = range(late.start, late.stop)
+        differences.append(sum(late_losses[p - 1] for p in band) / len(band)
+                           - sum(early_losses[p - offset - 1] for p in band) / len(band))
     means = {k: torch.stack(v).double().mean(0) for k, v in out.items() if k not in ("first", "second")}
     means["in_context_gain"] = sum(out["first"]) / len(out["first"]) - sum(out["second"]) / len(out["second"])
+    means["in_context_score"] = sum(differences) / len(differences)
     return means
 
 
@@ -158,12 +175,13 @@ def test_a_real_models_scores_are_the_formulas(arch):
         torch.nn.init.normal_(p, std=0.3)
     repeated = repeated_tokens(range(40), 32, sequences=6)
     text = held_out_text(torch.randint(0, 40, (200,), generator=torch.Generator().manual_seed(3)).numpy(), 32,
-                         windows=4)
+                         pairs=2)
     results = score(model, ProbeSets({REPEATED: repeated, TEXT: text}))
     expected = reference(model, repeated, text)
     for name in ("previous_token", "induction", "duplicate_token"):
         torch.testing.assert_close(results.heads[name], expected[name], atol=1e-5, rtol=1e-4)
-    assert results.numbers["in_context_gain"] == pytest.approx(expected["in_context_gain"], abs=1e-4)
+    for name in ("in_context_gain", "in_context_score"):
+        assert results.numbers[name] == pytest.approx(expected[name], abs=1e-4)
     assert results.forwards == 2
 
 
@@ -210,6 +228,73 @@ def test_a_type_needs_its_score_and_three_times_the_untrained_one():
     assert types()["L0H3"].kind is None
 
 
+def test_a_pronoun_head_is_a_type_by_the_same_rule():
+    results, untrained = hand_results(), hand_results()
+    for name in untrained.heads:
+        untrained.heads[name] = torch.full_like(untrained.heads[name], 0.05)
+    # Mean weight from the pronoun on its referent: the uniform head (typed nothing else) at 0.9, the
+    # current-token head at 0.5, against 0.1 and 0.2 untrained: 3x 0.2 is 0.6, more than the 0.5 it has.
+    results.heads["referent"] = torch.tensor([[0.0, 0.0, 0.0, 0.0, 0.5, 0.0, 0.9]], dtype=torch.float64)
+    untrained.heads["referent"] = torch.tensor([[0.1, 0.1, 0.1, 0.1, 0.2, 0.1, 0.1]], dtype=torch.float64)
+    reading = read_results(results, read_results(untrained))
+    assert reading.types["L0H6"].kind == "pronoun" and reading.types["L0H4"].kind == "current_token"
+    table = type_table(reading)
+    assert table.splitlines()[0].split()[-3:] == ["pronoun", "spread", "out"] and "0.90 (0.10)" in table
+    lines = type_lines(reading, {"pronoun": "since step 250 (256,000 tokens)"})
+    assert "pronoun heads: L0H6 0.90 (untrained 0.10), since step 250 (256,000 tokens)" in lines
+    assert "pronoun: looks from a pronoun at the noun it refers to" in type_legend(reading)
+
+
+def test_a_head_close_to_a_type_says_so_with_its_figure_and_the_untrained_one():
+    results, untrained = hand_results(), hand_results()
+    for name in untrained.heads:
+        untrained.heads[name] = torch.full_like(untrained.heads[name], 0.06)
+    results.heads["sink"][0, 3] = 0.3     # the sink head, below the 0.4 a type needs
+    results.heads["duplicate_token"][0, 2] = 0.05   # the duplicate-token head, far below it
+    lines = type_lines(read_results(results, read_results(untrained)))
+    assert "no first-token (sink) head yet, but L0H3 is close: 0.30, where a type needs 0.40 (untrained 0.06)" in lines
+    assert "no duplicate-token head (best L0H3 0.17, untrained 0.06)" in lines   # far from it: no "yet"
+    legend = type_legend(read_results(results, read_results(untrained)))
+    assert "at least 0.4 and at least 3x the same head's in the untrained model" in legend
+    assert "pronoun" not in legend   # no probes here: no pronoun column either
+
+
+@pytest.mark.parametrize("old, new, words", [(3.01, -0.82, "all of it and more"), (1.0, 0.02, "all of it"),
+                                             (0.344, 0.131, "62% of it"), (0.5, 0.49, "almost none of it"),
+                                             (0.12, 0.144, "none of it; it grows by 20%")])
+def test_what_removing_heads_cost_is_said_in_plain_words(old, new, words):
+    def reading(numbers):
+        return read_results(Results({}, numbers, {}, [], ProbeSets(), 0))
+
+    before = reading({"in_context_gain": old, "in_context_gain_spread": 0.05, "loss_first_copy": 4.0,
+                      "loss_second_copy": 4.0 - old})
+    after = reading({"in_context_gain": new, "loss_first_copy": 4.1, "loss_second_copy": 4.1 - new})
+    found = AblationResult(["L1H3", "L0H0"], "top two by score", "induction", Ablation([(1, 3), (0, 0)]), after)
+    line = ablation_lines(before, [found])
+    assert line.startswith(f"removing L1H3 and L0H0 (the two highest induction scores) takes the in-context gain "
+                           f"from {old:.3f} to {new:.3f} nats/token: {words} (first copy 4.00 -> 4.10")
+    assert "-%" not in line and "removed" not in line   # no "-62% of it removed"
+
+
+def test_redrawing_the_held_out_windows_moves_each_figure_less_than_its_spread():
+    """Five draws of the windows on one model: the in-context score never claims opposite signs, any two
+    draws differ by less than their spreads together, and the heads' text scores barely move."""
+    model = tiny_model(vocab_size=40, block_size=64)
+    for p in model.parameters():
+        torch.nn.init.normal_(p, std=0.3)
+    tokens = torch.randint(0, 40, (30_000,), generator=torch.Generator().manual_seed(1)).numpy()
+    draws = [score(model, ProbeSets({TEXT: held_out_text(tokens, 64, seed=seed)})) for seed in range(5)]
+    scores = [(r.numbers["in_context_score"], r.numbers["in_context_score_spread"]) for r in draws]
+    assert len({round(value, 6) for value, _ in scores}) == 5   # the draws differ
+    assert not (any(v > s for v, s in scores) and any(v < -s for v, s in scores)), scores
+    for a, spread_a in scores:
+        for b, spread_b in scores:
+            assert abs(a - b) <= spread_a + spread_b, scores
+    for name in ("previous_token", "sink", "current_token", "broad"):
+        values = torch.stack([r.heads[name] for r in draws])
+        assert float(values.max(0).values.sub(values.min(0).values).max()) < 0.02, name
+
+
 # --- ablation ----------------------------------------------------------------------------------------
 
 def test_removing_a_head_changes_only_what_comes_after_it():
@@ -233,7 +318,7 @@ def test_mean_ablation_puts_each_heads_mean_output_in_its_place():
     for p in model.parameters():
         torch.nn.init.normal_(p, std=0.3)
     text = held_out_text(torch.randint(0, 40, (100,), generator=torch.Generator().manual_seed(0)).numpy(), 16,
-                         windows=3)
+                         pairs=2)
     means = head_means(model, text)
     # The same means from the layer's own maths: each head's output (weights times values), averaged.
     with torch.no_grad():
@@ -295,7 +380,7 @@ def test_sample_prints_the_head_types_and_their_json(trained, tmp_path):
     code, out, err = run_sample([f"--out_dir={trained.char}", "--heads", f"--text={text}"])
     assert (code, err) == (0, "")
     assert "untrained model's scores in brackets" in out and "in-context gain on repeated random tokens" in out
-    assert "L0H1" in out and f"16 windows of 32 tokens from {text}" in out
+    assert "L0H1" in out and f"94 windows of 32 tokens at random places in {text}" in out
     code, out, _ = run_sample([f"--out_dir={trained.char}", "--heads", f"--text={text}", "--json"])
     report = json.loads(out)
     assert set(report["heads"]) == {"L0H0", "L0H1"}

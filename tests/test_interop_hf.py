@@ -63,6 +63,9 @@ def test_the_folder_reloads_offline_with_the_same_logits(tmp_path, kind):
     assert worst < LOGITS_TOL, worst
     marker = json.loads((folder / MARKER).read_text())
     assert marker["class"] == CLASSES[KINDS[kind][0]] and marker["tokenizer"]["name"] == KINDS[kind][1]
+    # The weights are readable like the rest of the folder (safetensors alone would write them 0600).
+    modes = {path.name: path.stat().st_mode & 0o777 for path in folder.iterdir()}
+    assert "model.safetensors" in modes and set(modes.values()) == {modes["config.json"]}, modes
 
 
 def check_same_ids(ours, theirs, texts: list[str]) -> int:

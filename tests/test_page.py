@@ -145,3 +145,59 @@ def test_the_page_works_in_headless_chromium(tmp_path):
         problems, requests = browser.problems(), browser.requests()
     assert problems == []
     assert requests and all(url.startswith("file:") for url in requests), requests
+
+
+SENTENCE = "Then the king said to the girl, 'Take this ring, it is yours.'"   # 62 characters
+
+
+def char_page(tmp_path, text: str, block_size: int):
+    """The page of `text` on a character model of `block_size` (random weights, so heads differ)."""
+    torch.manual_seed(5)
+    tokenizer = CharTokenizer.from_text(text)
+    model = tiny_model(vocab_size=tokenizer.vocab_size, block_size=block_size, n_head=4, n_embd=16, seed=None)
+    for p in model.parameters():
+        torch.nn.init.normal_(p, std=0.5)
+    ids = tokenizer.encode(text)
+    view = sentence_view(text, tokenizer.token_strings(ids), capture_attention(model, [ids])[0])
+    return write_page(tmp_path / "page.html", attention_page([view], "a sentence of characters",
+                                                          {"L0H1": "previous-token"})), view
+
+
+GEOMETRY = """(() => {
+  const box = e => { const r = e.getBoundingClientRect(); return [r.left, r.right]; };
+  const scroller = document.getElementById('scroller');
+  const selected = document.querySelector('button.tok.query');
+  return {width: innerWidth, scroller: box(scroller), selected: box(selected.parentElement),
+          names: [...document.querySelectorAll('th.head')].map(box),
+          scrolls: scroller.scrollWidth > scroller.clientWidth};
+})()"""
+
+
+def test_a_sentence_of_a_block_of_characters_keeps_its_selected_token_and_head_rows_in_view(tmp_path):
+    binary = find_chromium()
+    if binary is None:
+        pytest.skip("no Chromium on PATH (chromium, chromium-browser, google-chrome) and $CHROMIUM unset; "
+                    "install it (apt-get install chromium) to test the attention page in a browser")
+    assert len(SENTENCE) >= 60
+    long_text = " ".join([SENTENCE] * 3)   # 188 characters: wider than any window, so the row must scroll
+    with Browser(binary, tmp_path / "profile") as browser:
+        for text, block, scrolls in ((SENTENCE, 64, False), (long_text, 192, True)):
+            page, view = char_page(tmp_path, text, block)
+            session = browser.open(page.as_uri())
+            browser.send("Emulation.setDeviceMetricsOverride", {"width": 1280, "height": 800,
+                                                                 "deviceScaleFactor": 1, "mobile": False},
+                         session=session)
+            browser.evaluate(session, "pickSentence(0)")   # laid out again at the laptop's width
+            shown = browser.evaluate(session, GEOMETRY)
+            left, right = shown["scroller"]
+            assert shown["scrolls"] == scrolls, shown
+            # The selected token (the last, on characters) shows without scrolling by hand,
+            names_right = max(r for _, r in shown["names"])
+            assert names_right <= shown["selected"][0] and shown["selected"][1] <= min(right, shown["width"]), shown
+            # and every head's row keeps its name in view.
+            assert len(shown["names"]) == 4 and all(left <= a and b <= shown["width"] for a, b in shown["names"])
+            assert view.query == len(text) - 1
+            if not scrolls:
+                shot = browser.send("Page.captureScreenshot", {"format": "png"}, session=session)["data"]
+                assert len(shot) > 1000
+        assert browser.problems() == []

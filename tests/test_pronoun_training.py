@@ -47,3 +47,18 @@ def test_ablating_the_best_head_hurts_the_continuation(demo, capsys):
     ablated = json.loads(capsys.readouterr().out)
     assert ablated["continuation_accuracy"] < report["continuation_accuracy"]
     assert ablated["continuation_accuracy_without_ablation"] == pytest.approx(report["continuation_accuracy"])
+
+
+def test_the_head_table_names_the_pronoun_head(demo, capsys):
+    """`sample.py --heads` on the demo finds the pronoun probes of its corpus and types its best head."""
+    import sample
+
+    probes = next((demo / "prep").glob("pronouns-*/probes.jsonl"))
+    run_cli(sample.main, [f"--out_dir={demo / 'out'}", f"--probes={probes}", "--json"])
+    best = json.loads(capsys.readouterr().out)["best"]["name"]
+    assert run_cli(sample.main, [f"--out_dir={demo / 'out'}", "--heads", "--json"]) == 0
+    heads = json.loads(capsys.readouterr().out)["heads"]
+    assert heads[best]["type"] == "pronoun" and heads[best]["pronoun"] >= 3 * heads[best]["untrained"]["pronoun"]
+    assert run_cli(sample.main, [f"--out_dir={demo / 'out'}", "--heads"]) == 0
+    out = capsys.readouterr().out
+    assert f"pronoun heads: {best} " in out and "how to read it:" in out

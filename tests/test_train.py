@@ -185,3 +185,21 @@ def test_sampling_never_prints_half_a_character():
         sample.stream_samples(_Scripted(new), tokenizer, tokenizer.encode("a"), _sampling_args(), torch.device("cpu"))
     assert "".join(written) == "a \N{PILE OF POO} b\n"
     assert not any("\ufffd" in text for text in written)
+
+
+def test_a_warning_during_training_is_printed_above_the_progress_bar(tmp_path):
+    """The bar is cleared, the warning printed on a line of its own, the bar drawn again below it."""
+    import contextlib
+    import io
+
+    long_sentence = "the dog saw the ball and it rolled away " * 3   # longer than the block: a warning
+    both = io.StringIO()
+    with contextlib.redirect_stdout(both), contextlib.redirect_stderr(both):
+        code = run_cli(train.main, tiny_args(tmp_path, f"--watch_sentences=[{long_sentence!r}]".replace("'", '"')))
+    assert code == 0
+    before, warning = both.getvalue().split("warning: attention of", 1)
+    assert "train:" in before   # the bar was on the terminal when the warning came
+    # On a terminal: the bar's line, then "\r", spaces over all of it and "\r" again: a blank line to write on.
+    bar, cleared, rest = before.rsplit("\n", 1)[-1].rsplit("\r", 2)[-3:]
+    assert rest == "" and cleared.strip() == "" and len(cleared) >= len(bar.strip("\r")), repr(before[-200:])
+    assert warning.split("\n", 1)[0].endswith("(block_size)")   # the warning's line holds nothing else

@@ -280,15 +280,16 @@ class _KeyEqualsDefault(argparse.HelpFormatter):
         return f"{action.option_strings[0]}={action.metavar}"
 
 
-def command_line(default_config: str | None = None) -> ArgumentParser:
+def command_line(bases: str | None = None) -> ArgumentParser:
     """train.py's parser: at most one config file, and every field of `TrainConfig` as an option whose value
-    `parse_cli_value` reads, listed under its group in --help with its default and meaning."""
+    `parse_cli_value` reads, listed under its group in --help with its default and meaning; `bases` says
+    which settings a command line without a config file starts from."""
     parser = ArgumentParser("train.py", usage="python %(prog)s [CONFIG.toml] [--key=value ...]",
                             formatter_class=_KeyEqualsDefault, description=(
-        "Trains a GPT. " + (f"With no CONFIG, {default_config} is used. " if default_config else "")
-        + "Every key below can be set in the TOML file and on the command line, which wins: --key=value or "
-        "--key value, and a boolean as --key=false or a bare --key (true). The values shown are the built-in "
-        "defaults that every CONFIG file starts from."))
+        "Trains a GPT. " + (f"{bases} " if bases else "")
+        + "Every key below can be set in the TOML file and on the command line, which wins over any base: "
+        "--key=value or --key value, and a boolean as --key=false or a bare --key (true). The values shown are the "
+        "built-in defaults that every CONFIG file starts from."))
     parser.add_argument("config", nargs="*", metavar="CONFIG.toml", help="a flat TOML file of the keys below")
     groups = {}
     for f in dataclasses.fields(TrainConfig):
@@ -302,12 +303,12 @@ def command_line(default_config: str | None = None) -> ArgumentParser:
     return parser
 
 
-def parse_command_line(argv: list[str], default_config: str | None = None) -> tuple[str | None, dict]:
+def parse_command_line(argv: list[str], bases: str | None = None) -> tuple[str | None, dict]:
     """`[CONFIG.toml] [--key=value ...]` -> (the config file, if any; {key: value} of what the command line
     sets). A value may also follow its key as the next word (`--n_layer 2`), except a boolean's: a bare
     boolean key means true, so `--compile configs/x.toml` keeps the file as the config."""
     argv = [f"{arg}=true" if arg.startswith("--") and arg[2:] in BOOLEANS else arg for arg in argv]
-    args, unknown = command_line(default_config).parse_known_intermixed_args(argv)
+    args, unknown = command_line(bases).parse_known_intermixed_args(argv)
     if unknown and unknown[0].startswith("--"):
         raise _unknown_key(unknown[0][2:].partition("=")[0], "on the command line")
     if unknown:
@@ -334,10 +335,11 @@ def saved_config(values: dict, where: str) -> TrainConfig:
     return TrainConfig(**{key: _coerce(key, value, where) for key, value in values.items() if key in FIELDS})
 
 
-def make_config(path: str | Path | None, overrides: dict) -> TrainConfig:
-    """The built-in defaults, then the config file at `path` (if any), then `overrides`: each wins over
-    the one before, and the result is validated once, whichever set each key."""
-    return TrainConfig(**{**(read_toml(path) if path is not None else {}), **overrides})
+def make_config(path: str | Path | None, overrides: dict, base: dict | None = None) -> TrainConfig:
+    """The built-in defaults, then `base` (settings chosen for a text, `trainer.starting_point`), then the config
+    file at `path` (if any), then `overrides`: each wins over the one before, and the result is validated once,
+    whichever set each key."""
+    return TrainConfig(**{**(base or {}), **(read_toml(path) if path is not None else {}), **overrides})
 
 
 def load_config(path: str | Path | None, overrides: list[str]) -> TrainConfig:

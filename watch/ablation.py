@@ -101,7 +101,8 @@ def ablated(model: nn.Module, sets: ProbeSets, heads: Sequence[str], label: str,
 def proofs(model: nn.Module, sets: ProbeSets, reading: Reading, mode: str = DEFAULT_MODE) -> list[AblationResult]:
     """Every typed head removed alone; for each type a head has, the two heads with the highest
     score of that type together, typed or not (the pair a circuit is often split across), and all
-    the heads of the type when there are more than two; and the best pronoun head."""
+    the heads of the type when there are more than two; and the best pronoun head, also when it has
+    no type (then labelled "best")."""
     if mode not in MODES:
         raise ValueError(f"ablation mode must be one of {', '.join(MODES)}; got {mode!r}")
     means = head_means(model, sets.get(TEXT)) if mode == "mean" and sets.get(TEXT) is not None else None
@@ -118,10 +119,17 @@ def proofs(model: nn.Module, sets: ProbeSets, reading: Reading, mode: str = DEFA
             groups.append((heads, f"all {len(heads)}"))
         for group, label in groups:   # what they cost is read on the sets the types are measured on
             out.append(ablated(model, sets, group, label, kind, means, kinds=TYPE_SETS))
-    if reading.pronouns is not None:
-        best = reading.pronouns.best.name
-        out.append(ablated(model, sets, [best], best, "pronoun", means))
+    if reading.pronouns is not None and best_pronoun_proof(reading, out) is None:   # the best head, typed or not
+        out.append(ablated(model, sets, [reading.pronouns.best.name], "best", "pronoun", means))
     return out
+
+
+def best_pronoun_proof(reading: Reading, found: Sequence[AblationResult]) -> AblationResult | None:
+    """Among `found`, the best pronoun head removed alone (None when it is not there)."""
+    if reading.pronouns is None:
+        return None
+    best = reading.pronouns.best.name
+    return next((p for p in found if p.kind == "pronoun" and p.heads == [best]), None)
 
 
 def top_heads(scores: torch.Tensor, count: int) -> list[str]:

@@ -20,19 +20,20 @@ from pathlib import Path
 from typing import Any
 
 from errors import UserError, warn
-from watch.ablation import DEFAULT_MODE, AblationResult, agreement_ablations, proofs
+from watch.ablation import DEFAULT_MODE, AblationResult, agreement_ablations, best_pronoun_proof, proofs
 from watch.composition import KINDS, Composition, composition, reads_from
 from watch.heads import last_pronoun_pos
 from watch.headtypes import TYPE_SETS, head_labels
 from watch.heatmaps import SentenceHeatmaps, composition_image
 from watch.page import SentenceView, attention_page, sentence_view, write_page
 from watch.pipeline import untrained_like
-from watch.probesets import AGREEMENT, PRONOUN, SENTENCES, ProbeSets, watch_sets
+from watch.probesets import AGREEMENT, PRONOUN, SENTENCES, ProbeSets, held_out_sentences, watch_sets
 from watch.reading import Reading, read_pass
 from watch.report import ablation_line, agreement_lines, composition_lines, head_table, top_attended, type_report
 from watch.tensorboard import log_charts, log_composition, log_evaluation, log_scores
 
-WATCHED = (PRONOUN, AGREEMENT, *TYPE_SETS)   # the probe sets scored at every watch point
+WATCHED = (AGREEMENT, *TYPE_SETS)   # the probe sets scored at every watch point
+ROUGH_WHEN_QUICK = ("in_context_score", "in_context_score_spread")   # too few windows in a quick pass
 
 
 class AttentionWatch:
@@ -48,21 +49,29 @@ class AttentionWatch:
         self.page = Path(page) if page is not None else None
         self.ablation = ablation
         self.sets = ProbeSets()
+        self.quick = self.sets     # what a pass every watch_interval steps reads (`ProbeSets.quick`)
         self.tokenizer = None
+        self.tokens_per_step = 0
+        self.first_typed: dict[str, int] = {}
         self.untrained: Reading | None = None
         self.untrained_composition: Composition | None = None
         self.heatmaps = SentenceHeatmaps()
         self.last: tuple[int, Reading, list[AblationResult]] | None = None  # the latest evaluation's
 
     def on_fit_start(self, trainer: Any) -> None:
-        """The probe sets, made once; the untrained model's scores (the same config from the run's
-        seed), which the head types are measured against; the Custom Scalars charts."""
+        """The probe sets, made once (with sentences from the held-out text when the run names none); the
+        untrained model's scores (the same config from the run's seed), which the head types are measured
+        against; the Custom Scalars charts."""
         model, data = trainer.model, trainer.data
         self.tokenizer = trainer.tokenizer
+        self.tokens_per_step = getattr(trainer, "tokens_per_step", 0)
+        val = data.tokens("val") if data is not None else None
+        if not self.texts and val is not None:
+            self.texts = held_out_sentences(val, trainer.tokenizer, model.config.block_size)
         self.sets = watch_sets(trainer.tokenizer, model.config.block_size,
                                train_tokens=data.tokens("train") if data is not None else None,
-                               text=data.tokens("val") if data is not None else None,
-                               probes=self.probes, agreement=self.agreement, texts=self.texts)
+                               text=val, probes=self.probes, agreement=self.agreement, texts=self.texts)
+        self.quick = self.sets.quick()
         untrained = untrained_like(model, trainer.cfg.seed)
         self.untrained = read_pass(untrained, self.sets, kinds=TYPE_SETS)
         self.untrained_composition = composition(untrained)
@@ -71,12 +80,29 @@ class AttentionWatch:
                    composition=self.untrained_composition is not None)
 
     def on_watch(self, trainer: Any, step: int) -> None:
-        log_scores(self.writer, step, read_pass(trainer.model, self.sets, kinds=WATCHED))
+        reading = read_pass(trainer.model, self.quick, untrained=self.untrained, kinds=WATCHED)
+        for name in ROUGH_WHEN_QUICK:   # logged from the evaluations' passes over every window only
+            reading.results.numbers.pop(name, None)
+        self._note_types(reading, step)
+        log_scores(self.writer, step, reading)
         log_composition(self.writer, step, composition(trainer.model), self.untrained_composition)
+
+    def _note_types(self, reading: Reading, step: int) -> None:
+        """Remembers the first step at which each type had a head, for the report ("since step 250")."""
+        for head_type in reading.types.values():
+            if head_type.kind and head_type.kind not in self.first_typed:
+                self.first_typed[head_type.kind] = step
+
+    def since(self) -> dict[str, str]:
+        """{type: "since step 250 (256,000 tokens)"} for the types this run has seen appear."""
+        return {kind: f"since step {step:,}" + (f" ({step * self.tokens_per_step:,} tokens)" if self.tokens_per_step
+                                                  else "")
+                for kind, step in self.first_typed.items()}
 
     def on_evaluate(self, trainer: Any, evaluation: Any) -> None:
         step = evaluation.step
         reading = read_pass(trainer.model, self.sets, untrained=self.untrained)
+        self._note_types(reading, step)
         ablations = agreement_ablations(trainer.model, self.sets, reading)
         self.last = (step, reading, ablations)
         images = []
@@ -119,11 +145,11 @@ class AttentionWatch:
         metrics: dict[str, float] = {}
         found = proofs(model, self.sets, reading, self.ablation)
         report = reading.pronouns
+        removed = best_pronoun_proof(reading, found)
         if report is not None:
             best = report.best
             print(f"\nattention on {report.n_probes} held-out probes (pronoun -> referent):")
             print(head_table(report))
-            removed = next((p for p in found if p.kind == "pronoun"), None)
             base = report.continuation_accuracy
             after = removed.reading.results.numbers.get("continuation_accuracy") if removed is not None else None
             if base is not None and after is not None:
@@ -143,7 +169,8 @@ class AttentionWatch:
         if reading.types:
             about = "; ".join(s.about for kind, s in self.sets.sets.items() if kind in TYPE_SETS)
             print(f"\nhead types ({about}); the untrained model's scores in brackets:")
-            print(type_report(reading, list(self.sets.missing.values()), [p for p in found if p.kind != "pronoun"]))
+            print(type_report(reading, list(self.sets.missing.values()), [p for p in found if p is not removed],
+                              self.since()))
             metrics.update(type_metrics(reading))
         print("\n" + composition_lines(composition(model), self.untrained_composition, reading.types))
         return metrics

@@ -5,7 +5,7 @@ score in `watch/scores.py` is a function of a capture; nothing else runs the mod
 Sequences of a set share a forward, right-padded: attention is causal, so the padding after a
 sequence is never a key for its own positions and nothing read from them changes. A set is one
 forward unless its patterns would exceed `BATCH_WEIGHTS`; then it is split into as few forwards
-as fit.
+as fit, never inside one of its groups (the pairs of held-out windows).
 
 Captures run in eval mode (no dropout) without gradients and put the model's train/eval flags
 back as they were, so they can run in the middle of training.
@@ -85,9 +85,14 @@ def _right_padded(sequences: Sequence[Sequence[int]], device: torch.device) -> t
 
 
 def _batch_size(model: nn.Module, probe_set: ProbeSet) -> int:
+    """Sequences a forward takes: as many as keep the patterns (and the logits at every position, when the set
+    reads them) within BATCH_WEIGHTS numbers, a whole number of the set's groups."""
     cfg = model.config
     width = max(len(ids) for ids in probe_set.ids)
-    return max(1, BATCH_WEIGHTS // (cfg.n_layer * cfg.n_head * width * width))
+    step = BATCH_WEIGHTS // (cfg.n_layer * cfg.n_head * width * width)
+    if probe_set.all_logits:
+        step = min(step, BATCH_WEIGHTS // (width * cfg.vocab_size))
+    return max(probe_set.group, step // probe_set.group * probe_set.group)
 
 
 def captures(model: nn.Module, probe_set: ProbeSet, ablate: Ablation | None = None) -> Iterator[Capture]:

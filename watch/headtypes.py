@@ -4,7 +4,8 @@ A head has type T when its T score is at least `TYPE_MIN` and at least `TYPE_RAT
 head's score in the untrained model of the same config and seed (so a head that attends to the
 previous token only because every row of a young model is nearly uniform over a few positions is
 not called a previous-token head). Among the types a head passes, the highest score wins. `broad`
-is reported beside the type, not as one.
+is reported beside the type, not as one. Where pronoun probes exist, a head's pronoun score is its
+mean weight from the pronoun on the noun it refers to, under the same rule.
 """
 
 from __future__ import annotations
@@ -15,16 +16,28 @@ import torch
 
 from watch.heads import head_name
 from watch.pipeline import Results
-from watch.probesets import REPEATED, TEXT
+from watch.probesets import PRONOUN, REPEATED, TEXT
 from watch.scores import POSITIONAL_OFFSETS
 
-TYPES = ("previous_token", "duplicate_token", "induction", "sink", "current_token", "positional")
+TYPES = ("previous_token", "duplicate_token", "induction", "sink", "current_token", "positional", "pronoun")
 LABELS = {"previous_token": "previous-token", "duplicate_token": "duplicate-token", "induction": "induction",
-          "sink": "first-token (sink)", "current_token": "current-token", "positional": "positional"}
-TYPE_SETS = (REPEATED, TEXT)   # the probe sets the types (and the in-context numbers) are measured on
-CONTEXT_NUMBERS = ("in_context_gain", "in_context_score", "loss_first_copy", "loss_second_copy", "text_loss")
+          "sink": "first-token (sink)", "current_token": "current-token", "positional": "positional",
+          "pronoun": "pronoun"}
+# What each type means, in a learner's words: the head tables' legend and the attention page's.
+MEANINGS = {"previous_token": "looks at the token just before",
+            "duplicate_token": "looks back at earlier copies of the same token",
+            "induction": "looks at the token that followed an earlier copy of the current one (copying)",
+            "sink": "parks its attention on the first token (nothing else to do)",
+            "current_token": "looks at the token itself",
+            "positional": "looks a fixed k tokens back",
+            "pronoun": "looks from a pronoun at the noun it refers to"}
+TYPE_SETS = (REPEATED, TEXT, PRONOUN)   # the probe sets the types (and the in-context numbers) are measured on
+CONTEXT_NUMBERS = ("in_context_gain", "in_context_gain_spread", "in_context_score", "in_context_score_spread",
+                   "loss_first_copy", "loss_second_copy", "text_loss")
 TYPE_MIN = 0.4
 TYPE_RATIO = 3.0
+RULE = (f"a head has a type when its score is at least {TYPE_MIN:.1f} and at least {TYPE_RATIO:.0f}x the same "
+        f"head's in the untrained model")
 
 
 def positional(results: Results) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -42,6 +55,8 @@ def type_scores(results: Results) -> tuple[dict[str, torch.Tensor], torch.Tensor
     """({type: [layer, head]} for the types these results measured, each head's best positional offset
     [layer, head] or None without held-out text)."""
     out = {name: results.heads[name] for name in TYPES if name in results.heads}
+    if "referent" in results.heads:   # the pronoun probes' mean referent weight
+        out["pronoun"] = results.heads["referent"]
     found = positional(results)
     if found is None:
         return out, None
@@ -83,6 +98,11 @@ def head_types(trained: dict[str, torch.Tensor], untrained: dict[str, torch.Tens
             name = head_name(layer, head)
             out[name] = HeadType(name, layer, head, kind, passed.get(kind))
     return out
+
+
+def needed(untrained: float | None) -> float:
+    """The score a head needs for a type, given the same head's untrained score (None: not known)."""
+    return max(TYPE_MIN, TYPE_RATIO * untrained) if untrained is not None else TYPE_MIN
 
 
 def heads_of(types: dict[str, HeadType], kind: str) -> list[str]:

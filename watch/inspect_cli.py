@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 from pathlib import Path
 
+from data.corpora import corpus_of
 from data.prepare import find_prepared
 from errors import UsageError, UserError, warn
 from files import NotParsed, inside_name, is_whole_number, parse_int, quoted, read_text, write_error
@@ -137,7 +139,9 @@ def _log_to_run(checkpoint: dict, slug: str, images: dict) -> None:
                          dataformats="HWC")
     writer.close()
     if not writer.failed:
-        print(f"TensorBoard: tensorboard --logdir {log_dir.parent} (run {run}, tab IMAGES, tags inspect/...)")
+        # A shell comment after the command, so the whole line runs as printed.
+        print(f"TensorBoard: tensorboard --logdir {shlex.quote(str(log_dir.parent))}  # run {run}, tab IMAGES, "
+              f"tags inspect/...")
 
 
 def show_probes(model, tokenizer, args: argparse.Namespace, ablate: Ablation | None) -> None:
@@ -186,7 +190,20 @@ def checkpoint_sets(model, tokenizer, checkpoint: dict, text_file: str | None) -
         text, source = prepared.tokens("val"), f"the val split of {prepared.meta.get('source', prepared.folder)}"
     return watch_sets(tokenizer, model.config.block_size,
                       train_tokens=prepared.tokens("train") if prepared is not None else None,
-                      text=text, text_source=source or "the val split")
+                      text=text, text_source=source or "the val split", probes=_probes_of(checkpoint, prepared))
+
+
+def _probes_of(checkpoint: dict, prepared) -> Path | None:
+    """The pronoun probes the run was watched on, when they are still here: the config's own file, the
+    generated corpus's (in its prepared data) or the named corpus's; None for text that has none."""
+    config = checkpoint.get("train_config") if isinstance(checkpoint.get("train_config"), dict) else {}
+    given = config.get("probes")
+    corpus = corpus_of(config["dataset"]) if isinstance(config.get("dataset"), str) else None
+    for path in (Path(given) if isinstance(given, str) and given else None,
+                 prepared.probes_path if prepared is not None else None, corpus.probes_path if corpus else None):
+        if path is not None and path.is_file():
+            return path
+    return None
 
 
 def show_heads(model, tokenizer, checkpoint: dict, args: argparse.Namespace, ablate: Ablation | None) -> None:
@@ -227,8 +244,9 @@ def heads_json(reading: Reading, found: list, mode: str, sets: ProbeSets) -> dic
 
     def scores_of(r: Reading, layer: int, head: int) -> dict:
         out = {kind: r.results.head(kind, layer, head) for kind in kinds}
-        positional = r.type_scores.get("positional")
-        out["positional"] = float(positional[layer, head]) if positional is not None else None
+        for kind in ("positional", "pronoun"):
+            values = r.type_scores.get(kind)
+            out[kind] = float(values[layer, head]) if values is not None else None
         return out
 
     heads = {}

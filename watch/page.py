@@ -25,6 +25,7 @@ import torch
 from errors import UserError
 from files import clear_for_file, replace_file, write_error
 from watch.heads import default_query, display_token, focused_head, head_name
+from watch.headtypes import LABELS, MEANINGS, RULE, TYPES
 
 DATA_ID = "attention-data"
 
@@ -96,8 +97,18 @@ def attention_page(views: Sequence[SentenceView], title: str, labels: dict[str, 
                       separators=(",", ":"))
     # Inside <script>, "</script>" or "<!--" in a token must not end the block.
     data = data.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-    values = {"title": html.escape(title), "data_id": DATA_ID, "data": data}
-    return re.sub(r"\{(title|data_id|data)\}", lambda match: values[match.group(1)], _TEMPLATE)
+    values = {"title": html.escape(title), "data_id": DATA_ID, "data": data, "legend": html.escape(legend(labels))}
+    return re.sub(r"\{(title|data_id|data|legend)\}", lambda match: values[match.group(1)], _TEMPLATE)
+
+
+def legend(labels: dict[str, str] | None) -> str:
+    """What the types beside the heads mean, and the rule that gives a head one, in a sentence or two."""
+    shown = [kind for kind in TYPES if LABELS[kind] in set((labels or {}).values())]
+    if not shown:
+        return (f"No head has a type yet: {RULE}. python sample.py --heads prints every head's scores, and which "
+                f"heads are close.")
+    meanings = "; ".join(f"{LABELS[kind]}: {MEANINGS[kind]}" for kind in shown)
+    return f"Types: {meanings}. {RULE[0].upper()}{RULE[1:]}."
 
 
 def write_page(path: str | Path, page: str) -> Path:
@@ -131,7 +142,14 @@ _TEMPLATE = """<!DOCTYPE html>
   .controls label { font-weight: 600; }
   select { font: inherit; margin-left: .3em; }
   table { border-collapse: separate; border-spacing: 3px; }
+  #scroller { overflow-x: auto; max-width: 100%; }
+  th.head, #tokens th:first-child { position: sticky; left: 0; z-index: 1; background: #fff; }
   th.head { text-align: right; font-weight: 600; padding-right: .5em; white-space: nowrap; }
+  table.compact { border-spacing: 1px; }
+  table.compact button.tok { font-size: .95em; padding: .2em 0; min-width: 1em; border-width: 1px;
+                             border-radius: 3px; }
+  table.compact td.cell { min-width: 1em; font-size: 0; }
+  table.compact th.head .type { display: block; width: fit-content; margin-left: auto; }
   th.head.best { color: #b35900; }
   th.head .type { font-weight: 400; font-size: .8em; color: #555; background: #eef; border-radius: 3px;
                   padding: 0 .3em; }
@@ -153,12 +171,14 @@ _TEMPLATE = """<!DOCTYPE html>
 <p class="hint">Hover or click a token to see where each head of the layer looks from it; the stronger the colour,
 the more attention (numbers on hover). &#9733; marks the best head; a head's type (induction, previous-token, ...)
 stands beside its name. Arrow keys move between tokens.</p>
+<p class="hint" id="legend">{legend}</p>
 <div class="controls">
   <label id="sentence-label">sentence <select id="sentence"></select></label>
   <label>layer <select id="layer"></select></label>
   <label>head <select id="head"></select></label>
 </div>
-<table id="view" aria-describedby="readout"><thead><tr id="tokens"></tr></thead><tbody id="heads"></tbody></table>
+<div id="scroller"><table id="view" aria-describedby="readout"><thead><tr id="tokens"></tr></thead>
+<tbody id="heads"></tbody></table></div>
 <div id="readout" aria-live="polite"></div>
 <p id="reads" class="hint"></p>
 <script type="application/json" id="{data_id}">{data}</script>
@@ -166,6 +186,7 @@ stands beside its name. Arrow keys move between tokens.</p>
 "use strict";
 const data = JSON.parse(document.getElementById("{data_id}").textContent);
 const state = {sentence: 0, layer: 0, head: "all", query: 0, preview: null};
+const COMPACT = 20;   // more tokens than this: the compact table
 const $ = (id) => document.getElementById(id);
 
 function item() { return data.sentences[state.sentence]; }
@@ -196,6 +217,17 @@ function pickSentence(index) {
   state.layer = best.layer; state.head = String(best.head); state.query = item().query; state.preview = null;
   build();
   render();
+  keepInView();
+}
+
+// The selected token stays in view: the row scrolls (the head names stay put) until its column shows.
+function keepInView() {
+  const scroller = $("scroller"), button = $("tokens").querySelectorAll("button")[state.query];
+  if (!button) return;
+  const names = $("tokens").firstElementChild.getBoundingClientRect().width;
+  const box = scroller.getBoundingClientRect(), cell = button.parentElement.getBoundingClientRect();
+  if (cell.left < box.left + names) scroller.scrollLeft -= box.left + names - cell.left + 8;
+  else if (cell.right > box.right) scroller.scrollLeft += cell.right - box.right + 8;
 }
 
 function build() {
@@ -203,6 +235,8 @@ function build() {
   options($("layer"), [...Array(nLayer).keys()].map((l) => [l, "layer " + l + (l === it.best.layer ? " \\u2605" : "")]),
           state.layer);
   buildHeads();
+  // Many tokens (a sentence of characters): narrow columns, the numbers on hover and in the readout only.
+  $("view").classList.toggle("compact", it.tokens.length > COMPACT);
   const row = $("tokens");
   const corner = document.createElement("th");
   row.replaceChildren(corner, ...it.tokens.map((tok, i) => {
@@ -211,12 +245,13 @@ function build() {
     b.className = "tok"; b.textContent = tok; b.dataset.pos = String(i);
     b.addEventListener("mouseenter", () => { state.preview = i; render(); });
     b.addEventListener("mouseleave", () => { state.preview = null; render(); });
-    b.addEventListener("click", () => { state.query = i; state.preview = null; render(); });
+    b.addEventListener("click", () => { state.query = i; state.preview = null; render(); keepInView(); });
     b.addEventListener("keydown", (e) => {
       const step = e.key === "ArrowRight" ? 1 : e.key === "ArrowLeft" ? -1 : 0;
       const next = Math.min(Math.max(i + step, 0), it.tokens.length - 1);
       if (!step || next === i) return;
       e.preventDefault(); state.query = next; render(); row.querySelectorAll("button")[next].focus();
+      keepInView();
     });
     th.appendChild(b); return th;
   }));

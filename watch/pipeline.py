@@ -105,5 +105,5 @@ def read(captured: Iterable[Capture], sets: ProbeSets) -> Results:
                                                                           float("nan"))
         elif value is not None:
             numbers[name] = value
-    numbers.update(derived_model_scores(numbers))
+    numbers.update(derived_model_scores(numbers, counts))
     return Results(heads, numbers, counts, patterns, sets, forwards)

@@ -12,9 +12,13 @@ for. Five kinds:
   split holds (end-of-text excluded), each followed by itself, no separator. A model that
   predicts the second copy better than the first learned from its context. Below block_size 32
   (L < 16) the set is not made and its scores are "not measurable".
-- `TEXT`: held-out text: windows of block_size tokens spread evenly through the corpus's val
-  split (or a text file given to `sample.py --text`): 16 of them, or as many as hold 2,048 tokens
-  when that is fewer (at least 4), so a long block costs no more than a short one.
+- `TEXT`: held-out text: windows of block_size tokens at random places (seed 0) in the corpus's val
+  split (or a text file given to `sample.py --text`), in pairs: a window, then one that starts as
+  far on as the in-context score's late band is from its early band (`watch.scores.icl_positions`),
+  so the tokens late in the first window are early in the second and the score compares the same
+  tokens, with less context and with more. As many pairs as hold `TEXT_TOKENS` tokens (128 pairs of
+  64), enough that drawing the windows again moves the score by less than its spread; a pass every
+  few steps reads the first 16 of them (`ProbeSets.quick`), the evaluations all.
 - `SENTENCES`: the sentences whose heatmaps and attention page a run shows.
 
 Every way of making a probe set checks its sequences against the model's block_size here, once;
@@ -24,6 +28,7 @@ warning, or, `strict`, refused in one line naming the file's line.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +40,7 @@ import torch
 from data.probes import align, align_agreement, load_agreement, load_probes
 from data.tokenizer import Tokenizer, TokenizerError
 from errors import UserError, warn
+from watch.heads import PRONOUNS
 
 PRONOUN, AGREEMENT, REPEATED, TEXT, SENTENCES = "pronoun", "agreement", "repeated", "text", "sentences"
 
@@ -44,8 +50,8 @@ REPEATED_MIN_LENGTH = 16     # L below this (block_size < 32): repeated-token sc
 NO_TEXT = ("no held-out text (give sample.py --text FILE, or keep the run's prepared data): previous-token, sink, "
            "current-token, positional and broad scores and the in-context score are left out")
 REPEATED_SEED = 0
-TEXT_WINDOWS = 16
-TEXT_TOKENS = 2048
+TEXT_TOKENS = 16384   # held-out tokens an evaluation reads
+QUICK_WINDOWS, QUICK_TOKENS = 16, 2048   # of those, what a pass every watch_interval steps reads
 
 
 @dataclass
@@ -59,6 +65,7 @@ class ProbeSet:
     logits_at: list[int | None] | None = None
     all_logits: bool = False
     about: str = ""                                    # how it was made, for reports
+    group: int = 1     # sequences that go through the model together, in one capture (held-out text: pairs)
     # What depends on the sequences alone (padded ids, score targets), made once and reused by every
     # pass: the set never changes, and the watch passes over it every few steps.
     constants: dict = field(default_factory=dict, repr=False, compare=False)
@@ -91,6 +98,20 @@ class ProbeSets:
 
     def get(self, kind: str) -> ProbeSet | None:
         return self.sets.get(kind)
+
+    def quick(self) -> ProbeSets:
+        """These sets with the held-out text cut to its first QUICK_WINDOWS windows, or as many pairs as hold
+        QUICK_TOKENS tokens when that is fewer: what a pass every few steps reads, as cheap as ever. Its head
+        scores are close to the whole set's; its in-context score is too rough to report
+        (`watch.callback.ROUGH_WHEN_QUICK`)."""
+        text = self.sets.get(TEXT)
+        if text is None:
+            return self
+        fit = min(QUICK_WINDOWS, QUICK_TOKENS // len(text.ids[0]))
+        keep = max(text.group, min(len(text), fit // text.group * text.group))
+        cut = ProbeSet(TEXT, text.ids[:keep], text.items[:keep], all_logits=True, group=text.group,
+                       about=f"{keep} of {text.about}")
+        return ProbeSets({**self.sets, TEXT: cut}, dict(self.missing))
 
 
 # --- probes and agreement contexts from files -------------------------------------------------------
@@ -178,23 +199,55 @@ def token_pool(train_tokens: np.ndarray | None, tokenizer: Tokenizer) -> list[in
     return [int(t) for t in present if t not in special]
 
 
-def held_out_text(tokens: np.ndarray | Sequence[int], block_size: int, *, windows: int | None = None,
-                  source: str = "the val split") -> ProbeSet | str:
-    """`windows` windows of block_size tokens spread evenly through `tokens` (by default 16, or as many
-    as hold TEXT_TOKENS when fewer, at least 4); or why there are none."""
+def icl_positions(length: int) -> tuple[range, range]:
+    """The token positions (0-based) whose mean losses the in-context score compares, for a context of
+    `length` tokens: Olsson's tokens 50 and 500 of 512 are a tenth of the way in and at the end; here
+    a band around each (the early one from 5% to 15% of the context, the late one its last tenth),
+    because a few held-out windows give too few losses at one position."""
+    early = range(max(1, round(0.05 * length)), max(2, round(0.15 * length)))
+    late = range(min(length - 1, max(early.stop, round(0.9 * length))), length)
+    return early, late
+
+
+def pair_offset(length: int) -> int:
+    """How far on a window's partner starts: from the in-context score's early band to its late band, so the
+    tokens of one window's late band are the first of its partner's early band."""
+    early, late = icl_positions(length)
+    return late.start - early.start
+
+
+def window_length(tokens: int, block_size: int) -> int:
+    """The length of the held-out windows: block_size, or less when the text cannot hold a pair of windows
+    that long (a window and its partner, `pair_offset` tokens on); 0 when it cannot hold a pair of 16."""
+    length = min(block_size, tokens)
+    while length >= REPEATED_MIN_LENGTH and length + pair_offset(length) > tokens:
+        length -= 1
+    return length if length >= REPEATED_MIN_LENGTH else 0
+
+
+def held_out_text(tokens: np.ndarray | Sequence[int], block_size: int, *, pairs: int | None = None,
+                  seed: int = 0, source: str = "the val split") -> ProbeSet | str:
+    """`pairs` pairs of windows (see the module's docstring) at random places in `tokens`, drawn with `seed`:
+    by default as many as hold TEXT_TOKENS tokens (at least 2), fewer where the text has fewer places; or
+    why there are none."""
     tokens = np.asarray(tokens)
-    length = min(block_size, len(tokens))
-    if windows is None:
-        windows = min(TEXT_WINDOWS, max(4, TEXT_TOKENS // max(length, 1)))
     if block_size < REPEATED_MIN_LENGTH:  # the model's context, not the text, is too short
         return (f"block_size {block_size} is below {REPEATED_MIN_LENGTH}, too short for windows of held-out text: "
                 f"previous-token, sink, current-token, positional and broad scores are not measurable")
-    if length < REPEATED_MIN_LENGTH:
-        return f"{source} has {len(tokens)} tokens, too few for held-out text scores (at least {REPEATED_MIN_LENGTH})"
-    count = min(windows, len(tokens) - length + 1)
-    starts = np.linspace(0, len(tokens) - length, count).round().astype(np.int64)
-    ids = [tokens[start:start + length].astype(np.int64).tolist() for start in starts]
-    return ProbeSet(TEXT, ids, all_logits=True, about=f"{count} windows of {length} tokens from {source}")
+    length = window_length(len(tokens), block_size)
+    if not length:
+        return (f"{source} has {len(tokens)} tokens, too few for held-out text scores (at least "
+                f"{REPEATED_MIN_LENGTH + pair_offset(REPEATED_MIN_LENGTH)})")
+    offset = pair_offset(length)
+    places = len(tokens) - length - offset + 1
+    if pairs is None:
+        pairs = max(2, TEXT_TOKENS // (2 * length))
+    pairs = min(pairs, places)
+    starts = np.random.default_rng(seed).choice(places, size=pairs, replace=False)
+    ids = [tokens[start + shift:start + shift + length].astype(np.int64).tolist()
+           for start in starts for shift in (0, offset)]
+    return ProbeSet(TEXT, ids, all_logits=True, group=2,
+                    about=f"{2 * pairs} windows of {length} tokens at random places in {source}")
 
 
 # --- sentences to show ----------------------------------------------------------------------------------
@@ -218,6 +271,50 @@ def sentences(texts: Sequence[str], tokenizer: Tokenizer, block_size: int) -> Pr
         kept_texts.append(text)
         ids.append(encoded[:block_size])
     return ProbeSet(SENTENCES, ids, kept_texts, about=f"{len(ids)} sentences")
+
+
+PRONOUN_WORD = re.compile(r"\b(" + "|".join(sorted(PRONOUNS)) + r")\b", re.IGNORECASE)
+SENTENCE_END = re.compile(r"(?<=[.!?])['\"\u2019\u201d)]*\s+")
+HELD_OUT_SENTENCES = 3
+SCANNED_TOKENS = 200_000   # of a long val split, the part whose sentences are looked at
+
+
+def held_out_sentences(tokens: np.ndarray | Sequence[int], tokenizer: Tokenizer, block_size: int,
+                       count: int = HELD_OUT_SENTENCES) -> list[str]:
+    """Sentences to watch when a run names none, from its own held-out text: `count` whole sentences
+    (whitespace inside made single spaces) from places spread through `tokens`, each of half a block to a
+    block of tokens, one with a pronoun where its part of the text has one (the views start from the
+    pronoun); none when the text has no such sentence."""
+    tokens = np.asarray(tokens)[:SCANNED_TOKENS]
+    if not len(tokens):
+        return []
+    text = tokenizer.decode(tokens.astype(np.int64).tolist())
+    fitting = []
+    for sentence in SENTENCE_END.split(text):
+        sentence = _within(" ".join(sentence.split()), tokenizer, block_size)
+        if sentence:
+            fitting.append(sentence)
+    chosen = []
+    for part in range(count):
+        found = fitting[part * len(fitting) // count:(part + 1) * len(fitting) // count]
+        if found:   # a sentence that starts like one and has a pronoun, else one of them, else the first
+            chosen.append(min(found, key=lambda s: (not PRONOUN_WORD.search(s), not s[0].isupper())))
+    return chosen
+
+
+def _within(sentence: str, tokenizer: Tokenizer, block_size: int) -> str | None:
+    """`sentence` when it has half a block to a block of tokens; a longer one cut to the whole words that fit
+    (when that is still half a block); else None."""
+    words = sentence.split(" ")[:2 * block_size]   # more words than any block of tokens holds
+    while words:
+        try:
+            length = len(tokenizer.encode(" ".join(words)))
+        except TokenizerError:
+            return None
+        if length <= block_size:
+            return " ".join(words) if length >= block_size // 2 else None
+        words = words[:-1]
+    return None
 
 
 def watch_sets(tokenizer: Tokenizer, block_size: int, *, train_tokens: np.ndarray | None = None,

@@ -13,11 +13,11 @@ import torch
 from watch.ablation import AblationResult
 from watch.composition import KINDS, ONE_LAYER_NOTE, Composition, pair_name
 from watch.heads import display_token, head_name
-from watch.headtypes import LABELS, TYPES, HeadType
+from watch.headtypes import LABELS, MEANINGS, RULE, TYPES, HeadType, needed
 from watch.pipeline import Results
+from watch.probesets import icl_positions
 from watch.pronouns import HeadStats, ProbeReport
 from watch.reading import Reading
-from watch.scores import icl_positions
 
 COLUMNS = ("rank", "head", "referent", "distractor", "top-1", "ref (no sink)", "top-1 (no sink)")
 
@@ -77,9 +77,15 @@ def summary_line(report: ProbeReport) -> str:
 
 
 def ablation_line(before: float, after: float, heads: Sequence[str]) -> str:
-    """How continuation accuracy changes when `heads` are removed, in one line."""
-    return (f"continuation accuracy after the pronoun: {before:.3f}; with {', '.join(heads)} ablated: "
+    """What removing `heads` does to the continuation accuracy, in one line."""
+    return (f"removing {names(heads)} takes the continuation accuracy after the pronoun from {before:.3f} to "
             f"{after:.3f} ({100 * (after - before):+.1f} points)")
+
+
+def names(heads: Sequence[str]) -> str:
+    """["L1H3", "L0H0", "L0H2"] -> "L1H3, L0H0 and L0H2"."""
+    heads = list(heads)
+    return heads[0] if len(heads) == 1 else ", ".join(heads[:-1]) + " and " + heads[-1]
 
 
 def _num(value: float | None) -> str:
@@ -113,21 +119,39 @@ def top_attended(pattern: torch.Tensor | np.ndarray, tokens: Sequence[str], quer
 
 # --- head types --------------------------------------------------------------------------------------
 
-TYPE_COLUMNS = ("head", "type", "previous", "duplicate", "induction", "sink", "current", "positional (k)", "broad")
+COLUMN_NAMES = {"previous_token": "previous", "duplicate_token": "duplicate", "induction": "induction",
+                "sink": "first token", "current_token": "itself", "positional": "k back", "pronoun": "pronoun"}
+ALWAYS_SHOWN = TYPES[:-1]   # the pronoun column only where pronoun probes were scored
+BROAD = "spread out"
+
+
+def _columns(reading: Reading) -> list[str]:
+    return [kind for kind in TYPES if kind in ALWAYS_SHOWN or kind in reading.type_scores]
 
 
 def type_table(reading: Reading, *, markdown: bool = False) -> str:
     """Every head's type and type scores, each with the untrained model's in brackets; "n/a" where a
     score could not be measured (no held-out text, a block too short for repeated tokens)."""
     before = reading.untrained.type_scores if reading.untrained is not None else {}
+    kinds = _columns(reading)
     rows = []
     for name, head_type in reading.types.items():
         layer, head = head_type.layer, head_type.head
         broad = reading.results.head("broad", layer, head)
         rows.append([name, LABELS[head_type.kind] if head_type.kind else "-",
-                     *(_type_cell(reading, before, kind, layer, head) for kind in TYPES),
+                     *(_type_cell(reading, before, kind, layer, head) for kind in kinds),
                      "n/a" if broad is None else f"{broad:.2f}"])
-    return "\n".join(_table(TYPE_COLUMNS, rows, markdown, text_columns=(0, 1)))
+    columns = ("head", "type", *(COLUMN_NAMES[kind] for kind in kinds), BROAD)
+    return "\n".join(_table(columns, rows, markdown, text_columns=(0, 1)))
+
+
+def type_legend(reading: Reading) -> str:
+    """How to read the type table, in a few lines: what its numbers are, the rule for a type, each column."""
+    kinds = _columns(reading)
+    meanings = "; ".join(f"{COLUMN_NAMES[kind]}: {MEANINGS[kind]}" for kind in kinds)
+    return (f"how to read it: each score is the share of a head's attention that goes where its column says (0 to 1), "
+            f"the same head before training in brackets; {RULE}.\n"
+            f"  {meanings}; {BROAD}: how evenly a head spreads its attention (1: over every token alike), not a type")
 
 
 def _type_cell(reading: Reading, before: dict, kind: str, layer: int, head: int) -> str:
@@ -142,42 +166,80 @@ def _type_cell(reading: Reading, before: dict, kind: str, layer: int, head: int)
     return value
 
 
-def type_lines(reading: Reading) -> str:
-    """One line per head type: its heads, or where the best head stood; then in-context learning."""
+def type_lines(reading: Reading, since: dict[str, str] | None = None) -> str:
+    """One line per head type: its heads (and since when, from `since`), or how close the best head came;
+    then in-context learning."""
     trained = reading.type_scores
     before = reading.untrained.type_scores if reading.untrained is not None else {}
     lines = []
     for kind in TYPES:
         if kind not in trained:
             continue
-        heads = [t for t in reading.types.values() if t.kind == kind]
+        heads = sorted((t for t in reading.types.values() if t.kind == kind), key=lambda t: -(t.score or 0.0))
         if heads:
-            listed = ", ".join(f"{t.name} {t.score:.2f}" + _untrained(before, kind, t.layer, t.head) for t in heads)
-            lines.append(f"{LABELS[kind]} heads: {listed}")
+            listed = ", ".join(f"{t.name} {t.score:.2f}{_untrained(before, kind, t.layer, t.head)}" for t in heads)
+            when = f", {since[kind]}" if since and kind in since else ""
+            lines.append(f"{LABELS[kind]} heads: {listed}{when}")
+            continue
+        layer, head, value = _best(trained[kind])
+        was = float(before[kind][layer, head]) if kind in before else None
+        bar = needed(was)
+        if value >= CLOSE * bar:
+            lines.append(f"no {LABELS[kind]} head yet, but {head_name(layer, head)} is close: {value:.2f}, where a "
+                         f"type needs {bar:.2f}{_untrained(before, kind, layer, head)}")
         else:
-            layer, head, value = _best(trained[kind])
-            lines.append(f"no {LABELS[kind]} head yet (best {head_name(layer, head)} {value:.2f}"
-                         f"{_untrained(before, kind, layer, head)})")
+            lines.append(f"no {LABELS[kind]} head (best {head_name(layer, head)} {value:.2f}"
+                         f"{_untrained(before, kind, layer, head, bracket=False)})")
     lines += in_context_lines(reading)
     return "\n".join(lines)
 
 
+CLOSE = 0.6   # a head with at least this share of the score a type needs is close to it
+
+
 def in_context_lines(reading: Reading) -> list[str]:
+    """The in-context gain and score, each with its spread, and what they mean."""
     numbers = reading.results.numbers
     then = reading.untrained.results.numbers if reading.untrained is not None else {}
     lines = []
     if "in_context_gain" in numbers:
-        was = f"; untrained {then['in_context_gain']:+.3f}" if "in_context_gain" in then else ""
-        lines.append(f"in-context gain on repeated random tokens: {numbers['in_context_gain']:+.3f} nats/token "
-                     f"(first copy {numbers['loss_first_copy']:.3f}, second {numbers['loss_second_copy']:.3f}{was})")
+        gain = numbers["in_context_gain"]
+        meaning = ("the second copy is predicted {size:.3f} nats better than the first" if gain > 0 else
+                   "the second copy is predicted {size:.3f} nats worse than the first")
+        lines.append(f"in-context gain on repeated random tokens: {_measured(numbers, 'in_context_gain', meaning)} "
+                     f"(first copy {numbers['loss_first_copy']:.3f}, second {numbers['loss_second_copy']:.3f}"
+                     f"{_then(then, 'in_context_gain')})")
     if "in_context_score" in numbers:
         text = reading.results.sets.get("text")
-        early, late = icl_positions(len(text.ids[0]))
-        was = f"; untrained {then['in_context_score']:+.3f}" if "in_context_score" in then else ""
-        lines.append(f"in-context score on held-out text: {numbers['in_context_score']:+.3f} nats (loss of tokens "
-                     f"{late.start}-{late.stop - 1} minus tokens {early.start}-{early.stop - 1}; below 0: later "
-                     f"tokens are predicted better{was})")
+        length = len(text.ids[0])
+        early, late = icl_positions(length)
+        where = (f"tokens {late.start}-{late.stop - 1} of a {length}-token context "
+                 f"against the same tokens at {early.start}-{early.start + late.stop - late.start - 1}")
+        score = numbers["in_context_score"]
+        meaning = ("later in the context, tokens are predicted {size:.3f} nats better" if score < 0 else
+                   "later in the context, tokens are predicted {size:.3f} nats worse")
+        lines.append(f"in-context score on held-out text: {_measured(numbers, 'in_context_score', meaning, 'nats')} "
+                     f"({where}, {len(text.ids) // 2} pairs of windows{_then(then, 'in_context_score')})")
     return lines
+
+
+def _measured(numbers: dict, name: str, meaning: str, unit: str = "nats/token") -> str:
+    """"+0.12 ± 0.03 nats/token: the second copy is ...", or "no measurable effect (+0.02 ± 0.05 nats/token)"
+    when the figure lies inside its spread."""
+    value, spread = numbers[name], numbers.get(f"{name}_spread")
+    figure = f"{value:+.3f}" + (f" ± {spread:.3f}" if spread is not None else "") + f" {unit}"
+    if spread is not None and abs(value) <= spread:
+        return f"no measurable effect, {figure}"
+    return f"{figure}: {meaning.format(size=abs(value))}"
+
+
+def _then(then: dict, name: str) -> str:
+    if name not in then:
+        return ""
+    spread = then.get(f"{name}_spread")
+    inside = spread is not None and abs(then[name]) <= spread
+    return f"; untrained {then[name]:+.3f}" + (" ± " + f"{spread:.3f}" if spread is not None else "") + \
+        (", no measurable effect" if inside else "")
 
 
 def _best(values: torch.Tensor) -> tuple[int, int, float]:
@@ -186,69 +248,106 @@ def _best(values: torch.Tensor) -> tuple[int, int, float]:
     return layer, head, float(values[layer, head])
 
 
-def _untrained(before: dict[str, torch.Tensor], kind: str, layer: int, head: int) -> str:
+def _untrained(before: dict[str, torch.Tensor], kind: str, layer: int, head: int, *, bracket: bool = True) -> str:
     if kind not in before:
         return ""
-    return f", untrained {float(before[kind][layer, head]):.2f}"
+    value = f"untrained {float(before[kind][layer, head]):.2f}"
+    return f" ({value})" if bracket else f", {value}"
 
 
 def ablation_lines(reading: Reading, found: Sequence[AblationResult]) -> str:
-    """What removing each set of heads cost, one line each, in the measure that fits their kind."""
+    """What removing each set of heads cost, one line each, in plain words and the measure that fits their kind."""
     results = reading.results
     lines = []
     for result in found:
         after = result.reading.results
-        what = f"removing {', '.join(result.heads)} ({_chosen_as(result)}, {result.mode}-ablation)"
         costs = []
         if result.kind in ("induction", "duplicate_token", "previous_token"):
-            costs.append(_change("in-context gain", results.numbers, after.numbers, "in_context_gain", share=True)
-                         + _copies(results.numbers, after.numbers))
+            costs.append(_gain_change(results.numbers, after.numbers))
         if result.kind == "previous_token":
-            costs.append(_best_change("best induction score", results, after, "induction", result.heads))
+            costs.append(_best_change("the best induction score", results, after, "induction", result.heads))
         if result.kind in ("sink", "current_token", "positional"):
-            costs.append(_change("held-out loss", results.numbers, after.numbers, "text_loss"))
+            costs.append(_loss_change(results.numbers, after.numbers))
         if result.kind == "pronoun":
-            costs.append(_change("continuation accuracy", results.numbers, after.numbers, "continuation_accuracy",
-                                 points=True))
+            costs.append(_points_change("the continuation accuracy after the pronoun", results.numbers,
+                                        after.numbers, "continuation_accuracy"))
         costs = [c for c in costs if c]
         if costs:
-            lines.append(f"{what}: {'; '.join(costs)}")
+            lines.append(f"removing {names(result.heads)} ({_chosen_as(result)}) {'; '.join(costs)}")
     return "\n".join(lines)
 
 
-def type_report(reading: Reading, missing: Sequence[str], found: Sequence[AblationResult]) -> str:
-    """The head-type table, its lines, why a set could not be measured, and what removing heads cost."""
-    parts = [type_table(reading), type_lines(reading), *(f"({why})" for why in missing)]
+def type_report(reading: Reading, missing: Sequence[str], found: Sequence[AblationResult],
+                since: dict[str, str] | None = None) -> str:
+    """The head-type table, how to read it, its lines, why a set could not be measured, and what removing
+    heads cost."""
+    parts = [type_table(reading), type_legend(reading), type_lines(reading, since), *(f"({why})" for why in missing)]
     costs = ablation_lines(reading, found)
     return "\n".join(parts + ([costs] if costs else []))
 
 
-def _copies(before: dict, after: dict) -> str:
-    """Where the gain went: the loss on each copy, before and after (a removed copying head can leave the
-    second copy predicted worse than the first, a gain below zero)."""
-    keys = ("loss_first_copy", "loss_second_copy")
-    if not all(k in before and k in after for k in keys):
-        return ""
-    return (f" (first copy {before[keys[0]]:.2f} -> {after[keys[0]]:.2f}, second {before[keys[1]]:.2f} -> "
-            f"{after[keys[1]]:.2f} nats)")
-
-
-def _chosen_as(result: AblationResult) -> str:
-    if result.kind in LABELS:
-        return LABELS[result.kind] + ("" if len(result.heads) == 1 else f" heads, {result.label}")
-    return {"pronoun": "best pronoun head"}.get(result.kind, result.kind.replace("_", " "))
-
-
-def _change(label: str, before: dict, after: dict, key: str, *, share: bool = False, points: bool = False) -> str:
+def _gain_change(before: dict, after: dict) -> str:
+    """"takes the in-context gain from 3.01 to -0.82 nats/token: all of it and more (first copy ...)"."""
+    key = "in_context_gain"
     if key not in before or key not in after:
         return ""
     old, new = before[key], after[key]
-    if points:
-        return f"{label} {old:.3f} -> {new:.3f} ({100 * (new - old):+.1f} points)"
-    text = f"{label} {old:.3f} -> {new:.3f}"
-    if share and old > 0:
-        text += f" ({100 * (old - new) / old:.0f}% of it removed)"
+    text = f"takes the in-context gain from {old:.3f} to {new:.3f} nats/token"
+    spread = before.get(f"{key}_spread")
+    if old > 0 and (spread is None or old > spread):
+        text += f": {_share_taken(old, new)}"
+    keys = ("loss_first_copy", "loss_second_copy")
+    if all(k in before and k in after for k in keys):   # a removed copying head can leave the second copy worse
+        text += (f" (first copy {before[keys[0]]:.2f} -> {after[keys[0]]:.2f}, second {before[keys[1]]:.2f} -> "
+                 f"{after[keys[1]]:.2f} nats)")
     return text
+
+
+def _share_taken(old: float, new: float) -> str:
+    """How much of a positive figure `old` removing heads took away, when it became `new`, in words."""
+    taken = (old - new) / old
+    if taken > 1.05:
+        return "all of it and more"
+    if taken >= 0.95:
+        return "all of it"
+    if taken >= 0.05:
+        return f"{100 * taken:.0f}% of it"
+    if taken > -0.05:
+        return "almost none of it"
+    return f"none of it; it grows by {100 * -taken:.0f}%"
+
+
+def _loss_change(before: dict, after: dict) -> str:
+    key = "text_loss"
+    if key not in before or key not in after:
+        return ""
+    old, new = before[key], after[key]
+    verb = "raises" if new >= old else "lowers"
+    return f"{verb} the held-out loss from {old:.3f} to {new:.3f} nats ({new - old:+.3f})"
+
+
+def _points_change(label: str, before: dict, after: dict, key: str) -> str:
+    if key not in before or key not in after:
+        return ""
+    old, new = before[key], after[key]
+    return f"takes {label} from {old:.3f} to {new:.3f} ({100 * (new - old):+.1f} points)"
+
+
+def _chosen_as(result: AblationResult) -> str:
+    """Why these heads: "previous-token head", "the two highest induction scores", ..., and how they were removed
+    when that was not zero-ablation."""
+    label = LABELS.get(result.kind)
+    if label is None or result.kind == "pronoun" and result.label == "best":
+        why = {"pronoun": "the best pronoun head", "most_selective": "the most selective head",
+               "name_readers": "the heads that read the name"}.get(result.kind, result.kind.replace("_", " "))
+    elif len(result.heads) == 1:
+        why = f"{label} head"
+    elif result.label.startswith("top"):
+        why = f"the two highest {label} scores"
+    else:
+        why = f"all {len(result.heads)} {label} heads"
+    return why + ("" if result.mode == "zero" else f", replaced by {'their' if len(result.heads) > 1 else 'its'} "
+                                                   f"mean output")
 
 
 def _best_change(label: str, before: Results, after: Results, score: str, removed: Sequence[str]) -> str:
@@ -258,7 +357,7 @@ def _best_change(label: str, before: Results, after: Results, score: str, remove
     if not old or not new:
         return ""
     name = max(old, key=old.get)
-    return f"{label} {old[name]:.3f} -> {new[name]:.3f} ({name})"
+    return f"takes {label} from {old[name]:.3f} to {new[name]:.3f} ({name})"
 
 
 # --- pronoun agreement ------------------------------------------------------------------------------
@@ -283,11 +382,12 @@ def agreement_lines(reading: Reading, ablations: Sequence[AblationResult]) -> st
                      f"(referent {selective.referent:.3f}, distractor {selective.distractor:.3f})")
     for ab in ablations:
         after = ab.reading.agreement
-        line = (f"ablating {', '.join(ab.heads)} ({ab.kind.replace('_', ' ')}): agreement {after.accuracy:.3f} "
-                f"({100 * (after.accuracy - a.accuracy):+.1f} points)")
+        line = (f"removing {names(ab.heads)} ({_chosen_as(ab)}) takes agreement from {a.accuracy:.3f} to "
+                f"{after.accuracy:.3f} ({100 * (after.accuracy - a.accuracy):+.1f} points)")
         top1 = ab.best_top1_left
         if top1 is not None and selective is not None:
-            line += f"; best top-1 left {100 * top1:.1f}% ({100 * (top1 - selective.top1):+.1f} points)"
+            line += (f"; the best top-1 among the heads left is {100 * top1:.1f}% "
+                     f"({100 * (top1 - selective.top1):+.1f} points)")
         lines.append(line)
     return "\n".join(lines)
 

@@ -26,12 +26,16 @@ perfect induction head on repeated tokens scores below 0.5 there. The two are no
 
 Model scores: in_context_gain (mean loss predicting tokens 2..L of the first copy minus the same
 for the second copy, nats/token) and in_context_score (Olsson's "loss at token 500 minus loss at
-token 50" of a 512-token context, over bands at the same fractions of ours: `icl_positions`), and the pronoun
-probes' and agreement contexts' own (see `watch/pronouns.py` for their reading).
+token 50" of a 512-token context, over bands at the same fractions of ours: `icl_positions`; each
+token of the late band is compared with itself early in a second window, which takes out how hard
+the token is, so a few hundred windows measure it to a few hundredths of a nat), each with its
+spread (two standard errors over the sequences: `spread`); and the pronoun probes' and agreement
+contexts' own (see `watch/pronouns.py` for their reading).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -39,7 +43,7 @@ from typing import Any
 import torch
 
 from watch.capture import Capture
-from watch.probesets import AGREEMENT, PRONOUN, REPEATED, TEXT
+from watch.probesets import AGREEMENT, PRONOUN, REPEATED, TEXT, icl_positions
 
 Total = tuple[torch.Tensor | float, torch.Tensor | float]   # (total, count): the score is total / count
 
@@ -200,34 +204,47 @@ def loss_first_copy(capture: Capture) -> Total:
     return _copy_loss(capture, second=False)
 
 
+@model_score("in_context_gain_squares", REPEATED, "mean square of each sequence's in-context gain (for its "
+                                                 "spread)")
+def in_context_gain_squares(capture: Capture) -> Total:
+    copy = capture.ids.shape[1] // 2
+    losses = next_token_losses(capture)
+    gains = losses[:, :copy - 1].mean(1) - losses[:, copy:2 * copy - 1].mean(1)
+    return float((gains ** 2).sum()), gains.numel()
+
+
 @model_score("loss_second_copy", REPEATED, "loss predicting tokens 2..L of the second copy (nats/token)")
 def loss_second_copy(capture: Capture) -> Total:
     return _copy_loss(capture, second=True)
 
 
-def icl_positions(length: int) -> tuple[range, range]:
-    """The token positions (0-based) whose mean losses the in-context score compares, for a context of
-    `length` tokens: Olsson's tokens 50 and 500 of 512 are a tenth of the way in and at the end; here
-    a band around each (the early one from 5% to 15% of the context, the late one its last tenth),
-    because a few held-out windows give too few losses at one position."""
-    early = range(max(1, round(0.05 * length)), max(2, round(0.15 * length)))
-    late = range(min(length - 1, max(early.stop, round(0.9 * length))), length)
-    return early, late
+def _in_context_differences(capture: Capture) -> torch.Tensor:
+    """[pairs]: for each pair of held-out windows (`watch.probesets.held_out_text`), the mean loss of the
+    tokens of the first window's late band minus the mean loss of the same tokens early in its partner:
+    what the longer context is worth on those tokens (below 0: they are predicted better with it)."""
+    if capture.probe_set.group != 2 or capture.ids.shape[0] % 2:
+        return torch.zeros(0, dtype=torch.float64)
+    length = capture.ids.shape[1]
+    early, late = icl_positions(length)
+    losses = next_token_losses(capture)                                     # loss of token t + 1 at column t
+    first, partner = losses[0::2], losses[1::2]
+    count = late.stop - late.start
+    with_context = first[:, late.start - 1:late.stop - 1].mean(1)
+    without = partner[:, early.start - 1:early.start - 1 + count].mean(1)
+    return with_context - without
 
 
-def _loss_at(capture: Capture, late: bool) -> Total:
-    positions = icl_positions(capture.ids.shape[1])[1 if late else 0]
-    return _loss_sum(capture, positions.start - 1, positions.stop - 1)   # predicting the tokens at those positions
+@model_score("in_context_score", TEXT, "loss of tokens late in a context minus that of the same tokens early in "
+                                       "one (nats; Olsson's loss at token 500 minus loss at token 50)")
+def in_context_score(capture: Capture) -> Total:
+    differences = _in_context_differences(capture)
+    return float(differences.sum()), differences.numel()
 
 
-@model_score("text_loss_early", TEXT, "loss of the tokens early in the context (see icl_positions)")
-def text_loss_early(capture: Capture) -> Total:
-    return _loss_at(capture, late=False)
-
-
-@model_score("text_loss_late", TEXT, "loss of the tokens late in the context (see icl_positions)")
-def text_loss_late(capture: Capture) -> Total:
-    return _loss_at(capture, late=True)
+@model_score("in_context_score_squares", TEXT, "mean square of each pair's in-context difference (for its spread)")
+def in_context_score_squares(capture: Capture) -> Total:
+    differences = _in_context_differences(capture)
+    return float((differences ** 2).sum()), differences.numel()
 
 
 @model_score("text_loss", TEXT, "mean next-token loss on the held-out text (nats/token)")
@@ -235,14 +252,30 @@ def text_loss(capture: Capture) -> Total:
     return _loss_sum(capture)
 
 
-def derived_model_scores(values: dict[str, float]) -> dict[str, float]:
-    """The scores made of others: the in-context gain and the in-context score."""
+def derived_model_scores(values: dict[str, float], counts: dict[str, int]) -> dict[str, float]:
+    """The scores made of others: the in-context gain, and the spread of it and of the in-context score."""
     out = {}
     if "loss_first_copy" in values and "loss_second_copy" in values:
         out["in_context_gain"] = values["loss_first_copy"] - values["loss_second_copy"]
-    if "text_loss_early" in values and "text_loss_late" in values:
-        out["in_context_score"] = values["text_loss_late"] - values["text_loss_early"]
+    for name in SPREADS:
+        mean, squares = {**values, **out}.get(name), values.get(f"{name}_squares")
+        if mean is not None and squares is not None:
+            out[f"{name}_spread"] = spread(mean, squares, counts.get(f"{name}_squares", 0))
     return out
+
+
+SPREADS = ("in_context_gain", "in_context_score")   # the numbers reported with their spread (see `spread`)
+
+
+def spread(mean: float, mean_square: float, count: int) -> float:
+    """Two standard errors of a mean of `count` independent draws with this mean and mean square: drawing
+    the sequences again lands within this of the mean 19 times in 20, so a figure inside it is no
+    measurable effect, and one outside it cannot change sign from sampling alone. Infinite for fewer than
+    two draws."""
+    if count < 2:
+        return math.inf
+    variance = max(mean_square - mean ** 2, 0.0) * count / (count - 1)
+    return 2 * math.sqrt(variance / count)
 
 
 # --- pronoun probes: the pronoun's row ---------------------------------------------------------------

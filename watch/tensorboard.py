@@ -25,7 +25,7 @@ from watch.composition import KINDS, Composition
 from watch.heads import head_name
 from watch.headtypes import CONTEXT_NUMBERS, TYPES
 from watch.reading import Reading
-from watch.report import head_table, type_lines, type_table
+from watch.report import head_table, type_legend, type_lines, type_table
 
 
 class TensorBoardWriter:
@@ -237,7 +237,7 @@ def log_tables(writer: Any, step: int, reading: Reading) -> None:
         text = f"step {step}, best head **{report.best.name}**\n\n{head_table(report, markdown=True)}"
         writer.add_text("attention/heads", text, step)
     if reading.types:
-        lines = type_lines(reading).replace("\n", "  \n")   # Markdown line breaks
+        lines = (type_legend(reading) + "\n" + type_lines(reading)).replace("\n", "  \n")   # Markdown line breaks
         writer.add_text("heads/types", f"step {step}\n\n{type_table(reading, markdown=True)}\n\n{lines}", step)
 
 
