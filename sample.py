@@ -7,6 +7,7 @@
     python sample.py --out_dir=out --heads [--text FILE] [--ablate L1H2] [--ablation=mean] [--json]
     python sample.py --out_dir=out --export tl model.tl.pt    # TransformerLens; both need requirements-interop.txt
     python sample.py --out_dir=out --export hf model-hf       # Hugging Face transformers
+    python sample.py --init_from=gpt2 --heads [--text FILE]  # a model trained elsewhere, in every mode above
 """
 
 from __future__ import annotations
@@ -17,10 +18,12 @@ import startup  # noqa: F401  (first, so that a Ctrl-C while torch loads is one 
 import argparse
 import math
 import sys
+from pathlib import Path
 
 import torch
 
 from checkpoints import Loaded, checkpoint_path, load_model
+from checkpoints.foreign import CHECKPOINT, GPTWATCH, Source, describe, identify
 from data.tokenizer import TokenizerError
 from errors import ArgumentParser, UsageError, run_cli, warn
 from files import destination, read_text, utf8_value
@@ -43,7 +46,11 @@ class _DefaultsNotSaid(argparse.ArgumentDefaultsHelpFormatter):
 def build_parser() -> argparse.ArgumentParser:
     p = ArgumentParser("sample.py", description="Sample from a trained checkpoint, or inspect its attention.",
                        formatter_class=_DefaultsNotSaid)
-    p.add_argument("--out_dir", default="out", help="folder holding ckpt.pt (or the path of a .pt file)")
+    p.add_argument("--out_dir", default=None, help="folder holding ckpt.pt (or the path of a .pt file) (default: out)")
+    p.add_argument("--init_from", metavar="SOURCE", default=None,
+                   help="a model trained elsewhere, instead of --out_dir: a Hugging Face GPT-2-family name (gpt2, "
+                        "gpt2-medium, gpt2-large, gpt2-xl, distilgpt2), a folder holding its config.json and "
+                        "model.safetensors, or a nanoGPT ckpt.pt (or its out_dir)")
     p.add_argument("--prompt", default="\n", help="text to continue (default: a newline); @FILE reads it from a file")
     p.add_argument("--num_samples", type=int, default=1, help="how many samples")
     p.add_argument("--max_new_tokens", type=int, default=200, help="tokens to generate per sample")
@@ -57,7 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
     look.add_argument("--attention", metavar="TEXT", help="heatmaps of TEXT's attention (PNG and TensorBoard)")
     look.add_argument("--query", default=None,
                       help="token whose attention --attention prints: a word or a position (default: last pronoun)")
-    look.add_argument("--png_dir", default=None, help="where --attention writes PNGs (default: OUT_DIR/attention)")
+    look.add_argument("--png_dir", default=None, help="where --attention writes PNGs (default: OUT_DIR/attention; for "
+                                                      "a model from --init_from, out/ITS_NAME/attention)")
     look.add_argument("--html", metavar="FILE.html", default=None,
                       help="with --attention: write an offline attention page (one HTML file) instead of PNGs")
     look.add_argument("--probes", metavar="FILE.jsonl", help="print the head table for a probe file")
@@ -114,6 +122,9 @@ def check_mode(args: argparse.Namespace, parser: argparse.ArgumentParser) -> str
     if args.png_dir is not None and args.html is not None:
         raise UsageError("--png_dir is where --attention writes PNGs, which --html replaces by one page; "
                          "drop one of them")
+    if args.out_dir is not None and args.init_from is not None:
+        raise UsageError("--out_dir and --init_from both name the model to read; give one of them (--out_dir: a "
+                         "checkpoint train.py wrote; --init_from: a model trained elsewhere, such as gpt2)")
     return mode
 
 
@@ -139,14 +150,6 @@ def check_names(args: argparse.Namespace) -> None:
         problem = utf8_value(value)
         if problem is not None:
             raise UsageError(f"--{name} {problem}; rename that file or folder to a UTF-8 name, or give another")
-
-
-def load(out_dir: str, device: torch.device) -> Loaded:
-    """The checkpoint's model and tokenizer, after checking every setting it records (`saved_settings`)
-    whichever of them a mode reads."""
-    loaded = load_model(out_dir, device)
-    saved_settings(loaded.checkpoint, checkpoint_path(out_dir))
-    return loaded
 
 
 def read_prompt(prompt: str) -> str:
@@ -199,6 +202,34 @@ def stream_samples(model, tokenizer, ids: list[int], args: argparse.Namespace, d
     sys.stdout.flush()
 
 
+def model_source(args: argparse.Namespace) -> Source | str:
+    """What to read: --out_dir, a path here (default: out), or what --init_from names. A gptwatch checkpoint
+    named by --init_from is read as --out_dir would read it. A model trained elsewhere is shown by the name
+    given, and its heatmaps go to out/ITS_NAME/attention (no run of it is here to put them beside)."""
+    if args.init_from is None:
+        args.out_dir = args.out_dir or "out"
+        return args.out_dir
+    found = identify(args.init_from)
+    args.out_dir = args.init_from  # the name every report shows
+    if found.kind != GPTWATCH and args.attention is not None and args.png_dir is None and args.html is None:
+        name = found.hub or (found.path.parent if found.path.name == CHECKPOINT else found.path).resolve().name
+        args.png_dir = str(Path("out") / name / "attention")
+    return found
+
+
+def load(args: argparse.Namespace, device: torch.device) -> Loaded:
+    """The model to sample or look into, with its tokenizer: a checkpoint after checking every setting it
+    records (`saved_settings`) whichever of them a mode reads; a model trained elsewhere saying on stderr what
+    it is."""
+    source = model_source(args)
+    loaded = load_model(source, device, hub=False)
+    if isinstance(source, Source) and source.kind != GPTWATCH:
+        print(describe(loaded), file=sys.stderr)
+    else:
+        saved_settings(loaded.checkpoint, checkpoint_path(args.out_dir))
+    return loaded
+
+
 def main(argv: list[str]) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -211,10 +242,10 @@ def main(argv: list[str]) -> int:
 
         target, path = args.export
         export_path(target, path)  # a path that names nothing to write is refused before the checkpoint is read
-        print(report(export(load(args.out_dir, torch.device("cpu")), target, path, args.out_dir), target))
+        print(report(export(load(args, torch.device("cpu")), target, path, args.out_dir), target))
         return 0
     device = pick_device(args.device)
-    loaded = load(args.out_dir, device)
+    loaded = load(args, device)
     model, tokenizer, checkpoint = loaded.model, loaded.tokenizer, loaded.checkpoint
     validate(args, tokenizer.vocab_size)
     from watch.heads import ablation_for

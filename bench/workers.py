@@ -120,23 +120,29 @@ def _trainer(config: str, overrides: list[str], synthetic: bool):
                    SyntheticBatches(model.config.vocab_size, cfg.block_size, cfg.batch_size, rt.device))
 
 
+def _timed_steps(trainer, warmup: int, steps: int) -> tuple[list[float], float | None]:
+    """Seconds of each of `steps` `Trainer.step()` calls after `warmup` untimed ones, and the last loss."""
+    from trainer import runtime
+
+    try:
+        times, loss = [], None
+        for step in range(warmup + steps):
+            t0 = time.perf_counter()
+            loss = trainer.step().loss
+            _sync(trainer.runtime.device)
+            if step >= warmup:
+                times.append(time.perf_counter() - t0)
+    finally:
+        runtime.teardown(trainer.runtime)
+    return times, loss
+
+
 def throughput(args: dict) -> dict:
     """Median time of a full optimizer step: `Trainer.step()`, the step train.py runs."""
     import torch
 
-    from trainer import runtime
-
     trainer = _trainer(args["config"], args.get("overrides", []), bool(args.get("synthetic")))
-    try:
-        times, loss = [], None
-        for step in range(args["warmup"] + args["steps"]):
-            t0 = time.perf_counter()
-            loss = trainer.step().loss
-            _sync(trainer.runtime.device)
-            if step >= args["warmup"]:
-                times.append(time.perf_counter() - t0)
-    finally:
-        runtime.teardown(trainer.runtime)
+    times, loss = _timed_steps(trainer, args["warmup"], args["steps"])
     cfg, model = trainer.cfg, trainer.model
     median = statistics.median(times)
     deciles = statistics.quantiles(times, n=10) if len(times) >= 2 else [median] * 9
@@ -152,6 +158,31 @@ def throughput(args: dict) -> dict:
         "ms_per_step_p10": deciles[0] * 1e3, "ms_per_step_p90": deciles[-1] * 1e3, "tokens_per_s": tokens_per_s,
         **flops, "achieved_gflops": flops["flops_per_token"] * tokens_per_s / 1e9, "last_loss": loss,
     }
+
+
+def finetune(args: dict) -> dict:
+    """Fine-tuning a model trained elsewhere: `load_model` reads it (cropped to the config's block), and
+    `Trainer.step()`, the step train.py runs, trains it with the optimizer train.py builds, on random tokens of
+    its vocabulary. Median time of a step after `warmup` untimed ones."""
+    import torch
+
+    from checkpoints import load_model
+    from trainer import runtime
+    from trainer.config import load_config
+    from trainer.optim import make_optimizer
+    from trainer.trainer import Trainer
+
+    cfg = load_config(None, args["overrides"])
+    rt = runtime.setup(cfg)
+    torch.manual_seed(cfg.seed)
+    model = load_model(args["ckpt"], rt.device, block_size=cfg.block_size).model.train()
+    vocab = model.config.vocab_used or model.config.vocab_size
+    trainer = Trainer(cfg, rt, model, make_optimizer(model, cfg, rt.device),
+                      SyntheticBatches(vocab, cfg.block_size, cfg.batch_size, rt.device))
+    times, loss = _timed_steps(trainer, args["warmup"], args["steps"])
+    return {"ms_per_step": statistics.median(times) * 1e3, "step_ms": [t * 1e3 for t in times],
+            "threads": torch.get_num_threads(), "tokens_per_step": trainer.tokens_per_step, "last_loss": loss,
+            "params": sum(p.numel() for p in model.parameters()), "model_config": model.config.to_dict()}
 
 
 def _time_generation(generate, runs: int) -> tuple[list[float], object]:
@@ -217,7 +248,8 @@ def nanogpt_sampling(args: dict) -> dict:
             "tokens_per_s": n / statistics.median(seconds)}
 
 
-WORKERS = {"peak": peak, "throughput": throughput, "sampling": sampling, "nanogpt_sampling": nanogpt_sampling}
+WORKERS = {"peak": peak, "throughput": throughput, "finetune": finetune, "sampling": sampling,
+           "nanogpt_sampling": nanogpt_sampling}
 
 
 def main(argv: list[str]) -> int:

@@ -1,7 +1,8 @@
 """Reading checkpoints, below the trainer: sampling, export, inspection and the benchmarks read weights
 here without importing `trainer`, which writes them (`trainer.checkpoint`) and checks a resume."""
 
-from checkpoints.load import Loaded, load_model
+from checkpoints.gptwatch import Loaded
+from checkpoints.load import load_model
 from checkpoints.read import (
     FORMAT,
     FORMAT_VERSION,

@@ -6,11 +6,12 @@ that computes the same function, with its tokenizer.
   `openai-community/gpt2`): fetched once into the Hugging Face cache, then read as a folder
   (`checkpoints.hub`). A file or folder here of the same name wins, with a warning saying so;
 - a `ckpt.pt` in nanoGPT's layout, or the folder holding it: a nanoGPT checkpoint (`checkpoints.nanogpt`);
-- any other file, or folder holding a `ckpt.pt`: a gptwatch checkpoint, read by `load_model` (also a
+- any other file, or folder holding a `ckpt.pt`: a gptwatch checkpoint, read by `checkpoints.gptwatch` (also a
   damaged one, whose problem its messages name).
 
-`load_any` reads each into a `Loaded`, as `load_model` gives a gptwatch checkpoint; `describe` says in one
-line what a model trained elsewhere is.
+`load_foreign` reads each model trained elsewhere into a `Loaded`, as `load_gptwatch` reads a gptwatch
+checkpoint; `load_model` (`checkpoints.load`) calls whichever `identify` says; `describe` says in one line what a
+model trained elsewhere is.
 
 Each is refused in one line, before anything large is read or allocated, when gptwatch's model cannot
 compute it exactly or it cannot fit in memory.
@@ -25,14 +26,14 @@ from pathlib import Path
 import torch
 
 from checkpoints.gpt2 import CONFIG, folder_tokenizer, gpt_config, read_hf_config, read_hf_weights, weights_path
+from checkpoints.gptwatch import Loaded
 from checkpoints.hub import HUB_MODELS, LOCAL_FOLDER_HELP, fetch, hub_name
 from checkpoints.layout import ForeignModelError, built, check_fits, read_weights
-from checkpoints.load import Loaded, load_model
 from checkpoints.nanogpt import is_nanogpt, nanogpt_config, nanogpt_tokenizer, nanogpt_weights
 from checkpoints.read import ZIP_MAGIC
 from checkpoints.torchfile import load_torch_file
 from data.tokenizer import Tokenizer
-from errors import UsageError, warn
+from errors import warn
 from model.gpt import GPT, GPTConfig
 
 GPTWATCH, NANOGPT, HUGGINGFACE = "gptwatch", "nanogpt", "huggingface"
@@ -50,11 +51,11 @@ class Source:
     contents: dict | None = None
 
 
-def identify(source: str | Path) -> Source:
-    """What `source` names (see the module docstring). Reads at most a candidate nanoGPT checkpoint (memory-
-    mapped), never downloads."""
+def identify(source: str | Path, *, hub: bool = True) -> Source:
+    """What `source` names (see the module docstring; `hub=False`: a path here, never a hub name). Reads at
+    most a candidate nanoGPT checkpoint (memory-mapped), never downloads."""
     path = Path(source)
-    name = hub_name(str(source))
+    name = hub_name(str(source)) if hub else None
     if not path.exists():
         if name is None:
             raise ForeignModelError(f"{source} is neither a file or folder here nor a model gptwatch fetches from the "
@@ -64,6 +65,7 @@ def identify(source: str | Path) -> Source:
     if name is not None:
         warn(f"reading the local {'folder' if path.is_dir() else 'file'} {path}, not the hub model {name} of the "
              f"same name; to fetch that one, give its repository, {HUB_MODELS[name][0]}")
+    given = path
     if path.is_dir():
         if (path / CONFIG).is_file():
             return Source(HUGGINGFACE, path)
@@ -72,12 +74,13 @@ def identify(source: str | Path) -> Source:
                                     f"(a gptwatch or nanoGPT checkpoint); give one of those, or the file itself")
         path = path / CHECKPOINT
     contents = _nanogpt_contents(path)
-    return Source(NANOGPT, path, contents=contents) if contents is not None else Source(GPTWATCH, path)
+    # a gptwatch checkpoint keeps the path as given: its reader names what is wrong there (a folder as ckpt.pt)
+    return Source(NANOGPT, path, contents=contents) if contents is not None else Source(GPTWATCH, given)
 
 
 def _nanogpt_contents(path: Path) -> dict | None:
     """The contents of `path` when it is a nanoGPT checkpoint; None for anything else (a gptwatch checkpoint, a
-    damaged file: `load_model` names the problem)."""
+    damaged file: `load_gptwatch` names the problem)."""
     try:
         with path.open("rb") as fh:
             if fh.read(len(ZIP_MAGIC)) != ZIP_MAGIC:
@@ -98,22 +101,7 @@ def load_foreign(found: Source, device: torch.device) -> Loaded:
     if found.kind == HUGGINGFACE:
         folder = found.path if found.path is not None else fetch(found.hub, device)
         return _read_hf(folder, found.hub, device)
-    raise ValueError(f"{found.path} is a gptwatch checkpoint: load_model reads it")
-
-
-def load_any(source: str | Path, device: torch.device, *, block_size: int | None = None) -> Loaded:
-    """Any model a path or name gives (see the module docstring): a gptwatch checkpoint through `load_model`,
-    one trained elsewhere through `load_foreign`; with `block_size`, cropped to that many positions."""
-    found = identify(source)
-    loaded = load_model(found.path, device) if found.kind == GPTWATCH else load_foreign(found, device)
-    if block_size is not None and block_size != loaded.model.config.block_size:
-        positions = loaded.model.config.block_size
-        if block_size > positions:
-            raise UsageError(f"block_size={block_size} is above the {positions} positions of {found.hub or found.path}"
-                             f"; use --block_size={positions} or less")
-        loaded.model.crop_block_size(block_size)
-        loaded.checkpoint["model_config"] = loaded.model.config.to_dict()
-    return loaded
+    raise ValueError(f"{found.path} is a gptwatch checkpoint: load_gptwatch reads it")
 
 
 def describe(loaded: Loaded) -> str:

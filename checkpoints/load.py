@@ -1,79 +1,47 @@
-"""The one way from a checkpoint to a model and its tokenizer: `load_model`, which sampling, export,
-inspection and the benchmarks call."""
+"""The one way from a path or name to a model and its tokenizer: `load_model`, which sampling, export,
+inspection and the benchmarks call. It reads a checkpoint train.py wrote (`checkpoints.gptwatch`) and every
+model trained elsewhere that `checkpoints.foreign` reads: a Hugging Face GPT-2-family folder or hub name, a
+nanoGPT checkpoint."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from checkpoints.read import CheckpointError, checkpoint_path, load_checkpoint, load_weights, validate
-from data.tokenizer import Tokenizer, TokenizerMetaError, tokenizer_from_meta
-from errors import is_out_of_memory
-from memory import available_memory, size_text
-from model.gpt import GPT, GPTConfig
+from checkpoints.foreign import CHECKPOINT, GPTWATCH, Source, identify, load_foreign
+from checkpoints.gpt2 import CONFIG
+from checkpoints.gptwatch import Loaded, load_gptwatch
+from checkpoints.hub import hub_name
+from errors import UsageError
 
 
-@dataclass
-class Loaded:
-    """A checkpoint made usable: the model in eval mode on its device, its tokenizer, and the
-    checkpoint's other contents (step, configs, run name)."""
+def load_model(source: str | Path | Source, device: torch.device, *, block_size: int | None = None,
+               hub: bool = True) -> Loaded:
+    """The model `source` gives, on `device` in eval mode, with its tokenizer: a gptwatch checkpoint (the file,
+    or the folder holding ckpt.pt), or a model trained elsewhere (see `checkpoints.foreign`), given by path or
+    name (`hub=False`: a path here, never a hub name) or as `identify` found it. With `block_size`, cropped to
+    that many positions.
 
-    model: GPT
-    tokenizer: Tokenizer
-    checkpoint: dict
-
-
-def load_model(path: str | Path, device: torch.device) -> Loaded:
-    """The one way from a checkpoint file (or the folder holding ckpt.pt) to a model and its tokenizer."""
-    checkpoint = load_checkpoint(path)
-    path = checkpoint_path(path)  # the file, for messages
-    config = validate(checkpoint, path)
-    try:
-        tokenizer = tokenizer_from_meta(checkpoint["tokenizer"])
-    except TokenizerMetaError as exc:  # others (GPT-2's BPE not loadable here) are not the checkpoint's fault
-        raise CheckpointError(f"{path} holds no usable tokenizer ({exc}); use the ckpt.pt that train.py wrote") \
-            from None
-    tokens = config.vocab_used or config.vocab_size   # the rows beyond vocab_used pad the vocabulary
-    if tokenizer.vocab_size != tokens:
-        raise CheckpointError(f"{path}: its tokenizer has {tokenizer.vocab_size} tokens but its model_config "
-                              f"{tokens}; use the ckpt.pt that train.py wrote")
-    _check_fits(config, checkpoint["model"], device, path)
-    try:
-        model = GPT(config)
-        load_weights(model, checkpoint["model"], path)
-        model.to(device).eval()
-    except (MemoryError, RuntimeError) as exc:
-        if not is_out_of_memory(exc):
-            raise
-        raise CheckpointError(f"{path}: its model ({config.to_dict()}) does not fit in the memory of {device} "
-                              f"here; use --device=cpu, or a machine with more memory") from None
-    return Loaded(model, tokenizer, checkpoint)
+    A path that is not there and names no hub model, or a folder holding neither a model nor a checkpoint, is
+    taken for a gptwatch checkpoint not written yet, and refused as one ("checkpoint ... not found"); `identify`
+    says instead what a name given as a model could have been."""
+    found = source if isinstance(source, Source) else _found(source, hub)
+    loaded = load_gptwatch(found.path, device) if found.kind == GPTWATCH else load_foreign(found, device)
+    if block_size is not None and block_size != loaded.model.config.block_size:
+        positions = loaded.model.config.block_size
+        if block_size > positions:
+            raise UsageError(f"block_size={block_size} is above the {positions} positions of {found.hub or found.path}"
+                             f"; use --block_size={positions} or less")
+        loaded.model.crop_block_size(block_size)
+        loaded.checkpoint["model_config"] = loaded.model.config.to_dict()
+    return loaded
 
 
-def load_bytes(config: GPTConfig, weights: dict) -> dict[str, int]:
-    """A lower bound of what loading `config`'s model and sampling from it allocate besides the checkpoint's
-    own tensors: the model's float32 weights (as many as the checkpoint holds), the rotary tables of
-    "modern" (block_size rows a layer), and the cache sampling fills (block_size keys and values a layer).
-    The last two follow from block_size alone, which no tensor of a "modern" checkpoint holds."""
-    unique = {t.data_ptr(): t for t in weights.values()}.values()  # the tied head shares the embedding's
-    return {"weights": 4 * sum(t.numel() for t in unique),
-            "rotary tables": 4 * config.n_layer * config.block_size * config.head_dim if config.modern else 0,
-            "sampling cache": 4 * config.n_layer * config.block_size * 2 * config.n_embd}
-
-
-def _check_fits(config: GPTConfig, weights: dict, device: torch.device, path: Path) -> None:
-    """`CheckpointError` before anything is allocated when the model the checkpoint describes cannot fit in
-    the memory of `device` (or of the CPU, where it is built first)."""
-    need = load_bytes(config, weights)
-    for where in dict.fromkeys([torch.device("cpu"), device]):
-        free = available_memory(where)
-        counted = need if where == device else {k: n for k, n in need.items() if k != "sampling cache"}
-        total = sum(counted.values())
-        if free is not None and total > free:
-            parts = ", ".join(f"{what} {size_text(n)}" for what, n in counted.items() if n)
-            raise CheckpointError(f"{path}: its model (block_size {config.block_size:,}, n_layer {config.n_layer}, "
-                                  f"n_embd {config.n_embd}) needs at least {size_text(total)} of memory on "
-                                  f"{where.type} ({parts}), and {size_text(free)} is free; use a machine with more "
-                                  f"memory, or the ckpt.pt that train.py wrote if this one was edited")
+def _found(source: str | Path, hub: bool) -> Source:
+    path = Path(source)
+    if path.is_dir():
+        readable = (path / CONFIG).is_file() or (path / CHECKPOINT).exists()
+    else:
+        readable = path.exists() or (hub and hub_name(str(source)) is not None)
+    return identify(source, hub=hub) if readable else Source(GPTWATCH, path)

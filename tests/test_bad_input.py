@@ -237,7 +237,7 @@ def _export_disk_full(mp: pytest.MonkeyPatch) -> None:
 
 def _little_memory(mp: pytest.MonkeyPatch) -> None:
     """64 MiB free, on any device."""
-    mp.setattr("checkpoints.load.available_memory", lambda device: 64 * 2**20)
+    mp.setattr("checkpoints.gptwatch.available_memory", lambda device: 64 * 2**20)
 
 
 def _torch_interrupted(ws: Workspace) -> dict[str, str]:
@@ -332,6 +332,17 @@ def _damaged_tiktoken_cache(ws: Workspace):
 def _link_as_the_lock(ws: Workspace):
     (ws.out / ".lock").symlink_to(ws.file("precious.txt", "someone's file\n"))
     yield
+
+
+@contextlib.contextmanager
+def _hub_offline(ws: Workspace):
+    """The Hugging Face hub unreachable (offline mode) and an empty cache in the workspace."""
+    constants = pytest.importorskip("huggingface_hub.constants",
+                                    reason="huggingface-hub is optional (requirements-interop.txt)")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(constants, "HF_HUB_CACHE", str(ws.root / "hf-cache"))
+        mp.setattr(constants, "HF_HUB_OFFLINE", True)
+        yield
 
 
 AGREEMENT_LINE = json.dumps({"text": "the king and", "pronoun": "he"}) + "\n"
@@ -690,6 +701,14 @@ CASES = [
          lambda w: w.train("--ablation=half"), 2, ("'ablation' must be one of zero, mean",)),
     Case("sample-json-alone", "--json in plain sampling", "sample",
          lambda w: w.sample("--json"), 2, ("--json applies only to --attention, --probes and --heads",)),
+    # --- sample.py --init_from: a model trained elsewhere ----------------------------------------------------
+    Case("sample-out-dir-and-init-from", "--out_dir and --init_from together", "sample",
+         lambda w: w.sample("--init_from=gpt2"), 2, ("--out_dir and --init_from both name the model", "one of them")),
+    Case("sample-init-from-unknown", "--init_from a name that is neither a path nor a hub model", "sample",
+         lambda w: ["--init_from=gpt3", "--device=cpu"], 1, ("gpt3 is neither", "gpt2-xl", "pass a local folder")),
+    Case("sample-init-from-offline", "--init_from a hub name, the hub unreachable and nothing cached", "sample",
+         lambda w: ["--init_from=gpt2", "--device=cpu"], 1, ("cannot fetch gpt2", "pass a local folder"),
+         setup=_hub_offline, exact=False),
     # --- sample.py --export -----------------------------------------------------------------------------------
     Case("export-unknown-target", "an export target that is not tl or hf", "sample",
          lambda w: w.sample("--export", "onnx", "model.onnx"), 2, ("--export onnx: unknown target", "tl", "hf")),

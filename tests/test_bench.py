@@ -95,3 +95,26 @@ def test_a_bad_set_is_refused_in_one_line():
         run.main(["--only", "throughput", "--set", "n_head=three"])
     message = str(info.value)
     assert message.startswith("error: --set with configs/") and "n_head" in message and "\n" not in message
+
+
+def test_finetune_times_nanogpts_train_py_and_our_trainer_on_the_same_weights(tmp_path):
+    """bench/finetune.py end to end with a tiny model: nanoGPT's model.py builds it, both read its checkpoint (the
+    same function), nanoGPT's train.py and our Trainer.step() each train it in a process of their own."""
+    from conftest import require_gpt2
+
+    from bench import finetune
+
+    if finetune.available():
+        pytest.skip(finetune.available())
+    require_gpt2()  # no meta.pkl: GPT-2's BPE
+    tiny = {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 32, "bias": True, "vocab_size": 50257,
+            "dropout": 0.0}
+    doc = finetune.run(finetune.Setup(tiny, block=16, batch=2, home=tmp_path / "nanogpt"), repeats=1, warmup=0,
+                       steps=2)
+    assert doc["max_logit_diff"] < finetune.SAME_FUNCTION_TOL
+    for side in ("nanogpt", "ours"):
+        assert doc[side]["errors"] == [] and doc[side]["max_rss_mb"]["median"] > 0
+        assert len(doc["raw"][side][0]["step_ms"]) == 2
+    assert doc["raw"]["ours"][0]["tokens_per_step"] == 2 * 16
+    assert doc["ratio_ours_over_nanogpt"]["n"] == 1
+    assert "| gptwatch (Trainer.step) |" in finetune.markdown(doc, "python bench/finetune.py")

@@ -360,8 +360,9 @@ def test_a_seed_no_generator_takes_is_refused_by_every_look(trained, tmp_path, l
 
 def test_loading_counts_what_block_size_alone_allocates(tmp_path, monkeypatch):
     """A modern checkpoint's block_size is in no tensor: its rotary tables and sampling cache are counted
-    against free memory before the model is built (`checkpoints.load`), on the CPU and on the device."""
-    from checkpoints.load import load_bytes, load_model
+    against free memory before the model is built (`checkpoints.gptwatch`), on the CPU and on the device."""
+    from checkpoints import load_model
+    from checkpoints.gptwatch import load_bytes
     from data.tokenizer import build_tokenizer
 
     tokenizer = build_tokenizer("char", TEXT)
@@ -374,9 +375,9 @@ def test_loading_counts_what_block_size_alone_allocates(tmp_path, monkeypatch):
     save_checkpoint(tmp_path / "ckpt.pt", {"model": weights, "model_config": config.to_dict(), "step": 0,
                                            "tokenizer": tokenizer.to_meta()})
     asked = []
-    monkeypatch.setattr("checkpoints.load.available_memory", lambda device: asked.append(device.type) or 2**20)
+    monkeypatch.setattr("checkpoints.gptwatch.available_memory", lambda device: asked.append(device.type) or 2**20)
     built = []
-    monkeypatch.setattr("checkpoints.load.GPT", lambda config: built.append(config))
+    monkeypatch.setattr("checkpoints.gptwatch.GPT", lambda config: built.append(config))
     with pytest.raises(CheckpointError, match=r"needs at least 320\.0 MiB of memory on cpu"):
         load_model(tmp_path, torch.device("cpu"))
     assert asked == ["cpu"] and built == []

@@ -31,7 +31,7 @@ import torch
 from conftest import SHARED, require_gpt2
 
 from checkpoints import hub, layout, load_model
-from checkpoints.foreign import GPTWATCH, HUGGINGFACE, NANOGPT, describe, identify, load_any
+from checkpoints.foreign import GPTWATCH, HUGGINGFACE, NANOGPT, describe, identify
 from checkpoints.layout import ForeignModelError, parameter_count
 from data.tokenizer import CharTokenizer, FullGPT2Tokenizer, TokenizerMetaError, tokenizer_from_meta
 from errors import GptwatchWarning, UsageError, UserError, exit_status
@@ -96,7 +96,7 @@ def hf_greedy(model, idx: torch.Tensor, n: int) -> torch.Tensor:
 
 
 def assert_same_function_as_hf(hf, folder: Path, lengths=(1, 9, 64), new_tokens: int = 6) -> None:
-    imported = load_any(folder, CPU)
+    imported = load_model(folder, CPU)
     model = imported.model
     g = torch.Generator().manual_seed(1)
     for length in lengths:
@@ -118,7 +118,7 @@ def test_a_hugging_face_folder_computes_what_transformers_computes(tmp_path, wei
     hf = hf_model(activation_function=activation)
     folder = save_hf(hf, tmp_path / "m", weights)
     assert_same_function_as_hf(hf, folder)
-    config = load_any(folder, CPU).model.config
+    config = load_model(folder, CPU).model.config
     assert (config.bias, config.qkv_bias, config.vocab_used) == (True, True, None)
     assert config.activation == {"gelu_new": "gelu_tanh", "gelu": "gelu"}[activation]
 
@@ -149,7 +149,7 @@ def test_fewer_positions_crop_the_position_table(tmp_path):
     require_gpt2()
     hf = hf_model()
     folder = save_hf(hf, tmp_path / "m")
-    loaded = load_any(folder, CPU, block_size=16)
+    loaded = load_model(folder, CPU, block_size=16)
     model = loaded.model
     assert model.config.block_size == loaded.checkpoint["model_config"]["block_size"] == 16
     assert model.wpe.weight.shape == (16, 32) and model.wpe.weight.requires_grad
@@ -171,7 +171,7 @@ def test_a_gptwatch_export_reads_back_with_its_own_tokenizer(tmp_path):
     folder = tmp_path / "export"
     to_hf_model(model).save_pretrained(folder)
     (folder / MARKER).write_text(json.dumps({"format": "gptwatch-huggingface", "tokenizer": tokenizer.to_meta()}))
-    imported = load_any(folder, CPU)
+    imported = load_model(folder, CPU)
     assert imported.tokenizer.to_meta() == tokenizer.to_meta()
     back = imported.model.state_dict()
     for name, value in model.state_dict().items():
@@ -188,7 +188,7 @@ def test_an_imported_model_exports_with_its_settings(tmp_path, target):
     the tanh GELU (`gelu_new` in both)."""
     require_gpt2()
     hf = hf_model()
-    model = load_any(save_hf(hf, tmp_path / "m"), CPU).model
+    model = load_model(save_hf(hf, tmp_path / "m"), CPU).model
     idx = torch.randint(GPT2_VOCAB, (2, 20))
     with torch.no_grad():
         ours = model(idx, all_logits=True)[0]
@@ -229,7 +229,7 @@ def test_a_hub_name_is_read_from_the_hugging_face_cache(hub_cache, tmp_path, mon
     monkeypatch.chdir(tmp_path)
     found = identify("gpt2")
     assert (found.kind, found.path, found.hub) == (HUGGINGFACE, None, "gpt2")
-    imported = load_any("gpt2", CPU)
+    imported = load_model("gpt2", CPU)
     source = imported.checkpoint["imported"]
     assert source["hub"] == "gpt2" and Path(source["path"]) == snapshot
     assert describe(imported).startswith(f"Hugging Face GPT2LMHeadModel gpt2 ({snapshot}): 2 layers x 4 heads, 32 "
@@ -258,7 +258,7 @@ def test_a_local_folder_named_like_a_hub_model_wins_and_says_so(tmp_path, monkey
     monkeypatch.chdir(tmp_path)
     with pytest.warns(GptwatchWarning, match=r"reading the local folder gpt2, not the hub model gpt2 .* give its "
                                              r"repository, openai-community/gpt2"):
-        imported = load_any("gpt2", CPU)
+        imported = load_model("gpt2", CPU)
     assert imported.checkpoint["imported"]["hub"] is None and imported.checkpoint["imported"]["path"] == "gpt2"
 
 
@@ -337,7 +337,7 @@ def test_a_nanogpt_char_checkpoint_computes_what_nanogpt_computes(nanogpt, tmp_p
     path = save_nanogpt(theirs, args, tmp_path / "repo" / "out-shakespeare-char")
     meta = path.parent / "meta.pkl" if meta_at == "beside" else tmp_path / "repo/data/shakespeare_char/meta.pkl"
     save_meta(meta, SHAKESPEARE_CHARS)
-    imported = load_any(path.parent, CPU)
+    imported = load_model(path.parent, CPU)
     assert imported.tokenizer.chars == SHAKESPEARE_CHARS
     assert describe(imported) == (f"nanoGPT checkpoint {path} (iteration 250): 2 layers x 2 heads, 16 wide, 32 "
                                   f"positions, char vocabulary of 65 tokens")
@@ -355,12 +355,12 @@ def test_a_compiled_nanogpt_checkpoint_and_old_mask_buffers_are_read(nanogpt, tm
     path = save_nanogpt(theirs, args, tmp_path / "out", compiled=True)
     names = torch.load(path, weights_only=True)["model"]
     assert all(name.startswith("_orig_mod.") for name in names)
-    assert_same_function_as_nanogpt(load_any(save_meta_beside(path), CPU).model, theirs, 65)
+    assert_same_function_as_nanogpt(load_model(save_meta_beside(path), CPU).model, theirs, 65)
     state = dict(theirs.state_dict())
     for n in range(2):
         state[f"transformer.h.{n}.attn.bias"] = torch.tril(torch.ones(32, 32)).view(1, 1, 32, 32)
     path = save_nanogpt(theirs, args, tmp_path / "old", state=state)
-    assert_same_function_as_nanogpt(load_any(save_meta_beside(path), CPU).model, theirs, 65)
+    assert_same_function_as_nanogpt(load_model(save_meta_beside(path), CPU).model, theirs, 65)
 
 
 def save_meta_beside(path: Path) -> Path:
@@ -374,7 +374,7 @@ def test_a_nanogpt_bpe_checkpoint_pads_its_vocabulary_and_never_samples_the_padd
     require_gpt2()
     theirs, args = nanogpt_model(nanogpt, vocab_size=50304, n_embd=32)
     path = save_nanogpt(theirs, args, tmp_path / "out", dataset="openwebtext")
-    imported = load_any(path, CPU)
+    imported = load_model(path, CPU)
     model = imported.model
     assert isinstance(imported.tokenizer, FullGPT2Tokenizer) and imported.checkpoint["imported"]["meta"] is None
     assert (model.config.vocab_size, model.config.vocab_used) == (50304, GPT2_VOCAB)
@@ -397,7 +397,7 @@ def test_an_imported_model_saved_as_a_gptwatch_checkpoint_reads_back(nanogpt, tm
     from trainer.checkpoint import save_checkpoint
 
     theirs, args = nanogpt_model(nanogpt, vocab_size=50304, n_embd=32)
-    imported = load_any(save_nanogpt(theirs, args, tmp_path / "nano"), CPU)
+    imported = load_model(save_nanogpt(theirs, args, tmp_path / "nano"), CPU)
     save_checkpoint(tmp_path / "out" / "ckpt.pt", {**imported.checkpoint, "model": imported.model.state_dict(),
                                                    "step": 0})
     loaded = load_model(tmp_path / "out", CPU)
@@ -410,7 +410,7 @@ def test_an_imported_model_saved_as_a_gptwatch_checkpoint_reads_back(nanogpt, tm
 
 def test_a_gptwatch_checkpoint_is_read_by_load_model(trained):
     assert identify(trained.char).kind == GPTWATCH and identify(trained.char.parent).kind == GPTWATCH
-    loaded, expected = load_any(trained.char.parent, CPU), load_model(trained.char, CPU)
+    loaded, expected = load_model(trained.char.parent, CPU), load_model(trained.char, CPU)
     assert loaded.checkpoint["step"] == expected.checkpoint["step"]
     for name, value in expected.model.state_dict().items():
         assert torch.equal(loaded.model.state_dict()[name], value)
@@ -482,7 +482,8 @@ def _hf_folder(root: Path, **config) -> Path:
 
 
 def _read(source: Path | str, **kwargs) -> Callable[[], object]:
-    return lambda: load_any(source, CPU, **kwargs)
+    """Reading `source` as a model named on the command line (sample.py --init_from): `identify` first."""
+    return lambda: load_model(identify(source), CPU, **kwargs)
 
 
 def _edited_config(**config):

@@ -188,9 +188,14 @@ def checkpoint_sets(model, tokenizer, checkpoint: dict, text_file: str | None) -
             raise UserError(f"--text {text_file}: {exc}") from None
     elif prepared is not None:
         text, source = prepared.tokens("val"), f"the val split of {prepared.meta.get('source', prepared.folder)}"
-    return watch_sets(tokenizer, model.config.block_size,
+    sets = watch_sets(tokenizer, model.config.block_size,
                       train_tokens=prepared.tokens("train") if prepared is not None else None,
                       text=text, text_source=source or "the val split", probes=_probes_of(checkpoint, prepared))
+    if text is None and not settings and "imported" in checkpoint:  # trained elsewhere: no run, so no val split
+        sets.add(TEXT, "no held-out text: a model trained elsewhere brings no val split; give --text FILE (any "
+                       "UTF-8 text) for the previous-token, sink, current-token, positional and broad scores and the "
+                       "in-context score")
+    return sets
 
 
 def _probes_of(checkpoint: dict, prepared) -> Path | None:
