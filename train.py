@@ -3,9 +3,10 @@
     python train.py [CONFIG.toml] [--key=value ...]
     torchrun --nproc_per_node=N train.py [CONFIG.toml] [--key=value ...]
 
-With no CONFIG, configs/pronouns.toml runs: the pronoun demo. `--help` lists
-every key. Progress goes to the terminal and to TensorBoard under
-log_dir/run_name; the checkpoint to out_dir/ckpt.pt.
+With no CONFIG, configs/pronouns.toml runs: the pronoun demo (with --init_from naming
+a model to fine-tune, the built-in defaults do). `--help` lists every key. Progress
+goes to the terminal and to TensorBoard under log_dir/run_name; the checkpoint to
+out_dir/ckpt.pt.
 
 This file is the command line around `trainer.Trainer`, which holds the training
 step and its loop; what a run shows plugs in as callbacks.
@@ -22,7 +23,7 @@ from pathlib import Path
 from errors import UsageError, run_cli
 from files import utf8_name, writable_folder
 from trainer import runtime
-from trainer.config import TrainConfig, make_config, parse_command_line
+from trainer.config import RESUME, SCRATCH, TrainConfig, make_config, parse_command_line
 from trainer.resources import out_of_memory
 from trainer.runlock import RunLock
 from trainer.trainer import FitResult, Trainer, stop_signals
@@ -33,12 +34,15 @@ TENSORBOARD = "tensorboard --logdir {} --samples_per_plugin=images=200,text=200"
 
 def main(argv: list[str]) -> int:
     config_path, overrides = parse_command_line(argv, "configs/pronouns.toml")  # --help prints and exits here
-    if config_path is None and DEFAULT_CONFIG.is_file():
+    chosen = config_path is not None
+    # The pronoun demo's settings are no defaults for fine-tuning a model trained elsewhere: that starts from the
+    # built-in ones.
+    if not chosen and DEFAULT_CONFIG.is_file() and overrides.get("init_from", SCRATCH) in (SCRATCH, RESUME):
         config_path = str(DEFAULT_CONFIG)
     problem = utf8_name(config_path) if config_path else None
     if problem is not None:  # its name becomes the run's name, which checkpoints and logs record
         raise UsageError(f"the config file name {problem}; rename it to a UTF-8 name")
-    cfg = make_config(config_path, overrides)
+    cfg = make_config(config_path, overrides, chosen=chosen)
     config_name = Path(config_path).stem if config_path else "default"
     with _sigterm_unwinds():
         rt = runtime.setup(cfg)
@@ -92,8 +96,8 @@ def _train(cfg: TrainConfig, trainer: Trainer, rt: runtime.Runtime, argv: list[s
         if writer is not None:
             trainer.callbacks = main_process_callbacks(cfg, trainer, writer)
         result = trainer.fit()
-        if writer is not None:
-            hparams = {k: v for k, v in cfg.to_dict().items() if isinstance(v, (int, float, str, bool))}
+        if writer is not None:   # the trainer's settings: a fine-tune's model keys are its model's
+            hparams = {k: v for k, v in trainer.cfg.to_dict().items() if isinstance(v, (int, float, str, bool))}
             metrics = {"hparam/best_val_loss": result.best_val_loss, "hparam/wall_seconds": result.seconds,
                        **result.metrics}
             if result.evaluations:
