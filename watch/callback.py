@@ -3,7 +3,8 @@
 `AttentionWatch` has the hooks a `trainer.Trainer` calls (`on_fit_start`, `on_watch`,
 `on_evaluate`, `on_fit_end`), so training plugs it in without the trainer knowing about
 attention, and this package needs nothing from the trainer: it reads `trainer.model`,
-`trainer.tokenizer`, `trainer.data` (the prepared corpus) and `trainer.cfg.seed`.
+`trainer.tokenizer`, `trainer.data` (the prepared corpus) and `trainer.cfg.seed`, and, for a fine-tune, the
+model before fine-tuning that `trainer.model_before_fine_tuning()` gives.
 
 At every watch point one pass (`watch/pipeline.py`) captures each probe set once and every score
 is read from it; the watch only decides what to do with the results: scalars every
@@ -18,8 +19,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from tqdm import tqdm
+
 from errors import UserError, warn
 from watch.ablation import DEFAULT_MODE, AblationResult, agreement_ablations, proofs
+from watch.finetuning import before_labels, before_table, changed_heads, changes_line, log_before
 from watch.heads import last_pronoun_pos
 from watch.headtypes import TYPE_SETS, head_labels
 from watch.heatmaps import SentenceHeatmaps
@@ -48,6 +52,8 @@ class AttentionWatch:
         self.sets = ProbeSets()
         self.tokenizer = None
         self.untrained: Reading | None = None
+        self.before: Reading | None = None   # the model before fine-tuning, when the run fine-tunes one
+        self.before_pending = False          # it is the first evaluation's reading, still to come
         self.heatmaps = SentenceHeatmaps()
         self.last: tuple[int, Reading, list[AblationResult]] | None = None  # the latest evaluation's
 
@@ -61,8 +67,14 @@ class AttentionWatch:
                                text=data.tokens("val") if data is not None else None,
                                probes=self.probes, agreement=self.agreement, texts=self.texts)
         self.untrained = read_pass(untrained_like(model, trainer.cfg.seed), self.sets, kinds=TYPE_SETS)
+        # A fine-tune: the model before fine-tuning is a second baseline, read once (watch/finetuning.py). Before
+        # any step it is the model itself, which the evaluation at step 0 reads next.
+        before = trainer.model_before_fine_tuning() if hasattr(trainer, "model_before_fine_tuning") else None
+        self.before_pending = before is not None and before is model
+        if before is not None and not self.before_pending:
+            self.before = read_pass(before, self.sets, untrained=self.untrained, kinds=TYPE_SETS)
         log_charts(self.writer, pronouns=PRONOUN in self.sets.sets,
-                   types=any(kind in self.sets.sets for kind in TYPE_SETS))
+                   types=any(kind in self.sets.sets for kind in TYPE_SETS), fine_tuning=before is not None)
 
     def on_watch(self, trainer: Any, step: int) -> None:
         log_scores(self.writer, step, read_pass(trainer.model, self.sets, kinds=WATCHED))
@@ -70,6 +82,8 @@ class AttentionWatch:
     def on_evaluate(self, trainer: Any, evaluation: Any) -> None:
         step = evaluation.step
         reading = read_pass(trainer.model, self.sets, untrained=self.untrained)
+        if self.before_pending:
+            self.before, self.before_pending = reading, False
         ablations = agreement_ablations(trainer.model, self.sets, reading)
         self.last = (step, reading, ablations)
         images = []
@@ -83,6 +97,9 @@ class AttentionWatch:
             images = self.heatmaps.images(step, sentences.items, tokens, reading.results.patterns, best,
                                           self._pronoun_rows())
         log_evaluation(self.writer, step, reading, ablations, images)
+        if self.before is not None and reading.types:
+            log_before(self.writer, step, reading, self.before)
+            tqdm.write(f"step {step}: {changes_line(reading, self.before)}")
 
     def on_fit_end(self, trainer: Any, result: Any) -> None:
         if not result.completed:
@@ -95,9 +112,9 @@ class AttentionWatch:
         result.metrics.update(self.report(trainer.model, reading, ablations))
         if self.page is not None and reading.results.patterns:
             try:
+                labels = before_labels(reading, self.before) if self.before is not None else head_labels(reading.types)
                 result.files["attention page"] = write_page(self.page, attention_page(
-                    self.views(reading), f"Attention at step {result.step}: {self.page.parent}",
-                    head_labels(reading.types)))
+                    self.views(reading), f"Attention at step {result.step}: {self.page.parent}", labels))
             except UserError as exc:
                 warn(f"no attention page: {exc}")
 
@@ -134,6 +151,14 @@ class AttentionWatch:
             print(f"\nhead types ({about}); the untrained model's scores in brackets:")
             print(type_report(reading, list(self.sets.missing.values()), [p for p in found if p.kind != "pronoun"]))
             metrics.update(type_metrics(reading))
+        if self.before is not None and reading.types:
+            table = before_table(reading, self.before)
+            if table:
+                print("\nwhat fine-tuning changed: the heads with a type before fine-tuning or now (* where it "
+                      "changed), and each type score before -> now:")
+                print(table)
+            print(("" if table else "\n") + changes_line(reading, self.before))
+            metrics["hparam/heads_changed_type"] = len(changed_heads(reading, self.before))
         return metrics
 
     def views(self, reading: Reading) -> list[SentenceView]:

@@ -18,6 +18,7 @@ import numpy as np
 
 from errors import warn
 from watch.ablation import AblationResult
+from watch.finetuning import BEFORE_TAG
 from watch.headtypes import CONTEXT_NUMBERS, TYPES
 from watch.reading import Reading
 from watch.report import head_table, type_lines, type_table
@@ -111,10 +112,17 @@ PRONOUN_CHARTS = {
     },
 }
 
+# A fine-tune: each type's best head now beside the best of the model before fine-tuning (watch/finetuning.py).
+FINE_TUNING_CHARTS = {
+    "fine-tuning": {f"{kind.replace('_', '-')}: best head now and before fine-tuning":
+                    ["Multiline", [rf"heads/{kind}/best$", rf"{BEFORE_TAG}/{kind}/best$"]] for kind in TYPES},
+}
 
-def log_charts(writer: Any, *, pronouns: bool, types: bool) -> None:
+
+def log_charts(writer: Any, *, pronouns: bool, types: bool, fine_tuning: bool = False) -> None:
     """The Custom Scalars layout: written once, at the start of a run."""
-    layout = {**(PRONOUN_CHARTS if pronouns else {}), **(TYPE_CHARTS if types else {})}
+    layout = {**(PRONOUN_CHARTS if pronouns else {}), **(TYPE_CHARTS if types else {}),
+              **(FINE_TUNING_CHARTS if types and fine_tuning else {})}
     if layout:
         writer.add_custom_scalars(layout)
 
