@@ -146,11 +146,15 @@ def test_the_checkpoint_of_a_fine_tune_is_an_ordinary_one(tmp_path):
     assert code == 0 and out.startswith("the dog"), err
 
 
-def test_a_gptwatch_checkpoint_starts_a_new_run_from_its_weights(tmp_path):
+@pytest.mark.parametrize("dropout", [0.0, 0.1])
+def test_a_gptwatch_checkpoint_starts_a_new_run_from_its_weights(dropout, tmp_path):
+    """Its weights as they are, with the run's own dropout."""
     init_from = gptwatch_with_a_sink_head(tmp_path)
-    trainer = trainer_for(tmp_path, f"--init_from={init_from}")
+    trainer = trainer_for(tmp_path, f"--init_from={init_from}", f"--dropout={dropout}")
     source = load_model(init_from, CPU).model.state_dict()
     assert trainer.state.step == 0 and same_tensors(trainer.model.state_dict(), source)
+    assert trainer.model.config.dropout == trainer.model.drop.p == trainer.model.blocks[0].attn.dropout == dropout
+    assert trainer.model.lm_head.weight is trainer.model.wte.weight
     assert trainer.model_before_fine_tuning() is trainer.model
 
 
