@@ -4,7 +4,8 @@
     torchrun --nproc_per_node=N train.py [CONFIG.toml] [--key=value ...]
 
 With no CONFIG, configs/pronouns.toml runs: the pronoun demo; with --dataset naming
-a text of your own, settings chosen for that text (`trainer/starting_point.py`).
+a text of your own, settings chosen for that text (`trainer/starting_point.py`); with --init_from naming a
+model to fine-tune, the built-in defaults.
 `--help` lists every key and says which base applies when. Progress goes to the terminal and to TensorBoard under
 log_dir/run_name; the checkpoint to out_dir/ckpt.pt.
 
@@ -45,7 +46,7 @@ def main(argv: list[str]) -> int:
     if problem is not None:  # its name becomes the run's name, which checkpoints and logs record
         raise UsageError(f"the config file name {problem}; rename it to a UTF-8 name")
     start = starting_point(config_path, overrides)
-    cfg = make_config(start.config_path, overrides, start.settings)
+    cfg = make_config(start.config_path, overrides, start.settings, chosen=config_path is not None)
     # Until training takes the signals over, SIGTERM and SIGHUP unwind like Ctrl-C (errors.run_cli), so data
     # preparation cleans up its half-written files.
     rt = runtime.setup(cfg)
@@ -85,8 +86,8 @@ def _train(cfg: TrainConfig, trainer: Trainer, rt: runtime.Runtime, argv: list[s
         if writer is not None:
             trainer.callbacks = main_process_callbacks(cfg, trainer, writer)
         result = trainer.fit()
-        if writer is not None:
-            hparams = {k: v for k, v in cfg.to_dict().items() if isinstance(v, (int, float, str, bool))}
+        if writer is not None:   # the trainer's settings: a fine-tune's model keys are its model's
+            hparams = {k: v for k, v in trainer.cfg.to_dict().items() if isinstance(v, (int, float, str, bool))}
             metrics = {"hparam/best_val_loss": result.best_val_loss, "hparam/wall_seconds": result.seconds,
                        **result.metrics}
             if result.evaluations:

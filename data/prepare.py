@@ -22,7 +22,15 @@ from pathlib import Path
 import numpy as np
 
 from data import corpora
-from data.tokenizer import TOKENIZERS, Tokenizer, TokenizerMetaError, build_tokenizer, tokenizer_from_meta
+from data.tokenizer import (
+    TOKENIZERS,
+    Tokenizer,
+    TokenizerError,
+    TokenizerMetaError,
+    build_tokenizer,
+    preview,
+    tokenizer_from_meta,
+)
 from errors import UserError, warn
 from files import (
     NotParsed,
@@ -41,6 +49,22 @@ GENERATED_CORPUS_SEED = 0
 SPLITS = ("train", "val")
 STAGING_GLOB = "*-val*.tmp-*"  # a cache folder's staging sibling: <folder>.tmp-<pid>-<random>
 CHUNK = 1 << 24  # bytes read at a time when checking a token file (a multiple of every dtype's size)
+
+
+@dataclass(frozen=True)
+class ModelVocabulary:
+    """The tokenizer of a model that a run fine-tunes (`init_from`), which its data is prepared with as it is, never
+    built from the text; `model` names the model in messages."""
+
+    tokenizer: Tokenizer
+    model: str
+
+    @property
+    def label(self) -> str:
+        """What names it in the cache's folder names and a checkpoint's data record: its kind and a digest of the
+        vocabulary, e.g. "char-5f0c1a2b", so two vocabularies never share prepared data."""
+        meta = json.dumps(self.tokenizer.to_meta(), sort_keys=True).encode("utf-8")
+        return f"{self.tokenizer.name}-{hashlib.sha256(meta).hexdigest()[:8]}"
 
 
 @dataclass
@@ -105,21 +129,24 @@ def source_text(dataset: str, corpus_sentences: int) -> tuple[str, str, list[dic
     return read_text(dataset), str(Path(dataset).resolve()), None
 
 
-def prepare(dataset: str, tokenizer: str = "char", data_dir: str | Path = "data/prepared",
+def prepare(dataset: str, tokenizer: str | ModelVocabulary = "char", data_dir: str | Path = "data/prepared",
             val_fraction: float = 0.1, corpus_sentences: int = 30000, quiet: bool = False) -> Prepared:
     """The prepared token files of `dataset`, from the cache when it holds exactly what its meta.json
-    promises, else built (again) from the source text."""
-    if tokenizer not in TOKENIZERS:
+    promises, else built (again) from the source text: with a tokenizer of `TOKENIZERS` built from that text,
+    or with a model's own vocabulary (`ModelVocabulary`), which must cover it."""
+    fixed = tokenizer if isinstance(tokenizer, ModelVocabulary) else None
+    if fixed is None and tokenizer not in TOKENIZERS:
         raise UserError(f"unknown tokenizer {tokenizer!r}; choose one of: {', '.join(TOKENIZERS)}")
+    name = fixed.label if fixed is not None else tokenizer
     text, label, probes = source_text(dataset, corpus_sentences)
     digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
     stem = Path(dataset).stem if not corpora.is_named(dataset) else dataset
-    folder = Path(data_dir) / f"{stem}-{tokenizer}-{digest[:12]}-val{val_fraction:g}"
+    folder = Path(data_dir) / f"{stem}-{name}-{digest[:12]}-val{val_fraction:g}"
     # A preparation killed mid-write (kill -9, power loss) left its staging folder: delete those whose
     # process has ended, never one a live preparation is still writing.
     remove_dead_leftovers(data_dir, STAGING_GLOB, directories=True)
     try:
-        cached, problem = _cached(folder, digest)
+        cached, problem = _cached(folder, digest, fixed.tokenizer.to_meta() if fixed is not None else None)
     except OSError as exc:  # e.g. a folder that cannot be read: say so rather than rebuild over it
         raise UserError(f"cannot read prepared data in {folder} ({exc.strerror or exc}); check its permissions "
                         f"or choose another --data_dir") from None
@@ -128,7 +155,7 @@ def prepare(dataset: str, tokenizer: str = "char", data_dir: str | Path = "data/
     if problem is not None and not quiet:
         warn(f"prepared data in {folder} cannot be used as it is ({problem}); rebuilding it from {label}")
     try:
-        tok, train, val = _tokenize(text, tokenizer, val_fraction, label)
+        tok, train, val = _tokenize(text, fixed or tokenizer, val_fraction, label)
     except MemoryError:
         fix = "lower --corpus_sentences" if dataset in corpora.GENERATED else "use a smaller text"
         raise UserError(f"not enough memory to tokenize {label} ({len(text):,} characters); {fix}") from None
@@ -143,11 +170,13 @@ def prepare(dataset: str, tokenizer: str = "char", data_dir: str | Path = "data/
         "val_tokens": int(len(val)),
         "val_fraction": val_fraction,
         "probes": "probes.jsonl" if probes else None,
+        **({"vocabulary": name} if fixed is not None else {}),
     }
     _write(folder, meta, {"train.bin": train, "val.bin": val}, probes)
     if not quiet:
+        whose = f"{tok.name}, of {fixed.model}" if fixed is not None else tokenizer
         print(f"prepared {label}: {len(train):,} train + {len(val):,} val tokens, "
-              f"vocabulary {tok.vocab_size} ({tokenizer}) -> {folder}")
+              f"vocabulary {tok.vocab_size} ({whose}) -> {folder}")
     return Prepared(folder, meta, tok)
 
 
@@ -212,19 +241,36 @@ def _too_short(split: str, sizes: dict[str, int], block_size: int, meta: dict) -
                      f"--val_fraction={largest:g} or less")
 
 
-def _tokenize(text: str, tokenizer: str, val_fraction: float, label: str
+def _tokenize(text: str, tokenizer: str | ModelVocabulary, val_fraction: float, label: str
               ) -> tuple[Tokenizer, np.ndarray, np.ndarray]:
     """(tokenizer, train ids, val ids); refuses text with a single kind of token: nothing to learn."""
-    tok = build_tokenizer(tokenizer, text)
-    ids = np.asarray(tok.encode(text), dtype=np.int64)
+    if isinstance(tokenizer, ModelVocabulary):
+        tok = tokenizer.tokenizer
+        ids = np.asarray(_encode_for(tokenizer, text, label), dtype=np.int64)
+    else:
+        tok = build_tokenizer(tokenizer, text)
+        ids = np.asarray(tok.encode(text), dtype=np.int64)
     if ids.min() == ids.max():
         token = tok.token_strings([int(ids[0])])[0]
         times = f"{len(ids):,} times" if len(ids) > 1 else "once"
         raise UserError(f"{label} holds one kind of token only ({token!r}, {times}), so there is nothing to "
                         f"predict; give a text with more than one kind of "
-                        f"{'character' if tokenizer == 'char' else 'word'}")
+                        f"{'character' if tok.name == 'char' else 'word'}")
     n_val = int(len(ids) * val_fraction)
     return tok, ids[: len(ids) - n_val], ids[len(ids) - n_val:]
+
+
+def _encode_for(vocabulary: ModelVocabulary, text: str, label: str) -> list[int]:
+    """`text` in a model's own vocabulary; a UserError naming what in it the model never had (a char model's
+    characters, or the tokens a compacted GPT-2 vocabulary left out)."""
+    try:
+        return vocabulary.tokenizer.encode(text)
+    except TokenizerError:
+        missing = vocabulary.tokenizer.unknown(text)
+        what = "character" if vocabulary.tokenizer.name == "char" else "token"
+        raise UserError(f"{label} holds {len(missing):,} {what}(s) that the model {vocabulary.model} never had: "
+                        f"{preview(missing, 5)}; remove them from the text, or fine-tune a model whose vocabulary "
+                        f"has them") from None
 
 
 def _dtype_for(vocab_size: int) -> str:
@@ -297,9 +343,10 @@ def _regular_file(path: Path) -> str | None:
     return None if problem is None else f"{path.name} is {problem}"
 
 
-def _cached(folder: Path, digest: str) -> tuple[Prepared | None, str | None]:
-    """(the cached preparation, None) when `folder` holds exactly what its meta.json promises; otherwise
-    (None, what does not match), or (None, None) when there is no cache yet."""
+def _cached(folder: Path, digest: str, vocabulary: dict | None = None) -> tuple[Prepared | None, str | None]:
+    """(the cached preparation, None) when `folder` holds exactly what its meta.json promises (and, given a
+    model's `vocabulary` as `to_meta` describes it, was tokenized with it); otherwise (None, what does not match),
+    or (None, None) when there is no cache yet."""
     if not folder.exists() and not folder.is_symlink():
         return None, None
     meta_path = folder / "meta.json"
@@ -318,6 +365,8 @@ def _cached(folder: Path, digest: str) -> tuple[Prepared | None, str | None]:
         return None, "meta.json was changed after it was written: its checksum does not match"
     if meta.get("source_sha256") != digest:
         return None, "meta.json describes another text"
+    if vocabulary is not None and meta.get("tokenizer") != vocabulary:
+        return None, "meta.json describes another vocabulary"
     try:
         tok = tokenizer_from_meta(meta["tokenizer"])
         problem = _meta_problem(meta, tok) or _files_problem(folder, meta)

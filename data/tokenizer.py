@@ -45,10 +45,11 @@ class Tokenizer(Protocol):
     def decode(self, ids: Sequence[int]) -> str: ...
     def token_strings(self, ids: Sequence[int]) -> list[str]: ...
     def encode_with_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]: ...
+    def unknown(self, text: str) -> list[str]: ...
     def to_meta(self) -> dict: ...
 
 
-def _preview(items: Sequence[str], limit: int = 8) -> str:
+def preview(items: Sequence[str], limit: int = 8) -> str:
     shown = ", ".join(repr(s) for s in items[:limit])
     return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
 
@@ -89,11 +90,15 @@ class CharTokenizer:
         try:
             return [self._index[c] for c in text]
         except KeyError:
-            unknown = sorted({c for c in text if c not in self._index})
+            unknown = self.unknown(text)
             raise TokenizerError(
-                f"{len(unknown)} character(s) not in the char vocabulary: {_preview(unknown)}; "
-                f"use the {len(self.chars)} it knows ({_preview(sorted(self.chars, key=_letters_first), 12)}), or "
+                f"{len(unknown)} character(s) not in the char vocabulary: {preview(unknown)}; "
+                f"use the {len(self.chars)} it knows ({preview(sorted(self.chars, key=_letters_first), 12)}), or "
                 f"train on a corpus that contains them") from None
+
+    def unknown(self, text: str) -> list[str]:
+        """The characters of `text` this vocabulary lacks, sorted."""
+        return sorted({c for c in text if c not in self._index})
 
     def decode(self, ids: Sequence[int]) -> str:
         return "".join(self.chars[i] for i in ids)
@@ -204,14 +209,11 @@ class GPT2Tokenizer:
         try:
             return [self._to_compact[t] for t in original]
         except KeyError:
-            unseen = {t for t in original if t not in self._to_compact}
-            # A token can be part of a character's UTF-8 bytes; those show as \xNN rather than all as U+FFFD.
-            unknown = sorted({self.enc.decode_single_token_bytes(t).decode("utf-8", errors="backslashreplace")
-                              for t in unseen})
+            unknown = self._unseen(original)
             raise TokenizerError(
-                f"{len(unseen)} token(s) never seen in the training corpus: {_preview(unknown)}; "
+                f"{len(unknown)} token(s) never seen in the training corpus: {preview(unknown)}; "
                 f"rephrase with words it knows ({len(self.kept_ids):,} tokens, e.g. "
-                f"{_preview(self.known_words(), 8)}), or train on a corpus that contains them") from None
+                f"{preview(self.known_words(), 8)}), or train on a corpus that contains them") from None
 
     def known_words(self, count: int = 8) -> list[str]:
         """Whole words of this vocabulary, the most common first (GPT-2's BPE gives common words low ids)."""
@@ -223,6 +225,16 @@ class GPT2Tokenizer:
                 if len(words) == count:
                     break
         return words
+
+    def _unseen(self, original: list[int]) -> list[str]:
+        unseen = {t for t in original if t not in self._to_compact}
+        # A token can be part of a character's UTF-8 bytes; those show as \xNN rather than all as U+FFFD.
+        return sorted({self.enc.decode_single_token_bytes(t).decode("utf-8", errors="backslashreplace")
+                       for t in unseen})
+
+    def unknown(self, text: str) -> list[str]:
+        """The tokens of `text` this vocabulary lacks, as text, sorted."""
+        return self._unseen(self._original_ids(text))
 
     def encode(self, text: str) -> list[int]:
         return self._compact(self._original_ids(text))
@@ -266,6 +278,9 @@ class FullGPT2Tokenizer(GPT2Tokenizer):
 
     def _compact(self, original: list[int]) -> list[int]:
         return original  # every id is kept, under its own number
+
+    def unknown(self, text: str) -> list[str]:
+        return []   # byte-level BPE: every text has tokens
 
     def to_meta(self) -> dict:
         return {"name": self.name, "encoding": GPT2_ENCODING}

@@ -144,6 +144,11 @@ def _trained_here(path: Path, good: bytes) -> None:
 
 
 _nan_weight = _edited(_nan_weights)
+
+
+def _fine_tuned_from_gone(path: Path, good: bytes) -> None:
+    """The trained checkpoint, as if fine-tuned from a model in the workspace that is no longer there."""
+    _edited(lambda p: p["train_config"].update(init_from=str(path.parent.parent / "gone")))(path, good)
 _inf_optimizer_state = _edited(_inf_moment)
 _no_data_record = _edited(lambda p: p.pop("data"))  # as checkpoints were written before it was recorded
 _run_name_escapes = _edited(lambda p: p.update(run_name="../../escaped"))
@@ -573,6 +578,31 @@ CASES = [
     Case("resume-run-name-escapes", "--resume from a checkpoint whose run name climbs out of log_dir", "train",
          lambda w: w.train("--resume", "--run_name=", f"--out_dir={w.checkpoint('esc', _run_name_escapes)}"), 1,
          ("'../../escaped'", "outside --log_dir", "--run_name=NAME")),
+    # --- fine-tuning (train --init_from): the model decides the model keys and the tokenizer ----------------------
+    Case("finetune-init-from-empty", "an empty init_from", "train",
+         lambda w: w.train("--init_from="), 2, ("'init_from' is empty",)),
+    Case("finetune-unknown-model", "an init_from that is neither a path nor a hub model", "train",
+         lambda w: w.train("--init_from=gpt3"), 1, ("gpt3 is neither", "pass a local folder")),
+    Case("finetune-model-key", "a model key that disagrees with the model fine-tuned", "train",
+         lambda w: w.train(f"--init_from={w.out}", "--n_layer=2", f"--out_dir={w.root / 'ft'}"), 2,
+         ("config key 'n_layer' is 2 but the model", "has 1", "leave n_layer out")),
+    Case("finetune-tokenizer", "a tokenizer that disagrees with the model fine-tuned", "train",
+         lambda w: w.train(f"--init_from={w.out}", "--tokenizer=gpt2", f"--out_dir={w.root / 'ft'}"), 2,
+         ("config key 'tokenizer' is 'gpt2'", "its own char vocabulary of 28 tokens")),
+    Case("finetune-block-size", "a block_size above the positions of the model fine-tuned", "train",
+         lambda w: w.train(f"--init_from={w.out}", "--block_size=64", f"--out_dir={w.root / 'ft'}"), 2,
+         ("block_size=64 is above the 32 positions", "--block_size=32 or less")),
+    Case("finetune-unseen-characters", "a text with characters the char model fine-tuned never had", "train",
+         lambda w: w.train(f"--init_from={w.out}", f"--dataset={w.file('upper.txt', TEXT + 'THE END')}",
+                           f"--out_dir={w.root / 'ft'}"), 1,
+         ("5 character(s) that the model", "never had: 'D', 'E', 'H', 'N', 'T'", "remove them from the text")),
+    Case("finetune-resume-other-model", "--resume naming another init_from than the checkpoint's", "train",
+         lambda w: w.train("--resume", f"--init_from={w.root / 'gpt2'}"), 2,
+         ("config key 'init_from' is", "started from 'scratch'", "--init_from=scratch")),
+    Case("finetune-too-big", "a fine-tune too large for memory (free memory made tiny)", "train",
+         lambda w: w.train(f"--init_from={w.out}", f"--out_dir={w.root / 'ft'}"), 1,
+         ("needs at least", "are loaded already", "lower --batch_size (now 4) or --block_size (now 32)"),
+         patch=lambda mp: mp.setattr("trainer.resources.available_memory", lambda device: 100_000)),
     # --- sampling -----------------------------------------------------------------------------------------------
     Case("sample-empty-prompt", "empty prompt", "sample",
          lambda w: w.sample("--prompt="), 2, ("prompt is empty",)),
@@ -852,6 +882,9 @@ CASES = [
     Case("warn-sample-default-prompt", "no --prompt, for a model that never saw a newline", "sample",
          lambda w: w.sample(out=w.checkpoint("nonl", _no_newline)), 0,
          ("no --prompt given", "never saw a newline", "starting from ' '")),
+    Case("warn-before-fine-tuning-gone", "--resume of a fine-tune whose model is gone (no second baseline)",
+         "train", lambda w: w.train("--resume", f"--out_dir={w.checkpoint('ft', _fine_tuned_from_gone)}"), 0,
+         ("the model before fine-tuning", "cannot be read again", "shown without it"), may_change=("ft/ckpt.pt",)),
     Case("warn-attention-run-name-escapes", "--attention with a checkpoint whose run name climbs out", "sample",
          lambda w: w.sample("--attention=the dog saw it", out=w.checkpoint("esc", _run_name_escapes)), 0,
          ("not added to TensorBoard", "'../../escaped'", "they are in the PNG files")),

@@ -28,7 +28,7 @@ from files import (
     writable_folder,
     write_error,
 )
-from model.gpt import GPT, MODEL_FIELDS
+from model.gpt import GPT, IMPORTED_FIELDS, MODEL_FIELDS, GPTConfig
 from trainer.config import FIELDS, TrainConfig, saved_config
 
 # What a resumed run must share with its checkpoint: the vocabulary is checked through the
@@ -148,24 +148,29 @@ def _load_optimizer_state(optimizer: Any, saved: dict) -> None:
                                      f"{tuple(param.shape)}")
 
 
-def resumed_checkpoint(cfg: TrainConfig, path: Path, tokenizer_meta: dict, data: dict | None = None) -> dict:
-    """The checkpoint a --resume run continues from, after checking that it is complete and that this
-    run's settings and data (`tokenizer_meta`, and `data`, what defines its split: see
-    `trainer.Trainer.data_identity`) can continue it."""
+def read_resumed(path: Path) -> dict:
+    """The checkpoint a --resume run continues from, checked to be complete; whether this run's settings and data
+    can continue it is `check_resumed`'s, once the data is prepared."""
     if not path.exists():
         raise UserError(f"--resume but there is no checkpoint at {path}; drop --resume to start a new "
                         f"run, or set --out_dir to the folder that holds ckpt.pt")
     checkpoint = load_checkpoint(path)
     validate(checkpoint, path, for_resume=True)
     saved_settings(checkpoint, path)
-    check_resume_compatible(cfg, checkpoint, tokenizer_meta)
+    return checkpoint
+
+
+def check_resumed(cfg: TrainConfig, checkpoint: dict, path: Path, tokenizer_meta: dict, data: dict | None = None,
+                  model_config: GPTConfig | None = None) -> None:
+    """Whether this run's settings, its data (`tokenizer_meta`, and `data`, what defines its split: see
+    `trainer.Trainer.data_identity`) and the model it builds (`model_config`) can continue `checkpoint`."""
+    check_resume_compatible(cfg, checkpoint, tokenizer_meta, model_config)
     if data is not None:
         check_same_data(checkpoint, data, path)
     problem = inside_name(checkpoint["run_name"]) if not cfg.run_name else None
     if problem is not None:  # the resumed run would write its TensorBoard logs to log_dir/run_name
         raise CheckpointError(f"{path} holds the run name {checkpoint['run_name']!r}, which {problem}, so its "
                               f"TensorBoard logs would go outside --log_dir; resume with --run_name=NAME")
-    return checkpoint
 
 
 def saved_settings(checkpoint: dict, path: str | Path) -> TrainConfig | None:
@@ -213,8 +218,10 @@ def check_same_data(checkpoint: dict, data: dict, path: Path) -> None:
                          f"resume with the same text, or start a new --out_dir")
 
 
-def check_resume_compatible(cfg: TrainConfig, checkpoint: dict, tokenizer_meta: dict) -> None:
-    """A UsageError naming the first setting that differs from the checkpoint's in a way resuming cannot absorb."""
+def check_resume_compatible(cfg: TrainConfig, checkpoint: dict, tokenizer_meta: dict,
+                            model_config: GPTConfig | None = None) -> None:
+    """A UsageError naming the first setting that differs from the checkpoint's in a way resuming cannot absorb;
+    with `model_config`, the model this run builds, also the settings of a model trained elsewhere."""
     saved = checkpoint["model_config"]
     if cfg.block_size > saved["block_size"]:  # a smaller one just trains on shorter windows
         raise UsageError(f"--block_size={cfg.block_size} is larger than the {saved['block_size']} the checkpoint "
@@ -223,6 +230,13 @@ def check_resume_compatible(cfg: TrainConfig, checkpoint: dict, tokenizer_meta: 
         if saved[key] != getattr(cfg, key):
             raise UsageError(f"config key '{key}' is {getattr(cfg, key)!r} but the checkpoint was trained with "
                              f"{saved[key]!r}; use the same value to resume, or a new --out_dir")
+    if model_config is not None:   # query/key/value biases, GPT-2's GELU, padding rows: what init_from brought
+        theirs = GPTConfig(**saved)
+        for key in IMPORTED_FIELDS:
+            if getattr(theirs, key) != getattr(model_config, key):
+                raise UsageError(f"the checkpoint's model has {key}={getattr(theirs, key)!r} but this run's has "
+                                 f"{getattr(model_config, key)!r}: they started from different models; resume with "
+                                 f"the init_from it was trained from, or start a new --out_dir")
     saved_optimizer = checkpoint["train_config"].get("optimizer", "adamw")
     if saved_optimizer != cfg.optimizer:  # the optimizer states would not fit
         raise UsageError(f"config key 'optimizer' is {cfg.optimizer!r} but the checkpoint was trained with "

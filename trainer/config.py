@@ -15,7 +15,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, get_type_hints
+from typing import Any, ClassVar, get_type_hints
 
 from data.corpora import NAMES as CORPORA
 from data.tokenizer import TOKENIZERS
@@ -24,6 +24,7 @@ from files import TOO_DEEP, NotParsed, inside_name, parse_int, parse_toml, quote
 from model.gpt import ARCHITECTURES, MODEL_FIELDS, GPTConfig
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
+SCRATCH, RESUME = "scratch", "resume"   # init_from's two words; anything else names a model to start from
 DTYPES = ("auto", "float32", "bfloat16")
 OPTIMIZERS = ("adamw", "muon")
 ABLATIONS = ("zero", "mean")
@@ -55,6 +56,12 @@ class TrainConfig:
     corpus_sentences: int = _opt(30000, "sentences (lines) generated for a generated corpus: pronouns, induction",
                                  group="data")
     # model
+    init_from: str = _opt(SCRATCH, "scratch (a new model of the sizes below), resume (the same as --resume), or "
+                          "a model to fine-tune: a Hugging Face GPT-2 name (gpt2, gpt2-medium, gpt2-large, gpt2-xl, "
+                          "distilgpt2), a folder holding a GPT2LMHeadModel, a nanoGPT ckpt.pt or its out_dir, or a "
+                          "gptwatch checkpoint (a new run from its weights). That model decides the model keys and "
+                          "the tokenizer: any given must agree with it; a smaller block_size crops it",
+                          group="model")
     arch: str = _opt("gpt2", "gpt2 (classic, for teaching) or modern (rotary, QK-norm, RMSNorm, ReLU²)",
                      ARCHITECTURES, "model")
     n_layer: int = _opt(4, "transformer blocks", group="model")
@@ -111,7 +118,13 @@ class TrainConfig:
     compile: bool = _opt(False, "torch.compile the model (slow start, faster steps)", group="run")
     threads: int = _opt(0, "CPU threads for torch (0: torch's default)", group="run")
 
+    # The keys the user set, in a config file they named or on the command line (`make_config` records them): a
+    # model to fine-tune (`init_from`) decides every model key not among them. Not a setting itself.
+    given: ClassVar[frozenset[str]] = frozenset()
+
     def __post_init__(self) -> None:
+        if self.init_from == RESUME:   # nanoGPT's spelling of --resume
+            self.resume = True
         self.validate()
 
     def validate(self) -> None:
@@ -131,6 +144,9 @@ class TrainConfig:
                                  f"rename that file or folder to a UTF-8 name, or choose another")
         if not is_device_name(self.device):
             raise UsageError(f"config key 'device' must be one of {', '.join(DEVICES)} or cuda:N; got {self.device!r}")
+        if not self.init_from.strip():
+            raise UsageError(f"config key 'init_from' is empty; give {SCRATCH}, {RESUME}, a Hugging Face GPT-2 name "
+                             f"(e.g. gpt2) or the path of a model to fine-tune")
         if not self.dataset.strip():
             raise UsageError(f"config key 'dataset' is empty; give a corpus name ({', '.join(CORPORA)}) or the path "
                              f"of a UTF-8 text file")
@@ -174,6 +190,17 @@ class TrainConfig:
         """The model these settings describe, for a vocabulary of `vocab_size`."""
         return GPTConfig(vocab_size=vocab_size, **{name: getattr(self, name) for name in MODEL_FIELDS
                                                    if name != "vocab_size"})
+
+    @property
+    def fine_tunes(self) -> bool:
+        """Whether the run starts from a model trained elsewhere (or another run's checkpoint)."""
+        return self.init_from not in (SCRATCH, RESUME)
+
+    def replaced(self, **values: Any) -> TrainConfig:
+        """These settings with `values` changed (and checked again), the keys the user set kept."""
+        new = dataclasses.replace(self, **values)
+        new.given = self.given
+        return new
 
     @property
     def decay_iters(self) -> int:
@@ -335,11 +362,16 @@ def saved_config(values: dict, where: str) -> TrainConfig:
     return TrainConfig(**{key: _coerce(key, value, where) for key, value in values.items() if key in FIELDS})
 
 
-def make_config(path: str | Path | None, overrides: dict, base: dict | None = None) -> TrainConfig:
+def make_config(path: str | Path | None, overrides: dict, base: dict | None = None, *,
+                chosen: bool = True) -> TrainConfig:
     """The built-in defaults, then `base` (settings chosen for a text, `trainer.starting_point`), then the config
     file at `path` (if any), then `overrides`: each wins over the one before, and the result is validated once,
-    whichever set each key."""
-    return TrainConfig(**{**(base or {}), **(read_toml(path) if path is not None else {}), **overrides})
+    whichever set each key. The keys of the file count as given by the user (`TrainConfig.given`) when they
+    `chosen` it, not when it is a default."""
+    from_file = read_toml(path) if path is not None else {}
+    cfg = TrainConfig(**{**(base or {}), **from_file, **overrides})
+    cfg.given = frozenset(overrides) | (frozenset(from_file) if chosen else frozenset())
+    return cfg
 
 
 def load_config(path: str | Path | None, overrides: list[str]) -> TrainConfig:

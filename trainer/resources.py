@@ -57,20 +57,27 @@ def training_bytes(cfg: TrainConfig, vocab_size: int) -> dict[str, int]:
     return {"parameters": 16 * n_params, "activations": 4 * tokens * per_token}
 
 
-def check_training_fits(cfg: TrainConfig, vocab_size: int, device: torch.device) -> None:
-    """Refuses, naming the keys to lower, a config whose training cannot fit in `device`'s memory."""
+def check_training_fits(cfg: TrainConfig, vocab_size: int, device: torch.device, *, held: int = 0) -> None:
+    """Refuses, naming the keys to lower, a config whose training cannot fit in `device`'s memory; `held`: bytes of
+    it allocated there already (the weights of a model read to fine-tune)."""
     free = available_memory(device)
     if free is None:
         return
     need = training_bytes(cfg, vocab_size)
-    total = sum(need.values())
+    total = sum(need.values()) - held
     if total > free:
-        raise UserError(f"this config needs at least {_size(total)} of memory to train on {device.type} "
+        loaded = f", of which the weights read, {_size(held)}, are loaded already" if held else ""
+        raise UserError(f"this config needs at least {_size(total + held)} of memory to train on {device.type} "
                         f"(parameters and optimizer {_size(need['parameters'])}, activations "
-                        f"{_size(need['activations'])}), and {_size(free)} is free; {_keys_to_lower(cfg, need)}")
+                        f"{_size(need['activations'])}{loaded}), and {_size(free)} {'more ' if held else ''}is free; "
+                        f"{_keys_to_lower(cfg, need)}")
 
 
 def _keys_to_lower(cfg: TrainConfig, need: dict[str, int]) -> str:
+    if cfg.fine_tunes:  # the model's sizes are the model's own
+        if need["parameters"] >= need["activations"]:
+            return f"fine-tune a smaller model than {cfg.init_from}, or use a machine with more memory"
+        return f"lower --batch_size (now {cfg.batch_size:,}) or --block_size (now {cfg.block_size:,})"
     if need["parameters"] >= need["activations"]:
         return f"lower --n_embd (now {cfg.n_embd:,}) or --n_layer (now {cfg.n_layer:,})"
     return (f"lower --batch_size (now {cfg.batch_size:,}), --block_size (now {cfg.block_size:,}) or --n_layer "

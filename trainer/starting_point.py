@@ -20,7 +20,7 @@ from typing import Any
 
 from data import corpora
 from errors import UserError
-from trainer.config import TrainConfig, read_toml
+from trainer.config import RESUME, SCRATCH, TrainConfig, read_toml
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO_CONFIG = REPO / "configs" / "pronouns.toml"
@@ -77,6 +77,8 @@ def starting_point(config_path: str | None, overrides: dict[str, Any]) -> Starti
     """Which base applies (see the module's docstring), for a command line of `config_path` and `overrides`."""
     if config_path is not None:
         return StartingPoint(config_path, {}, Path(config_path).stem)
+    if overrides.get("init_from", SCRATCH) not in (SCRATCH, RESUME):  # a model to fine-tune: its shape, the
+        return StartingPoint(None, {}, "default")                   # built-in training settings
     dataset = overrides.get("dataset")
     if dataset is None or dataset in corpora.GENERATED or not str(dataset).strip():
         return StartingPoint(str(DEMO_CONFIG) if DEMO_CONFIG.is_file() else None, {}, "default")

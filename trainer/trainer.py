@@ -24,15 +24,17 @@ from typing import Any
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
+from checkpoints import load_model
 from data.batches import Batches
 from data.prepare import Prepared, prepare
 from errors import UserError, warn
 from model.gpt import GPT
-from trainer.checkpoint import CheckpointWriter, check_out_dir, restore_training, resumed_checkpoint
+from trainer.checkpoint import CheckpointWriter, check_out_dir, check_resumed, restore_training
 from trainer.config import TrainConfig
 from trainer.optim import divergence_fix, lr_at, make_optimizer, schedule_problem, set_lr
 from trainer.resources import check_corpus_fits, check_training_fits
 from trainer.runtime import Runtime, ranks_agree
+from trainer.start import starting_point
 
 
 @dataclass
@@ -134,8 +136,9 @@ def data_identity(cfg: TrainConfig, data: Prepared) -> dict:
     tokenized, and where its prepared files are. A checkpoint records it; a resumed run must match it."""
     meta = data.meta
     return {"dataset": cfg.dataset, "source": meta.get("source"), "source_sha256": meta.get("source_sha256"),
-            "tokenizer": cfg.tokenizer, "val_fraction": cfg.val_fraction, "data_dir": cfg.data_dir,
-            "folder": str(data.folder)}
+            # the tokenizer's name in the prepared folder's: a fine-tuned model's vocabulary has its own
+            "tokenizer": meta.get("vocabulary", cfg.tokenizer), "val_fraction": cfg.val_fraction,
+            "data_dir": cfg.data_dir, "folder": str(data.folder)}
 
 
 class Trainer:
@@ -163,24 +166,30 @@ class Trainer:
 
     @classmethod
     def from_config(cls, cfg: TrainConfig, runtime: Runtime, *, config_name: str = "default") -> Trainer:
-        """Data, model and optimizer as `cfg` asks, resumed from out_dir/ckpt.pt with --resume."""
+        """Data, model and optimizer as `cfg` asks: a new model, or one read to fine-tune (`init_from`), or,
+        with --resume, the run in out_dir/ckpt.pt continued. The trainer's `cfg` is `cfg` with the model keys of
+        the model it trains (`trainer.start`)."""
         torch.manual_seed(cfg.seed + runtime.rank)
         path = Path(cfg.out_dir) / "ckpt.pt"
         keeps_previous = not cfg.resume and path.is_file()   # looked at once: preparing data can take minutes
         if runtime.is_main:
             check_out_dir(path, keeps_previous=keeps_previous)
         check_corpus_fits(cfg)
-        data = prepare(cfg.dataset, cfg.tokenizer, cfg.data_dir, cfg.val_fraction, cfg.corpus_sentences,
-                       quiet=not runtime.is_main)
-        check_training_fits(cfg, data.tokenizer.vocab_size, runtime.device)
+        start = starting_point(cfg, path, runtime.device)
+        cfg = start.cfg
+        if start.description is not None and runtime.is_main:
+            print(f"fine-tuning {start.description}")
+        data = prepare(cfg.dataset, start.vocabulary or cfg.tokenizer, cfg.data_dir, cfg.val_fraction,
+                       cfg.corpus_sentences, quiet=not runtime.is_main)
+        model_cfg = start.model_config(data.tokenizer.vocab_size)
+        held = sum(p.numel() * p.element_size() for p in start.model.parameters()) if start.model is not None else 0
+        check_training_fits(cfg, model_cfg.vocab_size, runtime.device, held=held)
         batches = Batches(data.splits(cfg.block_size), cfg.block_size, cfg.batch_size, runtime.device, cfg.seed,
                           runtime.rank)
-        resumed = resumed_checkpoint(cfg, path, data.tokenizer.to_meta(), data_identity(cfg, data)) if cfg.resume \
-            else None
-        model_cfg = cfg.model_config(data.tokenizer.vocab_size)
-        if resumed is not None:  # a smaller --block_size trains on shorter windows of the same position table
-            model_cfg.block_size = resumed["model_config"]["block_size"]
-        model = GPT(model_cfg).to(runtime.device)
+        resumed = start.checkpoint
+        if resumed is not None:
+            check_resumed(cfg, resumed, path, data.tokenizer.to_meta(), data_identity(cfg, data), model_cfg)
+        model = (start.model if start.model is not None else GPT(model_cfg)).to(runtime.device)
         optimizer = make_optimizer(model, cfg, runtime.device)
         state = TrainState(run_name=cfg.run_name or f"{config_name}-{time.strftime('%Y%m%d-%H%M%S')}")
         if resumed is not None:
@@ -196,6 +205,21 @@ class Trainer:
             checkpoints = CheckpointWriter(path, keep_previous=keeps_previous,
                                            saved_step=state.step if resumed is not None else None)
         return cls(cfg, runtime, model, optimizer, batches, data=data, state=state, checkpoints=checkpoints)
+
+    def model_before_fine_tuning(self) -> GPT | None:
+        """The model this run fine-tunes as it was before any step, for the watch's second baseline; None for a run
+        from scratch. A resumed fine-tune reads it again from init_from; where that cannot be read now (the hub
+        offline, a folder moved), None, with a warning saying so."""
+        if not self.cfg.fine_tunes:
+            return None
+        if self.state.step == 0:
+            return self.model
+        try:
+            with torch.random.fork_rng(devices=[]):   # reading a gptwatch checkpoint builds a model from the seed
+                return load_model(self.cfg.init_from, self.runtime.device, block_size=self.model.config.block_size).model
+        except UserError as exc:
+            warn(f"the model before fine-tuning cannot be read again, so the head types are shown without it: {exc}")
+            return None
 
     @property
     def finished(self) -> bool:

@@ -3,7 +3,8 @@
 `AttentionWatch` has the hooks a `trainer.Trainer` calls (`on_fit_start`, `on_watch`,
 `on_evaluate`, `on_fit_end`), so training plugs it in without the trainer knowing about
 attention, and this package needs nothing from the trainer: it reads `trainer.model`,
-`trainer.tokenizer`, `trainer.data` (the prepared corpus) and `trainer.cfg.seed`.
+`trainer.tokenizer`, `trainer.data` (the prepared corpus) and `trainer.cfg.seed`, and, for a fine-tune, the
+model before fine-tuning that `trainer.model_before_fine_tuning()` gives.
 
 At every watch point one pass (`watch/pipeline.py`) captures each probe set once and every score
 is read from it, and the composition of every pair of heads is read from the weights; the watch only
@@ -19,9 +20,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from tqdm import tqdm
+
 from errors import UserError, warn
 from watch.ablation import DEFAULT_MODE, AblationResult, agreement_ablations, best_pronoun_proof, proofs
 from watch.composition import KINDS, Composition, composition, reads_from
+from watch.finetuning import before_labels, before_table, changed_heads, changes_line, log_before
 from watch.heads import last_pronoun_pos
 from watch.headtypes import TYPE_SETS, head_labels
 from watch.heatmaps import SentenceHeatmaps, composition_image
@@ -55,6 +59,8 @@ class AttentionWatch:
         self.first_typed: dict[str, int] = {}
         self.untrained: Reading | None = None
         self.untrained_composition: Composition | None = None
+        self.before: Reading | None = None   # the model before fine-tuning, when the run fine-tunes one
+        self.before_pending = False          # it is the first evaluation's reading, still to come
         self.heatmaps = SentenceHeatmaps()
         self.last: tuple[int, Reading, list[AblationResult]] | None = None  # the latest evaluation's
 
@@ -75,9 +81,15 @@ class AttentionWatch:
         untrained = untrained_like(model, trainer.cfg.seed)
         self.untrained = read_pass(untrained, self.sets, kinds=TYPE_SETS)
         self.untrained_composition = composition(untrained)
+        # A fine-tune: the model before fine-tuning is a second baseline, read once (watch/finetuning.py). Before
+        # any step it is the model itself, which the evaluation at step 0 reads next.
+        before = trainer.model_before_fine_tuning() if hasattr(trainer, "model_before_fine_tuning") else None
+        self.before_pending = before is not None and before is model
+        if before is not None and not self.before_pending:
+            self.before = read_pass(before, self.sets, untrained=self.untrained, kinds=TYPE_SETS)
         log_charts(self.writer, pronouns=PRONOUN in self.sets.sets,
                    types=any(kind in self.sets.sets for kind in TYPE_SETS),
-                   composition=self.untrained_composition is not None)
+                   composition=self.untrained_composition is not None, fine_tuning=before is not None)
 
     def on_watch(self, trainer: Any, step: int) -> None:
         reading = read_pass(trainer.model, self.quick, untrained=self.untrained, kinds=WATCHED)
@@ -103,6 +115,8 @@ class AttentionWatch:
         step = evaluation.step
         reading = read_pass(trainer.model, self.sets, untrained=self.untrained)
         self._note_types(reading, step)
+        if self.before_pending:
+            self.before, self.before_pending = reading, False
         ablations = agreement_ablations(trainer.model, self.sets, reading)
         self.last = (step, reading, ablations)
         images = []
@@ -120,6 +134,9 @@ class AttentionWatch:
             images.append(("composition/matrix", composition_image(found, self._composition_title(step))))
         log_evaluation(self.writer, step, reading, ablations, images)
         log_composition(self.writer, step, found, self.untrained_composition)
+        if self.before is not None and reading.types:
+            log_before(self.writer, step, reading, self.before)
+            tqdm.write(f"step {step}: {changes_line(reading, self.before)}")
 
     def on_fit_end(self, trainer: Any, result: Any) -> None:
         if not result.completed:
@@ -132,9 +149,10 @@ class AttentionWatch:
         result.metrics.update(self.report(trainer.model, reading, ablations))
         if self.page is not None and reading.results.patterns:
             try:
+                labels = before_labels(reading, self.before) if self.before is not None else head_labels(reading.types)
                 result.files["attention page"] = write_page(self.page, attention_page(
                     self.views(reading), f"Attention at step {result.step}: {self.page.parent}",
-                    head_labels(reading.types), reads_from(composition(trainer.model), self.untrained_composition)))
+                    labels, reads_from(composition(trainer.model), self.untrained_composition)))
             except UserError as exc:
                 warn(f"no attention page: {exc}")
 
@@ -172,6 +190,14 @@ class AttentionWatch:
             print(type_report(reading, list(self.sets.missing.values()), [p for p in found if p is not removed],
                               self.since()))
             metrics.update(type_metrics(reading))
+        if self.before is not None and reading.types:
+            table = before_table(reading, self.before)
+            if table:
+                print("\nwhat fine-tuning changed: the heads with a type before fine-tuning or now (* where it "
+                      "changed), and each type score before -> now:")
+                print(table)
+            print(("" if table else "\n") + changes_line(reading, self.before))
+            metrics["hparam/heads_changed_type"] = len(changed_heads(reading, self.before))
         print("\n" + composition_lines(composition(model), self.untrained_composition, reading.types))
         return metrics
 

@@ -22,6 +22,7 @@ from errors import warn
 from files import write_error
 from watch.ablation import AblationResult
 from watch.composition import KINDS, Composition
+from watch.finetuning import BEFORE_TAG
 from watch.heads import head_name
 from watch.headtypes import CONTEXT_NUMBERS, TYPES
 from watch.reading import Reading
@@ -134,6 +135,11 @@ PRONOUN_CHARTS = {
     },
 }
 
+# A fine-tune: each type's best head now beside the best of the model before fine-tuning (watch/finetuning.py).
+FINE_TUNING_CHARTS = {
+    "fine-tuning": {f"{kind.replace('_', '-')}: best head now and before fine-tuning":
+                    ["Multiline", [rf"heads/{kind}/best$", rf"{BEFORE_TAG}/{kind}/best$"]] for kind in TYPES},
+}
 
 # Every pair of heads in different layers, one chart per kind (watch/composition.py); the best pair's
 # score beside the untrained model's best, a flat line to read the rise against.
@@ -147,10 +153,12 @@ COMPOSITION_CHARTS = {
 }
 
 
-def log_charts(writer: Any, *, pronouns: bool, types: bool, composition: bool = False) -> None:
+def log_charts(writer: Any, *, pronouns: bool, types: bool, composition: bool = False,
+               fine_tuning: bool = False) -> None:
     """The Custom Scalars layout: written once, at the start of a run."""
     layout = {**(PRONOUN_CHARTS if pronouns else {}), **(TYPE_CHARTS if types else {}),
-              **(COMPOSITION_CHARTS if composition else {})}
+              **(COMPOSITION_CHARTS if composition else {}),
+              **(FINE_TUNING_CHARTS if types and fine_tuning else {})}
     if layout:
         writer.add_custom_scalars(layout)
 
