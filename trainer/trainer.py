@@ -216,7 +216,8 @@ class Trainer:
             return self.model
         try:
             with torch.random.fork_rng(devices=[]):   # reading a gptwatch checkpoint builds a model from the seed
-                return load_model(self.cfg.init_from, self.runtime.device, block_size=self.model.config.block_size).model
+                return load_model(self.cfg.init_from, self.runtime.device,
+                                  block_size=self.model.config.block_size).model
         except UserError as exc:
             warn(f"the model before fine-tuning cannot be read again, so the head types are shown without it: {exc}")
             return None
