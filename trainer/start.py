@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from checkpoints import load_model
-from checkpoints.foreign import describe
+from checkpoints.foreign import describe, identify
 from checkpoints.hub import hub_name
 from checkpoints.layout import built
 from data.prepare import ModelVocabulary
@@ -72,7 +72,7 @@ def starting_point(cfg: TrainConfig, path: Path, device: torch.device) -> Start:
 
 def _importing(cfg: TrainConfig, device: torch.device) -> Start:
     """A new fine-tune: the model read, checked against the keys the user set, and the run's settings made its."""
-    loaded = load_model(cfg.init_from, device, block_size=cfg.block_size if "block_size" in cfg.given else None)
+    loaded = load_model(identify(cfg.init_from), device, block_size=cfg.block_size if "block_size" in cfg.given else None)
     config = loaded.model.config
     what = f"the model {cfg.init_from}"
     for key in MODEL_KEYS:
