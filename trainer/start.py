@@ -72,7 +72,8 @@ def starting_point(cfg: TrainConfig, path: Path, device: torch.device) -> Start:
 
 def _importing(cfg: TrainConfig, device: torch.device) -> Start:
     """A new fine-tune: the model read, checked against the keys the user set, and the run's settings made its."""
-    loaded = load_model(identify(cfg.init_from), device, block_size=cfg.block_size if "block_size" in cfg.given else None)
+    block_size = cfg.block_size if "block_size" in cfg.given else None
+    loaded = load_model(identify(cfg.init_from), device, block_size=block_size)
     config = loaded.model.config
     what = f"the model {cfg.init_from}"
     for key in MODEL_KEYS:
