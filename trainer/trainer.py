@@ -25,6 +25,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from checkpoints import load_model
+from checkpoints.foreign import identify
 from data.batches import Batches
 from data.prepare import Prepared, prepare
 from errors import UserError, warn
@@ -216,7 +217,7 @@ class Trainer:
             return self.model
         try:
             with torch.random.fork_rng(devices=[]):   # reading a gptwatch checkpoint builds a model from the seed
-                return load_model(self.cfg.init_from, self.runtime.device,
+                return load_model(identify(self.cfg.init_from), self.runtime.device,
                                   block_size=self.model.config.block_size).model
         except UserError as exc:
             warn(f"the model before fine-tuning cannot be read again, so the head types are shown without it: {exc}")
