@@ -17,6 +17,7 @@ import torch
 
 from checkpoints import FORMAT, FORMAT_VERSION, CheckpointError, load_checkpoint, load_weights, unusable, validate
 from checkpoints import load_model as load_model  # tools outside the package import it from here
+from data.tokenizer import TOKENIZERS
 from errors import UsageError, UserError, warn
 from files import (
     clear_for_file,
@@ -190,7 +191,11 @@ def saved_settings(checkpoint: dict, path: str | Path) -> TrainConfig | None:
     try:
         config = saved_config(saved, "in its train_config")
         record = "data record"
-        saved_config({**saved, **(data or {})}, "in its data record")
+        # A fine-tune's data record names the model's own vocabulary (data/prepare.py's label), no config value.
+        record_settings = {key: value for key, value in (data or {}).items()
+                           if key != "tokenizer" or value in TOKENIZERS
+                           or not isinstance(value, str) or "\x00" in value}
+        saved_config({**saved, **record_settings}, "in its data record")
     except UsageError as exc:
         raise unusable(path, f"its {record} is invalid ({exc})") from None
     return config
