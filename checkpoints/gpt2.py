@@ -30,11 +30,11 @@ from pathlib import Path
 
 import torch
 
+import optional
 from checkpoints.layout import ForeignModelError, Reader, read_weights
 from checkpoints.torchfile import load_torch_file
 from data.tokenizer import FullGPT2Tokenizer, Tokenizer, TokenizerMetaError, tokenizer_from_meta
 from files import NotParsed, parse_json, read_text
-from interop import optional
 from model.gpt import LN_EPS, GPTConfig
 
 CONFIG = "config.json"

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import torch
 
+import optional
 from checkpoints.layout import ForeignModelError, check_fits
-from interop import optional
 from model.gpt import GPTConfig
 
 # name -> (hub repository, n_layer, n_head, n_embd); every one has GPT-2's vocabulary and 1,024 positions

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import torch
 
+import optional
 from checkpoints import Loaded
 from errors import UserError
 from files import (
@@ -39,7 +40,6 @@ from files import (
     writable_folder,
     write_error,
 )
-from interop import optional
 from interop.hf_tokenizer import hf_tokenizer
 from interop.huggingface import to_hf_model
 from interop.parts import TARGETS, check_supported

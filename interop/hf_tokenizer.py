@@ -24,8 +24,8 @@ from __future__ import annotations
 
 from functools import cache
 
+import optional
 from data.tokenizer import EOT, CharTokenizer, GPT2Tokenizer, Tokenizer
-from interop import optional
 
 UNK = "<unk>"
 

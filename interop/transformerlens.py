@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from interop import optional
+import optional
 from interop.parts import RMS_EPS, check_supported
 from model.attention import ROTARY_BASE
 from model.gpt import GPT, LN_EPS, GPTConfig

@@ -9,8 +9,8 @@ from conftest import require_gpt2
 
 from checkpoints import load_model
 from data.tokenizer import CharTokenizer
-from interop.optional import quiet_deprecation
 from interop.transformerlens import to_hooked_transformer
+from optional import quiet_deprecation
 from tests.cli import TEXT, run_sample
 from tests.random_checkpoints import KINDS, make_checkpoint
 from watch.capture import capture_attention, capture_from_patterns
