@@ -17,12 +17,13 @@ import torch
 
 from errors import UserError
 from files import cannot, regular_file
-from model.gpt import GPT, IMPORTED_FIELDS, MODEL_FIELDS, GPTConfig
+from model.gpt import GPT, IMPORTED_FIELDS, MODEL_FIELDS, RECORDED_WHEN_SET, GPTConfig
 
 FORMAT = "gptwatch-checkpoint"
 FORMAT_VERSION = 1
 ZIP_MAGIC = b"PK\x03\x04"
 MAX_STEP = 2**63  # steps are logged as int64 (TensorBoard, torch)
+ALWAYS_RECORDED = tuple(name for name in MODEL_FIELDS if name not in RECORDED_WHEN_SET)
 
 
 class CheckpointError(UserError):
@@ -125,7 +126,7 @@ def _shape_problem(config: GPTConfig, weights: dict) -> str | None:
     if len(layers) != config.n_layer:
         return f"its model_config says {config.n_layer} layers, its weights hold {len(layers)}"
     sizes = {"wte.weight": (config.vocab_size, config.n_embd)}
-    if not config.modern:
+    if config.absolute_positions:
         sizes["wpe.weight"] = (config.block_size, config.n_embd)
     return _mismatch(sizes, {name: tuple(weights[name].shape) for name in sizes if name in weights})
 
@@ -146,10 +147,11 @@ def _structure_problem(checkpoint: dict, for_resume: bool) -> str | None:
             isinstance(k, str) and isinstance(v, torch.Tensor) and v.is_floating_point() for k, v in weights.items()):
         return "'model' is not a set of named floating-point tensors"
     config = checkpoint.get("model_config")
-    # A model trained elsewhere also records the settings of IMPORTED_FIELDS it sets (GPTConfig.to_dict).
-    if not isinstance(config, dict) or not set(MODEL_FIELDS) <= set(config) <= {*MODEL_FIELDS, *IMPORTED_FIELDS}:
-        return (f"'model_config' is missing or does not hold exactly {', '.join(MODEL_FIELDS)} (and of "
-                f"{', '.join(IMPORTED_FIELDS)} those it sets)")
+    # The settings of RECORDED_WHEN_SET are there only when set (GPTConfig.to_dict): a model's switches, and what a
+    # model trained elsewhere brought.
+    if not isinstance(config, dict) or not set(ALWAYS_RECORDED) <= set(config) <= {*MODEL_FIELDS, *IMPORTED_FIELDS}:
+        return (f"'model_config' is missing or does not hold exactly {', '.join(ALWAYS_RECORDED)} (and of "
+                f"{', '.join(RECORDED_WHEN_SET)} those it sets)")
     if not isinstance(checkpoint.get("tokenizer"), dict):
         return "it has no 'tokenizer'"
     if type(checkpoint.get("step")) is not int or not 0 <= checkpoint["step"] < MAX_STEP:

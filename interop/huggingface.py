@@ -15,11 +15,16 @@
     both, and values are untouched.
   - ReLU² in Qwen3's gated MLP, down(act(gate·x) * up·x): with gate = up = c_fc and `hidden_act="relu"`,
     relu(h) * h is h² where h > 0 and 0 elsewhere: relu(h)² exactly.
+
+Blocks of attention alone (`attn_only`) keep both classes' MLP, with every weight and bias of it 0: its
+output is then exactly 0 (GPT-2's c_proj(gelu(0)) + 0, Qwen3's down(relu(0) * 0)), whatever its norm gives it,
+and that norm's weight is 1 (its bias 0), so it stays finite.
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn as nn
 
 import optional
 from interop.parts import RMS_EPS, check_supported
@@ -58,19 +63,30 @@ def gpt2_weights(model: GPT) -> dict[str, torch.Tensor]:
     weights = {"transformer.wte.weight": model.wte.weight, "transformer.wpe.weight": model.wpe.weight,
                "transformer.ln_f.weight": model.ln_f.weight, "transformer.ln_f.bias": _or_zeros(model.ln_f.bias, E)}
     for n, block in enumerate(model.blocks):
-        attn, mlp, p = block.attn, block.mlp, f"transformer.h.{n}."
+        attn, p = block.attn, f"transformer.h.{n}."
         weights.update({
             p + "ln_1.weight": block.ln_1.weight, p + "ln_1.bias": _or_zeros(block.ln_1.bias, E),
-            p + "ln_2.weight": block.ln_2.weight, p + "ln_2.bias": _or_zeros(block.ln_2.bias, E),
             p + "attn.c_attn.weight": attn.fused_projection().t(),
             p + "attn.c_attn.bias": _or_zeros(attn.fused_bias(), 3 * E),
             p + "attn.c_proj.weight": attn.out_proj.weight.t(),
             p + "attn.c_proj.bias": _or_zeros(attn.out_proj.bias, E),
-            p + "mlp.c_fc.weight": mlp.c_fc.weight.t(),
-            p + "mlp.c_fc.bias": _or_zeros(mlp.c_fc.bias, model.config.mlp_width),
-            p + "mlp.c_proj.weight": mlp.c_proj.weight.t(), p + "mlp.c_proj.bias": _or_zeros(mlp.c_proj.bias, E),
         })
+        weights.update({p + name: t for name, t in _gpt2_mlp(block, model.config).items()})
     return weights
+
+
+def _gpt2_mlp(block: nn.Module, config: GPTConfig) -> dict[str, torch.Tensor]:
+    """A block's ln_2 and MLP in GPT2LMHeadModel's names. A block of attention alone has neither: its MLP's
+    weights and biases are then 0, so it adds exactly 0, and ln_2's weight 1, so what it reads stays finite."""
+    E, M = config.n_embd, config.mlp_width
+    if block.mlp is None:
+        return {"ln_2.weight": torch.ones(E), "ln_2.bias": torch.zeros(E),
+                "mlp.c_fc.weight": torch.zeros(E, M), "mlp.c_fc.bias": torch.zeros(M),
+                "mlp.c_proj.weight": torch.zeros(M, E), "mlp.c_proj.bias": torch.zeros(E)}
+    mlp = block.mlp
+    return {"ln_2.weight": block.ln_2.weight, "ln_2.bias": _or_zeros(block.ln_2.bias, E),
+            "mlp.c_fc.weight": mlp.c_fc.weight.t(), "mlp.c_fc.bias": _or_zeros(mlp.c_fc.bias, M),
+            "mlp.c_proj.weight": mlp.c_proj.weight.t(), "mlp.c_proj.bias": _or_zeros(mlp.c_proj.bias, E)}
 
 
 def halves_order(head_dim: int) -> torch.Tensor:
@@ -90,15 +106,17 @@ def qwen3_weights(model: GPT) -> dict[str, torch.Tensor]:
 
     weights = {"model.embed_tokens.weight": model.wte.weight, "model.norm.weight": torch.ones(E)}
     for n, block in enumerate(model.blocks):
-        attn, mlp, p = block.attn, block.mlp, f"model.layers.{n}."
+        attn, p = block.attn, f"model.layers.{n}."
+        # Attention alone: an MLP of zeros adds exactly 0 (and post_attention_layernorm is weight 1 anyway).
+        fc = block.mlp.c_fc.weight if block.mlp is not None else torch.zeros(cfg.mlp_width, E)
+        proj = block.mlp.c_proj.weight if block.mlp is not None else torch.zeros(E, cfg.mlp_width)
         weights.update({
             p + "input_layernorm.weight": torch.ones(E), p + "post_attention_layernorm.weight": torch.ones(E),
             p + "self_attn.q_proj.weight": rotated_rows(attn.W_query.weight),
             p + "self_attn.k_proj.weight": rotated_rows(attn.W_key.weight),
             p + "self_attn.v_proj.weight": attn.W_value.weight, p + "self_attn.o_proj.weight": attn.out_proj.weight,
             p + "self_attn.q_norm.weight": torch.ones(D), p + "self_attn.k_norm.weight": torch.ones(D),
-            p + "mlp.gate_proj.weight": mlp.c_fc.weight, p + "mlp.up_proj.weight": mlp.c_fc.weight,
-            p + "mlp.down_proj.weight": mlp.c_proj.weight,
+            p + "mlp.gate_proj.weight": fc, p + "mlp.up_proj.weight": fc, p + "mlp.down_proj.weight": proj,
         })
     return weights
 

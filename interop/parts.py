@@ -7,6 +7,7 @@ Every part and what stands for it (checked against transformer-lens 3.9 and tran
 |---|---|---|
 | gpt2: LayerNorm (eps 1e-5, bias or none) | `normalization_type="LN"`, zero bias if none | GPT2LMHeadModel, zero bias |
 | gpt2: learned positions | `positional_embedding_type="standard"` | `wpe` |
+| gpt2: a learned bias per head and distance (`relative_positions`) | **none**: refused | **none**: refused |
 | gpt2: exact (erf) GELU | `act_fn="gelu"` | `activation_function="gelu"` |
 | gpt2: GPT-2's tanh GELU (`activation="gelu_tanh"`) | `act_fn="gelu_new"` | `activation_function="gelu_new"` |
 | gpt2: query/key/value biases (`qkv_bias`) | `b_Q`, `b_K`, `b_V` | `c_attn.bias` |
@@ -17,6 +18,11 @@ Every part and what stands for it (checked against transformer-lens 3.9 and tran
 | modern: biases (MLP, attention output) | `b_in`, `b_out`, `b_O` | **none**: refused |
 | no query/key/value biases, tied output head | zero `b_Q/b_K/b_V`, `W_U` = `W_E`ᵀ | zero biases, tied |
 | padding rows of the vocabulary (`vocab_used`) | rows of `W_E`/`W_U` like any other | the same |
+| blocks of attention alone (`attn_only`) | `attn_only=True` | an MLP of zeros (adds exactly 0), its norm's weight 1 |
+
+TransformerLens's positions are learned absolute, rotary, shortformer or ALiBi (a fixed slope per head, not
+learned per distance), and Hugging Face's GPT-2 and Qwen3 have a table or rotary: none holds a learned bias per
+head and distance.
 """
 
 from __future__ import annotations
@@ -35,6 +41,12 @@ def refusal(config: GPTConfig, target: str) -> str | None:
     """Why a model of `config` cannot go to `target` exactly, naming the part; None when every part can."""
     if target not in TARGETS:
         raise ValueError(f"unknown export target {target!r}; one of {', '.join(TARGETS)}")
+    if config.relative_positions:
+        kinds = ("learned absolute, rotary, shortformer and ALiBi positions" if target == "tl" else
+                 "GPT-2's learned position table and Qwen3's rotary positions")
+        return (f"cannot export this model to {TARGETS[target]} exactly: its positions are a learned bias per head "
+                f"and distance in each attention layer (relative_positions=true), and {TARGETS[target]} has "
+                f"{kinds}, none of them that; to export, train with --relative_positions=false")
     if target == "hf" and config.modern and config.bias:
         return ("cannot export this model to Hugging Face exactly: the modern architecture goes to Qwen3ForCausalLM, "
                 "whose MLP (c_fc, c_proj) and attention output (out_proj) have no biases, and this model has them "

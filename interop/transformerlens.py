@@ -28,8 +28,9 @@ FORMAT_VERSION = 1
 def hooked_config(config: GPTConfig) -> dict[str, Any]:
     """The `HookedTransformerConfig` arguments for a model of `config`, as plain values (no device, so
     TransformerLens picks one where the file is loaded)."""
+    mlp = dict(attn_only=True) if config.attn_only else dict(d_mlp=config.mlp_width)
     common = dict(n_layers=config.n_layer, d_model=config.n_embd, n_heads=config.n_head, d_head=config.head_dim,
-                  d_mlp=config.mlp_width, d_vocab=config.vocab_size, n_ctx=config.block_size,
+                  **mlp, d_vocab=config.vocab_size, n_ctx=config.block_size,
                   # gptwatch adds no beginning-of-text token; its tokenizer's ids go in as they are
                   default_prepend_bos=False, dtype=torch.float32, init_weights=False, model_name="gptwatch",
                   original_architecture=f"gptwatch-{config.arch}")
@@ -64,14 +65,16 @@ def hooked_weights(model: GPT) -> dict[str, torch.Tensor]:
             p + "attn.W_K": per_head(attn.W_key.weight), p + "attn.b_K": or_zeros(attn.W_key.bias, H, D),
             p + "attn.W_V": per_head(attn.W_value.weight), p + "attn.b_V": or_zeros(attn.W_value.bias, H, D),
             p + "attn.W_O": attn.out_proj.weight.t().reshape(H, D, E), p + "attn.b_O": or_zeros(attn.out_proj.bias, E),
-            p + "mlp.W_in": mlp.c_fc.weight.t(), p + "mlp.b_in": or_zeros(mlp.c_fc.bias, cfg.mlp_width),
-            p + "mlp.W_out": mlp.c_proj.weight.t(), p + "mlp.b_out": or_zeros(mlp.c_proj.bias, E),
         })
+        if mlp is not None:   # an attention-only block has neither the MLP nor ln2
+            weights.update({p + "mlp.W_in": mlp.c_fc.weight.t(), p + "mlp.b_in": or_zeros(mlp.c_fc.bias, cfg.mlp_width),
+                            p + "mlp.W_out": mlp.c_proj.weight.t(), p + "mlp.b_out": or_zeros(mlp.c_proj.bias, E)})
         if cfg.modern:  # QK-norm's weights: gptwatch's is weight-free, so ones
             weights.update({p + "attn.q_norm.w": torch.ones(D), p + "attn.k_norm.w": torch.ones(D)})
         else:
-            weights.update({p + "ln1.w": block.ln_1.weight, p + "ln1.b": or_zeros(block.ln_1.bias, E),
-                            p + "ln2.w": block.ln_2.weight, p + "ln2.b": or_zeros(block.ln_2.bias, E)})
+            weights.update({p + "ln1.w": block.ln_1.weight, p + "ln1.b": or_zeros(block.ln_1.bias, E)})
+            if block.ln_2 is not None:
+                weights.update({p + "ln2.w": block.ln_2.weight, p + "ln2.b": or_zeros(block.ln_2.bias, E)})
     return {name: t.detach().float().cpu().contiguous() for name, t in weights.items()}
 
 

@@ -16,6 +16,16 @@ the same weights; `tests/test_attention.py` and `tests/test_model.py` prove they
 Sampling runs the layer a third way, one new position at a time against a KV cache
 (`model/sampling.py`), with the same projections (`fused_projection`) and `normalise_and_rotate`.
 
+With `relative_positions`, each head also has a learned bias for each distance between query and key,
+`position_bias` [head, distance], added to the scaled scores before the softmax (Shaw et al. 2018; T5's
+relative bias, without its buckets):
+
+    attention_weights     = softmax(attention_scores / sqrt(d_k)
+                                    + POSITION_BIAS_SCALE * position_bias[head, query_pos - key_pos]), masked
+
+The fast path then gives `F.scaled_dot_product_attention` those biases, with -inf above the diagonal, as
+its float `attn_mask` (`relative_mask`); without them it keeps its own causal mask (`is_causal`).
+
 Names: inside the layer the softmax's output is `attention_weights`, as in the chapter, and a
 head's width is the chapter's `d_k`; everywhere else that width is `head_dim`, and a
 `[head, query_pos, key_pos]` (or `[batch, head, ...]`) tensor of weights is a *pattern*,
@@ -51,6 +61,12 @@ class HeadAblation:
         return out + (removed * self.fill.to(context.dtype)).unsqueeze(1)          # + [H, 1, head_dim]
 
 
+# The scores get POSITION_BIAS_SCALE x position_bias: the table is kept in units of 1/16 of a logit. A head
+# needs a bias of several logits to prefer one distance, while the weights around it are about 0.02, and
+# AdamW moves every parameter by about the learning rate a step, whatever its size: a table in plain logits
+# (scale 1) takes a thousand steps to get there, and a 2-layer attention-only model's previous-token and
+# induction heads formed 2-3x later, or not within 3,000 steps. Scales 8 and 16 both work; 16 earliest.
+POSITION_BIAS_SCALE = 16
 ROTARY_BASE = 10000  # feature pair i turns by position x ROTARY_BASE^(-2i / head_dim), as in RoFormer
 
 
@@ -86,7 +102,8 @@ class SelfAttention(nn.Module):
 
     def __init__(self, d_in: int, d_out: int, n_head: int = 1, dropout: float = 0.0,
                  out_proj: bool = True, bias: bool = False, rotary: bool = False,
-                 qk_norm: bool = False, max_len: int = 4096, qkv_bias: bool = False) -> None:
+                 qk_norm: bool = False, max_len: int = 4096, qkv_bias: bool = False,
+                 relative_positions: bool = False) -> None:
         super().__init__()
         if d_out % n_head != 0:
             raise ValueError(f"d_out={d_out} is not divisible by n_head={n_head}; "
@@ -104,6 +121,8 @@ class SelfAttention(nn.Module):
         # Options of the "modern" architecture; both off gives the classic GPT-2 layer.
         self.qk_norm = qk_norm
         self.rotary = Rotary(self.head_dim, max_len) if rotary else None
+        # A bias per head and distance (query_pos - key_pos: 0 to max_len - 1), zero at first: no distance preferred.
+        self.position_bias = nn.Parameter(torch.zeros(n_head, max_len)) if relative_positions else None
 
     # --- the readable path ----------------------------------------------------------
 
@@ -123,7 +142,10 @@ class SelfAttention(nn.Module):
         attention_scores = queries @ keys.transpose(-2, -1)              # [B, H, T, T]
         mask = torch.triu(torch.ones(T, T, dtype=torch.bool, device=x.device), diagonal=1)
         attention_scores = attention_scores.masked_fill(mask, float("-inf"))  # no peeking ahead
-        attention_weights = torch.softmax(attention_scores / math.sqrt(d_k), dim=-1)
+        scaled_scores = attention_scores / math.sqrt(d_k)
+        if self.position_bias is not None:  # each head's bias for each distance query_pos - key_pos
+            scaled_scores = scaled_scores + self.relative_mask(T)
+        attention_weights = torch.softmax(scaled_scores, dim=-1)
         mixed = attention_weights
         if self.training and self.dropout > 0:
             mixed = F.dropout(attention_weights, p=self.dropout)
@@ -142,7 +164,11 @@ class SelfAttention(nn.Module):
         x, unbatched = self._batched(x)
         queries, keys, values = self._project(x)
         dropout = self.dropout if self.training else 0.0
-        context = F.scaled_dot_product_attention(queries, keys, values, dropout_p=dropout, is_causal=True)
+        if self.position_bias is None:
+            context = F.scaled_dot_product_attention(queries, keys, values, dropout_p=dropout, is_causal=True)
+        else:  # the biases and the causal mask in one float mask, added to the scaled scores
+            mask = self.relative_mask(x.shape[1]).to(queries.dtype)
+            context = F.scaled_dot_product_attention(queries, keys, values, attn_mask=mask, dropout_p=dropout)
         out = self._merge(context, ablation)
         return out.squeeze(0) if unbatched else out
 
@@ -181,6 +207,20 @@ class SelfAttention(nn.Module):
         if self.rotary is not None:
             queries, keys = self.rotary(queries, start), self.rotary(keys, start)
         return queries, keys
+
+    def relative_mask(self, n_queries: int, start: int = 0) -> torch.Tensor:
+        """[head, query, key]: what relative positions add to the scaled scores of `n_queries` queries at positions
+        start, start + 1, ... against the keys at 0 up to the last query: each head's bias for the distance
+        query_pos - key_pos, and -inf where the key comes after the query (the causal mask)."""
+        positions = torch.arange(start + n_queries, device=self.position_bias.device)
+        distance = positions[start:, None] - positions                                # [query, key]
+        bias = POSITION_BIAS_SCALE * self.position_bias[:, distance.clamp(min=0)]
+        return bias.masked_fill(distance < 0, float("-inf"))
+
+    def crop_positions(self, max_len: int) -> None:
+        """Keeps the relative position biases of distances below `max_len` only (`GPT.crop_block_size`)."""
+        if self.position_bias is not None:
+            self.position_bias = nn.Parameter(self.position_bias[:, :max_len].detach().clone())
 
     def _merge(self, context: torch.Tensor, ablation: HeadAblation | None) -> torch.Tensor:
         """context [B, H, T, head_dim] -> [B, T, d_out], through the output projection.

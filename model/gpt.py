@@ -6,6 +6,10 @@ Two architectures share this file:
 - "modern": rotary positions, QK-norm, parameter-free RMSNorm, ReLU² MLP and
   zero-initialised output projections, which trains faster at small scale.
 
+Two options change either: `attn_only` (blocks of attention alone, the toy models of Elhage et al.
+2021) and, for "gpt2", `relative_positions` (a learned bias per head and distance in every attention
+layer, `model/attention.py`, instead of the position table).
+
 Data takes one of two paths through it, the two paths of `SelfAttention`: `forward`
 (training, evaluation) and `forward_with_attention` (the readable path, returning every
 layer's attention pattern). `generate` samples text; how, with a KV cache, is
@@ -46,6 +50,8 @@ class GPTConfig:
     dropout: float = 0.0
     bias: bool = False  # biases in LayerNorm, output projections and MLP
     arch: str = "gpt2"
+    attn_only: bool = False           # blocks of attention alone: no MLP, no ln_2
+    relative_positions: bool = False  # positions as a learned bias per head and distance, not a table ("gpt2")
     # What only a model trained elsewhere needs (GPT-2's weights, nanoGPT's): see `IMPORTED_FIELDS`.
     qkv_bias: bool = False       # biases in the query, key and value projections
     activation: str = "gelu"     # the MLP's GELU: "gelu" (exact) or "gelu_tanh" (GPT-2's approximation)
@@ -70,6 +76,9 @@ class GPTConfig:
             raise ValueError(f"'arch' must be one of {', '.join(ARCHITECTURES)}; got {self.arch!r}")
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"'activation' must be one of {', '.join(ACTIVATIONS)}; got {self.activation!r}")
+        if self.modern and self.relative_positions:
+            raise ValueError("'relative_positions' is an option of arch gpt2: modern encodes positions by rotating "
+                             "queries and keys (rotary); use arch gpt2 with relative_positions, or modern without")
         if self.modern and (self.qkv_bias or self.activation != "gelu"):
             raise ValueError("'qkv_bias' and 'activation' are settings of arch gpt2 (modern has no query, key or "
                              "value biases and uses ReLU²)")
@@ -96,6 +105,11 @@ class GPTConfig:
         return self.arch == "modern"
 
     @property
+    def absolute_positions(self) -> bool:
+        """Whether the model has GPT-2's learned position table (`GPT.wpe`): "gpt2" without relative_positions."""
+        return not self.modern and not self.relative_positions
+
+    @property
     def head_dim(self) -> int:
         return self.n_embd // self.n_head
 
@@ -105,16 +119,28 @@ class GPTConfig:
         return 4 * self.n_embd
 
     def to_dict(self) -> dict:
-        """Every setting, but those of `IMPORTED_FIELDS` only where they differ from their defaults: a model
-        trained here is described as it always was."""
+        """Every setting, but those of `SWITCHES` and `IMPORTED_FIELDS` only where they differ from their
+        defaults: a model without them is described as it always was."""
         return {name: value for name, value in asdict(self).items()
-                if name not in IMPORTED_FIELDS or value != _DEFAULTS[name]}
+                if name not in RECORDED_WHEN_SET or value != _DEFAULTS[name]}
 
 
+# Options of a training config that are off unless set: recorded (`to_dict`) only when set, so a checkpoint from
+# before they existed, which lacks them, reads as one with them off.
+SWITCHES = ("attn_only", "relative_positions")
 # What a model trained elsewhere may set and a training config never does: recorded (`to_dict`) only when set.
 IMPORTED_FIELDS = ("qkv_bias", "activation", "vocab_used")
+RECORDED_WHEN_SET = (*SWITCHES, *IMPORTED_FIELDS)
 MODEL_FIELDS = tuple(f.name for f in fields(GPTConfig) if f.name not in IMPORTED_FIELDS)   # a training config's
 _DEFAULTS = {f.name: f.default for f in fields(GPTConfig)}
+
+
+def is_matrix(name: str, param: torch.Tensor) -> bool:
+    """Whether parameter `name` is a weight matrix, what weight decay and Muon are for: every parameter of two or
+    more dimensions but a relative position table (`position_bias`, [head, distance]), which is a table of
+    biases: decay would pull them to 0, and Muon's orthogonalised update would mix one head's distances with
+    another's."""
+    return param.dim() >= 2 and not name.endswith("position_bias")
 
 
 class Norm(nn.Module):
@@ -161,27 +187,31 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    """x + attention(norm(x)), then x + mlp(norm(x))."""
+    """x + attention(norm(x)), then x + mlp(norm(x)); with `attn_only`, the first alone (no ln_2, no mlp)."""
 
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
         self.ln_1 = Norm(config.n_embd, config)
         self.attn = SelfAttention(config.n_embd, config.n_embd, config.n_head, config.dropout,
                                   out_proj=True, bias=config.bias, rotary=config.modern, qk_norm=config.modern,
-                                  max_len=config.block_size, qkv_bias=config.qkv_bias)
-        self.ln_2 = Norm(config.n_embd, config)
-        self.mlp = MLP(config)
+                                  max_len=config.block_size, qkv_bias=config.qkv_bias,
+                                  relative_positions=config.relative_positions)
+        self.ln_2 = None if config.attn_only else Norm(config.n_embd, config)
+        self.mlp = None if config.attn_only else MLP(config)
         self.resid_dropout = nn.Dropout(config.dropout)
 
     def forward(self, x: torch.Tensor, ablation: HeadAblation | None = None) -> torch.Tensor:
         x = x + self.resid_dropout(self.attn(self.ln_1(x), ablation=ablation))
-        return x + self.mlp(self.ln_2(x))
+        return self._mlp(x)
 
     def forward_with_weights(self, x: torch.Tensor, ablation: HeadAblation | None = None
                              ) -> tuple[torch.Tensor, torch.Tensor]:
         attended, pattern = self.attn.forward_with_weights(self.ln_1(x), ablation=ablation)
         x = x + self.resid_dropout(attended)
-        return x + self.mlp(self.ln_2(x)), pattern
+        return self._mlp(x), pattern
+
+    def _mlp(self, x: torch.Tensor) -> torch.Tensor:
+        return x if self.mlp is None else x + self.mlp(self.ln_2(x))
 
 
 class GPT(nn.Module):
@@ -189,8 +219,8 @@ class GPT(nn.Module):
         super().__init__()
         self.config = config
         self.wte = nn.Embedding(config.vocab_size, config.n_embd)
-        # "modern" encodes position by rotating queries and keys instead.
-        self.wpe = None if config.modern else nn.Embedding(config.block_size, config.n_embd)
+        # "modern" encodes position by rotating queries and keys instead, relative_positions by a bias in attention.
+        self.wpe = nn.Embedding(config.block_size, config.n_embd) if config.absolute_positions else None
         self.drop = nn.Dropout(config.dropout)
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layer))
         self.ln_f = Norm(config.n_embd, config)
@@ -210,7 +240,8 @@ class GPT(nn.Module):
         # the stream's variance does not grow with depth, or zero ("modern") so
         # each block starts as the identity.
         for block in self.blocks:
-            for proj in (block.attn.out_proj, block.mlp.c_proj):
+            projections = [block.attn.out_proj] + ([block.mlp.c_proj] if block.mlp is not None else [])
+            for proj in projections:
                 if self.config.modern:
                     nn.init.zeros_(proj.weight)
                 else:
@@ -218,18 +249,22 @@ class GPT(nn.Module):
 
     def crop_block_size(self, block_size: int) -> None:
         """Runs with fewer positions than it has: the rows of the position table beyond them are dropped (as
-        nanoGPT's `crop_block_size` does), for a model trained elsewhere with a longer block."""
+        nanoGPT's `crop_block_size` does), or the distances of the relative position biases beyond them, for a
+        model trained elsewhere with a longer block."""
         if not 0 < block_size <= self.config.block_size:
             raise ValueError(f"cannot crop {self.config.block_size} positions to {block_size}")
         self.config = dataclasses.replace(self.config, block_size=block_size)
         if self.wpe is not None:
             self.wpe = nn.Embedding.from_pretrained(self.wpe.weight[:block_size].detach().clone(), freeze=False)
+        for block in self.blocks:
+            block.attn.crop_positions(block_size)
 
     def num_params(self) -> int:
-        """Parameter count without the position embeddings, as GPT-2 reports it. (The token
-        embedding is shared with the head, so it counts once.)"""
-        n = sum(p.numel() for p in self.parameters())
-        return n - self.wpe.weight.numel() if self.wpe is not None else n
+        """Parameter count without the position embeddings (or relative position biases), as GPT-2 reports it.
+        (The token embedding is shared with the head, so it counts once.)"""
+        positions = [self.wpe.weight] if self.wpe is not None else []
+        positions += [block.attn.position_bias for block in self.blocks if block.attn.position_bias is not None]
+        return sum(p.numel() for p in self.parameters()) - sum(p.numel() for p in positions)
 
     # --- training, evaluation, watching ------------------------------------------------
 

@@ -89,15 +89,18 @@ class KVCache:
 def _plain_weights(model: nn.Module) -> tuple:
     """What `decode` reads, gathered once: the token and position tables; per block, the first
     norm, the attention layer with its projections, the second norm and the MLP's activation with its
-    weights; the final norm. The norms and the activation are the modules' own maths; the weights are
-    plain tensors (no copies but the fused projections), matrices transposed to [in, out]."""
+    weights (None, None for a block of attention alone); the final norm. The norms and the activation are the
+    modules' own maths; the weights are plain tensors (no copies but the fused projections), matrices
+    transposed to [in, out]."""
     blocks = []
     for block in model.blocks:
         attn, mlp = block.attn, block.mlp
         qkv_t = attn.fused_projection().t().contiguous()   # [d_in, 3 * d_out]: one matmul a token
         out = (None, None) if attn.out_proj is None else (attn.out_proj.weight.t(), attn.out_proj.bias)
-        blocks.append((block.ln_1.as_function(), (attn, qkv_t, attn.fused_bias(), *out), block.ln_2.as_function(),
-                       (mlp.activation, mlp.c_fc.weight.t(), mlp.c_fc.bias, mlp.c_proj.weight.t(), mlp.c_proj.bias)))
+        mlp_weights = None if mlp is None else (mlp.activation, mlp.c_fc.weight.t(), mlp.c_fc.bias,
+                                                mlp.c_proj.weight.t(), mlp.c_proj.bias)
+        ln_2 = None if block.ln_2 is None else block.ln_2.as_function()
+        blocks.append((block.ln_1.as_function(), (attn, qkv_t, attn.fused_bias(), *out), ln_2, mlp_weights))
     position_table = model.wpe.weight if model.wpe is not None else None
     return model.wte.weight, position_table, blocks, model.ln_f.as_function()
 
@@ -129,7 +132,11 @@ def _attention(x: torch.Tensor, weights: tuple, cache: KVCache, layer: int, resi
         queries, new_keys = attn.normalise_and_rotate(queries, new[:, :, 0].transpose(1, 2), start)
         new = torch.stack((new_keys.transpose(1, 2), new[:, :, 1]), dim=2)
     keys, values = cache.append(layer, new)
-    if T == 1:
+    if attn.position_bias is not None:
+        # Relative positions: each head's bias for each distance, -inf for a key after its query.
+        mask = attn.relative_mask(T, start).to(queries.dtype)
+        context = F.scaled_dot_product_attention(queries, keys, values, attn_mask=mask)
+    elif T == 1:
         # A single new query may look at every cached position: no mask needed.
         context = F.scaled_dot_product_attention(queries, keys, values)
     else:
@@ -167,7 +174,8 @@ def decode(model: nn.Module, idx: torch.Tensor, cache: KVCache,
     for layer, (ln_1, attn, ln_2, mlp) in enumerate(blocks):
         ablation = None if ablations is None else ablations[layer]
         x = _attention(ln_1(x), attn, cache, layer, x, ablation)
-        x = _mlp(ln_2(x), mlp, x)
+        if mlp is not None:
+            x = _mlp(ln_2(x), mlp, x)
     cache.advance(T)
     last = x.view(B, T, -1)[:, -1]
     return torch.mm(final_norm(last), token_table.t())

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from model import SelfAttention
-from model.attention import HeadAblation
+from model.attention import POSITION_BIAS_SCALE, HeadAblation
 
 
 def explanation_formula(x: torch.Tensor, attn: SelfAttention) -> torch.Tensor:
@@ -92,3 +92,82 @@ def test_bad_input_shapes_are_named():
         attn(torch.randn(8))
     with pytest.raises(ValueError, match="divisible"):
         SelfAttention(8, 10, n_head=3)
+
+
+# --- relative positions: a learned bias per head and distance --------------------------------------------
+
+def relative_attention(d: int, heads: int, max_len: int, seed: int = 0) -> SelfAttention:
+    """A layer with relative positions whose biases are not zero (they start at zero), so they show."""
+    torch.manual_seed(seed)
+    attn = SelfAttention(d, d, n_head=heads, max_len=max_len, relative_positions=True).eval()
+    with torch.no_grad():
+        attn.position_bias.normal_(0.0, 0.1)   # x POSITION_BIAS_SCALE: biases of a logit or two
+    return attn
+
+
+def explicit_relative_weights(x: torch.Tensor, attn: SelfAttention) -> torch.Tensor:
+    """softmax(q·kᵀ / sqrt(d_k) + scale x b[h, i - j]) with the causal mask, one score at a time: [B, H, T, T]."""
+    B, T, _ = x.shape
+    H, D = attn.n_head, attn.head_dim
+    queries = (x @ attn.W_query.weight.T).view(B, T, H, D)
+    keys = (x @ attn.W_key.weight.T).view(B, T, H, D)
+    scores = torch.full((B, H, T, T), float("-inf"))
+    for i in range(T):
+        for j in range(i + 1):
+            dot = (queries[:, i] * keys[:, j]).sum(-1) / math.sqrt(D)                   # [B, H]
+            scores[:, :, i, j] = dot + POSITION_BIAS_SCALE * attn.position_bias[:, i - j]
+    return torch.softmax(scores, dim=-1)
+
+
+@pytest.mark.parametrize("batch,T,d,heads,max_len", [(1, 1, 8, 2, 8), (2, 7, 16, 4, 16), (3, 16, 16, 2, 16),
+                                                     (1, 5, 24, 3, 32)])
+def test_relative_positions_the_fast_and_readable_paths_agree_and_the_weights_are_the_formula(batch, T, d, heads,
+                                                                                             max_len):
+    attn = relative_attention(d, heads, max_len)
+    x = torch.randn(batch, T, d)
+    readable, weights = attn.forward_with_weights(x)
+    with torch.no_grad():
+        torch.testing.assert_close(weights, explicit_relative_weights(x, attn), atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(attn(x), readable, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("T,heads", [(1, 1), (6, 2), (12, 3)])
+def test_relative_positions_the_fast_path_weighs_the_keys_as_the_readable_path_does(T, heads):
+    """The fast path never returns its weights, but a layer can be made to output them: token t is the one-hot
+    e_t, and every head's value of it is e_t again, so each head's context at query i is row i of its weights."""
+    torch.manual_seed(1)
+    attn = SelfAttention(T, heads * T, n_head=heads, out_proj=False, max_len=T, relative_positions=True).eval()
+    with torch.no_grad():
+        attn.position_bias.normal_(0.0, 0.1)
+        attn.W_value.weight.copy_(torch.eye(T).repeat(heads, 1))          # [head x T, T]: e_t in every head
+    x = torch.eye(T).unsqueeze(0)                                          # [1, T, T]: token t is e_t
+    fast = attn(x).view(1, T, heads, T).transpose(1, 2)                    # [1, head, query, key]
+    _, readable = attn.forward_with_weights(x)
+    torch.testing.assert_close(fast, readable, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(readable, explicit_relative_weights(x, attn).detach(), atol=1e-6, rtol=1e-5)
+
+
+def test_relative_biases_start_at_zero_and_then_change_nothing_but_are_trained():
+    torch.manual_seed(0)
+    plain = SelfAttention(16, 16, n_head=2, max_len=16)
+    torch.manual_seed(0)
+    relative = SelfAttention(16, 16, n_head=2, max_len=16, relative_positions=True)
+    assert relative.position_bias.shape == (2, 16) and not relative.position_bias.any()
+    x = torch.randn(2, 9, 16)
+    torch.testing.assert_close(relative(x), plain(x))
+    relative(x).square().sum().backward()
+    assert relative.position_bias.grad[:, :9].abs().min() > 0 and not relative.position_bias.grad[:, 9:].any()
+
+
+@pytest.mark.parametrize("path", ["fast", "readable"])
+def test_relative_positions_stay_causal_and_see_distance(path):
+    attn = relative_attention(16, 2, 16)
+    run = attn if path == "fast" else (lambda t: attn.forward_with_weights(t)[0])
+    x = torch.randn(1, 10, 16)
+    y = x.clone()
+    y[0, 6:] = torch.randn(4, 16)
+    torch.testing.assert_close(run(x)[0, :6], run(y)[0, :6])
+    # The same token everywhere: q·k is the same for every pair, so only the biases tell the keys apart.
+    same = torch.randn(1, 1, 16).expand(1, 10, 16)
+    _, weights = attn.forward_with_weights(same)
+    assert not torch.allclose(weights[0, :, -1, :], torch.full((2, 10), 0.1))

@@ -159,15 +159,18 @@ DEEP = 100_000  # brackets: far beyond Python's recursion limit
 NOT_UTF8 = "caf\udce9"  # the Latin-1 file name 'café' as Python's sys.argv holds it on a UTF-8 system
 
 
-def _modern_with_biases(checkpoint: dict) -> None:
-    """The same checkpoint's model made "modern" with biases (fresh weights of that shape)."""
-    from model.gpt import GPT, GPTConfig
+def _rebuilt(**settings) -> Callable[[Path, bytes], None]:
+    """The same checkpoint's model with the model settings `settings` (fresh weights of that shape)."""
+    def change(checkpoint: dict) -> None:
+        from model.gpt import GPT, GPTConfig
 
-    config = {**checkpoint["model_config"], "arch": "modern", "bias": True}
-    checkpoint.update(model_config=config, model=GPT(GPTConfig(**config)).state_dict())
+        config = {**checkpoint["model_config"], **settings}
+        checkpoint.update(model_config=config, model=GPT(GPTConfig(**config)).state_dict())
+    return _edited(change)
 
 
-_modern_bias = _edited(_modern_with_biases)
+_modern_bias = _rebuilt(arch="modern", bias=True)
+_relative = _rebuilt(relative_positions=True)
 
 
 def _made_modern(**claims) -> Callable[[Path, bytes], None]:
@@ -500,6 +503,9 @@ CASES = [
          lambda w: w.train("--arch=modern", "--n_head=16"), 2,
          ("'n_head' must leave each head an even number of features for arch 'modern'", "gives 1",
           "use n_head=8")),
+    Case("relative-positions-modern", "--relative_positions with --arch=modern (which has rotary positions)", "train",
+         lambda w: w.train("--arch=modern", "--relative_positions=true"), 2,
+         ("'relative_positions' is an option of arch gpt2", "rotary", "modern without")),
     Case("block-size-too-large", "a block_size of a billion", "train",
          lambda w: w.train("--block_size=1000000000"), 2, ("'block_size' must be at most 16,777,216",)),
     Case("env-world-size-not-a-number", "WORLD_SIZE=² in the environment", "train",
@@ -553,6 +559,9 @@ CASES = [
          ("--block_size=64 is larger than the 32", "--block_size=32")),
     Case("resume-other-model", "--resume with another model shape", "train",
          lambda w: w.train("--resume", "--n_layer=2"), 2, ("'n_layer' is 2 but the checkpoint was trained with 1",)),
+    Case("resume-other-attn-only", "--resume --attn_only from a checkpoint without it (so trained with MLPs)",
+         "train", lambda w: w.train("--resume", "--attn_only=true"), 2,
+         ("'attn_only' is True but the checkpoint was trained with False",)),
     Case("resume-other-optimizer", "--resume with another optimizer", "train",
          lambda w: w.train("--resume", "--optimizer=muon"), 2,
          ("'optimizer' is 'muon' but the checkpoint was trained with 'adamw'",)),
@@ -769,6 +778,14 @@ CASES = [
          lambda w: w.sample("--export", "hf", str(w.root / "hf"), out=w.checkpoint("modern", _modern_bias)), 1,
          ("cannot export this model to Hugging Face exactly", "Qwen3ForCausalLM", "(c_fc, c_proj)", "(out_proj)",
           "--export tl FILE")),
+    Case("export-tl-relative-positions", "--export tl of a model with relative positions (TransformerLens has none)",
+         "sample", lambda w: w.sample("--export", "tl", str(w.root / "m.pt"), out=w.checkpoint("rel", _relative)), 1,
+         ("cannot export this model to TransformerLens exactly", "relative_positions=true", "ALiBi",
+          "--relative_positions=false")),
+    Case("export-hf-relative-positions", "--export hf of a model with relative positions (no standard class has them)",
+         "sample", lambda w: w.sample("--export", "hf", str(w.root / "hf"), out=w.checkpoint("rel", _relative)), 1,
+         ("cannot export this model to Hugging Face exactly", "relative_positions=true", "Qwen3's rotary",
+          "--relative_positions=false")),
     Case("export-tl-folder-path", "--export tl to a path with a trailing / (a folder that does not exist)", "sample",
          lambda w: w.sample("--export", "tl", f"{w.root / 'newdir'}/"), 1,
          ("newdir/ names a folder (it ends in /), not a file for --export tl", "newdir/model.tl.pt")),

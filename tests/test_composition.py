@@ -36,7 +36,7 @@ def transformer_lens():
     return module
 
 
-@pytest.mark.parametrize("kind", ["gpt2-char", "gpt2-bpe", "modern-char", "modern-bias"])
+@pytest.mark.parametrize("kind", ["gpt2-char", "gpt2-bpe", "modern-char", "modern-bias", "gpt2-attn-only"])
 def test_the_scores_equal_transformer_lens_on_the_exported_file(kind, tmp_path):
     tl = transformer_lens()
     if kind.endswith("bpe") or kind == "modern-bias":
@@ -170,6 +170,21 @@ def test_heads_gives_every_pair_of_each_kind_and_the_untrained_models(tmp_path):
     assert [line[:5] for line in text[1:4]] == ["  Q: ", "  K: ", "  V: "]
     best, value = composition(model).best("K")
     assert text[2].startswith(f"  K: {best} {value:.2f} ({before.by_pair('K')[best]:.2f}), ")   # untrained in brackets
+
+
+def test_heads_reads_an_attention_only_model_with_relative_positions(tmp_path):
+    """No MLP and no position table: the head table, the composition and the page read attention alone."""
+    folder = make_checkpoint(tmp_path, "gpt2-attn-only", relative_positions=True)
+    model = load_model(folder, torch.device("cpu")).model
+    code, out, err = run_sample([f"--out_dir={folder}", "--heads", "--json"])
+    assert code == 0, err
+    report = json.loads(out)
+    assert len(report["heads"]) == 8
+    assert report["composition"]["K"]["L0H2->L1H1"] == composition(model).score("K", (0, 2), (1, 1)) > 0.01
+    code, out, err = run_sample([f"--out_dir={folder}", "--attention=the dog saw the ball", "--device=cpu",
+                                 f"--html={tmp_path / 'page.html'}"])
+    assert code == 0, err
+    assert (tmp_path / "page.html").stat().st_size > 0
 
 
 def test_tensorboard_gets_a_chart_per_kind_holding_every_pair_and_the_matrix_as_an_image(tmp_path):

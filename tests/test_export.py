@@ -54,6 +54,19 @@ def test_only_a_modern_model_with_biases_is_refused_and_only_by_hugging_face(arc
         assert "\n" not in why and "c_fc, c_proj" in why and "out_proj" in why
 
 
+@pytest.mark.parametrize("target, has", [("tl", "learned absolute, rotary, shortformer and ALiBi positions"),
+                                         ("hf", "GPT-2's learned position table and Qwen3's rotary positions")])
+def test_relative_positions_are_refused_by_both_targets_naming_the_part(tmp_path, target, has):
+    assert refusal(GPTConfig(vocab_size=50, attn_only=True), target) is None   # attention alone goes to both
+    why = refusal(GPTConfig(vocab_size=50, relative_positions=True), target)
+    assert "\n" not in why and "relative_positions=true" in why and has in why
+    assert "train with --relative_positions=false" in why
+    folder = make_checkpoint(tmp_path / "ckpt", "gpt2-char", relative_positions=True)
+    code, out, err = run_sample([f"--out_dir={folder}", "--export", target, str(tmp_path / "export")])
+    assert code == 1 and out == "" and one_line(err) == f"error: {why}\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]  # nothing written
+
+
 def test_which_paths_an_export_may_take(tmp_path):
     from errors import UserError
 

@@ -68,6 +68,21 @@ def test_the_folder_reloads_offline_with_the_same_logits(tmp_path, kind):
     assert "model.safetensors" in modes and set(modes.values()) == {modes["config.json"]}, modes
 
 
+@pytest.mark.parametrize("kind", ["gpt2-attn-only", "modern-attn-only"])
+def test_an_attention_only_block_keeps_an_mlp_that_adds_exactly_zero(tmp_path, kind):
+    from interop.huggingface import to_hf_model
+
+    model = load_model(make_checkpoint(tmp_path, kind), torch.device("cpu")).model
+    hf = to_hf_model(model)
+    for block in (hf.transformer.h if kind.startswith("gpt2") else hf.model.layers):
+        assert all(not t.any() for t in block.mlp.parameters())
+        norm = block.ln_2 if kind.startswith("gpt2") else block.post_attention_layernorm
+        assert torch.equal(norm.weight, torch.ones(model.config.n_embd))
+        x = torch.randn(2, 5, model.config.n_embd) * 10
+        with torch.no_grad():
+            assert torch.equal(block.mlp(norm(x)), torch.zeros_like(x))
+
+
 def check_same_ids(ours, theirs, texts: list[str]) -> int:
     """Each text gets gptwatch's ids from the Hugging Face tokenizer, and decodes back the same; a text
     gptwatch refuses gets an id past the model's vocabulary, which the model refuses. Returns how many

@@ -105,7 +105,8 @@ def tl_captures(hooked, sets: ProbeSets) -> list:
     return out
 
 
-@pytest.mark.parametrize("checkpoint", ["gpt2-char", "trained-char", "trained-bpe", "modern-bias"], indirect=True)
+@pytest.mark.parametrize("checkpoint", ["gpt2-char", "trained-char", "trained-bpe", "modern-bias", "gpt2-attn-only"],
+                         indirect=True)
 def test_head_type_scores_from_transformer_lens_patterns_equal_gptwatch(checkpoint):
     loaded = load_model(checkpoint, torch.device("cpu"))
     model, tokenizer = loaded.model, loaded.tokenizer

@@ -198,3 +198,79 @@ def test_a_top_p_too_small_for_float32_keeps_the_most_likely_token(top_p):
     picks = {int(sample_next(logits, 1.0, top_p=top_p, generator=torch.Generator().manual_seed(s)))
              for s in range(20)}
     assert picks == {1}
+
+
+# --- the options: attention alone, relative positions -----------------------------------------------------
+
+OPTIONS = {"attn_only": {"attn_only": True}, "relative": {"relative_positions": True},
+           "attn_only+relative": {"attn_only": True, "relative_positions": True},
+           "modern+attn_only": {"arch": "modern", "attn_only": True}}
+
+
+def decisive(options: dict) -> "GPT":  # noqa: F821
+    """A tiny model with `options`, its weights (relative biases included) random and large, as above."""
+    model = tiny_model(**options)
+    for p in model.parameters():
+        torch.nn.init.normal_(p, std=0.3)
+    return model
+
+
+def test_attention_only_blocks_have_no_mlp_and_relative_positions_no_position_table():
+    model = tiny_model(attn_only=True, relative_positions=True)
+    names = set(model.state_dict())
+    assert not any(".mlp." in name or ".ln_2." in name for name in names) and "wpe.weight" not in names
+    assert model.wpe is None and all(block.mlp is None and block.ln_2 is None for block in model.blocks)
+    biases = [block.attn.position_bias for block in model.blocks]
+    assert all(b.shape == (2, 16) and not b.any() for b in biases)   # [head, distance], starting at zero
+    total = sum(p.numel() for p in model.parameters())
+    assert model.num_params() == total - 2 * 2 * 16   # without the positions, as with GPT-2's table
+    assert tiny_model(attn_only=True).num_params() == total - 2 * 2 * 16   # the same weights, but a table
+
+
+def test_relative_positions_are_an_option_of_gpt2_only():
+    with pytest.raises(ValueError, match=r"'relative_positions' is an option of arch gpt2: modern .*\(rotary\)"):
+        GPTConfig(vocab_size=10, arch="modern", relative_positions=True)
+
+
+@pytest.mark.parametrize("options", OPTIONS.values(), ids=OPTIONS)
+def test_options_the_readable_path_and_cached_decoding_give_the_same_logits(options):
+    model = decisive(options)
+    tokens = torch.randint(0, 50, (2, 16))
+    full, _ = model(tokens, all_logits=True)
+    readable, _ = model.forward_with_attention(tokens)
+    torch.testing.assert_close(readable, full, atol=1e-5, rtol=1e-5)
+    cache = KVCache.for_model(model, batch=2)
+    with torch.inference_mode():
+        got = [decode(model, tokens[:, :4], cache)] + [decode(model, tokens[:, t:t + 1], cache) for t in range(4, 16)]
+    torch.testing.assert_close(torch.stack(got, dim=1), full[:, 3:], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("options", OPTIONS.values(), ids=OPTIONS)
+@pytest.mark.parametrize("new_tokens", [10, 40])  # 40 > block_size: the context is cropped and re-anchors
+def test_options_greedy_text_is_the_same_with_and_without_the_kv_cache(options, new_tokens):
+    model = decisive(options)
+    prompt = torch.randint(0, 50, (2, 5))
+    cached = model.generate(prompt, new_tokens, temperature=0, use_cache=True)
+    assert torch.equal(cached, model.generate(prompt, new_tokens, temperature=0, use_cache=False))
+    ablate = Ablation([(0, 1), (1, 0)])
+    assert torch.equal(model.generate(prompt, new_tokens, temperature=0, ablate=ablate),
+                       model.generate(prompt, new_tokens, temperature=0, ablate=ablate, use_cache=False))
+
+
+def test_cropping_the_block_crops_the_relative_biases_and_keeps_the_function():
+    model = decisive({"relative_positions": True})
+    tokens = torch.randint(0, 50, (1, 8))
+    before, _ = model(tokens, all_logits=True)
+    model.crop_block_size(8)
+    assert [tuple(block.attn.position_bias.shape) for block in model.blocks] == [(2, 8)] * 2
+    torch.testing.assert_close(model(tokens, all_logits=True)[0], before)
+
+
+def test_the_options_are_recorded_only_when_set():
+    from model.gpt import MODEL_FIELDS
+
+    assert {"attn_only", "relative_positions"} <= set(MODEL_FIELDS)   # keys of a training config
+    assert "attn_only" not in GPTConfig(vocab_size=10).to_dict()    # a checkpoint without them: as before
+    config = GPTConfig(vocab_size=10, attn_only=True, relative_positions=True)
+    assert config.to_dict()["attn_only"] is config.to_dict()["relative_positions"] is True
+    assert GPTConfig(**config.to_dict()) == config

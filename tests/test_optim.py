@@ -28,6 +28,21 @@ def test_adamw_decays_matrices_only():
     assert sum(p.numel() for g in opt.param_groups for p in g["params"]) == sum(p.numel() for p in model.parameters())
 
 
+@pytest.mark.parametrize("optimizer", ["adamw", "muon"])
+def test_relative_position_biases_are_neither_decayed_nor_given_to_muon(optimizer):
+    """A relative position table [head, distance] has two dimensions but holds biases, not a matrix."""
+    model = tiny_model(vocab_size=32, block_size=8, relative_positions=True, attn_only=True, seed=None).train()
+    opt = make_optimizer(model, TrainConfig(optimizer=optimizer, muon_dtype="float32"), torch.device("cpu"))
+    names = {id(p): name for name, p in model.named_parameters()}
+    groups = [group for o in getattr(opt, "optimizers", [opt]) for group in o.param_groups]
+    not_decayed = {names[id(p)] for group in groups if group.get("weight_decay") == 0.0 for p in group["params"]}
+    assert {"blocks.0.attn.position_bias", "blocks.1.attn.position_bias"} <= not_decayed
+    if optimizer == "muon":
+        muon = next(o for o in opt.optimizers if isinstance(o, Muon))
+        hidden = {names[id(p)] for group in muon.param_groups for p in group["params"]}
+        assert "blocks.0.attn.W_query.weight" in hidden and not any("position_bias" in n for n in hidden)
+
+
 def test_orthogonalise_flattens_the_singular_values():
     torch.manual_seed(0)
     G = torch.randn(3, 32, 64) * torch.logspace(-2, 1, 64)  # badly conditioned

@@ -12,10 +12,12 @@ from trainer.config import TrainConfig
 MIB = 1 << 20
 
 
-@pytest.mark.parametrize("arch", ["gpt2", "modern"])
-def test_the_estimate_of_the_parameters_is_a_lower_bound(arch):
+@pytest.mark.parametrize("arch,options", [("gpt2", {}), ("modern", {}), ("gpt2", {"attn_only": True}),
+                                          ("gpt2", {"relative_positions": True}), ("modern", {"attn_only": True}),
+                                          ("gpt2", {"attn_only": True, "relative_positions": True})])
+def test_the_estimate_of_the_parameters_is_a_lower_bound(arch, options):
     """Refusing must never be wrong: the estimate stays below what the model really holds."""
-    cfg = TrainConfig(arch=arch, n_layer=3, n_head=2, n_embd=32, block_size=16)
+    cfg = TrainConfig(arch=arch, n_layer=3, n_head=2, n_embd=32, block_size=16, **options)
     n_params = sum(p.numel() for p in GPT(cfg.model_config(vocab_size=65)).parameters())
     estimate = resources.training_bytes(cfg, vocab_size=65)["parameters"]
     assert 0.9 * 16 * n_params < estimate <= 16 * n_params  # weights, gradients and two AdamW moments

@@ -203,3 +203,33 @@ def test_a_warning_during_training_is_printed_above_the_progress_bar(tmp_path):
     bar, cleared, rest = before.rsplit("\n", 1)[-1].rsplit("\r", 2)[-3:]
     assert rest == "" and cleared.strip() == "" and len(cleared) >= len(bar.strip("\r")), repr(before[-200:])
     assert warning.split("\n", 1)[0].endswith("(block_size)")   # the warning's line holds nothing else
+
+
+def test_an_attention_only_run_with_relative_positions_records_them_and_resumes_only_with_them(tmp_path):
+    options = ("--attn_only=true", "--relative_positions=true")
+    args = cli.tiny_args(tmp_path, "--n_layer=2", "--max_iters=4", "--eval_interval=2", *options)
+    code, _, err = cli.run_train(args)
+    assert code == 0, err
+    checkpoint = torch.load(tmp_path / "out" / "ckpt.pt", weights_only=True)
+    assert checkpoint["model_config"]["attn_only"] is checkpoint["model_config"]["relative_positions"] is True
+    assert checkpoint["train_config"]["attn_only"] is True
+    assert not any(".mlp." in name or name == "wpe.weight" for name in checkpoint["model"])
+    assert checkpoint["model"]["blocks.1.attn.position_bias"].any()   # trained away from its zeros
+    code, _, err = cli.run_train([*args[:-2], "--max_iters=6", "--resume"])   # without them: refused, naming one
+    assert code == 2 and "config key 'attn_only' is False but the checkpoint was trained with True" in err
+    code, _, err = cli.run_train([*args, "--max_iters=6", "--resume"])
+    assert code == 0, err
+    assert torch.load(tmp_path / "out" / "ckpt.pt", weights_only=True)["step"] == 6
+
+
+def test_a_checkpoint_from_before_the_options_resumes_as_one_without_them(tmp_path):
+    """A model_config without attn_only or relative_positions (every checkpoint written before they existed,
+    and every one without them since) reads as both off."""
+    args = cli.tiny_args(tmp_path, "--max_iters=2", "--eval_interval=2")
+    assert cli.run_train(args)[0] == 0
+    saved = torch.load(tmp_path / "out" / "ckpt.pt", weights_only=True)
+    assert not {"attn_only", "relative_positions"} & {*saved["model_config"], *saved["train_config"]}
+    code, _, err = cli.run_train([*args, "--max_iters=4", "--resume", "--relative_positions=true"])
+    assert code == 2 and "config key 'relative_positions' is True but the checkpoint was trained with False" in err
+    code, _, err = cli.run_train([*args, "--max_iters=4", "--resume"])
+    assert code == 0, err

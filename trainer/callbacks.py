@@ -34,7 +34,10 @@ class TrainingLog(Callback):
     def on_fit_start(self, trainer: Trainer) -> None:
         cfg, rt, model = trainer.cfg, trainer.runtime, trainer.model
         vocab = model.config.vocab_size
-        print(f"model: {model.num_params() / 1e6:.2f}M parameters ({cfg.arch}, {cfg.n_layer} layers x "
+        options = "".join(f", {words}" for key, words in (("attn_only", "attention only"),
+                                                          ("relative_positions", "relative positions"))
+                          if getattr(model.config, key))
+        print(f"model: {model.num_params() / 1e6:.2f}M parameters ({cfg.arch}{options}, {cfg.n_layer} layers x "
               f"{cfg.n_head} heads x {cfg.n_embd} dims, block {cfg.block_size}); vocabulary {vocab}")
         processes = f" x {rt.world_size} processes" if rt.distributed else ""
         print(f"device: {rt.device}{processes}, {trainer.tokens_per_step:,} tokens per step, "

@@ -227,16 +227,15 @@ def check_resume_compatible(cfg: TrainConfig, checkpoint: dict, tokenizer_meta: 
                             model_config: GPTConfig | None = None) -> None:
     """A UsageError naming the first setting that differs from the checkpoint's in a way resuming cannot absorb;
     with `model_config`, the model this run builds, also the settings of a model trained elsewhere."""
-    saved = checkpoint["model_config"]
-    if cfg.block_size > saved["block_size"]:  # a smaller one just trains on shorter windows
-        raise UsageError(f"--block_size={cfg.block_size} is larger than the {saved['block_size']} the checkpoint "
-                         f"was trained with; resume with --block_size={saved['block_size']} or start a new out_dir")
+    theirs = GPTConfig(**checkpoint["model_config"])   # a switch it does not record (an older checkpoint) is off
+    if cfg.block_size > theirs.block_size:  # a smaller one just trains on shorter windows
+        raise UsageError(f"--block_size={cfg.block_size} is larger than the {theirs.block_size} the checkpoint "
+                         f"was trained with; resume with --block_size={theirs.block_size} or start a new out_dir")
     for key in RESUME_MUST_MATCH:
-        if saved[key] != getattr(cfg, key):
+        if getattr(theirs, key) != getattr(cfg, key):
             raise UsageError(f"config key '{key}' is {getattr(cfg, key)!r} but the checkpoint was trained with "
-                             f"{saved[key]!r}; use the same value to resume, or a new --out_dir")
+                             f"{getattr(theirs, key)!r}; use the same value to resume, or a new --out_dir")
     if model_config is not None:   # query/key/value biases, GPT-2's GELU, padding rows: what init_from brought
-        theirs = GPTConfig(**saved)
         for key in IMPORTED_FIELDS:
             if getattr(theirs, key) != getattr(model_config, key):
                 raise UsageError(f"the checkpoint's model has {key}={getattr(theirs, key)!r} but this run's has "

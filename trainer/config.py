@@ -21,7 +21,7 @@ from data.corpora import NAMES as CORPORA
 from data.tokenizer import TOKENIZERS
 from errors import ArgumentParser, UsageError
 from files import TOO_DEEP, NotParsed, inside_name, parse_int, parse_toml, quoted, read_text, utf8_value
-from model.gpt import ARCHITECTURES, MODEL_FIELDS, GPTConfig
+from model.gpt import ARCHITECTURES, MODEL_FIELDS, SWITCHES, GPTConfig
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
 SCRATCH, RESUME = "scratch", "resume"   # init_from's two words; anything else names a model to start from
@@ -70,6 +70,11 @@ class TrainConfig:
     block_size: int = _opt(64, "context length in tokens", group="model")
     dropout: float = _opt(0.0, "dropout probability", group="model")
     bias: bool = _opt(False, "biases in norms, projections and MLPs", group="model")
+    attn_only: bool = _opt(False, "blocks of attention alone, without MLPs (the attention-only toy models of Elhage "
+                                  "et al. 2021)", group="model")
+    relative_positions: bool = _opt(False, "arch gpt2: positions as a learned bias per head and distance in each "
+                                           "attention layer (Shaw et al. 2018, T5), not GPT-2's table of learned "
+                                           "positions", group="model")
     # optimisation
     optimizer: str = _opt("adamw", "adamw, or muon (Muon on hidden matrices, AdamW on the rest)", OPTIMIZERS,
                           "optim")
@@ -207,7 +212,9 @@ class TrainConfig:
         return self.lr_decay_iters or self.max_iters
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """Every setting, but the model's `SWITCHES` only when set, as its model_config records them: a run
+        without them is recorded as it was before they existed."""
+        return {name: value for name, value in dataclasses.asdict(self).items() if name not in SWITCHES or value}
 
 
 _TYPES = get_type_hints(TrainConfig)

@@ -8,6 +8,7 @@ import math
 import torch
 import torch.nn as nn
 
+from model.gpt import is_matrix
 from trainer.config import TrainConfig
 from trainer.eager_optim import AdamW
 
@@ -62,20 +63,21 @@ def _fused_supported(device: torch.device) -> bool:
 
 
 def make_optimizer(model: nn.Module, cfg: TrainConfig, device: torch.device):
-    """AdamW with weight decay on matrices (>= 2 dims) only: decaying norms'
-    gains and biases pulls them towards zero for no benefit.
+    """AdamW with weight decay on matrices (`model.gpt.is_matrix`) only: decaying norms'
+    gains and biases (and relative position biases) pulls them towards zero for no benefit.
 
     With optimizer = "muon", the blocks' hidden matrices go to Muon instead, which
     decays none of them; embeddings (and the tied head), norms and biases stay with AdamW.
     """
-    params = [p for p in model.parameters() if p.requires_grad]
+    params = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
     hidden = []
     if cfg.optimizer == "muon":
-        hidden = [p for name, p in model.named_parameters() if name.startswith("blocks.") and p.dim() == 2]
+        hidden = [p for name, p in model.named_parameters()
+                  if name.startswith("blocks.") and p.dim() == 2 and is_matrix(name, p)]
     hidden_ids = {id(p) for p in hidden}
-    rest = [p for p in params if id(p) not in hidden_ids]
-    decay = [p for p in rest if p.dim() >= 2]
-    no_decay = [p for p in rest if p.dim() < 2]
+    rest = [(name, p) for name, p in params if id(p) not in hidden_ids]
+    decay = [p for name, p in rest if is_matrix(name, p)]
+    no_decay = [p for name, p in rest if not is_matrix(name, p)]
     groups = [{"params": decay, "weight_decay": cfg.weight_decay},
               {"params": no_decay, "weight_decay": 0.0}]
     kwargs = {"fused": True} if _fused_supported(device) else {}

@@ -47,13 +47,17 @@ def check_corpus_fits(cfg: TrainConfig) -> None:
 def training_bytes(cfg: TrainConfig, vocab_size: int) -> dict[str, int]:
     """A lower bound on training's memory: {"parameters": weights, gradients and optimizer state,
     "activations": one micro-batch's saved activations and logits}."""
-    # The matrices alone: token embedding (shared with the head), positions, and per block q, k, v and
-    # the output projection (4 d^2) and the MLP (8 d^2). Norms and biases are left out.
-    positions = cfg.block_size * cfg.n_embd if cfg.arch == "gpt2" else 0
-    n_params = vocab_size * cfg.n_embd + positions + cfg.n_layer * 12 * cfg.n_embd ** 2
+    # The matrices alone: token embedding (shared with the head), positions (GPT-2's table, or a bias per
+    # head and distance in each layer), and per block q, k, v and the output projection (4 d^2) and the MLP
+    # (8 d^2), unless attention-only. Norms and biases are left out.
+    positions = cfg.block_size * (cfg.n_layer * cfg.n_head if cfg.relative_positions else
+                                  cfg.n_embd if cfg.arch == "gpt2" else 0)
+    per_block = 4 if cfg.attn_only else 12
+    n_params = vocab_size * cfg.n_embd + positions + cfg.n_layer * per_block * cfg.n_embd ** 2
     tokens = cfg.batch_size * cfg.block_size
-    # Per layer and token at least: norms, q/k/v, attention output, projection, MLP in and out.
-    per_token = cfg.n_layer * 17 * cfg.n_embd + 3 * vocab_size
+    # Per layer and token at least: the first norm, q/k/v, attention output and projection (6 d) and, unless
+    # attention-only, the second norm and the MLP's in and out (11 d more).
+    per_token = cfg.n_layer * (6 if cfg.attn_only else 17) * cfg.n_embd + 3 * vocab_size
     return {"parameters": 16 * n_params, "activations": 4 * tokens * per_token}
 
 

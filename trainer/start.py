@@ -29,7 +29,8 @@ from model.gpt import GPT, GPTConfig
 from trainer.checkpoint import read_resumed
 from trainer.config import RESUME, SCRATCH, TrainConfig
 
-MODEL_KEYS = ("arch", "n_layer", "n_head", "n_embd", "bias")   # what a model to fine-tune decides, with block_size
+# What a model to fine-tune decides, with block_size.
+MODEL_KEYS = ("arch", "n_layer", "n_head", "n_embd", "bias", "attn_only", "relative_positions")
 CHECKPOINT = "ckpt.pt"
 SAME_KIND = {"char": ("char",), "gpt2": ("gpt2", FULL_GPT2)}   # a tokenizer key -> the vocabularies it agrees with
 
@@ -103,8 +104,8 @@ def _resuming(cfg: TrainConfig, path: Path) -> Start:
     cfg = cfg.replaced(init_from=started)
     if not cfg.fine_tunes:
         return Start(cfg, checkpoint=checkpoint)
-    saved = checkpoint["model_config"]
-    cfg = cfg.replaced(**{key: saved[key] for key in (*MODEL_KEYS, "block_size") if key not in cfg.given})
+    saved = GPTConfig(**checkpoint["model_config"])   # a switch it does not record is off
+    cfg = cfg.replaced(**{key: getattr(saved, key) for key in (*MODEL_KEYS, "block_size") if key not in cfg.given})
     tokenizer = tokenizer_from_meta(checkpoint["tokenizer"])
     _check_tokenizer(cfg, tokenizer, f"the checkpoint {path}")
     return Start(cfg, ModelVocabulary(tokenizer, started), checkpoint=checkpoint)

@@ -29,7 +29,7 @@ DEFAULT_VAL_FRACTION = TrainConfig.__dataclass_fields__["val_fraction"].default
 # The shape of the model chosen for real text, its size decided by how much text there is. The
 # classic block keeps each head readable; 2 layers let one head feed another (an induction head
 # needs a head in an earlier layer), 4 heads a layer keep the head table short.
-SHAPE_KEYS = ("arch", "n_layer", "n_head", "n_embd", "block_size", "bias", "dropout")
+SHAPE_KEYS = ("arch", "n_layer", "n_head", "n_embd", "block_size", "bias", "dropout", "attn_only", "relative_positions")
 SMALL_TEXT = 50_000       # tokens: below this, a smaller model that memorises less
 BLOCK = 64                # tokens of context: a sentence or two of characters, a paragraph of BPE tokens
 BATCH = 16

@@ -18,8 +18,9 @@ gptwatch's sizes score a few tenths, which is why a score is shown beside the un
 induction head is a K-composition: its keys read what a previous-token head wrote.
 
 The score is on the weights as they are, as TransformerLens computes it on gptwatch's export (which
-folds nothing): the layer norms, biases, the MLPs between the layers and, for the "modern"
-architecture, QK-norm and the rotary positions are not in it. Where `a` writes nothing (the "modern"
+folds nothing): the layer norms, biases, the MLPs between the layers (where there are any), the relative
+position biases (`relative_positions`) and, for the "modern" architecture, QK-norm and the rotary positions
+are not in it. Where `a` writes nothing (the "modern"
 architecture zero-initialises W_O) the ratio is 0/0, which TransformerLens leaves as NaN; here it is 0:
 a head that writes nothing composes with nothing.
 """
