@@ -185,6 +185,59 @@ def finetune(args: dict) -> dict:
             "params": sum(p.numel() for p in model.parameters()), "model_config": model.config.to_dict()}
 
 
+def demo_floors(args: dict) -> dict:
+    """A demo's floors, read from the checkpoint its run wrote, with the watch's own measures (what the run's
+    report prints, zero-ablation): for "default", the best pronoun head, where `she` looks in the demo
+    sentence and the continuation accuracy with and without that head; for "induction", the best induction
+    score, the in-context gain, the gain left with the top two induction heads removed, and the best
+    previous-token head of an earlier layer with the gain left without it."""
+    import torch
+
+    from checkpoints import load_model
+    from model.ablation import Ablation
+    from watch.ablation import best_pronoun_proof, proofs, top_heads
+    from watch.heads import last_pronoun_pos, parse_head
+    from watch.headtypes import TYPE_SETS
+    from watch.inspect_cli import _seed, checkpoint_sets
+    from watch.pipeline import untrained_like
+    from watch.probesets import REPEATED
+    from watch.reading import read_pass
+
+    loaded = load_model(args["ckpt"], torch.device("cpu"))
+    model, tokenizer, checkpoint = loaded.model, loaded.tokenizer, loaded.checkpoint
+    sets = checkpoint_sets(model, tokenizer, checkpoint, None)
+    untrained = read_pass(untrained_like(model, _seed(checkpoint)), sets, kinds=TYPE_SETS)
+    reading = read_pass(model, sets, untrained=untrained)
+    numbers = reading.results.numbers
+    if args["demo"] == "default":
+        best = reading.pronouns.best
+        removed = best_pronoun_proof(reading, proofs(model, sets, reading))
+        ids = tokenizer.encode(args["sentence"])
+        tokens = [tokenizer.decode([i]) for i in ids]
+        with torch.no_grad():
+            _, patterns = model.forward_with_attention(torch.tensor([ids]))
+        layer, head = parse_head(best.name)
+        row = patterns[layer][0, head, last_pronoun_pos(tokens)]
+        on = {word: float(row[tokens.index(f" {word}")]) for word in args["words"]}
+        return {"best_head": best.name, "referent": best.referent, "top1": best.top1, "attention": on,
+                "continuation": numbers["continuation_accuracy"],
+                "continuation_ablated": removed.reading.results.numbers["continuation_accuracy"]}
+    induction = reading.type_scores["induction"]
+    first, second = (parse_head(name) for name in top_heads(induction, 2))
+    gain = numbers["in_context_gain"]
+
+    def gain_without(*heads: tuple[int, int]) -> float:
+        ablated = read_pass(model, sets, ablate=Ablation(list(heads)), kinds=(REPEATED,))
+        return ablated.results.numbers["in_context_gain"]
+
+    earlier = reading.results.heads["previous_token"][: first[0]]   # the layers before the best induction head
+    prev_layer, prev_head = divmod(int(torch.argmax(earlier)), earlier.shape[1])
+    return {"best_induction_head": top_heads(induction, 1)[0], "induction": float(induction.max()), "gain": gain,
+            "gain_without_top_two": gain_without(first, second),
+            "previous_token_head": f"L{prev_layer}H{prev_head}", "previous_token": float(earlier.max()),
+            "gain_without_previous_token_head": gain_without((prev_layer, prev_head))}
+
+
 def _time_generation(generate, runs: int) -> tuple[list[float], object]:
     generate(16)  # the first call pays for allocations and lazy initialisation
     seconds, out = [], None
@@ -248,8 +301,8 @@ def nanogpt_sampling(args: dict) -> dict:
             "tokens_per_s": n / statistics.median(seconds)}
 
 
-WORKERS = {"peak": peak, "throughput": throughput, "finetune": finetune, "sampling": sampling,
-           "nanogpt_sampling": nanogpt_sampling}
+WORKERS = {"demo_floors": demo_floors, "peak": peak, "throughput": throughput, "finetune": finetune,
+           "sampling": sampling, "nanogpt_sampling": nanogpt_sampling}
 
 
 def main(argv: list[str]) -> int:

@@ -15,6 +15,7 @@ import json
 import math
 import os
 import shutil
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -138,9 +139,15 @@ def prepare(dataset: str, tokenizer: str | ModelVocabulary = "char", data_dir: s
     if fixed is None and tokenizer not in TOKENIZERS:
         raise UserError(f"unknown tokenizer {tokenizer!r}; choose one of: {', '.join(TOKENIZERS)}")
     name = fixed.label if fixed is not None else tokenizer
+    stem = Path(dataset).stem if not corpora.is_named(dataset) else dataset
+    recipe = generation_key(dataset, corpus_sentences)
+    if recipe is not None:   # a generated corpus prepared before is found without generating it again
+        found = _cached_generation(Path(data_dir), f"{stem}-{name}", val_fraction, recipe,
+                                   fixed.tokenizer.to_meta() if fixed is not None else None)
+        if found is not None:
+            return found
     text, label, probes = source_text(dataset, corpus_sentences)
     digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
-    stem = Path(dataset).stem if not corpora.is_named(dataset) else dataset
     folder = Path(data_dir) / f"{stem}-{name}-{digest[:12]}-val{val_fraction:g}"
     # A preparation killed mid-write (kill -9, power loss) left its staging folder: delete those whose
     # process has ended, never one a live preparation is still writing.
@@ -170,6 +177,7 @@ def prepare(dataset: str, tokenizer: str | ModelVocabulary = "char", data_dir: s
         "val_tokens": int(len(val)),
         "val_fraction": val_fraction,
         "probes": "probes.jsonl" if probes else None,
+        **({"generation": recipe} if recipe is not None else {}),
         **({"vocabulary": name} if fixed is not None else {}),
     }
     _write(folder, meta, {"train.bin": train, "val.bin": val}, probes)
@@ -178,6 +186,38 @@ def prepare(dataset: str, tokenizer: str | ModelVocabulary = "char", data_dir: s
         print(f"prepared {label}: {len(train):,} train + {len(val):,} val tokens, "
               f"vocabulary {tok.vocab_size} ({whose}) -> {folder}")
     return Prepared(folder, meta, tok)
+
+
+def generation_key(dataset: str, corpus_sentences: int) -> str | None:
+    """For a generated corpus, a digest of everything its text depends on: the generating module's source, the
+    seed, the number of lines and Python's version (whose `random` draws it); None for any other dataset."""
+    if dataset not in corpora.GENERATED:
+        return None
+    from data import induction, pronouns
+
+    module, seed = (pronouns, PRONOUN_CORPUS_SEED) if dataset == "pronouns" else (induction, GENERATED_CORPUS_SEED)
+    recipe = f"{dataset}|{seed}|{corpus_sentences}|{sys.version_info[0]}.{sys.version_info[1]}|".encode()
+    return hashlib.sha256(recipe + Path(module.__file__).read_bytes()).hexdigest()
+
+
+def _cached_generation(data_dir: Path, prefix: str, val_fraction: float, recipe: str,
+                       vocabulary: dict | None) -> Prepared | None:
+    """The intact preparation in `data_dir` whose meta.json records the generation `recipe`, if there is one:
+    generating the default demo's corpus again only to find its cache took about 0.2 s of a 7-second run."""
+    try:
+        folders = sorted(data_dir.glob(f"{glob_escape(prefix)}-*-val{val_fraction:g}"))
+    except OSError:
+        return None
+    for folder in folders:
+        try:
+            meta = parse_json((folder / "meta.json").read_bytes())
+        except (OSError, NotParsed):
+            continue
+        if isinstance(meta, dict) and meta.get("generation") == recipe and isinstance(meta.get("source_sha256"), str):
+            cached, _ = _cached(folder, meta["source_sha256"], vocabulary)
+            if cached is not None:
+                return cached
+    return None
 
 
 def find_prepared(settings: dict, tokenizer_meta: dict) -> Prepared | None:

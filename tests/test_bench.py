@@ -118,3 +118,29 @@ def test_finetune_times_nanogpts_train_py_and_our_trainer_on_the_same_weights(tm
     assert doc["raw"]["ours"][0]["tokens_per_step"] == 2 * 16
     assert doc["ratio_ours_over_nanogpt"]["n"] == 1
     assert "| gptwatch (Trainer.step) |" in finetune.markdown(doc, "python bench/finetune.py")
+
+
+def demo_run(wall_s: float, **floors) -> dict:
+    return {"wall_s": wall_s, "command": "python train.py", **floors}
+
+
+def test_each_demo_run_is_timed_against_the_nanogpt_recipe_of_its_own_repeat():
+    from bench import demos
+
+    default = {"best_head": "L0H2", "referent": 0.97, "top1": 1.0, "attention": {"dog": 0.98, "ball": 0.01},
+               "continuation": 1.0, "continuation_ablated": 0.15, "watch_points": 26}
+    induction = {"best_induction_head": "L1H1", "induction": 0.8, "gain": 3.0, "gain_without_top_two": 0.3,
+                 "previous_token_head": "L0H0", "previous_token": 0.8, "gain_without_previous_token_head": 0.6,
+                 "watch_points": 41, "phase_step": 1100, "phase_s": 9.5}
+    raw = {("nanogpt", "recipe"): [{"wall_s": 80.0}, {"wall_s": 100.0}],
+           ("default", 1337): [demo_run(12.0, **default), demo_run(10.0, **default)],
+           ("induction", 1): [demo_run(40.0, **induction), {"error": "train.py exited with status 1"}]}
+    results = demos.summarise(raw)
+    # Per repeat: 12/80 and 10/100, not a ratio of medians.
+    assert results["default:1337"]["x_nanogpt"]["values"] == [0.15, 0.1]
+    assert results["induction:1"]["x_nanogpt"]["values"] == [0.5] and results["induction:1"]["failed"] == 1
+    doc = {"command": "python bench/demos.py", "results": results,
+           "machine": {"cpu": "cpu", "cores": 2, "date": "today", "commit": "abc", "load_avg_start": [0.1]}}
+    page = demos.render(doc)
+    assert "| 1337 | 11.0 (10.0-12.0, n=2) | 0.125x (0.100-0.150, n=2) | L0H2 0.970 |" in page
+    assert "1100 / 9.5 s" in page and "| 90% |" in page and "| 80% |" in page   # 1 - 0.3/3.0, 1 - 0.6/3.0

@@ -280,7 +280,30 @@ def test_the_induction_corpus_is_random_strings_written_twice_and_seeded(tmp_pat
         half = len(line) // 2
         assert line[:half] == line[half:] and induction.SHORTEST <= half <= induction.LONGEST
         assert set(line) <= set(induction.ALPHABET)
-    # The copy's distance varies, so no fixed offset finds it.
-    assert len({len(line) for line in lines}) > 20
+    # The copy's distance varies, so no fixed offset finds it; spread on a log scale, half the lines are
+    # short (at most 6 characters a copy) and some are a single character written twice.
+    halves = [len(line) // 2 for line in lines]
+    assert len(set(halves)) > 20 and 1 in halves and max(halves) > 24
+    assert 0.4 < sum(h <= 6 for h in halves) / len(halves) < 0.6
     prepared = prepare("induction", "char", tmp_path / "prep", corpus_sentences=300, quiet=True)
     assert prepared.meta["source"] == "induction(seed=0, n=300)" and prepared.tokenizer.vocab_size == 63
+
+
+def test_a_generated_corpus_prepared_before_is_found_without_generating_it_again(tmp_path, monkeypatch):
+    from data import pronouns
+
+    first = prepare("pronouns", "char", tmp_path, corpus_sentences=200, quiet=True)
+
+    def generate_again(*args, **kwargs):
+        raise AssertionError("the corpus was generated again")
+
+    monkeypatch.setattr(pronouns, "training_text", generate_again)
+    again = prepare("pronouns", "char", tmp_path, corpus_sentences=200, quiet=True)
+    assert again.folder == first.folder and again.meta == first.meta
+    # Another recipe (here, more lines) is not that corpus: it is generated.
+    with pytest.raises(AssertionError, match="generated again"):
+        prepare("pronouns", "char", tmp_path, corpus_sentences=300, quiet=True)
+    # A cache that no longer holds what its meta.json promises is not used either.
+    (first.folder / "train.bin").write_bytes(b"\x00\x01")
+    with pytest.raises(AssertionError, match="generated again"):
+        prepare("pronouns", "char", tmp_path, corpus_sentences=200, quiet=True)

@@ -602,3 +602,26 @@ def test_a_tensorboard_writer_that_cannot_write_warns_once_and_goes_on(tmp_path,
         f"cannot write TensorBoard logs to {tmp_path / 'run'} (No space left on device on the disk mounted at "
         f"{mount_point(tmp_path)}); going on without them: free disk space or choose another --log_dir"]
     assert writer.failed and printed == [] and "Traceback" not in capfd.readouterr().err
+
+
+def test_a_heatmap_reaches_tensorboard_pixel_for_pixel(tmp_path):
+    """TensorBoardWriter encodes RGB byte images itself (fast PNG); other images take SummaryWriter's path."""
+    import io
+
+    from PIL import Image
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from watch.tensorboard import TensorBoardWriter
+
+    rng = np.random.default_rng(0)
+    image = rng.integers(0, 256, size=(37, 53, 3), dtype=np.uint8)
+    writer = TensorBoardWriter(tmp_path)
+    writer.add_image("heatmaps/fast", image, 7, dataformats="HWC")
+    writer.add_image("heatmaps/float", image.astype(np.float32) / 255, 8, dataformats="HWC")
+    writer.close()
+    events = EventAccumulator(str(tmp_path), size_guidance={"images": 0}).Reload()
+    for tag, step in (("heatmaps/fast", 7), ("heatmaps/float", 8)):
+        [event] = events.Images(tag)
+        decoded = np.asarray(Image.open(io.BytesIO(event.encoded_image_string)).convert("RGB"))
+        assert event.step == step and (event.width, event.height) == (53, 37)
+        assert np.abs(decoded.astype(int) - image.astype(int)).max() <= (0 if tag == "heatmaps/fast" else 1)

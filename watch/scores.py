@@ -36,9 +36,8 @@ contexts' own (see `watch/pronouns.py` for their reading).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
@@ -339,37 +338,56 @@ for _which, _about in (("referent", "mean weight from the pronoun on the noun it
 
 # --- pronoun probes: what the model predicts after the pronoun -------------------------------------
 
-def _continuations(capture: Capture) -> list[tuple]:
-    """(item, logits [vocab]) for each probe with a continuation position (none without logits)."""
+def _continuation_masks(capture: Capture) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """([probe, vocab] the referent's continuations, [probe, vocab] the distractor's, [probe] the probes with a
+    continuation position), made once per probe set: every probe scored in one tensor operation, not a loop."""
+    def make() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        vocab = capture.logits.shape[-1]
+        referent = torch.zeros(len(capture.items), vocab, dtype=torch.bool)
+        distractor = torch.zeros_like(referent)
+        scored = torch.zeros(len(capture.items), dtype=torch.bool)
+        for row, item in enumerate(capture.items):
+            if item.continuation_pos is not None:
+                scored[row] = True
+                referent[row, list(item.continuation_ids)] = True
+                distractor[row, list(item.distractor_continuation_ids)] = True
+        return referent, distractor, scored
+    return tuple(mask.to(capture.logits.device) for mask in capture.constant("continuation masks", make))
+
+
+def _argmax_among(capture: Capture, which: int) -> Total:
+    """How many probes' next-token argmax is one of the referent's continuations (`which` 0) or the
+    distractor's (1)."""
     if capture.logits is None:
-        return []
-    return [(item, capture.logits[row]) for row, item in enumerate(capture.items) if item.continuation_pos is not None]
-
-
-def _argmax_among(capture: Capture, ids_of: Callable[[Any], Sequence[int]]) -> Total:
-    """How many probes' next-token argmax is one of `ids_of(probe)`."""
-    hits = [int(row.argmax()) in ids_of(item) for item, row in _continuations(capture)]
-    return float(sum(hits)), len(hits)
+        return 0.0, 0
+    masks = _continuation_masks(capture)
+    best = capture.logits.argmax(-1, keepdim=True)                                          # [probe, 1]
+    hits = masks[which].gather(1, best).squeeze(1) & masks[2]
+    return float(hits.sum()), int(masks[2].sum())
 
 
 @model_score("continuation_accuracy", PRONOUN, "share of probes whose next-token argmax after the pronoun is "
                                               "something the referent does")
 def continuation_accuracy(capture: Capture) -> Total:
-    return _argmax_among(capture, lambda probe: probe.continuation_ids)
+    return _argmax_among(capture, 0)
 
 
 @model_score("distractor_rate", PRONOUN, "share of probes whose argmax is something the other noun does")
 def distractor_rate(capture: Capture) -> Total:
-    return _argmax_among(capture, lambda probe: probe.distractor_continuation_ids)
+    return _argmax_among(capture, 1)
 
 
 @model_score("logit_diff", PRONOUN, "mean (best referent-continuation logit - best distractor one)")
 def logit_diff(capture: Capture) -> Total:
     # TransformerLens's usual metric: how much more the model favours the right continuation,
     # which moves even when the argmax does not.
-    diffs = [row[list(item.continuation_ids)].max().item() - row[list(item.distractor_continuation_ids)].max().item()
-             for item, row in _continuations(capture) if item.continuation_ids and item.distractor_continuation_ids]
-    return float(sum(diffs)), len(diffs)
+    if capture.logits is None:
+        return 0.0, 0
+    referent, distractor, scored = _continuation_masks(capture)
+    counted = scored & referent.any(-1) & distractor.any(-1)
+    logits = capture.logits.double()
+    diffs = logits.masked_fill(~referent, -math.inf).amax(-1) - logits.masked_fill(~distractor, -math.inf).amax(-1)
+    return float(diffs[counted].sum()), int(counted.sum())
 
 
 # --- agreement contexts ------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ so a `torch.utils.tensorboard.SummaryWriter` or anything like it will do.
 
 from __future__ import annotations
 
+import io
 import secrets
 import threading
 from collections.abc import Sequence
@@ -67,6 +68,22 @@ class TensorBoardWriter:
                 self._writer.add_scalar(name, value)
         except OSError as exc:
             self._fail(exc)
+
+    def add_image(self, tag: str, image: Any, global_step: int | None = None, dataformats: str = "CHW") -> None:
+        """An image, as SummaryWriter's `add_image` takes it. An RGB array of bytes [height, width, 3], which is
+        what `watch/heatmaps.py` draws, goes in as a PNG made here at Pillow's fastest compression, without
+        SummaryWriter's round trip through float32 and its default compression: those took a third of each
+        evaluation of the default demo."""
+        if not (dataformats == "HWC" and isinstance(image, np.ndarray) and image.dtype == np.uint8
+                and image.ndim == 3 and image.shape[2] == 3):
+            return self.__getattr__("add_image")(tag, image, global_step, dataformats=dataformats)
+        if self._writer is None or self.failed:
+            return None
+        try:
+            self._writer.file_writer.add_summary(png_summary(tag, image), global_step)
+        except OSError as exc:
+            self._fail(exc)
+        return None
 
     def __getattr__(self, name: str) -> Any:
         if self._writer is None:
@@ -264,6 +281,18 @@ def log_agreement(writer: Any, step: int, reading: Reading, ablations: Sequence[
     if ablations:
         text = "; ".join(f"{ab.kind.replace('_', ' ')}: {', '.join(ab.heads)}" for ab in ablations)
         writer.add_text("probes/ablated_heads", f"step {step}, ablated: {text}", step)
+
+
+def png_summary(tag: str, image: np.ndarray) -> Any:
+    """A TensorBoard image summary holding `image` (RGB bytes [height, width, 3]) as a PNG."""
+    from PIL import Image
+    from tensorboard.compat.proto.summary_pb2 import Summary
+
+    buffer = io.BytesIO()
+    Image.fromarray(image, "RGB").save(buffer, format="PNG", compress_level=1)
+    height, width, _ = image.shape
+    picture = Summary.Image(height=height, width=width, colorspace=3, encoded_image_string=buffer.getvalue())
+    return Summary(value=[Summary.Value(tag=tag, image=picture)])
 
 
 def log_images(writer: Any, step: int, images: Sequence[tuple[str, np.ndarray]]) -> None:
