@@ -397,3 +397,24 @@ def test_sample_prints_the_head_types_and_their_json(trained, tmp_path):
     code, out, _ = run_sample([f"--out_dir={trained.char}", "--heads", f"--text={text}", "--ablate=L0H0",
                                "--ablation=mean"])
     assert code == 0 and "L0H0 removed (mean-ablation)" in out
+
+
+def test_since_when_names_the_best_heads_own_first_step_not_an_earlier_heads():
+    """In the induction demo a layer-1 head looks one token back for a while and loses it; the report's
+    "since step" is when the previous-token head it lists first became one."""
+    from types import SimpleNamespace
+
+    from watch.callback import AttentionWatch
+
+    def reading(*typed):
+        return SimpleNamespace(types={name: SimpleNamespace(kind=kind, name=name, score=score)
+                                      for name, kind, score in typed})
+
+    watch = AttentionWatch(writer=None)
+    watch.tokens_per_step = 100
+    watch._note_types(reading(("L1H0", "previous_token", 0.44)), 200)
+    watch._note_types(reading(("L1H0", None, 0.2), ("L0H1", "previous_token", 0.48)), 500)
+    end = reading(("L0H1", "previous_token", 0.79), ("L1H0", "previous_token", 0.41), ("L1H1", "induction", 0.8))
+    watch._note_types(end, 1500)
+    assert watch.since(end) == {"previous_token": "L0H1 since step 500 (50,000 tokens)",
+                                "induction": "L1H1 since step 1,500 (150,000 tokens)"}

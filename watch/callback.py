@@ -56,7 +56,7 @@ class AttentionWatch:
         self.quick = self.sets     # what a pass every watch_interval steps reads (`ProbeSets.quick`)
         self.tokenizer = None
         self.tokens_per_step = 0
-        self.first_typed: dict[str, int] = {}
+        self.first_typed: dict[tuple[str, str], int] = {}   # (type, head) -> the first step it had it
         self.untrained: Reading | None = None
         self.untrained_composition: Composition | None = None
         self.before: Reading | None = None   # the model before fine-tuning, when the run fine-tunes one
@@ -100,16 +100,23 @@ class AttentionWatch:
         log_composition(self.writer, step, composition(trainer.model), self.untrained_composition)
 
     def _note_types(self, reading: Reading, step: int) -> None:
-        """Remembers the first step at which each type had a head, for the report ("since step 250")."""
+        """Remembers the first step at which each head had each type, for the report ("since step 250")."""
         for head_type in reading.types.values():
-            if head_type.kind and head_type.kind not in self.first_typed:
-                self.first_typed[head_type.kind] = step
+            if head_type.kind:
+                self.first_typed.setdefault((head_type.kind, head_type.name), step)
 
-    def since(self) -> dict[str, str]:
-        """{type: "since step 250 (256,000 tokens)"} for the types this run has seen appear."""
-        return {kind: f"since step {step:,}" + (f" ({step * self.tokens_per_step:,} tokens)" if self.tokens_per_step
-                                                  else "")
-                for kind, step in self.first_typed.items()}
+    def since(self, reading: Reading) -> dict[str, str]:
+        """{type: "L0H1 since step 500 (2,048,000 tokens)"}: since when each type's best head in `reading` has
+        had it. Another head may have had the type earlier and lost it (the induction demo's layer-1 head
+        looks one token back for a while before its layer-0 partner takes over), so the step is the head's."""
+        out = {}
+        for kind in {t.kind for t in reading.types.values() if t.kind}:
+            best = max((t for t in reading.types.values() if t.kind == kind), key=lambda t: t.score or 0.0)
+            step = self.first_typed.get((kind, best.name))
+            if step is not None:
+                tokens = f" ({step * self.tokens_per_step:,} tokens)" if self.tokens_per_step else ""
+                out[kind] = f"{best.name} since step {step:,}{tokens}"
+        return out
 
     def on_evaluate(self, trainer: Any, evaluation: Any) -> None:
         step = evaluation.step
@@ -188,7 +195,7 @@ class AttentionWatch:
             about = "; ".join(s.about for kind, s in self.sets.sets.items() if kind in TYPE_SETS)
             print(f"\nhead types ({about}); the untrained model's scores in brackets:")
             print(type_report(reading, list(self.sets.missing.values()), [p for p in found if p is not removed],
-                              self.since()))
+                              self.since(reading)))
             metrics.update(type_metrics(reading))
         if self.before is not None and reading.types:
             table = before_table(reading, self.before)
