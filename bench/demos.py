@@ -107,8 +107,9 @@ def render(doc: dict) -> str:
                   f"{r['phase_step']} / {r['phase_s']:.1f} s" if r["phase_step"] else "none",
                   f"{r['best_induction_head']} {r['induction']:.2f}", f"{r['gain']:.2f}",
                   f"{100 * (1 - r['gain_without_top_two'] / r['gain']):.0f}%",
-                  f"{r['previous_token_head']} {r['previous_token']:.2f}",
-                  f"{100 * (1 - r['gain_without_previous_token_head'] / r['gain']):.0f}%"]
+                  f"{r['previous_token_head']} {r['previous_token']:.2f}" if r["previous_token_head"] else "none",
+                  f"{100 * (1 - r['gain_without_previous_token_head'] / r['gain']):.0f}%"
+                  if r["previous_token_head"] else "-"]
                  for seed, r in _rows(results, "induction")]
     if induction:
         goal = GOALS["induction"]

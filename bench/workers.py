@@ -198,7 +198,7 @@ def demo_floors(args: dict) -> dict:
     from watch.ablation import best_pronoun_proof, proofs, top_heads
     from watch.heads import last_pronoun_pos, parse_head
     from watch.headtypes import TYPE_SETS
-    from watch.inspect_cli import _seed, checkpoint_sets
+    from watch.inspect_cli import checkpoint_sets, training_seed
     from watch.pipeline import untrained_like
     from watch.probesets import REPEATED
     from watch.reading import read_pass
@@ -206,7 +206,7 @@ def demo_floors(args: dict) -> dict:
     loaded = load_model(args["ckpt"], torch.device("cpu"))
     model, tokenizer, checkpoint = loaded.model, loaded.tokenizer, loaded.checkpoint
     sets = checkpoint_sets(model, tokenizer, checkpoint, None)
-    untrained = read_pass(untrained_like(model, _seed(checkpoint)), sets, kinds=TYPE_SETS)
+    untrained = read_pass(untrained_like(model, training_seed(checkpoint)), sets, kinds=TYPE_SETS)
     reading = read_pass(model, sets, untrained=untrained)
     numbers = reading.results.numbers
     if args["demo"] == "default":
@@ -230,11 +230,14 @@ def demo_floors(args: dict) -> dict:
         ablated = read_pass(model, sets, ablate=Ablation(list(heads)), kinds=(REPEATED,))
         return ablated.results.numbers["in_context_gain"]
 
+    found = {"best_induction_head": top_heads(induction, 1)[0], "induction": float(induction.max()), "gain": gain,
+             "gain_without_top_two": gain_without(first, second)}
     earlier = reading.results.heads["previous_token"][: first[0]]   # the layers before the best induction head
+    if not earlier.numel():   # the best induction head is in layer 0: no earlier layer to hold its partner
+        return {**found, "previous_token_head": None, "previous_token": None,
+                "gain_without_previous_token_head": None}
     prev_layer, prev_head = divmod(int(torch.argmax(earlier)), earlier.shape[1])
-    return {"best_induction_head": top_heads(induction, 1)[0], "induction": float(induction.max()), "gain": gain,
-            "gain_without_top_two": gain_without(first, second),
-            "previous_token_head": f"L{prev_layer}H{prev_head}", "previous_token": float(earlier.max()),
+    return {**found, "previous_token_head": f"L{prev_layer}H{prev_head}", "previous_token": float(earlier.max()),
             "gain_without_previous_token_head": gain_without((prev_layer, prev_head))}
 
 

@@ -19,6 +19,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 
@@ -108,17 +109,11 @@ def read_text(path: str | Path) -> str:
 
 def source_text(dataset: str, corpus_sentences: int) -> tuple[str, str, list[dict] | None]:
     """(text, label, probe records or None) for a corpus name or a file path."""
-    if dataset == "pronouns":
-        from data import pronouns
-
-        text = pronouns.training_text(seed=PRONOUN_CORPUS_SEED, n_sentences=corpus_sentences)
-        return text, f"pronouns(seed={PRONOUN_CORPUS_SEED}, n={corpus_sentences})", \
-            pronouns.probe_records(seed=PRONOUN_CORPUS_SEED)
-    if dataset == "induction":
-        from data import induction
-
-        text = induction.training_text(seed=GENERATED_CORPUS_SEED, n_lines=corpus_sentences)
-        return text, f"induction(seed={GENERATED_CORPUS_SEED}, n={corpus_sentences})", None
+    if dataset in corpora.GENERATED:
+        module, seed = _generator(dataset)
+        text = module.training_text(seed, corpus_sentences)
+        probes = module.probe_records(seed=seed) if dataset == "pronouns" else None
+        return text, f"{dataset}(seed={seed}, n={corpus_sentences})", probes
     if dataset in corpora.CORPORA:
         path = corpora.corpus_path(dataset)
         return read_text(path), str(path), None
@@ -188,14 +183,19 @@ def prepare(dataset: str, tokenizer: str | ModelVocabulary = "char", data_dir: s
     return Prepared(folder, meta, tok)
 
 
+def _generator(dataset: str) -> tuple[ModuleType, int]:
+    """The module that generates a corpus of `corpora.GENERATED`, and the seed it is generated with."""
+    from data import induction, pronouns
+
+    return (pronouns, PRONOUN_CORPUS_SEED) if dataset == "pronouns" else (induction, GENERATED_CORPUS_SEED)
+
+
 def generation_key(dataset: str, corpus_sentences: int) -> str | None:
     """For a generated corpus, a digest of everything its text depends on: the generating module's source, the
     seed, the number of lines and Python's version (whose `random` draws it); None for any other dataset."""
     if dataset not in corpora.GENERATED:
         return None
-    from data import induction, pronouns
-
-    module, seed = (pronouns, PRONOUN_CORPUS_SEED) if dataset == "pronouns" else (induction, GENERATED_CORPUS_SEED)
+    module, seed = _generator(dataset)
     recipe = f"{dataset}|{seed}|{corpus_sentences}|{sys.version_info[0]}.{sys.version_info[1]}|".encode()
     return hashlib.sha256(recipe + Path(module.__file__).read_bytes()).hexdigest()
 

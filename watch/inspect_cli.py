@@ -68,7 +68,7 @@ def show_attention(model, tokenizer, checkpoint: dict, args: argparse.Namespace,
         step = f" at step {checkpoint['step']}" if "step" in checkpoint else ""
         ablated = f", with {', '.join(ablation_names(ablate))} ablated" if ablate else ""
         sets = checkpoint_sets(model, tokenizer, checkpoint, None)
-        fresh = untrained_like(model, _seed(checkpoint))
+        fresh = untrained_like(model, training_seed(checkpoint))
         untrained = read_pass(fresh, sets, kinds=TYPE_SETS)
         labels = head_labels(read_pass(model, sets, untrained=untrained).types)
         page = write_page(args.html, attention_page([view], f"Attention of {args.out_dir}{step}{ablated}", labels,
@@ -167,7 +167,9 @@ def show_probes(model, tokenizer, args: argparse.Namespace, ablate: Ablation | N
 
 # --- head types -----------------------------------------------------------------------------------
 
-def _seed(checkpoint: dict) -> int:
+def training_seed(checkpoint: dict) -> int:
+    """The seed the run that wrote `checkpoint` started from (1337, the default, when it records none): the
+    untrained model the head types are measured against is built from it."""
     config = checkpoint.get("train_config")
     seed = config.get("seed") if isinstance(config, dict) else None
     return seed if type(seed) is int else 1337
@@ -226,7 +228,7 @@ def show_heads(model, tokenizer, checkpoint: dict, args: argparse.Namespace, abl
                          f"none: {why}; use --ablation=zero{longer}")
     if ablate and args.ablation == "mean":
         ablate = Ablation(ablate.heads, head_means(model, sets.get(TEXT)))
-    fresh = untrained_like(model, _seed(checkpoint))
+    fresh = untrained_like(model, training_seed(checkpoint))
     untrained = read_pass(fresh, sets, kinds=TYPE_SETS)
     reading = read_pass(model, sets, untrained=untrained, ablate=ablate)
     found = proofs(model, sets, reading, args.ablation) if not ablate else []

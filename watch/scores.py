@@ -38,6 +38,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -338,10 +339,18 @@ for _which, _about in (("referent", "mean weight from the pronoun on the noun it
 
 # --- pronoun probes: what the model predicts after the pronoun -------------------------------------
 
-def _continuation_masks(capture: Capture) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """([probe, vocab] the referent's continuations, [probe, vocab] the distractor's, [probe] the probes with a
-    continuation position), made once per probe set: every probe scored in one tensor operation, not a loop."""
-    def make() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+class ContinuationMasks(NamedTuple):
+    """Which next tokens count for each pronoun probe: [probe, vocab] the referent's continuations and the
+    distractor's, and [probe] the probes that have a continuation position."""
+
+    referent: torch.Tensor
+    distractor: torch.Tensor
+    scored: torch.Tensor
+
+
+def _continuation_masks(capture: Capture) -> ContinuationMasks:
+    """The probes' continuation masks, made once per probe set: every probe scored in one tensor operation."""
+    def make() -> ContinuationMasks:
         vocab = capture.logits.shape[-1]
         referent = torch.zeros(len(capture.items), vocab, dtype=torch.bool)
         distractor = torch.zeros_like(referent)
@@ -351,30 +360,30 @@ def _continuation_masks(capture: Capture) -> tuple[torch.Tensor, torch.Tensor, t
                 scored[row] = True
                 referent[row, list(item.continuation_ids)] = True
                 distractor[row, list(item.distractor_continuation_ids)] = True
-        return referent, distractor, scored
-    return tuple(mask.to(capture.logits.device) for mask in capture.constant("continuation masks", make))
+        return ContinuationMasks(referent, distractor, scored)
+    masks = capture.constant("continuation masks", make)
+    return ContinuationMasks(*(mask.to(capture.logits.device) for mask in masks))
 
 
-def _argmax_among(capture: Capture, which: int) -> Total:
-    """How many probes' next-token argmax is one of the referent's continuations (`which` 0) or the
-    distractor's (1)."""
+def _argmax_among(capture: Capture, whose: str) -> Total:
+    """How many probes' next-token argmax is one of the continuations of `whose` ("referent" or "distractor")."""
     if capture.logits is None:
         return 0.0, 0
     masks = _continuation_masks(capture)
     best = capture.logits.argmax(-1, keepdim=True)                                          # [probe, 1]
-    hits = masks[which].gather(1, best).squeeze(1) & masks[2]
-    return float(hits.sum()), int(masks[2].sum())
+    hits = getattr(masks, whose).gather(1, best).squeeze(1) & masks.scored
+    return float(hits.sum()), int(masks.scored.sum())
 
 
 @model_score("continuation_accuracy", PRONOUN, "share of probes whose next-token argmax after the pronoun is "
                                               "something the referent does")
 def continuation_accuracy(capture: Capture) -> Total:
-    return _argmax_among(capture, 0)
+    return _argmax_among(capture, "referent")
 
 
 @model_score("distractor_rate", PRONOUN, "share of probes whose argmax is something the other noun does")
 def distractor_rate(capture: Capture) -> Total:
-    return _argmax_among(capture, 1)
+    return _argmax_among(capture, "distractor")
 
 
 @model_score("logit_diff", PRONOUN, "mean (best referent-continuation logit - best distractor one)")

@@ -76,7 +76,7 @@ class TensorBoardWriter:
         evaluation of the default demo."""
         if not (dataformats == "HWC" and isinstance(image, np.ndarray) and image.dtype == np.uint8
                 and image.ndim == 3 and image.shape[2] == 3):
-            return self.__getattr__("add_image")(tag, image, global_step, dataformats=dataformats)
+            return self._guarded("add_image")(tag, image, global_step, dataformats=dataformats)
         if self._writer is None or self.failed:
             return None
         try:
@@ -86,6 +86,10 @@ class TensorBoardWriter:
         return None
 
     def __getattr__(self, name: str) -> Any:
+        return self._guarded(name)
+
+    def _guarded(self, name: str) -> Any:
+        """The writer's method `name`, its OSError turned into the one warning (a no-op without a writer)."""
         if self._writer is None:
             return lambda *args, **kwargs: None
         method = getattr(self._writer, name)  # add_scalar, add_figure, add_text, add_hparams, flush, ...
