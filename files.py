@@ -38,7 +38,7 @@ from collections.abc import Callable
 from pathlib import Path, PureWindowsPath
 from typing import BinaryIO, NoReturn
 
-from errors import UserError
+from cli import UserError
 
 
 def what_stands_at(path: Path, *, follow_links: bool = True) -> str | None:

@@ -12,7 +12,10 @@
 
 from __future__ import annotations
 
-import startup  # noqa: F401  (first, so that a Ctrl-C while torch loads is one line, not a traceback)
+import cli
+
+if __name__ == "__main__":   # before the imports below, so a Ctrl-C while torch loads is one line
+    cli.report_interrupts_while_starting()
 
 # isort: split
 import argparse
@@ -22,16 +25,15 @@ from pathlib import Path
 
 import torch
 
-from checkpoints import Loaded, checkpoint_path, load_model
-from checkpoints.foreign import CHECKPOINT, GPTWATCH, Source, describe, identify
+from cli import ArgumentParser, UsageError, run_cli, warn
+from config import DEVICES, pick_device
 from data.tokenizer import TokenizerError
-from errors import ArgumentParser, UsageError, run_cli, warn
 from files import destination, read_text, utf8_value
-from interop.parts import TARGETS
+from formats import Loaded, checkpoint_path, load_model
+from formats.foreign import CHECKPOINT, GPTWATCH, Source, describe, identify
+from formats.parts import TARGETS
+from formats.read import saved_settings
 from model.ablation import Ablation
-from trainer.checkpoint import saved_settings
-from trainer.config import DEVICES
-from trainer.runtime import pick_device
 
 
 class _DefaultsNotSaid(argparse.ArgumentDefaultsHelpFormatter):
@@ -238,7 +240,7 @@ def main(argv: list[str]) -> int:
     if args.html is not None:
         args.html = str(destination(args.html, "--html", folder=False, fix="give a file path, e.g. page.html"))
     if mode == "export":
-        from interop.export import export, export_path, report
+        from formats.export import export, export_path, report
 
         target, path = args.export
         export_path(target, path)  # a path that names nothing to write is refused before the checkpoint is read

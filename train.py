@@ -15,7 +15,10 @@ step and its loop; what a run shows plugs in as callbacks.
 
 from __future__ import annotations
 
-import startup  # noqa: F401  (first, so that a Ctrl-C while torch loads is one line, not a traceback)
+import cli
+
+if __name__ == "__main__":   # before the imports below, so a Ctrl-C while torch loads is one line
+    cli.report_interrupts_while_starting()
 
 # isort: split
 import shlex
@@ -24,10 +27,10 @@ import sys
 from contextlib import nullcontext
 from pathlib import Path
 
-from errors import UsageError, run_cli
+from cli import UsageError, run_cli
+from config import TrainConfig, make_config, parse_command_line
 from files import utf8_name, writable_folder
 from trainer import runtime
-from trainer.config import TrainConfig, make_config, parse_command_line
 from trainer.resources import out_of_memory
 from trainer.runlock import RunLock
 from trainer.starting_point import starting_point

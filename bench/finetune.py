@@ -113,7 +113,7 @@ class Setup:
         """max |logit difference| between nanoGPT's model and ours, both read from the checkpoint, on one batch."""
         import torch
 
-        from checkpoints import load_model
+        from formats import load_model
 
         theirs = self._nanogpt_model()
         theirs.load_state_dict(torch.load(self.checkpoint, weights_only=True)["model"])

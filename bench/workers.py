@@ -28,7 +28,7 @@ def peak(args: dict) -> dict:
     on CUDA, where training runs under bf16 autocast (TF32 stays off for the fp32 figure)."""
     import torch
 
-    from trainer.runtime import pick_device
+    from config import pick_device
 
     device = pick_device("auto")
     # A 2048 matmul keeps a CPU busy; a GPU needs bigger ones to reach its peak.
@@ -102,9 +102,9 @@ class SyntheticBatches:
 
 def _trainer(config: str, overrides: list[str], synthetic: bool):
     """The Trainer train.py would build for `config` (on random tokens when `synthetic`)."""
+    from config import load_config
     from model.gpt import GPT
     from trainer import runtime
-    from trainer.config import load_config
     from trainer.optim import make_optimizer
     from trainer.trainer import Trainer
 
@@ -166,9 +166,9 @@ def finetune(args: dict) -> dict:
     its vocabulary. Median time of a step after `warmup` untimed ones."""
     import torch
 
-    from checkpoints import load_model
+    from config import load_config
+    from formats import load_model
     from trainer import runtime
-    from trainer.config import load_config
     from trainer.optim import make_optimizer
     from trainer.trainer import Trainer
 
@@ -193,7 +193,7 @@ def demo_floors(args: dict) -> dict:
     previous-token head of an earlier layer with the gain left without it."""
     import torch
 
-    from checkpoints import load_model
+    from formats import load_model
     from model.ablation import Ablation
     from watch.ablation import best_pronoun_proof, proofs, top_heads
     from watch.heads import last_pronoun_pos, parse_head
@@ -256,7 +256,7 @@ def sampling(args: dict) -> dict:
     (what sample.py runs) and without; median of `runs` each, alternating."""
     import torch
 
-    from checkpoints import load_model
+    from formats import load_model
 
     loaded = load_model(args["ckpt"], torch.device("cpu"))
     model, prompt = loaded.model, torch.tensor([loaded.tokenizer.encode(args["prompt"])])

@@ -18,7 +18,7 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from errors import UserError
+from cli import UserError
 from files import glob_escape, remove_dead_leftovers, replace_file, write_error
 
 REPO = Path(__file__).resolve().parent.parent

@@ -23,6 +23,7 @@ from types import ModuleType
 
 import numpy as np
 
+from cli import UserError, warn
 from data import corpora
 from data.tokenizer import (
     TOKENIZERS,
@@ -33,7 +34,6 @@ from data.tokenizer import (
     preview,
     tokenizer_from_meta,
 )
-from errors import UserError, warn
 from files import (
     NotParsed,
     glob_escape,

@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cli import UserError
 from data.tokenizer import Tokenizer
-from errors import UserError
 from files import NotParsed, parse_json, read_text
 
 REQUIRED_FIELDS = ("text", "pronoun", "referent", "distractor")

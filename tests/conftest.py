@@ -38,8 +38,8 @@ def shared_file(relative: str) -> Path:
 
 def require_gpt2() -> None:
     """Skip, saying why, when GPT-2's BPE ranks cannot be loaded here."""
+    from cli import UserError
     from data.tokenizer import gpt2_encoding
-    from errors import UserError
 
     try:
         gpt2_encoding()
@@ -89,7 +89,7 @@ def tiny_model(arch: str = "gpt2", *, seed: int | None = 0, **sizes) -> "GPT":  
 
 @dataclass(frozen=True)
 class Trained:
-    """Checkpoints trained once per session from `tests.cli.tiny_args` (1 layer of 2 heads, 2 steps):
+    """Checkpoints trained once per session from `tests.commands.tiny_args` (1 layer of 2 heads, 2 steps):
     `char` (the character tokenizer) and `gpt2` (GPT-2 BPE), each `ckpt.pt` in its own folder. Shared
     by every test that needs one: copy it (`copy_to`) before changing anything."""
 
@@ -110,7 +110,7 @@ class Trained:
 
 
 def train_tiny_checkpoints(folder: Path) -> Trained:
-    from tests.cli import run, tiny_args
+    from tests.commands import run, tiny_args
 
     folder.mkdir(parents=True, exist_ok=True)
     for name, extra in (("out", []), ("gpt2", ["--tokenizer=gpt2"])):

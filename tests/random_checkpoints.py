@@ -1,5 +1,5 @@
 """Checkpoints of every kind an export meets, made in a second without training: each architecture, with
-and without biases, with the char and the GPT-2 BPE tokenizer of `tests.cli.TEXT`, and attention-only. Their
+and without biases, with the char and the GPT-2 BPE tokenizer of `tests.commands.TEXT`, and attention-only. Their
 weights are random and large (std 0.3, norm gains around 1), so logits spread over several units: a conversion
 that is off in any part shows, and greedy decoding never hangs on a near tie."""
 
@@ -11,7 +11,7 @@ import torch
 
 from data.tokenizer import build_tokenizer
 from model.gpt import GPT, GPTConfig
-from tests.cli import TEXT
+from tests.commands import TEXT
 from trainer.checkpoint import save_checkpoint
 
 # name: (arch, tokenizer, bias)

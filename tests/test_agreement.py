@@ -11,11 +11,11 @@ import torch
 from conftest import require_gpt2
 
 import train
+from cli import UserError, run_cli
+from config import load_config
 from data.probes import AgreementProbe, align_agreement, load_agreement, load_probes
 from data.tokenizer import CharTokenizer, GPT2Tokenizer
-from errors import UserError, run_cli
 from trainer import runtime
-from trainer.config import load_config
 from trainer.trainer import Trainer
 from watch.callback import AttentionWatch
 from watch.capture import capture_from_patterns
@@ -233,7 +233,7 @@ def test_the_study_scores_a_checkpoint_at_both_positions_with_its_baselines(watc
 def test_train_py_logs_agreement_for_a_context_file(tmp_path, capsys):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from tests.cli import tiny_args
+    from tests.commands import tiny_args
 
     path = write_jsonl(tmp_path / "a.jsonl", [{"text": "the king and", "pronoun": "he",
                                                 "wrong": "it", "person": "king"}])

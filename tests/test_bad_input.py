@@ -29,7 +29,7 @@ import torch
 from conftest import Trained, train_tiny_checkpoints
 
 from data import corpora
-from tests.cli import ROOT, TEXT, run, tiny_args
+from tests.commands import ROOT, TEXT, run, tiny_args
 
 DOC = ROOT / "docs" / "errors.md"
 SECTIONS = {"error": ("<!-- cases:start -->", "<!-- cases:end -->"),
@@ -245,7 +245,7 @@ def _export_disk_full(mp: pytest.MonkeyPatch) -> None:
 
 def _little_memory(mp: pytest.MonkeyPatch) -> None:
     """64 MiB free, on any device."""
-    mp.setattr("checkpoints.gptwatch.available_memory", lambda device: 64 * 2**20)
+    mp.setattr("formats.gptwatch.available_memory", lambda device: 64 * 2**20)
 
 
 def _torch_interrupted(ws: Workspace) -> dict[str, str]:
@@ -963,7 +963,7 @@ def test_real_process_prints_one_line_and_exits(case_id, trained, tmp_path):
 def test_debug_lets_the_exception_and_its_traceback_through(tmp_path):
     import sample
     import train
-    from errors import UsageError, UserError, run_cli
+    from cli import UsageError, UserError, run_cli
 
     with pytest.raises(UsageError, match="'n_layer' must be a positive integer"):
         run_cli(train.main, [*tiny_args(tmp_path, "--n_layer=0"), "--debug"])

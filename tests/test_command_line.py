@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from errors import UsageError
+from cli import UsageError
 from sample import build_parser, check_mode
 
 

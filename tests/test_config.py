@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from errors import UsageError
-from trainer.config import TrainConfig, load_config, make_config, parse_command_line, parse_overrides
+from cli import UsageError
+from config import TrainConfig, load_config, make_config, parse_command_line, parse_overrides
 
 CONFIGS = sorted((Path(__file__).resolve().parent.parent / "configs").glob("*.toml"))
 

@@ -8,18 +8,18 @@ import types
 
 import pytest
 
-from interop.export import check_hf_path, check_tl_path
-from interop.parts import refusal
+from formats.export import check_hf_path, check_tl_path
+from formats.parts import refusal
 from model.gpt import GPTConfig
-from tests.cli import ROOT, one_line, run_sample
+from tests.commands import ROOT, one_line, run_sample
 from tests.random_checkpoints import make_checkpoint
 
 HEAVY = ("transformer_lens", "transformers", "tokenizers")
 
 
 def test_importing_the_project_imports_neither_library():
-    modules = ["sample", "train", "interop", "interop.export", "interop.parts", "optional",
-               "interop.transformerlens", "interop.huggingface", "interop.hf_tokenizer", "watch.inspect_cli"]
+    modules = ["sample", "train", "formats", "formats.export", "formats.parts", "formats.optional",
+               "formats.transformerlens", "formats.huggingface", "formats.hf_tokenizer", "watch.inspect_cli"]
     code = (f"import sys; import {', '.join(modules)}; "
             f"print([m for m in sys.modules if m.split('.')[0] in {HEAVY!r}])")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
@@ -68,7 +68,7 @@ def test_relative_positions_are_refused_by_both_targets_naming_the_part(tmp_path
 
 
 def test_which_paths_an_export_may_take(tmp_path):
-    from errors import UserError
+    from cli import UserError
 
     check_tl_path(tmp_path / "new" / "model.tl.pt")     # a new file in a folder that can be made
     check_hf_path(tmp_path / "folder")                  # a new folder

@@ -20,12 +20,12 @@ from test_head_types import hand_results
 from test_import import _nanogpt_module, hf_model, nanogpt_model, save_hf, save_meta, save_nanogpt
 from test_robustness import SCHEDULE, fit, same_tensors
 
-from checkpoints import load_model
+from cli import UsageError
 from data.batches import Batches
 from data.tokenizer import CharTokenizer, FullGPT2Tokenizer
-from errors import UsageError
+from formats import load_model
 from model.gpt import GPT, GPTConfig
-from tests.cli import TEXT, one_line, run, tiny_args
+from tests.commands import TEXT, one_line, run, tiny_args
 from trainer.checkpoint import save_checkpoint
 from watch.finetuning import before_labels, before_table, changed_heads, changes_line
 from watch.reading import read_results
@@ -35,7 +35,7 @@ CHARS = "".join(sorted(set(TEXT)))   # the test corpus's characters: a char mode
 
 
 def hugging_face(root: Path) -> str:
-    """A GPT2LMHeadModel folder of tests.cli's tiny sizes (1 layer of 2 heads, 16 wide) and 64 positions."""
+    """A GPT2LMHeadModel folder of tests.commands's tiny sizes (1 layer of 2 heads, 16 wide) and 64 positions."""
     require_gpt2()
     return str(save_hf(hf_model(n_layer=1, n_head=2, n_embd=16, n_positions=64), root / "hf"))
 
@@ -198,8 +198,8 @@ def test_model_keys_that_disagree_with_the_model_are_refused_naming_both(given, 
 def trainer_for(root: Path, *args: str, without: str = ""):
     """The Trainer train.py would run with tiny_args and `args`, leaving out the tiny arguments that start with
     `without`."""
+    from config import load_config
     from trainer import runtime
-    from trainer.config import load_config
     from trainer.trainer import Trainer
 
     argv = [a for a in tiny_args(root, *args) if not (without and a.startswith(without))]
@@ -283,8 +283,8 @@ def test_the_heads_whose_type_fine_tuning_changed_are_named_marked_and_labelled(
 def test_resuming_compares_the_settings_a_model_from_elsewhere_brings(trained):
     """A checkpoint whose model computes GPT-2's tanh GELU is no checkpoint a run from scratch can continue, though
     every tensor has the shape it expects."""
+    from config import load_config
     from trainer.checkpoint import check_resume_compatible
-    from trainer.config import load_config
 
     saved = torch.load(trained.char, weights_only=True)
     cfg = load_config(None, ["--n_layer=1", "--n_head=2", "--n_embd=16", "--block_size=32", "--resume"])

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from checkpoints import load_checkpoint
-from tests.cli import ROOT, one_line, run_sample, run_train, tiny_args
+from formats import load_checkpoint
+from tests.commands import ROOT, one_line, run_sample, run_train, tiny_args
 
 
 @pytest.fixture

@@ -342,7 +342,7 @@ def test_mean_ablation_puts_each_heads_mean_output_in_its_place():
 # --- the watch: one forward per probe set at each watch point ------------------------------------------
 
 def test_a_watch_point_runs_one_forward_per_probe_set(trained, monkeypatch, tmp_path):
-    from checkpoints import load_model
+    from formats import load_model
     from model.gpt import GPT
     from watch.callback import AttentionWatch
 
@@ -373,7 +373,7 @@ def test_a_watch_point_runs_one_forward_per_probe_set(trained, monkeypatch, tmp_
 # --- sample.py --heads --------------------------------------------------------------------------------
 
 def test_sample_prints_the_head_types_and_their_json(trained, tmp_path):
-    from tests.cli import run_sample
+    from tests.commands import run_sample
 
     text = tmp_path / "text.txt"
     text.write_text("the cat saw the king and he waved.\n" * 3)

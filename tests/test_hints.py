@@ -17,7 +17,7 @@ import pytest
 from conftest import require_gpt2
 
 from data.batches import Batches
-from tests.cli import ROOT, TEXT, TINY, run_sample, run_train
+from tests.commands import ROOT, TEXT, TINY, run_sample, run_train
 
 COMMAND = re.compile(r"(?:^|: )((?:python|tensorboard) \S.*)$")
 
@@ -128,7 +128,7 @@ def test_a_prompt_the_model_cannot_read_names_words_it_can_and_they_work(trained
 
 def test_the_command_a_missing_checkpoint_suggests_trains_into_that_folder(tmp_path):
     """Running it is a whole demo run, so it is parsed here, as train.py parses it."""
-    from trainer.config import parse_command_line
+    from config import parse_command_line
 
     folder = tmp_path / "my run"
     code, _, err = run_sample([f"--out_dir={folder}"])

@@ -9,6 +9,7 @@ import html
 import os
 import re
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -17,11 +18,11 @@ import pytest
 import torch
 
 import files
-from checkpoints import CheckpointError, load_checkpoint, validate
-from escape import for_terminal, markdown_literal
+from cli import for_terminal, markdown_literal
 from files import NotParsed, destination, fresh_file, fresh_folder, os_error_of, parse_int, replace_file
+from formats import CheckpointError, load_checkpoint, validate
 from model.gpt import GPT, MAX_BLOCK_SIZE, GPTConfig
-from tests.cli import TEXT, run_sample
+from tests.commands import ROOT, TEXT, run_sample
 from tests.random_checkpoints import make_checkpoint
 from trainer.checkpoint import save_checkpoint, saved_settings
 
@@ -146,7 +147,7 @@ def _interrupting(signum: int | None):
 @pytest.mark.parametrize("target", ["tl", "hf"])
 @pytest.mark.parametrize("signum", [None, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_an_interrupted_export_leaves_nothing_behind(tmp_path, checkpoint_folder, monkeypatch, target, signum):
-    """SIGINT and SIGTERM (which `errors.run_cli` makes unwind like Ctrl-C) in the middle of writing: the
+    """SIGINT and SIGTERM (which `cli.run_cli` makes unwind like Ctrl-C) in the middle of writing: the
     staging file or folder is removed, and what stood at the destination (an earlier export) is untouched."""
     if target == "tl":
         pytest.importorskip("transformer_lens")
@@ -360,10 +361,10 @@ def test_a_seed_no_generator_takes_is_refused_by_every_look(trained, tmp_path, l
 
 def test_loading_counts_what_block_size_alone_allocates(tmp_path, monkeypatch):
     """A modern checkpoint's block_size is in no tensor: its rotary tables and sampling cache are counted
-    against free memory before the model is built (`checkpoints.gptwatch`), on the CPU and on the device."""
-    from checkpoints import load_model
-    from checkpoints.gptwatch import load_bytes
+    against free memory before the model is built (`formats.gptwatch`), on the CPU and on the device."""
     from data.tokenizer import build_tokenizer
+    from formats import load_model
+    from formats.gptwatch import load_bytes
 
     tokenizer = build_tokenizer("char", TEXT)
     config = GPTConfig(vocab_size=tokenizer.vocab_size, block_size=2**20, n_layer=2, n_head=2, n_embd=16,
@@ -375,9 +376,9 @@ def test_loading_counts_what_block_size_alone_allocates(tmp_path, monkeypatch):
     save_checkpoint(tmp_path / "ckpt.pt", {"model": weights, "model_config": config.to_dict(), "step": 0,
                                            "tokenizer": tokenizer.to_meta()})
     asked = []
-    monkeypatch.setattr("checkpoints.gptwatch.available_memory", lambda device: asked.append(device.type) or 2**20)
+    monkeypatch.setattr("formats.gptwatch.available_memory", lambda device: asked.append(device.type) or 2**20)
     built = []
-    monkeypatch.setattr("checkpoints.gptwatch.GPT", lambda config: built.append(config))
+    monkeypatch.setattr("formats.gptwatch.GPT", lambda config: built.append(config))
     with pytest.raises(CheckpointError, match=r"needs at least 320\.0 MiB of memory on cpu"):
         load_model(tmp_path, torch.device("cpu"))
     assert asked == ["cpu"] and built == []
@@ -430,8 +431,8 @@ def test_head_names_hold_ascii_digits_only(name):
     ('["the dog"', "is not valid TOML"),
 ])
 def test_a_list_on_the_command_line_that_is_not_toml_says_why(value, words):
-    from errors import UsageError
-    from trainer.config import parse_cli_value
+    from cli import UsageError
+    from config import parse_cli_value
 
     with pytest.raises(UsageError, match=re.escape(words)) as refused:
         parse_cli_value("watch_sentences", value)
@@ -445,7 +446,7 @@ def test_a_list_on_the_command_line_that_is_not_toml_says_why(value, words):
     ({"WORLD_SIZE": "0"}, "of WORLD_SIZE=0"),
 ])
 def test_what_the_launcher_sets_is_read_as_a_launcher_sets_it(monkeypatch, env, words):
-    from errors import UsageError
+    from cli import UsageError
     from trainer.runtime import launcher_ranks
 
     for name, value in env.items():
@@ -457,22 +458,28 @@ def test_what_the_launcher_sets_is_read_as_a_launcher_sets_it(monkeypatch, env, 
 # --- 10. Ctrl-C while a command starts ---------------------------------------------------------------------------
 
 def test_the_start_up_hook_speaks_only_for_the_commands_and_not_under_debug(monkeypatch, capsys):
-    """`startup`: an uncaught KeyboardInterrupt is one line (exit 130) when train.py or sample.py is the program
-    (the cases startup-interrupted-* run them); any other exception, `--debug`, or another program importing
-    them keeps Python's own report."""
-    import startup
+    """`cli.report_interrupts_while_starting`: an uncaught KeyboardInterrupt is one line (exit 130) when train.py
+    or sample.py is the program (the cases startup-interrupted-* run them); any other exception, `--debug`, or
+    another program importing them keeps Python's own report. Importing `cli` changes nothing: the hook is set
+    only when a command calls it."""
+    import cli
 
+    imported = subprocess.run([sys.executable, "-c", "import sys; hook = sys.excepthook; import cli, train, sample; "
+                               "print(sys.excepthook is hook)"], cwd=ROOT, capture_output=True, text=True)
+    assert imported.stdout.strip() == "True", imported.stderr
     reported = []
-    monkeypatch.setattr(startup, "_python_report", lambda *exc: reported.append(exc[0]))
-    monkeypatch.setattr(startup.os, "_exit", lambda code: reported.append(code))
-    startup._report(KeyboardInterrupt, KeyboardInterrupt(), None)      # pytest is the program here
+    monkeypatch.setattr(sys, "excepthook", lambda *exc: reported.append(exc[0]))
+    cli.report_interrupts_while_starting()
+    report = sys.excepthook
+    monkeypatch.setattr(cli.os, "_exit", lambda code: reported.append(code))
+    report(KeyboardInterrupt, KeyboardInterrupt(), None)      # pytest is the program here
     monkeypatch.setattr(sys.modules["__main__"], "__file__", "/somewhere/train.py", raising=False)
-    startup._report(ValueError, ValueError(), None)
-    startup._report(KeyboardInterrupt, KeyboardInterrupt(), None)
+    report(ValueError, ValueError(), None)
+    report(KeyboardInterrupt, KeyboardInterrupt(), None)
     monkeypatch.setattr(sys, "argv", ["train.py", "--debug"])
-    startup._report(KeyboardInterrupt, KeyboardInterrupt(), None)
+    report(KeyboardInterrupt, KeyboardInterrupt(), None)
     assert reported == [KeyboardInterrupt, ValueError, 130, KeyboardInterrupt]
-    assert capsys.readouterr().err == startup.INTERRUPTED + "\n"
+    assert capsys.readouterr().err == cli.INTERRUPTED + "\n"
 
 
 # --- 11. what reaches a terminal is shown, never obeyed ---------------------------------------------------------

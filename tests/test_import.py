@@ -1,4 +1,4 @@
-"""Models trained elsewhere (`checkpoints.foreign`): a Hugging Face GPT-2-family folder and a nanoGPT
+"""Models trained elsewhere (`formats.foreign`): a Hugging Face GPT-2-family folder and a nanoGPT
 checkpoint, each made here with random weights by its own code (transformers' `GPT2LMHeadModel` and
 `save_pretrained`; nanoGPT's own `model.py` and its train.py's checkpoint layout), read into gptwatch
 compute the same function: logits within 1e-4 of transformers' (the export's tolerance) and 1e-5 of
@@ -30,13 +30,13 @@ import pytest
 import torch
 from conftest import SHARED, require_gpt2
 
-from checkpoints import hub, layout, load_model
-from checkpoints.foreign import GPTWATCH, HUGGINGFACE, NANOGPT, describe, identify
-from checkpoints.layout import ForeignModelError, parameter_count
+from cli import GptwatchWarning, UsageError, UserError, exit_status
 from data.tokenizer import CharTokenizer, FullGPT2Tokenizer, TokenizerMetaError, tokenizer_from_meta
-from errors import GptwatchWarning, UsageError, UserError, exit_status
+from formats import hub, layout, load_model
+from formats.foreign import GPTWATCH, HUGGINGFACE, NANOGPT, describe, identify
+from formats.layout import ForeignModelError, parameter_count
 from model.gpt import GPT, MODEL_FIELDS, SWITCHES, GPTConfig
-from tests.cli import ROOT
+from tests.commands import ROOT
 
 CPU = torch.device("cpu")
 HF_TOL = 1e-4        # transformers' logits (the export's tolerance)
@@ -163,8 +163,8 @@ def test_a_gptwatch_export_reads_back_with_its_own_tokenizer(tmp_path):
     """A folder gptwatch's `--export hf` wrote names its tokenizer (a compacted vocabulary), and the model it
     reads is the exported one: the same parameters, the biases gptwatch had not as zeros."""
     needs("transformers")
-    from interop.export import MARKER
-    from interop.huggingface import to_hf_model
+    from formats.export import MARKER
+    from formats.huggingface import to_hf_model
 
     tokenizer = CharTokenizer("abcdefgh")
     model = GPT(GPTConfig(vocab_size=8, block_size=16, n_layer=2, n_head=2, n_embd=16)).eval()
@@ -193,13 +193,13 @@ def test_an_imported_model_exports_with_its_settings(tmp_path, target):
     with torch.no_grad():
         ours = model(idx, all_logits=True)[0]
         if target == "hf":
-            from interop.huggingface import to_hf_model
+            from formats.huggingface import to_hf_model
             exported = to_hf_model(model)
             assert exported.config.activation_function == "gelu_new"
             theirs = exported(idx).logits
         else:
             needs("transformer_lens")
-            from interop.transformerlens import to_hooked_transformer
+            from formats.transformerlens import to_hooked_transformer
             exported = to_hooked_transformer(model, device="cpu")
             assert exported.cfg.act_fn == "gelu_new" and bool(exported.blocks[0].attn.b_Q.any())
             theirs = exported(idx)
@@ -723,7 +723,7 @@ def test_the_meta_pkl_reader_refuses_every_class_before_it_is_built(tmp_path):
     path = tmp_path / "meta.pkl"
     import datetime
 
-    from checkpoints.nanogpt import read_meta
+    from formats.nanogpt import read_meta
 
     path.write_bytes(pickle.dumps({"itos": {0: "a"}, "stoi": {"a": 0}, "when": datetime.date(2020, 1, 1)}))
     with pytest.raises(ForeignModelError, match=r"pickled Python object \(datetime.date\)"):

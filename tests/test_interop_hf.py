@@ -10,10 +10,10 @@ import pytest
 import torch
 from conftest import require_gpt2, shared_file
 
-from checkpoints import load_model
 from data.tokenizer import EOT, TokenizerError
-from interop.export import MARKER
-from tests.cli import TEXT, one_line, run_sample
+from formats import load_model
+from formats.export import MARKER
+from tests.commands import TEXT, one_line, run_sample
 from tests.random_checkpoints import KINDS, make_checkpoint
 
 transformers = pytest.importorskip(
@@ -70,7 +70,7 @@ def test_the_folder_reloads_offline_with_the_same_logits(tmp_path, kind):
 
 @pytest.mark.parametrize("kind", ["gpt2-attn-only", "modern-attn-only"])
 def test_an_attention_only_block_keeps_an_mlp_that_adds_exactly_zero(tmp_path, kind):
-    from interop.huggingface import to_hf_model
+    from formats.huggingface import to_hf_model
 
     model = load_model(make_checkpoint(tmp_path, kind), torch.device("cpu")).model
     hf = to_hf_model(model)
@@ -115,7 +115,7 @@ def test_the_bpe_mapping_holds_on_a_real_corpus():
     """The rebuilt BPE against tiktoken's on a corpus with thousands of distinct tokens."""
     require_gpt2()
     from data.tokenizer import GPT2Tokenizer
-    from interop.hf_tokenizer import hf_tokenizer
+    from formats.hf_tokenizer import hf_tokenizer
 
     corpus = shared_file("data/tinyshakespeare.txt").read_text(encoding="utf-8")
     ours = GPT2Tokenizer.from_text(corpus[:300_000])

@@ -7,11 +7,11 @@ import pytest
 import torch
 from conftest import require_gpt2
 
-from checkpoints import load_model
 from data.tokenizer import CharTokenizer
-from interop.transformerlens import to_hooked_transformer
-from optional import quiet_deprecation
-from tests.cli import TEXT, run_sample
+from formats import load_model
+from formats.optional import quiet_deprecation
+from formats.transformerlens import to_hooked_transformer
+from tests.commands import TEXT, run_sample
 from tests.random_checkpoints import KINDS, make_checkpoint
 from watch.capture import capture_attention, capture_from_patterns
 from watch.pipeline import read, score, untrained_like

@@ -9,10 +9,10 @@ import pytest
 import torch
 from conftest import tiny_model
 
+from cli import UserError
 from data.tokenizer import CharTokenizer
-from errors import UserError
 from tests.chromium import Browser, find_chromium
-from tests.cli import run_sample, run_train, tiny_args
+from tests.commands import run_sample, run_train, tiny_args
 from watch.capture import capture_attention
 from watch.heads import focused_head
 from watch.page import DATA_ID, attention_page, sentence_view, write_page

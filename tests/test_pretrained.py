@@ -19,10 +19,10 @@ import torch
 from conftest import require_gpt2
 from test_import import SHAKESPEARE_CHARS, hf_model, nanogpt, nanogpt_model, needs, save_hf, save_meta, save_nanogpt
 
-from checkpoints import load_model
-from checkpoints.foreign import describe, identify
 from data.tokenizer import CharTokenizer
-from tests.cli import TEXT, one_line, run_sample
+from formats import load_model
+from formats.foreign import describe, identify
+from tests.commands import TEXT, one_line, run_sample
 from tests.random_checkpoints import make_checkpoint
 from watch.inspect_cli import checkpoint_sets
 from watch.pipeline import read
@@ -171,7 +171,7 @@ def test_head_type_scores_equal_transformer_lens_on_the_exported_model(which, tm
     transformer_lens = needs("transformer_lens")
     from test_interop_tl import tl_captures
 
-    from optional import quiet_deprecation
+    from formats.optional import quiet_deprecation
 
     monkeypatch.chdir(tmp_path)
     source, text = make_source(which, tmp_path, nanogpt), text_file(tmp_path)

@@ -4,10 +4,10 @@ is one line naming the keys to lower."""
 import pytest
 import torch
 
-from errors import UserError
+from cli import UserError
+from config import TrainConfig
 from model.gpt import GPT
 from trainer import resources
-from trainer.config import TrainConfig
 
 MIB = 1 << 20
 

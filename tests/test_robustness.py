@@ -21,15 +21,15 @@ import pytest
 import torch
 from conftest import Trained
 
-from checkpoints import FORMAT, FORMAT_VERSION, CheckpointError, load_checkpoint
+from cli import UserError
+from config import load_config
 from data.batches import Batches
-from errors import UserError
+from formats import FORMAT, FORMAT_VERSION, CheckpointError, load_checkpoint
 from model import GPT
-from tests.cli import ROOT, TEXT, one_line, run, run_train, tiny_args
+from tests.commands import ROOT, TEXT, one_line, run, run_train, tiny_args
 from trainer import checkpoint as ckpt_mod
 from trainer import optim, runtime
 from trainer.checkpoint import save_checkpoint
-from trainer.config import load_config
 from trainer.trainer import FitResult, Trainer
 
 SCHEDULE = ["--warmup_iters=1", "--lr_decay_iters=6"]  # the same learning rates however the run is split
@@ -479,7 +479,7 @@ def _edit(trained: Trained, folder: Path, change) -> Path:
     (lambda p: p.update(tokenizer={"name": "gpt2", "kept_ids": [10**9]}), "holds no usable tokenizer"),
 ])
 def test_a_checkpoint_whose_parts_do_not_fit_is_refused_before_use(trained, tmp_path, change, words):
-    from checkpoints import load_model
+    from formats import load_model
 
     path = _edit(trained, tmp_path, change)
     with pytest.raises(CheckpointError) as info:
@@ -494,7 +494,7 @@ def test_a_checkpoint_whose_parts_do_not_fit_is_refused_before_use(trained, tmp_
     (lambda p: p.update(eval_step=2.5), "'eval_step' is not a step"),
 ])
 def test_resuming_needs_more_than_sampling(trained, tmp_path, change, words):
-    from checkpoints import load_model, validate
+    from formats import load_model, validate
 
     path = _edit(trained, tmp_path, change)
     assert load_model(path, torch.device("cpu")).checkpoint["step"] == 2  # enough to sample from
@@ -545,7 +545,7 @@ class _ClosedPipe(io.StringIO):
 def test_a_closed_pipe_does_not_stop_training(tmp_path):
     """`python train.py | head -1`: the run goes on past the closed pipe, trains to the end and saves."""
     import train
-    from errors import run_cli
+    from cli import run_cli
 
     err = io.StringIO()
     with contextlib.redirect_stdout(_ClosedPipe()) as out, contextlib.redirect_stderr(err):
@@ -666,7 +666,7 @@ def test_a_diverged_run_leaves_the_last_sane_state_which_resumes(trained, tmp_pa
 
 
 def test_saves_skipped_while_the_loss_is_blown_up_are_reported_once_it_recovers(tmp_path, monkeypatch):
-    from errors import GptwatchWarning
+    from cli import GptwatchWarning
 
     real = Trainer.state_loss
     monkeypatch.setattr(Trainer, "state_loss", lambda self: 1e3 if self.state.step in (2, 3) else real(self))

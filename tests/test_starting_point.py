@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 from conftest import shared_file
 
-from tests.cli import TEXT, TINY, run_train
-from trainer.config import make_config
+from config import make_config
+from tests.commands import TEXT, TINY, run_train
 from trainer.starting_point import (
     BLOCK,
     DEMO_CONFIG,

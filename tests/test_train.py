@@ -10,18 +10,18 @@ import torch
 
 import sample
 import train
-from errors import run_cli
-from tests import cli
-from tests.cli import ROOT
+from cli import run_cli
+from tests import commands
+from tests.commands import ROOT
 
-# A run long enough to learn something: 40 steps of a 2-layer model on tests.cli's corpus.
+# A run long enough to learn something: 40 steps of a 2-layer model on tests.commands's corpus.
 LEARNING = ("--n_layer=2", "--n_embd=32", "--block_size=32", "--batch_size=8", "--max_iters=40",
             "--eval_interval=20", "--learning_rate=3e-3", "--warmup_iters=5", "--sample_tokens=20",
             "--sample_prompt=the")
 
 
 def tiny_args(tmp_path, *extra):
-    return cli.tiny_args(tmp_path, *LEARNING, *extra)
+    return commands.tiny_args(tmp_path, *LEARNING, *extra)
 
 
 def test_training_lowers_the_loss_and_writes_checkpoint_and_logs(tmp_path, capsys):
@@ -67,8 +67,8 @@ def test_sample_streams_text_from_the_checkpoint(tmp_path, capsys):
 
 
 def test_gradient_accumulation_keeps_tokens_per_step(tmp_path):
+    from config import load_config
     from trainer import runtime
-    from trainer.config import load_config
     from trainer.trainer import Trainer
 
     args = tiny_args(tmp_path, "--grad_accum=2", "--batch_size=4")
@@ -160,10 +160,10 @@ def test_sampling_decodes_only_the_new_tokens_of_a_long_prompt(capsys):
             decoded.append(len(ids))
             return super().decode(ids)
 
-    tokenizer = Counting.from_text(cli.TEXT)
-    prompt, new = tokenizer.encode(cli.TEXT * 20), tokenizer.encode("the dog saw the ball")
+    tokenizer = Counting.from_text(commands.TEXT)
+    prompt, new = tokenizer.encode(commands.TEXT * 20), tokenizer.encode("the dog saw the ball")
     sample.stream_samples(_Scripted(new), tokenizer, prompt, _sampling_args(num_samples=2), torch.device("cpu"))
-    text = cli.TEXT * 20 + "the dog saw the ball\n"
+    text = commands.TEXT * 20 + "the dog saw the ball\n"
     assert capsys.readouterr().out == text + "-" * 40 + "\n" + text
     assert sum(decoded) <= 2 * (len(prompt) + len(new))  # was len(new) times the prompt, per sample
 
@@ -207,17 +207,17 @@ def test_a_warning_during_training_is_printed_above_the_progress_bar(tmp_path):
 
 def test_an_attention_only_run_with_relative_positions_records_them_and_resumes_only_with_them(tmp_path):
     options = ("--attn_only=true", "--relative_positions=true")
-    args = cli.tiny_args(tmp_path, "--n_layer=2", "--max_iters=4", "--eval_interval=2", *options)
-    code, _, err = cli.run_train(args)
+    args = commands.tiny_args(tmp_path, "--n_layer=2", "--max_iters=4", "--eval_interval=2", *options)
+    code, _, err = commands.run_train(args)
     assert code == 0, err
     checkpoint = torch.load(tmp_path / "out" / "ckpt.pt", weights_only=True)
     assert checkpoint["model_config"]["attn_only"] is checkpoint["model_config"]["relative_positions"] is True
     assert checkpoint["train_config"]["attn_only"] is True
     assert not any(".mlp." in name or name == "wpe.weight" for name in checkpoint["model"])
     assert checkpoint["model"]["blocks.1.attn.position_bias"].any()   # trained away from its zeros
-    code, _, err = cli.run_train([*args[:-2], "--max_iters=6", "--resume"])   # without them: refused, naming one
+    code, _, err = commands.run_train([*args[:-2], "--max_iters=6", "--resume"])   # without them: refused, naming one
     assert code == 2 and "config key 'attn_only' is False but the checkpoint was trained with True" in err
-    code, _, err = cli.run_train([*args, "--max_iters=6", "--resume"])
+    code, _, err = commands.run_train([*args, "--max_iters=6", "--resume"])
     assert code == 0, err
     assert torch.load(tmp_path / "out" / "ckpt.pt", weights_only=True)["step"] == 6
 
@@ -225,11 +225,11 @@ def test_an_attention_only_run_with_relative_positions_records_them_and_resumes_
 def test_a_checkpoint_from_before_the_options_resumes_as_one_without_them(tmp_path):
     """A model_config without attn_only or relative_positions (every checkpoint written before they existed,
     and every one without them since) reads as both off."""
-    args = cli.tiny_args(tmp_path, "--max_iters=2", "--eval_interval=2")
-    assert cli.run_train(args)[0] == 0
+    args = commands.tiny_args(tmp_path, "--max_iters=2", "--eval_interval=2")
+    assert commands.run_train(args)[0] == 0
     saved = torch.load(tmp_path / "out" / "ckpt.pt", weights_only=True)
     assert not {"attn_only", "relative_positions"} & {*saved["model_config"], *saved["train_config"]}
-    code, _, err = cli.run_train([*args, "--max_iters=4", "--resume", "--relative_positions=true"])
+    code, _, err = commands.run_train([*args, "--max_iters=4", "--resume", "--relative_positions=true"])
     assert code == 2 and "config key 'relative_positions' is True but the checkpoint was trained with False" in err
-    code, _, err = cli.run_train([*args, "--max_iters=4", "--resume"])
+    code, _, err = commands.run_train([*args, "--max_iters=4", "--resume"])
     assert code == 0, err

@@ -8,10 +8,10 @@ import math
 import pytest
 import torch
 
-from errors import GptwatchWarning, UserError
+from cli import GptwatchWarning, UserError
+from config import load_config
 from trainer import runtime
 from trainer.callbacks import TextSample, TrainingLog
-from trainer.config import load_config
 from trainer.optim import lr_at
 from trainer.trainer import Callback, Evaluation, FitResult, StepResult, Trainer
 from watch.callback import AttentionWatch

@@ -12,9 +12,9 @@ import pytest
 import torch
 from conftest import custom_scalar_charts, tiny_model
 
+from cli import UserError
 from data.probes import AlignedProbe
 from data.tokenizer import CharTokenizer
-from errors import UserError
 from model.ablation import Ablation
 from model.gpt import GPT
 from watch import capture as capture_module
@@ -575,7 +575,7 @@ def test_a_tensorboard_writer_that_cannot_write_warns_once_and_goes_on(tmp_path,
     import time
     import warnings
 
-    from errors import GptwatchWarning
+    from cli import GptwatchWarning
     from files import mount_point
     from watch.tensorboard import TensorBoardWriter
 

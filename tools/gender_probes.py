@@ -59,7 +59,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from errors import UsageError, UserError, run_cli
+from cli import UsageError, UserError, run_cli
 
 FEMALE, MALE = "female", "male"
 PRONOUN = {FEMALE: "she", MALE: "he"}

@@ -45,12 +45,12 @@ if __name__ == "__main__":  # run as a script: the repository root holds the pac
 
 import torch  # noqa: E402
 
-from checkpoints import load_model  # noqa: E402
+from cli import UsageError, UserError, run_cli  # noqa: E402
 from data.corpora import corpus_of  # noqa: E402
 from data.probes import AlignedProbe  # noqa: E402
 from data.tokenizer import Tokenizer, TokenizerError  # noqa: E402
-from errors import UsageError, UserError, run_cli  # noqa: E402
 from files import NotParsed, parse_json  # noqa: E402
+from formats import load_model  # noqa: E402
 from watch.ablation import AblationResult, ablated, agreement_ablations  # noqa: E402
 from watch.capture import captures, evaluating  # noqa: E402
 from watch.pipeline import untrained_like  # noqa: E402

@@ -18,10 +18,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
-from checkpoints import load_model  # noqa: E402
+from cli import UsageError, run_cli  # noqa: E402
 from data.prepare import find_prepared  # noqa: E402
-from errors import UsageError, run_cli  # noqa: E402
 from files import read_text  # noqa: E402
+from formats import load_model  # noqa: E402
 from watch.pipeline import score  # noqa: E402
 from watch.probesets import TEXT, ProbeSets, held_out_text  # noqa: E402
 

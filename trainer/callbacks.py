@@ -13,9 +13,8 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
+from cli import markdown_literal, warn
 from data.tokenizer import Tokenizer, TokenizerError
-from errors import warn
-from escape import markdown_literal
 from trainer.trainer import Callback, Evaluation, FitResult, StepResult, Trainer
 
 

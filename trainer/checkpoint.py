@@ -15,10 +15,8 @@ from typing import Any
 
 import torch
 
-from checkpoints import FORMAT, FORMAT_VERSION, CheckpointError, load_checkpoint, load_weights, unusable, validate
-from checkpoints import load_model as load_model  # tools outside the package import it from here
-from data.tokenizer import TOKENIZERS
-from errors import UsageError, UserError, warn
+from cli import UsageError, UserError, warn
+from config import TrainConfig
 from files import (
     clear_for_file,
     disk_full,
@@ -29,8 +27,9 @@ from files import (
     writable_folder,
     write_error,
 )
+from formats import FORMAT, FORMAT_VERSION, CheckpointError, load_checkpoint, load_weights, validate
+from formats.read import saved_settings
 from model.gpt import GPT, IMPORTED_FIELDS, MODEL_FIELDS, GPTConfig
-from trainer.config import FIELDS, TrainConfig, saved_config
 
 # What a resumed run must share with its checkpoint: the vocabulary is checked through the
 # tokenizer, a smaller block_size just trains on shorter windows, and dropout only acts in training.
@@ -172,33 +171,6 @@ def check_resumed(cfg: TrainConfig, checkpoint: dict, path: Path, tokenizer_meta
     if problem is not None:  # the resumed run would write its TensorBoard logs to log_dir/run_name
         raise CheckpointError(f"{path} holds the run name {checkpoint['run_name']!r}, which {problem}, so its "
                               f"TensorBoard logs would go outside --log_dir; resume with --run_name=NAME")
-
-
-def saved_settings(checkpoint: dict, path: str | Path) -> TrainConfig | None:
-    """The settings the checkpoint records (its train_config, and the config keys of its data record), checked
-    as a config's are, so that nothing read from them is used unchecked (a seed no generator takes, a path
-    holding NUL); `CheckpointError` naming the first bad one. None for a checkpoint without settings (one
-    a tool wrote: sampling needs none)."""
-    saved, data = checkpoint.get("train_config"), checkpoint.get("data")
-    if saved is None:
-        return None
-    if not isinstance(saved, dict) or not isinstance(data, (dict, type(None))):
-        raise unusable(path, "its 'train_config' or 'data' is not a table of settings")
-    for key, value in (data or {}).items():  # where its text was: names, which no config key checks
-        if key not in FIELDS and not (value is None or isinstance(value, str) and "\x00" not in value):
-            raise unusable(path, f"its data record's {key!r} is not a name or path")
-    record = "train_config"
-    try:
-        config = saved_config(saved, "in its train_config")
-        record = "data record"
-        # A fine-tune's data record names the model's own vocabulary (data/prepare.py's label), no config value.
-        record_settings = {key: value for key, value in (data or {}).items()
-                           if key != "tokenizer" or value in TOKENIZERS
-                           or not isinstance(value, str) or "\x00" in value}
-        saved_config({**saved, **record_settings}, "in its data record")
-    except UsageError as exc:
-        raise unusable(path, f"its {record} is invalid ({exc})") from None
-    return config
 
 
 def check_same_data(checkpoint: dict, data: dict, path: Path) -> None:

@@ -8,8 +8,8 @@ import math
 import torch
 import torch.nn as nn
 
+from config import TrainConfig
 from model.gpt import is_matrix
-from trainer.config import TrainConfig
 from trainer.eager_optim import AdamW
 
 

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import torch
 
+from cli import UserError, is_out_of_memory
+from config import TrainConfig
 from data.corpora import GENERATED
-from errors import UserError, is_out_of_memory
-from memory import available_memory
-from memory import size_text as _size
-from trainer.config import TrainConfig
+from model.memory import available_memory
+from model.memory import size_text as _size
 
 # Preparing text holds it several times over: the text, the ids as Python ints, then as numpy
 # arrays. Measured on the pronoun corpus: about 1.3 kB per generated sentence, 18 bytes per

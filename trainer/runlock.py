@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from errors import UserError, warn
+from cli import UserError, warn
 from files import NotParsed, parse_json, process_alive, writable_folder
 
 try:

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from errors import UsageError
+from cli import UsageError
+from config import TrainConfig, pick_device
 from files import NotParsed, parse_int, quoted
-from trainer.config import DEVICES, TrainConfig, is_device_name
 
 
 @dataclass
@@ -35,27 +35,6 @@ class Runtime:
         if self.autocast_dtype is None:
             return contextlib.nullcontext()
         return torch.autocast(device_type=self.device.type, dtype=self.autocast_dtype)
-
-
-def pick_device(name: str) -> torch.device:
-    """"auto" (cuda, then mps, then cpu), "cpu", "cuda", "cuda:N" or "mps", checked to exist here."""
-    kind, _, index = name.partition(":")
-    if not is_device_name(name):
-        raise UsageError(f"unknown device {name!r}; use one of {', '.join(DEVICES)} (or cuda:N for one GPU)")
-    if name == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda")
-        if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
-            return torch.device("mps")
-        return torch.device("cpu")
-    if kind == "cuda" and not torch.cuda.is_available():
-        raise UsageError(f"--device={name} but no CUDA GPU is visible; use --device=auto or --device=cpu")
-    if index and int(index) >= torch.cuda.device_count():
-        raise UsageError(f"--device={name} but only {torch.cuda.device_count()} CUDA GPU(s) are visible; "
-                         f"use cuda:0 to cuda:{torch.cuda.device_count() - 1}")
-    if name == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
-        raise UsageError("--device=mps but MPS is not available; use --device=auto or --device=cpu")
-    return torch.device(name)
 
 
 def setup(cfg: TrainConfig) -> Runtime:

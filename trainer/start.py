@@ -18,16 +18,16 @@ from pathlib import Path
 
 import torch
 
-from checkpoints import load_model
-from checkpoints.foreign import describe, identify
-from checkpoints.hub import hub_name
-from checkpoints.layout import built
+from cli import UsageError
+from config import RESUME, SCRATCH, TrainConfig
 from data.prepare import ModelVocabulary
 from data.tokenizer import FULL_GPT2, Tokenizer, tokenizer_from_meta
-from errors import UsageError
+from formats import load_model
+from formats.foreign import describe, identify
+from formats.hub import hub_name
+from formats.layout import built
 from model.gpt import GPT, GPTConfig
 from trainer.checkpoint import read_resumed
-from trainer.config import RESUME, SCRATCH, TrainConfig
 
 # What a model to fine-tune decides, with block_size.
 MODEL_KEYS = ("arch", "n_layer", "n_head", "n_embd", "bias", "attn_only", "relative_positions")

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cli import UserError
+from config import RESUME, SCRATCH, TrainConfig, read_toml
 from data import corpora
-from errors import UserError
-from trainer.config import RESUME, SCRATCH, TrainConfig, read_toml
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO_CONFIG = REPO / "configs" / "pronouns.toml"
@@ -119,7 +119,7 @@ def out_dir_for(name: str) -> str:
 def checkpoint_shape(path: Path) -> tuple[dict[str, Any] | None, str | None]:
     """(the model shape, the tokenizer) a checkpoint was trained with; (None, None) when there is no readable
     checkpoint there (resuming then says why)."""
-    from checkpoints import load_checkpoint
+    from formats import load_checkpoint
 
     try:
         saved = load_checkpoint(path).get("train_config")

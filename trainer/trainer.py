@@ -24,14 +24,14 @@ from typing import Any
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from checkpoints import load_model
-from checkpoints.foreign import identify
+from cli import UserError, warn
+from config import TrainConfig
 from data.batches import Batches
 from data.prepare import Prepared, prepare
-from errors import UserError, warn
+from formats import load_model
+from formats.foreign import identify
 from model.gpt import GPT
 from trainer.checkpoint import CheckpointWriter, check_out_dir, check_resumed, restore_training
-from trainer.config import TrainConfig
 from trainer.optim import divergence_fix, lr_at, make_optimizer, schedule_problem, set_lr
 from trainer.resources import check_corpus_fits, check_training_fits
 from trainer.runtime import Runtime, ranks_agree

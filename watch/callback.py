@@ -22,7 +22,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from errors import UserError, warn
+from cli import UserError, warn
 from watch.ablation import DEFAULT_MODE, AblationResult, agreement_ablations, best_pronoun_proof, proofs
 from watch.composition import KINDS, Composition, composition, reads_from
 from watch.finetuning import before_labels, before_table, changed_heads, changes_line, log_before

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from errors import UserError
+from cli import UserError
 from model.ablation import Ablation
 from watch.probesets import SENTENCES, ProbeSet
 

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import torch
 
-from escape import for_terminal
+from cli import for_terminal
 from files import parse_int, quoted
 from model.ablation import Ablation
 
@@ -74,7 +74,7 @@ PRONOUNS = {"he", "she", "it", "they", "him", "her", "them", "his", "its", "thei
 def display_token(token: str, space_mark: str = "·") -> str:
     """A token as a readable label: GPT-2's leading space becomes a subtle `space_mark`, every
     character a terminal would act on (newline, tab, ESC, ...) is written as its escape
-    (`escape.for_terminal`), and a token of only spaces stays visible."""
+    (`cli.for_terminal`), and a token of only spaces stays visible."""
     text = for_terminal(token)
     if not text:
         return "∅"

@@ -9,9 +9,9 @@ import json
 import shlex
 from pathlib import Path
 
+from cli import UsageError, UserError, warn
 from data.corpora import corpus_of
 from data.prepare import find_prepared
-from errors import UsageError, UserError, warn
 from files import NotParsed, inside_name, is_whole_number, parse_int, quoted, read_text, write_error
 from model.ablation import Ablation
 from watch.ablation import head_means, proofs

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from errors import UserError
+from cli import UserError
 from files import clear_for_file, replace_file, write_error
 from watch.heads import default_query, display_token, focused_head, head_name
 from watch.headtypes import LABELS, MEANINGS, RULE, TYPES

@@ -37,9 +37,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from cli import UserError, warn
 from data.probes import align, align_agreement, load_agreement, load_probes
 from data.tokenizer import Tokenizer, TokenizerError
-from errors import UserError, warn
 from watch.heads import PRONOUNS
 
 PRONOUN, AGREEMENT, REPEATED, TEXT, SENTENCES = "pronoun", "agreement", "repeated", "text", "sentences"

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from errors import warn
+from cli import warn
 from files import write_error
 from watch.ablation import AblationResult
 from watch.composition import KINDS, Composition

@@ -2,13 +2,13 @@
 best_val_loss, config}), with the character vocabulary of its `meta.pkl` when it has one, read into a
 gptwatch model that computes the same function.
 
-- Read with `torch.load(weights_only=True)` (`checkpoints.torchfile`): nanoGPT saves only tensors and plain
+- Read with `torch.load(weights_only=True)` (`formats.torchfile`): nanoGPT saves only tensors and plain
   values (its `config` is the run's settings: strings, numbers, booleans), so nothing in it has to run.
 - `model_args` -> `GPTConfig`: n_layer, n_head, n_embd, block_size and vocab_size as they are; `bias` puts
   biases everywhere, the query/key/value projection included (`qkv_bias`); nanoGPT's MLP uses the exact
   GELU (`nn.GELU()`), as gptwatch's does. Dropout only acts in training, which sets its own.
 - `model`: torch.compile's `_orig_mod.` prefix dropped, the causal-mask buffers (`attn.bias`) of checkpoints
-  from before PyTorch 2 ignored; the rest is GPT-2's layout with `nn.Linear` weights (`checkpoints.layout`).
+  from before PyTorch 2 ignored; the rest is GPT-2's layout with `nn.Linear` weights (`formats.layout`).
 - Vocabulary: `meta.pkl` beside the checkpoint, or where nanoGPT's sample.py finds it,
   `<parent of out_dir>/data/<dataset>/meta.pkl`, read by an unpickler that builds only dicts, strings and
   numbers, so a meta.pkl holding anything else is refused without running it. Without one, GPT-2's BPE as
@@ -23,9 +23,9 @@ from pathlib import Path
 
 import torch
 
-from checkpoints.layout import ForeignModelError
 from data.tokenizer import CharTokenizer, FullGPT2Tokenizer, Tokenizer, TokenizerMetaError
 from files import read_bytes
+from formats.layout import ForeignModelError
 from model.gpt import GPTConfig
 
 META = "meta.pkl"

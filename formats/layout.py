@@ -23,9 +23,9 @@ from collections.abc import Callable, Iterable
 
 import torch
 
-from errors import UserError
-from memory import available_memory, size_text
+from cli import UserError
 from model.gpt import GPT, GPTConfig
+from model.memory import available_memory, size_text
 
 COMPILED_PREFIX = "_orig_mod."            # torch.compile's wrapper, in the names of a compiled model's state dict
 MASK_BUFFERS = (".attn.bias", ".attn.masked_bias")   # the causal mask some files carry: a constant, not a weight

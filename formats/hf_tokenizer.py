@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from functools import cache
 
-import optional
+import formats.optional as optional
 from data.tokenizer import EOT, CharTokenizer, GPT2Tokenizer, Tokenizer
 
 UNK = "<unk>"

@@ -1,6 +1,6 @@
 """The one way from a path or name to a model and its tokenizer: `load_model`, which sampling, export,
-inspection and the benchmarks call. It reads a checkpoint train.py wrote (`checkpoints.gptwatch`) and every
-model trained elsewhere that `checkpoints.foreign` reads: a Hugging Face GPT-2-family folder or hub name, a
+inspection and the benchmarks call. It reads a checkpoint train.py wrote (`formats.gptwatch`) and every
+model trained elsewhere that `formats.foreign` reads: a Hugging Face GPT-2-family folder or hub name, a
 nanoGPT checkpoint."""
 
 from __future__ import annotations
@@ -9,17 +9,17 @@ from pathlib import Path
 
 import torch
 
-from checkpoints.foreign import CHECKPOINT, GPTWATCH, Source, identify, load_foreign
-from checkpoints.gpt2 import CONFIG
-from checkpoints.gptwatch import Loaded, load_gptwatch
-from checkpoints.hub import hub_name
-from errors import UsageError
+from cli import UsageError
+from formats.foreign import CHECKPOINT, GPTWATCH, Source, identify, load_foreign
+from formats.gpt2 import CONFIG
+from formats.gptwatch import Loaded, load_gptwatch
+from formats.hub import hub_name
 
 
 def load_model(source: str | Path | Source, device: torch.device, *, block_size: int | None = None,
                hub: bool = True) -> Loaded:
     """The model `source` gives, on `device` in eval mode, with its tokenizer: a gptwatch checkpoint (the file,
-    or the folder holding ckpt.pt), or a model trained elsewhere (see `checkpoints.foreign`), given by path or
+    or the folder holding ckpt.pt), or a model trained elsewhere (see `formats.foreign`), given by path or
     name (`hub=False`: a path here, never a hub name) or as `identify` found it. With `block_size`, cropped to
     that many positions.
 

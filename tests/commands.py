@@ -43,7 +43,7 @@ def run(program: str, args: list[str], subprocess_: bool = False, timeout: float
         return proc.returncode, proc.stdout, proc.stderr
     import sample
     import train
-    from errors import run_cli
+    from cli import run_cli
 
     main = {"train": train.main, "sample": sample.main}[program]
     out, err = io.StringIO(), io.StringIO()

@@ -1,11 +1,12 @@
-"""The project's errors and its one way to warn.
+"""What the two commands share: the project's errors, its one way to warn, how text we did not write is
+shown, and how a command ends (one line and an exit status, never a traceback).
 
 `UserError` is a problem with the user's input (a file, a checkpoint, a flag), with a
 message that names the problem and the fix; `UsageError` is one on the command line or in
 a config file. Library code raises them, or a plain `ValueError` for a programming mistake.
 Only `run_cli`, which the two commands call, turns them into one line on stderr and an exit
 status: 1, or 2 for usage, as shells expect. Everything else is a bug and keeps its traceback.
-The line is shown by the terminal rule (`escape.for_terminal`): a file name or a value it quotes
+The line is shown by the terminal rule (`for_terminal`): a file name or a value it quotes
 cannot drive the terminal. Under `run_cli`, SIGTERM and SIGHUP unwind like Ctrl-C (`stops_unwind`),
 so what a command was writing is removed on the way out.
 
@@ -20,6 +21,15 @@ Python's `warnings`, so tests can catch it; under `run_cli` it prints as one lin
 `warning: ...`, on stderr, above the progress bar while training draws one.
 
 `is_out_of_memory` tells a failed allocation from other errors, for the places that allocate a model.
+
+Text we did not write (a prompt, a corpus's tokens, a sample, a file name) is only ever shown, never obeyed:
+`for_terminal` escapes every character a terminal would act on (ESC, the other C0 and C1 controls, DEL, the
+invisible format characters such as right-to-left overrides) as Python writes it in a string literal (`\\x1b`,
+`\\n`, `\\u202e`); `markdown_literal` makes it an indented code block, which TensorBoard's Markdown shows
+character for character.
+
+This module imports nothing but the standard library, so the commands import it before torch: a Ctrl-C while
+torch loads is then one line too (`report_interrupts_while_starting`).
 """
 
 from __future__ import annotations
@@ -27,6 +37,7 @@ from __future__ import annotations
 import argparse
 import io
 import os
+import re
 import signal
 import sys
 import threading
@@ -34,10 +45,6 @@ import warnings
 from collections.abc import Callable
 from contextlib import contextmanager
 from typing import NoReturn
-
-import torch
-
-from escape import for_terminal
 
 
 class UserError(Exception):
@@ -76,6 +83,7 @@ def exit_status(error: UserError) -> int:
 def is_out_of_memory(exc: BaseException) -> bool:
     """Whether `exc` is an allocation that failed (on the CPU or a GPU), which the places that allocate a
     model turn into one line naming what to lower, rather than a bug's traceback."""
+    torch = sys.modules.get("torch")   # a failed allocation of torch's means torch is loaded
     if isinstance(exc, MemoryError) or isinstance(exc, getattr(torch, "OutOfMemoryError", ())):
         return True
     text = str(exc)
@@ -211,3 +219,57 @@ def run_cli(main: Callable[[list[str]], int | None], argv: list[str], *, survive
                 raise
             print("error: interrupted; the last checkpoint saved, if any, is intact", file=sys.stderr)
             return 130
+
+
+# --- text we did not write -------------------------------------------------------------------------------
+_NAMED = {"\n": "\\n", "\t": "\\t", "\r": "\\r"}
+
+
+def _escaped(char: str) -> str:
+    if char in _NAMED:
+        return _NAMED[char]
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def for_terminal(text: str) -> str:
+    """`text` with every character that is not printable (see `str.isprintable`; a space is) escaped."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else _escaped(c) for c in text)
+
+
+# The line breaks Python-Markdown (TensorBoard's) knows: it turns "\r\n" and "\r" into "\n" first.
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+
+
+def markdown_literal(text: str) -> str:
+    """`text` as a Markdown code block indented by four spaces, every line of it. Unlike a fenced block,
+    which a line of ``` in the text would close, an indented block ends only at a line that is not
+    indented, and this one has none; a fence or an HTML tag inside it is neither (an indented line is
+    never one), and Markdown shows the block's characters as they are."""
+    return "\n".join("    " + line for line in _LINE_BREAK.split(text))
+
+
+# --- Ctrl-C while a command starts -------------------------------------------------------------------------
+
+INTERRUPTED = "error: interrupted while starting; nothing was written"
+COMMANDS = ("train.py", "sample.py")
+
+
+def report_interrupts_while_starting() -> None:
+    """Makes an interrupt that nothing caught (a Ctrl-C while torch loads, before `run_cli` runs) print
+    `INTERRUPTED` and exit with status 130, as `run_cli` does for any Ctrl-C; train.py and sample.py call it
+    before importing anything heavy. With `--debug`, and for every other exception, Python's own report is kept."""
+    python_report = sys.excepthook
+
+    def report(kind, value, traceback) -> None:
+        main = os.path.basename(getattr(sys.modules.get("__main__"), "__file__", None) or "")
+        # Only for the commands themselves: a program that imports one of them keeps Python's report.
+        if issubclass(kind, KeyboardInterrupt) and main in COMMANDS and "--debug" not in sys.argv:
+            print(INTERRUPTED, file=sys.stderr, flush=True)
+            os._exit(130)  # as `run_cli` exits on a Ctrl-C; nothing has been written that needs flushing
+        else:
+            python_report(kind, value, traceback)
+
+    sys.excepthook = report

@@ -1,16 +1,16 @@
 """Models trained elsewhere: what a path or name given as a model is, and reading it into a gptwatch model
 that computes the same function, with its tokenizer.
 
-- a folder holding `config.json`: a Hugging Face GPT-2-family model (`checkpoints.gpt2`);
+- a folder holding `config.json`: a Hugging Face GPT-2-family model (`formats.gpt2`);
 - a hub name (`gpt2`, `gpt2-medium`, `gpt2-large`, `gpt2-xl`, `distilgpt2`, or its repository, such as
   `openai-community/gpt2`): fetched once into the Hugging Face cache, then read as a folder
-  (`checkpoints.hub`). A file or folder here of the same name wins, with a warning saying so;
-- a `ckpt.pt` in nanoGPT's layout, or the folder holding it: a nanoGPT checkpoint (`checkpoints.nanogpt`);
-- any other file, or folder holding a `ckpt.pt`: a gptwatch checkpoint, read by `checkpoints.gptwatch` (also a
+  (`formats.hub`). A file or folder here of the same name wins, with a warning saying so;
+- a `ckpt.pt` in nanoGPT's layout, or the folder holding it: a nanoGPT checkpoint (`formats.nanogpt`);
+- any other file, or folder holding a `ckpt.pt`: a gptwatch checkpoint, read by `formats.gptwatch` (also a
   damaged one, whose problem its messages name).
 
 `load_foreign` reads each model trained elsewhere into a `Loaded`, as `load_gptwatch` reads a gptwatch
-checkpoint; `load_model` (`checkpoints.load`) calls whichever `identify` says; `describe` says in one line what a
+checkpoint; `load_model` (`formats.load`) calls whichever `identify` says; `describe` says in one line what a
 model trained elsewhere is.
 
 Each is refused in one line, before anything large is read or allocated, when gptwatch's model cannot
@@ -25,15 +25,15 @@ from pathlib import Path
 
 import torch
 
-from checkpoints.gpt2 import CONFIG, folder_tokenizer, gpt_config, read_hf_config, read_hf_weights, weights_path
-from checkpoints.gptwatch import Loaded
-from checkpoints.hub import HUB_MODELS, LOCAL_FOLDER_HELP, fetch, hub_name
-from checkpoints.layout import ForeignModelError, built, check_fits, read_weights
-from checkpoints.nanogpt import is_nanogpt, nanogpt_config, nanogpt_tokenizer, nanogpt_weights
-from checkpoints.read import ZIP_MAGIC
-from checkpoints.torchfile import load_torch_file
+from cli import warn
 from data.tokenizer import Tokenizer
-from errors import warn
+from formats.gpt2 import CONFIG, folder_tokenizer, gpt_config, read_hf_config, read_hf_weights, weights_path
+from formats.gptwatch import Loaded
+from formats.hub import HUB_MODELS, LOCAL_FOLDER_HELP, fetch, hub_name
+from formats.layout import ForeignModelError, built, check_fits, read_weights
+from formats.nanogpt import is_nanogpt, nanogpt_config, nanogpt_tokenizer, nanogpt_weights
+from formats.read import ZIP_MAGIC
+from formats.torchfile import load_torch_file
 from model.gpt import GPT, GPTConfig
 
 GPTWATCH, NANOGPT, HUGGINGFACE = "gptwatch", "nanogpt", "huggingface"

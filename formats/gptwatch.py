@@ -9,11 +9,11 @@ from pathlib import Path
 
 import torch
 
-from checkpoints.read import CheckpointError, checkpoint_path, load_checkpoint, load_weights, validate
+from cli import is_out_of_memory
 from data.tokenizer import Tokenizer, TokenizerMetaError, tokenizer_from_meta
-from errors import is_out_of_memory
-from memory import available_memory, size_text
+from formats.read import CheckpointError, checkpoint_path, load_checkpoint, load_weights, validate
 from model.gpt import GPT, GPTConfig
+from model.memory import available_memory, size_text
 
 
 @dataclass

@@ -30,16 +30,16 @@ from pathlib import Path
 
 import torch
 
-import optional
-from checkpoints.layout import ForeignModelError, Reader, read_weights
-from checkpoints.torchfile import load_torch_file
+import formats.optional as optional
 from data.tokenizer import FullGPT2Tokenizer, Tokenizer, TokenizerMetaError, tokenizer_from_meta
 from files import NotParsed, parse_json, read_text
+from formats.layout import ForeignModelError, Reader, read_weights
+from formats.torchfile import load_torch_file
 from model.gpt import LN_EPS, GPTConfig
 
 CONFIG = "config.json"
 WEIGHTS = ("model.safetensors", "pytorch_model.bin")   # the first present is read
-EXPORT_MARKER = "gptwatch_export.json"                 # written by `sample.py --export hf` (interop.export)
+EXPORT_MARKER = "gptwatch_export.json"                 # written by `sample.py --export hf` (formats.export)
 READ_CLASSES = ("GPT2LMHeadModel", "GPT2Model")        # GPT2Model: the same weights, the head tied to them
 ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu"}
 

@@ -6,7 +6,7 @@ gptwatch's compact vocabularies are not TransformerLens's, so token ids come fro
 
 Weights change layout, not value: `nn.Linear` keeps [out, in] while TransformerLens keeps per-head
 [head, d_model, d_head] for W_Q/W_K/W_V, [head, d_head, d_model] for W_O and [in, out] for the MLP
-and the unembedding; every bias gptwatch has not is a zero (`interop.parts` has the table).
+and the unembedding; every bias gptwatch has not is a zero (`formats.parts` has the table).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from typing import Any
 
 import torch
 
-import optional
-from interop.parts import RMS_EPS, check_supported
+import formats.optional as optional
+from formats.parts import RMS_EPS, check_supported
 from model.attention import ROTARY_BASE
 from model.gpt import GPT, LN_EPS, GPTConfig
 

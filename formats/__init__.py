@@ -1,9 +1,9 @@
 """Reading checkpoints, below the trainer: sampling, export, inspection and the benchmarks read weights
 here without importing `trainer`, which writes them (`trainer.checkpoint`) and checks a resume."""
 
-from checkpoints.gptwatch import Loaded
-from checkpoints.load import load_model
-from checkpoints.read import (
+from formats.gptwatch import Loaded
+from formats.load import load_model
+from formats.read import (
     FORMAT,
     FORMAT_VERSION,
     CheckpointError,

@@ -6,7 +6,7 @@
   transpose of `nn.Linear`'s; `c_attn` is [query | key | value]; `activation_function="gelu"` is the
   exact (erf) GELU gptwatch uses by default, `"gelu_new"` GPT-2's tanh approximation (`activation=
   "gelu_tanh"`); biases gptwatch has not are zeros.
-- "modern" -> `Qwen3ForCausalLM` (bias=False only; `interop.parts`): RMSNorm and QK-norm with their
+- "modern" -> `Qwen3ForCausalLM` (bias=False only; `formats.parts`): RMSNorm and QK-norm with their
   weights at 1 and float32's eps (what gptwatch's parameter-free `F.rms_norm` uses), rotary base 10000,
   and two exact rewritings:
   - gptwatch rotates interleaved pairs (x[2i], x[2i+1]); Qwen3 rotates halves (x[i], x[i + D/2]).
@@ -26,8 +26,8 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-import optional
-from interop.parts import RMS_EPS, check_supported
+import formats.optional as optional
+from formats.parts import RMS_EPS, check_supported
 from model.attention import ROTARY_BASE
 from model.gpt import GPT, LN_EPS, GPTConfig
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import torch
 
-from checkpoints.layout import ForeignModelError
-from checkpoints.read import pickled_object
 from files import cannot
+from formats.layout import ForeignModelError
+from formats.read import pickled_object
 
 
 def load_torch_file(path: Path, what: str) -> object:

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import torch
 
-from errors import UserError
+from cli import UserError
 from model.gpt import GPTConfig
 
 TARGETS = {"tl": "TransformerLens", "hf": "Hugging Face"}

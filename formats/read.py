@@ -15,7 +15,9 @@ from pathlib import Path
 
 import torch
 
-from errors import UserError
+from cli import UsageError, UserError
+from config import FIELDS, TrainConfig, saved_config
+from data.tokenizer import TOKENIZERS
 from files import cannot, regular_file
 from model.gpt import GPT, IMPORTED_FIELDS, MODEL_FIELDS, RECORDED_WHEN_SET, GPTConfig
 
@@ -213,3 +215,30 @@ def load_weights(model: GPT, weights: dict, path: str | Path) -> None:
     except (KeyError, RuntimeError, TypeError, ValueError) as exc:
         raise CheckpointError(f"{path}: the saved weights do not fit the saved model_config "
                               f"({' '.join(str(exc).split())[:200]}); use the ckpt.pt that train.py wrote") from None
+
+
+def saved_settings(checkpoint: dict, path: str | Path) -> TrainConfig | None:
+    """The settings the checkpoint records (its train_config, and the config keys of its data record), checked
+    as a config's are, so that nothing read from them is used unchecked (a seed no generator takes, a path
+    holding NUL); `CheckpointError` naming the first bad one. None for a checkpoint without settings (one
+    a tool wrote: sampling needs none)."""
+    saved, data = checkpoint.get("train_config"), checkpoint.get("data")
+    if saved is None:
+        return None
+    if not isinstance(saved, dict) or not isinstance(data, (dict, type(None))):
+        raise unusable(path, "its 'train_config' or 'data' is not a table of settings")
+    for key, value in (data or {}).items():  # where its text was: names, which no config key checks
+        if key not in FIELDS and not (value is None or isinstance(value, str) and "\x00" not in value):
+            raise unusable(path, f"its data record's {key!r} is not a name or path")
+    record = "train_config"
+    try:
+        config = saved_config(saved, "in its train_config")
+        record = "data record"
+        # A fine-tune's data record names the model's own vocabulary (data/prepare.py's label), no config value.
+        record_settings = {key: value for key, value in (data or {}).items()
+                           if key != "tokenizer" or value in TOKENIZERS
+                           or not isinstance(value, str) or "\x00" in value}
+        saved_config({**saved, **record_settings}, "in its data record")
+    except UsageError as exc:
+        raise unusable(path, f"its {record} is invalid ({exc})") from None
+    return config

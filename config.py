@@ -17,9 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, get_type_hints
 
+import torch
+
+from cli import ArgumentParser, UsageError
 from data.corpora import NAMES as CORPORA
 from data.tokenizer import TOKENIZERS
-from errors import ArgumentParser, UsageError
 from files import TOO_DEEP, NotParsed, inside_name, parse_int, parse_toml, quoted, read_text, utf8_value
 from model.gpt import ARCHITECTURES, MODEL_FIELDS, SWITCHES, GPTConfig
 
@@ -35,6 +37,29 @@ def is_device_name(name: str) -> bool:
     kind, colon, index = name.partition(":")
     # ASCII digits only: str.isdigit() also accepts "²", which int() refuses.
     return kind in DEVICES and (not colon or (kind == "cuda" and re.fullmatch(r"[0-9]+", index) is not None))
+
+
+
+
+def pick_device(name: str) -> torch.device:
+    """"auto" (cuda, then mps, then cpu), "cpu", "cuda", "cuda:N" or "mps", checked to exist here."""
+    kind, _, index = name.partition(":")
+    if not is_device_name(name):
+        raise UsageError(f"unknown device {name!r}; use one of {', '.join(DEVICES)} (or cuda:N for one GPU)")
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise UsageError(f"--device={name} but no CUDA GPU is visible; use --device=auto or --device=cpu")
+    if index and int(index) >= torch.cuda.device_count():
+        raise UsageError(f"--device={name} but only {torch.cuda.device_count()} CUDA GPU(s) are visible; "
+                         f"use cuda:0 to cuda:{torch.cuda.device_count() - 1}")
+    if name == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        raise UsageError("--device=mps but MPS is not available; use --device=auto or --device=cpu")
+    return torch.device(name)
 
 
 def _opt(default: Any, help: str, choices: tuple[str, ...] | None = None, group: str = "") -> Any:

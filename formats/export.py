@@ -2,7 +2,7 @@
 transformers load it.
 
 The checks run cheapest and most certain first, and all before anything is written: the target can
-hold every part of the model exactly (`interop.parts`), the path can take the export without
+hold every part of the model exactly (`formats.parts`), the path can take the export without
 destroying anything that is not an earlier export, then the optional libraries are there. After
 converting, both models run on the same random tokens and the export is refused if their logits
 differ by more than `TOLERANCE`, so a file that computes something else is never written.
@@ -24,9 +24,7 @@ from pathlib import Path
 
 import torch
 
-import optional
-from checkpoints import Loaded
-from errors import UserError
+from cli import UserError
 from files import (
     cannot,
     destination,
@@ -40,10 +38,11 @@ from files import (
     writable_folder,
     write_error,
 )
-from interop.hf_tokenizer import hf_tokenizer
-from interop.huggingface import to_hf_model
-from interop.parts import TARGETS, check_supported
-from interop.transformerlens import is_earlier_export, saved_contents, to_hooked_transformer
+from formats import Loaded, optional
+from formats.hf_tokenizer import hf_tokenizer
+from formats.huggingface import to_hf_model
+from formats.parts import TARGETS, check_supported
+from formats.transformerlens import is_earlier_export, saved_contents, to_hooked_transformer
 from model.gpt import GPT
 
 TOLERANCE = 1e-4            # float32 logits; the tests find about 1e-5

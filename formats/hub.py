@@ -1,6 +1,6 @@
 """GPT-2-family models by their Hugging Face hub names, fetched once into the usual Hugging Face cache
 (`huggingface_hub.snapshot_download`: `HF_HOME`, by default ~/.cache/huggingface) and read from there as
-any local folder is (`checkpoints.gpt2`). Only their config and weights are fetched.
+any local folder is (`formats.gpt2`). Only their config and weights are fetched.
 
 Their sizes are known here, so a model too large for this machine's memory is refused before anything is
 downloaded.
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import torch
 
-import optional
-from checkpoints.layout import ForeignModelError, check_fits
+import formats.optional as optional
+from formats.layout import ForeignModelError, check_fits
 from model.gpt import GPTConfig
 
 # name -> (hub repository, n_layer, n_head, n_embd); every one has GPT-2's vocabulary and 1,024 positions

@@ -13,7 +13,7 @@ import warnings
 from contextlib import contextmanager
 from types import ModuleType
 
-from errors import UserError
+from cli import UserError
 
 REQUIREMENTS = "requirements-interop.txt"
 
