@@ -8,6 +8,7 @@ are `--key=value`, read by argparse; `--help` is built from the same field descr
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
 import difflib
 import functools
@@ -23,7 +24,7 @@ from cli import ArgumentParser, UsageError
 from data.corpora import NAMES as CORPORA
 from data.tokenizer import TOKENIZERS
 from files import TOO_DEEP, NotParsed, inside_name, parse_int, parse_toml, quoted, read_text, utf8_value
-from model.gpt import ARCHITECTURES, MODEL_FIELDS, SWITCHES, GPTConfig
+from model.config import CONFIG_KEYS, GPTConfig
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
 SCRATCH, RESUME = "scratch", "resume"   # init_from's two words; anything else names a model to start from
@@ -87,19 +88,7 @@ class TrainConfig:
                           "gptwatch checkpoint (a new run from its weights). That model decides the model keys and "
                           "the tokenizer: any given must agree with it; a smaller block_size crops it",
                           group="model")
-    arch: str = _opt("gpt2", "gpt2 (classic, for teaching) or modern (rotary, QK-norm, RMSNorm, ReLU²)",
-                     ARCHITECTURES, "model")
-    n_layer: int = _opt(4, "transformer blocks", group="model")
-    n_head: int = _opt(4, "attention heads per block", group="model")
-    n_embd: int = _opt(128, "embedding width (a multiple of n_head)", group="model")
-    block_size: int = _opt(64, "context length in tokens", group="model")
-    dropout: float = _opt(0.0, "dropout probability", group="model")
-    bias: bool = _opt(False, "biases in norms, projections and MLPs", group="model")
-    attn_only: bool = _opt(False, "blocks of attention alone, without MLPs (the attention-only toy models of Elhage "
-                                  "et al. 2021)", group="model")
-    relative_positions: bool = _opt(False, "arch gpt2: positions as a learned bias per head and distance in each "
-                                           "attention layer (Shaw et al. 2018, T5), not GPT-2's table of learned "
-                                           "positions", group="model")
+    model: GPTConfig = field(default_factory=GPTConfig, metadata={"group": "model"})   # its keys: model/config.py
     # optimisation
     optimizer: str = _opt("adamw", "adamw, or muon (Muon on hidden matrices, AdamW on the rest)", OPTIMIZERS,
                           "optim")
@@ -158,20 +147,8 @@ class TrainConfig:
         self.validate()
 
     def validate(self) -> None:
-        for f in dataclasses.fields(self):
-            if isinstance(getattr(self, f.name), float) and not math.isfinite(getattr(self, f.name)):
-                raise UsageError(f"config key '{f.name}' must be a finite number; got {getattr(self, f.name)}")
-            choices = f.metadata.get("choices")
-            if choices and getattr(self, f.name) not in choices:
-                raise UsageError(f"config key '{f.name}' must be one of {', '.join(choices)}; "
-                                 f"got {getattr(self, f.name)!r}")
-            if isinstance(getattr(self, f.name), str) and "\x00" in getattr(self, f.name):
-                raise UsageError(f"config key '{f.name}' holds a NUL character (\\u0000), which no name or path "
-                                 f"can hold; remove it")
-            problem = utf8_value(getattr(self, f.name))
-            if problem is not None:  # a file name's byte that is not UTF-8: refused before anything is written
-                raise UsageError(f"config key '{f.name}' {problem}, so no checkpoint or log could record it; "
-                                 f"rename that file or folder to a UTF-8 name, or choose another")
+        for name, value in self.to_dict(every=True).items():
+            _check_value(name, value)
         if not is_device_name(self.device):
             raise UsageError(f"config key 'device' must be one of {', '.join(DEVICES)} or cuda:N; got {self.device!r}")
         if not self.init_from.strip():
@@ -194,10 +171,6 @@ class TrainConfig:
             raise UsageError(f"config key 'seed' must be between 0 and 2**32 - 1; got {self.seed}")
         if self.learning_rate <= 0 or self.muon_lr <= 0:
             raise UsageError("config keys 'learning_rate' and 'muon_lr' must be > 0")
-        try:  # the model's sizes follow the model's own rules
-            self.model_config(vocab_size=1)
-        except ValueError as exc:
-            raise UsageError(f"config key {exc}") from None
         if not 0 < self.val_fraction < 1:
             raise UsageError(f"config key 'val_fraction' must be between 0 and 1; got {self.val_fraction}")
         for name in ("beta1", "beta2"):
@@ -216,19 +189,31 @@ class TrainConfig:
                              f"the learning rate, "
                              f"e.g. --min_lr={self.learning_rate / 10:g}")
 
+    @classmethod
+    def from_keys(cls, **keys: Any) -> TrainConfig:
+        """Settings from their keys, as a config file and the command line write them: the model's (n_layer, ...)
+        beside the others. A value that breaks the model's rules is a UsageError naming its key."""
+        for name, value in keys.items():
+            _check_value(name, value)
+        model = {name: keys.pop(name) for name in CONFIG_KEYS if name in keys}
+        try:  # the model's sizes follow the model's own rules
+            keys["model"] = GPTConfig(**model)
+        except ValueError as exc:
+            raise UsageError(f"config key {exc}") from None
+        return cls(**keys)
+
     def model_config(self, vocab_size: int) -> GPTConfig:
         """The model these settings describe, for a vocabulary of `vocab_size`."""
-        return GPTConfig(vocab_size=vocab_size, **{name: getattr(self, name) for name in MODEL_FIELDS
-                                                   if name != "vocab_size"})
+        return dataclasses.replace(self.model, vocab_size=vocab_size)
 
     @property
     def fine_tunes(self) -> bool:
         """Whether the run starts from a model trained elsewhere (or another run's checkpoint)."""
         return self.init_from not in (SCRATCH, RESUME)
 
-    def replaced(self, **values: Any) -> TrainConfig:
-        """These settings with `values` changed (and checked again), the keys the user set kept."""
-        new = dataclasses.replace(self, **values)
+    def replaced(self, **keys: Any) -> TrainConfig:
+        """These settings with the values of `keys` changed (and checked again), the keys the user set kept."""
+        new = TrainConfig.from_keys(**{**self.to_dict(every=True), **keys})
         new.given = self.given
         return new
 
@@ -236,16 +221,51 @@ class TrainConfig:
     def decay_iters(self) -> int:
         return self.lr_decay_iters or self.max_iters
 
-    def to_dict(self) -> dict:
-        """Every setting, but the model's `SWITCHES` only when set, as its model_config records them: a run
-        without them is recorded as it was before they existed."""
-        return {name: value for name, value in dataclasses.asdict(self).items() if name not in SWITCHES or value}
+    def to_dict(self, *, every: bool = False) -> dict:
+        """Every setting by its key, the model's in its place among them; the model's options that a checkpoint
+        records only when set (`GPTConfig.to_dict`) only when set, unless `every`: a run without them is recorded
+        as it was before they existed."""
+        out = {}
+        for f in dataclasses.fields(self):
+            if f.name != "model":
+                out[f.name] = copy.copy(getattr(self, f.name))
+                continue
+            recorded = self.model.to_dict()
+            out.update({name: getattr(self.model, name) for name in CONFIG_KEYS if every or name in recorded})
+        return out
 
 
-_TYPES = get_type_hints(TrainConfig)
-FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
+def _keys() -> dict[str, dataclasses.Field]:
+    """{key: its field} for every key a config sets, in order: the model's (`GPTConfig`'s, which explain
+    themselves) where `TrainConfig.model` stands."""
+    out = {}
+    for f in dataclasses.fields(TrainConfig):
+        model = {g.name: g for g in dataclasses.fields(GPTConfig) if g.name in CONFIG_KEYS}
+        out.update({**model} if f.name == "model" else {f.name: f})
+    return out
+
+
+FIELDS = _keys()
+_TYPES = {**get_type_hints(TrainConfig), **get_type_hints(GPTConfig)}
+_TYPES = {name: _TYPES[name] for name in FIELDS}
 BOOLEANS = tuple(name for name, kind in _TYPES.items() if kind is bool)
 _TYPE_WORDS = {int: "an integer", float: "a number", bool: "true or false", str: "a string", list: "a list"}
+
+
+def _check_value(name: str, value: Any) -> None:
+    """What every key's value must be, whatever the key: finite, one of its choices, without NUL, UTF-8."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise UsageError(f"config key '{name}' must be a finite number; got {value}")
+    choices = FIELDS[name].metadata.get("choices") if name in FIELDS else None
+    if choices and value not in choices:
+        raise UsageError(f"config key '{name}' must be one of {', '.join(choices)}; got {value!r}")
+    if isinstance(value, str) and "\x00" in value:
+        raise UsageError(f"config key '{name}' holds a NUL character (\\u0000), which no name or path can hold; "
+                         f"remove it")
+    problem = utf8_value(value)
+    if problem is not None:  # a file name's byte that is not UTF-8: refused before anything is written
+        raise UsageError(f"config key '{name}' {problem}, so no checkpoint or log could record it; rename that file "
+                         f"or folder to a UTF-8 name, or choose another")
 
 
 def _unknown_key(key: str, where: str) -> UsageError:
@@ -351,8 +371,8 @@ def command_line(bases: str | None = None) -> ArgumentParser:
         "built-in defaults that every CONFIG file starts from."))
     parser.add_argument("config", nargs="*", metavar="CONFIG.toml", help="a flat TOML file of the keys below")
     groups = {}
-    for f in dataclasses.fields(TrainConfig):
-        group = f.metadata["group"]
+    for f in FIELDS.values():
+        group = f.metadata.get("group", "model")
         if group not in groups:
             groups[group] = parser.add_argument_group(group)
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
@@ -391,7 +411,7 @@ def saved_config(values: dict, where: str) -> TrainConfig:
     """The settings a checkpoint recorded (its train_config), checked as a config file's are: a value of the
     wrong type or out of range is a `UsageError` naming the key. Keys this version does not know (another
     version wrote them) are left out, and keys it lacks take their defaults."""
-    return TrainConfig(**{key: _coerce(key, value, where) for key, value in values.items() if key in FIELDS})
+    return TrainConfig.from_keys(**{key: _coerce(key, value, where) for key, value in values.items() if key in FIELDS})
 
 
 def make_config(path: str | Path | None, overrides: dict, base: dict | None = None, *,
@@ -401,7 +421,7 @@ def make_config(path: str | Path | None, overrides: dict, base: dict | None = No
     whichever set each key. The keys of the file count as given by the user (`TrainConfig.given`) when they
     `chosen` it, not when it is a default."""
     from_file = read_toml(path) if path is not None else {}
-    cfg = TrainConfig(**{**(base or {}), **from_file, **overrides})
+    cfg = TrainConfig.from_keys(**{**(base or {}), **from_file, **overrides})
     cfg.given = frozenset(overrides) | (frozenset(from_file) if chosen else frozenset())
     return cfg
 

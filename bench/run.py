@@ -87,7 +87,7 @@ def train_ours(config: str, out_dir: str, settings: Settings, *extra: str) -> di
 
     cfg = load_config(REPO / config, command[3:])
     evals = _logged_evaluations(log_dir / name, run.started_at)
-    return {**result, **_training_summary(evals, cfg.max_iters, cfg.batch_size * cfg.block_size * cfg.grad_accum,
+    return {**result, **_training_summary(evals, cfg.max_iters, cfg.batch_size * cfg.model.block_size * cfg.grad_accum,
                                           run.wall_s)}
 
 

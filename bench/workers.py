@@ -117,7 +117,7 @@ def _trainer(config: str, overrides: list[str], synthetic: bool):
     torch.manual_seed(cfg.seed)
     model = GPT(cfg.model_config(SYNTHETIC_VOCAB[cfg.tokenizer])).to(rt.device)
     return Trainer(cfg, rt, model, make_optimizer(model, cfg, rt.device),
-                   SyntheticBatches(model.config.vocab_size, cfg.block_size, cfg.batch_size, rt.device))
+                   SyntheticBatches(model.config.vocab_size, cfg.model.block_size, cfg.batch_size, rt.device))
 
 
 def _timed_steps(trainer, warmup: int, steps: int) -> tuple[list[float], float | None]:
@@ -150,7 +150,8 @@ def throughput(args: dict) -> dict:
     tokens_per_s = trainer.tokens_per_step / median
     return {
         "config": args["config"], "overrides": args.get("overrides", []), "synthetic": bool(args.get("synthetic")),
-        "arch": cfg.arch, "model": f"{cfg.n_layer}x{cfg.n_head}x{cfg.n_embd} block {cfg.block_size}",
+        "arch": model.config.arch,
+        "model": f"{model.config.n_layer}x{model.config.n_head}x{model.config.n_embd} block {cfg.model.block_size}",
         "vocab_size": model.config.vocab_size, "device": str(trainer.runtime.device),
         "compute_dtype": str(trainer.runtime.autocast_dtype or torch.float32).removeprefix("torch."),
         "threads": torch.get_num_threads(), "compile": cfg.compile, "tokens_per_step": trainer.tokens_per_step,
@@ -175,10 +176,10 @@ def finetune(args: dict) -> dict:
     cfg = load_config(None, args["overrides"])
     rt = runtime.setup(cfg)
     torch.manual_seed(cfg.seed)
-    model = load_model(args["ckpt"], rt.device, block_size=cfg.block_size).model.train()
+    model = load_model(args["ckpt"], rt.device, block_size=cfg.model.block_size).model.train()
     vocab = model.config.vocab_used or model.config.vocab_size
     trainer = Trainer(cfg, rt, model, make_optimizer(model, cfg, rt.device),
-                      SyntheticBatches(vocab, cfg.block_size, cfg.batch_size, rt.device))
+                      SyntheticBatches(vocab, cfg.model.block_size, cfg.batch_size, rt.device))
     times, loss = _timed_steps(trainer, args["warmup"], args["steps"])
     return {"ms_per_step": statistics.median(times) * 1e3, "step_ms": [t * 1e3 for t in times],
             "threads": torch.get_num_threads(), "tokens_per_step": trainer.tokens_per_step, "last_loss": loss,

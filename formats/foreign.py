@@ -34,7 +34,8 @@ from formats.layout import ForeignModelError, built, check_fits, read_weights
 from formats.nanogpt import is_nanogpt, nanogpt_config, nanogpt_tokenizer, nanogpt_weights
 from formats.read import ZIP_MAGIC
 from formats.torchfile import load_torch_file
-from model.gpt import GPT, GPTConfig
+from model.config import GPTConfig
+from model.gpt import GPT
 
 GPTWATCH, NANOGPT, HUGGINGFACE = "gptwatch", "nanogpt", "huggingface"
 CHECKPOINT = "ckpt.pt"

@@ -35,7 +35,8 @@ from data.tokenizer import FullGPT2Tokenizer, Tokenizer, TokenizerMetaError, tok
 from files import NotParsed, parse_json, read_text
 from formats.layout import ForeignModelError, Reader, read_weights
 from formats.torchfile import load_torch_file
-from model.gpt import LN_EPS, GPTConfig
+from model.config import GPTConfig
+from model.gpt import LN_EPS
 
 CONFIG = "config.json"
 WEIGHTS = ("model.safetensors", "pytorch_model.bin")   # the first present is read

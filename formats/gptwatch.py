@@ -12,8 +12,9 @@ import torch
 from cli import is_out_of_memory
 from data.tokenizer import Tokenizer, TokenizerMetaError, tokenizer_from_meta
 from formats.read import CheckpointError, checkpoint_path, load_checkpoint, load_weights, validate
-from model.gpt import GPT, GPTConfig
-from model.memory import available_memory, size_text
+from model.config import GPTConfig
+from model.gpt import GPT
+from model.memory import parameter_count, shortfall, size_text
 
 
 @dataclass
@@ -41,7 +42,7 @@ def load_gptwatch(path: str | Path, device: torch.device) -> Loaded:
     if tokenizer.vocab_size != tokens:
         raise CheckpointError(f"{path}: its tokenizer has {tokenizer.vocab_size} tokens but its model_config "
                               f"{tokens}; use the ckpt.pt that train.py wrote")
-    _check_fits(config, checkpoint["model"], device, path)
+    _check_fits(config, device, path)
     try:
         model = GPT(config)
         load_weights(model, checkpoint["model"], path)
@@ -54,26 +55,25 @@ def load_gptwatch(path: str | Path, device: torch.device) -> Loaded:
     return Loaded(model, tokenizer, checkpoint)
 
 
-def load_bytes(config: GPTConfig, weights: dict) -> dict[str, int]:
+def load_bytes(config: GPTConfig) -> dict[str, int]:
     """A lower bound of what loading `config`'s model and sampling from it allocate besides the checkpoint's
-    own tensors: the model's float32 weights (as many as the checkpoint holds), the rotary tables of
-    "modern" (block_size rows a layer), and the cache sampling fills (block_size keys and values a layer).
-    The last two follow from block_size alone, which no tensor of a "modern" checkpoint holds."""
-    unique = {t.data_ptr(): t for t in weights.values()}.values()  # the tied head shares the embedding's
-    return {"weights": 4 * sum(t.numel() for t in unique),
+    own tensors: the model's float32 weights, the rotary tables of "modern" (block_size rows a layer), and the
+    cache sampling fills (block_size keys and values a layer). The last two follow from block_size alone, which
+    no tensor of a "modern" checkpoint holds."""
+    return {"weights": 4 * parameter_count(config),
             "rotary tables": 4 * config.n_layer * config.block_size * config.head_dim if config.modern else 0,
             "sampling cache": 4 * config.n_layer * config.block_size * 2 * config.n_embd}
 
 
-def _check_fits(config: GPTConfig, weights: dict, device: torch.device, path: Path) -> None:
+def _check_fits(config: GPTConfig, device: torch.device, path: Path) -> None:
     """`CheckpointError` before anything is allocated when the model the checkpoint describes cannot fit in
     the memory of `device` (or of the CPU, where it is built first)."""
-    need = load_bytes(config, weights)
+    need = load_bytes(config)
     for where in dict.fromkeys([torch.device("cpu"), device]):
-        free = available_memory(where)
         counted = need if where == device else {k: n for k, n in need.items() if k != "sampling cache"}
         total = sum(counted.values())
-        if free is not None and total > free:
+        free = shortfall(total, where)
+        if free is not None:
             parts = ", ".join(f"{what} {size_text(n)}" for what, n in counted.items() if n)
             raise CheckpointError(f"{path}: its model (block_size {config.block_size:,}, n_layer {config.n_layer}, "
                                   f"n_embd {config.n_embd}) needs at least {size_text(total)} of memory on "

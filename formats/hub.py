@@ -14,7 +14,7 @@ import torch
 
 import formats.optional as optional
 from formats.layout import ForeignModelError, check_fits
-from model.gpt import GPTConfig
+from model.config import GPTConfig
 
 # name -> (hub repository, n_layer, n_head, n_embd); every one has GPT-2's vocabulary and 1,024 positions
 HUB_MODELS = {

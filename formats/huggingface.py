@@ -29,7 +29,8 @@ import torch.nn as nn
 import formats.optional as optional
 from formats.parts import RMS_EPS, check_supported
 from model.attention import ROTARY_BASE
-from model.gpt import GPT, LN_EPS, GPTConfig
+from model.config import GPTConfig
+from model.gpt import GPT, LN_EPS
 
 GPT2_ACTIVATIONS = {"gelu": "gelu", "gelu_tanh": "gelu_new"}   # gptwatch's activation -> GPT2Config's
 

@@ -24,8 +24,9 @@ from collections.abc import Callable, Iterable
 import torch
 
 from cli import UserError
-from model.gpt import GPT, GPTConfig
-from model.memory import available_memory, size_text
+from model.config import GPTConfig
+from model.gpt import GPT
+from model.memory import parameter_count, shortfall, size_text
 
 COMPILED_PREFIX = "_orig_mod."            # torch.compile's wrapper, in the names of a compiled model's state dict
 MASK_BUFFERS = (".attn.bias", ".attn.masked_bias")   # the causal mask some files carry: a constant, not a weight
@@ -110,24 +111,14 @@ def check_tied(read: Callable[[str], torch.Tensor], names: Iterable[str], where:
                                 f"head are read")
 
 
-def parameter_count(config: GPTConfig) -> int:
-    """The parameters of a gptwatch "gpt2" model of `config`, counted from the config (the tied head once)."""
-    E, M = config.n_embd, config.mlp_width
-    per_norm = E * (2 if config.bias else 1)
-    attention = 4 * E * E + (3 * E if config.qkv_bias else 0) + (E if config.bias else 0)
-    mlp = 2 * E * M + (M + E if config.bias else 0)
-    per_block = 2 * per_norm + attention + mlp
-    return (config.vocab_size + config.block_size) * E + config.n_layer * per_block + per_norm
-
-
 def check_fits(config: GPTConfig, what: str, device: torch.device) -> None:
     """Refuses, before anything is downloaded or allocated, a model whose weights alone (float32) exceed the
     memory free here: on the CPU, where it is read, and on `device`, where it runs."""
     n = parameter_count(config)
     need = n * BYTES_PER_PARAMETER
     for where in dict.fromkeys((torch.device("cpu"), device)):
-        free = available_memory(where)
-        if free is not None and need > free:
+        free = shortfall(need, where)
+        if free is not None:
             raise ForeignModelError(f"{what} has {n:,} parameters, which need at least {size_text(need)} of memory "
                                     f"(float32), and {size_text(free)} is free on {where.type}; use a smaller model, "
                                     f"or a machine with more memory")

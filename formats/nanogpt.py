@@ -26,7 +26,7 @@ import torch
 from data.tokenizer import CharTokenizer, FullGPT2Tokenizer, Tokenizer, TokenizerMetaError
 from files import read_bytes
 from formats.layout import ForeignModelError
-from model.gpt import GPTConfig
+from model.config import GPTConfig
 
 META = "meta.pkl"
 SIZES = ("n_layer", "n_head", "n_embd", "block_size", "vocab_size")   # model_args that give the shapes

@@ -30,7 +30,7 @@ from __future__ import annotations
 import torch
 
 from cli import UserError
-from model.gpt import GPTConfig
+from model.config import GPTConfig
 
 TARGETS = {"tl": "TransformerLens", "hf": "Hugging Face"}
 # The model's RMSNorm and QK-norm pass no eps, so F.rms_norm uses the input's: float32's, as exported.

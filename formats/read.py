@@ -11,6 +11,7 @@ from __future__ import annotations
 import pickle
 import re
 import shlex
+from dataclasses import fields
 from pathlib import Path
 
 import torch
@@ -19,13 +20,14 @@ from cli import UsageError, UserError
 from config import FIELDS, TrainConfig, saved_config
 from data.tokenizer import TOKENIZERS
 from files import cannot, regular_file
-from model.gpt import GPT, IMPORTED_FIELDS, MODEL_FIELDS, RECORDED_WHEN_SET, GPTConfig
+from model.config import ALWAYS_RECORDED, GPTConfig
+from model.gpt import GPT
 
 FORMAT = "gptwatch-checkpoint"
 FORMAT_VERSION = 1
 ZIP_MAGIC = b"PK\x03\x04"
 MAX_STEP = 2**63  # steps are logged as int64 (TensorBoard, torch)
-ALWAYS_RECORDED = tuple(name for name in MODEL_FIELDS if name not in RECORDED_WHEN_SET)
+RECORDED_WHEN_SET = tuple(f.name for f in fields(GPTConfig) if f.name not in ALWAYS_RECORDED)
 
 
 class CheckpointError(UserError):
@@ -151,7 +153,7 @@ def _structure_problem(checkpoint: dict, for_resume: bool) -> str | None:
     config = checkpoint.get("model_config")
     # The settings of RECORDED_WHEN_SET are there only when set (GPTConfig.to_dict): a model's switches, and what a
     # model trained elsewhere brought.
-    if not isinstance(config, dict) or not set(ALWAYS_RECORDED) <= set(config) <= {*MODEL_FIELDS, *IMPORTED_FIELDS}:
+    if not isinstance(config, dict) or not set(ALWAYS_RECORDED) <= set(config) <= {f.name for f in fields(GPTConfig)}:
         return (f"'model_config' is missing or does not hold exactly {', '.join(ALWAYS_RECORDED)} (and of "
                 f"{', '.join(RECORDED_WHEN_SET)} those it sets)")
     if not isinstance(checkpoint.get("tokenizer"), dict):

@@ -19,7 +19,8 @@ import torch
 import formats.optional as optional
 from formats.parts import RMS_EPS, check_supported
 from model.attention import ROTARY_BASE
-from model.gpt import GPT, LN_EPS, GPTConfig
+from model.config import GPTConfig
+from model.gpt import GPT, LN_EPS
 
 FORMAT = "gptwatch-transformerlens"
 FORMAT_VERSION = 1

@@ -21,7 +21,6 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, fields
 from functools import partial
 
 import torch
@@ -31,108 +30,9 @@ import torch.nn.functional as F
 import model.sampling as sampling
 from model.ablation import Ablation
 from model.attention import HeadAblation, SelfAttention
+from model.config import GPTConfig
 
-ARCHITECTURES = ("gpt2", "modern")
 LN_EPS = 1e-5  # LayerNorm's epsilon, GPT-2's (the exporters tell TransformerLens and transformers this one)
-ACTIVATIONS = ("gelu", "gelu_tanh")   # the exact (erf) GELU, or GPT-2's tanh approximation of it
-MAX_BLOCK_SIZE = 2**24  # positions beyond it: float32 (rotary angles) no longer tells them apart
-
-
-@dataclass
-class GPTConfig:
-    """The model's sizes; `validate` is the one place their rules live."""
-
-    vocab_size: int
-    block_size: int = 256
-    n_layer: int = 4
-    n_head: int = 4
-    n_embd: int = 128
-    dropout: float = 0.0
-    bias: bool = False  # biases in LayerNorm, output projections and MLP
-    arch: str = "gpt2"
-    attn_only: bool = False           # blocks of attention alone: no MLP, no ln_2
-    relative_positions: bool = False  # positions as a learned bias per head and distance, not a table ("gpt2")
-    # What only a model trained elsewhere needs (GPT-2's weights, nanoGPT's): see `IMPORTED_FIELDS`.
-    qkv_bias: bool = False       # biases in the query, key and value projections
-    activation: str = "gelu"     # the MLP's GELU: "gelu" (exact) or "gelu_tanh" (GPT-2's approximation)
-    vocab_used: int | None = None  # rows from here on pad the vocabulary: no token, never sampled (None: none)
-
-    def __post_init__(self) -> None:
-        self.validate()
-
-    def validate(self) -> None:
-        """Raises ValueError naming the first impossible value and what would do."""
-        for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"'{name}' must be a positive integer; got {value}")
-        if self.n_embd % self.n_head:
-            multiple = self.n_head * (self.n_embd // self.n_head + 1)
-            raise ValueError(f"'n_embd' must be a multiple of 'n_head' ({self.n_head}), so every head gets an "
-                             f"equal share; got {self.n_embd}, e.g. use {multiple}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"'dropout' must be in [0, 1); got {self.dropout}")
-        if self.arch not in ARCHITECTURES:
-            raise ValueError(f"'arch' must be one of {', '.join(ARCHITECTURES)}; got {self.arch!r}")
-        if self.activation not in ACTIVATIONS:
-            raise ValueError(f"'activation' must be one of {', '.join(ACTIVATIONS)}; got {self.activation!r}")
-        if self.modern and self.relative_positions:
-            raise ValueError("'relative_positions' is an option of arch gpt2: modern encodes positions by rotating "
-                             "queries and keys (rotary); use arch gpt2 with relative_positions, or modern without")
-        if self.modern and (self.qkv_bias or self.activation != "gelu"):
-            raise ValueError("'qkv_bias' and 'activation' are settings of arch gpt2 (modern has no query, key or "
-                             "value biases and uses ReLU²)")
-        used = self.vocab_used
-        if used is not None and (type(used) is not int or not 0 < used <= self.vocab_size):
-            raise ValueError(f"'vocab_used' must be a positive integer up to vocab_size ({self.vocab_size}); got "
-                             f"{self.vocab_used!r}")
-        self._validate_limits()
-
-    def _validate_limits(self) -> None:
-        """The sizes a model of this architecture cannot have, however much memory there is."""
-        if self.block_size > MAX_BLOCK_SIZE:
-            raise ValueError(f"'block_size' must be at most {MAX_BLOCK_SIZE:,} (2**24: positions are counted in "
-                             f"float32, exact only that far); got {self.block_size:,}")
-        if self.modern and self.head_dim % 2:  # rotary positions turn each head's features in pairs
-            fits = [h for h in range(self.n_head, 0, -1) if self.n_embd % (2 * h) == 0]
-            fix = f"n_head={fits[0]}" if fits else f"n_embd={2 * self.n_embd}"
-            raise ValueError(f"'n_head' must leave each head an even number of features for arch 'modern', whose "
-                             f"rotary positions turn them in pairs; n_embd {self.n_embd} / n_head {self.n_head} "
-                             f"gives {self.head_dim}: e.g. use {fix}")
-
-    @property
-    def modern(self) -> bool:
-        return self.arch == "modern"
-
-    @property
-    def absolute_positions(self) -> bool:
-        """Whether the model has GPT-2's learned position table (`GPT.wpe`): "gpt2" without relative_positions."""
-        return not self.modern and not self.relative_positions
-
-    @property
-    def head_dim(self) -> int:
-        return self.n_embd // self.n_head
-
-    @property
-    def mlp_width(self) -> int:
-        """The MLP's hidden width: four times the embedding, as in GPT-2."""
-        return 4 * self.n_embd
-
-    def to_dict(self) -> dict:
-        """Every setting, but those of `SWITCHES` and `IMPORTED_FIELDS` only where they differ from their
-        defaults: a model without them is described as it always was."""
-        return {name: value for name, value in asdict(self).items()
-                if name not in RECORDED_WHEN_SET or value != _DEFAULTS[name]}
-
-
-# Options of a training config that are off unless set: recorded (`to_dict`) only when set, so a checkpoint from
-# before they existed, which lacks them, reads as one with them off.
-SWITCHES = ("attn_only", "relative_positions")
-# What a model trained elsewhere may set and a training config never does: recorded (`to_dict`) only when set.
-IMPORTED_FIELDS = ("qkv_bias", "activation", "vocab_used")
-RECORDED_WHEN_SET = (*SWITCHES, *IMPORTED_FIELDS)
-MODEL_FIELDS = tuple(f.name for f in fields(GPTConfig) if f.name not in IMPORTED_FIELDS)   # a training config's
-_DEFAULTS = {f.name: f.default for f in fields(GPTConfig)}
 
 
 def is_matrix(name: str, param: torch.Tensor) -> bool:
@@ -217,6 +117,8 @@ class Block(nn.Module):
 class GPT(nn.Module):
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
+        if config.vocab_size is None:
+            raise ValueError("a GPT needs its config's vocab_size: GPTConfig(vocab_size=..., ...)")
         self.config = config
         self.wte = nn.Embedding(config.vocab_size, config.n_embd)
         # "modern" encodes position by rotating queries and keys instead, relative_positions by a bias in attention.
@@ -258,13 +160,6 @@ class GPT(nn.Module):
             self.wpe = nn.Embedding.from_pretrained(self.wpe.weight[:block_size].detach().clone(), freeze=False)
         for block in self.blocks:
             block.attn.crop_positions(block_size)
-
-    def num_params(self) -> int:
-        """Parameter count without the position embeddings (or relative position biases), as GPT-2 reports it.
-        (The token embedding is shared with the head, so it counts once.)"""
-        positions = [self.wpe.weight] if self.wpe is not None else []
-        positions += [block.attn.position_bias for block in self.blocks if block.attn.position_bias is not None]
-        return sum(p.numel() for p in self.parameters()) - sum(p.numel() for p in positions)
 
     # --- training, evaluation, watching ------------------------------------------------
 

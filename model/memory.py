@@ -1,11 +1,40 @@
-"""Memory: how much can still be allocated, and sizes in words. Read by whatever must refuse
-something too large before allocating it (a training config, a model read from elsewhere)."""
+"""Memory: how many parameters a model of a config has, how much can still be allocated, whether something
+fits, and sizes in words. Read by whatever must refuse something too large before allocating it (a training
+config, a checkpoint, a model read from elsewhere): each says what it needs, and `shortfall` alone compares it
+with what is free."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import torch
+
+from model.config import GPTConfig
+
+
+def parameter_count(config: GPTConfig, *, positions: bool = True) -> int:
+    """The parameters of a GPT of `config` (the tied head once); without `positions`, leaving out the position
+    table or the relative position biases, as GPT-2 reports its size. Counted on a model of one block built on
+    the meta device, which allocates nothing, the other blocks being the same: every option counts itself, and
+    a config that claims a million layers costs no more to count than one."""
+    from model.gpt import GPT
+
+    with torch.device("meta"):
+        one = GPT(dataclasses.replace(config, n_layer=1))
+    block = sum(p.numel() for p in one.blocks[0].parameters())
+    total = sum(p.numel() for p in one.parameters()) + (config.n_layer - 1) * block
+    if not positions:
+        bias = one.blocks[0].attn.position_bias
+        total -= (one.wpe.weight.numel() if one.wpe is not None else 0) + \
+            (config.n_layer * bias.numel() if bias is not None else 0)
+    return total
+
+
+def shortfall(need: int, device: torch.device) -> int | None:
+    """The bytes free on `device` when `need` bytes do not fit there; None when they do, or nobody knows."""
+    free = available_memory(device)
+    return free if free is not None and need > free else None
 
 
 def available_memory(device: torch.device) -> int | None:

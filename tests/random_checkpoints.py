@@ -10,7 +10,8 @@ from pathlib import Path
 import torch
 
 from data.tokenizer import build_tokenizer
-from model.gpt import GPT, GPTConfig
+from model.config import GPTConfig
+from model.gpt import GPT
 from tests.commands import TEXT
 from trainer.checkpoint import save_checkpoint
 

@@ -162,7 +162,8 @@ NOT_UTF8 = "caf\udce9"  # the Latin-1 file name 'café' as Python's sys.argv hol
 def _rebuilt(**settings) -> Callable[[Path, bytes], None]:
     """The same checkpoint's model with the model settings `settings` (fresh weights of that shape)."""
     def change(checkpoint: dict) -> None:
-        from model.gpt import GPT, GPTConfig
+        from model.config import GPTConfig
+        from model.gpt import GPT
 
         config = {**checkpoint["model_config"], **settings}
         checkpoint.update(model_config=config, model=GPT(GPTConfig(**config)).state_dict())
@@ -177,7 +178,8 @@ def _made_modern(**claims) -> Callable[[Path, bytes], None]:
     """The checkpoint's model made "modern" (fresh weights of its sizes), its model_config then claiming `claims`,
     which no tensor of a modern model can contradict (its head count, its block_size)."""
     def change(checkpoint: dict) -> None:
-        from model.gpt import GPT, GPTConfig
+        from model.config import GPTConfig
+        from model.gpt import GPT
 
         config = {**checkpoint["model_config"], "arch": "modern"}
         checkpoint.update(model_config={**config, **claims}, model=GPT(GPTConfig(**config)).state_dict())
@@ -245,7 +247,7 @@ def _export_disk_full(mp: pytest.MonkeyPatch) -> None:
 
 def _little_memory(mp: pytest.MonkeyPatch) -> None:
     """64 MiB free, on any device."""
-    mp.setattr("formats.gptwatch.available_memory", lambda device: 64 * 2**20)
+    mp.setattr("model.memory.available_memory", lambda device: 64 * 2**20)
 
 
 def _torch_interrupted(ws: Workspace) -> dict[str, str]:
@@ -611,7 +613,7 @@ CASES = [
     Case("finetune-too-big", "a fine-tune too large for memory (free memory made tiny)", "train",
          lambda w: w.train(f"--init_from={w.out}", f"--out_dir={w.root / 'ft'}"), 1,
          ("needs at least", "are loaded already", "lower --batch_size (now 4) or --block_size (now 32)"),
-         patch=lambda mp: mp.setattr("trainer.resources.available_memory", lambda device: 100_000)),
+         patch=lambda mp: mp.setattr("model.memory.available_memory", lambda device: 100_000)),
     # --- sampling -----------------------------------------------------------------------------------------------
     Case("sample-empty-prompt", "empty prompt", "sample",
          lambda w: w.sample("--prompt="), 2, ("prompt is empty",)),

@@ -10,7 +10,7 @@ import pytest
 
 from formats.export import check_hf_path, check_tl_path
 from formats.parts import refusal
-from model.gpt import GPTConfig
+from model.config import GPTConfig
 from tests.commands import ROOT, one_line, run_sample
 from tests.random_checkpoints import make_checkpoint
 

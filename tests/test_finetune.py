@@ -24,7 +24,8 @@ from cli import UsageError
 from data.batches import Batches
 from data.tokenizer import CharTokenizer, FullGPT2Tokenizer
 from formats import load_model
-from model.gpt import GPT, GPTConfig
+from model.config import GPTConfig
+from model.gpt import GPT
 from tests.commands import TEXT, one_line, run, tiny_args
 from trainer.checkpoint import save_checkpoint
 from watch.finetuning import before_labels, before_table, changed_heads, changes_line
@@ -210,10 +211,10 @@ def trainer_for(root: Path, *args: str, without: str = ""):
 def test_a_smaller_block_size_crops_the_models_positions_and_none_takes_them_all(tmp_path):
     init_from = hugging_face(tmp_path)
     cropped = trainer_for(tmp_path, f"--init_from={init_from}", "--block_size=16")
-    assert cropped.cfg.block_size == cropped.model.config.block_size == 16
+    assert cropped.cfg.model.block_size == cropped.model.config.block_size == 16
     assert cropped.model.wpe.weight.shape == (16, 16) and cropped.model.wpe.weight.requires_grad
     whole = trainer_for(tmp_path, f"--init_from={init_from}", "--val_fraction=0.2", without="--block_size")
-    assert whole.cfg.block_size == whole.model.config.block_size == 64
+    assert whole.cfg.model.block_size == whole.model.config.block_size == 64
     code, _, err = train(tmp_path, f"--init_from={init_from}", "--block_size=65", f"--out_dir={tmp_path / 'no'}")
     assert code == 2 and "use --block_size=64 or less" in one_line(err)
 

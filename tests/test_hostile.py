@@ -21,7 +21,8 @@ import files
 from cli import for_terminal, markdown_literal
 from files import NotParsed, destination, fresh_file, fresh_folder, os_error_of, parse_int, replace_file
 from formats import CheckpointError, load_checkpoint, validate
-from model.gpt import GPT, MAX_BLOCK_SIZE, GPTConfig
+from model.config import MAX_BLOCK_SIZE, GPTConfig
+from model.gpt import GPT
 from tests.commands import ROOT, TEXT, run_sample
 from tests.random_checkpoints import make_checkpoint
 from trainer.checkpoint import save_checkpoint, saved_settings
@@ -370,13 +371,13 @@ def test_loading_counts_what_block_size_alone_allocates(tmp_path, monkeypatch):
     config = GPTConfig(vocab_size=tokenizer.vocab_size, block_size=2**20, n_layer=2, n_head=2, n_embd=16,
                        arch="modern")
     weights = GPT(GPTConfig(**{**config.to_dict(), "block_size": 16})).state_dict()
-    need = load_bytes(config, weights)
+    need = load_bytes(config)
     assert need["rotary tables"] == 4 * 2 * 2**20 * 8 and need["sampling cache"] == 4 * 2 * 2**20 * 2 * 16
     assert need["weights"] == 4 * sum(t.numel() for n, t in weights.items() if n != "lm_head.weight")
     save_checkpoint(tmp_path / "ckpt.pt", {"model": weights, "model_config": config.to_dict(), "step": 0,
                                            "tokenizer": tokenizer.to_meta()})
     asked = []
-    monkeypatch.setattr("formats.gptwatch.available_memory", lambda device: asked.append(device.type) or 2**20)
+    monkeypatch.setattr("model.memory.available_memory", lambda device: asked.append(device.type) or 2**20)
     built = []
     monkeypatch.setattr("formats.gptwatch.GPT", lambda config: built.append(config))
     with pytest.raises(CheckpointError, match=r"needs at least 320\.0 MiB of memory on cpu"):

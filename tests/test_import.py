@@ -32,10 +32,12 @@ from conftest import SHARED, require_gpt2
 
 from cli import GptwatchWarning, UsageError, UserError, exit_status
 from data.tokenizer import CharTokenizer, FullGPT2Tokenizer, TokenizerMetaError, tokenizer_from_meta
-from formats import hub, layout, load_model
+from formats import hub, load_model
 from formats.foreign import GPTWATCH, HUGGINGFACE, NANOGPT, describe, identify
-from formats.layout import ForeignModelError, parameter_count
-from model.gpt import GPT, MODEL_FIELDS, SWITCHES, GPTConfig
+from formats.layout import ForeignModelError
+from model.config import GPTConfig
+from model.gpt import GPT
+from model.memory import parameter_count
 from tests.commands import ROOT
 
 CPU = torch.device("cpu")
@@ -433,7 +435,8 @@ def test_a_model_trained_here_is_described_as_before():
     only when set: a checkpoint of a model trained here holds the same model_config as before they existed, and
     reads back unchanged."""
     config = GPTConfig(vocab_size=65)
-    assert tuple(config.to_dict()) == tuple(name for name in MODEL_FIELDS if name not in SWITCHES)
+    assert tuple(config.to_dict()) == ("vocab_size", "arch", "n_layer", "n_head", "n_embd", "block_size", "dropout",
+                                       "bias")
     imported = GPTConfig(vocab_size=50304, bias=True, qkv_bias=True, activation="gelu_tanh", vocab_used=50257)
     assert GPTConfig(**imported.to_dict()) == imported
     assert {"qkv_bias", "activation", "vocab_used"} <= set(imported.to_dict())
@@ -546,7 +549,7 @@ def _meta_of(value) -> Callable[[Path, pytest.MonkeyPatch], Callable[[], object]
 
 def _tiny_memory(source: str | None):
     def make(root: Path, mp) -> Callable[[], object]:
-        mp.setattr(layout, "available_memory", lambda device: 1 << 20)
+        mp.setattr("model.memory.available_memory", lambda device: 1 << 20)
         if source is None:
             return _read(_hf_folder(root))
         with contextlib.suppress(ImportError):

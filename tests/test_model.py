@@ -6,6 +6,7 @@ from conftest import tiny_model
 
 from model import GPT, GPTConfig, KVCache, sample_next
 from model.ablation import Ablation
+from model.memory import parameter_count
 from model.sampling import decode
 
 
@@ -25,13 +26,13 @@ def test_output_head_is_tied_and_counted_once():
     assert model.lm_head.weight is model.wte.weight
     total = sum(p.numel() for p in model.parameters())
     assert total == sum(t.numel() for t in model.state_dict().values()) - model.wte.weight.numel()  # not twice
-    assert model.num_params() == total - 16 * 16  # minus position embeddings
+    assert parameter_count(model.config, positions=False) == total - 16 * 16  # minus position embeddings
 
 
 def test_recipe_model_size_matches_nanogpt():
     # nanoGPT reports 0.80M parameters for the shakespeare_char CPU recipe.
     model = GPT(GPTConfig(vocab_size=65, block_size=64, n_layer=4, n_head=4, n_embd=128))
-    assert round(model.num_params() / 1e6, 2) == 0.80
+    assert round(parameter_count(model.config, positions=False) / 1e6, 2) == 0.80
 
 
 @pytest.mark.parametrize("arch", ["gpt2", "modern"])
@@ -223,8 +224,8 @@ def test_attention_only_blocks_have_no_mlp_and_relative_positions_no_position_ta
     biases = [block.attn.position_bias for block in model.blocks]
     assert all(b.shape == (2, 16) and not b.any() for b in biases)   # [head, distance], starting at zero
     total = sum(p.numel() for p in model.parameters())
-    assert model.num_params() == total - 2 * 2 * 16   # without the positions, as with GPT-2's table
-    assert tiny_model(attn_only=True).num_params() == total - 2 * 2 * 16   # the same weights, but a table
+    assert parameter_count(model.config, positions=False) == total - 2 * 2 * 16   # without the positions, as GPT-2
+    assert parameter_count(tiny_model(attn_only=True).config, positions=False) == total - 2 * 2 * 16   # the same
 
 
 def test_relative_positions_are_an_option_of_gpt2_only():
@@ -267,9 +268,9 @@ def test_cropping_the_block_crops_the_relative_biases_and_keeps_the_function():
 
 
 def test_the_options_are_recorded_only_when_set():
-    from model.gpt import MODEL_FIELDS
+    from model.config import CONFIG_KEYS
 
-    assert {"attn_only", "relative_positions"} <= set(MODEL_FIELDS)   # keys of a training config
+    assert {"attn_only", "relative_positions"} <= set(CONFIG_KEYS)   # keys of a training config
     assert "attn_only" not in GPTConfig(vocab_size=10).to_dict()    # a checkpoint without them: as before
     config = GPTConfig(vocab_size=10, attn_only=True, relative_positions=True)
     assert config.to_dict()["attn_only"] is config.to_dict()["relative_positions"] is True

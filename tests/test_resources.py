@@ -7,6 +7,7 @@ import torch
 from cli import UserError
 from config import TrainConfig
 from model.gpt import GPT
+from model.memory import available_memory
 from trainer import resources
 
 MIB = 1 << 20
@@ -16,18 +17,18 @@ MIB = 1 << 20
                                           ("gpt2", {"relative_positions": True}), ("modern", {"attn_only": True}),
                                           ("gpt2", {"attn_only": True, "relative_positions": True})])
 def test_the_estimate_of_the_parameters_is_a_lower_bound(arch, options):
-    """Refusing must never be wrong: the estimate stays below what the model really holds."""
-    cfg = TrainConfig(arch=arch, n_layer=3, n_head=2, n_embd=32, block_size=16, **options)
+    """Refusing must never be wrong: the estimate is what the model really holds, counted once (`parameter_count`)."""
+    cfg = TrainConfig.from_keys(arch=arch, n_layer=3, n_head=2, n_embd=32, block_size=16, **options)
     n_params = sum(p.numel() for p in GPT(cfg.model_config(vocab_size=65)).parameters())
     estimate = resources.training_bytes(cfg, vocab_size=65)["parameters"]
-    assert 0.9 * 16 * n_params < estimate <= 16 * n_params  # weights, gradients and two AdamW moments
+    assert estimate == 16 * n_params  # weights, gradients and two AdamW moments
 
 
 def test_a_config_that_cannot_fit_is_refused_naming_what_to_lower(monkeypatch):
-    monkeypatch.setattr(resources, "available_memory", lambda device: 64 * MIB)
+    monkeypatch.setattr("model.memory.available_memory", lambda device: 64 * MIB)
     resources.check_training_fits(TrainConfig(), 65, torch.device("cpu"))  # the default: a few MiB
     with pytest.raises(UserError, match=r"needs at least .* and 64\.0 MiB is free; lower --n_embd \(now 4,096\)"):
-        resources.check_training_fits(TrainConfig(n_embd=4096), 65, torch.device("cpu"))
+        resources.check_training_fits(TrainConfig.from_keys(n_embd=4096), 65, torch.device("cpu"))
     with pytest.raises(UserError, match=r"lower --batch_size \(now 100,000\), --block_size \(now 64\) or --n_layer"):
         resources.check_training_fits(TrainConfig(batch_size=100_000), 65, torch.device("cpu"))
     with pytest.raises(UserError, match=r"generating 1,000,000 sentences .* lower --corpus_sentences"):
@@ -35,13 +36,13 @@ def test_a_config_that_cannot_fit_is_refused_naming_what_to_lower(monkeypatch):
 
 
 def test_unknown_free_memory_refuses_nothing(monkeypatch):
-    monkeypatch.setattr(resources, "available_memory", lambda device: None)
-    resources.check_training_fits(TrainConfig(n_embd=1 << 20, n_head=1), 65, torch.device("cpu"))
+    monkeypatch.setattr("model.memory.available_memory", lambda device: None)
+    resources.check_training_fits(TrainConfig.from_keys(n_embd=1 << 20, n_head=1), 65, torch.device("cpu"))
     resources.check_corpus_fits(TrainConfig(corpus_sentences=10**15))
 
 
 def test_free_memory_is_read_on_this_machine():
-    free = resources.available_memory(torch.device("cpu"))
+    free = available_memory(torch.device("cpu"))
     assert free is None or free > 0
 
 

@@ -35,28 +35,28 @@ def corpus(tmp_path, characters: int = len(TEXT)):
 def test_no_arguments_is_the_demo_and_a_config_file_replaces_every_base(tmp_path):
     start, cfg = config_of(None, {})
     assert start.config_path == str(DEMO_CONFIG) and start.line(cfg) is None
-    assert (cfg.dataset, cfg.out_dir, cfg.n_layer, cfg.block_size) == ("pronouns", "out/pronouns", 2, 32)
+    assert (cfg.dataset, cfg.out_dir, cfg.model.n_layer, cfg.model.block_size) == ("pronouns", "out/pronouns", 2, 32)
     # A generated corpus has no size to scale to: the demo's settings, as before.
     assert config_of(None, {"dataset": "induction"})[0].config_path == str(DEMO_CONFIG)
     empty = tmp_path / "mine.toml"
     empty.write_text("# nothing: the built-in defaults\n")
     start, cfg = config_of(str(empty), {"dataset": corpus(tmp_path)})
     assert start.settings == {} and start.line(cfg) is None
-    assert (cfg.n_layer, cfg.n_embd, cfg.max_iters, cfg.out_dir) == (4, 128, 2000, "out")   # TrainConfig's own
+    assert (cfg.model.n_layer, cfg.model.n_embd, cfg.max_iters, cfg.out_dir) == (4, 128, 2000, "out")   # the defaults
 
 
 def test_a_text_of_ones_own_gets_settings_chosen_for_it_and_the_command_line_wins(tmp_path):
     text = corpus(tmp_path, 400_000)
     start, cfg = config_of(None, {"dataset": text})
     assert start.config_path is None and start.name == "my_story"
-    assert (cfg.tokenizer, cfg.n_layer, cfg.n_head, cfg.n_embd) == ("char", 2, 4, 128)
-    assert (cfg.block_size, cfg.max_iters, cfg.out_dir, cfg.watch_sentences) == (BLOCK, STEPS, "out/my_story", [])
+    assert (cfg.tokenizer, cfg.model.n_layer, cfg.model.n_head, cfg.model.n_embd) == ("char", 2, 4, 128)
+    assert (cfg.model.block_size, cfg.max_iters, cfg.out_dir, cfg.watch_sentences) == (BLOCK, STEPS, "out/my_story", [])
     line = start.line(cfg)
     assert line.startswith("settings chosen for my_story.txt (400,000 characters): char tokenizer, 2 layers x 4 "
                            "heads x 128 dims, block 64, 2,000 steps of 1,024 tokens, checkpoint in out/my_story;")
     assert "change any with --key=value" in line and line.endswith("every key: python train.py --help")
     start, cfg = config_of(None, {"dataset": text, "n_layer": 3, "tokenizer": "gpt2", "out_dir": "elsewhere"})
-    assert (cfg.n_layer, cfg.tokenizer, cfg.out_dir) == (3, "gpt2", "elsewhere")
+    assert (cfg.model.n_layer, cfg.tokenizer, cfg.out_dir) == (3, "gpt2", "elsewhere")
 
 
 def test_the_settings_scale_with_the_text():

@@ -15,6 +15,7 @@ from tqdm import tqdm
 
 from cli import markdown_literal, warn
 from data.tokenizer import Tokenizer, TokenizerError
+from model.memory import parameter_count
 from trainer.trainer import Callback, Evaluation, FitResult, StepResult, Trainer
 
 
@@ -32,12 +33,9 @@ class TrainingLog(Callback):
 
     def on_fit_start(self, trainer: Trainer) -> None:
         cfg, rt, model = trainer.cfg, trainer.runtime, trainer.model
-        vocab = model.config.vocab_size
-        options = "".join(f", {words}" for key, words in (("attn_only", "attention only"),
-                                                          ("relative_positions", "relative positions"))
-                          if getattr(model.config, key))
-        print(f"model: {model.num_params() / 1e6:.2f}M parameters ({cfg.arch}{options}, {cfg.n_layer} layers x "
-              f"{cfg.n_head} heads x {cfg.n_embd} dims, block {cfg.block_size}); vocabulary {vocab}")
+        m = model.config   # parameters without the positions, as GPT-2 counts its own
+        print(f"model: {parameter_count(m, positions=False) / 1e6:.2f}M parameters ({m.options()}, {m.n_layer} layers "
+              f"x {m.n_head} heads x {m.n_embd} dims, block {cfg.model.block_size}); vocabulary {m.vocab_size}")
         processes = f" x {rt.world_size} processes" if rt.distributed else ""
         print(f"device: {rt.device}{processes}, {trainer.tokens_per_step:,} tokens per step, "
               f"{torch.get_num_threads()} CPU threads")

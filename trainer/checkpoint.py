@@ -29,11 +29,8 @@ from files import (
 )
 from formats import FORMAT, FORMAT_VERSION, CheckpointError, load_checkpoint, load_weights, validate
 from formats.read import saved_settings
-from model.gpt import GPT, IMPORTED_FIELDS, MODEL_FIELDS, GPTConfig
-
-# What a resumed run must share with its checkpoint: the vocabulary is checked through the
-# tokenizer, a smaller block_size just trains on shorter windows, and dropout only acts in training.
-RESUME_MUST_MATCH = tuple(name for name in MODEL_FIELDS if name not in ("vocab_size", "block_size", "dropout"))
+from model.config import IMPORTED_FIELDS, MODEL_KEYS, GPTConfig
+from model.gpt import GPT
 
 
 def save_checkpoint(path: str | Path, checkpoint: dict, keep_previous: str | Path | None = None) -> None:
@@ -200,12 +197,12 @@ def check_resume_compatible(cfg: TrainConfig, checkpoint: dict, tokenizer_meta: 
     """A UsageError naming the first setting that differs from the checkpoint's in a way resuming cannot absorb;
     with `model_config`, the model this run builds, also the settings of a model trained elsewhere."""
     theirs = GPTConfig(**checkpoint["model_config"])   # a switch it does not record (an older checkpoint) is off
-    if cfg.block_size > theirs.block_size:  # a smaller one just trains on shorter windows
-        raise UsageError(f"--block_size={cfg.block_size} is larger than the {theirs.block_size} the checkpoint "
+    if cfg.model.block_size > theirs.block_size:  # a smaller one just trains on shorter windows
+        raise UsageError(f"--block_size={cfg.model.block_size} is larger than the {theirs.block_size} the checkpoint "
                          f"was trained with; resume with --block_size={theirs.block_size} or start a new out_dir")
-    for key in RESUME_MUST_MATCH:
-        if getattr(theirs, key) != getattr(cfg, key):
-            raise UsageError(f"config key '{key}' is {getattr(cfg, key)!r} but the checkpoint was trained with "
+    for key in MODEL_KEYS:   # the vocabulary is checked through the tokenizer
+        if getattr(theirs, key) != getattr(cfg.model, key):
+            raise UsageError(f"config key '{key}' is {getattr(cfg.model, key)!r} but the checkpoint was trained with "
                              f"{getattr(theirs, key)!r}; use the same value to resume, or a new --out_dir")
     if model_config is not None:   # query/key/value biases, GPT-2's GELU, padding rows: what init_from brought
         for key in IMPORTED_FIELDS:

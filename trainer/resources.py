@@ -16,7 +16,7 @@ import torch
 from cli import UserError, is_out_of_memory
 from config import TrainConfig
 from data.corpora import GENERATED
-from model.memory import available_memory
+from model.memory import parameter_count, shortfall
 from model.memory import size_text as _size
 
 # Preparing text holds it several times over: the text, the ids as Python ints, then as numpy
@@ -28,9 +28,6 @@ BYTES_PER_TEXT_BYTE = 10
 
 def check_corpus_fits(cfg: TrainConfig) -> None:
     """Refuses a corpus whose preparation cannot fit in memory, before it starts."""
-    free = available_memory(torch.device("cpu"))
-    if free is None:
-        return
     if cfg.dataset in GENERATED:
         need = cfg.corpus_sentences * BYTES_PER_SENTENCE
         what, fix = f"generating {cfg.corpus_sentences:,} sentences", "lower --corpus_sentences"
@@ -40,36 +37,29 @@ def check_corpus_fits(cfg: TrainConfig) -> None:
         what, fix = f"preparing {cfg.dataset} ({_size(size)})", "use a smaller text"
     else:
         return
-    if need > free:
+    free = shortfall(need, torch.device("cpu"))
+    if free is not None:
         raise UserError(f"{what} needs at least {_size(need)} of memory, and {_size(free)} is free; {fix}")
 
 
 def training_bytes(cfg: TrainConfig, vocab_size: int) -> dict[str, int]:
     """A lower bound on training's memory: {"parameters": weights, gradients and optimizer state,
     "activations": one micro-batch's saved activations and logits}."""
-    # The matrices alone: token embedding (shared with the head), positions (GPT-2's table, or a bias per
-    # head and distance in each layer), and per block q, k, v and the output projection (4 d^2) and the MLP
-    # (8 d^2), unless attention-only. Norms and biases are left out.
-    positions = cfg.block_size * (cfg.n_layer * cfg.n_head if cfg.relative_positions else
-                                  cfg.n_embd if cfg.arch == "gpt2" else 0)
-    per_block = 4 if cfg.attn_only else 12
-    n_params = vocab_size * cfg.n_embd + positions + cfg.n_layer * per_block * cfg.n_embd ** 2
-    tokens = cfg.batch_size * cfg.block_size
+    m = cfg.model
+    tokens = cfg.batch_size * m.block_size
     # Per layer and token at least: the first norm, q/k/v, attention output and projection (6 d) and, unless
     # attention-only, the second norm and the MLP's in and out (11 d more).
-    per_token = cfg.n_layer * (6 if cfg.attn_only else 17) * cfg.n_embd + 3 * vocab_size
-    return {"parameters": 16 * n_params, "activations": 4 * tokens * per_token}
+    per_token = m.n_layer * (6 if m.attn_only else 17) * m.n_embd + 3 * vocab_size
+    return {"parameters": 16 * parameter_count(cfg.model_config(vocab_size)), "activations": 4 * tokens * per_token}
 
 
 def check_training_fits(cfg: TrainConfig, vocab_size: int, device: torch.device, *, held: int = 0) -> None:
     """Refuses, naming the keys to lower, a config whose training cannot fit in `device`'s memory; `held`: bytes of
     it allocated there already (the weights of a model read to fine-tune)."""
-    free = available_memory(device)
-    if free is None:
-        return
     need = training_bytes(cfg, vocab_size)
     total = sum(need.values()) - held
-    if total > free:
+    free = shortfall(total, device)
+    if free is not None:
         loaded = f", of which the weights read, {_size(held)}, are loaded already" if held else ""
         raise UserError(f"this config needs at least {_size(total + held)} of memory to train on {device.type} "
                         f"(parameters and optimizer {_size(need['parameters'])}, activations "
@@ -81,11 +71,11 @@ def _keys_to_lower(cfg: TrainConfig, need: dict[str, int]) -> str:
     if cfg.fine_tunes:  # the model's sizes are the model's own
         if need["parameters"] >= need["activations"]:
             return f"fine-tune a smaller model than {cfg.init_from}, or use a machine with more memory"
-        return f"lower --batch_size (now {cfg.batch_size:,}) or --block_size (now {cfg.block_size:,})"
+        return f"lower --batch_size (now {cfg.batch_size:,}) or --block_size (now {cfg.model.block_size:,})"
     if need["parameters"] >= need["activations"]:
-        return f"lower --n_embd (now {cfg.n_embd:,}) or --n_layer (now {cfg.n_layer:,})"
-    return (f"lower --batch_size (now {cfg.batch_size:,}), --block_size (now {cfg.block_size:,}) or --n_layer "
-            f"(now {cfg.n_layer:,})")
+        return f"lower --n_embd (now {cfg.model.n_embd:,}) or --n_layer (now {cfg.model.n_layer:,})"
+    return (f"lower --batch_size (now {cfg.batch_size:,}), --block_size (now {cfg.model.block_size:,}) or --n_layer "
+            f"(now {cfg.model.n_layer:,})")
 
 
 @contextmanager

@@ -26,11 +26,10 @@ from formats import load_model
 from formats.foreign import describe, identify
 from formats.hub import hub_name
 from formats.layout import built
-from model.gpt import GPT, GPTConfig
+from model.config import MODEL_KEYS, GPTConfig
+from model.gpt import GPT
 from trainer.checkpoint import read_resumed
 
-# What a model to fine-tune decides, with block_size.
-MODEL_KEYS = ("arch", "n_layer", "n_head", "n_embd", "bias", "attn_only", "relative_positions")
 CHECKPOINT = "ckpt.pt"
 SAME_KIND = {"char": ("char",), "gpt2": ("gpt2", FULL_GPT2)}   # a tokenizer key -> the vocabularies it agrees with
 
@@ -55,7 +54,7 @@ class Start:
             return self.model.config
         saved = self.checkpoint["model_config"] if self.checkpoint is not None else None
         if saved is not None and self.cfg.fine_tunes:
-            return GPTConfig(**{**saved, "dropout": self.cfg.dropout})
+            return GPTConfig(**{**saved, "dropout": self.cfg.model.dropout})
         config = self.cfg.model_config(vocab_size)
         if saved is not None:  # a smaller --block_size trains on shorter windows of the same position table
             config.block_size = saved["block_size"]
@@ -73,19 +72,20 @@ def starting_point(cfg: TrainConfig, path: Path, device: torch.device) -> Start:
 
 def _importing(cfg: TrainConfig, device: torch.device) -> Start:
     """A new fine-tune: the model read, checked against the keys the user set, and the run's settings made its."""
-    block_size = cfg.block_size if "block_size" in cfg.given else None
+    block_size = cfg.model.block_size if "block_size" in cfg.given else None
     loaded = load_model(identify(cfg.init_from), device, block_size=block_size)
     config = loaded.model.config
     what = f"the model {cfg.init_from}"
     for key in MODEL_KEYS:
-        if key in cfg.given and getattr(cfg, key) != getattr(config, key):
-            raise UsageError(f"config key '{key}' is {getattr(cfg, key)!r} but {what} has {getattr(config, key)!r}; "
+        given, theirs = getattr(cfg.model, key), getattr(config, key)
+        if key in cfg.given and given != theirs:
+            raise UsageError(f"config key '{key}' is {given!r} but {what} has {theirs!r}; "
                              f"leave {key} out to take the model's, or fine-tune another model")
     _check_tokenizer(cfg, loaded.tokenizer, what)
     cfg = cfg.replaced(**{key: getattr(config, key) for key in (*MODEL_KEYS, "block_size")})
     model = loaded.model
-    if config.dropout != cfg.dropout:  # each dropout module takes its probability when it is built
-        model = built(dataclasses.replace(config, dropout=cfg.dropout), model.state_dict(), device)
+    if config.dropout != cfg.model.dropout:  # each dropout module takes its probability when it is built
+        model = built(dataclasses.replace(config, dropout=cfg.model.dropout), model.state_dict(), device)
     source = describe(loaded) if "imported" in loaded.checkpoint else \
         f"gptwatch checkpoint {cfg.init_from} (step {loaded.checkpoint['step']})"
     return Start(cfg, ModelVocabulary(loaded.tokenizer, cfg.init_from), model, description=source)

@@ -21,6 +21,7 @@ from typing import Any
 from cli import UserError
 from config import RESUME, SCRATCH, TrainConfig, read_toml
 from data import corpora
+from model.config import CONFIG_KEYS
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO_CONFIG = REPO / "configs" / "pronouns.toml"
@@ -29,7 +30,6 @@ DEFAULT_VAL_FRACTION = TrainConfig.__dataclass_fields__["val_fraction"].default
 # The shape of the model chosen for real text, its size decided by how much text there is. The
 # classic block keeps each head readable; 2 layers let one head feed another (an induction head
 # needs a head in an earlier layer), 4 heads a layer keep the head table short.
-SHAPE_KEYS = ("arch", "n_layer", "n_head", "n_embd", "block_size", "bias", "dropout", "attn_only", "relative_positions")
 SMALL_TEXT = 50_000       # tokens: below this, a smaller model that memorises less
 BLOCK = 64                # tokens of context: a sentence or two of characters, a paragraph of BPE tokens
 BATCH = 16
@@ -61,10 +61,11 @@ class StartingPoint:
         if self.text is None:
             return None
         file_name, characters = self.text
+        m = cfg.model
         model = (f"model shape from {self.shape_from}" if self.shape_from else
-                 f"{_count(cfg.n_layer, 'layer')} x {_count(cfg.n_head, 'head')} x {cfg.n_embd} dims")
+                 f"{_count(m.n_layer, 'layer')} x {_count(m.n_head, 'head')} x {m.n_embd} dims")
         return (f"settings chosen for {file_name} ({characters:,} characters): {cfg.tokenizer} tokenizer, {model}, "
-                f"block {cfg.block_size}, {cfg.max_iters:,} steps of {cfg.batch_size * cfg.block_size:,} tokens, "
+                f"block {m.block_size}, {cfg.max_iters:,} steps of {cfg.batch_size * m.block_size:,} tokens, "
                 f"checkpoint in {cfg.out_dir}; change any with --key=value (e.g. --max_iters={2 * cfg.max_iters}), "
                 f"or give a config file to replace them all; every key: python train.py --help")
 
@@ -127,7 +128,7 @@ def checkpoint_shape(path: Path) -> tuple[dict[str, Any] | None, str | None]:
         return None, None
     if not isinstance(saved, dict):
         return None, None
-    shape = {key: saved[key] for key in SHAPE_KEYS if key in saved}
+    shape = {key: saved[key] for key in CONFIG_KEYS if key in saved}
     tokenizer = saved.get("tokenizer")
     return shape, tokenizer if isinstance(tokenizer, str) else None
 

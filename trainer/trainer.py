@@ -163,7 +163,7 @@ class Trainer:
             self.train_model = DistributedDataParallel(self.train_model, device_ids=ids)
         self.accum_per_rank = cfg.grad_accum // runtime.world_size
         self._unsaved: tuple[int, float] | None = None  # (first step, worst loss) of saves skipped as not sane
-        self.tokens_per_step = cfg.batch_size * cfg.block_size * cfg.grad_accum
+        self.tokens_per_step = cfg.batch_size * cfg.model.block_size * cfg.grad_accum
 
     @classmethod
     def from_config(cls, cfg: TrainConfig, runtime: Runtime, *, config_name: str = "default") -> Trainer:
@@ -185,8 +185,8 @@ class Trainer:
         model_cfg = start.model_config(data.tokenizer.vocab_size)
         held = sum(p.numel() * p.element_size() for p in start.model.parameters()) if start.model is not None else 0
         check_training_fits(cfg, model_cfg.vocab_size, runtime.device, held=held)
-        batches = Batches(data.splits(cfg.block_size), cfg.block_size, cfg.batch_size, runtime.device, cfg.seed,
-                          runtime.rank)
+        block = cfg.model.block_size
+        batches = Batches(data.splits(block), block, cfg.batch_size, runtime.device, cfg.seed, runtime.rank)
         resumed = start.checkpoint
         if resumed is not None:
             check_resumed(cfg, resumed, path, data.tokenizer.to_meta(), data_identity(cfg, data), model_cfg)
