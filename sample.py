@@ -30,9 +30,9 @@ from config import DEVICES, pick_device
 from data.tokenizer import TokenizerError
 from files import destination, read_text, utf8_value
 from formats import Loaded, checkpoint_path, load_model
-from formats.foreign import CHECKPOINT, GPTWATCH, Source, describe, identify
+from formats.checkpoint import saved_settings
 from formats.parts import TARGETS
-from formats.read import saved_settings
+from formats.sources import CHECKPOINT, Source, describe, identify
 from model.ablation import Ablation
 
 
@@ -204,16 +204,16 @@ def stream_samples(model, tokenizer, ids: list[int], args: argparse.Namespace, d
     sys.stdout.flush()
 
 
-def model_source(args: argparse.Namespace) -> Source | str:
+def model_source(args: argparse.Namespace) -> Source:
     """What to read: --out_dir, a path here (default: out), or what --init_from names. A gptwatch checkpoint
     named by --init_from is read as --out_dir would read it. A model trained elsewhere is shown by the name
     given, and its heatmaps go to out/ITS_NAME/attention (no run of it is here to put them beside)."""
     if args.init_from is None:
         args.out_dir = args.out_dir or "out"
-        return args.out_dir
+        return identify(args.out_dir, model=False)
     found = identify(args.init_from)
     args.out_dir = args.init_from  # the name every report shows
-    if found.kind != GPTWATCH and args.attention is not None and args.png_dir is None and args.html is None:
+    if found.elsewhere and args.attention is not None and args.png_dir is None and args.html is None:
         name = found.hub or (found.path.parent if found.path.name == CHECKPOINT else found.path).resolve().name
         args.png_dir = str(Path("out") / name / "attention")
     return found
@@ -224,8 +224,8 @@ def load(args: argparse.Namespace, device: torch.device) -> Loaded:
     records (`saved_settings`) whichever of them a mode reads; a model trained elsewhere saying on stderr what
     it is."""
     source = model_source(args)
-    loaded = load_model(source, device, hub=False)
-    if isinstance(source, Source) and source.kind != GPTWATCH:
+    loaded = load_model(source, device)
+    if source.elsewhere:
         print(describe(loaded), file=sys.stderr)
     else:
         saved_settings(loaded.checkpoint, checkpoint_path(args.out_dir))

@@ -4,7 +4,7 @@
     torchrun --nproc_per_node=N train.py [CONFIG.toml] [--key=value ...]
 
 With no CONFIG, configs/pronouns.toml runs: the pronoun demo; with --dataset naming
-a text of your own, settings chosen for that text (`trainer/starting_point.py`); with --init_from naming a
+a text of your own, settings chosen for that text (`trainer/start.py`); with --init_from naming a
 model to fine-tune, the built-in defaults.
 `--help` lists every key and says which base applies when. Progress goes to the terminal and to TensorBoard under
 log_dir/run_name; the checkpoint to out_dir/ckpt.pt.
@@ -33,7 +33,7 @@ from files import utf8_name, writable_folder
 from trainer import runtime
 from trainer.resources import out_of_memory
 from trainer.runlock import RunLock
-from trainer.starting_point import starting_point
+from trainer.start import Settings, run_settings
 from trainer.trainer import FitResult, Trainer
 
 TENSORBOARD = "tensorboard --logdir {} --samples_per_plugin=images=200,text=200"
@@ -48,7 +48,7 @@ def main(argv: list[str]) -> int:
     problem = utf8_name(config_path) if config_path else None
     if problem is not None:  # its name becomes the run's name, which checkpoints and logs record
         raise UsageError(f"the config file name {problem}; rename it to a UTF-8 name")
-    start = starting_point(config_path, overrides)
+    start = run_settings(config_path, overrides)
     cfg = make_config(start.config_path, overrides, start.settings, chosen=config_path is not None)
     # Until training takes the signals over, SIGTERM and SIGHUP unwind like Ctrl-C (errors.run_cli), so data
     # preparation cleans up its half-written files.
@@ -58,16 +58,16 @@ def main(argv: list[str]) -> int:
             print(start.line(cfg))
         # One run per out_dir: the processes of one torchrun job share it, and rank 0 speaks for them.
         with RunLock(cfg.out_dir) if rt.is_main else nullcontext() as lock:
-            return train(cfg, start.name, rt, argv, lock)
+            return train(cfg, start, rt, argv, lock)
     finally:
         runtime.teardown(rt)
 
 
-def train(cfg: TrainConfig, config_name: str, rt: runtime.Runtime, argv: list[str],
+def train(cfg: TrainConfig, start: Settings, rt: runtime.Runtime, argv: list[str],
           lock: RunLock | None = None) -> int:
-    """Trains as `cfg` asks; `lock` holds out_dir (rank 0), checked before every save."""
+    """Trains as `cfg` asks, from `start`'s settings; `lock` holds out_dir (rank 0), checked before every save."""
     with out_of_memory(cfg):
-        trainer = Trainer.from_config(cfg, rt, config_name=config_name)
+        trainer = Trainer.from_config(cfg, rt, config_name=start.name, checkpoint=start.checkpoint)
         if trainer.checkpoints is not None and lock is not None:
             trainer.checkpoints.guard = lock.check
         if trainer.finished:

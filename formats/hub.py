@@ -1,6 +1,6 @@
 """GPT-2-family models by their Hugging Face hub names, fetched once into the usual Hugging Face cache
 (`huggingface_hub.snapshot_download`: `HF_HOME`, by default ~/.cache/huggingface) and read from there as
-any local folder is (`formats.gpt2`). Only their config and weights are fetched.
+any local folder is (formats/huggingface.py). Only their config and weights are fetched.
 
 Their sizes are known here, so a model too large for this machine's memory is refused before anything is
 downloaded.
@@ -13,8 +13,9 @@ from pathlib import Path
 import torch
 
 import formats.optional as optional
-from formats.layout import ForeignModelError, check_fits
+from formats.checkpoint import CheckpointError
 from model.config import GPTConfig
+from model.memory import parameter_count, shortfall, size_text
 
 # name -> (hub repository, n_layer, n_head, n_embd); every one has GPT-2's vocabulary and 1,024 positions
 HUB_MODELS = {
@@ -25,6 +26,7 @@ HUB_MODELS = {
     "distilgpt2": ("distilbert/distilgpt2", 6, 12, 768),
 }
 FILES = ["config.json", "model.safetensors"]   # each of them has its weights as safetensors
+BYTES_PER_PARAMETER = 4                   # float32, as gptwatch runs a model from elsewhere
 LOCAL_FOLDER_HELP = "or pass a local folder holding config.json and model.safetensors (or pytorch_model.bin)"
 
 
@@ -54,6 +56,19 @@ def fetch(name: str, device: torch.device) -> Path:
     except Exception as exc:  # offline, unreachable, renamed or refused: the hub's errors come as many types
         why = " ".join(str(exc).split()).split(". ")[0]
         why = why if len(why) <= 160 else why[:157] + "..."
-        raise ForeignModelError(f"cannot fetch {name} ({repository}) from the Hugging Face hub ({type(exc).__name__}: "
+        raise CheckpointError(f"cannot fetch {name} ({repository}) from the Hugging Face hub ({type(exc).__name__}: "
                                 f"{why}); connect to the internet once (it is then kept in the Hugging Face "
                                 f"cache), {LOCAL_FOLDER_HELP}") from None
+
+
+def check_fits(config: GPTConfig, what: str, device: torch.device) -> None:
+    """Refuses, before anything is downloaded or allocated, a model from elsewhere whose weights alone (float32)
+    exceed the memory free here: on the CPU, where it is read, and on `device`, where it runs."""
+    n = parameter_count(config)
+    need = n * BYTES_PER_PARAMETER
+    for where in dict.fromkeys((torch.device("cpu"), device)):
+        free = shortfall(need, where)
+        if free is not None:
+            raise CheckpointError(f"{what} has {n:,} parameters, which need at least {size_text(need)} of memory "
+                                  f"(float32), and {size_text(free)} is free on {where.type}; use a smaller model, "
+                                  f"or a machine with more memory")

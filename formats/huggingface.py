@@ -1,39 +1,202 @@
-"""A gptwatch model as a standard Hugging Face transformers class that computes the same function, so a
-`save_pretrained` folder loads with `AutoModelForCausalLM.from_pretrained(folder)`, offline and with no
-`trust_remote_code`:
+"""Hugging Face transformers folders, as `save_pretrained` writes them and the hub serves them, both ways:
+`config.json` with `model.safetensors` or `pytorch_model.bin`.
 
-- "gpt2" -> `GPT2LMHeadModel`: the same block. Its `Conv1D` layers keep weights [in, out], the
-  transpose of `nn.Linear`'s; `c_attn` is [query | key | value]; `activation_function="gelu"` is the
-  exact (erf) GELU gptwatch uses by default, `"gelu_new"` GPT-2's tanh approximation (`activation=
-  "gelu_tanh"`); biases gptwatch has not are zeros.
-- "modern" -> `Qwen3ForCausalLM` (bias=False only; `formats.parts`): RMSNorm and QK-norm with their
-  weights at 1 and float32's eps (what gptwatch's parameter-free `F.rms_norm` uses), rotary base 10000,
-  and two exact rewritings:
-  - gptwatch rotates interleaved pairs (x[2i], x[2i+1]); Qwen3 rotates halves (x[i], x[i + D/2]).
-    Reordering the rows of W_query and W_key inside each head as [0, 2, 4, ..., 1, 3, 5, ...] turns
-    one into the other; q·k and the per-head RMS norm do not change under the same reordering of
-    both, and values are untouched.
+Reading (`read_folder`) takes GPT-2-family models, without running any code from the folder: the config is
+JSON, the weights a safetensors file (tensors only, by design) or a PyTorch archive read with
+`torch.load(weights_only=True)`. What a `GPT2Config` becomes, and what is refused because gptwatch's model
+would compute something else:
+
+| GPT2Config | gptwatch |
+|---|---|
+| `n_layer`, `n_head`, `n_embd`, `vocab_size` | the same |
+| `n_positions` | `block_size` |
+| `activation_function` `gelu_new` or `gelu_pytorch_tanh` / `gelu` | `activation="gelu_tanh"` / `"gelu"` |
+| biases in every layer (Conv1D, LayerNorm) | `bias=True`, `qkv_bias=True` |
+| `n_inner` None or 4 x `n_embd`, `layer_norm_epsilon` 1e-5, a tied head | what gptwatch computes |
+
+Refused by name: `scale_attn_by_inverse_layer_idx`, `reorder_and_upcast_attn`, `add_cross_attention`, no
+`scale_attn_weights`, any other activation, epsilon or `n_inner`, an untied head, any other model class. The
+vocabulary is GPT-2's BPE as it is (`FullGPT2Tokenizer`); a model with more rows than its 50,257 has padding
+rows, never sampled. A folder that gptwatch's own `--export hf` wrote names its tokenizer in
+`gptwatch_export.json`, which is used instead.
+
+Writing (`to_hf_model`) gives a standard class computing the same function, so the folder loads with
+`AutoModelForCausalLM.from_pretrained(folder)`, offline and with no `trust_remote_code`; the weights go through
+the same tables as reading (formats/layout.py):
+
+- "gpt2" -> `GPT2LMHeadModel`: the same block, weights in GPT-2's layout; `activation_function="gelu"` is the
+  exact (erf) GELU gptwatch uses by default, `"gelu_new"` GPT-2's tanh approximation; biases gptwatch has not
+  are zeros.
+- "modern" -> `Qwen3ForCausalLM` (bias=False only; formats/export.py): RMSNorm and QK-norm with their weights at
+  1 and float32's eps (what gptwatch's parameter-free `F.rms_norm` uses), rotary base 10000, and two exact
+  rewritings:
+  - gptwatch rotates interleaved pairs (x[2i], x[2i+1]); Qwen3 rotates halves (x[i], x[i + D/2]). Reordering
+    the rows of W_query and W_key inside each head as [0, 2, 4, ..., 1, 3, 5, ...] turns one into the other;
+    q·k and the per-head RMS norm do not change under the same reordering of both, and values are untouched.
   - ReLU² in Qwen3's gated MLP, down(act(gate·x) * up·x): with gate = up = c_fc and `hidden_act="relu"`,
     relu(h) * h is h² where h > 0 and 0 elsewhere: relu(h)² exactly.
 
-Blocks of attention alone (`attn_only`) keep both classes' MLP, with every weight and bias of it 0: its
-output is then exactly 0 (GPT-2's c_proj(gelu(0)) + 0, Qwen3's down(relu(0) * 0)), whatever its norm gives it,
-and that norm's weight is 1 (its bias 0), so it stays finite.
+Blocks of attention alone (`attn_only`) keep both classes' MLP, with every weight and bias of it 0: its output
+is then exactly 0, whatever its norm gives it, and that norm's weight is 1 (its bias 0), so it stays finite.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
 import torch
-import torch.nn as nn
 
 import formats.optional as optional
+from data.tokenizer import FullGPT2Tokenizer, Tokenizer, TokenizerMetaError, tokenizer_from_meta
+from files import NotParsed, parse_json, read_text
+from formats.checkpoint import CheckpointError, read_torch
+from formats.layout import Reader, gpt2_layout, qwen3_layout, read_weights, written
 from formats.parts import RMS_EPS, check_supported
 from model.attention import ROTARY_BASE
 from model.config import GPTConfig
 from model.gpt import GPT, LN_EPS
 
+CONFIG = "config.json"
+WEIGHTS = ("model.safetensors", "pytorch_model.bin")   # the first present is read
+EXPORT_MARKER = "gptwatch_export.json"                 # written by `sample.py --export hf` (formats/export.py)
+READ_CLASSES = ("GPT2LMHeadModel", "GPT2Model")        # GPT2Model: the same weights, the head tied to them
+ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu"}
+
+# GPT2Config's options that change the function, each with the only value gptwatch computes (GPT2Config's
+# default, used where config.json leaves it out) and what another value would mean.
+FIXED_OPTIONS = {
+    "scale_attn_by_inverse_layer_idx": (False, "attention scores also divided by the layer's number"),
+    "reorder_and_upcast_attn": (False, "attention scores computed in another order and precision"),
+    "scale_attn_weights": (True, "attention scores not divided by the square root of the head size"),
+    "add_cross_attention": (False, "cross-attention to an encoder"),
+    "tie_word_embeddings": (True, "an output head of its own, not the token table"),
+    "layer_norm_epsilon": (LN_EPS, "another epsilon in every LayerNorm"),
+}
+SIZES = {"n_layer": 12, "n_head": 12, "n_embd": 768, "vocab_size": 50257, "n_positions": 1024}  # GPT2Config's
+
+
 GPT2_ACTIVATIONS = {"gelu": "gelu", "gelu_tanh": "gelu_new"}   # gptwatch's activation -> GPT2Config's
 
+
+def read_hf_config(folder: Path) -> dict:
+    """config.json as a dict; `CheckpointError` for one that cannot be read or is not a JSON object."""
+    path = folder / CONFIG
+    text = read_text(path, "Hugging Face config", "give a folder that save_pretrained wrote", CheckpointError)
+    try:
+        config = parse_json(text)
+    except NotParsed as exc:
+        raise CheckpointError(f"{path} is not valid JSON ({exc}); use the config.json save_pretrained wrote") \
+            from None
+    if not isinstance(config, dict):
+        raise CheckpointError(f"{path} is not a JSON object; use the config.json save_pretrained wrote")
+    return config
+
+
+def gpt_config(hf: dict, where: Path) -> GPTConfig:
+    """The gptwatch config computing what a model of the GPT2Config `hf` computes; `CheckpointError` naming
+    the class or the option that it cannot compute."""
+    classes = hf.get("architectures") or []
+    model_type = hf.get("model_type")
+    if model_type != "gpt2" or not isinstance(classes, list) or not set(classes) <= set(READ_CLASSES):
+        found = ", ".join(map(str, classes)) if isinstance(classes, list) and classes else f"model_type {model_type!r}"
+        raise CheckpointError(f"{where} describes a {found}, not a GPT-2-family model; gptwatch reads only "
+                                f"GPT-2-family models ({READ_CLASSES[0]}) and nanoGPT checkpoints")
+    for key, (value, meaning) in FIXED_OPTIONS.items():
+        if hf.get(key, value) != value:
+            _refuse(where, key, hf[key], meaning, f"{key}={json.dumps(value)}")
+    sizes = {key: hf.get(key, default) for key, default in SIZES.items()}
+    for key, value in sizes.items():
+        if type(value) is not int or value <= 0:
+            raise CheckpointError(f"{where}: {key} is {json.dumps(value)}, not a positive integer; use the "
+                                    f"config.json save_pretrained wrote")
+    activation = hf.get("activation_function", "gelu_new")
+    if activation not in ACTIVATIONS:
+        names = [json.dumps(name) for name in ACTIVATIONS]
+        _refuse(where, "activation_function", activation, "another activation",
+                f"activation_function {', '.join(names[:-1])} or {names[-1]}")
+    try:
+        config = GPTConfig(vocab_size=sizes["vocab_size"], block_size=sizes["n_positions"], n_layer=sizes["n_layer"],
+                           n_head=sizes["n_head"], n_embd=sizes["n_embd"], bias=True, qkv_bias=True,
+                           activation=ACTIVATIONS[activation])
+    except ValueError as exc:
+        raise CheckpointError(f"{where} describes no model gptwatch can build ({exc})") from None
+    if hf.get("n_inner") not in (None, config.mlp_width):
+        _refuse(where, "n_inner", hf["n_inner"], "an MLP of another width than 4 x n_embd",
+                f"n_inner={config.mlp_width}")
+    return config
+
+
+def _refuse(where: Path, key: str, value: object, meaning: str, read: str) -> None:
+    raise CheckpointError(f"{where} sets {key}={json.dumps(value)} ({meaning}), which gptwatch's model does not "
+                            f"compute; only models with {read} are read")
+
+
+def folder_tokenizer(folder: Path, config: GPTConfig) -> Tokenizer:
+    """The folder's vocabulary: the one gptwatch's export recorded, else GPT-2's BPE as it is."""
+    marker = folder / EXPORT_MARKER
+    if marker.is_file():
+        try:
+            record = parse_json(read_text(marker, "export record", "export the model again", CheckpointError))
+            return tokenizer_from_meta(record.get("tokenizer"))
+        except (NotParsed, AttributeError, TokenizerMetaError) as exc:
+            raise CheckpointError(f"{marker} does not describe the tokenizer of the export ({exc}); remove it to "
+                                    f"read the folder with GPT-2's BPE, or export again") from None
+    tokenizer = FullGPT2Tokenizer()
+    if config.vocab_size < tokenizer.vocab_size:
+        raise CheckpointError(f"{folder}: its model has {config.vocab_size:,} token rows, fewer than the "
+                                f"{tokenizer.vocab_size:,} of GPT-2's BPE, and no tokenizer gptwatch reads is "
+                                f"named; only models over GPT-2's BPE (or gptwatch's own exports) are read")
+    return tokenizer
+
+
+def weights_path(folder: Path) -> Path:
+    for name in WEIGHTS:
+        if (folder / name).is_file():
+            return folder / name
+    sharded = " (sharded weights, *.index.json, are not read)" if any(folder.glob("*.index.json")) else ""
+    raise CheckpointError(f"{folder} has {CONFIG} but neither {' nor '.join(WEIGHTS)}{sharded}; give the folder "
+                            f"save_pretrained wrote, with its weights")
+
+
+@contextmanager
+def open_weights(path: Path) -> Iterator[tuple[dict[str, tuple[int, ...]], Reader]]:
+    """({name in the file: shape}, read(name) -> tensor) for a safetensors or PyTorch weights file, the
+    shapes known before any tensor is read."""
+    if path.suffix == ".safetensors":
+        safetensors = optional.safetensors()
+        try:
+            with safetensors.safe_open(str(path), framework="pt") as handle:
+                yield {name: tuple(handle.get_slice(name).get_shape()) for name in handle.keys()}, handle.get_tensor
+        except (safetensors.SafetensorError, OSError) as exc:
+            raise CheckpointError(f"{path} is not a readable safetensors file ({' '.join(str(exc).split())[:120]});"
+                                    f" use an intact copy") from None
+        return
+    state = read_torch(path, "PyTorch file")
+    if not isinstance(state, dict) or not all(isinstance(t, torch.Tensor) for t in state.values()):
+        raise CheckpointError(f"{path} is not a state dict (named tensors); use the file save_pretrained wrote")
+    yield {name: tuple(t.shape) for name, t in state.items()}, state.__getitem__
+
+
+def read_folder(folder: Path, hub: str | None) -> tuple[GPTConfig, Tokenizer, Callable, dict]:
+    """A GPT-2-family folder: (its gptwatch config, its tokenizer, weights(config) -> gptwatch's state dict, what
+    was read). The weights are read last, once the model is known to fit (formats/sources.py)."""
+    hf = read_hf_config(folder)
+    config = gpt_config(hf, folder / CONFIG)
+    path = weights_path(folder)
+
+    def weights(config: GPTConfig) -> dict[str, torch.Tensor]:
+        with open_weights(path) as (shapes, read):
+            return read_weights(shapes, read, config, conv1d=True, where=str(path))
+
+    source = {"format": "huggingface", "path": str(folder), "hub": hub, "weights": path.name,
+              "class": (hf.get("architectures") or ["GPT2LMHeadModel"])[0]}
+    return config, folder_tokenizer(folder, config), weights, source
+
+
+# --- writing a folder -----------------------------------------------------------------------------------------
 
 def hf_config(config: GPTConfig, eos_token_id: int | None = None):
     """The transformers config of the class standing for `config`'s architecture."""
@@ -54,74 +217,6 @@ def hf_config(config: GPTConfig, eos_token_id: int | None = None):
         resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, **special)
 
 
-def _or_zeros(t: torch.Tensor | None, n: int) -> torch.Tensor:
-    return t if t is not None else torch.zeros(n)
-
-
-def gpt2_weights(model: GPT) -> dict[str, torch.Tensor]:
-    """GPT2LMHeadModel's weights (the tied lm_head left to its embedding) from a "gpt2" model."""
-    E = model.config.n_embd
-    weights = {"transformer.wte.weight": model.wte.weight, "transformer.wpe.weight": model.wpe.weight,
-               "transformer.ln_f.weight": model.ln_f.weight, "transformer.ln_f.bias": _or_zeros(model.ln_f.bias, E)}
-    for n, block in enumerate(model.blocks):
-        attn, p = block.attn, f"transformer.h.{n}."
-        weights.update({
-            p + "ln_1.weight": block.ln_1.weight, p + "ln_1.bias": _or_zeros(block.ln_1.bias, E),
-            p + "attn.c_attn.weight": attn.fused_projection().t(),
-            p + "attn.c_attn.bias": _or_zeros(attn.fused_bias(), 3 * E),
-            p + "attn.c_proj.weight": attn.out_proj.weight.t(),
-            p + "attn.c_proj.bias": _or_zeros(attn.out_proj.bias, E),
-        })
-        weights.update({p + name: t for name, t in _gpt2_mlp(block, model.config).items()})
-    return weights
-
-
-def _gpt2_mlp(block: nn.Module, config: GPTConfig) -> dict[str, torch.Tensor]:
-    """A block's ln_2 and MLP in GPT2LMHeadModel's names. A block of attention alone has neither: its MLP's
-    weights and biases are then 0, so it adds exactly 0, and ln_2's weight 1, so what it reads stays finite."""
-    E, M = config.n_embd, config.mlp_width
-    if block.mlp is None:
-        return {"ln_2.weight": torch.ones(E), "ln_2.bias": torch.zeros(E),
-                "mlp.c_fc.weight": torch.zeros(E, M), "mlp.c_fc.bias": torch.zeros(M),
-                "mlp.c_proj.weight": torch.zeros(M, E), "mlp.c_proj.bias": torch.zeros(E)}
-    mlp = block.mlp
-    return {"ln_2.weight": block.ln_2.weight, "ln_2.bias": _or_zeros(block.ln_2.bias, E),
-            "mlp.c_fc.weight": mlp.c_fc.weight.t(), "mlp.c_fc.bias": _or_zeros(mlp.c_fc.bias, M),
-            "mlp.c_proj.weight": mlp.c_proj.weight.t(), "mlp.c_proj.bias": _or_zeros(mlp.c_proj.bias, E)}
-
-
-def halves_order(head_dim: int) -> torch.Tensor:
-    """[0, 2, 4, ..., 1, 3, 5, ...]: the rows of a head's query or key that make Qwen3's rotation of
-    halves rotate gptwatch's interleaved pairs."""
-    return torch.cat((torch.arange(0, head_dim, 2), torch.arange(1, head_dim, 2)))
-
-
-def qwen3_weights(model: GPT) -> dict[str, torch.Tensor]:
-    """Qwen3ForCausalLM's weights (the tied lm_head left to its embedding) from a "modern" model without biases."""
-    cfg = model.config
-    H, D, E = cfg.n_head, cfg.head_dim, cfg.n_embd
-    order = halves_order(D)
-
-    def rotated_rows(weight: torch.Tensor) -> torch.Tensor:
-        return weight.reshape(H, D, E)[:, order].reshape(H * D, E)
-
-    weights = {"model.embed_tokens.weight": model.wte.weight, "model.norm.weight": torch.ones(E)}
-    for n, block in enumerate(model.blocks):
-        attn, p = block.attn, f"model.layers.{n}."
-        # Attention alone: an MLP of zeros adds exactly 0 (and post_attention_layernorm is weight 1 anyway).
-        fc = block.mlp.c_fc.weight if block.mlp is not None else torch.zeros(cfg.mlp_width, E)
-        proj = block.mlp.c_proj.weight if block.mlp is not None else torch.zeros(E, cfg.mlp_width)
-        weights.update({
-            p + "input_layernorm.weight": torch.ones(E), p + "post_attention_layernorm.weight": torch.ones(E),
-            p + "self_attn.q_proj.weight": rotated_rows(attn.W_query.weight),
-            p + "self_attn.k_proj.weight": rotated_rows(attn.W_key.weight),
-            p + "self_attn.v_proj.weight": attn.W_value.weight, p + "self_attn.o_proj.weight": attn.out_proj.weight,
-            p + "self_attn.q_norm.weight": torch.ones(D), p + "self_attn.k_norm.weight": torch.ones(D),
-            p + "mlp.gate_proj.weight": fc, p + "mlp.up_proj.weight": fc, p + "mlp.down_proj.weight": proj,
-        })
-    return weights
-
-
 def to_hf_model(model: GPT, eos_token_id: int | None = None):
     """A transformers model (GPT2LMHeadModel or Qwen3ForCausalLM) computing what `model` computes, on the
     CPU in float32. Raises `Unsupported` naming the part for a model no standard class holds exactly."""
@@ -130,8 +225,9 @@ def to_hf_model(model: GPT, eos_token_id: int | None = None):
     config = hf_config(model.config, eos_token_id)
     cls = transformers.Qwen3ForCausalLM if model.config.modern else transformers.GPT2LMHeadModel
     hf = cls(config)
-    weights = qwen3_weights(model) if model.config.modern else gpt2_weights(model)
-    weights = {name: t.detach().float().cpu().contiguous().clone() for name, t in weights.items()}
+    rows = qwen3_layout(model.config) if model.config.modern else gpt2_layout(model.config)
+    weights = {name: t.detach().float().cpu().contiguous().clone() for name, t in
+               written(rows, model.state_dict()).items()}
     missing, unexpected = hf.load_state_dict(weights, strict=False)
     if unexpected or set(missing) != {"lm_head.weight"}:
         raise RuntimeError(f"{cls.__name__} of this transformers version does not fit gptwatch's weights (missing "

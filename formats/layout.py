@@ -1,44 +1,217 @@
-"""GPT-2's weight layout, which Hugging Face's GPT2LMHeadModel and nanoGPT's model.py share, read into
-gptwatch's names: what a file of it must hold for a model of a given config (checked by name and shape
-before anything is allocated), whether the model fits in memory, and how each tensor becomes gptwatch's.
+"""Where gptwatch's weights stand in another library's layout: one table per layout, read both ways.
 
-Both name the blocks `transformer.h.{n}`, each with `ln_1`, `attn.c_attn` (query, key and value side by
-side), `attn.c_proj`, `ln_2`, `mlp.c_fc` and `mlp.c_proj`, then `transformer.ln_f`; the token table
-`transformer.wte` is also the output head. They differ in one thing: Hugging Face's `Conv1D` keeps a
-weight as [in, out], the transpose of the [out, in] of `nn.Linear`, which nanoGPT and gptwatch use.
+- `gpt2_layout`: GPT-2's, which Hugging Face's GPT2LMHeadModel and nanoGPT's model.py share. Both name the
+  blocks `transformer.h.{n}` (`ln_1`, `attn.c_attn` with query, key and value side by side, `attn.c_proj`,
+  `ln_2`, `mlp.c_fc`, `mlp.c_proj`), then `transformer.ln_f`; the token table `transformer.wte` is also the
+  output head. Hugging Face's `Conv1D` keeps a weight as [in, out], the transpose of `nn.Linear`'s [out, in],
+  which nanoGPT and gptwatch use (`conv1d`).
+- `qwen3_layout`: Hugging Face's Qwen3ForCausalLM, which holds the "modern" architecture exactly
+  (formats/huggingface.py says how).
+- `hooked_layout`: TransformerLens's HookedTransformer: W_Q, W_K, W_V per head [head, d_model, d_head], W_O
+  [head, d_head, d_model], the MLP and the unembedding [in, out].
 
-| file | gptwatch |
-|---|---|
-| `transformer.wte`, `transformer.wpe` | `wte`, `wpe` |
-| `transformer.h.{n}.ln_1`, `.ln_2` | `blocks.{n}.ln_1`, `.ln_2` |
-| `transformer.h.{n}.attn.c_attn` (thirds: query, key, value) | `blocks.{n}.attn.W_query`, `W_key`, `W_value` |
-| `transformer.h.{n}.attn.c_proj` | `blocks.{n}.attn.out_proj` |
-| `transformer.h.{n}.mlp.c_fc`, `.mlp.c_proj` | `blocks.{n}.mlp.c_fc`, `.mlp.c_proj` |
-| `transformer.ln_f` | `ln_f` |
+A table is a list of `Row`s: a tensor of the layout, the gptwatch tensors it is made of, `out` (gptwatch's
+tensors -> the layout's) and `back` (the layout's -> gptwatch's). A row made of no gptwatch tensor is a constant
+the layout needs and gptwatch has not (a zero bias, a norm's weight of 1): written, never read back. Exporting
+(`written`) and importing (`read_back`) use the same rows, so reading what was written gives the same weights
+(tests/test_formats.py checks it for each layout).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 import torch
 
-from cli import UserError
+from formats.checkpoint import CheckpointError
 from model.config import GPTConfig
 from model.gpt import GPT
-from model.memory import parameter_count, shortfall, size_text
 
 COMPILED_PREFIX = "_orig_mod."            # torch.compile's wrapper, in the names of a compiled model's state dict
 MASK_BUFFERS = (".attn.bias", ".attn.masked_bias")   # the causal mask some files carry: a constant, not a weight
 HEAD = "lm_head.weight"                   # the output head: the token table again, when tied
 TOKENS = "transformer.wte.weight"
-BYTES_PER_PARAMETER = 4                   # float32, as gptwatch runs an imported model
+
+Reader = Callable[[str], torch.Tensor]
 
 
-class ForeignModelError(UserError):
-    """A model from elsewhere (a Hugging Face folder or hub name, a nanoGPT checkpoint) that cannot be read
-    as one computing exactly the same function."""
+@dataclass(frozen=True)
+class Row:
+    """One tensor of a layout (`theirs`), made of gptwatch's tensors `ours` by `out`; `back` undoes `out` (None:
+    nothing to read back, a constant or a second copy of a tensor)."""
 
+    theirs: str
+    ours: tuple[str, ...]
+    out: Callable[..., torch.Tensor]
+    back: Callable[[torch.Tensor], tuple[torch.Tensor, ...]] | None = None
+
+
+def same(theirs: str, ours: str, transpose: bool = False) -> Row:
+    if transpose:
+        return Row(theirs, (ours,), lambda t: t.t(), lambda t: (t.t(),))
+    return Row(theirs, (ours,), lambda t: t, lambda t: (t,))
+
+
+def constant(theirs: str, value: float, *shape: int) -> Row:
+    return Row(theirs, (), lambda: torch.full(shape, float(value)))
+
+
+def joined(theirs: str, ours: tuple[str, ...], width: int, transpose: bool = False) -> Row:
+    """`ours` one after the other along the output dimension (query, key and value in one matrix)."""
+    def out(*parts: torch.Tensor) -> torch.Tensor:
+        return torch.cat(parts).t() if transpose else torch.cat(parts)
+
+    return Row(theirs, ours, out, lambda t: tuple((t.t() if transpose else t).split(width)))
+
+
+def written(rows: Iterable[Row], state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The layout's tensors, by name, from gptwatch's state dict."""
+    return {row.theirs: row.out(*(state[name] for name in row.ours)) for row in rows}
+
+
+def read_back(rows: Iterable[Row], read: Reader) -> dict[str, torch.Tensor]:
+    """gptwatch's tensors, by name, from the layout's (`read(name)`); constants, and a second copy written of a
+    tensor (a row without `back`), are not read."""
+    out = {}
+    for row in rows:
+        if row.back is not None:
+            out.update(zip(row.ours, row.back(read(row.theirs)), strict=True))
+    return out
+
+
+def expected_shapes(rows: Iterable[Row], config: GPTConfig) -> dict[str, tuple[int, ...]]:
+    """The shape of every tensor a file of this layout holds for a model of `config` (constants aside), from the
+    model's own shapes on the meta device, where nothing is allocated."""
+    with torch.device("meta"):
+        state = GPT(config).state_dict()
+    return {row.theirs: tuple(row.out(*(state[name] for name in row.ours)).shape) for row in rows if row.ours}
+
+
+# --- the layouts ---------------------------------------------------------------------------------------------
+
+def _bias(theirs: str, ours: str, present: bool, n: int) -> Row:
+    """A bias, or zeros where gptwatch has none."""
+    return same(theirs, ours) if present else constant(theirs, 0, n)
+
+
+def _norm(rows: list[Row], theirs: tuple[str, str], ours: str, config: GPTConfig, present: bool = True) -> None:
+    """A LayerNorm's weight and bias (theirs: its two names); a zero bias where gptwatch has none, and weight 1
+    and bias 0 where gptwatch has no norm at all (`present` False: an attention-only block's ln_2)."""
+    weight, bias = theirs
+    rows.append(same(weight, ours + ".weight") if present else constant(weight, 1, config.n_embd))
+    rows.append(_bias(bias, ours + ".bias", present and config.bias, config.n_embd))
+
+
+def _linear(rows: list[Row], theirs: str, ours: str | None, bias: bool, shape: tuple[int, int],
+            transpose: bool) -> None:
+    """A linear layer's weight (of `shape` [out, in] in gptwatch) and bias; zeros where gptwatch has none
+    (`ours` None: the MLP of an attention-only block)."""
+    n_out, n_in = shape
+    rows.append(same(theirs + ".weight", ours + ".weight", transpose) if ours else
+                constant(theirs + ".weight", 0, *((n_in, n_out) if transpose else shape)))
+    rows.append(_bias(theirs + ".bias", f"{ours}.bias", bool(ours) and bias, n_out))
+
+
+def gpt2_layout(config: GPTConfig, conv1d: bool = True) -> list[Row]:
+    """GPT-2's layout for a "gpt2" model of `config` (Conv1D weights [in, out] with `conv1d`, as Hugging Face
+    keeps them; nn.Linear's [out, in] without, as nanoGPT does)."""
+    E, M = config.n_embd, config.mlp_width
+    rows = [same(TOKENS, "wte.weight"), same("transformer.wpe.weight", "wpe.weight")]
+    for n in range(config.n_layer):
+        h, b = f"transformer.h.{n}.", f"blocks.{n}."
+        mlp = not config.attn_only
+        _norm(rows, (h + "ln_1.weight", h + "ln_1.bias"), b + "ln_1", config)
+        qkv = tuple(f"{b}attn.W_{part}" for part in ("query", "key", "value"))
+        rows.append(joined(h + "attn.c_attn.weight", tuple(p + ".weight" for p in qkv), E, conv1d))
+        rows.append(joined(h + "attn.c_attn.bias", tuple(p + ".bias" for p in qkv), E) if config.qkv_bias else
+                    constant(h + "attn.c_attn.bias", 0, 3 * E))
+        _linear(rows, h + "attn.c_proj", b + "attn.out_proj", config.bias, (E, E), conv1d)
+        _norm(rows, (h + "ln_2.weight", h + "ln_2.bias"), b + "ln_2", config, present=mlp)
+        _linear(rows, h + "mlp.c_fc", b + "mlp.c_fc" if mlp else None, config.bias, (M, E), conv1d)
+        _linear(rows, h + "mlp.c_proj", b + "mlp.c_proj" if mlp else None, config.bias, (E, M), conv1d)
+    _norm(rows, ("transformer.ln_f.weight", "transformer.ln_f.bias"), "ln_f", config)
+    return rows
+
+
+def halves_order(head_dim: int) -> torch.Tensor:
+    """[0, 2, 4, ..., 1, 3, 5, ...]: the rows of a head's query or key that make Qwen3's rotation of
+    halves rotate gptwatch's interleaved pairs."""
+    return torch.cat((torch.arange(0, head_dim, 2), torch.arange(1, head_dim, 2)))
+
+
+def qwen3_layout(config: GPTConfig) -> list[Row]:
+    """Qwen3ForCausalLM's layout for a "modern" model of `config` without biases (its tied lm_head left to the
+    embedding): norms of weight 1, the query and key rows of each head in `halves_order`, and the gated MLP with
+    gate = up = c_fc (zeros for a block of attention alone)."""
+    H, D, E, M = config.n_head, config.head_dim, config.n_embd, config.mlp_width
+    order = halves_order(D)
+    undo = torch.argsort(order)
+
+    def rotated(theirs: str, ours: str) -> Row:
+        return Row(theirs, (ours,), lambda w: w.reshape(H, D, E)[:, order].reshape(H * D, E),
+                   lambda w: (w.reshape(H, D, E)[:, undo].reshape(H * D, E),))
+
+    rows = [same("model.embed_tokens.weight", "wte.weight"), constant("model.norm.weight", 1, E)]
+    for n in range(config.n_layer):
+        p, b = f"model.layers.{n}.", f"blocks.{n}."
+        rows += [constant(p + "input_layernorm.weight", 1, E), constant(p + "post_attention_layernorm.weight", 1, E),
+                 rotated(p + "self_attn.q_proj.weight", b + "attn.W_query.weight"),
+                 rotated(p + "self_attn.k_proj.weight", b + "attn.W_key.weight"),
+                 same(p + "self_attn.v_proj.weight", b + "attn.W_value.weight"),
+                 same(p + "self_attn.o_proj.weight", b + "attn.out_proj.weight"),
+                 constant(p + "self_attn.q_norm.weight", 1, D), constant(p + "self_attn.k_norm.weight", 1, D)]
+        if config.attn_only:   # an MLP of zeros adds exactly 0
+            rows += [constant(p + f"mlp.{name}.weight", 0, *shape) for name, shape in
+                     (("gate_proj", (M, E)), ("up_proj", (M, E)), ("down_proj", (E, M)))]
+        else:   # gate and up are both c_fc: reading back takes it from up_proj
+            rows += [Row(p + "mlp.gate_proj.weight", (b + "mlp.c_fc.weight",), lambda w: w),
+                     same(p + "mlp.up_proj.weight", b + "mlp.c_fc.weight"),
+                     same(p + "mlp.down_proj.weight", b + "mlp.c_proj.weight")]
+    return rows
+
+
+def hooked_layout(config: GPTConfig) -> list[Row]:
+    """TransformerLens's layout for a model of `config`: every parameter of the HookedTransformer, zeros for the
+    biases gptwatch has not and ones for the QK-norm's weights (gptwatch's is weight-free)."""
+    H, D, E, M, V = config.n_head, config.head_dim, config.n_embd, config.mlp_width, config.vocab_size
+
+    def per_head(theirs: str, ours: str) -> Row:   # [H*D, E] -> [H, E, D]
+        return Row(theirs, (ours,), lambda w: w.reshape(H, D, E).transpose(1, 2),
+                   lambda w: (w.transpose(1, 2).reshape(H * D, E),))
+
+    def head_bias(theirs: str, ours: str, present: bool) -> Row:
+        return Row(theirs, (ours,), lambda b: b.reshape(H, D), lambda b: (b.reshape(H * D),)) if present else \
+            constant(theirs, 0, H, D)
+
+    rows = [same("embed.W_E", "wte.weight"), same("unembed.W_U", "wte.weight", transpose=True),
+            constant("unembed.b_U", 0, V)]
+    if not config.modern:
+        rows.append(same("pos_embed.W_pos", "wpe.weight"))
+        _norm(rows, ("ln_final.w", "ln_final.b"), "ln_f", config)
+    for n in range(config.n_layer):
+        p, b = f"blocks.{n}.", f"blocks.{n}."
+        for letter, name in (("Q", "W_query"), ("K", "W_key"), ("V", "W_value")):
+            rows += [per_head(f"{p}attn.W_{letter}", f"{b}attn.{name}.weight"),
+                     head_bias(f"{p}attn.b_{letter}", f"{b}attn.{name}.bias", config.qkv_bias)]
+        rows.append(Row(p + "attn.W_O", (b + "attn.out_proj.weight",), lambda w: w.t().reshape(H, D, E),
+                        lambda w: (w.reshape(H * D, E).t(),)))
+        rows.append(_bias(p + "attn.b_O", b + "attn.out_proj.bias", config.bias, E))
+        if not config.attn_only:   # an attention-only block has neither the MLP nor ln2
+            rows += [same(p + "mlp.W_in", b + "mlp.c_fc.weight", transpose=True),
+                     _bias(p + "mlp.b_in", b + "mlp.c_fc.bias", config.bias, M),
+                     same(p + "mlp.W_out", b + "mlp.c_proj.weight", transpose=True),
+                     _bias(p + "mlp.b_out", b + "mlp.c_proj.bias", config.bias, E)]
+        if config.modern:
+            rows += [constant(p + "attn.q_norm.w", 1, D), constant(p + "attn.k_norm.w", 1, D)]
+        else:
+            _norm(rows, (p + "ln1.w", p + "ln1.b"), b + "ln_1", config)
+            if not config.attn_only:
+                _norm(rows, (p + "ln2.w", p + "ln2.b"), b + "ln_2", config)
+    return rows
+
+
+# --- reading a file of GPT-2's layout ------------------------------------------------------------------------
 
 def layout_names(names: Iterable[str]) -> dict[str, str]:
     """{layout name: name in the file} for a file's tensors: torch.compile's `_orig_mod.` prefix dropped, the
@@ -50,33 +223,8 @@ def layout_names(names: Iterable[str]) -> dict[str, str]:
             if name != HEAD and not name.endswith(MASK_BUFFERS)}
 
 
-def expected_shapes(config: GPTConfig, conv1d: bool) -> dict[str, tuple[int, ...]]:
-    """Every tensor a file of this layout holds for a model of `config`, by name, with its shape there."""
-    E, P, M = config.n_embd, config.block_size, config.mlp_width
-
-    def linear(n_in: int, n_out: int) -> tuple[int, int]:
-        return (n_in, n_out) if conv1d else (n_out, n_in)
-
-    shapes = {TOKENS: (config.vocab_size, E), "transformer.wpe.weight": (P, E)}
-    norms = ["transformer.ln_f"]
-    for n in range(config.n_layer):
-        p = f"transformer.h.{n}."
-        norms += [p + "ln_1", p + "ln_2"]
-        shapes.update({p + "attn.c_attn.weight": linear(E, 3 * E), p + "attn.c_proj.weight": linear(E, E),
-                       p + "mlp.c_fc.weight": linear(E, M), p + "mlp.c_proj.weight": linear(M, E)})
-        if config.qkv_bias:
-            shapes[p + "attn.c_attn.bias"] = (3 * E,)
-        if config.bias:
-            shapes.update({p + "attn.c_proj.bias": (E,), p + "mlp.c_fc.bias": (M,), p + "mlp.c_proj.bias": (E,)})
-    for norm in norms:
-        shapes[norm + ".weight"] = (E,)
-        if config.bias:
-            shapes[norm + ".bias"] = (E,)
-    return shapes
-
-
 def check_tensors(found: dict[str, tuple[int, ...]], expected: dict[str, tuple[int, ...]], where: str) -> None:
-    """A `ForeignModelError` naming the tensors missing from `found`, those it has beyond `expected`, and those
+    """A `CheckpointError` naming the tensors missing from `found`, those it has beyond `expected`, and those
     of another shape (up to three of each), in one line."""
     def some(names: list[str]) -> str:
         return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
@@ -88,8 +236,8 @@ def check_tensors(found: dict[str, tuple[int, ...]], expected: dict[str, tuple[i
     problems = [f"{what} {some(names)}" for what, names in
                 (("missing", missing), ("unexpected", unexpected), ("of another shape:", reshaped)) if names]
     if problems:
-        raise ForeignModelError(f"{where} does not hold the weights its own config describes ({'; '.join(problems)}); "
-                                f"it is damaged or was edited: use the file as it was saved")
+        raise CheckpointError(f"{where} does not hold the weights its own config describes ({'; '.join(problems)}); "
+                              f"it is damaged or was edited: use the file as it was saved")
 
 
 def _in_order(name: str) -> tuple:
@@ -97,7 +245,7 @@ def _in_order(name: str) -> tuple:
     return tuple(int(part) if part.isdigit() else part for part in name.split("."))
 
 
-def check_tied(read: Callable[[str], torch.Tensor], names: Iterable[str], where: str) -> None:
+def check_tied(read: Reader, names: Iterable[str], where: str) -> None:
     """A file that also holds the output head must hold the token table there: gptwatch ties them."""
     head = next((n for n in names if n.removeprefix(COMPILED_PREFIX) == HEAD), None)
     tokens = next((n for n in names if n.removeprefix(COMPILED_PREFIX).removeprefix("transformer.") == "wte.weight"),
@@ -106,74 +254,29 @@ def check_tied(read: Callable[[str], torch.Tensor], names: Iterable[str], where:
         return
     a, b = read(head), read(tokens)
     if a.shape != b.shape or not torch.equal(a, b):
-        raise ForeignModelError(f"{where} has an output head ({HEAD}) that is not its token table ({TOKENS}); "
-                                f"gptwatch ties the two, so it cannot compute this model: only models with a tied "
-                                f"head are read")
-
-
-def check_fits(config: GPTConfig, what: str, device: torch.device) -> None:
-    """Refuses, before anything is downloaded or allocated, a model whose weights alone (float32) exceed the
-    memory free here: on the CPU, where it is read, and on `device`, where it runs."""
-    n = parameter_count(config)
-    need = n * BYTES_PER_PARAMETER
-    for where in dict.fromkeys((torch.device("cpu"), device)):
-        free = shortfall(need, where)
-        if free is not None:
-            raise ForeignModelError(f"{what} has {n:,} parameters, which need at least {size_text(need)} of memory "
-                                    f"(float32), and {size_text(free)} is free on {where.type}; use a smaller model, "
-                                    f"or a machine with more memory")
-
-
-Reader = Callable[[str], torch.Tensor]
+        raise CheckpointError(f"{where} has an output head ({HEAD}) that is not its token table ({TOKENS}); "
+                              f"gptwatch ties the two, so it cannot compute this model: only models with a tied "
+                              f"head are read")
 
 
 def read_weights(shapes: dict[str, tuple[int, ...]], read: Reader, config: GPTConfig, conv1d: bool,
                  where: str) -> dict[str, torch.Tensor]:
-    """gptwatch's state dict for a model of `config` from a file of this layout (`shapes` {name in the file:
+    """gptwatch's state dict for a model of `config` from a file of GPT-2's layout (`shapes` {name in the file:
     shape}, `read(name in the file)` -> tensor), once every name and shape is checked."""
     names = layout_names(shapes)
-    check_tensors({name: shapes[original] for name, original in names.items()}, expected_shapes(config, conv1d),
-                  where)
+    rows = gpt2_layout(config, conv1d)
+    check_tensors({name: shapes[original] for name, original in names.items()}, expected_shapes(rows, config), where)
     check_tied(read, shapes, where)
 
     def tensor(name: str) -> torch.Tensor:
         value = read(names[name])
         if not value.is_floating_point():
-            raise ForeignModelError(f"{where}: {name} holds {value.dtype} values, not floating-point weights; it is "
-                                    f"damaged or was edited: use the file as it was saved")
+            raise CheckpointError(f"{where}: {name} holds {value.dtype} values, not floating-point weights; it is "
+                                  f"damaged or was edited: use the file as it was saved")
         return value.float()
 
-    return gptwatch_weights(tensor, config, conv1d)
-
-
-def gptwatch_weights(read: Reader, config: GPTConfig, conv1d: bool) -> dict[str, torch.Tensor]:
-    """gptwatch's state dict for a model of `config` from the layout's tensors (`read(layout name)`)."""
-    def linear(name: str) -> torch.Tensor:
-        return read(name).t() if conv1d else read(name)
-
-    E = config.n_embd
-    tokens = read(TOKENS)
-    weights = {"wte.weight": tokens, "lm_head.weight": tokens,
-               "wpe.weight": read("transformer.wpe.weight")}
-    renamed = {"ln_1": "ln_1", "ln_2": "ln_2", "attn.c_proj": "attn.out_proj", "mlp.c_fc": "mlp.c_fc",
-               "mlp.c_proj": "mlp.c_proj"}
-    for n in range(config.n_layer):
-        src, dst = f"transformer.h.{n}.", f"blocks.{n}."
-        query, key, value = linear(src + "attn.c_attn.weight").split(E, dim=0)
-        weights.update({dst + "attn.W_query.weight": query, dst + "attn.W_key.weight": key,
-                        dst + "attn.W_value.weight": value})
-        if config.qkv_bias:
-            query, key, value = read(src + "attn.c_attn.bias").split(E)
-            weights.update({dst + "attn.W_query.bias": query, dst + "attn.W_key.bias": key,
-                            dst + "attn.W_value.bias": value})
-        for theirs, ours in renamed.items():
-            weights[dst + ours + ".weight"] = read(src + theirs + ".weight") if "ln" in theirs else \
-                linear(src + theirs + ".weight")
-            if config.bias:
-                weights[dst + ours + ".bias"] = read(src + theirs + ".bias")
-    weights["ln_f.weight"] = read("transformer.ln_f.weight")
-    if config.bias:
-        weights["ln_f.bias"] = read("transformer.ln_f.bias")
+    weights = read_back(rows, tensor)
+    weights[HEAD] = weights["wte.weight"]
     return weights
 
 

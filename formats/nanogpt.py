@@ -2,13 +2,13 @@
 best_val_loss, config}), with the character vocabulary of its `meta.pkl` when it has one, read into a
 gptwatch model that computes the same function.
 
-- Read with `torch.load(weights_only=True)` (`formats.torchfile`): nanoGPT saves only tensors and plain
+- Read with `torch.load(weights_only=True)` (`formats.checkpoint.read_torch`): nanoGPT saves only tensors and plain
   values (its `config` is the run's settings: strings, numbers, booleans), so nothing in it has to run.
 - `model_args` -> `GPTConfig`: n_layer, n_head, n_embd, block_size and vocab_size as they are; `bias` puts
   biases everywhere, the query/key/value projection included (`qkv_bias`); nanoGPT's MLP uses the exact
   GELU (`nn.GELU()`), as gptwatch's does. Dropout only acts in training, which sets its own.
 - `model`: torch.compile's `_orig_mod.` prefix dropped, the causal-mask buffers (`attn.bias`) of checkpoints
-  from before PyTorch 2 ignored; the rest is GPT-2's layout with `nn.Linear` weights (`formats.layout`).
+  from before PyTorch 2 ignored; the rest is GPT-2's layout with `nn.Linear` weights (formats/layout.py).
 - Vocabulary: `meta.pkl` beside the checkpoint, or where nanoGPT's sample.py finds it,
   `<parent of out_dir>/data/<dataset>/meta.pkl`, read by an unpickler that builds only dicts, strings and
   numbers, so a meta.pkl holding anything else is refused without running it. Without one, GPT-2's BPE as
@@ -19,13 +19,15 @@ from __future__ import annotations
 
 import io
 import pickle
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
 from data.tokenizer import CharTokenizer, FullGPT2Tokenizer, Tokenizer, TokenizerMetaError
 from files import read_bytes
-from formats.layout import ForeignModelError
+from formats.checkpoint import CheckpointError
+from formats.layout import read_weights
 from model.config import GPTConfig
 
 META = "meta.pkl"
@@ -43,19 +45,19 @@ def nanogpt_config(checkpoint: dict, where: Path) -> GPTConfig:
     """The gptwatch config of the model a nanoGPT checkpoint's `model_args` describe."""
     args = checkpoint["model_args"]
     if not isinstance(args, dict):
-        raise ForeignModelError(f"{where}: its model_args is not a dict of the model's sizes; use the ckpt.pt "
+        raise CheckpointError(f"{where}: its model_args is not a dict of the model's sizes; use the ckpt.pt "
                                 f"nanoGPT's train.py wrote")
     for key in SIZES:
         if type(args.get(key)) is not int or args[key] <= 0:
-            raise ForeignModelError(f"{where}: its model_args has no positive integer {key!r} (found "
+            raise CheckpointError(f"{where}: its model_args has no positive integer {key!r} (found "
                                     f"{args.get(key)!r}); use the ckpt.pt nanoGPT's train.py wrote")
     if not isinstance(args.get("bias"), bool):
-        raise ForeignModelError(f"{where}: its model_args has no 'bias' (true or false); use the ckpt.pt nanoGPT's "
+        raise CheckpointError(f"{where}: its model_args has no 'bias' (true or false); use the ckpt.pt nanoGPT's "
                                 f"train.py wrote")
     try:
         return GPTConfig(**{key: args[key] for key in SIZES}, bias=args["bias"], qkv_bias=args["bias"])
     except ValueError as exc:
-        raise ForeignModelError(f"{where} describes no model gptwatch can build ({exc})") from None
+        raise CheckpointError(f"{where} describes no model gptwatch can build ({exc})") from None
 
 
 def meta_places(path: Path, checkpoint: dict) -> list[Path]:
@@ -76,13 +78,13 @@ def nanogpt_tokenizer(path: Path, checkpoint: dict, config: GPTConfig) -> tuple[
     if meta is not None:
         tokenizer = read_meta(meta)
         if tokenizer.vocab_size != config.vocab_size:
-            raise ForeignModelError(f"{meta} holds {tokenizer.vocab_size:,} characters, but the model in {path} has "
+            raise CheckpointError(f"{meta} holds {tokenizer.vocab_size:,} characters, but the model in {path} has "
                                     f"{config.vocab_size:,} token rows: it is the vocabulary of another dataset; "
                                     f"put the meta.pkl of the checkpoint's dataset beside it")
         return tokenizer, meta
     tokenizer = FullGPT2Tokenizer()
     if config.vocab_size < tokenizer.vocab_size:
-        raise ForeignModelError(f"the model in {path} has {config.vocab_size:,} token rows, too few for GPT-2's BPE, "
+        raise CheckpointError(f"the model in {path} has {config.vocab_size:,} token rows, too few for GPT-2's BPE, "
                                 f"and it has no meta.pkl (looked at {' and '.join(map(str, places))}); put the "
                                 f"meta.pkl of its dataset beside it")
     return tokenizer, None
@@ -104,30 +106,30 @@ class _PlainUnpickler(pickle.Unpickler):
 
 
 def read_meta(path: Path) -> CharTokenizer:
-    """The char tokenizer of a nanoGPT meta.pkl ({vocab_size, itos, stoi}); `ForeignModelError` for anything
+    """The char tokenizer of a nanoGPT meta.pkl ({vocab_size, itos, stoi}); `CheckpointError` for anything
     else, before anything in it could run."""
-    data = read_bytes(path, "vocabulary", "give the meta.pkl nanoGPT's prepare.py wrote", ForeignModelError)
+    data = read_bytes(path, "vocabulary", "give the meta.pkl nanoGPT's prepare.py wrote", CheckpointError)
     try:
         meta = _PlainUnpickler(io.BytesIO(data)).load()
     except _Refused as exc:
-        raise ForeignModelError(f"refusing {path}: it holds a pickled Python object ({exc}), not only a vocabulary "
+        raise CheckpointError(f"refusing {path}: it holds a pickled Python object ({exc}), not only a vocabulary "
                                 f"of strings and numbers; nothing in it was run. Use the meta.pkl nanoGPT's "
                                 f"prepare.py wrote") from None
     except Exception as exc:  # a damaged pickle surfaces as many types (EOFError, UnpicklingError, ValueError, ...)
-        raise ForeignModelError(f"{path} is not a readable pickle ({type(exc).__name__}); use the meta.pkl nanoGPT's "
+        raise CheckpointError(f"{path} is not a readable pickle ({type(exc).__name__}); use the meta.pkl nanoGPT's "
                                 f"prepare.py wrote") from None
     extra = sorted(map(repr, set(meta) - set(VOCABULARY_KEYS))) if isinstance(meta, dict) else None
     if extra is None or extra:
         found = f"the keys {', '.join(extra)}" if extra else f"a {type(meta).__name__}"
-        raise ForeignModelError(f"{path} holds {found}, not a vocabulary ({', '.join(VOCABULARY_KEYS)}); use the "
+        raise CheckpointError(f"{path} holds {found}, not a vocabulary ({', '.join(VOCABULARY_KEYS)}); use the "
                                 f"meta.pkl nanoGPT's prepare.py wrote")
     try:
         tokenizer = CharTokenizer.from_stoi_itos(meta.get("stoi"), meta.get("itos"))
     except TokenizerMetaError as exc:
-        raise ForeignModelError(f"{path} holds no usable vocabulary ({exc}); use the meta.pkl nanoGPT's "
+        raise CheckpointError(f"{path} holds no usable vocabulary ({exc}); use the meta.pkl nanoGPT's "
                                 f"prepare.py wrote") from None
     if "vocab_size" in meta and (type(meta["vocab_size"]) is not int or meta["vocab_size"] != tokenizer.vocab_size):
-        raise ForeignModelError(f"{path} says vocab_size={meta['vocab_size']!r} but holds {tokenizer.vocab_size:,} "
+        raise CheckpointError(f"{path} says vocab_size={meta['vocab_size']!r} but holds {tokenizer.vocab_size:,} "
                                 f"characters; use the meta.pkl nanoGPT's prepare.py wrote")
     return tokenizer
 
@@ -137,6 +139,30 @@ def nanogpt_weights(checkpoint: dict, where: Path) -> dict[str, torch.Tensor]:
     state = checkpoint["model"]
     if not isinstance(state, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor)
                                               for k, v in state.items()):
-        raise ForeignModelError(f"{where}: its 'model' is not a state dict (named tensors); use the ckpt.pt nanoGPT's "
+        raise CheckpointError(f"{where}: its 'model' is not a state dict (named tensors); use the ckpt.pt nanoGPT's "
                                 f"train.py wrote")
     return state
+
+
+def read_nanogpt(path: Path, checkpoint: dict) -> tuple[GPTConfig, Tokenizer, Callable, dict]:
+    """A nanoGPT checkpoint read already (`checkpoint`): (its gptwatch config, its tokenizer, weights(config) ->
+    gptwatch's state dict, what was read)."""
+    config = nanogpt_config(checkpoint, path)
+    tokenizer, meta = nanogpt_tokenizer(path, checkpoint, config)
+
+    def weights(config: GPTConfig) -> dict[str, torch.Tensor]:
+        state = nanogpt_weights(checkpoint, path)
+        return read_weights({name: tuple(t.shape) for name, t in state.items()}, state.__getitem__, config,
+                            conv1d=False, where=str(path))
+
+    source = {"format": "nanogpt", "path": str(path), "meta": None if meta is None else str(meta),
+              "iter_num": checkpoint["iter_num"] if type(checkpoint.get("iter_num")) is int else None,
+              "best_val_loss": _number(checkpoint.get("best_val_loss"))}
+    return config, tokenizer, weights, source
+
+
+def _number(value: object) -> float | None:
+    """A plain number, or a tensor holding one (nanoGPT saves its best loss as one), as a float; else None."""
+    if isinstance(value, torch.Tensor):
+        return float(value) if value.numel() == 1 else None
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None

@@ -4,9 +4,10 @@ a `HookedTransformerConfig` and converted weights: no download, no tokenizer.
 TransformerLens 3.x is the target (requirements-interop.txt pins it): 4.0 removed `HookedTransformer`.
 gptwatch's compact vocabularies are not TransformerLens's, so token ids come from gptwatch's tokenizer.
 
-Weights change layout, not value: `nn.Linear` keeps [out, in] while TransformerLens keeps per-head
-[head, d_model, d_head] for W_Q/W_K/W_V, [head, d_head, d_model] for W_O and [in, out] for the MLP
-and the unembedding; every bias gptwatch has not is a zero (`formats.parts` has the table).
+Weights change layout, not value (formats/layout.py's `hooked_layout`): `nn.Linear` keeps [out, in] while
+TransformerLens keeps per-head [head, d_model, d_head] for W_Q/W_K/W_V, [head, d_head, d_model] for W_O and
+[in, out] for the MLP and the unembedding; every bias gptwatch has not is a zero (formats/parts.py has the
+table of what each target holds).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 import torch
 
 import formats.optional as optional
+from formats.layout import hooked_layout, written
 from formats.parts import RMS_EPS, check_supported
 from model.attention import ROTARY_BASE
 from model.config import GPTConfig
@@ -44,38 +46,9 @@ def hooked_config(config: GPTConfig) -> dict[str, Any]:
 
 
 def hooked_weights(model: GPT) -> dict[str, torch.Tensor]:
-    """Every parameter of the HookedTransformer, by its TransformerLens name, from `model`'s weights."""
-    cfg = model.config
-    H, D, E = cfg.n_head, cfg.head_dim, cfg.n_embd
-
-    def per_head(weight: torch.Tensor) -> torch.Tensor:     # [H*D, E] -> [H, E, D]
-        return weight.reshape(H, D, E).permute(0, 2, 1)
-
-    def or_zeros(t: torch.Tensor | None, *shape: int) -> torch.Tensor:
-        return t.reshape(shape) if t is not None else torch.zeros(shape)
-
-    weights = {"embed.W_E": model.wte.weight, "unembed.W_U": model.wte.weight.t(),
-               "unembed.b_U": torch.zeros(cfg.vocab_size)}
-    if not cfg.modern:
-        weights.update({"pos_embed.W_pos": model.wpe.weight, "ln_final.w": model.ln_f.weight,
-                        "ln_final.b": or_zeros(model.ln_f.bias, E)})
-    for n, block in enumerate(model.blocks):
-        attn, mlp, p = block.attn, block.mlp, f"blocks.{n}."
-        weights.update({
-            p + "attn.W_Q": per_head(attn.W_query.weight), p + "attn.b_Q": or_zeros(attn.W_query.bias, H, D),
-            p + "attn.W_K": per_head(attn.W_key.weight), p + "attn.b_K": or_zeros(attn.W_key.bias, H, D),
-            p + "attn.W_V": per_head(attn.W_value.weight), p + "attn.b_V": or_zeros(attn.W_value.bias, H, D),
-            p + "attn.W_O": attn.out_proj.weight.t().reshape(H, D, E), p + "attn.b_O": or_zeros(attn.out_proj.bias, E),
-        })
-        if mlp is not None:   # an attention-only block has neither the MLP nor ln2
-            weights.update({p + "mlp.W_in": mlp.c_fc.weight.t(), p + "mlp.b_in": or_zeros(mlp.c_fc.bias, cfg.mlp_width),
-                            p + "mlp.W_out": mlp.c_proj.weight.t(), p + "mlp.b_out": or_zeros(mlp.c_proj.bias, E)})
-        if cfg.modern:  # QK-norm's weights: gptwatch's is weight-free, so ones
-            weights.update({p + "attn.q_norm.w": torch.ones(D), p + "attn.k_norm.w": torch.ones(D)})
-        else:
-            weights.update({p + "ln1.w": block.ln_1.weight, p + "ln1.b": or_zeros(block.ln_1.bias, E)})
-            if block.ln_2 is not None:
-                weights.update({p + "ln2.w": block.ln_2.weight, p + "ln2.b": or_zeros(block.ln_2.bias, E)})
+    """Every parameter of the HookedTransformer, by its TransformerLens name, from `model`'s weights
+    (formats/layout.py's `hooked_layout`)."""
+    weights = written(hooked_layout(model.config), model.state_dict())
     return {name: t.detach().float().cpu().contiguous() for name, t in weights.items()}
 
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import torch
 
 from data.tokenizer import build_tokenizer
+from formats.checkpoint import save_checkpoint
 from model.config import GPTConfig
 from model.gpt import GPT
 from tests.commands import TEXT
-from trainer.checkpoint import save_checkpoint
 
 # name: (arch, tokenizer, bias)
 KINDS = {

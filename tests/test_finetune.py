@@ -24,10 +24,10 @@ from cli import UsageError
 from data.batches import Batches
 from data.tokenizer import CharTokenizer, FullGPT2Tokenizer
 from formats import load_model
+from formats.checkpoint import save_checkpoint
 from model.config import GPTConfig
 from model.gpt import GPT
 from tests.commands import TEXT, one_line, run, tiny_args
-from trainer.checkpoint import save_checkpoint
 from watch.finetuning import before_labels, before_table, changed_heads, changes_line
 from watch.reading import read_results
 

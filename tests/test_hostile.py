@@ -21,11 +21,11 @@ import files
 from cli import for_terminal, markdown_literal
 from files import NotParsed, destination, fresh_file, fresh_folder, os_error_of, parse_int, replace_file
 from formats import CheckpointError, load_checkpoint, validate
+from formats.checkpoint import save_checkpoint, saved_settings
 from model.config import MAX_BLOCK_SIZE, GPTConfig
 from model.gpt import GPT
 from tests.commands import ROOT, TEXT, run_sample
 from tests.random_checkpoints import make_checkpoint
-from trainer.checkpoint import save_checkpoint, saved_settings
 
 DEAD = 999_999_999  # a pid no process has
 
@@ -362,10 +362,10 @@ def test_a_seed_no_generator_takes_is_refused_by_every_look(trained, tmp_path, l
 
 def test_loading_counts_what_block_size_alone_allocates(tmp_path, monkeypatch):
     """A modern checkpoint's block_size is in no tensor: its rotary tables and sampling cache are counted
-    against free memory before the model is built (`formats.gptwatch`), on the CPU and on the device."""
+    against free memory before the model is built (`formats.checkpoint`), on the CPU and on the device."""
     from data.tokenizer import build_tokenizer
     from formats import load_model
-    from formats.gptwatch import load_bytes
+    from formats.checkpoint import load_bytes
 
     tokenizer = build_tokenizer("char", TEXT)
     config = GPTConfig(vocab_size=tokenizer.vocab_size, block_size=2**20, n_layer=2, n_head=2, n_embd=16,
@@ -379,7 +379,7 @@ def test_loading_counts_what_block_size_alone_allocates(tmp_path, monkeypatch):
     asked = []
     monkeypatch.setattr("model.memory.available_memory", lambda device: asked.append(device.type) or 2**20)
     built = []
-    monkeypatch.setattr("formats.gptwatch.GPT", lambda config: built.append(config))
+    monkeypatch.setattr("formats.checkpoint.GPT", lambda config: built.append(config))
     with pytest.raises(CheckpointError, match=r"needs at least 320\.0 MiB of memory on cpu"):
         load_model(tmp_path, torch.device("cpu"))
     assert asked == ["cpu"] and built == []

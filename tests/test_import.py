@@ -1,4 +1,4 @@
-"""Models trained elsewhere (`formats.foreign`): a Hugging Face GPT-2-family folder and a nanoGPT
+"""Models trained elsewhere (`formats.sources`): a Hugging Face GPT-2-family folder and a nanoGPT
 checkpoint, each made here with random weights by its own code (transformers' `GPT2LMHeadModel` and
 `save_pretrained`; nanoGPT's own `model.py` and its train.py's checkpoint layout), read into gptwatch
 compute the same function: logits within 1e-4 of transformers' (the export's tolerance) and 1e-5 of
@@ -33,8 +33,8 @@ from conftest import SHARED, require_gpt2
 from cli import GptwatchWarning, UsageError, UserError, exit_status
 from data.tokenizer import CharTokenizer, FullGPT2Tokenizer, TokenizerMetaError, tokenizer_from_meta
 from formats import hub, load_model
-from formats.foreign import GPTWATCH, HUGGINGFACE, NANOGPT, describe, identify
-from formats.layout import ForeignModelError
+from formats.checkpoint import CheckpointError
+from formats.sources import GPTWATCH, HUB, NANOGPT, describe, identify
 from model.config import GPTConfig
 from model.gpt import GPT
 from model.memory import parameter_count
@@ -230,8 +230,8 @@ def test_a_hub_name_is_read_from_the_hugging_face_cache(hub_cache, tmp_path, mon
     (hub_cache / "models--openai-community--gpt2" / "refs" / "main").write_text("0" * 40)
     monkeypatch.chdir(tmp_path)
     found = identify("gpt2")
-    assert (found.kind, found.path, found.hub) == (HUGGINGFACE, None, "gpt2")
-    imported = load_model("gpt2", CPU)
+    assert (found.kind, found.path, found.hub) == (HUB, None, "gpt2")
+    imported = load_model(identify("gpt2"), CPU)
     source = imported.checkpoint["imported"]
     assert source["hub"] == "gpt2" and Path(source["path"]) == snapshot
     assert describe(imported).startswith(f"Hugging Face GPT2LMHeadModel gpt2 ({snapshot}): 2 layers x 4 heads, 32 "
@@ -260,7 +260,7 @@ def test_a_local_folder_named_like_a_hub_model_wins_and_says_so(tmp_path, monkey
     monkeypatch.chdir(tmp_path)
     with pytest.warns(GptwatchWarning, match=r"reading the local folder gpt2, not the hub model gpt2 .* give its "
                                              r"repository, openai-community/gpt2"):
-        imported = load_model("gpt2", CPU)
+        imported = load_model(identify("gpt2"), CPU)
     assert imported.checkpoint["imported"]["hub"] is None and imported.checkpoint["imported"]["path"] == "gpt2"
 
 
@@ -396,7 +396,7 @@ def test_an_imported_model_saved_as_a_gptwatch_checkpoint_reads_back(nanogpt, tm
     """Its settings (query/key/value biases, padding rows) are recorded in the checkpoint and honoured when it is
     read again: the model a fine-tune starts from and saves."""
     require_gpt2()
-    from trainer.checkpoint import save_checkpoint
+    from formats.checkpoint import save_checkpoint
 
     theirs, args = nanogpt_model(nanogpt, vocab_size=50304, n_embd=32)
     imported = load_model(save_nanogpt(theirs, args, tmp_path / "nano"), CPU)
@@ -710,14 +710,15 @@ def test_every_case_is_documented():
 
 
 def test_a_checkpoint_holding_a_pickled_object_is_not_run(nanogpt, tmp_path):
-    """Such a file is no nanoGPT checkpoint that can be read: it is left to gptwatch's reader, which refuses it
-    by name; working out what it is ran nothing."""
+    """Such a file is no checkpoint that can be read: working out what it is refuses it by name, as gptwatch's
+    reader does, and ran nothing."""
     theirs, args = nanogpt_model(nanogpt)
     path = save_nanogpt(theirs, args, tmp_path / "out")
     checkpoint = torch.load(path, weights_only=True)
     checkpoint["config"]["dataset"] = _RunsCommand(f"touch {tmp_path / 'ran'}")
     torch.save(checkpoint, path)
-    assert identify(path).kind == GPTWATCH
+    with pytest.raises(CheckpointError, match=r"pickled Python object \(posix.system\).*only load checkpoints"):
+        identify(path)
     assert not (tmp_path / "ran").exists()
 
 
@@ -729,7 +730,7 @@ def test_the_meta_pkl_reader_refuses_every_class_before_it_is_built(tmp_path):
     from formats.nanogpt import read_meta
 
     path.write_bytes(pickle.dumps({"itos": {0: "a"}, "stoi": {"a": 0}, "when": datetime.date(2020, 1, 1)}))
-    with pytest.raises(ForeignModelError, match=r"pickled Python object \(datetime.date\)"):
+    with pytest.raises(CheckpointError, match=r"pickled Python object \(datetime.date\)"):
         read_meta(path)
 
 

@@ -21,7 +21,7 @@ from test_import import SHAKESPEARE_CHARS, hf_model, nanogpt, nanogpt_model, nee
 
 from data.tokenizer import CharTokenizer
 from formats import load_model
-from formats.foreign import describe, identify
+from formats.sources import describe, identify
 from tests.commands import TEXT, one_line, run_sample
 from tests.random_checkpoints import make_checkpoint
 from watch.inspect_cli import checkpoint_sets

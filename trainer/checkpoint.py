@@ -1,14 +1,9 @@
-"""Checkpoints written atomically, and the checks a resumed run makes of the one it continues.
-
-A checkpoint is written to a temporary file in the same folder, flushed to disk, then renamed over
-the old one, so a crash at any moment leaves the previous complete checkpoint in place. Reading one
-(its format, its validation, `load_model`) is the `checkpoints` package's, below the trainer.
-"""
+"""A run's checkpoints: where they go (`check_out_dir`, `CheckpointWriter`, which keeps an earlier run's), and the
+checks a resumed run makes of the one it continues. The format itself, written and read, is
+formats/checkpoint.py's."""
 
 from __future__ import annotations
 
-import os
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,59 +14,21 @@ from cli import UsageError, UserError, warn
 from config import TrainConfig
 from files import (
     clear_for_file,
-    disk_full,
-    glob_escape,
     inside_name,
-    remove_dead_leftovers,
-    replace_file,
     writable_folder,
-    write_error,
 )
-from formats import FORMAT, FORMAT_VERSION, CheckpointError, load_checkpoint, load_weights, validate
-from formats.read import saved_settings
+from formats.checkpoint import (
+    CheckpointError,
+    load_checkpoint,
+    load_weights,
+    previous_path,
+    remove_stale_temp_files,
+    save_checkpoint,
+    saved_settings,
+    validate,
+)
 from model.config import IMPORTED_FIELDS, MODEL_KEYS, GPTConfig
 from model.gpt import GPT
-
-
-def save_checkpoint(path: str | Path, checkpoint: dict, keep_previous: str | Path | None = None) -> None:
-    """Atomically replaces `path` with `checkpoint`. With `keep_previous`, the
-    checkpoint being replaced survives under that name (hard-linked just before
-    the swap, so `path` itself is never missing). The temporary file is a new one of
-    its own (`files.fresh_file`), so a link planted in the folder is never written through."""
-    path = Path(path)
-    checkpoint = {"format": FORMAT, "format_version": FORMAT_VERSION, **checkpoint}
-
-    def keep() -> None:
-        if keep_previous is not None and path.exists():
-            _keep(path, Path(keep_previous))
-
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        clear_for_file(path, "the checkpoint", "move it away or choose another --out_dir", CheckpointError)
-        # replace_file leaves no half-written temporary file, also on a second Ctrl-C mid-save
-        replace_file(path, lambda fh: _save(checkpoint, fh), before_replace=keep)
-        _fsync_dir(path.parent)
-    except OSError as exc:
-        kept = "; the previous checkpoint is intact" if path.is_file() else ""
-        fix = "free disk space or choose a writable --out_dir" if disk_full(exc) else "choose a writable --out_dir"
-        raise CheckpointError(f"cannot write checkpoint {path}: {write_error(exc, path)}{kept}; {fix}") from None
-
-
-def _keep(path: Path, previous: Path) -> None:
-    """`path` also under the name `previous`: a hard link (a link or file already there is replaced, never
-    followed), or a copy on a filesystem without hard links."""
-    clear_for_file(previous, "the earlier run's checkpoint", "move it away or choose another --out_dir",
-                   CheckpointError, follow_links=False)
-    previous.unlink(missing_ok=True)
-    try:
-        os.link(path, previous, follow_symlinks=False)
-    except OSError:  # a filesystem without hard links
-        with open(path, "rb") as source:   # streamed: a checkpoint can be large
-            replace_file(previous, lambda fh: shutil.copyfileobj(source, fh))
-
-
-def _save(checkpoint: dict, fh) -> None:
-    torch.save(checkpoint, fh)
 
 
 def check_out_dir(path: Path, *, keeps_previous: bool = False) -> None:
@@ -84,33 +41,6 @@ def check_out_dir(path: Path, *, keeps_previous: bool = False) -> None:
         clear_for_file(previous_path(path), "the earlier run's checkpoint",
                        "move it away or choose another --out_dir", follow_links=False)
     remove_stale_temp_files(path)
-
-
-def previous_path(path: Path) -> Path:
-    """Where a new run keeps the earlier run's checkpoint it replaces."""
-    return path.with_name("ckpt.prev.pt")
-
-
-def remove_stale_temp_files(path: str | Path) -> None:
-    """Deletes temporary files that a save killed mid-write (kill -9, power
-    loss) left beside `path`; a save still running in a live process is kept."""
-    path = Path(path)
-    remove_dead_leftovers(path.parent, f".{glob_escape(path.name)}.tmp-*")
-
-
-def _fsync_dir(folder: Path) -> None:
-    # Makes the rename itself durable; not every platform allows opening a directory.
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
 
 
 def restore_training(checkpoint: dict, path: Path, model: GPT, optimizer: Any, batches: Any) -> None:
@@ -145,13 +75,14 @@ def _load_optimizer_state(optimizer: Any, saved: dict) -> None:
                                      f"{tuple(param.shape)}")
 
 
-def read_resumed(path: Path) -> dict:
-    """The checkpoint a --resume run continues from, checked to be complete; whether this run's settings and data
-    can continue it is `check_resumed`'s, once the data is prepared."""
-    if not path.exists():
+def read_resumed(path: Path, checkpoint: dict | None = None) -> dict:
+    """The checkpoint a --resume run continues from (`checkpoint`, when it was read already), checked to be
+    complete; whether this run's settings and data can continue it is `check_resumed`'s, once the data is
+    prepared."""
+    if checkpoint is None and not path.exists():
         raise UserError(f"--resume but there is no checkpoint at {path}; drop --resume to start a new "
                         f"run, or set --out_dir to the folder that holds ckpt.pt")
-    checkpoint = load_checkpoint(path)
+    checkpoint = checkpoint if checkpoint is not None else load_checkpoint(path)
     validate(checkpoint, path, for_resume=True)
     saved_settings(checkpoint, path)
     return checkpoint

@@ -1,48 +1,204 @@
-"""Where a run's model starts (`init_from`): a new model of the config's sizes ("scratch"), the checkpoint a
---resume run continues ("resume" says the same), or a model trained elsewhere that the run fine-tunes: a Hugging
-Face GPT-2-family name or folder, a nanoGPT checkpoint, or a gptwatch checkpoint whose weights start a new run
-(`checkpoints.load_model` reads each).
+"""Where a run starts, decided once: the settings it starts from (`run_settings`), and the model (`model_start`).
 
-A model to fine-tune decides the run's model: its sizes and architecture (`MODEL_KEYS`), its settings from
-elsewhere (query/key/value biases, GPT-2's GELU, padding rows) and its tokenizer, which the data is prepared
-with. A model key or tokenizer the user set (in a config file they named, or on the command line) must agree with
-it, or the run is refused naming both; a smaller block_size crops its positions, a larger one is refused; dropout
-is the run's own. A resumed fine-tune takes all of this from its checkpoint, never reading the model again.
+The settings, before the command line's keys, which win over any of them:
+- a config file given (`python train.py CONFIG.toml`): that file alone, on the built-in defaults;
+- no config file, and `--dataset` names real text (a file, or one of the named corpora shakespeare,
+  tinystories, tinystories_lower): settings chosen for that text, scaled to its size and to a few minutes on a
+  laptop CPU (`settings_for_text`), printed in one line at the start. Resumed (`--resume`), the model's shape
+  and tokenizer are the checkpoint's, which is read once, here, for the run;
+- a model to fine-tune (`--init_from`): the built-in defaults, the model's shape its own;
+- otherwise (no arguments, or a generated corpus): `configs/pronouns.toml`, the demo.
+
+The model (`init_from`, as formats/sources.py identifies it): a new one of the config's sizes ("scratch"), the
+checkpoint a --resume run continues ("resume" says the same), or a model trained elsewhere that the run
+fine-tunes: a Hugging Face GPT-2-family name or folder, a nanoGPT checkpoint, or a gptwatch checkpoint whose
+weights start a new run. A model to fine-tune decides the run's model: its sizes and architecture
+(`MODEL_KEYS`), its settings from elsewhere (query/key/value biases, GPT-2's GELU, padding rows) and its
+tokenizer, which the data is prepared with. A model key or tokenizer the user set (in a config file they named,
+or on the command line) must agree with it, or the run is refused naming both; a smaller block_size crops its
+positions, a larger one is refused; dropout is the run's own. A resumed fine-tune takes all of this from its
+checkpoint, never reading the model again.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
-from cli import UsageError
-from config import RESUME, SCRATCH, TrainConfig
+from cli import UsageError, UserError, warn
+from config import RESUME, SCRATCH, TrainConfig, read_toml
+from data import corpora
 from data.prepare import ModelVocabulary
 from data.tokenizer import FULL_GPT2, Tokenizer, tokenizer_from_meta
-from formats import load_model
-from formats.foreign import describe, identify
+from formats import load_checkpoint
 from formats.hub import hub_name
-from formats.layout import built
-from model.config import MODEL_KEYS, GPTConfig
+from formats.sources import Source, describe, identify, load_model
+from model.config import CONFIG_KEYS, MODEL_KEYS, GPTConfig
 from model.gpt import GPT
 from trainer.checkpoint import read_resumed
 
+REPO = Path(__file__).resolve().parent.parent
+DEMO_CONFIG = REPO / "configs" / "pronouns.toml"
+DEFAULT_VAL_FRACTION = TrainConfig.__dataclass_fields__["val_fraction"].default
 CHECKPOINT = "ckpt.pt"
 SAME_KIND = {"char": ("char",), "gpt2": ("gpt2", FULL_GPT2)}   # a tokenizer key -> the vocabularies it agrees with
 
+# The shape of the model chosen for real text, its size decided by how much text there is. The classic block
+# keeps each head readable; 2 layers let one head feed another (an induction head needs a head in an earlier
+# layer), 4 heads a layer keep the head table short.
+SMALL_TEXT = 50_000       # tokens: below this, a smaller model that memorises less
+BLOCK = 64                # tokens of context: a sentence or two of characters, a paragraph of BPE tokens
+BATCH = 16
+STEPS = 2000              # at most: about 3 minutes on a 2-core laptop CPU at the size below
+MIN_STEPS = 200
+EPOCHS = 10               # at most this many passes over the training text, so a short text is not memorised
+CHARS_PER_TOKEN = {"char": 1.0, "gpt2": 4.0}   # GPT-2's BPE: about 4 characters of English a token
+SIZES = {
+    "small": {"n_layer": 2, "n_head": 4, "n_embd": 64, "dropout": 0.1},
+    "default": {"n_layer": 2, "n_head": 4, "n_embd": 128, "dropout": 0.0},
+}
+
+
+# --- the settings -------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Settings:
+    """The settings a run starts from: a config file (`config_path`), or `settings` chosen here for a text
+    (`text`: its file name and length; `shape_from`: the checkpoint its shape comes from, whose contents are
+    `checkpoint`), then the command line on top. `name` names the TensorBoard run."""
+
+    config_path: str | None
+    settings: dict[str, Any]
+    name: str
+    text: tuple[str, int] | None = None
+    shape_from: str | None = None
+    checkpoint: dict | None = None
+
+    def line(self, cfg: TrainConfig) -> str | None:
+        """The one line printed at the start when settings were chosen for a text: what the run will use (the
+        command line's keys included) and how to change it; None otherwise."""
+        if self.text is None:
+            return None
+        file_name, characters = self.text
+        m = cfg.model
+        model = (f"model shape from {self.shape_from}" if self.shape_from else
+                 f"{_count(m.n_layer, 'layer')} x {_count(m.n_head, 'head')} x {m.n_embd} dims")
+        return (f"settings chosen for {file_name} ({characters:,} characters): {cfg.tokenizer} tokenizer, {model}, "
+                f"block {m.block_size}, {cfg.max_iters:,} steps of {cfg.batch_size * m.block_size:,} tokens, "
+                f"checkpoint in {cfg.out_dir}; change any with --key=value (e.g. --max_iters={2 * cfg.max_iters}), "
+                f"or give a config file to replace them all; every key: python train.py --help")
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
+def run_settings(config_path: str | None, overrides: dict[str, Any]) -> Settings:
+    """Which base applies (see the module's docstring), for a command line of `config_path` and `overrides`."""
+    if config_path is not None:
+        return Settings(config_path, {}, Path(config_path).stem)
+    if overrides.get("init_from", SCRATCH) not in (SCRATCH, RESUME):  # a model to fine-tune: its shape, the
+        return Settings(None, {}, "default")                        # built-in training settings
+    dataset = overrides.get("dataset")
+    if dataset is None or dataset in corpora.GENERATED or not str(dataset).strip():
+        return Settings(str(DEMO_CONFIG) if DEMO_CONFIG.is_file() else None, {}, "default")
+    text = _text_of(dataset)
+    name = Path(dataset).stem if not corpora.is_named(dataset) else dataset
+    shape, tokenizer, source, checkpoint = None, overrides.get("tokenizer"), None, None
+    if overrides.get("resume"):
+        path = Path(overrides.get("out_dir") or out_dir_for(name)) / CHECKPOINT
+        checkpoint = _readable(path)
+        saved = checkpoint.get("train_config") if checkpoint is not None else None
+        if isinstance(saved, dict):
+            shape = {key: saved[key] for key in CONFIG_KEYS if key in saved}
+            tokenizer = tokenizer or (saved["tokenizer"] if isinstance(saved.get("tokenizer"), str) else None)
+            source = str(path)
+    chosen = settings_for_text(len(text), name, tokenizer=tokenizer, shape=shape,
+                               val_fraction=overrides.get("val_fraction", DEFAULT_VAL_FRACTION),
+                               sample_prompt="\n" if "\n" in text or not text else text[0])
+    return Settings(None, chosen, name, (Path(dataset).name, len(text)), source, checkpoint)
+
+
+def _readable(path: Path) -> dict | None:
+    """The checkpoint at `path`, when there is a readable one (resuming says why there is not, later)."""
+    try:
+        return load_checkpoint(path)
+    except UserError:
+        return None
+
+
+def _text_of(dataset: str) -> str:
+    """The text of a file or named corpus, read as preparing it reads it (so a missing or unreadable file is the
+    same one-line error, before anything is printed)."""
+    from data.prepare import source_text
+
+    return source_text(dataset, 0)[0]
+
+
+def out_dir_for(name: str) -> str:
+    """out/NAME for a text called NAME, never a folder that one of configs/ writes to (a text called
+    pronouns.txt must not replace the demo's checkpoint)."""
+    taken = set()
+    for config in (REPO / "configs").glob("*.toml"):
+        try:
+            taken.add(Path(read_toml(config).get("out_dir", "")).name)
+        except UserError:
+            continue
+    return f"out/{name}" if name not in taken else f"out/{name}-text"
+
+
+def settings_for_text(characters: int, name: str, *, tokenizer: str | None = None,
+                      shape: dict[str, Any] | None = None, val_fraction: float = 0.1,
+                      sample_prompt: str = "\n") -> dict[str, Any]:
+    """The base settings for a text of `characters` characters called `name`: the tokenizer (char unless
+    `tokenizer` fixes it), the model's shape (unless `shape` fixes it: a checkpoint resumed), the block, the
+    steps and the intervals, and out/NAME.
+
+    The steps are at most STEPS (a few minutes on a laptop CPU) and at most EPOCHS passes over the
+    training text; a text under SMALL_TEXT tokens gets a smaller model with dropout; a text too short
+    for the block gets a shorter block, down to 8 tokens (preparing a shorter text says why it cannot)."""
+    tokenizer = tokenizer or "char"
+    tokens = characters / CHARS_PER_TOKEN.get(tokenizer, 1.0)
+    out: dict[str, Any] = {"tokenizer": tokenizer}
+    if shape is None:
+        block = BLOCK
+        while block > 8 and tokens * val_fraction < block + 2:   # the val split must hold a window
+            block //= 2
+        out.update(arch="gpt2", bias=False, block_size=block, **SIZES["small" if tokens < SMALL_TEXT else "default"])
+    else:
+        out.update(shape)
+        block = shape.get("block_size", BLOCK)
+    per_step = BATCH * block
+    steps = STEPS if tokens * (1 - val_fraction) * EPOCHS >= STEPS * per_step else \
+        max(MIN_STEPS, _round(tokens * (1 - val_fraction) * EPOCHS / per_step, 50))
+    out.update(batch_size=BATCH, max_iters=steps, learning_rate=3e-3, min_lr=3e-4, warmup_iters=min(100, steps // 10),
+               lr_decay_iters=0, weight_decay=0.1, beta2=0.99, grad_clip=1.0,
+               eval_interval=max(50, _round(steps / 8, 50)), eval_iters=20, log_interval=25,
+               watch_interval=max(10, _round(steps / 80, 5)), sample_tokens=200,
+               sample_prompt=sample_prompt, out_dir=out_dir_for(name))
+    return out
+
+
+def _round(value: float, step: int) -> int:
+    return max(step, int(math.floor(value / step + 0.5)) * step)
+
+
+# --- the model ----------------------------------------------------------------------------------------------
 
 @dataclass
 class Start:
-    """What a run starts from. `cfg` is the run's settings, a fine-tune's model keys its model's and `init_from` the
-    model it fine-tunes (for a resumed run: the one its checkpoint records). `vocabulary`: the tokenizer the data is
-    prepared with (None: built from the text, as `cfg.tokenizer` says). `model`: the model to fine-tune, read
-    (a new fine-tune only). `checkpoint`: the one a resumed run continues. `description`: what is fine-tuned, in
-    one line (a new fine-tune only)."""
+    """What a run's model starts from. `cfg` is the run's settings, a fine-tune's model keys its model's and
+    `init_from` the model it fine-tunes (for a resumed run: the one its checkpoint records). `source`: that model,
+    identified. `vocabulary`: the tokenizer the data is prepared with (None: built from the text, as
+    `cfg.tokenizer` says). `model`: the model to fine-tune, read (a new fine-tune only). `checkpoint`: the one a
+    resumed run continues. `description`: what is fine-tuned, in one line (a new fine-tune only)."""
 
     cfg: TrainConfig
+    source: Source
     vocabulary: ModelVocabulary | None = None
     model: GPT | None = None
     checkpoint: dict | None = None
@@ -61,40 +217,39 @@ class Start:
         return config
 
 
-def starting_point(cfg: TrainConfig, path: Path, device: torch.device) -> Start:
-    """Where the run with settings `cfg` and checkpoint `path` starts (see the module's docstring)."""
+def model_start(cfg: TrainConfig, path: Path, device: torch.device, checkpoint: dict | None = None) -> Start:
+    """Where the run with settings `cfg` and checkpoint `path` starts (see the module's docstring); `checkpoint`:
+    the one at `path`, when choosing the settings read it already."""
     if cfg.resume:
-        return _resuming(cfg, path)
+        return _resuming(cfg, path, checkpoint)
     if cfg.fine_tunes:
         return _importing(cfg, device)
-    return Start(cfg)
+    return Start(cfg, Source(SCRATCH))
 
 
 def _importing(cfg: TrainConfig, device: torch.device) -> Start:
     """A new fine-tune: the model read, checked against the keys the user set, and the run's settings made its."""
     block_size = cfg.model.block_size if "block_size" in cfg.given else None
-    loaded = load_model(identify(cfg.init_from), device, block_size=block_size)
+    source = identify(cfg.init_from)
+    loaded = load_model(source, device, block_size=block_size, dropout=cfg.model.dropout)
     config = loaded.model.config
     what = f"the model {cfg.init_from}"
     for key in MODEL_KEYS:
         given, theirs = getattr(cfg.model, key), getattr(config, key)
         if key in cfg.given and given != theirs:
-            raise UsageError(f"config key '{key}' is {given!r} but {what} has {theirs!r}; "
-                             f"leave {key} out to take the model's, or fine-tune another model")
+            raise UsageError(f"config key '{key}' is {given!r} but {what} has {theirs!r}; leave {key} out to take "
+                             f"the model's, or fine-tune another model")
     _check_tokenizer(cfg, loaded.tokenizer, what)
     cfg = cfg.replaced(**{key: getattr(config, key) for key in (*MODEL_KEYS, "block_size")})
-    model = loaded.model
-    if config.dropout != cfg.model.dropout:  # each dropout module takes its probability when it is built
-        model = built(dataclasses.replace(config, dropout=cfg.model.dropout), model.state_dict(), device)
-    source = describe(loaded) if "imported" in loaded.checkpoint else \
+    description = describe(loaded) if source.elsewhere else \
         f"gptwatch checkpoint {cfg.init_from} (step {loaded.checkpoint['step']})"
-    return Start(cfg, ModelVocabulary(loaded.tokenizer, cfg.init_from), model, description=source)
+    return Start(cfg, source, ModelVocabulary(loaded.tokenizer, cfg.init_from), loaded.model, description=description)
 
 
-def _resuming(cfg: TrainConfig, path: Path) -> Start:
+def _resuming(cfg: TrainConfig, path: Path, checkpoint: dict | None) -> Start:
     """A resumed run: its checkpoint wins. `init_from`, when given, must name what the checkpoint started from; a
     fine-tune's model keys not given, and its tokenizer, are the checkpoint's."""
-    checkpoint = read_resumed(path)
+    checkpoint = read_resumed(path, checkpoint)
     started = checkpoint["train_config"].get("init_from", SCRATCH)
     started = started if isinstance(started, str) and started not in ("", RESUME) else SCRATCH
     if "init_from" in cfg.given and cfg.init_from != RESUME and not same_source(cfg.init_from, started):
@@ -103,12 +258,12 @@ def _resuming(cfg: TrainConfig, path: Path) -> Start:
                          f"--out_dir")
     cfg = cfg.replaced(init_from=started)
     if not cfg.fine_tunes:
-        return Start(cfg, checkpoint=checkpoint)
+        return Start(cfg, Source(RESUME, path), checkpoint=checkpoint)
     saved = GPTConfig(**checkpoint["model_config"])   # a switch it does not record is off
     cfg = cfg.replaced(**{key: getattr(saved, key) for key in (*MODEL_KEYS, "block_size") if key not in cfg.given})
     tokenizer = tokenizer_from_meta(checkpoint["tokenizer"])
     _check_tokenizer(cfg, tokenizer, f"the checkpoint {path}")
-    return Start(cfg, ModelVocabulary(tokenizer, started), checkpoint=checkpoint)
+    return Start(cfg, Source(RESUME, path), ModelVocabulary(tokenizer, started), checkpoint=checkpoint)
 
 
 def _check_tokenizer(cfg: TrainConfig, tokenizer: Tokenizer, what: str) -> None:
@@ -133,3 +288,19 @@ def same_source(a: str, b: str) -> bool:
 def _model_file(source: str) -> Path:
     path = Path(source).resolve()
     return path / CHECKPOINT if (path / CHECKPOINT).is_file() else path
+
+
+def model_before_fine_tuning(cfg: TrainConfig, model: GPT, step: int, device: torch.device) -> GPT | None:
+    """The model a run fine-tunes as it was before any step, for the watch's second baseline; None for a run from
+    scratch. A resumed fine-tune reads it again from init_from; where that cannot be read now (the hub offline, a
+    folder moved), None, with a warning saying so."""
+    if not cfg.fine_tunes:
+        return None
+    if step == 0:
+        return model
+    try:
+        with torch.random.fork_rng(devices=[]):   # reading a gptwatch checkpoint builds a model from the seed
+            return load_model(identify(cfg.init_from), device, block_size=model.config.block_size).model
+    except UserError as exc:
+        warn(f"the model before fine-tuning cannot be read again, so the head types are shown without it: {exc}")
+        return None

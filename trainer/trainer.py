@@ -28,14 +28,12 @@ from cli import UserError, warn
 from config import TrainConfig
 from data.batches import Batches
 from data.prepare import Prepared, prepare
-from formats import load_model
-from formats.foreign import identify
 from model.gpt import GPT
 from trainer.checkpoint import CheckpointWriter, check_out_dir, check_resumed, restore_training
 from trainer.optim import divergence_fix, lr_at, make_optimizer, schedule_problem, set_lr
 from trainer.resources import check_corpus_fits, check_training_fits
 from trainer.runtime import Runtime, ranks_agree
-from trainer.start import starting_point
+from trainer.start import model_before_fine_tuning, model_start
 
 
 @dataclass
@@ -166,17 +164,18 @@ class Trainer:
         self.tokens_per_step = cfg.batch_size * cfg.model.block_size * cfg.grad_accum
 
     @classmethod
-    def from_config(cls, cfg: TrainConfig, runtime: Runtime, *, config_name: str = "default") -> Trainer:
+    def from_config(cls, cfg: TrainConfig, runtime: Runtime, *, config_name: str = "default",
+                    checkpoint: dict | None = None) -> Trainer:
         """Data, model and optimizer as `cfg` asks: a new model, or one read to fine-tune (`init_from`), or,
-        with --resume, the run in out_dir/ckpt.pt continued. The trainer's `cfg` is `cfg` with the model keys of
-        the model it trains (`trainer.start`)."""
+        with --resume, the run in out_dir/ckpt.pt continued (`checkpoint`: that file's contents, when they were
+        read already). The trainer's `cfg` is `cfg` with the model keys of the model it trains (`trainer.start`)."""
         torch.manual_seed(cfg.seed + runtime.rank)
         path = Path(cfg.out_dir) / "ckpt.pt"
         keeps_previous = not cfg.resume and path.is_file()   # looked at once: preparing data can take minutes
         if runtime.is_main:
             check_out_dir(path, keeps_previous=keeps_previous)
         check_corpus_fits(cfg)
-        start = starting_point(cfg, path, runtime.device)
+        start = model_start(cfg, path, runtime.device, checkpoint)
         cfg = start.cfg
         if start.description is not None and runtime.is_main:
             print(f"fine-tuning {start.description}")
@@ -208,20 +207,8 @@ class Trainer:
         return cls(cfg, runtime, model, optimizer, batches, data=data, state=state, checkpoints=checkpoints)
 
     def model_before_fine_tuning(self) -> GPT | None:
-        """The model this run fine-tunes as it was before any step, for the watch's second baseline; None for a run
-        from scratch. A resumed fine-tune reads it again from init_from; where that cannot be read now (the hub
-        offline, a folder moved), None, with a warning saying so."""
-        if not self.cfg.fine_tunes:
-            return None
-        if self.state.step == 0:
-            return self.model
-        try:
-            with torch.random.fork_rng(devices=[]):   # reading a gptwatch checkpoint builds a model from the seed
-                return load_model(identify(self.cfg.init_from), self.runtime.device,
-                                  block_size=self.model.config.block_size).model
-        except UserError as exc:
-            warn(f"the model before fine-tuning cannot be read again, so the head types are shown without it: {exc}")
-            return None
+        """The model this run fine-tunes as it was before any step (`trainer.start.model_before_fine_tuning`)."""
+        return model_before_fine_tuning(self.cfg, self.model, self.state.step, self.runtime.device)
 
     @property
     def finished(self) -> bool:

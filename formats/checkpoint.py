@@ -1,0 +1,433 @@
+"""gptwatch's own checkpoint, `ckpt.pt`, both ways: written whole and atomically (`save_checkpoint`), read without
+running any pickled code (`load_checkpoint`), checked (`validate`) and made a model (`load_gptwatch`); and what
+reading every model file shares: the one error (`CheckpointError`), the one reader of a PyTorch file
+(`read_torch`), and `Loaded`, what reading any model gives.
+
+A checkpoint holds only tensors and plain Python values (dicts, lists, strings, numbers), so
+`torch.load(weights_only=True)` can read it: a file from the internet cannot execute code on load. Everything a
+model (and a resumed run) reads from it is checked before anything large is allocated, and every problem is one
+`CheckpointError` naming it and the fix. It is written to a new file of its own beside it, flushed to disk, then
+renamed over the old one, so a crash at any moment leaves the previous complete checkpoint in place.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pickle
+import re
+import shlex
+import shutil
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import torch
+
+from cli import UsageError, UserError, is_out_of_memory
+from config import FIELDS, TrainConfig, saved_config
+from data.tokenizer import TOKENIZERS, Tokenizer, TokenizerMetaError, tokenizer_from_meta
+from files import (
+    cannot,
+    clear_for_file,
+    disk_full,
+    glob_escape,
+    regular_file,
+    remove_dead_leftovers,
+    replace_file,
+    write_error,
+)
+from model.config import ALWAYS_RECORDED, GPTConfig
+from model.gpt import GPT
+from model.memory import parameter_count, shortfall, size_text
+
+FORMAT = "gptwatch-checkpoint"
+FORMAT_VERSION = 1
+ZIP_MAGIC = b"PK\x03\x04"
+MAX_STEP = 2**63  # steps are logged as int64 (TensorBoard, torch)
+RECORDED_WHEN_SET = tuple(f.name for f in fields(GPTConfig) if f.name not in ALWAYS_RECORDED)
+
+
+class CheckpointError(UserError):
+    """A model file (a checkpoint, a Hugging Face folder, a nanoGPT checkpoint) that cannot be read, or not as one
+    computing exactly the same function."""
+
+
+@dataclass
+class Loaded:
+    """A model file made usable: the model in eval mode on its device, its tokenizer, and the checkpoint's other
+    contents (step, configs, run name; for a model trained elsewhere, its model_config, tokenizer and what was
+    read, under "imported")."""
+
+    model: GPT
+    tokenizer: Tokenizer
+    checkpoint: dict
+
+
+def checkpoint_path(path: str | Path) -> Path:
+    """The checkpoint file `path` names: itself, or the ckpt.pt in it when it is a folder."""
+    path = Path(path)
+    return path / "ckpt.pt" if path.is_dir() else path
+
+
+# --- reading a PyTorch file ----------------------------------------------------------------------------------
+
+def read_torch(path: Path, kind: str = "checkpoint") -> object:
+    """The contents of the PyTorch file `path`, on the CPU, read without running any code it holds:
+    `torch.load(weights_only=True)`, whose unpickler builds only tensors and plain values and refuses every other
+    object by name. Memory-mapped where the file allows it (the zip format torch has written since 1.6), so a
+    large file is not read whole before it is used. A `CheckpointError` names a pickled object, or says the file
+    is damaged, in the words of its `kind` ("checkpoint", or "PyTorch file" for a model trained elsewhere)."""
+    ours = kind == "checkpoint"
+    fix = "use an earlier copy or retrain" if ours else "use an intact copy"
+    try:
+        try:
+            return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        except pickle.UnpicklingError:
+            raise
+        except Exception:  # what cannot be mapped (the format before torch 1.6, a damaged file) is read whole
+            return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        found = pickled_object(str(exc))
+        if found is not None:
+            only = "only load checkpoints written by this trainer" if ours else "only tensors and plain values are read"
+            raise CheckpointError(f"refusing {path}: it contains a pickled Python object ({found}), which could "
+                                  f"run code when loaded; {only}") from None
+        raise CheckpointError(f"{path} is not a readable {kind} (its pickled data is damaged); it may be "
+                              f"truncated or corrupt: {fix}") from None
+    except MemoryError:
+        raise CheckpointError(f"not enough memory to load {path} ({path.stat().st_size:,} bytes); close other "
+                              f"programs or load it on a machine with more memory") from None
+    except PermissionError as exc:
+        raise CheckpointError(f"{cannot('read ' + kind, path, exc)}; check its permissions") from None
+    except Exception:  # a damaged archive surfaces as many types (RuntimeError, OSError, KeyError, EOFError, ...)
+        raise CheckpointError(f"{path} is not a readable {kind}; it may be truncated or corrupt: {fix}") from None
+
+
+def pickled_object(message: str) -> str | None:
+    """The object torch's weights-only unpickler refused, from its error message; None when it
+    refused for another reason (damaged data)."""
+    match = re.search(r"GLOBAL (\S+)", message)
+    if match:
+        return match.group(1)
+    if "Can only create new object" in message or "call reduce for unrecognized function" in message:
+        return "an object of a class that is not a tensor"
+    return None
+
+
+def is_torch_archive(path: Path) -> bool:
+    """Whether `path` starts as the zip archive torch.save writes (anything else is refused before any unpickler
+    sees it)."""
+    try:
+        with path.open("rb") as fh:
+            return fh.read(len(ZIP_MAGIC)) == ZIP_MAGIC
+    except OSError:
+        return False
+
+
+# --- reading a checkpoint ------------------------------------------------------------------------------------
+
+def load_checkpoint(path: str | Path, contents: object = None) -> dict:
+    """A checkpoint's contents, on the CPU, read without running any pickled code (or `contents`, read already);
+    `CheckpointError` for anything that is not a checkpoint this trainer wrote. Check its structure with
+    `validate`."""
+    folder = Path(path) if Path(path).suffix != ".pt" else Path(path).parent   # where train.py would write it
+    path = regular_file(checkpoint_path(path), "checkpoint", "point --out_dir at the folder that holds the "
+                        f"ckpt.pt train.py wrote, or train one there first: python train.py "
+                        f"--out_dir={shlex.quote(str(folder))}", CheckpointError)
+    if contents is None:
+        try:
+            with path.open("rb") as fh:
+                head = fh.read(len(ZIP_MAGIC))
+        except OSError as exc:
+            raise CheckpointError(f"{cannot('read checkpoint', path, exc)}; check its permissions") from None
+        if not head:
+            raise CheckpointError(f"{path} is empty (0 bytes), perhaps from an interrupted copy; use an earlier "
+                                  f"copy or retrain")
+        if head != ZIP_MAGIC:
+            raise CheckpointError(f"{path} is not a checkpoint written by this trainer (not a PyTorch archive); "
+                                  f"give the ckpt.pt that train.py wrote")
+        contents = read_torch(path)
+    if not isinstance(contents, dict) or contents.get("format") != FORMAT:
+        raise CheckpointError(f"{path} is not a checkpoint written by this trainer; give the ckpt.pt that "
+                              f"train.py wrote")
+    version = contents.get("format_version")
+    if version != FORMAT_VERSION:
+        raise CheckpointError(f"{path} has checkpoint format version {version}, this trainer reads version "
+                              f"{FORMAT_VERSION}; use the trainer version that wrote it, or retrain")
+    return contents
+
+
+def validate(checkpoint: dict, path: str | Path, *, for_resume: bool = False) -> GPTConfig:
+    """The checkpoint's model config, after checking that everything a model (and, `for_resume`, a
+    resumed run) reads from it is there with the right type; `CheckpointError` naming the first problem."""
+    problem = _structure_problem(checkpoint, for_resume)
+    if problem is None:
+        try:
+            config = GPTConfig(**checkpoint["model_config"])
+        except (TypeError, ValueError) as exc:
+            problem = f"its model_config is invalid ({exc})"
+        else:
+            problem = _shape_problem(config, checkpoint["model"])
+    if problem is not None:
+        raise unusable(path, problem)
+    # Weights (and, to resume, optimizer moments) that are nan or inf would sample garbage, or make every
+    # resumed step nan: a run that diverged never saves them, so such a file was damaged or made elsewhere.
+    found = not_finite({"model": checkpoint["model"]}, "") or (
+        not_finite({"optimizer": checkpoint["optimizer"]}, "") if for_resume else None)
+    if found is not None:
+        raise CheckpointError(f"{path} holds numbers that are not finite ({found}); it comes from a run that "
+                              f"diverged, or is damaged: use an earlier checkpoint (ckpt.prev.pt?) or retrain")
+    return config
+
+
+def unusable(path: str | Path, problem: str) -> CheckpointError:
+    """The error for a checkpoint that holds `problem` ("its model_config is invalid (...)")."""
+    return CheckpointError(f"{path} is not a usable checkpoint: {problem}; it was not written by this "
+                           f"trainer's train.py, or was edited: use the ckpt.pt that train.py wrote")
+
+
+_RESUME_FIELDS = {"optimizer": dict, "train_config": dict, "rng": dict, "best_val_loss": (float, int),
+                  "run_name": str}
+
+
+def _shape_problem(config: GPTConfig, weights: dict) -> str | None:
+    """Whether `weights` have the sizes that decide every other shape of the model `config`
+    describes: the layer count, the token table (vocabulary x width) and, for gpt2, the position
+    table. Read from the checkpoint's own tensors, so a config describing a model far larger than
+    its weights is refused before anything is allocated; `load_weights` compares every name and
+    shape with the model once it is built."""
+    layers = {name.split(".")[1] for name in weights if name.startswith("blocks.")}
+    if len(layers) != config.n_layer:
+        return f"its model_config says {config.n_layer} layers, its weights hold {len(layers)}"
+    sizes = {"wte.weight": (config.vocab_size, config.n_embd)}
+    if config.absolute_positions:
+        sizes["wpe.weight"] = (config.block_size, config.n_embd)
+    return _mismatch(sizes, {name: tuple(weights[name].shape) for name in sizes if name in weights})
+
+
+def _mismatch(expected: dict[str, tuple], found: dict[str, tuple]) -> str | None:
+    """The first tensor whose shape (or presence) differs, in words; None when all fit."""
+    differ = sorted(set(expected) ^ set(found)) or [name for name in expected if expected[name] != found[name]]
+    if not differ:
+        return None
+    name = differ[0]
+    return (f"its weights do not fit its model_config ({name}: expected {expected.get(name, 'nothing')}, "
+            f"found {found.get(name, 'nothing')})")
+
+
+def _structure_problem(checkpoint: dict, for_resume: bool) -> str | None:
+    weights = checkpoint.get("model")
+    if not isinstance(weights, dict) or not weights or not all(
+            isinstance(k, str) and isinstance(v, torch.Tensor) and v.is_floating_point() for k, v in weights.items()):
+        return "'model' is not a set of named floating-point tensors"
+    config = checkpoint.get("model_config")
+    # The settings of RECORDED_WHEN_SET are there only when set (GPTConfig.to_dict): a model's switches, and what a
+    # model trained elsewhere brought.
+    if not isinstance(config, dict) or not set(ALWAYS_RECORDED) <= set(config) <= {f.name for f in fields(GPTConfig)}:
+        return (f"'model_config' is missing or does not hold exactly {', '.join(ALWAYS_RECORDED)} (and of "
+                f"{', '.join(RECORDED_WHEN_SET)} those it sets)")
+    if not isinstance(checkpoint.get("tokenizer"), dict):
+        return "it has no 'tokenizer'"
+    if type(checkpoint.get("step")) is not int or not 0 <= checkpoint["step"] < MAX_STEP:
+        return "'step' is not a step count (a whole number from 0 to 2**63 - 1)"
+    if not for_resume:
+        return None
+    for key, kind in _RESUME_FIELDS.items():
+        if not isinstance(checkpoint.get(key), kind) or isinstance(checkpoint.get(key), bool):
+            return f"{key!r}, which resuming needs, is missing or not a {getattr(kind, '__name__', 'number')}"
+    rng = checkpoint["rng"]
+    if not all(isinstance(rng.get(k), torch.Tensor) and rng[k].dtype == torch.uint8 for k in ("torch", "batches")):
+        return "'rng' does not hold the random generators' states"
+    if checkpoint.get("eval_step") is not None and (type(checkpoint["eval_step"]) is not int
+                                                    or not 0 <= checkpoint["eval_step"] < MAX_STEP):
+        return "'eval_step' is not a step"
+    if checkpoint["best_val_loss"] != checkpoint["best_val_loss"]:
+        return "'best_val_loss' is nan"
+    return None
+
+
+def not_finite(tensors: dict, where: str) -> str | None:
+    """The first tensor (nested dicts and lists searched) holding nan or inf, in words; None when all are finite."""
+    for name, value in tensors.items():
+        if isinstance(value, dict):
+            found = not_finite(value, f"{where}{name}.")
+        elif isinstance(value, (list, tuple)):
+            found = not_finite(dict(enumerate(value)), f"{where}{name}.")
+        elif isinstance(value, torch.Tensor) and value.is_floating_point() and not bool(torch.isfinite(value).all()):
+            bad = int((~torch.isfinite(value)).sum())
+            kinds = "/".join(k for k, f in (("nan", torch.isnan), ("inf", torch.isinf)) if bool(f(value).any()))
+            found = f"{where}{name} holds {bad:,} {kinds} value{'s' if bad > 1 else ''} of {value.numel():,}"
+        else:
+            found = None
+        if found is not None:
+            return found
+    return None
+
+
+def load_weights(model: GPT, weights: dict, path: str | Path) -> None:
+    """`model.load_state_dict(weights)`, with a `CheckpointError` naming the first tensor that does
+    not fit the model."""
+    expected = {name: tuple(t.shape) for name, t in model.state_dict().items()}
+    problem = _mismatch(expected, {name: tuple(t.shape) for name, t in weights.items()})
+    if problem is not None:
+        raise unusable(path, problem)
+    try:
+        model.load_state_dict(weights)
+    except (KeyError, RuntimeError, TypeError, ValueError) as exc:
+        raise CheckpointError(f"{path}: the saved weights do not fit the saved model_config "
+                              f"({' '.join(str(exc).split())[:200]}); use the ckpt.pt that train.py wrote") from None
+
+
+def saved_settings(checkpoint: dict, path: str | Path) -> TrainConfig | None:
+    """The settings the checkpoint records (its train_config, and the config keys of its data record), checked
+    as a config's are, so that nothing read from them is used unchecked (a seed no generator takes, a path
+    holding NUL); `CheckpointError` naming the first bad one. None for a checkpoint without settings (one
+    a tool wrote: sampling needs none)."""
+    saved, data = checkpoint.get("train_config"), checkpoint.get("data")
+    if saved is None:
+        return None
+    if not isinstance(saved, dict) or not isinstance(data, (dict, type(None))):
+        raise unusable(path, "its 'train_config' or 'data' is not a table of settings")
+    for key, value in (data or {}).items():  # where its text was: names, which no config key checks
+        if key not in FIELDS and not (value is None or isinstance(value, str) and "\x00" not in value):
+            raise unusable(path, f"its data record's {key!r} is not a name or path")
+    record = "train_config"
+    try:
+        config = saved_config(saved, "in its train_config")
+        record = "data record"
+        # A fine-tune's data record names the model's own vocabulary (data/prepare.py's label), no config value.
+        record_settings = {key: value for key, value in (data or {}).items()
+                           if key != "tokenizer" or value in TOKENIZERS
+                           or not isinstance(value, str) or "\x00" in value}
+        saved_config({**saved, **record_settings}, "in its data record")
+    except UsageError as exc:
+        raise unusable(path, f"its {record} is invalid ({exc})") from None
+    return config
+
+
+# --- a checkpoint as a model -------------------------------------------------------------------------------
+
+def load_gptwatch(path: str | Path, device: torch.device, contents: object = None, *,
+                  dropout: float | None = None) -> Loaded:
+    """A checkpoint train.py wrote (the file, or the folder holding ckpt.pt; `contents`: read already) as a model
+    and its tokenizer; with `dropout`, built with that dropout."""
+    checkpoint = load_checkpoint(path, contents)
+    path = checkpoint_path(path)  # the file, for messages
+    config = validate(checkpoint, path)
+    if dropout is not None:
+        config = dataclasses.replace(config, dropout=dropout)
+    try:
+        tokenizer = tokenizer_from_meta(checkpoint["tokenizer"])
+    except TokenizerMetaError as exc:  # others (GPT-2's BPE not loadable here) are not the checkpoint's fault
+        raise CheckpointError(f"{path} holds no usable tokenizer ({exc}); use the ckpt.pt that train.py wrote") \
+            from None
+    tokens = config.vocab_used or config.vocab_size   # the rows beyond vocab_used pad the vocabulary
+    if tokenizer.vocab_size != tokens:
+        raise CheckpointError(f"{path}: its tokenizer has {tokenizer.vocab_size} tokens but its model_config "
+                              f"{tokens}; use the ckpt.pt that train.py wrote")
+    _check_fits(config, device, path)
+    try:
+        model = GPT(config)
+        load_weights(model, checkpoint["model"], path)
+        model.to(device).eval()
+    except (MemoryError, RuntimeError) as exc:
+        if not is_out_of_memory(exc):
+            raise
+        raise CheckpointError(f"{path}: its model ({config.to_dict()}) does not fit in the memory of {device} "
+                              f"here; use --device=cpu, or a machine with more memory") from None
+    return Loaded(model, tokenizer, checkpoint)
+
+
+def load_bytes(config: GPTConfig) -> dict[str, int]:
+    """A lower bound of what loading `config`'s model and sampling from it allocate besides the checkpoint's
+    own tensors: the model's float32 weights, the rotary tables of "modern" (block_size rows a layer), and the
+    cache sampling fills (block_size keys and values a layer). The last two follow from block_size alone, which
+    no tensor of a "modern" checkpoint holds."""
+    return {"weights": 4 * parameter_count(config),
+            "rotary tables": 4 * config.n_layer * config.block_size * config.head_dim if config.modern else 0,
+            "sampling cache": 4 * config.n_layer * config.block_size * 2 * config.n_embd}
+
+
+def _check_fits(config: GPTConfig, device: torch.device, path: Path) -> None:
+    """`CheckpointError` before anything is allocated when the model the checkpoint describes cannot fit in
+    the memory of `device` (or of the CPU, where it is built first)."""
+    need = load_bytes(config)
+    for where in dict.fromkeys([torch.device("cpu"), device]):
+        counted = need if where == device else {k: n for k, n in need.items() if k != "sampling cache"}
+        total = sum(counted.values())
+        free = shortfall(total, where)
+        if free is not None:
+            parts = ", ".join(f"{what} {size_text(n)}" for what, n in counted.items() if n)
+            raise CheckpointError(f"{path}: its model (block_size {config.block_size:,}, n_layer {config.n_layer}, "
+                                  f"n_embd {config.n_embd}) needs at least {size_text(total)} of memory on "
+                                  f"{where.type} ({parts}), and {size_text(free)} is free; use a machine with more "
+                                  f"memory, or the ckpt.pt that train.py wrote if this one was edited")
+
+
+# --- writing a checkpoint -----------------------------------------------------------------------------------
+
+def save_checkpoint(path: str | Path, checkpoint: dict, keep_previous: str | Path | None = None) -> None:
+    """Atomically replaces `path` with `checkpoint`. With `keep_previous`, the
+    checkpoint being replaced survives under that name (hard-linked just before
+    the swap, so `path` itself is never missing). The temporary file is a new one of
+    its own (`files.fresh_file`), so a link planted in the folder is never written through."""
+    path = Path(path)
+    checkpoint = {"format": FORMAT, "format_version": FORMAT_VERSION, **checkpoint}
+
+    def keep() -> None:
+        if keep_previous is not None and path.exists():
+            _keep(path, Path(keep_previous))
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        clear_for_file(path, "the checkpoint", "move it away or choose another --out_dir", CheckpointError)
+        # replace_file leaves no half-written temporary file, also on a second Ctrl-C mid-save
+        replace_file(path, lambda fh: _save(checkpoint, fh), before_replace=keep)
+        _fsync_dir(path.parent)
+    except OSError as exc:
+        kept = "; the previous checkpoint is intact" if path.is_file() else ""
+        fix = "free disk space or choose a writable --out_dir" if disk_full(exc) else "choose a writable --out_dir"
+        raise CheckpointError(f"cannot write checkpoint {path}: {write_error(exc, path)}{kept}; {fix}") from None
+
+
+def _keep(path: Path, previous: Path) -> None:
+    """`path` also under the name `previous`: a hard link (a link or file already there is replaced, never
+    followed), or a copy on a filesystem without hard links."""
+    clear_for_file(previous, "the earlier run's checkpoint", "move it away or choose another --out_dir",
+                   CheckpointError, follow_links=False)
+    previous.unlink(missing_ok=True)
+    try:
+        os.link(path, previous, follow_symlinks=False)
+    except OSError:  # a filesystem without hard links
+        with open(path, "rb") as source:   # streamed: a checkpoint can be large
+            replace_file(previous, lambda fh: shutil.copyfileobj(source, fh))
+
+
+def _save(checkpoint: dict, fh) -> None:
+    torch.save(checkpoint, fh)
+
+
+def previous_path(path: Path) -> Path:
+    """Where a new run keeps the earlier run's checkpoint it replaces."""
+    return path.with_name("ckpt.prev.pt")
+
+
+def remove_stale_temp_files(path: str | Path) -> None:
+    """Deletes temporary files that a save killed mid-write (kill -9, power
+    loss) left beside `path`; a save still running in a live process is kept."""
+    path = Path(path)
+    remove_dead_leftovers(path.parent, f".{glob_escape(path.name)}.tmp-*")
+
+
+def _fsync_dir(folder: Path) -> None:
+    # Makes the rename itself durable; not every platform allows opening a directory.
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

@@ -1,0 +1,162 @@
+"""Where a model comes from, said once: `identify` turns a path or name into a `Source`, and `load_model` reads
+any source into a gptwatch model that computes the same function, with its tokenizer. Sampling, export,
+inspection, fine-tuning and the benchmarks all read models here.
+
+A source is one of:
+- `scratch`: a new model of the config's sizes; `resume`: the run's own checkpoint, which it continues
+  (training's two words for `init_from`, `config.SCRATCH` and `config.RESUME`, which the trainer's sources are
+  made of: `identify` reads paths and names);
+- a gptwatch checkpoint: the `ckpt.pt` train.py writes, or the folder holding it (formats/checkpoint.py);
+- a nanoGPT checkpoint: the `ckpt.pt` nanoGPT's train.py writes, or its out_dir (formats/nanogpt.py);
+- a Hugging Face folder: `config.json` with its weights, as `save_pretrained` writes (formats/huggingface.py);
+- a hub name (`gpt2`, `gpt2-medium`, `gpt2-large`, `gpt2-xl`, `distilgpt2`, or a repository such as
+  `openai-community/gpt2`): fetched once into the Hugging Face cache, then read as a folder (formats/hub.py).
+  A file or folder here of the same name wins, with a warning saying so.
+
+A checkpoint file is read once, when it is identified (a nanoGPT checkpoint and gptwatch's are both
+`ckpt.pt`: its contents tell them apart), and what was read goes with the source. Each model is refused in one
+line, before anything large is read or allocated, when gptwatch's model cannot compute it exactly or it cannot
+fit in memory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from cli import UsageError, warn
+from config import RESUME, SCRATCH
+from data.tokenizer import Tokenizer
+from formats.checkpoint import CheckpointError, Loaded, is_torch_archive, load_gptwatch, read_torch
+from formats.hub import HUB_MODELS, LOCAL_FOLDER_HELP, check_fits, fetch, hub_name
+from formats.huggingface import CONFIG, read_folder
+from formats.layout import built
+from formats.nanogpt import is_nanogpt, read_nanogpt
+from model.config import GPTConfig
+
+GPTWATCH, NANOGPT, HUGGINGFACE, HUB = "gptwatch", "nanogpt", "huggingface", "hub"
+CHECKPOINT = "ckpt.pt"
+
+
+@dataclass(frozen=True)
+class Source:
+    """What a model is and where: its `kind` (SCRATCH, RESUME, GPTWATCH, NANOGPT, HUGGINGFACE or HUB), its `path`
+    (a folder or checkpoint file; None for scratch and a hub model not fetched yet), the `hub` name, and the
+    `contents` of a checkpoint file, read once."""
+
+    kind: str
+    path: Path | None = None
+    hub: str | None = None
+    contents: object = None
+
+    @property
+    def elsewhere(self) -> bool:
+        """Whether the model was trained elsewhere (nanoGPT, Hugging Face), not by gptwatch."""
+        return self.kind in (NANOGPT, HUGGINGFACE, HUB)
+
+
+def identify(source: str | Path, *, model: bool = True) -> Source:
+    """What `source` names (see the module's docstring). Given as a model (`model`, as --init_from gives one), a
+    name may be a hub model, and a name that is neither a path here nor a hub model is refused saying what it
+    could have been. Given as a path (`model=False`, as --out_dir gives one), it is never a hub name, and
+    anything that is no model file of another kind is taken for a gptwatch checkpoint, whose reader says what is
+    wrong with it ("not found", ...). Reads at most a checkpoint file (memory-mapped), never downloads."""
+    path = Path(source)
+    name = hub_name(str(source)) if model else None
+    if not path.exists():
+        if name is not None:
+            return Source(HUB, hub=name)
+        if model:
+            raise CheckpointError(f"{source} is neither a file or folder here nor a model gptwatch fetches from the "
+                                  f"Hugging Face hub ({', '.join(HUB_MODELS)}); give a gptwatch or nanoGPT ckpt.pt "
+                                  f"(or the folder holding it), {LOCAL_FOLDER_HELP}")
+        return Source(GPTWATCH, path)
+    if name is not None:
+        warn(f"reading the local {'folder' if path.is_dir() else 'file'} {path}, not the hub model {name} of the "
+             f"same name; to fetch that one, give its repository, {HUB_MODELS[name][0]}")
+    given = path
+    if path.is_dir():
+        if (path / CONFIG).is_file():
+            return Source(HUGGINGFACE, path)
+        if not (path / CHECKPOINT).exists():
+            if not model:
+                return Source(GPTWATCH, path)
+            raise CheckpointError(f"{path} holds neither {CONFIG} (a Hugging Face model's folder) nor {CHECKPOINT} "
+                                  f"(a gptwatch or nanoGPT checkpoint); give one of those, or the file itself")
+        path = path / CHECKPOINT
+    # a gptwatch checkpoint keeps the path as given: its reader names what is wrong there (a folder as ckpt.pt)
+    if not path.is_file() or not is_torch_archive(path):
+        return Source(GPTWATCH, given)
+    contents = read_torch(path)
+    return Source(NANOGPT if is_nanogpt(contents) else GPTWATCH, path if is_nanogpt(contents) else given, None,
+                  contents)
+
+
+def load_model(source: str | Path | Source, device: torch.device, *, block_size: int | None = None,
+               dropout: float | None = None) -> Loaded:
+    """The model `source` gives (a `Source`, or a path here: see `identify`), on `device` in eval mode, with its
+    tokenizer. With `block_size`, cropped to that many positions; with `dropout`, built with that dropout (what a
+    run that trains it sets)."""
+    found = source if isinstance(source, Source) else identify(source, model=False)
+    if found.kind in (SCRATCH, RESUME):
+        raise ValueError(f"a source of kind {found.kind!r} names no model to read")
+    if found.kind == GPTWATCH:
+        loaded = load_gptwatch(found.path, device, found.contents, dropout=dropout)
+    else:
+        loaded = _load_elsewhere(found, device, dropout)
+    if block_size is not None and block_size != loaded.model.config.block_size:
+        positions = loaded.model.config.block_size
+        if block_size > positions:
+            raise UsageError(f"block_size={block_size} is above the {positions} positions of {found.hub or found.path}"
+                             f"; use --block_size={positions} or less")
+        loaded.model.crop_block_size(block_size)
+        loaded.checkpoint["model_config"] = loaded.model.config.to_dict()
+    return loaded
+
+
+def _load_elsewhere(found: Source, device: torch.device, dropout: float | None) -> Loaded:
+    """A model trained elsewhere as a gptwatch model computing the same function. `Loaded.checkpoint` describes it
+    as a checkpoint would (model_config, tokenizer) and says what was read under "imported" (plain values:
+    "format", "path" and each format's details)."""
+    if found.kind == NANOGPT:
+        config, tokenizer, weights, source = read_nanogpt(found.path, found.contents)
+        what = f"the model in {found.path}"
+    else:
+        folder = found.path if found.path is not None else fetch(found.hub, device)
+        config, tokenizer, weights, source = read_folder(folder, found.hub)
+        what = found.hub or f"the model in {folder}"
+    config = _with_padding(config, tokenizer, what)
+    if dropout is not None:
+        config = dataclasses.replace(config, dropout=dropout)
+    check_fits(config, what, device)
+    model = built(config, weights(config), device)
+    return Loaded(model, tokenizer, {"model_config": model.config.to_dict(), "tokenizer": tokenizer.to_meta(),
+                                     "imported": source})
+
+
+def describe(loaded: Loaded) -> str:
+    """One line saying what a model trained elsewhere is, e.g. "nanoGPT checkpoint out/ckpt.pt (iteration 5000):
+    6 layers x 6 heads, 384 wide, 256 positions, char vocabulary of 65 tokens"."""
+    cfg, source, tokenizer = loaded.model.config, loaded.checkpoint["imported"], loaded.tokenizer
+    if source["format"] == NANOGPT:
+        iteration = source.get("iter_num")
+        what = f"nanoGPT checkpoint {source['path']}" + (f" (iteration {iteration})" if iteration is not None else "")
+    else:
+        where = f"{source['hub']} ({source['path']})" if source.get("hub") else source["path"]
+        what = f"Hugging Face {source['class']} {where}"
+    return (f"{what}: {cfg.n_layer} layers x {cfg.n_head} heads, {cfg.n_embd} wide, {cfg.block_size} positions, "
+            f"{tokenizer.name} vocabulary of {tokenizer.vocab_size:,} tokens")
+
+
+def _with_padding(saved: GPTConfig, tokenizer: Tokenizer, what: str) -> GPTConfig:
+    """`saved` with the rows beyond the tokenizer's vocabulary (padding) marked never to be sampled."""
+    if tokenizer.vocab_size > saved.vocab_size:
+        raise CheckpointError(f"{what} has {saved.vocab_size:,} token rows, fewer than the {tokenizer.vocab_size:,} "
+                              f"tokens of its vocabulary ({tokenizer.name}); use the model and vocabulary that "
+                              f"were saved together")
+    if tokenizer.vocab_size < saved.vocab_size:
+        return dataclasses.replace(saved, vocab_used=tokenizer.vocab_size)
+    return saved
