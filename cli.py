@@ -97,6 +97,14 @@ def _one_line(text: object) -> str:
     return for_terminal(" ".join(str(text).splitlines()))
 
 
+def stop_signals() -> tuple[int, ...]:
+    """The signals that stop a command: Ctrl-C, SIGTERM (kill, a scheduler), and SIGHUP (a closed terminal, an ssh
+    drop), unless SIGHUP is ignored already, as under `nohup`, which asks the command to go on."""
+    hangup = getattr(signal, "SIGHUP", None)
+    ignored = hangup is None or signal.getsignal(hangup) is signal.SIG_IGN
+    return (signal.SIGINT, signal.SIGTERM) + (() if ignored else (hangup,))
+
+
 @contextmanager
 def stops_unwind():
     """While it is held, SIGTERM (kill, a scheduler) and SIGHUP (a closed terminal; left alone where it is
@@ -110,9 +118,7 @@ def stops_unwind():
     def unwind(signum, frame) -> None:
         raise SystemExit(128 + signum)
 
-    hangup = getattr(signal, "SIGHUP", None)
-    signals = [signal.SIGTERM] + ([hangup] if hangup and signal.getsignal(hangup) is not signal.SIG_IGN else [])
-    previous = {sig: signal.signal(sig, unwind) for sig in signals}
+    previous = {sig: signal.signal(sig, unwind) for sig in stop_signals() if sig != signal.SIGINT}
     try:
         yield
     finally:

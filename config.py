@@ -1,8 +1,8 @@
-"""Training configuration: TOML files read into a typed dataclass.
+"""A run's settings: TOML files and `--key=value` overrides read into one typed dataclass, `TrainConfig`, which
+holds the model's settings (`model`, a `GPTConfig`: model/config.py declares them) beside training's.
 
-Every key is checked: an unknown key, a wrong type or an impossible value is a
-`UsageError` naming the key and what would be valid. Command-line overrides
-are `--key=value`, read by argparse; `--help` is built from the same field descriptions.
+Every key is checked: an unknown key, a wrong type or an impossible value is a `UsageError` naming the key
+and what would be valid. `--help` is built from the same field descriptions.
 """
 
 from __future__ import annotations
@@ -34,12 +34,10 @@ ABLATIONS = ("zero", "mean")
 
 
 def is_device_name(name: str) -> bool:
-    """"auto", "cpu", "cuda", "cuda:N" or "mps" (whether it exists here is `runtime.pick_device`'s job)."""
+    """"auto", "cpu", "cuda", "cuda:N" or "mps" (whether it exists here is `pick_device`'s job)."""
     kind, colon, index = name.partition(":")
     # ASCII digits only: str.isdigit() also accepts "²", which int() refuses.
     return kind in DEVICES and (not colon or (kind == "cuda" and re.fullmatch(r"[0-9]+", index) is not None))
-
-
 
 
 def pick_device(name: str) -> torch.device:

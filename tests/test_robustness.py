@@ -575,7 +575,7 @@ def test_sighup_with_the_terminal_gone_saves_and_exits_129(tmp_path):
 
 
 def test_under_nohup_sighup_is_left_ignored():
-    from trainer.trainer import stop_signals
+    from cli import stop_signals
 
     previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
     try:

@@ -10,19 +10,11 @@ from conftest import shared_file
 
 from config import make_config
 from tests.commands import TEXT, TINY, run_train
-from trainer.starting_point import (
-    BLOCK,
-    DEMO_CONFIG,
-    SIZES,
-    STEPS,
-    out_dir_for,
-    settings_for_text,
-    starting_point,
-)
+from trainer.start import BLOCK, DEMO_CONFIG, SIZES, STEPS, out_dir_for, run_settings, settings_for_text
 
 
 def config_of(config_path: str | None, overrides: dict):
-    start = starting_point(config_path, overrides)
+    start = run_settings(config_path, overrides)
     return start, make_config(start.config_path, overrides, start.settings)
 
 

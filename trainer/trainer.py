@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from cli import UserError, warn
+from cli import UserError, stop_signals, warn
 from config import TrainConfig
 from data.batches import Batches
 from data.prepare import Prepared, prepare
@@ -99,16 +99,8 @@ class Stop(Exception):
     """Raised inside the loop when a signal asked training to stop."""
 
 
-def stop_signals() -> tuple[int, ...]:
-    """The signals that stop a run after saving: Ctrl-C, SIGTERM (kill, a scheduler), and SIGHUP (a closed
-    terminal, an ssh drop), unless SIGHUP is ignored already, as under `nohup`, which asks the run to go on."""
-    hangup = getattr(signal, "SIGHUP", None)
-    ignored = hangup is None or signal.getsignal(hangup) is signal.SIG_IGN
-    return (signal.SIGINT, signal.SIGTERM) + (() if ignored else (hangup,))
-
-
 class StopSignals:
-    """Ctrl-C, SIGTERM or SIGHUP (see `stop_signals`): finish the current step, save, stop. A second one stops
+    """Ctrl-C, SIGTERM or SIGHUP (`cli.stop_signals`): finish the current step, save, stop. A second one stops
     at once."""
 
     def __init__(self) -> None:
