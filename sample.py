@@ -32,7 +32,7 @@ from files import destination, read_text, utf8_value
 from formats import Loaded, checkpoint_path, load_model
 from formats.checkpoint import saved_settings
 from formats.parts import TARGETS
-from formats.sources import CHECKPOINT, Source, describe, identify
+from formats.sources import Source, describe, identify, model_name
 from model.ablation import Ablation
 
 
@@ -67,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     look.add_argument("--query", default=None,
                       help="token whose attention --attention prints: a word or a position (default: last pronoun)")
     look.add_argument("--png_dir", default=None, help="where --attention writes PNGs (default: OUT_DIR/attention; for "
-                                                      "a model from --init_from, out/ITS_NAME/attention)")
+                                                      "a model from --init_from, out/KIND-NAME/attention)")
     look.add_argument("--html", metavar="FILE.html", default=None,
                       help="with --attention: write an offline attention page (one HTML file) instead of PNGs")
     look.add_argument("--probes", metavar="FILE.jsonl", help="print the head table for a probe file")
@@ -207,14 +207,15 @@ def stream_samples(model, tokenizer, ids: list[int], args: argparse.Namespace, d
 def model_source(args: argparse.Namespace) -> Source:
     """What to read: --out_dir, a path here (default: out), or what --init_from names. A gptwatch checkpoint
     named by --init_from is read as --out_dir would read it. A model trained elsewhere is shown by the name
-    given, and its heatmaps go to out/ITS_NAME/attention (no run of it is here to put them beside)."""
+    given, and its heatmaps go to out/KIND-NAME/attention (out/gpt2/attention for a hub model): no run of it is
+    here to put them beside, and nothing is written into another model's folder."""
     if args.init_from is None:
         args.out_dir = args.out_dir or "out"
         return identify(args.out_dir, model=False)
     found = identify(args.init_from)
     args.out_dir = args.init_from  # the name every report shows
     if found.elsewhere and args.attention is not None and args.png_dir is None and args.html is None:
-        name = found.hub or (found.path.parent if found.path.name == CHECKPOINT else found.path).resolve().name
+        name = found.hub or f"{found.kind}-{model_name(args.init_from)}"   # never the other model's own folder
         args.png_dir = str(Path("out") / name / "attention")
     return found
 

@@ -54,11 +54,14 @@ def fetch(name: str, device: torch.device) -> Path:
     try:
         return Path(hub.snapshot_download(repository, allow_patterns=FILES))
     except Exception as exc:  # offline, unreachable, renamed or refused: the hub's errors come as many types
-        why = " ".join(str(exc).split()).split(". ")[0]
-        why = why if len(why) <= 160 else why[:157] + "..."
-        raise CheckpointError(f"cannot fetch {name} ({repository}) from the Hugging Face hub ({type(exc).__name__}: "
-                                f"{why}); connect to the internet once (it is then kept in the Hugging Face "
-                                f"cache), {LOCAL_FOLDER_HELP}") from None
+        # an HTTP answer is a refusal (its errors are OSErrors too); any other failure to connect means offline
+        answered = any(kind.__name__ == "HTTPError" for kind in type(exc).__mro__)
+        offline = not answered and isinstance(exc, (OSError, ConnectionError, TimeoutError))
+        why = ("this machine is offline, or cannot reach the hub, and the model is not in the Hugging Face cache "
+               "yet" if offline else f"the hub refused to serve it ({type(exc).__name__})")
+        raise CheckpointError(f"cannot fetch {name} ({repository}) from the Hugging Face hub: {why}; connect to the "
+                              f"internet once (it is then kept in the Hugging Face cache), {LOCAL_FOLDER_HELP}") \
+            from None
 
 
 def check_fits(config: GPTConfig, what: str, device: torch.device) -> None:

@@ -137,6 +137,16 @@ def _load_elsewhere(found: Source, device: torch.device, dropout: float | None) 
                                      "imported": source})
 
 
+def model_name(source: str) -> str:
+    """What a model given by path or name is called: a hub name as it is, else the name of its folder (of the
+    folder holding it, for a checkpoint file)."""
+    path = Path(source)
+    if hub_name(source) is not None and not path.exists():
+        return hub_name(source)
+    path = path.resolve()
+    return path.parent.name if path.is_file() else path.name
+
+
 def describe(loaded: Loaded) -> str:
     """One line saying what a model trained elsewhere is, e.g. "nanoGPT checkpoint out/ckpt.pt (iteration 5000):
     6 layers x 6 heads, 384 wide, 256 positions, char vocabulary of 65 tokens"."""

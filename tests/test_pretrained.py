@@ -1,7 +1,7 @@
 """A model trained elsewhere in sample.py: `--init_from=SOURCE` names it instead of `--out_dir`, and every mode
 works on it as on a checkpoint train.py wrote: plain sampling (the padding rows of nanoGPT's vocabulary never
 sampled), `--heads` (against a randomly initialised model of the same config; the text types on `--text`),
-`--attention` (PNGs under out/ITS_NAME/attention, or a page), `--probes` and `--export`. The models are made here
+`--attention` (PNGs under out/KIND-NAME/attention, or a page), `--probes` and `--export`. The models are made here
 with random weights by their own code (tests/test_import.py): a Hugging Face GPT-2 folder and nanoGPT checkpoints.
 
 Its head-type scores are TransformerLens's, read from `run_with_cache` on the model `--export tl` wrote, within
@@ -51,7 +51,7 @@ def make_source(which: str, root: Path, nanogpt_module) -> Path:
 
 @pytest.fixture(params=SOURCES)
 def source(request, tmp_path, monkeypatch, nanogpt) -> Path:
-    """The model's folder; the working folder is tmp_path, where out/ITS_NAME/ goes."""
+    """The model's folder; the working folder is tmp_path, where out/KIND-NAME/ goes."""
     monkeypatch.chdir(tmp_path)
     return make_source(request.param, tmp_path, nanogpt)
 
@@ -106,7 +106,8 @@ def test_heads_on_the_users_text_with_a_head_removed(source, tmp_path):
 
 def test_attention_heatmaps_go_under_out_and_its_name(source, tmp_path):
     out, _ = sample(f"--init_from={source}", "--attention=the dog saw it")
-    folder = Path("out") / source.name / "attention"
+    kind = "nanogpt" if (source / "ckpt.pt").exists() else "huggingface"   # named for what it is, never its own folder
+    folder = Path("out") / f"{kind}-{source.name}" / "attention"
     assert f"heatmaps: {folder}/the_dog_saw_it_*.png" in out
     assert sorted(p.name for p in (tmp_path / folder).iterdir())[0].startswith("the_dog_saw_it_")
     page = tmp_path / "page.html"

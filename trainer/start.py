@@ -36,7 +36,7 @@ from data.prepare import ModelVocabulary
 from data.tokenizer import FULL_GPT2, Tokenizer, tokenizer_from_meta
 from formats import load_checkpoint
 from formats.hub import hub_name
-from formats.sources import Source, describe, identify, load_model
+from formats.sources import Source, describe, identify, load_model, model_name
 from model.config import CONFIG_KEYS, MODEL_KEYS, GPTConfig
 from model.gpt import GPT
 from trainer.checkpoint import read_resumed
@@ -101,13 +101,15 @@ def run_settings(config_path: str | None, overrides: dict[str, Any]) -> Settings
     """Which base applies (see the module's docstring), for a command line of `config_path` and `overrides`."""
     if config_path is not None:
         return Settings(config_path, {}, Path(config_path).stem)
-    if overrides.get("init_from", SCRATCH) not in (SCRATCH, RESUME):  # a model to fine-tune: its shape, the
-        return Settings(None, {}, "default")                        # built-in training settings
     dataset = overrides.get("dataset")
+    init_from = overrides.get("init_from", SCRATCH)
+    if init_from not in (SCRATCH, RESUME):   # a model to fine-tune: its shape, the built-in training settings,
+        name = f"{model_name(init_from)}-{text_name(dataset or TrainConfig.dataset)}"   # and a folder of its own
+        return Settings(None, {"out_dir": out_dir_for(name)}, name)
     if dataset is None or dataset in corpora.GENERATED or not str(dataset).strip():
-        return Settings(str(DEMO_CONFIG) if DEMO_CONFIG.is_file() else None, {}, "default")
+        return Settings(str(DEMO_CONFIG) if DEMO_CONFIG.is_file() else None, {}, DEMO_CONFIG.stem)
     text = _text_of(dataset)
-    name = Path(dataset).stem if not corpora.is_named(dataset) else dataset
+    name = text_name(dataset)
     shape, tokenizer, source, checkpoint = None, overrides.get("tokenizer"), None, None
     if overrides.get("resume"):
         path = Path(overrides.get("out_dir") or out_dir_for(name)) / CHECKPOINT
@@ -139,9 +141,16 @@ def _text_of(dataset: str) -> str:
     return source_text(dataset, 0)[0]
 
 
+def text_name(dataset: str) -> str:
+    """What a run on `dataset` is named after: a corpus's name, or the text file's name without its suffix."""
+    return dataset if corpora.is_named(dataset) else Path(dataset).stem
+
+
 def out_dir_for(name: str) -> str:
-    """out/NAME for a text called NAME, never a folder that one of configs/ writes to (a text called
-    pronouns.txt must not replace the demo's checkpoint)."""
+    """out/NAME for a run named NAME: one plain folder inside out/ ("text" where NAME could not be one: '..'),
+    never a folder that one of configs/ writes to (a text called pronouns.txt must not replace the demo's
+    checkpoint)."""
+    name = name if name.strip(". ") and not {"/", "\\"} & set(name) else "text"
     taken = set()
     for config in (REPO / "configs").glob("*.toml"):
         try:
