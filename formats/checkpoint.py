@@ -147,6 +147,10 @@ def load_checkpoint(path: str | Path, contents: object = None) -> dict:
             raise CheckpointError(f"{path} is not a checkpoint written by this trainer (not a PyTorch archive); "
                                   f"give the ckpt.pt that train.py wrote")
         contents = read_torch(path)
+    if isinstance(contents, dict) and "format" not in contents and {"model", "iter_num"} <= set(contents):
+        raise CheckpointError(f"{path} looks like a nanoGPT checkpoint (it holds 'model' and 'iter_num') but has no "
+                              f"'model_args', the model's sizes; it is damaged or was edited: use the ckpt.pt "
+                              f"nanoGPT's train.py wrote")
     if not isinstance(contents, dict) or contents.get("format") != FORMAT:
         raise CheckpointError(f"{path} is not a checkpoint written by this trainer; give the ckpt.pt that "
                               f"train.py wrote")
@@ -215,10 +219,22 @@ def _mismatch(expected: dict[str, tuple], found: dict[str, tuple]) -> str | None
             f"found {found.get(name, 'nothing')})")
 
 
+def tensor_problem(value: object) -> str | None:
+    """What keeps `value`, read from a file, from being weights, in words; None when it is a dense floating-point
+    tensor with values (not sparse, and not on the meta device, which has none)."""
+    if not isinstance(value, torch.Tensor):
+        return f"is a {type(value).__name__}, not a tensor"
+    if value.layout != torch.strided or value.is_meta:
+        return f"is a {'meta' if value.is_meta else 'sparse'} tensor, not one holding every value"
+    if not value.is_floating_point():
+        return f"holds {value.dtype} values, not floating-point weights"
+    return None
+
+
 def _structure_problem(checkpoint: dict, for_resume: bool) -> str | None:
     weights = checkpoint.get("model")
     if not isinstance(weights, dict) or not weights or not all(
-            isinstance(k, str) and isinstance(v, torch.Tensor) and v.is_floating_point() for k, v in weights.items()):
+            isinstance(k, str) and tensor_problem(v) is None for k, v in weights.items()):
         return "'model' is not a set of named floating-point tensors"
     config = checkpoint.get("model_config")
     # The settings of RECORDED_WHEN_SET are there only when set (GPTConfig.to_dict): a model's switches, and what a

@@ -51,7 +51,7 @@ import torch
 
 import formats.optional as optional
 from data.tokenizer import FullGPT2Tokenizer, Tokenizer, TokenizerMetaError, tokenizer_from_meta
-from files import NotParsed, parse_json, read_text
+from files import NotParsed, parse_json, read_text, regular_file
 from formats.checkpoint import CheckpointError, read_torch
 from formats.layout import Reader, gpt2_layout, qwen3_layout, read_weights, written
 from formats.parts import RMS_EPS, check_supported
@@ -76,6 +76,12 @@ FIXED_OPTIONS = {
     "layer_norm_epsilon": (LN_EPS, "another epsilon in every LayerNorm"),
 }
 SIZES = {"n_layer": 12, "n_head": 12, "n_embd": 768, "vocab_size": 50257, "n_positions": 1024}  # GPT2Config's
+# The JSON type of every key read from config.json, and its name in words.
+KEY_TYPES = {"architectures": (list, "a list of class names"), "model_type": (str, "a string"),
+             "activation_function": (str, "a string"), "n_inner": (int, "a whole number"),
+             **{key: (int, "a whole number") for key in SIZES},
+             **{key: ((bool,) if isinstance(value, bool) else (int, float), "true or false" if isinstance(value, bool)
+                      else "a number") for key, (value, _) in FIXED_OPTIONS.items()}}
 
 
 GPT2_ACTIVATIONS = {"gelu": "gelu", "gelu_tanh": "gelu_new"}   # gptwatch's activation -> GPT2Config's
@@ -98,12 +104,16 @@ def read_hf_config(folder: Path) -> dict:
 def gpt_config(hf: dict, where: Path) -> GPTConfig:
     """The gptwatch config computing what a model of the GPT2Config `hf` computes; `CheckpointError` naming
     the class or the option that it cannot compute."""
+    _check_types(hf, where)
     classes = hf.get("architectures") or []
     model_type = hf.get("model_type")
-    if model_type != "gpt2" or not isinstance(classes, list) or not set(classes) <= set(READ_CLASSES):
-        found = ", ".join(map(str, classes)) if isinstance(classes, list) and classes else f"model_type {model_type!r}"
+    if model_type is None:
+        raise CheckpointError(f"{where} has no model_type (a GPT-2-family config.json says \"model_type\": "
+                              f"\"gpt2\"); use the config.json save_pretrained wrote")
+    if model_type != "gpt2" or not set(classes) <= set(READ_CLASSES):
+        found = ", ".join(classes) if classes else f"model_type {model_type!r}"
         raise CheckpointError(f"{where} describes a {found}, not a GPT-2-family model; gptwatch reads only "
-                                f"GPT-2-family models ({READ_CLASSES[0]}) and nanoGPT checkpoints")
+                              f"GPT-2-family models ({READ_CLASSES[0]}) and nanoGPT checkpoints")
     for key, (value, meaning) in FIXED_OPTIONS.items():
         if hf.get(key, value) != value:
             _refuse(where, key, hf[key], meaning, f"{key}={json.dumps(value)}")
@@ -127,6 +137,23 @@ def gpt_config(hf: dict, where: Path) -> GPTConfig:
         _refuse(where, "n_inner", hf["n_inner"], "an MLP of another width than 4 x n_embd",
                 f"n_inner={config.mlp_width}")
     return config
+
+
+def _check_types(hf: dict, where: Path) -> None:
+    """Every key read from config.json holds a JSON value of its type (a list where a string belongs would break
+    what reads it), or a `CheckpointError` names it: the one place the file's values are checked for type."""
+    for key, (kinds, words) in KEY_TYPES.items():
+        value = hf.get(key)
+        if value is None:   # left out, or null: the default (or, for model_type, its own message)
+            continue
+        ok = isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds)
+        if key == "architectures":
+            ok = ok and all(isinstance(name, str) for name in value)
+        if not ok:
+            shown = json.dumps(value)
+            shown = shown if len(shown) <= 60 else f"{shown[:50]}... ({len(shown):,} characters)"
+            raise CheckpointError(f"{where}: {key} is {shown}, not {words}; use the config.json save_pretrained "
+                                  f"wrote")
 
 
 def _refuse(where: Path, key: str, value: object, meaning: str, read: str) -> None:
@@ -154,7 +181,7 @@ def folder_tokenizer(folder: Path, config: GPTConfig) -> Tokenizer:
 
 def weights_path(folder: Path) -> Path:
     for name in WEIGHTS:
-        if (folder / name).is_file():
+        if (folder / name).exists() or (folder / name).is_symlink():   # what it is: `open_weights` checks
             return folder / name
     sharded = " (sharded weights, *.index.json, are not read)" if any(folder.glob("*.index.json")) else ""
     raise CheckpointError(f"{folder} has {CONFIG} but neither {' nor '.join(WEIGHTS)}{sharded}; give the folder "
@@ -163,8 +190,9 @@ def weights_path(folder: Path) -> Path:
 
 @contextmanager
 def open_weights(path: Path) -> Iterator[tuple[dict[str, tuple[int, ...]], Reader]]:
-    """({name in the file: shape}, read(name) -> tensor) for a safetensors or PyTorch weights file, the
-    shapes known before any tensor is read."""
+    """({name in the file: shape}, read(name) -> tensor) for a safetensors or PyTorch weights file (a regular
+    file: a pipe would never end), the shapes known before any tensor is read."""
+    regular_file(path, "weights file", "give the folder save_pretrained wrote, with its weights", CheckpointError)
     if path.suffix == ".safetensors":
         safetensors = optional.safetensors()
         try:

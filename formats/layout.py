@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from formats.checkpoint import CheckpointError
+from formats.checkpoint import CheckpointError, not_finite, tensor_problem
 from model.config import GPTConfig
 from model.gpt import GPT
 
@@ -213,14 +213,21 @@ def hooked_layout(config: GPTConfig) -> list[Row]:
 
 # --- reading a file of GPT-2's layout ------------------------------------------------------------------------
 
-def layout_names(names: Iterable[str]) -> dict[str, str]:
+def layout_names(names: Iterable[str], where: str) -> dict[str, str]:
     """{layout name: name in the file} for a file's tensors: torch.compile's `_orig_mod.` prefix dropped, the
     `transformer.` prefix added where a file leaves it out (a GPT2Model's), and the causal-mask buffers and the
-    output head left out (`check_tied` reads the head)."""
+    output head left out (`check_tied` reads the head). One weight under two names is refused: which is meant?"""
     stripped = {original: original.removeprefix(COMPILED_PREFIX) for original in names}
     bare = not any(name.startswith("transformer.") for name in stripped.values())
-    return {f"transformer.{name}" if bare else name: original for original, name in stripped.items()
-            if name != HEAD and not name.endswith(MASK_BUFFERS)}
+    out: dict[str, str] = {}
+    for original, name in stripped.items():
+        name = f"transformer.{name}" if bare else name
+        if name in out:
+            raise CheckpointError(f"{where} holds {name} twice, as {out[name]} and as {original}; it is damaged or "
+                                  f"was edited: use the file as it was saved")
+        if name != HEAD and not name.endswith(MASK_BUFFERS):
+            out[name] = original
+    return out
 
 
 def check_tensors(found: dict[str, tuple[int, ...]], expected: dict[str, tuple[int, ...]], where: str) -> None:
@@ -263,17 +270,26 @@ def read_weights(shapes: dict[str, tuple[int, ...]], read: Reader, config: GPTCo
                  where: str) -> dict[str, torch.Tensor]:
     """gptwatch's state dict for a model of `config` from a file of GPT-2's layout (`shapes` {name in the file:
     shape}, `read(name in the file)` -> tensor), once every name and shape is checked."""
-    names = layout_names(shapes)
+    names = layout_names(shapes, where)
+    if config.n_layer > len(names):   # bounded before any work that grows with it (the table of names below)
+        raise CheckpointError(f"{where}: its config says {config.n_layer:,} layers, and the file holds {len(names):,} "
+                              f"tensors in all; it is damaged or was edited: use the file as it was saved")
     rows = gpt2_layout(config, conv1d)
     check_tensors({name: shapes[original] for name, original in names.items()}, expected_shapes(rows, config), where)
     check_tied(read, shapes, where)
 
     def tensor(name: str) -> torch.Tensor:
         value = read(names[name])
-        if not value.is_floating_point():
-            raise CheckpointError(f"{where}: {name} holds {value.dtype} values, not floating-point weights; it is "
-                                  f"damaged or was edited: use the file as it was saved")
-        return value.float()
+        problem = tensor_problem(value)
+        if problem is not None:
+            raise CheckpointError(f"{where}: {name} {problem}; it is damaged or was edited: use the file as it was "
+                                  f"saved")
+        value = value.float()   # a float16 or float64 weight beyond float32's range becomes inf here
+        found = not_finite({name: value}, "")
+        if found is not None:
+            raise CheckpointError(f"{where} holds numbers that are not finite ({found}); it is damaged, or comes from "
+                                  f"a run that diverged: use an intact copy")
+        return value
 
     weights = read_back(rows, tensor)
     weights[HEAD] = weights["wte.weight"]

@@ -66,7 +66,7 @@ def meta_places(path: Path, checkpoint: dict) -> list[Path]:
     places = [path.parent / META]
     config = checkpoint.get("config")
     dataset = config.get("dataset") if isinstance(config, dict) else None
-    if isinstance(dataset, str) and dataset and Path(dataset).name == dataset:
+    if isinstance(dataset, str) and dataset.strip(".") and Path(dataset).name == dataset:   # a plain name: no '..'
         places.append(path.parent.parent / "data" / dataset / META)
     return places
 

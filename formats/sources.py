@@ -79,7 +79,7 @@ def identify(source: str | Path, *, model: bool = True) -> Source:
              f"same name; to fetch that one, give its repository, {HUB_MODELS[name][0]}")
     given = path
     if path.is_dir():
-        if (path / CONFIG).is_file():
+        if (path / CONFIG).exists() or (path / CONFIG).is_symlink():   # what it is: its reader checks
             return Source(HUGGINGFACE, path)
         if not (path / CHECKPOINT).exists():
             if not model:

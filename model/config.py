@@ -20,6 +20,12 @@ from typing import Any
 ARCHITECTURES = ("gpt2", "modern")
 ACTIVATIONS = ("gelu", "gelu_tanh")   # the exact (erf) GELU, or GPT-2's tanh approximation of it
 MAX_BLOCK_SIZE = 2**24  # positions beyond it: float32 (rotary angles) no longer tells them apart
+MAX_SIZE = 2**31 - 1    # no size of a model is larger: torch counts some of them in 32 bits
+
+
+def _shown(value: object) -> object:
+    """A value for a message: a whole number of more digits than a line can hold is said by its length."""
+    return f"a number of {len(str(value)):,} digits" if isinstance(value, int) and abs(value) >= 10**24 else value
 
 
 def _option(default: Any, help: str = "", *, always: bool = False, shown: str = "", choices: tuple = ()) -> Any:
@@ -59,7 +65,9 @@ class GPTConfig:
             if name == "vocab_size" and value is None:
                 continue
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"'{name}' must be a positive integer; got {value}")
+                raise ValueError(f"'{name}' must be a positive integer; got {_shown(value)}")
+            if value > MAX_SIZE:   # a size read from a file is bounded before anything is counted or built with it
+                raise ValueError(f"'{name}' must be at most {MAX_SIZE:,}; got {_shown(value)}")
         if self.n_embd % self.n_head:
             multiple = self.n_head * (self.n_embd // self.n_head + 1)
             raise ValueError(f"'n_embd' must be a multiple of 'n_head' ({self.n_head}), so every head gets an "

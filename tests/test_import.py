@@ -607,6 +607,63 @@ def _renamed(state: dict) -> None:
     state["transformer.h.1.mlp.c_fc.weights"] = state.pop("transformer.h.1.mlp.c_fc.weight")
 
 
+def _hf_weights_edited(change: Callable[[dict], None], weights: str = "model.safetensors"):
+    """A Hugging Face folder whose state dict `change` edits, saved as `weights`."""
+    def make(root: Path, mp) -> Callable[[], object]:
+        folder = _hf_folder(root)
+        state = {name: t.clone() for name, t in hf_model().state_dict().items()}
+        change(state)
+        (folder / "model.safetensors").unlink()
+        if weights == "model.safetensors":
+            needs("safetensors")
+            from safetensors.torch import save_file
+
+            save_file({n: t.contiguous() for n, t in state.items() if n != "lm_head.weight"}, folder / weights)
+        else:
+            torch.save(state, folder / weights)
+        return _read(folder)
+    return make
+
+
+def _claimed_config(**config):
+    """A small folder whose config.json alone is edited to `config` (its weights stay the small model's)."""
+    def make(root: Path, mp) -> Callable[[], object]:
+        folder = save_hf(hf_model(), root / "m")
+        saved = json.loads((folder / "config.json").read_text())
+        (folder / "config.json").write_text(json.dumps({**saved, **config}))
+        return _read(folder)
+    return make
+
+
+def _nan(state: dict, name: str) -> None:
+    state[name][0, 0] = float("nan")
+
+
+def _nanogpt_checkpoint_edited(change: Callable[[dict], None]):
+    """A nanoGPT checkpoint (char, meta.pkl beside it) whose whole contents `change` edits."""
+    def make(root: Path, mp) -> Callable[[], object]:
+        call = _nanogpt_edited(lambda state: None)(root, mp)
+        path = root / "out" / "ckpt.pt"
+        checkpoint = torch.load(path, weights_only=True)
+        change(checkpoint)
+        torch.save(checkpoint, path)
+        return call
+    return make
+
+
+def _fifo(where: str):
+    """A named pipe where a model file is read: the folder's ckpt.pt, or a file named like a hub model here."""
+    def make(root: Path, mp) -> Callable[[], object]:
+        mp.chdir(root)
+        if where == "hub name":
+            os.mkfifo(root / "gpt2")
+            return _read("gpt2")
+        (root / "out").mkdir()
+        os.mkfifo(root / "out" / "ckpt.pt")
+        return _read(root / "out")
+    return make
+
+
 CASES = [
     Case("import-other-architecture", "a Hugging Face folder of another architecture (Llama)",
          _edited_config(model_type="llama", architectures=["LlamaForCausalLM"]),
@@ -656,6 +713,47 @@ CASES = [
          _tiny_memory("gpt2-xl"), ("gpt2-xl has 1,557,611,200 parameters", "1.0 MiB is free")),
     Case("import-too-big-folder", "a local model too large for memory",
          _tiny_memory(None), ("parameters, which need at least", "1.0 MiB is free")),
+    Case("import-nan-weight-safetensors", "a Hugging Face folder with a nan in a weight (safetensors)",
+         _hf_weights_edited(lambda s: _nan(s, "transformer.h.0.mlp.c_fc.weight")),
+         ("not finite", "transformer.h.0.mlp.c_fc.weight holds 1 nan value")),
+    Case("import-overflow-on-conversion", "a float64 weight beyond float32's range (pytorch_model.bin)",
+         _hf_weights_edited(lambda s: s.update({"transformer.ln_f.weight": s["transformer.ln_f.weight"].double()
+                                                * 1e300}), "pytorch_model.bin"),
+         ("not finite", "transformer.ln_f.weight holds 32 inf values")),
+    Case("import-nan-weight-nanogpt", "a nanoGPT checkpoint with an inf in a weight",
+         _nanogpt_edited(lambda s: s.update({"transformer.h.1.attn.c_attn.weight":   # a copy: the model trains on
+                                             s["transformer.h.1.attn.c_attn.weight"].clone().fill_(float("inf"))})),
+         ("not finite", "transformer.h.1.attn.c_attn.weight holds 768 inf values")),
+    Case("import-sparse-weight", "a nanoGPT checkpoint with a sparse tensor as a weight",
+         _nanogpt_edited(lambda s: s.update({"transformer.h.0.ln_1.weight": s["transformer.h.0.ln_1.weight"]
+                                             .to_sparse()})),
+         ("transformer.h.0.ln_1.weight is a sparse tensor",)),
+    Case("import-meta-weight", "a nanoGPT checkpoint with a meta tensor (no values) as a weight",
+         _nanogpt_edited(lambda s: s.update({"transformer.h.0.ln_1.weight": torch.empty(16, device="meta")})),
+         ("transformer.h.0.ln_1.weight is a meta tensor",)),
+    Case("import-one-weight-two-names", "a weight under two names (with and without torch.compile's prefix)",
+         _nanogpt_edited(lambda s: s.update({"_orig_mod.transformer.wte.weight": s["transformer.wte.weight"] + 1})),
+         ("holds transformer.wte.weight twice", "_orig_mod.transformer.wte.weight")),
+    Case("import-unhashable-activation", "config.json's activation_function a list",
+         _edited_config(activation_function=["gelu"]), ('activation_function is ["gelu"], not a string',)),
+    Case("import-nested-architectures", "config.json's architectures a list of lists",
+         _edited_config(architectures=[["GPT2LMHeadModel"]]), ("architectures is", "not a list of class names")),
+    Case("import-architectures-string", "config.json's architectures a string, not a list",
+         _edited_config(architectures="GPT2LMHeadModel"), ('architectures is "GPT2LMHeadModel"',
+                                                           "not a list of class names")),
+    Case("import-no-model-type", "config.json without model_type",
+         _edited_config(model_type=None), ("has no model_type",)),
+    Case("import-huge-vocabulary", "config.json's vocab_size 10**400",
+         _edited_config(vocab_size=10**400), ("'vocab_size' must be at most 2,147,483,647", "401 digits")),
+    Case("import-million-layers", "config.json claiming a million layers of width 8 (weights of 2 layers)",
+         _claimed_config(n_layer=1_000_000, n_embd=8, n_head=2), ("1,000,000 layers", "tensors in all")),
+    Case("import-nanogpt-no-model-args", "a nanoGPT checkpoint without model_args",
+         _nanogpt_checkpoint_edited(lambda c: c.pop("model_args")), ("looks like a nanoGPT checkpoint",
+                                                                      "no 'model_args'")),
+    Case("import-fifo-checkpoint", "a folder whose ckpt.pt is a named pipe",
+         _fifo("folder"), ("not a regular file (a pipe",)),
+    Case("import-fifo-hub-name", "a named pipe here named like a hub model",
+         _fifo("hub name"), ("not a regular file (a pipe",)),
     Case("import-hub-offline", "a hub name with the hub unreachable and nothing cached",
          _hub_offline, ("cannot fetch gpt2", "this machine is offline", "pass a local folder")),
     Case("import-unknown-name", "a name that is neither a path nor a hub model",

@@ -5,6 +5,8 @@ shape from its checkpoint."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from conftest import shared_file
 
@@ -116,3 +118,15 @@ def test_help_says_which_base_applies_when(argv, capsys):
 def test_a_text_that_cannot_be_read_is_the_usual_one_line_error_and_nothing_else(tmp_path):
     code, out, err = run_train([f"--dataset={tmp_path / 'missing.txt'}", f"--out_dir={tmp_path / 'out'}"])
     assert (code, out) == (1, "") and "neither a corpus name nor an existing file" in err and err.count("\n") == 1
+
+
+def test_the_folder_named_after_a_text_stays_one_plain_folder_inside_out():
+    """A text whose name is no folder name ('...txt' is '..' once its suffix goes) never sends a run's checkpoint
+    out of out/: the run is called "text"."""
+    from trainer.start import text_name
+
+    for dataset in ("/x/...txt", "..txt", "a/..."):
+        assert out_dir_for(text_name(dataset)) == "out/text", dataset
+    for dataset in ("/x/.txt", "/data/my story.txt", "x/..y.txt"):
+        folder = Path(out_dir_for(text_name(dataset)))
+        assert folder.parent == Path("out") and folder.name not in ("", ".", ".."), dataset

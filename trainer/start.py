@@ -240,6 +240,10 @@ def _importing(cfg: TrainConfig, device: torch.device) -> Start:
     """A new fine-tune: the model read, checked against the keys the user set, and the run's settings made its."""
     block_size = cfg.model.block_size if "block_size" in cfg.given else None
     source = identify(cfg.init_from)
+    if source.path is not None and _folder(source.path) == Path(cfg.out_dir).resolve():
+        raise UsageError(f"--out_dir={cfg.out_dir} is the folder the model to fine-tune is read from "
+                         f"({source.path}), and this run's checkpoint would replace it there; choose another "
+                         f"--out_dir (without one, a fine-tune writes to out/MODEL-TEXT)")
     loaded = load_model(source, device, block_size=block_size, dropout=cfg.model.dropout)
     config = loaded.model.config
     what = f"the model {cfg.init_from}"
@@ -273,6 +277,11 @@ def _resuming(cfg: TrainConfig, path: Path, checkpoint: dict | None) -> Start:
     tokenizer = tokenizer_from_meta(checkpoint["tokenizer"])
     _check_tokenizer(cfg, tokenizer, f"the checkpoint {path}")
     return Start(cfg, Source(RESUME, path), ModelVocabulary(tokenizer, started), checkpoint=checkpoint)
+
+
+def _folder(path: Path) -> Path:
+    """The folder a model file is in, or the folder that is the model (resolved)."""
+    return (path if path.is_dir() else path.parent).resolve()
 
 
 def _check_tokenizer(cfg: TrainConfig, tokenizer: Tokenizer, what: str) -> None:
