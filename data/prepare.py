@@ -1,10 +1,9 @@
 """Text -> train/val token files on disk, cached by content.
 
-A prepared dataset is a folder holding `train.bin` and `val.bin` (flat token
-ids, uint16 when the vocabulary fits, read back with numpy.memmap) and
-`meta.json` (tokenizer with its id map, source and its sha256, counts).
-Preparing the same text with the same settings again finds the folder and
-returns at once.
+A prepared dataset is a folder holding `train.bin` and `val.bin` (flat token ids, uint16 when the
+vocabulary fits, read back with numpy.memmap) and `meta.json` (tokenizer with its id map, source and
+its sha256, counts, and checksums of the files and of itself). Preparing the same text with the same
+settings again finds the folder, checks it against what its meta.json promises, and returns at once.
 """
 
 from __future__ import annotations
@@ -13,10 +12,8 @@ import difflib
 import hashlib
 import json
 import math
-import os
-import shutil
 import sys
-import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -40,6 +37,7 @@ from files import (
     parse_json,
     read_bytes,
     remove_dead_leftovers,
+    replace_folder,
     utf8,
     what_stands_at,
     write_error,
@@ -49,7 +47,7 @@ META_FORMAT = 2  # 2: meta.json carries checksums of itself and of the token fil
 PRONOUN_CORPUS_SEED = 1234  # fixed, so the corpus (and its cache) does not change with the training seed
 GENERATED_CORPUS_SEED = 0
 SPLITS = ("train", "val")
-STAGING_GLOB = "*-val*.tmp-*"  # a cache folder's staging sibling: <folder>.tmp-<pid>-<random>
+STAGING_GLOB = "*-val*.tmp-*"  # a cache folder's staging sibling: .<folder>.tmp-<pid>-<random>
 CHUNK = 1 << 24  # bytes read at a time when checking a token file (a multiple of every dtype's size)
 
 
@@ -133,22 +131,22 @@ def prepare(dataset: str, tokenizer: str | ModelVocabulary = "char", data_dir: s
     fixed = tokenizer if isinstance(tokenizer, ModelVocabulary) else None
     if fixed is None and tokenizer not in TOKENIZERS:
         raise UserError(f"unknown tokenizer {tokenizer!r}; choose one of: {', '.join(TOKENIZERS)}")
-    name = fixed.label if fixed is not None else tokenizer
-    stem = Path(dataset).stem if not corpora.is_named(dataset) else dataset
+    name, data_dir = fixed.label if fixed is not None else tokenizer, Path(data_dir)
+    wanted = {"tokenizer": fixed.tokenizer.to_meta()} if fixed is not None else {}
     recipe = generation_key(dataset, corpus_sentences)
-    if recipe is not None:   # a generated corpus prepared before is found without generating it again
-        found = _cached_generation(Path(data_dir), f"{stem}-{name}", val_fraction, recipe,
-                                   fixed.tokenizer.to_meta() if fixed is not None else None)
+    if recipe is not None:  # generating the default demo's corpus only to find its cache took 0.2 s of 7
+        found = _first_intact((folder, {**wanted, "generation": recipe, "vocabulary": name if fixed else None})
+                              for folder in _folders(data_dir, dataset, name, val_fraction))
         if found is not None:
             return found
     text, label, probes = source_text(dataset, corpus_sentences)
     digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
-    folder = Path(data_dir) / f"{stem}-{name}-{digest[:12]}-val{val_fraction:g}"
+    folder = data_dir / f"{_stem(dataset)}-{name}-{digest[:12]}-val{val_fraction:g}"
     # A preparation killed mid-write (kill -9, power loss) left its staging folder: delete those whose
     # process has ended, never one a live preparation is still writing.
     remove_dead_leftovers(data_dir, STAGING_GLOB, directories=True)
     try:
-        cached, problem = _cached(folder, digest, fixed.tokenizer.to_meta() if fixed is not None else None)
+        cached, problem = _cached(folder, {"source_sha256": digest, **wanted})
     except OSError as exc:  # e.g. a folder that cannot be read: say so rather than rebuild over it
         raise UserError(f"cannot read prepared data in {folder} ({exc.strerror or exc}); check its permissions "
                         f"or choose another --data_dir") from None
@@ -200,53 +198,44 @@ def generation_key(dataset: str, corpus_sentences: int) -> str | None:
     return hashlib.sha256(recipe + Path(module.__file__).read_bytes()).hexdigest()
 
 
-def _cached_generation(data_dir: Path, prefix: str, val_fraction: float, recipe: str,
-                       vocabulary: dict | None) -> Prepared | None:
-    """The intact preparation in `data_dir` whose meta.json records the generation `recipe`, if there is one:
-    generating the default demo's corpus again only to find its cache took about 0.2 s of a 7-second run."""
+def _stem(dataset: str) -> str:
+    return dataset if corpora.is_named(dataset) else Path(dataset).stem
+
+
+def _folders(data_dir: Path, dataset: str, tokenizer: str, val_fraction: float) -> list[Path]:
+    """The cache folders of `dataset` in `data_dir`, prepared with `tokenizer` (a name, or a model
+    vocabulary's label) at `val_fraction`, whatever text they hold."""
     try:
-        folders = sorted(data_dir.glob(f"{glob_escape(prefix)}-*-val{val_fraction:g}"))
+        return sorted(data_dir.glob(f"{glob_escape(f'{_stem(dataset)}-{tokenizer}')}-*-val{val_fraction:g}"))
     except OSError:
-        return None
-    for folder in folders:
+        return []
+
+
+def _first_intact(candidates: Iterable[tuple[Path, dict]]) -> Prepared | None:
+    """The first intact preparation among (folder, what its meta.json must record) pairs, or None."""
+    for folder, wanted in candidates:
         try:
-            meta = parse_json((folder / "meta.json").read_bytes())
-        except (OSError, NotParsed):
+            cached, _ = _cached(folder, wanted)
+        except OSError:
             continue
-        if isinstance(meta, dict) and meta.get("generation") == recipe and isinstance(meta.get("source_sha256"), str):
-            cached, _ = _cached(folder, meta["source_sha256"], vocabulary)
-            if cached is not None:
-                return cached
+        if cached is not None:
+            return cached
     return None
 
 
 def find_prepared(settings: dict, tokenizer_meta: dict) -> Prepared | None:
     """The prepared data a run with these settings (a checkpoint's `data`, or its train_config) used,
     when it is still on disk and intact; None otherwise. Nothing is prepared or downloaded."""
+    wanted = {"tokenizer": tokenizer_meta}
     folder, digest = settings.get("folder"), settings.get("source_sha256")
     candidates = []
     if isinstance(folder, str) and isinstance(digest, str):
-        candidates.append((Path(folder), digest))
+        candidates.append((Path(folder), {**wanted, "source_sha256": digest}))
     dataset, tokenizer = settings.get("dataset"), settings.get("tokenizer")
     data_dir, fraction = settings.get("data_dir", "data/prepared"), settings.get("val_fraction")
     if all(isinstance(v, str) for v in (dataset, tokenizer, data_dir)) and isinstance(fraction, float):
-        stem = Path(dataset).stem if not corpora.is_named(dataset) else dataset
-        try:
-            found = sorted(Path(data_dir).glob(f"{glob_escape(stem)}-{tokenizer}-*-val{fraction:g}"))
-        except OSError:
-            found = []
-        candidates += [(path, None) for path in found]
-    for path, digest in candidates:
-        try:
-            meta = parse_json((path / "meta.json").read_bytes())
-            if not isinstance(meta, dict) or meta.get("tokenizer") != tokenizer_meta:
-                continue
-            prepared, _ = _cached(path, digest or meta.get("source_sha256"))
-        except (OSError, ValueError):
-            continue
-        if prepared is not None:
-            return prepared
-    return None
+        candidates += [(path, wanted) for path in _folders(Path(data_dir), dataset, tokenizer, fraction)]
+    return _first_intact(candidates)
 
 
 def _too_short(split: str, sizes: dict[str, int], block_size: int, meta: dict) -> UserError:
@@ -284,12 +273,18 @@ def _too_short(split: str, sizes: dict[str, int], block_size: int, meta: dict) -
 def _tokenize(text: str, tokenizer: str | ModelVocabulary, val_fraction: float, label: str
               ) -> tuple[Tokenizer, np.ndarray, np.ndarray]:
     """(tokenizer, train ids, val ids); refuses text with a single kind of token: nothing to learn."""
-    if isinstance(tokenizer, ModelVocabulary):
-        tok = tokenizer.tokenizer
-        ids = np.asarray(_encode_for(tokenizer, text, label), dtype=np.int64)
-    else:
+    if not isinstance(tokenizer, ModelVocabulary):
         tok = build_tokenizer(tokenizer, text)
         ids = np.asarray(tok.encode(text), dtype=np.int64)
+    else:
+        tok = tokenizer.tokenizer
+        try:
+            ids = np.asarray(tok.encode(text), dtype=np.int64)
+        except TokenizerError:  # name what the model never had: a char model's characters, or GPT-2 tokens
+            missing, what = tok.unknown(text), "character" if tok.name == "char" else "token"
+            raise UserError(f"{label} holds {len(missing):,} {what}(s) that the model {tokenizer.model} never had: "
+                            f"{preview(missing, 5)}; remove them from the text, or fine-tune a model whose "
+                            f"vocabulary has them") from None
     if ids.min() == ids.max():
         token = tok.token_strings([int(ids[0])])[0]
         times = f"{len(ids):,} times" if len(ids) > 1 else "once"
@@ -300,62 +295,29 @@ def _tokenize(text: str, tokenizer: str | ModelVocabulary, val_fraction: float, 
     return tok, ids[: len(ids) - n_val], ids[len(ids) - n_val:]
 
 
-def _encode_for(vocabulary: ModelVocabulary, text: str, label: str) -> list[int]:
-    """`text` in a model's own vocabulary; a UserError naming what in it the model never had (a char model's
-    characters, or the tokens a compacted GPT-2 vocabulary left out)."""
-    try:
-        return vocabulary.tokenizer.encode(text)
-    except TokenizerError:
-        missing = vocabulary.tokenizer.unknown(text)
-        what = "character" if vocabulary.tokenizer.name == "char" else "token"
-        raise UserError(f"{label} holds {len(missing):,} {what}(s) that the model {vocabulary.model} never had: "
-                        f"{preview(missing, 5)}; remove them from the text, or fine-tune a model whose vocabulary "
-                        f"has them") from None
-
-
 def _dtype_for(vocab_size: int) -> str:
     return "uint16" if vocab_size <= np.iinfo(np.uint16).max + 1 else "uint32"
 
 
 def _write(folder: Path, meta: dict, splits: dict[str, np.ndarray], probes: list[dict] | None) -> None:
-    """Writes the files and a meta.json holding their checksums and its own, in a temporary sibling
-    renamed into place, so an interrupted preparation never leaves a half-written folder that looks complete."""
-    try:
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        # The pid in the name tells a later preparation whether the writer is still alive.
-        staging = Path(tempfile.mkdtemp(prefix=f"{folder.name}.tmp-{os.getpid()}-", dir=folder.parent))
-    except OSError as exc:
-        raise _write_error(folder.parent, exc) from None
-    try:
+    """Writes the files, then a meta.json holding their checksums and its own, as one folder
+    (`files.replace_folder`, meta.json last): an interrupted preparation never leaves a folder that looks
+    complete."""
+    def write(staging: Path) -> None:
         for name, ids in splits.items():
             ids.astype(meta["dtype"]).tofile(staging / name)
         if probes:
-            with (staging / meta["probes"]).open("w") as fh:
-                for record in probes:
-                    fh.write(json.dumps(record) + "\n")
+            (staging / meta["probes"]).write_text("".join(json.dumps(record) + "\n" for record in probes))
         meta["sha256"] = {path.name: _scan(path)[0] for path in sorted(staging.iterdir())}
         meta["checksum"] = _meta_checksum(meta)
         (staging / "meta.json").write_text(json.dumps(meta, indent=1))
-        _remove_cache(folder)
-        os.replace(staging, folder)
-    except BaseException as exc:
-        shutil.rmtree(staging, ignore_errors=True)
-        if isinstance(exc, OSError):
-            raise _write_error(folder.parent, exc) from None
-        raise
 
-
-def _remove_cache(folder: Path) -> None:
-    """Clears the way for a rebuilt cache folder (a link is removed, never what it points to)."""
-    if folder.is_symlink() or folder.is_file():
-        folder.unlink()
-    elif folder.exists():
-        shutil.rmtree(folder)
-
-
-def _write_error(folder: Path, exc: OSError) -> UserError:
-    return UserError(f"cannot write prepared data to {folder} ({write_error(exc, folder)}); free disk space or "
-                     f"choose a writable --data_dir")
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        replace_folder(folder, write, last="meta.json")
+    except OSError as exc:
+        raise UserError(f"cannot write prepared data to {folder.parent} ({write_error(exc, folder.parent)}); free "
+                        f"disk space or choose a writable --data_dir") from None
 
 
 # --- checking a cached preparation --------------------------------------------------------------
@@ -383,10 +345,14 @@ def _regular_file(path: Path) -> str | None:
     return None if problem is None else f"{path.name} is {problem}"
 
 
-def _cached(folder: Path, digest: str, vocabulary: dict | None = None) -> tuple[Prepared | None, str | None]:
-    """(the cached preparation, None) when `folder` holds exactly what its meta.json promises (and, given a
-    model's `vocabulary` as `to_meta` describes it, was tokenized with it); otherwise (None, what does not match),
-    or (None, None) when there is no cache yet."""
+_ANOTHER = {"source_sha256": "text", "tokenizer": "vocabulary", "vocabulary": "vocabulary",
+            "generation": "generated text"}  # what a folder recording something else than `wanted` holds
+
+
+def _cached(folder: Path, wanted: dict) -> tuple[Prepared | None, str | None]:
+    """(the cached preparation, None) when `folder` holds exactly what its meta.json promises, and meta.json
+    records each value of `wanted` (the source's sha256, a model's vocabulary as `to_meta` describes it, ...);
+    otherwise (None, what does not match), or (None, None) when there is no cache yet."""
     if not folder.exists() and not folder.is_symlink():
         return None, None
     meta_path = folder / "meta.json"
@@ -403,10 +369,9 @@ def _cached(folder: Path, digest: str, vocabulary: dict | None = None) -> tuple[
         return None, f"meta.json has format {meta.get('format')!r}; this version writes {META_FORMAT}"
     if meta.get("checksum") != _meta_checksum(meta):
         return None, "meta.json was changed after it was written: its checksum does not match"
-    if meta.get("source_sha256") != digest:
-        return None, "meta.json describes another text"
-    if vocabulary is not None and meta.get("tokenizer") != vocabulary:
-        return None, "meta.json describes another vocabulary"
+    for key, value in wanted.items():
+        if meta.get(key) != value:
+            return None, f"meta.json describes another {_ANOTHER[key]}"
     try:
         tok = tokenizer_from_meta(meta["tokenizer"])
         problem = _meta_problem(meta, tok) or _files_problem(folder, meta)

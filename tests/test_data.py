@@ -118,6 +118,7 @@ TAMPERING = {
     "deleted": (lambda f: (f / "val.bin").unlink(), "val.bin is missing"),
     "a directory": (_replace("train.bin", Path.mkdir), "train.bin is a directory"),
     "a named pipe": (_replace("train.bin", os.mkfifo), "train.bin is not a regular file (a pipe"),
+    "the folder a file": (lambda f: (shutil.rmtree(f), f.write_text("x")), "meta.json is missing (a part of its"),
     "meta.json not JSON": (lambda f: (f / "meta.json").write_text("{"), "meta.json is not valid JSON"),
     "meta.json a list": (lambda f: (f / "meta.json").write_text("[]"), "does not hold a JSON object"),
     "meta.json deleted": (lambda f: (f / "meta.json").unlink(), "meta.json is missing"),
@@ -307,3 +308,15 @@ def test_a_generated_corpus_prepared_before_is_found_without_generating_it_again
     (first.folder / "train.bin").write_bytes(b"\x00\x01")
     with pytest.raises(AssertionError, match="generated again"):
         prepare("pronouns", "char", tmp_path, corpus_sentences=200, quiet=True)
+
+
+def test_a_generated_corpus_prepared_with_a_models_vocabulary_is_not_found_for_its_own(tmp_path):
+    """The folder of a fine-tune's data ("pronouns-char-<vocabulary>-...") also matches the search for the
+    corpus's own char vocabulary ("pronouns-char-*"): it is found for that model's vocabulary only."""
+    from data.prepare import ModelVocabulary
+
+    vocabulary = ModelVocabulary(CharTokenizer.from_text(TEXT + "abcdefghijklmnopqrstuvwxyz ,XYZ"), "m")
+    theirs = prepare("pronouns", vocabulary, tmp_path, corpus_sentences=200, quiet=True)
+    own = prepare("pronouns", "char", tmp_path, corpus_sentences=200, quiet=True)
+    assert own.folder != theirs.folder and own.tokenizer.to_meta() != theirs.tokenizer.to_meta()
+    assert prepare("pronouns", vocabulary, tmp_path, corpus_sentences=200, quiet=True).folder == theirs.folder
