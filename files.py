@@ -211,7 +211,7 @@ def replace_folder(folder: Path, write: Callable[[Path], object], last: str | No
             return
         earlier = {p.name for p in folder.iterdir()} - {staging.name}
         if last is not None:
-            (folder / last).unlink(missing_ok=True)  # until it is back, the folder does not claim to be complete
+            _remove(folder / last)  # until it is back, the folder does not claim to be complete
         new = sorted((p.name for p in staging.iterdir()), key=lambda name: name == last)
         for name in new:
             if _is_folder(folder / name) or _is_folder(staging / name):
@@ -430,24 +430,23 @@ TOO_DEEP = "its brackets are nested too deeply to read"
 def parse_json(text: str | bytes) -> object:
     """`json.loads(text)`, with every way it can fail as a `NotParsed`: bad syntax ("Expecting value at
     column 3"), or nesting deep enough to exhaust Python's recursion limit (a RecursionError otherwise)."""
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        where = f"at column {exc.colno}" if exc.lineno == 1 else f"at line {exc.lineno}, column {exc.colno}"
-        raise NotParsed(f"{exc.msg} {where}") from None
-    except RecursionError:
-        raise NotParsed(TOO_DEEP) from None
-    except (UnicodeDecodeError, MemoryError) as exc:
-        raise NotParsed(type(exc).__name__) from None
+    return _parsed(json.loads, text)
 
 
 def parse_toml(text: str) -> dict:
     """`tomllib.loads(text)`, with every way it can fail as a `NotParsed` (as `parse_json`)."""
+    return _parsed(tomllib.loads, text)
+
+
+def _parsed(load: Callable, text: str | bytes):
     try:
-        return tomllib.loads(text)
+        return load(text)
+    except json.JSONDecodeError as exc:
+        where = f"at column {exc.colno}" if exc.lineno == 1 else f"at line {exc.lineno}, column {exc.colno}"
+        raise NotParsed(f"{exc.msg} {where}") from None
     except tomllib.TOMLDecodeError as exc:
         raise NotParsed(str(exc)) from None
     except RecursionError:
         raise NotParsed(TOO_DEEP) from None
-    except MemoryError as exc:
+    except (UnicodeDecodeError, MemoryError) as exc:
         raise NotParsed(type(exc).__name__) from None

@@ -338,13 +338,6 @@ def _scan(path: Path, dtype: str | None = None) -> tuple[str, int]:
     return sha.hexdigest(), largest
 
 
-def _regular_file(path: Path) -> str | None:
-    """What is wrong with `path` as one of the cache's files, or None. A link is wrong too: the cache
-    holds its own files."""
-    problem = what_stands_at(path, follow_links=False)
-    return None if problem is None else f"{path.name} is {problem}"
-
-
 _ANOTHER = {"source_sha256": "text", "tokenizer": "vocabulary", "vocabulary": "vocabulary",
             "generation": "generated text"}  # what a folder recording something else than `wanted` holds
 
@@ -356,9 +349,9 @@ def _cached(folder: Path, wanted: dict) -> tuple[Prepared | None, str | None]:
     if not folder.exists() and not folder.is_symlink():
         return None, None
     meta_path = folder / "meta.json"
-    problem = _regular_file(meta_path)
+    problem = what_stands_at(meta_path, follow_links=False)  # a link is wrong too: the cache holds its own files
     if problem is not None:
-        return None, problem
+        return None, f"meta.json is {problem}"
     try:
         meta = parse_json(meta_path.read_bytes())
     except NotParsed as exc:
@@ -374,7 +367,7 @@ def _cached(folder: Path, wanted: dict) -> tuple[Prepared | None, str | None]:
             return None, f"meta.json describes another {_ANOTHER[key]}"
     try:
         tok = tokenizer_from_meta(meta["tokenizer"])
-        problem = _meta_problem(meta, tok) or _files_problem(folder, meta)
+        problem = _problem(folder, meta, tok)
     except (KeyError, TypeError, AttributeError, ValueError, TokenizerMetaError) as exc:
         return None, f"meta.json is malformed ({type(exc).__name__}: {exc})"
     if problem is not None:
@@ -382,8 +375,9 @@ def _cached(folder: Path, wanted: dict) -> tuple[Prepared | None, str | None]:
     return Prepared(folder, meta, tok), None
 
 
-def _meta_problem(meta: dict, tok: Tokenizer) -> str | None:
-    """What in meta.json contradicts itself, or None."""
+def _problem(folder: Path, meta: dict, tok: Tokenizer) -> str | None:
+    """What in meta.json contradicts itself, or in the files contradicts meta.json (size, checksum, token
+    range); None when nothing does."""
     if meta["vocab_size"] != tok.vocab_size:
         return f"its vocabulary has {tok.vocab_size} tokens, not the {meta['vocab_size']} it states"
     if meta["dtype"] != _dtype_for(tok.vocab_size):
@@ -392,20 +386,15 @@ def _meta_problem(meta: dict, tok: Tokenizer) -> str | None:
         count = meta[f"{split}_tokens"]
         if type(count) is not int or count < 0:
             return f"{split}_tokens is {count!r}, not a count"
-    return None
-
-
-def _files_problem(folder: Path, meta: dict) -> str | None:
-    """What in the files contradicts meta.json (size, checksum, token range), or None."""
     itemsize = np.dtype(meta["dtype"]).itemsize
     files = {f"{split}.bin": meta[f"{split}_tokens"] * itemsize for split in SPLITS}
     if meta.get("probes"):
         files[meta["probes"]] = None
     for name, size in files.items():
         path = folder / name
-        problem = _regular_file(path)
+        problem = what_stands_at(path, follow_links=False)
         if problem is not None:
-            return problem
+            return f"{name} is {problem}"
         if size is not None and path.stat().st_size != size:
             return (f"{name} has {path.stat().st_size:,} bytes where {size // itemsize:,} {meta['dtype']} tokens "
                     f"take {size:,}")
