@@ -63,7 +63,6 @@ def glob_escape(text: str) -> str:
 
 
 def cannot(action: str, path: Path, exc: OSError) -> str:
-    """"cannot read config file x.toml (Permission denied)": an OSError in words, with the path."""
     return f"cannot {action} {path} ({exc.strerror or exc})"
 
 
@@ -93,10 +92,9 @@ def utf8(data: bytes, path: str | Path, what: str, error: type[UserError] = User
 
 def clear_for_file(path: str | Path, what: str, fix: str, error: type[UserError] = UserError, *,
                    follow_links: bool = True) -> Path:
-    """`path`, after checking that nothing but a regular file (or nothing) stands there, so a file can
-    be written there: a folder or a pipe in its place is `error` now, not a failure halfway. Without
-    `follow_links` (for a writer that replaces whatever is there, see `replace_file`), a link is fine too:
-    it is replaced, and what it points to is never looked at."""
+    """`path`, after checking that nothing but a regular file (or nothing) stands there: a folder or a pipe in
+    its place is `error` now, not a failure halfway. Without `follow_links` (for `replace_file`, which replaces
+    a link and never looks at what it points to), a link is fine too."""
     path = Path(path)
     problem = what_stands_at(path, follow_links=follow_links)
     if problem is not None and not problem.startswith("missing") and problem != "a symbolic link":
@@ -192,12 +190,11 @@ def replace_file(path: str | Path, write: Callable[[BinaryIO], object],
 
 def replace_folder(folder: Path, write: Callable[[Path], object], last: str | None = None) -> None:
     """Writes `folder` as a whole new folder: `write(staging)` fills a `fresh_folder`, renamed to `folder` when
-    no folder stands there (a link or a file there is removed first; a link is never followed). Where a folder
-    stands (one the caller has checked may be replaced), the new files are moved into it one by one, `last` (a
-    marker saying the folder is complete) removed first and moved in last, and the files it held that the new
-    one has not are removed: the folder keeps its place, permissions and mount (it may be the one the command
-    runs in). A failure or an interrupt removes the staging folder; a write that failed is raised as its
-    OSError (see `os_error_of`)."""
+    no folder stands there (a link or a file there is removed, a link never followed). Into a folder that
+    stands (one the caller has checked may be replaced) the new files are moved one by one, `last` (a marker
+    saying the folder is complete) removed first and moved in last, and its other files are removed: it keeps
+    its place, permissions and mount (it may be the one the command runs in). A failure or an interrupt
+    removes the staging folder; a write that failed is raised as its OSError (see `os_error_of`)."""
     existing = what_stands_at(folder, follow_links=False) == "a directory"
     staging = fresh_folder(folder / folder.name if existing else folder)  # on the disk `folder` is on
     try:
@@ -313,7 +310,6 @@ def destination(text: str, what: str, *, folder: bool, fix: str) -> Path:
 # --- leftovers of processes that died ---------------------------------------------------------------------
 
 def process_alive(pid: object) -> bool:
-    """Whether a process with this id runs on this machine."""
     if type(pid) is not int or pid <= 0:
         return False
     try:
@@ -326,10 +322,9 @@ def process_alive(pid: object) -> bool:
 
 
 def remove_dead_leftovers(folder: str | Path, pattern: str, *, directories: bool = False) -> None:
-    """Deletes what processes that have ended left in `folder` under names matching the glob `pattern`, each
+    """Deletes what processes that have ended left in `folder` under names matching the glob `pattern` and
     ending in `tmp-<pid>` or `tmp-<pid>-<anything>` (see `_fresh`): files, or with `directories` folders too
-    (a link is removed, never what it points to). What a live process owns is kept, and so is anything whose
-    name holds no pid."""
+    (a link is removed, never what it points to). What a live process owns, or a name without a pid, is kept."""
     try:
         found = sorted(Path(folder).glob(pattern))
     except OSError:

@@ -63,8 +63,7 @@ class ModelVocabulary:
     def label(self) -> str:
         """What names it in the cache's folder names and a checkpoint's data record: its kind and a digest of the
         vocabulary, e.g. "char-5f0c1a2b", so two vocabularies never share prepared data."""
-        meta = json.dumps(self.tokenizer.to_meta(), sort_keys=True).encode("utf-8")
-        return f"{self.tokenizer.name}-{hashlib.sha256(meta).hexdigest()[:8]}"
+        return f"{self.tokenizer.name}-{_digest(self.tokenizer.to_meta())[:8]}"
 
 
 @dataclass
@@ -273,18 +272,14 @@ def _too_short(split: str, sizes: dict[str, int], block_size: int, meta: dict) -
 def _tokenize(text: str, tokenizer: str | ModelVocabulary, val_fraction: float, label: str
               ) -> tuple[Tokenizer, np.ndarray, np.ndarray]:
     """(tokenizer, train ids, val ids); refuses text with a single kind of token: nothing to learn."""
-    if not isinstance(tokenizer, ModelVocabulary):
-        tok = build_tokenizer(tokenizer, text)
+    tok = tokenizer.tokenizer if isinstance(tokenizer, ModelVocabulary) else build_tokenizer(tokenizer, text)
+    try:
         ids = np.asarray(tok.encode(text), dtype=np.int64)
-    else:
-        tok = tokenizer.tokenizer
-        try:
-            ids = np.asarray(tok.encode(text), dtype=np.int64)
-        except TokenizerError:  # name what the model never had: a char model's characters, or GPT-2 tokens
-            missing, what = tok.unknown(text), "character" if tok.name == "char" else "token"
-            raise UserError(f"{label} holds {len(missing):,} {what}(s) that the model {tokenizer.model} never had: "
-                            f"{preview(missing, 5)}; remove them from the text, or fine-tune a model whose "
-                            f"vocabulary has them") from None
+    except TokenizerError:  # only a model's vocabulary lacks what the text holds: a character, or GPT-2 tokens
+        missing, what = tok.unknown(text), "character" if tok.name == "char" else "token"
+        raise UserError(f"{label} holds {len(missing):,} {what}(s) that the model {tokenizer.model} never had: "
+                        f"{preview(missing, 5)}; remove them from the text, or fine-tune a model whose vocabulary "
+                        f"has them") from None
     if ids.min() == ids.max():
         token = tok.token_strings([int(ids[0])])[0]
         times = f"{len(ids):,} times" if len(ids) > 1 else "once"
@@ -322,9 +317,12 @@ def _write(folder: Path, meta: dict, splits: dict[str, np.ndarray], probes: list
 
 # --- checking a cached preparation --------------------------------------------------------------
 
+def _digest(value: object) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode("utf-8")).hexdigest()
+
+
 def _meta_checksum(meta: dict) -> str:
-    body = {key: value for key, value in meta.items() if key != "checksum"}
-    return hashlib.sha256(json.dumps(body, sort_keys=True).encode("utf-8")).hexdigest()
+    return _digest({key: value for key, value in meta.items() if key != "checksum"})
 
 
 def _scan(path: Path, dtype: str | None = None) -> tuple[str, int]:
