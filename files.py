@@ -203,7 +203,8 @@ def replace_folder(folder: Path, write: Callable[[Path], object], last: str | No
         except Exception as exc:
             _raise_os_error_of(exc)
         if not existing:
-            _remove(folder)
+            if not _is_folder(folder):  # a folder that appeared meanwhile was never checked: it stays
+                folder.unlink(missing_ok=True)
             os.replace(staging, folder)
             return
         earlier = {p.name for p in folder.iterdir()} - {staging.name}

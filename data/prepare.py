@@ -311,6 +311,9 @@ def _write(folder: Path, meta: dict, splits: dict[str, np.ndarray], probes: list
         folder.parent.mkdir(parents=True, exist_ok=True)
         replace_folder(folder, write, last="meta.json")
     except OSError as exc:
+        wanted = {"source_sha256": meta["source_sha256"], "tokenizer": meta["tokenizer"]}
+        if _first_intact([(folder, wanted)]) is not None:
+            return  # a preparation of the same text running beside this one wrote the folder first
         raise UserError(f"cannot write prepared data to {folder.parent} ({write_error(exc, folder.parent)}); free "
                         f"disk space or choose a writable --data_dir") from None
 

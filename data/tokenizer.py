@@ -86,13 +86,11 @@ class CharTokenizer:
             return [self._index[c] for c in text]
         except KeyError:
             unknown = self.unknown(text)
+            known = sorted(self.chars, key=lambda char: (not char.isalnum(), char))  # letters and digits first
             raise TokenizerError(
                 f"{len(unknown)} character(s) not in the char vocabulary: {preview(unknown)}; "
-                f"use the {len(self.chars)} it knows ({preview(self._letters_first(), 12)}), or "
+                f"use the {len(self.chars)} it knows ({preview(known, 12)}), or "
                 f"train on a corpus that contains them") from None
-
-    def _letters_first(self) -> list[str]:
-        return sorted(self.chars, key=lambda char: (not char.isalnum(), char))
 
     def unknown(self, text: str) -> list[str]:
         """The characters of `text` this vocabulary lacks, sorted."""

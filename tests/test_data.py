@@ -155,6 +155,32 @@ def test_a_tampered_cache_is_rebuilt_from_the_source_saying_why(tmp_path, damage
     assert Batches(again.splits(16), 16, 4, torch.device("cpu"), seed=1).train()[0].shape == (4, 16)
 
 
+def test_two_preparations_of_the_same_text_at_once_both_succeed(tmp_path, monkeypatch):
+    """Another process prepares the same text while this one is staging its own folder: this one finds the
+    folder written when it comes to rename its staging folder, uses it, and leaves nothing behind."""
+    import subprocess
+    import sys
+
+    import data.prepare as p
+    from tests.commands import ROOT, TEXT
+
+    src, data_dir = tmp_path / "story.txt", tmp_path / "prep"
+    src.write_text(TEXT)
+    other = (f"import sys; sys.path.insert(0, {str(ROOT)!r}); from data.prepare import prepare; "
+             f"prepare({str(src)!r}, 'char', {str(data_dir)!r}, quiet=True)")
+    original = p._meta_checksum
+
+    def the_other_preparation_first(meta):
+        monkeypatch.setattr(p, "_meta_checksum", original)
+        subprocess.run([sys.executable, "-c", other], check=True)
+        return original(meta)
+
+    monkeypatch.setattr(p, "_meta_checksum", the_other_preparation_first)
+    prepared = prepare(str(src), "char", data_dir, quiet=True)
+    assert [path.name for path in data_dir.iterdir()] == [prepared.folder.name]
+    assert Batches(prepared.splits(16), 16, 4, torch.device("cpu"), seed=1).train()[0].shape == (4, 16)
+
+
 def test_a_cache_folder_that_is_a_link_is_rebuilt_without_touching_what_it_points_to(tmp_path):
     from tests.commands import TEXT
 
