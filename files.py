@@ -1,26 +1,12 @@
-"""The files and folders a user points the commands at: one helper per rule, each raising one
-`UserError` (or the `UsageError` a caller asks for) that names the path, the problem and the fix.
+"""The files and folders a user points the commands at, and how every file and folder is written.
 
-- `regular_file`: the path is a regular file (not missing, not a folder, not a pipe or device,
-  which would block a reader or never end).
-- `read_bytes` / `read_text` (`utf8`): a regular file, read (UTF-8, a byte-order mark dropped).
-- `clear_for_file`: nothing but a regular file stands where a file is about to be written.
-- `writable_folder`: a folder exists, or can be made, and files can be created in it.
-- `destination`: the path a user gave for a file or folder to write, with a name of its own ('.' and
-  'out/' name folders: never a file).
-- `fresh_file` / `fresh_folder` / `replace_file` / `replace_folder`: a file (a folder) is written whole
-  into a new one of its own beside it, created exclusively under a name nobody can guess, then renamed
-  over it (or, for a folder that stands, moved into it), so a link planted under any name is replaced,
-  never written through.
-- `remove_dead_leftovers`: what a process that has ended left half-written (named `...tmp-<pid>...`)
-  is deleted; what a live process is writing is kept.
-- `os_error_of` / `write_error`: a failed write as the OSError that happened, in words that name the
-  disk when it is full.
-- `inside_name`: a name meant to stay inside a folder (a run name) is relative, without '..'.
-- `utf8_name`: a name or path given as text holds only characters UTF-8 can write.
-- `parse_json` / `parse_toml` / `parse_int`: text read from a user, the environment or a disk, parsed;
-  any way it can fail (bad syntax, brackets nested too deeply to read, a number too long to convert)
-  is one `NotParsed` saying why. `quoted` shows such text in a message, however long.
+Each check raises one `UserError` (or the `UsageError` a caller asks for) naming the path, the problem
+and the fix. Every writer stages its work in a new file or folder beside the target, created exclusively
+under a name nobody can guess (`fresh_file`, `fresh_folder`), then renames it into place
+(`replace_file`, `replace_folder`): a link planted under any name is replaced, never written through,
+and a reader never sees half a file. What a writer that died left behind is removed by the next one
+(`remove_dead_leftovers`). Text read from users and disks is parsed so that every way it can fail is
+one `NotParsed` saying why.
 """
 
 from __future__ import annotations
@@ -32,7 +18,6 @@ import re
 import secrets
 import shutil
 import stat
-import tempfile
 import tomllib
 from collections.abc import Callable
 from pathlib import Path, PureWindowsPath
@@ -62,7 +47,8 @@ def what_stands_at(path: Path, *, follow_links: bool = True) -> str | None:
 
 
 def regular_file(path: str | Path, what: str, fix: str, error: type[UserError] = UserError) -> Path:
-    """`path` as a Path when it is a regular file; otherwise `error`: "{what} {path} is a directory; {fix}"."""
+    """`path` when it is a regular file (a pipe or a device would block a reader or never end); otherwise
+    `error`: "{what} {path} is a directory; {fix}"."""
     path = Path(path)
     problem = what_stands_at(path)
     if problem == "missing":
@@ -73,17 +59,14 @@ def regular_file(path: str | Path, what: str, fix: str, error: type[UserError] =
 
 
 def glob_escape(text: str) -> str:
-    """`text` as a glob pattern that matches only itself."""
     return "".join(f"[{c}]" if c in "*?[" else c for c in text)
 
 
 def cannot(action: str, path: Path, exc: OSError) -> str:
-    """"cannot read config file x.toml (Permission denied)": an OSError in words, with the path."""
     return f"cannot {action} {path} ({exc.strerror or exc})"
 
 
 def read_bytes(path: str | Path, what: str, fix: str, error: type[UserError] = UserError) -> bytes:
-    """The bytes of a regular file (see `regular_file`), or `error` saying why they cannot be read."""
     path = regular_file(path, what, fix, error)
     try:
         return path.read_bytes()
@@ -95,12 +78,11 @@ def read_bytes(path: str | Path, what: str, fix: str, error: type[UserError] = U
 
 
 def read_text(path: str | Path, what: str, fix: str, error: type[UserError] = UserError) -> str:
-    """A regular file's text: UTF-8, without the byte-order mark some editors write first."""
     return utf8(read_bytes(path, what, fix, error), path, what, error)
 
 
 def utf8(data: bytes, path: str | Path, what: str, error: type[UserError] = UserError) -> str:
-    """The bytes read from `path` as UTF-8 text, without a byte-order mark."""
+    """The bytes read from `path` as UTF-8 text, without the byte-order mark some editors write first."""
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -110,10 +92,9 @@ def utf8(data: bytes, path: str | Path, what: str, error: type[UserError] = User
 
 def clear_for_file(path: str | Path, what: str, fix: str, error: type[UserError] = UserError, *,
                    follow_links: bool = True) -> Path:
-    """`path`, after checking that nothing but a regular file (or nothing) stands there, so a file can
-    be written there: a folder or a pipe in its place is `error` now, not a failure halfway. Without
-    `follow_links` (for a writer that replaces whatever is there, see `replace_file`), a link is fine too:
-    it is replaced, and what it points to is never looked at."""
+    """`path`, after checking that nothing but a regular file (or nothing) stands there: a folder or a pipe in
+    its place is `error` now, not a failure halfway. Without `follow_links` (for `replace_file`, which replaces
+    a link and never looks at what it points to), a link is fine too."""
     path = Path(path)
     problem = what_stands_at(path, follow_links=follow_links)
     if problem is not None and not problem.startswith("missing") and problem != "a symbolic link":
@@ -122,14 +103,11 @@ def clear_for_file(path: str | Path, what: str, fix: str, error: type[UserError]
 
 
 def writable_folder(folder: str | Path, key: str) -> Path:
-    """`folder` (made if missing), after checking that files can be created in it; a UserError naming
-    `--key` otherwise."""
+    """`folder` (made if missing), after checking that files can be created in it."""
     folder = Path(folder)
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        # A new file of a fresh name (mkstemp creates it exclusively), so the test never writes
-        # through a link or over a file someone else left there.
-        fd, probe = tempfile.mkstemp(dir=folder, prefix=".write-test-")
+        fd, probe = fresh_file(folder / "write-test")  # never through a link, never over another's file
         os.close(fd)
         os.unlink(probe)
     except OSError as exc:
@@ -139,39 +117,30 @@ def writable_folder(folder: str | Path, key: str) -> Path:
 
 # --- writing a file whole: never through a link, never half -------------------------------------------
 
-def _fresh_name(path: Path) -> Path:
-    """`.{name}.tmp-{pid}-{random}` beside `path`: the pid lets `remove_dead_leftovers` delete it once this
-    process has ended; the random part keeps anyone from planting something under it beforehand."""
-    return path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(8)}")
+def _fresh(path: Path, make: Callable[[Path], object]):
+    """`make(name)` for a new name `.{name}.tmp-{pid}-{random}` beside `path`, until one is free: the pid lets
+    `remove_dead_leftovers` delete it once this process has ended; the random part keeps anyone from planting
+    something under it beforehand. `make` must create exclusively, never following a link."""
+    for _ in range(100):
+        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(8)}")
+        try:
+            return make(tmp), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary name beside {path}")
+
+
+_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
 
 
 def fresh_file(path: str | Path) -> tuple[int, Path]:
-    """(an open descriptor, its path) of a new empty file beside `path` (see `_fresh_name`): created
-    exclusively and without following links, so nothing planted under that name (a link to a file
-    elsewhere, another process's file) is ever written to."""
-    path = Path(path)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
-    for _ in range(100):
-        tmp = _fresh_name(path)
-        try:
-            return os.open(tmp, flags, 0o666), tmp  # the umask applies, as for any new file
-        except FileExistsError:
-            continue
-    raise FileExistsError(f"no free temporary name beside {path}")
+    """(an open descriptor, its path) of a new empty file beside `path` (the umask applies, as for any file)."""
+    return _fresh(Path(path), lambda tmp: os.open(tmp, _NEW_FILE, 0o666))
 
 
 def fresh_folder(path: str | Path) -> Path:
-    """A new empty folder beside `path` (see `_fresh_name`), made exclusively: mkdir never follows a link
-    and fails on any name that exists, so what is written into it goes nowhere else."""
-    path = Path(path)
-    for _ in range(100):
-        tmp = _fresh_name(path)
-        try:
-            tmp.mkdir(0o777)  # the umask applies, as for any new folder
-            return tmp
-        except FileExistsError:
-            continue
-    raise FileExistsError(f"no free temporary name beside {path}")
+    """A new empty folder beside `path` (mkdir never follows a link and fails on any name that exists)."""
+    return _fresh(Path(path), lambda tmp: tmp.mkdir(0o777))[1]
 
 
 class _RecordingFile:
@@ -196,10 +165,9 @@ class _RecordingFile:
 def replace_file(path: str | Path, write: Callable[[BinaryIO], object],
                  before_replace: Callable[[], object] | None = None) -> Path:
     """Writes `path` as a whole new file: `write(fh)` fills a `fresh_file` beside it, which is flushed to disk
-    and renamed over `path` (`before_replace()` runs just before, the new file complete). A link at `path` is
-    replaced by the file, never followed; a reader sees the old file or the new one, never half of one. An
-    error (or an interrupt) leaves `path` as it was and no temporary file; a write that failed is raised as
-    its OSError (see `os_error_of`), however the library writing reported it."""
+    and renamed over `path` (`before_replace()` runs just before, the new file complete). An error (or an
+    interrupt) leaves `path` as it was and no temporary file; a write that failed is raised as its OSError
+    (see `os_error_of`), however the library writing reported it."""
     path = Path(path)
     fd, tmp = fresh_file(path)
     try:
@@ -221,11 +189,10 @@ def replace_file(path: str | Path, write: Callable[[BinaryIO], object],
 
 
 def replace_folder(folder: Path, write: Callable[[Path], object], last: str | None = None) -> None:
-    """Writes `folder` as a whole new folder: `write(staging)` fills a `fresh_folder`, which then becomes
-    `folder`, renamed there when nothing stands there (a link there is removed first, never followed). Where
-    a folder stands already (one the caller has checked may be replaced: empty, or written by it before),
-    the new files are moved into it one by one, `last` (a marker saying the folder is complete) removed
-    first and moved in last, and the files it held that the new one has not are removed: the folder keeps
+    """Writes `folder` as a whole new folder: `write(staging)` fills a `fresh_folder`, renamed to `folder` when
+    no folder stands there (a link or a file there is removed, a link never followed). Into a folder that
+    stands (one the caller has checked may be replaced) the new files are moved one by one, `last` (a marker
+    saying the folder is complete) removed first and moved in last, and its other files are removed: it keeps
     its place, permissions and mount (it may be the one the command runs in). A failure or an interrupt
     removes the staging folder; a write that failed is raised as its OSError (see `os_error_of`)."""
     existing = what_stands_at(folder, follow_links=False) == "a directory"
@@ -236,26 +203,36 @@ def replace_folder(folder: Path, write: Callable[[Path], object], last: str | No
         except Exception as exc:
             _raise_os_error_of(exc)
         if not existing:
-            if folder.is_symlink():
-                folder.unlink()
+            if not _is_folder(folder):  # a folder that appeared meanwhile was never checked: it stays
+                folder.unlink(missing_ok=True)
             os.replace(staging, folder)
             return
         earlier = {p.name for p in folder.iterdir()} - {staging.name}
         if last is not None:
-            (folder / last).unlink(missing_ok=True)  # until it is back, the folder does not claim to be complete
+            _remove(folder / last)  # until it is back, the folder does not claim to be complete
         new = sorted((p.name for p in staging.iterdir()), key=lambda name: name == last)
         for name in new:
+            if _is_folder(folder / name) or _is_folder(staging / name):
+                _remove(folder / name)  # a file and a folder never replace each other by renaming
             os.replace(staging / name, folder / name)
         for name in earlier - set(new):
-            old = folder / name
-            if old.is_dir() and not old.is_symlink():
-                shutil.rmtree(old)
-            else:
-                old.unlink(missing_ok=True)
+            _remove(folder / name)
         staging.rmdir()
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+
+
+def _is_folder(path: Path) -> bool:
+    return path.is_dir() and not path.is_symlink()
+
+
+def _remove(path: Path) -> None:
+    """Removes what stands at `path`, if anything: a folder with all it holds; a link, never what it points to."""
+    if _is_folder(path):
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
 
 
 def _raise_os_error_of(exc: Exception, recorded: OSError | None = None) -> NoReturn:
@@ -315,8 +292,7 @@ def mount_point(path: str | Path) -> Path:
 
 def destination(text: str, what: str, *, folder: bool, fix: str) -> Path:
     """The path `text` names, for the option `what` ("--html") to write there: a file (`folder=False`) or a
-    folder. A path whose last
-    part is empty (a trailing '/'), '.' or '..' names a folder, which a file is never written as (pathlib
+    folder. A path whose last part is empty (a trailing '/'), '.' or '..' names a folder, never a file (pathlib
     would drop the '/', making 'out/' the file 'out'); such a folder is resolved to its real name ('.' is the
     folder the command runs in). A `UserError` "{text} ...; {fix}" when it names no place for `what`."""
     last = text.replace(os.altsep or os.sep, os.sep).rsplit(os.sep, 1)[-1]
@@ -335,48 +311,34 @@ def destination(text: str, what: str, *, folder: bool, fix: str) -> Path:
 # --- leftovers of processes that died ---------------------------------------------------------------------
 
 def process_alive(pid: object) -> bool:
-    """Whether a process with this id runs on this machine."""
     if type(pid) is not int or pid <= 0:
         return False
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
     except PermissionError:
         return True
-    except OverflowError:  # a pid no process can have
+    except (ProcessLookupError, OverflowError):  # none, or a pid no process can have
         return False
     return True
 
 
-def remove_dead_leftovers(folder: str | Path, pattern: str, *, directories: bool = False) -> list[Path]:
-    """Deletes what processes that have ended left in `folder` under names matching the glob `pattern`, each
-    ending in `tmp-<pid>` or `tmp-<pid>-<anything>` (see `fresh_file`): files, or with `directories`
-    folders (a link is removed, never what it points to). What a live process owns is kept, and so is
-    anything whose name holds no pid. Returns what was removed."""
-    removed = []
+def remove_dead_leftovers(folder: str | Path, pattern: str, *, directories: bool = False) -> None:
+    """Deletes what processes that have ended left in `folder` under names matching the glob `pattern` and
+    ending in `tmp-<pid>` or `tmp-<pid>-<anything>` (see `_fresh`): files, or with `directories` folders too
+    (a link is removed, never what it points to). What a live process owns, or a name without a pid, is kept."""
     try:
         found = sorted(Path(folder).glob(pattern))
     except OSError:
-        return removed
+        return
     for path in found:
         match = re.search(r"tmp-([0-9]+)(?:-[^/]*)?$", path.name)
-        if match is None:
+        if match is None or int(match[1]) != os.getpid() and process_alive(int(match[1])):
             continue
-        pid = int(match[1])
-        if pid != os.getpid() and process_alive(pid):
-            continue
-        try:
-            if directories and path.is_dir() and not path.is_symlink():
-                shutil.rmtree(path)
-            elif directories or not path.is_dir():
-                path.unlink()
-            else:
-                continue
-        except OSError:
-            continue  # not ours to remove after all (permissions): leave it
-        removed.append(path)
-    return removed
+        if directories or not path.is_dir():
+            try:
+                _remove(path)
+            except OSError:
+                pass  # not ours to remove after all (permissions): leave it
 
 
 # --- names --------------------------------------------------------------------------------------------------
@@ -464,24 +426,23 @@ TOO_DEEP = "its brackets are nested too deeply to read"
 def parse_json(text: str | bytes) -> object:
     """`json.loads(text)`, with every way it can fail as a `NotParsed`: bad syntax ("Expecting value at
     column 3"), or nesting deep enough to exhaust Python's recursion limit (a RecursionError otherwise)."""
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        where = f"at column {exc.colno}" if exc.lineno == 1 else f"at line {exc.lineno}, column {exc.colno}"
-        raise NotParsed(f"{exc.msg} {where}") from None
-    except RecursionError:
-        raise NotParsed(TOO_DEEP) from None
-    except (UnicodeDecodeError, MemoryError) as exc:
-        raise NotParsed(type(exc).__name__) from None
+    return _parsed(json.loads, text)
 
 
 def parse_toml(text: str) -> dict:
     """`tomllib.loads(text)`, with every way it can fail as a `NotParsed` (as `parse_json`)."""
+    return _parsed(tomllib.loads, text)
+
+
+def _parsed(load: Callable, text: str | bytes):
     try:
-        return tomllib.loads(text)
+        return load(text)
+    except json.JSONDecodeError as exc:
+        where = f"at column {exc.colno}" if exc.lineno == 1 else f"at line {exc.lineno}, column {exc.colno}"
+        raise NotParsed(f"{exc.msg} {where}") from None
     except tomllib.TOMLDecodeError as exc:
         raise NotParsed(str(exc)) from None
     except RecursionError:
         raise NotParsed(TOO_DEEP) from None
-    except MemoryError as exc:
+    except (UnicodeDecodeError, MemoryError) as exc:
         raise NotParsed(type(exc).__name__) from None

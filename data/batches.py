@@ -7,18 +7,16 @@ import torch
 
 
 class Batches:
-    """Draws (x, y) pairs: y is x shifted one token left.
+    """Draws (x, y) pairs from `splits` ("train" and "val" ids, each at least block_size + 2 long, as
+    `Prepared.splits` gives them): y is x shifted one token left.
 
-    Training batches come from one generator whose state is saved with a
-    checkpoint, so a resumed run sees the batches it would have seen.
-    Evaluation batches come from a generator re-seeded each time, so every
+    Training batches come from one generator whose state is saved with a checkpoint, so a resumed run sees
+    the batches it would have seen. Evaluation batches come from a generator re-seeded each time, so every
     evaluation scores the same windows and the numbers compare across steps.
     """
 
     def __init__(self, splits: dict[str, np.ndarray], block_size: int, batch_size: int, device: torch.device,
                  seed: int, rank: int = 0) -> None:
-        """`splits`: the "train" and "val" token ids, each at least block_size + 2 long (as
-        `Prepared.splits` gives them)."""
         self.splits = splits
         self.block_size = block_size
         self.batch_size = batch_size

@@ -1,15 +1,13 @@
 """Named corpora and where their text comes from.
 
-A name resolves to text in this order: `../shared/data` beside the repository,
-then `data/downloads`, then a download from the corpus's public address (repaired
-and checked, for a corpus that gives `repairs` and `sha256`). The `pronouns`
-and `induction` corpora are generated (`data/pronouns.py`, `data/induction.py`), so they need
-no file at all.
+A name resolves to text in this order: `../shared/data` beside the repository, then `data/downloads`,
+then a download from the corpus's public address (repaired and checked, for a corpus that gives
+`repairs` and `sha256`). The `pronouns` and `induction` corpora are generated (`data/pronouns.py`,
+`data/induction.py`), so they need no file at all.
 
-A corpus may name its own probe files: two-person pronoun probes (the format
-`data.probes.load_probes` reads) and single-person agreement contexts
-(`data.probes.load_agreement`). A lower-case corpus needs lower-case probes, so
-each corpus points at the ones made from its own text (`tools/gender_probes.py`).
+A corpus may name its own probe files (`data.probes`): two-person pronoun probes and single-person
+agreement contexts. A lower-case corpus needs lower-case probes, so each corpus points at the ones
+made from its own text (`tools/gender_probes.py`).
 """
 
 from __future__ import annotations
@@ -94,7 +92,11 @@ def corpus_path(name: str) -> Path:
         raise UserError(f"cannot download corpus '{name}' from {corpus.url} ({exc}); connect to the internet, "
                         f"or save the file as {target}") from None
     if corpus.repairs or corpus.sha256:
-        data = _repaired(data, corpus)
+        data = repaired(data.decode("utf-8", errors="replace"), corpus.repairs).encode("utf-8")
+        digest = hashlib.sha256(data).hexdigest()
+        if corpus.sha256 and digest != corpus.sha256:
+            raise UserError(f"the file downloaded from {corpus.url} is not the expected text (sha256 {digest[:12]}, "
+                            f"expected {corpus.sha256[:12]}); save the corpus as data/downloads/{corpus.filename}")
     # Kept as every file is written: whole, never through a link planted under its name or a temporary one.
     remove_dead_leftovers(target.parent, f".{glob_escape(target.name)}.tmp-*")
     try:
@@ -110,16 +112,6 @@ def repaired(text: str, repairs: tuple[tuple[str, str], ...]) -> str:
     for old, new in repairs:
         text = text.replace(old, new)
     return text
-
-
-def _repaired(data: bytes, corpus: Corpus) -> bytes:
-    """A downloaded file as the corpus's text: its repairs applied, its sha256 checked."""
-    data = repaired(data.decode("utf-8", errors="replace"), corpus.repairs).encode("utf-8")
-    digest = hashlib.sha256(data).hexdigest()
-    if corpus.sha256 and digest != corpus.sha256:
-        raise UserError(f"the file downloaded from {corpus.url} is not the expected text (sha256 {digest[:12]}, "
-                        f"expected {corpus.sha256[:12]}); save the corpus as data/downloads/{corpus.filename}")
-    return data
 
 
 def corpus_of(dataset: str) -> Corpus | None:

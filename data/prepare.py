@@ -1,10 +1,9 @@
 """Text -> train/val token files on disk, cached by content.
 
-A prepared dataset is a folder holding `train.bin` and `val.bin` (flat token
-ids, uint16 when the vocabulary fits, read back with numpy.memmap) and
-`meta.json` (tokenizer with its id map, source and its sha256, counts).
-Preparing the same text with the same settings again finds the folder and
-returns at once.
+A prepared dataset is a folder holding `train.bin` and `val.bin` (flat token ids, uint16 when the
+vocabulary fits, read back with numpy.memmap) and `meta.json` (tokenizer with its id map, source and
+its sha256, counts, and checksums of the files and of itself). Preparing the same text with the same
+settings again finds the folder, checks it against what its meta.json promises, and returns at once.
 """
 
 from __future__ import annotations
@@ -13,10 +12,8 @@ import difflib
 import hashlib
 import json
 import math
-import os
-import shutil
 import sys
-import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -40,6 +37,7 @@ from files import (
     parse_json,
     read_bytes,
     remove_dead_leftovers,
+    replace_folder,
     utf8,
     what_stands_at,
     write_error,
@@ -49,7 +47,7 @@ META_FORMAT = 2  # 2: meta.json carries checksums of itself and of the token fil
 PRONOUN_CORPUS_SEED = 1234  # fixed, so the corpus (and its cache) does not change with the training seed
 GENERATED_CORPUS_SEED = 0
 SPLITS = ("train", "val")
-STAGING_GLOB = "*-val*.tmp-*"  # a cache folder's staging sibling: <folder>.tmp-<pid>-<random>
+STAGING_GLOB = "*-val*.tmp-*"  # a cache folder's staging sibling: .<folder>.tmp-<pid>-<random>
 CHUNK = 1 << 24  # bytes read at a time when checking a token file (a multiple of every dtype's size)
 
 
@@ -65,8 +63,7 @@ class ModelVocabulary:
     def label(self) -> str:
         """What names it in the cache's folder names and a checkpoint's data record: its kind and a digest of the
         vocabulary, e.g. "char-5f0c1a2b", so two vocabularies never share prepared data."""
-        meta = json.dumps(self.tokenizer.to_meta(), sort_keys=True).encode("utf-8")
-        return f"{self.tokenizer.name}-{hashlib.sha256(meta).hexdigest()[:8]}"
+        return f"{self.tokenizer.name}-{_digest(self.tokenizer.to_meta())[:8]}"
 
 
 @dataclass
@@ -133,22 +130,22 @@ def prepare(dataset: str, tokenizer: str | ModelVocabulary = "char", data_dir: s
     fixed = tokenizer if isinstance(tokenizer, ModelVocabulary) else None
     if fixed is None and tokenizer not in TOKENIZERS:
         raise UserError(f"unknown tokenizer {tokenizer!r}; choose one of: {', '.join(TOKENIZERS)}")
-    name = fixed.label if fixed is not None else tokenizer
-    stem = Path(dataset).stem if not corpora.is_named(dataset) else dataset
+    name, data_dir = fixed.label if fixed is not None else tokenizer, Path(data_dir)
+    wanted = {"tokenizer": fixed.tokenizer.to_meta()} if fixed is not None else {}
     recipe = generation_key(dataset, corpus_sentences)
-    if recipe is not None:   # a generated corpus prepared before is found without generating it again
-        found = _cached_generation(Path(data_dir), f"{stem}-{name}", val_fraction, recipe,
-                                   fixed.tokenizer.to_meta() if fixed is not None else None)
+    if recipe is not None:  # generating the default demo's corpus only to find its cache took 0.2 s of 7
+        found = _first_intact((folder, {**wanted, "generation": recipe, "vocabulary": name if fixed else None})
+                              for folder in _folders(data_dir, dataset, name, val_fraction))
         if found is not None:
             return found
     text, label, probes = source_text(dataset, corpus_sentences)
     digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
-    folder = Path(data_dir) / f"{stem}-{name}-{digest[:12]}-val{val_fraction:g}"
+    folder = data_dir / f"{_stem(dataset)}-{name}-{digest[:12]}-val{val_fraction:g}"
     # A preparation killed mid-write (kill -9, power loss) left its staging folder: delete those whose
     # process has ended, never one a live preparation is still writing.
     remove_dead_leftovers(data_dir, STAGING_GLOB, directories=True)
     try:
-        cached, problem = _cached(folder, digest, fixed.tokenizer.to_meta() if fixed is not None else None)
+        cached, problem = _cached(folder, {"source_sha256": digest, **wanted})
     except OSError as exc:  # e.g. a folder that cannot be read: say so rather than rebuild over it
         raise UserError(f"cannot read prepared data in {folder} ({exc.strerror or exc}); check its permissions "
                         f"or choose another --data_dir") from None
@@ -200,53 +197,44 @@ def generation_key(dataset: str, corpus_sentences: int) -> str | None:
     return hashlib.sha256(recipe + Path(module.__file__).read_bytes()).hexdigest()
 
 
-def _cached_generation(data_dir: Path, prefix: str, val_fraction: float, recipe: str,
-                       vocabulary: dict | None) -> Prepared | None:
-    """The intact preparation in `data_dir` whose meta.json records the generation `recipe`, if there is one:
-    generating the default demo's corpus again only to find its cache took about 0.2 s of a 7-second run."""
+def _stem(dataset: str) -> str:
+    return dataset if corpora.is_named(dataset) else Path(dataset).stem
+
+
+def _folders(data_dir: Path, dataset: str, tokenizer: str, val_fraction: float) -> list[Path]:
+    """The cache folders of `dataset` in `data_dir`, prepared with `tokenizer` (a name, or a model
+    vocabulary's label) at `val_fraction`, whatever text they hold."""
     try:
-        folders = sorted(data_dir.glob(f"{glob_escape(prefix)}-*-val{val_fraction:g}"))
+        return sorted(data_dir.glob(f"{glob_escape(f'{_stem(dataset)}-{tokenizer}')}-*-val{val_fraction:g}"))
     except OSError:
-        return None
-    for folder in folders:
+        return []
+
+
+def _first_intact(candidates: Iterable[tuple[Path, dict]]) -> Prepared | None:
+    """The first intact preparation among (folder, what its meta.json must record) pairs, or None."""
+    for folder, wanted in candidates:
         try:
-            meta = parse_json((folder / "meta.json").read_bytes())
-        except (OSError, NotParsed):
+            cached, _ = _cached(folder, wanted)
+        except OSError:
             continue
-        if isinstance(meta, dict) and meta.get("generation") == recipe and isinstance(meta.get("source_sha256"), str):
-            cached, _ = _cached(folder, meta["source_sha256"], vocabulary)
-            if cached is not None:
-                return cached
+        if cached is not None:
+            return cached
     return None
 
 
 def find_prepared(settings: dict, tokenizer_meta: dict) -> Prepared | None:
     """The prepared data a run with these settings (a checkpoint's `data`, or its train_config) used,
     when it is still on disk and intact; None otherwise. Nothing is prepared or downloaded."""
+    wanted = {"tokenizer": tokenizer_meta}
     folder, digest = settings.get("folder"), settings.get("source_sha256")
     candidates = []
     if isinstance(folder, str) and isinstance(digest, str):
-        candidates.append((Path(folder), digest))
+        candidates.append((Path(folder), {**wanted, "source_sha256": digest}))
     dataset, tokenizer = settings.get("dataset"), settings.get("tokenizer")
     data_dir, fraction = settings.get("data_dir", "data/prepared"), settings.get("val_fraction")
     if all(isinstance(v, str) for v in (dataset, tokenizer, data_dir)) and isinstance(fraction, float):
-        stem = Path(dataset).stem if not corpora.is_named(dataset) else dataset
-        try:
-            found = sorted(Path(data_dir).glob(f"{glob_escape(stem)}-{tokenizer}-*-val{fraction:g}"))
-        except OSError:
-            found = []
-        candidates += [(path, None) for path in found]
-    for path, digest in candidates:
-        try:
-            meta = parse_json((path / "meta.json").read_bytes())
-            if not isinstance(meta, dict) or meta.get("tokenizer") != tokenizer_meta:
-                continue
-            prepared, _ = _cached(path, digest or meta.get("source_sha256"))
-        except (OSError, ValueError):
-            continue
-        if prepared is not None:
-            return prepared
-    return None
+        candidates += [(path, wanted) for path in _folders(Path(data_dir), dataset, tokenizer, fraction)]
+    return _first_intact(candidates)
 
 
 def _too_short(split: str, sizes: dict[str, int], block_size: int, meta: dict) -> UserError:
@@ -284,12 +272,14 @@ def _too_short(split: str, sizes: dict[str, int], block_size: int, meta: dict) -
 def _tokenize(text: str, tokenizer: str | ModelVocabulary, val_fraction: float, label: str
               ) -> tuple[Tokenizer, np.ndarray, np.ndarray]:
     """(tokenizer, train ids, val ids); refuses text with a single kind of token: nothing to learn."""
-    if isinstance(tokenizer, ModelVocabulary):
-        tok = tokenizer.tokenizer
-        ids = np.asarray(_encode_for(tokenizer, text, label), dtype=np.int64)
-    else:
-        tok = build_tokenizer(tokenizer, text)
+    tok = tokenizer.tokenizer if isinstance(tokenizer, ModelVocabulary) else build_tokenizer(tokenizer, text)
+    try:
         ids = np.asarray(tok.encode(text), dtype=np.int64)
+    except TokenizerError:  # only a model's vocabulary lacks what the text holds: a character, or GPT-2 tokens
+        missing, what = tok.unknown(text), "character" if tok.name == "char" else "token"
+        raise UserError(f"{label} holds {len(missing):,} {what}(s) that the model {tokenizer.model} never had: "
+                        f"{preview(missing, 5)}; remove them from the text, or fine-tune a model whose vocabulary "
+                        f"has them") from None
     if ids.min() == ids.max():
         token = tok.token_strings([int(ids[0])])[0]
         times = f"{len(ids):,} times" if len(ids) > 1 else "once"
@@ -300,69 +290,42 @@ def _tokenize(text: str, tokenizer: str | ModelVocabulary, val_fraction: float, 
     return tok, ids[: len(ids) - n_val], ids[len(ids) - n_val:]
 
 
-def _encode_for(vocabulary: ModelVocabulary, text: str, label: str) -> list[int]:
-    """`text` in a model's own vocabulary; a UserError naming what in it the model never had (a char model's
-    characters, or the tokens a compacted GPT-2 vocabulary left out)."""
-    try:
-        return vocabulary.tokenizer.encode(text)
-    except TokenizerError:
-        missing = vocabulary.tokenizer.unknown(text)
-        what = "character" if vocabulary.tokenizer.name == "char" else "token"
-        raise UserError(f"{label} holds {len(missing):,} {what}(s) that the model {vocabulary.model} never had: "
-                        f"{preview(missing, 5)}; remove them from the text, or fine-tune a model whose vocabulary "
-                        f"has them") from None
-
-
 def _dtype_for(vocab_size: int) -> str:
     return "uint16" if vocab_size <= np.iinfo(np.uint16).max + 1 else "uint32"
 
 
 def _write(folder: Path, meta: dict, splits: dict[str, np.ndarray], probes: list[dict] | None) -> None:
-    """Writes the files and a meta.json holding their checksums and its own, in a temporary sibling
-    renamed into place, so an interrupted preparation never leaves a half-written folder that looks complete."""
-    try:
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        # The pid in the name tells a later preparation whether the writer is still alive.
-        staging = Path(tempfile.mkdtemp(prefix=f"{folder.name}.tmp-{os.getpid()}-", dir=folder.parent))
-    except OSError as exc:
-        raise _write_error(folder.parent, exc) from None
-    try:
+    """Writes the files, then a meta.json holding their checksums and its own, as one folder
+    (`files.replace_folder`, meta.json last): an interrupted preparation never leaves a folder that looks
+    complete."""
+    def write(staging: Path) -> None:
         for name, ids in splits.items():
             ids.astype(meta["dtype"]).tofile(staging / name)
         if probes:
-            with (staging / meta["probes"]).open("w") as fh:
-                for record in probes:
-                    fh.write(json.dumps(record) + "\n")
+            (staging / meta["probes"]).write_text("".join(json.dumps(record) + "\n" for record in probes))
         meta["sha256"] = {path.name: _scan(path)[0] for path in sorted(staging.iterdir())}
         meta["checksum"] = _meta_checksum(meta)
         (staging / "meta.json").write_text(json.dumps(meta, indent=1))
-        _remove_cache(folder)
-        os.replace(staging, folder)
-    except BaseException as exc:
-        shutil.rmtree(staging, ignore_errors=True)
-        if isinstance(exc, OSError):
-            raise _write_error(folder.parent, exc) from None
-        raise
 
-
-def _remove_cache(folder: Path) -> None:
-    """Clears the way for a rebuilt cache folder (a link is removed, never what it points to)."""
-    if folder.is_symlink() or folder.is_file():
-        folder.unlink()
-    elif folder.exists():
-        shutil.rmtree(folder)
-
-
-def _write_error(folder: Path, exc: OSError) -> UserError:
-    return UserError(f"cannot write prepared data to {folder} ({write_error(exc, folder)}); free disk space or "
-                     f"choose a writable --data_dir")
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        replace_folder(folder, write, last="meta.json")
+    except OSError as exc:
+        wanted = {"source_sha256": meta["source_sha256"], "tokenizer": meta["tokenizer"]}
+        if _first_intact([(folder, wanted)]) is not None:
+            return  # a preparation of the same text running beside this one wrote the folder first
+        raise UserError(f"cannot write prepared data to {folder.parent} ({write_error(exc, folder.parent)}); free "
+                        f"disk space or choose a writable --data_dir") from None
 
 
 # --- checking a cached preparation --------------------------------------------------------------
 
+def _digest(value: object) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode("utf-8")).hexdigest()
+
+
 def _meta_checksum(meta: dict) -> str:
-    body = {key: value for key, value in meta.items() if key != "checksum"}
-    return hashlib.sha256(json.dumps(body, sort_keys=True).encode("utf-8")).hexdigest()
+    return _digest({key: value for key, value in meta.items() if key != "checksum"})
 
 
 def _scan(path: Path, dtype: str | None = None) -> tuple[str, int]:
@@ -376,23 +339,20 @@ def _scan(path: Path, dtype: str | None = None) -> tuple[str, int]:
     return sha.hexdigest(), largest
 
 
-def _regular_file(path: Path) -> str | None:
-    """What is wrong with `path` as one of the cache's files, or None. A link is wrong too: the cache
-    holds its own files."""
-    problem = what_stands_at(path, follow_links=False)
-    return None if problem is None else f"{path.name} is {problem}"
+_ANOTHER = {"source_sha256": "text", "tokenizer": "vocabulary", "vocabulary": "vocabulary",
+            "generation": "generated text"}  # what a folder recording something else than `wanted` holds
 
 
-def _cached(folder: Path, digest: str, vocabulary: dict | None = None) -> tuple[Prepared | None, str | None]:
-    """(the cached preparation, None) when `folder` holds exactly what its meta.json promises (and, given a
-    model's `vocabulary` as `to_meta` describes it, was tokenized with it); otherwise (None, what does not match),
-    or (None, None) when there is no cache yet."""
+def _cached(folder: Path, wanted: dict) -> tuple[Prepared | None, str | None]:
+    """(the cached preparation, None) when `folder` holds exactly what its meta.json promises, and meta.json
+    records each value of `wanted` (the source's sha256, a model's vocabulary as `to_meta` describes it, ...);
+    otherwise (None, what does not match), or (None, None) when there is no cache yet."""
     if not folder.exists() and not folder.is_symlink():
         return None, None
     meta_path = folder / "meta.json"
-    problem = _regular_file(meta_path)
+    problem = what_stands_at(meta_path, follow_links=False)  # a link is wrong too: the cache holds its own files
     if problem is not None:
-        return None, problem
+        return None, f"meta.json is {problem}"
     try:
         meta = parse_json(meta_path.read_bytes())
     except NotParsed as exc:
@@ -403,13 +363,12 @@ def _cached(folder: Path, digest: str, vocabulary: dict | None = None) -> tuple[
         return None, f"meta.json has format {meta.get('format')!r}; this version writes {META_FORMAT}"
     if meta.get("checksum") != _meta_checksum(meta):
         return None, "meta.json was changed after it was written: its checksum does not match"
-    if meta.get("source_sha256") != digest:
-        return None, "meta.json describes another text"
-    if vocabulary is not None and meta.get("tokenizer") != vocabulary:
-        return None, "meta.json describes another vocabulary"
+    for key, value in wanted.items():
+        if meta.get(key) != value:
+            return None, f"meta.json describes another {_ANOTHER[key]}"
     try:
         tok = tokenizer_from_meta(meta["tokenizer"])
-        problem = _meta_problem(meta, tok) or _files_problem(folder, meta)
+        problem = _problem(folder, meta, tok)
     except (KeyError, TypeError, AttributeError, ValueError, TokenizerMetaError) as exc:
         return None, f"meta.json is malformed ({type(exc).__name__}: {exc})"
     if problem is not None:
@@ -417,8 +376,9 @@ def _cached(folder: Path, digest: str, vocabulary: dict | None = None) -> tuple[
     return Prepared(folder, meta, tok), None
 
 
-def _meta_problem(meta: dict, tok: Tokenizer) -> str | None:
-    """What in meta.json contradicts itself, or None."""
+def _problem(folder: Path, meta: dict, tok: Tokenizer) -> str | None:
+    """What in meta.json contradicts itself, or in the files contradicts meta.json (size, checksum, token
+    range); None when nothing does."""
     if meta["vocab_size"] != tok.vocab_size:
         return f"its vocabulary has {tok.vocab_size} tokens, not the {meta['vocab_size']} it states"
     if meta["dtype"] != _dtype_for(tok.vocab_size):
@@ -427,20 +387,15 @@ def _meta_problem(meta: dict, tok: Tokenizer) -> str | None:
         count = meta[f"{split}_tokens"]
         if type(count) is not int or count < 0:
             return f"{split}_tokens is {count!r}, not a count"
-    return None
-
-
-def _files_problem(folder: Path, meta: dict) -> str | None:
-    """What in the files contradicts meta.json (size, checksum, token range), or None."""
     itemsize = np.dtype(meta["dtype"]).itemsize
     files = {f"{split}.bin": meta[f"{split}_tokens"] * itemsize for split in SPLITS}
     if meta.get("probes"):
         files[meta["probes"]] = None
     for name, size in files.items():
         path = folder / name
-        problem = _regular_file(path)
+        problem = what_stands_at(path, follow_links=False)
         if problem is not None:
-            return problem
+            return f"{name} is {problem}"
         if size is not None and path.stat().st_size != size:
             return (f"{name} has {path.stat().st_size:,} bytes where {size // itemsize:,} {meta['dtype']} tokens "
                     f"take {size:,}")

@@ -1,23 +1,21 @@
-"""Pronoun probes: a sentence, its pronoun, the noun it refers to and a distractor noun,
-aligned to token positions for any tokenizer.
+"""Pronoun probes: a sentence, its pronoun, the noun it refers to and a distractor noun, aligned to
+token positions for any tokenizer.
 
 A probe file is JSONL, one object a line:
 
     {"text": "Lily saw a big dog and she smiled .", "pronoun": "she", "referent": "Lily",
      "distractor": "dog"}
 
-Optional fields: `pronoun_offset`, `referent_offset`, `distractor_offset`
-(character offsets into text, for words that occur more than once) and
-`continuations` / `distractor_continuations` (first words that could follow
-the pronoun when it means the referent / the distractor).
+Optional fields: `pronoun_offset`, `referent_offset`, `distractor_offset` (character offsets into
+text, for words that occur more than once) and `continuations` / `distractor_continuations` (first
+words that could follow the pronoun when it means the referent / the distractor).
 
-Alignment turns words into positions: attention from the pronoun is read at
-its last sub-token (the first place the whole word has been seen), and
-attention to a noun sums over every sub-token that overlaps it.
+Alignment turns words into positions: attention from the pronoun is read at its last sub-token (the
+first place the whole word has been seen), and attention to a noun sums over every sub-token that
+overlaps it.
 
-An agreement file holds the other kind of probe: a context that names one
-person and stops just before a pronoun, scored by the model's next-token
-probabilities rather than by attention:
+An agreement file holds the other kind of probe: a context that names one person and stops just
+before a pronoun, scored by the model's next-token probabilities rather than by attention:
 
     {"text": "Lily went to the park and", "pronoun": "she", "wrong": "he", "person": "Lily",
      "mention": "first"}
@@ -26,10 +24,9 @@ probabilities rather than by attention:
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from cli import UserError
 from data.tokenizer import Tokenizer
@@ -155,32 +152,17 @@ class AgreementProbe:
                             f"fix the word or the text")
 
 
-def _from_dict(obj: object, make: type, fields: Sequence[str], required: Sequence[str], kind: str) -> object:
-    if not isinstance(obj, dict):
-        raise UserError(f"expected a JSON object, got {type(obj).__name__}")
-    unknown = sorted(set(obj) - set(fields))
-    if unknown:
-        # A misspelt optional field would otherwise be silently ignored.
-        raise UserError(f"unknown field(s) {', '.join(map(repr, unknown))}; allowed: {', '.join(fields)}")
-    missing = [name for name in required if name not in obj]
-    if missing:
-        raise UserError(f"missing field(s) {', '.join(map(repr, missing))}; "
-                        f"every {kind} needs {', '.join(required)}")
-    return make(**obj)
-
-
 def load_probes(path: str | Path) -> list[Probe]:
     """Probes from a JSONL file; blank lines are skipped. Problems raise UserError naming the line."""
-    return _load_jsonl(path, "probe", lambda obj: _from_dict(obj, Probe, FIELDS, REQUIRED_FIELDS, "probe"))
+    return _load_jsonl(path, Probe, FIELDS, REQUIRED_FIELDS, "probe")
 
 
 def load_agreement(path: str | Path) -> list[AgreementProbe]:
     """Agreement contexts from a JSONL file, checked as `load_probes` checks probes."""
-    return _load_jsonl(path, "agreement context", lambda obj: _from_dict(
-        obj, AgreementProbe, AGREEMENT_FIELDS, AGREEMENT_REQUIRED, "agreement context"))
+    return _load_jsonl(path, AgreementProbe, AGREEMENT_FIELDS, AGREEMENT_REQUIRED, "agreement context")
 
 
-def _load_jsonl(path: str | Path, kind: str, make: Callable[[object], Any]) -> list:
+def _load_jsonl(path: str | Path, make: type, fields: Sequence[str], required: Sequence[str], kind: str) -> list:
     lines = read_text(path, f"{kind} file", "give the path of a JSONL file").splitlines()
     items = []
     for number, line in enumerate(lines, start=1):
@@ -191,7 +173,7 @@ def _load_jsonl(path: str | Path, kind: str, make: Callable[[object], Any]) -> l
         except NotParsed as exc:
             raise UserError(f"{path} line {number}: not valid JSON ({exc}); write one JSON object per line") from None
         try:
-            item = make(obj)
+            item = make(**_fields(obj, fields, required, kind))
         except UserError as exc:
             raise UserError(f"{path} line {number}: {exc}") from None
         item.line = number
@@ -201,15 +183,24 @@ def _load_jsonl(path: str | Path, kind: str, make: Callable[[object], Any]) -> l
     return items
 
 
+def _fields(obj: object, fields: Sequence[str], required: Sequence[str], kind: str) -> dict:
+    if not isinstance(obj, dict):
+        raise UserError(f"expected a JSON object, got {type(obj).__name__}")
+    unknown = sorted(set(obj) - set(fields))
+    if unknown:  # a misspelt optional field would otherwise be silently ignored
+        raise UserError(f"unknown field(s) {', '.join(map(repr, unknown))}; allowed: {', '.join(fields)}")
+    missing = [name for name in required if name not in obj]
+    if missing:
+        raise UserError(f"missing field(s) {', '.join(map(repr, missing))}; "
+                        f"every {kind} needs {', '.join(required)}")
+    return obj
+
+
 @dataclass
 class AlignedProbe:
-    """A probe in token positions.
-
-    pronoun_pos is the query row; referent/distractor_positions are the key
-    columns whose attention sums to the attention paid to each noun.
-    continuation_pos is the position whose next-token prediction is the word
-    after the pronoun (None when there is nothing to score there).
-    """
+    """A probe in token positions. pronoun_pos is the query row; referent/distractor_positions are the key
+    columns whose attention sums to the attention paid to each noun. continuation_pos is the position whose
+    next-token prediction is the word after the pronoun (None when there is nothing to score there)."""
 
     probe: Probe
     ids: list[int]
@@ -227,20 +218,11 @@ def _overlapping(spans: Sequence[Span], target: Span) -> list[int]:
     return [i for i, (s, e) in enumerate(spans) if s < end and e > start]
 
 
-def _next_word(text: str, pos: int) -> tuple[str, str] | None:
-    """(whitespace, word) right after `pos`, or None at the end of the text."""
-    match = re.compile(r"(\s*)(\S+)").match(text, pos)
-    return (match.group(1), match.group(2)) if match else None
-
-
 def _first_token_ids(tokenizer: Tokenizer, ids: list[int], prefix: str, words: Sequence[tuple[str, str]]
                      ) -> tuple[int | None, list[int]]:
-    """For each (separator, word): the first token of `word` when it follows `prefix + separator`.
-
-    Returns the position that predicts it and the deduplicated token ids. The
-    position is None when the text's own tokens differ from the prefix's before
-    that point, so the model would not be predicting from the same context.
-    """
+    """For each (separator, word): the first token of `word` when it follows `prefix + separator`. Returns
+    the position that predicts it and the deduplicated token ids. The position is None when the text's own
+    tokens differ from the prefix's before that point: the model would not predict from the same context."""
     position: int | None = None
     first_ids: list[int] = []
     for separator, word in words:
@@ -275,8 +257,8 @@ def align(probe: Probe, tokenizer: Tokenizer) -> AlignedProbe:
         words = [(" ", w) for w in probe.continuations]
         distractor_words = [(" ", w) for w in probe.distractor_continuations or []]
     else:
-        following = _next_word(probe.text, pronoun_end)
-        words = [following] if following else []
+        following = re.compile(r"(\s*)(\S+)").match(probe.text, pronoun_end)  # (whitespace, word)
+        words = [following.groups()] if following else []
         distractor_words = []
     continuation_pos, continuation_ids = _first_token_ids(tokenizer, ids, prefix, words)
     _, distractor_ids = _first_token_ids(tokenizer, ids, prefix, distractor_words)

@@ -1,16 +1,14 @@
 """A generated corpus where predicting the word after a pronoun needs its referent.
 
-Every line has two candidate nouns and one pronoun that fits exactly one of
-them, e.g. "one day , the big dog fetched the red ball and she barked loudly ."
-Each noun owns a few continuations whose first words no other noun uses, so
-the word after the pronoun names the referent: a model that predicts it well
-must carry the referent's identity to the pronoun, which is what an attention
-head from pronoun to noun can do.
+Every line has two candidate nouns and one pronoun that fits exactly one of them, e.g. "one day ,
+the big dog fetched the red ball and she barked loudly ." Each noun owns a few continuations whose
+first words no other noun uses, so the word after the pronoun names the referent: a model that
+predicts it well must carry the referent's identity to the pronoun, which is what an attention head
+from pronoun to noun can do.
 
-Positional shortcuts are closed off: the referent is the first noun exactly as
-often as the second (so "first noun" and "nearest noun" both score 50%), and
-openers and 0-2 adjectives per noun move every word. A fixed set of noun pairs
-never meets in training; `probe_records` draws only from those pairs.
+Positional shortcuts are closed off: the referent is the first noun exactly as often as the second
+(so "first noun" and "nearest noun" both score 50%), and openers and 0-2 adjectives per noun move
+every word. A fixed set of noun pairs never meets in training; `probe_records` draws only from those.
 """
 
 from __future__ import annotations
@@ -20,8 +18,7 @@ import random
 EXPLANATION_SENTENCE = "The dog fetched the ball and she was happy"
 PROBES = 256  # probe sentences of the corpus (prepared beside it as probes.jsonl)
 
-# noun -> (pronoun, continuations). Gender is fixed so that two people of
-# different genders are never ambiguous.
+# noun -> (pronoun, continuations). Gender is fixed so that two people of different genders are never ambiguous.
 PEOPLE: dict[str, tuple[str, list[str]]] = {
     "king": ("he", ["ruled the land", "laughed loudly"]),
     "prince": ("he", ["bowed low", "rode away"]),
@@ -94,8 +91,8 @@ VERBS_ANY = ["hit", "touched", "was near", "was behind", "was next to", "lay bes
 OPINION_ADJECTIVES = ["nice", "pretty", "strange", "lovely"]
 SIZE_ADJECTIVES = ["big", "small", "little", "old"]
 OPENERS = ["", "one day ,", "in the morning ,", "then", "later ,"]
-# Generic endings after the specific continuation; "was happy" puts the
-# explanation sentence's words into the corpus without weakening the cue.
+# Generic endings after the specific continuation; "was happy" puts the explanation sentence's words into
+# the corpus without weakening the cue.
 TAILS = ["and was happy", "and was tired", "again", "all day"]
 TAIL_RATE = 0.3
 
@@ -136,8 +133,7 @@ def _valid_pairs() -> dict[str, list[tuple[str, str]]]:
 
 
 def _held_out() -> frozenset[frozenset[str]]:
-    # A fixed seed, independent of the corpus seed, so every corpus and every
-    # probe set agree on which pairs are unseen.
+    # A fixed seed, independent of the corpus seed, so every corpus and probe set agree on the unseen pairs.
     rng = random.Random("pronoun-corpus held-out pairs")
     chosen: set[frozenset[str]] = set()
     for pairs in _valid_pairs().values():

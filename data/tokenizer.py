@@ -1,15 +1,13 @@
 """Tokenizers: text <-> token ids.
 
-- `char`: one id per character, vocabulary taken from the training corpus.
-- `gpt2`: GPT-2's byte-pair encoding (tiktoken's `r50k_base`), compacted to
-  the ids that occur in the training corpus plus end-of-text, padded to a
-  multiple of 64. A 50k-row output head would cost most of a small model's
-  step; a few thousand rows cost little. The id map travels with the prepared
-  data and the checkpoint (`to_meta` / `tokenizer_from_meta`).
-- `gpt2-full`: GPT-2's byte-pair encoding as it is, all 50,257 ids unrenumbered: the vocabulary of
-  a model trained elsewhere on it (GPT-2's own weights, a nanoGPT checkpoint).
+- `char`: one id per character, vocabulary taken from the training corpus (or nanoGPT's `meta.pkl`).
+- `gpt2`: GPT-2's byte-pair encoding (tiktoken's `r50k_base`), compacted to the ids that occur in the
+  training corpus plus end-of-text, padded to a multiple of 64. A 50k-row output head would cost most of
+  a small model's step; a few thousand rows cost little. The id map travels with the prepared data and
+  the checkpoint (`to_meta` / `tokenizer_from_meta`).
+- `gpt2-full`: GPT-2's byte-pair encoding as it is, all 50,257 ids: the vocabulary of a model trained
+  elsewhere on it (GPT-2's own weights, a nanoGPT checkpoint).
 
-A char tokenizer also comes from nanoGPT's `meta.pkl` vocabulary (`CharTokenizer.from_stoi_itos`).
 All raise `TokenizerError` naming any text the vocabulary cannot express.
 """
 
@@ -17,6 +15,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from itertools import islice
 from typing import Protocol
 
 from cli import UserError
@@ -54,10 +53,6 @@ def preview(items: Sequence[str], limit: int = 8) -> str:
     return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
 
 
-def _letters_first(char: str) -> tuple[bool, str]:
-    return not char.isalnum(), char
-
-
 class CharTokenizer:
     name = "char"
 
@@ -91,9 +86,10 @@ class CharTokenizer:
             return [self._index[c] for c in text]
         except KeyError:
             unknown = self.unknown(text)
+            known = sorted(self.chars, key=lambda char: (not char.isalnum(), char))  # letters and digits first
             raise TokenizerError(
                 f"{len(unknown)} character(s) not in the char vocabulary: {preview(unknown)}; "
-                f"use the {len(self.chars)} it knows ({preview(sorted(self.chars, key=_letters_first), 12)}), or "
+                f"use the {len(self.chars)} it knows ({preview(known, 12)}), or "
                 f"train on a corpus that contains them") from None
 
     def unknown(self, text: str) -> list[str]:
@@ -114,39 +110,29 @@ class CharTokenizer:
 
 
 SHARED_TIKTOKEN = SHARED / "tiktoken"
-
-
 R50K_URL = "https://openaipublic.blob.core.windows.net/encodings/r50k_base.tiktoken"  # as tiktoken_ext names it
 R50K_SHA256 = "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930"
 
 
-class TokenizerUnavailable(UserError):
-    """GPT-2's BPE cannot be loaded here (offline without a cache, or a damaged cache): not the fault of
-    the data or the checkpoint that names it."""
-
-
 def gpt2_encoding():
-    """tiktoken's r50k_base (GPT-2's BPE).
-
-    tiktoken downloads it once into its cache. Offline, it is read from
-    TIKTOKEN_CACHE_DIR, or, when that is unset, from a `shared/tiktoken` cache
-    beside the repository (where the shared corpora live too).
-    """
+    """tiktoken's r50k_base (GPT-2's BPE), which tiktoken downloads once into its cache. Offline, it is read
+    from TIKTOKEN_CACHE_DIR or, when that is unset, from a `shared/tiktoken` cache beside the repository.
+    A UserError when it cannot be loaded: not the fault of the data or the checkpoint that names it."""
     import tiktoken
 
     if "TIKTOKEN_CACHE_DIR" not in os.environ and SHARED_TIKTOKEN.is_dir():
         os.environ["TIKTOKEN_CACHE_DIR"] = str(SHARED_TIKTOKEN)
+    cache = os.environ.get("TIKTOKEN_CACHE_DIR", "(unset)")
     damaged = _damaged_cache_file()
     if damaged is not None:  # tiktoken would delete it and try to download it again, failing offline
-        raise TokenizerUnavailable(
+        raise UserError(
             f"cannot load the GPT-2 BPE ({GPT2_ENCODING}): the tiktoken cache holds a damaged copy of it, {damaged} "
             f"(its sha256 is not {R50K_SHA256[:12]}...); delete that file so tiktoken downloads it again, or set "
-            f"TIKTOKEN_CACHE_DIR to a good cache (now {os.environ.get('TIKTOKEN_CACHE_DIR', '(unset)')})")
+            f"TIKTOKEN_CACHE_DIR to a good cache (now {cache})")
     try:
         return tiktoken.get_encoding(GPT2_ENCODING)
     except Exception as exc:  # network or cache problems surface as many types
-        cache = os.environ.get("TIKTOKEN_CACHE_DIR", "(unset)")
-        raise TokenizerUnavailable(
+        raise UserError(
             f"cannot load the GPT-2 BPE ({GPT2_ENCODING}): {type(exc).__name__}: {exc}; connect to the "
             f"internet once, or set TIKTOKEN_CACHE_DIR to a tiktoken cache (now {cache})") from None
 
@@ -161,9 +147,8 @@ def _damaged_cache_file() -> str | None:
     import hashlib
     import tempfile
 
-    cache_dir = os.environ.get("TIKTOKEN_CACHE_DIR", os.environ.get("DATA_GYM_CACHE_DIR"))
-    if cache_dir is None:
-        cache_dir = os.path.join(tempfile.gettempdir(), "data-gym-cache")
+    cache_dir = os.environ.get("TIKTOKEN_CACHE_DIR", os.environ.get(
+        "DATA_GYM_CACHE_DIR", os.path.join(tempfile.gettempdir(), "data-gym-cache")))
     if not cache_dir:  # "" turns tiktoken's cache off
         return None
     path = os.path.join(cache_dir, hashlib.sha1(R50K_URL.encode()).hexdigest())
@@ -171,13 +156,12 @@ def _damaged_cache_file() -> str | None:
         return None
     try:
         with open(path, "rb") as fh:
-            intact = hashlib.sha256(fh.read()).hexdigest() == R50K_SHA256
+            if hashlib.sha256(fh.read()).hexdigest() != R50K_SHA256:
+                return path
     except OSError:
         return None
-    if intact:
-        _CHECKED.add(path)
-        return None
-    return path
+    _CHECKED.add(path)
+    return None
 
 
 class GPT2Tokenizer:
@@ -198,12 +182,7 @@ class GPT2Tokenizer:
     @classmethod
     def from_text(cls, text: str) -> GPT2Tokenizer:
         enc = gpt2_encoding()
-        present = set(enc.encode(text, allowed_special={EOT}, disallowed_special=()))
-        present.add(enc.eot_token)
-        return cls(sorted(present))
-
-    def _original_ids(self, text: str) -> list[int]:
-        return self.enc.encode(text, allowed_special={EOT}, disallowed_special=())
+        return cls(sorted({*_original_ids(enc, text), enc.eot_token}))
 
     def _compact(self, original: list[int]) -> list[int]:
         try:
@@ -217,14 +196,9 @@ class GPT2Tokenizer:
 
     def known_words(self, count: int = 8) -> list[str]:
         """Whole words of this vocabulary, the most common first (GPT-2's BPE gives common words low ids)."""
-        words = []
-        for original in self.kept_ids:
-            piece = self.enc.decode_single_token_bytes(original).decode("utf-8", errors="replace")
-            if piece.startswith(" ") and piece[1:].isalpha() and len(piece) > 3:
-                words.append(piece[1:])
-                if len(words) == count:
-                    break
-        return words
+        pieces = (self.enc.decode_single_token_bytes(t).decode("utf-8", errors="replace") for t in self.kept_ids)
+        words = (piece[1:] for piece in pieces if piece.startswith(" ") and piece[1:].isalpha() and len(piece) > 3)
+        return list(islice(words, count))
 
     def _unseen(self, original: list[int]) -> list[str]:
         unseen = {t for t in original if t not in self._to_compact}
@@ -234,10 +208,10 @@ class GPT2Tokenizer:
 
     def unknown(self, text: str) -> list[str]:
         """The tokens of `text` this vocabulary lacks, as text, sorted."""
-        return self._unseen(self._original_ids(text))
+        return self._unseen(_original_ids(self.enc, text))
 
     def encode(self, text: str) -> list[int]:
-        return self._compact(self._original_ids(text))
+        return self._compact(_original_ids(self.enc, text))
 
     def decode(self, ids: Sequence[int]) -> str:
         # Padding ids (>= len(kept_ids)) are never trained as targets; show them as nothing.
@@ -247,7 +221,7 @@ class GPT2Tokenizer:
         return [self.enc.decode([self.kept_ids[i]]) if i < len(self.kept_ids) else "<pad>" for i in ids]
 
     def encode_with_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
-        original = self._original_ids(text)
+        original = _original_ids(self.enc, text)
         ids = self._compact(original)
         spans, pos = [], 0
         for t in original:
@@ -263,6 +237,10 @@ class GPT2Tokenizer:
 
     def to_meta(self) -> dict:
         return {"name": self.name, "encoding": GPT2_ENCODING, "kept_ids": self.kept_ids}
+
+
+def _original_ids(enc, text: str) -> list[int]:
+    return enc.encode(text, allowed_special={EOT}, disallowed_special=())
 
 
 class FullGPT2Tokenizer(GPT2Tokenizer):
@@ -288,11 +266,9 @@ class FullGPT2Tokenizer(GPT2Tokenizer):
 
 def build_tokenizer(name: str, text: str) -> Tokenizer:
     """A tokenizer whose vocabulary covers `text` (the training corpus)."""
-    if name == "char":
-        return CharTokenizer.from_text(text)
-    if name == "gpt2":
-        return GPT2Tokenizer.from_text(text)
-    raise UserError(f"unknown tokenizer {name!r}; choose one of: {', '.join(TOKENIZERS)}")
+    if name not in TOKENIZERS:
+        raise UserError(f"unknown tokenizer {name!r}; choose one of: {', '.join(TOKENIZERS)}")
+    return (CharTokenizer if name == "char" else GPT2Tokenizer).from_text(text)
 
 
 def tokenizer_from_meta(meta: object) -> Tokenizer:

@@ -118,6 +118,7 @@ TAMPERING = {
     "deleted": (lambda f: (f / "val.bin").unlink(), "val.bin is missing"),
     "a directory": (_replace("train.bin", Path.mkdir), "train.bin is a directory"),
     "a named pipe": (_replace("train.bin", os.mkfifo), "train.bin is not a regular file (a pipe"),
+    "the folder a file": (lambda f: (shutil.rmtree(f), f.write_text("x")), "meta.json is missing (a part of its"),
     "meta.json not JSON": (lambda f: (f / "meta.json").write_text("{"), "meta.json is not valid JSON"),
     "meta.json a list": (lambda f: (f / "meta.json").write_text("[]"), "does not hold a JSON object"),
     "meta.json deleted": (lambda f: (f / "meta.json").unlink(), "meta.json is missing"),
@@ -152,6 +153,32 @@ def test_a_tampered_cache_is_rebuilt_from_the_source_saying_why(tmp_path, damage
     assert problem in message and "rebuilding it from" in message and "\n" not in message, message
     assert {p.name: p.read_bytes() for p in again.folder.iterdir()} == good
     assert Batches(again.splits(16), 16, 4, torch.device("cpu"), seed=1).train()[0].shape == (4, 16)
+
+
+def test_two_preparations_of_the_same_text_at_once_both_succeed(tmp_path, monkeypatch):
+    """Another process prepares the same text while this one is staging its own folder: this one finds the
+    folder written when it comes to rename its staging folder, uses it, and leaves nothing behind."""
+    import subprocess
+    import sys
+
+    import data.prepare as p
+    from tests.commands import ROOT, TEXT
+
+    src, data_dir = tmp_path / "story.txt", tmp_path / "prep"
+    src.write_text(TEXT)
+    other = (f"import sys; sys.path.insert(0, {str(ROOT)!r}); from data.prepare import prepare; "
+             f"prepare({str(src)!r}, 'char', {str(data_dir)!r}, quiet=True)")
+    original = p._meta_checksum
+
+    def the_other_preparation_first(meta):
+        monkeypatch.setattr(p, "_meta_checksum", original)
+        subprocess.run([sys.executable, "-c", other], check=True)
+        return original(meta)
+
+    monkeypatch.setattr(p, "_meta_checksum", the_other_preparation_first)
+    prepared = prepare(str(src), "char", data_dir, quiet=True)
+    assert [path.name for path in data_dir.iterdir()] == [prepared.folder.name]
+    assert Batches(prepared.splits(16), 16, 4, torch.device("cpu"), seed=1).train()[0].shape == (4, 16)
 
 
 def test_a_cache_folder_that_is_a_link_is_rebuilt_without_touching_what_it_points_to(tmp_path):
@@ -307,3 +334,15 @@ def test_a_generated_corpus_prepared_before_is_found_without_generating_it_again
     (first.folder / "train.bin").write_bytes(b"\x00\x01")
     with pytest.raises(AssertionError, match="generated again"):
         prepare("pronouns", "char", tmp_path, corpus_sentences=200, quiet=True)
+
+
+def test_a_generated_corpus_prepared_with_a_models_vocabulary_is_not_found_for_its_own(tmp_path):
+    """The folder of a fine-tune's data ("pronouns-char-<vocabulary>-...") also matches the search for the
+    corpus's own char vocabulary ("pronouns-char-*"): it is found for that model's vocabulary only."""
+    from data.prepare import ModelVocabulary
+
+    vocabulary = ModelVocabulary(CharTokenizer.from_text(TEXT + "abcdefghijklmnopqrstuvwxyz ,XYZ"), "m")
+    theirs = prepare("pronouns", vocabulary, tmp_path, corpus_sentences=200, quiet=True)
+    own = prepare("pronouns", "char", tmp_path, corpus_sentences=200, quiet=True)
+    assert own.folder != theirs.folder and own.tokenizer.to_meta() != theirs.tokenizer.to_meta()
+    assert prepare("pronouns", vocabulary, tmp_path, corpus_sentences=200, quiet=True).folder == theirs.folder
