@@ -12,6 +12,7 @@ import difflib
 import hashlib
 import json
 import math
+import shlex
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from data.tokenizer import (
     TokenizerError,
     TokenizerMetaError,
     build_tokenizer,
+    encode_array,
     preview,
     tokenizer_from_meta,
 )
@@ -98,10 +100,29 @@ def read_text(path: str | Path) -> str:
     raw = read_bytes(path, "data file", fix)
     if not raw.strip():
         raise UserError(f"data file {path} is empty; give a file with text in it")
-    if b"\x00" in raw:  # no text file holds NUL bytes; a binary file would train on nothing useful
+    if b"\x00" in raw:  # no UTF-8 text holds NUL bytes: text in another encoding does, or binary data
+        encoding = wide_encoding(raw)
+        if encoding is not None:
+            converted = Path(path).with_name(f"{Path(path).stem}-utf8.txt")
+            raise UserError(f"data file {path} looks like {encoding} text, not UTF-8; convert it, e.g. iconv -f "
+                            f"{encoding} -t UTF-8 {shlex.quote(str(path))} > {shlex.quote(str(converted))}")
         raise UserError(f"data file {path} holds NUL bytes (the first at byte {raw.index(0):,}), so it is binary "
                         f"data, not text; give a UTF-8 text file")
     return utf8(raw, path, "data file")
+
+
+def wide_encoding(raw: bytes) -> str | None:
+    """The encoding of text written two or four bytes a character, by its byte-order mark or, without one, by its
+    NUL bytes (every other byte, for the first few hundred characters of Latin text in UTF-16); None otherwise."""
+    for mark, name in ((b"\xff\xfe\x00\x00", "UTF-32LE"), (b"\x00\x00\xfe\xff", "UTF-32BE"), (b"\xff\xfe", "UTF-16LE"),
+                       (b"\xfe\xff", "UTF-16BE")):
+        if raw.startswith(mark):
+            return name
+    head = raw[:1024] if len(raw) % 2 == 0 else raw[:1023]
+    for parity, name in ((1, "UTF-16LE"), (0, "UTF-16BE")):
+        if len(head) >= 4 and head[parity::2].count(0) == len(head) // 2 and 0 not in head[1 - parity::2]:
+            return name
+    return None
 
 
 def source_text(dataset: str, corpus_sentences: int) -> tuple[str, str, list[dict] | None]:
@@ -274,7 +295,7 @@ def _tokenize(text: str, tokenizer: str | ModelVocabulary, val_fraction: float, 
     """(tokenizer, train ids, val ids); refuses text with a single kind of token: nothing to learn."""
     tok = tokenizer.tokenizer if isinstance(tokenizer, ModelVocabulary) else build_tokenizer(tokenizer, text)
     try:
-        ids = np.asarray(tok.encode(text), dtype=np.int64)
+        ids = encode_array(tok, text, _dtype_for(tok.vocab_size))
     except TokenizerError:  # only a model's vocabulary lacks what the text holds: a character, or GPT-2 tokens
         missing, what = tok.unknown(text), "character" if tok.name == "char" else "token"
         raise UserError(f"{label} holds {len(missing):,} {what}(s) that the model {tokenizer.model} never had: "

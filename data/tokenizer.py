@@ -14,9 +14,12 @@ All raise `TokenizerError` naming any text the vocabulary cannot express.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+import re
+from collections.abc import Iterator, Sequence
 from itertools import islice
 from typing import Protocol
+
+import numpy as np
 
 from cli import UserError
 from data.corpora import SHARED
@@ -182,7 +185,10 @@ class GPT2Tokenizer:
     @classmethod
     def from_text(cls, text: str) -> GPT2Tokenizer:
         enc = gpt2_encoding()
-        return cls(sorted({*_original_ids(enc, text), enc.eot_token}))
+        kept = {enc.eot_token}
+        for piece in pieces(text, BPE_CUTS):   # piece by piece: a long text's ids are never all Python ints
+            kept.update(_original_ids(enc, piece))
+        return cls(sorted(kept))
 
     def _compact(self, original: list[int]) -> list[int]:
         try:
@@ -237,6 +243,35 @@ class GPT2Tokenizer:
 
     def to_meta(self) -> dict:
         return {"name": self.name, "encoding": GPT2_ENCODING, "kept_ids": self.kept_ids}
+
+
+PIECE = 1 << 20   # characters encoded at a time
+# Where a text may be cut into pieces that encode to its own tokens, one piece after the other. Characters: at
+# any position. GPT-2's BPE, whose pattern splits a text into runs it then encodes one by one: after a newline
+# between two characters that are not white space (a run of that one newline is the same token at the end of a
+# piece as in the text), and before a space between a character that is not white space and a letter (such a
+# space begins the run of the word after it, whatever came before).
+ANYWHERE = re.compile(r"(?s)(?=.)")
+BPE_CUTS = re.compile(r"(?<=\S)\n(?=\S)|(?<=\S)(?= [^\W\d_])")
+
+
+def pieces(text: str, cuts: re.Pattern = ANYWHERE, size: int = PIECE) -> Iterator[str]:
+    """`text` in pieces of about `size` characters, each cut at the first of `cuts` after that many (see
+    `BPE_CUTS`); a piece with none goes on to the end."""
+    start = 0
+    while start < len(text):
+        found = cuts.search(text, start + size) if start + size < len(text) else None
+        end = found.end() if found else len(text)
+        yield text[start:end]
+        start = end
+
+
+def encode_array(tokenizer: Tokenizer, text: str, dtype: str) -> np.ndarray:
+    """`tokenizer.encode(text)` as a numpy array of `dtype`, encoded piece by piece (`pieces`), so memory stays
+    a small multiple of the text's however long it is."""
+    cuts = BPE_CUTS if isinstance(tokenizer, GPT2Tokenizer) else ANYWHERE
+    parts = [np.asarray(tokenizer.encode(piece), dtype=np.int64).astype(dtype) for piece in pieces(text, cuts)]
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
 
 
 def _original_ids(enc, text: str) -> list[int]:

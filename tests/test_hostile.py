@@ -558,3 +558,19 @@ def test_the_training_sample_goes_to_tensorboard_through_that_rule():
     sample = TextSample(writer, tokenizer, "x", 5, seed=1)
     sample.on_evaluate(Trainer(), type("E", (), {"step": 3})())
     assert writer.texts == [("sample", markdown_literal(PAYLOADS[0]))]
+
+
+def test_a_long_text_is_read_and_tokenized_in_memory_a_small_multiple_of_its_size(tmp_path):
+    """A 100 MB text of one character was refused only after 1.9 GB resident: reading it and tokenizing it piece
+    by piece (data/tokenizer.py `pieces`) holds a few times the text, measured here on 24 MB in a process of its
+    own."""
+    path = tmp_path / "a.txt"
+    path.write_bytes(b"a" * 24_000_000)
+    code = ("import resource, sys; from cli import UserError; from data.prepare import prepare\n"
+            "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+            f"try: prepare({str(path)!r}, 'char', data_dir={str(tmp_path / 'prep')!r}, quiet=True)\n"
+            "except UserError as exc: print(exc, file=sys.stderr)\n"
+            "print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024)")
+    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert "one kind of token only ('a', 24,000,000 times)" in run.stderr, run.stderr
+    assert int(run.stdout) < 8 * 24_000_000   # 16x before

@@ -134,3 +134,32 @@ def test_config_files_fail_only_with_usage_error(config_file, document):
         load_config(config_file, [])
     except UsageError:
         pass
+
+
+# --- a long text is encoded piece by piece, to the same tokens ---------------------------------------------------
+
+PIECE_ALPHABET = [*"ab \n\t.,'x\u00a0\u3000\r½²éÉ_9ßΩ日本-—", "'s", "'ll", "<|endoftext|>", "  ", "\n\n"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(PIECE_ALPHABET), max_size=200), st.integers(1, 8))
+def test_gpt2_tokens_of_the_pieces_are_the_tokens_of_the_text(parts, size):
+    """`pieces` cuts a text only where GPT-2's BPE joins no token across the cut (data/tokenizer.py), so a long
+    text is tokenized a piece at a time, in bounded memory, to exactly its own tokens."""
+    from conftest import require_gpt2
+
+    from data.tokenizer import BPE_CUTS, _original_ids, gpt2_encoding, pieces
+
+    require_gpt2()
+    text = "".join(parts)
+    enc = gpt2_encoding()
+    assert [i for piece in pieces(text, BPE_CUTS, size) for i in _original_ids(enc, piece)] == _original_ids(enc, text)
+    assert "".join(pieces(text, BPE_CUTS, size)) == text
+
+
+@given(st.text(max_size=300), st.integers(1, 50))
+def test_a_text_in_pieces_is_the_text(text, size):
+    from data.tokenizer import pieces
+
+    found = list(pieces(text, size=size))
+    assert "".join(found) == text and all(len(piece) <= size for piece in found)

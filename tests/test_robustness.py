@@ -473,8 +473,9 @@ def _edit(trained: Trained, folder: Path, change) -> Path:
     (lambda p: p["model_config"].update(n_layer=3), "its model_config says 3 layers, its weights hold 1"),
     (lambda p: p["model_config"].pop("arch"), "'model_config' is missing or does not hold exactly"),
     (lambda p: p["model_config"].update(n_head=3), "its model_config is invalid ('n_embd' must be a multiple"),
-    (lambda p: p["model_config"].update(n_embd=10**12, n_head=1),
-     "wte.weight: expected (28, 1000000000000), found (28, 16)"),  # refused before anything that size exists
+    (lambda p: p["model_config"].update(n_embd=2**30, n_head=1),
+     "wte.weight: expected (28, 1073741824), found (28, 16)"),  # refused before anything that size exists
+    (lambda p: p["model_config"].update(n_embd=10**12, n_head=1), "'n_embd' must be at most 2,147,483,647"),
     (lambda p: p["tokenizer"].update(chars="abc"), "its tokenizer has 3 tokens but its model_config 28"),
     (lambda p: p.update(tokenizer={"name": "gpt2", "kept_ids": [10**9]}), "holds no usable tokenizer"),
 ])
