@@ -61,17 +61,23 @@ def pytest_runtest_makereport(item, call):
                            "set TIKTOKEN_CACHE_DIR or connect once")
 
 
-def custom_scalar_charts(events) -> tuple[list[str], dict[str, list[str]]]:
+def custom_scalar_charts(events, folder=None) -> tuple[list[str], dict[str, list[str]]]:
     """From a loaded `EventAccumulator`: the Custom Scalars categories as TensorBoard reads them back, and
-    each chart's title with the scalar tags it draws (its regexes match the start of a tag)."""
+    each chart's title with the scalar tags it draws (its regexes match the start of a tag). With the run's
+    `folder`, the runs inside it (each head's) count too, their tags named RUN/TAG, the line's legend name."""
     import re
+    from pathlib import Path
 
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from tensorboard.plugins.custom_scalar import layout_pb2
 
     (stored,) = events.Tensors("custom_scalars__config__")
     layout = layout_pb2.Layout.FromString(stored.tensor_proto.string_val[0])
-    tags = events.Tags()["scalars"]
-    charts = {chart.title: sorted(tag for tag in tags if any(re.match(rx, tag) for rx in chart.multiline.tag))
+    tags = [("", tag) for tag in events.Tags()["scalars"]]
+    for run in sorted(p for p in Path(folder).iterdir() if p.is_dir()) if folder else []:
+        tags += [(f"{run.name}/", tag) for tag in EventAccumulator(str(run)).Reload().Tags()["scalars"]]
+    charts = {chart.title: sorted(run + tag for run, tag in tags
+                                  if any(re.match(rx, tag) for rx in chart.multiline.tag))
               for category in layout.category for chart in category.chart}
     return [category.title for category in layout.category], charts
 

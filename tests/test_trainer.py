@@ -56,6 +56,14 @@ class Recorder(Callback):
         self.calls.append(("exit", None))
 
 
+class HeadRun:
+    def __init__(self, writer, name) -> None:
+        self.writer, self.name = writer, name
+
+    def add_scalar(self, tag, value, step):
+        self.writer.add_scalar(f"{tag}@{self.name}", value, step)
+
+
 class FakeWriter:
     def __init__(self) -> None:
         self.scalars: dict[str, list[tuple[int, float]]] = {}
@@ -65,6 +73,9 @@ class FakeWriter:
 
     def add_scalar(self, tag, value, step):
         self.scalars.setdefault(tag, []).append((step, value))
+
+    def head(self, name):   # a head's own run: recorded here as TAG@HEAD
+        return HeadRun(self, name)
 
     def add_text(self, tag, text, step):
         self.texts.setdefault(tag, []).append(step)
@@ -190,8 +201,8 @@ def test_attention_watch_plugs_in_as_a_callback(tmp_path, capsys):
     # Heatmaps and the head table at evaluations; the scores also every watch_interval steps between them.
     assert writer.figures["attention/the_dog_saw_the_ball_and_it_rolled/layer0"] == [0, 3, 6]
     assert writer.texts["attention/heads"] == [0, 3, 6]
-    for tag in ("attention/referent/best", "attention/referent/L0H1", "attention/top1/L0H0", "attention/top1/L0H1",
-                "heads/induction/L0H1", "heads/previous_token/L0H0", "heads/in_context_gain"):
+    for tag in ("attention/referent/best", "attention/referent@L0H1", "attention/top1@L0H0", "attention/top1@L0H1",
+                "heads/induction@L0H1", "heads/previous_token@L0H0", "heads/in_context_gain"):
         assert [step for step, _ in writer.scalars[tag]] == [0, 2, 3, 4, 6], tag
     assert writer.texts["heads/types"] == [0, 3, 6]
     assert len(writer.layouts) == 1  # the Custom Scalars charts, once

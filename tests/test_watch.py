@@ -26,7 +26,7 @@ from watch.probesets import PRONOUN, SENTENCES, ProbeSet, ProbeSets, pronoun_pro
 from watch.pronouns import ContinuationStats, HeadStats, ProbeReport, baselines
 from watch.reading import read_pass, read_results
 from watch.report import head_table, top_attended
-from watch.tensorboard import PRONOUN_CHARTS, log_charts, log_images, log_scores, log_tables
+from watch.tensorboard import PRONOUN_CHARTS, TensorBoardWriter, log_charts, log_images, log_scores, log_tables
 
 
 @dataclass
@@ -460,7 +460,6 @@ def test_sentence_heatmaps_reuse_their_figures_between_steps():
 
 def test_a_pass_is_written_as_scalars_images_and_text(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-    from torch.utils.tensorboard import SummaryWriter
 
     text = "the dog saw a cat. it ran."
     tokenizer = CharTokenizer.from_text(text)
@@ -477,7 +476,7 @@ def test_a_pass_is_written_as_scalars_images_and_text(tmp_path):
     results, report = reading.results, reading.pronouns
     assert results.forwards == 2 and len(results.patterns) == 1
 
-    writer = SummaryWriter(str(tmp_path))
+    writer = TensorBoardWriter(tmp_path)
     log_scores(writer, 7, reading)
     log_tables(writer, 7, reading)
     best = (report.best.name, report.best.layer, report.best.head, "best")
@@ -492,11 +491,12 @@ def test_a_pass_is_written_as_scalars_images_and_text(tmp_path):
     slug = "the_dog_saw_a_cat_it_ran"
     assert set(tags["images"]) == {f"attention/{slug}/layer0", f"attention/{slug}/layer1",
                                    f"attention/{slug}/best_head"}
-    expected = {f"attention/{kind}/{head_name(layer, head)}" for layer in range(2) for head in range(2)
-                for kind in ("referent", "top1")}
-    expected |= {"attention/referent/best", "attention/distractor/best", "attention/top1/best",
-                 "probes/continuation_accuracy"}
+    expected = {"attention/referent/best", "attention/distractor/best", "attention/top1/best",
+                "probes/continuation_accuracy"}
     assert expected <= set(tags["scalars"])
+    for layer, head in ((0, 0), (0, 1), (1, 0), (1, 1)):   # each head's scores in its own run, one colour each
+        run = EventAccumulator(str(tmp_path / head_name(layer, head))).Reload()
+        assert {"attention/referent", "attention/top1", "attention/distractor"} <= set(run.Tags()["scalars"])
     best = events.Scalars("attention/referent/best")[0]
     assert best.step == 7 and best.value == pytest.approx(report.best.referent)
     assert any(tag.startswith("attention/heads") for tag in tags["tensors"])
@@ -504,12 +504,11 @@ def test_a_pass_is_written_as_scalars_images_and_text(tmp_path):
 
 def test_custom_scalars_put_every_head_on_one_chart(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-    from torch.utils.tensorboard import SummaryWriter
 
     patterns, aligned = fake_probes()
     probes = pronoun_set(aligned)
     reading = read_results(read([capture_from_patterns(probes, patterns)], ProbeSets({PRONOUN: probes})))
-    writer = SummaryWriter(str(tmp_path))
+    writer = TensorBoardWriter(tmp_path)
     log_charts(writer, pronouns=True, types=False)
     log_scores(writer, 5, reading)
     for tag in ("loss/train", "loss/val", "loss/train_eval", "probes/agreement_accuracy"):
@@ -519,15 +518,17 @@ def test_custom_scalars_put_every_head_on_one_chart(tmp_path):
     events.Reload()
     assert not any(tag.startswith("attention/heads") for tag in events.Tags()["tensors"])  # no table: scalars only
     # The layout as TensorBoard reads it back, and the tags each chart draws (its regexes match tag starts).
-    categories, charts = custom_scalar_charts(events)
+    categories, charts = custom_scalar_charts(events, tmp_path)
     assert categories == list(PRONOUN_CHARTS)
     heads = ["L0H0", "L0H1", "L1H0", "L1H1"]
-    assert charts == {
-        "referent weight, every head": [f"attention/referent/{h}" for h in heads],
-        "top-1, every head": [f"attention/top1/{h}" for h in heads],
+    assert charts == {   # a line per head, named after it: TensorBoard gives each run its own colour
+        "referent weight and top-1 of the best head": ["attention/referent/best", "attention/top1/best"],
+        "referent weight, every head": [f"{h}/attention/referent" for h in heads],
+        "top-1, every head": [f"{h}/attention/top1" for h in heads],
         "training loss and accuracy": ["loss/train", "probes/agreement_accuracy"],
     }
-    assert events.Scalars("attention/top1/L1H0")[0].value == pytest.approx(1.0)
+    top1 = EventAccumulator(str(tmp_path / "L1H0")).Reload().Scalars("attention/top1")
+    assert top1[0].value == pytest.approx(1.0)
 
 
 def test_probes_and_sentences_that_do_not_fit_are_left_out_saying_so(tmp_path):

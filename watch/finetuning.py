@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from watch.heads import head_name
 from watch.headtypes import LABELS, TYPES
 from watch.reading import Reading
 from watch.report import _table
 
-BEFORE_TAG = "before_fine_tuning"   # TensorBoard: before_fine_tuning/{type}/L0H0, .../best, and the table
+BEFORE_TAG = "before_fine_tuning"   # TensorBoard: before_fine_tuning/{type} in each head's run, .../best, the table
 NONE = "-"
 
 
@@ -78,7 +79,7 @@ def log_before(writer: Any, step: int, reading: Reading, before: Reading) -> Non
     for kind, values in before.type_scores.items():
         for layer in range(values.shape[0]):
             for head in range(values.shape[1]):
-                writer.add_scalar(f"{BEFORE_TAG}/{kind}/L{layer}H{head}", float(values[layer, head]), step)
+                writer.head(head_name(layer, head)).add_scalar(f"{BEFORE_TAG}/{kind}", float(values[layer, head]), step)
         writer.add_scalar(f"{BEFORE_TAG}/{kind}/best", float(values.max()), step)
     text = f"step {step}: {changes_line(reading, before)}\n\n{before_table(reading, before, markdown=True)}"
     writer.add_text(f"heads/{BEFORE_TAG}", text.rstrip(), step)

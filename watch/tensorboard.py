@@ -41,18 +41,33 @@ class TensorBoardWriter:
     Its event file has a name nobody can guess (TensorBoard's own is the time, host and pid), and the
     hparams go into that file too, so no link planted in the run folder is ever written through."""
 
-    def __init__(self, log_dir: str | Path, fix: str = "free disk space or choose another --log_dir") -> None:
+    def __init__(self, log_dir: str | Path, fix: str = "free disk space or choose another --log_dir",
+                 parent: TensorBoardWriter | None = None) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
         _quiet_writer_threads()
         self.log_dir = Path(log_dir)
         self.fix = fix
         self.failed = False
+        self._parent = parent
+        self._heads: dict[str, TensorBoardWriter] = {}
         self._writer = None
         try:
             self._writer = SummaryWriter(log_dir=str(self.log_dir), filename_suffix=f".{secrets.token_hex(8)}")
         except OSError as exc:
             self._fail(exc)
+
+    def head(self, name: str) -> TensorBoardWriter:
+        """The writer of head `name`'s own run, a folder inside this run's (RUN/L0H0). TensorBoard colours and
+        names the lines of a chart by run, so a chart of one score of every head (`attention/referent`, whose
+        lines are the head runs) gives each head its own colour and legend name."""
+        if name not in self._heads:
+            self._heads[name] = TensorBoardWriter(self.log_dir / name, self.fix, parent=self)
+        return self._heads[name]
+
+    def flush(self) -> None:
+        for writer in (self, *self._heads.values()):
+            writer._guarded("flush")()
 
     def add_hparams(self, hparam_dict: dict, metric_dict: dict) -> None:
         """The run's settings and final metrics, for the HParams tab, in this run's own event file (torch's
@@ -106,6 +121,8 @@ class TensorBoardWriter:
         return guarded
 
     def close(self) -> None:
+        for head in self._heads.values():
+            head.close()
         if self._writer is None:
             return
         try:
@@ -116,6 +133,10 @@ class TensorBoardWriter:
 
     def _fail(self, exc: OSError) -> None:
         self.failed = True
+        if self._parent is not None:   # one warning for the run and its heads' runs
+            if self._parent.failed:
+                return
+            self._parent.failed = True
         warn(f"cannot write TensorBoard logs to {self.log_dir} ({write_error(exc, self.log_dir)}); going on without "
              f"them: {self.fix}")
 
@@ -137,11 +158,11 @@ def _quiet_writer_threads() -> None:
 
 
 # TensorBoard's Custom Scalars tab: {category: {chart title: ["Multiline", [tag regexes]]}}. A regex
-# matches the start of a tag; one chart draws every matching tag of every run on one axis.
+# matches the start of a tag; one chart draws every matching tag of every run on one axis, a colour per
+# run: a score of every head is one tag written in each head's own run (`TensorBoardWriter.head`).
 TYPE_CHARTS = {
     "head types": {
-        **{f"{kind.replace('_', '-')}, every head": ["Multiline", [rf"heads/{kind}/L\d+H\d+$"]]
-           for kind in (*TYPES, "broad")},
+        **{f"{kind.replace('_', '-')}, every head": ["Multiline", [rf"heads/{kind}$"]] for kind in (*TYPES, "broad")},
         # The phase change: the induction score and the in-context gain jump together.
         "induction and in-context gain": ["Multiline", [r"heads/induction/best$", r"heads/in_context_gain$"]],
     },
@@ -150,8 +171,10 @@ TYPE_CHARTS = {
 # loss (5 points in the demo, which smoothing bends out of shape), and every accuracy the probes report.
 PRONOUN_CHARTS = {
     "attention heads": {
-        "referent weight, every head": ["Multiline", [r"attention/referent/L\d+H\d+$"]],
-        "top-1, every head": ["Multiline", [r"attention/top1/L\d+H\d+$"]],
+        # The best head's own line first: alone on its chart, no outlier setting can clip its climb.
+        "referent weight and top-1 of the best head": ["Multiline", [r"attention/(referent|top1)/best$"]],
+        "referent weight, every head": ["Multiline", [r"attention/referent$"]],
+        "top-1, every head": ["Multiline", [r"attention/top1$"]],
         "training loss and accuracy": ["Multiline", [r"loss/train$", r"probes/.*accuracy"]],
     },
 }
@@ -195,21 +218,22 @@ def log_evaluation(writer: Any, step: int, reading: Reading, ablations: Sequence
 
 
 def log_scores(writer: Any, step: int, reading: Reading) -> None:
-    """Every head's scores and the model's numbers as scalars."""
+    """Every head's scores, each in the head's own run, and the model's numbers as scalars."""
     results = reading.results
     for kind, values in (*reading.type_scores.items(), ("broad", results.heads.get("broad"))):
         if values is None:
             continue
         for layer in range(values.shape[0]):
             for head in range(values.shape[1]):
-                writer.add_scalar(f"heads/{kind}/L{layer}H{head}", float(values[layer, head]), step)
+                writer.head(head_name(layer, head)).add_scalar(f"heads/{kind}", float(values[layer, head]), step)
         if kind != "broad":
             writer.add_scalar(f"heads/{kind}/best", float(values.max()), step)
     offsets = reading.offsets
     if offsets is not None:
         for layer in range(offsets.shape[0]):
             for head in range(offsets.shape[1]):
-                writer.add_scalar(f"heads/positional_offset/L{layer}H{head}", int(offsets[layer, head]), step)
+                offset = int(offsets[layer, head])
+                writer.head(head_name(layer, head)).add_scalar("heads/positional_offset", offset, step)
     for name in CONTEXT_NUMBERS:
         if name in results.numbers:
             writer.add_scalar(f"heads/{name}", results.numbers[name], step)
@@ -227,9 +251,10 @@ def _log_pronouns(writer: Any, step: int, reading: Reading) -> None:
     if report is None:
         return
     for name, stats in report.heads.items():
-        writer.add_scalar(f"attention/referent/{name}", stats.referent, step)
-        writer.add_scalar(f"attention/distractor/{name}", stats.distractor, step)
-        writer.add_scalar(f"attention/top1/{name}", stats.top1, step)
+        head = writer.head(name)
+        head.add_scalar("attention/referent", stats.referent, step)
+        head.add_scalar("attention/distractor", stats.distractor, step)
+        head.add_scalar("attention/top1", stats.top1, step)
     best = report.best
     scalars = {
         "attention/referent/best": best.referent,
