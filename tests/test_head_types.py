@@ -355,6 +355,9 @@ def test_a_watch_point_runs_one_forward_per_probe_set(trained, monkeypatch, tmp_
         def __getattr__(self, name):
             return lambda *args, **kwargs: None
 
+        def head(self, name):   # each head's own run
+            return self
+
     class Trainer:
         model, tokenizer, data = loaded.model, loaded.tokenizer, None
         cfg = type("Cfg", (), {"seed": 1})

@@ -61,6 +61,8 @@ class TensorBoardWriter:
         """The writer of head `name`'s own run, a folder inside this run's (RUN/L0H0). TensorBoard colours and
         names the lines of a chart by run, so a chart of one score of every head (`attention/referent`, whose
         lines are the head runs) gives each head its own colour and legend name."""
+        if self.failed or self._writer is None:
+            return self   # writes nothing, and opens nothing more on a disk that already failed
         if name not in self._heads:
             self._heads[name] = TensorBoardWriter(self.log_dir / name, self.fix, parent=self)
         return self._heads[name]
