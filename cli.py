@@ -42,7 +42,7 @@ import signal
 import sys
 import threading
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextlib import contextmanager
 from typing import NoReturn
 
@@ -118,12 +118,19 @@ def stops_unwind():
     def unwind(signum, frame) -> None:
         raise SystemExit(128 + signum)
 
-    previous = {sig: signal.signal(sig, unwind) for sig in stop_signals() if sig != signal.SIGINT}
+    with handling(unwind, [sig for sig in stop_signals() if sig != signal.SIGINT]):
+        yield
+
+
+@contextmanager
+def handling(handler: Callable, signals: Iterable[int]):
+    """`handler` handles `signals` while it is held; whatever handled them before does again after."""
+    previous = {sig: signal.signal(sig, handler) for sig in signals}
     try:
         yield
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 class SurvivingStream:

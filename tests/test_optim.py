@@ -5,7 +5,7 @@ import torch
 from conftest import tiny_model
 
 from config import TrainConfig
-from trainer.eager_optim import AdamW
+from trainer.optim import AdamW
 from trainer.muon import Muon, Optimizers, iteration_dtype, native_bfloat16, orthogonalise
 from trainer.optim import lr_at, make_optimizer, set_lr
 

@@ -20,7 +20,7 @@ from collections import defaultdict
 
 import torch
 
-from trainer.eager_optim import EagerOptimizer
+from trainer.optim import EagerOptimizer
 
 # Quintic iteration coefficients chosen to push singular values towards 1 fast.
 NS_COEFFS = (3.4445, -4.7750, 2.0315)

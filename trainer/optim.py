@@ -1,4 +1,11 @@
-"""Optimizer construction and the learning-rate schedule."""
+"""Optimizer construction and the learning-rate schedule.
+
+The optimizers skip torch.compile's hooks: torch.optim wraps `zero_grad`, `state_dict`, `load_state_dict`,
+`add_param_group` and AdamW's `step` so that torch.compile treats them specially, and the first call of each
+wrapper imports torch._dynamo, about a second of start-up that a run without --compile never uses.
+`EagerOptimizer` calls the methods the wrappers wrap, so the arithmetic, results and checkpoints are exactly
+torch's; a torch whose methods are not wrapped this way simply runs its own methods.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +17,31 @@ import torch.nn as nn
 
 from config import TrainConfig
 from model.gpt import is_matrix
-from trainer.eager_optim import AdamW
+
+
+class EagerOptimizer:
+    """Mix in before a torch.optim.Optimizer subclass. `inspect.unwrap` goes all the way down: once
+    torch.optim.AdamW itself has been instantiated, torch has wrapped its step once more (step hooks)."""
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        inspect.unwrap(torch.optim.Optimizer.zero_grad)(self, set_to_none)
+
+    def state_dict(self) -> dict:
+        return inspect.unwrap(torch.optim.Optimizer.state_dict)(self)
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        inspect.unwrap(torch.optim.Optimizer.load_state_dict)(self, state_dict)
+
+    def add_param_group(self, param_group: dict) -> None:
+        inspect.unwrap(torch.optim.Optimizer.add_param_group)(self, param_group)
+
+
+class AdamW(EagerOptimizer, torch.optim.AdamW):
+    """torch's AdamW; its step's wrapper also turns gradients off, so the unwrapped step runs under no_grad."""
+
+    def step(self, closure=None):
+        with torch.no_grad():
+            return inspect.unwrap(torch.optim.AdamW.step)(self, closure)
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:

@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from cli import UsageError, UserError, warn
+from cli import UsageError, UserError
 from config import RESUME, SCRATCH, TrainConfig, read_toml
 from data import corpora
 from data.prepare import ModelVocabulary
@@ -306,19 +306,3 @@ def same_source(a: str, b: str) -> bool:
 def _model_file(source: str) -> Path:
     path = Path(source).resolve()
     return path / CHECKPOINT if (path / CHECKPOINT).is_file() else path
-
-
-def model_before_fine_tuning(cfg: TrainConfig, model: GPT, step: int, device: torch.device) -> GPT | None:
-    """The model a run fine-tunes as it was before any step, for the watch's second baseline; None for a run from
-    scratch. A resumed fine-tune reads it again from init_from; where that cannot be read now (the hub offline, a
-    folder moved), None, with a warning saying so."""
-    if not cfg.fine_tunes:
-        return None
-    if step == 0:
-        return model
-    try:
-        with torch.random.fork_rng(devices=[]):   # reading a gptwatch checkpoint builds a model from the seed
-            return load_model(identify(cfg.init_from), device, block_size=model.config.block_size).model
-    except UserError as exc:
-        warn(f"the model before fine-tuning cannot be read again, so the head types are shown without it: {exc}")
-        return None
