@@ -4,8 +4,8 @@ Each check raises one `UserError` (or the `UsageError` a caller asks for) naming
 and the fix. Every writer stages its work in a new file or folder beside the target, created exclusively
 under a name nobody can guess (`fresh_file`, `fresh_folder`), then renames it into place
 (`replace_file`, `replace_folder`): a link planted under any name is replaced, never written through,
-and a reader never sees half a file. What a writer that died left behind is removed by the next one
-(`remove_dead_leftovers`). Text read from users and disks is parsed so that every way it can fail is
+and a reader never sees half a file. What a writer that died left behind is removed by the next writer of
+the same path. Text read from users and disks is parsed so that every way it can fail is
 one `NotParsed` saying why.
 """
 
@@ -169,6 +169,7 @@ def replace_file(path: str | Path, write: Callable[[BinaryIO], object],
     interrupt) leaves `path` as it was and no temporary file; a write that failed is raised as its OSError
     (see `os_error_of`), however the library writing reported it."""
     path = Path(path)
+    _remove_dead_leftovers_of(path)
     fd, tmp = fresh_file(path)
     try:
         with open(fd, "wb") as raw:
@@ -195,7 +196,10 @@ def replace_folder(folder: Path, write: Callable[[Path], object], last: str | No
     saying the folder is complete) removed first and moved in last, and its other files are removed: it keeps
     its place, permissions and mount (it may be the one the command runs in). A failure or an interrupt
     removes the staging folder; a write that failed is raised as its OSError (see `os_error_of`)."""
+    _remove_dead_leftovers_of(folder)
     existing = what_stands_at(folder, follow_links=False) == "a directory"
+    if existing:
+        remove_dead_leftovers(folder, f".{glob_escape(folder.name)}.tmp-*", directories=True)
     staging = fresh_folder(folder / folder.name if existing else folder)  # on the disk `folder` is on
     try:
         try:
@@ -339,6 +343,11 @@ def remove_dead_leftovers(folder: str | Path, pattern: str, *, directories: bool
                 _remove(path)
             except OSError:
                 pass  # not ours to remove after all (permissions): leave it
+
+
+def _remove_dead_leftovers_of(path: Path) -> None:
+    """What writers of `path` that died (kill -9, a power cut) left beside it (see `_fresh`)."""
+    remove_dead_leftovers(path.parent, f".{glob_escape(path.name)}.tmp-*", directories=True)
 
 
 # --- names --------------------------------------------------------------------------------------------------

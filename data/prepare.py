@@ -38,7 +38,6 @@ from files import (
     glob_escape,
     parse_json,
     read_bytes,
-    remove_dead_leftovers,
     replace_folder,
     utf8,
     what_stands_at,
@@ -49,7 +48,6 @@ META_FORMAT = 2  # 2: meta.json carries checksums of itself and of the token fil
 PRONOUN_CORPUS_SEED = 1234  # fixed, so the corpus (and its cache) does not change with the training seed
 GENERATED_CORPUS_SEED = 0
 SPLITS = ("train", "val")
-STAGING_GLOB = "*-val*.tmp-*"  # a cache folder's staging sibling: .<folder>.tmp-<pid>-<random>
 CHUNK = 1 << 24  # bytes read at a time when checking a token file (a multiple of every dtype's size)
 
 
@@ -162,9 +160,6 @@ def prepare(dataset: str, tokenizer: str | ModelVocabulary = "char", data_dir: s
     text, label, probes = source_text(dataset, corpus_sentences)
     digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
     folder = data_dir / f"{_stem(dataset)}-{name}-{digest[:12]}-val{val_fraction:g}"
-    # A preparation killed mid-write (kill -9, power loss) left its staging folder: delete those whose
-    # process has ended, never one a live preparation is still writing.
-    remove_dead_leftovers(data_dir, STAGING_GLOB, directories=True)
     try:
         cached, problem = _cached(folder, {"source_sha256": digest, **wanted})
     except OSError as exc:  # e.g. a folder that cannot be read: say so rather than rebuild over it

@@ -1,4 +1,4 @@
-"""A run's checkpoints: where they go (`check_out_dir`, `CheckpointWriter`, which keeps an earlier run's), and the
+"""A run's checkpoints: where they go (`CheckpointWriter`, which keeps an earlier run's), and the
 checks a resumed run makes of the one it continues. The format itself, written and read, is
 formats/checkpoint.py's."""
 
@@ -29,18 +29,6 @@ from formats.checkpoint import (
 )
 from model.config import IMPORTED_FIELDS, MODEL_KEYS, GPTConfig
 from model.gpt import GPT
-
-
-def check_out_dir(path: Path, *, keeps_previous: bool = False) -> None:
-    """Before a run starts: its out_dir can be written, nothing but a checkpoint stands at `path`
-    (found now, not at the first save) nor, when the run will keep an earlier one (`keeps_previous`),
-    at ckpt.prev.pt, and no temporary file of a killed save lies beside it."""
-    writable_folder(path.parent, "out_dir")
-    clear_for_file(path, "this run's checkpoint", "move it away or choose another --out_dir")
-    if keeps_previous:
-        clear_for_file(previous_path(path), "the earlier run's checkpoint",
-                       "move it away or choose another --out_dir", follow_links=False)
-    remove_stale_temp_files(path)
 
 
 def restore_training(checkpoint: dict, path: Path, model: GPT, optimizer: Any, batches: Any) -> None:
@@ -151,17 +139,25 @@ def check_resume_compatible(cfg: TrainConfig, checkpoint: dict, tokenizer_meta: 
 
 
 class CheckpointWriter:
-    """A run's saves to `path`. The first save of a run that did not resume keeps the
-    checkpoint it replaces (an earlier run's) as ckpt.prev.pt, so a new run never silently
-    destroys the last one; it does so only at that first save, so a run that fails before
-    saving leaves everything in place. `guard`, when set, is called before every save and
-    raises when this run may no longer write there (its out_dir lock was lost: `RunLock.check`)."""
+    """A run's saves to `path`. Made before the run starts, it checks that out_dir can be written, that nothing
+    but a checkpoint stands at `path` (found now, not at the first save) nor, when the run keeps an earlier one,
+    at ckpt.prev.pt, and removes temporary files of a killed save. The first save of a run that did not
+    `resume` keeps the checkpoint it replaces (an earlier run's) as ckpt.prev.pt, so a new run never silently
+    destroys the last one; only at that first save, so a run that fails before saving leaves everything in
+    place. `guard`, when set, is called before every save and raises when this run may no longer write there
+    (its out_dir lock was lost: `RunLock.check`)."""
 
-    def __init__(self, path: Path, *, keep_previous: bool, saved_step: int | None) -> None:
+    def __init__(self, path: Path, *, resume: bool) -> None:
         self.path = path
-        self.keep_previous = keep_previous
-        self.saved_step = saved_step  # step of the checkpoint on disk from this run (or the one resumed)
+        self.keep_previous = not resume and path.is_file()   # looked at once: preparing data can take minutes
+        self.saved_step: int | None = None  # step of the checkpoint on disk from this run (or the one resumed)
         self.guard: Callable[[], None] | None = None   # set by the command that holds the run's lock
+        writable_folder(path.parent, "out_dir")
+        fix = "move it away or choose another --out_dir"
+        clear_for_file(path, "this run's checkpoint", fix)
+        if self.keep_previous:
+            clear_for_file(previous_path(path), "the earlier run's checkpoint", fix, follow_links=False)
+        remove_stale_temp_files(path)
 
     def save(self, checkpoint: dict, step: int) -> None:
         if self.guard is not None:

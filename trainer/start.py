@@ -1,23 +1,14 @@
 """Where a run starts, decided once: the settings it starts from (`run_settings`), and the model (`model_start`).
 
-The settings, before the command line's keys, which win over any of them:
-- a config file given (`python train.py CONFIG.toml`): that file alone, on the built-in defaults;
-- no config file, and `--dataset` names real text (a file, or one of the named corpora shakespeare,
-  tinystories, tinystories_lower): settings chosen for that text, scaled to its size and to a few minutes on a
-  laptop CPU (`settings_for_text`), printed in one line at the start. Resumed (`--resume`), the model's shape
-  and tokenizer are the checkpoint's, which is read once, here, for the run;
-- a model to fine-tune (`--init_from`): the built-in defaults, the model's shape its own;
-- otherwise (no arguments, or a generated corpus): `configs/pronouns.toml`, the demo.
+The settings, before the command line's keys, which win over any of them: a config file given, that file alone;
+else, for `--dataset` naming real text, settings chosen for it (`settings_for_text`), printed in one line at the
+start (resumed, the model's shape and tokenizer are the checkpoint's, read once, here); else, for a model to
+fine-tune, the built-in defaults; else `configs/pronouns.toml`, the demo.
 
-The model (`init_from`, as formats/sources.py identifies it): a new one of the config's sizes ("scratch"), the
-checkpoint a --resume run continues ("resume" says the same), or a model trained elsewhere that the run
-fine-tunes: a Hugging Face GPT-2-family name or folder, a nanoGPT checkpoint, or a gptwatch checkpoint whose
-weights start a new run. A model to fine-tune decides the run's model: its sizes and architecture
-(`MODEL_KEYS`), its settings from elsewhere (query/key/value biases, GPT-2's GELU, padding rows) and its
-tokenizer, which the data is prepared with. A model key or tokenizer the user set (in a config file they named,
-or on the command line) must agree with it, or the run is refused naming both; a smaller block_size crops its
-positions, a larger one is refused; dropout is the run's own. A resumed fine-tune takes all of this from its
-checkpoint, never reading the model again.
+The model (`init_from`, as formats/sources.py identifies it): a new one, the checkpoint a --resume run continues,
+or a model trained elsewhere that decides the run's model: its sizes and architecture (`MODEL_KEYS`), its
+settings from elsewhere and its tokenizer. A model key or tokenizer the user set must agree with it, or the run
+is refused naming both. A resumed fine-tune takes all of this from its checkpoint, never reading the model again.
 """
 
 from __future__ import annotations

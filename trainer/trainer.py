@@ -1,14 +1,7 @@
-"""One training run, in one place.
-
-`Trainer.step()` is one optimizer step: this step's learning rate, `grad_accum`
-micro-batches forward and backward, the checks that stop a diverging run, gradient
-clipping and the update. `evaluate()` is the mean loss on both splits. `fit()` is the
-loop around them: evaluate every `eval_interval` steps, checkpoint when val improves
-(and every `ckpt_interval` steps, on Ctrl-C, SIGTERM or SIGHUP, and at the end), until `max_iters`;
-between evaluations, every `watch_interval` steps, the callbacks' `on_watch` takes a quick look.
-
-What a run shows (progress, TensorBoard, samples, attention) plugs in as callbacks: any
-objects with some of the hooks of `Callback`, called in the order given.
+"""One training run, in one place: `step()` (one optimizer step over `grad_accum` micro-batches, with the checks
+that stop a diverging run), `evaluate()` (the mean loss on both splits), and `fit()`, the loop around them, which
+evaluates every `eval_interval` steps and checkpoints when val improves (and every `ckpt_interval` steps, on a stop
+signal, and at the end). What a run shows plugs in as callbacks: objects with some of the hooks of `Callback`.
 """
 
 from __future__ import annotations
@@ -29,7 +22,7 @@ from data.batches import Batches
 from data.prepare import Prepared, prepare
 from formats.sources import identify, load_model
 from model.gpt import GPT
-from trainer.checkpoint import CheckpointWriter, check_out_dir, check_resumed, restore_training
+from trainer.checkpoint import CheckpointWriter, check_resumed, restore_training
 from trainer.optim import divergence_fix, lr_at, make_optimizer, schedule_problem, set_lr
 from trainer.resources import check_corpus_fits, check_training_fits
 from trainer.runtime import Runtime, ranks_agree
@@ -149,9 +142,7 @@ class Trainer:
         read already). The trainer's `cfg` is `cfg` with the model keys of the model it trains (`trainer.start`)."""
         torch.manual_seed(cfg.seed + runtime.rank)
         path = Path(cfg.out_dir) / "ckpt.pt"
-        keeps_previous = not cfg.resume and path.is_file()   # looked at once: preparing data can take minutes
-        if runtime.is_main:
-            check_out_dir(path, keeps_previous=keeps_previous)
+        checkpoints = CheckpointWriter(path, resume=cfg.resume) if runtime.is_main else None
         check_corpus_fits(cfg)
         start = model_start(cfg, path, runtime.device, checkpoint)
         cfg = start.cfg
@@ -175,13 +166,11 @@ class Trainer:
             state = TrainState(run_name=cfg.run_name or resumed.get("run_name", state.run_name), step=resumed["step"],
                                best_val_loss=resumed["best_val_loss"],
                                eval_step=resumed.get("eval_step", resumed["step"]))
-        checkpoints = None
-        if runtime.is_main:
+        if checkpoints is not None:
+            checkpoints.saved_step = state.step if resumed is not None else None
             problem = schedule_problem(cfg, state.step)
             if problem is not None:
                 warn(problem)
-            checkpoints = CheckpointWriter(path, keep_previous=keeps_previous,
-                                           saved_step=state.step if resumed is not None else None)
         return cls(cfg, runtime, model, optimizer, batches, data=data, state=state, checkpoints=checkpoints)
 
     def model_before_fine_tuning(self) -> GPT | None:
@@ -336,8 +325,7 @@ class Trainer:
         return loss.item()
 
     @property
-    def _guess(self) -> float:
-        """The loss of guessing every token with equal probability: ln(vocabulary size)."""
+    def _guess(self) -> float:  # the loss of guessing every token with equal probability
         return math.log(self.model.config.vocab_size)
 
     def sane(self, loss: float) -> bool:
