@@ -47,8 +47,7 @@ def what_stands_at(path: Path, *, follow_links: bool = True) -> str | None:
 
 
 def regular_file(path: str | Path, what: str, fix: str, error: type[UserError] = UserError) -> Path:
-    """`path` when it is a regular file (a pipe or a device would block a reader or never end); otherwise
-    `error`: "{what} {path} is a directory; {fix}"."""
+    """`path` when it is a regular file (a pipe or a device would block a reader or never end); otherwise `error`."""
     path = Path(path)
     problem = what_stands_at(path)
     if problem == "missing":
@@ -82,9 +81,8 @@ def read_text(path: str | Path, what: str, fix: str, error: type[UserError] = Us
 
 
 def utf8(data: bytes, path: str | Path, what: str, error: type[UserError] = UserError) -> str:
-    """The bytes read from `path` as UTF-8 text, without the byte-order mark some editors write first."""
     try:
-        return data.decode("utf-8-sig")
+        return data.decode("utf-8-sig")   # without the byte-order mark some editors write first
     except UnicodeDecodeError as exc:
         raise error(f"{what} {path} is not UTF-8 (bad byte at offset {exc.start}); save it as UTF-8, e.g. "
                     f"`iconv -f latin1 -t utf-8`") from None
@@ -103,7 +101,6 @@ def clear_for_file(path: str | Path, what: str, fix: str, error: type[UserError]
 
 
 def writable_folder(folder: str | Path, key: str) -> Path:
-    """`folder` (made if missing), after checking that files can be created in it."""
     folder = Path(folder)
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -134,7 +131,7 @@ _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) 
 
 
 def fresh_file(path: str | Path) -> tuple[int, Path]:
-    """(an open descriptor, its path) of a new empty file beside `path` (the umask applies, as for any file)."""
+    """(an open descriptor, its path) of a new empty file beside `path`."""
     return _fresh(Path(path), lambda tmp: os.open(tmp, _NEW_FILE, 0o666))
 
 
@@ -232,8 +229,7 @@ def _is_folder(path: Path) -> bool:
 
 
 def _remove(path: Path) -> None:
-    """Removes what stands at `path`, if anything: a folder with all it holds; a link, never what it points to."""
-    if _is_folder(path):
+    if _is_folder(path):  # a link is removed, never what it points to
         shutil.rmtree(path)
     else:
         path.unlink(missing_ok=True)
@@ -269,7 +265,6 @@ _FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
 def disk_full(exc: OSError) -> bool:
-    """Whether a write failed for want of space: a full disk, or a used-up quota."""
     return exc.errno in _FULL
 
 
@@ -283,7 +278,6 @@ def write_error(exc: OSError, path: str | Path) -> str:
 
 
 def mount_point(path: str | Path) -> Path:
-    """The folder the filesystem holding `path` (or its nearest existing parent) is mounted at."""
     path = Path(os.path.abspath(path))
     while not path.exists() and path != path.parent:
         path = path.parent
@@ -412,7 +406,6 @@ MAX_DIGITS = 40  # more than any count, size, position or seed takes (2**128 has
 
 
 def is_whole_number(text: str) -> bool:
-    """Whether `text` is written as a whole number (see `parse_int`), however long."""
     return WHOLE_NUMBER.fullmatch(text) is not None
 
 
@@ -439,7 +432,6 @@ def parse_json(text: str | bytes) -> object:
 
 
 def parse_toml(text: str) -> dict:
-    """`tomllib.loads(text)`, with every way it can fail as a `NotParsed` (as `parse_json`)."""
     return _parsed(tomllib.loads, text)
 
 

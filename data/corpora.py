@@ -120,5 +120,7 @@ def corpus_of(dataset: str) -> Corpus | None:
     return next((corpus for corpus in CORPORA.values() if corpus.filename == name), None)
 
 
-def is_named(dataset: str) -> bool:
-    return dataset in NAMES
+def text_name(dataset: str) -> str:
+    """What a run on `dataset` and its prepared data are named after: a corpus's name, or the text file's name
+    without its suffix."""
+    return dataset if dataset in NAMES else Path(dataset).stem

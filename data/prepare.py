@@ -159,7 +159,7 @@ def prepare(dataset: str, tokenizer: str | ModelVocabulary = "char", data_dir: s
             return found
     text, label, probes = source_text(dataset, corpus_sentences)
     digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
-    folder = data_dir / f"{_stem(dataset)}-{name}-{digest[:12]}-val{val_fraction:g}"
+    folder = data_dir / f"{corpora.text_name(dataset)}-{name}-{digest[:12]}-val{val_fraction:g}"
     try:
         cached, problem = _cached(folder, {"source_sha256": digest, **wanted})
     except OSError as exc:  # e.g. a folder that cannot be read: say so rather than rebuild over it
@@ -213,15 +213,12 @@ def generation_key(dataset: str, corpus_sentences: int) -> str | None:
     return hashlib.sha256(recipe + Path(module.__file__).read_bytes()).hexdigest()
 
 
-def _stem(dataset: str) -> str:
-    return dataset if corpora.is_named(dataset) else Path(dataset).stem
-
-
 def _folders(data_dir: Path, dataset: str, tokenizer: str, val_fraction: float) -> list[Path]:
     """The cache folders of `dataset` in `data_dir`, prepared with `tokenizer` (a name, or a model
     vocabulary's label) at `val_fraction`, whatever text they hold."""
     try:
-        return sorted(data_dir.glob(f"{glob_escape(f'{_stem(dataset)}-{tokenizer}')}-*-val{val_fraction:g}"))
+        prefix = glob_escape(f"{corpora.text_name(dataset)}-{tokenizer}")
+        return sorted(data_dir.glob(f"{prefix}-*-val{val_fraction:g}"))
     except OSError:
         return []
 

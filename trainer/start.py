@@ -23,7 +23,7 @@ import torch
 from cli import UsageError, UserError
 from config import RESUME, SCRATCH, TrainConfig, read_toml
 from data import corpora
-from data.prepare import ModelVocabulary
+from data.prepare import ModelVocabulary, source_text
 from data.tokenizer import FULL_GPT2, Tokenizer, tokenizer_from_meta
 from formats import load_checkpoint
 from formats.hub import hub_name
@@ -94,13 +94,13 @@ def run_settings(config_path: str | None, overrides: dict[str, Any]) -> Settings
         return Settings(config_path, {}, Path(config_path).stem)
     dataset = overrides.get("dataset")
     init_from = overrides.get("init_from", SCRATCH)
-    if init_from not in (SCRATCH, RESUME):   # a model to fine-tune: its shape, the built-in training settings,
-        name = f"{model_name(init_from)}-{text_name(dataset or TrainConfig.dataset)}"   # and a folder of its own
+    if init_from not in (SCRATCH, RESUME):   # a model to fine-tune: its shape, the built-in settings, its own folder
+        name = f"{model_name(init_from)}-{corpora.text_name(dataset or TrainConfig.dataset)}"
         return Settings(None, {"out_dir": out_dir_for(name)}, name)
     if dataset is None or dataset in corpora.GENERATED or not str(dataset).strip():
         return Settings(str(DEMO_CONFIG) if DEMO_CONFIG.is_file() else None, {}, DEMO_CONFIG.stem)
-    text = _text_of(dataset)
-    name = text_name(dataset)
+    text = source_text(dataset, 0)[0]   # read as preparing reads it: the same error, before anything is printed
+    name = corpora.text_name(dataset)
     shape, tokenizer, source, checkpoint = None, overrides.get("tokenizer"), None, None
     if overrides.get("resume"):
         path = Path(overrides.get("out_dir") or out_dir_for(name)) / CHECKPOINT
@@ -122,19 +122,6 @@ def _readable(path: Path) -> dict | None:
         return load_checkpoint(path)
     except UserError:
         return None
-
-
-def _text_of(dataset: str) -> str:
-    """The text of a file or named corpus, read as preparing it reads it (so a missing or unreadable file is the
-    same one-line error, before anything is printed)."""
-    from data.prepare import source_text
-
-    return source_text(dataset, 0)[0]
-
-
-def text_name(dataset: str) -> str:
-    """What a run on `dataset` is named after: a corpus's name, or the text file's name without its suffix."""
-    return dataset if corpora.is_named(dataset) else Path(dataset).stem
 
 
 def out_dir_for(name: str) -> str:
