@@ -16,6 +16,7 @@ import json
 import os
 import re
 import secrets
+import shlex
 import shutil
 import stat
 import tomllib
@@ -77,15 +78,36 @@ def read_bytes(path: str | Path, what: str, fix: str, error: type[UserError] = U
 
 
 def read_text(path: str | Path, what: str, fix: str, error: type[UserError] = UserError) -> str:
-    return utf8(read_bytes(path, what, fix, error), path, what, error)
-
-
-def utf8(data: bytes, path: str | Path, what: str, error: type[UserError] = UserError) -> str:
+    """A user's UTF-8 text file, or one `error` saying what else it is: binary data, UTF-16 or UTF-32 (with the
+    command that converts it), or another encoding."""
+    raw = read_bytes(path, what, fix, error)
+    if b"\x00" in raw:  # no UTF-8 text holds NUL bytes: text in another encoding does, or binary data
+        encoding = wide_encoding(raw)
+        if encoding is not None:
+            converted = Path(path).with_name(f"{Path(path).stem}-utf8.txt")
+            raise error(f"{what} {path} looks like {encoding} text, not UTF-8; convert it, e.g. iconv -f "
+                        f"{encoding} -t UTF-8 {shlex.quote(str(path))} > {shlex.quote(str(converted))}")
+        raise error(f"{what} {path} holds NUL bytes (the first at byte {raw.index(0):,}), so it is binary "
+                    f"data, not text; give a UTF-8 text file")
     try:
-        return data.decode("utf-8-sig")   # without the byte-order mark some editors write first
+        return raw.decode("utf-8-sig")   # without the byte-order mark some editors write first
     except UnicodeDecodeError as exc:
         raise error(f"{what} {path} is not UTF-8 (bad byte at offset {exc.start}); save it as UTF-8, e.g. "
                     f"`iconv -f latin1 -t utf-8`") from None
+
+
+def wide_encoding(raw: bytes) -> str | None:
+    """The encoding of text written two or four bytes a character, by its byte-order mark or, without one, by its
+    NUL bytes (every other byte, for the first few hundred characters of Latin text in UTF-16); None otherwise."""
+    for mark, name in ((b"\xff\xfe\x00\x00", "UTF-32LE"), (b"\x00\x00\xfe\xff", "UTF-32BE"), (b"\xff\xfe", "UTF-16LE"),
+                       (b"\xfe\xff", "UTF-16BE")):
+        if raw.startswith(mark):
+            return name
+    head = raw[:1024] if len(raw) % 2 == 0 else raw[:1023]
+    for parity, name in ((1, "UTF-16LE"), (0, "UTF-16BE")):
+        if len(head) >= 4 and head[parity::2].count(0) == len(head) // 2 and 0 not in head[1 - parity::2]:
+            return name
+    return None
 
 
 def clear_for_file(path: str | Path, what: str, fix: str, error: type[UserError] = UserError, *,
