@@ -79,7 +79,7 @@ def read_resumed(path: Path, checkpoint: dict | None = None) -> dict:
 def check_resumed(cfg: TrainConfig, checkpoint: dict, path: Path, tokenizer_meta: dict, data: dict | None = None,
                   model_config: GPTConfig | None = None) -> None:
     """Whether this run's settings, its data (`tokenizer_meta`, and `data`, what defines its split: see
-    `trainer.Trainer.data_identity`) and the model it builds (`model_config`) can continue `checkpoint`."""
+    `trainer.trainer.data_identity`) and the model it builds (`model_config`) can continue `checkpoint`."""
     check_resume_compatible(cfg, checkpoint, tokenizer_meta, model_config)
     if data is not None:
         check_same_data(checkpoint, data, path)
