@@ -12,6 +12,7 @@ import torch
 
 from cli import UsageError, UserError, warn
 from config import TrainConfig
+from data.prepare import Prepared
 from files import (
     clear_for_file,
     inside_name,
@@ -76,13 +77,21 @@ def read_resumed(path: Path, checkpoint: dict | None = None) -> dict:
     return checkpoint
 
 
-def check_resumed(cfg: TrainConfig, checkpoint: dict, path: Path, tokenizer_meta: dict, data: dict | None = None,
+def data_identity(cfg: TrainConfig, data: Prepared) -> dict:
+    """What defines the data a run trains and validates on: the source text's sha256, how it was split and
+    tokenized, and where its prepared files are. A checkpoint records it; a resumed run must match it."""
+    meta = data.meta
+    return {"dataset": cfg.dataset, "source": meta.get("source"), "source_sha256": meta.get("source_sha256"),
+            # the tokenizer's name in the prepared folder's: a fine-tuned model's vocabulary has its own
+            "tokenizer": meta.get("vocabulary", cfg.tokenizer), "val_fraction": cfg.val_fraction,
+            "data_dir": cfg.data_dir, "folder": str(data.folder)}
+
+
+def check_resumed(cfg: TrainConfig, checkpoint: dict, path: Path, data: Prepared,
                   model_config: GPTConfig | None = None) -> None:
-    """Whether this run's settings, its data (`tokenizer_meta`, and `data`, what defines its split: see
-    `trainer.trainer.data_identity`) and the model it builds (`model_config`) can continue `checkpoint`."""
-    check_resume_compatible(cfg, checkpoint, tokenizer_meta, model_config)
-    if data is not None:
-        check_same_data(checkpoint, data, path)
+    """Whether this run's settings, its data and the model it builds (`model_config`) can continue `checkpoint`."""
+    check_resume_compatible(cfg, checkpoint, data.tokenizer.to_meta(), model_config)
+    check_same_data(checkpoint, data_identity(cfg, data), path)
     problem = inside_name(checkpoint["run_name"]) if not cfg.run_name else None
     if problem is not None:  # the resumed run would write its TensorBoard logs to log_dir/run_name
         raise CheckpointError(f"{path} holds the run name {checkpoint['run_name']!r}, which {problem}, so its "

@@ -22,7 +22,7 @@ from data.batches import Batches
 from data.prepare import Prepared, prepare
 from formats.sources import identify, load_model
 from model.gpt import GPT
-from trainer.checkpoint import CheckpointWriter, check_resumed, restore_training
+from trainer.checkpoint import CheckpointWriter, check_resumed, data_identity, restore_training
 from trainer.optim import divergence_fix, lr_at, make_optimizer, schedule_problem, set_lr
 from trainer.resources import check_corpus_fits, check_training_fits
 from trainer.runtime import Runtime, ranks_agree
@@ -101,16 +101,6 @@ class StopSignals:
         self.received = signum
 
 
-def data_identity(cfg: TrainConfig, data: Prepared) -> dict:
-    """What defines the data a run trains and validates on: the source text's sha256, how it was split and
-    tokenized, and where its prepared files are. A checkpoint records it; a resumed run must match it."""
-    meta = data.meta
-    return {"dataset": cfg.dataset, "source": meta.get("source"), "source_sha256": meta.get("source_sha256"),
-            # the tokenizer's name in the prepared folder's: a fine-tuned model's vocabulary has its own
-            "tokenizer": meta.get("vocabulary", cfg.tokenizer), "val_fraction": cfg.val_fraction,
-            "data_dir": cfg.data_dir, "folder": str(data.folder)}
-
-
 class Trainer:
     def __init__(self, cfg: TrainConfig, runtime: Runtime, model: GPT, optimizer: Any, batches: Any, *,
                  data: Prepared | None = None, state: TrainState | None = None,
@@ -157,7 +147,7 @@ class Trainer:
         batches = Batches(data.splits(block), block, cfg.batch_size, runtime.device, cfg.seed, runtime.rank)
         resumed = start.checkpoint
         if resumed is not None:
-            check_resumed(cfg, resumed, path, data.tokenizer.to_meta(), data_identity(cfg, data), model_cfg)
+            check_resumed(cfg, resumed, path, data, model_cfg)
         model = (start.model if start.model is not None else GPT(model_cfg)).to(runtime.device)
         optimizer = make_optimizer(model, cfg, runtime.device)
         state = TrainState(run_name=cfg.run_name or f"{config_name}-{time.strftime('%Y%m%d-%H%M%S')}")
