@@ -48,7 +48,7 @@ def restore_training(checkpoint: dict, path: Path, model: GPT, optimizer: Any, b
 
 
 def _load_optimizer_state(optimizer: Any, saved: dict) -> None:
-    parts = getattr(optimizer, "optimizers", None)  # trainer.muon.Optimizers: several, saved under "0", "1"
+    parts = getattr(optimizer, "optimizers", None)  # trainer.optim.Optimizers: several, saved under "0", "1"
     pairs = [(opt, saved[str(i)]) for i, opt in enumerate(parts)] if parts else [(optimizer, saved)]
     for opt, state in pairs:
         fresh = opt.state_dict()
