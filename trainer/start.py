@@ -104,7 +104,10 @@ def run_settings(config_path: str | None, overrides: dict[str, Any]) -> Settings
     shape, tokenizer, source, checkpoint = None, overrides.get("tokenizer"), None, None
     if overrides.get("resume"):
         path = Path(overrides.get("out_dir") or out_dir_for(name)) / CHECKPOINT
-        checkpoint = _readable(path)
+        try:
+            checkpoint = load_checkpoint(path)
+        except UserError:   # resuming says why there is no readable one, later
+            checkpoint = None
         saved = checkpoint.get("train_config") if checkpoint is not None else None
         if isinstance(saved, dict):
             shape = {key: saved[key] for key in CONFIG_KEYS if key in saved}
@@ -114,14 +117,6 @@ def run_settings(config_path: str | None, overrides: dict[str, Any]) -> Settings
                                val_fraction=overrides.get("val_fraction", DEFAULT_VAL_FRACTION),
                                sample_prompt="\n" if "\n" in text or not text else text[0])
     return Settings(None, chosen, name, (Path(dataset).name, len(text)), source, checkpoint)
-
-
-def _readable(path: Path) -> dict | None:
-    """The checkpoint at `path`, when there is a readable one (resuming says why there is not, later)."""
-    try:
-        return load_checkpoint(path)
-    except UserError:
-        return None
 
 
 def out_dir_for(name: str) -> str:
@@ -218,7 +213,9 @@ def _importing(cfg: TrainConfig, device: torch.device) -> Start:
     """A new fine-tune: the model read, checked against the keys the user set, and the run's settings made its."""
     block_size = cfg.model.block_size if "block_size" in cfg.given else None
     source = identify(cfg.init_from)
-    if source.path is not None and _folder(source.path) == Path(cfg.out_dir).resolve():
+    # the folder a model file is in, or the folder that is the model
+    folder = source.path if source.path is None or source.path.is_dir() else source.path.parent
+    if folder is not None and folder.resolve() == Path(cfg.out_dir).resolve():
         raise UsageError(f"--out_dir={cfg.out_dir} is the folder the model to fine-tune is read from "
                          f"({source.path}), and this run's checkpoint would replace it there; choose another "
                          f"--out_dir (without one, a fine-tune writes to out/MODEL-TEXT)")
@@ -255,11 +252,6 @@ def _resuming(cfg: TrainConfig, path: Path, checkpoint: dict | None) -> Start:
     tokenizer = tokenizer_from_meta(checkpoint["tokenizer"])
     _check_tokenizer(cfg, tokenizer, f"the checkpoint {path}")
     return Start(cfg, Source(RESUME, path), ModelVocabulary(tokenizer, started), checkpoint=checkpoint)
-
-
-def _folder(path: Path) -> Path:
-    """The folder a model file is in, or the folder that is the model (resolved)."""
-    return (path if path.is_dir() else path.parent).resolve()
 
 
 def _check_tokenizer(cfg: TrainConfig, tokenizer: Tokenizer, what: str) -> None:
