@@ -1,32 +1,7 @@
 """What the two commands share: the project's errors, its one way to warn, how text we did not write is
-shown, and how a command ends (one line and an exit status, never a traceback).
-
-`UserError` is a problem with the user's input (a file, a checkpoint, a flag), with a
-message that names the problem and the fix; `UsageError` is one on the command line or in
-a config file. Library code raises them, or a plain `ValueError` for a programming mistake.
-Only `run_cli`, which the two commands call, turns them into one line on stderr and an exit
-status: 1, or 2 for usage, as shells expect. Everything else is a bug and keeps its traceback.
-The line is shown by the terminal rule (`for_terminal`): a file name or a value it quotes
-cannot drive the terminal. Under `run_cli`, SIGTERM and SIGHUP unwind like Ctrl-C (`stops_unwind`),
-so what a command was writing is removed on the way out.
-
-With `survive_closed_output`, output that nobody reads any more (`train.py | head -1`, a terminal
-closed by an ssh drop) is dropped instead of raising: training goes on and saves.
-
-`ArgumentParser` is argparse as both commands use it: a mistake on the command line is a
-`UsageError` like any other, and no option is guessed from a prefix.
-
-`warn` reports a problem that does not stop the run. It raises a `GptwatchWarning` through
-Python's `warnings`, so tests can catch it; under `run_cli` it prints as one line,
-`warning: ...`, on stderr, above the progress bar while training draws one.
-
-`is_out_of_memory` tells a failed allocation from other errors, for the places that allocate a model.
-
-Text we did not write (a prompt, a corpus's tokens, a sample, a file name) is only ever shown, never obeyed:
-`for_terminal` escapes every character a terminal would act on (ESC, the other C0 and C1 controls, DEL, the
-invisible format characters such as right-to-left overrides) as Python writes it in a string literal (`\\x1b`,
-`\\n`, `\\u202e`); `markdown_literal` makes it an indented code block, which TensorBoard's Markdown shows
-character for character.
+shown, and how a command ends: `run_cli` turns a `UserError` into one line on stderr and an exit status (1, or 2
+for usage, as shells expect); everything else is a bug and keeps its traceback. Library code raises them, or a
+plain `ValueError` for a programming mistake.
 
 This module imports nothing but the standard library, so the commands import it before torch: a Ctrl-C while
 torch loads is then one line too (`report_interrupts_while_starting`).
@@ -42,7 +17,7 @@ import signal
 import sys
 import threading
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextlib import contextmanager
 from typing import NoReturn
 
@@ -118,12 +93,19 @@ def stops_unwind():
     def unwind(signum, frame) -> None:
         raise SystemExit(128 + signum)
 
-    previous = {sig: signal.signal(sig, unwind) for sig in stop_signals() if sig != signal.SIGINT}
+    with handling(unwind, [sig for sig in stop_signals() if sig != signal.SIGINT]):
+        yield
+
+
+@contextmanager
+def handling(handler: Callable, signals: Iterable[int]):
+    """`handler` handles `signals` while it is held; whatever handled them before does again after."""
+    previous = {sig: signal.signal(sig, handler) for sig in signals}
     try:
         yield
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 class SurvivingStream:

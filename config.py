@@ -414,7 +414,7 @@ def saved_config(values: dict, where: str) -> TrainConfig:
 
 def make_config(path: str | Path | None, overrides: dict, base: dict | None = None, *,
                 chosen: bool = True) -> TrainConfig:
-    """The built-in defaults, then `base` (settings chosen for a text, `trainer.starting_point`), then the config
+    """The built-in defaults, then `base` (settings chosen for a text, `trainer.start`), then the config
     file at `path` (if any), then `overrides`: each wins over the one before, and the result is validated once,
     whichever set each key. The keys of the file count as given by the user (`TrainConfig.given`) when they
     `chosen` it, not when it is a default."""

@@ -4,8 +4,8 @@ Each check raises one `UserError` (or the `UsageError` a caller asks for) naming
 and the fix. Every writer stages its work in a new file or folder beside the target, created exclusively
 under a name nobody can guess (`fresh_file`, `fresh_folder`), then renames it into place
 (`replace_file`, `replace_folder`): a link planted under any name is replaced, never written through,
-and a reader never sees half a file. What a writer that died left behind is removed by the next one
-(`remove_dead_leftovers`). Text read from users and disks is parsed so that every way it can fail is
+and a reader never sees half a file. What a writer that died left behind is removed by the next writer of
+the same path. Text read from users and disks is parsed so that every way it can fail is
 one `NotParsed` saying why.
 """
 
@@ -16,6 +16,7 @@ import json
 import os
 import re
 import secrets
+import shlex
 import shutil
 import stat
 import tomllib
@@ -47,8 +48,7 @@ def what_stands_at(path: Path, *, follow_links: bool = True) -> str | None:
 
 
 def regular_file(path: str | Path, what: str, fix: str, error: type[UserError] = UserError) -> Path:
-    """`path` when it is a regular file (a pipe or a device would block a reader or never end); otherwise
-    `error`: "{what} {path} is a directory; {fix}"."""
+    """`path` when it is a regular file (a pipe or a device would block a reader or never end); otherwise `error`."""
     path = Path(path)
     problem = what_stands_at(path)
     if problem == "missing":
@@ -78,16 +78,36 @@ def read_bytes(path: str | Path, what: str, fix: str, error: type[UserError] = U
 
 
 def read_text(path: str | Path, what: str, fix: str, error: type[UserError] = UserError) -> str:
-    return utf8(read_bytes(path, what, fix, error), path, what, error)
-
-
-def utf8(data: bytes, path: str | Path, what: str, error: type[UserError] = UserError) -> str:
-    """The bytes read from `path` as UTF-8 text, without the byte-order mark some editors write first."""
+    """A user's UTF-8 text file, or one `error` saying what else it is: binary data, UTF-16 or UTF-32 (with the
+    command that converts it), or another encoding."""
+    raw = read_bytes(path, what, fix, error)
+    if b"\x00" in raw:  # no UTF-8 text holds NUL bytes: text in another encoding does, or binary data
+        encoding = wide_encoding(raw)
+        if encoding is not None:
+            converted = Path(path).with_name(f"{Path(path).stem}-utf8.txt")
+            raise error(f"{what} {path} looks like {encoding} text, not UTF-8; convert it, e.g. iconv -f "
+                        f"{encoding} -t UTF-8 {shlex.quote(str(path))} > {shlex.quote(str(converted))}")
+        raise error(f"{what} {path} holds NUL bytes (the first at byte {raw.index(0):,}), so it is binary "
+                    f"data, not text; give a UTF-8 text file")
     try:
-        return data.decode("utf-8-sig")
+        return raw.decode("utf-8-sig")   # without the byte-order mark some editors write first
     except UnicodeDecodeError as exc:
         raise error(f"{what} {path} is not UTF-8 (bad byte at offset {exc.start}); save it as UTF-8, e.g. "
                     f"`iconv -f latin1 -t utf-8`") from None
+
+
+def wide_encoding(raw: bytes) -> str | None:
+    """The encoding of text written two or four bytes a character, by its byte-order mark or, without one, by its
+    NUL bytes (every other byte, for the first few hundred characters of Latin text in UTF-16); None otherwise."""
+    for mark, name in ((b"\xff\xfe\x00\x00", "UTF-32LE"), (b"\x00\x00\xfe\xff", "UTF-32BE"), (b"\xff\xfe", "UTF-16LE"),
+                       (b"\xfe\xff", "UTF-16BE")):
+        if raw.startswith(mark):
+            return name
+    head = raw[:1024] if len(raw) % 2 == 0 else raw[:1023]
+    for parity, name in ((1, "UTF-16LE"), (0, "UTF-16BE")):
+        if len(head) >= 4 and head[parity::2].count(0) == len(head) // 2 and 0 not in head[1 - parity::2]:
+            return name
+    return None
 
 
 def clear_for_file(path: str | Path, what: str, fix: str, error: type[UserError] = UserError, *,
@@ -103,7 +123,6 @@ def clear_for_file(path: str | Path, what: str, fix: str, error: type[UserError]
 
 
 def writable_folder(folder: str | Path, key: str) -> Path:
-    """`folder` (made if missing), after checking that files can be created in it."""
     folder = Path(folder)
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -134,7 +153,7 @@ _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) 
 
 
 def fresh_file(path: str | Path) -> tuple[int, Path]:
-    """(an open descriptor, its path) of a new empty file beside `path` (the umask applies, as for any file)."""
+    """(an open descriptor, its path) of a new empty file beside `path`."""
     return _fresh(Path(path), lambda tmp: os.open(tmp, _NEW_FILE, 0o666))
 
 
@@ -169,6 +188,7 @@ def replace_file(path: str | Path, write: Callable[[BinaryIO], object],
     interrupt) leaves `path` as it was and no temporary file; a write that failed is raised as its OSError
     (see `os_error_of`), however the library writing reported it."""
     path = Path(path)
+    _remove_dead_leftovers_of(path)
     fd, tmp = fresh_file(path)
     try:
         with open(fd, "wb") as raw:
@@ -195,7 +215,10 @@ def replace_folder(folder: Path, write: Callable[[Path], object], last: str | No
     saying the folder is complete) removed first and moved in last, and its other files are removed: it keeps
     its place, permissions and mount (it may be the one the command runs in). A failure or an interrupt
     removes the staging folder; a write that failed is raised as its OSError (see `os_error_of`)."""
+    _remove_dead_leftovers_of(folder)
     existing = what_stands_at(folder, follow_links=False) == "a directory"
+    if existing:
+        remove_dead_leftovers(folder, f".{glob_escape(folder.name)}.tmp-*", directories=True)
     staging = fresh_folder(folder / folder.name if existing else folder)  # on the disk `folder` is on
     try:
         try:
@@ -228,8 +251,7 @@ def _is_folder(path: Path) -> bool:
 
 
 def _remove(path: Path) -> None:
-    """Removes what stands at `path`, if anything: a folder with all it holds; a link, never what it points to."""
-    if _is_folder(path):
+    if _is_folder(path):  # a link is removed, never what it points to
         shutil.rmtree(path)
     else:
         path.unlink(missing_ok=True)
@@ -265,7 +287,6 @@ _FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
 def disk_full(exc: OSError) -> bool:
-    """Whether a write failed for want of space: a full disk, or a used-up quota."""
     return exc.errno in _FULL
 
 
@@ -279,7 +300,6 @@ def write_error(exc: OSError, path: str | Path) -> str:
 
 
 def mount_point(path: str | Path) -> Path:
-    """The folder the filesystem holding `path` (or its nearest existing parent) is mounted at."""
     path = Path(os.path.abspath(path))
     while not path.exists() and path != path.parent:
         path = path.parent
@@ -339,6 +359,11 @@ def remove_dead_leftovers(folder: str | Path, pattern: str, *, directories: bool
                 _remove(path)
             except OSError:
                 pass  # not ours to remove after all (permissions): leave it
+
+
+def _remove_dead_leftovers_of(path: Path) -> None:
+    """What writers of `path` that died (kill -9, a power cut) left beside it (see `_fresh`)."""
+    remove_dead_leftovers(path.parent, f".{glob_escape(path.name)}.tmp-*", directories=True)
 
 
 # --- names --------------------------------------------------------------------------------------------------
@@ -403,7 +428,6 @@ MAX_DIGITS = 40  # more than any count, size, position or seed takes (2**128 has
 
 
 def is_whole_number(text: str) -> bool:
-    """Whether `text` is written as a whole number (see `parse_int`), however long."""
     return WHOLE_NUMBER.fullmatch(text) is not None
 
 
@@ -430,7 +454,6 @@ def parse_json(text: str | bytes) -> object:
 
 
 def parse_toml(text: str) -> dict:
-    """`tomllib.loads(text)`, with every way it can fail as a `NotParsed` (as `parse_json`)."""
     return _parsed(tomllib.loads, text)
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from cli import UsageError, run_cli
 from config import TrainConfig, make_config, parse_command_line
-from files import utf8_name, writable_folder
+from files import utf8_name
 from trainer import runtime
 from trainer.resources import out_of_memory
 from trainer.runlock import RunLock
@@ -107,10 +107,8 @@ def _train(cfg: TrainConfig, trainer: Trainer, rt: runtime.Runtime, argv: list[s
 def open_tensorboard(cfg: TrainConfig, run_name: str):
     from watch.tensorboard import TensorBoardWriter
 
-    log_dir = Path(cfg.log_dir) / run_name
-    writable_folder(log_dir, "log_dir")
     print("TensorBoard: " + TENSORBOARD.format(shlex.quote(cfg.log_dir)))
-    return TensorBoardWriter(log_dir)
+    return TensorBoardWriter(Path(cfg.log_dir) / run_name)   # its folder is checked writable by its lock
 
 
 def main_process_callbacks(cfg: TrainConfig, trainer: Trainer, writer) -> list:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cli import UserError
-from files import glob_escape, remove_dead_leftovers, replace_file, write_error
+from files import replace_file, write_error
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"  # corpora and the BPE cache that sit beside the repository, when present
@@ -97,9 +97,7 @@ def corpus_path(name: str) -> Path:
         if corpus.sha256 and digest != corpus.sha256:
             raise UserError(f"the file downloaded from {corpus.url} is not the expected text (sha256 {digest[:12]}, "
                             f"expected {corpus.sha256[:12]}); save the corpus as data/downloads/{corpus.filename}")
-    # Kept as every file is written: whole, never through a link planted under its name or a temporary one.
-    remove_dead_leftovers(target.parent, f".{glob_escape(target.name)}.tmp-*")
-    try:
+    try:  # whole, never through a link planted under its name or a temporary one
         replace_file(target, lambda fh: fh.write(data))
     except OSError as exc:
         raise UserError(f"cannot save the downloaded corpus as {target} ({write_error(exc, target)}); free disk "
@@ -122,5 +120,7 @@ def corpus_of(dataset: str) -> Corpus | None:
     return next((corpus for corpus in CORPORA.values() if corpus.filename == name), None)
 
 
-def is_named(dataset: str) -> bool:
-    return dataset in NAMES
+def text_name(dataset: str) -> str:
+    """What a run on `dataset` and its prepared data are named after: a corpus's name, or the text file's name
+    without its suffix."""
+    return dataset if dataset in NAMES else Path(dataset).stem

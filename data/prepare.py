@@ -12,7 +12,6 @@ import difflib
 import hashlib
 import json
 import math
-import shlex
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -33,23 +32,12 @@ from data.tokenizer import (
     preview,
     tokenizer_from_meta,
 )
-from files import (
-    NotParsed,
-    glob_escape,
-    parse_json,
-    read_bytes,
-    remove_dead_leftovers,
-    replace_folder,
-    utf8,
-    what_stands_at,
-    write_error,
-)
+from files import NotParsed, glob_escape, parse_json, read_text, replace_folder, what_stands_at, write_error
 
 META_FORMAT = 2  # 2: meta.json carries checksums of itself and of the token files
 PRONOUN_CORPUS_SEED = 1234  # fixed, so the corpus (and its cache) does not change with the training seed
 GENERATED_CORPUS_SEED = 0
 SPLITS = ("train", "val")
-STAGING_GLOB = "*-val*.tmp-*"  # a cache folder's staging sibling: .<folder>.tmp-<pid>-<random>
 CHUNK = 1 << 24  # bytes read at a time when checking a token file (a multiple of every dtype's size)
 
 
@@ -94,35 +82,13 @@ class Prepared:
         return splits
 
 
-def read_text(path: str | Path) -> str:
+def read_data_file(path: str | Path) -> str:
     """A UTF-8 text file, or a clear error saying what is wrong with it."""
     fix = f"give the path of a UTF-8 text file or a corpus name ({', '.join(corpora.NAMES)})"
-    raw = read_bytes(path, "data file", fix)
-    if not raw.strip():
+    text = read_text(path, "data file", fix)
+    if not text.strip(" \t\n\r\x0b\x0c"):   # what bytes.strip() takes for white space
         raise UserError(f"data file {path} is empty; give a file with text in it")
-    if b"\x00" in raw:  # no UTF-8 text holds NUL bytes: text in another encoding does, or binary data
-        encoding = wide_encoding(raw)
-        if encoding is not None:
-            converted = Path(path).with_name(f"{Path(path).stem}-utf8.txt")
-            raise UserError(f"data file {path} looks like {encoding} text, not UTF-8; convert it, e.g. iconv -f "
-                            f"{encoding} -t UTF-8 {shlex.quote(str(path))} > {shlex.quote(str(converted))}")
-        raise UserError(f"data file {path} holds NUL bytes (the first at byte {raw.index(0):,}), so it is binary "
-                        f"data, not text; give a UTF-8 text file")
-    return utf8(raw, path, "data file")
-
-
-def wide_encoding(raw: bytes) -> str | None:
-    """The encoding of text written two or four bytes a character, by its byte-order mark or, without one, by its
-    NUL bytes (every other byte, for the first few hundred characters of Latin text in UTF-16); None otherwise."""
-    for mark, name in ((b"\xff\xfe\x00\x00", "UTF-32LE"), (b"\x00\x00\xfe\xff", "UTF-32BE"), (b"\xff\xfe", "UTF-16LE"),
-                       (b"\xfe\xff", "UTF-16BE")):
-        if raw.startswith(mark):
-            return name
-    head = raw[:1024] if len(raw) % 2 == 0 else raw[:1023]
-    for parity, name in ((1, "UTF-16LE"), (0, "UTF-16BE")):
-        if len(head) >= 4 and head[parity::2].count(0) == len(head) // 2 and 0 not in head[1 - parity::2]:
-            return name
-    return None
+    return text
 
 
 def source_text(dataset: str, corpus_sentences: int) -> tuple[str, str, list[dict] | None]:
@@ -134,13 +100,13 @@ def source_text(dataset: str, corpus_sentences: int) -> tuple[str, str, list[dic
         return text, f"{dataset}(seed={seed}, n={corpus_sentences})", probes
     if dataset in corpora.CORPORA:
         path = corpora.corpus_path(dataset)
-        return read_text(path), str(path), None
+        return read_data_file(path), str(path), None
     if not Path(dataset).exists():
         close = difflib.get_close_matches(dataset, corpora.NAMES, n=1)
         hint = f"did you mean '{close[0]}'? " if close else ""
         raise UserError(f"dataset '{dataset}' is neither a corpus name nor an existing file; {hint}give one of "
                         f"{', '.join(corpora.NAMES)} or the path of a UTF-8 text file")
-    return read_text(dataset), str(Path(dataset).resolve()), None
+    return read_data_file(dataset), str(Path(dataset).resolve()), None
 
 
 def prepare(dataset: str, tokenizer: str | ModelVocabulary = "char", data_dir: str | Path = "data/prepared",
@@ -161,10 +127,7 @@ def prepare(dataset: str, tokenizer: str | ModelVocabulary = "char", data_dir: s
             return found
     text, label, probes = source_text(dataset, corpus_sentences)
     digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
-    folder = data_dir / f"{_stem(dataset)}-{name}-{digest[:12]}-val{val_fraction:g}"
-    # A preparation killed mid-write (kill -9, power loss) left its staging folder: delete those whose
-    # process has ended, never one a live preparation is still writing.
-    remove_dead_leftovers(data_dir, STAGING_GLOB, directories=True)
+    folder = data_dir / f"{corpora.text_name(dataset)}-{name}-{digest[:12]}-val{val_fraction:g}"
     try:
         cached, problem = _cached(folder, {"source_sha256": digest, **wanted})
     except OSError as exc:  # e.g. a folder that cannot be read: say so rather than rebuild over it
@@ -218,15 +181,12 @@ def generation_key(dataset: str, corpus_sentences: int) -> str | None:
     return hashlib.sha256(recipe + Path(module.__file__).read_bytes()).hexdigest()
 
 
-def _stem(dataset: str) -> str:
-    return dataset if corpora.is_named(dataset) else Path(dataset).stem
-
-
 def _folders(data_dir: Path, dataset: str, tokenizer: str, val_fraction: float) -> list[Path]:
     """The cache folders of `dataset` in `data_dir`, prepared with `tokenizer` (a name, or a model
     vocabulary's label) at `val_fraction`, whatever text they hold."""
     try:
-        return sorted(data_dir.glob(f"{glob_escape(f'{_stem(dataset)}-{tokenizer}')}-*-val{val_fraction:g}"))
+        prefix = glob_escape(f"{corpora.text_name(dataset)}-{tokenizer}")
+        return sorted(data_dir.glob(f"{prefix}-*-val{val_fraction:g}"))
     except OSError:
         return []
 

@@ -23,6 +23,7 @@ before a pronoun, scored by the model's next-token probabilities rather than by 
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -31,11 +32,6 @@ from pathlib import Path
 from cli import UserError
 from data.tokenizer import Tokenizer
 from files import NotParsed, parse_json, read_text
-
-REQUIRED_FIELDS = ("text", "pronoun", "referent", "distractor")
-OFFSET_FIELDS = ("pronoun_offset", "referent_offset", "distractor_offset")
-LIST_FIELDS = ("continuations", "distractor_continuations")
-FIELDS = REQUIRED_FIELDS + OFFSET_FIELDS + LIST_FIELDS
 
 Span = tuple[int, int]
 
@@ -68,8 +64,8 @@ class Probe:
     line: int | None = field(default=None, compare=False)  # where a probe file holds it, for messages
 
     def __post_init__(self) -> None:
-        _require_words(self, REQUIRED_FIELDS)
-        for name in LIST_FIELDS:
+        _require_words(self, ("text", "pronoun", "referent", "distractor"))
+        for name in ("continuations", "distractor_continuations"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, list)
                                       or not all(isinstance(w, str) and w.strip() for w in value)):
@@ -116,10 +112,6 @@ class Probe:
         return start, start + len(getattr(self, name))
 
 
-AGREEMENT_REQUIRED = ("text", "pronoun", "wrong")
-AGREEMENT_FIELDS = (*AGREEMENT_REQUIRED, "person", "mention", "gender", "kind", "frame")
-
-
 @dataclass
 class AgreementProbe:
     """A context naming one person, cut just before a pronoun ("Lily went to the park and"). The
@@ -138,7 +130,7 @@ class AgreementProbe:
     line: int | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
-        _require_words(self, AGREEMENT_REQUIRED)
+        _require_words(self, ("text", "pronoun", "wrong"))
         if self.pronoun.strip().lower() == self.wrong.strip().lower():
             raise UserError(f"'pronoun' and 'wrong' are both {self.pronoun!r}; 'wrong' is the pronoun that "
                             f"does not agree")
@@ -154,15 +146,18 @@ class AgreementProbe:
 
 def load_probes(path: str | Path) -> list[Probe]:
     """Probes from a JSONL file; blank lines are skipped. Problems raise UserError naming the line."""
-    return _load_jsonl(path, Probe, FIELDS, REQUIRED_FIELDS, "probe")
+    return _load_jsonl(path, Probe, "probe")
 
 
 def load_agreement(path: str | Path) -> list[AgreementProbe]:
     """Agreement contexts from a JSONL file, checked as `load_probes` checks probes."""
-    return _load_jsonl(path, AgreementProbe, AGREEMENT_FIELDS, AGREEMENT_REQUIRED, "agreement context")
+    return _load_jsonl(path, AgreementProbe, "agreement context")
 
 
-def _load_jsonl(path: str | Path, make: type, fields: Sequence[str], required: Sequence[str], kind: str) -> list:
+def _load_jsonl(path: str | Path, make: type, kind: str) -> list:
+    """The `make` dataclass of each line of a JSONL file; its fields without a default are required."""
+    fields = [f.name for f in dataclasses.fields(make) if f.name != "line"]
+    required = [f.name for f in dataclasses.fields(make) if f.default is dataclasses.MISSING]
     lines = read_text(path, f"{kind} file", "give the path of a JSONL file").splitlines()
     items = []
     for number, line in enumerate(lines, start=1):

@@ -5,9 +5,17 @@ import torch
 from conftest import tiny_model
 
 from config import TrainConfig
-from trainer.eager_optim import AdamW
-from trainer.muon import Muon, Optimizers, iteration_dtype, native_bfloat16, orthogonalise
-from trainer.optim import lr_at, make_optimizer, set_lr
+from trainer.optim import (
+    AdamW,
+    Muon,
+    Optimizers,
+    iteration_dtype,
+    lr_at,
+    make_optimizer,
+    native_bfloat16,
+    orthogonalise,
+    set_lr,
+)
 
 
 def test_schedule_warms_up_then_decays_to_the_floor():

@@ -123,7 +123,7 @@ def test_a_text_that_cannot_be_read_is_the_usual_one_line_error_and_nothing_else
 def test_the_folder_named_after_a_text_stays_one_plain_folder_inside_out():
     """A text whose name is no folder name ('...txt' is '..' once its suffix goes) never sends a run's checkpoint
     out of out/: the run is called "text"."""
-    from trainer.start import text_name
+    from data.corpora import text_name
 
     for dataset in ("/x/...txt", "..txt", "a/..."):
         assert out_dir_for(text_name(dataset)) == "out/text", dataset

@@ -598,9 +598,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    from data.prepare import read_text
+    from data.prepare import read_data_file
 
-    corpus = read_text(args.corpus)
+    corpus = read_data_file(args.corpus)
     lexicon = find_people(corpus, min_count=args.min_count, min_evidence=args.min_evidence,
                           min_share=args.min_share)
     print(f"{args.corpus}: {'lower case' if lexicon.lower_case else 'capitalised'}; "

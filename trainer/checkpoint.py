@@ -1,4 +1,4 @@
-"""A run's checkpoints: where they go (`check_out_dir`, `CheckpointWriter`, which keeps an earlier run's), and the
+"""A run's checkpoints: where they go (`CheckpointWriter`, which keeps an earlier run's), and the
 checks a resumed run makes of the one it continues. The format itself, written and read, is
 formats/checkpoint.py's."""
 
@@ -12,6 +12,7 @@ import torch
 
 from cli import UsageError, UserError, warn
 from config import TrainConfig
+from data.prepare import Prepared
 from files import (
     clear_for_file,
     inside_name,
@@ -31,18 +32,6 @@ from model.config import IMPORTED_FIELDS, MODEL_KEYS, GPTConfig
 from model.gpt import GPT
 
 
-def check_out_dir(path: Path, *, keeps_previous: bool = False) -> None:
-    """Before a run starts: its out_dir can be written, nothing but a checkpoint stands at `path`
-    (found now, not at the first save) nor, when the run will keep an earlier one (`keeps_previous`),
-    at ckpt.prev.pt, and no temporary file of a killed save lies beside it."""
-    writable_folder(path.parent, "out_dir")
-    clear_for_file(path, "this run's checkpoint", "move it away or choose another --out_dir")
-    if keeps_previous:
-        clear_for_file(previous_path(path), "the earlier run's checkpoint",
-                       "move it away or choose another --out_dir", follow_links=False)
-    remove_stale_temp_files(path)
-
-
 def restore_training(checkpoint: dict, path: Path, model: GPT, optimizer: Any, batches: Any) -> None:
     """Puts a resumed run's weights, optimizer state and random generators back, refusing any part
     that does not fit this run. The optimizer's settings (betas, weight decay) stay this config's;
@@ -59,7 +48,7 @@ def restore_training(checkpoint: dict, path: Path, model: GPT, optimizer: Any, b
 
 
 def _load_optimizer_state(optimizer: Any, saved: dict) -> None:
-    parts = getattr(optimizer, "optimizers", None)  # trainer.muon.Optimizers: several, saved under "0", "1"
+    parts = getattr(optimizer, "optimizers", None)  # trainer.optim.Optimizers: several, saved under "0", "1"
     pairs = [(opt, saved[str(i)]) for i, opt in enumerate(parts)] if parts else [(optimizer, saved)]
     for opt, state in pairs:
         fresh = opt.state_dict()
@@ -88,13 +77,21 @@ def read_resumed(path: Path, checkpoint: dict | None = None) -> dict:
     return checkpoint
 
 
-def check_resumed(cfg: TrainConfig, checkpoint: dict, path: Path, tokenizer_meta: dict, data: dict | None = None,
+def data_identity(cfg: TrainConfig, data: Prepared) -> dict:
+    """What defines the data a run trains and validates on: the source text's sha256, how it was split and
+    tokenized, and where its prepared files are. A checkpoint records it; a resumed run must match it."""
+    meta = data.meta
+    return {"dataset": cfg.dataset, "source": meta.get("source"), "source_sha256": meta.get("source_sha256"),
+            # the tokenizer's name in the prepared folder's: a fine-tuned model's vocabulary has its own
+            "tokenizer": meta.get("vocabulary", cfg.tokenizer), "val_fraction": cfg.val_fraction,
+            "data_dir": cfg.data_dir, "folder": str(data.folder)}
+
+
+def check_resumed(cfg: TrainConfig, checkpoint: dict, path: Path, data: Prepared,
                   model_config: GPTConfig | None = None) -> None:
-    """Whether this run's settings, its data (`tokenizer_meta`, and `data`, what defines its split: see
-    `trainer.Trainer.data_identity`) and the model it builds (`model_config`) can continue `checkpoint`."""
-    check_resume_compatible(cfg, checkpoint, tokenizer_meta, model_config)
-    if data is not None:
-        check_same_data(checkpoint, data, path)
+    """Whether this run's settings, its data and the model it builds (`model_config`) can continue `checkpoint`."""
+    check_resume_compatible(cfg, checkpoint, data.tokenizer.to_meta(), model_config)
+    check_same_data(checkpoint, data_identity(cfg, data), path)
     problem = inside_name(checkpoint["run_name"]) if not cfg.run_name else None
     if problem is not None:  # the resumed run would write its TensorBoard logs to log_dir/run_name
         raise CheckpointError(f"{path} holds the run name {checkpoint['run_name']!r}, which {problem}, so its "
@@ -151,17 +148,25 @@ def check_resume_compatible(cfg: TrainConfig, checkpoint: dict, tokenizer_meta: 
 
 
 class CheckpointWriter:
-    """A run's saves to `path`. The first save of a run that did not resume keeps the
-    checkpoint it replaces (an earlier run's) as ckpt.prev.pt, so a new run never silently
-    destroys the last one; it does so only at that first save, so a run that fails before
-    saving leaves everything in place. `guard`, when set, is called before every save and
-    raises when this run may no longer write there (its out_dir lock was lost: `RunLock.check`)."""
+    """A run's saves to `path`. Made before the run starts, it checks that out_dir can be written, that nothing
+    but a checkpoint stands at `path` (found now, not at the first save) nor, when the run keeps an earlier one,
+    at ckpt.prev.pt, and removes temporary files of a killed save. The first save of a run that did not
+    `resume` keeps the checkpoint it replaces (an earlier run's) as ckpt.prev.pt, so a new run never silently
+    destroys the last one; only at that first save, so a run that fails before saving leaves everything in
+    place. `guard`, when set, is called before every save and raises when this run may no longer write there
+    (its out_dir lock was lost: `RunLock.check`)."""
 
-    def __init__(self, path: Path, *, keep_previous: bool, saved_step: int | None) -> None:
+    def __init__(self, path: Path, *, resume: bool) -> None:
         self.path = path
-        self.keep_previous = keep_previous
-        self.saved_step = saved_step  # step of the checkpoint on disk from this run (or the one resumed)
+        self.keep_previous = not resume and path.is_file()   # looked at once: preparing data can take minutes
+        self.saved_step: int | None = None  # step of the checkpoint on disk from this run (or the one resumed)
         self.guard: Callable[[], None] | None = None   # set by the command that holds the run's lock
+        writable_folder(path.parent, "out_dir")
+        fix = "move it away or choose another --out_dir"
+        clear_for_file(path, "this run's checkpoint", fix)
+        if self.keep_previous:
+            clear_for_file(previous_path(path), "the earlier run's checkpoint", fix, follow_links=False)
+        remove_stale_temp_files(path)
 
     def save(self, checkpoint: dict, step: int) -> None:
         if self.guard is not None:

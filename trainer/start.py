@@ -1,23 +1,14 @@
 """Where a run starts, decided once: the settings it starts from (`run_settings`), and the model (`model_start`).
 
-The settings, before the command line's keys, which win over any of them:
-- a config file given (`python train.py CONFIG.toml`): that file alone, on the built-in defaults;
-- no config file, and `--dataset` names real text (a file, or one of the named corpora shakespeare,
-  tinystories, tinystories_lower): settings chosen for that text, scaled to its size and to a few minutes on a
-  laptop CPU (`settings_for_text`), printed in one line at the start. Resumed (`--resume`), the model's shape
-  and tokenizer are the checkpoint's, which is read once, here, for the run;
-- a model to fine-tune (`--init_from`): the built-in defaults, the model's shape its own;
-- otherwise (no arguments, or a generated corpus): `configs/pronouns.toml`, the demo.
+The settings, before the command line's keys, which win over any of them: a config file given, that file alone;
+else, for `--dataset` naming real text, settings chosen for it (`settings_for_text`), printed in one line at the
+start (resumed, the model's shape and tokenizer are the checkpoint's, read once, here); else, for a model to
+fine-tune, the built-in defaults; else `configs/pronouns.toml`, the demo.
 
-The model (`init_from`, as formats/sources.py identifies it): a new one of the config's sizes ("scratch"), the
-checkpoint a --resume run continues ("resume" says the same), or a model trained elsewhere that the run
-fine-tunes: a Hugging Face GPT-2-family name or folder, a nanoGPT checkpoint, or a gptwatch checkpoint whose
-weights start a new run. A model to fine-tune decides the run's model: its sizes and architecture
-(`MODEL_KEYS`), its settings from elsewhere (query/key/value biases, GPT-2's GELU, padding rows) and its
-tokenizer, which the data is prepared with. A model key or tokenizer the user set (in a config file they named,
-or on the command line) must agree with it, or the run is refused naming both; a smaller block_size crops its
-positions, a larger one is refused; dropout is the run's own. A resumed fine-tune takes all of this from its
-checkpoint, never reading the model again.
+The model (`init_from`, as formats/sources.py identifies it): a new one, the checkpoint a --resume run continues,
+or a model trained elsewhere that decides the run's model: its sizes and architecture (`MODEL_KEYS`), its
+settings from elsewhere and its tokenizer. A model key or tokenizer the user set must agree with it, or the run
+is refused naming both. A resumed fine-tune takes all of this from its checkpoint, never reading the model again.
 """
 
 from __future__ import annotations
@@ -29,10 +20,10 @@ from typing import Any
 
 import torch
 
-from cli import UsageError, UserError, warn
+from cli import UsageError, UserError
 from config import RESUME, SCRATCH, TrainConfig, read_toml
 from data import corpora
-from data.prepare import ModelVocabulary
+from data.prepare import ModelVocabulary, source_text
 from data.tokenizer import FULL_GPT2, Tokenizer, tokenizer_from_meta
 from formats import load_checkpoint
 from formats.hub import hub_name
@@ -103,17 +94,20 @@ def run_settings(config_path: str | None, overrides: dict[str, Any]) -> Settings
         return Settings(config_path, {}, Path(config_path).stem)
     dataset = overrides.get("dataset")
     init_from = overrides.get("init_from", SCRATCH)
-    if init_from not in (SCRATCH, RESUME):   # a model to fine-tune: its shape, the built-in training settings,
-        name = f"{model_name(init_from)}-{text_name(dataset or TrainConfig.dataset)}"   # and a folder of its own
+    if init_from not in (SCRATCH, RESUME):   # a model to fine-tune: its shape, the built-in settings, its own folder
+        name = f"{model_name(init_from)}-{corpora.text_name(dataset or TrainConfig.dataset)}"
         return Settings(None, {"out_dir": out_dir_for(name)}, name)
     if dataset is None or dataset in corpora.GENERATED or not str(dataset).strip():
         return Settings(str(DEMO_CONFIG) if DEMO_CONFIG.is_file() else None, {}, DEMO_CONFIG.stem)
-    text = _text_of(dataset)
-    name = text_name(dataset)
+    text = source_text(dataset, 0)[0]   # read as preparing reads it: the same error, before anything is printed
+    name = corpora.text_name(dataset)
     shape, tokenizer, source, checkpoint = None, overrides.get("tokenizer"), None, None
     if overrides.get("resume"):
         path = Path(overrides.get("out_dir") or out_dir_for(name)) / CHECKPOINT
-        checkpoint = _readable(path)
+        try:
+            checkpoint = load_checkpoint(path)
+        except UserError:   # resuming says why there is no readable one, later
+            checkpoint = None
         saved = checkpoint.get("train_config") if checkpoint is not None else None
         if isinstance(saved, dict):
             shape = {key: saved[key] for key in CONFIG_KEYS if key in saved}
@@ -123,27 +117,6 @@ def run_settings(config_path: str | None, overrides: dict[str, Any]) -> Settings
                                val_fraction=overrides.get("val_fraction", DEFAULT_VAL_FRACTION),
                                sample_prompt="\n" if "\n" in text or not text else text[0])
     return Settings(None, chosen, name, (Path(dataset).name, len(text)), source, checkpoint)
-
-
-def _readable(path: Path) -> dict | None:
-    """The checkpoint at `path`, when there is a readable one (resuming says why there is not, later)."""
-    try:
-        return load_checkpoint(path)
-    except UserError:
-        return None
-
-
-def _text_of(dataset: str) -> str:
-    """The text of a file or named corpus, read as preparing it reads it (so a missing or unreadable file is the
-    same one-line error, before anything is printed)."""
-    from data.prepare import source_text
-
-    return source_text(dataset, 0)[0]
-
-
-def text_name(dataset: str) -> str:
-    """What a run on `dataset` is named after: a corpus's name, or the text file's name without its suffix."""
-    return dataset if corpora.is_named(dataset) else Path(dataset).stem
 
 
 def out_dir_for(name: str) -> str:
@@ -240,7 +213,9 @@ def _importing(cfg: TrainConfig, device: torch.device) -> Start:
     """A new fine-tune: the model read, checked against the keys the user set, and the run's settings made its."""
     block_size = cfg.model.block_size if "block_size" in cfg.given else None
     source = identify(cfg.init_from)
-    if source.path is not None and _folder(source.path) == Path(cfg.out_dir).resolve():
+    # the folder a model file is in, or the folder that is the model
+    folder = source.path if source.path is None or source.path.is_dir() else source.path.parent
+    if folder is not None and folder.resolve() == Path(cfg.out_dir).resolve():
         raise UsageError(f"--out_dir={cfg.out_dir} is the folder the model to fine-tune is read from "
                          f"({source.path}), and this run's checkpoint would replace it there; choose another "
                          f"--out_dir (without one, a fine-tune writes to out/MODEL-TEXT)")
@@ -279,11 +254,6 @@ def _resuming(cfg: TrainConfig, path: Path, checkpoint: dict | None) -> Start:
     return Start(cfg, Source(RESUME, path), ModelVocabulary(tokenizer, started), checkpoint=checkpoint)
 
 
-def _folder(path: Path) -> Path:
-    """The folder a model file is in, or the folder that is the model (resolved)."""
-    return (path if path.is_dir() else path.parent).resolve()
-
-
 def _check_tokenizer(cfg: TrainConfig, tokenizer: Tokenizer, what: str) -> None:
     """A tokenizer the user set must be of the model's kind: char for a char vocabulary, gpt2 for GPT-2's BPE (the
     model's vocabulary is kept as it is, never compacted to the text)."""
@@ -306,19 +276,3 @@ def same_source(a: str, b: str) -> bool:
 def _model_file(source: str) -> Path:
     path = Path(source).resolve()
     return path / CHECKPOINT if (path / CHECKPOINT).is_file() else path
-
-
-def model_before_fine_tuning(cfg: TrainConfig, model: GPT, step: int, device: torch.device) -> GPT | None:
-    """The model a run fine-tunes as it was before any step, for the watch's second baseline; None for a run from
-    scratch. A resumed fine-tune reads it again from init_from; where that cannot be read now (the hub offline, a
-    folder moved), None, with a warning saying so."""
-    if not cfg.fine_tunes:
-        return None
-    if step == 0:
-        return model
-    try:
-        with torch.random.fork_rng(devices=[]):   # reading a gptwatch checkpoint builds a model from the seed
-            return load_model(identify(cfg.init_from), device, block_size=model.config.block_size).model
-    except UserError as exc:
-        warn(f"the model before fine-tuning cannot be read again, so the head types are shown without it: {exc}")
-        return None

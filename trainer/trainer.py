@@ -1,20 +1,12 @@
-"""One training run, in one place.
-
-`Trainer.step()` is one optimizer step: this step's learning rate, `grad_accum`
-micro-batches forward and backward, the checks that stop a diverging run, gradient
-clipping and the update. `evaluate()` is the mean loss on both splits. `fit()` is the
-loop around them: evaluate every `eval_interval` steps, checkpoint when val improves
-(and every `ckpt_interval` steps, on Ctrl-C, SIGTERM or SIGHUP, and at the end), until `max_iters`;
-between evaluations, every `watch_interval` steps, the callbacks' `on_watch` takes a quick look.
-
-What a run shows (progress, TensorBoard, samples, attention) plugs in as callbacks: any
-objects with some of the hooks of `Callback`, called in the order given.
+"""One training run, in one place: `step()` (one optimizer step over `grad_accum` micro-batches, with the checks
+that stop a diverging run), `evaluate()` (the mean loss on both splits), and `fit()`, the loop around them, which
+evaluates every `eval_interval` steps and checkpoints when val improves (and every `ckpt_interval` steps, on a stop
+signal, and at the end). What a run shows plugs in as callbacks: objects with some of the hooks of `Callback`.
 """
 
 from __future__ import annotations
 
 import math
-import signal
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -24,16 +16,17 @@ from typing import Any
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from cli import UserError, stop_signals, warn
+from cli import UserError, handling, stop_signals, warn
 from config import TrainConfig
 from data.batches import Batches
 from data.prepare import Prepared, prepare
+from formats.sources import identify, load_model
 from model.gpt import GPT
-from trainer.checkpoint import CheckpointWriter, check_out_dir, check_resumed, restore_training
+from trainer.checkpoint import CheckpointWriter, check_resumed, data_identity, restore_training
 from trainer.optim import divergence_fix, lr_at, make_optimizer, schedule_problem, set_lr
 from trainer.resources import check_corpus_fits, check_training_fits
 from trainer.runtime import Runtime, ranks_agree
-from trainer.start import model_before_fine_tuning, model_start
+from trainer.start import model_start
 
 
 @dataclass
@@ -95,41 +88,17 @@ class TrainState:
     eval_step: int | None = None  # step of the last evaluation: a resumed run does not repeat it
 
 
-class Stop(Exception):
-    """Raised inside the loop when a signal asked training to stop."""
-
-
 class StopSignals:
     """Ctrl-C, SIGTERM or SIGHUP (`cli.stop_signals`): finish the current step, save, stop. A second one stops
     at once."""
 
     def __init__(self) -> None:
         self.received: int | None = None
-        self._previous: dict[int, Any] = {}
 
-    def __enter__(self) -> StopSignals:
-        for sig in stop_signals():
-            self._previous[sig] = signal.signal(sig, self._handle)
-        return self
-
-    def _handle(self, signum, frame) -> None:
+    def __call__(self, signum, frame) -> None:
         if self.received is not None:
             raise KeyboardInterrupt
         self.received = signum
-
-    def __exit__(self, *exc) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-
-
-def data_identity(cfg: TrainConfig, data: Prepared) -> dict:
-    """What defines the data a run trains and validates on: the source text's sha256, how it was split and
-    tokenized, and where its prepared files are. A checkpoint records it; a resumed run must match it."""
-    meta = data.meta
-    return {"dataset": cfg.dataset, "source": meta.get("source"), "source_sha256": meta.get("source_sha256"),
-            # the tokenizer's name in the prepared folder's: a fine-tuned model's vocabulary has its own
-            "tokenizer": meta.get("vocabulary", cfg.tokenizer), "val_fraction": cfg.val_fraction,
-            "data_dir": cfg.data_dir, "folder": str(data.folder)}
 
 
 class Trainer:
@@ -163,9 +132,7 @@ class Trainer:
         read already). The trainer's `cfg` is `cfg` with the model keys of the model it trains (`trainer.start`)."""
         torch.manual_seed(cfg.seed + runtime.rank)
         path = Path(cfg.out_dir) / "ckpt.pt"
-        keeps_previous = not cfg.resume and path.is_file()   # looked at once: preparing data can take minutes
-        if runtime.is_main:
-            check_out_dir(path, keeps_previous=keeps_previous)
+        checkpoints = CheckpointWriter(path, resume=cfg.resume) if runtime.is_main else None
         check_corpus_fits(cfg)
         start = model_start(cfg, path, runtime.device, checkpoint)
         cfg = start.cfg
@@ -180,7 +147,7 @@ class Trainer:
         batches = Batches(data.splits(block), block, cfg.batch_size, runtime.device, cfg.seed, runtime.rank)
         resumed = start.checkpoint
         if resumed is not None:
-            check_resumed(cfg, resumed, path, data.tokenizer.to_meta(), data_identity(cfg, data), model_cfg)
+            check_resumed(cfg, resumed, path, data, model_cfg)
         model = (start.model if start.model is not None else GPT(model_cfg)).to(runtime.device)
         optimizer = make_optimizer(model, cfg, runtime.device)
         state = TrainState(run_name=cfg.run_name or f"{config_name}-{time.strftime('%Y%m%d-%H%M%S')}")
@@ -189,18 +156,28 @@ class Trainer:
             state = TrainState(run_name=cfg.run_name or resumed.get("run_name", state.run_name), step=resumed["step"],
                                best_val_loss=resumed["best_val_loss"],
                                eval_step=resumed.get("eval_step", resumed["step"]))
-        checkpoints = None
-        if runtime.is_main:
+        if checkpoints is not None:
+            checkpoints.saved_step = state.step if resumed is not None else None
             problem = schedule_problem(cfg, state.step)
             if problem is not None:
                 warn(problem)
-            checkpoints = CheckpointWriter(path, keep_previous=keeps_previous,
-                                           saved_step=state.step if resumed is not None else None)
         return cls(cfg, runtime, model, optimizer, batches, data=data, state=state, checkpoints=checkpoints)
 
     def model_before_fine_tuning(self) -> GPT | None:
-        """The model this run fine-tunes as it was before any step (`trainer.start.model_before_fine_tuning`)."""
-        return model_before_fine_tuning(self.cfg, self.model, self.state.step, self.runtime.device)
+        """The model this run fine-tunes as it was before any step, for the watch's second baseline; None for a run
+        from scratch. A resumed fine-tune reads it again from init_from; where that cannot be read now (the hub
+        offline, a folder moved), None, with a warning saying so."""
+        if not self.cfg.fine_tunes:
+            return None
+        if self.state.step == 0:
+            return self.model
+        try:
+            with torch.random.fork_rng(devices=[]):   # reading a gptwatch checkpoint builds a model from the seed
+                return load_model(identify(self.cfg.init_from), self.runtime.device,
+                                  block_size=self.model.config.block_size).model
+        except UserError as exc:
+            warn(f"the model before fine-tuning cannot be read again, so the head types are shown without it: {exc}")
+            return None
 
     @property
     def finished(self) -> bool:
@@ -261,11 +238,9 @@ class Trainer:
         try:
             self._emit("on_fit_start", self)
             self.train_model.train()
-            with StopSignals() as signals:
-                try:
-                    self._loop(signals, result, started)
-                except Stop:
-                    result.stopped_by = signals.received
+            signals = StopSignals()
+            with handling(signals, stop_signals()):
+                result.stopped_by = self._loop(signals, result, started)
             result.seconds = time.perf_counter() - started
             result.step, result.best_val_loss = self.state.step, self.state.best_val_loss
             self.save(final=True)
@@ -276,7 +251,8 @@ class Trainer:
             self._emit("on_exit", self)
         return result
 
-    def _loop(self, signals: StopSignals, result: FitResult, started: float) -> None:
+    def _loop(self, signals: StopSignals, result: FitResult, started: float) -> int | None:
+        """Steps to max_iters (None), or until a stop signal arrives (that signal)."""
         cfg, state = self.cfg, self.state
         while True:
             if (state.step % cfg.eval_interval == 0 or state.step == cfg.max_iters) and state.step != state.eval_step:
@@ -292,12 +268,12 @@ class Trainer:
             elif cfg.watch_interval and state.step % cfg.watch_interval == 0 and state.step != state.eval_step:
                 self._emit("on_watch", self, state.step)
             if state.step >= cfg.max_iters:
-                return
+                return None
             self._emit("on_step", self, self.step())
             if cfg.ckpt_interval and state.step % cfg.ckpt_interval == 0:
                 self.save()
             if signals.received is not None:
-                raise Stop
+                return signals.received
 
     # --- checkpoints -------------------------------------------------------------------------
 
@@ -339,8 +315,7 @@ class Trainer:
         return loss.item()
 
     @property
-    def _guess(self) -> float:
-        """The loss of guessing every token with equal probability: ln(vocabulary size)."""
+    def _guess(self) -> float:  # the loss of guessing every token with equal probability
         return math.log(self.model.config.vocab_size)
 
     def sane(self, loss: float) -> bool:
@@ -358,12 +333,8 @@ class Trainer:
             "step": self.state.step, "best_val_loss": self.state.best_val_loss, "run_name": self.state.run_name,
             "eval_step": self.state.eval_step,
             "rng": {"torch": torch.get_rng_state(), "batches": self.batches.state()},
-            "data": self.data_identity(),
+            "data": data_identity(self.cfg, self.data) if self.data is not None else None,
         }
-
-    def data_identity(self) -> dict | None:
-        """What defines the data this run trains and validates on (see `data_identity`)."""
-        return data_identity(self.cfg, self.data) if self.data is not None else None
 
     def _diverged(self, what: str, value: object) -> UserError:
         saved = self.checkpoints.saved_step if self.checkpoints is not None else None
