@@ -399,22 +399,27 @@ def test_sample_prints_the_head_types_and_their_json(trained, tmp_path):
     assert code == 0 and "L0H0 removed (mean-ablation)" in out
 
 
-def test_since_when_names_the_best_heads_own_first_step_not_an_earlier_heads():
+def test_since_when_names_the_best_heads_own_first_step_not_an_earlier_heads(monkeypatch):
     """In the induction demo a layer-1 head looks one token back for a while and loses it; the report's
     "since step" is when the previous-token head it lists first became one."""
     from types import SimpleNamespace
 
+    from watch import callback
     from watch.callback import AttentionWatch
 
     def reading(*typed):
         return SimpleNamespace(types={name: SimpleNamespace(kind=kind, name=name, score=score)
                                       for name, kind, score in typed})
 
+    def read(watched, step):   # each watch point reads `watched`: its passes are not what is tested here
+        monkeypatch.setattr(callback, "read_pass", lambda *args, **kwargs: watched)
+        return watch.read(None, None, step)
+
     watch = AttentionWatch(writer=None)
     watch.tokens_per_step = 100
-    watch._note_types(reading(("L1H0", "previous_token", 0.44)), 200)
-    watch._note_types(reading(("L1H0", None, 0.2), ("L0H1", "previous_token", 0.48)), 500)
-    end = reading(("L0H1", "previous_token", 0.79), ("L1H0", "previous_token", 0.41), ("L1H1", "induction", 0.8))
-    watch._note_types(end, 1500)
+    read(reading(("L1H0", "previous_token", 0.44)), 200)
+    read(reading(("L1H0", None, 0.2), ("L0H1", "previous_token", 0.48)), 500)
+    end = read(reading(("L0H1", "previous_token", 0.79), ("L1H0", "previous_token", 0.41), ("L1H1", "induction", 0.8)),
+               1500)
     assert watch.since(end) == {"previous_token": "L0H1 since step 500 (50,000 tokens)",
                                 "induction": "L1H1 since step 1,500 (150,000 tokens)"}

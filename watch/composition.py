@@ -120,52 +120,32 @@ def pair_name(source: str, target: str) -> str:
 
 @dataclass(frozen=True)
 class Composition:
-    """A model's composition scores, `scores[kind]` [layer_from, head_from, layer_to, head_to]."""
+    """A model's composition scores, `scores[kind]` [layer_from, head_from, layer_to, head_to], and `pairs[kind]`
+    the same for every pair whose target is in a later layer, by name ({"L0H1->L1H3": score}), sources in order."""
 
     scores: dict[str, torch.Tensor]
+    pairs: dict[str, dict[str, float]]
 
-    @property
-    def n_layer(self) -> int:
-        return next(iter(self.scores.values())).shape[0]
-
-    @property
-    def n_head(self) -> int:
-        return next(iter(self.scores.values())).shape[1]
-
-    def pairs(self) -> list[tuple[tuple[int, int], tuple[int, int]]]:
-        """Every (source, target) with the target in a later layer, sources first in order."""
-        L, H = self.n_layer, self.n_head
-        return [((a, h), (b, k)) for a in range(L) for h in range(H) for b in range(a + 1, L) for k in range(H)]
-
-    def score(self, kind: str, source: tuple[int, int], target: tuple[int, int]) -> float:
-        return float(self.scores[kind][source[0], source[1], target[0], target[1]])
-
-    def by_pair(self, kind: str) -> dict[str, float]:
-        """{"L0H1->L1H3": score, ...} for every pair, in `pairs` order."""
-        return {pair_name(head_name(*s), head_name(*t)): self.score(kind, s, t) for s, t in self.pairs()}
+    def best(self, kind: str) -> tuple[str, float]:
+        """The pair with the highest score (earliest first on ties)."""
+        pairs = self.pairs[kind]
+        name = max(pairs, key=pairs.get)
+        return name, pairs[name]
 
     def sources(self, kind: str, target: tuple[int, int]) -> list[tuple[str, float]]:
         """The heads `target` reads from, highest score first (earliest first on ties)."""
-        found = [(head_name(a, h), float(self.scores[kind][a, h, target[0], target[1]]))
-                 for a in range(target[0]) for h in range(self.n_head)]
+        layer, head = target
+        column = self.scores[kind][:layer, :, layer, head].tolist()                 # [layer_from][head_from]
+        found = [(head_name(a, h), value) for a, row in enumerate(column) for h, value in enumerate(row)]
         return sorted(found, key=lambda item: -item[1])
 
-    def grid(self, kind: str) -> tuple[torch.Tensor, list[str], list[str]]:
-        """(scores [writer, reader], writers, readers): a row per head of every layer but the last, a column
-        per head of every layer but the first; NaN where the reader is not in a later layer."""
-        L, H = self.n_layer, self.n_head
-        flat = self.scores[kind].reshape(L * H, L * H)[:(L - 1) * H, H:]
-        later = torch.arange(H, L * H)[None, :] // H > torch.arange((L - 1) * H)[:, None] // H
-        names = [head_name(layer, head) for layer in range(L) for head in range(H)]
-        return flat.where(later, float("nan")), names[:(L - 1) * H], names[H:]
 
-    def best(self, kind: str) -> tuple[str, float] | None:
-        """The pair with the highest score, or None in a one-layer model."""
-        scores = self.by_pair(kind)
-        if not scores:
-            return None
-        name = max(scores, key=scores.get)
-        return name, scores[name]
+def _by_pair(scores: torch.Tensor) -> dict[str, float]:
+    """{"L0H1->L1H3": score, ...} for every head and every head of a later layer, sources in order."""
+    n_layer, n_head = scores.shape[:2]
+    values = scores.tolist()
+    return {pair_name(head_name(a, h), head_name(b, k)): values[a][h][b][k]
+            for a in range(n_layer) for h in range(n_head) for b in range(a + 1, n_layer) for k in range(n_head)}
 
 
 def composition(model: nn.Module) -> Composition | None:
@@ -179,9 +159,10 @@ def composition(model: nn.Module) -> Composition | None:
     torch.set_num_threads(1)
     try:
         with torch.no_grad():
-            return Composition(composition_scores(model))
+            scores = composition_scores(model)
     finally:
         torch.set_num_threads(threads)
+    return Composition(scores, {kind: _by_pair(values) for kind, values in scores.items()})
 
 
 def composition_json(found: Composition | None, untrained: Composition | None) -> dict:
@@ -190,8 +171,7 @@ def composition_json(found: Composition | None, untrained: Composition | None) -
     are None and "composition_note" says why."""
     if found is None:
         return {"composition": None, "composition_untrained": None, "composition_note": ONE_LAYER_NOTE}
-    return {"composition": {kind: found.by_pair(kind) for kind in KINDS},
-            "composition_untrained": {kind: untrained.by_pair(kind) for kind in KINDS} if untrained else None}
+    return {"composition": found.pairs, "composition_untrained": untrained.pairs if untrained else None}
 
 
 def reads_from(found: Composition | None, untrained: Composition | None) -> dict:
@@ -199,12 +179,13 @@ def reads_from(found: Composition | None, untrained: Composition | None) -> dict
     reads from, highest first, as [name, score, the untrained model's score or None]."""
     if found is None:
         return {}
+    n_layer, n_head = found.scores["K"].shape[:2]
     out: dict[str, dict[str, list]] = {}
     for kind in KINDS:
-        before = untrained.by_pair(kind) if untrained is not None else {}
+        before = untrained.pairs[kind] if untrained is not None else {}
         heads = {}
-        for layer in range(1, found.n_layer):
-            for head in range(found.n_head):
+        for layer in range(1, n_layer):
+            for head in range(n_head):
                 target = head_name(layer, head)
                 heads[target] = [[source, round(value, 4), _rounded(before.get(pair_name(source, target)))]
                                  for source, value in found.sources(kind, (layer, head))]

@@ -64,11 +64,6 @@ def type_scores(results: Results) -> tuple[dict[str, torch.Tensor], torch.Tensor
     return out, found[1]
 
 
-def head_labels(types: dict[str, HeadType]) -> dict[str, str]:
-    """{"L1H3": "induction", ...} for the heads that have a type."""
-    return {name: LABELS[t.kind] for name, t in types.items() if t.kind}
-
-
 @dataclass
 class HeadType:
     name: str                   # "L1H3"

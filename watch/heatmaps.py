@@ -26,6 +26,7 @@ from PIL import Image, ImageDraw, ImageFont
 from files import replace_file
 from watch.composition import KINDS, Composition
 from watch.heads import display_token, head_name
+from watch.reading import Reading
 
 ANNOTATE_MAX_TOKENS = 16   # beyond this, numbers in cells no longer fit
 LABEL_MAX_TOKENS = 64      # beyond this, only every n-th token is labelled
@@ -57,6 +58,12 @@ def colours(values: np.ndarray) -> np.ndarray:
     out = LUT[index]
     out[np.isnan(values)] = FUTURE
     return out
+
+
+def _cells(values: np.ndarray, cell: int) -> np.ndarray:
+    """Weights [rows, columns] as RGB pixels, each a square of `cell` pixels (np.repeat: np.kron, which multiplies
+    every pixel by one, took a fifth of an evaluation's drawing)."""
+    return colours(values).repeat(cell, axis=0).repeat(cell, axis=1)
 
 
 def _as_array(pattern: torch.Tensor | np.ndarray) -> np.ndarray:
@@ -179,8 +186,7 @@ class HeatmapCanvas:
         for panel, (pattern, title) in enumerate(zip(patterns, titles, strict=True)):
             values = _matrix(pattern, n)
             x0, y0 = self._origin(panel)
-            cells = np.kron(colours(values), np.ones((self.cell, self.cell, 1), dtype=np.uint8))
-            image.paste(Image.fromarray(cells), (x0, y0))
+            image.paste(Image.fromarray(_cells(values, self.cell)), (x0, y0))
             draw.text((x0 + self.side // 2, y0 - 6), title, fill=INK, font=title_font, anchor="md")
             numbers = {}
             if n <= ANNOTATE_MAX_TOKENS:
@@ -262,41 +268,46 @@ def unique_slugs(sentences: Sequence[str]) -> list[str]:
 
 
 class SentenceHeatmaps:
-    """The heatmaps of a run's watched sentences at each evaluation: per sentence, one image per
-    layer with every head, and the best head alone when there is one. Each canvas is made at the
-    first evaluation and drawn again with new weights at the later ones; each image comes back as a
-    (tag, RGB array) pair for TensorBoard."""
+    """What an evaluation draws for TensorBoard, each image a (tag, RGB array) pair: per watched sentence, one
+    image per layer with every head, and the best pronoun head alone when there is one; then the composition
+    matrix. Each canvas is made at the first evaluation and drawn again with new weights at the later ones.
+    `highlights` outlines a query row of a sentence (by its text)."""
 
-    def __init__(self) -> None:
+    def __init__(self, texts: Sequence[str] = (), tokens: Sequence[Sequence[str]] = (),
+                 highlights: dict[str, int] | None = None) -> None:
+        self.sentences = list(zip(unique_slugs(texts), texts, tokens, strict=True))
+        self.highlights = highlights or {}
         self.canvases: dict[str, HeatmapCanvas] = {}
 
-    def images(self, step: int, texts: Sequence[str], tokens: Sequence[Sequence[str]],
-               patterns: Sequence[Sequence[torch.Tensor]], best: tuple[str, int, int, str] | None = None,
-               highlights: dict[str, int] | None = None) -> list[tuple[str, np.ndarray]]:
-        """`patterns[sentence][layer]` [head, query_pos, key_pos]; `best` (name, layer, head, title) marks
-        a head and draws it alone; `highlights` outlines a query row of a sentence (by its text)."""
+    def images(self, step: int, reading: Reading) -> list[tuple[str, np.ndarray]]:
+        """The images of a pass's reading: `reading.results.patterns[sentence][layer]` [head, query_pos, key_pos]
+        for the sentences, and `reading.composition` beside the untrained model's."""
         out = []
-        for slug, text, toks, layers in zip(unique_slugs(texts), texts, tokens, patterns, strict=True):
-            highlight = (highlights or {}).get(text)
+        best = reading.pronouns.best if reading.pronouns is not None else None
+        for (slug, text, tokens), layers in zip(self.sentences, reading.results.patterns, strict=True):
             for layer, pattern in enumerate(layers):
                 tag, n_head = f"attention/{slug}/layer{layer}", pattern.shape[0]
-                canvas = self._canvas(tag, toks, n_head, highlight)
-                out.append((tag, canvas.draw(list(pattern), head_titles(layer, n_head, best[0] if best else None),
-                                             f"layer {layer}, step {step}")))
+                titles = head_titles(layer, n_head, best.name if best else None)
+                out.append((tag, self._canvas(tag, text, tokens, n_head).draw(list(pattern), titles,
+                                                                              f"layer {layer}, step {step}")))
             if best is not None:
-                name, layer, head, title = best
                 tag = f"attention/{slug}/best_head"
-                canvas = self._canvas(tag, toks, 1, highlight)
-                out.append((tag, canvas.draw([layers[layer][head]], [f"{title}, step {step}"])))
+                title = f"best head {best.name} (referent {best.referent:.2f}), step {step}"
+                out.append((tag, self._canvas(tag, text, tokens, 1).draw([layers[best.layer][best.head]], [title])))
+        if reading.composition is not None:
+            title = f"composition at step {step}"
+            if reading.untrained is not None:
+                highest = (max(reading.untrained.composition.pairs[kind].values()) for kind in KINDS)
+                title += "; the untrained model's highest: " + ", ".join(
+                    f"{kind} {value:.2f}" for kind, value in zip(KINDS, highest, strict=True))
+            out.append(("composition/matrix", composition_image(reading.composition, title)))
         return out
 
-    def _canvas(self, tag: str, tokens: Sequence[str], n_panels: int, highlight: int | None) -> HeatmapCanvas:
-        """The canvas kept for `tag` when it still fits these tokens, else a new one (kept). (A tag
-        names one sentence, and its highlight comes from the sentence.)"""
-        canvas = self.canvases.get(tag)
-        if canvas is None or canvas.tokens != list(tokens) or canvas.n_panels != n_panels:
-            canvas = self.canvases[tag] = HeatmapCanvas(tokens, n_panels, highlight_query=highlight)
-        return canvas
+    def _canvas(self, tag: str, text: str, tokens: Sequence[str], n_panels: int) -> HeatmapCanvas:
+        """The canvas kept for `tag` (a tag names one sentence and one layer, or its best head), made on first use."""
+        if tag not in self.canvases:
+            self.canvases[tag] = HeatmapCanvas(tokens, n_panels, highlight_query=self.highlights.get(text))
+        return self.canvases[tag]
 
 
 def save_png(image: np.ndarray, path: str | Path) -> Path:
@@ -329,7 +340,7 @@ def grid_image(panels: Sequence[np.ndarray], titles: Sequence[str], row_labels: 
     number_font = font(11)
     for n, (values, title) in enumerate(zip(panels, titles, strict=True)):
         x0, y0 = n * panel_w + left, top + title_h
-        image.paste(Image.fromarray(np.kron(colours(values), np.ones((cell, cell, 1), dtype=np.uint8))), (x0, y0))
+        image.paste(Image.fromarray(_cells(values, cell)), (x0, y0))
         draw.text((x0 + n_cols * cell // 2, y0 - 6), title, fill=INK, font=title_font, anchor="md")
         for r, text in enumerate(row_labels):
             draw.text((x0 - 4, y0 + r * cell + cell // 2), text, fill=INK, font=label_font, anchor="rm")
@@ -357,9 +368,13 @@ def grid_image(panels: Sequence[np.ndarray], titles: Sequence[str], row_labels: 
 
 def composition_image(found: Composition, title: str) -> np.ndarray:
     """The Q-, K- and V-composition of every pair of heads (watch/composition.py), a panel each: what the
-    head of a row writes, read by the head of a column."""
-    grids = [found.grid(kind) for kind in KINDS]
-    _, writers, readers = grids[0]
-    return grid_image([grid.numpy() for grid, _, _ in grids], [f"{kind}-composition" for kind in KINDS], writers,
-                      readers, rows_name="writes", columns_name="reads", scale_name="composition score",
-                      suptitle=title)
+    head of a row (every layer but the last) writes, read by the head of a column (every layer but the first);
+    blank where the reader is not in a later layer."""
+    n_layer, n_head = found.scores["K"].shape[:2]
+    writers, readers = (n_layer - 1) * n_head, n_layer * n_head
+    later = torch.arange(n_head, readers)[None, :] // n_head > torch.arange(writers)[:, None] // n_head
+    panels = [found.scores[kind].reshape(readers, readers)[:writers, n_head:].where(later, float("nan")).numpy()
+              for kind in KINDS]
+    names = [head_name(layer, head) for layer in range(n_layer) for head in range(n_head)]
+    return grid_image(panels, [f"{kind}-composition" for kind in KINDS], names[:writers], names[n_head:],
+                      rows_name="writes", columns_name="reads", scale_name="composition score", suptitle=title)

@@ -16,16 +16,15 @@ from files import NotParsed, inside_name, is_whole_number, parse_int, quoted, re
 from model.ablation import Ablation
 from watch.ablation import head_means, proofs
 from watch.capture import capture_attention
-from watch.composition import composition, composition_json, reads_from
+from watch.composition import composition_json, reads_from
 from watch.heads import ablation_names, default_query, display_token, focused_head, head_name
-from watch.headtypes import CONTEXT_NUMBERS, LABELS, TYPE_SETS, head_labels
+from watch.headtypes import CONTEXT_NUMBERS, LABELS
 from watch.heatmaps import head_image, layer_image, save_png, sentence_slug
 from watch.page import attention_page, sentence_view, write_page
-from watch.pipeline import untrained_like
 from watch.probesets import NO_TEXT, PRONOUN, REPEATED_MIN_LENGTH, TEXT, ProbeSets, pronoun_probes, watch_sets
 from watch.pronouns import json_number
-from watch.reading import Reading, read_pass
-from watch.report import ablation_line, composition_lines, head_table, top_attended, type_report
+from watch.reading import Reading, read_pass, untrained_reading
+from watch.report import ablation_line, composition_lines, head_table, top_attended, type_labels, type_report
 from watch.tensorboard import TensorBoardWriter
 
 
@@ -67,12 +66,10 @@ def show_attention(model, tokenizer, checkpoint: dict, args: argparse.Namespace,
         view = sentence_view(text, tokens, patterns, query=query)
         step = f" at step {checkpoint['step']}" if "step" in checkpoint else ""
         ablated = f", with {', '.join(ablation_names(ablate))} ablated" if ablate else ""
-        sets = checkpoint_sets(model, tokenizer, checkpoint, None)
-        fresh = untrained_like(model, training_seed(checkpoint))
-        untrained = read_pass(fresh, sets, kinds=TYPE_SETS)
-        labels = head_labels(read_pass(model, sets, untrained=untrained).types)
-        page = write_page(args.html, attention_page([view], f"Attention of {args.out_dir}{step}{ablated}", labels,
-                                                    reads_from(composition(model), composition(fresh))))
+        reading = checkpoint_reading(model, checkpoint_sets(model, tokenizer, checkpoint, None), checkpoint)
+        page = write_page(args.html, attention_page([view], f"Attention of {args.out_dir}{step}{ablated}",
+                                                    type_labels(reading), reads_from(reading.composition,
+                                                                                     reading.untrained.composition)))
     if args.json:
         print(json.dumps(_finite({
             "text": text, "tokens": tokens, "query_pos": query, "focused_head": head_name(layer, head),
@@ -175,6 +172,13 @@ def training_seed(checkpoint: dict) -> int:
     return seed if type(seed) is int else 1337
 
 
+def checkpoint_reading(model, sets: ProbeSets, checkpoint: dict, ablate: Ablation | None = None) -> Reading:
+    """`model` (`ablate`'s heads removed) read on `sets` against the untrained model its run started from, with
+    the composition of both."""
+    untrained = untrained_reading(model, sets, training_seed(checkpoint))
+    return read_pass(model, sets, untrained=untrained, ablate=ablate, compose=True)
+
+
 def checkpoint_sets(model, tokenizer, checkpoint: dict, text_file: str | None) -> ProbeSets:
     """The probe sets a checkpoint is scored on: repeated random tokens, and held-out text from
     `text_file`, else from the val split of the run's prepared data when it is still on disk."""
@@ -228,20 +232,18 @@ def show_heads(model, tokenizer, checkpoint: dict, args: argparse.Namespace, abl
                          f"none: {why}; use --ablation=zero{longer}")
     if ablate and args.ablation == "mean":
         ablate = Ablation(ablate.heads, head_means(model, sets.get(TEXT)))
-    fresh = untrained_like(model, training_seed(checkpoint))
-    untrained = read_pass(fresh, sets, kinds=TYPE_SETS)
-    reading = read_pass(model, sets, untrained=untrained, ablate=ablate)
+    reading = checkpoint_reading(model, sets, checkpoint, ablate)   # the composition: of the weights, as they are
     found = proofs(model, sets, reading, args.ablation) if not ablate else []
-    composed, composed_before = composition(model), composition(fresh)   # of the weights: --ablate leaves them
     if args.json:
         print(json.dumps({**heads_json(reading, found, args.ablation, sets),
-                          **_finite(composition_json(composed, composed_before))}, allow_nan=False))
+                          **_finite(composition_json(reading.composition, reading.untrained.composition))},
+                         allow_nan=False))
         return
     about = "; ".join(s.about for s in sets.sets.values())
     removed = f", with {', '.join(reading.results.ablated)} removed ({args.ablation}-ablation)" if ablate else ""
     print(f"head types of {args.out_dir}{removed} ({about}); the untrained model's scores in brackets:")
     print(type_report(reading, list(sets.missing.values()), found))
-    print(composition_lines(composed, composed_before, reading.types))
+    print(composition_lines(reading))
 
 
 def heads_json(reading: Reading, found: list, mode: str, sets: ProbeSets) -> dict:

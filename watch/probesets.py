@@ -100,18 +100,18 @@ class ProbeSets:
         return self.sets.get(kind)
 
     def quick(self) -> ProbeSets:
-        """These sets with the held-out text cut to its first QUICK_WINDOWS windows, or as many pairs as hold
-        QUICK_TOKENS tokens when that is fewer: what a pass every few steps reads, as cheap as ever. Its head
-        scores are close to the whole set's; its in-context score is too rough to report
-        (`watch.callback.ROUGH_WHEN_QUICK`)."""
-        text = self.sets.get(TEXT)
-        if text is None:
-            return self
-        fit = min(QUICK_WINDOWS, QUICK_TOKENS // len(text.ids[0]))
-        keep = max(text.group, min(len(text), fit // text.group * text.group))
-        cut = ProbeSet(TEXT, text.ids[:keep], text.items[:keep], all_logits=True, group=text.group,
-                       about=f"{keep} of {text.about}")
-        return ProbeSets({**self.sets, TEXT: cut}, dict(self.missing))
+        """What a pass every few steps reads, as cheap as ever: these sets without the sentences (their heatmaps
+        are drawn at evaluations), the held-out text cut to its first QUICK_WINDOWS windows, or as many pairs as
+        hold QUICK_TOKENS tokens when that is fewer. Its head scores are close to the whole set's; its in-context
+        score is too rough to report (`watch.callback.ROUGH_WHEN_QUICK`)."""
+        sets = {kind: s for kind, s in self.sets.items() if kind != SENTENCES}
+        text = sets.get(TEXT)
+        if text is not None:
+            fit = min(QUICK_WINDOWS, QUICK_TOKENS // len(text.ids[0]))
+            keep = max(text.group, min(len(text), fit // text.group * text.group))
+            sets[TEXT] = ProbeSet(TEXT, text.ids[:keep], text.items[:keep], all_logits=True, group=text.group,
+                                  about=f"{keep} of {text.about}")
+        return ProbeSets(sets, dict(self.missing))
 
 
 # --- probes and agreement contexts from files -------------------------------------------------------

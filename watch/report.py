@@ -11,9 +11,9 @@ import numpy as np
 import torch
 
 from watch.ablation import AblationResult
-from watch.composition import KINDS, ONE_LAYER_NOTE, Composition, pair_name
+from watch.composition import KINDS, ONE_LAYER_NOTE, pair_name
 from watch.heads import display_token, head_name
-from watch.headtypes import LABELS, MEANINGS, RULE, TYPES, HeadType, needed
+from watch.headtypes import LABELS, MEANINGS, RULE, TYPES, needed
 from watch.pipeline import Results
 from watch.probesets import icl_positions
 from watch.pronouns import HeadStats, ProbeReport
@@ -392,24 +392,84 @@ def agreement_lines(reading: Reading, ablations: Sequence[AblationResult]) -> st
     return "\n".join(lines)
 
 
+# --- what fine-tuning changed ---------------------------------------------------------------------
+
+def _label(kind: str | None) -> str:
+    return LABELS[kind] if kind else "-"
+
+
+def changed_heads(reading: Reading) -> list[str]:
+    """The heads whose type fine-tuning changed (gained, lost or another), in layer order."""
+    return [name for name, head in reading.types.items() if head.kind != reading.before.types[name].kind]
+
+
+def before_table(reading: Reading, *, markdown: bool = False) -> str:
+    """The heads with a type before fine-tuning or now (changed ones marked): each type before and now, and each
+    type score as "before -> now"; "" when no head has a type, before or now."""
+    before = reading.before
+    kinds = [kind for kind in TYPES if kind in reading.type_scores and kind in before.type_scores]
+    changed = set(changed_heads(reading))
+    rows, marked = [], []
+    for name, head in reading.types.items():
+        was = before.types[name].kind
+        if head.kind is None and was is None:
+            continue
+        if name in changed:
+            marked.append(len(rows))
+        scores = [f"{float(before.type_scores[kind][head.layer, head.head]):.2f} -> "
+                  f"{float(reading.type_scores[kind][head.layer, head.head]):.2f}" for kind in kinds]
+        rows.append([name, _label(was), _label(head.kind), *scores])
+    if not rows:
+        return ""
+    columns = ("head", "before fine-tuning", "now", *(LABELS[kind] for kind in kinds))
+    return "\n".join(_table(columns, rows, markdown, marked=marked, text_columns=(0, 1, 2)))
+
+
+def changes_line(reading: Reading) -> str:
+    """Which heads' types fine-tuning changed, in one line."""
+    changed = changed_heads(reading)
+    if not changed:
+        typed = sum(head.kind is not None for head in reading.types.values())
+        return f"fine-tuning changed no head's type ({typed} of {len(reading.types)} heads have one)"
+    shown = ", ".join(f"{name} {_label(reading.before.types[name].kind)} -> {_label(reading.types[name].kind)}"
+                      for name in changed[:8])
+    more = f" and {len(changed) - 8} more" if len(changed) > 8 else ""
+    return f"fine-tuning changed the type of {len(changed)} of {len(reading.types)} heads: {shown}{more}"
+
+
+def type_labels(reading: Reading) -> dict[str, str]:
+    """The attention page's head labels: {"L1H3": "induction"} for each head with a type, and for a fine-tune,
+    where fine-tuning changed it, what it was ("induction (before fine-tuning: -)")."""
+    labels = {}
+    for name, head in reading.types.items():
+        was = reading.before.types[name].kind if reading.before is not None else head.kind
+        if head.kind != was:
+            labels[name] = f"{_label(head.kind)} (before fine-tuning: {_label(was)})"
+        elif head.kind:
+            labels[name] = LABELS[head.kind]
+    return labels
+
+
 # --- composition ------------------------------------------------------------------------------------
 
 COMPOSITION_TOP = 3   # pairs shown per kind; the JSON and TensorBoard have them all
 
 
-def composition_lines(found: Composition | None, untrained: Composition | None, types: dict[str, HeadType]) -> str:
+def composition_lines(reading: Reading) -> str:
     """Per kind the pairs that compose most, the untrained model's score in brackets, then where each
     induction head's keys read from; one line for a one-layer model."""
+    found, types = reading.composition, reading.types
     if found is None:
         return ONE_LAYER_NOTE
+    untrained = reading.untrained.composition if reading.untrained is not None else None
     lines = [f"composition of the weights (Elhage et al. 2021), the {COMPOSITION_TOP} highest pairs of each kind; "
              f"the untrained model's in brackets:"]
     for kind in KINDS:
-        before = untrained.by_pair(kind) if untrained is not None else {}
-        top = sorted(found.by_pair(kind).items(), key=lambda item: -item[1])[:COMPOSITION_TOP]
+        before = untrained.pairs[kind] if untrained is not None else {}
+        top = sorted(found.pairs[kind].items(), key=lambda item: -item[1])[:COMPOSITION_TOP]
         shown = [f"{name} {value:.2f}" + (f" ({before[name]:.2f})" if name in before else "") for name, value in top]
         lines.append(f"  {kind}: " + ", ".join(shown))
-    before = untrained.by_pair("K") if untrained is not None else {}
+    before = untrained.pairs["K"] if untrained is not None else {}
     for head in (t for t in types.values() if t.kind == "induction"):
         source, value = found.sources("K", (head.layer, head.head))[0]
         kind = types[source].kind if source in types else None
