@@ -439,7 +439,8 @@ def test_sentence_heatmaps_reuse_their_figures_between_steps():
     model = tiny_model(vocab_size=tokenizer.vocab_size, block_size=8, n_embd=8, seed=None).train()
     texts = ["abc", "cab a", "abc "]   # "abc " has the same slug as "abc": a tag of its own, and its own size
     sets = ProbeSets({SENTENCES: sentences(texts, tokenizer, 8)})
-    heatmaps = SentenceHeatmaps(texts, [tokenizer.token_strings(ids) for ids in sets.get(SENTENCES).ids])
+    shown = [(text, tokenizer.token_strings(ids)) for text, ids in zip(texts, sets.get(SENTENCES).ids, strict=True)]
+    heatmaps = SentenceHeatmaps(shown)
 
     def images(step):
         reading = read_pass(model, sets)
@@ -477,7 +478,7 @@ def test_a_pass_is_written_as_scalars_images_and_text(tmp_path):
     writer = SummaryWriter(str(tmp_path))
     log_scores(writer, 7, reading)
     log_tables(writer, 7, reading)
-    log_images(writer, 7, SentenceHeatmaps([text], [tokenizer.token_strings(ids)]).images(7, reading))
+    log_images(writer, 7, SentenceHeatmaps([(text, tokenizer.token_strings(ids))]).images(7, reading))
     writer.close()
     assert report.n_probes == 1
 

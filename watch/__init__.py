@@ -9,12 +9,13 @@ Each module has one job:
 - `scores`: every score, a registered function of a capture; `pipeline`: the pass and its results;
 - `headtypes`: what kind of head each head became, against the untrained model;
 - `pronouns`: the pronoun head table and agreement;
-- `reading`: a pass read once (its pronoun table, agreement and head types), for every reader;
+- `reading`: a pass read once (its pronoun table, agreement, head types and composition, and the
+  baselines it is read against: the untrained model, a fine-tune's model before fine-tuning), for every reader;
 - `ablation`: what removing heads costs (zero- and mean-ablation), proof by ablation;
 - `composition`: how heads compose (Q-, K- and V-composition), from the weights alone;
 - `heads`: head names ("L1H3"), the heads to remove by name, and token labels for every view;
 - `report`: the tables and lines, for a terminal or as Markdown;
-- `heatmaps`: labelled heatmaps; `tensorboard`: all of it in TensorBoard, with the Custom
+- `heatmaps`: labelled heatmaps, and what an evaluation draws; `tensorboard`: all of it in TensorBoard, with the Custom
   Scalars charts that put every head on one axis;
 - `page`: an offline HTML page to click through where each head looks;
 - `callback`: the training callback that watches a model as it trains;

@@ -6,10 +6,10 @@ attention, and this package needs nothing from the trainer: it reads `trainer.mo
 `trainer.tokenizer`, `trainer.data` (the prepared corpus) and `trainer.cfg.seed`, and, for a fine-tune, the
 model before fine-tuning that `trainer.model_before_fine_tuning()` gives.
 
-At every watch point one pass (`watch/pipeline.py`) captures each probe set once and every score
-is read from it, and the composition of every pair of heads is read from the weights; the watch only
-decides what to do with the results: scalars every `watch_interval` steps; at evaluations also the
-tables, the heatmaps (the composition matrix among them) and, with agreement contexts,
+At every watch point one pass (`watch/pipeline.py`) captures each probe set once, and its one `Reading`
+(`watch/reading.py`) holds every score, how every pair of heads composes and the baselines they are read
+against; the watch only decides what to show of it: scalars every `watch_interval` steps; at evaluations
+also the tables, the heatmaps (the composition matrix among them) and, with agreement contexts,
 what removing the agreement heads costs; at the end of a completed run the report on the terminal,
 the proof by ablation, TensorBoard's HParams and the offline attention page.
 """
@@ -27,7 +27,7 @@ from cli import UserError, warn
 from watch.ablation import DEFAULT_MODE, AblationResult, agreement_ablations, best_pronoun_proof, proofs
 from watch.composition import reads_from
 from watch.heads import last_pronoun_pos
-from watch.headtypes import TYPE_SETS
+from watch.headtypes import TYPE_SETS, heads_of
 from watch.heatmaps import SentenceHeatmaps
 from watch.page import SentenceView, attention_page, sentence_view, write_page
 from watch.probesets import PRONOUN, SENTENCES, ProbeSets, held_out_sentences, watch_sets
@@ -63,7 +63,7 @@ class AttentionWatch:
         self.ablation = ablation
         self.sets = ProbeSets()
         self.quick = self.sets     # what a pass every watch_interval steps reads (`ProbeSets.quick`)
-        self.tokenizer = None
+        self.shown: list[tuple[str, list[str]]] = []   # the watched sentences as shown: (text, its tokens)
         self.tokens_per_step = 0
         self.first_typed: dict[tuple[str, str], int] = {}   # (type, head) -> the first step it had it
         self.untrained: Reading | None = None
@@ -77,7 +77,6 @@ class AttentionWatch:
         untrained model's reading (the same config from the run's seed), which the head types are measured
         against; the Custom Scalars charts."""
         model, data = trainer.model, trainer.data
-        self.tokenizer = trainer.tokenizer
         self.tokens_per_step = getattr(trainer, "tokens_per_step", 0)
         val = data.tokens("val") if data is not None else None
         if not self.texts and val is not None:
@@ -87,9 +86,12 @@ class AttentionWatch:
                                text=val, probes=self.probes, agreement=self.agreement, texts=self.texts)
         self.quick = self.sets.quick()
         sentences, probes = self.sets.get(SENTENCES), self.sets.get(PRONOUN)
-        if sentences is not None:   # a watched sentence that is a probe has its pronoun's row outlined
-            rows = {item.probe.text: item.pronoun_pos for item in probes.items} if probes is not None else {}
-            self.heatmaps = SentenceHeatmaps(sentences.items, map(trainer.tokenizer.token_strings, sentences.ids), rows)
+        if sentences is not None:
+            self.shown = [(text, trainer.tokenizer.token_strings(ids))
+                          for text, ids in zip(sentences.items, sentences.ids, strict=True)]
+        # A watched sentence that is a probe has its pronoun's row outlined.
+        rows = {item.probe.text: item.pronoun_pos for item in probes.items} if probes is not None else {}
+        self.heatmaps = SentenceHeatmaps(self.shown, rows)
         self.untrained = untrained_reading(model, self.sets, trainer.cfg.seed)
         # A fine-tune: the model before fine-tuning is a second baseline, read once. Before any step it is the
         # model itself, which the evaluation at step 0 reads next.
@@ -122,7 +124,7 @@ class AttentionWatch:
         looks one token back for a while before its layer-0 partner takes over), so the step is the head's."""
         out = {}
         for kind in {t.kind for t in reading.types.values() if t.kind}:
-            best = max((t for t in reading.types.values() if t.kind == kind), key=lambda t: t.score or 0.0)
+            best = heads_of(reading.types, kind)[0]
             step = self.first_typed.get((kind, best.name))
             if step is not None:
                 tokens = f" ({step * self.tokens_per_step:,} tokens)" if self.tokens_per_step else ""
@@ -206,17 +208,12 @@ class AttentionWatch:
 
     def views(self, reading: Reading) -> list[SentenceView]:
         """The watched sentences with their patterns, for the page, the best pronoun head marked."""
-        sentences = self.sets.get(SENTENCES)
-        if sentences is None:
-            return []
         report = reading.pronouns
-        views = []
-        for text, ids, patterns in zip(sentences.items, sentences.ids, reading.results.patterns, strict=True):
-            marked = {} if report is None else {"best": (report.best.layer, report.best.head), "note": (
-                f"best head on {report.n_probes} probes (referent {report.best.referent:.2f}, "
-                f"top-1 {100 * report.best.top1:.0f}%)")}
-            views.append(sentence_view(text, self.tokenizer.token_strings(ids), patterns, **marked))
-        return views
+        marked = {} if report is None else {"best": (report.best.layer, report.best.head), "note": (
+            f"best head on {report.n_probes} probes (referent {report.best.referent:.2f}, "
+            f"top-1 {100 * report.best.top1:.0f}%)")}
+        return [sentence_view(text, tokens, patterns, **marked)
+                for (text, tokens), patterns in zip(self.shown, reading.results.patterns, strict=True)]
 
 
 def type_metrics(reading: Reading) -> dict[str, float]:

@@ -100,7 +100,6 @@ def needed(untrained: float | None) -> float:
     return max(TYPE_MIN, TYPE_RATIO * untrained) if untrained is not None else TYPE_MIN
 
 
-def heads_of(types: dict[str, HeadType], kind: str) -> list[str]:
-    """The heads of one type, highest score first."""
-    found = [t for t in types.values() if t.kind == kind]
-    return [t.name for t in sorted(found, key=lambda t: -(t.score or 0.0))]
+def heads_of(types: dict[str, HeadType], kind: str) -> list[HeadType]:
+    """The heads of one type, highest score first (earliest first on ties)."""
+    return sorted((t for t in types.values() if t.kind == kind), key=lambda t: -(t.score or 0.0))

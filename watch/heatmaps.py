@@ -273,9 +273,11 @@ class SentenceHeatmaps:
     matrix. Each canvas is made at the first evaluation and drawn again with new weights at the later ones.
     `highlights` outlines a query row of a sentence (by its text)."""
 
-    def __init__(self, texts: Sequence[str] = (), tokens: Sequence[Sequence[str]] = (),
+    def __init__(self, sentences: Sequence[tuple[str, Sequence[str]]] = (),
                  highlights: dict[str, int] | None = None) -> None:
-        self.sentences = list(zip(unique_slugs(texts), texts, tokens, strict=True))
+        """`sentences`: (text, its tokens) for each watched sentence."""
+        slugs = unique_slugs([text for text, _ in sentences])
+        self.sentences = [(slug, text, tokens) for slug, (text, tokens) in zip(slugs, sentences, strict=True)]
         self.highlights = highlights or {}
         self.canvases: dict[str, HeatmapCanvas] = {}
 
@@ -297,9 +299,9 @@ class SentenceHeatmaps:
         if reading.composition is not None:
             title = f"composition at step {step}"
             if reading.untrained is not None:
-                highest = (max(reading.untrained.composition.pairs[kind].values()) for kind in KINDS)
-                title += "; the untrained model's highest: " + ", ".join(
-                    f"{kind} {value:.2f}" for kind, value in zip(KINDS, highest, strict=True))
+                untrained = reading.untrained.composition.pairs
+                highest = ", ".join(f"{kind} {max(untrained[kind].values()):.2f}" for kind in KINDS)
+                title += f"; the untrained model's highest: {highest}"
             out.append(("composition/matrix", composition_image(reading.composition, title)))
         return out
 

@@ -1,7 +1,8 @@
 """Text views of what the heads do, for a terminal or as Markdown for TensorBoard: the head-type
 table (every head's type scores beside its untrained ones), the pronoun head table with the line
-of baselines under it, what removing heads costs, pronoun agreement, and what a query attends to
-most. Each reads a pass's `Reading` (`watch/reading.py`); token labels come from `watch/heads.py`."""
+of baselines under it, what removing heads costs, pronoun agreement, what a query attends to
+most, what fine-tuning changed and how the heads compose. Each reads a pass's `Reading`
+(`watch/reading.py`); token labels come from `watch/heads.py`."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """What a watch pass found, in TensorBoard: every head's scores as scalars (head types, pronoun
 probes, agreement), the tables as text, heatmap images of the watched sentences, and the Custom
 Scalars charts that put every head on one axis; beside them, how every pair of heads composes
-(`watch/composition.py`). Nothing here runs the model: it writes what a pass's `Reading`
-(`watch/reading.py`) says, the composition scores and what `watch/heatmaps.py` drew.
+(`watch/composition.py`), and for a fine-tune the model before fine-tuning. Nothing here runs the model:
+it writes what a pass's `Reading` (`watch/reading.py`) says and what `watch/heatmaps.py` drew.
 
 The writer is duck-typed (`add_image`, `add_scalar`, `add_text`, `add_custom_scalars`),
 so a `torch.utils.tensorboard.SummaryWriter` or anything like it will do.
@@ -232,10 +232,8 @@ def _log_pronouns(writer: Any, step: int, reading: Reading) -> None:
     report = reading.pronouns
     if report is None:
         return
-    for name, stats in report.heads.items():
-        writer.add_scalar(f"attention/referent/{name}", stats.referent, step)
-        writer.add_scalar(f"attention/distractor/{name}", stats.distractor, step)
-        writer.add_scalar(f"attention/top1/{name}", stats.top1, step)
+    for score in ("referent", "distractor", "top1"):
+        _log_heads(writer, step, f"attention/{score}", reading.results.heads[score])
     best = report.best
     scalars = {
         "attention/referent/best": best.referent,
