@@ -192,8 +192,7 @@ class AttentionWatch:
         if reading.types:
             about = "; ".join(s.about for kind, s in self.sets.sets.items() if kind in TYPE_SETS)
             print(f"\nhead types ({about}); the untrained model's scores in brackets:")
-            print(type_report(reading, list(self.sets.missing.values()), [p for p in found if p is not removed],
-                              self.since(reading)))
+            print(type_report(reading, [p for p in found if p is not removed], self.since(reading)))
             metrics.update(type_metrics(reading))
         if reading.before is not None and reading.types:
             table = before_table(reading)

@@ -242,7 +242,7 @@ def show_heads(model, tokenizer, checkpoint: dict, args: argparse.Namespace, abl
     about = "; ".join(s.about for s in sets.sets.values())
     removed = f", with {', '.join(reading.results.ablated)} removed ({args.ablation}-ablation)" if ablate else ""
     print(f"head types of {args.out_dir}{removed} ({about}); the untrained model's scores in brackets:")
-    print(type_report(reading, list(sets.missing.values()), found))
+    print(type_report(reading, found))
     print(composition_lines(reading))
 
 

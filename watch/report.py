@@ -77,10 +77,12 @@ def summary_line(report: ProbeReport) -> str:
     return "; ".join(parts)
 
 
+CONTINUATION = "the continuation accuracy after the pronoun"
+
+
 def ablation_line(before: float, after: float, heads: Sequence[str]) -> str:
     """What removing `heads` does to the continuation accuracy, in one line."""
-    return (f"removing {names(heads)} takes the continuation accuracy after the pronoun from {before:.3f} to "
-            f"{after:.3f} ({100 * (after - before):+.1f} points)")
+    return f"removing {names(heads)} {_points(CONTINUATION, before, after)}"
 
 
 def names(heads: Sequence[str]) -> str:
@@ -139,7 +141,7 @@ def type_table(reading: Reading, *, markdown: bool = False) -> str:
     for name, head_type in reading.types.items():
         layer, head = head_type.layer, head_type.head
         broad = reading.results.head("broad", layer, head)
-        rows.append([name, LABELS[head_type.kind] if head_type.kind else "-",
+        rows.append([name, _label(head_type.kind),
                      *(_type_cell(reading, before, kind, layer, head) for kind in kinds),
                      "n/a" if broad is None else f"{broad:.2f}"])
     columns = ("head", "type", *(COLUMN_NAMES[kind] for kind in kinds), BROAD)
@@ -270,18 +272,18 @@ def ablation_lines(reading: Reading, found: Sequence[AblationResult]) -> str:
         if result.kind in ("sink", "current_token", "positional"):
             costs.append(_loss_change(results.numbers, after.numbers))
         if result.kind == "pronoun":
-            costs.append(_points_change("the continuation accuracy after the pronoun", results.numbers,
-                                        after.numbers, "continuation_accuracy"))
+            key = "continuation_accuracy"
+            costs.append(_points(CONTINUATION, results.numbers.get(key), after.numbers.get(key)))
         costs = [c for c in costs if c]
         if costs:
             lines.append(f"removing {names(result.heads)} ({_chosen_as(result)}) {'; '.join(costs)}")
     return "\n".join(lines)
 
 
-def type_report(reading: Reading, missing: Sequence[str], found: Sequence[AblationResult],
-                since: dict[str, str] | None = None) -> str:
-    """The head-type table, how to read it, its lines, why a set could not be measured, and what removing
+def type_report(reading: Reading, found: Sequence[AblationResult], since: dict[str, str] | None = None) -> str:
+    """The head-type table, how to read it, its lines, why a probe set could not be measured, and what removing
     heads cost."""
+    missing = reading.results.sets.missing.values()
     parts = [type_table(reading), type_legend(reading), type_lines(reading, since), *(f"({why})" for why in missing)]
     costs = ablation_lines(reading, found)
     return "\n".join(parts + ([costs] if costs else []))
@@ -327,10 +329,10 @@ def _loss_change(before: dict, after: dict) -> str:
     return f"{verb} the held-out loss from {old:.3f} to {new:.3f} nats ({new - old:+.3f})"
 
 
-def _points_change(label: str, before: dict, after: dict, key: str) -> str:
-    if key not in before or key not in after:
+def _points(label: str, old: float | None, new: float | None) -> str:
+    """"takes {label} from 0.996 to 0.086 (-91.0 points)" for a share; "" when either is not known."""
+    if old is None or new is None:
         return ""
-    old, new = before[key], after[key]
     return f"takes {label} from {old:.3f} to {new:.3f} ({100 * (new - old):+.1f} points)"
 
 
@@ -383,8 +385,7 @@ def agreement_lines(reading: Reading, ablations: Sequence[AblationResult]) -> st
                      f"(referent {selective.referent:.3f}, distractor {selective.distractor:.3f})")
     for ab in ablations:
         after = ab.reading.agreement
-        line = (f"removing {names(ab.heads)} ({_chosen_as(ab)}) takes agreement from {a.accuracy:.3f} to "
-                f"{after.accuracy:.3f} ({100 * (after.accuracy - a.accuracy):+.1f} points)")
+        line = f"removing {names(ab.heads)} ({_chosen_as(ab)}) {_points('agreement', a.accuracy, after.accuracy)}"
         top1 = ab.best_top1_left
         if top1 is not None and selective is not None:
             line += (f"; the best top-1 among the heads left is {100 * top1:.1f}% "
