@@ -194,7 +194,8 @@ def test_tensorboard_gets_a_chart_per_kind_holding_every_pair_and_the_matrix_as_
     from torch.utils.tensorboard import SummaryWriter
 
     model = tiny_model(n_layer=3, n_head=2, n_embd=16)
-    reading = read_pass(model, ProbeSets(), untrained=untrained_reading(model, ProbeSets(), 5), compose=True)
+    reading = read_pass(model, ProbeSets(), untrained=untrained_reading(untrained_like(model, 5), ProbeSets()),
+                        compose=True)
     found, before = reading.composition, reading.untrained.composition
     assert before.pairs == composition(untrained_like(model, 5)).pairs   # the untrained model of the seed
     writer = SummaryWriter(str(tmp_path))

@@ -370,6 +370,44 @@ def test_a_watch_point_runs_one_forward_per_probe_set(trained, monkeypatch, tmp_
     assert len(forwards) == 2  # the pronoun probes and the repeated tokens; the sentences wait for evaluations
 
 
+def test_a_run_from_scratch_takes_its_untrained_baseline_from_the_evaluation_at_step_0(trained, monkeypatch):
+    """At step 0 a run from scratch is the untrained model of its seed: the watch reads it once, there."""
+    from formats import load_model
+    from model.gpt import GPT
+    from watch.callback import AttentionWatch
+    from watch.pipeline import untrained_like
+    from watch.reading import read_pass, untrained_reading
+
+    loaded = load_model(trained.char, torch.device("cpu"))
+    fresh = untrained_like(loaded.model, 1)
+
+    class Writer:
+        def __getattr__(self, name):
+            return lambda *args, **kwargs: None
+
+    class Trainer:
+        model, tokenizer, data = fresh, loaded.tokenizer, None
+        cfg = type("Cfg", (), {"seed": 1})
+        state = type("State", (), {"step": 0, "eval_step": None})
+
+    forwards = []
+    original = GPT.forward_with_attention
+    monkeypatch.setattr(GPT, "forward_with_attention", lambda self, *a, **k: forwards.append(1) or original(self, *a,
+                                                                                                            **k))
+    watch = AttentionWatch(Writer())
+    watch.on_fit_start(Trainer)
+    assert forwards == [] and watch.pending == {"untrained"} and watch.untrained is None
+    reading = watch.read(fresh, watch.sets, 0)
+    assert watch.untrained is reading.untrained and not watch.pending
+    expected = read_pass(fresh, watch.sets, untrained=untrained_reading(fresh, watch.sets))
+    assert [t.kind for t in reading.types.values()] == [t.kind for t in expected.types.values()]
+    assert all(torch.equal(reading.untrained.type_scores[k], v) for k, v in expected.untrained.type_scores.items())
+    Trainer.model = loaded.model   # trained weights at step 0 (a fine-tune's start): the baseline is read at once
+    watch = AttentionWatch(Writer())
+    watch.on_fit_start(Trainer)
+    assert not watch.pending and watch.untrained is not None
+
+
 # --- sample.py --heads --------------------------------------------------------------------------------
 
 def test_sample_prints_the_head_types_and_their_json(trained, tmp_path):

@@ -22,7 +22,7 @@ from watch.capture import capture_attention, capture_from_patterns, captures
 from watch.heads import ablation_for, display_token, head_name, parse_head
 from watch.heatmaps import FUTURE, HeatmapCanvas, SentenceHeatmaps, colours, head_titles, layer_image, save_png
 from watch.pipeline import read, score
-from watch.probesets import PRONOUN, SENTENCES, ProbeSet, ProbeSets, pronoun_probes, sentences
+from watch.probesets import PRONOUN, SENTENCES, ProbeSet, ProbeSets, from_file, sentences
 from watch.pronouns import ContinuationStats, HeadStats, ProbeReport, baselines
 from watch.reading import read_pass, read_results
 from watch.report import head_table, top_attended
@@ -532,9 +532,9 @@ def test_probes_and_sentences_that_do_not_fit_are_left_out_saying_so(tmp_path):
     record = {"text": "abc cab bca", "pronoun": "bca", "referent": "abc", "distractor": "cab"}
     path.write_text(json.dumps(record) + "\n")
     with pytest.warns(UserWarning, match="1 of 1 probes in .* longer than block_size=8"):
-        assert len(pronoun_probes(path, tokenizer, 8)) == 0
+        assert len(from_file(PRONOUN, path, tokenizer, 8)) == 0
     with pytest.raises(UserError, match="line 1: 11 tokens, more than the model's block_size 8"):
-        pronoun_probes(path, tokenizer, 8, strict=True)
+        from_file(PRONOUN, path, tokenizer, 8, strict=True)
     with pytest.warns(UserWarning, match="first 8 of 11"):
         kept = sentences(["abc cab bca"], tokenizer, 8)
     assert [len(ids) for ids in kept.ids] == [8]

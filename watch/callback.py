@@ -21,6 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import torch
 from tqdm import tqdm
 
 from cli import UserError, warn
@@ -30,6 +31,7 @@ from watch.heads import last_pronoun_pos
 from watch.headtypes import TYPE_SETS, heads_of
 from watch.heatmaps import SentenceHeatmaps
 from watch.page import SentenceView, attention_page, sentence_view, write_page
+from watch.pipeline import untrained_like
 from watch.probesets import PRONOUN, SENTENCES, ProbeSets, held_out_sentences, watch_sets
 from watch.reading import Reading, read_pass, untrained_reading
 from watch.report import (
@@ -68,7 +70,7 @@ class AttentionWatch:
         self.first_typed: dict[tuple[str, str], int] = {}   # (type, head) -> the first step it had it
         self.untrained: Reading | None = None
         self.before: Reading | None = None   # the model before fine-tuning, when the run fine-tunes one
-        self.before_pending = False          # it is the first evaluation's reading, still to come
+        self.pending: set[str] = set()       # the baselines the evaluation at step 0 reads ("untrained", "before")
         self.heatmaps = SentenceHeatmaps()
         self.last: tuple[int, Reading, list[AblationResult]] | None = None  # the latest evaluation's
 
@@ -92,21 +94,36 @@ class AttentionWatch:
         # A watched sentence that is a probe has its pronoun's row outlined.
         rows = {item.probe.text: item.pronoun_pos for item in probes.items} if probes is not None else {}
         self.heatmaps = SentenceHeatmaps(self.shown, rows)
-        self.untrained = untrained_reading(model, self.sets, trainer.cfg.seed)
-        # A fine-tune: the model before fine-tuning is a second baseline, read once. Before any step it is the
-        # model itself, which the evaluation at step 0 reads next.
+        # The evaluation at step 0 comes first and reads the model as it starts: in a run from scratch the untrained
+        # model itself, in a fine-tune the model before fine-tuning. That reading is then the baseline, not a pass more.
+        untrained = untrained_like(model, trainer.cfg.seed)
+        state = getattr(trainer, "state", None)
+        first = state is not None and state.step == 0 and state.eval_step != 0
+        same = all(torch.equal(a, b) for a, b in zip(untrained.parameters(), model.parameters(), strict=True))
         before = trainer.model_before_fine_tuning() if hasattr(trainer, "model_before_fine_tuning") else None
-        self.before_pending = before is not None and before is model
-        if before is not None and not self.before_pending:
+        self.pending = {"untrained"} if first and same else set()
+        if before is not None and before is model:
+            self.pending.add("before")
+        if "untrained" not in self.pending:
+            self.untrained = untrained_reading(untrained, self.sets)
+        if before is not None and "before" not in self.pending:
             self.before = read_pass(before, self.sets, untrained=self.untrained, kinds=TYPE_SETS)
         log_charts(self.writer, pronouns=PRONOUN in self.sets.sets,
                    types=any(kind in self.sets.sets for kind in TYPE_SETS),
-                   composition=self.untrained.composition is not None, fine_tuning=before is not None)
+                   composition=model.config.n_layer > 1, fine_tuning=before is not None)
 
     def read(self, model: Any, sets: ProbeSets, step: int) -> Reading:
-        """`model` read on `sets` against the baselines, with its composition. Notes the first step at which
-        each head had each type, for the report ("since step 250")."""
-        reading = read_pass(model, sets, untrained=self.untrained, before=self.before, compose=True)
+        """`model` read on `sets` against the baselines, with its composition; at the evaluation at step 0, the
+        baselines `on_fit_start` left to it. Notes the first step at which each head had each type, for the report
+        ("since step 250")."""
+        reading = read_pass(model, sets, untrained=self.untrained, before=self.before, compose=True,
+                            is_untrained="untrained" in self.pending)
+        if self.pending:
+            self.untrained = reading.untrained
+            if "before" in self.pending:
+                self.before = reading
+                reading = replace(reading, before=reading)
+            self.pending = set()
         for head in reading.types.values():
             if head.kind:
                 self.first_typed.setdefault((head.kind, head.name), step)
@@ -134,9 +151,6 @@ class AttentionWatch:
     def on_evaluate(self, trainer: Any, evaluation: Any) -> None:
         step = evaluation.step
         reading = self.read(trainer.model, self.sets, step)
-        if self.before_pending:   # a fine-tune's first evaluation, at step 0: the model before fine-tuning
-            self.before, self.before_pending = reading, False
-            reading = replace(reading, before=reading)
         ablations = agreement_ablations(trainer.model, self.sets, reading)
         self.last = (step, reading, ablations)
         log_evaluation(self.writer, step, reading, ablations, self.heatmaps.images(step, reading))
@@ -149,7 +163,7 @@ class AttentionWatch:
         if self.last is not None and self.last[0] == result.step:
             _, reading, ablations = self.last
         else:
-            reading = read_pass(trainer.model, self.sets, untrained=self.untrained, before=self.before, compose=True)
+            reading = self.read(trainer.model, self.sets, result.step)
             ablations = agreement_ablations(trainer.model, self.sets, reading)
         result.metrics.update(self.report(trainer.model, reading, ablations))
         if self.page is not None and reading.results.patterns:

@@ -154,20 +154,9 @@ class HeatmapCanvas:
             draw.text((x0 + self.side // 2, y0 + self.below + self.side - 2), "key (attended to)", fill=INK,
                       font=axis_font, anchor="md")
             image.paste(_turned("query", axis_font), (x0 - self.left + 2, y0 + self.side // 2 - 20))
-        self._colour_bar(image, draw)
+        colour_bar(image, draw, self.width - self.bar_w + 12, self.top + self.title_h,
+                   max(60, min(self.rows * self.panel_h - self.title_h - self.below, 400)), "attention weight", -45)
         return image
-
-    def _colour_bar(self, image: Image.Image, draw: ImageDraw.ImageDraw) -> None:
-        x0, y0 = self.width - self.bar_w + 12, self.top + self.title_h
-        height = max(60, min(self.rows * self.panel_h - self.title_h - self.below, 400))
-        ramp = colours(np.linspace(1, 0, height)[:, None].repeat(14, axis=1))
-        image.paste(Image.fromarray(ramp), (x0, y0))
-        tick_font = font(11)
-        for value in (0.0, 0.5, 1.0):
-            y = y0 + round((1 - value) * (height - 1))
-            draw.line([(x0 + 14, y), (x0 + 17, y)], fill=INK)
-            draw.text((x0 + 20, y), f"{value:g}", fill=INK, font=tick_font, anchor="lm")
-        image.paste(_turned("attention weight", tick_font), (x0 + 38, y0 + height // 2 - 45))
 
     # --- drawing ------------------------------------------------------------------------------
 
@@ -207,6 +196,18 @@ class HeatmapCanvas:
         return np.asarray(image)
 
 
+def colour_bar(image: Image.Image, draw: ImageDraw.ImageDraw, x0: int, y0: int, height: int, name: str,
+               name_at: int) -> None:
+    """The colour ramp from 1 (top) to 0, `height` pixels tall at (x0, y0), ticked at 0, 0.5 and 1, `name` written
+    upwards beside it, `name_at` pixels below its middle (a negative number: above it), or at its top when None."""
+    image.paste(Image.fromarray(colours(np.linspace(1, 0, height)[:, None].repeat(14, axis=1))), (x0, y0))
+    for value in (0.0, 0.5, 1.0):
+        y = y0 + round((1 - value) * (height - 1))
+        draw.line([(x0 + 14, y), (x0 + 17, y)], fill=INK)
+        draw.text((x0 + 20, y), f"{value:g}", fill=INK, font=font(11), anchor="lm")
+    image.paste(_turned(name, font(11)), (x0 + 38, y0 + (height // 2 + name_at if name_at is not None else 0)))
+
+
 @cache
 def _turned_cached(text: str, size: int, path: str) -> Image.Image:
     face = ImageFont.truetype(path, size) if path else ImageFont.load_default(size)
@@ -221,31 +222,19 @@ def _turned(text: str, face: ImageFont.FreeTypeFont) -> Image.Image:
     return _turned_cached(text, int(face.size), getattr(face, "path", "") or "")
 
 
-def _layer_pattern(pattern: torch.Tensor | np.ndarray) -> np.ndarray:
-    pattern = _as_array(pattern)
-    if pattern.ndim != 3:
-        raise ValueError(f"a layer's pattern must be [head, query_pos, key_pos], got shape {pattern.shape}")
-    return pattern
-
-
 def head_titles(layer: int, n_head: int, best: str | None = None) -> list[str]:
     """Panel titles of a layer's heatmaps: every head named LlHh, `best` marked."""
     names = [head_name(layer, head) for head in range(n_head)]
     return [f"{name} (best)" if name == best else name for name in names]
 
 
-def head_image(pattern: torch.Tensor | np.ndarray, tokens: Sequence[str], title: str, *,
-               highlight_query: int | None = None) -> np.ndarray:
-    """One head's pattern [query_pos, key_pos] as a heatmap with a colour bar (RGB array).
-    `highlight_query` outlines one query row (a probe's pronoun, say)."""
-    return HeatmapCanvas(tokens, 1, highlight_query=highlight_query).draw([pattern], [title])
-
-
 def layer_image(pattern: torch.Tensor | np.ndarray, tokens: Sequence[str], layer: int, *,
                 title: str | None = None, highlight_query: int | None = None, best: str | None = None) -> np.ndarray:
     """All heads of one layer ([head, query_pos, key_pos]) in a grid, each titled LlHh; `best` names a
     head (e.g. "L1H0") to mark in its title."""
-    pattern = _layer_pattern(pattern)
+    pattern = _as_array(pattern)
+    if pattern.ndim != 3:
+        raise ValueError(f"a layer's pattern must be [head, query_pos, key_pos], got shape {pattern.shape}")
     n_head = pattern.shape[0]
     return HeatmapCanvas(tokens, n_head, highlight_query=highlight_query).draw(
         list(pattern), head_titles(layer, n_head, best), title or f"layer {layer}")
@@ -356,13 +345,7 @@ def grid_image(panels: Sequence[np.ndarray], titles: Sequence[str], row_labels: 
                 text = f"{values[r, c]:.2f}".removeprefix("0")
                 draw.text((x0 + c * cell + cell // 2, y0 + r * cell + cell // 2), text,
                           fill="black" if values[r, c] > 0.55 else "white", font=number_font, anchor="mm")
-    x0, y0, bar_h = image.width - bar_w + 12, top + title_h, 120
-    image.paste(Image.fromarray(colours(np.linspace(1, 0, bar_h)[:, None].repeat(14, axis=1))), (x0, y0))
-    for value in (0.0, 0.5, 1.0):
-        y = y0 + round((1 - value) * (bar_h - 1))
-        draw.line([(x0 + 14, y), (x0 + 17, y)], fill=INK)
-        draw.text((x0 + 20, y), f"{value:g}", fill=INK, font=font(11), anchor="lm")
-    image.paste(_turned(scale_name, font(11)), (x0 + 38, y0))
+    colour_bar(image, draw, image.width - bar_w + 12, top + title_h, 120, scale_name, None)
     if suptitle:
         draw.text((image.width // 2, 6), suptitle, fill=INK, font=font(15), anchor="mt")
     return np.asarray(image)

@@ -116,27 +116,16 @@ class ProbeSets:
 
 # --- probes and agreement contexts from files -------------------------------------------------------
 
-def pronoun_probes(path: str | Path, tokenizer: Tokenizer, block_size: int, *, strict: bool = False) -> ProbeSet:
-    """The two-person probes of a JSONL file, in this tokenizer's positions."""
-    aligned = _usable(load_probes(path), align, tokenizer, block_size, f"probes in {path}", path, strict)
-    return ProbeSet(PRONOUN, [item.ids for item in aligned], aligned,
-                    logits_at=[item.continuation_pos for item in aligned], about=f"{len(aligned)} probes from {path}")
+FROM_FILES = {PRONOUN: (load_probes, align, "probes"),
+              AGREEMENT: (load_agreement, align_agreement, "agreement contexts")}
 
 
-def agreement_contexts(path: str | Path, tokenizer: Tokenizer, block_size: int, *,
-                       strict: bool = False) -> ProbeSet:
-    """The single-person agreement contexts of a JSONL file, in this tokenizer's positions."""
-    aligned = _usable(load_agreement(path), align_agreement, tokenizer, block_size,
-                      f"agreement contexts in {path}", path, strict)
-    return ProbeSet(AGREEMENT, [item.ids for item in aligned], aligned,
-                    logits_at=[item.continuation_pos for item in aligned],
-                    about=f"{len(aligned)} agreement contexts from {path}")
-
-
-def _usable(records: Sequence[Any], align_one: Callable[[Any, Tokenizer], Any], tokenizer: Tokenizer,
-            block_size: int, what: str, path: str | Path, strict: bool) -> list:
-    """Each record aligned; those with tokens outside the vocabulary or longer than block_size are left
-    out with one warning each kind (counting them as `what`), or with `strict` refused naming the line."""
+def from_file(kind: str, path: str | Path, tokenizer: Tokenizer, block_size: int, *, strict: bool = False) -> ProbeSet:
+    """The two-person probes (`PRONOUN`) or single-person agreement contexts (`AGREEMENT`) of a JSONL file, in this
+    tokenizer's positions. Those with tokens outside the vocabulary or longer than block_size are left out with one
+    warning each kind, or with `strict` refused naming the line."""
+    load, align_one, what = FROM_FILES[kind]
+    records = load(path)
     aligned, unknown, too_long = [], 0, 0
     for record in records:
         try:
@@ -156,10 +145,11 @@ def _usable(records: Sequence[Any], align_one: Callable[[Any, Tokenizer], Any], 
             continue
         aligned.append(item)
     if unknown:
-        warn(f"{unknown} of {len(records)} {what} use tokens outside the vocabulary and are left out")
+        warn(f"{unknown} of {len(records)} {what} in {path} use tokens outside the vocabulary and are left out")
     if too_long:
-        warn(f"{too_long} of {len(records)} {what} are longer than block_size={block_size} and are left out")
-    return aligned
+        warn(f"{too_long} of {len(records)} {what} in {path} are longer than block_size={block_size} and are left out")
+    return ProbeSet(kind, [item.ids for item in aligned], aligned,
+                    logits_at=[item.continuation_pos for item in aligned], about=f"{len(aligned)} {what} from {path}")
 
 
 # --- repeated random tokens and held-out text --------------------------------------------------------
@@ -327,10 +317,9 @@ def watch_sets(tokenizer: Tokenizer, block_size: int, *, train_tokens: np.ndarra
     sets = ProbeSets()
     sets.add(REPEATED, repeated_tokens(token_pool(train_tokens, tokenizer), block_size))
     sets.add(TEXT, held_out_text(text, block_size, source=text_source) if text is not None else NO_TEXT)
-    if probes:
-        sets.add(PRONOUN, pronoun_probes(probes, tokenizer, block_size, strict=strict))
-    if agreement:
-        sets.add(AGREEMENT, agreement_contexts(agreement, tokenizer, block_size, strict=strict))
+    for kind, path in ((PRONOUN, probes), (AGREEMENT, agreement)):
+        if path:
+            sets.add(kind, from_file(kind, path, tokenizer, block_size, strict=strict))
     if texts:
         sets.add(SENTENCES, sentences(texts, tokenizer, block_size))
     return sets

@@ -8,7 +8,7 @@ fine-tune the model before fine-tuning). The terminal report, TensorBoard, the a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn as nn
@@ -16,7 +16,7 @@ import torch.nn as nn
 from model.ablation import Ablation
 from watch.composition import Composition, composition
 from watch.headtypes import TYPE_SETS, HeadType, head_types, type_scores
-from watch.pipeline import Results, score, untrained_like
+from watch.pipeline import Results, score
 from watch.probesets import ProbeSets
 from watch.pronouns import AgreementStats, ProbeReport, agreement_stats, name_readers, probe_report
 
@@ -38,17 +38,23 @@ class Reading:
 
 
 def read_pass(model: nn.Module, sets: ProbeSets, *, untrained: Reading | None = None, before: Reading | None = None,
-              ablate: Ablation | None = None, kinds: tuple[str, ...] | None = None, compose: bool = False) -> Reading:
-    """One pass over `sets` (only `kinds`, if given; `ablate`'s heads removed), read against the baselines given.
-    `compose` also reads how the heads compose, from the weights: what the watch and `sample.py` show. Removing
-    heads leaves the weights as they are, and for GPT-2 it takes seconds, so the proofs do without it."""
-    return read_results(score(model, sets, ablate, kinds), untrained, composition(model) if compose else None, before)
+              ablate: Ablation | None = None, kinds: tuple[str, ...] | None = None, compose: bool = False,
+              is_untrained: bool = False) -> Reading:
+    """One pass over `sets` (only `kinds`, if given; `ablate`'s heads removed), read against the baselines given, or
+    with `is_untrained` (`model` is the untrained model itself) against itself. `compose` also reads how the heads
+    compose, from the weights: what the watch and `sample.py` show. Removing heads leaves the weights as they are,
+    and for GPT-2 it takes seconds, so the proofs do without it."""
+    found = composition(model) if compose else None
+    reading = read_results(score(model, sets, ablate, kinds), untrained, found, before)
+    if not is_untrained:
+        return reading
+    return replace(reading, types=head_types(reading.type_scores, reading.type_scores), untrained=reading)
 
 
-def untrained_reading(model: nn.Module, sets: ProbeSets, seed: int) -> Reading:
-    """The baseline every head type is measured against: the model of `model`'s config as training started it
-    from `seed` (`untrained_like`), read on the sets the types are measured on, with its composition."""
-    return read_pass(untrained_like(model, seed), sets, kinds=TYPE_SETS, compose=True)
+def untrained_reading(untrained: nn.Module, sets: ProbeSets) -> Reading:
+    """The baseline every head type is measured against: the model as training started it (`untrained_like`),
+    read on the sets the types are measured on, with its composition."""
+    return read_pass(untrained, sets, kinds=TYPE_SETS, compose=True)
 
 
 def read_results(results: Results, untrained: Reading | None = None, composition: Composition | None = None,
