@@ -1,17 +1,10 @@
-"""Attention watching as a training callback.
+"""Attention watching as a training callback: `AttentionWatch` has the hooks a `trainer.Trainer` calls, so training
+plugs it in without knowing about attention. It reads `trainer.model`, `trainer.tokenizer`, `trainer.data`,
+`trainer.cfg.seed`, `trainer.state` and, for a fine-tune, `trainer.model_before_fine_tuning()`.
 
-`AttentionWatch` has the hooks a `trainer.Trainer` calls (`on_fit_start`, `on_watch`,
-`on_evaluate`, `on_fit_end`), so training plugs it in without the trainer knowing about
-attention, and this package needs nothing from the trainer: it reads `trainer.model`,
-`trainer.tokenizer`, `trainer.data` (the prepared corpus) and `trainer.cfg.seed`, and, for a fine-tune, the
-model before fine-tuning that `trainer.model_before_fine_tuning()` gives.
-
-At every watch point one pass (`watch/pipeline.py`) captures each probe set once, and its one `Reading`
-(`watch/reading.py`) holds every score, how every pair of heads composes and the baselines they are read
-against; the watch only decides what to show of it: scalars every `watch_interval` steps; at evaluations
-also the tables, the heatmaps (the composition matrix among them) and, with agreement contexts,
-what removing the agreement heads costs; at the end of a completed run the report on the terminal,
-the proof by ablation, TensorBoard's HParams and the offline attention page.
+At every watch point one pass gives one `Reading` (`watch/reading.py`); the watch only decides what to show of it:
+scalars every `watch_interval` steps; at evaluations also the tables, the heatmaps and what removing the agreement
+heads costs; at the end of a completed run the report, the proof by ablation, the HParams and the attention page.
 """
 
 from __future__ import annotations
@@ -75,9 +68,8 @@ class AttentionWatch:
         self.last: tuple[int, Reading, list[AblationResult]] | None = None  # the latest evaluation's
 
     def on_fit_start(self, trainer: Any) -> None:
-        """The probe sets, made once (with sentences from the held-out text when the run names none); the
-        untrained model's reading (the same config from the run's seed), which the head types are measured
-        against; the Custom Scalars charts."""
+        """The probe sets (with sentences from the held-out text when the run names none), the baselines and the
+        Custom Scalars charts."""
         model, data = trainer.model, trainer.data
         self.tokens_per_step = getattr(trainer, "tokens_per_step", 0)
         val = data.tokens("val") if data is not None else None

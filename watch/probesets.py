@@ -1,29 +1,19 @@
-"""What the model is run on to be watched: probe sets, each scored from one capture.
+"""What the model is run on to be watched: probe sets, each scored from one capture. A probe set is token sequences
+that go through the model together, with what each sequence is for. Five kinds:
 
-A probe set is token sequences that go through the model together, with what each sequence is
-for. Five kinds:
-
-- `PRONOUN`: two-person pronoun probes from a JSONL file (`data.probes`); the pronoun's query
-  row and the next-token logits right after the pronoun are read.
-- `AGREEMENT`: single-person contexts cut before a pronoun; the logits at their last position
-  and the row from there to the person's name are read.
-- `REPEATED`: repeated random tokens, the same for every model of a vocabulary: 32 sequences of
-  L = min(block_size // 2, 50) tokens drawn uniformly (seed 0) from the tokens the training
-  split holds (end-of-text excluded), each followed by itself, no separator. A model that
-  predicts the second copy better than the first learned from its context. Below block_size 32
-  (L < 16) the set is not made and its scores are "not measurable".
-- `TEXT`: held-out text: windows of block_size tokens at random places (seed 0) in the corpus's val
-  split (or a text file given to `sample.py --text`), in pairs: a window, then one that starts as
-  far on as the in-context score's late band is from its early band (`watch.scores.icl_positions`),
-  so the tokens late in the first window are early in the second and the score compares the same
-  tokens, with less context and with more. As many pairs as hold `TEXT_TOKENS` tokens (128 pairs of
-  64), enough that drawing the windows again moves the score by less than its spread; a pass every
-  few steps reads the first 16 of them (`ProbeSets.quick`), the evaluations all.
+- `PRONOUN`: two-person pronoun probes from a JSONL file (`data.probes`); the pronoun's query row and the next-token
+  logits right after the pronoun are read.
+- `AGREEMENT`: single-person contexts cut before a pronoun; the logits at their last position and the row from there
+  to the person's name are read.
+- `REPEATED`: repeated random tokens, the same for every model of a vocabulary (`repeated_tokens`). A model that
+  predicts the second copy better than the first learned from its context.
+- `TEXT`: pairs of windows of held-out text (`held_out_text`), enough that drawing the windows again moves the
+  in-context score by less than its spread; a pass every few steps reads a few of them (`ProbeSets.quick`).
 - `SENTENCES`: the sentences whose heatmaps and attention page a run shows.
 
-Every way of making a probe set checks its sequences against the model's block_size here, once;
-sequences that cannot be used (tokens outside the vocabulary, too long) are left out with one
-warning, or, `strict`, refused in one line naming the file's line.
+Every way of making a probe set checks its sequences against the model's block_size here, once; sequences that
+cannot be used (tokens outside the vocabulary, too long) are left out with one warning, or, `strict`, refused in one
+line naming the file's line.
 """
 
 from __future__ import annotations
@@ -161,7 +151,8 @@ def repeated_length(block_size: int) -> int:
 
 def repeated_tokens(pool: Sequence[int], block_size: int, *, seed: int = REPEATED_SEED,
                     sequences: int = REPEATED_SEQUENCES) -> ProbeSet | str:
-    """32 sequences of L random tokens from `pool`, each followed by itself; or why there are none."""
+    """32 sequences of L = min(block_size // 2, 50) tokens drawn uniformly (seed 0) from `pool`, each followed by
+    itself, no separator; or why there are none (below block_size 32, L < 16)."""
     length = repeated_length(block_size)
     if length < REPEATED_MIN_LENGTH:
         return (f"block_size {block_size} is below {2 * REPEATED_MIN_LENGTH}, too short for repeated random tokens "
@@ -217,9 +208,11 @@ def window_length(tokens: int, block_size: int) -> int:
 
 def held_out_text(tokens: np.ndarray | Sequence[int], block_size: int, *, pairs: int | None = None,
                   seed: int = 0, source: str = "the val split") -> ProbeSet | str:
-    """`pairs` pairs of windows (see the module's docstring) at random places in `tokens`, drawn with `seed`:
-    by default as many as hold TEXT_TOKENS tokens (at least 2), fewer where the text has fewer places; or
-    why there are none."""
+    """`pairs` pairs of windows at random places in `tokens`, drawn with `seed`: a window, then one that starts as far
+    on as the in-context score's late band is from its early band (`pair_offset`), so the tokens late in the first
+    window are early in the second and the score compares the same tokens with less context and with more. By
+    default as many pairs as hold TEXT_TOKENS tokens (at least 2), fewer where the text has fewer places; or why
+    there are none."""
     tokens = np.asarray(tokens)
     if block_size < REPEATED_MIN_LENGTH:  # the model's context, not the text, is too short
         return (f"block_size {block_size} is below {REPEATED_MIN_LENGTH}, too short for windows of held-out text: "
