@@ -198,17 +198,14 @@ def demo_floors(args: dict) -> dict:
     from model.ablation import Ablation
     from watch.ablation import best_pronoun_proof, proofs, top_heads
     from watch.heads import last_pronoun_pos, parse_head
-    from watch.headtypes import TYPE_SETS
-    from watch.inspect_cli import checkpoint_sets, training_seed
-    from watch.pipeline import untrained_like
+    from watch.inspect_cli import checkpoint_reading, checkpoint_sets
     from watch.probesets import REPEATED
     from watch.reading import read_pass
 
     loaded = load_model(args["ckpt"], torch.device("cpu"))
     model, tokenizer, checkpoint = loaded.model, loaded.tokenizer, loaded.checkpoint
     sets = checkpoint_sets(model, tokenizer, checkpoint, None)
-    untrained = read_pass(untrained_like(model, training_seed(checkpoint)), sets, kinds=TYPE_SETS)
-    reading = read_pass(model, sets, untrained=untrained)
+    reading = checkpoint_reading(model, sets, checkpoint)
     numbers = reading.results.numbers
     if args["demo"] == "default":
         best = reading.pronouns.best

@@ -20,7 +20,7 @@ from trainer.trainer import Trainer
 from watch.callback import AttentionWatch
 from watch.capture import capture_from_patterns
 from watch.pipeline import read
-from watch.probesets import AGREEMENT, ProbeSet, ProbeSets, agreement_contexts
+from watch.probesets import AGREEMENT, ProbeSet, ProbeSets, from_file
 from watch.pronouns import HeadStats, ProbeReport, agreement_stats, name_readers
 
 WOMEN, MEN = ["ann", "eve", "may"], ["bob", "tim", "ted"]
@@ -89,7 +89,7 @@ def test_contexts_with_unknown_tokens_are_left_out_with_a_warning(tmp_path):
     path = write_jsonl(tmp_path / "a.jsonl", [*contexts(), {"text": "zoe went out and", "pronoun": "she",
                                                             "wrong": "he"}])
     with pytest.warns(UserWarning, match="1 of 13 agreement contexts"):
-        assert len(agreement_contexts(path, CharTokenizer.from_text(corpus()), block_size=64)) == 12
+        assert len(from_file(AGREEMENT, path, CharTokenizer.from_text(corpus()), block_size=64)) == 12
 
 
 # --- scores with known answers -----------------------------------------------------------------

@@ -21,6 +21,8 @@ from watch.composition import KINDS, ONE_LAYER_NOTE, composition, composition_sc
 from watch.heatmaps import composition_image
 from watch.page import DATA_ID
 from watch.pipeline import untrained_like
+from watch.probesets import ProbeSets
+from watch.reading import read_pass, untrained_reading
 from watch.tensorboard import COMPOSITION_CHARTS, log_charts, log_composition
 
 TL_TOL = 1e-5
@@ -111,12 +113,12 @@ def unit(i: int) -> torch.Tensor:
 def test_k_composition_is_the_cosine_between_what_the_earlier_head_writes_and_what_the_keys_read(angle):
     keys_read = math.cos(angle) * unit(5) + math.sin(angle) * unit(6)   # e5 is where L0H0 writes
     found = composition(circuit(keys_read))   # the weights are float32: cos(angle) to 1e-7
-    assert found.score("K", (0, 0), (1, 0)) == pytest.approx(math.cos(angle), abs=1e-7)
-    assert found.score("Q", (0, 0), (1, 0)) == pytest.approx(0.0, abs=1e-12)  # its queries read e1: untouched
-    assert found.score("V", (0, 0), (1, 0)) == 0.0                            # it has no values
+    assert found.pairs["K"]["L0H0->L1H0"] == pytest.approx(math.cos(angle), abs=1e-7)
+    assert found.pairs["Q"]["L0H0->L1H0"] == pytest.approx(0.0, abs=1e-12)  # its queries read e1: untouched
+    assert found.pairs["V"]["L0H0->L1H0"] == 0.0                            # it has no values
     # L1H1 reads e5 through its queries and its values, not its keys (which read e2).
-    assert (found.score("Q", (0, 0), (1, 1)), found.score("V", (0, 0), (1, 1))) == pytest.approx((1.0, 1.0))
-    assert found.score("K", (0, 0), (1, 1)) == 0.0
+    assert (found.pairs["Q"]["L0H0->L1H1"], found.pairs["V"]["L0H0->L1H1"]) == pytest.approx((1.0, 1.0))
+    assert found.pairs["K"]["L0H0->L1H1"] == 0.0
     assert found.sources("K", (1, 0))[0] == ("L0H0", pytest.approx(math.cos(angle), abs=1e-7))
 
 
@@ -132,7 +134,7 @@ def test_two_aligned_maps_of_rank_r_score_one_over_root_r():
                 attn.out_proj.weight[i, i] = 1.0
     found = composition(model)
     for kind in KINDS:
-        assert found.score(kind, (0, 0), (1, 0)) == pytest.approx(1 / math.sqrt(D))
+        assert found.pairs[kind]["L0H0->L1H0"] == pytest.approx(1 / math.sqrt(D))
 
 
 # --- where the scores are shown -------------------------------------------------------------------------
@@ -161,7 +163,7 @@ def test_heads_gives_every_pair_of_each_kind_and_the_untrained_models(tmp_path):
         assert list(report[key]) == list(KINDS)
         for kind in KINDS:
             assert list(report[key][kind]) == pairs
-            assert report[key][kind]["L0H2->L1H1"] == found.score(kind, (0, 2), (1, 1))
+            assert report[key][kind]["L0H2->L1H1"] == found.pairs[kind]["L0H2->L1H1"]
     assert report["composition"]["K"] != report["composition_untrained"]["K"]
 
     code, out, err = run_sample([f"--out_dir={folder}", "--heads"])
@@ -169,7 +171,7 @@ def test_heads_gives_every_pair_of_each_kind_and_the_untrained_models(tmp_path):
     text = out[out.index("composition of the weights"):].splitlines()
     assert [line[:5] for line in text[1:4]] == ["  Q: ", "  K: ", "  V: "]
     best, value = composition(model).best("K")
-    assert text[2].startswith(f"  K: {best} {value:.2f} ({before.by_pair('K')[best]:.2f}), ")   # untrained in brackets
+    assert text[2].startswith(f"  K: {best} {value:.2f} ({before.pairs['K'][best]:.2f}), ")   # untrained in brackets
 
 
 def test_heads_reads_an_attention_only_model_with_relative_positions(tmp_path):
@@ -180,7 +182,7 @@ def test_heads_reads_an_attention_only_model_with_relative_positions(tmp_path):
     assert code == 0, err
     report = json.loads(out)
     assert len(report["heads"]) == 8
-    assert report["composition"]["K"]["L0H2->L1H1"] == composition(model).score("K", (0, 2), (1, 1)) > 0.01
+    assert report["composition"]["K"]["L0H2->L1H1"] == composition(model).pairs["K"]["L0H2->L1H1"] > 0.01
     code, out, err = run_sample([f"--out_dir={folder}", "--attention=the dog saw the ball", "--device=cpu",
                                  f"--html={tmp_path / 'page.html'}"])
     assert code == 0, err
@@ -192,11 +194,14 @@ def test_tensorboard_gets_a_chart_per_kind_holding_every_pair_and_the_matrix_as_
     from torch.utils.tensorboard import SummaryWriter
 
     model = tiny_model(n_layer=3, n_head=2, n_embd=16)
-    found, before = composition(model), composition(untrained_like(model, 5))
+    reading = read_pass(model, ProbeSets(), untrained=untrained_reading(untrained_like(model, 5), ProbeSets()),
+                        compose=True)
+    found, before = reading.composition, reading.untrained.composition
+    assert before.pairs == composition(untrained_like(model, 5)).pairs   # the untrained model of the seed
     writer = SummaryWriter(str(tmp_path))
     log_charts(writer, pronouns=False, types=False, composition=True)
     for step in (10, 20):
-        log_composition(writer, step, found, before)
+        log_composition(writer, step, reading)
     writer.add_image("composition/matrix", composition_image(found, "step 20"), 20, dataformats="HWC")
     writer.close()
     events = EventAccumulator(str(tmp_path), size_guidance={"tensors": 0, "scalars": 0, "images": 0})
@@ -209,7 +214,7 @@ def test_tensorboard_gets_a_chart_per_kind_holding_every_pair_and_the_matrix_as_
         assert len(every) == n_pairs and f"composition/{kind}/L0H1_to_L2H0" in every
         value = events.Scalars(f"composition/{kind}/L0H1_to_L2H0")
         assert [e.step for e in value] == [10, 20]
-        assert value[0].value == pytest.approx(found.score(kind, (0, 1), (2, 0)))
+        assert value[0].value == pytest.approx(found.pairs[kind]["L0H1->L2H0"])
         assert events.Scalars(f"composition/{kind}/untrained_best")[0].value == pytest.approx(before.best(kind)[1])
     assert len(charts["best pair of each kind, and the untrained model's"]) == 6
     assert events.Tags()["images"] == ["composition/matrix"]
@@ -236,7 +241,7 @@ def test_a_training_run_shows_composition_at_every_watch_point_and_its_matrix_at
     assert [e.step for e in events.Images("composition/matrix")] == [0, 3, 6]
     model = load_model(tmp_path / "out", torch.device("cpu")).model
     assert events.Scalars("composition/V/L0H1_to_L1H0")[-1].value == pytest.approx(
-        composition(model).score("V", (0, 1), (1, 0)))
+        composition(model).pairs["V"]["L0H1->L1H0"])
     assert "\ncomposition of the weights (Elhage et al. 2021)" in out
     page = (tmp_path / "out" / "attention.html").read_text(encoding="utf-8")
     reads = json.loads(re.search(rf'id="{DATA_ID}">(.*?)</script>', page, re.DOTALL).group(1))["reads"]

@@ -28,8 +28,8 @@ from formats.checkpoint import save_checkpoint
 from model.config import GPTConfig
 from model.gpt import GPT
 from tests.commands import TEXT, one_line, run, tiny_args
-from watch.finetuning import before_labels, before_table, changed_heads, changes_line
 from watch.reading import read_results
+from watch.report import before_table, changed_heads, changes_line, type_labels
 
 CPU = torch.device("cpu")
 CHARS = "".join(sorted(set(TEXT)))   # the test corpus's characters: a char model that has them all
@@ -270,15 +270,15 @@ def test_the_heads_whose_type_fine_tuning_changed_are_named_marked_and_labelled(
     before.heads["sink"][0, 3] = 0.05        # L0H3 was no sink before fine-tuning
     before.heads["previous_token"][0, 6] = 0.9   # L0H6 (uniform now) was a previous-token head
     base = read_results(untrained)
-    now, before = read_results(now, base), read_results(before, base)
-    assert changed_heads(now, before) == ["L0H3", "L0H6"]
-    assert changes_line(now, before) == ("fine-tuning changed the type of 2 of 7 heads: L0H3 - -> first-token (sink), "
-                                         "L0H6 previous-token -> -")
-    table = before_table(now, before).splitlines()
+    now = read_results(now, base, before=read_results(before, base))
+    assert changed_heads(now) == ["L0H3", "L0H6"]
+    assert changes_line(now) == ("fine-tuning changed the type of 2 of 7 heads: L0H3 - -> first-token (sink), "
+                                 "L0H6 previous-token -> -")
+    table = before_table(now).splitlines()
     assert len(table) == 2 + 7 and table[0].split()[:5] == ["head", "before", "fine-tuning", "now", "previous-token"]
     starred = [line.split()[1] for line in table[2:] if line.startswith("*")]
     assert starred == ["L0H3", "L0H6"]
-    labels = before_labels(now, before)
+    labels = type_labels(now)
     assert labels["L0H3"] == "first-token (sink) (before fine-tuning: -)" and labels["L0H0"] == "previous-token"
 
 

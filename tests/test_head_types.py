@@ -373,6 +373,44 @@ def test_a_watch_point_runs_one_forward_per_probe_set(trained, monkeypatch, tmp_
     assert len(forwards) == 2  # the pronoun probes and the repeated tokens; the sentences wait for evaluations
 
 
+def test_a_run_from_scratch_takes_its_untrained_baseline_from_the_evaluation_at_step_0(trained, monkeypatch):
+    """At step 0 a run from scratch is the untrained model of its seed: the watch reads it once, there."""
+    from formats import load_model
+    from model.gpt import GPT
+    from watch.callback import AttentionWatch
+    from watch.pipeline import untrained_like
+    from watch.reading import read_pass, untrained_reading
+
+    loaded = load_model(trained.char, torch.device("cpu"))
+    fresh = untrained_like(loaded.model, 1)
+
+    class Writer:
+        def __getattr__(self, name):
+            return lambda *args, **kwargs: None
+
+    class Trainer:
+        model, tokenizer, data = fresh, loaded.tokenizer, None
+        cfg = type("Cfg", (), {"seed": 1})
+        state = type("State", (), {"step": 0, "eval_step": None})
+
+    forwards = []
+    original = GPT.forward_with_attention
+    monkeypatch.setattr(GPT, "forward_with_attention", lambda self, *a, **k: forwards.append(1) or original(self, *a,
+                                                                                                            **k))
+    watch = AttentionWatch(Writer())
+    watch.on_fit_start(Trainer)
+    assert forwards == [] and watch.pending == {"untrained"} and watch.untrained is None
+    reading = watch.read(fresh, watch.sets, 0)
+    assert watch.untrained is reading.untrained and not watch.pending
+    expected = read_pass(fresh, watch.sets, untrained=untrained_reading(fresh, watch.sets))
+    assert [t.kind for t in reading.types.values()] == [t.kind for t in expected.types.values()]
+    assert all(torch.equal(reading.untrained.type_scores[k], v) for k, v in expected.untrained.type_scores.items())
+    Trainer.model = loaded.model   # trained weights at step 0 (a fine-tune's start): the baseline is read at once
+    watch = AttentionWatch(Writer())
+    watch.on_fit_start(Trainer)
+    assert not watch.pending and watch.untrained is not None
+
+
 # --- sample.py --heads --------------------------------------------------------------------------------
 
 def test_sample_prints_the_head_types_and_their_json(trained, tmp_path):
@@ -402,22 +440,27 @@ def test_sample_prints_the_head_types_and_their_json(trained, tmp_path):
     assert code == 0 and "L0H0 removed (mean-ablation)" in out
 
 
-def test_since_when_names_the_best_heads_own_first_step_not_an_earlier_heads():
+def test_since_when_names_the_best_heads_own_first_step_not_an_earlier_heads(monkeypatch):
     """In the induction demo a layer-1 head looks one token back for a while and loses it; the report's
     "since step" is when the previous-token head it lists first became one."""
     from types import SimpleNamespace
 
+    from watch import callback
     from watch.callback import AttentionWatch
 
     def reading(*typed):
         return SimpleNamespace(types={name: SimpleNamespace(kind=kind, name=name, score=score)
                                       for name, kind, score in typed})
 
+    def read(watched, step):   # each watch point reads `watched`: its passes are not what is tested here
+        monkeypatch.setattr(callback, "read_pass", lambda *args, **kwargs: watched)
+        return watch.read(None, None, step)
+
     watch = AttentionWatch(writer=None)
     watch.tokens_per_step = 100
-    watch._note_types(reading(("L1H0", "previous_token", 0.44)), 200)
-    watch._note_types(reading(("L1H0", None, 0.2), ("L0H1", "previous_token", 0.48)), 500)
-    end = reading(("L0H1", "previous_token", 0.79), ("L1H0", "previous_token", 0.41), ("L1H1", "induction", 0.8))
-    watch._note_types(end, 1500)
+    read(reading(("L1H0", "previous_token", 0.44)), 200)
+    read(reading(("L1H0", None, 0.2), ("L0H1", "previous_token", 0.48)), 500)
+    end = read(reading(("L0H1", "previous_token", 0.79), ("L1H0", "previous_token", 0.41), ("L1H1", "induction", 0.8)),
+               1500)
     assert watch.since(end) == {"previous_token": "L0H1 since step 500 (50,000 tokens)",
                                 "induction": "L1H1 since step 1,500 (150,000 tokens)"}

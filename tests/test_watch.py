@@ -22,7 +22,7 @@ from watch.capture import capture_attention, capture_from_patterns, captures
 from watch.heads import ablation_for, display_token, head_name, parse_head
 from watch.heatmaps import FUTURE, HeatmapCanvas, SentenceHeatmaps, colours, head_titles, layer_image, save_png
 from watch.pipeline import read, score
-from watch.probesets import PRONOUN, SENTENCES, ProbeSet, ProbeSets, pronoun_probes, sentences
+from watch.probesets import PRONOUN, SENTENCES, ProbeSet, ProbeSets, from_file, sentences
 from watch.pronouns import ContinuationStats, HeadStats, ProbeReport, baselines
 from watch.reading import read_pass, read_results
 from watch.report import head_table, top_attended
@@ -437,23 +437,21 @@ def test_a_redrawn_heatmap_is_the_picture_a_fresh_one_draws(n_panels):
 def test_sentence_heatmaps_reuse_their_figures_between_steps():
     tokenizer = CharTokenizer.from_text("abc ")
     model = tiny_model(vocab_size=tokenizer.vocab_size, block_size=8, n_embd=8, seed=None).train()
-    heatmaps = SentenceHeatmaps()
+    texts = ["abc", "cab a", "abc "]   # "abc " has the same slug as "abc": a tag of its own, and its own size
+    sets = ProbeSets({SENTENCES: sentences(texts, tokenizer, 8)})
+    shown = [(text, tokenizer.token_strings(ids)) for text, ids in zip(texts, sets.get(SENTENCES).ids, strict=True)]
+    heatmaps = SentenceHeatmaps(shown)
 
-    def images(step, texts):
-        ids = [tokenizer.encode(t) for t in texts]
-        tokens = [tokenizer.token_strings(i) for i in ids]
-        return [(tag, heatmaps.canvases[tag]) for tag, image in
-                heatmaps.images(step, texts, tokens, capture_attention(model, ids))]
+    def images(step):
+        reading = read_pass(model, sets)
+        return [(tag, heatmaps.canvases[tag]) for tag, image in heatmaps.images(step, reading)]
 
-    first, second = images(0, ["abc", "cab a"]), images(10, ["abc", "cab a"])
-    assert sorted(heatmaps.canvases) == ["attention/abc/layer0", "attention/abc/layer1",
-                                         "attention/cab_a/layer0", "attention/cab_a/layer1"]
+    first, second = images(0), images(10)
+    assert sorted(heatmaps.canvases) == ["attention/abc/layer0", "attention/abc/layer1", "attention/abc_2/layer0",
+                                         "attention/abc_2/layer1", "attention/cab_a/layer0", "attention/cab_a/layer1"]
     assert first == second
-    # "abc " has the same tag as "abc" but one token more: it gets a canvas of its own size.
-    images(20, ["abc ", "cab a"])
-    assert heatmaps.canvases["attention/abc/layer0"].tokens == ["a", "b", "c", " "]
-    assert heatmaps.canvases["attention/abc/layer0"] is not first[0][1]
-    assert heatmaps.canvases["attention/cab_a/layer0"] is first[2][1]
+    assert heatmaps.canvases["attention/abc_2/layer0"].tokens == ["a", "b", "c", " "]
+    assert heatmaps.canvases["attention/abc/layer0"].tokens == ["a", "b", "c"]
 
 
 # --- TensorBoard -------------------------------------------------------------------------------
@@ -479,9 +477,7 @@ def test_a_pass_is_written_as_scalars_images_and_text(tmp_path):
     writer = TensorBoardWriter(tmp_path)
     log_scores(writer, 7, reading)
     log_tables(writer, 7, reading)
-    best = (report.best.name, report.best.layer, report.best.head, "best")
-    log_images(writer, 7, SentenceHeatmaps().images(7, [text], [tokenizer.token_strings(ids)], results.patterns,
-                                                    best))
+    log_images(writer, 7, SentenceHeatmaps([(text, tokenizer.token_strings(ids))]).images(7, reading))
     writer.close()
     assert report.n_probes == 1
 
@@ -537,9 +533,9 @@ def test_probes_and_sentences_that_do_not_fit_are_left_out_saying_so(tmp_path):
     record = {"text": "abc cab bca", "pronoun": "bca", "referent": "abc", "distractor": "cab"}
     path.write_text(json.dumps(record) + "\n")
     with pytest.warns(UserWarning, match="1 of 1 probes in .* longer than block_size=8"):
-        assert len(pronoun_probes(path, tokenizer, 8)) == 0
+        assert len(from_file(PRONOUN, path, tokenizer, 8)) == 0
     with pytest.raises(UserError, match="line 1: 11 tokens, more than the model's block_size 8"):
-        pronoun_probes(path, tokenizer, 8, strict=True)
+        from_file(PRONOUN, path, tokenizer, 8, strict=True)
     with pytest.warns(UserWarning, match="first 8 of 11"):
         kept = sentences(["abc cab bca"], tokenizer, 8)
     assert [len(ids) for ids in kept.ids] == [8]

@@ -54,7 +54,7 @@ from formats import load_model  # noqa: E402
 from watch.ablation import AblationResult, ablated, agreement_ablations  # noqa: E402
 from watch.capture import captures, evaluating  # noqa: E402
 from watch.pipeline import untrained_like  # noqa: E402
-from watch.probesets import AGREEMENT, PRONOUN, ProbeSet, ProbeSets, agreement_contexts, pronoun_probes  # noqa: E402
+from watch.probesets import AGREEMENT, PRONOUN, ProbeSet, ProbeSets, from_file  # noqa: E402
 from watch.pronouns import AgreementStats, HeadStats, ProbeReport, baselines  # noqa: E402
 from watch.reading import Reading, read_pass  # noqa: E402
 from watch.report import agreement_lines, head_table  # noqa: E402
@@ -265,13 +265,13 @@ def study(model, tokenizer: Tokenizer, files: tuple[Path, Path | None, Path | No
     block = model.config.block_size
     probes_path, heldout_path, agreement_path = files
     sets = ProbeSets()
-    sets.add(PRONOUN, pronoun_probes(probes_path, tokenizer, block))
+    sets.add(PRONOUN, from_file(PRONOUN, probes_path, tokenizer, block))
     aligned = sets.get(PRONOUN).items
     if not aligned:
         raise UserError(f"no probe in {probes_path} fits this checkpoint's vocabulary and block_size; use the probe "
                         f"files made from its corpus (lower-case probes for a lower-case corpus)")
     if agreement_path:
-        sets.add(AGREEMENT, agreement_contexts(agreement_path, tokenizer, block))
+        sets.add(AGREEMENT, from_file(AGREEMENT, agreement_path, tokenizer, block))
     meta = probe_meta(probes_path, aligned)
     pred = [predicting(item, tokenizer) for item in aligned]
     reading = read_pass(model, sets)
@@ -292,7 +292,7 @@ def study(model, tokenizer: Tokenizer, files: tuple[Path, Path | None, Path | No
         "_reading": reading,
     }
     if heldout_path is not None:
-        held = pronoun_probes(heldout_path, tokenizer, block).items
+        held = from_file(PRONOUN, heldout_path, tokenizer, block).items
         stats = report_on(model, held)
         result["heldout"] = {"n_probes": len(held), "baselines": baselines(held), "best": stats.heads[best.name],
                              "selective": stats.heads[selective.name], "own_selective": stats.most_selective}

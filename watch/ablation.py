@@ -110,7 +110,7 @@ def proofs(model: nn.Module, sets: ProbeSets, reading: Reading, mode: str = DEFA
         raise ValueError("mean-ablation needs held-out text; use zero-ablation")
     out = []
     for kind in TYPES:
-        heads = heads_of(reading.types, kind)
+        heads = [t.name for t in heads_of(reading.types, kind)]
         if not heads:
             continue
         groups = [([head], head) for head in heads]

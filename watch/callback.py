@@ -1,42 +1,46 @@
-"""Attention watching as a training callback.
+"""Attention watching as a training callback: `AttentionWatch` has the hooks a `trainer.Trainer` calls, so training
+plugs it in without knowing about attention. It reads `trainer.model`, `trainer.tokenizer`, `trainer.data`,
+`trainer.cfg.seed`, `trainer.state` and, for a fine-tune, `trainer.model_before_fine_tuning()`.
 
-`AttentionWatch` has the hooks a `trainer.Trainer` calls (`on_fit_start`, `on_watch`,
-`on_evaluate`, `on_fit_end`), so training plugs it in without the trainer knowing about
-attention, and this package needs nothing from the trainer: it reads `trainer.model`,
-`trainer.tokenizer`, `trainer.data` (the prepared corpus) and `trainer.cfg.seed`, and, for a fine-tune, the
-model before fine-tuning that `trainer.model_before_fine_tuning()` gives.
-
-At every watch point one pass (`watch/pipeline.py`) captures each probe set once and every score
-is read from it, and the composition of every pair of heads is read from the weights; the watch only
-decides what to do with the results: scalars every `watch_interval` steps; at evaluations also the
-tables, the heatmaps (the composition matrix among them) and, with agreement contexts,
-what removing the agreement heads costs; at the end of a completed run the report on the terminal,
-the proof by ablation, TensorBoard's HParams and the offline attention page.
+At every watch point one pass gives one `Reading` (`watch/reading.py`); the watch only decides what to show of it:
+scalars every `watch_interval` steps; at evaluations also the tables, the heatmaps and what removing the agreement
+heads costs; at the end of a completed run the report, the proof by ablation, the HParams and the attention page.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import torch
 from tqdm import tqdm
 
 from cli import UserError, warn
 from watch.ablation import DEFAULT_MODE, AblationResult, agreement_ablations, best_pronoun_proof, proofs
-from watch.composition import KINDS, Composition, composition, reads_from
-from watch.finetuning import before_labels, before_table, changed_heads, changes_line, log_before
+from watch.composition import reads_from
 from watch.heads import last_pronoun_pos
-from watch.headtypes import TYPE_SETS, head_labels
-from watch.heatmaps import SentenceHeatmaps, composition_image
+from watch.headtypes import TYPE_SETS, heads_of
+from watch.heatmaps import SentenceHeatmaps
 from watch.page import SentenceView, attention_page, sentence_view, write_page
 from watch.pipeline import untrained_like
-from watch.probesets import AGREEMENT, PRONOUN, SENTENCES, ProbeSets, held_out_sentences, watch_sets
-from watch.reading import Reading, read_pass
-from watch.report import ablation_line, agreement_lines, composition_lines, head_table, top_attended, type_report
-from watch.tensorboard import log_charts, log_composition, log_evaluation, log_scores
+from watch.probesets import PRONOUN, SENTENCES, ProbeSets, held_out_sentences, watch_sets
+from watch.reading import Reading, read_pass, untrained_reading
+from watch.report import (
+    ablation_line,
+    agreement_lines,
+    before_table,
+    changed_heads,
+    changes_line,
+    composition_lines,
+    head_table,
+    top_attended,
+    type_labels,
+    type_report,
+)
+from watch.tensorboard import log_charts, log_evaluation, log_scores
 
-WATCHED = (AGREEMENT, *TYPE_SETS)   # the probe sets scored at every watch point
 ROUGH_WHEN_QUICK = ("in_context_score", "in_context_score_spread")   # too few windows in a quick pass
 
 
@@ -54,22 +58,19 @@ class AttentionWatch:
         self.ablation = ablation
         self.sets = ProbeSets()
         self.quick = self.sets     # what a pass every watch_interval steps reads (`ProbeSets.quick`)
-        self.tokenizer = None
+        self.shown: list[tuple[str, list[str]]] = []   # the watched sentences as shown: (text, its tokens)
         self.tokens_per_step = 0
         self.first_typed: dict[tuple[str, str], int] = {}   # (type, head) -> the first step it had it
         self.untrained: Reading | None = None
-        self.untrained_composition: Composition | None = None
         self.before: Reading | None = None   # the model before fine-tuning, when the run fine-tunes one
-        self.before_pending = False          # it is the first evaluation's reading, still to come
+        self.pending: set[str] = set()       # the baselines the evaluation at step 0 reads ("untrained", "before")
         self.heatmaps = SentenceHeatmaps()
         self.last: tuple[int, Reading, list[AblationResult]] | None = None  # the latest evaluation's
 
     def on_fit_start(self, trainer: Any) -> None:
-        """The probe sets, made once (with sentences from the held-out text when the run names none); the
-        untrained model's scores (the same config from the run's seed), which the head types are measured
-        against; the Custom Scalars charts."""
+        """The probe sets (with sentences from the held-out text when the run names none), the baselines and the
+        Custom Scalars charts."""
         model, data = trainer.model, trainer.data
-        self.tokenizer = trainer.tokenizer
         self.tokens_per_step = getattr(trainer, "tokens_per_step", 0)
         val = data.tokens("val") if data is not None else None
         if not self.texts and val is not None:
@@ -78,32 +79,53 @@ class AttentionWatch:
                                train_tokens=data.tokens("train") if data is not None else None,
                                text=val, probes=self.probes, agreement=self.agreement, texts=self.texts)
         self.quick = self.sets.quick()
+        sentences, probes = self.sets.get(SENTENCES), self.sets.get(PRONOUN)
+        if sentences is not None:
+            self.shown = [(text, trainer.tokenizer.token_strings(ids))
+                          for text, ids in zip(sentences.items, sentences.ids, strict=True)]
+        # A watched sentence that is a probe has its pronoun's row outlined.
+        rows = {item.probe.text: item.pronoun_pos for item in probes.items} if probes is not None else {}
+        self.heatmaps = SentenceHeatmaps(self.shown, rows)
+        # The evaluation at step 0 comes first and reads the model as it starts: in a run from scratch the untrained
+        # model itself, in a fine-tune the model before fine-tuning. That reading is then the baseline, not a pass more.
         untrained = untrained_like(model, trainer.cfg.seed)
-        self.untrained = read_pass(untrained, self.sets, kinds=TYPE_SETS)
-        self.untrained_composition = composition(untrained)
-        # A fine-tune: the model before fine-tuning is a second baseline, read once (watch/finetuning.py). Before
-        # any step it is the model itself, which the evaluation at step 0 reads next.
+        state = getattr(trainer, "state", None)
+        first = state is not None and state.step == 0 and state.eval_step != 0
+        same = all(torch.equal(a, b) for a, b in zip(untrained.parameters(), model.parameters(), strict=True))
         before = trainer.model_before_fine_tuning() if hasattr(trainer, "model_before_fine_tuning") else None
-        self.before_pending = before is not None and before is model
-        if before is not None and not self.before_pending:
+        self.pending = {"untrained"} if first and same else set()
+        if before is not None and before is model:
+            self.pending.add("before")
+        if "untrained" not in self.pending:
+            self.untrained = untrained_reading(untrained, self.sets)
+        if before is not None and "before" not in self.pending:
             self.before = read_pass(before, self.sets, untrained=self.untrained, kinds=TYPE_SETS)
         log_charts(self.writer, pronouns=PRONOUN in self.sets.sets,
                    types=any(kind in self.sets.sets for kind in TYPE_SETS),
-                   composition=self.untrained_composition is not None, fine_tuning=before is not None)
+                   composition=model.config.n_layer > 1, fine_tuning=before is not None)
+
+    def read(self, model: Any, sets: ProbeSets, step: int) -> Reading:
+        """`model` read on `sets` against the baselines, with its composition; at the evaluation at step 0, the
+        baselines `on_fit_start` left to it. Notes the first step at which each head had each type, for the report
+        ("since step 250")."""
+        reading = read_pass(model, sets, untrained=self.untrained, before=self.before, compose=True,
+                            is_untrained="untrained" in self.pending)
+        if self.pending:
+            self.untrained = reading.untrained
+            if "before" in self.pending:
+                self.before = reading
+                reading = replace(reading, before=reading)
+            self.pending = set()
+        for head in reading.types.values():
+            if head.kind:
+                self.first_typed.setdefault((head.kind, head.name), step)
+        return reading
 
     def on_watch(self, trainer: Any, step: int) -> None:
-        reading = read_pass(trainer.model, self.quick, untrained=self.untrained, kinds=WATCHED)
+        reading = self.read(trainer.model, self.quick, step)
         for name in ROUGH_WHEN_QUICK:   # logged from the evaluations' passes over every window only
             reading.results.numbers.pop(name, None)
-        self._note_types(reading, step)
         log_scores(self.writer, step, reading)
-        log_composition(self.writer, step, composition(trainer.model), self.untrained_composition)
-
-    def _note_types(self, reading: Reading, step: int) -> None:
-        """Remembers the first step at which each head had each type, for the report ("since step 250")."""
-        for head_type in reading.types.values():
-            if head_type.kind:
-                self.first_typed.setdefault((head_type.kind, head_type.name), step)
 
     def since(self, reading: Reading) -> dict[str, str]:
         """{type: "L0H1 since step 500 (2,048,000 tokens)"}: since when each type's best head in `reading` has
@@ -111,7 +133,7 @@ class AttentionWatch:
         looks one token back for a while before its layer-0 partner takes over), so the step is the head's."""
         out = {}
         for kind in {t.kind for t in reading.types.values() if t.kind}:
-            best = max((t for t in reading.types.values() if t.kind == kind), key=lambda t: t.score or 0.0)
+            best = heads_of(reading.types, kind)[0]
             step = self.first_typed.get((kind, best.name))
             if step is not None:
                 tokens = f" ({step * self.tokens_per_step:,} tokens)" if self.tokens_per_step else ""
@@ -120,46 +142,28 @@ class AttentionWatch:
 
     def on_evaluate(self, trainer: Any, evaluation: Any) -> None:
         step = evaluation.step
-        reading = read_pass(trainer.model, self.sets, untrained=self.untrained)
-        self._note_types(reading, step)
-        if self.before_pending:
-            self.before, self.before_pending = reading, False
+        reading = self.read(trainer.model, self.sets, step)
         ablations = agreement_ablations(trainer.model, self.sets, reading)
         self.last = (step, reading, ablations)
-        images = []
-        sentences = self.sets.get(SENTENCES)
-        if sentences is not None and reading.results.patterns:
-            tokens = [self.tokenizer.token_strings(ids) for ids in sentences.ids]
-            best = None   # the best pronoun head, drawn alone
-            if reading.pronouns is not None:
-                head = reading.pronouns.best
-                best = (head.name, head.layer, head.head, f"best head {head.name} (referent {head.referent:.2f})")
-            images = self.heatmaps.images(step, sentences.items, tokens, reading.results.patterns, best,
-                                          self._pronoun_rows())
-        found = composition(trainer.model)
-        if found is not None:
-            images.append(("composition/matrix", composition_image(found, self._composition_title(step))))
-        log_evaluation(self.writer, step, reading, ablations, images)
-        log_composition(self.writer, step, found, self.untrained_composition)
-        if self.before is not None and reading.types:
-            log_before(self.writer, step, reading, self.before)
-            tqdm.write(f"step {step}: {changes_line(reading, self.before)}")
+        log_evaluation(self.writer, step, reading, ablations, self.heatmaps.images(step, reading))
+        if reading.before is not None and reading.types:
+            tqdm.write(f"step {step}: {changes_line(reading)}")
 
     def on_fit_end(self, trainer: Any, result: Any) -> None:
         if not result.completed:
             return
         if self.last is not None and self.last[0] == result.step:
-            reading, ablations = self.last[1], self.last[2]
+            _, reading, ablations = self.last
         else:
-            reading = read_pass(trainer.model, self.sets, untrained=self.untrained)
+            reading = self.read(trainer.model, self.sets, result.step)
             ablations = agreement_ablations(trainer.model, self.sets, reading)
         result.metrics.update(self.report(trainer.model, reading, ablations))
         if self.page is not None and reading.results.patterns:
             try:
-                labels = before_labels(reading, self.before) if self.before is not None else head_labels(reading.types)
+                untrained = reading.untrained.composition if reading.untrained is not None else None
                 result.files["attention page"] = write_page(self.page, attention_page(
                     self.views(reading), f"Attention at step {result.step}: {self.page.parent}",
-                    labels, reads_from(composition(trainer.model), self.untrained_composition)))
+                    type_labels(reading), reads_from(reading.composition, untrained)))
             except UserError as exc:
                 warn(f"no attention page: {exc}")
 
@@ -194,42 +198,27 @@ class AttentionWatch:
         if reading.types:
             about = "; ".join(s.about for kind, s in self.sets.sets.items() if kind in TYPE_SETS)
             print(f"\nhead types ({about}); the untrained model's scores in brackets:")
-            print(type_report(reading, list(self.sets.missing.values()), [p for p in found if p is not removed],
-                              self.since(reading)))
+            print(type_report(reading, [p for p in found if p is not removed], self.since(reading)))
             metrics.update(type_metrics(reading))
-        if self.before is not None and reading.types:
-            table = before_table(reading, self.before)
+        if reading.before is not None and reading.types:
+            table = before_table(reading)
             if table:
                 print("\nwhat fine-tuning changed: the heads with a type before fine-tuning or now (* where it "
                       "changed), and each type score before -> now:")
                 print(table)
-            print(("" if table else "\n") + changes_line(reading, self.before))
-            metrics["hparam/heads_changed_type"] = len(changed_heads(reading, self.before))
-        print("\n" + composition_lines(composition(model), self.untrained_composition, reading.types))
+            print(("" if table else "\n") + changes_line(reading))
+            metrics["hparam/heads_changed_type"] = len(changed_heads(reading))
+        print("\n" + composition_lines(reading))
         return metrics
-
-    def _composition_title(self, step: int) -> str:
-        before = self.untrained_composition
-        best = ", ".join(f"{kind} {before.best(kind)[1]:.2f}" for kind in KINDS) if before is not None else ""
-        return f"composition at step {step}" + (f"; the untrained model's highest: {best}" if best else "")
 
     def views(self, reading: Reading) -> list[SentenceView]:
         """The watched sentences with their patterns, for the page, the best pronoun head marked."""
-        sentences = self.sets.get(SENTENCES)
-        if sentences is None:
-            return []
         report = reading.pronouns
-        views = []
-        for text, ids, patterns in zip(sentences.items, sentences.ids, reading.results.patterns, strict=True):
-            marked = {} if report is None else {"best": (report.best.layer, report.best.head), "note": (
-                f"best head on {report.n_probes} probes (referent {report.best.referent:.2f}, "
-                f"top-1 {100 * report.best.top1:.0f}%)")}
-            views.append(sentence_view(text, self.tokenizer.token_strings(ids), patterns, **marked))
-        return views
-
-    def _pronoun_rows(self) -> dict[str, int]:
-        probes = self.sets.get(PRONOUN)
-        return {item.probe.text: item.pronoun_pos for item in probes.items} if probes is not None else {}
+        marked = {} if report is None else {"best": (report.best.layer, report.best.head), "note": (
+            f"best head on {report.n_probes} probes (referent {report.best.referent:.2f}, "
+            f"top-1 {100 * report.best.top1:.0f}%)")}
+        return [sentence_view(text, tokens, patterns, **marked)
+                for (text, tokens), patterns in zip(self.shown, reading.results.patterns, strict=True)]
 
 
 def type_metrics(reading: Reading) -> dict[str, float]:

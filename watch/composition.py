@@ -38,73 +38,37 @@ KINDS = ("Q", "K", "V")
 ONE_LAYER_NOTE = "composition needs two layers: this model has one, so no head reads another's output"
 
 
-@dataclass(frozen=True)
-class HeadWeights:
-    """Every head's weights in TransformerLens's layout, float64 on the CPU: W_Q, W_K, W_V
-    [layer, head, d_model, d_head] and W_O [layer, head, d_head, d_model]."""
+def composition_scores(model: nn.Module) -> dict[str, torch.Tensor]:
+    """{"Q" | "K" | "V": [layer_from, head_from, layer_to, head_to]} (float64, CPU): the composition of
+    every head with every head of a later layer, 0 where layer_to <= layer_from, as TransformerLens lays it out.
 
-    W_Q: torch.Tensor
-    W_K: torch.Tensor
-    W_V: torch.Tensor
-    W_O: torch.Tensor
-
-
-def head_weights(model: nn.Module) -> HeadWeights:
-    """`model`'s attention weights per head (`GPT`: each layer's `SelfAttention`, whose `nn.Linear`s
-    keep [out, in] with head h in rows h·d_head..(h+1)·d_head of W_query/W_key/W_value and in those
-    columns of out_proj)."""
+    `GPT` keeps each `nn.Linear` as [out, in], head h in rows h·d_head..(h+1)·d_head of W_query/W_key/W_value and
+    in those columns of out_proj. A norm is taken of a product with a factor R of m = Q·R in place of m (‖m·N‖ =
+    ‖R·N‖, as Q's columns are orthonormal), which shrinks d_model to d_head in every product."""
     cfg = model.config
     H, D, E = cfg.n_head, cfg.head_dim, cfg.n_embd
 
-    def stacked(weight_of) -> torch.Tensor:
+    def stacked(weight_of) -> torch.Tensor:   # [layer, head, ...], float64 on the CPU
         return torch.stack([weight_of(block.attn).detach().to("cpu", torch.float64) for block in model.blocks])
 
-    def reading(linear: nn.Linear) -> torch.Tensor:        # [H*D, E] -> [H, E, D]
-        return linear.weight.reshape(H, D, E).transpose(1, 2)
+    def triangle(m: torch.Tensor) -> torch.Tensor:
+        return torch.linalg.qr(m, mode="r")[1]
 
-    return HeadWeights(W_Q=stacked(lambda attn: reading(attn.W_query)), W_K=stacked(lambda attn: reading(attn.W_key)),
-                       W_V=stacked(lambda attn: reading(attn.W_value)),
-                       W_O=stacked(lambda attn: attn.out_proj.weight.t().reshape(H, D, E)))
-
-
-def _triangle(m: torch.Tensor) -> torch.Tensor:
-    """R of m = Q·R ([..., n, k] -> [..., k, k]), so ‖m·N‖ = ‖R·N‖ and ‖N·mᵀ‖ = ‖N·Rᵀ‖ for any N (Q's
-    orthonormal columns keep a Frobenius norm). It shrinks d_model to d_head wherever a product of a
-    head's matrices is measured."""
-    return torch.linalg.qr(m, mode="r")[1]
-
-
-def _writer(w: HeadWeights) -> torch.Tensor:
-    """[layer, head, d_head, d_model]: a factor with the norm of W_OV·N for every N: R(W_V) · W_O."""
-    return _triangle(w.W_V) @ w.W_O
-
-
-def _readers(w: HeadWeights) -> dict[str, torch.Tensor]:
-    """Per kind, [layer, head, d_model, d_head]: a factor with the norm of N·M for every N, where M is
-    what the later head reads the stream through. M = X·Yᵀ -> X · R(Y)ᵀ."""
-    def factor(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return x @ _triangle(y).transpose(-1, -2)
-
-    return {"Q": factor(w.W_Q, w.W_K),                       # W_QK = W_Q · W_Kᵀ
-            "K": factor(w.W_K, w.W_Q),                       # (W_QK)ᵀ = W_K · W_Qᵀ
-            "V": factor(w.W_V, w.W_O.transpose(-1, -2))}     # W_OV = W_V · W_O
-
-
-def composition_scores(model: nn.Module) -> dict[str, torch.Tensor]:
-    """{"Q" | "K" | "V": [layer_from, head_from, layer_to, head_to]} (float64, CPU): the composition of
-    every head with every head of a later layer (see the module's docstring), 0 where layer_to <=
-    layer_from, as TransformerLens's `all_composition_scores` lays it out."""
-    w = head_weights(model)
-    writer = _writer(w)
-    writer_norm = torch.linalg.matrix_norm(writer)                                    # [L, H]
+    W_Q, W_K, W_V = (stacked(lambda attn, name=name: getattr(attn, name).weight.reshape(H, D, E).transpose(1, 2))
+                     for name in ("W_query", "W_key", "W_value"))
+    W_O = stacked(lambda attn: attn.out_proj.weight.t().reshape(H, D, E))
+    writer = triangle(W_V) @ W_O                                       # the norm of W_OV·N for every N
+    writer_norm = torch.linalg.matrix_norm(writer)                      # [L, H]
     n_layer, n_head = writer_norm.shape
+    # What a later head reads the stream through, M = X·Yᵀ, as X · R(Y)ᵀ: W_QK, (W_QK)ᵀ and W_OV.
+    readers = {"Q": W_Q @ triangle(W_K).transpose(-1, -2), "K": W_K @ triangle(W_Q).transpose(-1, -2),
+               "V": W_V @ triangle(W_O.transpose(-1, -2)).transpose(-1, -2)}
     out = {}
-    for kind, reader in _readers(w).items():
+    for kind, reader in readers.items():
         reader_norm = torch.linalg.matrix_norm(reader)                                # [L, H]
         scores = torch.zeros(n_layer, n_head, n_layer, n_head, dtype=torch.float64)
         for layer in range(n_layer - 1):
-            later = reader[layer + 1:]                                                # [L', H, E, D]
-            product = torch.einsum("hde,mkef->hmkdf", writer[layer], later)           # [H, L', H, D, D]
+            product = torch.einsum("hde,mkef->hmkdf", writer[layer], reader[layer + 1:])   # [H, L', H, D, D]
             norm = torch.linalg.matrix_norm(product)                                  # [H, L', H]
             scale = writer_norm[layer][:, None, None] * reader_norm[layer + 1:][None]
             # 0/0 (a head that writes or reads nothing) is 0; weights that overflowed stay NaN
@@ -120,52 +84,32 @@ def pair_name(source: str, target: str) -> str:
 
 @dataclass(frozen=True)
 class Composition:
-    """A model's composition scores, `scores[kind]` [layer_from, head_from, layer_to, head_to]."""
+    """A model's composition scores, `scores[kind]` [layer_from, head_from, layer_to, head_to], and `pairs[kind]`
+    the same for every pair whose target is in a later layer, by name ({"L0H1->L1H3": score}), sources in order."""
 
     scores: dict[str, torch.Tensor]
+    pairs: dict[str, dict[str, float]]
 
-    @property
-    def n_layer(self) -> int:
-        return next(iter(self.scores.values())).shape[0]
-
-    @property
-    def n_head(self) -> int:
-        return next(iter(self.scores.values())).shape[1]
-
-    def pairs(self) -> list[tuple[tuple[int, int], tuple[int, int]]]:
-        """Every (source, target) with the target in a later layer, sources first in order."""
-        L, H = self.n_layer, self.n_head
-        return [((a, h), (b, k)) for a in range(L) for h in range(H) for b in range(a + 1, L) for k in range(H)]
-
-    def score(self, kind: str, source: tuple[int, int], target: tuple[int, int]) -> float:
-        return float(self.scores[kind][source[0], source[1], target[0], target[1]])
-
-    def by_pair(self, kind: str) -> dict[str, float]:
-        """{"L0H1->L1H3": score, ...} for every pair, in `pairs` order."""
-        return {pair_name(head_name(*s), head_name(*t)): self.score(kind, s, t) for s, t in self.pairs()}
+    def best(self, kind: str) -> tuple[str, float]:
+        """The pair with the highest score (earliest first on ties)."""
+        pairs = self.pairs[kind]
+        name = max(pairs, key=pairs.get)
+        return name, pairs[name]
 
     def sources(self, kind: str, target: tuple[int, int]) -> list[tuple[str, float]]:
         """The heads `target` reads from, highest score first (earliest first on ties)."""
-        found = [(head_name(a, h), float(self.scores[kind][a, h, target[0], target[1]]))
-                 for a in range(target[0]) for h in range(self.n_head)]
+        layer, head = target
+        column = self.scores[kind][:layer, :, layer, head].tolist()                 # [layer_from][head_from]
+        found = [(head_name(a, h), value) for a, row in enumerate(column) for h, value in enumerate(row)]
         return sorted(found, key=lambda item: -item[1])
 
-    def grid(self, kind: str) -> tuple[torch.Tensor, list[str], list[str]]:
-        """(scores [writer, reader], writers, readers): a row per head of every layer but the last, a column
-        per head of every layer but the first; NaN where the reader is not in a later layer."""
-        L, H = self.n_layer, self.n_head
-        flat = self.scores[kind].reshape(L * H, L * H)[:(L - 1) * H, H:]
-        later = torch.arange(H, L * H)[None, :] // H > torch.arange((L - 1) * H)[:, None] // H
-        names = [head_name(layer, head) for layer in range(L) for head in range(H)]
-        return flat.where(later, float("nan")), names[:(L - 1) * H], names[H:]
 
-    def best(self, kind: str) -> tuple[str, float] | None:
-        """The pair with the highest score, or None in a one-layer model."""
-        scores = self.by_pair(kind)
-        if not scores:
-            return None
-        name = max(scores, key=scores.get)
-        return name, scores[name]
+def _by_pair(scores: torch.Tensor) -> dict[str, float]:
+    """{"L0H1->L1H3": score, ...} for every head and every head of a later layer, sources in order."""
+    n_layer, n_head = scores.shape[:2]
+    values = scores.tolist()
+    return {pair_name(head_name(a, h), head_name(b, k)): values[a][h][b][k]
+            for a in range(n_layer) for h in range(n_head) for b in range(a + 1, n_layer) for k in range(n_head)}
 
 
 def composition(model: nn.Module) -> Composition | None:
@@ -179,9 +123,10 @@ def composition(model: nn.Module) -> Composition | None:
     torch.set_num_threads(1)
     try:
         with torch.no_grad():
-            return Composition(composition_scores(model))
+            scores = composition_scores(model)
     finally:
         torch.set_num_threads(threads)
+    return Composition(scores, {kind: _by_pair(values) for kind, values in scores.items()})
 
 
 def composition_json(found: Composition | None, untrained: Composition | None) -> dict:
@@ -190,8 +135,7 @@ def composition_json(found: Composition | None, untrained: Composition | None) -
     are None and "composition_note" says why."""
     if found is None:
         return {"composition": None, "composition_untrained": None, "composition_note": ONE_LAYER_NOTE}
-    return {"composition": {kind: found.by_pair(kind) for kind in KINDS},
-            "composition_untrained": {kind: untrained.by_pair(kind) for kind in KINDS} if untrained else None}
+    return {"composition": found.pairs, "composition_untrained": untrained.pairs if untrained else None}
 
 
 def reads_from(found: Composition | None, untrained: Composition | None) -> dict:
@@ -199,12 +143,13 @@ def reads_from(found: Composition | None, untrained: Composition | None) -> dict
     reads from, highest first, as [name, score, the untrained model's score or None]."""
     if found is None:
         return {}
+    n_layer, n_head = found.scores["K"].shape[:2]
     out: dict[str, dict[str, list]] = {}
     for kind in KINDS:
-        before = untrained.by_pair(kind) if untrained is not None else {}
+        before = untrained.pairs[kind] if untrained is not None else {}
         heads = {}
-        for layer in range(1, found.n_layer):
-            for head in range(found.n_head):
+        for layer in range(1, n_layer):
+            for head in range(n_head):
                 target = head_name(layer, head)
                 heads[target] = [[source, round(value, 4), _rounded(before.get(pair_name(source, target)))]
                                  for source, value in found.sources(kind, (layer, head))]

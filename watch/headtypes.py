@@ -64,11 +64,6 @@ def type_scores(results: Results) -> tuple[dict[str, torch.Tensor], torch.Tensor
     return out, found[1]
 
 
-def head_labels(types: dict[str, HeadType]) -> dict[str, str]:
-    """{"L1H3": "induction", ...} for the heads that have a type."""
-    return {name: LABELS[t.kind] for name, t in types.items() if t.kind}
-
-
 @dataclass
 class HeadType:
     name: str                   # "L1H3"
@@ -105,7 +100,6 @@ def needed(untrained: float | None) -> float:
     return max(TYPE_MIN, TYPE_RATIO * untrained) if untrained is not None else TYPE_MIN
 
 
-def heads_of(types: dict[str, HeadType], kind: str) -> list[str]:
-    """The heads of one type, highest score first."""
-    found = [t for t in types.values() if t.kind == kind]
-    return [t.name for t in sorted(found, key=lambda t: -(t.score or 0.0))]
+def heads_of(types: dict[str, HeadType], kind: str) -> list[HeadType]:
+    """The heads of one type, highest score first (earliest first on ties)."""
+    return sorted((t for t in types.values() if t.kind == kind), key=lambda t: -(t.score or 0.0))

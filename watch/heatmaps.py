@@ -26,6 +26,7 @@ from PIL import Image, ImageDraw, ImageFont
 from files import replace_file
 from watch.composition import KINDS, Composition
 from watch.heads import display_token, head_name
+from watch.reading import Reading
 
 ANNOTATE_MAX_TOKENS = 16   # beyond this, numbers in cells no longer fit
 LABEL_MAX_TOKENS = 64      # beyond this, only every n-th token is labelled
@@ -57,6 +58,12 @@ def colours(values: np.ndarray) -> np.ndarray:
     out = LUT[index]
     out[np.isnan(values)] = FUTURE
     return out
+
+
+def _cells(values: np.ndarray, cell: int) -> np.ndarray:
+    """Weights [rows, columns] as RGB pixels, each a square of `cell` pixels (np.repeat: np.kron, which multiplies
+    every pixel by one, took a fifth of an evaluation's drawing)."""
+    return colours(values).repeat(cell, axis=0).repeat(cell, axis=1)
 
 
 def _as_array(pattern: torch.Tensor | np.ndarray) -> np.ndarray:
@@ -147,20 +154,9 @@ class HeatmapCanvas:
             draw.text((x0 + self.side // 2, y0 + self.below + self.side - 2), "key (attended to)", fill=INK,
                       font=axis_font, anchor="md")
             image.paste(_turned("query", axis_font), (x0 - self.left + 2, y0 + self.side // 2 - 20))
-        self._colour_bar(image, draw)
+        colour_bar(image, draw, self.width - self.bar_w + 12, self.top + self.title_h,
+                   max(60, min(self.rows * self.panel_h - self.title_h - self.below, 400)), "attention weight", -45)
         return image
-
-    def _colour_bar(self, image: Image.Image, draw: ImageDraw.ImageDraw) -> None:
-        x0, y0 = self.width - self.bar_w + 12, self.top + self.title_h
-        height = max(60, min(self.rows * self.panel_h - self.title_h - self.below, 400))
-        ramp = colours(np.linspace(1, 0, height)[:, None].repeat(14, axis=1))
-        image.paste(Image.fromarray(ramp), (x0, y0))
-        tick_font = font(11)
-        for value in (0.0, 0.5, 1.0):
-            y = y0 + round((1 - value) * (height - 1))
-            draw.line([(x0 + 14, y), (x0 + 17, y)], fill=INK)
-            draw.text((x0 + 20, y), f"{value:g}", fill=INK, font=tick_font, anchor="lm")
-        image.paste(_turned("attention weight", tick_font), (x0 + 38, y0 + height // 2 - 45))
 
     # --- drawing ------------------------------------------------------------------------------
 
@@ -179,8 +175,7 @@ class HeatmapCanvas:
         for panel, (pattern, title) in enumerate(zip(patterns, titles, strict=True)):
             values = _matrix(pattern, n)
             x0, y0 = self._origin(panel)
-            cells = np.kron(colours(values), np.ones((self.cell, self.cell, 1), dtype=np.uint8))
-            image.paste(Image.fromarray(cells), (x0, y0))
+            image.paste(Image.fromarray(_cells(values, self.cell)), (x0, y0))
             draw.text((x0 + self.side // 2, y0 - 6), title, fill=INK, font=title_font, anchor="md")
             numbers = {}
             if n <= ANNOTATE_MAX_TOKENS:
@@ -201,6 +196,18 @@ class HeatmapCanvas:
         return np.asarray(image)
 
 
+def colour_bar(image: Image.Image, draw: ImageDraw.ImageDraw, x0: int, y0: int, height: int, name: str,
+               name_at: int) -> None:
+    """The colour ramp from 1 (top) to 0, `height` pixels tall at (x0, y0), ticked at 0, 0.5 and 1, `name` written
+    upwards beside it, `name_at` pixels below its middle (a negative number: above it), or at its top when None."""
+    image.paste(Image.fromarray(colours(np.linspace(1, 0, height)[:, None].repeat(14, axis=1))), (x0, y0))
+    for value in (0.0, 0.5, 1.0):
+        y = y0 + round((1 - value) * (height - 1))
+        draw.line([(x0 + 14, y), (x0 + 17, y)], fill=INK)
+        draw.text((x0 + 20, y), f"{value:g}", fill=INK, font=font(11), anchor="lm")
+    image.paste(_turned(name, font(11)), (x0 + 38, y0 + (height // 2 + name_at if name_at is not None else 0)))
+
+
 @cache
 def _turned_cached(text: str, size: int, path: str) -> Image.Image:
     face = ImageFont.truetype(path, size) if path else ImageFont.load_default(size)
@@ -215,31 +222,19 @@ def _turned(text: str, face: ImageFont.FreeTypeFont) -> Image.Image:
     return _turned_cached(text, int(face.size), getattr(face, "path", "") or "")
 
 
-def _layer_pattern(pattern: torch.Tensor | np.ndarray) -> np.ndarray:
-    pattern = _as_array(pattern)
-    if pattern.ndim != 3:
-        raise ValueError(f"a layer's pattern must be [head, query_pos, key_pos], got shape {pattern.shape}")
-    return pattern
-
-
 def head_titles(layer: int, n_head: int, best: str | None = None) -> list[str]:
     """Panel titles of a layer's heatmaps: every head named LlHh, `best` marked."""
     names = [head_name(layer, head) for head in range(n_head)]
     return [f"{name} (best)" if name == best else name for name in names]
 
 
-def head_image(pattern: torch.Tensor | np.ndarray, tokens: Sequence[str], title: str, *,
-               highlight_query: int | None = None) -> np.ndarray:
-    """One head's pattern [query_pos, key_pos] as a heatmap with a colour bar (RGB array).
-    `highlight_query` outlines one query row (a probe's pronoun, say)."""
-    return HeatmapCanvas(tokens, 1, highlight_query=highlight_query).draw([pattern], [title])
-
-
 def layer_image(pattern: torch.Tensor | np.ndarray, tokens: Sequence[str], layer: int, *,
                 title: str | None = None, highlight_query: int | None = None, best: str | None = None) -> np.ndarray:
     """All heads of one layer ([head, query_pos, key_pos]) in a grid, each titled LlHh; `best` names a
     head (e.g. "L1H0") to mark in its title."""
-    pattern = _layer_pattern(pattern)
+    pattern = _as_array(pattern)
+    if pattern.ndim != 3:
+        raise ValueError(f"a layer's pattern must be [head, query_pos, key_pos], got shape {pattern.shape}")
     n_head = pattern.shape[0]
     return HeatmapCanvas(tokens, n_head, highlight_query=highlight_query).draw(
         list(pattern), head_titles(layer, n_head, best), title or f"layer {layer}")
@@ -262,41 +257,48 @@ def unique_slugs(sentences: Sequence[str]) -> list[str]:
 
 
 class SentenceHeatmaps:
-    """The heatmaps of a run's watched sentences at each evaluation: per sentence, one image per
-    layer with every head, and the best head alone when there is one. Each canvas is made at the
-    first evaluation and drawn again with new weights at the later ones; each image comes back as a
-    (tag, RGB array) pair for TensorBoard."""
+    """What an evaluation draws for TensorBoard, each image a (tag, RGB array) pair: per watched sentence, one
+    image per layer with every head, and the best pronoun head alone when there is one; then the composition
+    matrix. Each canvas is made at the first evaluation and drawn again with new weights at the later ones.
+    `highlights` outlines a query row of a sentence (by its text)."""
 
-    def __init__(self) -> None:
+    def __init__(self, sentences: Sequence[tuple[str, Sequence[str]]] = (),
+                 highlights: dict[str, int] | None = None) -> None:
+        """`sentences`: (text, its tokens) for each watched sentence."""
+        slugs = unique_slugs([text for text, _ in sentences])
+        self.sentences = [(slug, text, tokens) for slug, (text, tokens) in zip(slugs, sentences, strict=True)]
+        self.highlights = highlights or {}
         self.canvases: dict[str, HeatmapCanvas] = {}
 
-    def images(self, step: int, texts: Sequence[str], tokens: Sequence[Sequence[str]],
-               patterns: Sequence[Sequence[torch.Tensor]], best: tuple[str, int, int, str] | None = None,
-               highlights: dict[str, int] | None = None) -> list[tuple[str, np.ndarray]]:
-        """`patterns[sentence][layer]` [head, query_pos, key_pos]; `best` (name, layer, head, title) marks
-        a head and draws it alone; `highlights` outlines a query row of a sentence (by its text)."""
+    def images(self, step: int, reading: Reading) -> list[tuple[str, np.ndarray]]:
+        """The images of a pass's reading: `reading.results.patterns[sentence][layer]` [head, query_pos, key_pos]
+        for the sentences, and `reading.composition` beside the untrained model's."""
         out = []
-        for slug, text, toks, layers in zip(unique_slugs(texts), texts, tokens, patterns, strict=True):
-            highlight = (highlights or {}).get(text)
+        best = reading.pronouns.best if reading.pronouns is not None else None
+        for (slug, text, tokens), layers in zip(self.sentences, reading.results.patterns, strict=True):
             for layer, pattern in enumerate(layers):
                 tag, n_head = f"attention/{slug}/layer{layer}", pattern.shape[0]
-                canvas = self._canvas(tag, toks, n_head, highlight)
-                out.append((tag, canvas.draw(list(pattern), head_titles(layer, n_head, best[0] if best else None),
-                                             f"layer {layer}, step {step}")))
+                titles = head_titles(layer, n_head, best.name if best else None)
+                out.append((tag, self._canvas(tag, text, tokens, n_head).draw(list(pattern), titles,
+                                                                              f"layer {layer}, step {step}")))
             if best is not None:
-                name, layer, head, title = best
                 tag = f"attention/{slug}/best_head"
-                canvas = self._canvas(tag, toks, 1, highlight)
-                out.append((tag, canvas.draw([layers[layer][head]], [f"{title}, step {step}"])))
+                title = f"best head {best.name} (referent {best.referent:.2f}), step {step}"
+                out.append((tag, self._canvas(tag, text, tokens, 1).draw([layers[best.layer][best.head]], [title])))
+        if reading.composition is not None:
+            title = f"composition at step {step}"
+            if reading.untrained is not None:
+                untrained = reading.untrained.composition.pairs
+                highest = ", ".join(f"{kind} {max(untrained[kind].values()):.2f}" for kind in KINDS)
+                title += f"; the untrained model's highest: {highest}"
+            out.append(("composition/matrix", composition_image(reading.composition, title)))
         return out
 
-    def _canvas(self, tag: str, tokens: Sequence[str], n_panels: int, highlight: int | None) -> HeatmapCanvas:
-        """The canvas kept for `tag` when it still fits these tokens, else a new one (kept). (A tag
-        names one sentence, and its highlight comes from the sentence.)"""
-        canvas = self.canvases.get(tag)
-        if canvas is None or canvas.tokens != list(tokens) or canvas.n_panels != n_panels:
-            canvas = self.canvases[tag] = HeatmapCanvas(tokens, n_panels, highlight_query=highlight)
-        return canvas
+    def _canvas(self, tag: str, text: str, tokens: Sequence[str], n_panels: int) -> HeatmapCanvas:
+        """The canvas kept for `tag` (a tag names one sentence and one layer, or its best head), made on first use."""
+        if tag not in self.canvases:
+            self.canvases[tag] = HeatmapCanvas(tokens, n_panels, highlight_query=self.highlights.get(text))
+        return self.canvases[tag]
 
 
 def save_png(image: np.ndarray, path: str | Path) -> Path:
@@ -329,7 +331,7 @@ def grid_image(panels: Sequence[np.ndarray], titles: Sequence[str], row_labels: 
     number_font = font(11)
     for n, (values, title) in enumerate(zip(panels, titles, strict=True)):
         x0, y0 = n * panel_w + left, top + title_h
-        image.paste(Image.fromarray(np.kron(colours(values), np.ones((cell, cell, 1), dtype=np.uint8))), (x0, y0))
+        image.paste(Image.fromarray(_cells(values, cell)), (x0, y0))
         draw.text((x0 + n_cols * cell // 2, y0 - 6), title, fill=INK, font=title_font, anchor="md")
         for r, text in enumerate(row_labels):
             draw.text((x0 - 4, y0 + r * cell + cell // 2), text, fill=INK, font=label_font, anchor="rm")
@@ -343,13 +345,7 @@ def grid_image(panels: Sequence[np.ndarray], titles: Sequence[str], row_labels: 
                 text = f"{values[r, c]:.2f}".removeprefix("0")
                 draw.text((x0 + c * cell + cell // 2, y0 + r * cell + cell // 2), text,
                           fill="black" if values[r, c] > 0.55 else "white", font=number_font, anchor="mm")
-    x0, y0, bar_h = image.width - bar_w + 12, top + title_h, 120
-    image.paste(Image.fromarray(colours(np.linspace(1, 0, bar_h)[:, None].repeat(14, axis=1))), (x0, y0))
-    for value in (0.0, 0.5, 1.0):
-        y = y0 + round((1 - value) * (bar_h - 1))
-        draw.line([(x0 + 14, y), (x0 + 17, y)], fill=INK)
-        draw.text((x0 + 20, y), f"{value:g}", fill=INK, font=font(11), anchor="lm")
-    image.paste(_turned(scale_name, font(11)), (x0 + 38, y0))
+    colour_bar(image, draw, image.width - bar_w + 12, top + title_h, 120, scale_name, None)
     if suptitle:
         draw.text((image.width // 2, 6), suptitle, fill=INK, font=font(15), anchor="mt")
     return np.asarray(image)
@@ -357,9 +353,13 @@ def grid_image(panels: Sequence[np.ndarray], titles: Sequence[str], row_labels: 
 
 def composition_image(found: Composition, title: str) -> np.ndarray:
     """The Q-, K- and V-composition of every pair of heads (watch/composition.py), a panel each: what the
-    head of a row writes, read by the head of a column."""
-    grids = [found.grid(kind) for kind in KINDS]
-    _, writers, readers = grids[0]
-    return grid_image([grid.numpy() for grid, _, _ in grids], [f"{kind}-composition" for kind in KINDS], writers,
-                      readers, rows_name="writes", columns_name="reads", scale_name="composition score",
-                      suptitle=title)
+    head of a row (every layer but the last) writes, read by the head of a column (every layer but the first);
+    blank where the reader is not in a later layer."""
+    n_layer, n_head = found.scores["K"].shape[:2]
+    writers, readers = (n_layer - 1) * n_head, n_layer * n_head
+    later = torch.arange(n_head, readers)[None, :] // n_head > torch.arange(writers)[:, None] // n_head
+    panels = [found.scores[kind].reshape(readers, readers)[:writers, n_head:].where(later, float("nan")).numpy()
+              for kind in KINDS]
+    names = [head_name(layer, head) for layer in range(n_layer) for head in range(n_head)]
+    return grid_image(panels, [f"{kind}-composition" for kind in KINDS], names[:writers], names[n_head:],
+                      rows_name="writes", columns_name="reads", scale_name="composition score", suptitle=title)

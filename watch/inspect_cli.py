@@ -16,16 +16,16 @@ from files import NotParsed, inside_name, is_whole_number, parse_int, quoted, re
 from model.ablation import Ablation
 from watch.ablation import head_means, proofs
 from watch.capture import capture_attention
-from watch.composition import composition, composition_json, reads_from
+from watch.composition import composition_json, reads_from
 from watch.heads import ablation_names, default_query, display_token, focused_head, head_name
-from watch.headtypes import CONTEXT_NUMBERS, LABELS, TYPE_SETS, head_labels
-from watch.heatmaps import head_image, layer_image, save_png, sentence_slug
+from watch.headtypes import CONTEXT_NUMBERS, LABELS
+from watch.heatmaps import HeatmapCanvas, layer_image, save_png, sentence_slug
 from watch.page import attention_page, sentence_view, write_page
 from watch.pipeline import untrained_like
-from watch.probesets import NO_TEXT, PRONOUN, REPEATED_MIN_LENGTH, TEXT, ProbeSets, pronoun_probes, watch_sets
-from watch.pronouns import json_number
-from watch.reading import Reading, read_pass
-from watch.report import ablation_line, composition_lines, head_table, top_attended, type_report
+from watch.probesets import NO_TEXT, PRONOUN, REPEATED_MIN_LENGTH, TEXT, ProbeSets, from_file, watch_sets
+from watch.pronouns import finite
+from watch.reading import Reading, read_pass, untrained_reading
+from watch.report import ablation_line, composition_lines, head_table, top_attended, type_labels, type_report
 from watch.tensorboard import TensorBoardWriter
 
 
@@ -67,14 +67,12 @@ def show_attention(model, tokenizer, checkpoint: dict, args: argparse.Namespace,
         view = sentence_view(text, tokens, patterns, query=query)
         step = f" at step {checkpoint['step']}" if "step" in checkpoint else ""
         ablated = f", with {', '.join(ablation_names(ablate))} ablated" if ablate else ""
-        sets = checkpoint_sets(model, tokenizer, checkpoint, None)
-        fresh = untrained_like(model, training_seed(checkpoint))
-        untrained = read_pass(fresh, sets, kinds=TYPE_SETS)
-        labels = head_labels(read_pass(model, sets, untrained=untrained).types)
-        page = write_page(args.html, attention_page([view], f"Attention of {args.out_dir}{step}{ablated}", labels,
-                                                    reads_from(composition(model), composition(fresh))))
+        reading = checkpoint_reading(model, checkpoint_sets(model, tokenizer, checkpoint, None), checkpoint)
+        page = write_page(args.html, attention_page([view], f"Attention of {args.out_dir}{step}{ablated}",
+                                                    type_labels(reading), reads_from(reading.composition,
+                                                                                     reading.untrained.composition)))
     if args.json:
-        print(json.dumps(_finite({
+        print(json.dumps(finite({
             "text": text, "tokens": tokens, "query_pos": query, "focused_head": head_name(layer, head),
             "ablated": ablation_names(ablate),
             # [layer][head][query_pos][key_pos]
@@ -104,9 +102,8 @@ def _write_heatmaps(checkpoint: dict, args: argparse.Namespace, tokens: list[str
     slug = sentence_slug(args.attention)
     name = head_name(*focused)
     images = {f"{slug}_layer{n}.png": layer_image(p, tokens, n) for n, p in enumerate(patterns)}
-    images[f"{slug}_{name}.png"] = head_image(
-        patterns[focused[0]][focused[1]], tokens, f"{name}: most focused head for {tokens[query].strip()!r}",
-        highlight_query=query)
+    images[f"{slug}_{name}.png"] = HeatmapCanvas(tokens, 1, highlight_query=query).draw(
+        [patterns[focused[0]][focused[1]]], [f"{name}: most focused head for {tokens[query].strip()!r}"])
     try:
         for file_name, image in images.items():
             save_png(image, png_dir / file_name)
@@ -145,7 +142,7 @@ def _log_to_run(checkpoint: dict, slug: str, images: dict) -> None:
 
 
 def show_probes(model, tokenizer, args: argparse.Namespace, ablate: Ablation | None) -> None:
-    sets = ProbeSets({PRONOUN: pronoun_probes(args.probes, tokenizer, model.config.block_size, strict=True)})
+    sets = ProbeSets({PRONOUN: from_file(PRONOUN, args.probes, tokenizer, model.config.block_size, strict=True)})
     report = read_pass(model, sets, ablate=ablate).pronouns
     baseline = read_pass(model, sets).pronouns if ablate else report
     if report is None:
@@ -154,7 +151,7 @@ def show_probes(model, tokenizer, args: argparse.Namespace, ablate: Ablation | N
         out = report.to_dict()
         if ablate:
             out["continuation_accuracy_without_ablation"] = baseline.continuation_accuracy
-        print(json.dumps(_finite(out), allow_nan=False))  # valid JSON: null where a number is nan
+        print(json.dumps(finite(out), allow_nan=False))  # valid JSON: null where a number is nan
         return
     title = f"heads on {report.n_probes} probes from {args.probes}"
     if ablate:
@@ -173,6 +170,13 @@ def training_seed(checkpoint: dict) -> int:
     config = checkpoint.get("train_config")
     seed = config.get("seed") if isinstance(config, dict) else None
     return seed if type(seed) is int else 1337
+
+
+def checkpoint_reading(model, sets: ProbeSets, checkpoint: dict, ablate: Ablation | None = None) -> Reading:
+    """`model` (`ablate`'s heads removed) read on `sets` against the untrained model its run started from, with
+    the composition of both."""
+    untrained = untrained_reading(untrained_like(model, training_seed(checkpoint)), sets)
+    return read_pass(model, sets, untrained=untrained, ablate=ablate, compose=True)
 
 
 def checkpoint_sets(model, tokenizer, checkpoint: dict, text_file: str | None) -> ProbeSets:
@@ -228,20 +232,18 @@ def show_heads(model, tokenizer, checkpoint: dict, args: argparse.Namespace, abl
                          f"none: {why}; use --ablation=zero{longer}")
     if ablate and args.ablation == "mean":
         ablate = Ablation(ablate.heads, head_means(model, sets.get(TEXT)))
-    fresh = untrained_like(model, training_seed(checkpoint))
-    untrained = read_pass(fresh, sets, kinds=TYPE_SETS)
-    reading = read_pass(model, sets, untrained=untrained, ablate=ablate)
+    reading = checkpoint_reading(model, sets, checkpoint, ablate)   # the composition: of the weights, as they are
     found = proofs(model, sets, reading, args.ablation) if not ablate else []
-    composed, composed_before = composition(model), composition(fresh)   # of the weights: --ablate leaves them
     if args.json:
         print(json.dumps({**heads_json(reading, found, args.ablation, sets),
-                          **_finite(composition_json(composed, composed_before))}, allow_nan=False))
+                          **finite(composition_json(reading.composition, reading.untrained.composition))},
+                         allow_nan=False))
         return
     about = "; ".join(s.about for s in sets.sets.values())
     removed = f", with {', '.join(reading.results.ablated)} removed ({args.ablation}-ablation)" if ablate else ""
     print(f"head types of {args.out_dir}{removed} ({about}); the untrained model's scores in brackets:")
-    print(type_report(reading, list(sets.missing.values()), found))
-    print(composition_lines(composed, composed_before, reading.types))
+    print(type_report(reading, found))
+    print(composition_lines(reading))
 
 
 def heads_json(reading: Reading, found: list, mode: str, sets: ProbeSets) -> dict:
@@ -270,13 +272,4 @@ def heads_json(reading: Reading, found: list, mode: str, sets: ProbeSets) -> dic
     out["ablations"] = [{"heads": p.heads, "chosen_as": p.kind,
                          **{n: p.reading.results.numbers.get(n) for n in CONTEXT_NUMBERS},
                          "best_induction": (p.reading.results.best("induction") or (None, None))[1]} for p in found]
-    return _finite(out)
-
-
-def _finite(value):
-    """`value` with every float that JSON cannot hold (NaN, inf) replaced by None, however deep."""
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_finite(v) for v in value]
-    return json_number(value)
+    return finite(out)

@@ -79,7 +79,7 @@ def score(model: nn.Module, sets: ProbeSets, ablate: Ablation | None = None,
 def read(captured: Iterable[Capture], sets: ProbeSets) -> Results:
     """Every score registered for each capture's probe set, added up over the captures: the
     `Results` of a pass. Captures made by hand (`capture_from_patterns`) are read the same way."""
-    totals: dict[str, list] = {}
+    totals: dict[str, tuple] = {}
     patterns: list[list[torch.Tensor]] = []
     forwards = 0
     for capture in captured:
@@ -89,11 +89,8 @@ def read(captured: Iterable[Capture], sets: ProbeSets) -> Results:
             if s.probe_set != kind:
                 continue
             total, count = s.measure(capture)
-            if s.name in totals:
-                totals[s.name][0] = totals[s.name][0] + total
-                totals[s.name][1] = totals[s.name][1] + count
-            else:
-                totals[s.name] = [total, count]
+            before = totals.get(s.name)
+            totals[s.name] = (total, count) if before is None else (before[0] + total, before[1] + count)
         if kind == SENTENCES:
             patterns += sentence_patterns([capture])
     heads, numbers, counts = {}, {}, {}

@@ -1,29 +1,19 @@
-"""What the model is run on to be watched: probe sets, each scored from one capture.
+"""What the model is run on to be watched: probe sets, each scored from one capture. A probe set is token sequences
+that go through the model together, with what each sequence is for. Five kinds:
 
-A probe set is token sequences that go through the model together, with what each sequence is
-for. Five kinds:
-
-- `PRONOUN`: two-person pronoun probes from a JSONL file (`data.probes`); the pronoun's query
-  row and the next-token logits right after the pronoun are read.
-- `AGREEMENT`: single-person contexts cut before a pronoun; the logits at their last position
-  and the row from there to the person's name are read.
-- `REPEATED`: repeated random tokens, the same for every model of a vocabulary: 32 sequences of
-  L = min(block_size // 2, 50) tokens drawn uniformly (seed 0) from the tokens the training
-  split holds (end-of-text excluded), each followed by itself, no separator. A model that
-  predicts the second copy better than the first learned from its context. Below block_size 32
-  (L < 16) the set is not made and its scores are "not measurable".
-- `TEXT`: held-out text: windows of block_size tokens at random places (seed 0) in the corpus's val
-  split (or a text file given to `sample.py --text`), in pairs: a window, then one that starts as
-  far on as the in-context score's late band is from its early band (`watch.scores.icl_positions`),
-  so the tokens late in the first window are early in the second and the score compares the same
-  tokens, with less context and with more. As many pairs as hold `TEXT_TOKENS` tokens (128 pairs of
-  64), enough that drawing the windows again moves the score by less than its spread; a pass every
-  few steps reads the first 16 of them (`ProbeSets.quick`), the evaluations all.
+- `PRONOUN`: two-person pronoun probes from a JSONL file (`data.probes`); the pronoun's query row and the next-token
+  logits right after the pronoun are read.
+- `AGREEMENT`: single-person contexts cut before a pronoun; the logits at their last position and the row from there
+  to the person's name are read.
+- `REPEATED`: repeated random tokens, the same for every model of a vocabulary (`repeated_tokens`). A model that
+  predicts the second copy better than the first learned from its context.
+- `TEXT`: pairs of windows of held-out text (`held_out_text`), enough that drawing the windows again moves the
+  in-context score by less than its spread; a pass every few steps reads a few of them (`ProbeSets.quick`).
 - `SENTENCES`: the sentences whose heatmaps and attention page a run shows.
 
-Every way of making a probe set checks its sequences against the model's block_size here, once;
-sequences that cannot be used (tokens outside the vocabulary, too long) are left out with one
-warning, or, `strict`, refused in one line naming the file's line.
+Every way of making a probe set checks its sequences against the model's block_size here, once; sequences that
+cannot be used (tokens outside the vocabulary, too long) are left out with one warning, or, `strict`, refused in one
+line naming the file's line.
 """
 
 from __future__ import annotations
@@ -100,43 +90,32 @@ class ProbeSets:
         return self.sets.get(kind)
 
     def quick(self) -> ProbeSets:
-        """These sets with the held-out text cut to its first QUICK_WINDOWS windows, or as many pairs as hold
-        QUICK_TOKENS tokens when that is fewer: what a pass every few steps reads, as cheap as ever. Its head
-        scores are close to the whole set's; its in-context score is too rough to report
-        (`watch.callback.ROUGH_WHEN_QUICK`)."""
-        text = self.sets.get(TEXT)
-        if text is None:
-            return self
-        fit = min(QUICK_WINDOWS, QUICK_TOKENS // len(text.ids[0]))
-        keep = max(text.group, min(len(text), fit // text.group * text.group))
-        cut = ProbeSet(TEXT, text.ids[:keep], text.items[:keep], all_logits=True, group=text.group,
-                       about=f"{keep} of {text.about}")
-        return ProbeSets({**self.sets, TEXT: cut}, dict(self.missing))
+        """What a pass every few steps reads, as cheap as ever: these sets without the sentences (their heatmaps
+        are drawn at evaluations), the held-out text cut to its first QUICK_WINDOWS windows, or as many pairs as
+        hold QUICK_TOKENS tokens when that is fewer. Its head scores are close to the whole set's; its in-context
+        score is too rough to report (`watch.callback.ROUGH_WHEN_QUICK`)."""
+        sets = {kind: s for kind, s in self.sets.items() if kind != SENTENCES}
+        text = sets.get(TEXT)
+        if text is not None:
+            fit = min(QUICK_WINDOWS, QUICK_TOKENS // len(text.ids[0]))
+            keep = max(text.group, min(len(text), fit // text.group * text.group))
+            sets[TEXT] = ProbeSet(TEXT, text.ids[:keep], text.items[:keep], all_logits=True, group=text.group,
+                                  about=f"{keep} of {text.about}")
+        return ProbeSets(sets, dict(self.missing))
 
 
 # --- probes and agreement contexts from files -------------------------------------------------------
 
-def pronoun_probes(path: str | Path, tokenizer: Tokenizer, block_size: int, *, strict: bool = False) -> ProbeSet:
-    """The two-person probes of a JSONL file, in this tokenizer's positions."""
-    aligned = _usable(load_probes(path), align, tokenizer, block_size, f"probes in {path}", path, strict)
-    return ProbeSet(PRONOUN, [item.ids for item in aligned], aligned,
-                    logits_at=[item.continuation_pos for item in aligned], about=f"{len(aligned)} probes from {path}")
+FROM_FILES = {PRONOUN: (load_probes, align, "probes"),
+              AGREEMENT: (load_agreement, align_agreement, "agreement contexts")}
 
 
-def agreement_contexts(path: str | Path, tokenizer: Tokenizer, block_size: int, *,
-                       strict: bool = False) -> ProbeSet:
-    """The single-person agreement contexts of a JSONL file, in this tokenizer's positions."""
-    aligned = _usable(load_agreement(path), align_agreement, tokenizer, block_size,
-                      f"agreement contexts in {path}", path, strict)
-    return ProbeSet(AGREEMENT, [item.ids for item in aligned], aligned,
-                    logits_at=[item.continuation_pos for item in aligned],
-                    about=f"{len(aligned)} agreement contexts from {path}")
-
-
-def _usable(records: Sequence[Any], align_one: Callable[[Any, Tokenizer], Any], tokenizer: Tokenizer,
-            block_size: int, what: str, path: str | Path, strict: bool) -> list:
-    """Each record aligned; those with tokens outside the vocabulary or longer than block_size are left
-    out with one warning each kind (counting them as `what`), or with `strict` refused naming the line."""
+def from_file(kind: str, path: str | Path, tokenizer: Tokenizer, block_size: int, *, strict: bool = False) -> ProbeSet:
+    """The two-person probes (`PRONOUN`) or single-person agreement contexts (`AGREEMENT`) of a JSONL file, in this
+    tokenizer's positions. Those with tokens outside the vocabulary or longer than block_size are left out with one
+    warning each kind, or with `strict` refused naming the line."""
+    load, align_one, what = FROM_FILES[kind]
+    records = load(path)
     aligned, unknown, too_long = [], 0, 0
     for record in records:
         try:
@@ -156,10 +135,11 @@ def _usable(records: Sequence[Any], align_one: Callable[[Any, Tokenizer], Any], 
             continue
         aligned.append(item)
     if unknown:
-        warn(f"{unknown} of {len(records)} {what} use tokens outside the vocabulary and are left out")
+        warn(f"{unknown} of {len(records)} {what} in {path} use tokens outside the vocabulary and are left out")
     if too_long:
-        warn(f"{too_long} of {len(records)} {what} are longer than block_size={block_size} and are left out")
-    return aligned
+        warn(f"{too_long} of {len(records)} {what} in {path} are longer than block_size={block_size} and are left out")
+    return ProbeSet(kind, [item.ids for item in aligned], aligned,
+                    logits_at=[item.continuation_pos for item in aligned], about=f"{len(aligned)} {what} from {path}")
 
 
 # --- repeated random tokens and held-out text --------------------------------------------------------
@@ -171,7 +151,8 @@ def repeated_length(block_size: int) -> int:
 
 def repeated_tokens(pool: Sequence[int], block_size: int, *, seed: int = REPEATED_SEED,
                     sequences: int = REPEATED_SEQUENCES) -> ProbeSet | str:
-    """32 sequences of L random tokens from `pool`, each followed by itself; or why there are none."""
+    """32 sequences of L = min(block_size // 2, 50) tokens drawn uniformly (seed 0) from `pool`, each followed by
+    itself, no separator; or why there are none (below block_size 32, L < 16)."""
     length = repeated_length(block_size)
     if length < REPEATED_MIN_LENGTH:
         return (f"block_size {block_size} is below {2 * REPEATED_MIN_LENGTH}, too short for repeated random tokens "
@@ -227,9 +208,11 @@ def window_length(tokens: int, block_size: int) -> int:
 
 def held_out_text(tokens: np.ndarray | Sequence[int], block_size: int, *, pairs: int | None = None,
                   seed: int = 0, source: str = "the val split") -> ProbeSet | str:
-    """`pairs` pairs of windows (see the module's docstring) at random places in `tokens`, drawn with `seed`:
-    by default as many as hold TEXT_TOKENS tokens (at least 2), fewer where the text has fewer places; or
-    why there are none."""
+    """`pairs` pairs of windows at random places in `tokens`, drawn with `seed`: a window, then one that starts as far
+    on as the in-context score's late band is from its early band (`pair_offset`), so the tokens late in the first
+    window are early in the second and the score compares the same tokens with less context and with more. By
+    default as many pairs as hold TEXT_TOKENS tokens (at least 2), fewer where the text has fewer places; or why
+    there are none."""
     tokens = np.asarray(tokens)
     if block_size < REPEATED_MIN_LENGTH:  # the model's context, not the text, is too short
         return (f"block_size {block_size} is below {REPEATED_MIN_LENGTH}, too short for windows of held-out text: "
@@ -327,10 +310,9 @@ def watch_sets(tokenizer: Tokenizer, block_size: int, *, train_tokens: np.ndarra
     sets = ProbeSets()
     sets.add(REPEATED, repeated_tokens(token_pool(train_tokens, tokenizer), block_size))
     sets.add(TEXT, held_out_text(text, block_size, source=text_source) if text is not None else NO_TEXT)
-    if probes:
-        sets.add(PRONOUN, pronoun_probes(probes, tokenizer, block_size, strict=strict))
-    if agreement:
-        sets.add(AGREEMENT, agreement_contexts(agreement, tokenizer, block_size, strict=strict))
+    for kind, path in ((PRONOUN, probes), (AGREEMENT, agreement)):
+        if path:
+            sets.add(kind, from_file(kind, path, tokenizer, block_size, strict=strict))
     if texts:
         sets.add(SENTENCES, sentences(texts, tokenizer, block_size))
     return sets

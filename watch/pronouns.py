@@ -53,7 +53,7 @@ class HeadStats:
         return head_name(self.layer, self.head)
 
     def to_dict(self) -> dict:
-        return {"name": self.name, **{k: json_number(v) for k, v in asdict(self).items()}}
+        return finite({"name": self.name, **asdict(self)})
 
 
 @dataclass
@@ -97,21 +97,19 @@ class ProbeReport:
 
     def to_dict(self) -> dict:
         """JSON-able: plain numbers, None where a score is undefined."""
-        return {
-            "n_probes": self.n_probes,
-            "best": self.best.to_dict(),
-            "heads": {name: stats.to_dict() for name, stats in self.heads.items()},
-            "baselines": dict(self.baselines),
-            "continuation_accuracy": json_number(self.continuation.accuracy),
-            "continuation": {k: json_number(v) for k, v in asdict(self.continuation).items()},
-            "ablated": list(self.ablated),
-        }
+        return finite({"n_probes": self.n_probes, "best": self.best.to_dict(),
+                       "heads": {name: stats.to_dict() for name, stats in self.heads.items()},
+                       "baselines": dict(self.baselines), "continuation_accuracy": self.continuation.accuracy,
+                       "continuation": asdict(self.continuation), "ablated": list(self.ablated)})
 
 
-def json_number(value):
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
+def finite(value):
+    """`value` with every float that JSON cannot hold (NaN, inf) replaced by None, however deep."""
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [finite(v) for v in value]
+    return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
 def probe_report(results: Results) -> ProbeReport | None:

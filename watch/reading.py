@@ -1,19 +1,21 @@
 """What a pass means, read once. A pass (`watch/pipeline.py`) gives a number per head and score; its
 `Reading` adds what those numbers say: the pronoun head table, pronoun agreement and the heads that
-read the name, every head's type scores and, against the untrained model, its type. The terminal
-report, TensorBoard, the attention page, `sample.py` and the proofs by ablation all read the same
-`Reading`, so none of them derives it again.
+read the name, every head's type scores and, against the untrained model, its type; how the heads
+compose, from the weights; and the baselines it was read against (the untrained model, and for a
+fine-tune the model before fine-tuning). The terminal report, TensorBoard, the attention page,
+`sample.py` and the proofs by ablation all read the same `Reading`, so none of them derives it again.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn as nn
 
 from model.ablation import Ablation
-from watch.headtypes import HeadType, head_types, type_scores
+from watch.composition import Composition, composition
+from watch.headtypes import TYPE_SETS, HeadType, head_types, type_scores
 from watch.pipeline import Results, score
 from watch.probesets import ProbeSets
 from watch.pronouns import AgreementStats, ProbeReport, agreement_stats, name_readers, probe_report
@@ -30,20 +32,37 @@ class Reading:
     type_scores: dict[str, torch.Tensor]  # {type: [layer, head]}
     offsets: torch.Tensor | None          # each head's best positional offset [layer, head]
     types: dict[str, HeadType]            # each head's type, against `untrained`
+    composition: Composition | None       # how the heads compose (None: not read, or a one-layer model)
     untrained: Reading | None             # the untrained model's reading, if the types were measured against it
+    before: Reading | None = None         # a fine-tune's model before fine-tuning, read against the same untrained
 
 
-def read_pass(model: nn.Module, sets: ProbeSets, *, untrained: Reading | None = None, ablate: Ablation | None = None,
-              kinds: tuple[str, ...] | None = None) -> Reading:
-    """One pass over `sets` (only `kinds`, if given; `ablate`'s heads removed), read."""
-    return read_results(score(model, sets, ablate, kinds), untrained)
+def read_pass(model: nn.Module, sets: ProbeSets, *, untrained: Reading | None = None, before: Reading | None = None,
+              ablate: Ablation | None = None, kinds: tuple[str, ...] | None = None, compose: bool = False,
+              is_untrained: bool = False) -> Reading:
+    """One pass over `sets` (only `kinds`, if given; `ablate`'s heads removed), read against the baselines given, or
+    with `is_untrained` (`model` is the untrained model itself) against itself. `compose` also reads how the heads
+    compose, from the weights: what the watch and `sample.py` show. Removing heads leaves the weights as they are,
+    and for GPT-2 it takes seconds, so the proofs do without it."""
+    found = composition(model) if compose else None
+    reading = read_results(score(model, sets, ablate, kinds), untrained, found, before)
+    if not is_untrained:
+        return reading
+    return replace(reading, types=head_types(reading.type_scores, reading.type_scores), untrained=reading)
 
 
-def read_results(results: Results, untrained: Reading | None = None) -> Reading:
+def untrained_reading(untrained: nn.Module, sets: ProbeSets) -> Reading:
+    """The baseline every head type is measured against: the model as training started it (`untrained_like`),
+    read on the sets the types are measured on, with its composition."""
+    return read_pass(untrained, sets, kinds=TYPE_SETS, compose=True)
+
+
+def read_results(results: Results, untrained: Reading | None = None, composition: Composition | None = None,
+                 before: Reading | None = None) -> Reading:
     """The reading of a pass's results, also of one read from captures made elsewhere; head types are
     measured against `untrained`'s type scores, or without it by the score alone."""
     scores, offsets = type_scores(results)
     types = head_types(scores, untrained.type_scores if untrained is not None else {})
     pronouns, agreement = probe_report(results), agreement_stats(results)
     readers = name_readers(results.per_head("name_reading"))
-    return Reading(results, pronouns, agreement, readers, scores, offsets, types, untrained)
+    return Reading(results, pronouns, agreement, readers, scores, offsets, types, composition, untrained, before)

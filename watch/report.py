@@ -1,7 +1,8 @@
 """Text views of what the heads do, for a terminal or as Markdown for TensorBoard: the head-type
 table (every head's type scores beside its untrained ones), the pronoun head table with the line
-of baselines under it, what removing heads costs, pronoun agreement, and what a query attends to
-most. Each reads a pass's `Reading` (`watch/reading.py`); token labels come from `watch/heads.py`."""
+of baselines under it, what removing heads costs, pronoun agreement, what a query attends to
+most, what fine-tuning changed and how the heads compose. Each reads a pass's `Reading`
+(`watch/reading.py`); token labels come from `watch/heads.py`."""
 
 from __future__ import annotations
 
@@ -11,9 +12,9 @@ import numpy as np
 import torch
 
 from watch.ablation import AblationResult
-from watch.composition import KINDS, ONE_LAYER_NOTE, Composition, pair_name
+from watch.composition import KINDS, ONE_LAYER_NOTE, pair_name
 from watch.heads import display_token, head_name
-from watch.headtypes import LABELS, MEANINGS, RULE, TYPES, HeadType, needed
+from watch.headtypes import LABELS, MEANINGS, RULE, TYPES, needed
 from watch.pipeline import Results
 from watch.probesets import icl_positions
 from watch.pronouns import HeadStats, ProbeReport
@@ -76,10 +77,12 @@ def summary_line(report: ProbeReport) -> str:
     return "; ".join(parts)
 
 
+CONTINUATION = "the continuation accuracy after the pronoun"
+
+
 def ablation_line(before: float, after: float, heads: Sequence[str]) -> str:
     """What removing `heads` does to the continuation accuracy, in one line."""
-    return (f"removing {names(heads)} takes the continuation accuracy after the pronoun from {before:.3f} to "
-            f"{after:.3f} ({100 * (after - before):+.1f} points)")
+    return f"removing {names(heads)} {_points(CONTINUATION, before, after)}"
 
 
 def names(heads: Sequence[str]) -> str:
@@ -138,7 +141,7 @@ def type_table(reading: Reading, *, markdown: bool = False) -> str:
     for name, head_type in reading.types.items():
         layer, head = head_type.layer, head_type.head
         broad = reading.results.head("broad", layer, head)
-        rows.append([name, LABELS[head_type.kind] if head_type.kind else "-",
+        rows.append([name, _label(head_type.kind),
                      *(_type_cell(reading, before, kind, layer, head) for kind in kinds),
                      "n/a" if broad is None else f"{broad:.2f}"])
     columns = ("head", "type", *(COLUMN_NAMES[kind] for kind in kinds), BROAD)
@@ -269,18 +272,18 @@ def ablation_lines(reading: Reading, found: Sequence[AblationResult]) -> str:
         if result.kind in ("sink", "current_token", "positional"):
             costs.append(_loss_change(results.numbers, after.numbers))
         if result.kind == "pronoun":
-            costs.append(_points_change("the continuation accuracy after the pronoun", results.numbers,
-                                        after.numbers, "continuation_accuracy"))
+            key = "continuation_accuracy"
+            costs.append(_points(CONTINUATION, results.numbers.get(key), after.numbers.get(key)))
         costs = [c for c in costs if c]
         if costs:
             lines.append(f"removing {names(result.heads)} ({_chosen_as(result)}) {'; '.join(costs)}")
     return "\n".join(lines)
 
 
-def type_report(reading: Reading, missing: Sequence[str], found: Sequence[AblationResult],
-                since: dict[str, str] | None = None) -> str:
-    """The head-type table, how to read it, its lines, why a set could not be measured, and what removing
+def type_report(reading: Reading, found: Sequence[AblationResult], since: dict[str, str] | None = None) -> str:
+    """The head-type table, how to read it, its lines, why a probe set could not be measured, and what removing
     heads cost."""
+    missing = reading.results.sets.missing.values()
     parts = [type_table(reading), type_legend(reading), type_lines(reading, since), *(f"({why})" for why in missing)]
     costs = ablation_lines(reading, found)
     return "\n".join(parts + ([costs] if costs else []))
@@ -326,10 +329,10 @@ def _loss_change(before: dict, after: dict) -> str:
     return f"{verb} the held-out loss from {old:.3f} to {new:.3f} nats ({new - old:+.3f})"
 
 
-def _points_change(label: str, before: dict, after: dict, key: str) -> str:
-    if key not in before or key not in after:
+def _points(label: str, old: float | None, new: float | None) -> str:
+    """"takes {label} from 0.996 to 0.086 (-91.0 points)" for a share; "" when either is not known."""
+    if old is None or new is None:
         return ""
-    old, new = before[key], after[key]
     return f"takes {label} from {old:.3f} to {new:.3f} ({100 * (new - old):+.1f} points)"
 
 
@@ -382,8 +385,7 @@ def agreement_lines(reading: Reading, ablations: Sequence[AblationResult]) -> st
                      f"(referent {selective.referent:.3f}, distractor {selective.distractor:.3f})")
     for ab in ablations:
         after = ab.reading.agreement
-        line = (f"removing {names(ab.heads)} ({_chosen_as(ab)}) takes agreement from {a.accuracy:.3f} to "
-                f"{after.accuracy:.3f} ({100 * (after.accuracy - a.accuracy):+.1f} points)")
+        line = f"removing {names(ab.heads)} ({_chosen_as(ab)}) {_points('agreement', a.accuracy, after.accuracy)}"
         top1 = ab.best_top1_left
         if top1 is not None and selective is not None:
             line += (f"; the best top-1 among the heads left is {100 * top1:.1f}% "
@@ -392,24 +394,84 @@ def agreement_lines(reading: Reading, ablations: Sequence[AblationResult]) -> st
     return "\n".join(lines)
 
 
+# --- what fine-tuning changed ---------------------------------------------------------------------
+
+def _label(kind: str | None) -> str:
+    return LABELS[kind] if kind else "-"
+
+
+def changed_heads(reading: Reading) -> list[str]:
+    """The heads whose type fine-tuning changed (gained, lost or another), in layer order."""
+    return [name for name, head in reading.types.items() if head.kind != reading.before.types[name].kind]
+
+
+def before_table(reading: Reading, *, markdown: bool = False) -> str:
+    """The heads with a type before fine-tuning or now (changed ones marked): each type before and now, and each
+    type score as "before -> now"; "" when no head has a type, before or now."""
+    before = reading.before
+    kinds = [kind for kind in TYPES if kind in reading.type_scores and kind in before.type_scores]
+    changed = set(changed_heads(reading))
+    rows, marked = [], []
+    for name, head in reading.types.items():
+        was = before.types[name].kind
+        if head.kind is None and was is None:
+            continue
+        if name in changed:
+            marked.append(len(rows))
+        scores = [f"{float(before.type_scores[kind][head.layer, head.head]):.2f} -> "
+                  f"{float(reading.type_scores[kind][head.layer, head.head]):.2f}" for kind in kinds]
+        rows.append([name, _label(was), _label(head.kind), *scores])
+    if not rows:
+        return ""
+    columns = ("head", "before fine-tuning", "now", *(LABELS[kind] for kind in kinds))
+    return "\n".join(_table(columns, rows, markdown, marked=marked, text_columns=(0, 1, 2)))
+
+
+def changes_line(reading: Reading) -> str:
+    """Which heads' types fine-tuning changed, in one line."""
+    changed = changed_heads(reading)
+    if not changed:
+        typed = sum(head.kind is not None for head in reading.types.values())
+        return f"fine-tuning changed no head's type ({typed} of {len(reading.types)} heads have one)"
+    shown = ", ".join(f"{name} {_label(reading.before.types[name].kind)} -> {_label(reading.types[name].kind)}"
+                      for name in changed[:8])
+    more = f" and {len(changed) - 8} more" if len(changed) > 8 else ""
+    return f"fine-tuning changed the type of {len(changed)} of {len(reading.types)} heads: {shown}{more}"
+
+
+def type_labels(reading: Reading) -> dict[str, str]:
+    """The attention page's head labels: {"L1H3": "induction"} for each head with a type, and for a fine-tune,
+    where fine-tuning changed it, what it was ("induction (before fine-tuning: -)")."""
+    labels = {}
+    for name, head in reading.types.items():
+        was = reading.before.types[name].kind if reading.before is not None else head.kind
+        if head.kind != was:
+            labels[name] = f"{_label(head.kind)} (before fine-tuning: {_label(was)})"
+        elif head.kind:
+            labels[name] = LABELS[head.kind]
+    return labels
+
+
 # --- composition ------------------------------------------------------------------------------------
 
 COMPOSITION_TOP = 3   # pairs shown per kind; the JSON and TensorBoard have them all
 
 
-def composition_lines(found: Composition | None, untrained: Composition | None, types: dict[str, HeadType]) -> str:
+def composition_lines(reading: Reading) -> str:
     """Per kind the pairs that compose most, the untrained model's score in brackets, then where each
     induction head's keys read from; one line for a one-layer model."""
+    found, types = reading.composition, reading.types
     if found is None:
         return ONE_LAYER_NOTE
+    untrained = reading.untrained.composition if reading.untrained is not None else None
     lines = [f"composition of the weights (Elhage et al. 2021), the {COMPOSITION_TOP} highest pairs of each kind; "
              f"the untrained model's in brackets:"]
     for kind in KINDS:
-        before = untrained.by_pair(kind) if untrained is not None else {}
-        top = sorted(found.by_pair(kind).items(), key=lambda item: -item[1])[:COMPOSITION_TOP]
+        before = untrained.pairs[kind] if untrained is not None else {}
+        top = sorted(found.pairs[kind].items(), key=lambda item: -item[1])[:COMPOSITION_TOP]
         shown = [f"{name} {value:.2f}" + (f" ({before[name]:.2f})" if name in before else "") for name, value in top]
         lines.append(f"  {kind}: " + ", ".join(shown))
-    before = untrained.by_pair("K") if untrained is not None else {}
+    before = untrained.pairs["K"] if untrained is not None else {}
     for head in (t for t in types.values() if t.kind == "induction"):
         source, value = found.sources("K", (head.layer, head.head))[0]
         kind = types[source].kind if source in types else None

@@ -1,8 +1,8 @@
 """What a watch pass found, in TensorBoard: every head's scores as scalars (head types, pronoun
 probes, agreement), the tables as text, heatmap images of the watched sentences, and the Custom
 Scalars charts that put every head on one axis; beside them, how every pair of heads composes
-(`watch/composition.py`). Nothing here runs the model: it writes what a pass's `Reading`
-(`watch/reading.py`) says, the composition scores and what `watch/heatmaps.py` drew.
+(`watch/composition.py`), and for a fine-tune the model before fine-tuning. Nothing here runs the model:
+it writes what a pass's `Reading` (`watch/reading.py`) says and what `watch/heatmaps.py` drew.
 
 The writer is duck-typed (`add_image`, `add_scalar`, `add_text`, `add_custom_scalars`),
 so a `torch.utils.tensorboard.SummaryWriter` or anything like it will do.
@@ -18,16 +18,16 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from cli import warn
 from files import write_error
 from watch.ablation import AblationResult
-from watch.composition import KINDS, Composition
-from watch.finetuning import BEFORE_TAG
+from watch.composition import KINDS
 from watch.heads import head_name
 from watch.headtypes import CONTEXT_NUMBERS, TYPES
 from watch.reading import Reading
-from watch.report import head_table, type_legend, type_lines, type_table
+from watch.report import before_table, changes_line, head_table, type_legend, type_lines, type_table
 
 
 class TensorBoardWriter:
@@ -181,7 +181,8 @@ PRONOUN_CHARTS = {
     },
 }
 
-# A fine-tune: each type's best head now beside the best of the model before fine-tuning (watch/finetuning.py).
+# A fine-tune: each type's best head now beside the best of the model before fine-tuning (`Reading.before`).
+BEFORE_TAG = "before_fine_tuning"   # before_fine_tuning/{type} in each head's run, .../best, the table
 FINE_TUNING_CHARTS = {
     "fine-tuning": {f"{kind.replace('_', '-')}: best head now and before fine-tuning":
                     ["Multiline", [rf"heads/{kind}/best$", rf"{BEFORE_TAG}/{kind}/best$"]] for kind in TYPES},
@@ -211,31 +212,26 @@ def log_charts(writer: Any, *, pronouns: bool, types: bool, composition: bool = 
 
 def log_evaluation(writer: Any, step: int, reading: Reading, ablations: Sequence[AblationResult],
                    images: Sequence[tuple[str, np.ndarray]]) -> None:
-    """Everything an evaluation shows: the scores, the tables, what removing the agreement heads
-    costs, and the heatmaps."""
+    """Everything an evaluation shows: the scores, what removing the agreement heads costs, the heatmaps, the
+    model before fine-tuning's scores, and the tables."""
     log_scores(writer, step, reading)
-    log_tables(writer, step, reading)
     log_agreement(writer, step, reading, ablations)
     log_images(writer, step, images)
+    if reading.before is not None and reading.types:
+        for kind, values in reading.before.type_scores.items():   # constant: a line to read each score against
+            _log_heads(writer, step, f"{BEFORE_TAG}/{kind}", values, best=True)
+    log_tables(writer, step, reading)
 
 
 def log_scores(writer: Any, step: int, reading: Reading) -> None:
     """Every head's scores, each in the head's own run, and the model's numbers as scalars."""
     results = reading.results
-    for kind, values in (*reading.type_scores.items(), ("broad", results.heads.get("broad"))):
-        if values is None:
-            continue
-        for layer in range(values.shape[0]):
-            for head in range(values.shape[1]):
-                writer.head(head_name(layer, head)).add_scalar(f"heads/{kind}", float(values[layer, head]), step)
-        if kind != "broad":
-            writer.add_scalar(f"heads/{kind}/best", float(values.max()), step)
-    offsets = reading.offsets
-    if offsets is not None:
-        for layer in range(offsets.shape[0]):
-            for head in range(offsets.shape[1]):
-                offset = int(offsets[layer, head])
-                writer.head(head_name(layer, head)).add_scalar("heads/positional_offset", offset, step)
+    for kind, values in reading.type_scores.items():
+        _log_heads(writer, step, f"heads/{kind}", values, best=True)
+    if "broad" in results.heads:
+        _log_heads(writer, step, "heads/broad", results.heads["broad"])
+    if reading.offsets is not None:
+        _log_heads(writer, step, "heads/positional_offset", reading.offsets)
     for name in CONTEXT_NUMBERS:
         if name in results.numbers:
             writer.add_scalar(f"heads/{name}", results.numbers[name], step)
@@ -246,17 +242,25 @@ def log_scores(writer: Any, step: int, reading: Reading) -> None:
         writer.add_scalar("probes/agreement_share", agreement.share, step)
         for mention, value in agreement.by_mention.items():
             writer.add_scalar(f"probes/agreement_accuracy_{mention}_mention", value, step)
+    log_composition(writer, step, reading)
+
+
+def _log_heads(writer: Any, step: int, tag: str, values: torch.Tensor, *, best: bool = False) -> None:
+    """A scalar per head from [layer, head] values: `tag` in each head's own run (`TensorBoardWriter.head`), and
+    {tag}/best, the highest, in the run's."""
+    for layer in range(values.shape[0]):
+        for head in range(values.shape[1]):
+            writer.head(head_name(layer, head)).add_scalar(tag, values[layer, head].item(), step)
+    if best:
+        writer.add_scalar(f"{tag}/best", values.max().item(), step)
 
 
 def _log_pronouns(writer: Any, step: int, reading: Reading) -> None:
     report = reading.pronouns
     if report is None:
         return
-    for name, stats in report.heads.items():
-        head = writer.head(name)
-        head.add_scalar("attention/referent", stats.referent, step)
-        head.add_scalar("attention/distractor", stats.distractor, step)
-        head.add_scalar("attention/top1", stats.top1, step)
+    for score in ("referent", "distractor", "top1"):
+        _log_heads(writer, step, f"attention/{score}", reading.results.heads[score])
     best = report.best
     scalars = {
         "attention/referent/best": best.referent,
@@ -272,22 +276,24 @@ def _log_pronouns(writer: Any, step: int, reading: Reading) -> None:
             writer.add_scalar(tag, value, step)
 
 
-def log_composition(writer: Any, step: int, found: Composition | None, untrained: Composition | None) -> None:
+def log_composition(writer: Any, step: int, reading: Reading) -> None:
     """Every pair's Q-, K- and V-composition as scalars (composition/K/L0H1_to_L1H3: TensorBoard allows no
     ">" in a tag), and per kind the best pair's score beside the untrained model's best."""
+    found = reading.composition
+    untrained = reading.untrained.composition if reading.untrained is not None else None
     if found is None:
         return
     for kind in KINDS:
-        for source, target in found.pairs():
-            writer.add_scalar(f"composition/{kind}/{head_name(*source)}_to_{head_name(*target)}",
-                              found.score(kind, source, target), step)
-        writer.add_scalar(f"composition/{kind}/best", found.best(kind)[1], step)
+        for pair, value in found.pairs[kind].items():
+            writer.add_scalar(f"composition/{kind}/{pair.replace('->', '_to_')}", value, step)
+        writer.add_scalar(f"composition/{kind}/best", max(found.pairs[kind].values()), step)
         if untrained is not None:
-            writer.add_scalar(f"composition/{kind}/untrained_best", untrained.best(kind)[1], step)
+            writer.add_scalar(f"composition/{kind}/untrained_best", max(untrained.pairs[kind].values()), step)
 
 
 def log_tables(writer: Any, step: int, reading: Reading) -> None:
-    """The head tables as Markdown in the Text tab: the pronoun probes' ranking and the head types."""
+    """The head tables as Markdown in the Text tab: the pronoun probes' ranking, the head types and, for a
+    fine-tune, what fine-tuning changed."""
     report = reading.pronouns
     if report is not None:
         text = f"step {step}, best head **{report.best.name}**\n\n{head_table(report, markdown=True)}"
@@ -295,6 +301,9 @@ def log_tables(writer: Any, step: int, reading: Reading) -> None:
     if reading.types:
         lines = (type_legend(reading) + "\n" + type_lines(reading)).replace("\n", "  \n")   # Markdown line breaks
         writer.add_text("heads/types", f"step {step}\n\n{type_table(reading, markdown=True)}\n\n{lines}", step)
+    if reading.before is not None and reading.types:
+        text = f"step {step}: {changes_line(reading)}\n\n{before_table(reading, markdown=True)}"
+        writer.add_text(f"heads/{BEFORE_TAG}", text.rstrip(), step)
 
 
 def log_agreement(writer: Any, step: int, reading: Reading, ablations: Sequence[AblationResult]) -> None:
