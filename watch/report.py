@@ -12,7 +12,7 @@ import torch
 
 from watch.ablation import AblationResult
 from watch.composition import KINDS, ONE_LAYER_NOTE, Composition, pair_name
-from watch.heads import display_token, head_name
+from watch.heads import display_token, head_name, parse_head
 from watch.headtypes import LABELS, MEANINGS, RULE, TYPES, HeadType, needed
 from watch.pipeline import Results
 from watch.probesets import icl_positions
@@ -190,8 +190,25 @@ def type_lines(reading: Reading, since: dict[str, str] | None = None) -> str:
         else:
             lines.append(f"no {LABELS[kind]} head (best {head_name(layer, head)} {value:.2f}"
                          f"{_untrained(before, kind, layer, head, bracket=False)})")
+    lines += reach_lines(reading)
     lines += in_context_lines(reading)
     return "\n".join(lines)
+
+
+def reach_lines(reading: Reading) -> list[str]:
+    """The best induction head's score by distance to the earlier copy, when the pass read more than one."""
+    best = reading.results.best("induction")
+    if best is None:
+        return []
+    layer, head = parse_head(best[0])
+    reach = reading.results.induction_by_distance(layer, head)
+    if len(reach) < 2:
+        return []
+    far, near = reach[max(reach)], max(reach.values())
+    shape = (" (it copies from close by more than from far: the longest distances are the weakest)"
+             if far < 0.75 * near else "")
+    scores = ", ".join(f"{d} tokens {value:.2f}" for d, value in reach.items())
+    return [f"{best[0]}'s induction score by distance to the earlier copy: {scores}{shape}"]
 
 
 CLOSE = 0.6   # a head with at least this share of the score a type needs is close to it
@@ -259,7 +276,7 @@ def ablation_lines(reading: Reading, found: Sequence[AblationResult]) -> str:
     """What removing each set of heads cost, one line each, in plain words and the measure that fits their kind."""
     results = reading.results
     lines = []
-    for result in found:
+    for result in (r for r in found if r.kind != "copying"):   # those make up `route_lines`
         after = result.reading.results
         costs = []
         if result.kind in ("induction", "duplicate_token", "previous_token"):
@@ -283,7 +300,27 @@ def type_report(reading: Reading, missing: Sequence[str], found: Sequence[Ablati
     heads cost."""
     parts = [type_table(reading), type_legend(reading), type_lines(reading, since), *(f"({why})" for why in missing)]
     costs = ablation_lines(reading, found)
-    return "\n".join(parts + ([costs] if costs else []))
+    return "\n".join(parts + ([costs] if costs else []) + route_lines(reading, found))
+
+
+def route_lines(reading: Reading, found: Sequence[AblationResult]) -> list[str]:
+    """When the model copies without an induction head (`watch.ablation.copying_route`): the heads whose
+    removal takes the most of the in-context gain, where each looks, and how to try for the textbook circuit."""
+    copying = [p for p in found if p.kind == "copying"]
+    if not copying:
+        return []
+    gain = reading.results.numbers["in_context_gain"]
+    taken = sorted(((gain - p.reading.results.numbers["in_context_gain"]) / gain, p.heads[0], p.looks)
+                   for p in copying)[::-1]
+    carriers = [t for t in taken if t[0] >= 0.2][:3] or taken[:1]
+    lines = [f"no induction head, yet the second copy is predicted {gain:.2f} nats better than the first: the "
+             f"model copies by another route. The heads that carry the gain (each removed alone), and where they "
+             f"look from the second copy:"]
+    lines += [f"  {name}: removing it takes {100 * share:.0f}% of the gain; it looks {looks}"
+              for share, name, looks in carriers]
+    lines.append("the textbook circuit (a previous-token head feeding an induction head in the next layer) usually "
+                 "forms on another run: try another --seed, or a longer warm-up (--warmup_iters)")
+    return lines
 
 
 def _gain_change(before: dict, after: dict) -> str:
