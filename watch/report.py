@@ -150,7 +150,7 @@ def type_legend(reading: Reading) -> str:
     kinds = _columns(reading)
     meanings = "; ".join(f"{COLUMN_NAMES[kind]}: {MEANINGS[kind]}" for kind in kinds)
     return (f"how to read it: each score is the share of a head's attention that goes where its column says (0 to 1), "
-            f"the same head before training in brackets; {RULE}.\n"
+            f"the same head before training in brackets; {RULE}; {SIGNS}.\n"
             f"  {meanings}; {BROAD}: how evenly a head spreads its attention (1: over every token alike), not a type")
 
 
@@ -164,6 +164,10 @@ def _type_cell(reading: Reading, before: dict, kind: str, layer: int, head: int)
     if kind == "positional" and reading.offsets is not None:
         value += f" k={int(reading.offsets[layer, head])}"
     return value
+
+
+# The one sign convention of every signed figure in the report: in-context figures count nats saved.
+SIGNS = "in every signed figure below, + is better (nats/token saved, accuracy points gained)"
 
 
 def type_lines(reading: Reading, since: dict[str, str] | None = None) -> str:
@@ -235,9 +239,17 @@ def in_context_lines(reading: Reading) -> list[str]:
         score = numbers["in_context_score"]
         meaning = ("later in the context, tokens are predicted {size:.3f} nats better" if score < 0 else
                    "later in the context, tokens are predicted {size:.3f} nats worse")
-        lines.append(f"in-context score on held-out text: {_measured(numbers, 'in_context_score', meaning, 'nats')} "
-                     f"({where}, {len(text.ids) // 2} pairs of windows{_then(then, 'in_context_score')})")
+        # Olsson et al.'s score is the late loss minus the early one (below 0 is better): shown as nats saved.
+        saved, saved_then = _saved(numbers, "in_context_score"), _saved(then, "in_context_score")
+        lines.append(f"in-context score on held-out text: {_measured(saved, 'in_context_score', meaning, 'nats')} "
+                     f"({where}, {len(text.ids) // 2} pairs of windows{_then(saved_then, 'in_context_score')}; "
+                     f"Olsson et al.'s late-minus-early loss, {score:+.3f})")
     return lines
+
+
+def _saved(numbers: dict, name: str) -> dict:
+    """`numbers` with the loss difference `name` turned into nats saved (its sign flipped; its spread kept)."""
+    return {**numbers, name: -numbers[name]} if name in numbers else numbers
 
 
 def _measured(numbers: dict, name: str, meaning: str, unit: str = "nats/token") -> str:
@@ -290,8 +302,43 @@ def ablation_lines(reading: Reading, found: Sequence[AblationResult]) -> str:
                                         after.numbers, "continuation_accuracy"))
         costs = [c for c in costs if c]
         if costs:
-            lines.append(f"removing {names(result.heads)} ({_chosen_as(result)}) {'; '.join(costs)}")
+            lines.append(f"removing {names(result.heads)} ({_chosen_as(result)}) {'; '.join(costs)}"
+                         f"{_backed_up(result, found, results.numbers)}")
     return "\n".join(lines)
+
+
+# What each kind of head is tested on, as (measure, higher is better): `_cost` reads it before and after removal.
+TESTED_ON = {"induction": ("in_context_gain", True), "duplicate_token": ("in_context_gain", True),
+             "previous_token": ("in_context_gain", True), "sink": ("text_loss", False),
+             "current_token": ("text_loss", False), "positional": ("text_loss", False),
+             "pronoun": ("continuation_accuracy", True)}
+NO_EFFECT, AN_EFFECT = 0.05, 0.2   # the share of a measure lost that counts as none, and as a real effect
+
+
+def _cost(result: AblationResult, before: dict) -> float | None:
+    """The share of what a kind of head is tested on that removing `result.heads` lost (0: nothing)."""
+    key, higher = TESTED_ON.get(result.kind, (None, True))
+    old, new = before.get(key), result.reading.results.numbers.get(key)
+    if old is None or new is None or old == 0:
+        return None
+    return (old - new) / abs(old) if higher else (new - old) / abs(old)
+
+
+def _backed_up(result: AblationResult, found: Sequence[AblationResult], before: dict) -> str:
+    """For a head whose removal alone changes nothing while removing it with others of its kind does: that the
+    heads back each other up, in plain words, with what removing them together costs."""
+    alone = _cost(result, before)
+    if len(result.heads) != 1 or alone is None or abs(alone) >= NO_EFFECT:
+        return ""
+    together = [g for g in found if g.kind == result.kind and len(g.heads) > 1 and result.heads[0] in g.heads
+                and (_cost(g, before) or 0.0) >= AN_EFFECT]
+    if not together:
+        return ""
+    group = together[0]
+    others = names([h for h in group.heads if h != result.heads[0]])
+    return (f": no effect alone, because {others} {'does' if len(group.heads) == 2 else 'do'} the same job and "
+            f"make{'s' if len(group.heads) == 2 else ''} up for it; removing {names(group.heads)} together loses "
+            f"{100 * _cost(group, before):.0f}% of it (the heads back each other up)")
 
 
 def type_report(reading: Reading, missing: Sequence[str], found: Sequence[AblationResult],
@@ -360,7 +407,7 @@ def _loss_change(before: dict, after: dict) -> str:
         return ""
     old, new = before[key], after[key]
     verb = "raises" if new >= old else "lowers"
-    return f"{verb} the held-out loss from {old:.3f} to {new:.3f} nats ({new - old:+.3f})"
+    return f"{verb} the held-out loss from {old:.3f} to {new:.3f} nats ({old - new:+.3f})"
 
 
 def _points_change(label: str, before: dict, after: dict, key: str) -> str:
