@@ -206,7 +206,7 @@ def reach_lines(reading: Reading) -> list[str]:
         return []
     layer, head = parse_head(best[0])
     reach = reading.results.induction_by_distance(layer, head)
-    if len(reach) < 2:
+    if len(reach) < 2 or max(reach.values()) < CLOSE * needed(None):   # no head copies at any distance
         return []
     far, near = reach[max(reach)], max(reach.values())
     shape = (" (it copies from close by more than from far: the longest distances are the weakest)"
