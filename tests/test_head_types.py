@@ -369,8 +369,9 @@ def test_a_watch_point_runs_one_forward_per_probe_set(trained, monkeypatch, tmp_
     monkeypatch.setattr(GPT, "forward_with_attention", lambda self, *a, **k: forwards.append(1) or original(self, *a,
                                                                                                             **k))
     watch.on_watch(Trainer, 5)
-    assert sorted(watch.sets.sets) == ["pronoun", "repeated", "sentences"]  # no data here: no held-out text
-    assert len(forwards) == 2  # the pronoun probes and the repeated tokens; the sentences wait for evaluations
+    assert sorted(watch.sets.sets) == ["pronoun", "reach", "repeated", "sentences"]  # no data here: no held-out text
+    assert len(forwards) == 2  # the pronoun probes and the repeated tokens; the sentences and the repeats at
+    #                            several distances wait for evaluations
 
 
 def test_a_run_from_scratch_takes_its_untrained_baseline_from_the_evaluation_at_step_0(trained, monkeypatch):

@@ -14,11 +14,14 @@ gain; previous-token heads on the induction score and the in-context gain (the t
 the earlier head's output lets the later one find the token after); sink, current-token and
 positional heads on the held-out text's loss; the best pronoun head on the continuation accuracy;
 and, with agreement contexts, the most selective head and the heads that read the name on
-agreement.
+agreement. When the model predicts the second copy of repeated tokens better than the first but has
+no induction head, every head is removed in turn to find the heads that carry that gain instead
+(kind "copying"), and where each looks on the repeats says what they do.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -74,6 +77,7 @@ class AblationResult:
     kind: str
     ablation: Ablation
     reading: Reading
+    looks: str = ""   # where the head looks, in words ("copying" heads: on the repeated tokens)
 
     @property
     def mode(self) -> str:
@@ -121,7 +125,58 @@ def proofs(model: nn.Module, sets: ProbeSets, reading: Reading, mode: str = DEFA
             out.append(ablated(model, sets, group, label, kind, means, kinds=TYPE_SETS))
     if reading.pronouns is not None and best_pronoun_proof(reading, out) is None:   # the best head, typed or not
         out.append(ablated(model, sets, [reading.pronouns.best.name], "best", "pronoun", means))
+    return out + copying_route(model, sets, reading, means)
+
+
+ROUTE_GAIN = 0.5          # nats/token: an in-context gain worth explaining
+ROUTE_MAX_HEADS = 16      # beyond this many heads, removing each in turn costs more than a report should
+
+
+def copying_route(model: nn.Module, sets: ProbeSets, reading: Reading, means: dict | None) -> list[AblationResult]:
+    """When the second copy of repeated tokens is predicted better than the first and no head is an induction
+    head: every head removed in turn (kind "copying"), each with where it looks on the repeats."""
+    numbers, repeated = reading.results.numbers, sets.get(REPEATED)
+    gain, spread = numbers.get("in_context_gain"), numbers.get("in_context_gain_spread") or 0.0
+    cfg = model.config
+    if (repeated is None or heads_of(reading.types, "induction") or gain is None or gain < max(ROUTE_GAIN, spread)
+            or cfg.n_layer * cfg.n_head > ROUTE_MAX_HEADS):
+        return []
+    device = next(model.parameters()).device
+    with evaluating(model), torch.no_grad():
+        _, patterns = model.forward_with_attention(torch.tensor(repeated.ids, device=device))
+    out = []
+    for layer, pattern in enumerate(patterns):
+        for head in range(cfg.n_head):
+            name = head_name(layer, head)
+            result = ablated(model, sets, [name], name, "copying", means, kinds=(REPEATED,))
+            out.append(dataclasses.replace(result, looks=where_it_looks(pattern[:, head].double().cpu())))
     return out
+
+
+def where_it_looks(pattern: torch.Tensor) -> str:
+    """Where a head looks from the second copy of repeated tokens (pattern [N, T, T], T = 2L), in words: the
+    distance back that takes most of its attention, said against the L - 1 an induction head looks back."""
+    length = pattern.shape[-1] // 2
+    rows = pattern[:, length:].double()                          # queries in the second copy
+    query = torch.arange(length, 2 * length)[:, None]
+    distance = (query - torch.arange(2 * length)[None, :]).clamp(min=0)
+    by_distance = torch.zeros(2 * length, dtype=torch.float64)
+    by_distance.index_add_(0, distance.flatten(), rows.mean(0).flatten())
+    by_distance /= length
+    share, back = float(by_distance.max()), int(by_distance.argmax())
+    first = float(rows[..., 0].mean())
+    if first > share:
+        return f"at the first token ({first:.2f} of its attention)"
+    if back == length - 1:
+        return f"at the token after the earlier copy, as an induction head does, but weakly ({share:.2f})"
+    if back == length:
+        return f"at the earlier copy of the same token ({share:.2f} of its attention)"
+    if back == 0:
+        return f"at the token itself ({share:.2f} of its attention)"
+    where = f"a fixed {back} token{'s' if back > 1 else ''} back ({share:.2f} of its attention)"
+    if length // 2 < back < length:   # near the earlier copy, off by a few
+        where += f", {length - 1 - back} short of the token after the earlier copy an induction head looks at"
+    return where
 
 
 def best_pronoun_proof(reading: Reading, found: Sequence[AblationResult]) -> AblationResult | None:

@@ -13,7 +13,7 @@ import torch.nn as nn
 from model.ablation import Ablation
 from watch.capture import Capture, captures, sentence_patterns
 from watch.heads import ablation_names, head_name
-from watch.probesets import SENTENCES, ProbeSets
+from watch.probesets import REACH, REPEATED, SENTENCES, ProbeSets
 from watch.scores import HEAD_SCORES, MODEL_SCORES, derived_model_scores, mean
 
 
@@ -46,6 +46,15 @@ class Results:
         return {head_name(layer, head): float(values[layer, head])
                 for layer in range(values.shape[0]) for head in range(values.shape[1])
                 if not torch.isnan(values[layer, head])}
+
+    def induction_by_distance(self, layer: int, head: int) -> dict[int, float]:
+        """{distance: score}: the head's induction score where the earlier copy is that many tokens back, at each
+        distance measured (the `REACH` set's, then the `REPEATED` set's L, the plain induction score)."""
+        reach, repeated = self.sets.get(REACH), self.sets.get(REPEATED)
+        measured = [(d, f"induction_{d}") for _, d in (reach.items[0] if reach is not None else ())]
+        measured += [(len(repeated.ids[0]) // 2, "induction")] if repeated is not None else []
+        found = {d: self.head(name, layer, head) for d, name in measured}
+        return {d: value for d, value in found.items() if value is not None}
 
     def best(self, score: str) -> tuple[str, float] | None:
         """The head with the highest score (earliest first on ties), and the score."""

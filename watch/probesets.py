@@ -1,5 +1,5 @@
 """What the model is run on to be watched: probe sets, each scored from one capture. A probe set is token sequences
-that go through the model together, with what each sequence is for. Five kinds:
+that go through the model together, with what each sequence is for. Six kinds:
 
 - `PRONOUN`: two-person pronoun probes from a JSONL file (`data.probes`); the pronoun's query row and the next-token
   logits right after the pronoun are read.
@@ -7,6 +7,8 @@ that go through the model together, with what each sequence is for. Five kinds:
   to the person's name are read.
 - `REPEATED`: repeated random tokens, the same for every model of a vocabulary (`repeated_tokens`). A model that
   predicts the second copy better than the first learned from its context.
+- `REACH`: repeats at shorter distances (`repeats_by_distance`), read at evaluations: with `REPEATED`'s own length, a
+  head's induction score by distance, so a head that copies only from close by shows as such.
 - `TEXT`: pairs of windows of held-out text (`held_out_text`), enough that drawing the windows again moves the
   in-context score by less than its spread; a pass every few steps reads a few of them (`ProbeSets.quick`).
 - `SENTENCES`: the sentences whose heatmaps and attention page a run shows.
@@ -32,7 +34,8 @@ from data.probes import align, align_agreement, load_agreement, load_probes
 from data.tokenizer import Tokenizer, TokenizerError
 from watch.heads import PRONOUNS
 
-PRONOUN, AGREEMENT, REPEATED, TEXT, SENTENCES = "pronoun", "agreement", "repeated", "text", "sentences"
+PRONOUN, AGREEMENT, REPEATED, REACH, TEXT, SENTENCES = "pronoun", "agreement", "repeated", "reach", "text", "sentences"
+REACH_DISTANCES = (4, 8, 16, 32)
 
 REPEATED_SEQUENCES = 32
 REPEATED_MAX_LENGTH = 50
@@ -51,7 +54,8 @@ class ProbeSet:
 
     kind: str
     ids: list[list[int]]
-    items: list[Any] = field(default_factory=list)   # per sequence: an AlignedProbe, AlignedAgreement or text
+    items: list[Any] = field(default_factory=list)   # per sequence: an AlignedProbe, AlignedAgreement, text, or
+    #                                                    the (start, distance) of each of its repeats
     logits_at: list[int | None] | None = None
     all_logits: bool = False
     about: str = ""                                    # how it was made, for reports
@@ -166,6 +170,31 @@ def repeated_tokens(pool: Sequence[int], block_size: int, *, seed: int = REPEATE
     ids = torch.cat([first, first], dim=1).tolist()
     return ProbeSet(REPEATED, ids, all_logits=True,
                     about=f"{sequences} sequences of {length} random tokens repeated (from {len(pool)} tokens)")
+
+
+def repeats_by_distance(pool: Sequence[int], block_size: int, *, seed: int = REPEATED_SEED + 1,
+                        sequences: int = REPEATED_SEQUENCES) -> ProbeSet | None:
+    """The `REACH` set: rows of repeats at each distance in `REACH_DISTANCES` below the `REPEATED` set's L
+    that fits in `block_size`; None when no distance does (or there is no `REPEATED` set to go with)."""
+    length = repeated_length(block_size)
+    distances, used = [], 0
+    for distance in (d for d in REACH_DISTANCES if d < length):
+        if used + 2 * distance <= block_size:
+            distances.append(distance)
+            used += 2 * distance
+    pool = torch.tensor(sorted(set(pool)), dtype=torch.long)
+    if length < REPEATED_MIN_LENGTH or len(pool) < 2 or not distances:
+        return None
+    generator = torch.Generator().manual_seed(seed)
+    rows, segments, start = [[] for _ in range(sequences)], [], 0
+    for distance in distances:
+        draws = pool[torch.randint(len(pool), (sequences, distance), generator=generator)].tolist()
+        for row, drawn in zip(rows, draws, strict=True):
+            row += drawn + drawn
+        segments.append((start, distance))
+        start += 2 * distance
+    return ProbeSet(REACH, rows, items=[tuple(segments)] * sequences,
+                    about=f"{sequences} rows of random tokens repeated at distances {', '.join(map(str, distances))}")
 
 
 def token_pool(train_tokens: np.ndarray | None, tokenizer: Tokenizer) -> list[int]:
@@ -308,7 +337,9 @@ def watch_sets(tokenizer: Tokenizer, block_size: int, *, train_tokens: np.ndarra
     `train_tokens`, see `token_pool`), held-out text from `text`, pronoun probes and agreement contexts
     from their files, and the sentences `texts`."""
     sets = ProbeSets()
-    sets.add(REPEATED, repeated_tokens(token_pool(train_tokens, tokenizer), block_size))
+    pool = token_pool(train_tokens, tokenizer)
+    sets.add(REPEATED, repeated_tokens(pool, block_size))
+    sets.add(REACH, repeats_by_distance(pool, block_size))
     sets.add(TEXT, held_out_text(text, block_size, source=text_source) if text is not None else NO_TEXT)
     for kind, path in ((PRONOUN, probes), (AGREEMENT, agreement)):
         if path:

@@ -13,7 +13,7 @@ import torch
 
 from watch.ablation import AblationResult
 from watch.composition import KINDS, ONE_LAYER_NOTE, pair_name
-from watch.heads import display_token, head_name
+from watch.heads import display_token, head_name, parse_head
 from watch.headtypes import LABELS, MEANINGS, RULE, TYPES, needed
 from watch.pipeline import Results
 from watch.probesets import icl_positions
@@ -153,7 +153,7 @@ def type_legend(reading: Reading) -> str:
     kinds = _columns(reading)
     meanings = "; ".join(f"{COLUMN_NAMES[kind]}: {MEANINGS[kind]}" for kind in kinds)
     return (f"how to read it: each score is the share of a head's attention that goes where its column says (0 to 1), "
-            f"the same head before training in brackets; {RULE}.\n"
+            f"the same head before training in brackets; {RULE}; {SIGNS}.\n"
             f"  {meanings}; {BROAD}: how evenly a head spreads its attention (1: over every token alike), not a type")
 
 
@@ -167,6 +167,10 @@ def _type_cell(reading: Reading, before: dict, kind: str, layer: int, head: int)
     if kind == "positional" and reading.offsets is not None:
         value += f" k={int(reading.offsets[layer, head])}"
     return value
+
+
+# The one sign convention of every signed figure in the report: in-context figures count nats saved.
+SIGNS = "in every signed figure below, + is better (nats/token saved, accuracy points gained)"
 
 
 def type_lines(reading: Reading, since: dict[str, str] | None = None) -> str:
@@ -193,8 +197,25 @@ def type_lines(reading: Reading, since: dict[str, str] | None = None) -> str:
         else:
             lines.append(f"no {LABELS[kind]} head (best {head_name(layer, head)} {value:.2f}"
                          f"{_untrained(before, kind, layer, head, bracket=False)})")
+    lines += reach_lines(reading)
     lines += in_context_lines(reading)
     return "\n".join(lines)
+
+
+def reach_lines(reading: Reading) -> list[str]:
+    """The best induction head's score by distance to the earlier copy, when the pass read more than one."""
+    best = reading.results.best("induction")
+    if best is None:
+        return []
+    layer, head = parse_head(best[0])
+    reach = reading.results.induction_by_distance(layer, head)
+    if len(reach) < 2 or max(reach.values()) < CLOSE * needed(None):   # no head copies at any distance
+        return []
+    far, near = reach[max(reach)], max(reach.values())
+    shape = (" (it copies from close by more than from far: the longest distances are the weakest)"
+             if far < 0.75 * near else "")
+    scores = ", ".join(f"{d} tokens {value:.2f}" for d, value in reach.items())
+    return [f"{best[0]}'s induction score by distance to the earlier copy: {scores}{shape}"]
 
 
 CLOSE = 0.6   # a head with at least this share of the score a type needs is close to it
@@ -221,9 +242,17 @@ def in_context_lines(reading: Reading) -> list[str]:
         score = numbers["in_context_score"]
         meaning = ("later in the context, tokens are predicted {size:.3f} nats better" if score < 0 else
                    "later in the context, tokens are predicted {size:.3f} nats worse")
-        lines.append(f"in-context score on held-out text: {_measured(numbers, 'in_context_score', meaning, 'nats')} "
-                     f"({where}, {len(text.ids) // 2} pairs of windows{_then(then, 'in_context_score')})")
+        # Olsson et al.'s score is the late loss minus the early one (below 0 is better): shown as nats saved.
+        saved, saved_then = _saved(numbers, "in_context_score"), _saved(then, "in_context_score")
+        lines.append(f"in-context score on held-out text: {_measured(saved, 'in_context_score', meaning, 'nats')} "
+                     f"({where}, {len(text.ids) // 2} pairs of windows{_then(saved_then, 'in_context_score')}; "
+                     f"Olsson et al.'s late-minus-early loss, {score:+.3f})")
     return lines
+
+
+def _saved(numbers: dict, name: str) -> dict:
+    """`numbers` with the loss difference `name` turned into nats saved (its sign flipped; its spread kept)."""
+    return {**numbers, name: -numbers[name]} if name in numbers else numbers
 
 
 def _measured(numbers: dict, name: str, meaning: str, unit: str = "nats/token") -> str:
@@ -262,7 +291,7 @@ def ablation_lines(reading: Reading, found: Sequence[AblationResult]) -> str:
     """What removing each set of heads cost, one line each, in plain words and the measure that fits their kind."""
     results = reading.results
     lines = []
-    for result in found:
+    for result in (r for r in found if r.kind != "copying"):   # those make up `route_lines`
         after = result.reading.results
         costs = []
         if result.kind in ("induction", "duplicate_token", "previous_token"):
@@ -276,8 +305,43 @@ def ablation_lines(reading: Reading, found: Sequence[AblationResult]) -> str:
             costs.append(_points(CONTINUATION, results.numbers.get(key), after.numbers.get(key)))
         costs = [c for c in costs if c]
         if costs:
-            lines.append(f"removing {names(result.heads)} ({_chosen_as(result)}) {'; '.join(costs)}")
+            lines.append(f"removing {names(result.heads)} ({_chosen_as(result)}) {'; '.join(costs)}"
+                         f"{_backed_up(result, found, results.numbers)}")
     return "\n".join(lines)
+
+
+# What each kind of head is tested on, as (measure, higher is better): `_cost` reads it before and after removal.
+TESTED_ON = {"induction": ("in_context_gain", True), "duplicate_token": ("in_context_gain", True),
+             "previous_token": ("in_context_gain", True), "sink": ("text_loss", False),
+             "current_token": ("text_loss", False), "positional": ("text_loss", False),
+             "pronoun": ("continuation_accuracy", True)}
+NO_EFFECT, AN_EFFECT = 0.05, 0.2   # the share of a measure lost that counts as none, and as a real effect
+
+
+def _cost(result: AblationResult, before: dict) -> float | None:
+    """The share of what a kind of head is tested on that removing `result.heads` lost (0: nothing)."""
+    key, higher = TESTED_ON.get(result.kind, (None, True))
+    old, new = before.get(key), result.reading.results.numbers.get(key)
+    if old is None or new is None or old == 0:
+        return None
+    return (old - new) / abs(old) if higher else (new - old) / abs(old)
+
+
+def _backed_up(result: AblationResult, found: Sequence[AblationResult], before: dict) -> str:
+    """For a head whose removal alone changes nothing while removing it with others of its kind does: that the
+    heads back each other up, in plain words, with what removing them together costs."""
+    alone = _cost(result, before)
+    if len(result.heads) != 1 or alone is None or abs(alone) >= NO_EFFECT:
+        return ""
+    together = [g for g in found if g.kind == result.kind and len(g.heads) > 1 and result.heads[0] in g.heads
+                and (_cost(g, before) or 0.0) >= AN_EFFECT]
+    if not together:
+        return ""
+    group = together[0]
+    others = names([h for h in group.heads if h != result.heads[0]])
+    return (f": no effect alone, because {others} {'does' if len(group.heads) == 2 else 'do'} the same job and "
+            f"make{'s' if len(group.heads) == 2 else ''} up for it; removing {names(group.heads)} together loses "
+            f"{100 * _cost(group, before):.0f}% of it (the heads back each other up)")
 
 
 def type_report(reading: Reading, found: Sequence[AblationResult], since: dict[str, str] | None = None) -> str:
@@ -286,7 +350,27 @@ def type_report(reading: Reading, found: Sequence[AblationResult], since: dict[s
     missing = reading.results.sets.missing.values()
     parts = [type_table(reading), type_legend(reading), type_lines(reading, since), *(f"({why})" for why in missing)]
     costs = ablation_lines(reading, found)
-    return "\n".join(parts + ([costs] if costs else []))
+    return "\n".join(parts + ([costs] if costs else []) + route_lines(reading, found))
+
+
+def route_lines(reading: Reading, found: Sequence[AblationResult]) -> list[str]:
+    """When the model copies without an induction head (`watch.ablation.copying_route`): the heads whose
+    removal takes the most of the in-context gain, where each looks, and how to try for the textbook circuit."""
+    copying = [p for p in found if p.kind == "copying"]
+    if not copying:
+        return []
+    gain = reading.results.numbers["in_context_gain"]
+    taken = sorted(((gain - p.reading.results.numbers["in_context_gain"]) / gain, p.heads[0], p.looks)
+                   for p in copying)[::-1]
+    carriers = [t for t in taken if t[0] >= 0.2][:3] or taken[:1]
+    lines = [f"no induction head, yet the second copy is predicted {gain:.2f} nats better than the first: the "
+             f"model copies by another route. The heads that carry the gain (each removed alone), and where they "
+             f"look from the second copy:"]
+    lines += [f"  {name}: removing it takes {100 * share:.0f}% of the gain; it looks {looks}"
+              for share, name, looks in carriers]
+    lines.append("the textbook circuit (a previous-token head feeding an induction head in the next layer) usually "
+                 "forms on another run: try another --seed, or a longer warm-up (--warmup_iters)")
+    return lines
 
 
 def _gain_change(before: dict, after: dict) -> str:
@@ -326,7 +410,7 @@ def _loss_change(before: dict, after: dict) -> str:
         return ""
     old, new = before[key], after[key]
     verb = "raises" if new >= old else "lowers"
-    return f"{verb} the held-out loss from {old:.3f} to {new:.3f} nats ({new - old:+.3f})"
+    return f"{verb} the held-out loss from {old:.3f} to {new:.3f} nats ({old - new:+.3f})"
 
 
 def _points(label: str, old: float | None, new: float | None) -> str:

@@ -17,7 +17,8 @@ perfect induction head on repeated tokens scores below 0.5 there. The two are no
 - previous_token: from i to i-1, on held-out text;
 - duplicate_token: from i to every earlier position holding the same token, on repeated tokens;
 - induction: from i in the second copy to the position after each earlier occurrence of token i
-  (chiefly i - L + 1; the current position itself excluded), on repeated tokens;
+  (chiefly i - L + 1; the current position itself excluded), on repeated tokens; induction_D, the
+  same where the earlier copy is D tokens back (D = 4, 8, 16, 32 below L), on the `REACH` set;
 - sink: to position 0, from positions 1.., on held-out text;
 - current_token: from i to i, from positions 1.., on held-out text;
 - positional_k (k = 2..8): from i to i-k, on held-out text; a head's positional score is its best k;
@@ -43,7 +44,7 @@ from typing import NamedTuple
 import torch
 
 from watch.capture import Capture
-from watch.probesets import AGREEMENT, PRONOUN, REPEATED, TEXT, icl_positions
+from watch.probesets import AGREEMENT, PRONOUN, REACH, REACH_DISTANCES, REPEATED, TEXT, icl_positions
 
 Total = tuple[torch.Tensor | float, torch.Tensor | float]   # (total, count): the score is total / count
 
@@ -143,6 +144,31 @@ def _induction_targets(ids: torch.Tensor) -> torch.Tensor:
     targets[:, :, 1:] = earlier[:, :, :-1]
     targets &= torch.ones(length, length, dtype=torch.bool).tril(diagonal=-1)  # keys before i only
     targets[:, :copy] = False                                              # queries in the second copy
+    return targets
+
+
+def _induction_at(distance: int) -> Callable[[Capture], Total]:
+    def measure(capture: Capture) -> Total:
+        return weight_on_targets(capture, capture.constant(f"induction targets at {distance}",
+                                                           lambda: _reach_targets(capture, distance)))
+    return measure
+
+
+for _distance in REACH_DISTANCES:
+    head_score(f"induction_{_distance}", REACH, f"induction where the earlier copy is {_distance} tokens back")(
+        _induction_at(_distance))
+
+
+def _reach_targets(capture: Capture, distance: int) -> torch.Tensor:
+    """[N, T, T]: the induction targets of the repeat at `distance` in each row: queries in its second copy,
+    keys in it after an earlier occurrence of the query's token (no other repeat's)."""
+    ids = capture.ids
+    targets = torch.zeros(*ids.shape, ids.shape[1], dtype=torch.bool)
+    for row, segments in enumerate(capture.items):
+        for start, d in segments:
+            if d == distance:
+                span = slice(start, start + 2 * d)
+                targets[row, span, span] = _induction_targets(ids[row:row + 1, span])[0]
     return targets
 
 

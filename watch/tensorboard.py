@@ -24,7 +24,7 @@ from cli import warn
 from files import write_error
 from watch.ablation import AblationResult
 from watch.composition import KINDS
-from watch.heads import head_name
+from watch.heads import head_name, parse_head
 from watch.headtypes import CONTEXT_NUMBERS, TYPES
 from watch.reading import Reading
 from watch.report import before_table, changes_line, head_table, type_legend, type_lines, type_table
@@ -167,6 +167,9 @@ TYPE_CHARTS = {
         **{f"{kind.replace('_', '-')}, every head": ["Multiline", [rf"heads/{kind}$"]] for kind in (*TYPES, "broad")},
         # The phase change: the induction score and the in-context gain jump together.
         "induction and in-context gain": ["Multiline", [r"heads/induction/best$", r"heads/in_context_gain$"]],
+        # Whether the best induction head copies from far back as well as from close by (evaluations only).
+        "best induction head's score by distance to the earlier copy": ["Multiline",
+                                                                        [r"heads/induction/best_at_\d+$"]],
     },
 }
 # The last chart takes the training loss (logged every log_interval steps) rather than the validation
@@ -232,6 +235,10 @@ def log_scores(writer: Any, step: int, reading: Reading) -> None:
         _log_heads(writer, step, "heads/broad", results.heads["broad"])
     if reading.offsets is not None:
         _log_heads(writer, step, "heads/positional_offset", reading.offsets)
+    best = results.best("induction")
+    reach = results.induction_by_distance(*parse_head(best[0])) if best is not None else {}
+    for distance, value in reach.items() if len(reach) > 1 else ():   # a quick pass reads only the longest
+        writer.add_scalar(f"heads/induction/best_at_{distance:02d}", value, step)
     for name in CONTEXT_NUMBERS:
         if name in results.numbers:
             writer.add_scalar(f"heads/{name}", results.numbers[name], step)
