@@ -94,11 +94,11 @@ class ProbeSets:
         return self.sets.get(kind)
 
     def quick(self) -> ProbeSets:
-        """What a pass every few steps reads, as cheap as ever: these sets without the sentences (their heatmaps
-        are drawn at evaluations), the held-out text cut to its first QUICK_WINDOWS windows, or as many pairs as
-        hold QUICK_TOKENS tokens when that is fewer. Its head scores are close to the whole set's; its in-context
-        score is too rough to report (`watch.callback.ROUGH_WHEN_QUICK`)."""
-        sets = {kind: s for kind, s in self.sets.items() if kind != SENTENCES}
+        """What a pass every few steps reads, as cheap as ever: these sets without the sentences and the repeats by
+        distance (both read at evaluations), the held-out text cut to its first QUICK_WINDOWS windows, or as many
+        pairs as hold QUICK_TOKENS tokens when that is fewer. Its head scores are close to the whole set's; its
+        in-context score is too rough to report (`watch.callback.ROUGH_WHEN_QUICK`)."""
+        sets = {kind: s for kind, s in self.sets.items() if kind not in (SENTENCES, REACH)}
         text = sets.get(TEXT)
         if text is not None:
             fit = min(QUICK_WINDOWS, QUICK_TOKENS // len(text.ids[0]))
