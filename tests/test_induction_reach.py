@@ -59,7 +59,8 @@ def test_a_head_that_looks_where_an_induction_head_does_scores_one_at_every_dist
 @pytest.mark.parametrize("distance,words", [
     (31, "at the token after the earlier copy"),
     (32, "at the earlier copy of the same token"),
-    (30, "a fixed 30 tokens back (1.00 of its attention), 1 short of the token after the earlier copy"),
+    (30, "into the earlier copy, 1 token after the one an induction head looks at (1.00 of its attention)"),
+    (20, "a fixed 20 tokens back"),
     (1, "a fixed 1 token back"),
 ])
 def test_where_a_head_looks_from_the_second_copy_is_said_against_where_an_induction_head_would(distance, words):

@@ -173,10 +173,11 @@ def where_it_looks(pattern: torch.Tensor) -> str:
         return f"at the earlier copy of the same token ({share:.2f} of its attention)"
     if back == 0:
         return f"at the token itself ({share:.2f} of its attention)"
-    where = f"a fixed {back} token{'s' if back > 1 else ''} back ({share:.2f} of its attention)"
-    if length // 2 < back < length:   # near the earlier copy, off by a few
-        where += f", {length - 1 - back} short of the token after the earlier copy an induction head looks at"
-    return where
+    past = length - 1 - back
+    if 0 < past <= 4:   # into the earlier copy, a few tokens past where an induction head looks
+        return (f"into the earlier copy, {past} token{'s' if past > 1 else ''} after the one an induction head looks "
+                f"at ({share:.2f} of its attention)")
+    return f"a fixed {back} token{'s' if back > 1 else ''} back ({share:.2f} of its attention)"
 
 
 def best_pronoun_proof(reading: Reading, found: Sequence[AblationResult]) -> AblationResult | None:
