@@ -454,6 +454,21 @@ def test_lock_file_names_its_owner_and_goes_with_it(tmp_path):
     assert (tmp_path / ".lock").is_dir()
 
 
+def test_a_run_that_stops_before_writing_leaves_no_folder_it_made(tmp_path):
+    from trainer.runlock import RunLock
+
+    with RunLock(tmp_path / "made"):   # a fine-tune whose source cannot be read stops here, having written nothing
+        pass
+    assert not (tmp_path / "made").exists()
+    with RunLock(tmp_path / "wrote"):
+        (tmp_path / "wrote" / "ckpt.pt").write_bytes(b"x")
+    assert (tmp_path / "wrote" / "ckpt.pt").exists()
+    (tmp_path / "given").mkdir()        # a folder the user made stays, empty or not
+    with RunLock(tmp_path / "given"):
+        pass
+    assert (tmp_path / "given").is_dir()
+
+
 # --- checkpoints that load but do not fit ------------------------------------------------------------
 
 def _edit(trained: Trained, folder: Path, change) -> Path:

@@ -50,6 +50,7 @@ class RunLock:
         self.option = option or f"--{key}"
         self.say_takeover = say_takeover  # warn when taking over a lock left by a run that has ended
         self._fd: int | None = None
+        self._made = False   # whether this lock made the folder: a run that wrote nothing there leaves none
 
     def __enter__(self) -> RunLock:
         self.acquire()
@@ -59,6 +60,7 @@ class RunLock:
         self.release()
 
     def acquire(self) -> None:
+        self._made = not self.folder.exists()
         writable_folder(self.folder, self.key)
         while True:
             fd = self._open()
@@ -96,8 +98,10 @@ class RunLock:
         try:
             if self._is_current(self._fd):
                 self.path.unlink()
+                if self._made:
+                    self.folder.rmdir()   # only when empty: a run that stopped before writing leaves no trace
         except OSError:
-            pass  # the folder went away or became read-only: the kernel still drops the lock below
+            pass  # the folder holds files, went away or became read-only: the kernel still drops the lock below
         finally:
             os.close(self._fd)
             self._fd = None
