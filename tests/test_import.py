@@ -868,3 +868,15 @@ if __name__ == "__main__":
         print(f"updated {DOC}")
     else:
         print(table)
+
+
+@pytest.mark.parametrize("dataset", ["..", "../..", "../elsewhere", "/abs/path", "shakespeare_char/.."])
+def test_a_nanogpt_configs_dataset_that_is_no_plain_name_sends_the_reader_nowhere_else(tmp_path, dataset):
+    """nanoGPT keeps a dataset's meta.pkl at <parent of out_dir>/data/<dataset>/meta.pkl; a dataset name that is no
+    plain name ('..', a path) is not followed: only the meta.pkl beside the checkpoint is looked at."""
+    from formats.nanogpt import META, meta_places
+
+    path = tmp_path / "out" / "ckpt.pt"
+    assert meta_places(path, {"config": {"dataset": dataset}}) == [path.parent / META]
+    assert meta_places(path, {"config": {"dataset": "shakespeare_char"}})[1] == \
+        tmp_path / "data" / "shakespeare_char" / META
