@@ -293,16 +293,10 @@ def ablation_lines(reading: Reading, found: Sequence[AblationResult]) -> str:
     lines = []
     for result in (r for r in found if r.kind != "copying"):   # those make up `route_lines`
         after = result.reading.results
-        costs = []
-        if result.kind in ("induction", "duplicate_token", "previous_token"):
-            costs.append(_gain_change(results.numbers, after.numbers))
+        key = TESTED_ON.get(result.kind, (None,))[0]
+        costs = [_change(key, results.numbers, after.numbers)] if key else []
         if result.kind == "previous_token":
             costs.append(_best_change("the best induction score", results, after, "induction", result.heads))
-        if result.kind in ("sink", "current_token", "positional"):
-            costs.append(_loss_change(results.numbers, after.numbers))
-        if result.kind == "pronoun":
-            key = "continuation_accuracy"
-            costs.append(_points(CONTINUATION, results.numbers.get(key), after.numbers.get(key)))
         costs = [c for c in costs if c]
         if costs:
             lines.append(f"removing {names(result.heads)} ({_chosen_as(result)}) {'; '.join(costs)}"
@@ -310,12 +304,22 @@ def ablation_lines(reading: Reading, found: Sequence[AblationResult]) -> str:
     return "\n".join(lines)
 
 
-# What each kind of head is tested on, as (measure, higher is better): `_cost` reads it before and after removal.
-TESTED_ON = {"induction": ("in_context_gain", True), "duplicate_token": ("in_context_gain", True),
-             "previous_token": ("in_context_gain", True), "sink": ("text_loss", False),
-             "current_token": ("text_loss", False), "positional": ("text_loss", False),
+# What removing each kind of head is measured on, as (measure, higher is better): the line `_change` words, and
+# the share `_cost` counts ("copying": the heads `watch.ablation.copying_route` removes).
+TESTED_ON = {**{kind: ("in_context_gain", True) for kind in ("induction", "duplicate_token", "previous_token",
+                                                             "copying")},
+             **{kind: ("text_loss", False) for kind in ("sink", "current_token", "positional")},
              "pronoun": ("continuation_accuracy", True)}
 NO_EFFECT, AN_EFFECT = 0.05, 0.2   # the share of a measure lost that counts as none, and as a real effect
+
+
+def _change(key: str, before: dict, after: dict) -> str:
+    """What removing heads did to the measure `key`, in words."""
+    if key == "in_context_gain":
+        return _gain_change(before, after)
+    if key == "text_loss":
+        return _loss_change(before, after)
+    return _points(CONTINUATION, before.get(key), after.get(key))
 
 
 def _cost(result: AblationResult, before: dict) -> float | None:
@@ -360,8 +364,7 @@ def route_lines(reading: Reading, found: Sequence[AblationResult]) -> list[str]:
     if not copying:
         return []
     gain = reading.results.numbers["in_context_gain"]
-    taken = sorted(((gain - p.reading.results.numbers["in_context_gain"]) / gain, p.heads[0], p.looks)
-                   for p in copying)[::-1]
+    taken = sorted(((_cost(p, reading.results.numbers), p.heads[0], p.looks) for p in copying), reverse=True)
     carriers = [t for t in taken if t[0] >= 0.2][:3] or taken[:1]
     lines = [f"no induction head, yet the second copy is predicted {gain:.2f} nats better than the first: the "
              f"model copies by another route. The heads that carry the gain (each removed alone), and where they "
