@@ -47,12 +47,12 @@ def test_a_head_that_looks_where_an_induction_head_does_scores_one_at_every_dist
     captured = [capture_from_patterns(sets.get(REPEATED), _looking_back(sets.get(REPEATED).ids, lambda q: 31), logits),
                 capture_from_patterns(sets.get(REACH), _looking_back(sets.get(REACH).ids, induction_reach))]
     results = read(captured, sets)
-    assert results.induction_by_distance(0, 0) == pytest.approx({4: 1.0, 8: 1.0, 16: 1.0, 32: 1.0})
+    assert results.reach()["L0H0"] == pytest.approx({4: 1.0, 8: 1.0, 16: 1.0, 32: 1.0})
 
     # A head that copies only from close by: 3 tokens back is where an induction head looks in a repeat of 4.
     captured[0] = capture_from_patterns(sets.get(REPEATED), _looking_back(sets.get(REPEATED).ids, lambda q: 3), logits)
     captured[1] = capture_from_patterns(sets.get(REACH), _looking_back(sets.get(REACH).ids, lambda q: 3))
-    reach = read(captured, sets).induction_by_distance(0, 0)
+    reach = read(captured, sets).reach()["L0H0"]
     assert reach[4] == pytest.approx(1.0) and max(reach[8], reach[16], reach[32]) < 0.05   # chance repeats only
 
 

@@ -256,7 +256,7 @@ def heads_json(reading: Reading, found: list, mode: str, sets: ProbeSets) -> dic
         for kind in ("positional", "pronoun"):
             values = r.type_scores.get(kind)
             out[kind] = float(values[layer, head]) if values is not None else None
-        reach = r.results.induction_by_distance(layer, head)
+        reach = r.reach.get(head_name(layer, head), {})
         out["induction_by_distance"] = {str(distance): value for distance, value in reach.items()}
         return out
 

@@ -47,14 +47,17 @@ class Results:
                 for layer in range(values.shape[0]) for head in range(values.shape[1])
                 if not torch.isnan(values[layer, head])}
 
-    def induction_by_distance(self, layer: int, head: int) -> dict[int, float]:
-        """{distance: score}: the head's induction score where the earlier copy is that many tokens back, at each
-        distance measured (the `REACH` set's, then the `REPEATED` set's L, the plain induction score)."""
+    def reach(self) -> dict[str, dict[int, float]]:
+        """{"L1H0": {distance: score}}: each head's induction score where the earlier copy is that many tokens back,
+        at each distance measured (the `REACH` set's, then the `REPEATED` set's L: the plain induction score)."""
         reach, repeated = self.sets.get(REACH), self.sets.get(REPEATED)
         measured = [(d, f"induction_{d}") for _, d in (reach.items[0] if reach is not None else ())]
         measured += [(len(repeated.ids[0]) // 2, "induction")] if repeated is not None else []
-        found = {d: self.head(name, layer, head) for d, name in measured}
-        return {d: value for d, value in found.items() if value is not None}
+        found: dict[str, dict[int, float]] = {}
+        for d, name in measured:
+            for head, value in self.per_head(name).items():
+                found.setdefault(head, {})[d] = value
+        return found
 
     def best(self, score: str) -> tuple[str, float] | None:
         """The head with the highest score (earliest first on ties), and the score."""

@@ -33,6 +33,7 @@ class Reading:
     offsets: torch.Tensor | None          # each head's best positional offset [layer, head]
     types: dict[str, HeadType]            # each head's type, against `untrained`
     composition: Composition | None       # how the heads compose (None: not read, or a one-layer model)
+    reach: dict[str, dict[int, float]]    # each head's induction score by distance to the earlier copy
     untrained: Reading | None             # the untrained model's reading, if the types were measured against it
     before: Reading | None = None         # a fine-tune's model before fine-tuning, read against the same untrained
 
@@ -45,10 +46,7 @@ def read_pass(model: nn.Module, sets: ProbeSets, *, untrained: Reading | None = 
     compose, from the weights: what the watch and `sample.py` show. Removing heads leaves the weights as they are,
     and for GPT-2 it takes seconds, so the proofs do without it."""
     found = composition(model) if compose else None
-    reading = read_results(score(model, sets, ablate, kinds), untrained, found, before)
-    if not is_untrained:
-        return reading
-    return replace(reading, types=head_types(reading.type_scores, reading.type_scores), untrained=reading)
+    return read_results(score(model, sets, ablate, kinds), untrained, found, before, is_untrained=is_untrained)
 
 
 def untrained_reading(untrained: nn.Module, sets: ProbeSets) -> Reading:
@@ -58,11 +56,14 @@ def untrained_reading(untrained: nn.Module, sets: ProbeSets) -> Reading:
 
 
 def read_results(results: Results, untrained: Reading | None = None, composition: Composition | None = None,
-                 before: Reading | None = None) -> Reading:
+                 before: Reading | None = None, *, is_untrained: bool = False) -> Reading:
     """The reading of a pass's results, also of one read from captures made elsewhere; head types are
-    measured against `untrained`'s type scores, or without it by the score alone."""
+    measured against `untrained`'s type scores (against its own with `is_untrained`), or by the score alone."""
     scores, offsets = type_scores(results)
-    types = head_types(scores, untrained.type_scores if untrained is not None else {})
+    baseline = scores if is_untrained else untrained.type_scores if untrained is not None else {}
+    types = head_types(scores, baseline)
     pronouns, agreement = probe_report(results), agreement_stats(results)
     readers = name_readers(results.per_head("name_reading"))
-    return Reading(results, pronouns, agreement, readers, scores, offsets, types, composition, untrained, before)
+    reading = Reading(results, pronouns, agreement, readers, scores, offsets, types, composition, results.reach(),
+                      untrained, before)
+    return replace(reading, untrained=reading) if is_untrained else reading

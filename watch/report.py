@@ -13,7 +13,7 @@ import torch
 
 from watch.ablation import AblationResult
 from watch.composition import KINDS, ONE_LAYER_NOTE, pair_name
-from watch.heads import display_token, head_name, parse_head
+from watch.heads import display_token, head_name
 from watch.headtypes import LABELS, MEANINGS, RULE, TYPES, needed
 from watch.pipeline import Results
 from watch.probesets import icl_positions
@@ -207,8 +207,7 @@ def reach_lines(reading: Reading) -> list[str]:
     best = reading.results.best("induction")
     if best is None:
         return []
-    layer, head = parse_head(best[0])
-    reach = reading.results.induction_by_distance(layer, head)
+    reach = reading.reach.get(best[0], {})
     if len(reach) < 2 or max(reach.values()) < CLOSE * needed(None):   # no head copies at any distance
         return []
     far, near = reach[max(reach)], max(reach.values())

@@ -24,7 +24,7 @@ from cli import warn
 from files import write_error
 from watch.ablation import AblationResult
 from watch.composition import KINDS
-from watch.heads import head_name, parse_head
+from watch.heads import head_name
 from watch.headtypes import CONTEXT_NUMBERS, TYPES
 from watch.reading import Reading
 from watch.report import before_table, changes_line, head_table, type_legend, type_lines, type_table
@@ -236,7 +236,7 @@ def log_scores(writer: Any, step: int, reading: Reading) -> None:
     if reading.offsets is not None:
         _log_heads(writer, step, "heads/positional_offset", reading.offsets)
     best = results.best("induction")
-    reach = results.induction_by_distance(*parse_head(best[0])) if best is not None else {}
+    reach = reading.reach.get(best[0], {}) if best is not None else {}
     for distance, value in reach.items() if len(reach) > 1 else ():   # a quick pass reads only the longest
         writer.add_scalar(f"heads/induction/best_at_{distance:02d}", value, step)
     for name in CONTEXT_NUMBERS:
