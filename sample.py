@@ -31,7 +31,7 @@ from data.tokenizer import TokenizerError
 from files import destination, read_text, utf8_value
 from formats import Loaded, checkpoint_path, load_model
 from formats.checkpoint import saved_settings
-from formats.parts import TARGETS
+from formats.layout import TARGETS
 from formats.sources import Source, describe, identify, model_name
 from model.ablation import Ablation
 

@@ -1,18 +1,11 @@
 """`sample.py --export {tl,hf} PATH`: a loaded checkpoint written where TransformerLens or Hugging Face
 transformers load it.
 
-The checks run cheapest and most certain first, and all before anything is written: the target can
-hold every part of the model exactly (`formats.parts`), the path can take the export without
-destroying anything that is not an earlier export, then the optional libraries are there. After
-converting, both models run on the same random tokens and the export is refused if their logits
-differ by more than `TOLERANCE`, so a file that computes something else is never written.
-
-Nothing is written through a link, and nothing is left half-written: the file is written whole into a
-new file of a name nobody can guess and renamed into place (`files.replace_file`, as checkpoints are);
-the folder is written into a new folder (`files.replace_folder`), which becomes the export or, where a
-folder stands already (empty, or an earlier export), whose files are moved into it, the marker last. A
-failure or an interrupt removes what was being written, and what a killed export left is removed by
-the next one.
+The checks run cheapest and most certain first, and all before anything is written: the target can hold every
+part of the model exactly, the path can take the export without destroying anything that is not an earlier
+export, then the optional libraries are there. After converting, both models run on the same random tokens and
+the export is refused if their logits differ by more than `TOLERANCE`, so a file that computes something else is
+never written. The file and the folder are written whole (`files.replace_file`, `files.replace_folder`).
 """
 
 from __future__ import annotations
@@ -28,8 +21,6 @@ from cli import UserError
 from files import (
     cannot,
     destination,
-    disk_full,
-    glob_escape,
     parse_json,
     remove_dead_leftovers,
     replace_file,
@@ -37,16 +28,15 @@ from files import (
     what_stands_at,
     writable_folder,
     write_error,
+    write_fix,
 )
 from formats import Loaded, optional
-from formats.hf_tokenizer import hf_tokenizer
-from formats.huggingface import to_hf_model
-from formats.parts import TARGETS, check_supported
+from formats.huggingface import MARKER, hf_tokenizer, to_hf_model
+from formats.layout import TARGETS, check_supported
 from formats.transformerlens import is_earlier_export, saved_contents, to_hooked_transformer
 from model.gpt import GPT
 
 TOLERANCE = 1e-4            # float32 logits; the tests find about 1e-5
-MARKER = "gptwatch_export.json"  # in every folder `--export hf` writes: what it is, its files, where it came from
 
 
 @dataclass
@@ -64,7 +54,7 @@ def export(loaded: Loaded, target: str, path: str | Path, source: str) -> Export
     model = loaded.model.float().cpu().eval()
     check_supported(model.config, target)
     path = export_path(target, str(path))
-    remove_leftovers(path)
+    remove_dead_leftovers(path)   # before the checks: what a killed export left inside is no user's file
     if target == "tl":
         check_tl_path(path)
         return _export_tl(loaded, model, path, source)
@@ -81,15 +71,6 @@ def export_path(target: str, text: str) -> Path:
         example = (Path(text) if text.endswith(("/", os.sep, ".")) else Path(text).parent) / "model.tl.pt"
         return destination(text, "--export tl", folder=False, fix=f"give a file path, e.g. {example}")
     return destination(text, "--export hf", folder=True, fix="give a folder name, e.g. model-hf")
-
-
-def remove_leftovers(path: Path) -> None:
-    """Removes what exports to `path` that were killed (kill -9, a power cut) left half-written beside it,
-    or inside it (an export into a folder that stood there); what a live export is writing is kept."""
-    pattern = f".{glob_escape(path.name)}.tmp-*"
-    remove_dead_leftovers(path.parent, pattern, directories=True)
-    if what_stands_at(path, follow_links=False) == "a directory":
-        remove_dead_leftovers(path, pattern, directories=True)
 
 
 def check_tl_path(path: Path) -> None:
@@ -148,8 +129,7 @@ def _writable_parent(path: Path) -> None:
 
 
 def _write_failed(path: Path, exc: OSError, what: str) -> UserError:
-    fix = "free disk space or choose another path" if disk_full(exc) else "choose another path"
-    return UserError(f"cannot write {what} {path}: {write_error(exc, path)}; {fix}")
+    return UserError(f"cannot write {what} {path}: {write_error(exc, path)}; {write_fix(exc, 'choose another path')}")
 
 
 # --- TransformerLens -------------------------------------------------------------------------------

@@ -3,39 +3,19 @@
 
 Reading (`read_folder`) takes GPT-2-family models, without running any code from the folder: the config is
 JSON, the weights a safetensors file (tensors only, by design) or a PyTorch archive read with
-`torch.load(weights_only=True)`. What a `GPT2Config` becomes, and what is refused because gptwatch's model
-would compute something else:
-
-| GPT2Config | gptwatch |
-|---|---|
-| `n_layer`, `n_head`, `n_embd`, `vocab_size` | the same |
-| `n_positions` | `block_size` |
-| `activation_function` `gelu_new` or `gelu_pytorch_tanh` / `gelu` | `activation="gelu_tanh"` / `"gelu"` |
-| biases in every layer (Conv1D, LayerNorm) | `bias=True`, `qkv_bias=True` |
-| `n_inner` None or 4 x `n_embd`, `layer_norm_epsilon` 1e-5, a tied head | what gptwatch computes |
-
-Refused by name: `scale_attn_by_inverse_layer_idx`, `reorder_and_upcast_attn`, `add_cross_attention`, no
-`scale_attn_weights`, any other activation, epsilon or `n_inner`, an untied head, any other model class. The
-vocabulary is GPT-2's BPE as it is (`FullGPT2Tokenizer`); a model with more rows than its 50,257 has padding
-rows, never sampled. A folder that gptwatch's own `--export hf` wrote names its tokenizer in
-`gptwatch_export.json`, which is used instead.
+`torch.load(weights_only=True)`. A `GPT2Config` option gptwatch's model does not compute is refused by name
+(`FIXED_OPTIONS`). The vocabulary is GPT-2's BPE as it is; a folder that gptwatch's own `--export hf` wrote
+names its tokenizer in `gptwatch_export.json`, which is used instead.
 
 Writing (`to_hf_model`) gives a standard class computing the same function, so the folder loads with
 `AutoModelForCausalLM.from_pretrained(folder)`, offline and with no `trust_remote_code`; the weights go through
-the same tables as reading (formats/layout.py):
-
-- "gpt2" -> `GPT2LMHeadModel`: the same block, weights in GPT-2's layout; `activation_function="gelu"` is the
-  exact (erf) GELU gptwatch uses by default, `"gelu_new"` GPT-2's tanh approximation; biases gptwatch has not
-  are zeros.
-- "modern" -> `Qwen3ForCausalLM` (bias=False only; formats/export.py): RMSNorm and QK-norm with their weights at
-  1 and float32's eps (what gptwatch's parameter-free `F.rms_norm` uses), rotary base 10000, and two exact
-  rewritings:
-  - gptwatch rotates interleaved pairs (x[2i], x[2i+1]); Qwen3 rotates halves (x[i], x[i + D/2]). Reordering
-    the rows of W_query and W_key inside each head as [0, 2, 4, ..., 1, 3, 5, ...] turns one into the other;
-    q·k and the per-head RMS norm do not change under the same reordering of both, and values are untouched.
-  - ReLU² in Qwen3's gated MLP, down(act(gate·x) * up·x): with gate = up = c_fc and `hidden_act="relu"`,
-    relu(h) * h is h² where h > 0 and 0 elsewhere: relu(h)² exactly.
-
+the same tables as reading (formats/layout.py). "gpt2" -> `GPT2LMHeadModel`, biases gptwatch has not as zeros;
+"modern" -> `Qwen3ForCausalLM` (bias=False only), norms of weight 1 and float32's eps, and two exact rewritings:
+- gptwatch rotates interleaved pairs (x[2i], x[2i+1]); Qwen3 rotates halves (x[i], x[i + D/2]). Reordering the
+  rows of W_query and W_key inside each head as [0, 2, 4, ..., 1, 3, 5, ...] turns one into the other; q·k and
+  the per-head RMS norm do not change under the same reordering of both, and values are untouched.
+- ReLU² in Qwen3's gated MLP, down(act(gate·x) * up·x): with gate = up = c_fc and `hidden_act="relu"`,
+  relu(h) * h is h² where h > 0 and 0 elsewhere: relu(h)² exactly.
 Blocks of attention alone (`attn_only`) keep both classes' MLP, with every weight and bias of it 0: its output
 is then exactly 0, whatever its norm gives it, and that norm's weight is 1 (its bias 0), so it stays finite.
 """
@@ -50,18 +30,25 @@ from pathlib import Path
 import torch
 
 import formats.optional as optional
-from data.tokenizer import FullGPT2Tokenizer, Tokenizer, TokenizerMetaError, tokenizer_from_meta
+from data.tokenizer import (
+    EOT,
+    CharTokenizer,
+    FullGPT2Tokenizer,
+    GPT2Tokenizer,
+    Tokenizer,
+    TokenizerMetaError,
+    tokenizer_from_meta,
+)
 from files import NotParsed, parse_json, read_text, regular_file
 from formats.checkpoint import CheckpointError, read_torch
-from formats.layout import Reader, gpt2_layout, qwen3_layout, read_weights, written
-from formats.parts import RMS_EPS, check_supported
+from formats.layout import GPT2_ACTIVATIONS, RMS_EPS, check_supported, gpt2_layout, qwen3_layout, read_weights, written
 from model.attention import ROTARY_BASE
 from model.config import GPTConfig
 from model.gpt import GPT, LN_EPS
 
 CONFIG = "config.json"
 WEIGHTS = ("model.safetensors", "pytorch_model.bin")   # the first present is read
-EXPORT_MARKER = "gptwatch_export.json"                 # written by `sample.py --export hf` (formats/export.py)
+MARKER = "gptwatch_export.json"   # in every folder `--export hf` writes: what it is, its files, where it came from
 READ_CLASSES = ("GPT2LMHeadModel", "GPT2Model")        # GPT2Model: the same weights, the head tied to them
 ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu"}
 
@@ -82,23 +69,6 @@ KEY_TYPES = {"architectures": (list, "a list of class names"), "model_type": (st
              **{key: (int, "a whole number") for key in SIZES},
              **{key: ((bool,) if isinstance(value, bool) else (int, float), "true or false" if isinstance(value, bool)
                       else "a number") for key, (value, _) in FIXED_OPTIONS.items()}}
-
-
-GPT2_ACTIVATIONS = {"gelu": "gelu", "gelu_tanh": "gelu_new"}   # gptwatch's activation -> GPT2Config's
-
-
-def read_hf_config(folder: Path) -> dict:
-    """config.json as a dict; `CheckpointError` for one that cannot be read or is not a JSON object."""
-    path = folder / CONFIG
-    text = read_text(path, "Hugging Face config", "give a folder that save_pretrained wrote", CheckpointError)
-    try:
-        config = parse_json(text)
-    except NotParsed as exc:
-        raise CheckpointError(f"{path} is not valid JSON ({exc}); use the config.json save_pretrained wrote") \
-            from None
-    if not isinstance(config, dict):
-        raise CheckpointError(f"{path} is not a JSON object; use the config.json save_pretrained wrote")
-    return config
 
 
 def gpt_config(hf: dict, where: Path) -> GPTConfig:
@@ -163,7 +133,7 @@ def _refuse(where: Path, key: str, value: object, meaning: str, read: str) -> No
 
 def folder_tokenizer(folder: Path, config: GPTConfig) -> Tokenizer:
     """The folder's vocabulary: the one gptwatch's export recorded, else GPT-2's BPE as it is."""
-    marker = folder / EXPORT_MARKER
+    marker = folder / MARKER
     if marker.is_file():
         try:
             record = parse_json(read_text(marker, "export record", "export the model again", CheckpointError))
@@ -189,12 +159,12 @@ def weights_path(folder: Path) -> Path:
 
 
 @contextmanager
-def open_weights(path: Path) -> Iterator[tuple[dict[str, tuple[int, ...]], Reader]]:
+def open_weights(path: Path) -> Iterator[tuple[dict[str, tuple[int, ...]], Callable[[str], torch.Tensor]]]:
     """({name in the file: shape}, read(name) -> tensor) for a safetensors or PyTorch weights file (a regular
     file: a pipe would never end), the shapes known before any tensor is read."""
     regular_file(path, "weights file", "give the folder save_pretrained wrote, with its weights", CheckpointError)
     if path.suffix == ".safetensors":
-        safetensors = optional.safetensors()
+        safetensors = optional.library("safetensors", "reading model.safetensors")
         try:
             with safetensors.safe_open(str(path), framework="pt") as handle:
                 yield {name: tuple(handle.get_slice(name).get_shape()) for name in handle.keys()}, handle.get_tensor
@@ -211,7 +181,15 @@ def open_weights(path: Path) -> Iterator[tuple[dict[str, tuple[int, ...]], Reade
 def read_folder(folder: Path, hub: str | None) -> tuple[GPTConfig, Tokenizer, Callable, dict]:
     """A GPT-2-family folder: (its gptwatch config, its tokenizer, weights(config) -> gptwatch's state dict, what
     was read). The weights are read last, once the model is known to fit (formats/sources.py)."""
-    hf = read_hf_config(folder)
+    text = read_text(folder / CONFIG, "Hugging Face config", "give a folder that save_pretrained wrote",
+                     CheckpointError)
+    try:
+        hf = parse_json(text)
+    except NotParsed as exc:
+        raise CheckpointError(f"{folder / CONFIG} is not valid JSON ({exc}); use the config.json save_pretrained "
+                              f"wrote") from None
+    if not isinstance(hf, dict):
+        raise CheckpointError(f"{folder / CONFIG} is not a JSON object; use the config.json save_pretrained wrote")
     config = gpt_config(hf, folder / CONFIG)
     path = weights_path(folder)
 
@@ -265,3 +243,62 @@ def to_hf_model(model: GPT, eos_token_id: int | None = None):
     if hf.get_output_embeddings().weight.data_ptr() != hf.get_input_embeddings().weight.data_ptr():
         raise RuntimeError(f"{cls.__name__}'s output head is not tied to its embedding here")
     return hf.eval()
+
+
+# --- the tokenizer written with a folder ------------------------------------------------------------------
+
+def hf_tokenizer(tokenizer: Tokenizer):
+    """A `transformers` fast tokenizer giving `tokenizer`'s ids, so `AutoTokenizer.from_pretrained(folder)` and the
+    model in the same folder agree. A text gptwatch refuses (a character or token the corpus never had) gets an id
+    from `vocab_size` on, which the model refuses too, rather than reading some other token."""
+    transformers = optional.transformers("a Hugging Face tokenizer")
+    tokenizers = optional.library("tokenizers", "a Hugging Face tokenizer")
+    if isinstance(tokenizer, GPT2Tokenizer):
+        return transformers.PreTrainedTokenizerFast(
+            tokenizer_object=gpt2_backend(tokenizer, tokenizers), eos_token=EOT, bos_token=EOT, pad_token=EOT,
+            clean_up_tokenization_spaces=False)
+    if not isinstance(tokenizer, CharTokenizer):
+        raise ValueError(f"no Hugging Face tokenizer for gptwatch's {getattr(tokenizer, 'name', tokenizer)!r}")
+    # A BPE without merges, normalizer or pre-tokenizer: each character (spaces too) its own token, at gptwatch's
+    # id. `<unk>` stays the BPE model's own: declared to transformers it would become an added token, matched in
+    # text, where gptwatch reads "<unk>" as five characters.
+    vocab = {c: i for i, c in enumerate(tokenizer.chars)} | {"<unk>": len(tokenizer.chars)}
+    backend = tokenizers.Tokenizer(tokenizers.models.BPE(vocab=vocab, merges=[], unk_token="<unk>", fuse_unk=False))
+    backend.decoder = tokenizers.decoders.Fuse()  # characters joined as they are, no spaces between
+    return transformers.PreTrainedTokenizerFast(tokenizer_object=backend, clean_up_tokenization_spaces=False)
+
+
+def gpt2_backend(tokenizer: GPT2Tokenizer, tokenizers):
+    """r50k_base as a `tokenizers` byte-level BPE, renumbered: the corpus's tokens to `tokenizer`'s compact ids, every
+    other token from `vocab_size` on. Exact: tiktoken merges, in each piece of its regular expression, the adjacent
+    pair whose concatenation has the lowest rank, and takes a whole piece that is a token as it is; the `tokenizers`
+    BPE does the same with `ignore_merges=True` and a merge for every way a token splits into two tokens, ranked by
+    the token it makes."""
+    from transformers.convert_slow_tokenizer import bytes_to_unicode  # GPT-2's printable stand-in for each byte
+
+    enc = tokenizer.enc
+    table = bytes_to_unicode()
+
+    def text(token: bytes) -> str:
+        return "".join(table[b] for b in token)
+
+    eot = enc.eot_token
+    ranks = {enc.decode_single_token_bytes(rank): rank for rank in range(enc.n_vocab) if rank != eot}
+    compact = {orig: i for i, orig in enumerate(tokenizer.kept_ids)}
+    unseen = iter(range(tokenizer.vocab_size, tokenizer.vocab_size + enc.n_vocab))
+    vocab, merges = {}, []
+    for token, rank in sorted(ranks.items(), key=lambda item: item[1]):
+        vocab[text(token)] = compact[rank] if rank in compact else next(unseen)
+        splits = [(token[:i], token[i:]) for i in range(1, len(token)) if token[:i] in ranks and token[i:] in ranks]
+        merges += [(text(a), text(b)) for a, b in sorted(splits, key=lambda ab: (ranks[ab[0]], ranks[ab[1]]))]
+    vocab[EOT] = compact[eot]
+    backend = tokenizers.Tokenizer(tokenizers.models.BPE(vocab=vocab, merges=merges, fuse_unk=False,
+                                                         ignore_merges=True))
+    backend.pre_tokenizer = tokenizers.pre_tokenizers.Sequence([
+        # r50k's own regular expression: tiktoken keeps it only as this attribute
+        tokenizers.pre_tokenizers.Split(tokenizers.Regex(enc._pat_str), behavior="isolated"),
+        tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    backend.decoder = tokenizers.decoders.ByteLevel()
+    # Matched whole wherever it is written, as gptwatch's tokenizer allows it, at its compact id.
+    backend.add_special_tokens([tokenizers.AddedToken(EOT, special=True, normalized=False)])
+    return backend

@@ -1,20 +1,19 @@
-"""Where gptwatch's weights stand in another library's layout: one table per layout, read both ways.
+"""Where gptwatch's weights stand in another library's layout: one table per layout, read both ways, and the
+parts of a model that no target holds exactly (`check_supported`: the one place an export is refused, so an
+export either computes the same function or does not happen; docs/interop.md has the table of every part).
 
-- `gpt2_layout`: GPT-2's, which Hugging Face's GPT2LMHeadModel and nanoGPT's model.py share. Both name the
-  blocks `transformer.h.{n}` (`ln_1`, `attn.c_attn` with query, key and value side by side, `attn.c_proj`,
-  `ln_2`, `mlp.c_fc`, `mlp.c_proj`), then `transformer.ln_f`; the token table `transformer.wte` is also the
-  output head. Hugging Face's `Conv1D` keeps a weight as [in, out], the transpose of `nn.Linear`'s [out, in],
-  which nanoGPT and gptwatch use (`conv1d`).
+- `gpt2_layout`: GPT-2's, which Hugging Face's GPT2LMHeadModel and nanoGPT's model.py share: blocks
+  `transformer.h.{n}` (`attn.c_attn` with query, key and value side by side), the token table
+  `transformer.wte` also the output head. Hugging Face's `Conv1D` keeps a weight as [in, out], the transpose of
+  `nn.Linear`'s [out, in], which nanoGPT and gptwatch use (`conv1d`).
 - `qwen3_layout`: Hugging Face's Qwen3ForCausalLM, which holds the "modern" architecture exactly
   (formats/huggingface.py says how).
 - `hooked_layout`: TransformerLens's HookedTransformer: W_Q, W_K, W_V per head [head, d_model, d_head], W_O
   [head, d_head, d_model], the MLP and the unembedding [in, out].
 
-A table is a list of `Row`s: a tensor of the layout, the gptwatch tensors it is made of, `out` (gptwatch's
-tensors -> the layout's) and `back` (the layout's -> gptwatch's). A row made of no gptwatch tensor is a constant
-the layout needs and gptwatch has not (a zero bias, a norm's weight of 1): written, never read back. Exporting
-(`written`) and importing (`read_back`) use the same rows, so reading what was written gives the same weights
-(tests/test_formats.py checks it for each layout).
+A table is a list of `Row`s. A row made of no gptwatch tensor is a constant the layout needs and gptwatch has
+not (a zero bias, a norm's weight of 1): written, never read back. Exporting (`written`) and importing
+(`read_back`) use the same rows, so reading what was written gives the same weights (tests/test_formats.py).
 """
 
 from __future__ import annotations
@@ -24,6 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
+from cli import UserError
 from formats.checkpoint import CheckpointError, not_finite, tensor_problem
 from model.config import GPTConfig
 from model.gpt import GPT
@@ -34,6 +34,33 @@ HEAD = "lm_head.weight"                   # the output head: the token table aga
 TOKENS = "transformer.wte.weight"
 
 Reader = Callable[[str], torch.Tensor]
+TARGETS = {"tl": "TransformerLens", "hf": "Hugging Face"}
+GPT2_ACTIVATIONS = {"gelu": "gelu", "gelu_tanh": "gelu_new"}   # gptwatch's -> GPT2Config's and TransformerLens's
+# The model's RMSNorm and QK-norm pass no eps, so F.rms_norm uses the input's: float32's, as exported.
+RMS_EPS = torch.finfo(torch.float32).eps
+
+
+class Unsupported(UserError):
+    """A model with a part the target has no exact equivalent for."""
+
+
+def check_supported(config: GPTConfig, target: str) -> None:
+    """`Unsupported`, naming the part, when `target` cannot hold a model of `config` exactly (checked against
+    transformer-lens 3.9 and transformers 5.24)."""
+    if target not in TARGETS:
+        raise ValueError(f"unknown export target {target!r}; one of {', '.join(TARGETS)}")
+    if config.relative_positions:
+        kinds = ("learned absolute, rotary, shortformer and ALiBi positions" if target == "tl" else
+                 "GPT-2's learned position table and Qwen3's rotary positions")
+        raise Unsupported(f"cannot export this model to {TARGETS[target]} exactly: its positions are a learned bias "
+                          f"per head and distance in each attention layer (relative_positions=true), and "
+                          f"{TARGETS[target]} has {kinds}, none of them that; to export, train with "
+                          f"--relative_positions=false")
+    if target == "hf" and config.modern and config.bias:
+        raise Unsupported("cannot export this model to Hugging Face exactly: the modern architecture goes to "
+                          "Qwen3ForCausalLM, whose MLP (c_fc, c_proj) and attention output (out_proj) have no biases, "
+                          "and this model has them (bias=true); export it to TransformerLens (--export tl FILE), or "
+                          "train with --bias=false")
 
 
 @dataclass(frozen=True)

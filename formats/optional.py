@@ -22,26 +22,23 @@ class MissingDependency(UserError):
     """An optional library that an export or an import needs is absent, or is a version without what it needs."""
 
 
-def _installed_version(distribution: str) -> str | None:
-    try:
-        return importlib.metadata.version(distribution)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-def _import(module: str, distribution: str, purpose: str) -> ModuleType:
+def library(module: str, purpose: str) -> ModuleType:
+    """`module` (safetensors, tokenizers, huggingface_hub, ...), or a `MissingDependency` naming its package."""
     try:
         return importlib.import_module(module)
     except ImportError:
-        raise MissingDependency(f"{purpose} needs {distribution}, which is not installed here; install it with: "
-                                f"pip install -r {REQUIREMENTS}") from None
+        raise MissingDependency(f"{purpose} needs {module.replace('_', '-')}, which is not installed here; install it "
+                                f"with: pip install -r {REQUIREMENTS}") from None
 
 
 def transformer_lens(purpose: str = "exporting to TransformerLens") -> ModuleType:
     """The `transformer_lens` package, with `HookedTransformer` (3.x: 4.0 removed it)."""
-    module = _import("transformer_lens", "transformer-lens", purpose)
+    module = library("transformer_lens", purpose)
     if not hasattr(module, "HookedTransformer"):
-        version = _installed_version("transformer-lens") or "?"
+        try:
+            version = importlib.metadata.version("transformer-lens")
+        except importlib.metadata.PackageNotFoundError:
+            version = "?"
         raise MissingDependency(f"{purpose} needs transformer-lens 3.x (HookedTransformer); version {version} here "
                                 f"has none (4.0 removed it); install the pinned one with: pip install -r "
                                 f"{REQUIREMENTS}")
@@ -50,22 +47,9 @@ def transformer_lens(purpose: str = "exporting to TransformerLens") -> ModuleTyp
 
 def transformers(purpose: str = "exporting to Hugging Face") -> ModuleType:
     """The `transformers` package (which brings `tokenizers` and `safetensors`)."""
-    module = _import("transformers", "transformers", purpose)
-    _import("tokenizers", "tokenizers", purpose)
+    module = library("transformers", purpose)
+    library("tokenizers", purpose)
     return module
-
-
-def tokenizers(purpose: str = "a Hugging Face tokenizer") -> ModuleType:
-    return _import("tokenizers", "tokenizers", purpose)
-
-
-def safetensors(purpose: str = "reading model.safetensors") -> ModuleType:
-    """The `safetensors` package: a file format of tensors only, which runs no code when read."""
-    return _import("safetensors", "safetensors", purpose)
-
-
-def huggingface_hub(purpose: str = "fetching a model from the Hugging Face hub") -> ModuleType:
-    return _import("huggingface_hub", "huggingface-hub", purpose)
 
 
 @contextmanager

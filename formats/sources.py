@@ -1,22 +1,18 @@
 """Where a model comes from, said once: `identify` turns a path or name into a `Source`, and `load_model` reads
-any source into a gptwatch model that computes the same function, with its tokenizer. Sampling, export,
-inspection, fine-tuning and the benchmarks all read models here.
+any source into a gptwatch model that computes the same function, with its tokenizer.
 
 A source is one of:
 - `scratch`: a new model of the config's sizes; `resume`: the run's own checkpoint, which it continues
-  (training's two words for `init_from`, `config.SCRATCH` and `config.RESUME`, which the trainer's sources are
-  made of: `identify` reads paths and names);
+  (training's two words for `init_from`: `identify` reads paths and names);
 - a gptwatch checkpoint: the `ckpt.pt` train.py writes, or the folder holding it (formats/checkpoint.py);
 - a nanoGPT checkpoint: the `ckpt.pt` nanoGPT's train.py writes, or its out_dir (formats/nanogpt.py);
 - a Hugging Face folder: `config.json` with its weights, as `save_pretrained` writes (formats/huggingface.py);
-- a hub name (`gpt2`, `gpt2-medium`, `gpt2-large`, `gpt2-xl`, `distilgpt2`, or a repository such as
-  `openai-community/gpt2`): fetched once into the Hugging Face cache, then read as a folder (formats/hub.py).
-  A file or folder here of the same name wins, with a warning saying so.
+- a hub name (`gpt2`, or a repository such as `openai-community/gpt2`): fetched once into the Hugging Face cache
+  (`HF_HOME`), then read as a folder. A file or folder here of the same name wins, with a warning saying so.
 
-A checkpoint file is read once, when it is identified (a nanoGPT checkpoint and gptwatch's are both
-`ckpt.pt`: its contents tell them apart), and what was read goes with the source. Each model is refused in one
-line, before anything large is read or allocated, when gptwatch's model cannot compute it exactly or it cannot
-fit in memory.
+A checkpoint file is read once, when it is identified (a nanoGPT checkpoint and gptwatch's are both `ckpt.pt`:
+its contents tell them apart). Each model is refused in one line, before anything large is read, downloaded or
+allocated, when gptwatch's model cannot compute it exactly or it cannot fit in memory.
 """
 
 from __future__ import annotations
@@ -27,18 +23,30 @@ from pathlib import Path
 
 import torch
 
+import formats.optional as optional
 from cli import UsageError, warn
 from config import RESUME, SCRATCH
 from data.tokenizer import Tokenizer
 from formats.checkpoint import CheckpointError, Loaded, is_torch_archive, load_gptwatch, read_torch
-from formats.hub import HUB_MODELS, LOCAL_FOLDER_HELP, check_fits, fetch, hub_name
 from formats.huggingface import CONFIG, read_folder
 from formats.layout import built
 from formats.nanogpt import is_nanogpt, read_nanogpt
 from model.config import GPTConfig
+from model.memory import parameter_count, shortfall, size_text
 
 GPTWATCH, NANOGPT, HUGGINGFACE, HUB = "gptwatch", "nanogpt", "huggingface", "hub"
 CHECKPOINT = "ckpt.pt"
+
+# name -> (hub repository, n_layer, n_head, n_embd); every one has GPT-2's vocabulary and 1,024 positions
+HUB_MODELS = {
+    "gpt2": ("openai-community/gpt2", 12, 12, 768),
+    "gpt2-medium": ("openai-community/gpt2-medium", 24, 16, 1024),
+    "gpt2-large": ("openai-community/gpt2-large", 36, 20, 1280),
+    "gpt2-xl": ("openai-community/gpt2-xl", 48, 25, 1600),
+    "distilgpt2": ("distilbert/distilgpt2", 6, 12, 768),
+}
+HUB_FILES = [CONFIG, "model.safetensors"]   # each of them has its weights as safetensors
+LOCAL_FOLDER_HELP = "or pass a local folder holding config.json and model.safetensors (or pytorch_model.bin)"
 
 
 @dataclass(frozen=True)
@@ -170,3 +178,52 @@ def _with_padding(saved: GPTConfig, tokenizer: Tokenizer, what: str) -> GPTConfi
     if tokenizer.vocab_size < saved.vocab_size:
         return dataclasses.replace(saved, vocab_used=tokenizer.vocab_size)
     return saved
+
+
+# --- models on the Hugging Face hub, by name -----------------------------------------------------------
+
+def hub_name(source: str) -> str | None:
+    """The hub model `source` names ("gpt2", or its repository "openai-community/gpt2"); None for any other."""
+    for name, (repository, *_) in HUB_MODELS.items():
+        if source in (name, repository):
+            return name
+    return None
+
+
+def hub_config(name: str) -> GPTConfig:
+    """The config of a hub model, known without fetching it."""
+    _, n_layer, n_head, n_embd = HUB_MODELS[name]
+    return GPTConfig(vocab_size=50257, block_size=1024, n_layer=n_layer, n_head=n_head, n_embd=n_embd, bias=True,
+                     qkv_bias=True, activation="gelu_tanh")
+
+
+def fetch(name: str, device: torch.device) -> Path:
+    """The folder in the Hugging Face cache holding hub model `name`, downloaded there first when it is not
+    yet, once the model is known to fit in memory. Only its config and weights are fetched."""
+    check_fits(hub_config(name), name, device)
+    hub = optional.library("huggingface_hub", f"fetching {name} from the Hugging Face hub")
+    repository = HUB_MODELS[name][0]
+    try:
+        return Path(hub.snapshot_download(repository, allow_patterns=HUB_FILES))
+    except Exception as exc:  # offline, unreachable, renamed or refused: the hub's errors come as many types
+        # an HTTP answer is a refusal (its errors are OSErrors too); any other failure to connect means offline
+        answered = any(kind.__name__ == "HTTPError" for kind in type(exc).__mro__)
+        offline = not answered and isinstance(exc, (OSError, ConnectionError, TimeoutError))
+        why = ("this machine is offline, or cannot reach the hub, and the model is not in the Hugging Face cache "
+               "yet" if offline else f"the hub refused to serve it ({type(exc).__name__})")
+        raise CheckpointError(f"cannot fetch {name} ({repository}) from the Hugging Face hub: {why}; connect to the "
+                              f"internet once (it is then kept in the Hugging Face cache), {LOCAL_FOLDER_HELP}") \
+            from None
+
+
+def check_fits(config: GPTConfig, what: str, device: torch.device) -> None:
+    """Refuses, before anything is downloaded or allocated, a model from elsewhere whose weights alone (float32)
+    exceed the memory free here: on the CPU, where it is read, and on `device`, where it runs."""
+    n = parameter_count(config)
+    need = n * 4   # float32, as gptwatch runs a model from elsewhere
+    for where in dict.fromkeys((torch.device("cpu"), device)):
+        free = shortfall(need, where)
+        if free is not None:
+            raise CheckpointError(f"{what} has {n:,} parameters, which need at least {size_text(need)} of memory "
+                                  f"(float32), and {size_text(free)} is free on {where.type}; use a smaller model, "
+                                  f"or a machine with more memory")

@@ -1,13 +1,7 @@
 """A gptwatch model as a TransformerLens `HookedTransformer` that computes the same function, built from
-a `HookedTransformerConfig` and converted weights: no download, no tokenizer.
-
-TransformerLens 3.x is the target (requirements-interop.txt pins it): 4.0 removed `HookedTransformer`.
+a `HookedTransformerConfig` and converted weights (formats/layout.py's `hooked_layout`): no download, no
+tokenizer. TransformerLens 3.x is the target (requirements-interop.txt pins it): 4.0 removed `HookedTransformer`.
 gptwatch's compact vocabularies are not TransformerLens's, so token ids come from gptwatch's tokenizer.
-
-Weights change layout, not value (formats/layout.py's `hooked_layout`): `nn.Linear` keeps [out, in] while
-TransformerLens keeps per-head [head, d_model, d_head] for W_Q/W_K/W_V, [head, d_head, d_model] for W_O and
-[in, out] for the MLP and the unembedding; every bias gptwatch has not is a zero (formats/parts.py has the
-table of what each target holds).
 """
 
 from __future__ import annotations
@@ -18,8 +12,8 @@ from typing import Any
 import torch
 
 import formats.optional as optional
-from formats.layout import hooked_layout, written
-from formats.parts import RMS_EPS, check_supported
+from formats.checkpoint import is_torch_archive
+from formats.layout import GPT2_ACTIVATIONS, RMS_EPS, check_supported, hooked_layout, written
 from model.attention import ROTARY_BASE
 from model.config import GPTConfig
 from model.gpt import GPT, LN_EPS
@@ -41,8 +35,8 @@ def hooked_config(config: GPTConfig) -> dict[str, Any]:
         return dict(common, act_fn="relu2", normalization_type="RMSPre", eps=RMS_EPS,
                     positional_embedding_type="rotary", rotary_dim=config.head_dim, rotary_base=ROTARY_BASE,
                     rotary_adjacent_pairs=True, use_qk_norm=True)
-    act_fn = "gelu_new" if config.activation == "gelu_tanh" else "gelu"   # GPT-2's tanh approximation, or exact
-    return dict(common, act_fn=act_fn, normalization_type="LN", eps=LN_EPS, positional_embedding_type="standard")
+    return dict(common, act_fn=GPT2_ACTIVATIONS[config.activation], normalization_type="LN", eps=LN_EPS,
+                positional_embedding_type="standard")
 
 
 def hooked_weights(model: GPT) -> dict[str, torch.Tensor]:
@@ -93,10 +87,9 @@ def saved_contents(model: GPT, hooked, source: dict[str, Any]) -> dict[str, Any]
 
 def is_earlier_export(path: Path) -> bool:
     """Whether `path` holds a file `--export tl` wrote (which a new export may replace)."""
+    if not is_torch_archive(path):  # certainly not ours
+        return False
     try:
-        with path.open("rb") as fh:
-            if fh.read(4) != b"PK\x03\x04":  # not a torch archive: certainly not ours
-                return False
         saved = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except Exception:  # unreadable, damaged, or holding objects: not an export to replace silently
         return False
