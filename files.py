@@ -24,8 +24,8 @@ from cli import UserError
 
 
 def what_stands_at(path: Path, *, follow_links: bool = True) -> str | None:
-    """What is wrong with `path` as a regular file, in words ("missing", "a directory", ...); None
-    when it is one. Without `follow_links`, a symbolic link is itself the problem."""
+    """What is wrong with `path` as a regular file, in words ("missing", "a directory", ...); None when it is one.
+    Without `follow_links`, a symbolic link is itself the problem."""
     try:
         mode = path.stat().st_mode if follow_links else path.lstat().st_mode
     except FileNotFoundError:
@@ -299,8 +299,6 @@ def mount_point(path: str | Path) -> Path:
     return path
 
 
-# --- where to write ----------------------------------------------------------------------------------------
-
 def destination(text: str, what: str, *, folder: bool, fix: str) -> Path:
     """The path `text` names, for the option `what` ("--html") to write a file (`folder=False`) or a folder.
     A path whose last part is empty (a trailing '/'), '.' or '..' names a folder, never a file (pathlib would
@@ -317,8 +315,6 @@ def destination(text: str, what: str, *, folder: bool, fix: str) -> Path:
         raise UserError(f"{text} is the root of the filesystem, which {what} cannot replace; {fix}")
     return path
 
-
-# --- leftovers of processes that died ---------------------------------------------------------------------
 
 def process_alive(pid: object) -> bool:
     if type(pid) is not int or pid <= 0:
@@ -372,9 +368,9 @@ def inside_name(name: str) -> str | None:
 
 
 def utf8_name(text: str) -> str | None:
-    """None when `text` can be written as UTF-8 (every name and path a run records must be); otherwise what
-    is wrong, with the text shown escaped. A byte of a file name that is not UTF-8 reaches Python as a
-    lone surrogate (U+DC80..U+DCFF), which no file, checkpoint or log can hold."""
+    """None when `text` can be written as UTF-8 (every name and path a run records must be); otherwise what is
+    wrong. A byte of a file name that is not UTF-8 reaches Python as a lone surrogate (U+DC80..U+DCFF), which no
+    file, checkpoint or log can hold."""
     bad = [c for c in text if 0xD800 <= ord(c) <= 0xDFFF]
     if not bad:
         return None
@@ -390,8 +386,7 @@ def utf8_name(text: str) -> str | None:
 
 
 def utf8_value(value: object) -> str | None:
-    """`utf8_name` of a setting's value: a string, or the first string of a list that is not UTF-8;
-    None for anything else."""
+    """`utf8_name` of a setting's value: a string, or the first string of a list that is not UTF-8."""
     for text in value if isinstance(value, list) else [value]:
         problem = utf8_name(text) if isinstance(text, str) else None
         if problem is not None:
@@ -420,10 +415,9 @@ def is_whole_number(text: str) -> bool:
 
 
 def parse_int(text: str) -> int:
-    """`text` as a whole number, accepting exactly what reads as one: ASCII digits, an optional sign, and '_'
-    between digits. Anything else is a ValueError, as int()'s: other digits too ('²', which str.isdigit()
-    accepts and int() refuses; '٣', which int() would read), spaces. More than MAX_DIGITS digits is a
-    `NotParsed` saying so, never Python's own limit on converting long numbers."""
+    """`text` as a whole number: ASCII digits, an optional sign, and '_' between digits. Anything else is a
+    ValueError, as int()'s: other digits too ('²', which int() refuses; '٣', which int() would read). More than
+    MAX_DIGITS digits is a `NotParsed`, never Python's own limit on converting long numbers."""
     if not is_whole_number(text):
         raise ValueError(f"{quoted(text)} is not a whole number")
     digits = len(text.lstrip("+-").replace("_", ""))

@@ -9,6 +9,7 @@ at any moment leaves the previous complete checkpoint in place.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import pickle
@@ -57,8 +58,6 @@ def checkpoint_path(path: str | Path) -> Path:
     return path / "ckpt.pt" if path.is_dir() else path
 
 
-# --- reading a PyTorch file ----------------------------------------------------------------------------------
-
 def read_torch(path: Path, kind: str = "checkpoint") -> object:
     """The contents of the PyTorch file `path`, on the CPU, read by `torch.load(weights_only=True)`, whose
     unpickler builds only tensors and plain values and refuses every other object by name. Memory-mapped where
@@ -73,9 +72,10 @@ def read_torch(path: Path, kind: str = "checkpoint") -> object:
             raise
         except Exception:  # what cannot be mapped (the format before torch 1.6, a damaged file) is read whole
             return torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as exc:
-        found = pickled_object(str(exc))
-        if found is not None:
+    except pickle.UnpicklingError as exc:   # naming the object it refused, unless the data is damaged
+        named = re.search(r"GLOBAL (\S+)", str(exc))
+        if named or "Can only create new object" in str(exc) or "call reduce for unrecognized function" in str(exc):
+            found = named[1] if named else "an object of a class that is not a tensor"
             only = "only load checkpoints written by this trainer" if ours else "only tensors and plain values are read"
             raise CheckpointError(f"refusing {path}: it contains a pickled Python object ({found}), which could "
                                   f"run code when loaded; {only}") from None
@@ -88,17 +88,6 @@ def read_torch(path: Path, kind: str = "checkpoint") -> object:
         raise CheckpointError(f"{cannot('read ' + kind, path, exc)}; check its permissions") from None
     except Exception:  # a damaged archive surfaces as many types (RuntimeError, OSError, KeyError, EOFError, ...)
         raise CheckpointError(f"{path} is not a readable {kind}; it may be truncated or corrupt: {fix}") from None
-
-
-def pickled_object(message: str) -> str | None:
-    """The object torch's weights-only unpickler refused, from its error message; None when it
-    refused for another reason (damaged data)."""
-    match = re.search(r"GLOBAL (\S+)", message)
-    if match:
-        return match.group(1)
-    if "Can only create new object" in message or "call reduce for unrecognized function" in message:
-        return "an object of a class that is not a tensor"
-    return None
 
 
 def is_torch_archive(path: Path) -> bool:
@@ -147,8 +136,8 @@ def load_checkpoint(path: str | Path, contents: object = None) -> dict:
 
 
 def validate(checkpoint: dict, path: str | Path, *, for_resume: bool = False) -> GPTConfig:
-    """The checkpoint's model config, after checking that everything a model (and, `for_resume`, a
-    resumed run) reads from it is there with the right type; `CheckpointError` naming the first problem."""
+    """The checkpoint's model config, after checking that everything a model (and, `for_resume`, a resumed run)
+    reads from it is there with the right type."""
     problem = _structure_problem(checkpoint, for_resume)
     if problem is None:
         try:
@@ -170,7 +159,6 @@ def validate(checkpoint: dict, path: str | Path, *, for_resume: bool = False) ->
 
 
 def unusable(path: str | Path, problem: str) -> CheckpointError:
-    """The error for a checkpoint that holds `problem` ("its model_config is invalid (...)")."""
     return CheckpointError(f"{path} is not a usable checkpoint: {problem}; it was not written by this "
                            f"trainer's train.py, or was edited: use the ckpt.pt that train.py wrote")
 
@@ -193,7 +181,6 @@ def _shape_problem(config: GPTConfig, weights: dict) -> str | None:
 
 
 def _mismatch(expected: dict[str, tuple], found: dict[str, tuple]) -> str | None:
-    """The first tensor whose shape (or presence) differs, in words; None when all fit."""
     differ = sorted(set(expected) ^ set(found)) or [name for name in expected if expected[name] != found[name]]
     if not differ:
         return None
@@ -337,16 +324,14 @@ def load_gptwatch(path: str | Path, device: torch.device, contents: object = Non
 
 def load_bytes(config: GPTConfig) -> dict[str, int]:
     """A lower bound of what loading `config`'s model and sampling from it allocate besides the checkpoint's own
-    tensors. The rotary tables and the sampling cache follow from block_size alone, which no tensor of a "modern"
-    checkpoint holds."""
+    tensors: the rotary tables and the sampling cache follow from block_size, which no "modern" tensor holds."""
     return {"weights": 4 * parameter_count(config),
             "rotary tables": 4 * config.n_layer * config.block_size * config.head_dim if config.modern else 0,
             "sampling cache": 4 * config.n_layer * config.block_size * 2 * config.n_embd}
 
 
 def _check_fits(config: GPTConfig, device: torch.device, path: Path) -> None:
-    """`CheckpointError` before anything is allocated when the model cannot fit in the memory of `device` (or of the
-    CPU, where it is built first)."""
+    """Refuses a model that cannot fit in the memory of `device` (or of the CPU, where it is built first)."""
     need = load_bytes(config)
     for where in dict.fromkeys([torch.device("cpu"), device]):
         counted = need if where == device else {k: n for k, n in need.items() if k != "sampling cache"}
@@ -368,9 +353,17 @@ def save_checkpoint(path: str | Path, checkpoint: dict, keep_previous: str | Pat
     path = Path(path)
     checkpoint = {"format": FORMAT, "format_version": FORMAT_VERSION, **checkpoint}
 
-    def keep() -> None:
-        if keep_previous is not None and path.exists():
-            _keep(path, Path(keep_previous))
+    def keep() -> None:   # a hard link (what stands there replaced, never followed), or a copy where there are none
+        if keep_previous is None or not path.exists():
+            return
+        previous = clear_for_file(keep_previous, "the earlier run's checkpoint", "move it away or choose another "
+                                  "--out_dir", CheckpointError, follow_links=False)
+        previous.unlink(missing_ok=True)
+        try:
+            os.link(path, previous, follow_symlinks=False)
+        except OSError:  # a filesystem without hard links
+            with open(path, "rb") as source:   # streamed: a checkpoint can be large
+                replace_file(previous, lambda fh: shutil.copyfileobj(source, fh))
 
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -384,19 +377,6 @@ def save_checkpoint(path: str | Path, checkpoint: dict, keep_previous: str | Pat
                               f"{write_fix(exc, 'choose a writable --out_dir')}") from None
 
 
-def _keep(path: Path, previous: Path) -> None:
-    """`path` also under the name `previous`: a hard link (a link or file already there is replaced, never
-    followed), or a copy on a filesystem without hard links."""
-    clear_for_file(previous, "the earlier run's checkpoint", "move it away or choose another --out_dir",
-                   CheckpointError, follow_links=False)
-    previous.unlink(missing_ok=True)
-    try:
-        os.link(path, previous, follow_symlinks=False)
-    except OSError:  # a filesystem without hard links
-        with open(path, "rb") as source:   # streamed: a checkpoint can be large
-            replace_file(previous, lambda fh: shutil.copyfileobj(source, fh))
-
-
 def previous_path(path: Path) -> Path:
     """Where a new run keeps the earlier run's checkpoint it replaces."""
     return path.with_name("ckpt.prev.pt")
@@ -404,13 +384,9 @@ def previous_path(path: Path) -> Path:
 
 def _fsync_dir(folder: Path) -> None:
     # Makes the rename itself durable; not every platform allows opening a directory.
-    try:
+    with contextlib.suppress(OSError):
         fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)

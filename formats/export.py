@@ -5,14 +5,13 @@ The checks run cheapest and most certain first, and all before anything is writt
 part of the model exactly, the path can take the export without destroying anything that is not an earlier
 export, then the optional libraries are there. After converting, both models run on the same random tokens and
 the export is refused if their logits differ by more than `TOLERANCE`, so a file that computes something else is
-never written. The file and the folder are written whole (`files.replace_file`, `files.replace_folder`).
+never written.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -30,8 +29,8 @@ from files import (
     write_error,
     write_fix,
 )
-from formats import Loaded, optional
-from formats.huggingface import MARKER, hf_tokenizer, to_hf_model
+from formats import Loaded
+from formats.huggingface import MARKER, hf_tokenizer, to_hf_model, transformers_library
 from formats.layout import TARGETS, check_supported
 from formats.transformerlens import is_earlier_export, saved_contents, to_hooked_transformer
 from model.gpt import GPT
@@ -39,27 +38,28 @@ from model.gpt import GPT
 TOLERANCE = 1e-4            # float32 logits; the tests find about 1e-5
 
 
-@dataclass
-class Exported:
-    """What an export wrote, for the report: where, as what, and the largest logit difference found."""
-
-    path: Path
-    what: str
-    logits_diff: float
-    tokens: tuple[int, int]
-
-
-def export(loaded: Loaded, target: str, path: str | Path, source: str) -> Exported:
-    """Writes `loaded`'s model for `target` ("tl": one file; "hf": a folder) at `path`."""
+def export(loaded: Loaded, target: str, path: str | Path, source: str) -> str:
+    """Writes `loaded`'s model for `target` ("tl": one file; "hf": a folder) at `path`; what `sample.py --export`
+    prints: what it wrote, how close it is, and the lines that load it."""
     model = loaded.model.float().cpu().eval()
     check_supported(model.config, target)
     path = export_path(target, str(path))
     remove_dead_leftovers(path)   # before the checks: what a killed export left inside is no user's file
+    shown = str(path)
     if target == "tl":
         check_tl_path(path)
-        return _export_tl(loaded, model, path, source)
-    check_hf_path(path)
-    return _export_hf(loaded, model, path, source)
+        what, diff, (batch, length) = _export_tl(loaded, model, path, source)
+        load = (f"  import torch; from transformer_lens import HookedTransformer\n"
+                f"  saved = torch.load({shown!r})\n"
+                f"  model = HookedTransformer(saved[\"config\"]); model.load_state_dict(saved[\"state_dict\"])")
+    else:
+        check_hf_path(path)
+        what, diff, (batch, length) = _export_hf(loaded, model, path, source)
+        load = (f"  from transformers import AutoModelForCausalLM, AutoTokenizer\n"
+                f"  model = AutoModelForCausalLM.from_pretrained({shown!r}); "
+                f"tokenizer = AutoTokenizer.from_pretrained({shown!r})")
+    return (f"wrote {shown}: {what}\nchecked: max |logit difference| from the checkpoint {diff:.2g} on {batch} "
+            f"random sequences of {length} tokens\nload it in {TARGETS[target]}:\n{load}")
 
 
 # --- the path ----------------------------------------------------------------------------------------
@@ -132,10 +132,7 @@ def _write_failed(path: Path, exc: OSError, what: str) -> UserError:
     return UserError(f"cannot write {what} {path}: {write_error(exc, path)}; {write_fix(exc, 'choose another path')}")
 
 
-# --- TransformerLens -------------------------------------------------------------------------------
-
-def _export_tl(loaded: Loaded, model: GPT, path: Path, source: str) -> Exported:
-    optional.transformer_lens()
+def _export_tl(loaded: Loaded, model: GPT, path: Path, source: str) -> tuple[str, float, tuple[int, int]]:
     hooked = to_hooked_transformer(model, device="cpu")
     diff, tokens = _logits_diff(model, hooked)
     contents = saved_contents(model, hooked, _source(loaded, source))
@@ -143,13 +140,11 @@ def _export_tl(loaded: Loaded, model: GPT, path: Path, source: str) -> Exported:
         replace_file(path, lambda fh: torch.save(contents, fh))
     except OSError as exc:
         raise _write_failed(path, exc, "the TransformerLens file") from None
-    return Exported(path, "TransformerLens HookedTransformer (config and state dict)", diff, tokens)
+    return "TransformerLens HookedTransformer (config and state dict)", diff, tokens
 
 
-# --- Hugging Face -------------------------------------------------------------------------------------
-
-def _export_hf(loaded: Loaded, model: GPT, folder: Path, source: str) -> Exported:
-    transformers = optional.transformers()
+def _export_hf(loaded: Loaded, model: GPT, folder: Path, source: str) -> tuple[str, float, tuple[int, int]]:
+    transformers = transformers_library()
     hf = to_hf_model(model, eos_token_id=getattr(loaded.tokenizer, "eot_id", None))
     diff, tokens = _logits_diff(model, lambda idx: hf(idx).logits)
     tokenizer = hf_tokenizer(loaded.tokenizer)
@@ -172,7 +167,7 @@ def _export_hf(loaded: Loaded, model: GPT, folder: Path, source: str) -> Exporte
     finally:
         if shown:
             progress.enable_progress_bar()
-    return Exported(folder, f"Hugging Face {type(hf).__name__} with its tokenizer", diff, tokens)
+    return f"Hugging Face {type(hf).__name__} with its tokenizer", diff, tokens
 
 
 def _same_mode_as(reference: Path, folder: Path) -> None:
@@ -183,8 +178,6 @@ def _same_mode_as(reference: Path, folder: Path) -> None:
         if path.is_file() and not path.is_symlink():
             path.chmod(mode)
 
-
-# --- shared -------------------------------------------------------------------------------------------
 
 def _source(loaded: Loaded, source: str) -> dict:
     return {"source": {"checkpoint": str(source), "step": loaded.checkpoint.get("step")},
@@ -205,19 +198,3 @@ def _logits_diff(model: GPT, run, batch: int = 2, seed: int = 0) -> tuple[float,
                         f"{TOLERANCE:g}); nothing was written. Please report this with the checkpoint's model_config")
     return diff, (batch, length)
 
-
-def report(exported: Exported, target: str) -> str:
-    """What `sample.py --export` prints: what it wrote, how close it is, and the lines that load it."""
-    path = str(exported.path)
-    if target == "tl":
-        load = (f"  import torch; from transformer_lens import HookedTransformer\n"
-                f"  saved = torch.load({path!r})\n"
-                f"  model = HookedTransformer(saved[\"config\"]); model.load_state_dict(saved[\"state_dict\"])")
-    else:
-        load = (f"  from transformers import AutoModelForCausalLM, AutoTokenizer\n"
-                f"  model = AutoModelForCausalLM.from_pretrained({path!r}); "
-                f"tokenizer = AutoTokenizer.from_pretrained({path!r})")
-    return (f"wrote {path}: {exported.what}\n"
-            f"checked: max |logit difference| from the checkpoint {exported.logits_diff:.2g} on {exported.tokens[0]} "
-            f"random sequences of {exported.tokens[1]} tokens\n"
-            f"load it in {TARGETS[target]}:\n{load}")

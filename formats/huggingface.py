@@ -22,14 +22,16 @@ is then exactly 0, whatever its norm gives it, and that norm's weight is 1 (its 
 
 from __future__ import annotations
 
+import importlib
 import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from types import ModuleType
 
 import torch
 
-import formats.optional as optional
+from cli import UserError
 from data.tokenizer import (
     EOT,
     CharTokenizer,
@@ -46,6 +48,10 @@ from model.attention import ROTARY_BASE
 from model.config import GPTConfig
 from model.gpt import GPT, LN_EPS
 
+# The optional libraries live in requirements-interop.txt, not requirements.txt: together they add about half a
+# gigabyte and seconds of import time that training and watching never need. A conversion imports them through
+# `library` only, so a missing (or wrong) version is one `MissingDependency` line, not a traceback.
+REQUIREMENTS = "requirements-interop.txt"
 CONFIG = "config.json"
 WEIGHTS = ("model.safetensors", "pytorch_model.bin")   # the first present is read
 MARKER = "gptwatch_export.json"   # in every folder `--export hf` writes: what it is, its files, where it came from
@@ -69,6 +75,26 @@ KEY_TYPES = {"architectures": (list, "a list of class names"), "model_type": (st
              **{key: (int, "a whole number") for key in SIZES},
              **{key: ((bool,) if isinstance(value, bool) else (int, float), "true or false" if isinstance(value, bool)
                       else "a number") for key, (value, _) in FIXED_OPTIONS.items()}}
+
+
+class MissingDependency(UserError):
+    """An optional library that an export or an import needs is absent, or is a version without what it needs."""
+
+
+def library(module: str, purpose: str) -> ModuleType:
+    """`module` (transformers, safetensors, huggingface_hub, ...), or a `MissingDependency` naming its package."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise MissingDependency(f"{purpose} needs {module.replace('_', '-')}, which is not installed here; install it "
+                                f"with: pip install -r {REQUIREMENTS}") from None
+
+
+def transformers_library(purpose: str = "exporting to Hugging Face") -> ModuleType:
+    """`transformers`, and the `tokenizers` it brings (with `safetensors`)."""
+    module = library("transformers", purpose)
+    library("tokenizers", purpose)
+    return module
 
 
 def gpt_config(hf: dict, where: Path) -> GPTConfig:
@@ -164,7 +190,7 @@ def open_weights(path: Path) -> Iterator[tuple[dict[str, tuple[int, ...]], Calla
     file: a pipe would never end), the shapes known before any tensor is read."""
     regular_file(path, "weights file", "give the folder save_pretrained wrote, with its weights", CheckpointError)
     if path.suffix == ".safetensors":
-        safetensors = optional.library("safetensors", "reading model.safetensors")
+        safetensors = library("safetensors", "reading model.safetensors")
         try:
             with safetensors.safe_open(str(path), framework="pt") as handle:
                 yield {name: tuple(handle.get_slice(name).get_shape()) for name in handle.keys()}, handle.get_tensor
@@ -204,55 +230,46 @@ def read_folder(folder: Path, hub: str | None) -> tuple[GPTConfig, Tokenizer, Ca
 
 # --- writing a folder -----------------------------------------------------------------------------------------
 
-def hf_config(config: GPTConfig, eos_token_id: int | None = None):
-    """The transformers config of the class standing for `config`'s architecture."""
-    transformers = optional.transformers()
-    special = dict(bos_token_id=eos_token_id, eos_token_id=eos_token_id, pad_token_id=eos_token_id,
-                   tie_word_embeddings=True)
-    if config.modern:
-        return transformers.Qwen3Config(
-            vocab_size=config.vocab_size, hidden_size=config.n_embd, intermediate_size=config.mlp_width,
-            num_hidden_layers=config.n_layer, num_attention_heads=config.n_head, num_key_value_heads=config.n_head,
-            head_dim=config.head_dim, hidden_act="relu", max_position_embeddings=config.block_size,
-            rms_norm_eps=RMS_EPS, rope_parameters={"rope_type": "default", "rope_theta": float(ROTARY_BASE)},
-            attention_bias=False, attention_dropout=0.0, use_sliding_window=False, **special)
-    return transformers.GPT2Config(
-        vocab_size=config.vocab_size, n_positions=config.block_size, n_embd=config.n_embd, n_layer=config.n_layer,
-        n_head=config.n_head, n_inner=config.mlp_width, activation_function=GPT2_ACTIVATIONS[config.activation],
-        layer_norm_epsilon=LN_EPS,
-        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, **special)
-
-
 def to_hf_model(model: GPT, eos_token_id: int | None = None):
     """A transformers model (GPT2LMHeadModel or Qwen3ForCausalLM) computing what `model` computes, on the
     CPU in float32. Raises `Unsupported` naming the part for a model no standard class holds exactly."""
     check_supported(model.config, "hf")
-    transformers = optional.transformers()
-    config = hf_config(model.config, eos_token_id)
-    cls = transformers.Qwen3ForCausalLM if model.config.modern else transformers.GPT2LMHeadModel
-    hf = cls(config)
-    rows = qwen3_layout(model.config) if model.config.modern else gpt2_layout(model.config)
+    transformers = transformers_library()
+    config = model.config
+    special = dict(bos_token_id=eos_token_id, eos_token_id=eos_token_id, pad_token_id=eos_token_id,
+                   tie_word_embeddings=True)
+    if config.modern:
+        hf = transformers.Qwen3ForCausalLM(transformers.Qwen3Config(
+            vocab_size=config.vocab_size, hidden_size=config.n_embd, intermediate_size=config.mlp_width,
+            num_hidden_layers=config.n_layer, num_attention_heads=config.n_head, num_key_value_heads=config.n_head,
+            head_dim=config.head_dim, hidden_act="relu", max_position_embeddings=config.block_size,
+            rms_norm_eps=RMS_EPS, rope_parameters={"rope_type": "default", "rope_theta": float(ROTARY_BASE)},
+            attention_bias=False, attention_dropout=0.0, use_sliding_window=False, **special))
+    else:
+        hf = transformers.GPT2LMHeadModel(transformers.GPT2Config(
+            vocab_size=config.vocab_size, n_positions=config.block_size, n_embd=config.n_embd, n_layer=config.n_layer,
+            n_head=config.n_head, n_inner=config.mlp_width, activation_function=GPT2_ACTIVATIONS[config.activation],
+            layer_norm_epsilon=LN_EPS, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, **special))
+    rows = qwen3_layout(config) if config.modern else gpt2_layout(config)
     weights = {name: t.detach().float().cpu().contiguous().clone() for name, t in
                written(rows, model.state_dict()).items()}
     missing, unexpected = hf.load_state_dict(weights, strict=False)
     if unexpected or set(missing) != {"lm_head.weight"}:
-        raise RuntimeError(f"{cls.__name__} of this transformers version does not fit gptwatch's weights (missing "
+        raise RuntimeError(f"{type(hf).__name__} of this transformers version does not fit gptwatch's weights (missing "
                            f"{sorted(missing)}, unexpected {sorted(unexpected)}); use the version that "
-                           f"{optional.REQUIREMENTS} pins")
+                           f"{REQUIREMENTS} pins")
     hf.tie_weights()
     if hf.get_output_embeddings().weight.data_ptr() != hf.get_input_embeddings().weight.data_ptr():
-        raise RuntimeError(f"{cls.__name__}'s output head is not tied to its embedding here")
+        raise RuntimeError(f"{type(hf).__name__}'s output head is not tied to its embedding here")
     return hf.eval()
 
-
-# --- the tokenizer written with a folder ------------------------------------------------------------------
 
 def hf_tokenizer(tokenizer: Tokenizer):
     """A `transformers` fast tokenizer giving `tokenizer`'s ids, so `AutoTokenizer.from_pretrained(folder)` and the
     model in the same folder agree. A text gptwatch refuses (a character or token the corpus never had) gets an id
     from `vocab_size` on, which the model refuses too, rather than reading some other token."""
-    transformers = optional.transformers("a Hugging Face tokenizer")
-    tokenizers = optional.library("tokenizers", "a Hugging Face tokenizer")
+    transformers = transformers_library("a Hugging Face tokenizer")
+    tokenizers = library("tokenizers", "a Hugging Face tokenizer")
     if isinstance(tokenizer, GPT2Tokenizer):
         return transformers.PreTrainedTokenizerFast(
             tokenizer_object=gpt2_backend(tokenizer, tokenizers), eos_token=EOT, bos_token=EOT, pad_token=EOT,

@@ -2,17 +2,11 @@
 best_val_loss, config}), with the character vocabulary of its `meta.pkl` when it has one, read into a
 gptwatch model that computes the same function.
 
-- Read with `torch.load(weights_only=True)` (`formats.checkpoint.read_torch`): nanoGPT saves only tensors and plain
-  values (its `config` is the run's settings: strings, numbers, booleans), so nothing in it has to run.
-- `model_args` -> `GPTConfig`: n_layer, n_head, n_embd, block_size and vocab_size as they are; `bias` puts
-  biases everywhere, the query/key/value projection included (`qkv_bias`); nanoGPT's MLP uses the exact
-  GELU (`nn.GELU()`), as gptwatch's does. Dropout only acts in training, which sets its own.
-- `model`: torch.compile's `_orig_mod.` prefix dropped, the causal-mask buffers (`attn.bias`) of checkpoints
-  from before PyTorch 2 ignored; the rest is GPT-2's layout with `nn.Linear` weights (formats/layout.py).
-- Vocabulary: `meta.pkl` beside the checkpoint, or where nanoGPT's sample.py finds it,
-  `<parent of out_dir>/data/<dataset>/meta.pkl`, read by an unpickler that builds only dicts, strings and
-  numbers, so a meta.pkl holding anything else is refused without running it. Without one, GPT-2's BPE as
-  it is, whose 50,257 tokens nanoGPT pads to 50,304 rows; the padding rows are never sampled (`vocab_used`).
+nanoGPT saves only tensors and plain values, so `torch.load(weights_only=True)` reads it and nothing in it has to
+run. `bias` puts biases everywhere, the query/key/value projection included; nanoGPT's MLP uses the exact GELU,
+as gptwatch's does; its weights are GPT-2's layout with `nn.Linear` weights (formats/layout.py). Without a
+meta.pkl the vocabulary is GPT-2's BPE, whose 50,257 tokens nanoGPT pads to 50,304 rows; the padding rows are
+never sampled (`vocab_used`).
 """
 
 from __future__ import annotations
@@ -61,8 +55,8 @@ def nanogpt_config(checkpoint: dict, where: Path) -> GPTConfig:
 
 
 def meta_places(path: Path, checkpoint: dict) -> list[Path]:
-    """Where a checkpoint's meta.pkl may be, in the order looked at: beside it, then nanoGPT's
-    `<parent of out_dir>/data/<dataset>/meta.pkl` for the dataset its config names."""
+    """Where a checkpoint's meta.pkl may be, in the order looked at: beside it, then where nanoGPT's sample.py finds
+    it, `<parent of out_dir>/data/<dataset>/meta.pkl` for the dataset its config names."""
     places = [path.parent / META]
     config = checkpoint.get("config")
     dataset = config.get("dataset") if isinstance(config, dict) else None
@@ -106,8 +100,8 @@ class _PlainUnpickler(pickle.Unpickler):
 
 
 def read_meta(path: Path) -> CharTokenizer:
-    """The char tokenizer of a nanoGPT meta.pkl ({vocab_size, itos, stoi}); `CheckpointError` for anything
-    else, before anything in it could run."""
+    """The char tokenizer of a nanoGPT meta.pkl ({vocab_size, itos, stoi}); `CheckpointError` for anything else,
+    before anything in it could run."""
     data = read_bytes(path, "vocabulary", "give the meta.pkl nanoGPT's prepare.py wrote", CheckpointError)
     try:
         meta = _PlainUnpickler(io.BytesIO(data)).load()
@@ -134,16 +128,6 @@ def read_meta(path: Path) -> CharTokenizer:
     return tokenizer
 
 
-def nanogpt_weights(checkpoint: dict, where: Path) -> dict[str, torch.Tensor]:
-    """The checkpoint's state dict, checked to be named tensors."""
-    state = checkpoint["model"]
-    if not isinstance(state, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor)
-                                              for k, v in state.items()):
-        raise CheckpointError(f"{where}: its 'model' is not a state dict (named tensors); use the ckpt.pt nanoGPT's "
-                                f"train.py wrote")
-    return state
-
-
 def read_nanogpt(path: Path, checkpoint: dict) -> tuple[GPTConfig, Tokenizer, Callable, dict]:
     """A nanoGPT checkpoint read already (`checkpoint`): (its gptwatch config, its tokenizer, weights(config) ->
     gptwatch's state dict, what was read)."""
@@ -151,7 +135,11 @@ def read_nanogpt(path: Path, checkpoint: dict) -> tuple[GPTConfig, Tokenizer, Ca
     tokenizer, meta = nanogpt_tokenizer(path, checkpoint, config)
 
     def weights(config: GPTConfig) -> dict[str, torch.Tensor]:
-        state = nanogpt_weights(checkpoint, path)
+        state = checkpoint["model"]
+        if not isinstance(state, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor)
+                                                  for k, v in state.items()):
+            raise CheckpointError(f"{path}: its 'model' is not a state dict (named tensors); use the ckpt.pt "
+                                  f"nanoGPT's train.py wrote")
         return read_weights({name: tuple(t.shape) for name, t in state.items()}, state.__getitem__, config,
                             conv1d=False, where=str(path))
 

@@ -23,12 +23,10 @@ from pathlib import Path
 
 import torch
 
-import formats.optional as optional
 from cli import UsageError, warn
 from config import RESUME, SCRATCH
-from data.tokenizer import Tokenizer
 from formats.checkpoint import CheckpointError, Loaded, is_torch_archive, load_gptwatch, read_torch
-from formats.huggingface import CONFIG, read_folder
+from formats.huggingface import CONFIG, library, read_folder
 from formats.layout import built
 from formats.nanogpt import is_nanogpt, read_nanogpt
 from model.config import GPTConfig
@@ -51,9 +49,8 @@ LOCAL_FOLDER_HELP = "or pass a local folder holding config.json and model.safete
 
 @dataclass(frozen=True)
 class Source:
-    """What a model is and where: its `kind` (SCRATCH, RESUME, GPTWATCH, NANOGPT, HUGGINGFACE or HUB), its `path`
-    (a folder or checkpoint file; None for scratch and a hub model not fetched yet), the `hub` name, and the
-    `contents` of a checkpoint file, read once."""
+    """What a model is and where: its `kind`, its `path` (None for scratch and a hub model not fetched yet), the
+    `hub` name, and the `contents` of a checkpoint file, read once."""
 
     kind: str
     path: Path | None = None
@@ -67,11 +64,10 @@ class Source:
 
 
 def identify(source: str | Path, *, model: bool = True) -> Source:
-    """What `source` names (see the module's docstring). Given as a model (`model`, as --init_from gives one), a
-    name may be a hub model, and a name that is neither a path here nor a hub model is refused saying what it
-    could have been. Given as a path (`model=False`, as --out_dir gives one), it is never a hub name, and
-    anything that is no model file of another kind is taken for a gptwatch checkpoint, whose reader says what is
-    wrong with it ("not found", ...). Reads at most a checkpoint file (memory-mapped), never downloads."""
+    """What `source` names. Given as a model (`model`, as --init_from gives one), a name may be a hub model, and a
+    name that is neither a path here nor a hub model is refused. Given as a path (`model=False`, as --out_dir
+    gives one), anything that is no model file of another kind is taken for a gptwatch checkpoint, whose reader
+    says what is wrong with it. Reads at most a checkpoint file (memory-mapped), never downloads."""
     path = Path(source)
     name = hub_name(str(source)) if model else None
     if not path.exists():
@@ -105,9 +101,8 @@ def identify(source: str | Path, *, model: bool = True) -> Source:
 
 def load_model(source: str | Path | Source, device: torch.device, *, block_size: int | None = None,
                dropout: float | None = None) -> Loaded:
-    """The model `source` gives (a `Source`, or a path here: see `identify`), on `device` in eval mode, with its
-    tokenizer. With `block_size`, cropped to that many positions; with `dropout`, built with that dropout (what a
-    run that trains it sets)."""
+    """The model `source` gives (a `Source`, or a path here), on `device` in eval mode, with its tokenizer. With
+    `block_size`, cropped to that many positions; with `dropout`, built with that dropout."""
     found = source if isinstance(source, Source) else identify(source, model=False)
     if found.kind in (SCRATCH, RESUME):
         raise ValueError(f"a source of kind {found.kind!r} names no model to read")
@@ -127,8 +122,7 @@ def load_model(source: str | Path | Source, device: torch.device, *, block_size:
 
 def _load_elsewhere(found: Source, device: torch.device, dropout: float | None) -> Loaded:
     """A model trained elsewhere as a gptwatch model computing the same function. `Loaded.checkpoint` describes it
-    as a checkpoint would (model_config, tokenizer) and says what was read under "imported" (plain values:
-    "format", "path" and each format's details)."""
+    as a checkpoint would (model_config, tokenizer) and says what was read under "imported"."""
     if found.kind == NANOGPT:
         config, tokenizer, weights, source = read_nanogpt(found.path, found.contents)
         what = f"the model in {found.path}"
@@ -136,7 +130,12 @@ def _load_elsewhere(found: Source, device: torch.device, dropout: float | None) 
         folder = found.path if found.path is not None else fetch(found.hub, device)
         config, tokenizer, weights, source = read_folder(folder, found.hub)
         what = found.hub or f"the model in {folder}"
-    config = _with_padding(config, tokenizer, what)
+    if tokenizer.vocab_size > config.vocab_size:
+        raise CheckpointError(f"{what} has {config.vocab_size:,} token rows, fewer than the {tokenizer.vocab_size:,} "
+                              f"tokens of its vocabulary ({tokenizer.name}); use the model and vocabulary that "
+                              f"were saved together")
+    if tokenizer.vocab_size < config.vocab_size:   # the rows beyond the vocabulary pad it, never to be sampled
+        config = dataclasses.replace(config, vocab_used=tokenizer.vocab_size)
     if dropout is not None:
         config = dataclasses.replace(config, dropout=dropout)
     check_fits(config, what, device)
@@ -169,17 +168,6 @@ def describe(loaded: Loaded) -> str:
             f"{tokenizer.name} vocabulary of {tokenizer.vocab_size:,} tokens")
 
 
-def _with_padding(saved: GPTConfig, tokenizer: Tokenizer, what: str) -> GPTConfig:
-    """`saved` with the rows beyond the tokenizer's vocabulary (padding) marked never to be sampled."""
-    if tokenizer.vocab_size > saved.vocab_size:
-        raise CheckpointError(f"{what} has {saved.vocab_size:,} token rows, fewer than the {tokenizer.vocab_size:,} "
-                              f"tokens of its vocabulary ({tokenizer.name}); use the model and vocabulary that "
-                              f"were saved together")
-    if tokenizer.vocab_size < saved.vocab_size:
-        return dataclasses.replace(saved, vocab_used=tokenizer.vocab_size)
-    return saved
-
-
 # --- models on the Hugging Face hub, by name -----------------------------------------------------------
 
 def hub_name(source: str) -> str | None:
@@ -201,7 +189,7 @@ def fetch(name: str, device: torch.device) -> Path:
     """The folder in the Hugging Face cache holding hub model `name`, downloaded there first when it is not
     yet, once the model is known to fit in memory. Only its config and weights are fetched."""
     check_fits(hub_config(name), name, device)
-    hub = optional.library("huggingface_hub", f"fetching {name} from the Hugging Face hub")
+    hub = library("huggingface_hub", f"fetching {name} from the Hugging Face hub")
     repository = HUB_MODELS[name][0]
     try:
         return Path(hub.snapshot_download(repository, allow_patterns=HUB_FILES))

@@ -6,13 +6,17 @@ gptwatch's compact vocabularies are not TransformerLens's, so token ids come fro
 
 from __future__ import annotations
 
+import importlib.metadata
+import warnings
+from contextlib import contextmanager
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import torch
 
-import formats.optional as optional
 from formats.checkpoint import is_torch_archive
+from formats.huggingface import REQUIREMENTS, MissingDependency, library
 from formats.layout import GPT2_ACTIVATIONS, RMS_EPS, check_supported, hooked_layout, written
 from model.attention import ROTARY_BASE
 from model.config import GPTConfig
@@ -20,6 +24,29 @@ from model.gpt import GPT, LN_EPS
 
 FORMAT = "gptwatch-transformerlens"
 FORMAT_VERSION = 1
+
+
+def transformer_lens(purpose: str = "exporting to TransformerLens") -> ModuleType:
+    """The `transformer_lens` package, with `HookedTransformer` (3.x: 4.0 removed it)."""
+    module = library("transformer_lens", purpose)
+    if not hasattr(module, "HookedTransformer"):
+        try:
+            version = importlib.metadata.version("transformer-lens")
+        except importlib.metadata.PackageNotFoundError:
+            version = "?"
+        raise MissingDependency(f"{purpose} needs transformer-lens 3.x (HookedTransformer); version {version} here "
+                                f"has none (4.0 removed it); install the pinned one with: pip install -r "
+                                f"{REQUIREMENTS}")
+    return module
+
+
+@contextmanager
+def quiet_deprecation():
+    """Silences transformer-lens 3.x's DeprecationWarning on building a HookedTransformer (it points
+    to 4.x's TransformerBridge; requirements-interop.txt pins 3.x on purpose, see there)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="HookedTransformer is deprecated", category=DeprecationWarning)
+        yield
 
 
 def hooked_config(config: GPTConfig) -> dict[str, Any]:
@@ -39,34 +66,23 @@ def hooked_config(config: GPTConfig) -> dict[str, Any]:
                 positional_embedding_type="standard")
 
 
-def hooked_weights(model: GPT) -> dict[str, torch.Tensor]:
-    """Every parameter of the HookedTransformer, by its TransformerLens name, from `model`'s weights
-    (formats/layout.py's `hooked_layout`)."""
-    weights = written(hooked_layout(model.config), model.state_dict())
-    return {name: t.detach().float().cpu().contiguous() for name, t in weights.items()}
-
-
 def to_hooked_transformer(model: GPT, device: str | torch.device | None = None):
     """A `HookedTransformer` computing what `model` computes (same logits, same attention patterns under
     `blocks.{l}.attn.hook_pattern`), on `device` (default: the model's). Raises `Unsupported` naming the
-    part for a model TransformerLens cannot hold exactly, `MissingDependency` without transformer-lens 3.x."""
+    part for a model TransformerLens cannot hold exactly, `MissingDependency` without transformer-lens 3.x. A
+    mismatch with this version's parameters is refused: one that gptwatch does not fill would keep any value."""
     check_supported(model.config, "tl")
-    tl = optional.transformer_lens()
+    tl = transformer_lens()
     device = device if device is not None else next(model.parameters()).device
-    with optional.quiet_deprecation():
+    with quiet_deprecation():
         hooked = tl.HookedTransformer(tl.HookedTransformerConfig(**hooked_config(model.config), device=str(device)))
-    load_weights(hooked, hooked_weights(model))
-    return hooked.eval()
-
-
-def load_weights(hooked, weights: dict[str, torch.Tensor]) -> None:
-    """Puts `weights` into `hooked`, refusing a mismatch in either direction: a parameter of this
-    transformer-lens version that gptwatch does not fill would otherwise keep an arbitrary value."""
+    weights = {name: t.detach().float().cpu().contiguous()
+               for name, t in written(hooked_layout(model.config), model.state_dict()).items()}
     params = {name for name, _ in hooked.named_parameters()}
     if params != set(weights):
         raise RuntimeError(f"this transformer-lens has parameters {sorted(params - set(weights))} that gptwatch does "
                            f"not fill, and lacks {sorted(set(weights) - params)}; use the version that "
-                           f"{optional.REQUIREMENTS} pins")
+                           f"{REQUIREMENTS} pins")
     state = hooked.state_dict()
     for name, value in weights.items():
         if tuple(state[name].shape) != tuple(value.shape):
@@ -74,13 +90,12 @@ def load_weights(hooked, weights: dict[str, torch.Tensor]) -> None:
                                f"{tuple(value.shape)}")
         state[name] = value
     hooked.load_state_dict(state, strict=True)
+    return hooked.eval()
 
 
 def saved_contents(model: GPT, hooked, source: dict[str, Any]) -> dict[str, Any]:
-    """What `--export tl` writes: the config and state dict TransformerLens loads
-    (`HookedTransformer(saved["config"]).load_state_dict(saved["state_dict"])`), gptwatch's tokenizer
-    description (`data.tokenizer.tokenizer_from_meta`) and where it came from. Plain values and
-    tensors only, so `torch.load(weights_only=True)` reads it."""
+    """What `--export tl` writes: the config and state dict TransformerLens loads, gptwatch's tokenizer description
+    and where it came from; plain values and tensors only, so `torch.load(weights_only=True)` reads it."""
     return {"format": FORMAT, "format_version": FORMAT_VERSION, "config": hooked_config(model.config),
             "state_dict": {name: t.detach().cpu() for name, t in hooked.state_dict().items()}, **source}
 

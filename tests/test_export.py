@@ -18,7 +18,7 @@ HEAVY = ("transformer_lens", "transformers", "tokenizers")
 
 
 def test_importing_the_project_imports_neither_library():
-    modules = ["sample", "train", "formats", "formats.export", "formats.layout", "formats.optional",
+    modules = ["sample", "train", "formats", "formats.export", "formats.layout",
                "formats.transformerlens", "formats.huggingface", "watch.inspect_cli"]
     code = (f"import sys; import {', '.join(modules)}; "
             f"print([m for m in sys.modules if m.split('.')[0] in {HEAVY!r}])")
