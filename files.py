@@ -133,7 +133,7 @@ def writable_folder(folder: str | Path, key: str) -> Path:
 def _fresh(path: Path, make: Callable[[Path], object]):
     """`make(name)` for a new name `.{name}.tmp-{pid}-{random}` beside `path`, until one is free: the pid lets
     `remove_dead_leftovers` delete it once this process has ended; the random part keeps anyone from planting
-    something under it beforehand. `make` creates exclusively, never following a link."""
+    something under it beforehand."""
     for _ in range(100):
         tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(8)}")
         try:
@@ -201,12 +201,10 @@ def replace_file(path: str | Path, write: Callable[[BinaryIO], object],
 
 
 def replace_folder(folder: Path, write: Callable[[Path], object], last: str | None = None) -> None:
-    """Writes `folder` as a whole new folder: `write(staging)` fills a `fresh_folder`, renamed to `folder` when
-    no folder stands there (a link or a file there is removed, never followed). Into a folder that stands (one
-    the caller has checked may be replaced) the new files are moved one by one, `last` (a marker saying the
-    folder is complete) removed first and moved in last, and its other files are removed: it keeps its place,
-    permissions and mount (it may be the one the command runs in). A failure or an interrupt removes the
-    staging folder; a write that failed is raised as its OSError."""
+    """Writes `folder` as a whole new folder: `write(staging)` fills a `fresh_folder`, renamed to `folder` when no
+    folder stands there. Into a folder that stands (one the caller has checked may be replaced) the new files are
+    moved one by one, `last` (a marker saying the folder is complete) last, and its other files are removed: it
+    keeps its place, permissions and mount (it may be the one the command runs in)."""
     remove_dead_leftovers(folder)
     existing = what_stands_at(folder, follow_links=False) == "a directory"
     staging = fresh_folder(folder / folder.name if existing else folder)  # on the disk `folder` is on
@@ -256,8 +254,8 @@ def _raise_os_error_of(exc: Exception, recorded: OSError | None = None) -> NoRet
 
 
 def os_error_of(exc: BaseException) -> OSError | None:
-    """The OSError behind `exc`: itself, one it was raised from, or one a library described in its own
-    words (safetensors: "IoError(Os { code: 28, kind: StorageFull, ... })"); None when it is no OSError."""
+    """The OSError behind `exc`: itself, one it was raised from, or one a library described in its own words
+    (safetensors: "IoError(Os { code: 28, kind: StorageFull, ... })")."""
     seen = exc
     while seen is not None:
         if isinstance(seen, OSError):
@@ -282,9 +280,8 @@ def write_fix(exc: OSError, fix: str) -> str:
 
 
 def write_error(exc: OSError, path: str | Path) -> str:
-    """Why a write at `path` failed, in the system's words; a full disk (or a used-up quota) named by the folder
-    it is mounted at, which tells the user where space is missing: "No space left on device on the disk mounted
-    at /data"."""
+    """Why a write at `path` failed, in the system's words; a full disk (or quota) named by the folder it is mounted
+    at, which tells the user where space is missing."""
     if exc.errno not in _FULL:
         return exc.strerror or str(exc)
     return f"{os.strerror(exc.errno)} on the disk mounted at {mount_point(path)}"
@@ -330,8 +327,7 @@ def process_alive(pid: object) -> bool:
 
 def remove_dead_leftovers(path: str | Path) -> None:
     """Deletes what writers of `path` that died (kill -9, a power cut) left beside it, and inside it when it is a
-    folder (a writer into a folder that stood stages there): files and folders named `.{name}.tmp-<pid>[-...]`
-    (see `_fresh`) of processes that have ended; a link is removed, never what it points to."""
+    folder (a writer into a folder that stood stages there); a link is removed, never what it points to."""
     path = Path(path)
     pattern = f".{glob_escape(path.name)}.tmp-*"
     found: list[Path] = []
@@ -353,8 +349,7 @@ def remove_dead_leftovers(path: str | Path) -> None:
 # --- names --------------------------------------------------------------------------------------------------
 
 def inside_name(name: str) -> str | None:
-    """What keeps `name` from naming a place inside a folder (a run name under log_dir), in words; None
-    when it is fine: relative, in parts separated by '/', none of them empty, '.' or '..'."""
+    """What keeps `name` from naming a place inside a folder (a run name under log_dir), in words; None when none."""
     if name.startswith(("/", "\\")) or os.path.isabs(name) or PureWindowsPath(name).drive:
         return "is an absolute path"
     parts = re.split(r"[/\\]", name)

@@ -1,10 +1,6 @@
 """gptwatch's own checkpoint, `ckpt.pt`, both ways, and what reading every model file shares: `CheckpointError`,
-the one reader of a PyTorch file (`read_torch`) and `Loaded`.
-
-A checkpoint holds only tensors and plain Python values, so `torch.load(weights_only=True)` can read it: a file
-from the internet cannot execute code on load. Everything a model (and a resumed run) reads from it is checked
-before anything large is allocated. It is written whole and renamed into place (`files.replace_file`), so a crash
-at any moment leaves the previous complete checkpoint in place.
+the one reader of a PyTorch file (`read_torch`) and `Loaded`. A checkpoint holds only tensors and plain Python
+values, so `torch.load(weights_only=True)` can read it: a file from the internet cannot execute code on load.
 """
 
 from __future__ import annotations
@@ -37,15 +33,13 @@ RECORDED_WHEN_SET = tuple(f.name for f in fields(GPTConfig) if f.name not in ALW
 
 
 class CheckpointError(UserError):
-    """A model file (a checkpoint, a Hugging Face folder, a nanoGPT checkpoint) that cannot be read, or not as one
-    computing exactly the same function."""
+    """A model file that cannot be read, or not as one computing exactly the same function."""
 
 
 @dataclass
 class Loaded:
     """A model file made usable: the model in eval mode on its device, its tokenizer, and the checkpoint's other
-    contents (step, configs, run name; for a model trained elsewhere, its model_config, tokenizer and what was
-    read, under "imported")."""
+    contents (for a model trained elsewhere, its model_config, tokenizer and what was read, under "imported")."""
 
     model: GPT
     tokenizer: Tokenizer
@@ -60,9 +54,8 @@ def checkpoint_path(path: str | Path) -> Path:
 
 def read_torch(path: Path, kind: str = "checkpoint") -> object:
     """The contents of the PyTorch file `path`, on the CPU, read by `torch.load(weights_only=True)`, whose
-    unpickler builds only tensors and plain values and refuses every other object by name. Memory-mapped where
-    the file allows it (the zip format of torch 1.6 on), so a large file is not read whole before it is used. A
-    `CheckpointError` names a pickled object, or says the file is damaged, in the words of its `kind`."""
+    unpickler builds only tensors and plain values. Memory-mapped where the file allows it (the zip format of
+    torch 1.6 on), so a large file is not read whole before it is used."""
     ours = kind == "checkpoint"
     fix = "use an earlier copy or retrain" if ours else "use an intact copy"
     try:
@@ -144,8 +137,15 @@ def validate(checkpoint: dict, path: str | Path, *, for_resume: bool = False) ->
             config = GPTConfig(**checkpoint["model_config"])
         except (TypeError, ValueError) as exc:
             problem = f"its model_config is invalid ({exc})"
-        else:
-            problem = _shape_problem(config, checkpoint["model"])
+        else:   # the sizes that decide every other shape, before a model far larger than its weights is allocated
+            weights = checkpoint["model"]
+            layers = {name.split(".")[1] for name in weights if name.startswith("blocks.")}
+            sizes = {"wte.weight": (config.vocab_size, config.n_embd)}
+            if config.absolute_positions:
+                sizes["wpe.weight"] = (config.block_size, config.n_embd)
+            problem = (f"its model_config says {config.n_layer} layers, its weights hold {len(layers)}"
+                       if len(layers) != config.n_layer else
+                       _mismatch(sizes, {name: tuple(weights[name].shape) for name in sizes if name in weights}))
     if problem is not None:
         raise unusable(path, problem)
     # Weights (and, to resume, optimizer moments) that are nan or inf would sample garbage, or make every
@@ -165,19 +165,6 @@ def unusable(path: str | Path, problem: str) -> CheckpointError:
 
 _RESUME_FIELDS = {"optimizer": dict, "train_config": dict, "rng": dict, "best_val_loss": (float, int),
                   "run_name": str}
-
-
-def _shape_problem(config: GPTConfig, weights: dict) -> str | None:
-    """Whether `weights` have the sizes that decide every other shape of `config`'s model (layers, token and
-    position tables), so a config describing a model far larger than its weights is refused before anything is
-    allocated; `load_weights` compares every name and shape with the model once it is built."""
-    layers = {name.split(".")[1] for name in weights if name.startswith("blocks.")}
-    if len(layers) != config.n_layer:
-        return f"its model_config says {config.n_layer} layers, its weights hold {len(layers)}"
-    sizes = {"wte.weight": (config.vocab_size, config.n_embd)}
-    if config.absolute_positions:
-        sizes["wpe.weight"] = (config.block_size, config.n_embd)
-    return _mismatch(sizes, {name: tuple(weights[name].shape) for name in sizes if name in weights})
 
 
 def _mismatch(expected: dict[str, tuple], found: dict[str, tuple]) -> str | None:
@@ -264,9 +251,8 @@ def load_weights(model: GPT, weights: dict, path: str | Path) -> None:
 
 
 def saved_settings(checkpoint: dict, path: str | Path) -> TrainConfig | None:
-    """The settings the checkpoint records (its train_config, and the config keys of its data record), checked as
-    a config's are, so that nothing read from them is used unchecked (a seed no generator takes, a path holding
-    NUL). None for a checkpoint without settings (one a tool wrote: sampling needs none)."""
+    """The settings the checkpoint records (its train_config and data record), checked as a config's are, so that
+    nothing read from them is used unchecked; None for a checkpoint without (one a tool wrote)."""
     saved, data = checkpoint.get("train_config"), checkpoint.get("data")
     if saved is None:
         return None
@@ -293,8 +279,7 @@ def saved_settings(checkpoint: dict, path: str | Path) -> TrainConfig | None:
 
 def load_gptwatch(path: str | Path, device: torch.device, contents: object = None, *,
                   dropout: float | None = None) -> Loaded:
-    """A checkpoint train.py wrote (the file, or its folder; `contents`: read already) as a model and its tokenizer;
-    with `dropout`, built with that dropout."""
+    """A checkpoint train.py wrote (the file, or its folder) as a model and its tokenizer."""
     checkpoint = load_checkpoint(path, contents)
     path = checkpoint_path(path)  # the file, for messages
     config = validate(checkpoint, path)
@@ -309,7 +294,16 @@ def load_gptwatch(path: str | Path, device: torch.device, contents: object = Non
     if tokenizer.vocab_size != tokens:
         raise CheckpointError(f"{path}: its tokenizer has {tokenizer.vocab_size} tokens but its model_config "
                               f"{tokens}; use the ckpt.pt that train.py wrote")
-    _check_fits(config, device, path)
+    need = load_bytes(config)   # refused before anything is allocated: on the CPU, where it is built, and on device
+    for where in dict.fromkeys([torch.device("cpu"), device]):
+        counted = need if where == device else {k: n for k, n in need.items() if k != "sampling cache"}
+        free = shortfall(sum(counted.values()), where)
+        if free is not None:
+            parts = ", ".join(f"{what} {size_text(n)}" for what, n in counted.items() if n)
+            raise CheckpointError(f"{path}: its model (block_size {config.block_size:,}, n_layer {config.n_layer}, "
+                                  f"n_embd {config.n_embd}) needs at least {size_text(sum(counted.values()))} of "
+                                  f"memory on {where.type} ({parts}), and {size_text(free)} is free; use a machine "
+                                  f"with more memory, or the ckpt.pt that train.py wrote if this one was edited")
     try:
         model = GPT(config)
         load_weights(model, checkpoint["model"], path)
@@ -328,21 +322,6 @@ def load_bytes(config: GPTConfig) -> dict[str, int]:
     return {"weights": 4 * parameter_count(config),
             "rotary tables": 4 * config.n_layer * config.block_size * config.head_dim if config.modern else 0,
             "sampling cache": 4 * config.n_layer * config.block_size * 2 * config.n_embd}
-
-
-def _check_fits(config: GPTConfig, device: torch.device, path: Path) -> None:
-    """Refuses a model that cannot fit in the memory of `device` (or of the CPU, where it is built first)."""
-    need = load_bytes(config)
-    for where in dict.fromkeys([torch.device("cpu"), device]):
-        counted = need if where == device else {k: n for k, n in need.items() if k != "sampling cache"}
-        total = sum(counted.values())
-        free = shortfall(total, where)
-        if free is not None:
-            parts = ", ".join(f"{what} {size_text(n)}" for what, n in counted.items() if n)
-            raise CheckpointError(f"{path}: its model (block_size {config.block_size:,}, n_layer {config.n_layer}, "
-                                  f"n_embd {config.n_embd}) needs at least {size_text(total)} of memory on "
-                                  f"{where.type} ({parts}), and {size_text(free)} is free; use a machine with more "
-                                  f"memory, or the ckpt.pt that train.py wrote if this one was edited")
 
 
 # --- writing a checkpoint -----------------------------------------------------------------------------------

@@ -1,11 +1,7 @@
 """`sample.py --export {tl,hf} PATH`: a loaded checkpoint written where TransformerLens or Hugging Face
-transformers load it.
-
-The checks run cheapest and most certain first, and all before anything is written: the target can hold every
-part of the model exactly, the path can take the export without destroying anything that is not an earlier
-export, then the optional libraries are there. After converting, both models run on the same random tokens and
-the export is refused if their logits differ by more than `TOLERANCE`, so a file that computes something else is
-never written.
+transformers load it. The checks run cheapest and most certain first, and all before anything is written: the
+target can hold every part of the model exactly, the path can take the export without destroying anything that is
+not an earlier export, the optional libraries are there, and the converted model's logits are the checkpoint's.
 """
 
 from __future__ import annotations
@@ -30,7 +26,7 @@ from files import (
     write_fix,
 )
 from formats import Loaded
-from formats.huggingface import MARKER, hf_tokenizer, to_hf_model, transformers_library
+from formats.huggingface import MARKER, hf_tokenizer, library, to_hf_model
 from formats.layout import TARGETS, check_supported
 from formats.transformerlens import is_earlier_export, saved_contents, to_hooked_transformer
 from model.gpt import GPT
@@ -46,15 +42,17 @@ def export(loaded: Loaded, target: str, path: str | Path, source: str) -> str:
     path = export_path(target, str(path))
     remove_dead_leftovers(path)   # before the checks: what a killed export left inside is no user's file
     shown = str(path)
+    record = {"source": {"checkpoint": str(source), "step": loaded.checkpoint.get("step")},   # in what is written
+              "tokenizer": loaded.tokenizer.to_meta()}
     if target == "tl":
         check_tl_path(path)
-        what, diff, (batch, length) = _export_tl(loaded, model, path, source)
+        what, diff, (batch, length) = _export_tl(model, path, record)
         load = (f"  import torch; from transformer_lens import HookedTransformer\n"
                 f"  saved = torch.load({shown!r})\n"
                 f"  model = HookedTransformer(saved[\"config\"]); model.load_state_dict(saved[\"state_dict\"])")
     else:
         check_hf_path(path)
-        what, diff, (batch, length) = _export_hf(loaded, model, path, source)
+        what, diff, (batch, length) = _export_hf(loaded, model, path, record)
         load = (f"  from transformers import AutoModelForCausalLM, AutoTokenizer\n"
                 f"  model = AutoModelForCausalLM.from_pretrained({shown!r}); "
                 f"tokenizer = AutoTokenizer.from_pretrained({shown!r})")
@@ -65,8 +63,7 @@ def export(loaded: Loaded, target: str, path: str | Path, source: str) -> str:
 # --- the path ----------------------------------------------------------------------------------------
 
 def export_path(target: str, text: str) -> Path:
-    """The path `--export TARGET TEXT` writes: a file for tl ('out/' names a folder, refused), a folder for hf
-    ('.' is the folder the command runs in)."""
+    """The path `--export TARGET TEXT` writes: a file for tl, a folder for hf."""
     if target == "tl":
         example = (Path(text) if text.endswith(("/", os.sep, ".")) else Path(text).parent) / "model.tl.pt"
         return destination(text, "--export tl", folder=False, fix=f"give a file path, e.g. {example}")
@@ -74,8 +71,7 @@ def export_path(target: str, text: str) -> Path:
 
 
 def check_tl_path(path: Path) -> None:
-    """`path` can take the TransformerLens file: nothing there, an earlier one, or a link (replaced, never
-    followed), in a writable folder."""
+    """`path` can take the TransformerLens file: nothing there, an earlier one, or a link (replaced, never followed)."""
     problem = what_stands_at(path, follow_links=False)
     if problem == "a directory":
         raise UserError(f"{path} is a directory, where --export tl writes one file; give a file path, e.g. "
@@ -89,8 +85,7 @@ def check_tl_path(path: Path) -> None:
 
 
 def check_hf_path(path: Path) -> None:
-    """`path` can take the Hugging Face folder: nothing there, an empty folder, an earlier export, or a link
-    (replaced by the folder, never followed)."""
+    """`path` can take the Hugging Face folder: nothing there, an empty folder, an earlier export, or a link."""
     problem = what_stands_at(path, follow_links=False)
     if problem is None or problem not in ("a directory", "a symbolic link") and not problem.startswith("missing"):
         raise UserError(f"{path} is {'a file' if problem is None else problem}; --export hf writes a folder: choose "
@@ -107,8 +102,7 @@ def check_hf_path(path: Path) -> None:
 
 
 def is_earlier_hf_export(folder: Path) -> bool:
-    """A folder `--export hf` wrote: its marker, and no file but those the marker lists (so nothing a
-    user added is replaced)."""
+    """A folder `--export hf` wrote: its marker, and no file but those it lists (nothing a user added is replaced)."""
     try:
         names = {p.name for p in folder.iterdir()}
         marker = parse_json((folder / MARKER).read_bytes())
@@ -132,10 +126,10 @@ def _write_failed(path: Path, exc: OSError, what: str) -> UserError:
     return UserError(f"cannot write {what} {path}: {write_error(exc, path)}; {write_fix(exc, 'choose another path')}")
 
 
-def _export_tl(loaded: Loaded, model: GPT, path: Path, source: str) -> tuple[str, float, tuple[int, int]]:
+def _export_tl(model: GPT, path: Path, record: dict) -> tuple[str, float, tuple[int, int]]:
     hooked = to_hooked_transformer(model, device="cpu")
     diff, tokens = _logits_diff(model, hooked)
-    contents = saved_contents(model, hooked, _source(loaded, source))
+    contents = saved_contents(model, hooked, record)
     try:
         replace_file(path, lambda fh: torch.save(contents, fh))
     except OSError as exc:
@@ -143,19 +137,24 @@ def _export_tl(loaded: Loaded, model: GPT, path: Path, source: str) -> tuple[str
     return "TransformerLens HookedTransformer (config and state dict)", diff, tokens
 
 
-def _export_hf(loaded: Loaded, model: GPT, folder: Path, source: str) -> tuple[str, float, tuple[int, int]]:
-    transformers = transformers_library()
+def _export_hf(loaded: Loaded, model: GPT, folder: Path, record: dict) -> tuple[str, float, tuple[int, int]]:
+    transformers = library("transformers", "exporting to Hugging Face", "tokenizers")
     hf = to_hf_model(model, eos_token_id=getattr(loaded.tokenizer, "eot_id", None))
     diff, tokens = _logits_diff(model, lambda idx: hf(idx).logits)
     tokenizer = hf_tokenizer(loaded.tokenizer)
-    marker = {"format": "gptwatch-huggingface", "class": type(hf).__name__, **_source(loaded, source)}
+    marker = {"format": "gptwatch-huggingface", "class": type(hf).__name__, **record}
 
     def write(staging: Path) -> None:
         hf.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
         marker["files"] = sorted(p.name for p in staging.iterdir())
         (staging / MARKER).write_text(json.dumps(marker, indent=1) + "\n", encoding="utf-8")
-        _same_mode_as(staging / MARKER, staging)
+        # Every file gets the permissions of the marker, written the usual way (the umask's): safetensors writes
+        # the weights readable by their owner alone (0600), the other files as any file (0644).
+        mode = (staging / MARKER).stat().st_mode & 0o777
+        for path in staging.iterdir():
+            if path.is_file() and not path.is_symlink():
+                path.chmod(mode)
 
     progress = transformers.utils.logging
     shown = progress.is_progress_bar_enabled()
@@ -170,23 +169,9 @@ def _export_hf(loaded: Loaded, model: GPT, folder: Path, source: str) -> tuple[s
     return f"Hugging Face {type(hf).__name__} with its tokenizer", diff, tokens
 
 
-def _same_mode_as(reference: Path, folder: Path) -> None:
-    """Every file in `folder` gets the permissions of `reference`, a file written the usual way (the umask's):
-    safetensors writes the weights readable by their owner alone (0600), the other files as any file (0644)."""
-    mode = reference.stat().st_mode & 0o777
-    for path in folder.iterdir():
-        if path.is_file() and not path.is_symlink():
-            path.chmod(mode)
-
-
-def _source(loaded: Loaded, source: str) -> dict:
-    return {"source": {"checkpoint": str(source), "step": loaded.checkpoint.get("step")},
-            "tokenizer": loaded.tokenizer.to_meta()}
-
-
 def _logits_diff(model: GPT, run, batch: int = 2, seed: int = 0) -> tuple[float, tuple[int, int]]:
-    """The largest |logit difference| between `model` and `run` (the converted model) on `batch` random
-    sequences of up to 64 tokens; `UserError` beyond `TOLERANCE`, so a wrong export is never written."""
+    """The largest |logit difference| between `model` and `run` (the converted model) on `batch` random sequences of
+    up to 64 tokens, and those sizes; `UserError` beyond `TOLERANCE`, so a wrong export is never written."""
     length = min(model.config.block_size, 64)
     idx = torch.randint(model.config.vocab_size, (batch, length), generator=torch.Generator().manual_seed(seed))
     with torch.no_grad():

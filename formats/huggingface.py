@@ -1,16 +1,13 @@
-"""Hugging Face transformers folders, as `save_pretrained` writes them and the hub serves them, both ways:
-`config.json` with `model.safetensors` or `pytorch_model.bin`.
+"""Hugging Face transformers folders, as `save_pretrained` writes them and the hub serves them, both ways, and the
+optional libraries a conversion needs.
 
 Reading (`read_folder`) takes GPT-2-family models, without running any code from the folder: the config is
-JSON, the weights a safetensors file (tensors only, by design) or a PyTorch archive read with
-`torch.load(weights_only=True)`. A `GPT2Config` option gptwatch's model does not compute is refused by name
-(`FIXED_OPTIONS`). The vocabulary is GPT-2's BPE as it is; a folder that gptwatch's own `--export hf` wrote
-names its tokenizer in `gptwatch_export.json`, which is used instead.
+JSON, the weights a safetensors file or a PyTorch archive read with `torch.load(weights_only=True)`. The
+vocabulary is GPT-2's BPE as it is, or the one gptwatch's own `--export hf` recorded in the folder.
 
 Writing (`to_hf_model`) gives a standard class computing the same function, so the folder loads with
-`AutoModelForCausalLM.from_pretrained(folder)`, offline and with no `trust_remote_code`; the weights go through
-the same tables as reading (formats/layout.py). "gpt2" -> `GPT2LMHeadModel`, biases gptwatch has not as zeros;
-"modern" -> `Qwen3ForCausalLM` (bias=False only), norms of weight 1 and float32's eps, and two exact rewritings:
+`AutoModelForCausalLM.from_pretrained(folder)`, offline and with no `trust_remote_code`. "gpt2" ->
+`GPT2LMHeadModel`; "modern" -> `Qwen3ForCausalLM` (bias=False only), with two exact rewritings:
 - gptwatch rotates interleaved pairs (x[2i], x[2i+1]); Qwen3 rotates halves (x[i], x[i + D/2]). Reordering the
   rows of W_query and W_key inside each head as [0, 2, 4, ..., 1, 3, 5, ...] turns one into the other; q·k and
   the per-head RMS norm do not change under the same reordering of both, and values are untouched.
@@ -24,6 +21,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -81,25 +79,21 @@ class MissingDependency(UserError):
     """An optional library that an export or an import needs is absent, or is a version without what it needs."""
 
 
-def library(module: str, purpose: str) -> ModuleType:
-    """`module` (transformers, safetensors, huggingface_hub, ...), or a `MissingDependency` naming its package."""
-    try:
-        return importlib.import_module(module)
-    except ImportError:
-        raise MissingDependency(f"{purpose} needs {module.replace('_', '-')}, which is not installed here; install it "
-                                f"with: pip install -r {REQUIREMENTS}") from None
-
-
-def transformers_library(purpose: str = "exporting to Hugging Face") -> ModuleType:
-    """`transformers`, and the `tokenizers` it brings (with `safetensors`)."""
-    module = library("transformers", purpose)
-    library("tokenizers", purpose)
-    return module
+def library(module: str, purpose: str, *also: str) -> ModuleType:
+    """`module` (transformers, safetensors, huggingface_hub, ...), after it the modules `also` (what it brings), or a
+    `MissingDependency` naming the package missing."""
+    modules = []
+    for name in (module, *also):
+        try:
+            modules.append(importlib.import_module(name))
+        except ImportError:
+            raise MissingDependency(f"{purpose} needs {name.replace('_', '-')}, which is not installed here; install "
+                                    f"it with: pip install -r {REQUIREMENTS}") from None
+    return modules[0]
 
 
 def gpt_config(hf: dict, where: Path) -> GPTConfig:
-    """The gptwatch config computing what a model of the GPT2Config `hf` computes; `CheckpointError` naming
-    the class or the option that it cannot compute."""
+    """The gptwatch config computing what a model of the GPT2Config `hf` computes."""
     _check_types(hf, where)
     classes = hf.get("architectures") or []
     model_type = hf.get("model_type")
@@ -137,7 +131,7 @@ def gpt_config(hf: dict, where: Path) -> GPTConfig:
 
 def _check_types(hf: dict, where: Path) -> None:
     """Every key read from config.json holds a JSON value of its type (a list where a string belongs would break
-    what reads it), or a `CheckpointError` names it: the one place the file's values are checked for type."""
+    what reads it): the one place the file's values are checked for type."""
     for key, (kinds, words) in KEY_TYPES.items():
         value = hf.get(key)
         if value is None:   # left out, or null: the default (or, for model_type, its own message)
@@ -175,15 +169,6 @@ def folder_tokenizer(folder: Path, config: GPTConfig) -> Tokenizer:
     return tokenizer
 
 
-def weights_path(folder: Path) -> Path:
-    for name in WEIGHTS:
-        if (folder / name).exists() or (folder / name).is_symlink():   # what it is: `open_weights` checks
-            return folder / name
-    sharded = " (sharded weights, *.index.json, are not read)" if any(folder.glob("*.index.json")) else ""
-    raise CheckpointError(f"{folder} has {CONFIG} but neither {' nor '.join(WEIGHTS)}{sharded}; give the folder "
-                            f"save_pretrained wrote, with its weights")
-
-
 @contextmanager
 def open_weights(path: Path) -> Iterator[tuple[dict[str, tuple[int, ...]], Callable[[str], torch.Tensor]]]:
     """({name in the file: shape}, read(name) -> tensor) for a safetensors or PyTorch weights file (a regular
@@ -217,7 +202,11 @@ def read_folder(folder: Path, hub: str | None) -> tuple[GPTConfig, Tokenizer, Ca
     if not isinstance(hf, dict):
         raise CheckpointError(f"{folder / CONFIG} is not a JSON object; use the config.json save_pretrained wrote")
     config = gpt_config(hf, folder / CONFIG)
-    path = weights_path(folder)
+    path = next((folder / name for name in WEIGHTS if os.path.lexists(folder / name)), None)  # `open_weights` checks
+    if path is None:
+        sharded = " (sharded weights, *.index.json, are not read)" if any(folder.glob("*.index.json")) else ""
+        raise CheckpointError(f"{folder} has {CONFIG} but neither {' nor '.join(WEIGHTS)}{sharded}; give the folder "
+                              f"save_pretrained wrote, with its weights")
 
     def weights(config: GPTConfig) -> dict[str, torch.Tensor]:
         with open_weights(path) as (shapes, read):
@@ -231,10 +220,10 @@ def read_folder(folder: Path, hub: str | None) -> tuple[GPTConfig, Tokenizer, Ca
 # --- writing a folder -----------------------------------------------------------------------------------------
 
 def to_hf_model(model: GPT, eos_token_id: int | None = None):
-    """A transformers model (GPT2LMHeadModel or Qwen3ForCausalLM) computing what `model` computes, on the
-    CPU in float32. Raises `Unsupported` naming the part for a model no standard class holds exactly."""
+    """A transformers model (GPT2LMHeadModel or Qwen3ForCausalLM) computing what `model` computes, on the CPU in
+    float32."""
     check_supported(model.config, "hf")
-    transformers = transformers_library()
+    transformers = library("transformers", "exporting to Hugging Face", "tokenizers")
     config = model.config
     special = dict(bos_token_id=eos_token_id, eos_token_id=eos_token_id, pad_token_id=eos_token_id,
                    tie_word_embeddings=True)
@@ -265,10 +254,9 @@ def to_hf_model(model: GPT, eos_token_id: int | None = None):
 
 
 def hf_tokenizer(tokenizer: Tokenizer):
-    """A `transformers` fast tokenizer giving `tokenizer`'s ids, so `AutoTokenizer.from_pretrained(folder)` and the
-    model in the same folder agree. A text gptwatch refuses (a character or token the corpus never had) gets an id
-    from `vocab_size` on, which the model refuses too, rather than reading some other token."""
-    transformers = transformers_library("a Hugging Face tokenizer")
+    """A `transformers` fast tokenizer giving `tokenizer`'s ids. A text gptwatch refuses (a character or token the
+    corpus never had) gets an id from `vocab_size` on, which the model refuses too, rather than another token."""
+    transformers = library("transformers", "a Hugging Face tokenizer", "tokenizers")
     tokenizers = library("tokenizers", "a Hugging Face tokenizer")
     if isinstance(tokenizer, GPT2Tokenizer):
         return transformers.PreTrainedTokenizerFast(
@@ -286,11 +274,10 @@ def hf_tokenizer(tokenizer: Tokenizer):
 
 
 def gpt2_backend(tokenizer: GPT2Tokenizer, tokenizers):
-    """r50k_base as a `tokenizers` byte-level BPE, renumbered: the corpus's tokens to `tokenizer`'s compact ids, every
-    other token from `vocab_size` on. Exact: tiktoken merges, in each piece of its regular expression, the adjacent
-    pair whose concatenation has the lowest rank, and takes a whole piece that is a token as it is; the `tokenizers`
-    BPE does the same with `ignore_merges=True` and a merge for every way a token splits into two tokens, ranked by
-    the token it makes."""
+    """r50k_base as a `tokenizers` byte-level BPE, renumbered to `tokenizer`'s ids. Exact: tiktoken merges, in each
+    piece of its regular expression, the adjacent pair whose concatenation has the lowest rank, and takes a whole
+    piece that is a token as it is; the `tokenizers` BPE does the same with `ignore_merges=True` and a merge for
+    every way a token splits into two tokens, ranked by the token it makes."""
     from transformers.convert_slow_tokenizer import bytes_to_unicode  # GPT-2's printable stand-in for each byte
 
     enc = tokenizer.enc

@@ -1,11 +1,7 @@
-"""Where gptwatch's weights stand in another library's layout, one table per layout read both ways: GPT-2's
-(Hugging Face's GPT2LMHeadModel and nanoGPT's), Qwen3ForCausalLM's and TransformerLens's HookedTransformer's; and
-the parts of a model that no target holds exactly (`check_supported`: the one place an export is refused, so an
-export either computes the same function or does not happen; docs/interop.md has the table of every part).
-
-A table is a list of `Row`s. A row made of no gptwatch tensor is a constant the layout needs and gptwatch has
-not (a zero bias, a norm's weight of 1): written, never read back. Exporting (`written`) and importing
-(`read_back`) use the same rows, so reading what was written gives the same weights (tests/test_formats.py).
+"""Where gptwatch's weights stand in another library's layout, one table of `Row`s per layout, read both ways:
+exporting (`written`) and importing (`read_back`) use the same rows, so reading what was written gives the same
+weights. And the parts of a model that no target holds exactly (`check_supported`: the one place an export is
+refused, so an export either computes the same function or does not happen; docs/interop.md has the table).
 """
 
 from __future__ import annotations
@@ -37,8 +33,7 @@ class Unsupported(UserError):
 
 
 def check_supported(config: GPTConfig, target: str) -> None:
-    """`Unsupported`, naming the part, when `target` cannot hold a model of `config` exactly (checked against
-    transformer-lens 3.9 and transformers 5.24)."""
+    """`Unsupported`, naming the part, when `target` cannot hold a model of `config` exactly."""
     if target not in TARGETS:
         raise ValueError(f"unknown export target {target!r}; one of {', '.join(TARGETS)}")
     if config.relative_positions:
@@ -57,8 +52,8 @@ def check_supported(config: GPTConfig, target: str) -> None:
 
 @dataclass(frozen=True)
 class Row:
-    """One tensor of a layout (`theirs`), made of gptwatch's tensors `ours` by `out`; `back` undoes `out` (None:
-    nothing to read back, a constant or a second copy of a tensor)."""
+    """One tensor of a layout (`theirs`), made of gptwatch's tensors `ours` by `out`; `back` undoes `out` (None for
+    a constant or a second copy of a tensor)."""
 
     theirs: str
     ours: tuple[str, ...]
@@ -90,8 +85,7 @@ def written(rows: Iterable[Row], state: dict[str, torch.Tensor]) -> dict[str, to
 
 
 def read_back(rows: Iterable[Row], read: Reader) -> dict[str, torch.Tensor]:
-    """gptwatch's tensors, by name, from the layout's (`read(name)`); constants, and a second copy written of a
-    tensor (a row without `back`), are not read."""
+    """gptwatch's tensors, by name, from the layout's (`read(name)`); rows without `back` are not read."""
     out = {}
     for row in rows:
         if row.back is not None:
@@ -143,10 +137,9 @@ def gpt2_layout(config: GPTConfig, conv1d: bool = True) -> list[Row]:
 
 
 def qwen3_layout(config: GPTConfig) -> list[Row]:
-    """Qwen3ForCausalLM's layout for a "modern" model of `config` without biases (its tied lm_head left to the
-    embedding): norms of weight 1, and the gated MLP with gate = up = c_fc (zeros for a block of attention alone).
-    The rows of each head's query and key go in the order [0, 2, 4, ..., 1, 3, 5, ...], which makes Qwen3's
-    rotation of halves rotate gptwatch's interleaved pairs (formats/huggingface.py says why that is exact)."""
+    """Qwen3ForCausalLM's layout for a "modern" model of `config` without biases: norms of weight 1, the gated MLP
+    with gate = up = c_fc, and the rows of each head's query and key in the order [0, 2, 4, ..., 1, 3, 5, ...],
+    which makes Qwen3's rotation of halves rotate gptwatch's interleaved pairs (formats/huggingface.py: why)."""
     H, D, E, M = config.n_head, config.head_dim, config.n_embd, config.mlp_width
     order = torch.cat((torch.arange(0, D, 2), torch.arange(1, D, 2)))
     undo = torch.argsort(order)
@@ -218,9 +211,8 @@ def hooked_layout(config: GPTConfig) -> list[Row]:
 # --- reading a file of GPT-2's layout ------------------------------------------------------------------------
 
 def layout_names(names: Iterable[str], where: str) -> dict[str, str]:
-    """{layout name: name in the file}: torch.compile's prefix dropped, `transformer.` added where a file leaves it
-    out (a GPT2Model's), the causal-mask buffers and the output head left out. One weight under two names is
-    refused: which is meant?"""
+    """{layout name: name in the file}, `transformer.` added where a file leaves it out (a GPT2Model's), the causal
+    mask and the output head left out. One weight under two names is refused: which is meant?"""
     stripped = {original: original.removeprefix(COMPILED_PREFIX) for original in names}
     bare = not any(name.startswith("transformer.") for name in stripped.values())
     out: dict[str, str] = {}
@@ -235,8 +227,7 @@ def layout_names(names: Iterable[str], where: str) -> dict[str, str]:
 
 
 def check_tensors(found: dict[str, tuple[int, ...]], expected: dict[str, tuple[int, ...]], where: str) -> None:
-    """A `CheckpointError` naming the tensors missing from `found`, those beyond `expected`, and those of another
-    shape (up to three of each), in one line."""
+    """A `CheckpointError` naming the tensors missing, unexpected and of another shape, up to three of each."""
     def some(names: list[str]) -> str:
         return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
 
@@ -254,35 +245,28 @@ def check_tensors(found: dict[str, tuple[int, ...]], expected: dict[str, tuple[i
                               f"it is damaged or was edited: use the file as it was saved")
 
 
-def check_tied(read: Reader, names: Iterable[str], where: str) -> None:
-    """A file that also holds the output head must hold the token table there: gptwatch ties them."""
-    head = next((n for n in names if n.removeprefix(COMPILED_PREFIX) == HEAD), None)
-    tokens = next((n for n in names if n.removeprefix(COMPILED_PREFIX).removeprefix("transformer.") == "wte.weight"),
-                  None)
-    if head is None or tokens is None:
-        return
-    a, b = read(head), read(tokens)
-    if a.shape != b.shape or not torch.equal(a, b):
-        raise CheckpointError(f"{where} has an output head ({HEAD}) that is not its token table ({TOKENS}); "
-                              f"gptwatch ties the two, so it cannot compute this model: only models with a tied "
-                              f"head are read")
-
-
 def read_weights(shapes: dict[str, tuple[int, ...]], read: Reader, config: GPTConfig, conv1d: bool,
                  where: str) -> dict[str, torch.Tensor]:
     """gptwatch's state dict for a model of `config` from a file of GPT-2's layout (`shapes` {name in the file:
-    shape}, `read(name in the file)` -> tensor), once every name and shape is checked, the shapes expected taken
-    from the model's own on the meta device, where nothing is allocated."""
+    shape}, `read(name in the file)` -> tensor), once every name and shape is checked."""
     names = layout_names(shapes, where)
     if config.n_layer > len(names):   # bounded before any work that grows with it (the table of names below)
         raise CheckpointError(f"{where}: its config says {config.n_layer:,} layers, and the file holds {len(names):,} "
                               f"tensors in all; it is damaged or was edited: use the file as it was saved")
     rows = gpt2_layout(config, conv1d)
-    with torch.device("meta"):
+    with torch.device("meta"):   # the model's own shapes, nothing allocated
         state = GPT(config).state_dict()
     expected = {row.theirs: tuple(row.out(*(state[name] for name in row.ours)).shape) for row in rows if row.ours}
     check_tensors({name: shapes[original] for name, original in names.items()}, expected, where)
-    check_tied(read, shapes, where)
+    # a file that also holds the output head must hold the token table there: gptwatch ties them
+    head = next((n for n in shapes if n.removeprefix(COMPILED_PREFIX) == HEAD), None)
+    tokens = next((n for n in shapes if n.removeprefix(COMPILED_PREFIX).removeprefix("transformer.") == "wte.weight"),
+                  None)
+    a, b = (read(head), read(tokens)) if head is not None and tokens is not None else (None, None)
+    if a is not None and (a.shape != b.shape or not torch.equal(a, b)):
+        raise CheckpointError(f"{where} has an output head ({HEAD}) that is not its token table ({TOKENS}); "
+                              f"gptwatch ties the two, so it cannot compute this model: only models with a tied "
+                              f"head are read")
 
     def tensor(name: str) -> torch.Tensor:
         value = read(names[name])
@@ -303,8 +287,8 @@ def read_weights(shapes: dict[str, tuple[int, ...]], read: Reader, config: GPTCo
 
 
 def built(config: GPTConfig, weights: dict[str, torch.Tensor], device: torch.device) -> GPT:
-    """A gptwatch model of `config` holding `weights`, in eval mode on `device`, built without initialising its
-    parameters at random first (a second or more for GPT-2's sizes)."""
+    """A gptwatch model of `config` holding `weights`, in eval mode on `device`, its parameters never initialised at
+    random (a second or more for GPT-2's sizes)."""
     with torch.device("meta"):
         model = GPT(config)
     model.to_empty(device=torch.device("cpu"))   # allocated, not initialised

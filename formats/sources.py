@@ -1,14 +1,6 @@
-"""Where a model comes from, said once: `identify` turns a path or name into a `Source`, and `load_model` reads
-any source into a gptwatch model that computes the same function, with its tokenizer.
-
-A source is one of:
-- `scratch`: a new model of the config's sizes; `resume`: the run's own checkpoint, which it continues
-  (training's two words for `init_from`: `identify` reads paths and names);
-- a gptwatch checkpoint: the `ckpt.pt` train.py writes, or the folder holding it (formats/checkpoint.py);
-- a nanoGPT checkpoint: the `ckpt.pt` nanoGPT's train.py writes, or its out_dir (formats/nanogpt.py);
-- a Hugging Face folder: `config.json` with its weights, as `save_pretrained` writes (formats/huggingface.py);
-- a hub name (`gpt2`, or a repository such as `openai-community/gpt2`): fetched once into the Hugging Face cache
-  (`HF_HOME`), then read as a folder. A file or folder here of the same name wins, with a warning saying so.
+"""Where a model comes from, said once: `identify` turns a path or name into a `Source` (scratch and resume,
+training's own; a gptwatch or nanoGPT checkpoint; a Hugging Face folder; a hub name, fetched once into the
+Hugging Face cache), and `load_model` reads any source into a gptwatch model that computes the same function.
 
 A checkpoint file is read once, when it is identified (a nanoGPT checkpoint and gptwatch's are both `ckpt.pt`:
 its contents tell them apart). Each model is refused in one line, before anything large is read, downloaded or
@@ -64,10 +56,9 @@ class Source:
 
 
 def identify(source: str | Path, *, model: bool = True) -> Source:
-    """What `source` names. Given as a model (`model`, as --init_from gives one), a name may be a hub model, and a
-    name that is neither a path here nor a hub model is refused. Given as a path (`model=False`, as --out_dir
-    gives one), anything that is no model file of another kind is taken for a gptwatch checkpoint, whose reader
-    says what is wrong with it. Reads at most a checkpoint file (memory-mapped), never downloads."""
+    """What `source` names: given as a model (`model`, as --init_from gives one), maybe a hub model; given as a path
+    (as --out_dir gives one), anything that is no model file of another kind is taken for a gptwatch checkpoint,
+    whose reader says what is wrong with it. Reads at most a checkpoint file (memory-mapped), never downloads."""
     path = Path(source)
     name = hub_name(str(source)) if model else None
     if not path.exists():
@@ -101,15 +92,33 @@ def identify(source: str | Path, *, model: bool = True) -> Source:
 
 def load_model(source: str | Path | Source, device: torch.device, *, block_size: int | None = None,
                dropout: float | None = None) -> Loaded:
-    """The model `source` gives (a `Source`, or a path here), on `device` in eval mode, with its tokenizer. With
-    `block_size`, cropped to that many positions; with `dropout`, built with that dropout."""
+    """The model `source` gives (a `Source`, or a path here), on `device` in eval mode, with its tokenizer; with
+    `block_size`, cropped to that many positions."""
     found = source if isinstance(source, Source) else identify(source, model=False)
     if found.kind in (SCRATCH, RESUME):
         raise ValueError(f"a source of kind {found.kind!r} names no model to read")
     if found.kind == GPTWATCH:
         loaded = load_gptwatch(found.path, device, found.contents, dropout=dropout)
-    else:
-        loaded = _load_elsewhere(found, device, dropout)
+    else:   # trained elsewhere: described as a checkpoint would be, what was read under "imported"
+        if found.kind == NANOGPT:
+            config, tokenizer, weights, source = read_nanogpt(found.path, found.contents)
+            what = f"the model in {found.path}"
+        else:
+            folder = found.path if found.path is not None else fetch(found.hub, device)
+            config, tokenizer, weights, source = read_folder(folder, found.hub)
+            what = found.hub or f"the model in {folder}"
+        if tokenizer.vocab_size > config.vocab_size:
+            raise CheckpointError(f"{what} has {config.vocab_size:,} token rows, fewer than the "
+                                  f"{tokenizer.vocab_size:,} tokens of its vocabulary ({tokenizer.name}); use the "
+                                  f"model and vocabulary that were saved together")
+        if tokenizer.vocab_size < config.vocab_size:   # the rows beyond the vocabulary pad it, never to be sampled
+            config = dataclasses.replace(config, vocab_used=tokenizer.vocab_size)
+        if dropout is not None:
+            config = dataclasses.replace(config, dropout=dropout)
+        check_fits(config, what, device)
+        model = built(config, weights(config), device)
+        loaded = Loaded(model, tokenizer, {"model_config": model.config.to_dict(), "tokenizer": tokenizer.to_meta(),
+                                           "imported": source})
     if block_size is not None and block_size != loaded.model.config.block_size:
         positions = loaded.model.config.block_size
         if block_size > positions:
@@ -120,33 +129,8 @@ def load_model(source: str | Path | Source, device: torch.device, *, block_size:
     return loaded
 
 
-def _load_elsewhere(found: Source, device: torch.device, dropout: float | None) -> Loaded:
-    """A model trained elsewhere as a gptwatch model computing the same function. `Loaded.checkpoint` describes it
-    as a checkpoint would (model_config, tokenizer) and says what was read under "imported"."""
-    if found.kind == NANOGPT:
-        config, tokenizer, weights, source = read_nanogpt(found.path, found.contents)
-        what = f"the model in {found.path}"
-    else:
-        folder = found.path if found.path is not None else fetch(found.hub, device)
-        config, tokenizer, weights, source = read_folder(folder, found.hub)
-        what = found.hub or f"the model in {folder}"
-    if tokenizer.vocab_size > config.vocab_size:
-        raise CheckpointError(f"{what} has {config.vocab_size:,} token rows, fewer than the {tokenizer.vocab_size:,} "
-                              f"tokens of its vocabulary ({tokenizer.name}); use the model and vocabulary that "
-                              f"were saved together")
-    if tokenizer.vocab_size < config.vocab_size:   # the rows beyond the vocabulary pad it, never to be sampled
-        config = dataclasses.replace(config, vocab_used=tokenizer.vocab_size)
-    if dropout is not None:
-        config = dataclasses.replace(config, dropout=dropout)
-    check_fits(config, what, device)
-    model = built(config, weights(config), device)
-    return Loaded(model, tokenizer, {"model_config": model.config.to_dict(), "tokenizer": tokenizer.to_meta(),
-                                     "imported": source})
-
-
 def model_name(source: str) -> str:
-    """What a model given by path or name is called: a hub name as it is, else the name of its folder (of the
-    folder holding it, for a checkpoint file)."""
+    """What a model given by path or name is called: a hub name as it is, else the name of its folder."""
     path = Path(source)
     if hub_name(source) is not None and not path.exists():
         return hub_name(source)
@@ -186,8 +170,8 @@ def hub_config(name: str) -> GPTConfig:
 
 
 def fetch(name: str, device: torch.device) -> Path:
-    """The folder in the Hugging Face cache holding hub model `name`, downloaded there first when it is not
-    yet, once the model is known to fit in memory. Only its config and weights are fetched."""
+    """The folder in the Hugging Face cache holding hub model `name` (its config and weights), downloaded there
+    first when it is not yet, once the model is known to fit in memory."""
     check_fits(hub_config(name), name, device)
     hub = library("huggingface_hub", f"fetching {name} from the Hugging Face hub")
     repository = HUB_MODELS[name][0]
@@ -205,8 +189,8 @@ def fetch(name: str, device: torch.device) -> Path:
 
 
 def check_fits(config: GPTConfig, what: str, device: torch.device) -> None:
-    """Refuses, before anything is downloaded or allocated, a model from elsewhere whose weights alone (float32)
-    exceed the memory free here: on the CPU, where it is read, and on `device`, where it runs."""
+    """Refuses, before anything is downloaded or allocated, a model from elsewhere whose float32 weights alone exceed
+    the memory free on the CPU, where it is read, or on `device`, where it runs."""
     n = parameter_count(config)
     need = n * 4   # float32, as gptwatch runs a model from elsewhere
     for where in dict.fromkeys((torch.device("cpu"), device)):

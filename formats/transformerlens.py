@@ -1,7 +1,5 @@
-"""A gptwatch model as a TransformerLens `HookedTransformer` that computes the same function, built from
-a `HookedTransformerConfig` and converted weights (formats/layout.py's `hooked_layout`): no download, no
-tokenizer. TransformerLens 3.x is the target (requirements-interop.txt pins it): 4.0 removed `HookedTransformer`.
-gptwatch's compact vocabularies are not TransformerLens's, so token ids come from gptwatch's tokenizer.
+"""A gptwatch model as a TransformerLens 3.x `HookedTransformer` that computes the same function: no download, no
+tokenizer (gptwatch's compact vocabularies are not TransformerLens's, so token ids come from gptwatch's).
 """
 
 from __future__ import annotations
@@ -50,8 +48,8 @@ def quiet_deprecation():
 
 
 def hooked_config(config: GPTConfig) -> dict[str, Any]:
-    """The `HookedTransformerConfig` arguments for a model of `config`, as plain values (no device, so
-    TransformerLens picks one where the file is loaded)."""
+    """The `HookedTransformerConfig` arguments for a model of `config`, as plain values (no device: TransformerLens
+    picks one where the file is loaded)."""
     mlp = dict(attn_only=True) if config.attn_only else dict(d_mlp=config.mlp_width)
     common = dict(n_layers=config.n_layer, d_model=config.n_embd, n_heads=config.n_head, d_head=config.head_dim,
                   **mlp, d_vocab=config.vocab_size, n_ctx=config.block_size,
@@ -68,9 +66,8 @@ def hooked_config(config: GPTConfig) -> dict[str, Any]:
 
 def to_hooked_transformer(model: GPT, device: str | torch.device | None = None):
     """A `HookedTransformer` computing what `model` computes (same logits, same attention patterns under
-    `blocks.{l}.attn.hook_pattern`), on `device` (default: the model's). Raises `Unsupported` naming the
-    part for a model TransformerLens cannot hold exactly, `MissingDependency` without transformer-lens 3.x. A
-    mismatch with this version's parameters is refused: one that gptwatch does not fill would keep any value."""
+    `blocks.{l}.attn.hook_pattern`), on `device` (default: the model's). A mismatch with this transformer-lens
+    version's parameters is refused: one that gptwatch does not fill would keep any value."""
     check_supported(model.config, "tl")
     tl = transformer_lens()
     device = device if device is not None else next(model.parameters()).device
