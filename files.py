@@ -1,12 +1,8 @@
 """The files and folders a user points the commands at, and how every file and folder is written.
 
-Each check raises one `UserError` (or the `UsageError` a caller asks for) naming the path, the problem
-and the fix. Every writer stages its work in a new file or folder beside the target, created exclusively
-under a name nobody can guess (`fresh_file`, `fresh_folder`), then renames it into place
-(`replace_file`, `replace_folder`): a link planted under any name is replaced, never written through,
-and a reader never sees half a file. What a writer that died left behind is removed by the next writer of
-the same path. Text read from users and disks is parsed so that every way it can fail is
-one `NotParsed` saying why.
+Each check raises one `UserError` naming the path, the problem and the fix. Every writer stages its work in a new
+file or folder of a name nobody can guess, then renames it into place: a link planted under any name is replaced,
+never written through, and a reader never sees half a file. Text read from users and disks fails as one `NotParsed`.
 """
 
 from __future__ import annotations
@@ -28,8 +24,8 @@ from cli import UserError
 
 
 def what_stands_at(path: Path, *, follow_links: bool = True) -> str | None:
-    """What is wrong with `path` as a regular file, in words ("missing", "a directory", ...); None
-    when it is one. Without `follow_links`, a symbolic link is itself the problem."""
+    """What is wrong with `path` as a regular file, in words ("missing", "a directory", ...); None when it is one.
+    Without `follow_links`, a symbolic link is itself the problem."""
     try:
         mode = path.stat().st_mode if follow_links else path.lstat().st_mode
     except FileNotFoundError:
@@ -48,7 +44,7 @@ def what_stands_at(path: Path, *, follow_links: bool = True) -> str | None:
 
 
 def regular_file(path: str | Path, what: str, fix: str, error: type[UserError] = UserError) -> Path:
-    """`path` when it is a regular file (a pipe or a device would block a reader or never end); otherwise `error`."""
+    """`path` when it is a regular file (a pipe or a device would block a reader or never end)."""
     path = Path(path)
     problem = what_stands_at(path)
     if problem == "missing":
@@ -78,8 +74,7 @@ def read_bytes(path: str | Path, what: str, fix: str, error: type[UserError] = U
 
 
 def read_text(path: str | Path, what: str, fix: str, error: type[UserError] = UserError) -> str:
-    """A user's UTF-8 text file, or one `error` saying what else it is: binary data, UTF-16 or UTF-32 (with the
-    command that converts it), or another encoding."""
+    """A user's UTF-8 text file, or one `error` saying what else it is (binary, UTF-16/32, another encoding)."""
     raw = read_bytes(path, what, fix, error)
     if b"\x00" in raw:  # no UTF-8 text holds NUL bytes: text in another encoding does, or binary data
         encoding = wide_encoding(raw)
@@ -112,9 +107,8 @@ def wide_encoding(raw: bytes) -> str | None:
 
 def clear_for_file(path: str | Path, what: str, fix: str, error: type[UserError] = UserError, *,
                    follow_links: bool = True) -> Path:
-    """`path`, after checking that nothing but a regular file (or nothing) stands there: a folder or a pipe in
-    its place is `error` now, not a failure halfway. Without `follow_links` (for `replace_file`, which replaces
-    a link and never looks at what it points to), a link is fine too."""
+    """`path`, after checking that nothing but a regular file (or nothing, or a link: `replace_file` replaces it)
+    stands there: a folder or a pipe in its place is `error` now, not a failure halfway."""
     path = Path(path)
     problem = what_stands_at(path, follow_links=follow_links)
     if problem is not None and not problem.startswith("missing") and problem != "a symbolic link":
@@ -139,7 +133,7 @@ def writable_folder(folder: str | Path, key: str) -> Path:
 def _fresh(path: Path, make: Callable[[Path], object]):
     """`make(name)` for a new name `.{name}.tmp-{pid}-{random}` beside `path`, until one is free: the pid lets
     `remove_dead_leftovers` delete it once this process has ended; the random part keeps anyone from planting
-    something under it beforehand. `make` must create exclusively, never following a link."""
+    something under it beforehand."""
     for _ in range(100):
         tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(8)}")
         try:
@@ -158,8 +152,7 @@ def fresh_file(path: str | Path) -> tuple[int, Path]:
 
 
 def fresh_folder(path: str | Path) -> Path:
-    """A new empty folder beside `path` (mkdir never follows a link and fails on any name that exists)."""
-    return _fresh(Path(path), lambda tmp: tmp.mkdir(0o777))[1]
+    return _fresh(Path(path), lambda tmp: tmp.mkdir(0o777))[1]   # mkdir never follows a link
 
 
 class _RecordingFile:
@@ -183,12 +176,11 @@ class _RecordingFile:
 
 def replace_file(path: str | Path, write: Callable[[BinaryIO], object],
                  before_replace: Callable[[], object] | None = None) -> Path:
-    """Writes `path` as a whole new file: `write(fh)` fills a `fresh_file` beside it, which is flushed to disk
-    and renamed over `path` (`before_replace()` runs just before, the new file complete). An error (or an
-    interrupt) leaves `path` as it was and no temporary file; a write that failed is raised as its OSError
-    (see `os_error_of`), however the library writing reported it."""
+    """Writes `path` as a whole new file: `write(fh)` fills a `fresh_file`, flushed to disk and renamed over
+    `path` (`before_replace()` runs just before). An error (or an interrupt) leaves `path` as it was and no
+    temporary file; a write that failed is raised as its OSError, however the library writing reported it."""
     path = Path(path)
-    _remove_dead_leftovers_of(path)
+    remove_dead_leftovers(path)
     fd, tmp = fresh_file(path)
     try:
         with open(fd, "wb") as raw:
@@ -209,16 +201,12 @@ def replace_file(path: str | Path, write: Callable[[BinaryIO], object],
 
 
 def replace_folder(folder: Path, write: Callable[[Path], object], last: str | None = None) -> None:
-    """Writes `folder` as a whole new folder: `write(staging)` fills a `fresh_folder`, renamed to `folder` when
-    no folder stands there (a link or a file there is removed, a link never followed). Into a folder that
-    stands (one the caller has checked may be replaced) the new files are moved one by one, `last` (a marker
-    saying the folder is complete) removed first and moved in last, and its other files are removed: it keeps
-    its place, permissions and mount (it may be the one the command runs in). A failure or an interrupt
-    removes the staging folder; a write that failed is raised as its OSError (see `os_error_of`)."""
-    _remove_dead_leftovers_of(folder)
+    """Writes `folder` as a whole new folder: `write(staging)` fills a `fresh_folder`, renamed to `folder` when no
+    folder stands there. Into a folder that stands (one the caller has checked may be replaced) the new files are
+    moved one by one, `last` (a marker saying the folder is complete) last, and its other files are removed: it
+    keeps its place, permissions and mount (it may be the one the command runs in)."""
+    remove_dead_leftovers(folder)
     existing = what_stands_at(folder, follow_links=False) == "a directory"
-    if existing:
-        remove_dead_leftovers(folder, f".{glob_escape(folder.name)}.tmp-*", directories=True)
     staging = fresh_folder(folder / folder.name if existing else folder)  # on the disk `folder` is on
     try:
         try:
@@ -266,8 +254,8 @@ def _raise_os_error_of(exc: Exception, recorded: OSError | None = None) -> NoRet
 
 
 def os_error_of(exc: BaseException) -> OSError | None:
-    """The OSError behind `exc`: itself, one it was raised from, or one a library described in its own
-    words (safetensors: "IoError(Os { code: 28, kind: StorageFull, ... })"); None when it is no OSError."""
+    """The OSError behind `exc`: itself, one it was raised from, or one a library described in its own words
+    (safetensors: "IoError(Os { code: 28, kind: StorageFull, ... })")."""
     seen = exc
     while seen is not None:
         if isinstance(seen, OSError):
@@ -286,15 +274,15 @@ def os_error_of(exc: BaseException) -> OSError | None:
 _FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
-def disk_full(exc: OSError) -> bool:
-    return exc.errno in _FULL
+def write_fix(exc: OSError, fix: str) -> str:
+    """`fix` for a failed write, after "free disk space or" when the disk (or the quota) is full."""
+    return f"free disk space or {fix}" if exc.errno in _FULL else fix
 
 
 def write_error(exc: OSError, path: str | Path) -> str:
-    """Why a write at `path` failed, in the system's words ("Permission denied"). A full disk (or a used-up
-    quota) is named by the folder it is mounted at, which tells the user where space is missing: "No space
-    left on device on the disk mounted at /data"."""
-    if not disk_full(exc):
+    """Why a write at `path` failed, in the system's words; a full disk (or quota) named by the folder it is mounted
+    at, which tells the user where space is missing."""
+    if exc.errno not in _FULL:
         return exc.strerror or str(exc)
     return f"{os.strerror(exc.errno)} on the disk mounted at {mount_point(path)}"
 
@@ -308,13 +296,10 @@ def mount_point(path: str | Path) -> Path:
     return path
 
 
-# --- where to write ----------------------------------------------------------------------------------------
-
 def destination(text: str, what: str, *, folder: bool, fix: str) -> Path:
-    """The path `text` names, for the option `what` ("--html") to write there: a file (`folder=False`) or a
-    folder. A path whose last part is empty (a trailing '/'), '.' or '..' names a folder, never a file (pathlib
-    would drop the '/', making 'out/' the file 'out'); such a folder is resolved to its real name ('.' is the
-    folder the command runs in). A `UserError` "{text} ...; {fix}" when it names no place for `what`."""
+    """The path `text` names, for the option `what` ("--html") to write a file (`folder=False`) or a folder.
+    A path whose last part is empty (a trailing '/'), '.' or '..' names a folder, never a file (pathlib would
+    drop the '/', making 'out/' the file 'out'); such a folder is resolved to its real name."""
     last = text.replace(os.altsep or os.sep, os.sep).rsplit(os.sep, 1)[-1]
     if last not in ("", ".", ".."):
         return Path(text)
@@ -328,8 +313,6 @@ def destination(text: str, what: str, *, folder: bool, fix: str) -> Path:
     return path
 
 
-# --- leftovers of processes that died ---------------------------------------------------------------------
-
 def process_alive(pid: object) -> bool:
     if type(pid) is not int or pid <= 0:
         return False
@@ -342,35 +325,31 @@ def process_alive(pid: object) -> bool:
     return True
 
 
-def remove_dead_leftovers(folder: str | Path, pattern: str, *, directories: bool = False) -> None:
-    """Deletes what processes that have ended left in `folder` under names matching the glob `pattern` and
-    ending in `tmp-<pid>` or `tmp-<pid>-<anything>` (see `_fresh`): files, or with `directories` folders too
-    (a link is removed, never what it points to). What a live process owns, or a name without a pid, is kept."""
-    try:
-        found = sorted(Path(folder).glob(pattern))
-    except OSError:
-        return
-    for path in found:
-        match = re.search(r"tmp-([0-9]+)(?:-[^/]*)?$", path.name)
+def remove_dead_leftovers(path: str | Path) -> None:
+    """Deletes what writers of `path` that died (kill -9, a power cut) left beside it, and inside it when it is a
+    folder (a writer into a folder that stood stages there); a link is removed, never what it points to."""
+    path = Path(path)
+    pattern = f".{glob_escape(path.name)}.tmp-*"
+    found: list[Path] = []
+    for folder in (path.parent, path) if what_stands_at(path, follow_links=False) == "a directory" else (path.parent,):
+        try:
+            found += sorted(folder.glob(pattern))
+        except OSError:
+            pass
+    for leftover in found:
+        match = re.search(r"tmp-([0-9]+)(?:-[^/]*)?$", leftover.name)
         if match is None or int(match[1]) != os.getpid() and process_alive(int(match[1])):
             continue
-        if directories or not path.is_dir():
-            try:
-                _remove(path)
-            except OSError:
-                pass  # not ours to remove after all (permissions): leave it
-
-
-def _remove_dead_leftovers_of(path: Path) -> None:
-    """What writers of `path` that died (kill -9, a power cut) left beside it (see `_fresh`)."""
-    remove_dead_leftovers(path.parent, f".{glob_escape(path.name)}.tmp-*", directories=True)
+        try:
+            _remove(leftover)
+        except OSError:
+            pass  # not ours to remove after all (permissions): leave it
 
 
 # --- names --------------------------------------------------------------------------------------------------
 
 def inside_name(name: str) -> str | None:
-    """What keeps `name` from naming a place inside a folder (a run name under log_dir), in words; None
-    when it is fine: relative, in parts separated by '/', none of them empty, '.' or '..'."""
+    """What keeps `name` from naming a place inside a folder (a run name under log_dir), in words; None when none."""
     if name.startswith(("/", "\\")) or os.path.isabs(name) or PureWindowsPath(name).drive:
         return "is an absolute path"
     parts = re.split(r"[/\\]", name)
@@ -384,9 +363,9 @@ def inside_name(name: str) -> str | None:
 
 
 def utf8_name(text: str) -> str | None:
-    """None when `text` can be written as UTF-8 (every name and path a run records must be); otherwise what
-    is wrong, with the text shown escaped. A byte of a file name that is not UTF-8 reaches Python as a
-    lone surrogate (U+DC80..U+DCFF), which no file, checkpoint or log can hold."""
+    """None when `text` can be written as UTF-8 (every name and path a run records must be); otherwise what is
+    wrong. A byte of a file name that is not UTF-8 reaches Python as a lone surrogate (U+DC80..U+DCFF), which no
+    file, checkpoint or log can hold."""
     bad = [c for c in text if 0xD800 <= ord(c) <= 0xDFFF]
     if not bad:
         return None
@@ -402,8 +381,7 @@ def utf8_name(text: str) -> str | None:
 
 
 def utf8_value(value: object) -> str | None:
-    """`utf8_name` of a setting's value: a string, or the first string of a list that is not UTF-8;
-    None for anything else."""
+    """`utf8_name` of a setting's value: a string, or the first string of a list that is not UTF-8."""
     for text in value if isinstance(value, list) else [value]:
         problem = utf8_name(text) if isinstance(text, str) else None
         if problem is not None:
@@ -432,10 +410,9 @@ def is_whole_number(text: str) -> bool:
 
 
 def parse_int(text: str) -> int:
-    """`text` as a whole number, accepting exactly what reads as one: ASCII digits, an optional sign, and '_'
-    between digits. Anything else is a ValueError, as int()'s: other digits too ('²', which str.isdigit()
-    accepts and int() refuses; '٣', which int() would read), spaces. More than MAX_DIGITS digits is a
-    `NotParsed` saying so, never Python's own limit on converting long numbers."""
+    """`text` as a whole number: ASCII digits, an optional sign, and '_' between digits. Anything else is a
+    ValueError, as int()'s: other digits too ('²', which int() refuses; '٣', which int() would read). More than
+    MAX_DIGITS digits is a `NotParsed`, never Python's own limit on converting long numbers."""
     if not is_whole_number(text):
         raise ValueError(f"{quoted(text)} is not a whole number")
     digits = len(text.lstrip("+-").replace("_", ""))
@@ -447,17 +424,9 @@ def parse_int(text: str) -> int:
 TOO_DEEP = "its brackets are nested too deeply to read"
 
 
-def parse_json(text: str | bytes) -> object:
-    """`json.loads(text)`, with every way it can fail as a `NotParsed`: bad syntax ("Expecting value at
-    column 3"), or nesting deep enough to exhaust Python's recursion limit (a RecursionError otherwise)."""
-    return _parsed(json.loads, text)
-
-
-def parse_toml(text: str) -> dict:
-    return _parsed(tomllib.loads, text)
-
-
-def _parsed(load: Callable, text: str | bytes):
+def parse_json(text: str | bytes, load: Callable = json.loads) -> object:
+    """`json.loads(text)` (or `load(text)`), with every way it can fail as a `NotParsed`: bad syntax ("Expecting
+    value at column 3"), or nesting deep enough to exhaust Python's recursion limit (a RecursionError otherwise)."""
     try:
         return load(text)
     except json.JSONDecodeError as exc:
@@ -469,3 +438,7 @@ def _parsed(load: Callable, text: str | bytes):
         raise NotParsed(TOO_DEEP) from None
     except (UnicodeDecodeError, MemoryError) as exc:
         raise NotParsed(type(exc).__name__) from None
+
+
+def parse_toml(text: str) -> dict:
+    return parse_json(text, tomllib.loads)

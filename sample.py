@@ -31,7 +31,7 @@ from data.tokenizer import TokenizerError
 from files import destination, read_text, utf8_value
 from formats import Loaded, checkpoint_path, load_model
 from formats.checkpoint import saved_settings
-from formats.parts import TARGETS
+from formats.layout import TARGETS
 from formats.sources import Source, describe, identify, model_name
 from model.ablation import Ablation
 
@@ -241,11 +241,11 @@ def main(argv: list[str]) -> int:
     if args.html is not None:
         args.html = str(destination(args.html, "--html", folder=False, fix="give a file path, e.g. page.html"))
     if mode == "export":
-        from formats.export import export, export_path, report
+        from formats.export import export, export_path
 
         target, path = args.export
         export_path(target, path)  # a path that names nothing to write is refused before the checkpoint is read
-        print(report(export(load(args, torch.device("cpu")), target, path, args.out_dir), target))
+        print(export(load(args, torch.device("cpu")), target, path, args.out_dir))
         return 0
     device = pick_device(args.device)
     loaded = load(args, device)

@@ -1,17 +1,11 @@
-"""gptwatch's own checkpoint, `ckpt.pt`, both ways: written whole and atomically (`save_checkpoint`), read without
-running any pickled code (`load_checkpoint`), checked (`validate`) and made a model (`load_gptwatch`); and what
-reading every model file shares: the one error (`CheckpointError`), the one reader of a PyTorch file
-(`read_torch`), and `Loaded`, what reading any model gives.
-
-A checkpoint holds only tensors and plain Python values (dicts, lists, strings, numbers), so
-`torch.load(weights_only=True)` can read it: a file from the internet cannot execute code on load. Everything a
-model (and a resumed run) reads from it is checked before anything large is allocated, and every problem is one
-`CheckpointError` naming it and the fix. It is written to a new file of its own beside it, flushed to disk, then
-renamed over the old one, so a crash at any moment leaves the previous complete checkpoint in place.
+"""gptwatch's own checkpoint, `ckpt.pt`, both ways, and what reading every model file shares: `CheckpointError`,
+the one reader of a PyTorch file (`read_torch`) and `Loaded`. A checkpoint holds only tensors and plain Python
+values, so `torch.load(weights_only=True)` can read it: a file from the internet cannot execute code on load.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import pickle
@@ -26,16 +20,7 @@ import torch
 from cli import UsageError, UserError, is_out_of_memory
 from config import FIELDS, TrainConfig, saved_config
 from data.tokenizer import TOKENIZERS, Tokenizer, TokenizerMetaError, tokenizer_from_meta
-from files import (
-    cannot,
-    clear_for_file,
-    disk_full,
-    glob_escape,
-    regular_file,
-    remove_dead_leftovers,
-    replace_file,
-    write_error,
-)
+from files import cannot, clear_for_file, regular_file, replace_file, write_error, write_fix
 from model.config import ALWAYS_RECORDED, GPTConfig
 from model.gpt import GPT
 from model.memory import parameter_count, shortfall, size_text
@@ -48,15 +33,13 @@ RECORDED_WHEN_SET = tuple(f.name for f in fields(GPTConfig) if f.name not in ALW
 
 
 class CheckpointError(UserError):
-    """A model file (a checkpoint, a Hugging Face folder, a nanoGPT checkpoint) that cannot be read, or not as one
-    computing exactly the same function."""
+    """A model file that cannot be read, or not as one computing exactly the same function."""
 
 
 @dataclass
 class Loaded:
     """A model file made usable: the model in eval mode on its device, its tokenizer, and the checkpoint's other
-    contents (step, configs, run name; for a model trained elsewhere, its model_config, tokenizer and what was
-    read, under "imported")."""
+    contents (for a model trained elsewhere, its model_config, tokenizer and what was read, under "imported")."""
 
     model: GPT
     tokenizer: Tokenizer
@@ -69,14 +52,10 @@ def checkpoint_path(path: str | Path) -> Path:
     return path / "ckpt.pt" if path.is_dir() else path
 
 
-# --- reading a PyTorch file ----------------------------------------------------------------------------------
-
 def read_torch(path: Path, kind: str = "checkpoint") -> object:
-    """The contents of the PyTorch file `path`, on the CPU, read without running any code it holds:
-    `torch.load(weights_only=True)`, whose unpickler builds only tensors and plain values and refuses every other
-    object by name. Memory-mapped where the file allows it (the zip format torch has written since 1.6), so a
-    large file is not read whole before it is used. A `CheckpointError` names a pickled object, or says the file
-    is damaged, in the words of its `kind` ("checkpoint", or "PyTorch file" for a model trained elsewhere)."""
+    """The contents of the PyTorch file `path`, on the CPU, read by `torch.load(weights_only=True)`, whose
+    unpickler builds only tensors and plain values. Memory-mapped where the file allows it (the zip format of
+    torch 1.6 on), so a large file is not read whole before it is used."""
     ours = kind == "checkpoint"
     fix = "use an earlier copy or retrain" if ours else "use an intact copy"
     try:
@@ -86,9 +65,10 @@ def read_torch(path: Path, kind: str = "checkpoint") -> object:
             raise
         except Exception:  # what cannot be mapped (the format before torch 1.6, a damaged file) is read whole
             return torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as exc:
-        found = pickled_object(str(exc))
-        if found is not None:
+    except pickle.UnpicklingError as exc:   # naming the object it refused, unless the data is damaged
+        named = re.search(r"GLOBAL (\S+)", str(exc))
+        if named or "Can only create new object" in str(exc) or "call reduce for unrecognized function" in str(exc):
+            found = named[1] if named else "an object of a class that is not a tensor"
             only = "only load checkpoints written by this trainer" if ours else "only tensors and plain values are read"
             raise CheckpointError(f"refusing {path}: it contains a pickled Python object ({found}), which could "
                                   f"run code when loaded; {only}") from None
@@ -103,20 +83,8 @@ def read_torch(path: Path, kind: str = "checkpoint") -> object:
         raise CheckpointError(f"{path} is not a readable {kind}; it may be truncated or corrupt: {fix}") from None
 
 
-def pickled_object(message: str) -> str | None:
-    """The object torch's weights-only unpickler refused, from its error message; None when it
-    refused for another reason (damaged data)."""
-    match = re.search(r"GLOBAL (\S+)", message)
-    if match:
-        return match.group(1)
-    if "Can only create new object" in message or "call reduce for unrecognized function" in message:
-        return "an object of a class that is not a tensor"
-    return None
-
-
 def is_torch_archive(path: Path) -> bool:
-    """Whether `path` starts as the zip archive torch.save writes (anything else is refused before any unpickler
-    sees it)."""
+    """Whether `path` starts as the zip archive torch.save writes (nothing else reaches an unpickler)."""
     try:
         with path.open("rb") as fh:
             return fh.read(len(ZIP_MAGIC)) == ZIP_MAGIC
@@ -127,9 +95,8 @@ def is_torch_archive(path: Path) -> bool:
 # --- reading a checkpoint ------------------------------------------------------------------------------------
 
 def load_checkpoint(path: str | Path, contents: object = None) -> dict:
-    """A checkpoint's contents, on the CPU, read without running any pickled code (or `contents`, read already);
-    `CheckpointError` for anything that is not a checkpoint this trainer wrote. Check its structure with
-    `validate`."""
+    """A checkpoint's contents, on the CPU (or `contents`, read already); `CheckpointError` for anything that is not
+    a checkpoint this trainer wrote. `validate` checks its structure."""
     folder = Path(path) if Path(path).suffix != ".pt" else Path(path).parent   # where train.py would write it
     path = regular_file(checkpoint_path(path), "checkpoint", "point --out_dir at the folder that holds the "
                         f"ckpt.pt train.py wrote, or train one there first: python train.py "
@@ -162,16 +129,23 @@ def load_checkpoint(path: str | Path, contents: object = None) -> dict:
 
 
 def validate(checkpoint: dict, path: str | Path, *, for_resume: bool = False) -> GPTConfig:
-    """The checkpoint's model config, after checking that everything a model (and, `for_resume`, a
-    resumed run) reads from it is there with the right type; `CheckpointError` naming the first problem."""
+    """The checkpoint's model config, after checking that everything a model (and, `for_resume`, a resumed run)
+    reads from it is there with the right type."""
     problem = _structure_problem(checkpoint, for_resume)
     if problem is None:
         try:
             config = GPTConfig(**checkpoint["model_config"])
         except (TypeError, ValueError) as exc:
             problem = f"its model_config is invalid ({exc})"
-        else:
-            problem = _shape_problem(config, checkpoint["model"])
+        else:   # the sizes that decide every other shape, before a model far larger than its weights is allocated
+            weights = checkpoint["model"]
+            layers = {name.split(".")[1] for name in weights if name.startswith("blocks.")}
+            sizes = {"wte.weight": (config.vocab_size, config.n_embd)}
+            if config.absolute_positions:
+                sizes["wpe.weight"] = (config.block_size, config.n_embd)
+            problem = (f"its model_config says {config.n_layer} layers, its weights hold {len(layers)}"
+                       if len(layers) != config.n_layer else
+                       _mismatch(sizes, {name: tuple(weights[name].shape) for name in sizes if name in weights}))
     if problem is not None:
         raise unusable(path, problem)
     # Weights (and, to resume, optimizer moments) that are nan or inf would sample garbage, or make every
@@ -185,7 +159,6 @@ def validate(checkpoint: dict, path: str | Path, *, for_resume: bool = False) ->
 
 
 def unusable(path: str | Path, problem: str) -> CheckpointError:
-    """The error for a checkpoint that holds `problem` ("its model_config is invalid (...)")."""
     return CheckpointError(f"{path} is not a usable checkpoint: {problem}; it was not written by this "
                            f"trainer's train.py, or was edited: use the ckpt.pt that train.py wrote")
 
@@ -194,23 +167,7 @@ _RESUME_FIELDS = {"optimizer": dict, "train_config": dict, "rng": dict, "best_va
                   "run_name": str}
 
 
-def _shape_problem(config: GPTConfig, weights: dict) -> str | None:
-    """Whether `weights` have the sizes that decide every other shape of the model `config`
-    describes: the layer count, the token table (vocabulary x width) and, for gpt2, the position
-    table. Read from the checkpoint's own tensors, so a config describing a model far larger than
-    its weights is refused before anything is allocated; `load_weights` compares every name and
-    shape with the model once it is built."""
-    layers = {name.split(".")[1] for name in weights if name.startswith("blocks.")}
-    if len(layers) != config.n_layer:
-        return f"its model_config says {config.n_layer} layers, its weights hold {len(layers)}"
-    sizes = {"wte.weight": (config.vocab_size, config.n_embd)}
-    if config.absolute_positions:
-        sizes["wpe.weight"] = (config.block_size, config.n_embd)
-    return _mismatch(sizes, {name: tuple(weights[name].shape) for name in sizes if name in weights})
-
-
 def _mismatch(expected: dict[str, tuple], found: dict[str, tuple]) -> str | None:
-    """The first tensor whose shape (or presence) differs, in words; None when all fit."""
     differ = sorted(set(expected) ^ set(found)) or [name for name in expected if expected[name] != found[name]]
     if not differ:
         return None
@@ -220,8 +177,8 @@ def _mismatch(expected: dict[str, tuple], found: dict[str, tuple]) -> str | None
 
 
 def tensor_problem(value: object) -> str | None:
-    """What keeps `value`, read from a file, from being weights, in words; None when it is a dense floating-point
-    tensor with values (not sparse, and not on the meta device, which has none)."""
+    """What keeps `value`, read from a file, from being weights, in words; None for a dense floating-point tensor
+    with values (the meta device has none)."""
     if not isinstance(value, torch.Tensor):
         return f"is a {type(value).__name__}, not a tensor"
     if value.layout != torch.strided or value.is_meta:
@@ -281,8 +238,7 @@ def not_finite(tensors: dict, where: str) -> str | None:
 
 
 def load_weights(model: GPT, weights: dict, path: str | Path) -> None:
-    """`model.load_state_dict(weights)`, with a `CheckpointError` naming the first tensor that does
-    not fit the model."""
+    """`model.load_state_dict(weights)`, with a `CheckpointError` naming the first tensor that does not fit."""
     expected = {name: tuple(t.shape) for name, t in model.state_dict().items()}
     problem = _mismatch(expected, {name: tuple(t.shape) for name, t in weights.items()})
     if problem is not None:
@@ -295,10 +251,8 @@ def load_weights(model: GPT, weights: dict, path: str | Path) -> None:
 
 
 def saved_settings(checkpoint: dict, path: str | Path) -> TrainConfig | None:
-    """The settings the checkpoint records (its train_config, and the config keys of its data record), checked
-    as a config's are, so that nothing read from them is used unchecked (a seed no generator takes, a path
-    holding NUL); `CheckpointError` naming the first bad one. None for a checkpoint without settings (one
-    a tool wrote: sampling needs none)."""
+    """The settings the checkpoint records (its train_config and data record), checked as a config's are, so that
+    nothing read from them is used unchecked; None for a checkpoint without (one a tool wrote)."""
     saved, data = checkpoint.get("train_config"), checkpoint.get("data")
     if saved is None:
         return None
@@ -325,8 +279,7 @@ def saved_settings(checkpoint: dict, path: str | Path) -> TrainConfig | None:
 
 def load_gptwatch(path: str | Path, device: torch.device, contents: object = None, *,
                   dropout: float | None = None) -> Loaded:
-    """A checkpoint train.py wrote (the file, or the folder holding ckpt.pt; `contents`: read already) as a model
-    and its tokenizer; with `dropout`, built with that dropout."""
+    """A checkpoint train.py wrote (the file, or its folder) as a model and its tokenizer."""
     checkpoint = load_checkpoint(path, contents)
     path = checkpoint_path(path)  # the file, for messages
     config = validate(checkpoint, path)
@@ -341,7 +294,16 @@ def load_gptwatch(path: str | Path, device: torch.device, contents: object = Non
     if tokenizer.vocab_size != tokens:
         raise CheckpointError(f"{path}: its tokenizer has {tokenizer.vocab_size} tokens but its model_config "
                               f"{tokens}; use the ckpt.pt that train.py wrote")
-    _check_fits(config, device, path)
+    need = load_bytes(config)   # refused before anything is allocated: on the CPU, where it is built, and on device
+    for where in dict.fromkeys([torch.device("cpu"), device]):
+        counted = need if where == device else {k: n for k, n in need.items() if k != "sampling cache"}
+        free = shortfall(sum(counted.values()), where)
+        if free is not None:
+            parts = ", ".join(f"{what} {size_text(n)}" for what, n in counted.items() if n)
+            raise CheckpointError(f"{path}: its model (block_size {config.block_size:,}, n_layer {config.n_layer}, "
+                                  f"n_embd {config.n_embd}) needs at least {size_text(sum(counted.values()))} of "
+                                  f"memory on {where.type} ({parts}), and {size_text(free)} is free; use a machine "
+                                  f"with more memory, or the ckpt.pt that train.py wrote if this one was edited")
     try:
         model = GPT(config)
         load_weights(model, checkpoint["model"], path)
@@ -355,72 +317,43 @@ def load_gptwatch(path: str | Path, device: torch.device, contents: object = Non
 
 
 def load_bytes(config: GPTConfig) -> dict[str, int]:
-    """A lower bound of what loading `config`'s model and sampling from it allocate besides the checkpoint's
-    own tensors: the model's float32 weights, the rotary tables of "modern" (block_size rows a layer), and the
-    cache sampling fills (block_size keys and values a layer). The last two follow from block_size alone, which
-    no tensor of a "modern" checkpoint holds."""
+    """A lower bound of what loading `config`'s model and sampling from it allocate besides the checkpoint's own
+    tensors: the rotary tables and the sampling cache follow from block_size, which no "modern" tensor holds."""
     return {"weights": 4 * parameter_count(config),
             "rotary tables": 4 * config.n_layer * config.block_size * config.head_dim if config.modern else 0,
             "sampling cache": 4 * config.n_layer * config.block_size * 2 * config.n_embd}
 
 
-def _check_fits(config: GPTConfig, device: torch.device, path: Path) -> None:
-    """`CheckpointError` before anything is allocated when the model the checkpoint describes cannot fit in
-    the memory of `device` (or of the CPU, where it is built first)."""
-    need = load_bytes(config)
-    for where in dict.fromkeys([torch.device("cpu"), device]):
-        counted = need if where == device else {k: n for k, n in need.items() if k != "sampling cache"}
-        total = sum(counted.values())
-        free = shortfall(total, where)
-        if free is not None:
-            parts = ", ".join(f"{what} {size_text(n)}" for what, n in counted.items() if n)
-            raise CheckpointError(f"{path}: its model (block_size {config.block_size:,}, n_layer {config.n_layer}, "
-                                  f"n_embd {config.n_embd}) needs at least {size_text(total)} of memory on "
-                                  f"{where.type} ({parts}), and {size_text(free)} is free; use a machine with more "
-                                  f"memory, or the ckpt.pt that train.py wrote if this one was edited")
-
-
 # --- writing a checkpoint -----------------------------------------------------------------------------------
 
 def save_checkpoint(path: str | Path, checkpoint: dict, keep_previous: str | Path | None = None) -> None:
-    """Atomically replaces `path` with `checkpoint`. With `keep_previous`, the
-    checkpoint being replaced survives under that name (hard-linked just before
-    the swap, so `path` itself is never missing). The temporary file is a new one of
-    its own (`files.fresh_file`), so a link planted in the folder is never written through."""
+    """Atomically replaces `path` with `checkpoint`. With `keep_previous`, the checkpoint being replaced survives
+    under that name (hard-linked just before the swap, so `path` itself is never missing)."""
     path = Path(path)
     checkpoint = {"format": FORMAT, "format_version": FORMAT_VERSION, **checkpoint}
 
-    def keep() -> None:
-        if keep_previous is not None and path.exists():
-            _keep(path, Path(keep_previous))
+    def keep() -> None:   # a hard link (what stands there replaced, never followed), or a copy where there are none
+        if keep_previous is None or not path.exists():
+            return
+        previous = clear_for_file(keep_previous, "the earlier run's checkpoint", "move it away or choose another "
+                                  "--out_dir", CheckpointError, follow_links=False)
+        previous.unlink(missing_ok=True)
+        try:
+            os.link(path, previous, follow_symlinks=False)
+        except OSError:  # a filesystem without hard links
+            with open(path, "rb") as source:   # streamed: a checkpoint can be large
+                replace_file(previous, lambda fh: shutil.copyfileobj(source, fh))
 
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         clear_for_file(path, "the checkpoint", "move it away or choose another --out_dir", CheckpointError)
         # replace_file leaves no half-written temporary file, also on a second Ctrl-C mid-save
-        replace_file(path, lambda fh: _save(checkpoint, fh), before_replace=keep)
+        replace_file(path, lambda fh: torch.save(checkpoint, fh), before_replace=keep)
         _fsync_dir(path.parent)
     except OSError as exc:
         kept = "; the previous checkpoint is intact" if path.is_file() else ""
-        fix = "free disk space or choose a writable --out_dir" if disk_full(exc) else "choose a writable --out_dir"
-        raise CheckpointError(f"cannot write checkpoint {path}: {write_error(exc, path)}{kept}; {fix}") from None
-
-
-def _keep(path: Path, previous: Path) -> None:
-    """`path` also under the name `previous`: a hard link (a link or file already there is replaced, never
-    followed), or a copy on a filesystem without hard links."""
-    clear_for_file(previous, "the earlier run's checkpoint", "move it away or choose another --out_dir",
-                   CheckpointError, follow_links=False)
-    previous.unlink(missing_ok=True)
-    try:
-        os.link(path, previous, follow_symlinks=False)
-    except OSError:  # a filesystem without hard links
-        with open(path, "rb") as source:   # streamed: a checkpoint can be large
-            replace_file(previous, lambda fh: shutil.copyfileobj(source, fh))
-
-
-def _save(checkpoint: dict, fh) -> None:
-    torch.save(checkpoint, fh)
+        raise CheckpointError(f"cannot write checkpoint {path}: {write_error(exc, path)}{kept}; "
+                              f"{write_fix(exc, 'choose a writable --out_dir')}") from None
 
 
 def previous_path(path: Path) -> Path:
@@ -428,22 +361,11 @@ def previous_path(path: Path) -> Path:
     return path.with_name("ckpt.prev.pt")
 
 
-def remove_stale_temp_files(path: str | Path) -> None:
-    """Deletes temporary files that a save killed mid-write (kill -9, power
-    loss) left beside `path`; a save still running in a live process is kept."""
-    path = Path(path)
-    remove_dead_leftovers(path.parent, f".{glob_escape(path.name)}.tmp-*")
-
-
 def _fsync_dir(folder: Path) -> None:
     # Makes the rename itself durable; not every platform allows opening a directory.
-    try:
+    with contextlib.suppress(OSError):
         fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)

@@ -1,25 +1,13 @@
 """`sample.py --export {tl,hf} PATH`: a loaded checkpoint written where TransformerLens or Hugging Face
-transformers load it.
-
-The checks run cheapest and most certain first, and all before anything is written: the target can
-hold every part of the model exactly (`formats.parts`), the path can take the export without
-destroying anything that is not an earlier export, then the optional libraries are there. After
-converting, both models run on the same random tokens and the export is refused if their logits
-differ by more than `TOLERANCE`, so a file that computes something else is never written.
-
-Nothing is written through a link, and nothing is left half-written: the file is written whole into a
-new file of a name nobody can guess and renamed into place (`files.replace_file`, as checkpoints are);
-the folder is written into a new folder (`files.replace_folder`), which becomes the export or, where a
-folder stands already (empty, or an earlier export), whose files are moved into it, the marker last. A
-failure or an interrupt removes what was being written, and what a killed export left is removed by
-the next one.
+transformers load it. The checks run cheapest and most certain first, and all before anything is written: the
+target can hold every part of the model exactly, the path can take the export without destroying anything that is
+not an earlier export, the optional libraries are there, and the converted model's logits are the checkpoint's.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -28,8 +16,6 @@ from cli import UserError
 from files import (
     cannot,
     destination,
-    disk_full,
-    glob_escape,
     parse_json,
     remove_dead_leftovers,
     replace_file,
@@ -37,64 +23,55 @@ from files import (
     what_stands_at,
     writable_folder,
     write_error,
+    write_fix,
 )
-from formats import Loaded, optional
-from formats.hf_tokenizer import hf_tokenizer
-from formats.huggingface import to_hf_model
-from formats.parts import TARGETS, check_supported
+from formats import Loaded
+from formats.huggingface import MARKER, hf_tokenizer, library, to_hf_model
+from formats.layout import TARGETS, check_supported
 from formats.transformerlens import is_earlier_export, saved_contents, to_hooked_transformer
 from model.gpt import GPT
 
 TOLERANCE = 1e-4            # float32 logits; the tests find about 1e-5
-MARKER = "gptwatch_export.json"  # in every folder `--export hf` writes: what it is, its files, where it came from
 
 
-@dataclass
-class Exported:
-    """What an export wrote, for the report: where, as what, and the largest logit difference found."""
-
-    path: Path
-    what: str
-    logits_diff: float
-    tokens: tuple[int, int]
-
-
-def export(loaded: Loaded, target: str, path: str | Path, source: str) -> Exported:
-    """Writes `loaded`'s model for `target` ("tl": one file; "hf": a folder) at `path`."""
+def export(loaded: Loaded, target: str, path: str | Path, source: str) -> str:
+    """Writes `loaded`'s model for `target` ("tl": one file; "hf": a folder) at `path`; what `sample.py --export`
+    prints: what it wrote, how close it is, and the lines that load it."""
     model = loaded.model.float().cpu().eval()
     check_supported(model.config, target)
     path = export_path(target, str(path))
-    remove_leftovers(path)
+    remove_dead_leftovers(path)   # before the checks: what a killed export left inside is no user's file
+    shown = str(path)
+    record = {"source": {"checkpoint": str(source), "step": loaded.checkpoint.get("step")},   # in what is written
+              "tokenizer": loaded.tokenizer.to_meta()}
     if target == "tl":
         check_tl_path(path)
-        return _export_tl(loaded, model, path, source)
-    check_hf_path(path)
-    return _export_hf(loaded, model, path, source)
+        what, diff, (batch, length) = _export_tl(model, path, record)
+        load = (f"  import torch; from transformer_lens import HookedTransformer\n"
+                f"  saved = torch.load({shown!r})\n"
+                f"  model = HookedTransformer(saved[\"config\"]); model.load_state_dict(saved[\"state_dict\"])")
+    else:
+        check_hf_path(path)
+        what, diff, (batch, length) = _export_hf(loaded, model, path, record)
+        load = (f"  from transformers import AutoModelForCausalLM, AutoTokenizer\n"
+                f"  model = AutoModelForCausalLM.from_pretrained({shown!r}); "
+                f"tokenizer = AutoTokenizer.from_pretrained({shown!r})")
+    return (f"wrote {shown}: {what}\nchecked: max |logit difference| from the checkpoint {diff:.2g} on {batch} "
+            f"random sequences of {length} tokens\nload it in {TARGETS[target]}:\n{load}")
 
 
 # --- the path ----------------------------------------------------------------------------------------
 
 def export_path(target: str, text: str) -> Path:
-    """The path `--export TARGET TEXT` writes: a file for tl ('out/' names a folder, refused), a folder for hf
-    ('.' is the folder the command runs in)."""
+    """The path `--export TARGET TEXT` writes: a file for tl, a folder for hf."""
     if target == "tl":
         example = (Path(text) if text.endswith(("/", os.sep, ".")) else Path(text).parent) / "model.tl.pt"
         return destination(text, "--export tl", folder=False, fix=f"give a file path, e.g. {example}")
     return destination(text, "--export hf", folder=True, fix="give a folder name, e.g. model-hf")
 
 
-def remove_leftovers(path: Path) -> None:
-    """Removes what exports to `path` that were killed (kill -9, a power cut) left half-written beside it,
-    or inside it (an export into a folder that stood there); what a live export is writing is kept."""
-    pattern = f".{glob_escape(path.name)}.tmp-*"
-    remove_dead_leftovers(path.parent, pattern, directories=True)
-    if what_stands_at(path, follow_links=False) == "a directory":
-        remove_dead_leftovers(path, pattern, directories=True)
-
-
 def check_tl_path(path: Path) -> None:
-    """`path` can take the TransformerLens file: nothing there, an earlier one, or a link (replaced, never
-    followed), in a writable folder."""
+    """`path` can take the TransformerLens file: nothing there, an earlier one, or a link (replaced, never followed)."""
     problem = what_stands_at(path, follow_links=False)
     if problem == "a directory":
         raise UserError(f"{path} is a directory, where --export tl writes one file; give a file path, e.g. "
@@ -108,8 +85,7 @@ def check_tl_path(path: Path) -> None:
 
 
 def check_hf_path(path: Path) -> None:
-    """`path` can take the Hugging Face folder: nothing there, an empty folder, an earlier export, or a link
-    (replaced by the folder, never followed)."""
+    """`path` can take the Hugging Face folder: nothing there, an empty folder, an earlier export, or a link."""
     problem = what_stands_at(path, follow_links=False)
     if problem is None or problem not in ("a directory", "a symbolic link") and not problem.startswith("missing"):
         raise UserError(f"{path} is {'a file' if problem is None else problem}; --export hf writes a folder: choose "
@@ -126,8 +102,7 @@ def check_hf_path(path: Path) -> None:
 
 
 def is_earlier_hf_export(folder: Path) -> bool:
-    """A folder `--export hf` wrote: its marker, and no file but those the marker lists (so nothing a
-    user added is replaced)."""
+    """A folder `--export hf` wrote: its marker, and no file but those it lists (nothing a user added is replaced)."""
     try:
         names = {p.name for p in folder.iterdir()}
         marker = parse_json((folder / MARKER).read_bytes())
@@ -148,39 +123,38 @@ def _writable_parent(path: Path) -> None:
 
 
 def _write_failed(path: Path, exc: OSError, what: str) -> UserError:
-    fix = "free disk space or choose another path" if disk_full(exc) else "choose another path"
-    return UserError(f"cannot write {what} {path}: {write_error(exc, path)}; {fix}")
+    return UserError(f"cannot write {what} {path}: {write_error(exc, path)}; {write_fix(exc, 'choose another path')}")
 
 
-# --- TransformerLens -------------------------------------------------------------------------------
-
-def _export_tl(loaded: Loaded, model: GPT, path: Path, source: str) -> Exported:
-    optional.transformer_lens()
+def _export_tl(model: GPT, path: Path, record: dict) -> tuple[str, float, tuple[int, int]]:
     hooked = to_hooked_transformer(model, device="cpu")
     diff, tokens = _logits_diff(model, hooked)
-    contents = saved_contents(model, hooked, _source(loaded, source))
+    contents = saved_contents(model, hooked, record)
     try:
         replace_file(path, lambda fh: torch.save(contents, fh))
     except OSError as exc:
         raise _write_failed(path, exc, "the TransformerLens file") from None
-    return Exported(path, "TransformerLens HookedTransformer (config and state dict)", diff, tokens)
+    return "TransformerLens HookedTransformer (config and state dict)", diff, tokens
 
 
-# --- Hugging Face -------------------------------------------------------------------------------------
-
-def _export_hf(loaded: Loaded, model: GPT, folder: Path, source: str) -> Exported:
-    transformers = optional.transformers()
+def _export_hf(loaded: Loaded, model: GPT, folder: Path, record: dict) -> tuple[str, float, tuple[int, int]]:
+    transformers = library("transformers", "exporting to Hugging Face", "tokenizers")
     hf = to_hf_model(model, eos_token_id=getattr(loaded.tokenizer, "eot_id", None))
     diff, tokens = _logits_diff(model, lambda idx: hf(idx).logits)
     tokenizer = hf_tokenizer(loaded.tokenizer)
-    marker = {"format": "gptwatch-huggingface", "class": type(hf).__name__, **_source(loaded, source)}
+    marker = {"format": "gptwatch-huggingface", "class": type(hf).__name__, **record}
 
     def write(staging: Path) -> None:
         hf.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
         marker["files"] = sorted(p.name for p in staging.iterdir())
         (staging / MARKER).write_text(json.dumps(marker, indent=1) + "\n", encoding="utf-8")
-        _same_mode_as(staging / MARKER, staging)
+        # Every file gets the permissions of the marker, written the usual way (the umask's): safetensors writes
+        # the weights readable by their owner alone (0600), the other files as any file (0644).
+        mode = (staging / MARKER).stat().st_mode & 0o777
+        for path in staging.iterdir():
+            if path.is_file() and not path.is_symlink():
+                path.chmod(mode)
 
     progress = transformers.utils.logging
     shown = progress.is_progress_bar_enabled()
@@ -192,28 +166,12 @@ def _export_hf(loaded: Loaded, model: GPT, folder: Path, source: str) -> Exporte
     finally:
         if shown:
             progress.enable_progress_bar()
-    return Exported(folder, f"Hugging Face {type(hf).__name__} with its tokenizer", diff, tokens)
-
-
-def _same_mode_as(reference: Path, folder: Path) -> None:
-    """Every file in `folder` gets the permissions of `reference`, a file written the usual way (the umask's):
-    safetensors writes the weights readable by their owner alone (0600), the other files as any file (0644)."""
-    mode = reference.stat().st_mode & 0o777
-    for path in folder.iterdir():
-        if path.is_file() and not path.is_symlink():
-            path.chmod(mode)
-
-
-# --- shared -------------------------------------------------------------------------------------------
-
-def _source(loaded: Loaded, source: str) -> dict:
-    return {"source": {"checkpoint": str(source), "step": loaded.checkpoint.get("step")},
-            "tokenizer": loaded.tokenizer.to_meta()}
+    return f"Hugging Face {type(hf).__name__} with its tokenizer", diff, tokens
 
 
 def _logits_diff(model: GPT, run, batch: int = 2, seed: int = 0) -> tuple[float, tuple[int, int]]:
-    """The largest |logit difference| between `model` and `run` (the converted model) on `batch` random
-    sequences of up to 64 tokens; `UserError` beyond `TOLERANCE`, so a wrong export is never written."""
+    """The largest |logit difference| between `model` and `run` (the converted model) on `batch` random sequences of
+    up to 64 tokens, and those sizes; `UserError` beyond `TOLERANCE`, so a wrong export is never written."""
     length = min(model.config.block_size, 64)
     idx = torch.randint(model.config.vocab_size, (batch, length), generator=torch.Generator().manual_seed(seed))
     with torch.no_grad():
@@ -225,19 +183,3 @@ def _logits_diff(model: GPT, run, batch: int = 2, seed: int = 0) -> tuple[float,
                         f"{TOLERANCE:g}); nothing was written. Please report this with the checkpoint's model_config")
     return diff, (batch, length)
 
-
-def report(exported: Exported, target: str) -> str:
-    """What `sample.py --export` prints: what it wrote, how close it is, and the lines that load it."""
-    path = str(exported.path)
-    if target == "tl":
-        load = (f"  import torch; from transformer_lens import HookedTransformer\n"
-                f"  saved = torch.load({path!r})\n"
-                f"  model = HookedTransformer(saved[\"config\"]); model.load_state_dict(saved[\"state_dict\"])")
-    else:
-        load = (f"  from transformers import AutoModelForCausalLM, AutoTokenizer\n"
-                f"  model = AutoModelForCausalLM.from_pretrained({path!r}); "
-                f"tokenizer = AutoTokenizer.from_pretrained({path!r})")
-    return (f"wrote {path}: {exported.what}\n"
-            f"checked: max |logit difference| from the checkpoint {exported.logits_diff:.2g} on {exported.tokens[0]} "
-            f"random sequences of {exported.tokens[1]} tokens\n"
-            f"load it in {TARGETS[target]}:\n{load}")

@@ -1,67 +1,58 @@
-"""Hugging Face transformers folders, as `save_pretrained` writes them and the hub serves them, both ways:
-`config.json` with `model.safetensors` or `pytorch_model.bin`.
+"""Hugging Face transformers folders, as `save_pretrained` writes them and the hub serves them, both ways, and the
+optional libraries a conversion needs.
 
 Reading (`read_folder`) takes GPT-2-family models, without running any code from the folder: the config is
-JSON, the weights a safetensors file (tensors only, by design) or a PyTorch archive read with
-`torch.load(weights_only=True)`. What a `GPT2Config` becomes, and what is refused because gptwatch's model
-would compute something else:
-
-| GPT2Config | gptwatch |
-|---|---|
-| `n_layer`, `n_head`, `n_embd`, `vocab_size` | the same |
-| `n_positions` | `block_size` |
-| `activation_function` `gelu_new` or `gelu_pytorch_tanh` / `gelu` | `activation="gelu_tanh"` / `"gelu"` |
-| biases in every layer (Conv1D, LayerNorm) | `bias=True`, `qkv_bias=True` |
-| `n_inner` None or 4 x `n_embd`, `layer_norm_epsilon` 1e-5, a tied head | what gptwatch computes |
-
-Refused by name: `scale_attn_by_inverse_layer_idx`, `reorder_and_upcast_attn`, `add_cross_attention`, no
-`scale_attn_weights`, any other activation, epsilon or `n_inner`, an untied head, any other model class. The
-vocabulary is GPT-2's BPE as it is (`FullGPT2Tokenizer`); a model with more rows than its 50,257 has padding
-rows, never sampled. A folder that gptwatch's own `--export hf` wrote names its tokenizer in
-`gptwatch_export.json`, which is used instead.
+JSON, the weights a safetensors file or a PyTorch archive read with `torch.load(weights_only=True)`. The
+vocabulary is GPT-2's BPE as it is, or the one gptwatch's own `--export hf` recorded in the folder.
 
 Writing (`to_hf_model`) gives a standard class computing the same function, so the folder loads with
-`AutoModelForCausalLM.from_pretrained(folder)`, offline and with no `trust_remote_code`; the weights go through
-the same tables as reading (formats/layout.py):
-
-- "gpt2" -> `GPT2LMHeadModel`: the same block, weights in GPT-2's layout; `activation_function="gelu"` is the
-  exact (erf) GELU gptwatch uses by default, `"gelu_new"` GPT-2's tanh approximation; biases gptwatch has not
-  are zeros.
-- "modern" -> `Qwen3ForCausalLM` (bias=False only; formats/export.py): RMSNorm and QK-norm with their weights at
-  1 and float32's eps (what gptwatch's parameter-free `F.rms_norm` uses), rotary base 10000, and two exact
-  rewritings:
-  - gptwatch rotates interleaved pairs (x[2i], x[2i+1]); Qwen3 rotates halves (x[i], x[i + D/2]). Reordering
-    the rows of W_query and W_key inside each head as [0, 2, 4, ..., 1, 3, 5, ...] turns one into the other;
-    q·k and the per-head RMS norm do not change under the same reordering of both, and values are untouched.
-  - ReLU² in Qwen3's gated MLP, down(act(gate·x) * up·x): with gate = up = c_fc and `hidden_act="relu"`,
-    relu(h) * h is h² where h > 0 and 0 elsewhere: relu(h)² exactly.
-
+`AutoModelForCausalLM.from_pretrained(folder)`, offline and with no `trust_remote_code`. "gpt2" ->
+`GPT2LMHeadModel`; "modern" -> `Qwen3ForCausalLM` (bias=False only), with two exact rewritings:
+- gptwatch rotates interleaved pairs (x[2i], x[2i+1]); Qwen3 rotates halves (x[i], x[i + D/2]). Reordering the
+  rows of W_query and W_key inside each head as [0, 2, 4, ..., 1, 3, 5, ...] turns one into the other; q·k and
+  the per-head RMS norm do not change under the same reordering of both, and values are untouched.
+- ReLU² in Qwen3's gated MLP, down(act(gate·x) * up·x): with gate = up = c_fc and `hidden_act="relu"`,
+  relu(h) * h is h² where h > 0 and 0 elsewhere: relu(h)² exactly.
 Blocks of attention alone (`attn_only`) keep both classes' MLP, with every weight and bias of it 0: its output
 is then exactly 0, whatever its norm gives it, and that norm's weight is 1 (its bias 0), so it stays finite.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
+import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from types import ModuleType
 
 import torch
 
-import formats.optional as optional
-from data.tokenizer import FullGPT2Tokenizer, Tokenizer, TokenizerMetaError, tokenizer_from_meta
+from cli import UserError
+from data.tokenizer import (
+    EOT,
+    CharTokenizer,
+    FullGPT2Tokenizer,
+    GPT2Tokenizer,
+    Tokenizer,
+    TokenizerMetaError,
+    tokenizer_from_meta,
+)
 from files import NotParsed, parse_json, read_text, regular_file
 from formats.checkpoint import CheckpointError, read_torch
-from formats.layout import Reader, gpt2_layout, qwen3_layout, read_weights, written
-from formats.parts import RMS_EPS, check_supported
+from formats.layout import GPT2_ACTIVATIONS, RMS_EPS, check_supported, gpt2_layout, qwen3_layout, read_weights, written
 from model.attention import ROTARY_BASE
 from model.config import GPTConfig
 from model.gpt import GPT, LN_EPS
 
+# The optional libraries live in requirements-interop.txt, not requirements.txt: together they add about half a
+# gigabyte and seconds of import time that training and watching never need. A conversion imports them through
+# `library` only, so a missing (or wrong) version is one `MissingDependency` line, not a traceback.
+REQUIREMENTS = "requirements-interop.txt"
 CONFIG = "config.json"
 WEIGHTS = ("model.safetensors", "pytorch_model.bin")   # the first present is read
-EXPORT_MARKER = "gptwatch_export.json"                 # written by `sample.py --export hf` (formats/export.py)
+MARKER = "gptwatch_export.json"   # in every folder `--export hf` writes: what it is, its files, where it came from
 READ_CLASSES = ("GPT2LMHeadModel", "GPT2Model")        # GPT2Model: the same weights, the head tied to them
 ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu"}
 
@@ -84,26 +75,25 @@ KEY_TYPES = {"architectures": (list, "a list of class names"), "model_type": (st
                       else "a number") for key, (value, _) in FIXED_OPTIONS.items()}}
 
 
-GPT2_ACTIVATIONS = {"gelu": "gelu", "gelu_tanh": "gelu_new"}   # gptwatch's activation -> GPT2Config's
+class MissingDependency(UserError):
+    """An optional library that an export or an import needs is absent, or is a version without what it needs."""
 
 
-def read_hf_config(folder: Path) -> dict:
-    """config.json as a dict; `CheckpointError` for one that cannot be read or is not a JSON object."""
-    path = folder / CONFIG
-    text = read_text(path, "Hugging Face config", "give a folder that save_pretrained wrote", CheckpointError)
-    try:
-        config = parse_json(text)
-    except NotParsed as exc:
-        raise CheckpointError(f"{path} is not valid JSON ({exc}); use the config.json save_pretrained wrote") \
-            from None
-    if not isinstance(config, dict):
-        raise CheckpointError(f"{path} is not a JSON object; use the config.json save_pretrained wrote")
-    return config
+def library(module: str, purpose: str, *also: str) -> ModuleType:
+    """`module` (transformers, safetensors, huggingface_hub, ...), after it the modules `also` (what it brings), or a
+    `MissingDependency` naming the package missing."""
+    modules = []
+    for name in (module, *also):
+        try:
+            modules.append(importlib.import_module(name))
+        except ImportError:
+            raise MissingDependency(f"{purpose} needs {name.replace('_', '-')}, which is not installed here; install "
+                                    f"it with: pip install -r {REQUIREMENTS}") from None
+    return modules[0]
 
 
 def gpt_config(hf: dict, where: Path) -> GPTConfig:
-    """The gptwatch config computing what a model of the GPT2Config `hf` computes; `CheckpointError` naming
-    the class or the option that it cannot compute."""
+    """The gptwatch config computing what a model of the GPT2Config `hf` computes."""
     _check_types(hf, where)
     classes = hf.get("architectures") or []
     model_type = hf.get("model_type")
@@ -141,7 +131,7 @@ def gpt_config(hf: dict, where: Path) -> GPTConfig:
 
 def _check_types(hf: dict, where: Path) -> None:
     """Every key read from config.json holds a JSON value of its type (a list where a string belongs would break
-    what reads it), or a `CheckpointError` names it: the one place the file's values are checked for type."""
+    what reads it): the one place the file's values are checked for type."""
     for key, (kinds, words) in KEY_TYPES.items():
         value = hf.get(key)
         if value is None:   # left out, or null: the default (or, for model_type, its own message)
@@ -163,7 +153,7 @@ def _refuse(where: Path, key: str, value: object, meaning: str, read: str) -> No
 
 def folder_tokenizer(folder: Path, config: GPTConfig) -> Tokenizer:
     """The folder's vocabulary: the one gptwatch's export recorded, else GPT-2's BPE as it is."""
-    marker = folder / EXPORT_MARKER
+    marker = folder / MARKER
     if marker.is_file():
         try:
             record = parse_json(read_text(marker, "export record", "export the model again", CheckpointError))
@@ -179,22 +169,13 @@ def folder_tokenizer(folder: Path, config: GPTConfig) -> Tokenizer:
     return tokenizer
 
 
-def weights_path(folder: Path) -> Path:
-    for name in WEIGHTS:
-        if (folder / name).exists() or (folder / name).is_symlink():   # what it is: `open_weights` checks
-            return folder / name
-    sharded = " (sharded weights, *.index.json, are not read)" if any(folder.glob("*.index.json")) else ""
-    raise CheckpointError(f"{folder} has {CONFIG} but neither {' nor '.join(WEIGHTS)}{sharded}; give the folder "
-                            f"save_pretrained wrote, with its weights")
-
-
 @contextmanager
-def open_weights(path: Path) -> Iterator[tuple[dict[str, tuple[int, ...]], Reader]]:
+def open_weights(path: Path) -> Iterator[tuple[dict[str, tuple[int, ...]], Callable[[str], torch.Tensor]]]:
     """({name in the file: shape}, read(name) -> tensor) for a safetensors or PyTorch weights file (a regular
     file: a pipe would never end), the shapes known before any tensor is read."""
     regular_file(path, "weights file", "give the folder save_pretrained wrote, with its weights", CheckpointError)
     if path.suffix == ".safetensors":
-        safetensors = optional.safetensors()
+        safetensors = library("safetensors", "reading model.safetensors")
         try:
             with safetensors.safe_open(str(path), framework="pt") as handle:
                 yield {name: tuple(handle.get_slice(name).get_shape()) for name in handle.keys()}, handle.get_tensor
@@ -211,9 +192,21 @@ def open_weights(path: Path) -> Iterator[tuple[dict[str, tuple[int, ...]], Reade
 def read_folder(folder: Path, hub: str | None) -> tuple[GPTConfig, Tokenizer, Callable, dict]:
     """A GPT-2-family folder: (its gptwatch config, its tokenizer, weights(config) -> gptwatch's state dict, what
     was read). The weights are read last, once the model is known to fit (formats/sources.py)."""
-    hf = read_hf_config(folder)
+    text = read_text(folder / CONFIG, "Hugging Face config", "give a folder that save_pretrained wrote",
+                     CheckpointError)
+    try:
+        hf = parse_json(text)
+    except NotParsed as exc:
+        raise CheckpointError(f"{folder / CONFIG} is not valid JSON ({exc}); use the config.json save_pretrained "
+                              f"wrote") from None
+    if not isinstance(hf, dict):
+        raise CheckpointError(f"{folder / CONFIG} is not a JSON object; use the config.json save_pretrained wrote")
     config = gpt_config(hf, folder / CONFIG)
-    path = weights_path(folder)
+    path = next((folder / name for name in WEIGHTS if os.path.lexists(folder / name)), None)  # `open_weights` checks
+    if path is None:
+        sharded = " (sharded weights, *.index.json, are not read)" if any(folder.glob("*.index.json")) else ""
+        raise CheckpointError(f"{folder} has {CONFIG} but neither {' nor '.join(WEIGHTS)}{sharded}; give the folder "
+                              f"save_pretrained wrote, with its weights")
 
     def weights(config: GPTConfig) -> dict[str, torch.Tensor]:
         with open_weights(path) as (shapes, read):
@@ -226,42 +219,90 @@ def read_folder(folder: Path, hub: str | None) -> tuple[GPTConfig, Tokenizer, Ca
 
 # --- writing a folder -----------------------------------------------------------------------------------------
 
-def hf_config(config: GPTConfig, eos_token_id: int | None = None):
-    """The transformers config of the class standing for `config`'s architecture."""
-    transformers = optional.transformers()
+def to_hf_model(model: GPT, eos_token_id: int | None = None):
+    """A transformers model (GPT2LMHeadModel or Qwen3ForCausalLM) computing what `model` computes, on the CPU in
+    float32."""
+    check_supported(model.config, "hf")
+    transformers = library("transformers", "exporting to Hugging Face", "tokenizers")
+    config = model.config
     special = dict(bos_token_id=eos_token_id, eos_token_id=eos_token_id, pad_token_id=eos_token_id,
                    tie_word_embeddings=True)
     if config.modern:
-        return transformers.Qwen3Config(
+        hf = transformers.Qwen3ForCausalLM(transformers.Qwen3Config(
             vocab_size=config.vocab_size, hidden_size=config.n_embd, intermediate_size=config.mlp_width,
             num_hidden_layers=config.n_layer, num_attention_heads=config.n_head, num_key_value_heads=config.n_head,
             head_dim=config.head_dim, hidden_act="relu", max_position_embeddings=config.block_size,
             rms_norm_eps=RMS_EPS, rope_parameters={"rope_type": "default", "rope_theta": float(ROTARY_BASE)},
-            attention_bias=False, attention_dropout=0.0, use_sliding_window=False, **special)
-    return transformers.GPT2Config(
-        vocab_size=config.vocab_size, n_positions=config.block_size, n_embd=config.n_embd, n_layer=config.n_layer,
-        n_head=config.n_head, n_inner=config.mlp_width, activation_function=GPT2_ACTIVATIONS[config.activation],
-        layer_norm_epsilon=LN_EPS,
-        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, **special)
-
-
-def to_hf_model(model: GPT, eos_token_id: int | None = None):
-    """A transformers model (GPT2LMHeadModel or Qwen3ForCausalLM) computing what `model` computes, on the
-    CPU in float32. Raises `Unsupported` naming the part for a model no standard class holds exactly."""
-    check_supported(model.config, "hf")
-    transformers = optional.transformers()
-    config = hf_config(model.config, eos_token_id)
-    cls = transformers.Qwen3ForCausalLM if model.config.modern else transformers.GPT2LMHeadModel
-    hf = cls(config)
-    rows = qwen3_layout(model.config) if model.config.modern else gpt2_layout(model.config)
+            attention_bias=False, attention_dropout=0.0, use_sliding_window=False, **special))
+    else:
+        hf = transformers.GPT2LMHeadModel(transformers.GPT2Config(
+            vocab_size=config.vocab_size, n_positions=config.block_size, n_embd=config.n_embd, n_layer=config.n_layer,
+            n_head=config.n_head, n_inner=config.mlp_width, activation_function=GPT2_ACTIVATIONS[config.activation],
+            layer_norm_epsilon=LN_EPS, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, **special))
+    rows = qwen3_layout(config) if config.modern else gpt2_layout(config)
     weights = {name: t.detach().float().cpu().contiguous().clone() for name, t in
                written(rows, model.state_dict()).items()}
     missing, unexpected = hf.load_state_dict(weights, strict=False)
     if unexpected or set(missing) != {"lm_head.weight"}:
-        raise RuntimeError(f"{cls.__name__} of this transformers version does not fit gptwatch's weights (missing "
+        raise RuntimeError(f"{type(hf).__name__} of this transformers version does not fit gptwatch's weights (missing "
                            f"{sorted(missing)}, unexpected {sorted(unexpected)}); use the version that "
-                           f"{optional.REQUIREMENTS} pins")
+                           f"{REQUIREMENTS} pins")
     hf.tie_weights()
     if hf.get_output_embeddings().weight.data_ptr() != hf.get_input_embeddings().weight.data_ptr():
-        raise RuntimeError(f"{cls.__name__}'s output head is not tied to its embedding here")
+        raise RuntimeError(f"{type(hf).__name__}'s output head is not tied to its embedding here")
     return hf.eval()
+
+
+def hf_tokenizer(tokenizer: Tokenizer):
+    """A `transformers` fast tokenizer giving `tokenizer`'s ids. A text gptwatch refuses (a character or token the
+    corpus never had) gets an id from `vocab_size` on, which the model refuses too, rather than another token."""
+    transformers = library("transformers", "a Hugging Face tokenizer", "tokenizers")
+    tokenizers = library("tokenizers", "a Hugging Face tokenizer")
+    if isinstance(tokenizer, GPT2Tokenizer):
+        return transformers.PreTrainedTokenizerFast(
+            tokenizer_object=gpt2_backend(tokenizer, tokenizers), eos_token=EOT, bos_token=EOT, pad_token=EOT,
+            clean_up_tokenization_spaces=False)
+    if not isinstance(tokenizer, CharTokenizer):
+        raise ValueError(f"no Hugging Face tokenizer for gptwatch's {getattr(tokenizer, 'name', tokenizer)!r}")
+    # A BPE without merges, normalizer or pre-tokenizer: each character (spaces too) its own token, at gptwatch's
+    # id. `<unk>` stays the BPE model's own: declared to transformers it would become an added token, matched in
+    # text, where gptwatch reads "<unk>" as five characters.
+    vocab = {c: i for i, c in enumerate(tokenizer.chars)} | {"<unk>": len(tokenizer.chars)}
+    backend = tokenizers.Tokenizer(tokenizers.models.BPE(vocab=vocab, merges=[], unk_token="<unk>", fuse_unk=False))
+    backend.decoder = tokenizers.decoders.Fuse()  # characters joined as they are, no spaces between
+    return transformers.PreTrainedTokenizerFast(tokenizer_object=backend, clean_up_tokenization_spaces=False)
+
+
+def gpt2_backend(tokenizer: GPT2Tokenizer, tokenizers):
+    """r50k_base as a `tokenizers` byte-level BPE, renumbered to `tokenizer`'s ids. Exact: tiktoken merges, in each
+    piece of its regular expression, the adjacent pair whose concatenation has the lowest rank, and takes a whole
+    piece that is a token as it is; the `tokenizers` BPE does the same with `ignore_merges=True` and a merge for
+    every way a token splits into two tokens, ranked by the token it makes."""
+    from transformers.convert_slow_tokenizer import bytes_to_unicode  # GPT-2's printable stand-in for each byte
+
+    enc = tokenizer.enc
+    table = bytes_to_unicode()
+
+    def text(token: bytes) -> str:
+        return "".join(table[b] for b in token)
+
+    eot = enc.eot_token
+    ranks = {enc.decode_single_token_bytes(rank): rank for rank in range(enc.n_vocab) if rank != eot}
+    compact = {orig: i for i, orig in enumerate(tokenizer.kept_ids)}
+    unseen = iter(range(tokenizer.vocab_size, tokenizer.vocab_size + enc.n_vocab))
+    vocab, merges = {}, []
+    for token, rank in sorted(ranks.items(), key=lambda item: item[1]):
+        vocab[text(token)] = compact[rank] if rank in compact else next(unseen)
+        splits = [(token[:i], token[i:]) for i in range(1, len(token)) if token[:i] in ranks and token[i:] in ranks]
+        merges += [(text(a), text(b)) for a, b in sorted(splits, key=lambda ab: (ranks[ab[0]], ranks[ab[1]]))]
+    vocab[EOT] = compact[eot]
+    backend = tokenizers.Tokenizer(tokenizers.models.BPE(vocab=vocab, merges=merges, fuse_unk=False,
+                                                         ignore_merges=True))
+    backend.pre_tokenizer = tokenizers.pre_tokenizers.Sequence([
+        # r50k's own regular expression: tiktoken keeps it only as this attribute
+        tokenizers.pre_tokenizers.Split(tokenizers.Regex(enc._pat_str), behavior="isolated"),
+        tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    backend.decoder = tokenizers.decoders.ByteLevel()
+    # Matched whole wherever it is written, as gptwatch's tokenizer allows it, at its compact id.
+    backend.add_special_tokens([tokenizers.AddedToken(EOT, special=True, normalized=False)])
+    return backend

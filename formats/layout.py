@@ -1,20 +1,7 @@
-"""Where gptwatch's weights stand in another library's layout: one table per layout, read both ways.
-
-- `gpt2_layout`: GPT-2's, which Hugging Face's GPT2LMHeadModel and nanoGPT's model.py share. Both name the
-  blocks `transformer.h.{n}` (`ln_1`, `attn.c_attn` with query, key and value side by side, `attn.c_proj`,
-  `ln_2`, `mlp.c_fc`, `mlp.c_proj`), then `transformer.ln_f`; the token table `transformer.wte` is also the
-  output head. Hugging Face's `Conv1D` keeps a weight as [in, out], the transpose of `nn.Linear`'s [out, in],
-  which nanoGPT and gptwatch use (`conv1d`).
-- `qwen3_layout`: Hugging Face's Qwen3ForCausalLM, which holds the "modern" architecture exactly
-  (formats/huggingface.py says how).
-- `hooked_layout`: TransformerLens's HookedTransformer: W_Q, W_K, W_V per head [head, d_model, d_head], W_O
-  [head, d_head, d_model], the MLP and the unembedding [in, out].
-
-A table is a list of `Row`s: a tensor of the layout, the gptwatch tensors it is made of, `out` (gptwatch's
-tensors -> the layout's) and `back` (the layout's -> gptwatch's). A row made of no gptwatch tensor is a constant
-the layout needs and gptwatch has not (a zero bias, a norm's weight of 1): written, never read back. Exporting
-(`written`) and importing (`read_back`) use the same rows, so reading what was written gives the same weights
-(tests/test_formats.py checks it for each layout).
+"""Where gptwatch's weights stand in another library's layout, one table of `Row`s per layout, read both ways:
+exporting (`written`) and importing (`read_back`) use the same rows, so reading what was written gives the same
+weights. And the parts of a model that no target holds exactly (`check_supported`: the one place an export is
+refused, so an export either computes the same function or does not happen; docs/interop.md has the table).
 """
 
 from __future__ import annotations
@@ -24,6 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
+from cli import UserError
 from formats.checkpoint import CheckpointError, not_finite, tensor_problem
 from model.config import GPTConfig
 from model.gpt import GPT
@@ -34,12 +22,38 @@ HEAD = "lm_head.weight"                   # the output head: the token table aga
 TOKENS = "transformer.wte.weight"
 
 Reader = Callable[[str], torch.Tensor]
+TARGETS = {"tl": "TransformerLens", "hf": "Hugging Face"}
+GPT2_ACTIVATIONS = {"gelu": "gelu", "gelu_tanh": "gelu_new"}   # gptwatch's -> GPT2Config's and TransformerLens's
+# The model's RMSNorm and QK-norm pass no eps, so F.rms_norm uses the input's: float32's, as exported.
+RMS_EPS = torch.finfo(torch.float32).eps
+
+
+class Unsupported(UserError):
+    """A model with a part the target has no exact equivalent for."""
+
+
+def check_supported(config: GPTConfig, target: str) -> None:
+    """`Unsupported`, naming the part, when `target` cannot hold a model of `config` exactly."""
+    if target not in TARGETS:
+        raise ValueError(f"unknown export target {target!r}; one of {', '.join(TARGETS)}")
+    if config.relative_positions:
+        kinds = ("learned absolute, rotary, shortformer and ALiBi positions" if target == "tl" else
+                 "GPT-2's learned position table and Qwen3's rotary positions")
+        raise Unsupported(f"cannot export this model to {TARGETS[target]} exactly: its positions are a learned bias "
+                          f"per head and distance in each attention layer (relative_positions=true), and "
+                          f"{TARGETS[target]} has {kinds}, none of them that; to export, train with "
+                          f"--relative_positions=false")
+    if target == "hf" and config.modern and config.bias:
+        raise Unsupported("cannot export this model to Hugging Face exactly: the modern architecture goes to "
+                          "Qwen3ForCausalLM, whose MLP (c_fc, c_proj) and attention output (out_proj) have no biases, "
+                          "and this model has them (bias=true); export it to TransformerLens (--export tl FILE), or "
+                          "train with --bias=false")
 
 
 @dataclass(frozen=True)
 class Row:
-    """One tensor of a layout (`theirs`), made of gptwatch's tensors `ours` by `out`; `back` undoes `out` (None:
-    nothing to read back, a constant or a second copy of a tensor)."""
+    """One tensor of a layout (`theirs`), made of gptwatch's tensors `ours` by `out`; `back` undoes `out` (None for
+    a constant or a second copy of a tensor)."""
 
     theirs: str
     ours: tuple[str, ...]
@@ -71,8 +85,7 @@ def written(rows: Iterable[Row], state: dict[str, torch.Tensor]) -> dict[str, to
 
 
 def read_back(rows: Iterable[Row], read: Reader) -> dict[str, torch.Tensor]:
-    """gptwatch's tensors, by name, from the layout's (`read(name)`); constants, and a second copy written of a
-    tensor (a row without `back`), are not read."""
+    """gptwatch's tensors, by name, from the layout's (`read(name)`); rows without `back` are not read."""
     out = {}
     for row in rows:
         if row.back is not None:
@@ -80,24 +93,14 @@ def read_back(rows: Iterable[Row], read: Reader) -> dict[str, torch.Tensor]:
     return out
 
 
-def expected_shapes(rows: Iterable[Row], config: GPTConfig) -> dict[str, tuple[int, ...]]:
-    """The shape of every tensor a file of this layout holds for a model of `config` (constants aside), from the
-    model's own shapes on the meta device, where nothing is allocated."""
-    with torch.device("meta"):
-        state = GPT(config).state_dict()
-    return {row.theirs: tuple(row.out(*(state[name] for name in row.ours)).shape) for row in rows if row.ours}
-
-
 # --- the layouts ---------------------------------------------------------------------------------------------
 
 def _bias(theirs: str, ours: str, present: bool, n: int) -> Row:
-    """A bias, or zeros where gptwatch has none."""
     return same(theirs, ours) if present else constant(theirs, 0, n)
 
 
 def _norm(rows: list[Row], theirs: tuple[str, str], ours: str, config: GPTConfig, present: bool = True) -> None:
-    """A LayerNorm's weight and bias (theirs: its two names); a zero bias where gptwatch has none, and weight 1
-    and bias 0 where gptwatch has no norm at all (`present` False: an attention-only block's ln_2)."""
+    """A LayerNorm's weight and bias; weight 1 and bias 0 where gptwatch has no norm (an attention-only block's)."""
     weight, bias = theirs
     rows.append(same(weight, ours + ".weight") if present else constant(weight, 1, config.n_embd))
     rows.append(_bias(bias, ours + ".bias", present and config.bias, config.n_embd))
@@ -105,8 +108,7 @@ def _norm(rows: list[Row], theirs: tuple[str, str], ours: str, config: GPTConfig
 
 def _linear(rows: list[Row], theirs: str, ours: str | None, bias: bool, shape: tuple[int, int],
             transpose: bool) -> None:
-    """A linear layer's weight (of `shape` [out, in] in gptwatch) and bias; zeros where gptwatch has none
-    (`ours` None: the MLP of an attention-only block)."""
+    """A linear layer's weight ([out, in] in gptwatch) and bias; zeros where gptwatch has none (`ours` None)."""
     n_out, n_in = shape
     rows.append(same(theirs + ".weight", ours + ".weight", transpose) if ours else
                 constant(theirs + ".weight", 0, *((n_in, n_out) if transpose else shape)))
@@ -114,8 +116,8 @@ def _linear(rows: list[Row], theirs: str, ours: str | None, bias: bool, shape: t
 
 
 def gpt2_layout(config: GPTConfig, conv1d: bool = True) -> list[Row]:
-    """GPT-2's layout for a "gpt2" model of `config` (Conv1D weights [in, out] with `conv1d`, as Hugging Face
-    keeps them; nn.Linear's [out, in] without, as nanoGPT does)."""
+    """GPT-2's layout for a "gpt2" model of `config`: Conv1D weights [in, out] with `conv1d`, as Hugging Face keeps
+    them; nn.Linear's [out, in] without, as nanoGPT and gptwatch do. The token table is also the output head."""
     E, M = config.n_embd, config.mlp_width
     rows = [same(TOKENS, "wte.weight"), same("transformer.wpe.weight", "wpe.weight")]
     for n in range(config.n_layer):
@@ -134,18 +136,12 @@ def gpt2_layout(config: GPTConfig, conv1d: bool = True) -> list[Row]:
     return rows
 
 
-def halves_order(head_dim: int) -> torch.Tensor:
-    """[0, 2, 4, ..., 1, 3, 5, ...]: the rows of a head's query or key that make Qwen3's rotation of
-    halves rotate gptwatch's interleaved pairs."""
-    return torch.cat((torch.arange(0, head_dim, 2), torch.arange(1, head_dim, 2)))
-
-
 def qwen3_layout(config: GPTConfig) -> list[Row]:
-    """Qwen3ForCausalLM's layout for a "modern" model of `config` without biases (its tied lm_head left to the
-    embedding): norms of weight 1, the query and key rows of each head in `halves_order`, and the gated MLP with
-    gate = up = c_fc (zeros for a block of attention alone)."""
+    """Qwen3ForCausalLM's layout for a "modern" model of `config` without biases: norms of weight 1, the gated MLP
+    with gate = up = c_fc, and the rows of each head's query and key in the order [0, 2, 4, ..., 1, 3, 5, ...],
+    which makes Qwen3's rotation of halves rotate gptwatch's interleaved pairs (formats/huggingface.py: why)."""
     H, D, E, M = config.n_head, config.head_dim, config.n_embd, config.mlp_width
-    order = halves_order(D)
+    order = torch.cat((torch.arange(0, D, 2), torch.arange(1, D, 2)))
     undo = torch.argsort(order)
 
     def rotated(theirs: str, ours: str) -> Row:
@@ -172,8 +168,9 @@ def qwen3_layout(config: GPTConfig) -> list[Row]:
 
 
 def hooked_layout(config: GPTConfig) -> list[Row]:
-    """TransformerLens's layout for a model of `config`: every parameter of the HookedTransformer, zeros for the
-    biases gptwatch has not and ones for the QK-norm's weights (gptwatch's is weight-free)."""
+    """TransformerLens's layout for a model of `config`: every parameter of the HookedTransformer (W_Q/W_K/W_V per
+    head [head, d_model, d_head], W_O [head, d_head, d_model], the MLP and W_U [in, out]), zeros for the biases
+    gptwatch has not and ones for the QK-norm's weights (gptwatch's is weight-free)."""
     H, D, E, M, V = config.n_head, config.head_dim, config.n_embd, config.mlp_width, config.vocab_size
 
     def per_head(theirs: str, ours: str) -> Row:   # [H*D, E] -> [H, E, D]
@@ -214,9 +211,8 @@ def hooked_layout(config: GPTConfig) -> list[Row]:
 # --- reading a file of GPT-2's layout ------------------------------------------------------------------------
 
 def layout_names(names: Iterable[str], where: str) -> dict[str, str]:
-    """{layout name: name in the file} for a file's tensors: torch.compile's `_orig_mod.` prefix dropped, the
-    `transformer.` prefix added where a file leaves it out (a GPT2Model's), and the causal-mask buffers and the
-    output head left out (`check_tied` reads the head). One weight under two names is refused: which is meant?"""
+    """{layout name: name in the file}, `transformer.` added where a file leaves it out (a GPT2Model's), the causal
+    mask and the output head left out. One weight under two names is refused: which is meant?"""
     stripped = {original: original.removeprefix(COMPILED_PREFIX) for original in names}
     bare = not any(name.startswith("transformer.") for name in stripped.values())
     out: dict[str, str] = {}
@@ -231,39 +227,22 @@ def layout_names(names: Iterable[str], where: str) -> dict[str, str]:
 
 
 def check_tensors(found: dict[str, tuple[int, ...]], expected: dict[str, tuple[int, ...]], where: str) -> None:
-    """A `CheckpointError` naming the tensors missing from `found`, those it has beyond `expected`, and those
-    of another shape (up to three of each), in one line."""
+    """A `CheckpointError` naming the tensors missing, unexpected and of another shape, up to three of each."""
     def some(names: list[str]) -> str:
         return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
 
-    missing = sorted(set(expected) - set(found), key=_in_order)
-    unexpected = sorted(set(found) - set(expected), key=_in_order)
-    reshaped = [f"{name} {tuple(found[name])} instead of {expected[name]}" for name in sorted(expected, key=_in_order)
+    def in_order(name: str) -> tuple:   # transformer.h.10 after transformer.h.9
+        return tuple(int(part) if part.isdigit() else part for part in name.split("."))
+
+    missing = sorted(set(expected) - set(found), key=in_order)
+    unexpected = sorted(set(found) - set(expected), key=in_order)
+    reshaped = [f"{name} {tuple(found[name])} instead of {expected[name]}" for name in sorted(expected, key=in_order)
                 if name in found and tuple(found[name]) != expected[name]]
     problems = [f"{what} {some(names)}" for what, names in
                 (("missing", missing), ("unexpected", unexpected), ("of another shape:", reshaped)) if names]
     if problems:
         raise CheckpointError(f"{where} does not hold the weights its own config describes ({'; '.join(problems)}); "
                               f"it is damaged or was edited: use the file as it was saved")
-
-
-def _in_order(name: str) -> tuple:
-    """Sorts transformer.h.10 after transformer.h.9."""
-    return tuple(int(part) if part.isdigit() else part for part in name.split("."))
-
-
-def check_tied(read: Reader, names: Iterable[str], where: str) -> None:
-    """A file that also holds the output head must hold the token table there: gptwatch ties them."""
-    head = next((n for n in names if n.removeprefix(COMPILED_PREFIX) == HEAD), None)
-    tokens = next((n for n in names if n.removeprefix(COMPILED_PREFIX).removeprefix("transformer.") == "wte.weight"),
-                  None)
-    if head is None or tokens is None:
-        return
-    a, b = read(head), read(tokens)
-    if a.shape != b.shape or not torch.equal(a, b):
-        raise CheckpointError(f"{where} has an output head ({HEAD}) that is not its token table ({TOKENS}); "
-                              f"gptwatch ties the two, so it cannot compute this model: only models with a tied "
-                              f"head are read")
 
 
 def read_weights(shapes: dict[str, tuple[int, ...]], read: Reader, config: GPTConfig, conv1d: bool,
@@ -275,8 +254,19 @@ def read_weights(shapes: dict[str, tuple[int, ...]], read: Reader, config: GPTCo
         raise CheckpointError(f"{where}: its config says {config.n_layer:,} layers, and the file holds {len(names):,} "
                               f"tensors in all; it is damaged or was edited: use the file as it was saved")
     rows = gpt2_layout(config, conv1d)
-    check_tensors({name: shapes[original] for name, original in names.items()}, expected_shapes(rows, config), where)
-    check_tied(read, shapes, where)
+    with torch.device("meta"):   # the model's own shapes, nothing allocated
+        state = GPT(config).state_dict()
+    expected = {row.theirs: tuple(row.out(*(state[name] for name in row.ours)).shape) for row in rows if row.ours}
+    check_tensors({name: shapes[original] for name, original in names.items()}, expected, where)
+    # a file that also holds the output head must hold the token table there: gptwatch ties them
+    head = next((n for n in shapes if n.removeprefix(COMPILED_PREFIX) == HEAD), None)
+    tokens = next((n for n in shapes if n.removeprefix(COMPILED_PREFIX).removeprefix("transformer.") == "wte.weight"),
+                  None)
+    a, b = (read(head), read(tokens)) if head is not None and tokens is not None else (None, None)
+    if a is not None and (a.shape != b.shape or not torch.equal(a, b)):
+        raise CheckpointError(f"{where} has an output head ({HEAD}) that is not its token table ({TOKENS}); "
+                              f"gptwatch ties the two, so it cannot compute this model: only models with a tied "
+                              f"head are read")
 
     def tensor(name: str) -> torch.Tensor:
         value = read(names[name])
@@ -297,8 +287,8 @@ def read_weights(shapes: dict[str, tuple[int, ...]], read: Reader, config: GPTCo
 
 
 def built(config: GPTConfig, weights: dict[str, torch.Tensor], device: torch.device) -> GPT:
-    """A gptwatch model of `config` holding `weights`, in eval mode on `device`. Built without initialising its
-    parameters at random first (a second or more for GPT-2's sizes), since every value comes from `weights`."""
+    """A gptwatch model of `config` holding `weights`, in eval mode on `device`, its parameters never initialised at
+    random (a second or more for GPT-2's sizes)."""
     with torch.device("meta"):
         model = GPT(config)
     model.to_empty(device=torch.device("cpu"))   # allocated, not initialised

@@ -1,18 +1,6 @@
-"""nanoGPT checkpoints: the `ckpt.pt` its train.py writes ({model, optimizer, model_args, iter_num,
-best_val_loss, config}), with the character vocabulary of its `meta.pkl` when it has one, read into a
-gptwatch model that computes the same function.
-
-- Read with `torch.load(weights_only=True)` (`formats.checkpoint.read_torch`): nanoGPT saves only tensors and plain
-  values (its `config` is the run's settings: strings, numbers, booleans), so nothing in it has to run.
-- `model_args` -> `GPTConfig`: n_layer, n_head, n_embd, block_size and vocab_size as they are; `bias` puts
-  biases everywhere, the query/key/value projection included (`qkv_bias`); nanoGPT's MLP uses the exact
-  GELU (`nn.GELU()`), as gptwatch's does. Dropout only acts in training, which sets its own.
-- `model`: torch.compile's `_orig_mod.` prefix dropped, the causal-mask buffers (`attn.bias`) of checkpoints
-  from before PyTorch 2 ignored; the rest is GPT-2's layout with `nn.Linear` weights (formats/layout.py).
-- Vocabulary: `meta.pkl` beside the checkpoint, or where nanoGPT's sample.py finds it,
-  `<parent of out_dir>/data/<dataset>/meta.pkl`, read by an unpickler that builds only dicts, strings and
-  numbers, so a meta.pkl holding anything else is refused without running it. Without one, GPT-2's BPE as
-  it is, whose 50,257 tokens nanoGPT pads to 50,304 rows; the padding rows are never sampled (`vocab_used`).
+"""nanoGPT checkpoints: the `ckpt.pt` its train.py writes, with the character vocabulary of its `meta.pkl` when it
+has one (else GPT-2's BPE), read into a gptwatch model that computes the same function. nanoGPT saves only tensors
+and plain values, so `torch.load(weights_only=True)` reads it; its MLP uses the exact GELU, as gptwatch's does.
 """
 
 from __future__ import annotations
@@ -41,28 +29,8 @@ def is_nanogpt(contents: object) -> bool:
         and "format" not in contents
 
 
-def nanogpt_config(checkpoint: dict, where: Path) -> GPTConfig:
-    """The gptwatch config of the model a nanoGPT checkpoint's `model_args` describe."""
-    args = checkpoint["model_args"]
-    if not isinstance(args, dict):
-        raise CheckpointError(f"{where}: its model_args is not a dict of the model's sizes; use the ckpt.pt "
-                                f"nanoGPT's train.py wrote")
-    for key in SIZES:
-        if type(args.get(key)) is not int or args[key] <= 0:
-            raise CheckpointError(f"{where}: its model_args has no positive integer {key!r} (found "
-                                    f"{args.get(key)!r}); use the ckpt.pt nanoGPT's train.py wrote")
-    if not isinstance(args.get("bias"), bool):
-        raise CheckpointError(f"{where}: its model_args has no 'bias' (true or false); use the ckpt.pt nanoGPT's "
-                                f"train.py wrote")
-    try:
-        return GPTConfig(**{key: args[key] for key in SIZES}, bias=args["bias"], qkv_bias=args["bias"])
-    except ValueError as exc:
-        raise CheckpointError(f"{where} describes no model gptwatch can build ({exc})") from None
-
-
 def meta_places(path: Path, checkpoint: dict) -> list[Path]:
-    """Where a checkpoint's meta.pkl may be, in the order looked at: beside it, then nanoGPT's
-    `<parent of out_dir>/data/<dataset>/meta.pkl` for the dataset its config names."""
+    """Where a checkpoint's meta.pkl may be: beside it, then where nanoGPT's sample.py finds it."""
     places = [path.parent / META]
     config = checkpoint.get("config")
     dataset = config.get("dataset") if isinstance(config, dict) else None
@@ -95,8 +63,7 @@ class _Refused(pickle.UnpicklingError):
 
 
 class _PlainUnpickler(pickle.Unpickler):
-    """Builds what a pickle can describe without naming a class or function (dicts, lists, strings, numbers)
-    and refuses the rest, so nothing in the file runs."""
+    """Builds what a pickle can describe without naming a class or function, so nothing in the file runs."""
 
     def find_class(self, module: str, name: str):
         raise _Refused(f"{module}.{name}")
@@ -106,8 +73,7 @@ class _PlainUnpickler(pickle.Unpickler):
 
 
 def read_meta(path: Path) -> CharTokenizer:
-    """The char tokenizer of a nanoGPT meta.pkl ({vocab_size, itos, stoi}); `CheckpointError` for anything
-    else, before anything in it could run."""
+    """The char tokenizer of a nanoGPT meta.pkl ({vocab_size, itos, stoi})."""
     data = read_bytes(path, "vocabulary", "give the meta.pkl nanoGPT's prepare.py wrote", CheckpointError)
     try:
         meta = _PlainUnpickler(io.BytesIO(data)).load()
@@ -134,24 +100,32 @@ def read_meta(path: Path) -> CharTokenizer:
     return tokenizer
 
 
-def nanogpt_weights(checkpoint: dict, where: Path) -> dict[str, torch.Tensor]:
-    """The checkpoint's state dict, checked to be named tensors."""
-    state = checkpoint["model"]
-    if not isinstance(state, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor)
-                                              for k, v in state.items()):
-        raise CheckpointError(f"{where}: its 'model' is not a state dict (named tensors); use the ckpt.pt nanoGPT's "
-                                f"train.py wrote")
-    return state
-
-
 def read_nanogpt(path: Path, checkpoint: dict) -> tuple[GPTConfig, Tokenizer, Callable, dict]:
     """A nanoGPT checkpoint read already (`checkpoint`): (its gptwatch config, its tokenizer, weights(config) ->
     gptwatch's state dict, what was read)."""
-    config = nanogpt_config(checkpoint, path)
+    args = checkpoint["model_args"]
+    if not isinstance(args, dict):
+        raise CheckpointError(f"{path}: its model_args is not a dict of the model's sizes; use the ckpt.pt "
+                              f"nanoGPT's train.py wrote")
+    for key in SIZES:
+        if type(args.get(key)) is not int or args[key] <= 0:
+            raise CheckpointError(f"{path}: its model_args has no positive integer {key!r} (found "
+                                  f"{args.get(key)!r}); use the ckpt.pt nanoGPT's train.py wrote")
+    if not isinstance(args.get("bias"), bool):
+        raise CheckpointError(f"{path}: its model_args has no 'bias' (true or false); use the ckpt.pt nanoGPT's "
+                              f"train.py wrote")
+    try:   # `bias` puts biases everywhere, the query/key/value projection included
+        config = GPTConfig(**{key: args[key] for key in SIZES}, bias=args["bias"], qkv_bias=args["bias"])
+    except ValueError as exc:
+        raise CheckpointError(f"{path} describes no model gptwatch can build ({exc})") from None
     tokenizer, meta = nanogpt_tokenizer(path, checkpoint, config)
 
     def weights(config: GPTConfig) -> dict[str, torch.Tensor]:
-        state = nanogpt_weights(checkpoint, path)
+        state = checkpoint["model"]
+        if not isinstance(state, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor)
+                                                  for k, v in state.items()):
+            raise CheckpointError(f"{path}: its 'model' is not a state dict (named tensors); use the ckpt.pt "
+                                  f"nanoGPT's train.py wrote")
         return read_weights({name: tuple(t.shape) for name, t in state.items()}, state.__getitem__, config,
                             conv1d=False, where=str(path))
 

@@ -1,22 +1,10 @@
-"""Where a model comes from, said once: `identify` turns a path or name into a `Source`, and `load_model` reads
-any source into a gptwatch model that computes the same function, with its tokenizer. Sampling, export,
-inspection, fine-tuning and the benchmarks all read models here.
+"""Where a model comes from, said once: `identify` turns a path or name into a `Source` (scratch and resume,
+training's own; a gptwatch or nanoGPT checkpoint; a Hugging Face folder; a hub name, fetched once into the
+Hugging Face cache), and `load_model` reads any source into a gptwatch model that computes the same function.
 
-A source is one of:
-- `scratch`: a new model of the config's sizes; `resume`: the run's own checkpoint, which it continues
-  (training's two words for `init_from`, `config.SCRATCH` and `config.RESUME`, which the trainer's sources are
-  made of: `identify` reads paths and names);
-- a gptwatch checkpoint: the `ckpt.pt` train.py writes, or the folder holding it (formats/checkpoint.py);
-- a nanoGPT checkpoint: the `ckpt.pt` nanoGPT's train.py writes, or its out_dir (formats/nanogpt.py);
-- a Hugging Face folder: `config.json` with its weights, as `save_pretrained` writes (formats/huggingface.py);
-- a hub name (`gpt2`, `gpt2-medium`, `gpt2-large`, `gpt2-xl`, `distilgpt2`, or a repository such as
-  `openai-community/gpt2`): fetched once into the Hugging Face cache, then read as a folder (formats/hub.py).
-  A file or folder here of the same name wins, with a warning saying so.
-
-A checkpoint file is read once, when it is identified (a nanoGPT checkpoint and gptwatch's are both
-`ckpt.pt`: its contents tell them apart), and what was read goes with the source. Each model is refused in one
-line, before anything large is read or allocated, when gptwatch's model cannot compute it exactly or it cannot
-fit in memory.
+A checkpoint file is read once, when it is identified (a nanoGPT checkpoint and gptwatch's are both `ckpt.pt`:
+its contents tell them apart). Each model is refused in one line, before anything large is read, downloaded or
+allocated, when gptwatch's model cannot compute it exactly or it cannot fit in memory.
 """
 
 from __future__ import annotations
@@ -29,23 +17,32 @@ import torch
 
 from cli import UsageError, warn
 from config import RESUME, SCRATCH
-from data.tokenizer import Tokenizer
 from formats.checkpoint import CheckpointError, Loaded, is_torch_archive, load_gptwatch, read_torch
-from formats.hub import HUB_MODELS, LOCAL_FOLDER_HELP, check_fits, fetch, hub_name
-from formats.huggingface import CONFIG, read_folder
+from formats.huggingface import CONFIG, library, read_folder
 from formats.layout import built
 from formats.nanogpt import is_nanogpt, read_nanogpt
 from model.config import GPTConfig
+from model.memory import parameter_count, shortfall, size_text
 
 GPTWATCH, NANOGPT, HUGGINGFACE, HUB = "gptwatch", "nanogpt", "huggingface", "hub"
 CHECKPOINT = "ckpt.pt"
 
+# name -> (hub repository, n_layer, n_head, n_embd); every one has GPT-2's vocabulary and 1,024 positions
+HUB_MODELS = {
+    "gpt2": ("openai-community/gpt2", 12, 12, 768),
+    "gpt2-medium": ("openai-community/gpt2-medium", 24, 16, 1024),
+    "gpt2-large": ("openai-community/gpt2-large", 36, 20, 1280),
+    "gpt2-xl": ("openai-community/gpt2-xl", 48, 25, 1600),
+    "distilgpt2": ("distilbert/distilgpt2", 6, 12, 768),
+}
+HUB_FILES = [CONFIG, "model.safetensors"]   # each of them has its weights as safetensors
+LOCAL_FOLDER_HELP = "or pass a local folder holding config.json and model.safetensors (or pytorch_model.bin)"
+
 
 @dataclass(frozen=True)
 class Source:
-    """What a model is and where: its `kind` (SCRATCH, RESUME, GPTWATCH, NANOGPT, HUGGINGFACE or HUB), its `path`
-    (a folder or checkpoint file; None for scratch and a hub model not fetched yet), the `hub` name, and the
-    `contents` of a checkpoint file, read once."""
+    """What a model is and where: its `kind`, its `path` (None for scratch and a hub model not fetched yet), the
+    `hub` name, and the `contents` of a checkpoint file, read once."""
 
     kind: str
     path: Path | None = None
@@ -59,11 +56,9 @@ class Source:
 
 
 def identify(source: str | Path, *, model: bool = True) -> Source:
-    """What `source` names (see the module's docstring). Given as a model (`model`, as --init_from gives one), a
-    name may be a hub model, and a name that is neither a path here nor a hub model is refused saying what it
-    could have been. Given as a path (`model=False`, as --out_dir gives one), it is never a hub name, and
-    anything that is no model file of another kind is taken for a gptwatch checkpoint, whose reader says what is
-    wrong with it ("not found", ...). Reads at most a checkpoint file (memory-mapped), never downloads."""
+    """What `source` names: given as a model (`model`, as --init_from gives one), maybe a hub model; given as a path
+    (as --out_dir gives one), anything that is no model file of another kind is taken for a gptwatch checkpoint,
+    whose reader says what is wrong with it. Reads at most a checkpoint file (memory-mapped), never downloads."""
     path = Path(source)
     name = hub_name(str(source)) if model else None
     if not path.exists():
@@ -97,16 +92,33 @@ def identify(source: str | Path, *, model: bool = True) -> Source:
 
 def load_model(source: str | Path | Source, device: torch.device, *, block_size: int | None = None,
                dropout: float | None = None) -> Loaded:
-    """The model `source` gives (a `Source`, or a path here: see `identify`), on `device` in eval mode, with its
-    tokenizer. With `block_size`, cropped to that many positions; with `dropout`, built with that dropout (what a
-    run that trains it sets)."""
+    """The model `source` gives (a `Source`, or a path here), on `device` in eval mode, with its tokenizer; with
+    `block_size`, cropped to that many positions."""
     found = source if isinstance(source, Source) else identify(source, model=False)
     if found.kind in (SCRATCH, RESUME):
         raise ValueError(f"a source of kind {found.kind!r} names no model to read")
     if found.kind == GPTWATCH:
         loaded = load_gptwatch(found.path, device, found.contents, dropout=dropout)
-    else:
-        loaded = _load_elsewhere(found, device, dropout)
+    else:   # trained elsewhere: described as a checkpoint would be, what was read under "imported"
+        if found.kind == NANOGPT:
+            config, tokenizer, weights, source = read_nanogpt(found.path, found.contents)
+            what = f"the model in {found.path}"
+        else:
+            folder = found.path if found.path is not None else fetch(found.hub, device)
+            config, tokenizer, weights, source = read_folder(folder, found.hub)
+            what = found.hub or f"the model in {folder}"
+        if tokenizer.vocab_size > config.vocab_size:
+            raise CheckpointError(f"{what} has {config.vocab_size:,} token rows, fewer than the "
+                                  f"{tokenizer.vocab_size:,} tokens of its vocabulary ({tokenizer.name}); use the "
+                                  f"model and vocabulary that were saved together")
+        if tokenizer.vocab_size < config.vocab_size:   # the rows beyond the vocabulary pad it, never to be sampled
+            config = dataclasses.replace(config, vocab_used=tokenizer.vocab_size)
+        if dropout is not None:
+            config = dataclasses.replace(config, dropout=dropout)
+        check_fits(config, what, device)
+        model = built(config, weights(config), device)
+        loaded = Loaded(model, tokenizer, {"model_config": model.config.to_dict(), "tokenizer": tokenizer.to_meta(),
+                                           "imported": source})
     if block_size is not None and block_size != loaded.model.config.block_size:
         positions = loaded.model.config.block_size
         if block_size > positions:
@@ -117,29 +129,8 @@ def load_model(source: str | Path | Source, device: torch.device, *, block_size:
     return loaded
 
 
-def _load_elsewhere(found: Source, device: torch.device, dropout: float | None) -> Loaded:
-    """A model trained elsewhere as a gptwatch model computing the same function. `Loaded.checkpoint` describes it
-    as a checkpoint would (model_config, tokenizer) and says what was read under "imported" (plain values:
-    "format", "path" and each format's details)."""
-    if found.kind == NANOGPT:
-        config, tokenizer, weights, source = read_nanogpt(found.path, found.contents)
-        what = f"the model in {found.path}"
-    else:
-        folder = found.path if found.path is not None else fetch(found.hub, device)
-        config, tokenizer, weights, source = read_folder(folder, found.hub)
-        what = found.hub or f"the model in {folder}"
-    config = _with_padding(config, tokenizer, what)
-    if dropout is not None:
-        config = dataclasses.replace(config, dropout=dropout)
-    check_fits(config, what, device)
-    model = built(config, weights(config), device)
-    return Loaded(model, tokenizer, {"model_config": model.config.to_dict(), "tokenizer": tokenizer.to_meta(),
-                                     "imported": source})
-
-
 def model_name(source: str) -> str:
-    """What a model given by path or name is called: a hub name as it is, else the name of its folder (of the
-    folder holding it, for a checkpoint file)."""
+    """What a model given by path or name is called: a hub name as it is, else the name of its folder."""
     path = Path(source)
     if hub_name(source) is not None and not path.exists():
         return hub_name(source)
@@ -161,12 +152,50 @@ def describe(loaded: Loaded) -> str:
             f"{tokenizer.name} vocabulary of {tokenizer.vocab_size:,} tokens")
 
 
-def _with_padding(saved: GPTConfig, tokenizer: Tokenizer, what: str) -> GPTConfig:
-    """`saved` with the rows beyond the tokenizer's vocabulary (padding) marked never to be sampled."""
-    if tokenizer.vocab_size > saved.vocab_size:
-        raise CheckpointError(f"{what} has {saved.vocab_size:,} token rows, fewer than the {tokenizer.vocab_size:,} "
-                              f"tokens of its vocabulary ({tokenizer.name}); use the model and vocabulary that "
-                              f"were saved together")
-    if tokenizer.vocab_size < saved.vocab_size:
-        return dataclasses.replace(saved, vocab_used=tokenizer.vocab_size)
-    return saved
+# --- models on the Hugging Face hub, by name -----------------------------------------------------------
+
+def hub_name(source: str) -> str | None:
+    """The hub model `source` names ("gpt2", or its repository "openai-community/gpt2"); None for any other."""
+    for name, (repository, *_) in HUB_MODELS.items():
+        if source in (name, repository):
+            return name
+    return None
+
+
+def hub_config(name: str) -> GPTConfig:
+    """The config of a hub model, known without fetching it."""
+    _, n_layer, n_head, n_embd = HUB_MODELS[name]
+    return GPTConfig(vocab_size=50257, block_size=1024, n_layer=n_layer, n_head=n_head, n_embd=n_embd, bias=True,
+                     qkv_bias=True, activation="gelu_tanh")
+
+
+def fetch(name: str, device: torch.device) -> Path:
+    """The folder in the Hugging Face cache holding hub model `name` (its config and weights), downloaded there
+    first when it is not yet, once the model is known to fit in memory."""
+    check_fits(hub_config(name), name, device)
+    hub = library("huggingface_hub", f"fetching {name} from the Hugging Face hub")
+    repository = HUB_MODELS[name][0]
+    try:
+        return Path(hub.snapshot_download(repository, allow_patterns=HUB_FILES))
+    except Exception as exc:  # offline, unreachable, renamed or refused: the hub's errors come as many types
+        # an HTTP answer is a refusal (its errors are OSErrors too); any other failure to connect means offline
+        answered = any(kind.__name__ == "HTTPError" for kind in type(exc).__mro__)
+        offline = not answered and isinstance(exc, (OSError, ConnectionError, TimeoutError))
+        why = ("this machine is offline, or cannot reach the hub, and the model is not in the Hugging Face cache "
+               "yet" if offline else f"the hub refused to serve it ({type(exc).__name__})")
+        raise CheckpointError(f"cannot fetch {name} ({repository}) from the Hugging Face hub: {why}; connect to the "
+                              f"internet once (it is then kept in the Hugging Face cache), {LOCAL_FOLDER_HELP}") \
+            from None
+
+
+def check_fits(config: GPTConfig, what: str, device: torch.device) -> None:
+    """Refuses, before anything is downloaded or allocated, a model from elsewhere whose float32 weights alone exceed
+    the memory free on the CPU, where it is read, or on `device`, where it runs."""
+    n = parameter_count(config)
+    need = n * 4   # float32, as gptwatch runs a model from elsewhere
+    for where in dict.fromkeys((torch.device("cpu"), device)):
+        free = shortfall(need, where)
+        if free is not None:
+            raise CheckpointError(f"{what} has {n:,} parameters, which need at least {size_text(need)} of memory "
+                                  f"(float32), and {size_text(free)} is free on {where.type}; use a smaller model, "
+                                  f"or a machine with more memory")

@@ -1,25 +1,21 @@
-"""A gptwatch model as a TransformerLens `HookedTransformer` that computes the same function, built from
-a `HookedTransformerConfig` and converted weights: no download, no tokenizer.
-
-TransformerLens 3.x is the target (requirements-interop.txt pins it): 4.0 removed `HookedTransformer`.
-gptwatch's compact vocabularies are not TransformerLens's, so token ids come from gptwatch's tokenizer.
-
-Weights change layout, not value (formats/layout.py's `hooked_layout`): `nn.Linear` keeps [out, in] while
-TransformerLens keeps per-head [head, d_model, d_head] for W_Q/W_K/W_V, [head, d_head, d_model] for W_O and
-[in, out] for the MLP and the unembedding; every bias gptwatch has not is a zero (formats/parts.py has the
-table of what each target holds).
+"""A gptwatch model as a TransformerLens 3.x `HookedTransformer` that computes the same function: no download, no
+tokenizer (gptwatch's compact vocabularies are not TransformerLens's, so token ids come from gptwatch's).
 """
 
 from __future__ import annotations
 
+import importlib.metadata
+import warnings
+from contextlib import contextmanager
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import torch
 
-import formats.optional as optional
-from formats.layout import hooked_layout, written
-from formats.parts import RMS_EPS, check_supported
+from formats.checkpoint import is_torch_archive
+from formats.huggingface import REQUIREMENTS, MissingDependency, library
+from formats.layout import GPT2_ACTIVATIONS, RMS_EPS, check_supported, hooked_layout, written
 from model.attention import ROTARY_BASE
 from model.config import GPTConfig
 from model.gpt import GPT, LN_EPS
@@ -28,9 +24,32 @@ FORMAT = "gptwatch-transformerlens"
 FORMAT_VERSION = 1
 
 
+def transformer_lens(purpose: str = "exporting to TransformerLens") -> ModuleType:
+    """The `transformer_lens` package, with `HookedTransformer` (3.x: 4.0 removed it)."""
+    module = library("transformer_lens", purpose)
+    if not hasattr(module, "HookedTransformer"):
+        try:
+            version = importlib.metadata.version("transformer-lens")
+        except importlib.metadata.PackageNotFoundError:
+            version = "?"
+        raise MissingDependency(f"{purpose} needs transformer-lens 3.x (HookedTransformer); version {version} here "
+                                f"has none (4.0 removed it); install the pinned one with: pip install -r "
+                                f"{REQUIREMENTS}")
+    return module
+
+
+@contextmanager
+def quiet_deprecation():
+    """Silences transformer-lens 3.x's DeprecationWarning on building a HookedTransformer (it points
+    to 4.x's TransformerBridge; requirements-interop.txt pins 3.x on purpose, see there)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="HookedTransformer is deprecated", category=DeprecationWarning)
+        yield
+
+
 def hooked_config(config: GPTConfig) -> dict[str, Any]:
-    """The `HookedTransformerConfig` arguments for a model of `config`, as plain values (no device, so
-    TransformerLens picks one where the file is loaded)."""
+    """The `HookedTransformerConfig` arguments for a model of `config`, as plain values (no device: TransformerLens
+    picks one where the file is loaded)."""
     mlp = dict(attn_only=True) if config.attn_only else dict(d_mlp=config.mlp_width)
     common = dict(n_layers=config.n_layer, d_model=config.n_embd, n_heads=config.n_head, d_head=config.head_dim,
                   **mlp, d_vocab=config.vocab_size, n_ctx=config.block_size,
@@ -41,38 +60,26 @@ def hooked_config(config: GPTConfig) -> dict[str, Any]:
         return dict(common, act_fn="relu2", normalization_type="RMSPre", eps=RMS_EPS,
                     positional_embedding_type="rotary", rotary_dim=config.head_dim, rotary_base=ROTARY_BASE,
                     rotary_adjacent_pairs=True, use_qk_norm=True)
-    act_fn = "gelu_new" if config.activation == "gelu_tanh" else "gelu"   # GPT-2's tanh approximation, or exact
-    return dict(common, act_fn=act_fn, normalization_type="LN", eps=LN_EPS, positional_embedding_type="standard")
-
-
-def hooked_weights(model: GPT) -> dict[str, torch.Tensor]:
-    """Every parameter of the HookedTransformer, by its TransformerLens name, from `model`'s weights
-    (formats/layout.py's `hooked_layout`)."""
-    weights = written(hooked_layout(model.config), model.state_dict())
-    return {name: t.detach().float().cpu().contiguous() for name, t in weights.items()}
+    return dict(common, act_fn=GPT2_ACTIVATIONS[config.activation], normalization_type="LN", eps=LN_EPS,
+                positional_embedding_type="standard")
 
 
 def to_hooked_transformer(model: GPT, device: str | torch.device | None = None):
     """A `HookedTransformer` computing what `model` computes (same logits, same attention patterns under
-    `blocks.{l}.attn.hook_pattern`), on `device` (default: the model's). Raises `Unsupported` naming the
-    part for a model TransformerLens cannot hold exactly, `MissingDependency` without transformer-lens 3.x."""
+    `blocks.{l}.attn.hook_pattern`), on `device` (default: the model's). A mismatch with this transformer-lens
+    version's parameters is refused: one that gptwatch does not fill would keep any value."""
     check_supported(model.config, "tl")
-    tl = optional.transformer_lens()
+    tl = transformer_lens()
     device = device if device is not None else next(model.parameters()).device
-    with optional.quiet_deprecation():
+    with quiet_deprecation():
         hooked = tl.HookedTransformer(tl.HookedTransformerConfig(**hooked_config(model.config), device=str(device)))
-    load_weights(hooked, hooked_weights(model))
-    return hooked.eval()
-
-
-def load_weights(hooked, weights: dict[str, torch.Tensor]) -> None:
-    """Puts `weights` into `hooked`, refusing a mismatch in either direction: a parameter of this
-    transformer-lens version that gptwatch does not fill would otherwise keep an arbitrary value."""
+    weights = {name: t.detach().float().cpu().contiguous()
+               for name, t in written(hooked_layout(model.config), model.state_dict()).items()}
     params = {name for name, _ in hooked.named_parameters()}
     if params != set(weights):
         raise RuntimeError(f"this transformer-lens has parameters {sorted(params - set(weights))} that gptwatch does "
                            f"not fill, and lacks {sorted(set(weights) - params)}; use the version that "
-                           f"{optional.REQUIREMENTS} pins")
+                           f"{REQUIREMENTS} pins")
     state = hooked.state_dict()
     for name, value in weights.items():
         if tuple(state[name].shape) != tuple(value.shape):
@@ -80,23 +87,21 @@ def load_weights(hooked, weights: dict[str, torch.Tensor]) -> None:
                                f"{tuple(value.shape)}")
         state[name] = value
     hooked.load_state_dict(state, strict=True)
+    return hooked.eval()
 
 
 def saved_contents(model: GPT, hooked, source: dict[str, Any]) -> dict[str, Any]:
-    """What `--export tl` writes: the config and state dict TransformerLens loads
-    (`HookedTransformer(saved["config"]).load_state_dict(saved["state_dict"])`), gptwatch's tokenizer
-    description (`data.tokenizer.tokenizer_from_meta`) and where it came from. Plain values and
-    tensors only, so `torch.load(weights_only=True)` reads it."""
+    """What `--export tl` writes: the config and state dict TransformerLens loads, gptwatch's tokenizer description
+    and where it came from; plain values and tensors only, so `torch.load(weights_only=True)` reads it."""
     return {"format": FORMAT, "format_version": FORMAT_VERSION, "config": hooked_config(model.config),
             "state_dict": {name: t.detach().cpu() for name, t in hooked.state_dict().items()}, **source}
 
 
 def is_earlier_export(path: Path) -> bool:
     """Whether `path` holds a file `--export tl` wrote (which a new export may replace)."""
+    if not is_torch_archive(path):  # certainly not ours
+        return False
     try:
-        with path.open("rb") as fh:
-            if fh.read(4) != b"PK\x03\x04":  # not a torch archive: certainly not ours
-                return False
         saved = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except Exception:  # unreadable, damaged, or holding objects: not an export to replace silently
         return False

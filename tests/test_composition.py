@@ -13,8 +13,7 @@ import torch
 from conftest import custom_scalar_charts, require_gpt2, tiny_model
 
 from formats import load_model
-from formats.optional import quiet_deprecation
-from formats.transformerlens import to_hooked_transformer
+from formats.transformerlens import quiet_deprecation, to_hooked_transformer
 from tests.commands import run_sample, run_train, tiny_args
 from tests.random_checkpoints import make_checkpoint
 from watch.composition import KINDS, ONE_LAYER_NOTE, composition, composition_scores, reads_from

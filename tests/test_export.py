@@ -9,7 +9,7 @@ import types
 import pytest
 
 from formats.export import check_hf_path, check_tl_path
-from formats.parts import refusal
+from formats.layout import Unsupported, check_supported
 from model.config import GPTConfig
 from tests.commands import ROOT, one_line, run_sample
 from tests.random_checkpoints import make_checkpoint
@@ -18,8 +18,8 @@ HEAVY = ("transformer_lens", "transformers", "tokenizers")
 
 
 def test_importing_the_project_imports_neither_library():
-    modules = ["sample", "train", "formats", "formats.export", "formats.parts", "formats.optional",
-               "formats.transformerlens", "formats.huggingface", "formats.hf_tokenizer", "watch.inspect_cli"]
+    modules = ["sample", "train", "formats", "formats.export", "formats.layout",
+               "formats.transformerlens", "formats.huggingface", "watch.inspect_cli"]
     code = (f"import sys; import {', '.join(modules)}; "
             f"print([m for m in sys.modules if m.split('.')[0] in {HEAVY!r}])")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
@@ -41,6 +41,15 @@ def test_transformer_lens_4_is_named_as_the_wrong_version(tmp_path, monkeypatch)
     folder = make_checkpoint(tmp_path / "ckpt", "gpt2-char")
     code, _, err = run_sample([f"--out_dir={folder}", "--export", "tl", str(tmp_path / "m.pt")])
     assert code == 1 and "transformer-lens 3.x" in one_line(err) and "4.0 removed it" in err
+
+
+def refusal(config: GPTConfig, target: str) -> str | None:
+    """`check_supported`'s line refusing a model of `config` for `target`; None when it goes there."""
+    try:
+        check_supported(config, target)
+    except Unsupported as exc:
+        return str(exc)
+    return None
 
 
 @pytest.mark.parametrize("arch", ["gpt2", "modern"])

@@ -32,7 +32,7 @@ from conftest import SHARED, require_gpt2
 
 from cli import GptwatchWarning, UsageError, UserError, exit_status
 from data.tokenizer import CharTokenizer, FullGPT2Tokenizer, TokenizerMetaError, tokenizer_from_meta
-from formats import hub, load_model
+from formats import load_model, sources
 from formats.checkpoint import CheckpointError
 from formats.sources import GPTWATCH, HUB, NANOGPT, describe, identify
 from model.config import GPTConfig
@@ -236,12 +236,12 @@ def test_a_hub_name_is_read_from_the_hugging_face_cache(hub_cache, tmp_path, mon
     assert source["hub"] == "gpt2" and Path(source["path"]) == snapshot
     assert describe(imported).startswith(f"Hugging Face GPT2LMHeadModel gpt2 ({snapshot}): 2 layers x 4 heads, 32 "
                                          f"wide, 64 positions, gpt2-full vocabulary of 50,257 tokens")
-    assert hub.hub_name("openai-community/gpt2") == "gpt2"
+    assert sources.hub_name("openai-community/gpt2") == "gpt2"
 
 
 def test_the_hub_models_known_sizes_are_their_parameter_counts():
     """The counts GPT-2's papers and nanoGPT give, from the configs known here (no download)."""
-    counts = {name: parameter_count(hub.hub_config(name)) for name in hub.HUB_MODELS}
+    counts = {name: parameter_count(sources.hub_config(name)) for name in sources.HUB_MODELS}
     assert counts == {"gpt2": 124_439_808, "gpt2-medium": 354_823_168, "gpt2-large": 774_030_080,
                       "gpt2-xl": 1_557_611_200, "distilgpt2": 81_912_576}
 

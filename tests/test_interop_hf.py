@@ -115,7 +115,7 @@ def test_the_bpe_mapping_holds_on_a_real_corpus():
     """The rebuilt BPE against tiktoken's on a corpus with thousands of distinct tokens."""
     require_gpt2()
     from data.tokenizer import GPT2Tokenizer
-    from formats.hf_tokenizer import hf_tokenizer
+    from formats.huggingface import hf_tokenizer
 
     corpus = shared_file("data/tinyshakespeare.txt").read_text(encoding="utf-8")
     ours = GPT2Tokenizer.from_text(corpus[:300_000])

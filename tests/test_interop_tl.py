@@ -9,8 +9,7 @@ from conftest import require_gpt2
 
 from data.tokenizer import CharTokenizer
 from formats import load_model
-from formats.optional import quiet_deprecation
-from formats.transformerlens import to_hooked_transformer
+from formats.transformerlens import quiet_deprecation, to_hooked_transformer
 from tests.commands import TEXT, run_sample
 from tests.random_checkpoints import KINDS, make_checkpoint
 from watch.capture import capture_attention, capture_from_patterns

@@ -172,7 +172,7 @@ def test_head_type_scores_equal_transformer_lens_on_the_exported_model(which, tm
     transformer_lens = needs("transformer_lens")
     from test_interop_tl import tl_captures
 
-    from formats.optional import quiet_deprecation
+    from formats.transformerlens import quiet_deprecation
 
     monkeypatch.chdir(tmp_path)
     source, text = make_source(which, tmp_path, nanogpt), text_file(tmp_path)

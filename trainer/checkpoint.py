@@ -16,6 +16,7 @@ from data.prepare import Prepared
 from files import (
     clear_for_file,
     inside_name,
+    remove_dead_leftovers,
     writable_folder,
 )
 from formats.checkpoint import (
@@ -23,7 +24,6 @@ from formats.checkpoint import (
     load_checkpoint,
     load_weights,
     previous_path,
-    remove_stale_temp_files,
     save_checkpoint,
     saved_settings,
     validate,
@@ -166,7 +166,7 @@ class CheckpointWriter:
         clear_for_file(path, "this run's checkpoint", fix)
         if self.keep_previous:
             clear_for_file(previous_path(path), "the earlier run's checkpoint", fix, follow_links=False)
-        remove_stale_temp_files(path)
+        remove_dead_leftovers(path)
 
     def save(self, checkpoint: dict, step: int) -> None:
         if self.guard is not None:

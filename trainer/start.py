@@ -26,8 +26,7 @@ from data import corpora
 from data.prepare import ModelVocabulary, source_text
 from data.tokenizer import FULL_GPT2, Tokenizer, tokenizer_from_meta
 from formats import load_checkpoint
-from formats.hub import hub_name
-from formats.sources import Source, describe, identify, load_model, model_name
+from formats.sources import Source, describe, hub_name, identify, load_model, model_name
 from model.config import CONFIG_KEYS, MODEL_KEYS, GPTConfig
 from model.gpt import GPT
 from trainer.checkpoint import read_resumed
