@@ -19,7 +19,11 @@ from watch.heads import ablation_for
 from watch.headtypes import TYPE_MIN, positional
 from watch.pipeline import Results, read, score
 from watch.probesets import (
+    PRONOUN,
+    QUICK_TOKENS,
+    REACH,
     REPEATED,
+    SENTENCES,
     TEXT,
     ProbeSet,
     ProbeSets,
@@ -195,6 +199,21 @@ def test_the_repeated_batch_is_the_same_for_the_same_seed_and_follows_its_defini
     for ids in a.ids:
         assert len(ids) == 100 and ids[:50] == ids[50:] and set(ids) <= set(pool)
     assert "not measurable" in repeated_tokens(pool, 30)  # block_size < 32: no set, a reason
+
+
+def test_a_quick_pass_reads_the_first_whole_groups_of_each_generated_set_and_the_probe_files_whole():
+    pool = list(range(5, 65))
+    text = held_out_text(torch.randint(5, 65, (40_000,), generator=torch.Generator().manual_seed(0)).numpy(), 64)
+    probes = ProbeSet(PRONOUN, [[1, 2, 3]] * 300, logits_at=[2] * 300)
+    sets = ProbeSets({REPEATED: repeated_tokens(pool, 64), REACH: ProbeSet(REACH, [[1, 2]]), TEXT: text,
+                      PRONOUN: probes, SENTENCES: ProbeSet(SENTENCES, [[1, 2]])})
+    quick = sets.quick().sets
+    assert set(quick) == {REPEATED, TEXT, PRONOUN}   # the sentences and the reach are read at evaluations only
+    for kind in (REPEATED, TEXT):
+        cut, whole = quick[kind], sets.get(kind)
+        assert sum(map(len, cut.ids)) <= QUICK_TOKENS and len(cut) % whole.group == 0 and 0 < len(cut) < len(whole)
+        assert cut.ids == whole.ids[:len(cut)] and cut.all_logits == whole.all_logits
+    assert quick[PRONOUN] is probes
 
 
 def test_the_pool_is_the_training_splits_tokens_without_end_of_text():
