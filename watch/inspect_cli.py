@@ -164,18 +164,12 @@ def show_probes(model, tokenizer, args: argparse.Namespace, ablate: Ablation | N
 
 # --- head types -----------------------------------------------------------------------------------
 
-def training_seed(checkpoint: dict) -> int:
-    """The seed the run that wrote `checkpoint` started from (1337, the default, when it records none): the
-    untrained model the head types are measured against is built from it."""
+def checkpoint_reading(model, sets: ProbeSets, checkpoint: dict, ablate: Ablation | None = None) -> Reading:
+    """`model` (`ablate`'s heads removed) read on `sets` against the untrained model its run started from (built from
+    the run's seed: 1337, the default, when it records none), with the composition of both."""
     config = checkpoint.get("train_config")
     seed = config.get("seed") if isinstance(config, dict) else None
-    return seed if type(seed) is int else 1337
-
-
-def checkpoint_reading(model, sets: ProbeSets, checkpoint: dict, ablate: Ablation | None = None) -> Reading:
-    """`model` (`ablate`'s heads removed) read on `sets` against the untrained model its run started from, with
-    the composition of both."""
-    untrained = untrained_reading(untrained_like(model, training_seed(checkpoint)), sets)
+    untrained = untrained_reading(untrained_like(model, seed if type(seed) is int else 1337), sets)
     return read_pass(model, sets, untrained=untrained, ablate=ablate, compose=True)
 
 

@@ -1,13 +1,6 @@
-"""An offline attention page: one self-contained HTML file to explore where each head looks.
-
-The page shows a sentence's tokens in a row. Hovering or clicking a token shows, for every
-head of the chosen layer, how much attention that token pays to each token before it: one
-row per head, each cell coloured by the weight (numbers in the cells and on hover). Selectors
-pick the sentence, the layer and one head or all of them; the best head is marked with a
-star and chosen when the page opens. Arrow keys move between tokens.
-
-Everything is inline (CSS, script, and the weights as JSON), and a Content-Security-Policy
-forbids loading anything else, so the file opens from disk with no network.
+"""An offline attention page: one self-contained HTML file to explore where each head of a layer looks from each
+token (its own hint says how to use it). Everything is inline (CSS, script, and the weights as JSON), and a
+Content-Security-Policy forbids loading anything else, so the file opens from disk with no network.
 """
 
 from __future__ import annotations
@@ -69,32 +62,19 @@ def _float32_rows(pattern: torch.Tensor) -> list[list[list[float]]]:
             for head in range(values.shape[0])]
 
 
-def page_data(views: Sequence[SentenceView], title: str, labels: dict[str, str] | None = None,
-              reads: dict | None = None) -> dict:
-    """What the page embeds, as JSON: weights[layer][head][query_pos][key_pos <= query_pos], each
-    head's type by name ("L1H3": "induction") where it has one, and the heads each head reads from
-    (`watch.composition.reads_from`)."""
-    if not views:
-        raise ValueError("an attention page needs at least one sentence")
-    sentences = []
-    for view in views:
-        layer, head = view.best
-        sentences.append({
-            "text": view.text,
-            "tokens": [display_token(t, space_mark="") for t in view.tokens],
-            "query": view.query,
-            "best": {"layer": layer, "head": head, "name": head_name(layer, head), "note": view.note},
-            "weights": [_float32_rows(pattern) for pattern in view.patterns],
-        })
-    return {"title": title, "sentences": sentences, "types": dict(labels or {}), "reads": dict(reads or {})}
-
-
 def attention_page(views: Sequence[SentenceView], title: str, labels: dict[str, str] | None = None,
                    reads: dict | None = None) -> str:
-    """The page as one HTML string; `labels` names the heads' types ("L1H3": "induction"), `reads` the heads
-    each head reads from by composition (`watch.composition.reads_from`), shown for a selected head."""
-    data = json.dumps(page_data(views, title, labels, reads), ensure_ascii=False, allow_nan=False,
-                      separators=(",", ":"))
+    """The page as one HTML string. It embeds as JSON each sentence's weights[layer][head][query_pos][key_pos <=
+    query_pos], the heads' types by name (`labels`: "L1H3": "induction") and the heads each head reads from by
+    composition (`reads`: `watch.composition.reads_from`), shown for a selected head."""
+    if not views:
+        raise ValueError("an attention page needs at least one sentence")
+    sentences = [{"text": view.text, "tokens": [display_token(t, space_mark="") for t in view.tokens],
+                  "query": view.query, "best": {"layer": view.best[0], "head": view.best[1],
+                                                "name": head_name(*view.best), "note": view.note},
+                  "weights": [_float32_rows(pattern) for pattern in view.patterns]} for view in views]
+    data = {"title": title, "sentences": sentences, "types": dict(labels or {}), "reads": dict(reads or {})}
+    data = json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
     # Inside <script>, "</script>" or "<!--" in a token must not end the block.
     data = data.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     values = {"title": html.escape(title), "data_id": DATA_ID, "data": data, "legend": html.escape(legend(labels))}

@@ -1,19 +1,9 @@
-"""What the model is run on to be watched: probe sets, each scored from one capture. A probe set is token sequences
-that go through the model together, with what each sequence is for. Six kinds:
+"""What the model is run on to be watched: probe sets, token sequences that go through the model together with what
+each is for, each scored from one capture. The kinds: `PRONOUN` probes and `AGREEMENT` contexts from JSONL files,
+`REPEATED` random tokens and the `REACH` repeats at shorter distances, `TEXT` windows of held-out text, and the
+`SENTENCES` whose heatmaps and attention page a run shows.
 
-- `PRONOUN`: two-person pronoun probes from a JSONL file (`data.probes`); the pronoun's query row and the next-token
-  logits right after the pronoun are read.
-- `AGREEMENT`: single-person contexts cut before a pronoun; the logits at their last position and the row from there
-  to the person's name are read.
-- `REPEATED`: repeated random tokens, the same for every model of a vocabulary (`repeated_tokens`). A model that
-  predicts the second copy better than the first learned from its context.
-- `REACH`: repeats at shorter distances (`repeats_by_distance`), read at evaluations: with `REPEATED`'s own length, a
-  head's induction score by distance, so a head that copies only from close by shows as such.
-- `TEXT`: pairs of windows of held-out text (`held_out_text`), enough that drawing the windows again moves the
-  in-context score by less than its spread; a pass every few steps reads a few of them (`ProbeSets.quick`).
-- `SENTENCES`: the sentences whose heatmaps and attention page a run shows.
-
-Every way of making a probe set checks its sequences against the model's block_size here, once; sequences that
+Every way of making a probe set checks its sequences against the model's block_size here, once: sequences that
 cannot be used (tokens outside the vocabulary, too long) are left out with one warning, or, `strict`, refused in one
 line naming the file's line.
 """
@@ -43,7 +33,9 @@ REPEATED_MIN_LENGTH = 16     # L below this (block_size < 32): repeated-token sc
 NO_TEXT = ("no held-out text (give sample.py --text FILE, or keep the run's prepared data): previous-token, sink, "
            "current-token, positional and broad scores and the in-context score are left out")
 REPEATED_SEED = 0
-TEXT_TOKENS = 16384   # held-out tokens an evaluation reads
+# Held-out tokens an evaluation reads: enough that drawing the windows again moves the in-context score by less
+# than its spread.
+TEXT_TOKENS = 16384
 QUICK_WINDOWS, QUICK_TOKENS = 16, 2048   # of those, what a pass every watch_interval steps reads
 
 
