@@ -1,11 +1,8 @@
-"""Proof by ablation: remove heads and see what the model loses. Which heads are removed and what replaces them is
-an `Ablation` (model/ablation.py); what removing them cost is an `AblationResult`, read on what each kind of head is
-tested on (`watch.report.TESTED_ON`).
-
-Zero-ablation (the default) sets a head's output to zero: it needs nothing but the model, and the README's floors
-are measured with it. Mean-ablation sets it to its mean over the held-out text, so the layers after it still see an
-output of the usual size and direction: it keeps a head that writes a constant (an attention sink's) from looking
-important just because that constant went missing.
+"""Proof by ablation: remove heads (an `Ablation`, model/ablation.py) and see what the model loses, an
+`AblationResult` read on what each kind of head is tested on (`watch.report.TESTED_ON`). Zero-ablation is the
+default: it needs nothing but the model, and the README's floors are measured with it. Mean-ablation needs held-out
+text, and keeps a head that writes a constant (an attention sink's) from looking important just because that
+constant went missing.
 """
 
 from __future__ import annotations

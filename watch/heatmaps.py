@@ -209,15 +209,14 @@ def head_titles(layer: int, n_head: int, best: str | None = None) -> list[str]:
 
 
 def layer_image(pattern: torch.Tensor | np.ndarray, tokens: Sequence[str], layer: int, *,
-                title: str | None = None, highlight_query: int | None = None, best: str | None = None) -> np.ndarray:
+                best: str | None = None) -> np.ndarray:
     """All heads of one layer ([head, query_pos, key_pos]) in a grid, each titled LlHh; `best` names a
     head (e.g. "L1H0") to mark in its title."""
     pattern = _as_array(pattern)
     if pattern.ndim != 3:
         raise ValueError(f"a layer's pattern must be [head, query_pos, key_pos], got shape {pattern.shape}")
-    n_head = pattern.shape[0]
-    return HeatmapCanvas(tokens, n_head, highlight_query=highlight_query).draw(
-        list(pattern), head_titles(layer, n_head, best), title or f"layer {layer}")
+    return HeatmapCanvas(tokens, len(pattern)).draw(list(pattern), head_titles(layer, len(pattern), best),
+                                                    f"layer {layer}")
 
 
 def sentence_slug(text: str, max_len: int = 40) -> str:

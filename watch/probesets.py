@@ -218,15 +218,6 @@ def pair_offset(length: int) -> int:
     return late.start - early.start
 
 
-def window_length(tokens: int, block_size: int) -> int:
-    """The length of the held-out windows: block_size, or less when the text cannot hold a pair of windows
-    that long (a window and its partner, `pair_offset` tokens on); 0 when it cannot hold a pair of 16."""
-    length = min(block_size, tokens)
-    while length >= REPEATED_MIN_LENGTH and length + pair_offset(length) > tokens:
-        length -= 1
-    return length if length >= REPEATED_MIN_LENGTH else 0
-
-
 def held_out_text(tokens: np.ndarray | Sequence[int], block_size: int, *, pairs: int | None = None,
                   seed: int = 0, source: str = "the val split") -> ProbeSet | str:
     """`pairs` pairs of windows at random places in `tokens`, drawn with `seed`: a window, then one that starts as far
@@ -238,8 +229,10 @@ def held_out_text(tokens: np.ndarray | Sequence[int], block_size: int, *, pairs:
     if block_size < REPEATED_MIN_LENGTH:  # the model's context, not the text, is too short
         return (f"block_size {block_size} is below {REPEATED_MIN_LENGTH}, too short for windows of held-out text: "
                 f"previous-token, sink, current-token, positional and broad scores are not measurable")
-    length = window_length(len(tokens), block_size)
-    if not length:
+    length = min(block_size, len(tokens))   # less where the text cannot hold a window and its partner that long
+    while length >= REPEATED_MIN_LENGTH and length + pair_offset(length) > len(tokens):
+        length -= 1
+    if length < REPEATED_MIN_LENGTH:
         return (f"{source} has {len(tokens)} tokens, too few for held-out text scores (at least "
                 f"{REPEATED_MIN_LENGTH + pair_offset(REPEATED_MIN_LENGTH)})")
     offset = pair_offset(length)
@@ -293,11 +286,7 @@ def held_out_sentences(tokens: np.ndarray | Sequence[int], tokenizer: Tokenizer,
     if not len(tokens):
         return []
     text = tokenizer.decode(tokens.astype(np.int64).tolist())
-    fitting = []
-    for sentence in SENTENCE_END.split(text):
-        sentence = _within(" ".join(sentence.split()), tokenizer, block_size)
-        if sentence:
-            fitting.append(sentence)
+    fitting = [s for s in (_within(" ".join(s.split()), tokenizer, block_size) for s in SENTENCE_END.split(text)) if s]
     chosen = []
     for part in range(count):
         found = fitting[part * len(fitting) // count:(part + 1) * len(fitting) // count]

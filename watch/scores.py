@@ -153,33 +153,18 @@ def _reach_targets(capture: Capture, distance: int) -> torch.Tensor:
 
 # --- head types on held-out text ---------------------------------------------------------------------
 
-@head_score("previous_token", TEXT, "weight from each token to the one before it")
-def previous_token(capture: Capture) -> Total:
-    return weight_at_offset(capture, 1, 1)
-
-
 @head_score("sink", TEXT, "weight on the first position, from every later one")
 def sink(capture: Capture) -> Total:
     totals = [pattern[:, :, 1:, 0].double().sum((0, 2)) for pattern in capture.patterns]
     return torch.stack(totals), capture.ids.shape[0] * (capture.ids.shape[1] - 1)
 
 
-@head_score("current_token", TEXT, "weight from each token on itself (from position 1)")
-def current_token(capture: Capture) -> Total:
-    return weight_at_offset(capture, 0, 1)
-
-
 POSITIONAL_OFFSETS = range(2, 9)
-
-
-def _positional(offset: int) -> Callable[[Capture], Total]:
-    def measure(capture: Capture) -> Total:
-        return weight_at_offset(capture, offset, offset)
-    return measure
-
-
-for _k in POSITIONAL_OFFSETS:
-    head_score(f"positional_{_k}", TEXT, f"weight from each token to the one {_k} before it")(_positional(_k))
+for _name, _offset, _about in (("previous_token", 1, "weight from each token to the one before it"),
+                               ("current_token", 0, "weight from each token on itself (from position 1)"),
+                               *((f"positional_{k}", k, f"weight from each token to the one {k} before it")
+                                 for k in POSITIONAL_OFFSETS)):
+    head_score(_name, TEXT, _about)(partial(weight_at_offset, offset=_offset, first_query=max(_offset, 1)))
 
 
 @head_score("broad", TEXT, "mean entropy of a head's rows relative to a uniform row (1: spread evenly)")
