@@ -40,9 +40,8 @@ def head_table(report: ProbeReport, *, markdown: bool = False, limit: int | None
 
 def _table(columns: Sequence[str], rows: list[list[str]], markdown: bool, *, marked: Sequence[int] = (),
            text_columns: Sequence[int] = ()) -> list[str]:
-    """Lines of a table: Markdown, the `marked` rows' first name (the first of `text_columns`) in
-    bold; or plain text, aligned, the marked rows starred. Names (`text_columns`) are left-aligned,
-    numbers right-aligned so their decimal points line up."""
+    """A table's lines: Markdown (the `marked` rows' first name in bold), or plain text with the marked rows starred,
+    names (`text_columns`) left-aligned and numbers right-aligned so their decimal points line up."""
     if markdown:
         align = "|" + "|".join(":---" if i in text_columns else "---:" for i in range(len(columns))) + "|"
         name = text_columns[0] if text_columns else None
@@ -154,8 +153,7 @@ SIGNS = "in every signed figure below, + is better (nats/token saved, accuracy p
 
 
 def type_lines(reading: Reading, since: dict[str, str] | None = None) -> str:
-    """One line per head type: its heads (and since when, from `since`), or how close the best head came;
-    then in-context learning."""
+    """One line per head type: its heads (since when, from `since`), or how close the best head came."""
     trained = reading.type_scores
     before = reading.untrained.type_scores if reading.untrained is not None else {}
     lines = []
@@ -334,8 +332,7 @@ def _backed_up(result: AblationResult, found: Sequence[AblationResult], before: 
 
 
 def type_report(reading: Reading, found: Sequence[AblationResult], since: dict[str, str] | None = None) -> str:
-    """The head-type table, how to read it, its lines, why a probe set could not be measured, and what removing
-    heads cost."""
+    """Every part of the head-type report, in the order sample.py --heads and the end of a run print them."""
     missing = reading.results.sets.missing.values()
     parts = [type_table(reading), type_legend(reading), type_lines(reading, since), *(f"({why})" for why in missing)]
     costs = ablation_lines(reading, found)
@@ -402,8 +399,7 @@ def _chosen_as(result: AblationResult) -> str:
 # --- pronoun agreement ------------------------------------------------------------------------------
 
 def agreement_lines(reading: Reading, ablations: Sequence[AblationResult]) -> str:
-    """Agreement, the heads that read the name, the most selective head and what removing them costs,
-    one finding a line."""
+    """Pronoun agreement and what reads it, one finding a line."""
     a = reading.agreement
     if a is None:
         return ""
