@@ -118,9 +118,8 @@ def composition(model: nn.Module) -> Composition | None:
 
 
 def composition_json(found: Composition | None, untrained: Composition | None) -> dict:
-    """The scores as `sample.py --heads --json` gives them: {"composition": {"Q" | "K" | "V": {"L0H1->L1H3":
-    score, ...}}, "composition_untrained": the same for the untrained model}; for a one-layer model both
-    are None and "composition_note" says why."""
+    """The scores as `sample.py --heads --json` gives them, the model's and the untrained model's `pairs`; for a
+    one-layer model both are None and "composition_note" says why."""
     if found is None:
         return {"composition": None, "composition_untrained": None, "composition_note": ONE_LAYER_NOTE}
     return {"composition": found.pairs, "composition_untrained": untrained.pairs if untrained else None}

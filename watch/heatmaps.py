@@ -85,13 +85,9 @@ def cell_text(value: float) -> str:
 
 
 class HeatmapCanvas:
-    """Heatmaps of one sentence's attention, one panel per head, drawn again with new weights.
-
-    The layout, the token labels, the axis titles and the colour bar are drawn once, when the
-    canvas is made; `draw` paints the cells, their numbers and the titles over a copy of that.
-    What it last drew stays readable: `numbers[panel][(query, key)]` (the text in a cell) and
-    `titles`.
-    """
+    """Heatmaps of one sentence's attention, one panel per head: the labels, axis titles and colour bar are drawn
+    once, and `draw` paints the cells, their numbers and the titles over a copy of that. What it last drew stays
+    readable: `numbers[panel][(query, key)]` (the text in a cell) and `titles`."""
 
     def __init__(self, tokens: Sequence[str], n_panels: int, *, highlight_query: int | None = None) -> None:
         self.tokens = list(tokens)
@@ -226,14 +222,12 @@ def sentence_slug(text: str, max_len: int = 40) -> str:
 
 
 class SentenceHeatmaps:
-    """What an evaluation draws for TensorBoard, each image a (tag, RGB array) pair: per watched sentence, one
-    image per layer with every head, and the best pronoun head alone when there is one; then the composition
-    matrix. Each canvas is made at the first evaluation and drawn again with new weights at the later ones.
-    `highlights` outlines a query row of a sentence (by its text)."""
+    """What an evaluation draws for TensorBoard, as (tag, RGB array): per watched sentence an image per layer and
+    the best pronoun head alone, then the composition matrix, each sentence's canvases kept from the first
+    evaluation. `highlights` outlines a query row of a sentence (by its text)."""
 
-    def __init__(self, sentences: Sequence[tuple[str, Sequence[str]]] = (),
+    def __init__(self, sentences: Sequence[tuple[str, Sequence[str]]] = (),   # (text, its tokens)
                  highlights: dict[str, int] | None = None) -> None:
-        """`sentences`: (text, its tokens) for each watched sentence."""
         seen: dict[str, int] = {}
         self.sentences = []   # (slug, text, tokens); a slug seen before gets _2, _3, ...
         for text, tokens in sentences:
@@ -268,7 +262,6 @@ class SentenceHeatmaps:
         return out
 
     def _canvas(self, tag: str, text: str, tokens: Sequence[str], n_panels: int) -> HeatmapCanvas:
-        """The canvas kept for `tag` (a tag names one sentence and one layer, or its best head), made on first use."""
         if tag not in self.canvases:
             self.canvases[tag] = HeatmapCanvas(tokens, n_panels, highlight_query=self.highlights.get(text))
         return self.canvases[tag]

@@ -212,8 +212,7 @@ def icl_positions(length: int) -> tuple[range, range]:
 
 
 def pair_offset(length: int) -> int:
-    """How far on a window's partner starts: from the in-context score's early band to its late band, so the
-    tokens of one window's late band are the first of its partner's early band."""
+    """How far on a held-out window's partner starts (`held_out_text`)."""
     early, late = icl_positions(length)
     return late.start - early.start
 
