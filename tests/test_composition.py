@@ -22,7 +22,7 @@ from watch.page import DATA_ID
 from watch.pipeline import untrained_like
 from watch.probesets import ProbeSets
 from watch.reading import read_pass, untrained_reading
-from watch.tensorboard import COMPOSITION_CHARTS, log_charts, log_composition
+from watch.tensorboard import COMPOSITION_CHARTS, log_charts, log_scores
 
 TL_TOL = 1e-5
 
@@ -200,7 +200,7 @@ def test_tensorboard_gets_a_chart_per_kind_holding_every_pair_and_the_matrix_as_
     writer = SummaryWriter(str(tmp_path))
     log_charts(writer, pronouns=False, types=False, composition=True)
     for step in (10, 20):
-        log_composition(writer, step, reading)
+        log_scores(writer, step, reading)
     writer.add_image("composition/matrix", composition_image(found, "step 20"), 20, dataformats="HWC")
     writer.close()
     events = EventAccumulator(str(tmp_path), size_guidance={"tensors": 0, "scalars": 0, "images": 0})

@@ -26,7 +26,7 @@ from watch.probesets import PRONOUN, SENTENCES, ProbeSet, ProbeSets, from_file, 
 from watch.pronouns import ContinuationStats, HeadStats, ProbeReport, baselines
 from watch.reading import read_pass, read_results
 from watch.report import head_table, top_attended
-from watch.tensorboard import PRONOUN_CHARTS, TensorBoardWriter, log_charts, log_images, log_scores, log_tables
+from watch.tensorboard import PRONOUN_CHARTS, TensorBoardWriter, log_charts, log_evaluation, log_scores
 
 
 @dataclass
@@ -475,9 +475,7 @@ def test_a_pass_is_written_as_scalars_images_and_text(tmp_path):
     assert results.forwards == 2 and len(results.patterns) == 1
 
     writer = TensorBoardWriter(tmp_path)
-    log_scores(writer, 7, reading)
-    log_tables(writer, 7, reading)
-    log_images(writer, 7, SentenceHeatmaps([(text, tokenizer.token_strings(ids))]).images(7, reading))
+    log_evaluation(writer, 7, reading, [], SentenceHeatmaps([(text, tokenizer.token_strings(ids))]).images(7, reading))
     writer.close()
     assert report.n_probes == 1
 

@@ -1,22 +1,8 @@
-"""Proof by ablation: remove heads and see what the model loses. Which heads are removed and what
-replaces them is an `Ablation` (model/ablation.py); what removing them cost is an `AblationResult`.
-
-Two ways to remove a head:
-- zero-ablation (the default): its output becomes zero. Nothing but the model is needed, so it
-  works from any checkpoint; it is what the README's floors are measured with.
-- mean-ablation: its output becomes its mean over the held-out text, so the layers after it
-  still see an output of the usual size and direction; only what the head does differently from
-  token to token is removed. It needs held-out text, and it keeps a head that writes a constant
-  (an attention sink's) from looking important just because that constant went missing.
-
-What each kind of head is tested on: induction heads and duplicate-token heads on the in-context
-gain; previous-token heads on the induction score and the in-context gain (the two-head circuit:
-the earlier head's output lets the later one find the token after); sink, current-token and
-positional heads on the held-out text's loss; the best pronoun head on the continuation accuracy;
-and, with agreement contexts, the most selective head and the heads that read the name on
-agreement. When the model predicts the second copy of repeated tokens better than the first but has
-no induction head, every head is removed in turn to find the heads that carry that gain instead
-(kind "copying"), and where each looks on the repeats says what they do.
+"""Proof by ablation: remove heads (an `Ablation`, model/ablation.py) and see what the model loses, an
+`AblationResult` read on what each kind of head is tested on (`watch.report.TESTED_ON`). Zero-ablation is the
+default: it needs nothing but the model, and the README's floors are measured with it. Mean-ablation needs held-out
+text, and keeps a head that writes a constant (an attention sink's) from looking important just because that
+constant went missing.
 """
 
 from __future__ import annotations

@@ -1,28 +1,19 @@
 """How heads work together: Q-, K- and V-composition (Elhage et al. 2021, *A Mathematical Framework for
-Transformer Circuits*), read from the weights alone, as TransformerLens's `all_composition_scores`
-computes them. No forward pass: a few small matrix products per pair of heads.
+Transformer Circuits*), read from the weights alone as TransformerLens's `all_composition_scores` computes them.
 
-In TransformerLens's row-vector convention (a residual vector `x` on the left), head `a` writes
-`x · W_OV^a` into the residual stream, W_OV = W_V · W_O [d_model, d_model], and a head `b` in a later
-layer reads the stream three ways: through its queries and its keys (W_QK = W_Q · W_Kᵀ, the query side
-on the left) and through its values (its own W_OV). How much of what `a` writes `b` reads each way is a
-ratio of Frobenius norms:
+In the row-vector convention, head `a` writes `x · W_OV^a` (W_OV = W_V · W_O) into the residual stream, and a head
+`b` of a later layer reads it through its queries, its keys (W_QK = W_Q · W_Kᵀ) or its values:
 
     Q-composition   ‖W_OV^a · W_QK^b‖    / (‖W_OV^a‖ · ‖W_QK^b‖)
     K-composition   ‖W_OV^a · (W_QK^b)ᵀ‖ / (‖W_OV^a‖ · ‖W_QK^b‖)
     V-composition   ‖W_OV^a · W_OV^b‖    / (‖W_OV^a‖ · ‖W_OV^b‖)
 
-It is 0 when `a` writes only into directions `b` ignores, and 1 when `a` writes one direction and `b`
-reads exactly that one (a rank-1 pair); two aligned rank-r maps score 1/√r, and random ones of
-gptwatch's sizes score a few tenths, which is why a score is shown beside the untrained model's. An
-induction head is a K-composition: its keys read what a previous-token head wrote.
-
-The score is on the weights as they are, as TransformerLens computes it on gptwatch's export (which
-folds nothing): the layer norms, biases, the MLPs between the layers (where there are any), the relative
-position biases (`relative_positions`) and, for the "modern" architecture, QK-norm and the rotary positions
-are not in it. Where `a` writes nothing (the "modern"
-architecture zero-initialises W_O) the ratio is 0/0, which TransformerLens leaves as NaN; here it is 0:
-a head that writes nothing composes with nothing.
+It is 0 when `a` writes only into directions `b` ignores and 1 for a rank-1 pair that matches; random matrices of
+gptwatch's sizes score a few tenths, which is why a score is shown beside the untrained model's. An induction head
+is a K-composition: its keys read what a previous-token head wrote. As in TransformerLens on gptwatch's export, the
+layer norms, biases, MLPs, relative position biases, QK-norm and rotary positions are not in it; where `a` writes
+nothing (the "modern" architecture zero-initialises W_O) the ratio is 0/0, which TransformerLens leaves as NaN and
+is 0 here: a head that writes nothing composes with nothing.
 """
 
 from __future__ import annotations
@@ -104,14 +95,6 @@ class Composition:
         return sorted(found, key=lambda item: -item[1])
 
 
-def _by_pair(scores: torch.Tensor) -> dict[str, float]:
-    """{"L0H1->L1H3": score, ...} for every head and every head of a later layer, sources in order."""
-    n_layer, n_head = scores.shape[:2]
-    values = scores.tolist()
-    return {pair_name(head_name(a, h), head_name(b, k)): values[a][h][b][k]
-            for a in range(n_layer) for h in range(n_head) for b in range(a + 1, n_layer) for k in range(n_head)}
-
-
 def composition(model: nn.Module) -> Composition | None:
     """The model's composition scores; None for a one-layer model, where no head reads another's output
     (`ONE_LAYER_NOTE` says so)."""
@@ -126,13 +109,17 @@ def composition(model: nn.Module) -> Composition | None:
             scores = composition_scores(model)
     finally:
         torch.set_num_threads(threads)
-    return Composition(scores, {kind: _by_pair(values) for kind, values in scores.items()})
+    n_layer, n_head = model.config.n_layer, model.config.n_head
+    pairs = [(a, h, b, k) for a in range(n_layer) for h in range(n_head) for b in range(a + 1, n_layer)
+             for k in range(n_head)]
+    lists = {kind: values.tolist() for kind, values in scores.items()}
+    return Composition(scores, {kind: {pair_name(head_name(a, h), head_name(b, k)): values[a][h][b][k]
+                                       for a, h, b, k in pairs} for kind, values in lists.items()})
 
 
 def composition_json(found: Composition | None, untrained: Composition | None) -> dict:
-    """The scores as `sample.py --heads --json` gives them: {"composition": {"Q" | "K" | "V": {"L0H1->L1H3":
-    score, ...}}, "composition_untrained": the same for the untrained model}; for a one-layer model both
-    are None and "composition_note" says why."""
+    """The scores as `sample.py --heads --json` gives them, the model's and the untrained model's `pairs`; for a
+    one-layer model both are None and "composition_note" says why."""
     if found is None:
         return {"composition": None, "composition_untrained": None, "composition_note": ONE_LAYER_NOTE}
     return {"composition": found.pairs, "composition_untrained": untrained.pairs if untrained else None}
@@ -151,11 +138,8 @@ def reads_from(found: Composition | None, untrained: Composition | None) -> dict
         for layer in range(1, n_layer):
             for head in range(n_head):
                 target = head_name(layer, head)
-                heads[target] = [[source, round(value, 4), _rounded(before.get(pair_name(source, target)))]
+                heads[target] = [[source, round(value, 4),
+                                  round(before[pair], 4) if (pair := pair_name(source, target)) in before else None]
                                  for source, value in found.sources(kind, (layer, head))]
         out[kind] = heads
     return out
-
-
-def _rounded(value: float | None) -> float | None:
-    return None if value is None else round(value, 4)

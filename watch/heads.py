@@ -26,11 +26,8 @@ def head_name(layer: int, head: int) -> str:
 
 
 def parse_head(text: str, n_layer: int | None = None, n_head: int | None = None) -> Head:
-    """"L1H3" (any case, surrounding spaces allowed) -> (1, 3).
-
-    With `n_layer` / `n_head` the head must also exist in such a model.
-    Raises ValueError with a one-line message naming the bad value.
-    """
+    """"L1H3" (any case, surrounding spaces allowed) -> (1, 3); with `n_layer` / `n_head` the head must also exist
+    in such a model. Raises ValueError with a one-line message naming the bad value."""
     match = _HEAD.fullmatch(text.strip()) if isinstance(text, str) else None
     if match is None:
         raise ValueError(f"bad head name {quoted(text) if isinstance(text, str) else text!r}: expected {_FORM}")
@@ -38,19 +35,13 @@ def parse_head(text: str, n_layer: int | None = None, n_head: int | None = None)
         layer, head = parse_int(match.group(1)), parse_int(match.group(2))
     except ValueError as exc:  # more digits than any model has layers or heads
         raise ValueError(f"bad head name {quoted(text.strip())}: {exc}; expected {_FORM}") from None
-    if n_layer is not None and layer >= n_layer:
-        raise ValueError(f"head {text.strip()!r} names layer {layer}, but the model's layers are "
-                         f"0..{n_layer - 1}; expected {_range(n_layer, n_head)}")
-    if n_head is not None and head >= n_head:
-        raise ValueError(f"head {text.strip()!r} names head {head}, but each layer's heads are "
-                         f"0..{n_head - 1}; expected {_range(n_layer, n_head)}")
+    last = f"L{'<layer>' if n_layer is None else n_layer - 1}H{'<head>' if n_head is None else n_head - 1}"
+    for what, value, count, whose in (("layer", layer, n_layer, "the model's layers"),
+                                      ("head", head, n_head, "each layer's heads")):
+        if count is not None and value >= count:
+            raise ValueError(f"head {text.strip()!r} names {what} {value}, but {whose} are 0..{count - 1}; "
+                             f"expected L0H0 to {last}")
     return layer, head
-
-
-def _range(n_layer: int | None, n_head: int | None) -> str:
-    last_layer = "<layer>" if n_layer is None else str(n_layer - 1)
-    last_head = "<head>" if n_head is None else str(n_head - 1)
-    return f"L0H0 to L{last_layer}H{last_head}"
 
 
 def ablation_for(heads: Iterable[str | Head], n_layer: int | None = None, n_head: int | None = None,

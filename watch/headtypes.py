@@ -1,11 +1,8 @@
-"""What kind of head each head became: its strongest type where that is clearly learned.
-
-A head has type T when its T score is at least `TYPE_MIN` and at least `TYPE_RATIO` times the same
-head's score in the untrained model of the same config and seed (so a head that attends to the
-previous token only because every row of a young model is nearly uniform over a few positions is
-not called a previous-token head). Among the types a head passes, the highest score wins. `broad`
-is reported beside the type, not as one. Where pronoun probes exist, a head's pronoun score is its
-mean weight from the pronoun on the noun it refers to, under the same rule.
+"""What kind of head each head became: its strongest type where that is clearly learned (`RULE`; among the types a
+head passes, the highest score wins). The ratio to the same head of the untrained model of the same config and seed
+keeps a head that looks at the previous token only because every row of a young model is nearly uniform over a few
+positions from being called a previous-token head. A head's pronoun score is its mean weight from the pronoun on
+the noun it refers to; `broad` is reported beside the type, not as one.
 """
 
 from __future__ import annotations
@@ -82,13 +79,9 @@ def head_types(trained: dict[str, torch.Tensor], untrained: dict[str, torch.Tens
         for head in range(n_head):
             passed = {}
             for kind, values in trained.items():
-                value = float(values[layer, head])
-                if torch.isnan(values[layer, head]) or value < TYPE_MIN:
-                    continue
-                before = untrained.get(kind)
-                if before is not None and value < TYPE_RATIO * float(before[layer, head]):
-                    continue
-                passed[kind] = value
+                value, before = float(values[layer, head]), untrained.get(kind)
+                if value >= needed(float(before[layer, head]) if before is not None else None):   # never NaN
+                    passed[kind] = value
             kind = max(passed, key=lambda k: (passed[k], -TYPES.index(k)), default=None)
             name = head_name(layer, head)
             out[name] = HeadType(name, layer, head, kind, passed.get(kind))

@@ -1,14 +1,8 @@
-"""Attention heatmaps: rows are queries, columns the keys they attend to.
-
-Drawn straight into pixels with Pillow: the cells are a colour lookup scaled up with numpy, and
-the labels, titles and cell numbers are text drawn by FreeType. A training run redraws the same
-sentences at every evaluation, so everything that does not change (token labels, axis titles,
-the colour bar) is drawn once per sentence as a background, and each evaluation paints only the
-cells, their numbers and the titles over a copy of it. A figure of four 24-token panels takes
-a few milliseconds this way, against about 150 with a plotting library.
-
-Text uses DejaVu Sans (wide Unicode coverage), shipped in watch/fonts/ with its licence, so the
-same attention draws the same pixels on every machine.
+"""Attention heatmaps (rows are queries, columns the keys they attend to), drawn straight into pixels with Pillow:
+a figure of four 24-token panels takes a few milliseconds, against about 150 with a plotting library. A training
+run redraws the same sentences at every evaluation, so what does not change is drawn once (`HeatmapCanvas`). Text
+uses DejaVu Sans (wide Unicode coverage), shipped in watch/fonts/ with its licence, so the same attention draws the
+same pixels on every machine.
 """
 
 from __future__ import annotations
@@ -91,13 +85,9 @@ def cell_text(value: float) -> str:
 
 
 class HeatmapCanvas:
-    """Heatmaps of one sentence's attention, one panel per head, drawn again with new weights.
-
-    The layout, the token labels, the axis titles and the colour bar are drawn once, when the
-    canvas is made; `draw` paints the cells, their numbers and the titles over a copy of that.
-    What it last drew stays readable: `numbers[panel][(query, key)]` (the text in a cell) and
-    `titles`.
-    """
+    """Heatmaps of one sentence's attention, one panel per head: the labels, axis titles and colour bar are drawn
+    once, and `draw` paints the cells, their numbers and the titles over a copy of that. What it last drew stays
+    readable: `numbers[panel][(query, key)]` (the text in a cell) and `titles`."""
 
     def __init__(self, tokens: Sequence[str], n_panels: int, *, highlight_query: int | None = None) -> None:
         self.tokens = list(tokens)
@@ -111,17 +101,8 @@ class HeatmapCanvas:
         self.labels = [display_token(t) for t in self.tokens]
         stride = max(1, math.ceil(n / LABEL_MAX_TOKENS))
         self.ticks = list(range(0, n, stride))
-        self._layout()
-        self.background = self._background()
-        self.numbers: list[dict[tuple[int, int], str]] = []
-        self.titles: list[str] = []
-
-    # --- layout --------------------------------------------------------------------------------
-
-    def _layout(self) -> None:
-        label_font = font(self.label_size)
-        widest = max(int(label_font.getlength(self.labels[i])) for i in self.ticks)
-        side = self.cell * len(self.tokens)
+        widest = max(int(font(self.label_size).getlength(self.labels[i])) for i in self.ticks)
+        self.side = side = self.cell * n
         self.title_h = 22
         self.left = widest + 8 + 18          # y labels, then room for "query"
         self.below = widest + 8 + 18         # x labels (turned), then room for "key (attended to)"
@@ -133,7 +114,9 @@ class HeatmapCanvas:
         self.bar_w = 70                      # the colour bar and its labels
         self.width = self.cols * self.panel_w + self.bar_w
         self.height = self.top + self.rows * self.panel_h
-        self.side = side
+        self.background = self._background()
+        self.numbers: list[dict[tuple[int, int], str]] = []
+        self.titles: list[str] = []
 
     def _origin(self, panel: int) -> tuple[int, int]:
         """The top-left pixel of a panel's cells."""
@@ -149,16 +132,14 @@ class HeatmapCanvas:
             for i in self.ticks:
                 centre = i * self.cell + self.cell // 2
                 draw.text((x0 - 4, y0 + centre), self.labels[i], fill=INK, font=label_font, anchor="rm")
-                image.paste(_turned(self.labels[i], label_font), (x0 + centre - self.label_size // 2 - 1,
-                                                                    y0 + self.side + 4))
+                image.paste(_turned(self.labels[i], self.label_size), (x0 + centre - self.label_size // 2 - 1,
+                                                                         y0 + self.side + 4))
             draw.text((x0 + self.side // 2, y0 + self.below + self.side - 2), "key (attended to)", fill=INK,
                       font=axis_font, anchor="md")
-            image.paste(_turned("query", axis_font), (x0 - self.left + 2, y0 + self.side // 2 - 20))
+            image.paste(_turned("query", self.label_size + 1), (x0 - self.left + 2, y0 + self.side // 2 - 20))
         colour_bar(image, draw, self.width - self.bar_w + 12, self.top + self.title_h,
                    max(60, min(self.rows * self.panel_h - self.title_h - self.below, 400)), "attention weight", -45)
         return image
-
-    # --- drawing ------------------------------------------------------------------------------
 
     def draw(self, patterns: Sequence[torch.Tensor | np.ndarray], titles: Sequence[str],
              suptitle: str | None = None) -> np.ndarray:
@@ -205,21 +186,16 @@ def colour_bar(image: Image.Image, draw: ImageDraw.ImageDraw, x0: int, y0: int, 
         y = y0 + round((1 - value) * (height - 1))
         draw.line([(x0 + 14, y), (x0 + 17, y)], fill=INK)
         draw.text((x0 + 20, y), f"{value:g}", fill=INK, font=font(11), anchor="lm")
-    image.paste(_turned(name, font(11)), (x0 + 38, y0 + (height // 2 + name_at if name_at is not None else 0)))
+    image.paste(_turned(name, 11), (x0 + 38, y0 + (height // 2 + name_at if name_at is not None else 0)))
 
 
 @cache
-def _turned_cached(text: str, size: int, path: str) -> Image.Image:
-    face = ImageFont.truetype(path, size) if path else ImageFont.load_default(size)
-    width = max(1, int(face.getlength(text)) + 2)
+def _turned(text: str, size: int) -> Image.Image:
+    """`text` at `size` pixels written upwards (a vertical strip), as axis labels are."""
+    width = max(1, int(font(size).getlength(text)) + 2)
     strip = Image.new("RGB", (width, size + 4), "white")
-    ImageDraw.Draw(strip).text((0, size // 2 + 2), text, fill=INK, font=face, anchor="lm")
+    ImageDraw.Draw(strip).text((0, size // 2 + 2), text, fill=INK, font=font(size), anchor="lm")
     return strip.rotate(90, expand=True)
-
-
-def _turned(text: str, face: ImageFont.FreeTypeFont) -> Image.Image:
-    """`text` written upwards (a vertical strip), as axis labels are."""
-    return _turned_cached(text, int(face.size), getattr(face, "path", "") or "")
 
 
 def head_titles(layer: int, n_head: int, best: str | None = None) -> list[str]:
@@ -229,15 +205,14 @@ def head_titles(layer: int, n_head: int, best: str | None = None) -> list[str]:
 
 
 def layer_image(pattern: torch.Tensor | np.ndarray, tokens: Sequence[str], layer: int, *,
-                title: str | None = None, highlight_query: int | None = None, best: str | None = None) -> np.ndarray:
+                best: str | None = None) -> np.ndarray:
     """All heads of one layer ([head, query_pos, key_pos]) in a grid, each titled LlHh; `best` names a
     head (e.g. "L1H0") to mark in its title."""
     pattern = _as_array(pattern)
     if pattern.ndim != 3:
         raise ValueError(f"a layer's pattern must be [head, query_pos, key_pos], got shape {pattern.shape}")
-    n_head = pattern.shape[0]
-    return HeatmapCanvas(tokens, n_head, highlight_query=highlight_query).draw(
-        list(pattern), head_titles(layer, n_head, best), title or f"layer {layer}")
+    return HeatmapCanvas(tokens, len(pattern)).draw(list(pattern), head_titles(layer, len(pattern), best),
+                                                    f"layer {layer}")
 
 
 def sentence_slug(text: str, max_len: int = 40) -> str:
@@ -246,27 +221,19 @@ def sentence_slug(text: str, max_len: int = 40) -> str:
     return slug or "sentence"
 
 
-def unique_slugs(sentences: Sequence[str]) -> list[str]:
-    seen: dict[str, int] = {}
-    slugs = []
-    for text in sentences:
-        slug = sentence_slug(text)
-        seen[slug] = seen.get(slug, 0) + 1
-        slugs.append(slug if seen[slug] == 1 else f"{slug}_{seen[slug]}")
-    return slugs
-
-
 class SentenceHeatmaps:
-    """What an evaluation draws for TensorBoard, each image a (tag, RGB array) pair: per watched sentence, one
-    image per layer with every head, and the best pronoun head alone when there is one; then the composition
-    matrix. Each canvas is made at the first evaluation and drawn again with new weights at the later ones.
-    `highlights` outlines a query row of a sentence (by its text)."""
+    """What an evaluation draws for TensorBoard, as (tag, RGB array): per watched sentence an image per layer and
+    the best pronoun head alone, then the composition matrix, each sentence's canvases kept from the first
+    evaluation. `highlights` outlines a query row of a sentence (by its text)."""
 
-    def __init__(self, sentences: Sequence[tuple[str, Sequence[str]]] = (),
+    def __init__(self, sentences: Sequence[tuple[str, Sequence[str]]] = (),   # (text, its tokens)
                  highlights: dict[str, int] | None = None) -> None:
-        """`sentences`: (text, its tokens) for each watched sentence."""
-        slugs = unique_slugs([text for text, _ in sentences])
-        self.sentences = [(slug, text, tokens) for slug, (text, tokens) in zip(slugs, sentences, strict=True)]
+        seen: dict[str, int] = {}
+        self.sentences = []   # (slug, text, tokens); a slug seen before gets _2, _3, ...
+        for text, tokens in sentences:
+            slug = sentence_slug(text)
+            seen[slug] = seen.get(slug, 0) + 1
+            self.sentences.append((slug if seen[slug] == 1 else f"{slug}_{seen[slug]}", text, tokens))
         self.highlights = highlights or {}
         self.canvases: dict[str, HeatmapCanvas] = {}
 
@@ -295,7 +262,6 @@ class SentenceHeatmaps:
         return out
 
     def _canvas(self, tag: str, text: str, tokens: Sequence[str], n_panels: int) -> HeatmapCanvas:
-        """The canvas kept for `tag` (a tag names one sentence and one layer, or its best head), made on first use."""
         if tag not in self.canvases:
             self.canvases[tag] = HeatmapCanvas(tokens, n_panels, highlight_query=self.highlights.get(text))
         return self.canvases[tag]
@@ -336,10 +302,10 @@ def grid_image(panels: Sequence[np.ndarray], titles: Sequence[str], row_labels: 
         for r, text in enumerate(row_labels):
             draw.text((x0 - 4, y0 + r * cell + cell // 2), text, fill=INK, font=label_font, anchor="rm")
         for c, text in enumerate(column_labels):
-            image.paste(_turned(text, label_font), (x0 + c * cell + cell // 2 - 7, y0 + n_rows * cell + 4))
+            image.paste(_turned(text, 12), (x0 + c * cell + cell // 2 - 7, y0 + n_rows * cell + 4))
         draw.text((x0 + n_cols * cell // 2, y0 + n_rows * cell + below - 2), columns_name, fill=INK,
                   font=axis_font, anchor="md")
-        image.paste(_turned(rows_name, axis_font), (x0 - left + 2, y0 + max(0, n_rows * cell // 2 - 30)))
+        image.paste(_turned(rows_name, 13), (x0 - left + 2, y0 + max(0, n_rows * cell // 2 - 30)))
         if annotate:
             for r, c in zip(*np.nonzero(~np.isnan(values)), strict=True):
                 text = f"{values[r, c]:.2f}".removeprefix("0")

@@ -164,26 +164,21 @@ def show_probes(model, tokenizer, args: argparse.Namespace, ablate: Ablation | N
 
 # --- head types -----------------------------------------------------------------------------------
 
-def training_seed(checkpoint: dict) -> int:
-    """The seed the run that wrote `checkpoint` started from (1337, the default, when it records none): the
-    untrained model the head types are measured against is built from it."""
+def checkpoint_reading(model, sets: ProbeSets, checkpoint: dict, ablate: Ablation | None = None) -> Reading:
+    """`model` (`ablate`'s heads removed) read on `sets` against the untrained model its run started from (built from
+    the run's seed: 1337, the default, when it records none), with the composition of both."""
     config = checkpoint.get("train_config")
     seed = config.get("seed") if isinstance(config, dict) else None
-    return seed if type(seed) is int else 1337
-
-
-def checkpoint_reading(model, sets: ProbeSets, checkpoint: dict, ablate: Ablation | None = None) -> Reading:
-    """`model` (`ablate`'s heads removed) read on `sets` against the untrained model its run started from, with
-    the composition of both."""
-    untrained = untrained_reading(untrained_like(model, training_seed(checkpoint)), sets)
+    untrained = untrained_reading(untrained_like(model, seed if type(seed) is int else 1337), sets)
     return read_pass(model, sets, untrained=untrained, ablate=ablate, compose=True)
 
 
 def checkpoint_sets(model, tokenizer, checkpoint: dict, text_file: str | None) -> ProbeSets:
-    """The probe sets a checkpoint is scored on: repeated random tokens, and held-out text from
-    `text_file`, else from the val split of the run's prepared data when it is still on disk."""
-    settings = checkpoint.get("data") if isinstance(checkpoint.get("data"), dict) else None
-    settings = settings or (checkpoint.get("train_config") if isinstance(checkpoint.get("train_config"), dict) else {})
+    """The probe sets a checkpoint is scored on: repeated random tokens; held-out text from `text_file`, else from
+    the val split of the run's prepared data when it is still on disk; and the pronoun probes the run was watched
+    on, when they are still here (the config's own file, the generated corpus's or the named corpus's)."""
+    config = checkpoint.get("train_config") if isinstance(checkpoint.get("train_config"), dict) else {}
+    settings = (checkpoint.get("data") if isinstance(checkpoint.get("data"), dict) else None) or config
     prepared = find_prepared(settings, tokenizer.to_meta())
     text, source = None, None
     if text_file is not None:
@@ -194,27 +189,19 @@ def checkpoint_sets(model, tokenizer, checkpoint: dict, text_file: str | None) -
             raise UserError(f"--text {text_file}: {exc}") from None
     elif prepared is not None:
         text, source = prepared.tokens("val"), f"the val split of {prepared.meta.get('source', prepared.folder)}"
+    given = config.get("probes")
+    corpus = corpus_of(config["dataset"]) if isinstance(config.get("dataset"), str) else None
+    probes = [path for path in (Path(given) if isinstance(given, str) and given else None,
+                                prepared.probes_path if prepared is not None else None,
+                                corpus.probes_path if corpus else None) if path is not None and path.is_file()]
     sets = watch_sets(tokenizer, model.config.block_size,
                       train_tokens=prepared.tokens("train") if prepared is not None else None,
-                      text=text, text_source=source or "the val split", probes=_probes_of(checkpoint, prepared))
+                      text=text, text_source=source or "the val split", probes=probes[0] if probes else None)
     if text is None and not settings and "imported" in checkpoint:  # trained elsewhere: no run, so no val split
         sets.add(TEXT, "no held-out text: a model trained elsewhere brings no val split; give --text FILE (any "
                        "UTF-8 text) for the previous-token, sink, current-token, positional and broad scores and the "
                        "in-context score")
     return sets
-
-
-def _probes_of(checkpoint: dict, prepared) -> Path | None:
-    """The pronoun probes the run was watched on, when they are still here: the config's own file, the
-    generated corpus's (in its prepared data) or the named corpus's; None for text that has none."""
-    config = checkpoint.get("train_config") if isinstance(checkpoint.get("train_config"), dict) else {}
-    given = config.get("probes")
-    corpus = corpus_of(config["dataset"]) if isinstance(config.get("dataset"), str) else None
-    for path in (Path(given) if isinstance(given, str) and given else None,
-                 prepared.probes_path if prepared is not None else None, corpus.probes_path if corpus else None):
-        if path is not None and path.is_file():
-            return path
-    return None
 
 
 def show_heads(model, tokenizer, checkpoint: dict, args: argparse.Namespace, ablate: Ablation | None) -> None:
@@ -253,9 +240,8 @@ def heads_json(reading: Reading, found: list, mode: str, sets: ProbeSets) -> dic
 
     def scores_of(r: Reading, layer: int, head: int) -> dict:
         out = {kind: r.results.head(kind, layer, head) for kind in kinds}
-        for kind in ("positional", "pronoun"):
-            values = r.type_scores.get(kind)
-            out[kind] = float(values[layer, head]) if values is not None else None
+        out.update({kind: float(r.type_scores[kind][layer, head]) if kind in r.type_scores else None
+                    for kind in ("positional", "pronoun")})
         reach = r.reach.get(head_name(layer, head), {})
         out["induction_by_distance"] = {str(distance): value for distance, value in reach.items()}
         return out
@@ -270,8 +256,8 @@ def heads_json(reading: Reading, found: list, mode: str, sets: ProbeSets) -> dic
     out = {"heads": heads, **{n: results.numbers.get(n) for n in CONTEXT_NUMBERS},
            "untrained": {n: untrained.results.numbers.get(n) for n in CONTEXT_NUMBERS},
            "ablated": results.ablated, "ablation": mode,
-           "probe_sets": {kind: s.about for kind, s in sets.sets.items()}, "not_measured": dict(sets.missing)}
-    out["ablations"] = [{"heads": p.heads, "chosen_as": p.kind,
-                         **{n: p.reading.results.numbers.get(n) for n in CONTEXT_NUMBERS},
-                         "best_induction": (p.reading.results.best("induction") or (None, None))[1]} for p in found]
+           "probe_sets": {kind: s.about for kind, s in sets.sets.items()}, "not_measured": dict(sets.missing),
+           "ablations": [{"heads": p.heads, "chosen_as": p.kind,
+                          **{n: p.reading.results.numbers.get(n) for n in CONTEXT_NUMBERS},
+                          "best_induction": (p.reading.results.best("induction") or (None, None))[1]} for p in found]}
     return finite(out)

@@ -1,19 +1,9 @@
-"""What the model is run on to be watched: probe sets, each scored from one capture. A probe set is token sequences
-that go through the model together, with what each sequence is for. Six kinds:
+"""What the model is run on to be watched: probe sets, token sequences that go through the model together with what
+each is for, each scored from one capture. The kinds: `PRONOUN` probes and `AGREEMENT` contexts from JSONL files,
+`REPEATED` random tokens and the `REACH` repeats at shorter distances, `TEXT` windows of held-out text, and the
+`SENTENCES` whose heatmaps and attention page a run shows.
 
-- `PRONOUN`: two-person pronoun probes from a JSONL file (`data.probes`); the pronoun's query row and the next-token
-  logits right after the pronoun are read.
-- `AGREEMENT`: single-person contexts cut before a pronoun; the logits at their last position and the row from there
-  to the person's name are read.
-- `REPEATED`: repeated random tokens, the same for every model of a vocabulary (`repeated_tokens`). A model that
-  predicts the second copy better than the first learned from its context.
-- `REACH`: repeats at shorter distances (`repeats_by_distance`), read at evaluations: with `REPEATED`'s own length, a
-  head's induction score by distance, so a head that copies only from close by shows as such.
-- `TEXT`: pairs of windows of held-out text (`held_out_text`), enough that drawing the windows again moves the
-  in-context score by less than its spread; a pass every few steps reads a few of them (`ProbeSets.quick`).
-- `SENTENCES`: the sentences whose heatmaps and attention page a run shows.
-
-Every way of making a probe set checks its sequences against the model's block_size here, once; sequences that
+Every way of making a probe set checks its sequences against the model's block_size here, once: sequences that
 cannot be used (tokens outside the vocabulary, too long) are left out with one warning, or, `strict`, refused in one
 line naming the file's line.
 """
@@ -43,7 +33,9 @@ REPEATED_MIN_LENGTH = 16     # L below this (block_size < 32): repeated-token sc
 NO_TEXT = ("no held-out text (give sample.py --text FILE, or keep the run's prepared data): previous-token, sink, "
            "current-token, positional and broad scores and the in-context score are left out")
 REPEATED_SEED = 0
-TEXT_TOKENS = 16384   # held-out tokens an evaluation reads
+# Held-out tokens an evaluation reads: enough that drawing the windows again moves the in-context score by less
+# than its spread.
+TEXT_TOKENS = 16384
 QUICK_TOKENS = 512   # of each generated set, what a pass every watch_interval steps reads
 
 
@@ -220,19 +212,9 @@ def icl_positions(length: int) -> tuple[range, range]:
 
 
 def pair_offset(length: int) -> int:
-    """How far on a window's partner starts: from the in-context score's early band to its late band, so the
-    tokens of one window's late band are the first of its partner's early band."""
+    """How far on a held-out window's partner starts (`held_out_text`)."""
     early, late = icl_positions(length)
     return late.start - early.start
-
-
-def window_length(tokens: int, block_size: int) -> int:
-    """The length of the held-out windows: block_size, or less when the text cannot hold a pair of windows
-    that long (a window and its partner, `pair_offset` tokens on); 0 when it cannot hold a pair of 16."""
-    length = min(block_size, tokens)
-    while length >= REPEATED_MIN_LENGTH and length + pair_offset(length) > tokens:
-        length -= 1
-    return length if length >= REPEATED_MIN_LENGTH else 0
 
 
 def held_out_text(tokens: np.ndarray | Sequence[int], block_size: int, *, pairs: int | None = None,
@@ -246,8 +228,10 @@ def held_out_text(tokens: np.ndarray | Sequence[int], block_size: int, *, pairs:
     if block_size < REPEATED_MIN_LENGTH:  # the model's context, not the text, is too short
         return (f"block_size {block_size} is below {REPEATED_MIN_LENGTH}, too short for windows of held-out text: "
                 f"previous-token, sink, current-token, positional and broad scores are not measurable")
-    length = window_length(len(tokens), block_size)
-    if not length:
+    length = min(block_size, len(tokens))   # less where the text cannot hold a window and its partner that long
+    while length >= REPEATED_MIN_LENGTH and length + pair_offset(length) > len(tokens):
+        length -= 1
+    if length < REPEATED_MIN_LENGTH:
         return (f"{source} has {len(tokens)} tokens, too few for held-out text scores (at least "
                 f"{REPEATED_MIN_LENGTH + pair_offset(REPEATED_MIN_LENGTH)})")
     offset = pair_offset(length)
@@ -301,11 +285,7 @@ def held_out_sentences(tokens: np.ndarray | Sequence[int], tokenizer: Tokenizer,
     if not len(tokens):
         return []
     text = tokenizer.decode(tokens.astype(np.int64).tolist())
-    fitting = []
-    for sentence in SENTENCE_END.split(text):
-        sentence = _within(" ".join(sentence.split()), tokenizer, block_size)
-        if sentence:
-            fitting.append(sentence)
+    fitting = [s for s in (_within(" ".join(s.split()), tokenizer, block_size) for s in SENTENCE_END.split(text)) if s]
     chosen = []
     for part in range(count):
         found = fitting[part * len(fitting) // count:(part + 1) * len(fitting) // count]

@@ -1,17 +1,12 @@
-"""The pronoun reading of a pass (`watch/pipeline.py`): how well each head resolves pronouns, and
-whether the model knows which pronoun agrees.
+"""The pronoun reading of a pass (`watch/pipeline.py`): how well each head resolves pronouns, and whether the model
+knows which pronoun agrees.
 
-For a probe like "The dog chased the ball because it was bored", the query row is the pronoun
-("it"); a head that resolves it puts its weight on the referent ("dog") rather than the
-distractor ("ball"). A word's weight is the sum over its sub-tokens. The best head is the one
-with the highest mean weight on the referent. Small models often park most of a row's weight on
-the first token (an "attention sink") whatever the sentence; the `_no_sink` scores drop key
-position 0 and renormalise the row, over the probes whose words are clear of position 0.
-
-Agreement: in contexts that name one person and stop before a pronoun ("lily went to the park
-and"), how often the model gives the agreeing pronoun more probability than the other one, split
-by mention ("first" when nothing has referred back to the person yet, "second" when a pronoun
-has); and each head's weight on the person's name from the position that predicts the pronoun.
+For a probe like "The dog chased the ball because it was bored", a head that resolves the pronoun puts its weight
+from "it" on the referent ("dog") rather than the distractor ("ball"); the best head has the highest mean weight on
+the referent. Small models often park most of a row's weight on the first token (an "attention sink") whatever the
+sentence, hence the `_no_sink` scores. Agreement: in contexts that name one person and stop before a pronoun ("lily
+went to the park and"), how often the agreeing pronoun is the more probable, split by mention ("first" when nothing
+has referred back to the person yet, "second" when a pronoun has).
 """
 
 from __future__ import annotations
@@ -19,8 +14,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-
-import torch
 
 from watch.heads import head_name
 from watch.pipeline import Results
@@ -51,9 +44,6 @@ class HeadStats:
     @property
     def name(self) -> str:
         return head_name(self.layer, self.head)
-
-    def to_dict(self) -> dict:
-        return finite({"name": self.name, **asdict(self)})
 
 
 @dataclass
@@ -97,8 +87,8 @@ class ProbeReport:
 
     def to_dict(self) -> dict:
         """JSON-able: plain numbers, None where a score is undefined."""
-        return finite({"n_probes": self.n_probes, "best": self.best.to_dict(),
-                       "heads": {name: stats.to_dict() for name, stats in self.heads.items()},
+        heads = {name: {"name": stats.name, **asdict(stats)} for name, stats in self.heads.items()}
+        return finite({"n_probes": self.n_probes, "best": {"name": self.best.name, **asdict(self.best)}, "heads": heads,
                        "baselines": dict(self.baselines), "continuation_accuracy": self.continuation.accuracy,
                        "continuation": asdict(self.continuation), "ablated": list(self.ablated)})
 
@@ -121,10 +111,9 @@ def probe_report(results: Results) -> ProbeReport | None:
     n_layer, n_head = results.heads["referent"].shape
     heads = {}
     scores = ("referent", "distractor", "top1", "referent_no_sink", "distractor_no_sink", "top1_no_sink")
-    columns = {name: results.heads.get(name) for name in scores}    # [layer, head]; NaN where no probe counted
     for layer in range(n_layer):
         for head in range(n_head):
-            v = {name: _value(values, layer, head) for name, values in columns.items()}
+            v = {name: results.head(name, layer, head) for name in scores}   # None where no probe counted
             heads[head_name(layer, head)] = HeadStats(
                 layer, head, *(v[name] for name in scores), n, round(v["top1"] * n), n_no_sink,
                 round(v["top1_no_sink"] * n_no_sink) if v["top1_no_sink"] is not None else 0)
@@ -135,11 +124,6 @@ def probe_report(results: Results) -> ProbeReport | None:
         round(numbers.get("continuation_accuracy", 0.0) * counts.get("continuation_accuracy", 0)),
         counts.get("logit_diff", 0))
     return ProbeReport(heads, n, baselines(probes.items), continuation, list(results.ablated))
-
-
-def _value(values: torch.Tensor | None, layer: int, head: int) -> float | None:
-    """One head's score, None where it was not measured (no such score, or NaN: nothing averaged)."""
-    return None if values is None or torch.isnan(values[layer, head]) else float(values[layer, head])
 
 
 def baselines(aligned: Sequence) -> dict[str, float]:

@@ -1,8 +1,6 @@
-"""Text views of what the heads do, for a terminal or as Markdown for TensorBoard: the head-type
-table (every head's type scores beside its untrained ones), the pronoun head table with the line
-of baselines under it, what removing heads costs, pronoun agreement, what a query attends to
-most, what fine-tuning changed and how the heads compose. Each reads a pass's `Reading`
-(`watch/reading.py`); token labels come from `watch/heads.py`."""
+"""Text views of a pass's `Reading` (`watch/reading.py`), for a terminal or as Markdown for TensorBoard: the pronoun
+head table, the head-type table and its lines, what removing heads costs, pronoun agreement, what a query attends to
+most, what fine-tuning changed and how the heads compose."""
 
 from __future__ import annotations
 
@@ -14,32 +12,36 @@ import torch
 from watch.ablation import AblationResult
 from watch.composition import KINDS, ONE_LAYER_NOTE, pair_name
 from watch.heads import display_token, head_name
-from watch.headtypes import LABELS, MEANINGS, RULE, TYPES, needed
-from watch.pipeline import Results
+from watch.headtypes import LABELS, MEANINGS, RULE, TYPES, heads_of, needed
 from watch.probesets import icl_positions
-from watch.pronouns import HeadStats, ProbeReport
+from watch.pronouns import ProbeReport
 from watch.reading import Reading
 
 COLUMNS = ("rank", "head", "referent", "distractor", "top-1", "ref (no sink)", "top-1 (no sink)")
 
 
 def head_table(report: ProbeReport, *, markdown: bool = False, limit: int | None = None) -> str:
-    """The heads ranked best first, with the baselines line under them.
-
-    Plain text has aligned columns and the best head marked '*'; Markdown (TensorBoard's
-    Text tab) has the best head in bold. Both show the same cells. `limit` keeps only the
-    first rows (the baselines line still covers all probes).
-    """
-    rows = [_cells(rank, stats) for rank, stats in enumerate(report.ranked()[:limit], start=1)]
+    """The heads ranked best first, the best marked, then one line of the probe count, the baselines and the
+    continuation accuracy. `limit` keeps only the first rows (that line still covers all probes)."""
+    rows = [[str(rank), s.name, _num(s.referent), _num(s.distractor), _pct(s.top1, 1), _num(s.referent_no_sink),
+             _pct(s.top1_no_sink, 1)] for rank, s in enumerate(report.ranked()[:limit], start=1)]
+    baseline, cont = report.baselines, report.continuation
+    parts = [f"{report.n_probes} probes", f"chance {_pct(baseline['chance'])}",
+             f"first noun {_pct(baseline['first_noun'])}", f"nearest noun {_pct(baseline['nearest_noun'])}"]
+    if cont.n:
+        parts.append(f"continuation accuracy {_pct(cont.accuracy)} ({cont.n_correct}/{cont.n})")
+    if cont.logit_diff is not None:
+        parts.append(f"logit diff {cont.logit_diff:+.2f}")
+    if report.ablated:
+        parts.append("ablated " + ", ".join(report.ablated))
     return "\n".join([*_table(COLUMNS, rows, markdown, marked=[0], text_columns=(1,)), *([""] if markdown else []),
-                      summary_line(report)])
+                      "; ".join(parts)])
 
 
 def _table(columns: Sequence[str], rows: list[list[str]], markdown: bool, *, marked: Sequence[int] = (),
            text_columns: Sequence[int] = ()) -> list[str]:
-    """Lines of a table: Markdown, the `marked` rows' first name (the first of `text_columns`) in
-    bold; or plain text, aligned, the marked rows starred. Names (`text_columns`) are left-aligned,
-    numbers right-aligned so their decimal points line up."""
+    """A table's lines: Markdown (the `marked` rows' first name in bold), or plain text with the marked rows starred,
+    names (`text_columns`) left-aligned and numbers right-aligned so their decimal points line up."""
     if markdown:
         align = "|" + "|".join(":---" if i in text_columns else "---:" for i in range(len(columns))) + "|"
         name = text_columns[0] if text_columns else None
@@ -55,26 +57,6 @@ def _table(columns: Sequence[str], rows: list[list[str]], markdown: bool, *, mar
         return "  ".join(out).rstrip()
 
     return [line(table[0]), line(["-" * w for w in widths]), *[line(row) for row in table[1:]]]
-
-
-def _cells(rank: int, s: HeadStats) -> list[str]:
-    return [str(rank), s.name, _num(s.referent), _num(s.distractor), _pct(s.top1, 1), _num(s.referent_no_sink),
-            _pct(s.top1_no_sink, 1)]
-
-
-def summary_line(report: ProbeReport) -> str:
-    """Probe count, baselines and continuation accuracy in one line."""
-    parts = [f"{report.n_probes} probes", f"chance {_pct(report.baselines['chance'])}",
-             f"first noun {_pct(report.baselines['first_noun'])}",
-             f"nearest noun {_pct(report.baselines['nearest_noun'])}"]
-    cont = report.continuation
-    if cont.n:
-        parts.append(f"continuation accuracy {_pct(cont.accuracy)} ({cont.n_correct}/{cont.n})")
-    if cont.logit_diff is not None:
-        parts.append(f"logit diff {cont.logit_diff:+.2f}")
-    if report.ablated:
-        parts.append("ablated " + ", ".join(report.ablated))
-    return "; ".join(parts)
 
 
 CONTINUATION = "the continuation accuracy after the pronoun"
@@ -124,12 +106,11 @@ def top_attended(pattern: torch.Tensor | np.ndarray, tokens: Sequence[str], quer
 
 COLUMN_NAMES = {"previous_token": "previous", "duplicate_token": "duplicate", "induction": "induction",
                 "sink": "first token", "current_token": "itself", "positional": "k back", "pronoun": "pronoun"}
-ALWAYS_SHOWN = TYPES[:-1]   # the pronoun column only where pronoun probes were scored
 BROAD = "spread out"
 
 
 def _columns(reading: Reading) -> list[str]:
-    return [kind for kind in TYPES if kind in ALWAYS_SHOWN or kind in reading.type_scores]
+    return [kind for kind in TYPES if kind != "pronoun" or kind in reading.type_scores]   # pronoun: where scored
 
 
 def type_table(reading: Reading, *, markdown: bool = False) -> str:
@@ -138,11 +119,9 @@ def type_table(reading: Reading, *, markdown: bool = False) -> str:
     before = reading.untrained.type_scores if reading.untrained is not None else {}
     kinds = _columns(reading)
     rows = []
-    for name, head_type in reading.types.items():
-        layer, head = head_type.layer, head_type.head
-        broad = reading.results.head("broad", layer, head)
-        rows.append([name, _label(head_type.kind),
-                     *(_type_cell(reading, before, kind, layer, head) for kind in kinds),
+    for name, t in reading.types.items():
+        broad = reading.results.head("broad", t.layer, t.head)
+        rows.append([name, _label(t.kind), *(_type_cell(reading, before, kind, t.layer, t.head) for kind in kinds),
                      "n/a" if broad is None else f"{broad:.2f}"])
     columns = ("head", "type", *(COLUMN_NAMES[kind] for kind in kinds), BROAD)
     return "\n".join(_table(columns, rows, markdown, text_columns=(0, 1)))
@@ -174,23 +153,20 @@ SIGNS = "in every signed figure below, + is better (nats/token saved, accuracy p
 
 
 def type_lines(reading: Reading, since: dict[str, str] | None = None) -> str:
-    """One line per head type: its heads (and since when, from `since`), or how close the best head came;
-    then in-context learning."""
+    """One line per head type: its heads (since when, from `since`), or how close the best head came."""
     trained = reading.type_scores
     before = reading.untrained.type_scores if reading.untrained is not None else {}
     lines = []
-    for kind in TYPES:
-        if kind not in trained:
-            continue
-        heads = sorted((t for t in reading.types.values() if t.kind == kind), key=lambda t: -(t.score or 0.0))
+    for kind in (kind for kind in TYPES if kind in trained):
+        heads = heads_of(reading.types, kind)
         if heads:
             listed = ", ".join(f"{t.name} {t.score:.2f}{_untrained(before, kind, t.layer, t.head)}" for t in heads)
             when = f", {since[kind]}" if since and kind in since else ""
             lines.append(f"{LABELS[kind]} heads: {listed}{when}")
             continue
-        layer, head, value = _best(trained[kind])
-        was = float(before[kind][layer, head]) if kind in before else None
-        bar = needed(was)
+        layer, head = divmod(int(torch.nan_to_num(trained[kind], nan=-1.0).argmax()), trained[kind].shape[1])
+        value = float(trained[kind][layer, head])
+        bar = needed(float(before[kind][layer, head]) if kind in before else None)
         if value >= CLOSE * bar:
             lines.append(f"no {LABELS[kind]} head yet, but {head_name(layer, head)} is close: {value:.2f}, where a "
                          f"type needs {bar:.2f}{_untrained(before, kind, layer, head)}")
@@ -226,9 +202,8 @@ def in_context_lines(reading: Reading) -> list[str]:
     then = reading.untrained.results.numbers if reading.untrained is not None else {}
     lines = []
     if "in_context_gain" in numbers:
-        gain = numbers["in_context_gain"]
-        meaning = ("the second copy is predicted {size:.3f} nats better than the first" if gain > 0 else
-                   "the second copy is predicted {size:.3f} nats worse than the first")
+        better = "better" if numbers["in_context_gain"] > 0 else "worse"
+        meaning = f"the second copy is predicted {{size:.3f}} nats {better} than the first"
         lines.append(f"in-context gain on repeated random tokens: {_measured(numbers, 'in_context_gain', meaning)} "
                      f"(first copy {numbers['loss_first_copy']:.3f}, second {numbers['loss_second_copy']:.3f}"
                      f"{_then(then, 'in_context_gain')})")
@@ -239,44 +214,35 @@ def in_context_lines(reading: Reading) -> list[str]:
         where = (f"tokens {late.start}-{late.stop - 1} of a {length}-token context "
                  f"against the same tokens at {early.start}-{early.start + late.stop - late.start - 1}")
         score = numbers["in_context_score"]
-        meaning = ("later in the context, tokens are predicted {size:.3f} nats better" if score < 0 else
-                   "later in the context, tokens are predicted {size:.3f} nats worse")
+        meaning = f"later in the context, tokens are predicted {{size:.3f}} nats {'better' if score < 0 else 'worse'}"
         # Olsson et al.'s score is the late loss minus the early one (below 0 is better): shown as nats saved.
-        saved, saved_then = _saved(numbers, "in_context_score"), _saved(then, "in_context_score")
-        lines.append(f"in-context score on held-out text: {_measured(saved, 'in_context_score', meaning, 'nats')} "
-                     f"({where}, {len(text.ids) // 2} pairs of windows{_then(saved_then, 'in_context_score')}; "
-                     f"Olsson et al.'s late-minus-early loss, {score:+.3f})")
+        measured, was = _measured(numbers, "in_context_score", meaning, "nats", -1), _then(then, "in_context_score", -1)
+        lines.append(f"in-context score on held-out text: {measured} ({where}, {len(text.ids) // 2} pairs of windows"
+                     f"{was}; Olsson et al.'s late-minus-early loss, {score:+.3f})")
     return lines
 
 
-def _saved(numbers: dict, name: str) -> dict:
-    """`numbers` with the loss difference `name` turned into nats saved (its sign flipped; its spread kept)."""
-    return {**numbers, name: -numbers[name]} if name in numbers else numbers
+def _measured(numbers: dict, name: str, meaning: str, unit: str = "nats/token", sign: int = 1) -> str:
+    """"+0.12 ± 0.03 nats/token: the second copy is ...", or "no measurable effect, +0.02 ± 0.05 nats/token"
+    when the figure (times `sign`) lies inside its spread."""
+    figure, inside = _figure(numbers, name, sign)
+    if inside:
+        return f"no measurable effect, {figure} {unit}"
+    return f"{figure} {unit}: {meaning.format(size=abs(numbers[name]))}"
 
 
-def _measured(numbers: dict, name: str, meaning: str, unit: str = "nats/token") -> str:
-    """"+0.12 ± 0.03 nats/token: the second copy is ...", or "no measurable effect (+0.02 ± 0.05 nats/token)"
-    when the figure lies inside its spread."""
-    value, spread = numbers[name], numbers.get(f"{name}_spread")
-    figure = f"{value:+.3f}" + (f" ± {spread:.3f}" if spread is not None else "") + f" {unit}"
-    if spread is not None and abs(value) <= spread:
-        return f"no measurable effect, {figure}"
-    return f"{figure}: {meaning.format(size=abs(value))}"
-
-
-def _then(then: dict, name: str) -> str:
+def _then(then: dict, name: str, sign: int = 1) -> str:
     if name not in then:
         return ""
-    spread = then.get(f"{name}_spread")
-    inside = spread is not None and abs(then[name]) <= spread
-    return f"; untrained {then[name]:+.3f}" + (" ± " + f"{spread:.3f}" if spread is not None else "") + \
-        (", no measurable effect" if inside else "")
+    figure, inside = _figure(then, name, sign)
+    return f"; untrained {figure}" + (", no measurable effect" if inside else "")
 
 
-def _best(values: torch.Tensor) -> tuple[int, int, float]:
-    flat = int(torch.nan_to_num(values, nan=-1.0).argmax())
-    layer, head = divmod(flat, values.shape[1])
-    return layer, head, float(values[layer, head])
+def _figure(numbers: dict, name: str, sign: int) -> tuple[str, bool]:
+    """("+0.12 ± 0.03", whether the figure lies inside its spread)."""
+    value, spread = sign * numbers[name], numbers.get(f"{name}_spread")
+    return (f"{value:+.3f}" + (f" ± {spread:.3f}" if spread is not None else ""),
+            spread is not None and abs(value) <= spread)
 
 
 def _untrained(before: dict[str, torch.Tensor], kind: str, layer: int, head: int, *, bracket: bool = True) -> str:
@@ -294,8 +260,12 @@ def ablation_lines(reading: Reading, found: Sequence[AblationResult]) -> str:
         after = result.reading.results
         key = TESTED_ON.get(result.kind, (None,))[0]
         costs = [_change(key, results.numbers, after.numbers)] if key else []
-        if result.kind == "previous_token":
-            costs.append(_best_change("the best induction score", results, after, "induction", result.heads))
+        if result.kind == "previous_token":   # the two-head circuit: the best induction head left, before and after
+            old, new = ({n: v for n, v in r.per_head("induction").items() if n not in result.heads}
+                        for r in (results, after))
+            name = max(old, key=old.get) if old and new else None
+            costs.append(f"takes the best induction score from {old[name]:.3f} to {new[name]:.3f} ({name})"
+                         if name else "")
         costs = [c for c in costs if c]
         if costs:
             lines.append(f"removing {names(result.heads)} ({_chosen_as(result)}) {'; '.join(costs)}"
@@ -313,12 +283,25 @@ NO_EFFECT, AN_EFFECT = 0.05, 0.2   # the share of a measure lost that counts as 
 
 
 def _change(key: str, before: dict, after: dict) -> str:
-    """What removing heads did to the measure `key`, in words."""
-    if key == "in_context_gain":
-        return _gain_change(before, after)
+    """What removing heads did to the measure `key`, in words: "takes the in-context gain from 3.01 to -0.82
+    nats/token: all of it and more (first copy ...)"; "" when it was not measured."""
+    old, new = before.get(key), after.get(key)
+    if old is None or new is None:
+        return ""
     if key == "text_loss":
-        return _loss_change(before, after)
-    return _points(CONTINUATION, before.get(key), after.get(key))
+        verb = "raises" if new >= old else "lowers"
+        return f"{verb} the held-out loss from {old:.3f} to {new:.3f} nats ({old - new:+.3f})"
+    if key != "in_context_gain":
+        return _points(CONTINUATION, old, new)
+    text = f"takes the in-context gain from {old:.3f} to {new:.3f} nats/token"
+    spread = before.get(f"{key}_spread")
+    if old > 0 and (spread is None or old > spread):
+        text += f": {_share_taken(old, new)}"
+    keys = ("loss_first_copy", "loss_second_copy")
+    if all(k in before and k in after for k in keys):   # a removed copying head can leave the second copy worse
+        text += (f" (first copy {before[keys[0]]:.2f} -> {after[keys[0]]:.2f}, second {before[keys[1]]:.2f} -> "
+                 f"{after[keys[1]]:.2f} nats)")
+    return text
 
 
 def _cost(result: AblationResult, before: dict) -> float | None:
@@ -348,8 +331,7 @@ def _backed_up(result: AblationResult, found: Sequence[AblationResult], before: 
 
 
 def type_report(reading: Reading, found: Sequence[AblationResult], since: dict[str, str] | None = None) -> str:
-    """The head-type table, how to read it, its lines, why a probe set could not be measured, and what removing
-    heads cost."""
+    """Every part of the head-type report, in the order sample.py --heads and the end of a run print them."""
     missing = reading.results.sets.missing.values()
     parts = [type_table(reading), type_legend(reading), type_lines(reading, since), *(f"({why})" for why in missing)]
     costs = ablation_lines(reading, found)
@@ -375,23 +357,6 @@ def route_lines(reading: Reading, found: Sequence[AblationResult]) -> list[str]:
     return lines
 
 
-def _gain_change(before: dict, after: dict) -> str:
-    """"takes the in-context gain from 3.01 to -0.82 nats/token: all of it and more (first copy ...)"."""
-    key = "in_context_gain"
-    if key not in before or key not in after:
-        return ""
-    old, new = before[key], after[key]
-    text = f"takes the in-context gain from {old:.3f} to {new:.3f} nats/token"
-    spread = before.get(f"{key}_spread")
-    if old > 0 and (spread is None or old > spread):
-        text += f": {_share_taken(old, new)}"
-    keys = ("loss_first_copy", "loss_second_copy")
-    if all(k in before and k in after for k in keys):   # a removed copying head can leave the second copy worse
-        text += (f" (first copy {before[keys[0]]:.2f} -> {after[keys[0]]:.2f}, second {before[keys[1]]:.2f} -> "
-                 f"{after[keys[1]]:.2f} nats)")
-    return text
-
-
 def _share_taken(old: float, new: float) -> str:
     """How much of a positive figure `old` removing heads took away, when it became `new`, in words."""
     taken = (old - new) / old
@@ -404,15 +369,6 @@ def _share_taken(old: float, new: float) -> str:
     if taken > -0.05:
         return "almost none of it"
     return f"none of it; it grows by {100 * -taken:.0f}%"
-
-
-def _loss_change(before: dict, after: dict) -> str:
-    key = "text_loss"
-    if key not in before or key not in after:
-        return ""
-    old, new = before[key], after[key]
-    verb = "raises" if new >= old else "lowers"
-    return f"{verb} the held-out loss from {old:.3f} to {new:.3f} nats ({old - new:+.3f})"
 
 
 def _points(label: str, old: float | None, new: float | None) -> str:
@@ -439,21 +395,10 @@ def _chosen_as(result: AblationResult) -> str:
                                                    f"mean output")
 
 
-def _best_change(label: str, before: Results, after: Results, score: str, removed: Sequence[str]) -> str:
-    """The best score among the heads not removed, before and after."""
-    old = {n: v for n, v in before.per_head(score).items() if n not in removed}
-    new = {n: v for n, v in after.per_head(score).items() if n not in removed}
-    if not old or not new:
-        return ""
-    name = max(old, key=old.get)
-    return f"takes {label} from {old[name]:.3f} to {new[name]:.3f} ({name})"
-
-
 # --- pronoun agreement ------------------------------------------------------------------------------
 
 def agreement_lines(reading: Reading, ablations: Sequence[AblationResult]) -> str:
-    """Agreement, the heads that read the name, the most selective head and what removing them costs,
-    one finding a line."""
+    """Pronoun agreement and what reads it, one finding a line."""
     a = reading.agreement
     if a is None:
         return ""

@@ -1,37 +1,18 @@
-"""Every score the watch reports, each a small function of a capture (`watch/capture.py`).
+"""Every score the watch reports, each a small function of a capture (`watch/capture.py`) registered with
+`@head_score` or `@model_score`: every pass (`watch/pipeline.py`) then computes it into its `Results`, where every
+reader finds it by name. A score adds up over the captures of its probe set: its function returns (total, count),
+and the score is total / count; a head score's total is a [layer, head] tensor (so is its count, or it is one
+number for every head).
 
-A score adds up over the captures of its probe set: its function returns (total, count), and the
-score is total / count. A head score's total is a [layer, head] tensor (so is its count, or it is
-one number for every head); a model score's are numbers. Adding a score is one function and one
-registration (`@head_score(...)` or `@model_score(...)`): every pass (`watch/pipeline.py`) then
-computes it into its `Results`, where the head tables, TensorBoard, the attention page and
-`sample.py` find it by name.
+A head type's score (Olsson et al. 2022) is the attention weight a head puts on the type's target keys, summed
+where there are several, averaged over the query positions that have a target, so a head that does nothing else
+scores 1.0. TransformerLens's `detect_head` divides the same weight by every query position instead, those without
+a target included, so a perfect induction head on repeated tokens scores below 0.5 there; the two are not mixed.
+A head's positional score is its best k; `broad` is a number beside the types, not a type.
 
-Head types (Olsson et al. 2022, "In-context Learning and Induction Heads"): the score of a type
-is the attention weight a head puts on the type's target keys, summed where there are several,
-averaged over the query positions that have a target, so a head that does nothing else scores
-1.0. TransformerLens's `detect_head` divides the same weight by every query position instead, those
-without a target included: its score is ours times (positions with a target / all positions), so a
-perfect induction head on repeated tokens scores below 0.5 there. The two are not mixed here.
-
-- previous_token: from i to i-1, on held-out text;
-- duplicate_token: from i to every earlier position holding the same token, on repeated tokens;
-- induction: from i in the second copy to the position after each earlier occurrence of token i
-  (chiefly i - L + 1; the current position itself excluded), on repeated tokens; induction_D, the
-  same where the earlier copy is D tokens back (D = 4, 8, 16, 32 below L), on the `REACH` set;
-- sink: to position 0, from positions 1.., on held-out text;
-- current_token: from i to i, from positions 1.., on held-out text;
-- positional_k (k = 2..8): from i to i-k, on held-out text; a head's positional score is its best k;
-- broad: the mean entropy of a head's rows (from position 1) divided by that of a uniform row:
-  1.0 spreads evenly, 0.0 looks at one token. A number beside the types, not a type.
-
-Model scores: in_context_gain (mean loss predicting tokens 2..L of the first copy minus the same
-for the second copy, nats/token) and in_context_score (Olsson's "loss at token 500 minus loss at
-token 50" of a 512-token context, over bands at the same fractions of ours: `icl_positions`; each
-token of the late band is compared with itself early in a second window, which takes out how hard
-the token is, so a few hundred windows measure it to a few hundredths of a nat), each with its
-spread (two standard errors over the sequences: `spread`); and the pronoun probes' and agreement
-contexts' own (see `watch/pronouns.py` for their reading).
+The in-context score compares each token late in one held-out window with the same token early in its partner
+(`watch.probesets.held_out_text`), which takes out how hard the token is, so a few hundred windows measure it to a
+few hundredths of a nat; it and the in-context gain come with their spread (`spread`).
 """
 
 from __future__ import annotations
@@ -39,6 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import NamedTuple
 
 import torch
@@ -61,20 +43,17 @@ HEAD_SCORES: dict[str, Score] = {}
 MODEL_SCORES: dict[str, Score] = {}
 
 
-def head_score(name: str, probe_set: str, about: str):
-    """Registers `measure(capture) -> (total [layer, head], count)` as a head score."""
-    def register(measure: Callable[[Capture], Total]) -> Callable[[Capture], Total]:
-        HEAD_SCORES[name] = Score(name, probe_set, measure, about)
-        return measure
-    return register
+def _registrar(table: dict[str, Score]):
+    def score(name: str, probe_set: str, about: str):
+        def register(measure: Callable[[Capture], Total]) -> Callable[[Capture], Total]:
+            table[name] = Score(name, probe_set, measure, about)
+            return measure
+        return register
+    return score
 
 
-def model_score(name: str, probe_set: str, about: str):
-    """Registers `measure(capture) -> (total, count)` as a score of the whole model."""
-    def register(measure: Callable[[Capture], Total]) -> Callable[[Capture], Total]:
-        MODEL_SCORES[name] = Score(name, probe_set, measure, about)
-        return measure
-    return register
+head_score = _registrar(HEAD_SCORES)     # measure(capture) -> (total [layer, head], count)
+model_score = _registrar(MODEL_SCORES)   # measure(capture) -> (total, count), of the whole model
 
 
 # --- the shared maths ---------------------------------------------------------------------------------
@@ -174,33 +153,18 @@ def _reach_targets(capture: Capture, distance: int) -> torch.Tensor:
 
 # --- head types on held-out text ---------------------------------------------------------------------
 
-@head_score("previous_token", TEXT, "weight from each token to the one before it")
-def previous_token(capture: Capture) -> Total:
-    return weight_at_offset(capture, 1, 1)
-
-
 @head_score("sink", TEXT, "weight on the first position, from every later one")
 def sink(capture: Capture) -> Total:
     totals = [pattern[:, :, 1:, 0].double().sum((0, 2)) for pattern in capture.patterns]
     return torch.stack(totals), capture.ids.shape[0] * (capture.ids.shape[1] - 1)
 
 
-@head_score("current_token", TEXT, "weight from each token on itself (from position 1)")
-def current_token(capture: Capture) -> Total:
-    return weight_at_offset(capture, 0, 1)
-
-
 POSITIONAL_OFFSETS = range(2, 9)
-
-
-def _positional(offset: int) -> Callable[[Capture], Total]:
-    def measure(capture: Capture) -> Total:
-        return weight_at_offset(capture, offset, offset)
-    return measure
-
-
-for _k in POSITIONAL_OFFSETS:
-    head_score(f"positional_{_k}", TEXT, f"weight from each token to the one {_k} before it")(_positional(_k))
+for _name, _offset, _about in (("previous_token", 1, "weight from each token to the one before it"),
+                               ("current_token", 0, "weight from each token on itself (from position 1)"),
+                               *((f"positional_{k}", k, f"weight from each token to the one {k} before it")
+                                 for k in POSITIONAL_OFFSETS)):
+    head_score(_name, TEXT, _about)(partial(weight_at_offset, offset=_offset, first_query=max(_offset, 1)))
 
 
 @head_score("broad", TEXT, "mean entropy of a head's rows relative to a uniform row (1: spread evenly)")
@@ -219,15 +183,17 @@ def broad(capture: Capture) -> Total:
 
 # --- in-context learning -----------------------------------------------------------------------------
 
-def _copy_loss(capture: Capture, second: bool) -> Total:
-    copy = capture.ids.shape[1] // 2
-    # tokens 2..L of a copy: predicted from its positions 0..L-2
-    return _loss_sum(capture, copy, 2 * copy - 1) if second else _loss_sum(capture, 0, copy - 1)
+def _copy_loss(second: bool) -> Callable[[Capture], Total]:
+    def measure(capture: Capture) -> Total:
+        copy = capture.ids.shape[1] // 2
+        # tokens 2..L of a copy: predicted from its positions 0..L-2
+        return _loss_sum(capture, copy, 2 * copy - 1) if second else _loss_sum(capture, 0, copy - 1)
+    return measure
 
 
-@model_score("loss_first_copy", REPEATED, "loss predicting tokens 2..L of the first copy (nats/token)")
-def loss_first_copy(capture: Capture) -> Total:
-    return _copy_loss(capture, second=False)
+for _copy in ("first", "second"):
+    model_score(f"loss_{_copy}_copy", REPEATED, f"loss predicting tokens 2..L of the {_copy} copy (nats/token)")(
+        _copy_loss(_copy == "second"))
 
 
 @model_score("in_context_gain_squares", REPEATED, "mean square of each sequence's in-context gain (for its "
@@ -237,11 +203,6 @@ def in_context_gain_squares(capture: Capture) -> Total:
     losses = next_token_losses(capture)
     gains = losses[:, :copy - 1].mean(1) - losses[:, copy:2 * copy - 1].mean(1)
     return float((gains ** 2).sum()), gains.numel()
-
-
-@model_score("loss_second_copy", REPEATED, "loss predicting tokens 2..L of the second copy (nats/token)")
-def loss_second_copy(capture: Capture) -> Total:
-    return _copy_loss(capture, second=True)
 
 
 def _in_context_differences(capture: Capture) -> torch.Tensor:
@@ -315,8 +276,7 @@ def _pronoun_rows(capture: Capture) -> tuple[torch.Tensor, torch.Tensor, torch.T
 
 
 def _pronoun_masks(capture: Capture) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(each probe's pronoun position [probe], referent keys [probe, key], distractor keys, probes clear
-    of position 0 [probe])."""
+    """`_pronoun_rows` less the rows: each probe's pronoun position [probe] and the masks."""
     items = capture.items
     n, width = len(items), capture.ids.shape[1]
     pronoun = torch.tensor([item.pronoun_pos for item in items])
@@ -343,15 +303,11 @@ def _pronoun_weights(capture: Capture, no_sink: bool) -> tuple[torch.Tensor, tor
     return referent / rest, distractor / rest, clear
 
 
-def _mean_over_probes(values: torch.Tensor, counted: torch.Tensor) -> Total:
-    return (values * counted[None, :, None]).sum(1), int(counted.sum())
-
-
 def _pronoun_score(which: str, no_sink: bool) -> Callable[[Capture], Total]:
     def measure(capture: Capture) -> Total:
         ref, dis, counted = _pronoun_weights(capture, no_sink)
         values = {"referent": ref, "distractor": dis, "top1": (ref > dis).double()}[which]  # a tie is not a win
-        return _mean_over_probes(values, counted)
+        return (values * counted[None, :, None]).sum(1), int(counted.sum())
     return measure
 
 
@@ -401,15 +357,11 @@ def _argmax_among(capture: Capture, whose: str) -> Total:
     return float(hits.sum()), int(masks.scored.sum())
 
 
-@model_score("continuation_accuracy", PRONOUN, "share of probes whose next-token argmax after the pronoun is "
-                                              "something the referent does")
-def continuation_accuracy(capture: Capture) -> Total:
-    return _argmax_among(capture, "referent")
-
-
-@model_score("distractor_rate", PRONOUN, "share of probes whose argmax is something the other noun does")
-def distractor_rate(capture: Capture) -> Total:
-    return _argmax_among(capture, "distractor")
+for _name, _whose, _about in (
+        ("continuation_accuracy", "referent", "share of probes whose next-token argmax after the pronoun is something "
+                                              "the referent does"),
+        ("distractor_rate", "distractor", "share of probes whose argmax is something the other noun does")):
+    model_score(_name, PRONOUN, _about)(partial(_argmax_among, whose=_whose))
 
 
 @model_score("logit_diff", PRONOUN, "mean (best referent-continuation logit - best distractor one)")

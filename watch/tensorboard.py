@@ -1,11 +1,7 @@
-"""What a watch pass found, in TensorBoard: every head's scores as scalars (head types, pronoun
-probes, agreement), the tables as text, heatmap images of the watched sentences, and the Custom
-Scalars charts that put every head on one axis; beside them, how every pair of heads composes
-(`watch/composition.py`), and for a fine-tune the model before fine-tuning. Nothing here runs the model:
-it writes what a pass's `Reading` (`watch/reading.py`) says and what `watch/heatmaps.py` drew.
-
-The writer is duck-typed (`add_image`, `add_scalar`, `add_text`, `add_custom_scalars`),
-so a `torch.utils.tensorboard.SummaryWriter` or anything like it will do.
+"""What a watch pass found, in TensorBoard: every head's scores as scalars, the tables as text, the heatmaps
+`watch/heatmaps.py` drew, and the Custom Scalars charts that put every head on one axis. Nothing here runs the
+model: it writes what a pass's `Reading` (`watch/reading.py`) says. The writer is duck-typed, so a
+`torch.utils.tensorboard.SummaryWriter` will do where no score of a head is written (`TensorBoardWriter.head`).
 """
 
 from __future__ import annotations
@@ -69,58 +65,46 @@ class TensorBoardWriter:
 
     def flush(self) -> None:
         for writer in (self, *self._heads.values()):
-            writer._guarded("flush")()
+            writer._guard(lambda w=writer: w._writer.flush())
 
     def add_hparams(self, hparam_dict: dict, metric_dict: dict) -> None:
         """The run's settings and final metrics, for the HParams tab, in this run's own event file (torch's
         `add_hparams` would open a second one, under a name that can be guessed)."""
         from torch.utils.tensorboard.summary import hparams
 
-        if self._writer is None or self.failed:
-            return
-        try:
+        def write() -> None:
             for summary in hparams(hparam_dict, metric_dict):
                 self._writer.file_writer.add_summary(summary)
             for name, value in metric_dict.items():
                 self._writer.add_scalar(name, value)
-        except OSError as exc:
-            self._fail(exc)
+
+        self._guard(write)
 
     def add_image(self, tag: str, image: Any, global_step: int | None = None, dataformats: str = "CHW") -> None:
         """An image, as SummaryWriter's `add_image` takes it. An RGB array of bytes [height, width, 3], which is
         what `watch/heatmaps.py` draws, goes in as a PNG made here at Pillow's fastest compression, without
         SummaryWriter's round trip through float32 and its default compression: those took a third of each
         evaluation of the default demo."""
-        if not (dataformats == "HWC" and isinstance(image, np.ndarray) and image.dtype == np.uint8
-                and image.ndim == 3 and image.shape[2] == 3):
-            return self._guarded("add_image")(tag, image, global_step, dataformats=dataformats)
+        if (dataformats == "HWC" and isinstance(image, np.ndarray) and image.dtype == np.uint8 and image.ndim == 3
+                and image.shape[2] == 3):
+            self._guard(lambda: self._writer.file_writer.add_summary(png_summary(tag, image), global_step))
+        else:
+            self._guard(lambda: self._writer.add_image(tag, image, global_step, dataformats=dataformats))
+
+    def __getattr__(self, name: str) -> Any:
+        """The writer's method `name` (add_scalar, add_text, add_custom_scalars, ...), guarded (`_guard`)."""
+        method = getattr(self._writer, name) if self._writer is not None else None
+        return lambda *args, **kwargs: self._guard(lambda: method(*args, **kwargs))
+
+    def _guard(self, write: Any) -> Any:
+        """`write()`, its OSError turned into the one warning; nothing without a writer or after a failure."""
         if self._writer is None or self.failed:
             return None
         try:
-            self._writer.file_writer.add_summary(png_summary(tag, image), global_step)
+            return write()
         except OSError as exc:
             self._fail(exc)
-        return None
-
-    def __getattr__(self, name: str) -> Any:
-        return self._guarded(name)
-
-    def _guarded(self, name: str) -> Any:
-        """The writer's method `name`, its OSError turned into the one warning (a no-op without a writer)."""
-        if self._writer is None:
-            return lambda *args, **kwargs: None
-        method = getattr(self._writer, name)  # add_scalar, add_figure, add_text, add_hparams, flush, ...
-
-        def guarded(*args: Any, **kwargs: Any) -> Any:
-            if self.failed:
-                return None
-            try:
-                return method(*args, **kwargs)
-            except OSError as exc:
-                self._fail(exc)
-                return None
-
-        return guarded
+            return None
 
     def close(self) -> None:
         for head in self._heads.values():
@@ -216,19 +200,32 @@ def log_charts(writer: Any, *, pronouns: bool, types: bool, composition: bool = 
 def log_evaluation(writer: Any, step: int, reading: Reading, ablations: Sequence[AblationResult],
                    images: Sequence[tuple[str, np.ndarray]]) -> None:
     """Everything an evaluation shows: the scores, what removing the agreement heads costs, the heatmaps, the
-    model before fine-tuning's scores, and the tables."""
+    scores of the model before fine-tuning, and the tables as Markdown in the Text tab."""
     log_scores(writer, step, reading)
     log_agreement(writer, step, reading, ablations)
-    log_images(writer, step, images)
-    if reading.before is not None and reading.types:
+    for tag, image in images:
+        writer.add_image(tag, image, step, dataformats="HWC")
+    fine_tune = reading.before is not None and reading.types
+    if fine_tune:
         for kind, values in reading.before.type_scores.items():   # constant: a line to read each score against
             _log_heads(writer, step, f"{BEFORE_TAG}/{kind}", values, best=True)
-    log_tables(writer, step, reading)
+    report = reading.pronouns
+    if report is not None:
+        text = f"step {step}, best head **{report.best.name}**\n\n{head_table(report, markdown=True)}"
+        writer.add_text("attention/heads", text, step)
+    if reading.types:
+        lines = (type_legend(reading) + "\n" + type_lines(reading)).replace("\n", "  \n")   # Markdown line breaks
+        writer.add_text("heads/types", f"step {step}\n\n{type_table(reading, markdown=True)}\n\n{lines}", step)
+    if fine_tune:
+        text = f"step {step}: {changes_line(reading)}\n\n{before_table(reading, markdown=True)}"
+        writer.add_text(f"heads/{BEFORE_TAG}", text.rstrip(), step)
 
 
 def log_scores(writer: Any, step: int, reading: Reading) -> None:
-    """Every head's scores, each in the head's own run, and the model's numbers as scalars."""
-    results = reading.results
+    """Every head's scores, each in the head's own run, the model's numbers as scalars, and every pair's Q-, K- and
+    V-composition (composition/K/L0H1_to_L1H3: TensorBoard allows no ">" in a tag) with per kind the best pair's
+    score beside the untrained model's best."""
+    results, report = reading.results, reading.pronouns
     for kind, values in reading.type_scores.items():
         _log_heads(writer, step, f"heads/{kind}", values, best=True)
     if "broad" in results.heads:
@@ -239,78 +236,28 @@ def log_scores(writer: Any, step: int, reading: Reading) -> None:
     reach = reading.reach.get(best[0], {}) if best is not None else {}
     for distance, value in reach.items() if len(reach) > 1 else ():   # a quick pass reads only the longest
         writer.add_scalar(f"heads/induction/best_at_{distance:02d}", value, step)
-    for name in CONTEXT_NUMBERS:
-        if name in results.numbers:
-            writer.add_scalar(f"heads/{name}", results.numbers[name], step)
-    _log_pronouns(writer, step, reading)
+    scalars = {f"heads/{name}": results.numbers.get(name) for name in CONTEXT_NUMBERS}
+    if report is not None:
+        for score in ("referent", "distractor", "top1"):
+            _log_heads(writer, step, f"attention/{score}", results.heads[score])
+        scalars.update({f"attention/{score}/best": getattr(report.best, score)
+                        for score in ("referent", "distractor", "top1", "referent_no_sink", "top1_no_sink")})
+        scalars.update({"probes/continuation_accuracy": report.continuation.accuracy,
+                        "probes/logit_diff": report.continuation.logit_diff})
     agreement = reading.agreement
     if agreement is not None:
-        writer.add_scalar("probes/agreement_accuracy", agreement.accuracy, step)
-        writer.add_scalar("probes/agreement_share", agreement.share, step)
-        for mention, value in agreement.by_mention.items():
-            writer.add_scalar(f"probes/agreement_accuracy_{mention}_mention", value, step)
-    log_composition(writer, step, reading)
-
-
-def _log_heads(writer: Any, step: int, tag: str, values: torch.Tensor, *, best: bool = False) -> None:
-    """A scalar per head from [layer, head] values: `tag` in each head's own run (`TensorBoardWriter.head`), and
-    {tag}/best, the highest, in the run's."""
-    for layer in range(values.shape[0]):
-        for head in range(values.shape[1]):
-            writer.head(head_name(layer, head)).add_scalar(tag, values[layer, head].item(), step)
-    if best:
-        writer.add_scalar(f"{tag}/best", values.max().item(), step)
-
-
-def _log_pronouns(writer: Any, step: int, reading: Reading) -> None:
-    report = reading.pronouns
-    if report is None:
-        return
-    for score in ("referent", "distractor", "top1"):
-        _log_heads(writer, step, f"attention/{score}", reading.results.heads[score])
-    best = report.best
-    scalars = {
-        "attention/referent/best": best.referent,
-        "attention/distractor/best": best.distractor,
-        "attention/top1/best": best.top1,
-        "attention/referent_no_sink/best": best.referent_no_sink,
-        "attention/top1_no_sink/best": best.top1_no_sink,
-        "probes/continuation_accuracy": report.continuation.accuracy,
-        "probes/logit_diff": report.continuation.logit_diff,
-    }
+        scalars.update({"probes/agreement_accuracy": agreement.accuracy, "probes/agreement_share": agreement.share,
+                        **{f"probes/agreement_accuracy_{m}_mention": v for m, v in agreement.by_mention.items()}})
+    found = reading.composition
+    untrained = reading.untrained.composition if reading.untrained is not None and found is not None else None
+    for kind in KINDS if found is not None else ():
+        scalars.update({f"composition/{kind}/{pair.replace('->', '_to_')}": v for pair, v in found.pairs[kind].items()})
+        scalars[f"composition/{kind}/best"] = max(found.pairs[kind].values())
+        if untrained is not None:
+            scalars[f"composition/{kind}/untrained_best"] = max(untrained.pairs[kind].values())
     for tag, value in scalars.items():
         if value is not None:
             writer.add_scalar(tag, value, step)
-
-
-def log_composition(writer: Any, step: int, reading: Reading) -> None:
-    """Every pair's Q-, K- and V-composition as scalars (composition/K/L0H1_to_L1H3: TensorBoard allows no
-    ">" in a tag), and per kind the best pair's score beside the untrained model's best."""
-    found = reading.composition
-    untrained = reading.untrained.composition if reading.untrained is not None else None
-    if found is None:
-        return
-    for kind in KINDS:
-        for pair, value in found.pairs[kind].items():
-            writer.add_scalar(f"composition/{kind}/{pair.replace('->', '_to_')}", value, step)
-        writer.add_scalar(f"composition/{kind}/best", max(found.pairs[kind].values()), step)
-        if untrained is not None:
-            writer.add_scalar(f"composition/{kind}/untrained_best", max(untrained.pairs[kind].values()), step)
-
-
-def log_tables(writer: Any, step: int, reading: Reading) -> None:
-    """The head tables as Markdown in the Text tab: the pronoun probes' ranking, the head types and, for a
-    fine-tune, what fine-tuning changed."""
-    report = reading.pronouns
-    if report is not None:
-        text = f"step {step}, best head **{report.best.name}**\n\n{head_table(report, markdown=True)}"
-        writer.add_text("attention/heads", text, step)
-    if reading.types:
-        lines = (type_legend(reading) + "\n" + type_lines(reading)).replace("\n", "  \n")   # Markdown line breaks
-        writer.add_text("heads/types", f"step {step}\n\n{type_table(reading, markdown=True)}\n\n{lines}", step)
-    if reading.before is not None and reading.types:
-        text = f"step {step}: {changes_line(reading)}\n\n{before_table(reading, markdown=True)}"
-        writer.add_text(f"heads/{BEFORE_TAG}", text.rstrip(), step)
 
 
 def log_agreement(writer: Any, step: int, reading: Reading, ablations: Sequence[AblationResult]) -> None:
@@ -330,6 +277,16 @@ def log_agreement(writer: Any, step: int, reading: Reading, ablations: Sequence[
         writer.add_text("probes/ablated_heads", f"step {step}, ablated: {text}", step)
 
 
+def _log_heads(writer: Any, step: int, tag: str, values: torch.Tensor, *, best: bool = False) -> None:
+    """A scalar per head from [layer, head] values: `tag` in each head's own run (`TensorBoardWriter.head`), and
+    {tag}/best, the highest, in the run's."""
+    for layer in range(values.shape[0]):
+        for head in range(values.shape[1]):
+            writer.head(head_name(layer, head)).add_scalar(tag, values[layer, head].item(), step)
+    if best:
+        writer.add_scalar(f"{tag}/best", values.max().item(), step)
+
+
 def png_summary(tag: str, image: np.ndarray) -> Any:
     """A TensorBoard image summary holding `image` (RGB bytes [height, width, 3]) as a PNG."""
     from PIL import Image
@@ -340,9 +297,3 @@ def png_summary(tag: str, image: np.ndarray) -> Any:
     height, width, _ = image.shape
     picture = Summary.Image(height=height, width=width, colorspace=3, encoded_image_string=buffer.getvalue())
     return Summary(value=[Summary.Value(tag=tag, image=picture)])
-
-
-def log_images(writer: Any, step: int, images: Sequence[tuple[str, np.ndarray]]) -> None:
-    """Heatmap images (tag, RGB array [height, width, 3]) as drawn by `watch/heatmaps.py`."""
-    for tag, image in images:
-        writer.add_image(tag, image, step, dataformats="HWC")
