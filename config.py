@@ -68,6 +68,20 @@ def _opt(default: Any, help: str, choices: tuple[str, ...] | None = None, group:
     return field(default=default, metadata=meta)
 
 
+# The numbers' ranges: (keys, whether a value is in range, the refusal of one that is not, of the key and value).
+RANGES = (
+    (("batch_size", "grad_accum", "max_iters", "eval_interval", "eval_iters", "log_interval", "corpus_sentences",
+      "muon_ns_steps"), lambda v: v > 0, "config key '{}' must be a positive integer; got {}"),
+    (("warmup_iters", "lr_decay_iters", "weight_decay", "grad_clip", "ckpt_interval", "sample_tokens", "threads",
+      "min_lr", "watch_interval"), lambda v: v >= 0, "config key '{}' must be >= 0; got {}"),
+    # what every generator it seeds accepts, with room for per-rank offsets
+    (("seed",), lambda v: 0 <= v < 2**32, "config key '{}' must be between 0 and 2**32 - 1; got {}"),
+    (("learning_rate", "muon_lr"), lambda v: v > 0, "config keys 'learning_rate' and 'muon_lr' must be > 0"),
+    (("val_fraction",), lambda v: 0 < v < 1, "config key '{}' must be between 0 and 1; got {}"),
+    (("beta1", "beta2"), lambda v: 0 <= v < 1, "config key '{}' must be in [0, 1); got {}"),
+)
+
+
 @dataclass
 class TrainConfig:
     # data
@@ -155,25 +169,10 @@ class TrainConfig:
         if not self.dataset.strip():
             raise UsageError(f"config key 'dataset' is empty; give a corpus name ({', '.join(CORPORA)}) or the path "
                              f"of a UTF-8 text file")
-        positive = ("batch_size", "grad_accum", "max_iters", "eval_interval", "eval_iters", "log_interval",
-                    "corpus_sentences", "muon_ns_steps")
-        for name in positive:
-            if getattr(self, name) <= 0:
-                raise UsageError(f"config key '{name}' must be a positive integer; got {getattr(self, name)}")
-        non_negative = ("warmup_iters", "lr_decay_iters", "weight_decay", "grad_clip", "ckpt_interval",
-                        "sample_tokens", "threads", "min_lr", "watch_interval")
-        for name in non_negative:
-            if getattr(self, name) < 0:
-                raise UsageError(f"config key '{name}' must be >= 0; got {getattr(self, name)}")
-        if not 0 <= self.seed < 2**32:  # what every generator it seeds accepts, with room for per-rank offsets
-            raise UsageError(f"config key 'seed' must be between 0 and 2**32 - 1; got {self.seed}")
-        if self.learning_rate <= 0 or self.muon_lr <= 0:
-            raise UsageError("config keys 'learning_rate' and 'muon_lr' must be > 0")
-        if not 0 < self.val_fraction < 1:
-            raise UsageError(f"config key 'val_fraction' must be between 0 and 1; got {self.val_fraction}")
-        for name in ("beta1", "beta2"):
-            if not 0 <= getattr(self, name) < 1:
-                raise UsageError(f"config key '{name}' must be in [0, 1); got {getattr(self, name)}")
+        for names, ok, refusal in RANGES:
+            for name in names:
+                if not ok(getattr(self, name)):
+                    raise UsageError(refusal.format(name, getattr(self, name)))
         if not all(isinstance(s, str) and s.strip() for s in self.watch_sentences):
             raise UsageError("config key 'watch_sentences' must be a list of non-empty strings")
         problem = inside_name(self.run_name) if self.run_name else None
@@ -233,17 +232,9 @@ class TrainConfig:
         return out
 
 
-def _keys() -> dict[str, dataclasses.Field]:
-    """{key: its field} for every key a config sets, in order: the model's (`GPTConfig`'s, which explain
-    themselves) where `TrainConfig.model` stands."""
-    out = {}
-    for f in dataclasses.fields(TrainConfig):
-        model = {g.name: g for g in dataclasses.fields(GPTConfig) if g.name in CONFIG_KEYS}
-        out.update({**model} if f.name == "model" else {f.name: f})
-    return out
-
-
-FIELDS = _keys()
+# {key: its field} for every key a config sets, in order: the model's (`GPTConfig`'s) where `TrainConfig.model` stands.
+FIELDS = {g.name: g for f in dataclasses.fields(TrainConfig) for g in (
+    [g for g in dataclasses.fields(GPTConfig) if g.name in CONFIG_KEYS] if f.name == "model" else [f])}
 _TYPES = {**get_type_hints(TrainConfig), **get_type_hints(GPTConfig)}
 _TYPES = {name: _TYPES[name] for name in FIELDS}
 BOOLEANS = tuple(name for name, kind in _TYPES.items() if kind is bool)

@@ -1,6 +1,5 @@
-"""A run's checkpoints: where they go (`CheckpointWriter`, which keeps an earlier run's), and the
-checks a resumed run makes of the one it continues. The format itself, written and read, is
-formats/checkpoint.py's."""
+"""A run's checkpoints: where they go (`CheckpointWriter`, which keeps an earlier run's), and continuing one
+(`resume`). The format itself, written and read, is formats/checkpoint.py's."""
 
 from __future__ import annotations
 
@@ -10,71 +9,13 @@ from typing import Any
 
 import torch
 
-from cli import UsageError, UserError, warn
+from cli import UsageError, warn
 from config import TrainConfig
 from data.prepare import Prepared
-from files import (
-    clear_for_file,
-    inside_name,
-    writable_folder,
-)
-from formats.checkpoint import (
-    CheckpointError,
-    load_checkpoint,
-    load_weights,
-    previous_path,
-    remove_stale_temp_files,
-    save_checkpoint,
-    saved_settings,
-    validate,
-)
+from files import clear_for_file, inside_name, writable_folder
+from formats.checkpoint import CheckpointError, load_weights, previous_path, remove_stale_temp_files, save_checkpoint
 from model.config import IMPORTED_FIELDS, MODEL_KEYS, GPTConfig
 from model.gpt import GPT
-
-
-def restore_training(checkpoint: dict, path: Path, model: GPT, optimizer: Any, batches: Any) -> None:
-    """Puts a resumed run's weights, optimizer state and random generators back, refusing any part
-    that does not fit this run. The optimizer's settings (betas, weight decay) stay this config's;
-    only its state (moments, momentum) comes from the checkpoint."""
-    load_weights(model, checkpoint["model"], path)
-    try:
-        _load_optimizer_state(optimizer, checkpoint["optimizer"])
-        batches.load_state(checkpoint["rng"]["batches"])
-        torch.set_rng_state(checkpoint["rng"]["torch"])
-    except (KeyError, IndexError, RuntimeError, TypeError, ValueError, AttributeError) as exc:
-        raise CheckpointError(f"{path}: its optimizer or random-generator state does not fit this model "
-                              f"({' '.join(str(exc).split())[:200]}); resume from the ckpt.pt that train.py wrote, "
-                              f"or start a new --out_dir") from None
-
-
-def _load_optimizer_state(optimizer: Any, saved: dict) -> None:
-    parts = getattr(optimizer, "optimizers", None)  # trainer.optim.Optimizers: several, saved under "0", "1"
-    pairs = [(opt, saved[str(i)]) for i, opt in enumerate(parts)] if parts else [(optimizer, saved)]
-    for opt, state in pairs:
-        fresh = opt.state_dict()
-        n_params = sum(len(group["params"]) for group in fresh["param_groups"])
-        if not isinstance(state["state"], dict) or any(type(k) is not int or not 0 <= k < n_params
-                                                       for k in state["state"]):
-            raise ValueError("its optimizer state names parameters this model does not have")
-        opt.load_state_dict({"state": state["state"], "param_groups": fresh["param_groups"]})
-        for param, values in opt.state.items():
-            for name, value in values.items():
-                if not isinstance(value, torch.Tensor) or (value.dim() > 0 and value.shape != param.shape):
-                    raise ValueError(f"optimizer state {name!r} does not match a parameter of shape "
-                                     f"{tuple(param.shape)}")
-
-
-def read_resumed(path: Path, checkpoint: dict | None = None) -> dict:
-    """The checkpoint a --resume run continues from (`checkpoint`, when it was read already), checked to be
-    complete; whether this run's settings and data can continue it is `check_resumed`'s, once the data is
-    prepared."""
-    if checkpoint is None and not path.exists():
-        raise UserError(f"--resume but there is no checkpoint at {path}; drop --resume to start a new "
-                        f"run, or set --out_dir to the folder that holds ckpt.pt")
-    checkpoint = checkpoint if checkpoint is not None else load_checkpoint(path)
-    validate(checkpoint, path, for_resume=True)
-    saved_settings(checkpoint, path)
-    return checkpoint
 
 
 def data_identity(cfg: TrainConfig, data: Prepared) -> dict:
@@ -87,15 +28,40 @@ def data_identity(cfg: TrainConfig, data: Prepared) -> dict:
             "data_dir": cfg.data_dir, "folder": str(data.folder)}
 
 
-def check_resumed(cfg: TrainConfig, checkpoint: dict, path: Path, data: Prepared,
-                  model_config: GPTConfig | None = None) -> None:
-    """Whether this run's settings, its data and the model it builds (`model_config`) can continue `checkpoint`."""
-    check_resume_compatible(cfg, checkpoint, data.tokenizer.to_meta(), model_config)
+def resume(cfg: TrainConfig, checkpoint: dict, path: Path, data: Prepared, model: GPT, optimizer: Any,
+           batches: Any) -> None:
+    """Continues `checkpoint` (read from `path`) in this run: refuses what this run's settings, its data and its
+    model cannot continue, then puts back the weights, the optimizer's state and the random generators. The
+    optimizer's settings (betas, weight decay) stay this config's; only its state (moments, momentum) comes from
+    the checkpoint."""
+    check_resume_compatible(cfg, checkpoint, data.tokenizer.to_meta(), model.config)
     check_same_data(checkpoint, data_identity(cfg, data), path)
     problem = inside_name(checkpoint["run_name"]) if not cfg.run_name else None
     if problem is not None:  # the resumed run would write its TensorBoard logs to log_dir/run_name
         raise CheckpointError(f"{path} holds the run name {checkpoint['run_name']!r}, which {problem}, so its "
                               f"TensorBoard logs would go outside --log_dir; resume with --run_name=NAME")
+    load_weights(model, checkpoint["model"], path)
+    parts = getattr(optimizer, "optimizers", None)  # trainer.optim.Optimizers: several, saved under "0", "1"
+    try:
+        saved = checkpoint["optimizer"]
+        for opt, state in [(opt, saved[str(i)]) for i, opt in enumerate(parts)] if parts else [(optimizer, saved)]:
+            fresh = opt.state_dict()
+            n_params = sum(len(group["params"]) for group in fresh["param_groups"])
+            if not isinstance(state["state"], dict) or any(type(k) is not int or not 0 <= k < n_params
+                                                           for k in state["state"]):
+                raise ValueError("its optimizer state names parameters this model does not have")
+            opt.load_state_dict({"state": state["state"], "param_groups": fresh["param_groups"]})
+            for param, values in opt.state.items():
+                for name, value in values.items():
+                    if not isinstance(value, torch.Tensor) or (value.dim() > 0 and value.shape != param.shape):
+                        raise ValueError(f"optimizer state {name!r} does not match a parameter of shape "
+                                         f"{tuple(param.shape)}")
+        batches.load_state(checkpoint["rng"]["batches"])
+        torch.set_rng_state(checkpoint["rng"]["torch"])
+    except (KeyError, IndexError, RuntimeError, TypeError, ValueError, AttributeError) as exc:
+        raise CheckpointError(f"{path}: its optimizer or random-generator state does not fit this model "
+                              f"({' '.join(str(exc).split())[:200]}); resume from the ckpt.pt that train.py wrote, "
+                              f"or start a new --out_dir") from None
 
 
 def check_same_data(checkpoint: dict, data: dict, path: Path) -> None:
@@ -120,10 +86,9 @@ def check_same_data(checkpoint: dict, data: dict, path: Path) -> None:
                          f"resume with the same text, or start a new --out_dir")
 
 
-def check_resume_compatible(cfg: TrainConfig, checkpoint: dict, tokenizer_meta: dict,
-                            model_config: GPTConfig | None = None) -> None:
-    """A UsageError naming the first setting that differs from the checkpoint's in a way resuming cannot absorb;
-    with `model_config`, the model this run builds, also the settings of a model trained elsewhere."""
+def check_resume_compatible(cfg: TrainConfig, checkpoint: dict, tokenizer_meta: dict, model_config: GPTConfig) -> None:
+    """A UsageError naming the first setting that differs from the checkpoint's in a way resuming cannot absorb:
+    this run's, or that of the model it builds (`model_config`) which a model trained elsewhere brought."""
     theirs = GPTConfig(**checkpoint["model_config"])   # a switch it does not record (an older checkpoint) is off
     if cfg.model.block_size > theirs.block_size:  # a smaller one just trains on shorter windows
         raise UsageError(f"--block_size={cfg.model.block_size} is larger than the {theirs.block_size} the checkpoint "
@@ -132,12 +97,11 @@ def check_resume_compatible(cfg: TrainConfig, checkpoint: dict, tokenizer_meta: 
         if getattr(theirs, key) != getattr(cfg.model, key):
             raise UsageError(f"config key '{key}' is {getattr(cfg.model, key)!r} but the checkpoint was trained with "
                              f"{getattr(theirs, key)!r}; use the same value to resume, or a new --out_dir")
-    if model_config is not None:   # query/key/value biases, GPT-2's GELU, padding rows: what init_from brought
-        for key in IMPORTED_FIELDS:
-            if getattr(theirs, key) != getattr(model_config, key):
-                raise UsageError(f"the checkpoint's model has {key}={getattr(theirs, key)!r} but this run's has "
-                                 f"{getattr(model_config, key)!r}: they started from different models; resume with "
-                                 f"the init_from it was trained from, or start a new --out_dir")
+    for key in IMPORTED_FIELDS:   # query/key/value biases, GPT-2's GELU, padding rows: what init_from brought
+        if getattr(theirs, key) != getattr(model_config, key):
+            raise UsageError(f"the checkpoint's model has {key}={getattr(theirs, key)!r} but this run's has "
+                             f"{getattr(model_config, key)!r}: they started from different models; resume with "
+                             f"the init_from it was trained from, or start a new --out_dir")
     saved_optimizer = checkpoint["train_config"].get("optimizer", "adamw")
     if saved_optimizer != cfg.optimizer:  # the optimizer states would not fit
         raise UsageError(f"config key 'optimizer' is {cfg.optimizer!r} but the checkpoint was trained with "

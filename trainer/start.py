@@ -25,17 +25,14 @@ from config import RESUME, SCRATCH, TrainConfig, read_toml
 from data import corpora
 from data.prepare import ModelVocabulary, source_text
 from data.tokenizer import FULL_GPT2, Tokenizer, tokenizer_from_meta
-from formats import load_checkpoint
+from formats.checkpoint import checkpoint_path, load_checkpoint, saved_settings, validate
 from formats.hub import hub_name
-from formats.sources import Source, describe, identify, load_model, model_name
+from formats.sources import CHECKPOINT, describe, identify, load_model, model_name
 from model.config import CONFIG_KEYS, MODEL_KEYS, GPTConfig
 from model.gpt import GPT
-from trainer.checkpoint import read_resumed
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO_CONFIG = REPO / "configs" / "pronouns.toml"
-DEFAULT_VAL_FRACTION = TrainConfig.__dataclass_fields__["val_fraction"].default
-CHECKPOINT = "ckpt.pt"
 SAME_KIND = {"char": ("char",), "gpt2": ("gpt2", FULL_GPT2)}   # a tokenizer key -> the vocabularies it agrees with
 
 # The shape of the model chosen for real text, its size decided by how much text there is. The classic block
@@ -60,7 +57,7 @@ SIZES = {
 class Settings:
     """The settings a run starts from: a config file (`config_path`), or `settings` chosen here for a text
     (`text`: its file name and length; `shape_from`: the checkpoint its shape comes from, whose contents are
-    `checkpoint`), then the command line on top. `name` names the TensorBoard run."""
+    `checkpoint`). `name` names the TensorBoard run."""
 
     config_path: str | None
     settings: dict[str, Any]
@@ -70,8 +67,8 @@ class Settings:
     checkpoint: dict | None = None
 
     def line(self, cfg: TrainConfig) -> str | None:
-        """The one line printed at the start when settings were chosen for a text: what the run will use (the
-        command line's keys included) and how to change it; None otherwise."""
+        """The line printed at the start when settings were chosen for a text: what the run will use (the
+        command line's keys included) and how to change it."""
         if self.text is None:
             return None
         file_name, characters = self.text
@@ -114,7 +111,7 @@ def run_settings(config_path: str | None, overrides: dict[str, Any]) -> Settings
             tokenizer = tokenizer or (saved["tokenizer"] if isinstance(saved.get("tokenizer"), str) else None)
             source = str(path)
     chosen = settings_for_text(len(text), name, tokenizer=tokenizer, shape=shape,
-                               val_fraction=overrides.get("val_fraction", DEFAULT_VAL_FRACTION),
+                               val_fraction=overrides.get("val_fraction", TrainConfig.val_fraction),
                                sample_prompt="\n" if "\n" in text or not text else text[0])
     return Settings(None, chosen, name, (Path(dataset).name, len(text)), source, checkpoint)
 
@@ -138,11 +135,8 @@ def settings_for_text(characters: int, name: str, *, tokenizer: str | None = Non
                       sample_prompt: str = "\n") -> dict[str, Any]:
     """The base settings for a text of `characters` characters called `name`: the tokenizer (char unless
     `tokenizer` fixes it), the model's shape (unless `shape` fixes it: a checkpoint resumed), the block, the
-    steps and the intervals, and out/NAME.
-
-    The steps are at most STEPS (a few minutes on a laptop CPU) and at most EPOCHS passes over the
-    training text; a text under SMALL_TEXT tokens gets a smaller model with dropout; a text too short
-    for the block gets a shorter block, down to 8 tokens (preparing a shorter text says why it cannot)."""
+    steps and the intervals, and out/NAME. A text too short for the block gets a shorter block, down to 8 tokens
+    (preparing a shorter text says why it cannot)."""
     tokenizer = tokenizer or "char"
     tokens = characters / CHARS_PER_TOKEN.get(tokenizer, 1.0)
     out: dict[str, Any] = {"tokenizer": tokenizer}
@@ -173,14 +167,12 @@ def _round(value: float, step: int) -> int:
 
 @dataclass
 class Start:
-    """What a run's model starts from. `cfg` is the run's settings, a fine-tune's model keys its model's and
-    `init_from` the model it fine-tunes (for a resumed run: the one its checkpoint records). `source`: that model,
-    identified. `vocabulary`: the tokenizer the data is prepared with (None: built from the text, as
-    `cfg.tokenizer` says). `model`: the model to fine-tune, read (a new fine-tune only). `checkpoint`: the one a
-    resumed run continues. `description`: what is fine-tuned, in one line (a new fine-tune only)."""
+    """What a run's model starts from: `cfg`, the run's settings, with a fine-tune's model keys its model's and
+    `init_from` the model it fine-tunes (resumed: the one its checkpoint records); the tokenizer the data is
+    prepared with (`vocabulary`; None: built from the text); a new fine-tune's `model`, read, and `description`, in
+    one line; the `checkpoint` a resumed run continues."""
 
     cfg: TrainConfig
-    source: Source
     vocabulary: ModelVocabulary | None = None
     model: GPT | None = None
     checkpoint: dict | None = None
@@ -200,13 +192,13 @@ class Start:
 
 
 def model_start(cfg: TrainConfig, path: Path, device: torch.device, checkpoint: dict | None = None) -> Start:
-    """Where the run with settings `cfg` and checkpoint `path` starts (see the module's docstring); `checkpoint`:
-    the one at `path`, when choosing the settings read it already."""
+    """Where the run with settings `cfg` and checkpoint `path` starts; `checkpoint`: the one at `path`, when choosing
+    the settings read it already."""
     if cfg.resume:
         return _resuming(cfg, path, checkpoint)
     if cfg.fine_tunes:
         return _importing(cfg, device)
-    return Start(cfg, Source(SCRATCH))
+    return Start(cfg)
 
 
 def _importing(cfg: TrainConfig, device: torch.device) -> Start:
@@ -227,17 +219,21 @@ def _importing(cfg: TrainConfig, device: torch.device) -> Start:
         if key in cfg.given and given != theirs:
             raise UsageError(f"config key '{key}' is {given!r} but {what} has {theirs!r}; leave {key} out to take "
                              f"the model's, or fine-tune another model")
-    _check_tokenizer(cfg, loaded.tokenizer, what)
-    cfg = cfg.replaced(**{key: getattr(config, key) for key in (*MODEL_KEYS, "block_size")})
     description = describe(loaded) if source.elsewhere else \
         f"gptwatch checkpoint {cfg.init_from} (step {loaded.checkpoint['step']})"
-    return Start(cfg, source, ModelVocabulary(loaded.tokenizer, cfg.init_from), loaded.model, description=description)
+    return _models_own(cfg, config, loaded.tokenizer, what, cfg.init_from, model=loaded.model, description=description)
 
 
 def _resuming(cfg: TrainConfig, path: Path, checkpoint: dict | None) -> Start:
-    """A resumed run: its checkpoint wins. `init_from`, when given, must name what the checkpoint started from; a
-    fine-tune's model keys not given, and its tokenizer, are the checkpoint's."""
-    checkpoint = read_resumed(path, checkpoint)
+    """A resumed run: its checkpoint wins, checked to be complete here (whether this run's settings and data can
+    continue it: `trainer.checkpoint.resume`). `init_from`, when given, must name what it started from."""
+    if checkpoint is None:
+        if not path.exists():
+            raise UserError(f"--resume but there is no checkpoint at {path}; drop --resume to start a new "
+                            f"run, or set --out_dir to the folder that holds ckpt.pt")
+        checkpoint = load_checkpoint(path)
+    validate(checkpoint, path, for_resume=True)
+    saved_settings(checkpoint, path)
     started = checkpoint["train_config"].get("init_from", SCRATCH)
     started = started if isinstance(started, str) and started not in ("", RESUME) else SCRATCH
     if "init_from" in cfg.given and cfg.init_from != RESUME and not same_source(cfg.init_from, started):
@@ -246,21 +242,23 @@ def _resuming(cfg: TrainConfig, path: Path, checkpoint: dict | None) -> Start:
                          f"--out_dir")
     cfg = cfg.replaced(init_from=started)
     if not cfg.fine_tunes:
-        return Start(cfg, Source(RESUME, path), checkpoint=checkpoint)
+        return Start(cfg, checkpoint=checkpoint)
     saved = GPTConfig(**checkpoint["model_config"])   # a switch it does not record is off
-    cfg = cfg.replaced(**{key: getattr(saved, key) for key in (*MODEL_KEYS, "block_size") if key not in cfg.given})
-    tokenizer = tokenizer_from_meta(checkpoint["tokenizer"])
-    _check_tokenizer(cfg, tokenizer, f"the checkpoint {path}")
-    return Start(cfg, Source(RESUME, path), ModelVocabulary(tokenizer, started), checkpoint=checkpoint)
+    return _models_own(cfg, saved, tokenizer_from_meta(checkpoint["tokenizer"]), f"the checkpoint {path}", started,
+                       checkpoint=checkpoint)
 
 
-def _check_tokenizer(cfg: TrainConfig, tokenizer: Tokenizer, what: str) -> None:
-    """A tokenizer the user set must be of the model's kind: char for a char vocabulary, gpt2 for GPT-2's BPE (the
-    model's vocabulary is kept as it is, never compacted to the text)."""
+def _models_own(cfg: TrainConfig, config: GPTConfig, tokenizer: Tokenizer, what: str, init_from: str,
+                **start: Any) -> Start:
+    """The run's settings made those of the model it fine-tunes (`config`, `tokenizer`, read from `what`) but the
+    model keys the user set. A tokenizer the user set must be of its kind: char for a char vocabulary, gpt2 for
+    GPT-2's BPE (the model's vocabulary is kept as it is, never compacted to the text)."""
+    cfg = cfg.replaced(**{key: getattr(config, key) for key in (*MODEL_KEYS, "block_size") if key not in cfg.given})
     if "tokenizer" in cfg.given and tokenizer.name not in SAME_KIND[cfg.tokenizer]:
         raise UsageError(f"config key 'tokenizer' is {cfg.tokenizer!r} but {what} reads text with its own "
                          f"{tokenizer.name} vocabulary of {tokenizer.vocab_size:,} tokens; leave tokenizer out to "
                          f"take the model's, or fine-tune another model")
+    return Start(cfg, ModelVocabulary(tokenizer, init_from), **start)
 
 
 def same_source(a: str, b: str) -> bool:
@@ -270,9 +268,5 @@ def same_source(a: str, b: str) -> bool:
         return True
     if hub_name(a) is not None and not Path(a).exists():
         return hub_name(a) == hub_name(b) and not Path(b).exists()
-    return Path(a).exists() and Path(b).exists() and _model_file(a) == _model_file(b)
-
-
-def _model_file(source: str) -> Path:
-    path = Path(source).resolve()
-    return path / CHECKPOINT if (path / CHECKPOINT).is_file() else path
+    return Path(a).exists() and Path(b).exists() and \
+        checkpoint_path(Path(a).resolve()) == checkpoint_path(Path(b).resolve())

@@ -22,10 +22,9 @@ from data.batches import Batches
 from data.prepare import Prepared, prepare
 from formats.sources import identify, load_model
 from model.gpt import GPT
-from trainer.checkpoint import CheckpointWriter, check_resumed, data_identity, restore_training
+from trainer.checkpoint import CheckpointWriter, data_identity, resume
 from trainer.optim import divergence_fix, lr_at, make_optimizer, schedule_problem, set_lr
-from trainer.resources import check_corpus_fits, check_training_fits
-from trainer.runtime import Runtime, ranks_agree
+from trainer.runtime import Runtime, check_corpus_fits, check_training_fits, ranks_agree
 from trainer.start import model_start
 
 
@@ -88,19 +87,6 @@ class TrainState:
     eval_step: int | None = None  # step of the last evaluation: a resumed run does not repeat it
 
 
-class StopSignals:
-    """Ctrl-C, SIGTERM or SIGHUP (`cli.stop_signals`): finish the current step, save, stop. A second one stops
-    at once."""
-
-    def __init__(self) -> None:
-        self.received: int | None = None
-
-    def __call__(self, signum, frame) -> None:
-        if self.received is not None:
-            raise KeyboardInterrupt
-        self.received = signum
-
-
 class Trainer:
     def __init__(self, cfg: TrainConfig, runtime: Runtime, model: GPT, optimizer: Any, batches: Any, *,
                  data: Prepared | None = None, state: TrainState | None = None,
@@ -145,14 +131,12 @@ class Trainer:
         check_training_fits(cfg, model_cfg.vocab_size, runtime.device, held=held)
         block = cfg.model.block_size
         batches = Batches(data.splits(block), block, cfg.batch_size, runtime.device, cfg.seed, runtime.rank)
-        resumed = start.checkpoint
-        if resumed is not None:
-            check_resumed(cfg, resumed, path, data, model_cfg)
         model = (start.model if start.model is not None else GPT(model_cfg)).to(runtime.device)
         optimizer = make_optimizer(model, cfg, runtime.device)
         state = TrainState(run_name=cfg.run_name or f"{config_name}-{time.strftime('%Y%m%d-%H%M%S')}")
+        resumed = start.checkpoint
         if resumed is not None:
-            restore_training(resumed, path, model, optimizer, batches)
+            resume(cfg, resumed, path, data, model, optimizer, batches)
             state = TrainState(run_name=cfg.run_name or resumed.get("run_name", state.run_name), step=resumed["step"],
                                best_val_loss=resumed["best_val_loss"],
                                eval_step=resumed.get("eval_step", resumed["step"]))
@@ -238,9 +222,15 @@ class Trainer:
         try:
             self._emit("on_fit_start", self)
             self.train_model.train()
-            signals = StopSignals()
-            with handling(signals, stop_signals()):
-                result.stopped_by = self._loop(signals, result, started)
+            received: list[int] = []
+
+            def stop(signum, frame) -> None:   # finish the current step, save, stop; a second signal stops at once
+                if received:
+                    raise KeyboardInterrupt
+                received.append(signum)
+
+            with handling(stop, stop_signals()):   # Ctrl-C, SIGTERM or SIGHUP
+                result.stopped_by = self._loop(received, result, started)
             result.seconds = time.perf_counter() - started
             result.step, result.best_val_loss = self.state.step, self.state.best_val_loss
             self.save(final=True)
@@ -251,7 +241,7 @@ class Trainer:
             self._emit("on_exit", self)
         return result
 
-    def _loop(self, signals: StopSignals, result: FitResult, started: float) -> int | None:
+    def _loop(self, received: list[int], result: FitResult, started: float) -> int | None:
         """Steps to max_iters (None), or until a stop signal arrives (that signal)."""
         cfg, state = self.cfg, self.state
         while True:
@@ -272,22 +262,24 @@ class Trainer:
             self._emit("on_step", self, self.step())
             if cfg.ckpt_interval and state.step % cfg.ckpt_interval == 0:
                 self.save()
-            if signals.received is not None:
-                return signals.received
+            if received:
+                return received[0]
 
     # --- checkpoints -------------------------------------------------------------------------
 
     def save(self, *, final: bool = False) -> None:
         """Writes out_dir/ckpt.pt atomically (rank 0 only), and only a state that has not diverged: never one
-        whose weights are inf or nan (that stops the run), nor one whose loss has blown up (`sane`). Such a
-        save is skipped, so the checkpoint on disk stays the last sane state; at the end of fit (`final`)
-        the run stops with an error instead. A run that comes back down says what was not saved."""
+        whose weights are inf or nan (that stops the run), nor one whose loss has blown up. Such a save is skipped,
+        so the checkpoint on disk stays the last sane state; at the end of fit (`final`) the run stops with an
+        error instead. A run that comes back down says what was not saved."""
         if self.checkpoints is None:
             return
         if not all(bool(torch.isfinite(p).all()) for p in self.model.parameters()):
             raise self._diverged("a parameter", "inf or nan")
         loss = self.state_loss()
-        if not self.sane(loss):
+        # Any model starts near the loss of guessing and training lowers it; a state more than twice as bad has been
+        # thrown off by too large a step, and resuming it would diverge at any learning rate.
+        if not (math.isfinite(loss) and loss <= 2 * max(self._guess, 1.0)):
             if final:
                 raise self._diverged("the loss", f"{loss:.4g} (more than twice the {self._guess:.3g} of guessing)")
             first, worst = self._unsaved or (self.state.step, loss)
@@ -317,12 +309,6 @@ class Trainer:
     @property
     def _guess(self) -> float:  # the loss of guessing every token with equal probability
         return math.log(self.model.config.vocab_size)
-
-    def sane(self, loss: float) -> bool:
-        """Whether a state with this loss can be saved: finite, and at most twice the loss of guessing. Any
-        model starts near that loss and training lowers it; a state far worse has been thrown off by too
-        large a step, and resuming it would diverge at any learning rate."""
-        return math.isfinite(loss) and loss <= 2 * max(self._guess, 1.0)
 
     def checkpoint(self) -> dict:
         """Everything a resumed run needs to continue exactly, as plain tensors and values."""
