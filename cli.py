@@ -81,22 +81,6 @@ def stop_signals() -> tuple[int, ...]:
 
 
 @contextmanager
-def stops_unwind():
-    """While it is held, SIGTERM and SIGHUP (`stop_signals`) unwind like Ctrl-C, as `SystemExit(128 + signal)`:
-    every `finally` runs, so nothing half-written is left. Training takes them over while it runs, to save first.
-    Only the main thread can handle signals; elsewhere this does nothing."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def unwind(signum, frame) -> None:
-        raise SystemExit(128 + signum)
-
-    with handling(unwind, [sig for sig in stop_signals() if sig != signal.SIGINT]):
-        yield
-
-
-@contextmanager
 def handling(handler: Callable, signals: Iterable[int]):
     """`handler` handles `signals` while it is held; whatever handled them before does again after."""
     previous = {sig: signal.signal(sig, handler) for sig in signals}
@@ -148,9 +132,10 @@ class SurvivingStream:
 
 def run_cli(main: Callable[[list[str]], int | None], argv: list[str], *, survive_closed_output: bool = False) -> int:
     """Runs `main(argv)`; a `UserError` becomes one line on stderr and its exit status, a Ctrl-C that reaches it
-    exit status 130 (SIGTERM, SIGHUP: 143, 129; see `stops_unwind`), and each warning one `warning: ...` line.
-    `--debug` anywhere in argv keeps the full traceback instead. With `survive_closed_output`, stdout and stderr
-    never raise (see `SurvivingStream`)."""
+    exit status 130, and each warning one `warning: ...` line. SIGTERM and SIGHUP (`stop_signals`) unwind like
+    Ctrl-C, as `SystemExit(128 + signal)`: every `finally` runs, so nothing half-written is left (training takes
+    them over while it runs, to save first; only the main thread can handle signals). `--debug` anywhere in argv
+    keeps the full traceback instead. With `survive_closed_output`, stdout and stderr never raise."""
     if survive_closed_output:
         saved = sys.stdout, sys.stderr
         sys.stdout, sys.stderr = SurvivingStream(sys.stdout), SurvivingStream(sys.stderr)
@@ -162,6 +147,12 @@ def run_cli(main: Callable[[list[str]], int | None], argv: list[str], *, survive
             sys.stdout, sys.stderr = saved
     debug = "--debug" in argv
     argv = [a for a in argv if a != "--debug"]
+
+    def unwind(signum, frame) -> None:
+        raise SystemExit(128 + signum)
+
+    unwinding = [sig for sig in stop_signals() if sig != signal.SIGINT] \
+        if threading.current_thread() is threading.main_thread() else []
     with warnings.catch_warnings():
         plain = warnings.showwarning
 
@@ -175,7 +166,7 @@ def run_cli(main: Callable[[list[str]], int | None], argv: list[str], *, survive
 
         warnings.showwarning = show
         try:
-            with stops_unwind():
+            with handling(unwind, unwinding):
                 return main(argv) or 0
         except UserError as exc:
             if debug:

@@ -33,30 +33,25 @@ OPTIMIZERS = ("adamw", "muon")
 ABLATIONS = ("zero", "mean")
 
 
-def is_device_name(name: str) -> bool:
-    """"auto", "cpu", "cuda", "cuda:N" or "mps" (whether it exists here is `pick_device`'s job)."""
-    kind, colon, index = name.partition(":")
-    # ASCII digits only: str.isdigit() also accepts "²", which int() refuses.
-    return kind in DEVICES and (not colon or (kind == "cuda" and re.fullmatch(r"[0-9]+", index) is not None))
+# A device's name (whether it exists here is `pick_device`'s job); ASCII digits only: str.isdigit() also
+# accepts "²", which int() refuses.
+DEVICE_NAME = re.compile(r"auto|cpu|mps|cuda(:[0-9]+)?")
 
 
 def pick_device(name: str) -> torch.device:
     """"auto" (cuda, then mps, then cpu), "cpu", "cuda", "cuda:N" or "mps", checked to exist here."""
     kind, _, index = name.partition(":")
-    if not is_device_name(name):
+    if not DEVICE_NAME.fullmatch(name):
         raise UsageError(f"unknown device {name!r}; use one of {', '.join(DEVICES)} (or cuda:N for one GPU)")
+    mps = getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()
     if name == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda")
-        if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
-            return torch.device("mps")
-        return torch.device("cpu")
+        return torch.device("cuda" if torch.cuda.is_available() else "mps" if mps else "cpu")
     if kind == "cuda" and not torch.cuda.is_available():
         raise UsageError(f"--device={name} but no CUDA GPU is visible; use --device=auto or --device=cpu")
     if index and int(index) >= torch.cuda.device_count():
         raise UsageError(f"--device={name} but only {torch.cuda.device_count()} CUDA GPU(s) are visible; "
                          f"use cuda:0 to cuda:{torch.cuda.device_count() - 1}")
-    if name == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+    if name == "mps" and not mps:
         raise UsageError("--device=mps but MPS is not available; use --device=auto or --device=cpu")
     return torch.device(name)
 
@@ -161,7 +156,7 @@ class TrainConfig:
     def validate(self) -> None:
         for name, value in self.to_dict(every=True).items():
             _check_value(name, value)
-        if not is_device_name(self.device):
+        if not DEVICE_NAME.fullmatch(self.device):
             raise UsageError(f"config key 'device' must be one of {', '.join(DEVICES)} or cuda:N; got {self.device!r}")
         if not self.init_from.strip():
             raise UsageError(f"config key 'init_from' is empty; give {SCRATCH}, {RESUME}, a Hugging Face GPT-2 name "
@@ -183,8 +178,7 @@ class TrainConfig:
         if self.min_lr > self.learning_rate:  # the cosine "decay" would raise the learning rate
             raise UsageError(f"config key 'min_lr' ({self.min_lr:g}) is above 'learning_rate' "
                              f"({self.learning_rate:g}), so the schedule would decay upwards; set --min_lr to at most "
-                             f"the learning rate, "
-                             f"e.g. --min_lr={self.learning_rate / 10:g}")
+                             f"the learning rate, e.g. --min_lr={self.learning_rate / 10:g}")
 
     @classmethod
     def from_keys(cls, **keys: Any) -> TrainConfig:
@@ -238,6 +232,7 @@ FIELDS = {g.name: g for f in dataclasses.fields(TrainConfig) for g in (
 _TYPES = {**get_type_hints(TrainConfig), **get_type_hints(GPTConfig)}
 _TYPES = {name: _TYPES[name] for name in FIELDS}
 BOOLEANS = tuple(name for name, kind in _TYPES.items() if kind is bool)
+BOOLEAN_WORDS = dict.fromkeys(("1", "true", "yes", "on"), True) | dict.fromkeys(("0", "false", "no", "off"), False)
 _TYPE_WORDS = {int: "an integer", float: "a number", bool: "true or false", str: "a string", list: "a list"}
 
 
@@ -273,9 +268,9 @@ def _coerce(key: str, value: Any, where: str) -> Any:
     return _raise_type(key, value, where)
 
 
-def _raise_type(key: str, value: Any, where: str, why: str = "") -> Any:
+def _raise_type(key: str, value: Any, where: str) -> Any:
     shown = quoted(value) if isinstance(value, str) else repr(value)
-    raise UsageError(f"config key '{key}' {where} must be {_TYPE_WORDS[_TYPES[key]]}; got {shown}{why}")
+    raise UsageError(f"config key '{key}' {where} must be {_TYPE_WORDS[_TYPES[key]]}; got {shown}")
 
 
 def parse_cli_value(key: str, text: str) -> Any:
@@ -284,12 +279,7 @@ def parse_cli_value(key: str, text: str) -> Any:
     where = "on the command line"
     try:
         if expected is bool:
-            lowered = text.lower()
-            if lowered in ("1", "true", "yes", "on"):
-                return True
-            if lowered in ("0", "false", "no", "off"):
-                return False
-            return _raise_type(key, text, where)
+            return BOOLEAN_WORDS[text.lower()] if text.lower() in BOOLEAN_WORDS else _raise_type(key, text, where)
         if expected is int:
             return parse_int(text)
         if expected is float:

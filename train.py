@@ -203,10 +203,7 @@ class TrainingLog(Callback):
 
     def on_evaluate(self, trainer: Trainer, evaluation: Evaluation) -> None:
         line = f"step {evaluation.step}: train loss {evaluation.train_loss:.4f}, val loss {evaluation.val_loss:.4f}"
-        if self.bar is not None:
-            self.bar.write(line)
-        else:
-            print(line)
+        (self.bar.write if self.bar is not None else print)(line)
         if self.writer is not None:
             self.writer.add_scalar("loss/val", evaluation.val_loss, evaluation.step)
             self.writer.add_scalar("loss/train_eval", evaluation.train_loss, evaluation.step)

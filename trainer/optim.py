@@ -7,10 +7,10 @@ methods the wrappers wrap keeps the arithmetic, results and checkpoints exactly 
 
 Muon (Keller Jordan et al., 2024), for hidden matrices only, replaces the momentum-averaged gradient G by the
 nearest semi-orthogonal matrix (U Vᵀ from G = U S Vᵀ), approximated by a few Newton–Schulz iterations, so every
-direction of the update moves the same amount, which trains small transformers markedly faster per step than
-AdamW. Same-shaped matrices are stacked so each iteration is one batched matmul, in bfloat16 where the hardware
-multiplies it natively (CUDA; CPUs with AVX512-BF16 or AMX), in float32 elsewhere, where emulated bfloat16 is
-slower: the iteration only needs the direction of the update, which bfloat16 keeps.
+direction of the update moves the same amount: small transformers train markedly faster per step than with AdamW.
+Same-shaped matrices are stacked so each iteration is one batched matmul, in bfloat16 where the hardware
+multiplies it natively (elsewhere emulated bfloat16 is slower than float32): the iteration only needs the
+direction of the update, which bfloat16 keeps.
 """
 
 from __future__ import annotations
@@ -85,19 +85,13 @@ def divergence_fix(cfg: TrainConfig) -> str:
 
 
 def make_optimizer(model: nn.Module, cfg: TrainConfig, device: torch.device):
-    """AdamW with weight decay on matrices (`model.gpt.is_matrix`) only: decaying norms'
-    gains and biases (and relative position biases) pulls them towards zero for no benefit.
-
-    With optimizer = "muon", the blocks' hidden matrices go to Muon instead, which
-    decays none of them; embeddings (and the tied head), norms and biases stay with AdamW.
-    """
-    params = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
-    hidden = []
-    if cfg.optimizer == "muon":
-        hidden = [p for name, p in model.named_parameters()
-                  if name.startswith("blocks.") and p.dim() == 2 and is_matrix(name, p)]
+    """AdamW with weight decay on matrices (`model.gpt.is_matrix`) only: decaying norms' gains and biases (and
+    relative position biases) pulls them towards zero for no benefit. With optimizer = "muon", the blocks' hidden
+    matrices go to Muon instead, which decays none of them."""
+    hidden = [p for name, p in model.named_parameters()
+              if cfg.optimizer == "muon" and name.startswith("blocks.") and p.dim() == 2 and is_matrix(name, p)]
     hidden_ids = {id(p) for p in hidden}
-    rest = [(name, p) for name, p in params if id(p) not in hidden_ids]
+    rest = [(name, p) for name, p in model.named_parameters() if p.requires_grad and id(p) not in hidden_ids]
     decay = [p for name, p in rest if is_matrix(name, p)]
     no_decay = [p for name, p in rest if not is_matrix(name, p)]
     groups = [{"params": decay, "weight_decay": cfg.weight_decay},
@@ -190,7 +184,7 @@ class Optimizers:
     """Several optimizers stepped as one: what the training loop needs of an optimizer."""
 
     def __init__(self, *optimizers: torch.optim.Optimizer) -> None:
-        self.optimizers = optimizers
+        self.optimizers = optimizers   # saved under "0", "1", ...
 
     @property
     def param_groups(self) -> list[dict]:

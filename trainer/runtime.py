@@ -66,15 +66,11 @@ def setup(cfg: TrainConfig) -> Runtime:
             device = torch.device("cuda", local_rank)
             torch.cuda.set_device(device)
         dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
-    autocast_dtype = None
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
-        if cfg.dtype in ("auto", "bfloat16"):
-            autocast_dtype = torch.bfloat16
-    elif cfg.dtype == "bfloat16":
-        autocast_dtype = torch.bfloat16
-    return Runtime(device, autocast_dtype, rank, local_rank, world_size)
+    bfloat16 = cfg.dtype == "bfloat16" or (cfg.dtype == "auto" and device.type == "cuda")
+    return Runtime(device, torch.bfloat16 if bfloat16 else None, rank, local_rank, world_size)
 
 
 def launcher_ranks() -> tuple[int, int, int]:

@@ -1,13 +1,15 @@
 """One training run, in one place: `step()` (one optimizer step over `grad_accum` micro-batches, with the checks
 that stop a diverging run), `evaluate()` (the mean loss on both splits), and `fit()`, the loop around them, which
 evaluates every `eval_interval` steps and checkpoints when val improves (and every `ckpt_interval` steps, on a stop
-signal, and at the end). What a run shows plugs in as callbacks: objects with some of the hooks of `Callback`.
+signal, and at the end) through `CheckpointWriter` (the format is formats/checkpoint.py's). What a run shows plugs
+in as callbacks: objects with some of the hooks of `Callback`.
 """
 
 from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,12 +22,13 @@ from cli import UserError, handling, stop_signals, warn
 from config import TrainConfig
 from data.batches import Batches
 from data.prepare import Prepared, prepare
+from files import clear_for_file, writable_folder
+from formats.checkpoint import previous_path, remove_stale_temp_files, save_checkpoint
 from formats.sources import identify, load_model
 from model.gpt import GPT
-from trainer.checkpoint import CheckpointWriter, data_identity, resume
 from trainer.optim import divergence_fix, lr_at, make_optimizer, schedule_problem, set_lr
 from trainer.runtime import Runtime, check_corpus_fits, check_training_fits, ranks_agree
-from trainer.start import model_start
+from trainer.start import data_identity, model_start
 
 
 @dataclass
@@ -87,6 +90,36 @@ class TrainState:
     eval_step: int | None = None  # step of the last evaluation: a resumed run does not repeat it
 
 
+class CheckpointWriter:
+    """A run's saves to `path`. Made before the run starts, it finds now, not at the first save, what would keep
+    it from writing there (or to ckpt.prev.pt), and removes temporary files of a killed save. The first save of a
+    run that did not `resume` keeps the checkpoint it replaces (an earlier run's) as ckpt.prev.pt, so a new run never
+    silently destroys the last one; only at that first save, so a run that fails before saving leaves everything in
+    place. `guard`, when set, raises before a save when this run may no longer write there (`RunLock.check`)."""
+
+    def __init__(self, path: Path, *, resume: bool) -> None:
+        self.path = path
+        self.keep_previous = not resume and path.is_file()   # looked at once: preparing data can take minutes
+        self.saved_step: int | None = None  # step of the checkpoint on disk from this run (or the one resumed)
+        self.guard: Callable[[], None] | None = None   # set by the command that holds the run's lock
+        writable_folder(path.parent, "out_dir")
+        fix = "move it away or choose another --out_dir"
+        clear_for_file(path, "this run's checkpoint", fix)
+        if self.keep_previous:
+            clear_for_file(previous_path(path), "the earlier run's checkpoint", fix, follow_links=False)
+        remove_stale_temp_files(path)
+
+    def save(self, checkpoint: dict, step: int) -> None:
+        if self.guard is not None:
+            self.guard()
+        previous = previous_path(self.path) if self.keep_previous else None
+        save_checkpoint(self.path, checkpoint, keep_previous=previous)
+        if previous is not None:
+            self.keep_previous = False
+            warn(f"{self.path} held an earlier run (this one has no --resume); kept it as {previous}")
+        self.saved_step = step
+
+
 class Trainer:
     def __init__(self, cfg: TrainConfig, runtime: Runtime, model: GPT, optimizer: Any, batches: Any, *,
                  data: Prepared | None = None, state: TrainState | None = None,
@@ -136,7 +169,7 @@ class Trainer:
         state = TrainState(run_name=cfg.run_name or f"{config_name}-{time.strftime('%Y%m%d-%H%M%S')}")
         resumed = start.checkpoint
         if resumed is not None:
-            resume(cfg, resumed, path, data, model, optimizer, batches)
+            start.resume(path, data, model, optimizer, batches)
             state = TrainState(run_name=cfg.run_name or resumed.get("run_name", state.run_name), step=resumed["step"],
                                best_val_loss=resumed["best_val_loss"],
                                eval_step=resumed.get("eval_step", resumed["step"]))
@@ -167,8 +200,6 @@ class Trainer:
     def finished(self) -> bool:
         return self.state.step >= self.cfg.max_iters
 
-    # --- one step ----------------------------------------------------------------------------
-
     def step(self) -> StepResult:
         """One optimizer step over grad_accum micro-batches (summed over all processes)."""
         cfg, rt = self.cfg, self.runtime
@@ -198,22 +229,23 @@ class Trainer:
         self.state.step += 1
         return StepResult(self.state.step, mean_loss, lr, grad_norm)
 
-    @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
         """Mean loss over eval_iters batches of each split; the same batches at every evaluation."""
-        self.train_model.eval()
-        losses = {}
-        for split in ("train", "val"):
-            total = 0.0
-            for x, y in self.batches.eval_batches(split, self.cfg.eval_iters):
-                with self.runtime.autocast():
-                    _, loss = self.train_model(x, y)
-                total += loss.item()
-            losses[split] = total / self.cfg.eval_iters
-        self.train_model.train()
-        return losses
+        return {split: self.mean_loss(self.train_model, split, self.cfg.eval_iters) for split in ("train", "val")}
 
-    # --- the loop ----------------------------------------------------------------------------
+    @torch.no_grad()
+    def mean_loss(self, model: Any, split: str, batches: int) -> float:
+        """The mean loss of `model` in eval mode on the first `batches` evaluation batches of `split` (the same
+        batches every time; drawing them touches no generator that training uses)."""
+        was_training = model.training
+        model.eval()
+        total = 0.0
+        for x, y in self.batches.eval_batches(split, batches):
+            with self.runtime.autocast():
+                _, loss = model(x, y)
+            total += loss.item()
+        model.train(was_training)
+        return total / batches
 
     def fit(self) -> FitResult:
         """Trains to max_iters, or until Ctrl-C / SIGTERM (then saves and stops)."""
@@ -265,8 +297,6 @@ class Trainer:
             if received:
                 return received[0]
 
-    # --- checkpoints -------------------------------------------------------------------------
-
     def save(self, *, final: bool = False) -> None:
         """Writes out_dir/ckpt.pt atomically (rank 0 only), and only a state that has not diverged: never one
         whose weights are inf or nan (that stops the run), nor one whose loss has blown up. Such a save is skipped,
@@ -294,17 +324,9 @@ class Trainer:
             self._unsaved = None
         self.checkpoints.save(self.checkpoint(), self.state.step)
 
-    @torch.no_grad()
     def state_loss(self) -> float:
-        """The loss of the weights as they are now, on the first evaluation batch of the train split (the same
-        batch every time; drawing it touches no generator that training uses)."""
-        was_training = self.model.training
-        self.model.eval()
-        x, y = next(iter(self.batches.eval_batches("train", 1)))
-        with self.runtime.autocast():
-            _, loss = self.model(x, y)
-        self.model.train(was_training)
-        return loss.item()
+        """The loss of the weights as they are now, on the first evaluation batch of the train split."""
+        return self.mean_loss(self.model, "train", 1)
 
     @property
     def _guess(self) -> float:  # the loss of guessing every token with equal probability
