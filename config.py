@@ -151,9 +151,6 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if self.init_from == RESUME:   # nanoGPT's spelling of --resume
             self.resume = True
-        self.validate()
-
-    def validate(self) -> None:
         for name, value in self.to_dict(every=True).items():
             _check_value(name, value)
         if not DEVICE_NAME.fullmatch(self.device):
@@ -284,25 +281,19 @@ def parse_cli_value(key: str, text: str) -> Any:
             return parse_int(text)
         if expected is float:
             return float(text)
-        if expected is list:
-            return _coerce(key, _toml_value(key, text), where)
-    except NotParsed as exc:  # a whole number too long for any setting
-        raise UsageError(f"config key '{key}' {where} is {exc}; got {quoted(text)}") from None
-    except ValueError:
-        return _raise_type(key, text, where)
-    return text
-
-
-def _toml_value(key: str, text: str) -> Any:
-    """A list (or any value) written on the command line in TOML; a UsageError with the parser's reason when
-    it is not TOML: a list whose string holds an escape TOML refuses is a bad escape, not a bad list."""
-    try:
-        return parse_toml(f"v = {text}")["v"]
+        if expected is list:   # written in TOML
+            return _coerce(key, parse_toml(f"v = {text}")["v"], where)
     except NotParsed as exc:
-        # Columns counted in `text`, not in the "v = " put before it.
+        if expected is not list:   # a whole number too long for any setting
+            raise UsageError(f"config key '{key}' {where} is {exc}; got {quoted(text)}") from None
+        # The parser's reason, its columns counted in `text`, not in the "v = " put before it: a list whose string
+        # holds an escape TOML refuses is a bad escape, not a bad list.
         why = re.sub(r"\(at line 1, column (\d+)\)", lambda m: f"(at character {int(m[1]) - 4})", str(exc))
         raise UsageError(f"config key '{key}' on the command line is not valid TOML: {why}; got {quoted(text)}; "
                          f"write a TOML list of strings, e.g. --{key}='[\"the dog saw it\"]'") from None
+    except ValueError:
+        return _raise_type(key, text, where)
+    return text
 
 
 def read_toml(path: str | Path) -> dict:

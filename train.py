@@ -57,7 +57,7 @@ def main(argv: list[str]) -> int:
         raise UsageError(f"the config file name {problem}; rename it to a UTF-8 name")
     start = run_settings(config_path, overrides)
     cfg = make_config(start.config_path, overrides, start.settings, chosen=config_path is not None)
-    # Until training takes the signals over, SIGTERM and SIGHUP unwind like Ctrl-C (errors.run_cli), so data
+    # Until training takes the signals over, SIGTERM and SIGHUP unwind like Ctrl-C (cli.run_cli), so data
     # preparation cleans up its half-written files.
     rt = runtime.setup(cfg)
     try:
@@ -81,7 +81,7 @@ def train(cfg: TrainConfig, start: Settings, rt: runtime.Runtime, argv: list[str
         trainer = Trainer.from_config(cfg, rt, config_name=start.name, checkpoint=start.checkpoint)
         if trainer.checkpoints is not None and lock is not None:
             trainer.checkpoints.guard = lock.check
-        if trainer.finished:
+        if trainer.state.step >= cfg.max_iters:
             print(f"checkpoint is already at step {trainer.state.step} >= max_iters={cfg.max_iters}; "
                   f"raise --max_iters to train further")
             return 0
@@ -161,9 +161,9 @@ def sample_prompt(cfg: TrainConfig, trainer: Trainer) -> str | None:
 class TrainingLog(Callback):
     """The terminal and TensorBoard's Scalars: the model and device at the start, a progress bar
     with loss, learning rate and tokens/s, every evaluation's losses, a summary at the end.
-    `writer` is a `SummaryWriter` (or anything with its `add_scalar`/`flush`), or None."""
+    `writer` is a `SummaryWriter` (or anything with its `add_scalar`/`flush`)."""
 
-    def __init__(self, writer: Any | None = None) -> None:
+    def __init__(self, writer: Any) -> None:
         self.writer = writer
         self.bar: tqdm | None = None
         self._last_log = time.perf_counter()
@@ -171,8 +171,8 @@ class TrainingLog(Callback):
         self._flush_pending = False  # an evaluation's logs (from every callback) reach disk at the next step
 
     def on_fit_start(self, trainer: Trainer) -> None:
-        cfg, rt, model = trainer.cfg, trainer.runtime, trainer.model
-        m = model.config   # parameters without the positions, as GPT-2 counts its own
+        cfg, rt, m = trainer.cfg, trainer.runtime, trainer.model.config
+        # Parameters without the positions, as GPT-2 counts its own.
         print(f"model: {parameter_count(m, positions=False) / 1e6:.2f}M parameters ({m.options()}, {m.n_layer} layers "
               f"x {m.n_head} heads x {m.n_embd} dims, block {cfg.model.block_size}); vocabulary {m.vocab_size}")
         processes = f" x {rt.world_size} processes" if rt.distributed else ""
@@ -184,7 +184,7 @@ class TrainingLog(Callback):
         self._last_log, self._tokens_since_log = time.perf_counter(), 0
 
     def on_step(self, trainer: Trainer, result: StepResult) -> None:
-        if self._flush_pending and self.writer is not None:
+        if self._flush_pending:
             self.writer.flush()
             self._flush_pending = False
         self._tokens_since_log += trainer.tokens_per_step
@@ -193,21 +193,19 @@ class TrainingLog(Callback):
             tokens_per_sec = self._tokens_since_log / (now - self._last_log)
             self._last_log, self._tokens_since_log = now, 0
             self.bar.set_postfix(loss=f"{result.loss:.4f}", lr=f"{result.lr:.2e}", tok_s=f"{tokens_per_sec:,.0f}")
-            if self.writer is not None:
-                self.writer.add_scalar("loss/train", result.loss, result.step)
-                self.writer.add_scalar("lr", result.lr, result.step)
-                if result.grad_norm is not None:
-                    self.writer.add_scalar("grad_norm", result.grad_norm, result.step)
-                self.writer.add_scalar("throughput/tokens_per_sec", tokens_per_sec, result.step)
+            self.writer.add_scalar("loss/train", result.loss, result.step)
+            self.writer.add_scalar("lr", result.lr, result.step)
+            if result.grad_norm is not None:
+                self.writer.add_scalar("grad_norm", result.grad_norm, result.step)
+            self.writer.add_scalar("throughput/tokens_per_sec", tokens_per_sec, result.step)
         self.bar.update(1)
 
     def on_evaluate(self, trainer: Trainer, evaluation: Evaluation) -> None:
         line = f"step {evaluation.step}: train loss {evaluation.train_loss:.4f}, val loss {evaluation.val_loss:.4f}"
         (self.bar.write if self.bar is not None else print)(line)
-        if self.writer is not None:
-            self.writer.add_scalar("loss/val", evaluation.val_loss, evaluation.step)
-            self.writer.add_scalar("loss/train_eval", evaluation.train_loss, evaluation.step)
-            self._flush_pending = True
+        self.writer.add_scalar("loss/val", evaluation.val_loss, evaluation.step)
+        self.writer.add_scalar("loss/train_eval", evaluation.train_loss, evaluation.step)
+        self._flush_pending = True
 
     def on_fit_end(self, trainer: Trainer, result: FitResult) -> None:
         self.on_exit(trainer)

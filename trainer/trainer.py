@@ -196,10 +196,6 @@ class Trainer:
             warn(f"the model before fine-tuning cannot be read again, so the head types are shown without it: {exc}")
             return None
 
-    @property
-    def finished(self) -> bool:
-        return self.state.step >= self.cfg.max_iters
-
     def step(self) -> StepResult:
         """One optimizer step over grad_accum micro-batches (summed over all processes)."""
         cfg, rt = self.cfg, self.runtime
@@ -307,11 +303,12 @@ class Trainer:
         if not all(bool(torch.isfinite(p).all()) for p in self.model.parameters()):
             raise self._diverged("a parameter", "inf or nan")
         loss = self.state_loss()
-        # Any model starts near the loss of guessing and training lowers it; a state more than twice as bad has been
-        # thrown off by too large a step, and resuming it would diverge at any learning rate.
-        if not (math.isfinite(loss) and loss <= 2 * max(self._guess, 1.0)):
+        guess = math.log(self.model.config.vocab_size)   # the loss of guessing every token with equal probability
+        # Any model starts near that loss and training lowers it; a state more than twice as bad has been thrown
+        # off by too large a step, and resuming it would diverge at any learning rate.
+        if not (math.isfinite(loss) and loss <= 2 * max(guess, 1.0)):
             if final:
-                raise self._diverged("the loss", f"{loss:.4g} (more than twice the {self._guess:.3g} of guessing)")
+                raise self._diverged("the loss", f"{loss:.4g} (more than twice the {guess:.3g} of guessing)")
             first, worst = self._unsaved or (self.state.step, loss)
             self._unsaved = (first, max(worst, loss) if math.isfinite(loss) else loss)
             return
@@ -319,7 +316,7 @@ class Trainer:
             first, worst = self._unsaved
             steps = f"step {first}" if first == self.state.step - 1 else f"steps {first} to {self.state.step - 1}"
             warn(f"checkpoints of {steps} were not saved: the loss had blown up to "
-                 f"{worst:.4g}, more than twice the {self._guess:.3g} of guessing; it is back at {loss:.4g} at step "
+                 f"{worst:.4g}, more than twice the {guess:.3g} of guessing; it is back at {loss:.4g} at step "
                  f"{self.state.step}, saved now")
             self._unsaved = None
         self.checkpoints.save(self.checkpoint(), self.state.step)
@@ -327,10 +324,6 @@ class Trainer:
     def state_loss(self) -> float:
         """The loss of the weights as they are now, on the first evaluation batch of the train split."""
         return self.mean_loss(self.model, "train", 1)
-
-    @property
-    def _guess(self) -> float:  # the loss of guessing every token with equal probability
-        return math.log(self.model.config.vocab_size)
 
     def checkpoint(self) -> dict:
         """Everything a resumed run needs to continue exactly, as plain tensors and values."""
