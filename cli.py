@@ -81,23 +81,6 @@ def stop_signals() -> tuple[int, ...]:
 
 
 @contextmanager
-def stops_unwind():
-    """While it is held, SIGTERM (kill, a scheduler) and SIGHUP (a closed terminal; left alone where it is
-    ignored, as under nohup, which asks the command to go on) unwind like Ctrl-C, as `SystemExit(128 +
-    signal)`: every `finally` runs, so nothing half-written is left. Training takes them over while it
-    runs, to save first. Only the main thread can handle signals; elsewhere this does nothing."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def unwind(signum, frame) -> None:
-        raise SystemExit(128 + signum)
-
-    with handling(unwind, [sig for sig in stop_signals() if sig != signal.SIGINT]):
-        yield
-
-
-@contextmanager
 def handling(handler: Callable, signals: Iterable[int]):
     """`handler` handles `signals` while it is held; whatever handled them before does again after."""
     previous = {sig: signal.signal(sig, handler) for sig in signals}
@@ -119,83 +102,71 @@ class SurvivingStream:
         self.lost = False
 
     def write(self, text: str) -> int:
-        if not self.lost:
-            try:
-                return self.stream.write(text)
-            except OSError:
-                self._lose()
-        return len(text)
+        return self._unless_lost(lambda: self.stream.write(text), len(text))
 
     def flush(self) -> None:
-        if not self.lost:
-            try:
-                self.stream.flush()
-            except OSError:
-                self._lose()
+        self._unless_lost(self.stream.flush, None)
 
-    def _lose(self) -> None:
-        self.lost = True
+    def _unless_lost(self, do: Callable, otherwise: object):
+        if self.lost:
+            return otherwise
+        try:
+            return do()
+        except OSError:
+            self.lost = True
         try:
             devnull = os.open(os.devnull, os.O_WRONLY)
         except OSError:
-            return
+            return otherwise
         try:
             os.dup2(devnull, self.stream.fileno())
         except (OSError, ValueError, io.UnsupportedOperation):
             pass  # not a real file (a test's StringIO): the flag alone drops its output
         finally:
             os.close(devnull)
+        return otherwise
 
     def __getattr__(self, name: str):
         return getattr(self.stream, name)
 
 
-@contextmanager
-def surviving_output():
-    """sys.stdout and sys.stderr as `SurvivingStream`s for the duration, flushed at its end."""
-    saved = sys.stdout, sys.stderr
-    sys.stdout, sys.stderr = SurvivingStream(sys.stdout), SurvivingStream(sys.stderr)
-    try:
-        yield
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        sys.stdout, sys.stderr = saved
-
-
-def print_line(text: str) -> None:
-    """One line on stderr, above a progress bar when one is on the terminal (tqdm clears its bar, writes the
-    line and draws the bar again below it), never inside the bar's line."""
-    tqdm = sys.modules.get("tqdm")   # imported by whatever draws a bar; without it no bar can be there
-    if tqdm is not None:
-        tqdm.tqdm.write(text, file=sys.stderr)
-    else:
-        print(text, file=sys.stderr)
-
-
 def run_cli(main: Callable[[list[str]], int | None], argv: list[str], *, survive_closed_output: bool = False) -> int:
-    """Runs `main(argv)`; a `UserError` becomes one line on stderr and its exit status,
-    a Ctrl-C that reaches it exit status 130 (SIGTERM, SIGHUP: 143, 129; see `stops_unwind`),
-    and each warning one `warning: ...` line.
-    `--debug` anywhere in argv keeps the full traceback instead. With `survive_closed_output`,
-    stdout and stderr never raise (see `SurvivingStream`)."""
+    """Runs `main(argv)`; a `UserError` becomes one line on stderr and its exit status, a Ctrl-C that reaches it
+    exit status 130, and each warning one `warning: ...` line. SIGTERM and SIGHUP (`stop_signals`) unwind like
+    Ctrl-C, as `SystemExit(128 + signal)`: every `finally` runs, so nothing half-written is left (training takes
+    them over while it runs, to save first; only the main thread can handle signals). `--debug` anywhere in argv
+    keeps the full traceback instead. With `survive_closed_output`, stdout and stderr never raise."""
     if survive_closed_output:
-        with surviving_output():
+        saved = sys.stdout, sys.stderr
+        sys.stdout, sys.stderr = SurvivingStream(sys.stdout), SurvivingStream(sys.stderr)
+        try:
             return run_cli(main, argv)
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            sys.stdout, sys.stderr = saved
     debug = "--debug" in argv
     argv = [a for a in argv if a != "--debug"]
+
+    def unwind(signum, frame) -> None:
+        raise SystemExit(128 + signum)
+
+    unwinding = [sig for sig in stop_signals() if sig != signal.SIGINT] \
+        if threading.current_thread() is threading.main_thread() else []
     with warnings.catch_warnings():
         plain = warnings.showwarning
 
         def show(message, category, filename, lineno, file=None, line=None) -> None:
-            if issubclass(category, GptwatchWarning) and not debug:
-                print_line("warning: " + _one_line(message))
-            else:
-                plain(message, category, filename, lineno, file, line)
+            if not issubclass(category, GptwatchWarning) or debug:
+                return plain(message, category, filename, lineno, file, line)
+            # Above a progress bar when one is on the terminal (tqdm clears its bar, writes the line and draws
+            # the bar again below it), never inside the bar's line; without tqdm loaded no bar can be there.
+            tqdm = sys.modules.get("tqdm")
+            (tqdm.tqdm.write if tqdm is not None else print)("warning: " + _one_line(message), file=sys.stderr)
 
         warnings.showwarning = show
         try:
-            with stops_unwind():
+            with handling(unwind, unwinding):
                 return main(argv) or 0
         except UserError as exc:
             if debug:
@@ -210,21 +181,13 @@ def run_cli(main: Callable[[list[str]], int | None], argv: list[str], *, survive
 
 
 # --- text we did not write -------------------------------------------------------------------------------
-_NAMED = {"\n": "\\n", "\t": "\\t", "\r": "\\r"}
-
-
-def _escaped(char: str) -> str:
-    if char in _NAMED:
-        return _NAMED[char]
-    code = ord(char)
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
-
 
 def for_terminal(text: str) -> str:
-    """`text` with every character that is not printable (see `str.isprintable`; a space is) escaped."""
+    """`text` with every character that is not printable (see `str.isprintable`; a space is) escaped as Python
+    writes it in a string literal (\\n, \\x1b, \\u202e)."""
     if text.isprintable():
         return text
-    return "".join(c if c.isprintable() else _escaped(c) for c in text)
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 # The line breaks Python-Markdown (TensorBoard's) knows: it turns "\r\n" and "\r" into "\n" first.
@@ -242,7 +205,6 @@ def markdown_literal(text: str) -> str:
 # --- Ctrl-C while a command starts -------------------------------------------------------------------------
 
 INTERRUPTED = "error: interrupted while starting; nothing was written"
-COMMANDS = ("train.py", "sample.py")
 
 
 def report_interrupts_while_starting() -> None:
@@ -254,7 +216,7 @@ def report_interrupts_while_starting() -> None:
     def report(kind, value, traceback) -> None:
         main = os.path.basename(getattr(sys.modules.get("__main__"), "__file__", None) or "")
         # Only for the commands themselves: a program that imports one of them keeps Python's report.
-        if issubclass(kind, KeyboardInterrupt) and main in COMMANDS and "--debug" not in sys.argv:
+        if issubclass(kind, KeyboardInterrupt) and main in ("train.py", "sample.py") and "--debug" not in sys.argv:
             print(INTERRUPTED, file=sys.stderr, flush=True)
             os._exit(130)  # as `run_cli` exits on a Ctrl-C; nothing has been written that needs flushing
         else:

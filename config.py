@@ -33,30 +33,25 @@ OPTIMIZERS = ("adamw", "muon")
 ABLATIONS = ("zero", "mean")
 
 
-def is_device_name(name: str) -> bool:
-    """"auto", "cpu", "cuda", "cuda:N" or "mps" (whether it exists here is `pick_device`'s job)."""
-    kind, colon, index = name.partition(":")
-    # ASCII digits only: str.isdigit() also accepts "²", which int() refuses.
-    return kind in DEVICES and (not colon or (kind == "cuda" and re.fullmatch(r"[0-9]+", index) is not None))
+# A device's name (whether it exists here is `pick_device`'s job); ASCII digits only: str.isdigit() also
+# accepts "²", which int() refuses.
+DEVICE_NAME = re.compile(r"auto|cpu|mps|cuda(:[0-9]+)?")
 
 
 def pick_device(name: str) -> torch.device:
     """"auto" (cuda, then mps, then cpu), "cpu", "cuda", "cuda:N" or "mps", checked to exist here."""
     kind, _, index = name.partition(":")
-    if not is_device_name(name):
+    if not DEVICE_NAME.fullmatch(name):
         raise UsageError(f"unknown device {name!r}; use one of {', '.join(DEVICES)} (or cuda:N for one GPU)")
+    mps = getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()
     if name == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda")
-        if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
-            return torch.device("mps")
-        return torch.device("cpu")
+        return torch.device("cuda" if torch.cuda.is_available() else "mps" if mps else "cpu")
     if kind == "cuda" and not torch.cuda.is_available():
         raise UsageError(f"--device={name} but no CUDA GPU is visible; use --device=auto or --device=cpu")
     if index and int(index) >= torch.cuda.device_count():
         raise UsageError(f"--device={name} but only {torch.cuda.device_count()} CUDA GPU(s) are visible; "
                          f"use cuda:0 to cuda:{torch.cuda.device_count() - 1}")
-    if name == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+    if name == "mps" and not mps:
         raise UsageError("--device=mps but MPS is not available; use --device=auto or --device=cpu")
     return torch.device(name)
 
@@ -66,6 +61,20 @@ def _opt(default: Any, help: str, choices: tuple[str, ...] | None = None, group:
     if isinstance(default, list):
         return field(default_factory=lambda: list(default), metadata=meta)
     return field(default=default, metadata=meta)
+
+
+# The numbers' ranges: (keys, whether a value is in range, the refusal of one that is not, of the key and value).
+RANGES = (
+    (("batch_size", "grad_accum", "max_iters", "eval_interval", "eval_iters", "log_interval", "corpus_sentences",
+      "muon_ns_steps"), lambda v: v > 0, "config key '{}' must be a positive integer; got {}"),
+    (("warmup_iters", "lr_decay_iters", "weight_decay", "grad_clip", "ckpt_interval", "sample_tokens", "threads",
+      "min_lr", "watch_interval"), lambda v: v >= 0, "config key '{}' must be >= 0; got {}"),
+    # what every generator it seeds accepts, with room for per-rank offsets
+    (("seed",), lambda v: 0 <= v < 2**32, "config key '{}' must be between 0 and 2**32 - 1; got {}"),
+    (("learning_rate", "muon_lr"), lambda v: v > 0, "config keys 'learning_rate' and 'muon_lr' must be > 0"),
+    (("val_fraction",), lambda v: 0 < v < 1, "config key '{}' must be between 0 and 1; got {}"),
+    (("beta1", "beta2"), lambda v: 0 <= v < 1, "config key '{}' must be in [0, 1); got {}"),
+)
 
 
 @dataclass
@@ -142,12 +151,9 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if self.init_from == RESUME:   # nanoGPT's spelling of --resume
             self.resume = True
-        self.validate()
-
-    def validate(self) -> None:
         for name, value in self.to_dict(every=True).items():
             _check_value(name, value)
-        if not is_device_name(self.device):
+        if not DEVICE_NAME.fullmatch(self.device):
             raise UsageError(f"config key 'device' must be one of {', '.join(DEVICES)} or cuda:N; got {self.device!r}")
         if not self.init_from.strip():
             raise UsageError(f"config key 'init_from' is empty; give {SCRATCH}, {RESUME}, a Hugging Face GPT-2 name "
@@ -155,25 +161,10 @@ class TrainConfig:
         if not self.dataset.strip():
             raise UsageError(f"config key 'dataset' is empty; give a corpus name ({', '.join(CORPORA)}) or the path "
                              f"of a UTF-8 text file")
-        positive = ("batch_size", "grad_accum", "max_iters", "eval_interval", "eval_iters", "log_interval",
-                    "corpus_sentences", "muon_ns_steps")
-        for name in positive:
-            if getattr(self, name) <= 0:
-                raise UsageError(f"config key '{name}' must be a positive integer; got {getattr(self, name)}")
-        non_negative = ("warmup_iters", "lr_decay_iters", "weight_decay", "grad_clip", "ckpt_interval",
-                        "sample_tokens", "threads", "min_lr", "watch_interval")
-        for name in non_negative:
-            if getattr(self, name) < 0:
-                raise UsageError(f"config key '{name}' must be >= 0; got {getattr(self, name)}")
-        if not 0 <= self.seed < 2**32:  # what every generator it seeds accepts, with room for per-rank offsets
-            raise UsageError(f"config key 'seed' must be between 0 and 2**32 - 1; got {self.seed}")
-        if self.learning_rate <= 0 or self.muon_lr <= 0:
-            raise UsageError("config keys 'learning_rate' and 'muon_lr' must be > 0")
-        if not 0 < self.val_fraction < 1:
-            raise UsageError(f"config key 'val_fraction' must be between 0 and 1; got {self.val_fraction}")
-        for name in ("beta1", "beta2"):
-            if not 0 <= getattr(self, name) < 1:
-                raise UsageError(f"config key '{name}' must be in [0, 1); got {getattr(self, name)}")
+        for names, ok, refusal in RANGES:
+            for name in names:
+                if not ok(getattr(self, name)):
+                    raise UsageError(refusal.format(name, getattr(self, name)))
         if not all(isinstance(s, str) and s.strip() for s in self.watch_sentences):
             raise UsageError("config key 'watch_sentences' must be a list of non-empty strings")
         problem = inside_name(self.run_name) if self.run_name else None
@@ -184,8 +175,7 @@ class TrainConfig:
         if self.min_lr > self.learning_rate:  # the cosine "decay" would raise the learning rate
             raise UsageError(f"config key 'min_lr' ({self.min_lr:g}) is above 'learning_rate' "
                              f"({self.learning_rate:g}), so the schedule would decay upwards; set --min_lr to at most "
-                             f"the learning rate, "
-                             f"e.g. --min_lr={self.learning_rate / 10:g}")
+                             f"the learning rate, e.g. --min_lr={self.learning_rate / 10:g}")
 
     @classmethod
     def from_keys(cls, **keys: Any) -> TrainConfig:
@@ -233,20 +223,13 @@ class TrainConfig:
         return out
 
 
-def _keys() -> dict[str, dataclasses.Field]:
-    """{key: its field} for every key a config sets, in order: the model's (`GPTConfig`'s, which explain
-    themselves) where `TrainConfig.model` stands."""
-    out = {}
-    for f in dataclasses.fields(TrainConfig):
-        model = {g.name: g for g in dataclasses.fields(GPTConfig) if g.name in CONFIG_KEYS}
-        out.update({**model} if f.name == "model" else {f.name: f})
-    return out
-
-
-FIELDS = _keys()
+# {key: its field} for every key a config sets, in order: the model's (`GPTConfig`'s) where `TrainConfig.model` stands.
+FIELDS = {g.name: g for f in dataclasses.fields(TrainConfig) for g in (
+    [g for g in dataclasses.fields(GPTConfig) if g.name in CONFIG_KEYS] if f.name == "model" else [f])}
 _TYPES = {**get_type_hints(TrainConfig), **get_type_hints(GPTConfig)}
 _TYPES = {name: _TYPES[name] for name in FIELDS}
 BOOLEANS = tuple(name for name, kind in _TYPES.items() if kind is bool)
+BOOLEAN_WORDS = dict.fromkeys(("1", "true", "yes", "on"), True) | dict.fromkeys(("0", "false", "no", "off"), False)
 _TYPE_WORDS = {int: "an integer", float: "a number", bool: "true or false", str: "a string", list: "a list"}
 
 
@@ -282,9 +265,9 @@ def _coerce(key: str, value: Any, where: str) -> Any:
     return _raise_type(key, value, where)
 
 
-def _raise_type(key: str, value: Any, where: str, why: str = "") -> Any:
+def _raise_type(key: str, value: Any, where: str) -> Any:
     shown = quoted(value) if isinstance(value, str) else repr(value)
-    raise UsageError(f"config key '{key}' {where} must be {_TYPE_WORDS[_TYPES[key]]}; got {shown}{why}")
+    raise UsageError(f"config key '{key}' {where} must be {_TYPE_WORDS[_TYPES[key]]}; got {shown}")
 
 
 def parse_cli_value(key: str, text: str) -> Any:
@@ -293,35 +276,24 @@ def parse_cli_value(key: str, text: str) -> Any:
     where = "on the command line"
     try:
         if expected is bool:
-            lowered = text.lower()
-            if lowered in ("1", "true", "yes", "on"):
-                return True
-            if lowered in ("0", "false", "no", "off"):
-                return False
-            return _raise_type(key, text, where)
+            return BOOLEAN_WORDS[text.lower()] if text.lower() in BOOLEAN_WORDS else _raise_type(key, text, where)
         if expected is int:
             return parse_int(text)
         if expected is float:
             return float(text)
-        if expected is list:
-            return _coerce(key, _toml_value(key, text), where)
-    except NotParsed as exc:  # a whole number too long for any setting
-        raise UsageError(f"config key '{key}' {where} is {exc}; got {quoted(text)}") from None
-    except ValueError:
-        return _raise_type(key, text, where)
-    return text
-
-
-def _toml_value(key: str, text: str) -> Any:
-    """A list (or any value) written on the command line in TOML; a UsageError with the parser's reason when
-    it is not TOML: a list whose string holds an escape TOML refuses is a bad escape, not a bad list."""
-    try:
-        return parse_toml(f"v = {text}")["v"]
+        if expected is list:   # written in TOML
+            return _coerce(key, parse_toml(f"v = {text}")["v"], where)
     except NotParsed as exc:
-        # Columns counted in `text`, not in the "v = " put before it.
+        if expected is not list:   # a whole number too long for any setting
+            raise UsageError(f"config key '{key}' {where} is {exc}; got {quoted(text)}") from None
+        # The parser's reason, its columns counted in `text`, not in the "v = " put before it: a list whose string
+        # holds an escape TOML refuses is a bad escape, not a bad list.
         why = re.sub(r"\(at line 1, column (\d+)\)", lambda m: f"(at character {int(m[1]) - 4})", str(exc))
         raise UsageError(f"config key '{key}' on the command line is not valid TOML: {why}; got {quoted(text)}; "
                          f"write a TOML list of strings, e.g. --{key}='[\"the dog saw it\"]'") from None
+    except ValueError:
+        return _raise_type(key, text, where)
+    return text
 
 
 def read_toml(path: str | Path) -> dict:

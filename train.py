@@ -9,8 +9,9 @@ model to fine-tune, the built-in defaults.
 `--help` lists every key and says which base applies when. Progress goes to the terminal and to TensorBoard under
 log_dir/run_name; the checkpoint to out_dir/ckpt.pt.
 
-This file is the command line around `trainer.Trainer`, which holds the training
-step and its loop; what a run shows plugs in as callbacks.
+This file is the command line around `trainer.Trainer`, which holds the training step and its loop, and what a
+run shows, given to the trainer as callbacks: the terminal and TensorBoard's scalars (`TrainingLog`), a text
+sample (`TextSample`) and the attention (`watch.callback`).
 """
 
 from __future__ import annotations
@@ -24,17 +25,23 @@ if __name__ == "__main__":   # before the imports below, so a Ctrl-C while torch
 import shlex
 import signal
 import sys
+import time
 from contextlib import nullcontext
 from pathlib import Path
+from typing import Any
 
-from cli import UsageError, run_cli
+import torch
+from tqdm import tqdm
+
+from cli import UsageError, markdown_literal, run_cli, warn
 from config import TrainConfig, make_config, parse_command_line
+from data.tokenizer import Tokenizer, TokenizerError
 from files import utf8_name
+from model.memory import parameter_count
 from trainer import runtime
-from trainer.resources import out_of_memory
 from trainer.runlock import RunLock
 from trainer.start import Settings, run_settings
-from trainer.trainer import FitResult, Trainer
+from trainer.trainer import Callback, Evaluation, FitResult, StepResult, Trainer
 
 TENSORBOARD = "tensorboard --logdir {} --samples_per_plugin=images=200,text=200"
 BASES = ("With no CONFIG.toml: configs/pronouns.toml (the demo), unless --dataset names real text (a file, or "
@@ -50,7 +57,7 @@ def main(argv: list[str]) -> int:
         raise UsageError(f"the config file name {problem}; rename it to a UTF-8 name")
     start = run_settings(config_path, overrides)
     cfg = make_config(start.config_path, overrides, start.settings, chosen=config_path is not None)
-    # Until training takes the signals over, SIGTERM and SIGHUP unwind like Ctrl-C (errors.run_cli), so data
+    # Until training takes the signals over, SIGTERM and SIGHUP unwind like Ctrl-C (cli.run_cli), so data
     # preparation cleans up its half-written files.
     rt = runtime.setup(cfg)
     try:
@@ -66,11 +73,15 @@ def main(argv: list[str]) -> int:
 def train(cfg: TrainConfig, start: Settings, rt: runtime.Runtime, argv: list[str],
           lock: RunLock | None = None) -> int:
     """Trains as `cfg` asks, from `start`'s settings; `lock` holds out_dir (rank 0), checked before every save."""
-    with out_of_memory(cfg):
+    from data.corpora import corpus_of
+    from watch.callback import AttentionWatch
+    from watch.tensorboard import TensorBoardWriter
+
+    with runtime.out_of_memory(cfg):
         trainer = Trainer.from_config(cfg, rt, config_name=start.name, checkpoint=start.checkpoint)
         if trainer.checkpoints is not None and lock is not None:
             trainer.checkpoints.guard = lock.check
-        if trainer.finished:
+        if trainer.state.step >= cfg.max_iters:
             print(f"checkpoint is already at step {trainer.state.step} >= max_iters={cfg.max_iters}; "
                   f"raise --max_iters to train further")
             return 0
@@ -80,51 +91,34 @@ def train(cfg: TrainConfig, start: Settings, rt: runtime.Runtime, argv: list[str
         same = lock is not None and folder.resolve() == Path(cfg.out_dir).resolve()
         with RunLock(folder, key="log_dir", what="the TensorBoard run", option="--run_name", say_takeover=False) \
                 if rt.is_main and not same else nullcontext():
-            return _train(cfg, trainer, rt, argv)
-
-
-def _train(cfg: TrainConfig, trainer: Trainer, rt: runtime.Runtime, argv: list[str]) -> int:
-    writer = open_tensorboard(cfg, trainer.state.run_name) if rt.is_main else None
-    try:
-        if writer is not None:
-            trainer.callbacks = main_process_callbacks(cfg, trainer, writer)
-        result = trainer.fit()
-        if writer is not None:   # the trainer's settings: a fine-tune's model keys are its model's
-            hparams = {k: v for k, v in trainer.cfg.to_dict().items() if isinstance(v, (int, float, str, bool))}
-            metrics = {"hparam/best_val_loss": result.best_val_loss, "hparam/wall_seconds": result.seconds,
-                       **result.metrics}
-            if result.evaluations:
-                metrics["hparam/final_train_loss"] = result.evaluations[-1].train_loss
-            writer.add_hparams(hparams, metrics)
-    finally:
-        if writer is not None:
-            writer.close()  # keeps the TensorBoard events logged so far, also after an error
-    if rt.is_main:
-        report_end(cfg, result, argv, sample_prompt(cfg, trainer))
+            writer = None
+            if rt.is_main:   # the others train silently
+                print("TensorBoard: " + TENSORBOARD.format(shlex.quote(cfg.log_dir)))
+                writer = TensorBoardWriter(folder)   # its lock checked it writable
+            try:
+                if writer is not None:   # probe files: --probes/--agreement, or the corpus's own
+                    corpus = corpus_of(cfg.dataset)
+                    probes = cfg.probes or trainer.data.probes_path or (corpus and corpus.probes_path) or None
+                    agreement = cfg.agreement or (corpus and corpus.agreement_path) or None
+                    trainer.callbacks = [
+                        TrainingLog(writer), TextSample(writer, trainer.tokenizer, cfg.sample_prompt,
+                                                        cfg.sample_tokens, cfg.seed),
+                        AttentionWatch(writer, cfg.watch_sentences, probes, agreement,
+                                       page=Path(cfg.out_dir) / "attention.html", ablation=cfg.ablation)]
+                result = trainer.fit()
+                if writer is not None:   # the trainer's settings: a fine-tune's model keys are its model's
+                    hparams = {k: v for k, v in trainer.cfg.to_dict().items() if isinstance(v, (int, float, str, bool))}
+                    metrics = {"hparam/best_val_loss": result.best_val_loss, "hparam/wall_seconds": result.seconds,
+                               **result.metrics}
+                    if result.evaluations:
+                        metrics["hparam/final_train_loss"] = result.evaluations[-1].train_loss
+                    writer.add_hparams(hparams, metrics)
+            finally:
+                if writer is not None:
+                    writer.close()  # keeps the TensorBoard events logged so far, also after an error
+            if rt.is_main:
+                report_end(cfg, result, argv, sample_prompt(cfg, trainer))
     return 0 if result.completed else 128 + result.stopped_by
-
-
-def open_tensorboard(cfg: TrainConfig, run_name: str):
-    from watch.tensorboard import TensorBoardWriter
-
-    print("TensorBoard: " + TENSORBOARD.format(shlex.quote(cfg.log_dir)))
-    return TensorBoardWriter(Path(cfg.log_dir) / run_name)   # its folder is checked writable by its lock
-
-
-def main_process_callbacks(cfg: TrainConfig, trainer: Trainer, writer) -> list:
-    """The terminal and TensorBoard scalars, a text sample, and attention watching: head types, and
-    with probe files (the corpus's own, or --probes/--agreement) pronoun resolution and agreement."""
-    from data.corpora import corpus_of
-    from trainer.callbacks import TextSample, TrainingLog
-    from watch.callback import AttentionWatch
-
-    corpus = corpus_of(cfg.dataset)
-    probes = cfg.probes or trainer.data.probes_path or (corpus and corpus.probes_path) or None
-    agreement = cfg.agreement or (corpus and corpus.agreement_path) or None
-    return [TrainingLog(writer),
-            TextSample(writer, trainer.tokenizer, cfg.sample_prompt, cfg.sample_tokens, cfg.seed),
-            AttentionWatch(writer, cfg.watch_sentences, probes, agreement, page=Path(cfg.out_dir) / "attention.html",
-                           ablation=cfg.ablation)]
 
 
 def report_end(cfg: TrainConfig, result: FitResult, argv: list[str], prompt: str | None = None) -> None:
@@ -145,7 +139,6 @@ def report_end(cfg: TrainConfig, result: FitResult, argv: list[str], prompt: str
 def sample_prompt(cfg: TrainConfig, trainer: Trainer) -> str | None:
     """A prompt this model can read, for the sample command: the start of the first watched sentence (or of a
     sentence of the held-out text) up to its last pronoun, else its first half; None when there is none."""
-    from data.tokenizer import TokenizerError
     from watch.probesets import PRONOUN_WORD, held_out_sentences
 
     texts = list(cfg.watch_sentences)
@@ -161,6 +154,106 @@ def sample_prompt(cfg: TrainConfig, trainer: Trainer) -> str | None:
         except TokenizerError:
             continue
     return None
+
+
+# --- what a run shows ---------------------------------------------------------------------------------------
+
+class TrainingLog(Callback):
+    """The terminal and TensorBoard's Scalars: the model and device at the start, a progress bar
+    with loss, learning rate and tokens/s, every evaluation's losses, a summary at the end.
+    `writer` is a `SummaryWriter` (or anything with its `add_scalar`/`flush`)."""
+
+    def __init__(self, writer: Any) -> None:
+        self.writer = writer
+        self.bar: tqdm | None = None
+        self._last_log = time.perf_counter()
+        self._tokens_since_log = 0
+        self._flush_pending = False  # an evaluation's logs (from every callback) reach disk at the next step
+
+    def on_fit_start(self, trainer: Trainer) -> None:
+        cfg, rt, m = trainer.cfg, trainer.runtime, trainer.model.config
+        # Parameters without the positions, as GPT-2 counts its own.
+        print(f"model: {parameter_count(m, positions=False) / 1e6:.2f}M parameters ({m.options()}, {m.n_layer} layers "
+              f"x {m.n_head} heads x {m.n_embd} dims, block {cfg.model.block_size}); vocabulary {m.vocab_size}")
+        processes = f" x {rt.world_size} processes" if rt.distributed else ""
+        print(f"device: {rt.device}{processes}, {trainer.tokens_per_step:,} tokens per step, "
+              f"{torch.get_num_threads()} CPU threads")
+        # The bar goes to stdout with the other progress lines, so stderr carries only problems.
+        self.bar = tqdm(total=cfg.max_iters, initial=trainer.state.step, dynamic_ncols=True, desc="train",
+                        mininterval=0.5, file=sys.stdout)
+        self._last_log, self._tokens_since_log = time.perf_counter(), 0
+
+    def on_step(self, trainer: Trainer, result: StepResult) -> None:
+        if self._flush_pending:
+            self.writer.flush()
+            self._flush_pending = False
+        self._tokens_since_log += trainer.tokens_per_step
+        if result.step % trainer.cfg.log_interval == 0 or result.step == trainer.cfg.max_iters:
+            now = time.perf_counter()
+            tokens_per_sec = self._tokens_since_log / (now - self._last_log)
+            self._last_log, self._tokens_since_log = now, 0
+            self.bar.set_postfix(loss=f"{result.loss:.4f}", lr=f"{result.lr:.2e}", tok_s=f"{tokens_per_sec:,.0f}")
+            self.writer.add_scalar("loss/train", result.loss, result.step)
+            self.writer.add_scalar("lr", result.lr, result.step)
+            if result.grad_norm is not None:
+                self.writer.add_scalar("grad_norm", result.grad_norm, result.step)
+            self.writer.add_scalar("throughput/tokens_per_sec", tokens_per_sec, result.step)
+        self.bar.update(1)
+
+    def on_evaluate(self, trainer: Trainer, evaluation: Evaluation) -> None:
+        line = f"step {evaluation.step}: train loss {evaluation.train_loss:.4f}, val loss {evaluation.val_loss:.4f}"
+        (self.bar.write if self.bar is not None else print)(line)
+        self.writer.add_scalar("loss/val", evaluation.val_loss, evaluation.step)
+        self.writer.add_scalar("loss/train_eval", evaluation.train_loss, evaluation.step)
+        self._flush_pending = True
+
+    def on_fit_end(self, trainer: Trainer, result: FitResult) -> None:
+        self.on_exit(trainer)
+        if result.ranks_agree is not None:
+            print(f"parameters identical on all {trainer.runtime.world_size} processes: {result.ranks_agree}")
+        tokens_per_sec = result.steps * trainer.tokens_per_step / max(result.seconds, 1e-9)
+        where = trainer.checkpoints.path if trainer.checkpoints is not None else "(not saved)"
+        print(f"done: {result.steps} steps in {result.seconds:.1f} s ({tokens_per_sec:,.0f} tokens/s overall), "
+              f"best val loss {result.best_val_loss:.4f}, checkpoint {where}")
+
+    def on_exit(self, trainer: Trainer) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+class TextSample(Callback):
+    """A short sample of generated text in TensorBoard's Text tab at every evaluation."""
+
+    def __init__(self, writer: Any, tokenizer: Tokenizer, prompt: str, max_new_tokens: int, seed: int) -> None:
+        self.writer = writer
+        self.max_new_tokens = max_new_tokens
+        self.seed = seed
+        self.tokenizer = tokenizer
+        self.prompt_ids: list[int] = []
+        if not max_new_tokens:  # no sample asked for: nothing to warn about
+            return
+        try:
+            self.prompt_ids = tokenizer.encode(prompt)
+        except TokenizerError as exc:
+            warn(f"no text sample will be logged: sample_prompt {prompt[:40]!r} cannot be encoded ({exc})")
+        else:
+            if not self.prompt_ids:
+                warn("no text sample will be logged: sample_prompt is empty; set --sample_prompt to some text")
+
+    def on_evaluate(self, trainer: Trainer, evaluation: Evaluation) -> None:
+        if not self.prompt_ids:   # none asked for, or none that can be encoded
+            return
+        model = trainer.model
+        device = next(model.parameters()).device
+        was_training = model.training
+        model.eval()
+        generator = torch.Generator(device=device).manual_seed(self.seed)
+        out = model.generate(torch.tensor([self.prompt_ids], device=device), self.max_new_tokens, temperature=0.8,
+                             top_k=200, generator=generator)
+        model.train(was_training)
+        # A code block keeps the text as generated (Markdown would join its lines), and shows any markup in it.
+        self.writer.add_text("sample", markdown_literal(self.tokenizer.decode(out[0].tolist())), evaluation.step)
 
 
 if __name__ == "__main__":

@@ -286,7 +286,7 @@ def test_resuming_compares_the_settings_a_model_from_elsewhere_brings(trained):
     """A checkpoint whose model computes GPT-2's tanh GELU is no checkpoint a run from scratch can continue, though
     every tensor has the shape it expects."""
     from config import load_config
-    from trainer.checkpoint import check_resume_compatible
+    from trainer.start import check_resume_compatible
 
     saved = torch.load(trained.char, weights_only=True)
     cfg = load_config(None, ["--n_layer=1", "--n_head=2", "--n_embd=16", "--block_size=32", "--resume"])

@@ -536,7 +536,7 @@ def test_a_sample_is_shown_as_text_by_tensorboards_own_markdown(text):
 
 
 def test_the_training_sample_goes_to_tensorboard_through_that_rule():
-    from trainer.callbacks import TextSample
+    from train import TextSample
 
     class Writer:
         def __init__(self):

@@ -8,7 +8,7 @@ from cli import UserError
 from config import TrainConfig
 from model.gpt import GPT
 from model.memory import available_memory
-from trainer import resources
+from trainer import runtime
 
 MIB = 1 << 20
 
@@ -20,25 +20,25 @@ def test_the_estimate_of_the_parameters_is_a_lower_bound(arch, options):
     """Refusing must never be wrong: the estimate is what the model really holds, counted once (`parameter_count`)."""
     cfg = TrainConfig.from_keys(arch=arch, n_layer=3, n_head=2, n_embd=32, block_size=16, **options)
     n_params = sum(p.numel() for p in GPT(cfg.model_config(vocab_size=65)).parameters())
-    estimate = resources.training_bytes(cfg, vocab_size=65)["parameters"]
+    estimate = runtime.training_bytes(cfg, vocab_size=65)["parameters"]
     assert estimate == 16 * n_params  # weights, gradients and two AdamW moments
 
 
 def test_a_config_that_cannot_fit_is_refused_naming_what_to_lower(monkeypatch):
     monkeypatch.setattr("model.memory.available_memory", lambda device: 64 * MIB)
-    resources.check_training_fits(TrainConfig(), 65, torch.device("cpu"))  # the default: a few MiB
+    runtime.check_training_fits(TrainConfig(), 65, torch.device("cpu"))  # the default: a few MiB
     with pytest.raises(UserError, match=r"needs at least .* and 64\.0 MiB is free; lower --n_embd \(now 4,096\)"):
-        resources.check_training_fits(TrainConfig.from_keys(n_embd=4096), 65, torch.device("cpu"))
+        runtime.check_training_fits(TrainConfig.from_keys(n_embd=4096), 65, torch.device("cpu"))
     with pytest.raises(UserError, match=r"lower --batch_size \(now 100,000\), --block_size \(now 64\) or --n_layer"):
-        resources.check_training_fits(TrainConfig(batch_size=100_000), 65, torch.device("cpu"))
+        runtime.check_training_fits(TrainConfig(batch_size=100_000), 65, torch.device("cpu"))
     with pytest.raises(UserError, match=r"generating 1,000,000 sentences .* lower --corpus_sentences"):
-        resources.check_corpus_fits(TrainConfig(corpus_sentences=1_000_000))
+        runtime.check_corpus_fits(TrainConfig(corpus_sentences=1_000_000))
 
 
 def test_unknown_free_memory_refuses_nothing(monkeypatch):
     monkeypatch.setattr("model.memory.available_memory", lambda device: None)
-    resources.check_training_fits(TrainConfig.from_keys(n_embd=1 << 20, n_head=1), 65, torch.device("cpu"))
-    resources.check_corpus_fits(TrainConfig(corpus_sentences=10**15))
+    runtime.check_training_fits(TrainConfig.from_keys(n_embd=1 << 20, n_head=1), 65, torch.device("cpu"))
+    runtime.check_corpus_fits(TrainConfig(corpus_sentences=10**15))
 
 
 def test_free_memory_is_read_on_this_machine():
@@ -49,12 +49,12 @@ def test_free_memory_is_read_on_this_machine():
 def test_an_allocation_that_fails_anyway_is_one_line_and_other_errors_pass_through():
     cfg = TrainConfig(batch_size=64)
     with pytest.raises(UserError, match=r"^ran out of memory \(.*not enough memory.*\); lower --batch_size"):
-        with resources.out_of_memory(cfg):
+        with runtime.out_of_memory(cfg):
             raise RuntimeError("[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: not enough memory: "
                                "you tried to allocate 1099511627776 bytes.")
     with pytest.raises(UserError, match="ran out of memory"):
-        with resources.out_of_memory(cfg):
+        with runtime.out_of_memory(cfg):
             raise MemoryError
     with pytest.raises(RuntimeError, match="a bug"):  # not a memory problem: keeps its traceback
-        with resources.out_of_memory(cfg):
+        with runtime.out_of_memory(cfg):
             raise RuntimeError("a bug")

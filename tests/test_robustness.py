@@ -28,9 +28,8 @@ from formats import checkpoint as ckpt_mod
 from formats.checkpoint import FORMAT, FORMAT_VERSION, CheckpointError, load_checkpoint, save_checkpoint
 from model import GPT
 from tests.commands import ROOT, TEXT, one_line, run, run_train, tiny_args
-from trainer import checkpoint as run_checkpoints
 from trainer import optim, runtime
-from trainer.trainer import FitResult, Trainer
+from trainer.trainer import CheckpointWriter, FitResult, Trainer
 
 SCHEDULE = ["--warmup_iters=1", "--lr_decay_iters=6"]  # the same learning rates however the run is split
 
@@ -687,7 +686,7 @@ def test_saves_skipped_while_the_loss_is_blown_up_are_reported_once_it_recovers(
     real = Trainer.state_loss
     monkeypatch.setattr(Trainer, "state_loss", lambda self: 1e3 if self.state.step in (2, 3) else real(self))
     saved = []
-    monkeypatch.setattr(run_checkpoints.CheckpointWriter, "save",
+    monkeypatch.setattr(CheckpointWriter, "save",
                         lambda self, checkpoint, step: saved.append(step) or setattr(self, "saved_step", step))
     with pytest.warns(GptwatchWarning, match=r"checkpoints of steps 2 to 3 were not saved: the loss had blown up "
                                              r"to 1000, .* back at [\d.]+ at step 4, saved now"):

@@ -10,8 +10,8 @@ import torch
 
 from cli import GptwatchWarning, UserError
 from config import load_config
+from train import TextSample, TrainingLog
 from trainer import runtime
-from trainer.callbacks import TextSample, TrainingLog
 from trainer.optim import lr_at
 from trainer.trainer import Callback, Evaluation, FitResult, StepResult, Trainer
 from watch.callback import AttentionWatch

@@ -1,17 +1,15 @@
-"""Optimizer construction and the learning-rate schedule.
+"""The optimizers and the learning-rate schedule.
 
 The optimizers skip torch.compile's hooks: torch.optim wraps `zero_grad`, `state_dict`, `load_state_dict`,
 `add_param_group` and AdamW's `step` so that torch.compile treats them specially, and the first call of each
-wrapper imports torch._dynamo, about a second of start-up that a run without --compile never uses.
-`EagerOptimizer` calls the methods the wrappers wrap, so the arithmetic, results and checkpoints are exactly
-torch's; a torch whose methods are not wrapped this way simply runs its own methods.
+wrapper imports torch._dynamo, about a second of start-up that a run without --compile never uses. Calling the
+methods the wrappers wrap keeps the arithmetic, results and checkpoints exactly torch's.
 
-Muon (Keller Jordan et al., 2024), for hidden matrices only: momentum, then each update orthogonalised. It replaces
-the momentum-averaged gradient G by the nearest semi-orthogonal matrix (U Vᵀ from G = U S Vᵀ), approximated by a
-few Newton–Schulz iterations, so every direction of the update moves the same amount, which trains small
-transformers markedly faster per step than AdamW. This version stacks same-shaped matrices so each iteration is
-one batched matmul, and runs it in bfloat16 where the hardware multiplies bfloat16 natively (CUDA; CPUs with
-AVX512-BF16 or AMX), in float32 elsewhere, where emulated bfloat16 is slower. The iteration only needs the
+Muon (Keller Jordan et al., 2024), for hidden matrices only, replaces the momentum-averaged gradient G by the
+nearest semi-orthogonal matrix (U Vᵀ from G = U S Vᵀ), approximated by a few Newton–Schulz iterations, so every
+direction of the update moves the same amount: small transformers train markedly faster per step than with AdamW.
+Same-shaped matrices are stacked so each iteration is one batched matmul, in bfloat16 where the hardware
+multiplies it natively (elsewhere emulated bfloat16 is slower than float32): the iteration only needs the
 direction of the update, which bfloat16 keeps.
 """
 
@@ -29,24 +27,18 @@ from model.gpt import is_matrix
 
 
 class EagerOptimizer:
-    """Mix in before a torch.optim.Optimizer subclass. `inspect.unwrap` goes all the way down: once
-    torch.optim.AdamW itself has been instantiated, torch has wrapped its step once more (step hooks)."""
+    """Mix in before a torch.optim.Optimizer subclass: its methods without torch.compile's wrappers."""
 
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        inspect.unwrap(torch.optim.Optimizer.zero_grad)(self, set_to_none)
-
-    def state_dict(self) -> dict:
-        return inspect.unwrap(torch.optim.Optimizer.state_dict)(self)
-
-    def load_state_dict(self, state_dict: dict) -> None:
-        inspect.unwrap(torch.optim.Optimizer.load_state_dict)(self, state_dict)
-
-    def add_param_group(self, param_group: dict) -> None:
-        inspect.unwrap(torch.optim.Optimizer.add_param_group)(self, param_group)
+    zero_grad = inspect.unwrap(torch.optim.Optimizer.zero_grad)
+    state_dict = inspect.unwrap(torch.optim.Optimizer.state_dict)
+    load_state_dict = inspect.unwrap(torch.optim.Optimizer.load_state_dict)
+    add_param_group = inspect.unwrap(torch.optim.Optimizer.add_param_group)
 
 
 class AdamW(EagerOptimizer, torch.optim.AdamW):
-    """torch's AdamW; its step's wrapper also turns gradients off, so the unwrapped step runs under no_grad."""
+    """torch's AdamW. Its step's wrapper also turns gradients off, so the unwrapped step runs under no_grad; unwrapped
+    when it is called, all the way down: once torch.optim.AdamW has been instantiated, torch has wrapped its step once
+    more (step hooks)."""
 
     def step(self, closure=None):
         with torch.no_grad():
@@ -92,35 +84,19 @@ def divergence_fix(cfg: TrainConfig) -> str:
     return f"a lower --learning_rate (now {cfg.learning_rate:g}){muon}{clip}"
 
 
-def _fused_supported(device: torch.device) -> bool:
-    # fused AdamW runs on CPU too since torch 2.4; older versions only on CUDA.
-    if "fused" not in inspect.signature(torch.optim.AdamW).parameters:
-        return False
-    if device.type == "cuda":
-        return True
-    major, minor = (int(p) for p in torch.__version__.split(".")[:2])
-    return device.type == "cpu" and (major, minor) >= (2, 4)
-
-
 def make_optimizer(model: nn.Module, cfg: TrainConfig, device: torch.device):
-    """AdamW with weight decay on matrices (`model.gpt.is_matrix`) only: decaying norms'
-    gains and biases (and relative position biases) pulls them towards zero for no benefit.
-
-    With optimizer = "muon", the blocks' hidden matrices go to Muon instead, which
-    decays none of them; embeddings (and the tied head), norms and biases stay with AdamW.
-    """
-    params = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
-    hidden = []
-    if cfg.optimizer == "muon":
-        hidden = [p for name, p in model.named_parameters()
-                  if name.startswith("blocks.") and p.dim() == 2 and is_matrix(name, p)]
+    """AdamW with weight decay on matrices (`model.gpt.is_matrix`) only: decaying norms' gains and biases (and
+    relative position biases) pulls them towards zero for no benefit. With optimizer = "muon", the blocks' hidden
+    matrices go to Muon instead, which decays none of them."""
+    hidden = [p for name, p in model.named_parameters()
+              if cfg.optimizer == "muon" and name.startswith("blocks.") and p.dim() == 2 and is_matrix(name, p)]
     hidden_ids = {id(p) for p in hidden}
-    rest = [(name, p) for name, p in params if id(p) not in hidden_ids]
+    rest = [(name, p) for name, p in model.named_parameters() if p.requires_grad and id(p) not in hidden_ids]
     decay = [p for name, p in rest if is_matrix(name, p)]
     no_decay = [p for name, p in rest if not is_matrix(name, p)]
     groups = [{"params": decay, "weight_decay": cfg.weight_decay},
               {"params": no_decay, "weight_decay": 0.0}]
-    kwargs = {"fused": True} if _fused_supported(device) else {}
+    kwargs = {"fused": True} if device.type in ("cpu", "cuda") else {}   # fused on CPU since torch 2.4
     adamw = AdamW(groups, lr=cfg.learning_rate, betas=(cfg.beta1, cfg.beta2), **kwargs)
     if not hidden:
         return adamw
@@ -143,10 +119,8 @@ MOMENTUM = 0.95
 
 def native_bfloat16(device: torch.device) -> bool:
     """Whether `device` multiplies bfloat16 matrices in hardware (faster than float32 there)."""
-    if device.type == "cuda":
-        return True
     if device.type != "cpu":
-        return False
+        return device.type == "cuda"
     cpu = getattr(torch, "cpu", None)
     checks = [getattr(cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
     return any(check is not None and check() for check in checks)
@@ -210,7 +184,7 @@ class Optimizers:
     """Several optimizers stepped as one: what the training loop needs of an optimizer."""
 
     def __init__(self, *optimizers: torch.optim.Optimizer) -> None:
-        self.optimizers = optimizers
+        self.optimizers = optimizers   # saved under "0", "1", ...
 
     @property
     def param_groups(self) -> list[dict]:

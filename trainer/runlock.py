@@ -1,15 +1,12 @@
 """One training run per out_dir, and per TensorBoard run folder (log_dir/run_name), at a time.
 
-Two runs saving into one out_dir would each replace the other's checkpoint, and each would keep
-the other's as ckpt.prev.pt, destroying the user's earlier run. So a run holds an exclusive lock
-on `out_dir/.lock` for as long as it lives: an `fcntl.flock`, which the kernel drops when the
-process ends however it ends (kill -9 included), on a file that names its owner (pid, host, start
-time, command), so a second run can say who is using the folder. A lock file left behind by a run
-that was killed is held by nobody: the next run takes it over and says whose it was.
-
-Two runs logging into one TensorBoard run folder would interleave their event files, and TensorBoard
-would drop one run's points; so train.py locks log_dir/run_name the same way. A run whose folder
-is deleted under it, or whose lock file is replaced by another run's, finds out before its next save
+Two runs saving into one out_dir would each replace the other's checkpoint, and each would keep the other's as
+ckpt.prev.pt, destroying the user's earlier run; two runs logging into one TensorBoard run folder would interleave
+their event files, and TensorBoard would drop one run's points. So a run holds an exclusive `fcntl.flock` on
+`FOLDER/.lock` for as long as it lives, which the kernel drops when the process ends however it ends (kill -9
+included), on a file that names its owner (pid, host, start time, command), so a second run can say who is using
+the folder. A lock file left by a run that was killed is held by nobody: the next run takes it over. A run whose
+folder is deleted under it, or whose lock file is replaced by another run's, finds out before its next save
 (`check`) and stops rather than write over the other run's checkpoint.
 """
 
@@ -36,10 +33,9 @@ LOCK_NAME = ".lock"
 
 
 class RunLock:
-    """`with RunLock(out_dir):` holds out_dir for one run; a `UserError` names the run that holds it.
-    `key` is the setting that names the folder (in messages: "choose a writable --log_dir"), `what` the
-    folder in words and `option` the setting that picks another one; `say_takeover=False` takes over a
-    lock left by a run that has ended without a warning."""
+    """`with RunLock(out_dir):` holds out_dir for one run; a `UserError` names the run that holds it. `key` is the
+    setting that names the folder, `what` the folder in words and `option` the setting that picks another one;
+    `say_takeover=False` takes over a lock left by a run that has ended without a warning."""
 
     def __init__(self, folder: str | Path, *, key: str = "out_dir", what: str | None = None,
                  option: str | None = None, say_takeover: bool = True) -> None:
@@ -48,7 +44,7 @@ class RunLock:
         self.key = key
         self.what = what or key
         self.option = option or f"--{key}"
-        self.say_takeover = say_takeover  # warn when taking over a lock left by a run that has ended
+        self.say_takeover = say_takeover
         self._fd: int | None = None
         self._made = False   # whether this lock made the folder: a run that wrote nothing there leaves none
 
@@ -83,8 +79,7 @@ class RunLock:
         self._fd = fd
 
     def check(self) -> None:
-        """A `UserError` when this run no longer holds its folder: the lock file was deleted with the folder,
-        or replaced (another run took the folder over). Called before every save."""
+        """A `UserError` when the lock file was deleted with the folder, or replaced (another run took it over)."""
         if self._fd is not None and not self._is_current(self._fd):
             raise UserError(f"{self.what} {self.folder} was deleted or taken over by another run while this one ran "
                             f"(its lock {self.path} is no longer the one this run holds); stopping without writing "

@@ -8,7 +8,8 @@ fine-tune, the built-in defaults; else `configs/pronouns.toml`, the demo.
 The model (`init_from`, as formats/sources.py identifies it): a new one, the checkpoint a --resume run continues,
 or a model trained elsewhere that decides the run's model: its sizes and architecture (`MODEL_KEYS`), its
 settings from elsewhere and its tokenizer. A model key or tokenizer the user set must agree with it, or the run
-is refused naming both. A resumed fine-tune takes all of this from its checkpoint, never reading the model again.
+is refused naming both. A resumed fine-tune takes all of this from its checkpoint, never reading the model again;
+a resumed run continues its checkpoint only with the settings, data and model it was trained with (`Start.resume`).
 """
 
 from __future__ import annotations
@@ -20,21 +21,19 @@ from typing import Any
 
 import torch
 
-from cli import UsageError, UserError
+from cli import UsageError, UserError, warn
 from config import RESUME, SCRATCH, TrainConfig, read_toml
 from data import corpora
-from data.prepare import ModelVocabulary, source_text
+from data.prepare import ModelVocabulary, Prepared, source_text
 from data.tokenizer import FULL_GPT2, Tokenizer, tokenizer_from_meta
-from formats import load_checkpoint
-from formats.sources import Source, describe, hub_name, identify, load_model, model_name
-from model.config import CONFIG_KEYS, MODEL_KEYS, GPTConfig
+from files import inside_name
+from formats.checkpoint import CheckpointError, checkpoint_path, load_checkpoint, load_weights, saved_settings, validate
+from formats.sources import CHECKPOINT, describe, hub_name, identify, load_model, model_name
+from model.config import CONFIG_KEYS, IMPORTED_FIELDS, MODEL_KEYS, GPTConfig
 from model.gpt import GPT
-from trainer.checkpoint import read_resumed
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO_CONFIG = REPO / "configs" / "pronouns.toml"
-DEFAULT_VAL_FRACTION = TrainConfig.__dataclass_fields__["val_fraction"].default
-CHECKPOINT = "ckpt.pt"
 SAME_KIND = {"char": ("char",), "gpt2": ("gpt2", FULL_GPT2)}   # a tokenizer key -> the vocabularies it agrees with
 
 # The shape of the model chosen for real text, its size decided by how much text there is. The classic block
@@ -59,7 +58,7 @@ SIZES = {
 class Settings:
     """The settings a run starts from: a config file (`config_path`), or `settings` chosen here for a text
     (`text`: its file name and length; `shape_from`: the checkpoint its shape comes from, whose contents are
-    `checkpoint`), then the command line on top. `name` names the TensorBoard run."""
+    `checkpoint`). `name` names the TensorBoard run."""
 
     config_path: str | None
     settings: dict[str, Any]
@@ -69,8 +68,8 @@ class Settings:
     checkpoint: dict | None = None
 
     def line(self, cfg: TrainConfig) -> str | None:
-        """The one line printed at the start when settings were chosen for a text: what the run will use (the
-        command line's keys included) and how to change it; None otherwise."""
+        """The line printed at the start when settings were chosen for a text: what the run will use (the
+        command line's keys included) and how to change it."""
         if self.text is None:
             return None
         file_name, characters = self.text
@@ -113,7 +112,7 @@ def run_settings(config_path: str | None, overrides: dict[str, Any]) -> Settings
             tokenizer = tokenizer or (saved["tokenizer"] if isinstance(saved.get("tokenizer"), str) else None)
             source = str(path)
     chosen = settings_for_text(len(text), name, tokenizer=tokenizer, shape=shape,
-                               val_fraction=overrides.get("val_fraction", DEFAULT_VAL_FRACTION),
+                               val_fraction=overrides.get("val_fraction", TrainConfig.val_fraction),
                                sample_prompt="\n" if "\n" in text or not text else text[0])
     return Settings(None, chosen, name, (Path(dataset).name, len(text)), source, checkpoint)
 
@@ -137,11 +136,8 @@ def settings_for_text(characters: int, name: str, *, tokenizer: str | None = Non
                       sample_prompt: str = "\n") -> dict[str, Any]:
     """The base settings for a text of `characters` characters called `name`: the tokenizer (char unless
     `tokenizer` fixes it), the model's shape (unless `shape` fixes it: a checkpoint resumed), the block, the
-    steps and the intervals, and out/NAME.
-
-    The steps are at most STEPS (a few minutes on a laptop CPU) and at most EPOCHS passes over the
-    training text; a text under SMALL_TEXT tokens gets a smaller model with dropout; a text too short
-    for the block gets a shorter block, down to 8 tokens (preparing a shorter text says why it cannot)."""
+    steps and the intervals, and out/NAME. A text too short for the block gets a shorter block, down to 8 tokens
+    (preparing a shorter text says why it cannot)."""
     tokenizer = tokenizer or "char"
     tokens = characters / CHARS_PER_TOKEN.get(tokenizer, 1.0)
     out: dict[str, Any] = {"tokenizer": tokenizer}
@@ -172,14 +168,12 @@ def _round(value: float, step: int) -> int:
 
 @dataclass
 class Start:
-    """What a run's model starts from. `cfg` is the run's settings, a fine-tune's model keys its model's and
-    `init_from` the model it fine-tunes (for a resumed run: the one its checkpoint records). `source`: that model,
-    identified. `vocabulary`: the tokenizer the data is prepared with (None: built from the text, as
-    `cfg.tokenizer` says). `model`: the model to fine-tune, read (a new fine-tune only). `checkpoint`: the one a
-    resumed run continues. `description`: what is fine-tuned, in one line (a new fine-tune only)."""
+    """What a run's model starts from: `cfg`, the run's settings, with a fine-tune's model keys its model's and
+    `init_from` the model it fine-tunes (resumed: the one its checkpoint records); the tokenizer the data is
+    prepared with (`vocabulary`; None: built from the text); a new fine-tune's `model`, read, and `description`, in
+    one line; the `checkpoint` a resumed run continues."""
 
     cfg: TrainConfig
-    source: Source
     vocabulary: ModelVocabulary | None = None
     model: GPT | None = None
     checkpoint: dict | None = None
@@ -197,15 +191,50 @@ class Start:
             config.block_size = saved["block_size"]
         return config
 
+    def resume(self, path: Path, data: Prepared, model: GPT, optimizer: Any, batches: Any) -> None:
+        """Continues the checkpoint (read from `path`) in this run: refuses what this run's settings, its data and
+        its model cannot continue, then puts back the weights, the optimizer's state and the random generators.
+        The optimizer's settings (betas, weight decay) stay this config's; only its state (moments, momentum) comes
+        from the checkpoint."""
+        cfg, checkpoint = self.cfg, self.checkpoint
+        check_resume_compatible(cfg, checkpoint, data.tokenizer.to_meta(), model.config)
+        check_same_data(checkpoint, data_identity(cfg, data), path)
+        problem = inside_name(checkpoint["run_name"]) if not cfg.run_name else None
+        if problem is not None:  # the resumed run would write its TensorBoard logs to log_dir/run_name
+            raise CheckpointError(f"{path} holds the run name {checkpoint['run_name']!r}, which {problem}, so its "
+                                  f"TensorBoard logs would go outside --log_dir; resume with --run_name=NAME")
+        load_weights(model, checkpoint["model"], path)
+        parts = getattr(optimizer, "optimizers", None)  # trainer.optim.Optimizers: several, saved under "0", "1"
+        try:
+            saved = checkpoint["optimizer"]
+            for opt, state in [(opt, saved[str(i)]) for i, opt in enumerate(parts)] if parts else [(optimizer, saved)]:
+                fresh = opt.state_dict()
+                n_params = sum(len(group["params"]) for group in fresh["param_groups"])
+                if not isinstance(state["state"], dict) or any(type(k) is not int or not 0 <= k < n_params
+                                                               for k in state["state"]):
+                    raise ValueError("its optimizer state names parameters this model does not have")
+                opt.load_state_dict({"state": state["state"], "param_groups": fresh["param_groups"]})
+                for param, values in opt.state.items():
+                    for name, value in values.items():
+                        if not isinstance(value, torch.Tensor) or (value.dim() > 0 and value.shape != param.shape):
+                            raise ValueError(f"optimizer state {name!r} does not match a parameter of shape "
+                                             f"{tuple(param.shape)}")
+            batches.load_state(checkpoint["rng"]["batches"])
+            torch.set_rng_state(checkpoint["rng"]["torch"])
+        except (KeyError, IndexError, RuntimeError, TypeError, ValueError, AttributeError) as exc:
+            raise CheckpointError(f"{path}: its optimizer or random-generator state does not fit this model "
+                                  f"({' '.join(str(exc).split())[:200]}); resume from the ckpt.pt that train.py wrote, "
+                                  f"or start a new --out_dir") from None
+
 
 def model_start(cfg: TrainConfig, path: Path, device: torch.device, checkpoint: dict | None = None) -> Start:
-    """Where the run with settings `cfg` and checkpoint `path` starts (see the module's docstring); `checkpoint`:
-    the one at `path`, when choosing the settings read it already."""
+    """Where the run with settings `cfg` and checkpoint `path` starts; `checkpoint`: the one at `path`, when choosing
+    the settings read it already."""
     if cfg.resume:
         return _resuming(cfg, path, checkpoint)
     if cfg.fine_tunes:
         return _importing(cfg, device)
-    return Start(cfg, Source(SCRATCH))
+    return Start(cfg)
 
 
 def _importing(cfg: TrainConfig, device: torch.device) -> Start:
@@ -226,17 +255,21 @@ def _importing(cfg: TrainConfig, device: torch.device) -> Start:
         if key in cfg.given and given != theirs:
             raise UsageError(f"config key '{key}' is {given!r} but {what} has {theirs!r}; leave {key} out to take "
                              f"the model's, or fine-tune another model")
-    _check_tokenizer(cfg, loaded.tokenizer, what)
-    cfg = cfg.replaced(**{key: getattr(config, key) for key in (*MODEL_KEYS, "block_size")})
     description = describe(loaded) if source.elsewhere else \
         f"gptwatch checkpoint {cfg.init_from} (step {loaded.checkpoint['step']})"
-    return Start(cfg, source, ModelVocabulary(loaded.tokenizer, cfg.init_from), loaded.model, description=description)
+    return _models_own(cfg, config, loaded.tokenizer, what, cfg.init_from, model=loaded.model, description=description)
 
 
 def _resuming(cfg: TrainConfig, path: Path, checkpoint: dict | None) -> Start:
-    """A resumed run: its checkpoint wins. `init_from`, when given, must name what the checkpoint started from; a
-    fine-tune's model keys not given, and its tokenizer, are the checkpoint's."""
-    checkpoint = read_resumed(path, checkpoint)
+    """A resumed run: its checkpoint wins, checked to be complete here (whether this run's settings and data can
+    continue it: `Start.resume`). `init_from`, when given, must name what it started from."""
+    if checkpoint is None:
+        if not path.exists():
+            raise UserError(f"--resume but there is no checkpoint at {path}; drop --resume to start a new "
+                            f"run, or set --out_dir to the folder that holds ckpt.pt")
+        checkpoint = load_checkpoint(path)
+    validate(checkpoint, path, for_resume=True)
+    saved_settings(checkpoint, path)
     started = checkpoint["train_config"].get("init_from", SCRATCH)
     started = started if isinstance(started, str) and started not in ("", RESUME) else SCRATCH
     if "init_from" in cfg.given and cfg.init_from != RESUME and not same_source(cfg.init_from, started):
@@ -245,21 +278,23 @@ def _resuming(cfg: TrainConfig, path: Path, checkpoint: dict | None) -> Start:
                          f"--out_dir")
     cfg = cfg.replaced(init_from=started)
     if not cfg.fine_tunes:
-        return Start(cfg, Source(RESUME, path), checkpoint=checkpoint)
+        return Start(cfg, checkpoint=checkpoint)
     saved = GPTConfig(**checkpoint["model_config"])   # a switch it does not record is off
-    cfg = cfg.replaced(**{key: getattr(saved, key) for key in (*MODEL_KEYS, "block_size") if key not in cfg.given})
-    tokenizer = tokenizer_from_meta(checkpoint["tokenizer"])
-    _check_tokenizer(cfg, tokenizer, f"the checkpoint {path}")
-    return Start(cfg, Source(RESUME, path), ModelVocabulary(tokenizer, started), checkpoint=checkpoint)
+    return _models_own(cfg, saved, tokenizer_from_meta(checkpoint["tokenizer"]), f"the checkpoint {path}", started,
+                       checkpoint=checkpoint)
 
 
-def _check_tokenizer(cfg: TrainConfig, tokenizer: Tokenizer, what: str) -> None:
-    """A tokenizer the user set must be of the model's kind: char for a char vocabulary, gpt2 for GPT-2's BPE (the
-    model's vocabulary is kept as it is, never compacted to the text)."""
+def _models_own(cfg: TrainConfig, config: GPTConfig, tokenizer: Tokenizer, what: str, init_from: str,
+                **start: Any) -> Start:
+    """The run's settings made those of the model it fine-tunes (`config`, `tokenizer`, read from `what`) but the
+    model keys the user set. A tokenizer the user set must be of its kind: char for a char vocabulary, gpt2 for
+    GPT-2's BPE (the model's vocabulary is kept as it is, never compacted to the text)."""
+    cfg = cfg.replaced(**{key: getattr(config, key) for key in (*MODEL_KEYS, "block_size") if key not in cfg.given})
     if "tokenizer" in cfg.given and tokenizer.name not in SAME_KIND[cfg.tokenizer]:
         raise UsageError(f"config key 'tokenizer' is {cfg.tokenizer!r} but {what} reads text with its own "
                          f"{tokenizer.name} vocabulary of {tokenizer.vocab_size:,} tokens; leave tokenizer out to "
                          f"take the model's, or fine-tune another model")
+    return Start(cfg, ModelVocabulary(tokenizer, init_from), **start)
 
 
 def same_source(a: str, b: str) -> bool:
@@ -269,9 +304,62 @@ def same_source(a: str, b: str) -> bool:
         return True
     if hub_name(a) is not None and not Path(a).exists():
         return hub_name(a) == hub_name(b) and not Path(b).exists()
-    return Path(a).exists() and Path(b).exists() and _model_file(a) == _model_file(b)
+    return Path(a).exists() and Path(b).exists() and \
+        checkpoint_path(Path(a).resolve()) == checkpoint_path(Path(b).resolve())
 
 
-def _model_file(source: str) -> Path:
-    path = Path(source).resolve()
-    return path / CHECKPOINT if (path / CHECKPOINT).is_file() else path
+def data_identity(cfg: TrainConfig, data: Prepared) -> dict:
+    """What defines the data a run trains and validates on: the source text's sha256, how it was split and
+    tokenized, and where its prepared files are. A checkpoint records it; a resumed run must match it."""
+    meta = data.meta
+    return {"dataset": cfg.dataset, "source": meta.get("source"), "source_sha256": meta.get("source_sha256"),
+            # the tokenizer's name in the prepared folder's: a fine-tuned model's vocabulary has its own
+            "tokenizer": meta.get("vocabulary", cfg.tokenizer), "val_fraction": cfg.val_fraction,
+            "data_dir": cfg.data_dir, "folder": str(data.folder)}
+
+
+def check_same_data(checkpoint: dict, data: dict, path: Path) -> None:
+    """A UsageError when this run would train and validate on other data than the checkpoint's: another split
+    (val_fraction) or another text (its sha256), so the model would validate on text it trained on and its best
+    loss would not compare. Where the data lives (the file's path, data_dir) may change. A checkpoint from before
+    this was recorded is checked for its split only, with one warning."""
+    saved = checkpoint.get("data") if isinstance(checkpoint.get("data"), dict) else None
+    fraction = (saved or checkpoint["train_config"]).get("val_fraction")
+    if isinstance(fraction, float) and fraction != data["val_fraction"]:
+        raise UsageError(f"config key 'val_fraction' is {data['val_fraction']:g} but the checkpoint was trained with "
+                         f"{fraction:g}: the new validation split would hold text the model trained on; resume with "
+                         f"--val_fraction={fraction:g}, or start a new --out_dir")
+    if saved is None or not isinstance(saved.get("source_sha256"), str):
+        warn(f"{path} does not record which text it was trained on (an older checkpoint), so resuming cannot check "
+             f"that {data['source']} is that text; going on as if it were")
+        return
+    if saved["source_sha256"] != data["source_sha256"]:
+        raise UsageError(f"--dataset={data['dataset']} is not the text the checkpoint was trained on "
+                         f"({saved.get('source')}, sha256 {saved['source_sha256'][:12]}; this one's is "
+                         f"{data['source_sha256'][:12]}): its validation split would hold text the model trained on; "
+                         f"resume with the same text, or start a new --out_dir")
+
+
+def check_resume_compatible(cfg: TrainConfig, checkpoint: dict, tokenizer_meta: dict, model_config: GPTConfig) -> None:
+    """A UsageError naming the first setting that differs from the checkpoint's in a way resuming cannot absorb:
+    this run's, or that of the model it builds (`model_config`) which a model trained elsewhere brought."""
+    theirs = GPTConfig(**checkpoint["model_config"])   # a switch it does not record (an older checkpoint) is off
+    if cfg.model.block_size > theirs.block_size:  # a smaller one just trains on shorter windows
+        raise UsageError(f"--block_size={cfg.model.block_size} is larger than the {theirs.block_size} the checkpoint "
+                         f"was trained with; resume with --block_size={theirs.block_size} or start a new out_dir")
+    for key in MODEL_KEYS:   # the vocabulary is checked through the tokenizer
+        if getattr(theirs, key) != getattr(cfg.model, key):
+            raise UsageError(f"config key '{key}' is {getattr(cfg.model, key)!r} but the checkpoint was trained with "
+                             f"{getattr(theirs, key)!r}; use the same value to resume, or a new --out_dir")
+    for key in IMPORTED_FIELDS:   # query/key/value biases, GPT-2's GELU, padding rows: what init_from brought
+        if getattr(theirs, key) != getattr(model_config, key):
+            raise UsageError(f"the checkpoint's model has {key}={getattr(theirs, key)!r} but this run's has "
+                             f"{getattr(model_config, key)!r}: they started from different models; resume with "
+                             f"the init_from it was trained from, or start a new --out_dir")
+    saved_optimizer = checkpoint["train_config"].get("optimizer", "adamw")
+    if saved_optimizer != cfg.optimizer:  # the optimizer states would not fit
+        raise UsageError(f"config key 'optimizer' is {cfg.optimizer!r} but the checkpoint was trained with "
+                         f"{saved_optimizer!r}; use the same value to resume, or a new --out_dir")
+    if checkpoint["tokenizer"] != tokenizer_meta:
+        raise UsageError("the checkpoint's vocabulary does not match this data's; resume with the dataset and "
+                         "tokenizer it was trained on, or start a new --out_dir")

@@ -1,13 +1,15 @@
 """One training run, in one place: `step()` (one optimizer step over `grad_accum` micro-batches, with the checks
 that stop a diverging run), `evaluate()` (the mean loss on both splits), and `fit()`, the loop around them, which
 evaluates every `eval_interval` steps and checkpoints when val improves (and every `ckpt_interval` steps, on a stop
-signal, and at the end). What a run shows plugs in as callbacks: objects with some of the hooks of `Callback`.
+signal, and at the end) through `CheckpointWriter` (the format is formats/checkpoint.py's). What a run shows plugs
+in as callbacks: objects with some of the hooks of `Callback`.
 """
 
 from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,13 +22,13 @@ from cli import UserError, handling, stop_signals, warn
 from config import TrainConfig
 from data.batches import Batches
 from data.prepare import Prepared, prepare
+from files import clear_for_file, remove_dead_leftovers, writable_folder
+from formats.checkpoint import previous_path, save_checkpoint
 from formats.sources import identify, load_model
 from model.gpt import GPT
-from trainer.checkpoint import CheckpointWriter, check_resumed, data_identity, restore_training
 from trainer.optim import divergence_fix, lr_at, make_optimizer, schedule_problem, set_lr
-from trainer.resources import check_corpus_fits, check_training_fits
-from trainer.runtime import Runtime, ranks_agree
-from trainer.start import model_start
+from trainer.runtime import Runtime, check_corpus_fits, check_training_fits, ranks_agree
+from trainer.start import data_identity, model_start
 
 
 @dataclass
@@ -88,17 +90,34 @@ class TrainState:
     eval_step: int | None = None  # step of the last evaluation: a resumed run does not repeat it
 
 
-class StopSignals:
-    """Ctrl-C, SIGTERM or SIGHUP (`cli.stop_signals`): finish the current step, save, stop. A second one stops
-    at once."""
+class CheckpointWriter:
+    """A run's saves to `path`. Made before the run starts, it finds now, not at the first save, what would keep
+    it from writing there (or to ckpt.prev.pt), and removes temporary files of a killed save. The first save of a
+    run that did not `resume` keeps the checkpoint it replaces (an earlier run's) as ckpt.prev.pt, so a new run never
+    silently destroys the last one; only at that first save, so a run that fails before saving leaves everything in
+    place. `guard`, when set, raises before a save when this run may no longer write there (`RunLock.check`)."""
 
-    def __init__(self) -> None:
-        self.received: int | None = None
+    def __init__(self, path: Path, *, resume: bool) -> None:
+        self.path = path
+        self.keep_previous = not resume and path.is_file()   # looked at once: preparing data can take minutes
+        self.saved_step: int | None = None  # step of the checkpoint on disk from this run (or the one resumed)
+        self.guard: Callable[[], None] | None = None   # set by the command that holds the run's lock
+        writable_folder(path.parent, "out_dir")
+        fix = "move it away or choose another --out_dir"
+        clear_for_file(path, "this run's checkpoint", fix)
+        if self.keep_previous:
+            clear_for_file(previous_path(path), "the earlier run's checkpoint", fix, follow_links=False)
+        remove_dead_leftovers(path)
 
-    def __call__(self, signum, frame) -> None:
-        if self.received is not None:
-            raise KeyboardInterrupt
-        self.received = signum
+    def save(self, checkpoint: dict, step: int) -> None:
+        if self.guard is not None:
+            self.guard()
+        previous = previous_path(self.path) if self.keep_previous else None
+        save_checkpoint(self.path, checkpoint, keep_previous=previous)
+        if previous is not None:
+            self.keep_previous = False
+            warn(f"{self.path} held an earlier run (this one has no --resume); kept it as {previous}")
+        self.saved_step = step
 
 
 class Trainer:
@@ -145,14 +164,12 @@ class Trainer:
         check_training_fits(cfg, model_cfg.vocab_size, runtime.device, held=held)
         block = cfg.model.block_size
         batches = Batches(data.splits(block), block, cfg.batch_size, runtime.device, cfg.seed, runtime.rank)
-        resumed = start.checkpoint
-        if resumed is not None:
-            check_resumed(cfg, resumed, path, data, model_cfg)
         model = (start.model if start.model is not None else GPT(model_cfg)).to(runtime.device)
         optimizer = make_optimizer(model, cfg, runtime.device)
         state = TrainState(run_name=cfg.run_name or f"{config_name}-{time.strftime('%Y%m%d-%H%M%S')}")
+        resumed = start.checkpoint
         if resumed is not None:
-            restore_training(resumed, path, model, optimizer, batches)
+            start.resume(path, data, model, optimizer, batches)
             state = TrainState(run_name=cfg.run_name or resumed.get("run_name", state.run_name), step=resumed["step"],
                                best_val_loss=resumed["best_val_loss"],
                                eval_step=resumed.get("eval_step", resumed["step"]))
@@ -178,12 +195,6 @@ class Trainer:
         except UserError as exc:
             warn(f"the model before fine-tuning cannot be read again, so the head types are shown without it: {exc}")
             return None
-
-    @property
-    def finished(self) -> bool:
-        return self.state.step >= self.cfg.max_iters
-
-    # --- one step ----------------------------------------------------------------------------
 
     def step(self) -> StepResult:
         """One optimizer step over grad_accum micro-batches (summed over all processes)."""
@@ -214,22 +225,23 @@ class Trainer:
         self.state.step += 1
         return StepResult(self.state.step, mean_loss, lr, grad_norm)
 
-    @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
         """Mean loss over eval_iters batches of each split; the same batches at every evaluation."""
-        self.train_model.eval()
-        losses = {}
-        for split in ("train", "val"):
-            total = 0.0
-            for x, y in self.batches.eval_batches(split, self.cfg.eval_iters):
-                with self.runtime.autocast():
-                    _, loss = self.train_model(x, y)
-                total += loss.item()
-            losses[split] = total / self.cfg.eval_iters
-        self.train_model.train()
-        return losses
+        return {split: self.mean_loss(self.train_model, split, self.cfg.eval_iters) for split in ("train", "val")}
 
-    # --- the loop ----------------------------------------------------------------------------
+    @torch.no_grad()
+    def mean_loss(self, model: Any, split: str, batches: int) -> float:
+        """The mean loss of `model` in eval mode on the first `batches` evaluation batches of `split` (the same
+        batches every time; drawing them touches no generator that training uses)."""
+        was_training = model.training
+        model.eval()
+        total = 0.0
+        for x, y in self.batches.eval_batches(split, batches):
+            with self.runtime.autocast():
+                _, loss = model(x, y)
+            total += loss.item()
+        model.train(was_training)
+        return total / batches
 
     def fit(self) -> FitResult:
         """Trains to max_iters, or until Ctrl-C / SIGTERM (then saves and stops)."""
@@ -238,9 +250,15 @@ class Trainer:
         try:
             self._emit("on_fit_start", self)
             self.train_model.train()
-            signals = StopSignals()
-            with handling(signals, stop_signals()):
-                result.stopped_by = self._loop(signals, result, started)
+            received: list[int] = []
+
+            def stop(signum, frame) -> None:   # finish the current step, save, stop; a second signal stops at once
+                if received:
+                    raise KeyboardInterrupt
+                received.append(signum)
+
+            with handling(stop, stop_signals()):   # Ctrl-C, SIGTERM or SIGHUP
+                result.stopped_by = self._loop(received, result, started)
             result.seconds = time.perf_counter() - started
             result.step, result.best_val_loss = self.state.step, self.state.best_val_loss
             self.save(final=True)
@@ -251,7 +269,7 @@ class Trainer:
             self._emit("on_exit", self)
         return result
 
-    def _loop(self, signals: StopSignals, result: FitResult, started: float) -> int | None:
+    def _loop(self, received: list[int], result: FitResult, started: float) -> int | None:
         """Steps to max_iters (None), or until a stop signal arrives (that signal)."""
         cfg, state = self.cfg, self.state
         while True:
@@ -272,24 +290,25 @@ class Trainer:
             self._emit("on_step", self, self.step())
             if cfg.ckpt_interval and state.step % cfg.ckpt_interval == 0:
                 self.save()
-            if signals.received is not None:
-                return signals.received
-
-    # --- checkpoints -------------------------------------------------------------------------
+            if received:
+                return received[0]
 
     def save(self, *, final: bool = False) -> None:
         """Writes out_dir/ckpt.pt atomically (rank 0 only), and only a state that has not diverged: never one
-        whose weights are inf or nan (that stops the run), nor one whose loss has blown up (`sane`). Such a
-        save is skipped, so the checkpoint on disk stays the last sane state; at the end of fit (`final`)
-        the run stops with an error instead. A run that comes back down says what was not saved."""
+        whose weights are inf or nan (that stops the run), nor one whose loss has blown up. Such a save is skipped,
+        so the checkpoint on disk stays the last sane state; at the end of fit (`final`) the run stops with an
+        error instead. A run that comes back down says what was not saved."""
         if self.checkpoints is None:
             return
         if not all(bool(torch.isfinite(p).all()) for p in self.model.parameters()):
             raise self._diverged("a parameter", "inf or nan")
         loss = self.state_loss()
-        if not self.sane(loss):
+        guess = math.log(self.model.config.vocab_size)   # the loss of guessing every token with equal probability
+        # Any model starts near that loss and training lowers it; a state more than twice as bad has been thrown
+        # off by too large a step, and resuming it would diverge at any learning rate.
+        if not (math.isfinite(loss) and loss <= 2 * max(guess, 1.0)):
             if final:
-                raise self._diverged("the loss", f"{loss:.4g} (more than twice the {self._guess:.3g} of guessing)")
+                raise self._diverged("the loss", f"{loss:.4g} (more than twice the {guess:.3g} of guessing)")
             first, worst = self._unsaved or (self.state.step, loss)
             self._unsaved = (first, max(worst, loss) if math.isfinite(loss) else loss)
             return
@@ -297,32 +316,14 @@ class Trainer:
             first, worst = self._unsaved
             steps = f"step {first}" if first == self.state.step - 1 else f"steps {first} to {self.state.step - 1}"
             warn(f"checkpoints of {steps} were not saved: the loss had blown up to "
-                 f"{worst:.4g}, more than twice the {self._guess:.3g} of guessing; it is back at {loss:.4g} at step "
+                 f"{worst:.4g}, more than twice the {guess:.3g} of guessing; it is back at {loss:.4g} at step "
                  f"{self.state.step}, saved now")
             self._unsaved = None
         self.checkpoints.save(self.checkpoint(), self.state.step)
 
-    @torch.no_grad()
     def state_loss(self) -> float:
-        """The loss of the weights as they are now, on the first evaluation batch of the train split (the same
-        batch every time; drawing it touches no generator that training uses)."""
-        was_training = self.model.training
-        self.model.eval()
-        x, y = next(iter(self.batches.eval_batches("train", 1)))
-        with self.runtime.autocast():
-            _, loss = self.model(x, y)
-        self.model.train(was_training)
-        return loss.item()
-
-    @property
-    def _guess(self) -> float:  # the loss of guessing every token with equal probability
-        return math.log(self.model.config.vocab_size)
-
-    def sane(self, loss: float) -> bool:
-        """Whether a state with this loss can be saved: finite, and at most twice the loss of guessing. Any
-        model starts near that loss and training lowers it; a state far worse has been thrown off by too
-        large a step, and resuming it would diverge at any learning rate."""
-        return math.isfinite(loss) and loss <= 2 * max(self._guess, 1.0)
+        """The loss of the weights as they are now, on the first evaluation batch of the train split."""
+        return self.mean_loss(self.model, "train", 1)
 
     def checkpoint(self) -> dict:
         """Everything a resumed run needs to continue exactly, as plain tensors and values."""
