@@ -32,7 +32,7 @@ from files import destination, read_text, utf8_value
 from formats import Loaded, checkpoint_path, load_model
 from formats.checkpoint import saved_settings
 from formats.parts import TARGETS
-from formats.sources import Source, describe, identify, model_name
+from formats.sources import describe, identify, model_name
 from model.ablation import Ablation
 
 
@@ -154,19 +154,15 @@ def check_names(args: argparse.Namespace) -> None:
             raise UsageError(f"--{name} {problem}; rename that file or folder to a UTF-8 name, or give another")
 
 
-def read_prompt(prompt: str) -> str:
-    if prompt.startswith("@"):
-        prompt = read_text(prompt[1:], "prompt file", "give --prompt @PATH of a text file", UsageError)
-    if prompt == "":
-        raise UsageError("the prompt is empty; give at least one character, e.g. --prompt \"The\"")
-    return prompt
-
-
 def prompt_ids(tokenizer, args: argparse.Namespace, parser: argparse.ArgumentParser) -> list[int]:
     """The prompt's token ids. Without --prompt, the default (a newline) when this model knows it; else, with
     one warning, end-of-text for GPT-2's BPE (where its documents start), or a space (else the first character)
     for a character vocabulary."""
-    prompt = read_prompt(args.prompt)
+    prompt = args.prompt
+    if prompt.startswith("@"):
+        prompt = read_text(prompt[1:], "prompt file", "give --prompt @PATH of a text file", UsageError)
+    if prompt == "":
+        raise UsageError("the prompt is empty; give at least one character, e.g. --prompt \"The\"")
     if args.prompt != parser.get_default("prompt"):
         return tokenizer.encode(prompt)
     try:
@@ -204,27 +200,22 @@ def stream_samples(model, tokenizer, ids: list[int], args: argparse.Namespace, d
     sys.stdout.flush()
 
 
-def model_source(args: argparse.Namespace) -> Source:
-    """What to read: --out_dir, a path here (default: out), or what --init_from names. A gptwatch checkpoint
-    named by --init_from is read as --out_dir would read it. A model trained elsewhere is shown by the name
-    given, and its heatmaps go to out/KIND-NAME/attention (out/gpt2/attention for a hub model): no run of it is
-    here to put them beside, and nothing is written into another model's folder."""
+def load(args: argparse.Namespace, device: torch.device) -> Loaded:
+    """The model to sample or look into, with its tokenizer: what --out_dir names (default: out), a checkpoint
+    after checking every setting it records (`saved_settings`) whichever of them a mode reads; or what
+    --init_from names (a gptwatch checkpoint is read as --out_dir would read it). A model trained elsewhere
+    says on stderr what it is, is shown by the name given, and its heatmaps go to out/KIND-NAME/attention
+    (out/gpt2/attention for a hub model): no run of it is here to put them beside, and nothing is written
+    into another model's folder."""
     if args.init_from is None:
         args.out_dir = args.out_dir or "out"
-        return identify(args.out_dir, model=False)
-    found = identify(args.init_from)
-    args.out_dir = args.init_from  # the name every report shows
-    if found.elsewhere and args.attention is not None and args.png_dir is None and args.html is None:
-        name = found.hub or f"{found.kind}-{model_name(args.init_from)}"   # never the other model's own folder
-        args.png_dir = str(Path("out") / name / "attention")
-    return found
-
-
-def load(args: argparse.Namespace, device: torch.device) -> Loaded:
-    """The model to sample or look into, with its tokenizer: a checkpoint after checking every setting it
-    records (`saved_settings`) whichever of them a mode reads; a model trained elsewhere saying on stderr what
-    it is."""
-    source = model_source(args)
+        source = identify(args.out_dir, model=False)
+    else:
+        source = identify(args.init_from)
+        args.out_dir = args.init_from  # the name every report shows
+        if source.elsewhere and args.attention is not None and args.png_dir is None and args.html is None:
+            name = source.hub or f"{source.kind}-{model_name(args.init_from)}"
+            args.png_dir = str(Path("out") / name / "attention")
     loaded = load_model(source, device)
     if source.elsewhere:
         print(describe(loaded), file=sys.stderr)
@@ -249,7 +240,7 @@ def main(argv: list[str]) -> int:
         return 0
     device = pick_device(args.device)
     loaded = load(args, device)
-    model, tokenizer, checkpoint = loaded.model, loaded.tokenizer, loaded.checkpoint
+    model, tokenizer = loaded.model, loaded.tokenizer
     validate(args, tokenizer.vocab_size)
     from watch.heads import ablation_for
 
@@ -258,24 +249,15 @@ def main(argv: list[str]) -> int:
     except ValueError as exc:
         raise UsageError(f"--ablate: {exc}") from None
 
-    if mode == "attention":
-        from watch.inspect_cli import show_attention
-
-        show_attention(model, tokenizer, checkpoint, args, ablate)
+    if mode == "sample":
+        stream_samples(model, tokenizer, prompt_ids(tokenizer, args, parser), args, device, ablate)
         return 0
+    from watch.inspect_cli import show_attention, show_heads, show_probes
+
     if mode == "probes":
-        from watch.inspect_cli import show_probes
-
         show_probes(model, tokenizer, args, ablate)
-        return 0
-    if mode == "heads":
-        from watch.inspect_cli import show_heads
-
-        show_heads(model, tokenizer, checkpoint, args, ablate)
-        return 0
-
-    ids = prompt_ids(tokenizer, args, parser)
-    stream_samples(model, tokenizer, ids, args, device, ablate)
+    else:
+        {"attention": show_attention, "heads": show_heads}[mode](model, tokenizer, loaded.checkpoint, args, ablate)
     return 0
 
 

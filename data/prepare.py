@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import importlib
 import json
 import math
 import sys
@@ -23,7 +24,6 @@ import numpy as np
 from cli import UserError, warn
 from data import corpora
 from data.tokenizer import (
-    TOKENIZERS,
     Tokenizer,
     TokenizerError,
     TokenizerMetaError,
@@ -35,24 +35,21 @@ from data.tokenizer import (
 from files import NotParsed, glob_escape, parse_json, read_text, replace_folder, what_stands_at, write_error
 
 META_FORMAT = 2  # 2: meta.json carries checksums of itself and of the token files
-PRONOUN_CORPUS_SEED = 1234  # fixed, so the corpus (and its cache) does not change with the training seed
-GENERATED_CORPUS_SEED = 0
 SPLITS = ("train", "val")
 CHUNK = 1 << 24  # bytes read at a time when checking a token file (a multiple of every dtype's size)
 
 
 @dataclass(frozen=True)
 class ModelVocabulary:
-    """The tokenizer of a model that a run fine-tunes (`init_from`), which its data is prepared with as it is, never
-    built from the text; `model` names the model in messages."""
+    """The tokenizer of the model a run fine-tunes (`init_from`): data is prepared with it as it is."""
 
     tokenizer: Tokenizer
     model: str
 
     @property
     def label(self) -> str:
-        """What names it in the cache's folder names and a checkpoint's data record: its kind and a digest of the
-        vocabulary, e.g. "char-5f0c1a2b", so two vocabularies never share prepared data."""
+        """Its name in cache folders and a checkpoint's data record, e.g. "char-5f0c1a2b": two vocabularies never
+        share prepared data."""
         return f"{self.tokenizer.name}-{_digest(self.tokenizer.to_meta())[:8]}"
 
 
@@ -73,8 +70,7 @@ class Prepared:
         return np.memmap(self.folder / f"{split}.bin", dtype=self.meta["dtype"], mode="r")
 
     def splits(self, block_size: int) -> dict[str, np.ndarray]:
-        """{"train": ids, "val": ids}, after checking that each holds a training window of
-        `block_size` + 1 tokens with room to draw it; a UserError naming the fix otherwise."""
+        """{"train": ids, "val": ids}, each checked to hold a window of `block_size` + 1 tokens with room to draw it."""
         splits = {split: self.tokens(split) for split in SPLITS}
         for split, tokens in splits.items():
             if len(tokens) < block_size + 2:
@@ -83,7 +79,6 @@ class Prepared:
 
 
 def read_data_file(path: str | Path) -> str:
-    """A UTF-8 text file, or a clear error saying what is wrong with it."""
     fix = f"give the path of a UTF-8 text file or a corpus name ({', '.join(corpora.NAMES)})"
     text = read_text(path, "data file", fix)
     if not text.strip(" \t\n\r\x0b\x0c"):   # what bytes.strip() takes for white space
@@ -112,11 +107,9 @@ def source_text(dataset: str, corpus_sentences: int) -> tuple[str, str, list[dic
 def prepare(dataset: str, tokenizer: str | ModelVocabulary = "char", data_dir: str | Path = "data/prepared",
             val_fraction: float = 0.1, corpus_sentences: int = 30000, quiet: bool = False) -> Prepared:
     """The prepared token files of `dataset`, from the cache when it holds exactly what its meta.json
-    promises, else built (again) from the source text: with a tokenizer of `TOKENIZERS` built from that text,
-    or with a model's own vocabulary (`ModelVocabulary`), which must cover it."""
+    promises, else built (again) from the source text with a tokenizer built from it, or with a model's
+    vocabulary (`ModelVocabulary`), which must cover it."""
     fixed = tokenizer if isinstance(tokenizer, ModelVocabulary) else None
-    if fixed is None and tokenizer not in TOKENIZERS:
-        raise UserError(f"unknown tokenizer {tokenizer!r}; choose one of: {', '.join(TOKENIZERS)}")
     name, data_dir = fixed.label if fixed is not None else tokenizer, Path(data_dir)
     wanted = {"tokenizer": fixed.tokenizer.to_meta()} if fixed is not None else {}
     recipe = generation_key(dataset, corpus_sentences)
@@ -165,10 +158,8 @@ def prepare(dataset: str, tokenizer: str | ModelVocabulary = "char", data_dir: s
 
 
 def _generator(dataset: str) -> tuple[ModuleType, int]:
-    """The module that generates a corpus of `corpora.GENERATED`, and the seed it is generated with."""
-    from data import induction, pronouns
-
-    return (pronouns, PRONOUN_CORPUS_SEED) if dataset == "pronouns" else (induction, GENERATED_CORPUS_SEED)
+    """The module that generates a corpus of `corpora.GENERATED`, and its seed."""
+    return importlib.import_module(f"data.{dataset}"), corpora.GENERATED[dataset]
 
 
 def generation_key(dataset: str, corpus_sentences: int) -> str | None:

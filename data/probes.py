@@ -168,7 +168,16 @@ def _load_jsonl(path: str | Path, make: type, kind: str) -> list:
         except NotParsed as exc:
             raise UserError(f"{path} line {number}: not valid JSON ({exc}); write one JSON object per line") from None
         try:
-            item = make(**_fields(obj, fields, required, kind))
+            if not isinstance(obj, dict):
+                raise UserError(f"expected a JSON object, got {type(obj).__name__}")
+            unknown = sorted(set(obj) - set(fields))
+            if unknown:  # a misspelt optional field would otherwise be silently ignored
+                raise UserError(f"unknown field(s) {', '.join(map(repr, unknown))}; allowed: {', '.join(fields)}")
+            missing = [name for name in required if name not in obj]
+            if missing:
+                raise UserError(f"missing field(s) {', '.join(map(repr, missing))}; "
+                                f"every {kind} needs {', '.join(required)}")
+            item = make(**obj)
         except UserError as exc:
             raise UserError(f"{path} line {number}: {exc}") from None
         item.line = number
@@ -176,19 +185,6 @@ def _load_jsonl(path: str | Path, make: type, kind: str) -> list:
     if not items:
         raise UserError(f"{path} holds no {kind}s; write one JSON object per line")
     return items
-
-
-def _fields(obj: object, fields: Sequence[str], required: Sequence[str], kind: str) -> dict:
-    if not isinstance(obj, dict):
-        raise UserError(f"expected a JSON object, got {type(obj).__name__}")
-    unknown = sorted(set(obj) - set(fields))
-    if unknown:  # a misspelt optional field would otherwise be silently ignored
-        raise UserError(f"unknown field(s) {', '.join(map(repr, unknown))}; allowed: {', '.join(fields)}")
-    missing = [name for name in required if name not in obj]
-    if missing:
-        raise UserError(f"missing field(s) {', '.join(map(repr, missing))}; "
-                        f"every {kind} needs {', '.join(required)}")
-    return obj
 
 
 @dataclass

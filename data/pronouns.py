@@ -105,15 +105,9 @@ CONTINUATIONS: dict[str, list[str]] = {
 NOUNS = list(CONTINUATIONS)
 
 
-def allowed_pronouns(noun: str) -> tuple[str, ...]:
-    """The pronouns that may refer to `noun` in this corpus."""
-    if noun in PEOPLE:
-        return (PEOPLE[noun][0],)
-    if noun in ANIMALS:
-        return ("he", "she")
-    if noun in OBJECTS:
-        return ("it",)
-    raise KeyError(f"{noun!r} is not a noun of the pronoun corpus")
+# The pronouns that may refer to each noun.
+PRONOUNS_OF: dict[str, tuple[str, ...]] = {**{noun: (pronoun,) for noun, (pronoun, _) in PEOPLE.items()},
+                                           **dict.fromkeys(ANIMALS, ("he", "she")), **dict.fromkeys(OBJECTS, ("it",))}
 
 
 def first_words(noun: str) -> list[str]:
@@ -171,7 +165,7 @@ def _sentence(rng: random.Random, pair: tuple[str, str], pair_order: bool, refer
     """One line and its probe record. pair_order keeps `pair` as given; otherwise swapped."""
     first, second = pair if pair_order else pair[::-1]
     referent, distractor = (first, second) if referent_first else (second, first)
-    pronoun = rng.choice(allowed_pronouns(referent))
+    pronoun = rng.choice(PRONOUNS_OF[referent])
     verb = rng.choice(VERBS_ANY if first in OBJECTS else VERBS_ANIMATE + VERBS_ANY)
     opener = rng.choice(OPENERS)
     continuation = rng.choice(CONTINUATIONS[referent])
