@@ -145,15 +145,6 @@ def validate(args: argparse.Namespace, vocab_size: int) -> None:
         raise UsageError(f"--top_p must be in (0, 1], got {args.top_p}")
 
 
-def check_names(args: argparse.Namespace) -> None:
-    """Every text argument can be written as UTF-8: a file name's byte that is not (a surrogate escape in
-    sys.argv) is refused here, in one line, before anything is read or written."""
-    for name, value in vars(args).items():
-        problem = utf8_value(value)
-        if problem is not None:
-            raise UsageError(f"--{name} {problem}; rename that file or folder to a UTF-8 name, or give another")
-
-
 def prompt_ids(tokenizer, args: argparse.Namespace, parser: argparse.ArgumentParser) -> list[int]:
     """The prompt's token ids. Without --prompt, the default (a newline) when this model knows it; else, with
     one warning, end-of-text for GPT-2's BPE (where its documents start), or a space (else the first character)
@@ -163,12 +154,11 @@ def prompt_ids(tokenizer, args: argparse.Namespace, parser: argparse.ArgumentPar
         prompt = read_text(prompt[1:], "prompt file", "give --prompt @PATH of a text file", UsageError)
     if prompt == "":
         raise UsageError("the prompt is empty; give at least one character, e.g. --prompt \"The\"")
-    if args.prompt != parser.get_default("prompt"):
-        return tokenizer.encode(prompt)
     try:
         return tokenizer.encode(prompt)
     except TokenizerError:
-        pass
+        if args.prompt != parser.get_default("prompt"):
+            raise
     eot = getattr(tokenizer, "eot_id", None)
     ids = [eot] if eot is not None else tokenizer.encode(" " if " " in tokenizer.chars else tokenizer.chars[0])
     shown = "end-of-text" if eot is not None else repr(tokenizer.decode(ids))
@@ -182,12 +172,11 @@ def stream_samples(model, tokenizer, ids: list[int], args: argparse.Namespace, d
     """Prints each sample as it is generated. Only the new tokens are decoded (a long prompt is decoded once),
     and they are held back while they end inside a character: BPE pieces can split one across tokens."""
     generator = torch.Generator(device=device).manual_seed(args.seed)
-    temperature = args.temperature
     for n in range(args.num_samples):
         sys.stdout.write(tokenizer.decode(ids))
         pending: list[int] = []  # generated tokens not printed yet
         stream = model.generate_stream(torch.tensor([ids], device=device), args.max_new_tokens,
-                                       temperature=temperature, top_k=args.top_k, top_p=args.top_p,
+                                       temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                                        generator=generator, use_cache=not args.no_cache, ablate=ablate or None)
         for token in stream:
             pending.append(int(token[0, 0]))
@@ -201,12 +190,10 @@ def stream_samples(model, tokenizer, ids: list[int], args: argparse.Namespace, d
 
 
 def load(args: argparse.Namespace, device: torch.device) -> Loaded:
-    """The model to sample or look into, with its tokenizer: what --out_dir names (default: out), a checkpoint
-    after checking every setting it records (`saved_settings`) whichever of them a mode reads; or what
-    --init_from names (a gptwatch checkpoint is read as --out_dir would read it). A model trained elsewhere
-    says on stderr what it is, is shown by the name given, and its heatmaps go to out/KIND-NAME/attention
-    (out/gpt2/attention for a hub model): no run of it is here to put them beside, and nothing is written
-    into another model's folder."""
+    """The model and tokenizer of --out_dir (default: out; every setting a checkpoint records is checked, whichever
+    a mode reads) or --init_from. A model trained elsewhere says on stderr what it is, and its heatmaps go to
+    out/KIND-NAME/attention (out/gpt2/attention for a hub model): no run of it is here to put them beside, and
+    nothing is written into another model's folder."""
     if args.init_from is None:
         args.out_dir = args.out_dir or "out"
         source = identify(args.out_dir, model=False)
@@ -227,7 +214,10 @@ def load(args: argparse.Namespace, device: torch.device) -> Loaded:
 def main(argv: list[str]) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    check_names(args)
+    for name, value in vars(args).items():  # a file name's byte that is not UTF-8 is refused before anything is read
+        problem = utf8_value(value)
+        if problem is not None:
+            raise UsageError(f"--{name} {problem}; rename that file or folder to a UTF-8 name, or give another")
     mode = check_mode(args, parser)
     if args.html is not None:
         args.html = str(destination(args.html, "--html", folder=False, fix="give a file path, e.g. page.html"))

@@ -173,8 +173,7 @@ def generation_key(dataset: str, corpus_sentences: int) -> str | None:
 
 
 def _folders(data_dir: Path, dataset: str, tokenizer: str, val_fraction: float) -> list[Path]:
-    """The cache folders of `dataset` in `data_dir`, prepared with `tokenizer` (a name, or a model
-    vocabulary's label) at `val_fraction`, whatever text they hold."""
+    """The cache folders of `dataset` prepared with `tokenizer` (a name, or a model vocabulary's label)."""
     try:
         prefix = glob_escape(f"{corpora.text_name(dataset)}-{tokenizer}")
         return sorted(data_dir.glob(f"{prefix}-*-val{val_fraction:g}"))
@@ -267,9 +266,8 @@ def _dtype_for(vocab_size: int) -> str:
 
 
 def _write(folder: Path, meta: dict, splits: dict[str, np.ndarray], probes: list[dict] | None) -> None:
-    """Writes the files, then a meta.json holding their checksums and its own, as one folder
-    (`files.replace_folder`, meta.json last): an interrupted preparation never leaves a folder that looks
-    complete."""
+    """Writes the files, then meta.json with their checksums and its own, as one folder (meta.json last): an
+    interrupted preparation never leaves a folder that looks complete."""
     def write(staging: Path) -> None:
         for name, ids in splits.items():
             ids.astype(meta["dtype"]).tofile(staging / name)

@@ -262,19 +262,13 @@ def _original_ids(enc, text: str) -> list[int]:
 class FullGPT2Tokenizer(GPT2Tokenizer):
     """GPT-2's BPE with every r50k_base id as tiktoken gives it (50,257, end-of-text included): the
     vocabulary of GPT-2's own weights. A model may have more rows than that (nanoGPT pads to 50,304);
-    those ids belong to no text."""
+    those ids belong to no text. Every id is kept under its own number, so every text has tokens."""
 
     name = FULL_GPT2
 
     def __init__(self) -> None:
         super().__init__(range(gpt2_encoding().n_vocab))
         self.vocab_size = self.enc.n_vocab
-
-    def _compact(self, original: list[int], text: str) -> list[int]:
-        return original  # every id is kept, under its own number
-
-    def unknown(self, text: str) -> list[str]:
-        return []   # byte-level BPE: every text has tokens
 
     def to_meta(self) -> dict:
         return {"name": self.name, "encoding": GPT2_ENCODING}
