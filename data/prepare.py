@@ -17,7 +17,6 @@ import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 
 import numpy as np
 
@@ -45,12 +44,6 @@ class ModelVocabulary:
 
     tokenizer: Tokenizer
     model: str
-
-    @property
-    def label(self) -> str:
-        """Its name in cache folders and a checkpoint's data record, e.g. "char-5f0c1a2b": two vocabularies never
-        share prepared data."""
-        return f"{self.tokenizer.name}-{_digest(self.tokenizer.to_meta())[:8]}"
 
 
 @dataclass
@@ -89,7 +82,7 @@ def read_data_file(path: str | Path) -> str:
 def source_text(dataset: str, corpus_sentences: int) -> tuple[str, str, list[dict] | None]:
     """(text, label, probe records or None) for a corpus name or a file path."""
     if dataset in corpora.GENERATED:
-        module, seed = _generator(dataset)
+        module, seed = importlib.import_module(f"data.{dataset}"), corpora.GENERATED[dataset]
         text = module.training_text(seed, corpus_sentences)
         probes = module.probe_records(seed=seed) if dataset == "pronouns" else None
         return text, f"{dataset}(seed={seed}, n={corpus_sentences})", probes
@@ -110,8 +103,11 @@ def prepare(dataset: str, tokenizer: str | ModelVocabulary = "char", data_dir: s
     promises, else built (again) from the source text with a tokenizer built from it, or with a model's
     vocabulary (`ModelVocabulary`), which must cover it."""
     fixed = tokenizer if isinstance(tokenizer, ModelVocabulary) else None
-    name, data_dir = fixed.label if fixed is not None else tokenizer, Path(data_dir)
     wanted = {"tokenizer": fixed.tokenizer.to_meta()} if fixed is not None else {}
+    # A model's vocabulary is named by its kind and a digest, e.g. "char-5f0c1a2b", in cache folders and a
+    # checkpoint's data record: two vocabularies never share prepared data.
+    name = f"{fixed.tokenizer.name}-{_digest(wanted['tokenizer'])[:8]}" if fixed is not None else tokenizer
+    data_dir = Path(data_dir)
     recipe = generation_key(dataset, corpus_sentences)
     if recipe is not None:  # generating the default demo's corpus only to find its cache took 0.2 s of 7
         found = _first_intact((folder, {**wanted, "generation": recipe, "vocabulary": name if fixed else None})
@@ -157,17 +153,12 @@ def prepare(dataset: str, tokenizer: str | ModelVocabulary = "char", data_dir: s
     return Prepared(folder, meta, tok)
 
 
-def _generator(dataset: str) -> tuple[ModuleType, int]:
-    """The module that generates a corpus of `corpora.GENERATED`, and its seed."""
-    return importlib.import_module(f"data.{dataset}"), corpora.GENERATED[dataset]
-
-
 def generation_key(dataset: str, corpus_sentences: int) -> str | None:
     """For a generated corpus, a digest of everything its text depends on: the generating module's source, the
     seed, the number of lines and Python's version (whose `random` draws it); None for any other dataset."""
     if dataset not in corpora.GENERATED:
         return None
-    module, seed = _generator(dataset)
+    module, seed = importlib.import_module(f"data.{dataset}"), corpora.GENERATED[dataset]
     recipe = f"{dataset}|{seed}|{corpus_sentences}|{sys.version_info[0]}.{sys.version_info[1]}|".encode()
     return hashlib.sha256(recipe + Path(module.__file__).read_bytes()).hexdigest()
 
