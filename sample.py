@@ -32,7 +32,7 @@ from files import destination, read_text, utf8_value
 from formats import Loaded, checkpoint_path, load_model
 from formats.checkpoint import saved_settings
 from formats.layout import TARGETS
-from formats.sources import Source, describe, identify, model_name
+from formats.sources import describe, identify, model_name
 from model.ablation import Ablation
 
 
@@ -145,34 +145,20 @@ def validate(args: argparse.Namespace, vocab_size: int) -> None:
         raise UsageError(f"--top_p must be in (0, 1], got {args.top_p}")
 
 
-def check_names(args: argparse.Namespace) -> None:
-    """Every text argument can be written as UTF-8: a file name's byte that is not (a surrogate escape in
-    sys.argv) is refused here, in one line, before anything is read or written."""
-    for name, value in vars(args).items():
-        problem = utf8_value(value)
-        if problem is not None:
-            raise UsageError(f"--{name} {problem}; rename that file or folder to a UTF-8 name, or give another")
-
-
-def read_prompt(prompt: str) -> str:
-    if prompt.startswith("@"):
-        prompt = read_text(prompt[1:], "prompt file", "give --prompt @PATH of a text file", UsageError)
-    if prompt == "":
-        raise UsageError("the prompt is empty; give at least one character, e.g. --prompt \"The\"")
-    return prompt
-
-
 def prompt_ids(tokenizer, args: argparse.Namespace, parser: argparse.ArgumentParser) -> list[int]:
     """The prompt's token ids. Without --prompt, the default (a newline) when this model knows it; else, with
     one warning, end-of-text for GPT-2's BPE (where its documents start), or a space (else the first character)
     for a character vocabulary."""
-    prompt = read_prompt(args.prompt)
-    if args.prompt != parser.get_default("prompt"):
-        return tokenizer.encode(prompt)
+    prompt = args.prompt
+    if prompt.startswith("@"):
+        prompt = read_text(prompt[1:], "prompt file", "give --prompt @PATH of a text file", UsageError)
+    if prompt == "":
+        raise UsageError("the prompt is empty; give at least one character, e.g. --prompt \"The\"")
     try:
         return tokenizer.encode(prompt)
     except TokenizerError:
-        pass
+        if args.prompt != parser.get_default("prompt"):
+            raise
     eot = getattr(tokenizer, "eot_id", None)
     ids = [eot] if eot is not None else tokenizer.encode(" " if " " in tokenizer.chars else tokenizer.chars[0])
     shown = "end-of-text" if eot is not None else repr(tokenizer.decode(ids))
@@ -186,12 +172,11 @@ def stream_samples(model, tokenizer, ids: list[int], args: argparse.Namespace, d
     """Prints each sample as it is generated. Only the new tokens are decoded (a long prompt is decoded once),
     and they are held back while they end inside a character: BPE pieces can split one across tokens."""
     generator = torch.Generator(device=device).manual_seed(args.seed)
-    temperature = args.temperature
     for n in range(args.num_samples):
         sys.stdout.write(tokenizer.decode(ids))
         pending: list[int] = []  # generated tokens not printed yet
         stream = model.generate_stream(torch.tensor([ids], device=device), args.max_new_tokens,
-                                       temperature=temperature, top_k=args.top_k, top_p=args.top_p,
+                                       temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                                        generator=generator, use_cache=not args.no_cache, ablate=ablate or None)
         for token in stream:
             pending.append(int(token[0, 0]))
@@ -204,27 +189,20 @@ def stream_samples(model, tokenizer, ids: list[int], args: argparse.Namespace, d
     sys.stdout.flush()
 
 
-def model_source(args: argparse.Namespace) -> Source:
-    """What to read: --out_dir, a path here (default: out), or what --init_from names. A gptwatch checkpoint
-    named by --init_from is read as --out_dir would read it. A model trained elsewhere is shown by the name
-    given, and its heatmaps go to out/KIND-NAME/attention (out/gpt2/attention for a hub model): no run of it is
-    here to put them beside, and nothing is written into another model's folder."""
+def load(args: argparse.Namespace, device: torch.device) -> Loaded:
+    """The model and tokenizer of --out_dir (default: out; every setting a checkpoint records is checked, whichever
+    a mode reads) or --init_from. A model trained elsewhere says on stderr what it is, and its heatmaps go to
+    out/KIND-NAME/attention (out/gpt2/attention for a hub model): no run of it is here to put them beside, and
+    nothing is written into another model's folder."""
     if args.init_from is None:
         args.out_dir = args.out_dir or "out"
-        return identify(args.out_dir, model=False)
-    found = identify(args.init_from)
-    args.out_dir = args.init_from  # the name every report shows
-    if found.elsewhere and args.attention is not None and args.png_dir is None and args.html is None:
-        name = found.hub or f"{found.kind}-{model_name(args.init_from)}"   # never the other model's own folder
-        args.png_dir = str(Path("out") / name / "attention")
-    return found
-
-
-def load(args: argparse.Namespace, device: torch.device) -> Loaded:
-    """The model to sample or look into, with its tokenizer: a checkpoint after checking every setting it
-    records (`saved_settings`) whichever of them a mode reads; a model trained elsewhere saying on stderr what
-    it is."""
-    source = model_source(args)
+        source = identify(args.out_dir, model=False)
+    else:
+        source = identify(args.init_from)
+        args.out_dir = args.init_from  # the name every report shows
+        if source.elsewhere and args.attention is not None and args.png_dir is None and args.html is None:
+            name = source.hub or f"{source.kind}-{model_name(args.init_from)}"
+            args.png_dir = str(Path("out") / name / "attention")
     loaded = load_model(source, device)
     if source.elsewhere:
         print(describe(loaded), file=sys.stderr)
@@ -236,7 +214,10 @@ def load(args: argparse.Namespace, device: torch.device) -> Loaded:
 def main(argv: list[str]) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    check_names(args)
+    for name, value in vars(args).items():  # a file name's byte that is not UTF-8 is refused before anything is read
+        problem = utf8_value(value)
+        if problem is not None:
+            raise UsageError(f"--{name} {problem}; rename that file or folder to a UTF-8 name, or give another")
     mode = check_mode(args, parser)
     if args.html is not None:
         args.html = str(destination(args.html, "--html", folder=False, fix="give a file path, e.g. page.html"))
@@ -249,7 +230,7 @@ def main(argv: list[str]) -> int:
         return 0
     device = pick_device(args.device)
     loaded = load(args, device)
-    model, tokenizer, checkpoint = loaded.model, loaded.tokenizer, loaded.checkpoint
+    model, tokenizer = loaded.model, loaded.tokenizer
     validate(args, tokenizer.vocab_size)
     from watch.heads import ablation_for
 
@@ -258,24 +239,15 @@ def main(argv: list[str]) -> int:
     except ValueError as exc:
         raise UsageError(f"--ablate: {exc}") from None
 
-    if mode == "attention":
-        from watch.inspect_cli import show_attention
-
-        show_attention(model, tokenizer, checkpoint, args, ablate)
+    if mode == "sample":
+        stream_samples(model, tokenizer, prompt_ids(tokenizer, args, parser), args, device, ablate)
         return 0
+    from watch.inspect_cli import show_attention, show_heads, show_probes
+
     if mode == "probes":
-        from watch.inspect_cli import show_probes
-
         show_probes(model, tokenizer, args, ablate)
-        return 0
-    if mode == "heads":
-        from watch.inspect_cli import show_heads
-
-        show_heads(model, tokenizer, checkpoint, args, ablate)
-        return 0
-
-    ids = prompt_ids(tokenizer, args, parser)
-    stream_samples(model, tokenizer, ids, args, device, ablate)
+    else:
+        {"attention": show_attention, "heads": show_heads}[mode](model, tokenizer, loaded.checkpoint, args, ablate)
     return 0
 
 

@@ -1,9 +1,5 @@
-"""Named corpora and where their text comes from.
-
-A name resolves to text in this order: `../shared/data` beside the repository, then `data/downloads`,
-then a download from the corpus's public address (repaired and checked, for a corpus that gives
-`repairs` and `sha256`). The `pronouns` and `induction` corpora are generated (`data/pronouns.py`,
-`data/induction.py`), so they need no file at all.
+"""Named corpora and where their text comes from. The `pronouns` and `induction` corpora are generated
+(`data/pronouns.py`, `data/induction.py`), so they need no file at all.
 
 A corpus may name its own probe files (`data.probes`): two-person pronoun probes and single-person
 agreement contexts. A lower-case corpus needs lower-case probes, so each corpus points at the ones
@@ -29,18 +25,10 @@ class Corpus:
     filename: str
     url: str
     about: str
-    probes: str = ""      # two-person pronoun probes made from this text (a path in the repository)
-    agreement: str = ""   # single-person agreement contexts made from it
+    probes_path: Path | None = None     # two-person pronoun probes made from this text
+    agreement_path: Path | None = None  # single-person agreement contexts made from it
     repairs: tuple[tuple[str, str], ...] = ()  # text replacements that turn the download into `filename`
     sha256: str = ""      # of the repaired download, when it must be exactly `filename`
-
-    @property
-    def probes_path(self) -> Path | None:
-        return REPO / self.probes if self.probes else None
-
-    @property
-    def agreement_path(self) -> Path | None:
-        return REPO / self.agreement if self.agreement else None
 
 
 CORPORA = {
@@ -54,7 +42,8 @@ CORPORA = {
         # larger stand-in for the subset this project ships its results on.
         "https://huggingface.co/datasets/roneneldan/TinyStories/resolve/main/TinyStoriesV2-GPT4-valid.txt",
         "TinyStories (Eldan & Li 2023, CDLA-Sharing-1.0)",
-        probes="data/probes/gender-subset.jsonl", agreement="data/probes/gender-subset-agreement.jsonl"),
+        probes_path=REPO / "data/probes/gender-subset.jsonl",
+        agreement_path=REPO / "data/probes/gender-subset-agreement.jsonl"),
     "tinystories_lower": Corpus(
         "tinystories_lower.txt",
         # The start of the same TinyStories train split, lower-cased upstream (4.2 MB, about 1.0M GPT-2
@@ -62,19 +51,22 @@ CORPORA = {
         "https://raw.githubusercontent.com/Arnoochka/Transformer-Parallelism/"
         "911b9e732fbe6d228ba0feacbd6735395f0d279e/tinystories.txt",
         "TinyStories, lower case (Eldan & Li 2023, CDLA-Sharing-1.0)",
-        probes="data/probes/gender-lower.jsonl", agreement="data/probes/gender-lower-agreement.jsonl",
+        probes_path=REPO / "data/probes/gender-lower.jsonl",
+        agreement_path=REPO / "data/probes/gender-lower-agreement.jsonl",
         repairs=(("\u00e2\u20ac\u0153", '"'), ("\u00e2\u20ac\u2122", "'"), ("\u00e2\u20ac\u201c", "-"),
                  ("\u00e2\u20ac\u201d", "-"), ("\u00e2\u20ac\u02dc", "'"), ("\u00e2\u20ac\u00a6", "..."),
                  ("\u00e2\u20ac", '"'), ("\u00e2\u00ab", '"'), ("\u00e2\u00bb", '"'), ("\u00e2\u00a1", ""),
                  ("\u00e3\u00b1", "n"), ("\u00e3\u00a1", "a"), ("\u00e3\u00a9", "e"), ("\u00e3\u00b3", "o")),
         sha256="6737f9146562643f5520682bab0e2f02a9ae0066c4d38f9bc55d639c46c22647"),
 }
-GENERATED = ("pronouns", "induction")
+# The seed of each generated corpus: fixed, so a corpus (and its cache) does not change with the training seed.
+GENERATED = {"pronouns": 1234, "induction": 0}
 NAMES = (*GENERATED, *CORPORA)
 
 
 def corpus_path(name: str) -> Path:
-    """The local file of a named corpus, downloading it if it is nowhere here."""
+    """The local file of a named corpus: in `../shared/data` beside the repository, else in `data/downloads`, else
+    downloaded there from its public address (repaired and checked, for a corpus that gives `repairs` and `sha256`)."""
     corpus = CORPORA[name]
     for folder in SEARCH_DIRS:
         candidate = folder / corpus.filename
@@ -92,7 +84,10 @@ def corpus_path(name: str) -> Path:
         raise UserError(f"cannot download corpus '{name}' from {corpus.url} ({exc}); connect to the internet, "
                         f"or save the file as {target}") from None
     if corpus.repairs or corpus.sha256:
-        data = repaired(data.decode("utf-8", errors="replace"), corpus.repairs).encode("utf-8")
+        text = data.decode("utf-8", errors="replace")
+        for old, new in corpus.repairs:
+            text = text.replace(old, new)
+        data = text.encode("utf-8")
         digest = hashlib.sha256(data).hexdigest()
         if corpus.sha256 and digest != corpus.sha256:
             raise UserError(f"the file downloaded from {corpus.url} is not the expected text (sha256 {digest[:12]}, "
@@ -103,13 +98,6 @@ def corpus_path(name: str) -> Path:
         raise UserError(f"cannot save the downloaded corpus as {target} ({write_error(exc, target)}); free disk "
                         f"space, or save it there yourself") from None
     return target
-
-
-def repaired(text: str, repairs: tuple[tuple[str, str], ...]) -> str:
-    """`text` with each (old, new) of `repairs` replaced in turn."""
-    for old, new in repairs:
-        text = text.replace(old, new)
-    return text
 
 
 def corpus_of(dataset: str) -> Corpus | None:

@@ -10,20 +10,19 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import importlib
 import json
 import math
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 
 import numpy as np
 
 from cli import UserError, warn
 from data import corpora
 from data.tokenizer import (
-    TOKENIZERS,
     Tokenizer,
     TokenizerError,
     TokenizerMetaError,
@@ -35,25 +34,16 @@ from data.tokenizer import (
 from files import NotParsed, glob_escape, parse_json, read_text, replace_folder, what_stands_at, write_error
 
 META_FORMAT = 2  # 2: meta.json carries checksums of itself and of the token files
-PRONOUN_CORPUS_SEED = 1234  # fixed, so the corpus (and its cache) does not change with the training seed
-GENERATED_CORPUS_SEED = 0
 SPLITS = ("train", "val")
 CHUNK = 1 << 24  # bytes read at a time when checking a token file (a multiple of every dtype's size)
 
 
 @dataclass(frozen=True)
 class ModelVocabulary:
-    """The tokenizer of a model that a run fine-tunes (`init_from`), which its data is prepared with as it is, never
-    built from the text; `model` names the model in messages."""
+    """The tokenizer of the model a run fine-tunes (`init_from`): data is prepared with it as it is."""
 
     tokenizer: Tokenizer
     model: str
-
-    @property
-    def label(self) -> str:
-        """What names it in the cache's folder names and a checkpoint's data record: its kind and a digest of the
-        vocabulary, e.g. "char-5f0c1a2b", so two vocabularies never share prepared data."""
-        return f"{self.tokenizer.name}-{_digest(self.tokenizer.to_meta())[:8]}"
 
 
 @dataclass
@@ -73,8 +63,7 @@ class Prepared:
         return np.memmap(self.folder / f"{split}.bin", dtype=self.meta["dtype"], mode="r")
 
     def splits(self, block_size: int) -> dict[str, np.ndarray]:
-        """{"train": ids, "val": ids}, after checking that each holds a training window of
-        `block_size` + 1 tokens with room to draw it; a UserError naming the fix otherwise."""
+        """{"train": ids, "val": ids}, each checked to hold a window of `block_size` + 1 tokens with room to draw it."""
         splits = {split: self.tokens(split) for split in SPLITS}
         for split, tokens in splits.items():
             if len(tokens) < block_size + 2:
@@ -83,7 +72,6 @@ class Prepared:
 
 
 def read_data_file(path: str | Path) -> str:
-    """A UTF-8 text file, or a clear error saying what is wrong with it."""
     fix = f"give the path of a UTF-8 text file or a corpus name ({', '.join(corpora.NAMES)})"
     text = read_text(path, "data file", fix)
     if not text.strip(" \t\n\r\x0b\x0c"):   # what bytes.strip() takes for white space
@@ -94,7 +82,7 @@ def read_data_file(path: str | Path) -> str:
 def source_text(dataset: str, corpus_sentences: int) -> tuple[str, str, list[dict] | None]:
     """(text, label, probe records or None) for a corpus name or a file path."""
     if dataset in corpora.GENERATED:
-        module, seed = _generator(dataset)
+        module, seed = importlib.import_module(f"data.{dataset}"), corpora.GENERATED[dataset]
         text = module.training_text(seed, corpus_sentences)
         probes = module.probe_records(seed=seed) if dataset == "pronouns" else None
         return text, f"{dataset}(seed={seed}, n={corpus_sentences})", probes
@@ -112,13 +100,14 @@ def source_text(dataset: str, corpus_sentences: int) -> tuple[str, str, list[dic
 def prepare(dataset: str, tokenizer: str | ModelVocabulary = "char", data_dir: str | Path = "data/prepared",
             val_fraction: float = 0.1, corpus_sentences: int = 30000, quiet: bool = False) -> Prepared:
     """The prepared token files of `dataset`, from the cache when it holds exactly what its meta.json
-    promises, else built (again) from the source text: with a tokenizer of `TOKENIZERS` built from that text,
-    or with a model's own vocabulary (`ModelVocabulary`), which must cover it."""
+    promises, else built (again) from the source text with a tokenizer built from it, or with a model's
+    vocabulary (`ModelVocabulary`), which must cover it."""
     fixed = tokenizer if isinstance(tokenizer, ModelVocabulary) else None
-    if fixed is None and tokenizer not in TOKENIZERS:
-        raise UserError(f"unknown tokenizer {tokenizer!r}; choose one of: {', '.join(TOKENIZERS)}")
-    name, data_dir = fixed.label if fixed is not None else tokenizer, Path(data_dir)
     wanted = {"tokenizer": fixed.tokenizer.to_meta()} if fixed is not None else {}
+    # A model's vocabulary is named by its kind and a digest, e.g. "char-5f0c1a2b", in cache folders and a
+    # checkpoint's data record: two vocabularies never share prepared data.
+    name = f"{fixed.tokenizer.name}-{_digest(wanted['tokenizer'])[:8]}" if fixed is not None else tokenizer
+    data_dir = Path(data_dir)
     recipe = generation_key(dataset, corpus_sentences)
     if recipe is not None:  # generating the default demo's corpus only to find its cache took 0.2 s of 7
         found = _first_intact((folder, {**wanted, "generation": recipe, "vocabulary": name if fixed else None})
@@ -164,26 +153,18 @@ def prepare(dataset: str, tokenizer: str | ModelVocabulary = "char", data_dir: s
     return Prepared(folder, meta, tok)
 
 
-def _generator(dataset: str) -> tuple[ModuleType, int]:
-    """The module that generates a corpus of `corpora.GENERATED`, and the seed it is generated with."""
-    from data import induction, pronouns
-
-    return (pronouns, PRONOUN_CORPUS_SEED) if dataset == "pronouns" else (induction, GENERATED_CORPUS_SEED)
-
-
 def generation_key(dataset: str, corpus_sentences: int) -> str | None:
     """For a generated corpus, a digest of everything its text depends on: the generating module's source, the
     seed, the number of lines and Python's version (whose `random` draws it); None for any other dataset."""
     if dataset not in corpora.GENERATED:
         return None
-    module, seed = _generator(dataset)
+    module, seed = importlib.import_module(f"data.{dataset}"), corpora.GENERATED[dataset]
     recipe = f"{dataset}|{seed}|{corpus_sentences}|{sys.version_info[0]}.{sys.version_info[1]}|".encode()
     return hashlib.sha256(recipe + Path(module.__file__).read_bytes()).hexdigest()
 
 
 def _folders(data_dir: Path, dataset: str, tokenizer: str, val_fraction: float) -> list[Path]:
-    """The cache folders of `dataset` in `data_dir`, prepared with `tokenizer` (a name, or a model
-    vocabulary's label) at `val_fraction`, whatever text they hold."""
+    """The cache folders of `dataset` prepared with `tokenizer` (a name, or a model vocabulary's label)."""
     try:
         prefix = glob_escape(f"{corpora.text_name(dataset)}-{tokenizer}")
         return sorted(data_dir.glob(f"{prefix}-*-val{val_fraction:g}"))
@@ -276,9 +257,8 @@ def _dtype_for(vocab_size: int) -> str:
 
 
 def _write(folder: Path, meta: dict, splits: dict[str, np.ndarray], probes: list[dict] | None) -> None:
-    """Writes the files, then a meta.json holding their checksums and its own, as one folder
-    (`files.replace_folder`, meta.json last): an interrupted preparation never leaves a folder that looks
-    complete."""
+    """Writes the files, then meta.json with their checksums and its own, as one folder (meta.json last): an
+    interrupted preparation never leaves a folder that looks complete."""
     def write(staging: Path) -> None:
         for name, ids in splits.items():
             ids.astype(meta["dtype"]).tofile(staging / name)

@@ -1,24 +1,12 @@
-"""Pronoun probes: a sentence, its pronoun, the noun it refers to and a distractor noun, aligned to
-token positions for any tokenizer.
-
-A probe file is JSONL, one object a line:
-
-    {"text": "Lily saw a big dog and she smiled .", "pronoun": "she", "referent": "Lily",
-     "distractor": "dog"}
-
-Optional fields: `pronoun_offset`, `referent_offset`, `distractor_offset` (character offsets into
-text, for words that occur more than once) and `continuations` / `distractor_continuations` (first
-words that could follow the pronoun when it means the referent / the distractor).
+"""Pronoun probes: a sentence, its pronoun, the noun it refers to and a distractor noun (`Probe`), and
+agreement contexts that name one person and stop just before a pronoun (`AgreementProbe`), read from JSONL
+files (one object a line holding the dataclass's fields; docs/inspect.md) and aligned to token positions for
+any tokenizer.
 
 Alignment turns words into positions: attention from the pronoun is read at its last sub-token (the
 first place the whole word has been seen), and attention to a noun sums over every sub-token that
-overlaps it.
-
-An agreement file holds the other kind of probe: a context that names one person and stops just
-before a pronoun, scored by the model's next-token probabilities rather than by attention:
-
-    {"text": "Lily went to the park and", "pronoun": "she", "wrong": "he", "person": "Lily",
-     "mention": "first"}
+overlaps it. An agreement context is scored by the model's next-token probabilities rather than by
+attention.
 """
 
 from __future__ import annotations
@@ -56,11 +44,11 @@ class Probe:
     pronoun: str
     referent: str
     distractor: str
-    pronoun_offset: int | None = None
+    pronoun_offset: int | None = None      # character offsets into text, for words that occur more than once
     referent_offset: int | None = None
     distractor_offset: int | None = None
-    continuations: list[str] | None = None
-    distractor_continuations: list[str] | None = None
+    continuations: list[str] | None = None  # first words that could follow the pronoun meaning the referent
+    distractor_continuations: list[str] | None = None   # ... meaning the distractor
     line: int | None = field(default=None, compare=False)  # where a probe file holds it, for messages
 
     def __post_init__(self) -> None:
@@ -168,7 +156,16 @@ def _load_jsonl(path: str | Path, make: type, kind: str) -> list:
         except NotParsed as exc:
             raise UserError(f"{path} line {number}: not valid JSON ({exc}); write one JSON object per line") from None
         try:
-            item = make(**_fields(obj, fields, required, kind))
+            if not isinstance(obj, dict):
+                raise UserError(f"expected a JSON object, got {type(obj).__name__}")
+            unknown = sorted(set(obj) - set(fields))
+            if unknown:  # a misspelt optional field would otherwise be silently ignored
+                raise UserError(f"unknown field(s) {', '.join(map(repr, unknown))}; allowed: {', '.join(fields)}")
+            missing = [name for name in required if name not in obj]
+            if missing:
+                raise UserError(f"missing field(s) {', '.join(map(repr, missing))}; "
+                                f"every {kind} needs {', '.join(required)}")
+            item = make(**obj)
         except UserError as exc:
             raise UserError(f"{path} line {number}: {exc}") from None
         item.line = number
@@ -176,19 +173,6 @@ def _load_jsonl(path: str | Path, make: type, kind: str) -> list:
     if not items:
         raise UserError(f"{path} holds no {kind}s; write one JSON object per line")
     return items
-
-
-def _fields(obj: object, fields: Sequence[str], required: Sequence[str], kind: str) -> dict:
-    if not isinstance(obj, dict):
-        raise UserError(f"expected a JSON object, got {type(obj).__name__}")
-    unknown = sorted(set(obj) - set(fields))
-    if unknown:  # a misspelt optional field would otherwise be silently ignored
-        raise UserError(f"unknown field(s) {', '.join(map(repr, unknown))}; allowed: {', '.join(fields)}")
-    missing = [name for name in required if name not in obj]
-    if missing:
-        raise UserError(f"missing field(s) {', '.join(map(repr, missing))}; "
-                        f"every {kind} needs {', '.join(required)}")
-    return obj
 
 
 @dataclass
@@ -240,9 +224,8 @@ def _first_token_ids(tokenizer: Tokenizer, ids: list[int], prefix: str, words: S
 def align(probe: Probe, tokenizer: Tokenizer) -> AlignedProbe:
     """Token positions of the probe's words; text the tokenizer cannot encode raises its TokenizerError."""
     ids, spans = tokenizer.encode_with_offsets(probe.text)
-    pronoun_tokens = _overlapping(spans, probe.span("pronoun"))
-    referent_positions = _overlapping(spans, probe.span("referent"))
-    distractor_positions = _overlapping(spans, probe.span("distractor"))
+    pronoun_tokens, referent_positions, distractor_positions = (
+        _overlapping(spans, probe.span(name)) for name in ("pronoun", "referent", "distractor"))
     if not (pronoun_tokens and referent_positions and distractor_positions):
         raise UserError(f"probe {probe.text!r}: a word covers no token; check the offsets")
 

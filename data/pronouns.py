@@ -96,24 +96,15 @@ OPENERS = ["", "one day ,", "in the morning ,", "then", "later ,"]
 TAILS = ["and was happy", "and was tired", "again", "all day"]
 TAIL_RATE = 0.3
 
-KINDS = ("person-person", "person-object", "animal-object")
 HELD_OUT_FRACTION = 0.12
 KEEP_IN_TRAINING = frozenset({"dog", "ball"})  # the explanation's own pair
 
 CONTINUATIONS: dict[str, list[str]] = {
     **{noun: conts for noun, (_, conts) in PEOPLE.items()}, **ANIMALS, **OBJECTS}
 NOUNS = list(CONTINUATIONS)
-
-
-def allowed_pronouns(noun: str) -> tuple[str, ...]:
-    """The pronouns that may refer to `noun` in this corpus."""
-    if noun in PEOPLE:
-        return (PEOPLE[noun][0],)
-    if noun in ANIMALS:
-        return ("he", "she")
-    if noun in OBJECTS:
-        return ("it",)
-    raise KeyError(f"{noun!r} is not a noun of the pronoun corpus")
+# The pronouns that may refer to each noun.
+PRONOUNS_OF: dict[str, tuple[str, ...]] = {**{noun: (pronoun,) for noun, (pronoun, _) in PEOPLE.items()},
+                                           **dict.fromkeys(ANIMALS, ("he", "she")), **dict.fromkeys(OBJECTS, ("it",))}
 
 
 def first_words(noun: str) -> list[str]:
@@ -145,11 +136,6 @@ def _held_out() -> frozenset[frozenset[str]]:
 HELD_OUT_PAIRS = _held_out()
 
 
-def _split_pairs(held_out: bool) -> dict[str, list[tuple[str, str]]]:
-    return {kind: [p for p in pairs if (frozenset(p) in HELD_OUT_PAIRS) == held_out]
-            for kind, pairs in _valid_pairs().items()}
-
-
 def _balanced_flags(rng: random.Random, n: int) -> list[bool]:
     """n booleans, half True (one more False when n is odd), shuffled."""
     flags = [True] * (n // 2) + [False] * (n - n // 2)
@@ -171,7 +157,7 @@ def _sentence(rng: random.Random, pair: tuple[str, str], pair_order: bool, refer
     """One line and its probe record. pair_order keeps `pair` as given; otherwise swapped."""
     first, second = pair if pair_order else pair[::-1]
     referent, distractor = (first, second) if referent_first else (second, first)
-    pronoun = rng.choice(allowed_pronouns(referent))
+    pronoun = rng.choice(PRONOUNS_OF[referent])
     verb = rng.choice(VERBS_ANY if first in OBJECTS else VERBS_ANIMATE + VERBS_ANY)
     opener = rng.choice(OPENERS)
     continuation = rng.choice(CONTINUATIONS[referent])
@@ -185,12 +171,13 @@ def _sentence(rng: random.Random, pair: tuple[str, str], pair_order: bool, refer
 
 
 def _generate(rng: random.Random, n: int, held_out: bool, with_tails: bool) -> list[tuple[str, dict]]:
-    pairs = _split_pairs(held_out)
+    pairs = {kind: [p for p in kind_pairs if (frozenset(p) in HELD_OUT_PAIRS) == held_out]
+             for kind, kind_pairs in _valid_pairs().items()}
     referent_first = _balanced_flags(rng, n)
     pair_order = _balanced_flags(rng, n)
     out = []
     for i in range(n):
-        pair = rng.choice(pairs[rng.choice(KINDS)])
+        pair = rng.choice(pairs[rng.choice(list(pairs))])
         tail = rng.choice(TAILS) if with_tails and rng.random() < TAIL_RATE else ""
         out.append(_sentence(rng, pair, pair_order[i], referent_first[i], tail))
     return out

@@ -17,7 +17,6 @@ import os
 import re
 from collections.abc import Iterator, Sequence
 from itertools import islice
-from typing import Protocol
 
 import numpy as np
 
@@ -37,18 +36,6 @@ class TokenizerError(UserError):
 
 class TokenizerMetaError(UserError):
     """A saved tokenizer description (meta.json, a checkpoint) that does not describe a tokenizer."""
-
-
-class Tokenizer(Protocol):
-    name: str
-    vocab_size: int
-
-    def encode(self, text: str) -> list[int]: ...
-    def decode(self, ids: Sequence[int]) -> str: ...
-    def token_strings(self, ids: Sequence[int]) -> list[str]: ...
-    def encode_with_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]: ...
-    def unknown(self, text: str) -> list[str]: ...
-    def to_meta(self) -> dict: ...
 
 
 def preview(items: Sequence[str], limit: int = 8) -> str:
@@ -190,34 +177,28 @@ class GPT2Tokenizer:
             kept.update(_original_ids(enc, piece))
         return cls(sorted(kept))
 
-    def _compact(self, original: list[int]) -> list[int]:
+    def _compact(self, original: list[int], text: str) -> list[int]:
         try:
             return [self._to_compact[t] for t in original]
         except KeyError:
-            unknown = self._unseen(original)
+            unknown = self.unknown(text)
+            # Whole words of this vocabulary, the most common first (GPT-2's BPE gives common words low ids).
+            strings = (self.enc.decode_single_token_bytes(t).decode("utf-8", errors="replace") for t in self.kept_ids)
+            words = (s[1:] for s in strings if s.startswith(" ") and s[1:].isalpha() and len(s) > 3)
             raise TokenizerError(
                 f"{len(unknown)} token(s) never seen in the training corpus: {preview(unknown)}; "
                 f"rephrase with words it knows ({len(self.kept_ids):,} tokens, e.g. "
-                f"{preview(self.known_words(), 8)}), or train on a corpus that contains them") from None
+                f"{preview(list(islice(words, 8)), 8)}), or train on a corpus that contains them") from None
 
-    def known_words(self, count: int = 8) -> list[str]:
-        """Whole words of this vocabulary, the most common first (GPT-2's BPE gives common words low ids)."""
-        pieces = (self.enc.decode_single_token_bytes(t).decode("utf-8", errors="replace") for t in self.kept_ids)
-        words = (piece[1:] for piece in pieces if piece.startswith(" ") and piece[1:].isalpha() and len(piece) > 3)
-        return list(islice(words, count))
-
-    def _unseen(self, original: list[int]) -> list[str]:
-        unseen = {t for t in original if t not in self._to_compact}
+    def unknown(self, text: str) -> list[str]:
+        """The tokens of `text` this vocabulary lacks, as text, sorted."""
+        unseen = {t for t in _original_ids(self.enc, text) if t not in self._to_compact}
         # A token can be part of a character's UTF-8 bytes; those show as \xNN rather than all as U+FFFD.
         return sorted({self.enc.decode_single_token_bytes(t).decode("utf-8", errors="backslashreplace")
                        for t in unseen})
 
-    def unknown(self, text: str) -> list[str]:
-        """The tokens of `text` this vocabulary lacks, as text, sorted."""
-        return self._unseen(_original_ids(self.enc, text))
-
     def encode(self, text: str) -> list[int]:
-        return self._compact(_original_ids(self.enc, text))
+        return self._compact(_original_ids(self.enc, text), text)
 
     def decode(self, ids: Sequence[int]) -> str:
         # Padding ids (>= len(kept_ids)) are never trained as targets; show them as nothing.
@@ -228,7 +209,7 @@ class GPT2Tokenizer:
 
     def encode_with_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
         original = _original_ids(self.enc, text)
-        ids = self._compact(original)
+        ids = self._compact(original, text)
         spans, pos = [], 0
         for t in original:
             piece = self.enc.decode_single_token_bytes(t).decode("utf-8", errors="replace")
@@ -281,7 +262,7 @@ def _original_ids(enc, text: str) -> list[int]:
 class FullGPT2Tokenizer(GPT2Tokenizer):
     """GPT-2's BPE with every r50k_base id as tiktoken gives it (50,257, end-of-text included): the
     vocabulary of GPT-2's own weights. A model may have more rows than that (nanoGPT pads to 50,304);
-    those ids belong to no text."""
+    those ids belong to no text. Every id is kept under its own number, so every text has tokens."""
 
     name = FULL_GPT2
 
@@ -289,14 +270,11 @@ class FullGPT2Tokenizer(GPT2Tokenizer):
         super().__init__(range(gpt2_encoding().n_vocab))
         self.vocab_size = self.enc.n_vocab
 
-    def _compact(self, original: list[int]) -> list[int]:
-        return original  # every id is kept, under its own number
-
-    def unknown(self, text: str) -> list[str]:
-        return []   # byte-level BPE: every text has tokens
-
     def to_meta(self) -> dict:
         return {"name": self.name, "encoding": GPT2_ENCODING}
+
+
+Tokenizer = CharTokenizer | GPT2Tokenizer   # FullGPT2Tokenizer is a GPT2Tokenizer
 
 
 def build_tokenizer(name: str, text: str) -> Tokenizer:

@@ -279,7 +279,6 @@ def test_a_downloaded_corpus_is_repaired_and_checked_before_it_is_kept(tmp_path,
     # UTF-8 read as cp1252, then lower-cased upstream: the quotes and dashes of the original.
     raw = "lily said, \u00e2\u20ac\u0153hi!\u00e2\u20ac and it\u00e2\u20ac\u2122s fun \u00e2\u20ac\u201c yes.\n"
     fixed = "lily said, \"hi!\" and it's fun - yes.\n"
-    assert corpora.repaired(raw, lower.repairs) == fixed
     corpus = corpora.Corpus("small.txt", "https://example.org/small.txt", "a small text", repairs=lower.repairs,
                             sha256=hashlib.sha256(fixed.encode()).hexdigest())
     monkeypatch.setattr(corpora, "CORPORA", {"small": corpus})

@@ -21,7 +21,7 @@ def parse(line: str) -> tuple[list[str], str, str]:
 
 
 def referent_of(nouns: list[str], pronoun: str) -> str:
-    fits = [n for n in nouns if pronoun in P.allowed_pronouns(n)]
+    fits = [n for n in nouns if pronoun in P.PRONOUNS_OF[n]]
     assert len(fits) == 1, f"{pronoun!r} fits {fits} among {nouns}"
     return fits[0]
 
