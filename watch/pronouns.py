@@ -45,6 +45,9 @@ class HeadStats:
     def name(self) -> str:
         return head_name(self.layer, self.head)
 
+    def to_dict(self) -> dict:
+        return finite({"name": self.name, **asdict(self)})
+
 
 @dataclass
 class ContinuationStats:
@@ -87,8 +90,8 @@ class ProbeReport:
 
     def to_dict(self) -> dict:
         """JSON-able: plain numbers, None where a score is undefined."""
-        heads = {name: {"name": stats.name, **asdict(stats)} for name, stats in self.heads.items()}
-        return finite({"n_probes": self.n_probes, "best": {"name": self.best.name, **asdict(self.best)}, "heads": heads,
+        heads = {name: stats.to_dict() for name, stats in self.heads.items()}
+        return finite({"n_probes": self.n_probes, "best": self.best.to_dict(), "heads": heads,
                        "baselines": dict(self.baselines), "continuation_accuracy": self.continuation.accuracy,
                        "continuation": asdict(self.continuation), "ablated": list(self.ablated)})
 
