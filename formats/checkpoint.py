@@ -12,6 +12,7 @@ import pickle
 import re
 import shlex
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -294,16 +295,11 @@ def load_gptwatch(path: str | Path, device: torch.device, contents: object = Non
     if tokenizer.vocab_size != tokens:
         raise CheckpointError(f"{path}: its tokenizer has {tokenizer.vocab_size} tokens but its model_config "
                               f"{tokens}; use the ckpt.pt that train.py wrote")
-    need = load_bytes(config)   # refused before anything is allocated: on the CPU, where it is built, and on device
-    for where in dict.fromkeys([torch.device("cpu"), device]):
-        counted = need if where == device else {k: n for k, n in need.items() if k != "sampling cache"}
-        free = shortfall(sum(counted.values()), where)
-        if free is not None:
-            parts = ", ".join(f"{what} {size_text(n)}" for what, n in counted.items() if n)
-            raise CheckpointError(f"{path}: its model (block_size {config.block_size:,}, n_layer {config.n_layer}, "
-                                  f"n_embd {config.n_embd}) needs at least {size_text(sum(counted.values()))} of "
-                                  f"memory on {where.type} ({parts}), and {size_text(free)} is free; use a machine "
-                                  f"with more memory, or the ckpt.pt that train.py wrote if this one was edited")
+    check_memory(load_bytes(config), device, lambda where, counted, free: (
+        f"{path}: its model (block_size {config.block_size:,}, n_layer {config.n_layer}, n_embd {config.n_embd}) "
+        f"needs at least {size_text(sum(counted.values()))} of memory on {where.type} "
+        f"({', '.join(f'{what} {size_text(n)}' for what, n in counted.items() if n)}), and {size_text(free)} is "
+        f"free; use a machine with more memory, or the ckpt.pt that train.py wrote if this one was edited"))
     try:
         model = GPT(config)
         load_weights(model, checkpoint["model"], path)
@@ -314,6 +310,16 @@ def load_gptwatch(path: str | Path, device: torch.device, contents: object = Non
         raise CheckpointError(f"{path}: its model ({config.to_dict()}) does not fit in the memory of {device} "
                               f"here; use --device=cpu, or a machine with more memory") from None
     return Loaded(model, tokenizer, checkpoint)
+
+
+def check_memory(need: dict[str, int], device: torch.device, refusal: Callable[[torch.device, dict, int], str]) -> None:
+    """Refuses, before anything is allocated, a model needing the bytes `need` (by what holds them) on the CPU, where
+    it is built, and on `device`, where it runs and samples: `refusal(where, counted, free)` says why."""
+    for where in dict.fromkeys((torch.device("cpu"), device)):
+        counted = need if where == device else {k: n for k, n in need.items() if k != "sampling cache"}
+        free = shortfall(sum(counted.values()), where)
+        if free is not None:
+            raise CheckpointError(refusal(where, counted, free))
 
 
 def load_bytes(config: GPTConfig) -> dict[str, int]:
@@ -349,7 +355,12 @@ def save_checkpoint(path: str | Path, checkpoint: dict, keep_previous: str | Pat
         clear_for_file(path, "the checkpoint", "move it away or choose another --out_dir", CheckpointError)
         # replace_file leaves no half-written temporary file, also on a second Ctrl-C mid-save
         replace_file(path, lambda fh: torch.save(checkpoint, fh), before_replace=keep)
-        _fsync_dir(path.parent)
+        with contextlib.suppress(OSError):   # makes the rename itself durable; not every platform opens a folder
+            fd = os.open(path.parent, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
     except OSError as exc:
         kept = "; the previous checkpoint is intact" if path.is_file() else ""
         raise CheckpointError(f"cannot write checkpoint {path}: {write_error(exc, path)}{kept}; "
@@ -360,12 +371,3 @@ def previous_path(path: Path) -> Path:
     """Where a new run keeps the earlier run's checkpoint it replaces."""
     return path.with_name("ckpt.prev.pt")
 
-
-def _fsync_dir(folder: Path) -> None:
-    # Makes the rename itself durable; not every platform allows opening a directory.
-    with contextlib.suppress(OSError):
-        fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)

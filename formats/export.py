@@ -26,11 +26,13 @@ from files import (
     write_fix,
 )
 from formats import Loaded
+from formats.checkpoint import is_torch_archive
 from formats.huggingface import MARKER, hf_tokenizer, library, to_hf_model
 from formats.layout import TARGETS, check_supported
-from formats.transformerlens import is_earlier_export, saved_contents, to_hooked_transformer
+from formats.transformerlens import hooked_config, to_hooked_transformer
 from model.gpt import GPT
 
+TL_FORMAT, HF_FORMAT = "gptwatch-transformerlens", "gptwatch-huggingface"   # in what each export writes
 TOLERANCE = 1e-4            # float32 logits; the tests find about 1e-5
 
 
@@ -44,14 +46,13 @@ def export(loaded: Loaded, target: str, path: str | Path, source: str) -> str:
     shown = str(path)
     record = {"source": {"checkpoint": str(source), "step": loaded.checkpoint.get("step")},   # in what is written
               "tokenizer": loaded.tokenizer.to_meta()}
+    check_path(path, target)
     if target == "tl":
-        check_tl_path(path)
         what, diff, (batch, length) = _export_tl(model, path, record)
         load = (f"  import torch; from transformer_lens import HookedTransformer\n"
                 f"  saved = torch.load({shown!r})\n"
                 f"  model = HookedTransformer(saved[\"config\"]); model.load_state_dict(saved[\"state_dict\"])")
     else:
-        check_hf_path(path)
         what, diff, (batch, length) = _export_hf(loaded, model, path, record)
         load = (f"  from transformers import AutoModelForCausalLM, AutoTokenizer\n"
                 f"  model = AutoModelForCausalLM.from_pretrained({shown!r}); "
@@ -70,27 +71,24 @@ def export_path(target: str, text: str) -> Path:
     return destination(text, "--export hf", folder=True, fix="give a folder name, e.g. model-hf")
 
 
-def check_tl_path(path: Path) -> None:
-    """`path` can take the TransformerLens file: nothing there, an earlier one, or a link (replaced, never followed)."""
+def check_path(path: Path, target: str) -> None:
+    """`path` can take the export: nothing there, an earlier export, a link (replaced, never followed), or for hf an
+    empty folder."""
     problem = what_stands_at(path, follow_links=False)
-    if problem == "a directory":
-        raise UserError(f"{path} is a directory, where --export tl writes one file; give a file path, e.g. "
-                        f"{path / 'model.tl.pt'}")
-    if problem is None and not is_earlier_export(path):
-        raise UserError(f"{path} exists and is not an earlier --export tl file; remove it or choose another path "
-                        f"(an export replaces only its own earlier file)")
-    if problem not in (None, "a symbolic link") and not problem.startswith("missing"):
-        raise UserError(f"{path} is {problem}, where --export tl writes its file; choose another path")
-    _writable_parent(path)
-
-
-def check_hf_path(path: Path) -> None:
-    """`path` can take the Hugging Face folder: nothing there, an empty folder, an earlier export, or a link."""
-    problem = what_stands_at(path, follow_links=False)
-    if problem is None or problem not in ("a directory", "a symbolic link") and not problem.startswith("missing"):
+    other = problem not in (None, "a directory", "a symbolic link") and not problem.startswith("missing")
+    if target == "tl":
+        if problem == "a directory":
+            raise UserError(f"{path} is a directory, where --export tl writes one file; give a file path, e.g. "
+                            f"{path / 'model.tl.pt'}")
+        if problem is None and not is_earlier_export(path, "tl"):
+            raise UserError(f"{path} exists and is not an earlier --export tl file; remove it or choose another "
+                            f"path (an export replaces only its own earlier file)")
+        if other:
+            raise UserError(f"{path} is {problem}, where --export tl writes its file; choose another path")
+    elif problem is None or other:
         raise UserError(f"{path} is {'a file' if problem is None else problem}; --export hf writes a folder: choose "
                         f"a new folder name")
-    if problem == "a directory" and not is_earlier_hf_export(path):
+    elif problem == "a directory" and not is_earlier_export(path, "hf"):
         try:
             empty = not any(path.iterdir())
         except OSError as exc:
@@ -98,28 +96,27 @@ def check_hf_path(path: Path) -> None:
         if not empty:
             raise UserError(f"{path} is a folder that is not empty and holds no earlier export ({MARKER}); choose "
                             f"a new or empty folder (an export replaces only its own earlier folder)")
-    _writable_parent(path)
-
-
-def is_earlier_hf_export(folder: Path) -> bool:
-    """A folder `--export hf` wrote: its marker, and no file but those it lists (nothing a user added is replaced)."""
-    try:
-        names = {p.name for p in folder.iterdir()}
-        marker = parse_json((folder / MARKER).read_bytes())
-    except (OSError, ValueError):
-        return False
-    if not isinstance(marker, dict) or marker.get("format") != "gptwatch-huggingface":
-        return False
-    files = marker.get("files")
-    return isinstance(files, list) and names <= {MARKER, *map(str, files)}
-
-
-def _writable_parent(path: Path) -> None:
     try:
         writable_folder(path.parent, "export")
     except UserError:
         raise UserError(f"cannot write {path}: its folder {path.parent} cannot be created or written to; choose a "
                         f"writable path") from None
+
+
+def is_earlier_export(path: Path, target: str) -> bool:
+    """Whether `path` holds what `--export target` wrote, which a new export may replace: for hf, a folder with its
+    marker and no file but those the marker lists (nothing a user added is replaced)."""
+    try:
+        if target == "tl":   # unreadable, damaged, or holding objects: not an export to replace silently
+            saved = torch.load(path, map_location="cpu", weights_only=True, mmap=True) if is_torch_archive(path) \
+                else None
+            return isinstance(saved, dict) and saved.get("format") == TL_FORMAT
+        names = {p.name for p in path.iterdir()}
+        marker = parse_json((path / MARKER).read_bytes())
+    except Exception:
+        return False
+    files = marker.get("files") if isinstance(marker, dict) and marker.get("format") == HF_FORMAT else None
+    return isinstance(files, list) and names <= {MARKER, *map(str, files)}
 
 
 def _write_failed(path: Path, exc: OSError, what: str) -> UserError:
@@ -129,7 +126,9 @@ def _write_failed(path: Path, exc: OSError, what: str) -> UserError:
 def _export_tl(model: GPT, path: Path, record: dict) -> tuple[str, float, tuple[int, int]]:
     hooked = to_hooked_transformer(model, device="cpu")
     diff, tokens = _logits_diff(model, hooked)
-    contents = saved_contents(model, hooked, record)
+    # the config and state dict TransformerLens loads, plain values and tensors only (torch.load(weights_only=True))
+    contents = {"format": TL_FORMAT, "format_version": 1, "config": hooked_config(model.config),
+                "state_dict": {name: t.detach().cpu() for name, t in hooked.state_dict().items()}, **record}
     try:
         replace_file(path, lambda fh: torch.save(contents, fh))
     except OSError as exc:
@@ -142,7 +141,7 @@ def _export_hf(loaded: Loaded, model: GPT, folder: Path, record: dict) -> tuple[
     hf = to_hf_model(model, eos_token_id=getattr(loaded.tokenizer, "eot_id", None))
     diff, tokens = _logits_diff(model, lambda idx: hf(idx).logits)
     tokenizer = hf_tokenizer(loaded.tokenizer)
-    marker = {"format": "gptwatch-huggingface", "class": type(hf).__name__, **record}
+    marker = {"format": HF_FORMAT, "class": type(hf).__name__, **record}
 
     def write(staging: Path) -> None:
         hf.save_pretrained(staging)

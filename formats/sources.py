@@ -17,12 +17,12 @@ import torch
 
 from cli import UsageError, warn
 from config import RESUME, SCRATCH
-from formats.checkpoint import CheckpointError, Loaded, is_torch_archive, load_gptwatch, read_torch
+from formats.checkpoint import CheckpointError, Loaded, check_memory, is_torch_archive, load_gptwatch, read_torch
 from formats.huggingface import CONFIG, library, read_folder
 from formats.layout import built
 from formats.nanogpt import is_nanogpt, read_nanogpt
 from model.config import GPTConfig
-from model.memory import parameter_count, shortfall, size_text
+from model.memory import parameter_count, size_text
 
 GPTWATCH, NANOGPT, HUGGINGFACE, HUB = "gptwatch", "nanogpt", "huggingface", "hub"
 CHECKPOINT = "ckpt.pt"
@@ -191,11 +191,7 @@ def fetch(name: str, device: torch.device) -> Path:
 def check_fits(config: GPTConfig, what: str, device: torch.device) -> None:
     """Refuses, before anything is downloaded or allocated, a model from elsewhere whose float32 weights alone exceed
     the memory free on the CPU, where it is read, or on `device`, where it runs."""
-    n = parameter_count(config)
-    need = n * 4   # float32, as gptwatch runs a model from elsewhere
-    for where in dict.fromkeys((torch.device("cpu"), device)):
-        free = shortfall(need, where)
-        if free is not None:
-            raise CheckpointError(f"{what} has {n:,} parameters, which need at least {size_text(need)} of memory "
-                                  f"(float32), and {size_text(free)} is free on {where.type}; use a smaller model, "
-                                  f"or a machine with more memory")
+    n = parameter_count(config)   # float32, as gptwatch runs a model from elsewhere
+    check_memory({"weights": n * 4}, device, lambda where, _, free: (
+        f"{what} has {n:,} parameters, which need at least {size_text(n * 4)} of memory (float32), and "
+        f"{size_text(free)} is free on {where.type}; use a smaller model, or a machine with more memory"))

@@ -7,21 +7,16 @@ from __future__ import annotations
 import importlib.metadata
 import warnings
 from contextlib import contextmanager
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import torch
 
-from formats.checkpoint import is_torch_archive
 from formats.huggingface import REQUIREMENTS, MissingDependency, library
 from formats.layout import GPT2_ACTIVATIONS, RMS_EPS, check_supported, hooked_layout, written
 from model.attention import ROTARY_BASE
 from model.config import GPTConfig
 from model.gpt import GPT, LN_EPS
-
-FORMAT = "gptwatch-transformerlens"
-FORMAT_VERSION = 1
 
 
 def transformer_lens(purpose: str = "exporting to TransformerLens") -> ModuleType:
@@ -89,20 +84,3 @@ def to_hooked_transformer(model: GPT, device: str | torch.device | None = None):
     hooked.load_state_dict(state, strict=True)
     return hooked.eval()
 
-
-def saved_contents(model: GPT, hooked, source: dict[str, Any]) -> dict[str, Any]:
-    """What `--export tl` writes: the config and state dict TransformerLens loads, gptwatch's tokenizer description
-    and where it came from; plain values and tensors only, so `torch.load(weights_only=True)` reads it."""
-    return {"format": FORMAT, "format_version": FORMAT_VERSION, "config": hooked_config(model.config),
-            "state_dict": {name: t.detach().cpu() for name, t in hooked.state_dict().items()}, **source}
-
-
-def is_earlier_export(path: Path) -> bool:
-    """Whether `path` holds a file `--export tl` wrote (which a new export may replace)."""
-    if not is_torch_archive(path):  # certainly not ours
-        return False
-    try:
-        saved = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except Exception:  # unreadable, damaged, or holding objects: not an export to replace silently
-        return False
-    return isinstance(saved, dict) and saved.get("format") == FORMAT

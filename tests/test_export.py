@@ -8,7 +8,7 @@ import types
 
 import pytest
 
-from formats.export import check_hf_path, check_tl_path
+from formats.export import check_path
 from formats.layout import Unsupported, check_supported
 from model.config import GPTConfig
 from tests.commands import ROOT, one_line, run_sample
@@ -79,18 +79,18 @@ def test_relative_positions_are_refused_by_both_targets_naming_the_part(tmp_path
 def test_which_paths_an_export_may_take(tmp_path):
     from cli import UserError
 
-    check_tl_path(tmp_path / "new" / "model.tl.pt")     # a new file in a folder that can be made
-    check_hf_path(tmp_path / "folder")                  # a new folder
+    check_path(tmp_path / "new" / "model.tl.pt", "tl")   # a new file in a folder that can be made
+    check_path(tmp_path / "folder", "hf")                # a new folder
     (tmp_path / "empty").mkdir()
-    check_hf_path(tmp_path / "empty")                   # an empty one
+    check_path(tmp_path / "empty", "hf")                 # an empty one
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "notes.txt").write_text("mine")
     (tmp_path / "file.txt").write_text("mine")
-    for check, path, words in ((check_hf_path, tmp_path / "full", "not empty"),
-                               (check_hf_path, tmp_path / "file.txt", "is a file"),
-                               (check_tl_path, tmp_path / "file.txt", "not an earlier --export tl file"),
-                               (check_tl_path, tmp_path / "full", "is a directory"),
-                               (check_tl_path, tmp_path / "file.txt" / "m.pt", "cannot write")):
+    for target, path, words in (("hf", tmp_path / "full", "not empty"),
+                                ("hf", tmp_path / "file.txt", "is a file"),
+                                ("tl", tmp_path / "file.txt", "not an earlier --export tl file"),
+                                ("tl", tmp_path / "full", "is a directory"),
+                                ("tl", tmp_path / "file.txt" / "m.pt", "cannot write")):
         with pytest.raises(UserError, match=words):
-            check(path)
+            check_path(path, target)
     assert (tmp_path / "full" / "notes.txt").read_text() == "mine" and (tmp_path / "file.txt").read_text() == "mine"
