@@ -94,7 +94,19 @@ def library(module: str, purpose: str, *also: str) -> ModuleType:
 
 def gpt_config(hf: dict, where: Path) -> GPTConfig:
     """The gptwatch config computing what a model of the GPT2Config `hf` computes."""
-    _check_types(hf, where)
+    # Every key read holds a JSON value of its type (a list where a string belongs would break what reads it).
+    for key, (kinds, words) in KEY_TYPES.items():
+        value = hf.get(key)
+        if value is None:   # left out, or null: the default (or, for model_type, its own message)
+            continue
+        ok = isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds)
+        if key == "architectures":
+            ok = ok and all(isinstance(name, str) for name in value)
+        if not ok:
+            shown = json.dumps(value)
+            shown = shown if len(shown) <= 60 else f"{shown[:50]}... ({len(shown):,} characters)"
+            raise CheckpointError(f"{where}: {key} is {shown}, not {words}; use the config.json save_pretrained "
+                                  f"wrote")
     classes = hf.get("architectures") or []
     model_type = hf.get("model_type")
     if model_type is None:
@@ -129,44 +141,9 @@ def gpt_config(hf: dict, where: Path) -> GPTConfig:
     return config
 
 
-def _check_types(hf: dict, where: Path) -> None:
-    """Every key read from config.json holds a JSON value of its type (a list where a string belongs would break
-    what reads it): the one place the file's values are checked for type."""
-    for key, (kinds, words) in KEY_TYPES.items():
-        value = hf.get(key)
-        if value is None:   # left out, or null: the default (or, for model_type, its own message)
-            continue
-        ok = isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds)
-        if key == "architectures":
-            ok = ok and all(isinstance(name, str) for name in value)
-        if not ok:
-            shown = json.dumps(value)
-            shown = shown if len(shown) <= 60 else f"{shown[:50]}... ({len(shown):,} characters)"
-            raise CheckpointError(f"{where}: {key} is {shown}, not {words}; use the config.json save_pretrained "
-                                  f"wrote")
-
-
 def _refuse(where: Path, key: str, value: object, meaning: str, read: str) -> None:
     raise CheckpointError(f"{where} sets {key}={json.dumps(value)} ({meaning}), which gptwatch's model does not "
                             f"compute; only models with {read} are read")
-
-
-def folder_tokenizer(folder: Path, config: GPTConfig) -> Tokenizer:
-    """The folder's vocabulary: the one gptwatch's export recorded, else GPT-2's BPE as it is."""
-    marker = folder / MARKER
-    if marker.is_file():
-        try:
-            record = parse_json(read_text(marker, "export record", "export the model again", CheckpointError))
-            return tokenizer_from_meta(record.get("tokenizer"))
-        except (NotParsed, AttributeError, TokenizerMetaError) as exc:
-            raise CheckpointError(f"{marker} does not describe the tokenizer of the export ({exc}); remove it to "
-                                    f"read the folder with GPT-2's BPE, or export again") from None
-    tokenizer = FullGPT2Tokenizer()
-    if config.vocab_size < tokenizer.vocab_size:
-        raise CheckpointError(f"{folder}: its model has {config.vocab_size:,} token rows, fewer than the "
-                                f"{tokenizer.vocab_size:,} of GPT-2's BPE, and no tokenizer gptwatch reads is "
-                                f"named; only models over GPT-2's BPE (or gptwatch's own exports) are read")
-    return tokenizer
 
 
 @contextmanager
@@ -207,6 +184,20 @@ def read_folder(folder: Path, hub: str | None) -> tuple[GPTConfig, Tokenizer, Ca
         sharded = " (sharded weights, *.index.json, are not read)" if any(folder.glob("*.index.json")) else ""
         raise CheckpointError(f"{folder} has {CONFIG} but neither {' nor '.join(WEIGHTS)}{sharded}; give the folder "
                               f"save_pretrained wrote, with its weights")
+    marker = folder / MARKER   # the vocabulary gptwatch's export recorded, else GPT-2's BPE as it is
+    if marker.is_file():
+        try:
+            record = parse_json(read_text(marker, "export record", "export the model again", CheckpointError))
+            tokenizer = tokenizer_from_meta(record.get("tokenizer"))
+        except (NotParsed, AttributeError, TokenizerMetaError) as exc:
+            raise CheckpointError(f"{marker} does not describe the tokenizer of the export ({exc}); remove it to "
+                                  f"read the folder with GPT-2's BPE, or export again") from None
+    else:
+        tokenizer = FullGPT2Tokenizer()
+        if config.vocab_size < tokenizer.vocab_size:
+            raise CheckpointError(f"{folder}: its model has {config.vocab_size:,} token rows, fewer than the "
+                                  f"{tokenizer.vocab_size:,} of GPT-2's BPE, and no tokenizer gptwatch reads is "
+                                  f"named; only models over GPT-2's BPE (or gptwatch's own exports) are read")
 
     def weights(config: GPTConfig) -> dict[str, torch.Tensor]:
         with open_weights(path) as (shapes, read):
@@ -214,7 +205,7 @@ def read_folder(folder: Path, hub: str | None) -> tuple[GPTConfig, Tokenizer, Ca
 
     source = {"format": "huggingface", "path": str(folder), "hub": hub, "weights": path.name,
               "class": (hf.get("architectures") or ["GPT2LMHeadModel"])[0]}
-    return config, folder_tokenizer(folder, config), weights, source
+    return config, tokenizer, weights, source
 
 
 # --- writing a folder -----------------------------------------------------------------------------------------

@@ -39,25 +39,6 @@ def meta_places(path: Path, checkpoint: dict) -> list[Path]:
     return places
 
 
-def nanogpt_tokenizer(path: Path, checkpoint: dict, config: GPTConfig) -> tuple[Tokenizer, Path | None]:
-    """The checkpoint's vocabulary, and the meta.pkl it came from (None: GPT-2's BPE)."""
-    places = meta_places(path, checkpoint)
-    meta = next((place for place in places if place.exists()), None)
-    if meta is not None:
-        tokenizer = read_meta(meta)
-        if tokenizer.vocab_size != config.vocab_size:
-            raise CheckpointError(f"{meta} holds {tokenizer.vocab_size:,} characters, but the model in {path} has "
-                                    f"{config.vocab_size:,} token rows: it is the vocabulary of another dataset; "
-                                    f"put the meta.pkl of the checkpoint's dataset beside it")
-        return tokenizer, meta
-    tokenizer = FullGPT2Tokenizer()
-    if config.vocab_size < tokenizer.vocab_size:
-        raise CheckpointError(f"the model in {path} has {config.vocab_size:,} token rows, too few for GPT-2's BPE, "
-                                f"and it has no meta.pkl (looked at {' and '.join(map(str, places))}); put the "
-                                f"meta.pkl of its dataset beside it")
-    return tokenizer, None
-
-
 class _Refused(pickle.UnpicklingError):
     pass
 
@@ -118,7 +99,20 @@ def read_nanogpt(path: Path, checkpoint: dict) -> tuple[GPTConfig, Tokenizer, Ca
         config = GPTConfig(**{key: args[key] for key in SIZES}, bias=args["bias"], qkv_bias=args["bias"])
     except ValueError as exc:
         raise CheckpointError(f"{path} describes no model gptwatch can build ({exc})") from None
-    tokenizer, meta = nanogpt_tokenizer(path, checkpoint, config)
+    places = meta_places(path, checkpoint)
+    meta = next((place for place in places if place.exists()), None)
+    if meta is not None:
+        tokenizer = read_meta(meta)
+        if tokenizer.vocab_size != config.vocab_size:
+            raise CheckpointError(f"{meta} holds {tokenizer.vocab_size:,} characters, but the model in {path} has "
+                                  f"{config.vocab_size:,} token rows: it is the vocabulary of another dataset; "
+                                  f"put the meta.pkl of the checkpoint's dataset beside it")
+    else:
+        tokenizer = FullGPT2Tokenizer()
+        if config.vocab_size < tokenizer.vocab_size:
+            raise CheckpointError(f"the model in {path} has {config.vocab_size:,} token rows, too few for GPT-2's "
+                                  f"BPE, and it has no meta.pkl (looked at {' and '.join(map(str, places))}); put "
+                                  f"the meta.pkl of its dataset beside it")
 
     def weights(config: GPTConfig) -> dict[str, torch.Tensor]:
         state = checkpoint["model"]
@@ -129,14 +123,10 @@ def read_nanogpt(path: Path, checkpoint: dict) -> tuple[GPTConfig, Tokenizer, Ca
         return read_weights({name: tuple(t.shape) for name, t in state.items()}, state.__getitem__, config,
                             conv1d=False, where=str(path))
 
+    best = checkpoint.get("best_val_loss")   # a number, or a tensor holding one (nanoGPT saves its best loss so)
     source = {"format": "nanogpt", "path": str(path), "meta": None if meta is None else str(meta),
               "iter_num": checkpoint["iter_num"] if type(checkpoint.get("iter_num")) is int else None,
-              "best_val_loss": _number(checkpoint.get("best_val_loss"))}
+              "best_val_loss": float(best) if isinstance(best, torch.Tensor) and best.numel() == 1
+              or isinstance(best, (int, float)) and not isinstance(best, bool) else None}
     return config, tokenizer, weights, source
 
-
-def _number(value: object) -> float | None:
-    """A plain number, or a tensor holding one (nanoGPT saves its best loss as one), as a float; else None."""
-    if isinstance(value, torch.Tensor):
-        return float(value) if value.numel() == 1 else None
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
