@@ -24,8 +24,7 @@ from cli import UserError
 
 
 def what_stands_at(path: Path, *, follow_links: bool = True) -> str | None:
-    """What is wrong with `path` as a regular file, in words ("missing", "a directory", ...); None when it is one.
-    Without `follow_links`, a symbolic link is itself the problem."""
+    """What is wrong with `path` as a regular file, in words ("missing", "a directory", ...); None when it is one."""
     try:
         mode = path.stat().st_mode if follow_links else path.lstat().st_mode
     except FileNotFoundError:
@@ -77,7 +76,14 @@ def read_text(path: str | Path, what: str, fix: str, error: type[UserError] = Us
     """A user's UTF-8 text file, or one `error` saying what else it is (binary, UTF-16/32, another encoding)."""
     raw = read_bytes(path, what, fix, error)
     if b"\x00" in raw:  # no UTF-8 text holds NUL bytes: text in another encoding does, or binary data
-        encoding = wide_encoding(raw)
+        # Text of two or four bytes a character, by its byte-order mark or, without one, by its NUL bytes (every
+        # other byte, for the first few hundred characters of Latin text in UTF-16).
+        marks = ((b"\xff\xfe\x00\x00", "UTF-32LE"), (b"\x00\x00\xfe\xff", "UTF-32BE"), (b"\xff\xfe", "UTF-16LE"),
+                 (b"\xfe\xff", "UTF-16BE"))
+        head = raw[:1024] if len(raw) % 2 == 0 else raw[:1023]
+        encoding = next((name for mark, name in marks if raw.startswith(mark)), None) or next(
+            (name for parity, name in ((1, "UTF-16LE"), (0, "UTF-16BE")) if len(head) >= 4
+             and head[parity::2].count(0) == len(head) // 2 and 0 not in head[1 - parity::2]), None)
         if encoding is not None:
             converted = Path(path).with_name(f"{Path(path).stem}-utf8.txt")
             raise error(f"{what} {path} looks like {encoding} text, not UTF-8; convert it, e.g. iconv -f "
@@ -91,24 +97,10 @@ def read_text(path: str | Path, what: str, fix: str, error: type[UserError] = Us
                     f"`iconv -f latin1 -t utf-8`") from None
 
 
-def wide_encoding(raw: bytes) -> str | None:
-    """The encoding of text written two or four bytes a character, by its byte-order mark or, without one, by its
-    NUL bytes (every other byte, for the first few hundred characters of Latin text in UTF-16); None otherwise."""
-    for mark, name in ((b"\xff\xfe\x00\x00", "UTF-32LE"), (b"\x00\x00\xfe\xff", "UTF-32BE"), (b"\xff\xfe", "UTF-16LE"),
-                       (b"\xfe\xff", "UTF-16BE")):
-        if raw.startswith(mark):
-            return name
-    head = raw[:1024] if len(raw) % 2 == 0 else raw[:1023]
-    for parity, name in ((1, "UTF-16LE"), (0, "UTF-16BE")):
-        if len(head) >= 4 and head[parity::2].count(0) == len(head) // 2 and 0 not in head[1 - parity::2]:
-            return name
-    return None
-
-
 def clear_for_file(path: str | Path, what: str, fix: str, error: type[UserError] = UserError, *,
                    follow_links: bool = True) -> Path:
-    """`path`, after checking that nothing but a regular file (or nothing, or a link: `replace_file` replaces it)
-    stands there: a folder or a pipe in its place is `error` now, not a failure halfway."""
+    """`path`, once nothing but a file, a link (`replace_file` replaces it) or nothing stands there: a folder or a
+    pipe in its place is `error` now, not a failure halfway."""
     path = Path(path)
     problem = what_stands_at(path, follow_links=follow_links)
     if problem is not None and not problem.startswith("missing") and problem != "a symbolic link":
@@ -147,7 +139,6 @@ _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) 
 
 
 def fresh_file(path: str | Path) -> tuple[int, Path]:
-    """(an open descriptor, its path) of a new empty file beside `path`."""
     return _fresh(Path(path), lambda tmp: os.open(tmp, _NEW_FILE, 0o666))
 
 
@@ -176,9 +167,8 @@ class _RecordingFile:
 
 def replace_file(path: str | Path, write: Callable[[BinaryIO], object],
                  before_replace: Callable[[], object] | None = None) -> Path:
-    """Writes `path` as a whole new file: `write(fh)` fills a `fresh_file`, flushed to disk and renamed over
-    `path` (`before_replace()` runs just before). An error (or an interrupt) leaves `path` as it was and no
-    temporary file; a write that failed is raised as its OSError, however the library writing reported it."""
+    """Writes `path` as a whole new file: `write(fh)` fills a `fresh_file`, renamed over `path` once on disk. An
+    error (or an interrupt) leaves `path` as it was and no temporary file; a failed write is raised as its OSError."""
     path = Path(path)
     remove_dead_leftovers(path)
     fd, tmp = fresh_file(path)
@@ -246,7 +236,6 @@ def _remove(path: Path) -> None:
 
 
 def _raise_os_error_of(exc: Exception, recorded: OSError | None = None) -> NoReturn:
-    """Raises the OSError behind `exc` (`recorded`, if a write recorded one), or `exc` itself when none."""
     error = recorded or os_error_of(exc)
     if error is None or error is exc:
         raise exc
@@ -275,13 +264,11 @@ _FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
 def write_fix(exc: OSError, fix: str) -> str:
-    """`fix` for a failed write, after "free disk space or" when the disk (or the quota) is full."""
     return f"free disk space or {fix}" if exc.errno in _FULL else fix
 
 
 def write_error(exc: OSError, path: str | Path) -> str:
-    """Why a write at `path` failed, in the system's words; a full disk (or quota) named by the folder it is mounted
-    at, which tells the user where space is missing."""
+    """Why a write at `path` failed; a full disk (or quota) named by its mount point: where space is missing."""
     if exc.errno not in _FULL:
         return exc.strerror or str(exc)
     return f"{os.strerror(exc.errno)} on the disk mounted at {mount_point(path)}"
@@ -381,7 +368,7 @@ def utf8_name(text: str) -> str | None:
 
 
 def utf8_value(value: object) -> str | None:
-    """`utf8_name` of a setting's value: a string, or the first string of a list that is not UTF-8."""
+    """`utf8_name` of a setting's value: a string, or each string of a list."""
     for text in value if isinstance(value, list) else [value]:
         problem = utf8_name(text) if isinstance(text, str) else None
         if problem is not None:
@@ -410,9 +397,8 @@ def is_whole_number(text: str) -> bool:
 
 
 def parse_int(text: str) -> int:
-    """`text` as a whole number: ASCII digits, an optional sign, and '_' between digits. Anything else is a
-    ValueError, as int()'s: other digits too ('²', which int() refuses; '٣', which int() would read). More than
-    MAX_DIGITS digits is a `NotParsed`, never Python's own limit on converting long numbers."""
+    """`text` as a whole number (WHOLE_NUMBER); anything else a ValueError, as int()'s, other digits too ('²', which
+    int() refuses; '٣', which it reads). More than MAX_DIGITS digits is a `NotParsed`, never Python's own limit."""
     if not is_whole_number(text):
         raise ValueError(f"{quoted(text)} is not a whole number")
     digits = len(text.lstrip("+-").replace("_", ""))
@@ -425,8 +411,7 @@ TOO_DEEP = "its brackets are nested too deeply to read"
 
 
 def parse_json(text: str | bytes, load: Callable = json.loads) -> object:
-    """`json.loads(text)` (or `load(text)`), with every way it can fail as a `NotParsed`: bad syntax ("Expecting
-    value at column 3"), or nesting deep enough to exhaust Python's recursion limit (a RecursionError otherwise)."""
+    """`load(text)`, every way it can fail a `NotParsed`: bad syntax, or nesting too deep for Python's recursion."""
     try:
         return load(text)
     except json.JSONDecodeError as exc:

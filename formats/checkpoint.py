@@ -48,14 +48,12 @@ class Loaded:
 
 
 def checkpoint_path(path: str | Path) -> Path:
-    """The checkpoint file `path` names: itself, or the ckpt.pt in it when it is a folder."""
     path = Path(path)
     return path / "ckpt.pt" if path.is_dir() else path
 
 
 def read_torch(path: Path, kind: str = "checkpoint") -> object:
-    """The contents of the PyTorch file `path`, on the CPU, read by `torch.load(weights_only=True)`, whose
-    unpickler builds only tensors and plain values. Memory-mapped where the file allows it (the zip format of
+    """The contents of the PyTorch file `path`, on the CPU, memory-mapped where the file allows it (the zip format of
     torch 1.6 on), so a large file is not read whole before it is used."""
     ours = kind == "checkpoint"
     fix = "use an earlier copy or retrain" if ours else "use an intact copy"
@@ -96,8 +94,8 @@ def is_torch_archive(path: Path) -> bool:
 # --- reading a checkpoint ------------------------------------------------------------------------------------
 
 def load_checkpoint(path: str | Path, contents: object = None) -> dict:
-    """A checkpoint's contents, on the CPU (or `contents`, read already); `CheckpointError` for anything that is not
-    a checkpoint this trainer wrote. `validate` checks its structure."""
+    """A checkpoint's contents (or `contents`, read already); `CheckpointError` for anything that is not a
+    checkpoint this trainer wrote. `validate` checks its structure."""
     folder = Path(path) if Path(path).suffix != ".pt" else Path(path).parent   # where train.py would write it
     path = regular_file(checkpoint_path(path), "checkpoint", "point --out_dir at the folder that holds the "
                         f"ckpt.pt train.py wrote, or train one there first: python train.py "

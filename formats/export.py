@@ -48,7 +48,16 @@ def export(loaded: Loaded, target: str, path: str | Path, source: str) -> str:
               "tokenizer": loaded.tokenizer.to_meta()}
     check_path(path, target)
     if target == "tl":
-        what, diff, (batch, length) = _export_tl(model, path, record)
+        hooked = to_hooked_transformer(model, device="cpu")
+        diff, (batch, length) = _logits_diff(model, hooked)
+        # the config and state dict TransformerLens loads, plain values and tensors only (weights_only=True reads it)
+        contents = {"format": TL_FORMAT, "format_version": 1, "config": hooked_config(model.config),
+                    "state_dict": {name: t.detach().cpu() for name, t in hooked.state_dict().items()}, **record}
+        try:
+            replace_file(path, lambda fh: torch.save(contents, fh))
+        except OSError as exc:
+            raise _write_failed(path, exc, "the TransformerLens file") from None
+        what = "TransformerLens HookedTransformer (config and state dict)"
         load = (f"  import torch; from transformer_lens import HookedTransformer\n"
                 f"  saved = torch.load({shown!r})\n"
                 f"  model = HookedTransformer(saved[\"config\"]); model.load_state_dict(saved[\"state_dict\"])")
@@ -121,19 +130,6 @@ def is_earlier_export(path: Path, target: str) -> bool:
 
 def _write_failed(path: Path, exc: OSError, what: str) -> UserError:
     return UserError(f"cannot write {what} {path}: {write_error(exc, path)}; {write_fix(exc, 'choose another path')}")
-
-
-def _export_tl(model: GPT, path: Path, record: dict) -> tuple[str, float, tuple[int, int]]:
-    hooked = to_hooked_transformer(model, device="cpu")
-    diff, tokens = _logits_diff(model, hooked)
-    # the config and state dict TransformerLens loads, plain values and tensors only (torch.load(weights_only=True))
-    contents = {"format": TL_FORMAT, "format_version": 1, "config": hooked_config(model.config),
-                "state_dict": {name: t.detach().cpu() for name, t in hooked.state_dict().items()}, **record}
-    try:
-        replace_file(path, lambda fh: torch.save(contents, fh))
-    except OSError as exc:
-        raise _write_failed(path, exc, "the TransformerLens file") from None
-    return "TransformerLens HookedTransformer (config and state dict)", diff, tokens
 
 
 def _export_hf(loaded: Loaded, model: GPT, folder: Path, record: dict) -> tuple[str, float, tuple[int, int]]:

@@ -226,25 +226,6 @@ def layout_names(names: Iterable[str], where: str) -> dict[str, str]:
     return out
 
 
-def check_tensors(found: dict[str, tuple[int, ...]], expected: dict[str, tuple[int, ...]], where: str) -> None:
-    """A `CheckpointError` naming the tensors missing, unexpected and of another shape, up to three of each."""
-    def some(names: list[str]) -> str:
-        return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
-
-    def in_order(name: str) -> tuple:   # transformer.h.10 after transformer.h.9
-        return tuple(int(part) if part.isdigit() else part for part in name.split("."))
-
-    missing = sorted(set(expected) - set(found), key=in_order)
-    unexpected = sorted(set(found) - set(expected), key=in_order)
-    reshaped = [f"{name} {tuple(found[name])} instead of {expected[name]}" for name in sorted(expected, key=in_order)
-                if name in found and tuple(found[name]) != expected[name]]
-    problems = [f"{what} {some(names)}" for what, names in
-                (("missing", missing), ("unexpected", unexpected), ("of another shape:", reshaped)) if names]
-    if problems:
-        raise CheckpointError(f"{where} does not hold the weights its own config describes ({'; '.join(problems)}); "
-                              f"it is damaged or was edited: use the file as it was saved")
-
-
 def read_weights(shapes: dict[str, tuple[int, ...]], read: Reader, config: GPTConfig, conv1d: bool,
                  where: str) -> dict[str, torch.Tensor]:
     """gptwatch's state dict for a model of `config` from a file of GPT-2's layout (`shapes` {name in the file:
@@ -257,7 +238,23 @@ def read_weights(shapes: dict[str, tuple[int, ...]], read: Reader, config: GPTCo
     with torch.device("meta"):   # the model's own shapes, nothing allocated
         state = GPT(config).state_dict()
     expected = {row.theirs: tuple(row.out(*(state[name] for name in row.ours)).shape) for row in rows if row.ours}
-    check_tensors({name: shapes[original] for name, original in names.items()}, expected, where)
+    found = {name: shapes[original] for name, original in names.items()}
+
+    def some(listed: list[str]) -> str:
+        return ", ".join(listed[:3]) + (f" and {len(listed) - 3} more" if len(listed) > 3 else "")
+
+    def in_order(name: str) -> tuple:   # transformer.h.10 after transformer.h.9
+        return tuple(int(part) if part.isdigit() else part for part in name.split("."))
+
+    missing = sorted(set(expected) - set(found), key=in_order)
+    unexpected = sorted(set(found) - set(expected), key=in_order)
+    reshaped = [f"{name} {tuple(found[name])} instead of {expected[name]}" for name in sorted(expected, key=in_order)
+                if name in found and tuple(found[name]) != expected[name]]
+    problems = [f"{what} {some(listed)}" for what, listed in
+                (("missing", missing), ("unexpected", unexpected), ("of another shape:", reshaped)) if listed]
+    if problems:   # up to three of each
+        raise CheckpointError(f"{where} does not hold the weights its own config describes ({'; '.join(problems)}); "
+                              f"it is damaged or was edited: use the file as it was saved")
     # a file that also holds the output head must hold the token table there: gptwatch ties them
     head = next((n for n in shapes if n.removeprefix(COMPILED_PREFIX) == HEAD), None)
     tokens = next((n for n in shapes if n.removeprefix(COMPILED_PREFIX).removeprefix("transformer.") == "wte.weight"),
