@@ -103,8 +103,8 @@ def is_torch_archive(path: Path) -> bool:
 # --- reading a checkpoint ------------------------------------------------------------------------------------
 
 def load_checkpoint(path: str | Path, contents: object = None) -> dict:
-    """A checkpoint's contents (or `contents`, read already); `CheckpointError` for anything that is not a
-    checkpoint this trainer wrote. `validate` checks its structure."""
+    """A checkpoint's contents (or `contents`, read already), refused unless this trainer wrote it (`validate` checks
+    its structure)."""
     folder = Path(path) if Path(path).suffix != ".pt" else Path(path).parent   # where train.py would write it
     path = regular_file(checkpoint_path(path), "checkpoint", "point --out_dir at the folder that holds the "
                         f"ckpt.pt train.py wrote, or train one there first: python train.py "

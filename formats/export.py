@@ -81,8 +81,7 @@ def export_path(target: str, text: str) -> Path:
 
 
 def check_path(path: Path, target: str) -> None:
-    """`path` can take the export: nothing there, an earlier export, a link (replaced, never followed), or for hf an
-    empty folder."""
+    """`path` can take the export: nothing, an earlier export, a link (replaced, not followed), an empty folder (hf)."""
     problem = what_stands_at(path, follow_links=False)
     other = problem not in (None, "a directory", "a symbolic link") and not problem.startswith("missing")
     if target == "tl":

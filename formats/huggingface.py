@@ -79,8 +79,7 @@ class MissingDependency(UserError):
 
 
 def library(module: str, purpose: str, *also: str) -> ModuleType:
-    """`module` (transformers, safetensors, huggingface_hub, ...), after it the modules `also` (what it brings), or a
-    `MissingDependency` naming the package missing."""
+    """`module` (then the modules `also`, which it brings), or a `MissingDependency` naming what is missing."""
     modules = []
     for name in (module, *also):
         try:
@@ -208,8 +207,7 @@ def read_folder(folder: Path, hub: str | None) -> tuple[GPTConfig, Tokenizer, Ca
 # --- writing a folder -----------------------------------------------------------------------------------------
 
 def to_hf_model(model: GPT, eos_token_id: int | None = None):
-    """A transformers model (GPT2LMHeadModel or Qwen3ForCausalLM) computing what `model` computes, on the CPU in
-    float32."""
+    """A GPT2LMHeadModel or Qwen3ForCausalLM computing what `model` computes, on the CPU in float32."""
     check_supported(model.config, "hf")
     transformers = library("transformers", "exporting to Hugging Face", "tokenizers")
     config = model.config
@@ -228,8 +226,7 @@ def to_hf_model(model: GPT, eos_token_id: int | None = None):
             n_head=config.n_head, n_inner=config.mlp_width, activation_function=GPT2_ACTIVATIONS[config.activation],
             layer_norm_epsilon=LN_EPS, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, **special))
     rows = qwen3_layout(config) if config.modern else gpt2_layout(config)
-    weights = {name: t.detach().float().cpu().contiguous().clone() for name, t in
-               written(rows, model.state_dict()).items()}
+    weights = written(rows, model.state_dict())
     missing, unexpected = hf.load_state_dict(weights, strict=False)
     if unexpected or set(missing) != {"lm_head.weight"}:
         raise RuntimeError(f"{type(hf).__name__} of this transformers version does not fit gptwatch's weights (missing "

@@ -80,8 +80,9 @@ def joined(theirs: str, ours: tuple[str, ...], width: int, transpose: bool = Fal
 
 
 def written(rows: Iterable[Row], state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """The layout's tensors, by name, from gptwatch's state dict."""
-    return {row.theirs: row.out(*(state[name] for name in row.ours)) for row in rows}
+    """The layout's tensors, by name, from gptwatch's state dict: float32 copies on the CPU, each its own."""
+    return {row.theirs: row.out(*(state[name] for name in row.ours)).detach().float().cpu().contiguous().clone()
+            for row in rows}
 
 
 def read_back(rows: Iterable[Row], read: Reader) -> dict[str, torch.Tensor]:

@@ -82,8 +82,7 @@ def read_meta(path: Path) -> CharTokenizer:
 
 
 def read_nanogpt(path: Path, checkpoint: dict) -> tuple[GPTConfig, Tokenizer, Callable, dict]:
-    """A nanoGPT checkpoint read already (`checkpoint`): (its gptwatch config, its tokenizer, weights(config) ->
-    gptwatch's state dict, what was read)."""
+    """A nanoGPT checkpoint, read: (its gptwatch config, tokenizer, weights(config) -> state dict, what was read)."""
     args = checkpoint["model_args"]
     if not isinstance(args, dict):
         raise CheckpointError(f"{path}: its model_args is not a dict of the model's sizes; use the ckpt.pt "

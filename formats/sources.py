@@ -170,8 +170,7 @@ def hub_config(name: str) -> GPTConfig:
 
 
 def fetch(name: str, device: torch.device) -> Path:
-    """The folder in the Hugging Face cache holding hub model `name` (its config and weights), downloaded there
-    first when it is not yet, once the model is known to fit in memory."""
+    """The Hugging Face cache's folder of hub model `name`, downloaded first if need be, once it is known to fit."""
     check_fits(hub_config(name), name, device)
     hub = library("huggingface_hub", f"fetching {name} from the Hugging Face hub")
     repository = HUB_MODELS[name][0]
@@ -189,8 +188,7 @@ def fetch(name: str, device: torch.device) -> Path:
 
 
 def check_fits(config: GPTConfig, what: str, device: torch.device) -> None:
-    """Refuses, before anything is downloaded or allocated, a model from elsewhere whose float32 weights alone exceed
-    the memory free on the CPU, where it is read, or on `device`, where it runs."""
+    """`check_memory` for a model from elsewhere: its float32 weights alone, before anything is downloaded."""
     n = parameter_count(config)   # float32, as gptwatch runs a model from elsewhere
     check_memory({"weights": n * 4}, device, lambda where, _, free: (
         f"{what} has {n:,} parameters, which need at least {size_text(n * 4)} of memory (float32), and "

@@ -68,8 +68,7 @@ def to_hooked_transformer(model: GPT, device: str | torch.device | None = None):
     device = device if device is not None else next(model.parameters()).device
     with quiet_deprecation():
         hooked = tl.HookedTransformer(tl.HookedTransformerConfig(**hooked_config(model.config), device=str(device)))
-    weights = {name: t.detach().float().cpu().contiguous()
-               for name, t in written(hooked_layout(model.config), model.state_dict()).items()}
+    weights = written(hooked_layout(model.config), model.state_dict())
     params = {name for name, _ in hooked.named_parameters()}
     if params != set(weights):
         raise RuntimeError(f"this transformer-lens has parameters {sorted(params - set(weights))} that gptwatch does "
