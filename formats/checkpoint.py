@@ -158,8 +158,7 @@ def validate(checkpoint: dict, path: str | Path, *, for_resume: bool = False) ->
         raise unusable(path, problem)
     # Weights (and, to resume, optimizer moments) that are nan or inf would sample garbage, or make every
     # resumed step nan: a run that diverged never saves them, so such a file was damaged or made elsewhere.
-    found = not_finite({"model": checkpoint["model"]}, "") or (
-        not_finite({"optimizer": checkpoint["optimizer"]}, "") if for_resume else None)
+    found = not_finite({key: checkpoint[key] for key in ("model", "optimizer")[:1 + for_resume]}, "")
     if found is not None:
         raise CheckpointError(f"{path} holds numbers that are not finite ({found}); it comes from a run that "
                               f"diverged, or is damaged: use an earlier checkpoint (ckpt.prev.pt?) or retrain")
