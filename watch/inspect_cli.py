@@ -148,10 +148,8 @@ def show_probes(model, tokenizer, _checkpoint: dict, args: argparse.Namespace, a
             out["continuation_accuracy_without_ablation"] = baseline.continuation_accuracy
         print(json.dumps(finite(out), allow_nan=False))  # valid JSON: null where a number is nan
         return
-    title = f"heads on {report.n_probes} probes from {args.probes}"
-    if ablate:
-        title += f", with {', '.join(ablation_names(ablate))} ablated"
-    print(title + ":")
+    ablated = f", with {', '.join(ablation_names(ablate))} ablated" if ablate else ""
+    print(f"heads on {report.n_probes} probes from {args.probes}{ablated}:")
     print(head_table(report))
     if ablate and baseline.continuation_accuracy is not None:
         print(ablation_line(baseline.continuation_accuracy, report.continuation_accuracy, ablation_names(ablate)))
@@ -217,9 +215,7 @@ def show_heads(model, tokenizer, checkpoint: dict, args: argparse.Namespace, abl
     reading = checkpoint_reading(model, sets, checkpoint, ablate)   # the composition: of the weights, as they are
     found = proofs(model, sets, reading, args.ablation) if not ablate else []
     if args.json:
-        print(json.dumps({**heads_json(reading, found, args.ablation, sets),
-                          **finite(composition_json(reading.composition, reading.untrained.composition))},
-                         allow_nan=False))
+        print(json.dumps(heads_json(reading, found, args.ablation, sets), allow_nan=False))
         return
     about = "; ".join(s.about for s in sets.sets.values())
     removed = f", with {', '.join(reading.results.ablated)} removed ({args.ablation}-ablation)" if ablate else ""
@@ -229,7 +225,7 @@ def show_heads(model, tokenizer, checkpoint: dict, args: argparse.Namespace, abl
 
 
 def heads_json(reading: Reading, found: list, mode: str, sets: ProbeSets) -> dict:
-    """What `show_heads` prints, as one JSON object (None where a score was not measured)."""
+    """What `show_heads` prints, composition included, as one JSON object (None where a score was not measured)."""
     results, untrained = reading.results, reading.untrained
     kinds = ("previous_token", "duplicate_token", "induction", "sink", "current_token", "broad")
 
@@ -254,5 +250,6 @@ def heads_json(reading: Reading, found: list, mode: str, sets: ProbeSets) -> dic
            "probe_sets": {kind: s.about for kind, s in sets.sets.items()}, "not_measured": dict(sets.missing),
            "ablations": [{"heads": p.heads, "chosen_as": p.kind,
                           **{n: p.reading.results.numbers.get(n) for n in CONTEXT_NUMBERS},
-                          "best_induction": (p.reading.results.best("induction") or (None, None))[1]} for p in found]}
+                          "best_induction": (p.reading.results.best("induction") or (None, None))[1]} for p in found],
+           **composition_json(reading.composition, untrained.composition)}
     return finite(out)
