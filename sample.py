@@ -131,18 +131,16 @@ def check_mode(args: argparse.Namespace, parser: argparse.ArgumentParser) -> str
 
 
 def validate(args: argparse.Namespace, vocab_size: int) -> None:
-    if args.max_new_tokens <= 0:
-        raise UsageError(f"--max_new_tokens must be positive, got {args.max_new_tokens}")
-    if not 0 <= args.seed < 2**32:  # as train.py accepts
-        raise UsageError(f"--seed must be between 0 and 2**32 - 1, got {args.seed}")
-    if args.num_samples <= 0:
-        raise UsageError(f"--num_samples must be positive, got {args.num_samples}")
-    if not 0 <= args.temperature < math.inf:  # also refuses nan
-        raise UsageError(f"--temperature must be a number >= 0 (0 is greedy), got {args.temperature}")
-    if args.top_k is not None and not 0 < args.top_k <= vocab_size:
-        raise UsageError(f"--top_k must be between 1 and the vocabulary size {vocab_size}, got {args.top_k}")
-    if args.top_p is not None and not 0 < args.top_p <= 1:
-        raise UsageError(f"--top_p must be in (0, 1], got {args.top_p}")
+    for name, ok, rule in (
+            ("max_new_tokens", args.max_new_tokens > 0, "must be positive"),
+            ("seed", 0 <= args.seed < 2**32, "must be between 0 and 2**32 - 1"),  # as train.py accepts
+            ("num_samples", args.num_samples > 0, "must be positive"),
+            ("temperature", 0 <= args.temperature < math.inf, "must be a number >= 0 (0 is greedy)"),  # refuses nan
+            ("top_k", args.top_k is None or 0 < args.top_k <= vocab_size,
+             f"must be between 1 and the vocabulary size {vocab_size}"),
+            ("top_p", args.top_p is None or 0 < args.top_p <= 1, "must be in (0, 1]")):
+        if not ok:
+            raise UsageError(f"--{name} {rule}, got {getattr(args, name)}")
 
 
 def prompt_ids(tokenizer, args: argparse.Namespace, parser: argparse.ArgumentParser) -> list[int]:
@@ -242,12 +240,9 @@ def main(argv: list[str]) -> int:
     if mode == "sample":
         stream_samples(model, tokenizer, prompt_ids(tokenizer, args, parser), args, device, ablate)
         return 0
-    from watch.inspect_cli import show_attention, show_heads, show_probes
+    from watch import inspect_cli
 
-    if mode == "probes":
-        show_probes(model, tokenizer, args, ablate)
-    else:
-        {"attention": show_attention, "heads": show_heads}[mode](model, tokenizer, loaded.checkpoint, args, ablate)
+    getattr(inspect_cli, f"show_{mode}")(model, tokenizer, loaded.checkpoint, args, ablate)
     return 0
 
 

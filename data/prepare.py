@@ -218,17 +218,13 @@ def _too_short(split: str, sizes: dict[str, int], block_size: int, meta: dict) -
             fixes.append(f"--val_fraction=0.5 with a --block_size of at most {total // 2 - 2}")
         return UserError(f"{problem}: the text has {total:,} tokens in all, too few for both splits; "
                          f"{' or '.join(fixes)}")
-    if split == "val":  # the smallest fraction (to 2 significant digits) that gives val a window
-        suggested = float(f"{need / total:.2g}")
-        while int(total * suggested) < need:
-            suggested = float(f"{suggested * 1.1:.2g}")
-        return UserError(f"{problem}: --val_fraction={fraction:g} of {total:,} tokens is too small; use "
-                         f"--val_fraction={suggested:g} or more")
-    largest = float(f"{(total - need) / total:.2g}")
-    while total - int(total * largest) < need:
-        largest = float(f"{largest * 0.9:.2g}")
-    return UserError(f"{problem}: --val_fraction={fraction:g} leaves too little for training; use "
-                     f"--val_fraction={largest:g} or less")
+    # The fraction nearest the one in use (to 2 significant digits) that gives the short split a window.
+    val = split == "val"
+    suggested = float(f"{(need if val else total - need) / total:.2g}")
+    while (int(total * suggested) if val else total - int(total * suggested)) < need:
+        suggested = float(f"{suggested * (1.1 if val else 0.9):.2g}")
+    why, bound = (f"of {total:,} tokens is too small", "more") if val else ("leaves too little for training", "less")
+    return UserError(f"{problem}: --val_fraction={fraction:g} {why}; use --val_fraction={suggested:g} or {bound}")
 
 
 def _tokenize(text: str, tokenizer: str | ModelVocabulary, val_fraction: float, label: str

@@ -17,6 +17,7 @@ import os
 import re
 from collections.abc import Iterator, Sequence
 from itertools import islice
+from pathlib import Path
 
 import numpy as np
 
@@ -104,54 +105,43 @@ R50K_URL = "https://openaipublic.blob.core.windows.net/encodings/r50k_base.tikto
 R50K_SHA256 = "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930"
 
 
+_CHECKED: set[str] = set()  # cache files found intact in this process
+
+
 def gpt2_encoding():
     """tiktoken's r50k_base (GPT-2's BPE), which tiktoken downloads once into its cache. Offline, it is read
     from TIKTOKEN_CACHE_DIR or, when that is unset, from a `shared/tiktoken` cache beside the repository.
     A UserError when it cannot be loaded: not the fault of the data or the checkpoint that names it."""
+    import hashlib
+    import tempfile
+
     import tiktoken
 
     if "TIKTOKEN_CACHE_DIR" not in os.environ and SHARED_TIKTOKEN.is_dir():
         os.environ["TIKTOKEN_CACHE_DIR"] = str(SHARED_TIKTOKEN)
     cache = os.environ.get("TIKTOKEN_CACHE_DIR", "(unset)")
-    damaged = _damaged_cache_file()
-    if damaged is not None:  # tiktoken would delete it and try to download it again, failing offline
+    # tiktoken's copy is in TIKTOKEN_CACHE_DIR, else DATA_GYM_CACHE_DIR, else data-gym-cache in the temporary
+    # folder ("" turns its cache off). A damaged one it would delete and try to download again, failing offline.
+    cache_dir = os.environ.get("TIKTOKEN_CACHE_DIR", os.environ.get(
+        "DATA_GYM_CACHE_DIR", os.path.join(tempfile.gettempdir(), "data-gym-cache")))
+    path = os.path.join(cache_dir, hashlib.sha1(R50K_URL.encode()).hexdigest())
+    try:
+        intact = not cache_dir or path in _CHECKED or hashlib.sha256(Path(path).read_bytes()).hexdigest() == R50K_SHA256
+    except OSError:  # absent (tiktoken downloads it) or unreadable: tiktoken says what is wrong
+        intact = None
+    if intact is False:
         raise UserError(
-            f"cannot load the GPT-2 BPE ({GPT2_ENCODING}): the tiktoken cache holds a damaged copy of it, {damaged} "
+            f"cannot load the GPT-2 BPE ({GPT2_ENCODING}): the tiktoken cache holds a damaged copy of it, {path} "
             f"(its sha256 is not {R50K_SHA256[:12]}...); delete that file so tiktoken downloads it again, or set "
             f"TIKTOKEN_CACHE_DIR to a good cache (now {cache})")
+    if intact and cache_dir:
+        _CHECKED.add(path)
     try:
         return tiktoken.get_encoding(GPT2_ENCODING)
     except Exception as exc:  # network or cache problems surface as many types
         raise UserError(
             f"cannot load the GPT-2 BPE ({GPT2_ENCODING}): {type(exc).__name__}: {exc}; connect to the "
             f"internet once, or set TIKTOKEN_CACHE_DIR to a tiktoken cache (now {cache})") from None
-
-
-_CHECKED: set[str] = set()  # cache files found intact in this process
-
-
-def _damaged_cache_file() -> str | None:
-    """The path of tiktoken's cached r50k_base file when it is there and its checksum is wrong; None when it is
-    intact, absent (tiktoken downloads it) or r50k_base is loaded already. Where tiktoken looks: TIKTOKEN_CACHE_DIR,
-    else DATA_GYM_CACHE_DIR, else data-gym-cache in the temporary folder."""
-    import hashlib
-    import tempfile
-
-    cache_dir = os.environ.get("TIKTOKEN_CACHE_DIR", os.environ.get(
-        "DATA_GYM_CACHE_DIR", os.path.join(tempfile.gettempdir(), "data-gym-cache")))
-    if not cache_dir:  # "" turns tiktoken's cache off
-        return None
-    path = os.path.join(cache_dir, hashlib.sha1(R50K_URL.encode()).hexdigest())
-    if path in _CHECKED:
-        return None
-    try:
-        with open(path, "rb") as fh:
-            if hashlib.sha256(fh.read()).hexdigest() != R50K_SHA256:
-                return path
-    except OSError:
-        return None
-    _CHECKED.add(path)
-    return None
 
 
 class GPT2Tokenizer:

@@ -95,8 +95,10 @@ def show_attention(model, tokenizer, checkpoint: dict, args: argparse.Namespace,
 
 def _write_heatmaps(checkpoint: dict, args: argparse.Namespace, tokens: list[str], patterns: list, query: int,
                     focused: tuple[int, int]) -> Path:
-    """PNGs of every layer and of the focused head, also added to the checkpoint's TensorBoard run;
-    returns their folder."""
+    """PNGs of every layer and of the focused head; returns their folder. They are also added to the checkpoint's
+    TensorBoard run, under inspect/, when that run's folder is here. Both its parts come from the checkpoint, so
+    nothing else is written: no folder is made, and a run name that would lead outside its log_dir ('..', an
+    absolute path) is not followed."""
     png_dir = Path(args.png_dir) if args.png_dir else Path(args.out_dir if Path(args.out_dir).is_dir()
                                                            else Path(args.out_dir).parent) / "attention"
     slug = sentence_slug(args.attention)
@@ -110,26 +112,18 @@ def _write_heatmaps(checkpoint: dict, args: argparse.Namespace, tokens: list[str
     except OSError as exc:
         raise UserError(f"cannot write the heatmaps to {png_dir} ({write_error(exc, png_dir)}); choose a writable "
                         f"--png_dir") from None
-    _log_to_run(checkpoint, slug, images)
-    return png_dir
-
-
-def _log_to_run(checkpoint: dict, slug: str, images: dict) -> None:
-    """Adds the heatmaps to the checkpoint's TensorBoard run, under inspect/, when that run's folder is here.
-    Both its parts come from the checkpoint, so nothing else is written: no folder is made, and a run name
-    that would lead outside its log_dir ('..', an absolute path) is not followed."""
     config = checkpoint.get("train_config")
     run = checkpoint.get("run_name")
     root = config.get("log_dir", "runs") if isinstance(config, dict) else None
     if not isinstance(run, str) or not run or not isinstance(root, str):
-        return
+        return png_dir
     if inside_name(run) is not None:
         warn(f"the heatmaps are not added to TensorBoard: the checkpoint's run name {run!r} {inside_name(run)}, "
              f"so it would lead outside its log_dir; they are in the PNG files")
-        return
+        return png_dir
     log_dir = Path(root) / run
     if not log_dir.is_dir():  # the run's logs are not here (another machine, or removed): nothing to add to
-        return
+        return png_dir
     writer = TensorBoardWriter(log_dir, fix="the heatmaps are in the PNG files")
     for name, image in images.items():
         writer.add_image(f"inspect/{slug}/{Path(name).stem.removeprefix(slug + '_')}", image, checkpoint.get("step", 0),
@@ -139,9 +133,10 @@ def _log_to_run(checkpoint: dict, slug: str, images: dict) -> None:
         # A shell comment after the command, so the whole line runs as printed.
         print(f"TensorBoard: tensorboard --logdir {shlex.quote(str(log_dir.parent))}  # run {run}, tab IMAGES, "
               f"tags inspect/...")
+    return png_dir
 
 
-def show_probes(model, tokenizer, args: argparse.Namespace, ablate: Ablation | None) -> None:
+def show_probes(model, tokenizer, _checkpoint: dict, args: argparse.Namespace, ablate: Ablation | None) -> None:
     sets = ProbeSets({PRONOUN: from_file(PRONOUN, args.probes, tokenizer, model.config.block_size, strict=True)})
     report = read_pass(model, sets, ablate=ablate).pronouns
     baseline = read_pass(model, sets).pronouns if ablate else report
@@ -153,10 +148,8 @@ def show_probes(model, tokenizer, args: argparse.Namespace, ablate: Ablation | N
             out["continuation_accuracy_without_ablation"] = baseline.continuation_accuracy
         print(json.dumps(finite(out), allow_nan=False))  # valid JSON: null where a number is nan
         return
-    title = f"heads on {report.n_probes} probes from {args.probes}"
-    if ablate:
-        title += f", with {', '.join(ablation_names(ablate))} ablated"
-    print(title + ":")
+    ablated = f", with {', '.join(ablation_names(ablate))} ablated" if ablate else ""
+    print(f"heads on {report.n_probes} probes from {args.probes}{ablated}:")
     print(head_table(report))
     if ablate and baseline.continuation_accuracy is not None:
         print(ablation_line(baseline.continuation_accuracy, report.continuation_accuracy, ablation_names(ablate)))
@@ -222,9 +215,7 @@ def show_heads(model, tokenizer, checkpoint: dict, args: argparse.Namespace, abl
     reading = checkpoint_reading(model, sets, checkpoint, ablate)   # the composition: of the weights, as they are
     found = proofs(model, sets, reading, args.ablation) if not ablate else []
     if args.json:
-        print(json.dumps({**heads_json(reading, found, args.ablation, sets),
-                          **finite(composition_json(reading.composition, reading.untrained.composition))},
-                         allow_nan=False))
+        print(json.dumps(heads_json(reading, found, args.ablation, sets), allow_nan=False))
         return
     about = "; ".join(s.about for s in sets.sets.values())
     removed = f", with {', '.join(reading.results.ablated)} removed ({args.ablation}-ablation)" if ablate else ""
@@ -234,7 +225,7 @@ def show_heads(model, tokenizer, checkpoint: dict, args: argparse.Namespace, abl
 
 
 def heads_json(reading: Reading, found: list, mode: str, sets: ProbeSets) -> dict:
-    """What `show_heads` prints, as one JSON object (None where a score was not measured)."""
+    """What `show_heads` prints, composition included, as one JSON object (None where a score was not measured)."""
     results, untrained = reading.results, reading.untrained
     kinds = ("previous_token", "duplicate_token", "induction", "sink", "current_token", "broad")
 
@@ -259,5 +250,6 @@ def heads_json(reading: Reading, found: list, mode: str, sets: ProbeSets) -> dic
            "probe_sets": {kind: s.about for kind, s in sets.sets.items()}, "not_measured": dict(sets.missing),
            "ablations": [{"heads": p.heads, "chosen_as": p.kind,
                           **{n: p.reading.results.numbers.get(n) for n in CONTEXT_NUMBERS},
-                          "best_induction": (p.reading.results.best("induction") or (None, None))[1]} for p in found]}
+                          "best_induction": (p.reading.results.best("induction") or (None, None))[1]} for p in found],
+           **composition_json(reading.composition, untrained.composition)}
     return finite(out)
