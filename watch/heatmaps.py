@@ -77,13 +77,6 @@ def _matrix(pattern: torch.Tensor | np.ndarray, n_tokens: int) -> np.ndarray:
     return values
 
 
-def cell_text(value: float) -> str:
-    """".88" (fits a small cell); blank below 0.05, so the weights that matter stand out."""
-    if not value >= NUMBER_MIN_WEIGHT:  # also blank for the masked future (NaN)
-        return ""
-    return "1" if value >= 0.995 else f"{value:.2f}"[1:]
-
-
 class HeatmapCanvas:
     """Heatmaps of one sentence's attention, one panel per head: the labels, axis titles and colour bar are drawn
     once, and `draw` paints the cells, their numbers and the titles over a copy of that. What it last drew stays
@@ -161,7 +154,8 @@ class HeatmapCanvas:
             numbers = {}
             if n <= ANNOTATE_MAX_TOKENS:
                 for q, k in zip(*np.tril_indices(n), strict=True):
-                    text = cell_text(values[q, k])
+                    value = values[q, k]   # ".88" fits a small cell; none below NUMBER_MIN_WEIGHT, or for NaN
+                    text = ("1" if value >= 0.995 else f"{value:.2f}"[1:]) if value >= NUMBER_MIN_WEIGHT else ""
                     numbers[(int(q), int(k))] = text
                     if text:
                         ink = "black" if values[q, k] > 0.55 else "white"   # dark on the bright end
@@ -276,14 +270,19 @@ def save_png(image: np.ndarray, path: str | Path) -> Path:
     return replace_file(path, lambda fh: picture.save(fh, format="PNG"))
 
 
-def grid_image(panels: Sequence[np.ndarray], titles: Sequence[str], row_labels: Sequence[str],
-               column_labels: Sequence[str], *, rows_name: str, columns_name: str, scale_name: str,
-               suptitle: str = "") -> np.ndarray:
-    """Matrices [row, column] of values in [0, 1] (NaN: blank) side by side as heatmaps with one colour
-    bar, the attention heatmaps' colours and numbers, every row and column labelled (RGB array)."""
+def composition_image(found: Composition, title: str) -> np.ndarray:
+    """The Q-, K- and V-composition of every pair of heads (watch/composition.py), a panel each in the attention
+    heatmaps' colours, with every row and column labelled and one colour bar: what the head of a row (every layer
+    but the last) writes, read by the head of a column (every layer but the first); blank where the reader is not
+    in a later layer."""
+    n_layer, n_head = found.scores["K"].shape[:2]
+    writers, readers = (n_layer - 1) * n_head, n_layer * n_head
+    later = torch.arange(n_head, readers)[None, :] // n_head > torch.arange(writers)[:, None] // n_head
+    panels = [found.scores[kind].reshape(readers, readers)[:writers, n_head:].where(later, float("nan")).numpy()
+              for kind in KINDS]
+    names = [head_name(layer, head) for layer in range(n_layer) for head in range(n_head)]
+    row_labels, column_labels = names[:writers], names[n_head:]
     n_rows, n_cols = len(row_labels), len(column_labels)
-    if not panels or any(p.shape != (n_rows, n_cols) for p in panels):
-        raise ValueError(f"every panel must be [{n_rows}, {n_cols}], got {[p.shape for p in panels]}")
     annotate = max(n_rows, n_cols) <= ANNOTATE_MAX_TOKENS
     cell = 30 if annotate else max(4, min(20, 480 // max(n_rows, n_cols)))
     label_font, axis_font, title_font = font(12), font(13), font(14)
@@ -291,41 +290,27 @@ def grid_image(panels: Sequence[np.ndarray], titles: Sequence[str], row_labels: 
     left, below, top, title_h, bar_w = widest + 26, widest + 26, 28, 22, 80
     panel_w = left + n_cols * cell + 16
     height = top + title_h + n_rows * cell + below + 8
-    width = max(len(panels) * panel_w + bar_w, int(font(15).getlength(suptitle)) + 20)   # room for the title
+    width = max(len(panels) * panel_w + bar_w, int(font(15).getlength(title)) + 20)   # room for the title
     image = Image.new("RGB", (width, max(height, top + title_h + 140)), "white")
     draw = ImageDraw.Draw(image)
     number_font = font(11)
-    for n, (values, title) in enumerate(zip(panels, titles, strict=True)):
+    for n, (values, kind) in enumerate(zip(panels, KINDS, strict=True)):
         x0, y0 = n * panel_w + left, top + title_h
         image.paste(Image.fromarray(_cells(values, cell)), (x0, y0))
-        draw.text((x0 + n_cols * cell // 2, y0 - 6), title, fill=INK, font=title_font, anchor="md")
+        draw.text((x0 + n_cols * cell // 2, y0 - 6), f"{kind}-composition", fill=INK, font=title_font, anchor="md")
         for r, text in enumerate(row_labels):
             draw.text((x0 - 4, y0 + r * cell + cell // 2), text, fill=INK, font=label_font, anchor="rm")
         for c, text in enumerate(column_labels):
             image.paste(_turned(text, 12), (x0 + c * cell + cell // 2 - 7, y0 + n_rows * cell + 4))
-        draw.text((x0 + n_cols * cell // 2, y0 + n_rows * cell + below - 2), columns_name, fill=INK,
+        draw.text((x0 + n_cols * cell // 2, y0 + n_rows * cell + below - 2), "reads", fill=INK,
                   font=axis_font, anchor="md")
-        image.paste(_turned(rows_name, 13), (x0 - left + 2, y0 + max(0, n_rows * cell // 2 - 30)))
+        image.paste(_turned("writes", 13), (x0 - left + 2, y0 + max(0, n_rows * cell // 2 - 30)))
         if annotate:
             for r, c in zip(*np.nonzero(~np.isnan(values)), strict=True):
                 text = f"{values[r, c]:.2f}".removeprefix("0")
                 draw.text((x0 + c * cell + cell // 2, y0 + r * cell + cell // 2), text,
                           fill="black" if values[r, c] > 0.55 else "white", font=number_font, anchor="mm")
-    colour_bar(image, draw, image.width - bar_w + 12, top + title_h, 120, scale_name, None)
-    if suptitle:
-        draw.text((image.width // 2, 6), suptitle, fill=INK, font=font(15), anchor="mt")
+    colour_bar(image, draw, image.width - bar_w + 12, top + title_h, 120, "composition score", None)
+    if title:
+        draw.text((image.width // 2, 6), title, fill=INK, font=font(15), anchor="mt")
     return np.asarray(image)
-
-
-def composition_image(found: Composition, title: str) -> np.ndarray:
-    """The Q-, K- and V-composition of every pair of heads (watch/composition.py), a panel each: what the
-    head of a row (every layer but the last) writes, read by the head of a column (every layer but the first);
-    blank where the reader is not in a later layer."""
-    n_layer, n_head = found.scores["K"].shape[:2]
-    writers, readers = (n_layer - 1) * n_head, n_layer * n_head
-    later = torch.arange(n_head, readers)[None, :] // n_head > torch.arange(writers)[:, None] // n_head
-    panels = [found.scores[kind].reshape(readers, readers)[:writers, n_head:].where(later, float("nan")).numpy()
-              for kind in KINDS]
-    names = [head_name(layer, head) for layer in range(n_layer) for head in range(n_head)]
-    return grid_image(panels, [f"{kind}-composition" for kind in KINDS], names[:writers], names[n_head:],
-                      rows_name="writes", columns_name="reads", scale_name="composition score", suptitle=title)
