@@ -150,15 +150,24 @@ class SelfAttention(nn.Module):
     def forward(self, x: torch.Tensor, *, ablation: HeadAblation | None = None, cache: LayerCache | None = None,
                 residual: torch.Tensor | None = None) -> torch.Tensor:
         """The same function as `forward_with_weights`, with score, mask, softmax and mix fused into one call
-        that never materialises the weights; with a `residual` (a block's stream), that plus the output. With a
+        that never materialises the weights; with a `residual` (a block's stream), the residual plus it. With a
         `cache` (sampling), x holds rows [B * T, d_in]: T positions after the `cache.length` that the cache holds
         for each of its B sequences, which attend to those too and join them; the output, rows as well, is added
         to `residual` inside the output projection's matmul (`model/sampling.py` says why)."""
         if cache is None:
             x, unbatched = self._batched(x)
-        start = 0 if cache is None else cache.length
-        queries, keys, values = self._project(x, cache)
-        T = queries.shape[2]
+            start, T = 0, x.shape[1]
+            queries, keys, values = self._project(x)
+        else:  # the three projections are one matmul, the cache's `qkv`; the new keys and values join the cache
+            start, B = cache.length, cache.batch
+            T = x.shape[0] // B
+            qkv = rows_linear(x, *cache.qkv).view(B, T, 3, self.n_head, self.head_dim)
+            queries = qkv[:, :, 0].transpose(1, 2)                                    # [B, H, T, head_dim]
+            new = qkv[:, :, 1:]                                                        # [B, T, 2, H, head_dim]
+            if self.qk_norm or self.rotary is not None:
+                queries, new_keys = self.normalise_and_rotate(queries, new[:, :, 0].transpose(1, 2), start)
+                new = torch.stack((new_keys.transpose(1, 2), new[:, :, 1]), dim=2)
+            keys, values = cache.append(new)                     # all it holds, each [B, H, positions, head_dim]
         dropout = self.dropout if self.training else 0.0
         if self.position_bias is None and (start == 0 or T == 1):
             # SDPA's own causal mask; a single query after the cache needs none, it sees every key
@@ -166,41 +175,32 @@ class SelfAttention(nn.Module):
         else:
             mask = self.mask(T, start).to(queries.dtype)
             context = F.scaled_dot_product_attention(queries, keys, values, attn_mask=mask, dropout_p=dropout)
-        if cache is not None:
-            return self._merge(context, ablation, cache, residual)
-        out = self._merge(context, ablation)
-        out = out.squeeze(0) if unbatched else out
-        return out if residual is None else residual + self.resid_dropout(out)
+        if cache is None:
+            out = self._merge(context, ablation)
+            out = out.squeeze(0) if unbatched else out
+            return out if residual is None else residual + self.resid_dropout(out)
+        if ablation is not None:
+            context = ablation.apply(context)
+        rows = context.view(B, self.d_out) if T == 1 else context.transpose(1, 2).reshape(B * T, self.d_out)
+        return rows_linear(rows, *cache.out_proj, residual)
 
     # --- shared by the paths ---------------------------------------------------------------
 
-    def _project(self, x: torch.Tensor, cache: LayerCache | None = None
-                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """x [B, T, d_in] -> queries, keys, values, each [B, H, T, head_dim], each head its own slice of the
-        features. With a `cache`, x is rows [B * T, d_in] and the three projections one matmul (the cache's
-        `qkv`); the new keys and values join the cache, and the keys and values returned are all it holds."""
-        if cache is None:
-            B, T, _ = x.shape
-            queries, keys, values = (W(x).view(B, T, self.n_head, self.head_dim).transpose(1, 2)
-                                     for W in (self.W_query, self.W_key, self.W_value))
-            return (*self.normalise_and_rotate(queries, keys, 0), values)
-        B = cache.batch
-        qkv = F.linear(x, *cache.qkv).view(B, x.shape[0] // B, 3, self.n_head, self.head_dim)
-        queries = qkv[:, :, 0].transpose(1, 2)                                    # [B, H, T, head_dim]
-        new = qkv[:, :, 1:]                                                        # [B, T, 2, H, head_dim]
-        if self.qk_norm or self.rotary is not None:
-            queries, new_keys = self.normalise_and_rotate(queries, new[:, :, 0].transpose(1, 2), cache.length)
-            new = torch.stack((new_keys.transpose(1, 2), new[:, :, 1]), dim=2)
-        return (queries, *cache.append(new))
+        features."""
+        B, T, _ = x.shape
+        queries, keys, values = (W(x).view(B, T, self.n_head, self.head_dim).transpose(1, 2)
+                                 for W in (self.W_query, self.W_key, self.W_value))
+        return (*self.normalise_and_rotate(queries, keys, 0), values)
 
     def fused_projection(self) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """[W_query; W_key; W_value] and their biases (None: none): `_project`'s three projections as one
-        [3 * d_out, d_in] linear layer (GPT-2's `c_attn`, transposed), for F.linear. The matrix is laid out
-        transposed in memory, [d_in, 3 * d_out] contiguous: one row of x meets it faster so."""
-        weight = torch.cat((self.W_query.weight, self.W_key.weight, self.W_value.weight)).t().contiguous().t()
+        """`_project`'s three projections as one linear layer: [W_query; W_key; W_value] transposed, [d_in,
+        3 * d_out] (GPT-2's `c_attn`), and their biases (None: none)."""
+        weight_t = torch.cat((self.W_query.weight, self.W_key.weight, self.W_value.weight)).t().contiguous()
         if self.W_query.bias is None:
-            return weight, None
-        return weight, torch.cat((self.W_query.bias, self.W_key.bias, self.W_value.bias))
+            return weight_t, None
+        return weight_t, torch.cat((self.W_query.bias, self.W_key.bias, self.W_value.bias))
 
     def normalise_and_rotate(self, queries: torch.Tensor, keys: torch.Tensor, start: int
                              ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -218,25 +218,22 @@ class SelfAttention(nn.Module):
         the keys at 0 up to the last query: -inf where the key comes after the query (the causal mask) and,
         with relative positions, each head's bias for the distance query_pos - key_pos ([head, query, key];
         [query, key] without)."""
-        positions = torch.arange(start + n_queries, device=self.W_query.weight.device)
+        table = self.position_bias
+        device = self.W_query.weight.device if table is None else table.device
+        positions = torch.arange(start + n_queries, device=device)
         distance = positions[start:, None] - positions                                # [query, key]
-        if self.position_bias is None:
-            bias = torch.zeros(distance.shape, device=distance.device)
+        if table is None:
+            bias = torch.zeros(distance.shape, device=device)
         else:
-            bias = POSITION_BIAS_SCALE * self.position_bias[:, distance.clamp(min=0)]
+            bias = POSITION_BIAS_SCALE * table[:, distance.clamp(min=0)]
         return bias.masked_fill(distance < 0, float("-inf"))
 
-    def _merge(self, context: torch.Tensor, ablation: HeadAblation | None, cache: LayerCache | None = None,
-               residual: torch.Tensor | None = None) -> torch.Tensor:
-        """context [B, H, T, head_dim] -> [B, T, d_out], through the output projection; with a `cache`, rows
-        [B * T, d_out] added to `residual` inside its matmul. `ablation` replaces the output of the heads it
-        removes before the heads are mixed: that is how a head is ablated."""
+    def _merge(self, context: torch.Tensor, ablation: HeadAblation | None) -> torch.Tensor:
+        """context [B, H, T, head_dim] -> [B, T, d_out], through the output projection. `ablation` replaces the
+        output of the heads it removes before the heads are mixed: that is how a head is ablated."""
         if ablation is not None:
             context = ablation.apply(context)
         B, H, T, D = context.shape
-        if cache is not None:
-            rows = context.view(B, H * D) if T == 1 else context.transpose(1, 2).reshape(B * T, H * D)
-            return add_linear(residual, rows, *cache.out_proj)
         out = context.transpose(1, 2).reshape(B, T, H * D)
         return self.out_proj(out) if self.out_proj is not None else out
 
@@ -249,9 +246,13 @@ class SelfAttention(nn.Module):
         return x, False
 
 
-def add_linear(residual: torch.Tensor, x: torch.Tensor, weight_t: torch.Tensor, bias: torch.Tensor | None
-               ) -> torch.Tensor:
-    """`residual + x @ weight_t + bias` for rows [N, in], the first addition inside the matmul: the cached path's
-    way into the residual stream (`weight_t`: a linear layer's weight transposed, [in, out])."""
+def rows_linear(x: torch.Tensor, weight_t: torch.Tensor, bias: torch.Tensor | None,
+                residual: torch.Tensor | None = None) -> torch.Tensor:
+    """`residual + x @ weight_t + bias` for rows x [N, in], the cached path's linear layer: one matmul call where
+    it can, the first addition inside it (F.linear transposes the weight on each call, and it and a separate
+    addition each add operations, which is what a sampled token's tiny matmuls cost). `weight_t` is a linear
+    layer's weight transposed, [in, out]."""
+    if residual is None:
+        return torch.mm(x, weight_t) if bias is None else torch.addmm(bias, x, weight_t)
     out = torch.addmm(residual, x, weight_t)
     return out if bias is None else out.add_(bias)

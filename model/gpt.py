@@ -27,7 +27,7 @@ import torch.nn.functional as F
 
 import model.sampling as sampling
 from model.ablation import Ablation
-from model.attention import HeadAblation, SelfAttention, add_linear
+from model.attention import HeadAblation, SelfAttention, rows_linear
 from model.config import GPTConfig
 
 LN_EPS = 1e-5  # LayerNorm's epsilon, GPT-2's (the exporters tell TransformerLens and transformers this one)
@@ -53,10 +53,11 @@ class Norm(nn.Module):
         return self.as_function()(x)
 
     def as_function(self) -> Callable[[torch.Tensor], torch.Tensor]:
-        """This norm as a function of x alone, its weights bound (sampling keeps it for a generation)."""
+        """This norm as a function of x alone, its weights bound (sampling keeps it for a generation): F.rms_norm's
+        and F.layer_norm's own operations, without their Python wrappers, which cost a sampled token more."""
         if self.weight is None:
-            return partial(F.rms_norm, normalized_shape=self.shape)
-        return partial(F.layer_norm, normalized_shape=self.shape, weight=self.weight, bias=self.bias, eps=LN_EPS)
+            return partial(torch.rms_norm, normalized_shape=self.shape)
+        return partial(torch.layer_norm, normalized_shape=self.shape, weight=self.weight, bias=self.bias, eps=LN_EPS)
 
 
 class MLP(nn.Module):
@@ -73,11 +74,11 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor, cache: sampling.LayerCache | None = None,
                 residual: torch.Tensor | None = None) -> torch.Tensor:
-        """The MLP's output; with a `residual`, that plus the output. With a `cache`, rows and the weights it
-        holds, the addition inside the last matmul (as `SelfAttention.forward`)."""
+        """The MLP's output; with a `residual` (a block's stream), the residual plus it. With a `cache`, x is rows
+        and the weights are those it holds, the addition inside the last matmul (as `SelfAttention.forward`)."""
         if cache is not None:
-            fc, fc_bias, proj_t, proj_bias = cache.mlp
-            return add_linear(residual, self.activation(F.linear(x, fc, fc_bias)), proj_t, proj_bias)
+            fc_t, fc_bias, proj_t, proj_bias = cache.mlp
+            return rows_linear(self.activation(rows_linear(x, fc_t, fc_bias)), proj_t, proj_bias, residual)
         out = self.dropout(self.c_proj(self.activation(self.c_fc(x))))
         return out if residual is None else residual + out
 
@@ -97,8 +98,9 @@ class Block(nn.Module):
 
     def forward(self, x: torch.Tensor, ablation: HeadAblation | None = None,
                 cache: sampling.LayerCache | None = None) -> torch.Tensor:
-        """With a `cache` (sampling), x is rows [B * T, n_embd] and the parts are those the cache holds for
-        the generation: a module's own forward, or a norm as a function, not read through this block."""
+        """With a `cache` (sampling), x is rows [B * T, n_embd] and the parts are those the cache holds for the
+        generation (the modules' own forward, the norms as functions), not read through this block, which costs
+        a sampled token about a microsecond a read."""
         ln_1, attn, ln_2, mlp = (self.ln_1, self.attn, self.ln_2, self.mlp) if cache is None else cache.parts
         x = attn(ln_1(x), ablation=ablation, cache=cache, residual=x)
         return x if mlp is None else mlp(ln_2(x), cache=cache, residual=x)

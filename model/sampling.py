@@ -27,7 +27,7 @@ class LayerCache:
     """One layer's part of a `KVCache`: `slot`, its keys and values [batch, position, 2, head, head_dim], side by
     side so a new position's are written in one copy, preallocated so that copy is in place; and what the
     block reads instead of its modules' parameters: `parts` (the norms as functions, the attention's and the
-    MLP's forward), `qkv` (`SelfAttention.fused_projection`), the weights of `out_proj` and `mlp`."""
+    MLP's forward), `qkv` (`SelfAttention.fused_projection`), the weights of `out_proj` and `mlp`, transposed."""
 
     def __init__(self, block: nn.Module, batch: int, max_len: int, like: torch.Tensor) -> None:
         attn, mlp, ln_2 = block.attn, block.mlp, block.ln_2
@@ -39,7 +39,7 @@ class LayerCache:
                                                                   (ln_2.as_function(), mlp.forward)))
         self.qkv = attn.fused_projection()
         self.out_proj = (attn.out_proj.weight.t(), attn.out_proj.bias)
-        self.mlp = None if mlp is None else (mlp.c_fc.weight, mlp.c_fc.bias, mlp.c_proj.weight.t(), mlp.c_proj.bias)
+        self.mlp = None if mlp is None else (mlp.c_fc.weight.t(), mlp.c_fc.bias, mlp.c_proj.weight.t(), mlp.c_proj.bias)
 
     def append(self, keys_and_values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Stores this layer's keys and values [B, T, 2, H, head_dim] for positions length..length+T-1; returns
