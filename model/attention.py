@@ -168,7 +168,7 @@ class SelfAttention(nn.Module):
                 queries, new_keys = self.normalise_and_rotate(queries, new[:, :, 0].transpose(1, 2), start)
                 new = torch.stack((new_keys.transpose(1, 2), new[:, :, 1]), dim=2)
             keys, values = cache.append(new)                     # all it holds, each [B, H, positions, head_dim]
-        dropout = self.dropout if self.training else 0.0
+        dropout = self.dropout if self.training and cache is None else 0.0   # sampling drops nothing
         if self.position_bias is None and (start == 0 or T == 1):
             # SDPA's own causal mask; a single query after the cache needs none, it sees every key
             context = F.scaled_dot_product_attention(queries, keys, values, dropout_p=dropout, is_causal=start == 0)

@@ -98,6 +98,19 @@ def test_cached_decoding_matches_the_full_forward_pass(arch, bias, prompt):
         x = block(x)
 
 
+def test_cached_decoding_drops_nothing_even_in_training_mode():
+    model = tiny_model(dropout=0.5)
+    tokens = torch.randint(0, 50, (1, 6))
+    logits = {}
+    for training in (False, True):
+        model.train(training)
+        cache = KVCache(model, batch=1)
+        with torch.inference_mode():
+            logits[training] = [decode(model, tokens[:, :2], cache)] + [decode(model, tokens[:, t:t + 1], cache)
+                                                                         for t in range(2, 6)]
+    assert all(torch.equal(a, b) for a, b in zip(logits[False], logits[True], strict=True))
+
+
 def test_a_full_cache_is_refused():
     model = tiny_model()
     cache = KVCache(model, batch=1)
