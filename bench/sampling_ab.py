@@ -7,9 +7,9 @@ A is `git archive` of `--rev` in a temporary folder. Each side loads the checkpo
 its own (one torch thread); the workers then take turns, A B B A A B ..., each timing a `--tokens`-token
 cached generation (temperature 0.8, top_k 200, a generator seeded alike) from a one-token prompt, so both
 meet the same machine. Prints each side's median wall and CPU time, their ranges, the ratios B/A of the
-medians (and of the fastest CPU times), and whether every run of both sampled the same tokens. CPU time
-(`time.process_time`) leaves out the time a worker waits for a core, which on a shared machine is most of
-the noise.
+medians, of the fastest CPU times and the median of each round's, and whether every run of both sampled
+the same tokens. CPU time (`time.process_time`) leaves out the time a worker waits for a core, which on a
+shared machine is most of the noise.
 """
 
 from __future__ import annotations
@@ -91,9 +91,10 @@ def compare(ckpt: str, tree_a: Path, repeats: int, tokens: int) -> None:
         print(f"  {side}: " + "; ".join(line))
     digests = {r["tokens"] for results in runs.values() for r in results}
     ratios = ", ".join(f"{clock} {medians['B', clock] / medians['A', clock]:.3f}" for clock in ("wall", "cpu"))
-    print(f"  ratio B/A of the medians: {ratios} (of the fastest runs: cpu "
-          f"{medians['B', 'cpu min'] / medians['A', 'cpu min']:.3f}); identical tokens: {len(digests) == 1}",
-          flush=True)
+    paired = statistics.median(b["cpu"] / a["cpu"] for a, b in zip(runs["A"], runs["B"], strict=True))
+    print(f"  ratio B/A of the medians: {ratios}; of the fastest runs: cpu "
+          f"{medians['B', 'cpu min'] / medians['A', 'cpu min']:.3f}; median of each round's: cpu {paired:.3f}; "
+          f"identical tokens: {len(digests) == 1}", flush=True)
 
 
 def gpt2_small(folder: Path) -> None:
