@@ -1,30 +1,23 @@
-"""Causal self-attention: one layer, two ways to run it (and a third, for sampling).
+"""Causal self-attention: one layer, two ways to run it.
 
 The maths, for each head, is the single-head causal attention of Raschka's *Build a Large
 Language Model (From Scratch)*, chapter 3, which this project starts from:
 
     queries, keys, values = x·W_query, x·W_key, x·W_value
     attention_scores      = queries · keysᵀ                    [query_pos, key_pos]
-    attention_weights     = softmax(attention_scores / sqrt(d_k)), with every key after its
-                            query masked to -inf first (no peeking at the future)
+    attention_weights     = softmax(attention_scores / sqrt(d_k) + mask), the mask -inf for every
+                            key after its query (no peeking at the future), 0 elsewhere
     context               = attention_weights · values
 
 `forward_with_weights` is that recipe line by line, and returns the weights shaped
-`[batch, head, query_pos, key_pos]` so they can be watched. `forward` is the fast path
-that trains the model: the same maths fused by `F.scaled_dot_product_attention`. Both read
-the same weights; `tests/test_attention.py` and `tests/test_model.py` prove they agree.
-Sampling runs the layer a third way, one new position at a time against a KV cache
-(`model/sampling.py`), with the same projections (`fused_projection`) and `normalise_and_rotate`.
+`[batch, head, query_pos, key_pos]` so they can be watched. `forward` is the fast path that trains
+the model and samples from it (against a KV cache, `model/sampling.py`): the same maths fused by
+`F.scaled_dot_product_attention`. Both read the same weights and the same `mask`;
+`tests/test_attention.py` and `tests/test_model.py` prove they agree.
 
 With `relative_positions`, each head also has a learned bias for each distance between query and key,
-`position_bias` [head, distance], added to the scaled scores before the softmax (Shaw et al. 2018; T5's
-relative bias, without its buckets):
-
-    attention_weights     = softmax(attention_scores / sqrt(d_k)
-                                    + POSITION_BIAS_SCALE * position_bias[head, query_pos - key_pos]), masked
-
-The fast path then gives `F.scaled_dot_product_attention` those biases, with -inf above the diagonal, as
-its float `attn_mask` (`relative_mask`); without them it keeps its own causal mask (`is_causal`).
+`position_bias` [head, distance], in its mask (Shaw et al. 2018; T5's relative bias, without its buckets):
+mask[head, query_pos, key_pos] = POSITION_BIAS_SCALE * position_bias[head, query_pos - key_pos].
 
 Names: inside the layer the softmax's output is `attention_weights`, as in the chapter, and a
 head's width is the chapter's `d_k`; everywhere else that width is `head_dim`, and a
@@ -36,10 +29,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+if TYPE_CHECKING:
+    from model.sampling import LayerCache
 
 
 @dataclass(frozen=True)
@@ -118,6 +115,7 @@ class SelfAttention(nn.Module):
         # Mixes the heads back together; the chapter's single head has none.
         self.out_proj = nn.Linear(d_out, d_out, bias=bias) if out_proj else None
         self.dropout = dropout
+        self.resid_dropout = nn.Dropout(dropout)   # on the output, where it joins a block's residual stream
         # Options of the "modern" architecture; both off gives the classic GPT-2 layer.
         self.qk_norm = qk_norm
         self.rotary = Rotary(self.head_dim, max_len) if rotary else None
@@ -128,23 +126,14 @@ class SelfAttention(nn.Module):
 
     def forward_with_weights(self, x: torch.Tensor, *, ablation: HeadAblation | None = None
                              ) -> tuple[torch.Tensor, torch.Tensor]:
-        """The layer written out step by step; also returns the attention weights.
-
-        Returns (result, attention_weights) with attention_weights shaped
-        [batch, head, query_pos, key_pos] ([head, query_pos, key_pos] when the
-        input was unbatched).
-        """
+        """The layer written out step by step; also returns the attention weights, [batch, head, query_pos,
+        key_pos] ([head, query_pos, key_pos] when the input was unbatched)."""
         x, unbatched = self._batched(x)
         queries, keys, values = self._project(x)                        # each [B, H, T, d_k]
-        T = x.shape[1]
         d_k = keys.shape[-1]
 
         attention_scores = queries @ keys.transpose(-2, -1)              # [B, H, T, T]
-        mask = torch.triu(torch.ones(T, T, dtype=torch.bool, device=x.device), diagonal=1)
-        attention_scores = attention_scores.masked_fill(mask, float("-inf"))  # no peeking ahead
-        scaled_scores = attention_scores / math.sqrt(d_k)
-        if self.position_bias is not None:  # each head's bias for each distance query_pos - key_pos
-            scaled_scores = scaled_scores + self.relative_mask(T)
+        scaled_scores = attention_scores / math.sqrt(d_k) + self.mask(x.shape[1]).to(attention_scores.dtype)
         attention_weights = torch.softmax(scaled_scores, dim=-1)
         mixed = attention_weights
         if self.training and self.dropout > 0:
@@ -156,46 +145,62 @@ class SelfAttention(nn.Module):
             return result.squeeze(0), attention_weights.squeeze(0)
         return result, attention_weights
 
-    # --- the fast path: training and evaluation ------------------------------------------
+    # --- the fast path: training, evaluation and sampling ------------------------------------
 
-    def forward(self, x: torch.Tensor, *, ablation: HeadAblation | None = None) -> torch.Tensor:
-        """The same function as `forward_with_weights`, with score, mask, softmax and mix
-        fused into one call that never materialises the weights."""
-        x, unbatched = self._batched(x)
-        queries, keys, values = self._project(x)
-        dropout = self.dropout if self.training else 0.0
-        if self.position_bias is None:
-            context = F.scaled_dot_product_attention(queries, keys, values, dropout_p=dropout, is_causal=True)
-        else:  # the biases and the causal mask in one float mask, added to the scaled scores
-            mask = self.relative_mask(x.shape[1]).to(queries.dtype)
+    def forward(self, x: torch.Tensor, *, ablation: HeadAblation | None = None, cache: LayerCache | None = None,
+                residual: torch.Tensor | None = None) -> torch.Tensor:
+        """The same function as `forward_with_weights`, with score, mask, softmax and mix fused into one call
+        that never materialises the weights; with a `residual` (a block's stream), the residual plus it. With a
+        `cache` (sampling), x holds rows [B * T, d_in]: T positions after the `cache.length` that the cache holds
+        for each of its B sequences, which attend to those too and join them; the output, rows as well, is added
+        to `residual` inside the output projection's matmul (`model/sampling.py` says why)."""
+        if cache is None:
+            x, unbatched = self._batched(x)
+            start, T = 0, x.shape[1]
+            queries, keys, values = self._project(x)
+        else:  # the three projections are one matmul, the cache's `qkv`; the new keys and values join the cache
+            start, B = cache.length, cache.batch
+            T = x.shape[0] // B
+            qkv = rows_linear(x, *cache.qkv).view(B, T, 3, self.n_head, self.head_dim)
+            queries = qkv[:, :, 0].transpose(1, 2)                                    # [B, H, T, head_dim]
+            new = qkv[:, :, 1:]                                                        # [B, T, 2, H, head_dim]
+            if self.qk_norm or self.rotary is not None:
+                queries, new_keys = self.normalise_and_rotate(queries, new[:, :, 0].transpose(1, 2), start)
+                new = torch.stack((new_keys.transpose(1, 2), new[:, :, 1]), dim=2)
+            keys, values = cache.append(new)                     # all it holds, each [B, H, positions, head_dim]
+        dropout = self.dropout if self.training and cache is None else 0.0   # sampling drops nothing
+        if self.position_bias is None and (start == 0 or T == 1):
+            # SDPA's own causal mask; a single query after the cache needs none, it sees every key
+            context = F.scaled_dot_product_attention(queries, keys, values, dropout_p=dropout, is_causal=start == 0)
+        else:
+            mask = self.mask(T, start).to(queries.dtype)
             context = F.scaled_dot_product_attention(queries, keys, values, attn_mask=mask, dropout_p=dropout)
-        out = self._merge(context, ablation)
-        return out.squeeze(0) if unbatched else out
+        if cache is None:
+            out = self._merge(context, ablation)
+            out = out.squeeze(0) if unbatched else out
+            return out if residual is None else residual + self.resid_dropout(out)
+        if ablation is not None:
+            context = ablation.apply(context)
+        rows = context.view(B, self.d_out) if T == 1 else context.transpose(1, 2).reshape(B * T, self.d_out)
+        return rows_linear(rows, *cache.out_proj, residual)
 
-    # --- shared by both paths (and by sampling's cached path, model/sampling.py) ---------------
+    # --- shared by the paths ---------------------------------------------------------------
 
     def _project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """x [B, T, d_in] -> queries, keys, values, each [B, H, T, head_dim]."""
-        queries = self._heads(self.W_query(x))
-        keys = self._heads(self.W_key(x))
-        values = self._heads(self.W_value(x))
+        """x [B, T, d_in] -> queries, keys, values, each [B, H, T, head_dim], each head its own slice of the
+        features."""
+        B, T, _ = x.shape
+        queries, keys, values = (W(x).view(B, T, self.n_head, self.head_dim).transpose(1, 2)
+                                 for W in (self.W_query, self.W_key, self.W_value))
         return (*self.normalise_and_rotate(queries, keys, 0), values)
 
-    def fused_projection(self) -> torch.Tensor:
-        """[W_query; W_key; W_value]: `_project`'s three projections as one [3 * d_out, d_in] matrix,
-        so one matmul computes them (sampling's cached path; GPT-2's `c_attn` is this, transposed)."""
-        return torch.cat((self.W_query.weight, self.W_key.weight, self.W_value.weight))
-
-    def fused_bias(self) -> torch.Tensor | None:
-        """[b_query; b_key; b_value], the biases of `fused_projection` (None: the layer has none)."""
+    def fused_projection(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """`_project`'s three projections as one linear layer: [W_query; W_key; W_value] transposed, [d_in,
+        3 * d_out] (GPT-2's `c_attn`), and their biases (None: none)."""
+        weight_t = torch.cat((self.W_query.weight, self.W_key.weight, self.W_value.weight)).t().contiguous()
         if self.W_query.bias is None:
-            return None
-        return torch.cat((self.W_query.bias, self.W_key.bias, self.W_value.bias))
-
-    def _heads(self, t: torch.Tensor) -> torch.Tensor:
-        """[B, T, d_out] -> [B, H, T, head_dim]: each head gets its own slice of the features."""
-        B, T, _ = t.shape
-        return t.view(B, T, self.n_head, self.head_dim).transpose(1, 2)
+            return weight_t, None
+        return weight_t, torch.cat((self.W_query.bias, self.W_key.bias, self.W_value.bias))
 
     def normalise_and_rotate(self, queries: torch.Tensor, keys: torch.Tensor, start: int
                              ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -208,26 +213,24 @@ class SelfAttention(nn.Module):
             queries, keys = self.rotary(queries, start), self.rotary(keys, start)
         return queries, keys
 
-    def relative_mask(self, n_queries: int, start: int = 0) -> torch.Tensor:
-        """[head, query, key]: what relative positions add to the scaled scores of `n_queries` queries at positions
-        start, start + 1, ... against the keys at 0 up to the last query: each head's bias for the distance
-        query_pos - key_pos, and -inf where the key comes after the query (the causal mask)."""
-        positions = torch.arange(start + n_queries, device=self.position_bias.device)
+    def mask(self, n_queries: int, start: int = 0) -> torch.Tensor:
+        """What is added to the scaled scores of `n_queries` queries at positions start, start + 1, ... against
+        the keys at 0 up to the last query: -inf where the key comes after the query (the causal mask) and,
+        with relative positions, each head's bias for the distance query_pos - key_pos ([head, query, key];
+        [query, key] without)."""
+        table = self.position_bias
+        device = self.W_query.weight.device if table is None else table.device
+        positions = torch.arange(start + n_queries, device=device)
         distance = positions[start:, None] - positions                                # [query, key]
-        bias = POSITION_BIAS_SCALE * self.position_bias[:, distance.clamp(min=0)]
+        if table is None:
+            bias = torch.zeros(distance.shape, device=device)
+        else:
+            bias = POSITION_BIAS_SCALE * table[:, distance.clamp(min=0)]
         return bias.masked_fill(distance < 0, float("-inf"))
 
-    def crop_positions(self, max_len: int) -> None:
-        """Keeps the relative position biases of distances below `max_len` only (`GPT.crop_block_size`)."""
-        if self.position_bias is not None:
-            self.position_bias = nn.Parameter(self.position_bias[:, :max_len].detach().clone())
-
     def _merge(self, context: torch.Tensor, ablation: HeadAblation | None) -> torch.Tensor:
-        """context [B, H, T, head_dim] -> [B, T, d_out], through the output projection.
-
-        `ablation` replaces the output of the heads it removes before the heads are mixed:
-        that is how a head is ablated.
-        """
+        """context [B, H, T, head_dim] -> [B, T, d_out], through the output projection. `ablation` replaces the
+        output of the heads it removes before the heads are mixed: that is how a head is ablated."""
         if ablation is not None:
             context = ablation.apply(context)
         B, H, T, D = context.shape
@@ -241,3 +244,15 @@ class SelfAttention(nn.Module):
         if x.dim() != 3:
             raise ValueError(f"SelfAttention expects [batch, seq, dim] or [seq, dim], got shape {tuple(x.shape)}")
         return x, False
+
+
+def rows_linear(x: torch.Tensor, weight_t: torch.Tensor, bias: torch.Tensor | None,
+                residual: torch.Tensor | None = None) -> torch.Tensor:
+    """`residual + x @ weight_t + bias` for rows x [N, in], the cached path's linear layer: one matmul call where
+    it can, the first addition inside it (F.linear transposes the weight on each call, and it and a separate
+    addition each add operations, which is what a sampled token's tiny matmuls cost). `weight_t` is a linear
+    layer's weight transposed, [in, out]."""
+    if residual is None:
+        return torch.mm(x, weight_t) if bias is None else torch.addmm(bias, x, weight_t)
+    out = torch.addmm(residual, x, weight_t)
+    return out if bias is None else out.add_(bias)

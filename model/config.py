@@ -1,14 +1,11 @@
 """The model's settings, `GPTConfig`: the one place a model option is declared, with its default, its meaning
 and its rules. A training config holds one (`config.TrainConfig.model`), so each option is a config key
 (`--n_layer=2`, `n_layer = 2` in TOML) that `--help` explains in the words written here, and a checkpoint
-records it: nothing else lists the model's options.
-
-Each field's metadata says what the rest of the project needs to know of it:
+records it: nothing else lists the model's options. Each field's metadata:
 - `help`: its meaning, for `--help`. A field without one is no config key: the data decides it (`vocab_size`),
   or a model trained elsewhere brings it (`qkv_bias`, `activation`, `vocab_used`).
-- `always`: a checkpoint records it whatever its value, as every checkpoint since the first has. Every later
-  option is recorded only when it differs from its default, so a checkpoint from before it existed reads as
-  one with it off (`to_dict`).
+- `always`: a checkpoint records it whatever its value, as every checkpoint since the first has; a later
+  option only when it differs from its default, so a checkpoint from before it reads as one with it off.
 - `shown`: the words that name a switch that is on, in the line a run starts with.
 """
 
@@ -88,10 +85,7 @@ class GPTConfig:
         if used is not None and (type(used) is not int or self.vocab_size is None or not 0 < used <= self.vocab_size):
             raise ValueError(f"'vocab_used' must be a positive integer up to vocab_size ({self.vocab_size}); got "
                              f"{self.vocab_used!r}")
-        self._validate_limits()
-
-    def _validate_limits(self) -> None:
-        """The sizes a model of this architecture cannot have, however much memory there is."""
+        # The sizes a model of this architecture cannot have, however much memory there is:
         if self.block_size > MAX_BLOCK_SIZE:
             raise ValueError(f"'block_size' must be at most {MAX_BLOCK_SIZE:,} (2**24: positions are counted in "
                              f"float32, exact only that far); got {self.block_size:,}")

@@ -5,22 +5,20 @@ Two architectures share this file:
 - "gpt2" (default, for teaching): learned positions, LayerNorm, GELU MLP.
 - "modern": rotary positions, QK-norm, parameter-free RMSNorm, ReLU² MLP and
   zero-initialised output projections, which trains faster at small scale.
-
 Two options change either: `attn_only` (blocks of attention alone, the toy models of Elhage et al.
 2021) and, for "gpt2", `relative_positions` (a learned bias per head and distance in every attention
 layer, `model/attention.py`, instead of the position table).
 
-Data takes one of two paths through it, the two paths of `SelfAttention`: `forward`
-(training, evaluation) and `forward_with_attention` (the readable path, returning every
-layer's attention pattern). `generate` samples text; how, with a KV cache, is
-`model/sampling.py`'s business.
+Data takes one of the two paths of `SelfAttention` through it: `forward` (training, evaluation and, a
+position at a time against a KV cache, sampling: `model/sampling.py`) or `forward_with_attention` (the
+readable path, returning every layer's attention pattern).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from functools import partial
 
 import torch
@@ -29,7 +27,7 @@ import torch.nn.functional as F
 
 import model.sampling as sampling
 from model.ablation import Ablation
-from model.attention import HeadAblation, SelfAttention
+from model.attention import HeadAblation, SelfAttention, rows_linear
 from model.config import GPTConfig
 
 LN_EPS = 1e-5  # LayerNorm's epsilon, GPT-2's (the exporters tell TransformerLens and transformers this one)
@@ -37,9 +35,8 @@ LN_EPS = 1e-5  # LayerNorm's epsilon, GPT-2's (the exporters tell TransformerLen
 
 def is_matrix(name: str, param: torch.Tensor) -> bool:
     """Whether parameter `name` is a weight matrix, what weight decay and Muon are for: every parameter of two or
-    more dimensions but a relative position table (`position_bias`, [head, distance]), which is a table of
-    biases: decay would pull them to 0, and Muon's orthogonalised update would mix one head's distances with
-    another's."""
+    more dimensions but a relative position table (`position_bias`, [head, distance]), a table of biases: decay
+    would pull them to 0, and Muon's orthogonalised update would mix one head's distances with another's."""
     return param.dim() >= 2 and not name.endswith("position_bias")
 
 
@@ -48,26 +45,19 @@ class Norm(nn.Module):
 
     def __init__(self, dim: int, config: GPTConfig) -> None:
         super().__init__()
-        self.dim = dim
+        self.shape = (dim,)
         self.weight = None if config.modern else nn.Parameter(torch.ones(dim))
         self.bias = nn.Parameter(torch.zeros(dim)) if config.bias and not config.modern else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.normalise(x, (self.dim,), self.weight, self.bias)
+        return self.as_function()(x)
 
     def as_function(self) -> Callable[[torch.Tensor], torch.Tensor]:
-        """This norm as a function of x alone, its weights bound once: what sampling calls for each
-        token (`model/sampling.py`), which cannot afford to read them through the module every time."""
-        return partial(self.normalise, shape=(self.dim,), weight=self.weight, bias=self.bias)
-
-    @staticmethod
-    def normalise(x: torch.Tensor, shape: tuple[int], weight: torch.Tensor | None, bias: torch.Tensor | None
-                  ) -> torch.Tensor:
-        """LayerNorm over the last dimension (`shape` is `(dim,)`), or without a `weight` ("modern")
-        parameter-free RMSNorm."""
-        if weight is None:
-            return F.rms_norm(x, shape)
-        return F.layer_norm(x, shape, weight, bias, LN_EPS)
+        """This norm as a function of x alone, its weights bound (sampling keeps it for a generation): F.rms_norm's
+        and F.layer_norm's own operations, without their Python wrappers, which cost a sampled token more."""
+        if self.weight is None:
+            return partial(torch.rms_norm, normalized_shape=self.shape)
+        return partial(torch.layer_norm, normalized_shape=self.shape, weight=self.weight, bias=self.bias, eps=LN_EPS)
 
 
 class MLP(nn.Module):
@@ -82,8 +72,15 @@ class MLP(nn.Module):
     def activation(self, h: torch.Tensor) -> torch.Tensor:
         return F.relu(h).square() if self.modern else F.gelu(h, approximate=self.gelu_approximation)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.dropout(self.c_proj(self.activation(self.c_fc(x))))
+    def forward(self, x: torch.Tensor, cache: sampling.LayerCache | None = None,
+                residual: torch.Tensor | None = None) -> torch.Tensor:
+        """The MLP's output; with a `residual` (a block's stream), the residual plus it. With a `cache`, x is rows
+        and the weights are those it holds, the addition inside the last matmul (as `SelfAttention.forward`)."""
+        if cache is not None:
+            fc_t, fc_bias, proj_t, proj_bias = cache.mlp
+            return rows_linear(self.activation(rows_linear(x, fc_t, fc_bias)), proj_t, proj_bias, residual)
+        out = self.dropout(self.c_proj(self.activation(self.c_fc(x))))
+        return out if residual is None else residual + out
 
 
 class Block(nn.Module):
@@ -98,20 +95,21 @@ class Block(nn.Module):
                                   relative_positions=config.relative_positions)
         self.ln_2 = None if config.attn_only else Norm(config.n_embd, config)
         self.mlp = None if config.attn_only else MLP(config)
-        self.resid_dropout = nn.Dropout(config.dropout)
 
-    def forward(self, x: torch.Tensor, ablation: HeadAblation | None = None) -> torch.Tensor:
-        x = x + self.resid_dropout(self.attn(self.ln_1(x), ablation=ablation))
-        return self._mlp(x)
+    def forward(self, x: torch.Tensor, ablation: HeadAblation | None = None,
+                cache: sampling.LayerCache | None = None) -> torch.Tensor:
+        """With a `cache` (sampling), x is rows [B * T, n_embd] and the parts are those the cache holds for the
+        generation (the modules' own forward, the norms as functions), not read through this block, which costs
+        a sampled token about a microsecond a read."""
+        ln_1, attn, ln_2, mlp = (self.ln_1, self.attn, self.ln_2, self.mlp) if cache is None else cache.parts
+        x = attn(ln_1(x), ablation=ablation, cache=cache, residual=x)
+        return x if mlp is None else mlp(ln_2(x), cache=cache, residual=x)
 
     def forward_with_weights(self, x: torch.Tensor, ablation: HeadAblation | None = None
                              ) -> tuple[torch.Tensor, torch.Tensor]:
         attended, pattern = self.attn.forward_with_weights(self.ln_1(x), ablation=ablation)
-        x = x + self.resid_dropout(attended)
-        return self._mlp(x), pattern
-
-    def _mlp(self, x: torch.Tensor) -> torch.Tensor:
-        return x if self.mlp is None else x + self.mlp(self.ln_2(x))
+        x = x + self.attn.resid_dropout(attended)
+        return (x if self.mlp is None else self.mlp(self.ln_2(x), residual=x)), pattern
 
 
 class GPT(nn.Module):
@@ -138,12 +136,10 @@ class GPT(nn.Module):
                     nn.init.zeros_(module.bias)
             elif isinstance(module, nn.Embedding):
                 nn.init.normal_(module.weight, mean=0.0, std=0.02)
-        # Projections that write into the residual stream: scaled down (GPT-2) so
-        # the stream's variance does not grow with depth, or zero ("modern") so
-        # each block starts as the identity.
+        # Projections that write into the residual stream: scaled down (GPT-2) so the stream's variance does not
+        # grow with depth, or zero ("modern") so each block starts as the identity.
         for block in self.blocks:
-            projections = [block.attn.out_proj] + ([block.mlp.c_proj] if block.mlp is not None else [])
-            for proj in projections:
+            for proj in [block.attn.out_proj] + ([block.mlp.c_proj] if block.mlp is not None else []):
                 if self.config.modern:
                     nn.init.zeros_(proj.weight)
                 else:
@@ -158,20 +154,17 @@ class GPT(nn.Module):
         self.config = dataclasses.replace(self.config, block_size=block_size)
         if self.wpe is not None:
             self.wpe = nn.Embedding.from_pretrained(self.wpe.weight[:block_size].detach().clone(), freeze=False)
-        for block in self.blocks:
-            block.attn.crop_positions(block_size)
+        for attn in (block.attn for block in self.blocks if block.attn.position_bias is not None):
+            attn.position_bias = nn.Parameter(attn.position_bias[:, :block_size].detach().clone())
 
     # --- training, evaluation, watching ------------------------------------------------
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, *,
                 ablate: Ablation | None = None, all_logits: bool = False
                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """idx [B, T] token ids -> (logits, loss).
-
-        With targets, logits cover every position and loss is the mean
-        cross-entropy. Without, only the last position goes through the head
-        (all a sampler needs) unless `all_logits` is set.
-        """
+        """idx [B, T] token ids -> (logits, loss). With targets, logits cover every position and loss is the mean
+        cross-entropy; without, only the last position goes through the head (all a sampler needs) unless
+        `all_logits` is set."""
         x = self._embed(idx)
         for block, ablation in zip(self.blocks, self.head_ablations(ablate, idx.device), strict=True):
             x = block(x, ablation)
@@ -184,10 +177,9 @@ class GPT(nn.Module):
 
     def forward_with_attention(self, idx: torch.Tensor, *, ablate: Ablation | None = None,
                                logits_at: torch.Tensor | None = None) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """The readable path through every layer: (logits at every position,
-        one attention pattern [batch, head, query_pos, key_pos] per layer). With `logits_at`
-        ([batch] positions), the logits [batch, vocab] at those positions only: the output
-        head over every position is most of the work when a caller reads one row each."""
+        """The readable path through every layer: (logits at every position, one attention pattern [batch, head,
+        query_pos, key_pos] per layer). With `logits_at` ([batch] positions), the logits [batch, vocab] at those
+        positions only: the output head over every position is most of the work when a caller reads one row each."""
         x = self._embed(idx)
         patterns = []
         for block, ablation in zip(self.blocks, self.head_ablations(ablate, idx.device), strict=True):
@@ -225,13 +217,7 @@ class GPT(nn.Module):
             ablations[layer] = HeadAblation(keep, fill)
         return ablations
 
-    # --- sampling (model/sampling.py) --------------------------------------------------------------
-
-    def generate(self, idx: torch.Tensor, max_new_tokens: int, **kwargs) -> torch.Tensor:
-        """idx [B, T] -> [B, T + max_new_tokens]; options as `generate_stream`."""
-        return sampling.generate(self, idx, max_new_tokens, **kwargs)
-
-    def generate_stream(self, idx: torch.Tensor, max_new_tokens: int, **kwargs) -> Iterator[torch.Tensor]:
-        """Yields each new token, [B, 1], as soon as it is sampled. Options: temperature (0 is
-        greedy), top_k, top_p, generator, use_cache (the KV cache, default True), ablate."""
-        return sampling.generate_stream(self, idx, max_new_tokens, **kwargs)
+    # Sampling (model/sampling.py): idx [B, T] -> [B, T + max_new_tokens], or each new token [B, 1] as soon as
+    # it is sampled. Options: temperature (0 is greedy), top_k, top_p, generator, use_cache (default True), ablate.
+    generate = sampling.generate
+    generate_stream = sampling.generate_stream

@@ -42,25 +42,20 @@ def available_memory(device: torch.device) -> int | None:
     free swap, within the container's memory limit when there is one."""
     if device.type == "cuda":
         return torch.cuda.mem_get_info(device)[0]
-    info = _meminfo()
-    free = info["MemAvailable"] + info.get("SwapFree", 0) if "MemAvailable" in info else None
-    limit = _cgroup_headroom()
-    if free is None or limit is None:
-        return free if limit is None else limit
-    return min(free, limit)
+    return min((n for n in (_meminfo_free(), _cgroup_headroom()) if n is not None), default=None)
 
 
-def _meminfo() -> dict[str, int]:
+def _meminfo_free() -> int | None:
     try:
         lines = Path("/proc/meminfo").read_text().splitlines()
     except OSError:
-        return {}
+        return None
     info = {}
     for line in lines:
         name, _, value = line.partition(":")
         if value.strip().endswith("kB") and value.split()[0].isdigit():
             info[name] = int(value.split()[0]) * 1024
-    return info
+    return info["MemAvailable"] + info.get("SwapFree", 0) if "MemAvailable" in info else None
 
 
 def _cgroup_headroom() -> int | None:

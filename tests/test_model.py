@@ -83,7 +83,7 @@ def test_cached_decoding_matches_the_full_forward_pass(arch, bias, prompt):
         torch.nn.init.normal_(p, std=0.3)
     tokens = torch.randint(0, 50, (2, 12))
     full, _ = model(tokens, all_logits=True)
-    cache = KVCache.for_model(model, batch=2)
+    cache = KVCache(model, batch=2)
     with torch.inference_mode():
         got = [decode(model, tokens[:, :prompt], cache)]
         got += [decode(model, tokens[:, t:t + 1], cache) for t in range(prompt, 12)]
@@ -92,15 +92,28 @@ def test_cached_decoding_matches_the_full_forward_pass(arch, bias, prompt):
     x = model.wte(tokens) + (model.wpe.weight[:12] if model.wpe is not None else 0)
     for layer, block in enumerate(model.blocks):
         _, keys, values = block.attn._project(block.ln_1(x))
-        held = cache.slots[layer][:, :cache.length].transpose(1, 3)  # [B, H, 2, positions, head_dim]
+        held = cache.layers[layer].slot[:, :cache.length].transpose(1, 3)  # [B, H, 2, positions, head_dim]
         torch.testing.assert_close(held[:, :, 0], keys, atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(held[:, :, 1], values, atol=1e-5, rtol=1e-5)
         x = block(x)
 
 
+def test_cached_decoding_drops_nothing_even_in_training_mode():
+    model = tiny_model(dropout=0.5)
+    tokens = torch.randint(0, 50, (1, 6))
+    logits = {}
+    for training in (False, True):
+        model.train(training)
+        cache = KVCache(model, batch=1)
+        with torch.inference_mode():
+            logits[training] = [decode(model, tokens[:, :2], cache)] + [decode(model, tokens[:, t:t + 1], cache)
+                                                                         for t in range(2, 6)]
+    assert all(torch.equal(a, b) for a, b in zip(logits[False], logits[True], strict=True))
+
+
 def test_a_full_cache_is_refused():
     model = tiny_model()
-    cache = KVCache.for_model(model, batch=1)
+    cache = KVCache(model, batch=1)
     decode(model, torch.zeros(1, model.config.block_size, dtype=torch.long), cache)
     with pytest.raises(ValueError, match="cache is full"):
         decode(model, torch.zeros(1, 1, dtype=torch.long), cache)
@@ -180,7 +193,7 @@ def test_ablated_cached_decoding_matches_the_ablated_forward_pass():
     tokens = torch.randint(0, 50, (2, 12))
     ablate = Ablation([(1, 0)])
     full, _ = model(tokens, all_logits=True, ablate=ablate)
-    cache, masks = KVCache.for_model(model, batch=2), model.head_ablations(ablate, tokens.device)
+    cache, masks = KVCache(model, batch=2), model.head_ablations(ablate, tokens.device)
     with torch.inference_mode():
         got = [decode(model, tokens[:, :3], cache, masks)]
         got += [decode(model, tokens[:, t:t + 1], cache, masks) for t in range(3, 12)]
@@ -240,7 +253,7 @@ def test_options_the_readable_path_and_cached_decoding_give_the_same_logits(opti
     full, _ = model(tokens, all_logits=True)
     readable, _ = model.forward_with_attention(tokens)
     torch.testing.assert_close(readable, full, atol=1e-5, rtol=1e-5)
-    cache = KVCache.for_model(model, batch=2)
+    cache = KVCache(model, batch=2)
     with torch.inference_mode():
         got = [decode(model, tokens[:, :4], cache)] + [decode(model, tokens[:, t:t + 1], cache) for t in range(4, 16)]
     torch.testing.assert_close(torch.stack(got, dim=1), full[:, 3:], atol=1e-5, rtol=1e-5)
