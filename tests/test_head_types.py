@@ -16,7 +16,7 @@ from model.ablation import Ablation
 from watch.ablation import AblationResult, head_means, proofs
 from watch.capture import capture_attention, capture_from_patterns
 from watch.heads import ablation_for
-from watch.headtypes import TYPE_MIN, positional
+from watch.headtypes import TYPE_MIN, TYPES, heads_of, positional
 from watch.pipeline import Results, read, score
 from watch.probesets import (
     PRONOUN,
@@ -469,8 +469,8 @@ def test_since_when_names_the_best_heads_own_first_step_not_an_earlier_heads(mon
     from watch.callback import AttentionWatch
 
     def reading(*typed):
-        return SimpleNamespace(types={name: SimpleNamespace(kind=kind, name=name, score=score)
-                                      for name, kind, score in typed})
+        types = {name: SimpleNamespace(kind=kind, name=name, score=score) for name, kind, score in typed}
+        return SimpleNamespace(types=types, typed={kind: heads_of(types, kind) for kind in TYPES})
 
     def read(watched, step):   # each watch point reads `watched`: its passes are not what is tested here
         monkeypatch.setattr(callback, "read_pass", lambda *args, **kwargs: watched)

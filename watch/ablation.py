@@ -17,7 +17,7 @@ import torch.nn as nn
 from model.ablation import Ablation
 from watch.capture import evaluating
 from watch.heads import ablation_for, head_name
-from watch.headtypes import TYPE_SETS, TYPES, heads_of
+from watch.headtypes import TYPE_SETS, TYPES
 from watch.probesets import AGREEMENT, PRONOUN, REPEATED, TEXT, ProbeSet, ProbeSets
 from watch.reading import Reading, read_pass
 
@@ -100,7 +100,7 @@ def proofs(model: nn.Module, sets: ProbeSets, reading: Reading, mode: str = DEFA
         raise ValueError("mean-ablation needs held-out text; use zero-ablation")
     out = []
     for kind in TYPES:
-        heads = [t.name for t in heads_of(reading.types, kind)]
+        heads = [t.name for t in reading.typed.get(kind, [])]
         if not heads:
             continue
         groups = [([head], head) for head in heads]
@@ -124,7 +124,7 @@ def copying_route(model: nn.Module, sets: ProbeSets, reading: Reading, means: di
     numbers, repeated = reading.results.numbers, sets.get(REPEATED)
     gain, spread = numbers.get("in_context_gain"), numbers.get("in_context_gain_spread") or 0.0
     cfg = model.config
-    if (repeated is None or heads_of(reading.types, "induction") or gain is None or gain < max(ROUTE_GAIN, spread)
+    if (repeated is None or reading.typed.get("induction") or gain is None or gain < max(ROUTE_GAIN, spread)
             or cfg.n_layer * cfg.n_head > ROUTE_MAX_HEADS):
         return []
     device = next(model.parameters()).device

@@ -21,7 +21,7 @@ from cli import UserError, warn
 from watch.ablation import DEFAULT_MODE, AblationResult, agreement_ablations, best_pronoun_proof, proofs
 from watch.composition import reads_from
 from watch.heads import last_pronoun_pos
-from watch.headtypes import TYPE_SETS, heads_of
+from watch.headtypes import TYPE_SETS
 from watch.heatmaps import SentenceHeatmaps
 from watch.page import SentenceView, attention_page, sentence_view, write_page
 from watch.pipeline import untrained_like
@@ -133,7 +133,7 @@ class AttentionWatch:
         looks one token back for a while before its layer-0 partner takes over), so the step is the head's."""
         out = {}
         for kind in {t.kind for t in reading.types.values() if t.kind}:
-            best = heads_of(reading.types, kind)[0]
+            best = reading.typed[kind][0]
             step = self.first_typed.get((kind, best.name))
             if step is not None:
                 tokens = f" ({step * self.tokens_per_step:,} tokens)" if self.tokens_per_step else ""

@@ -15,7 +15,7 @@ import torch.nn as nn
 
 from model.ablation import Ablation
 from watch.composition import Composition, composition
-from watch.headtypes import TYPE_SETS, HeadType, head_types, type_scores
+from watch.headtypes import TYPE_SETS, TYPES, HeadType, head_types, heads_of, type_scores
 from watch.pipeline import Results, score
 from watch.probesets import ProbeSets
 from watch.pronouns import AgreementStats, ProbeReport, agreement_stats, name_readers, probe_report
@@ -32,6 +32,7 @@ class Reading:
     type_scores: dict[str, torch.Tensor]  # {type: [layer, head]}
     offsets: torch.Tensor | None          # each head's best positional offset [layer, head]
     types: dict[str, HeadType]            # each head's type, against `untrained`
+    typed: dict[str, list[HeadType]]      # {type: its heads, highest score first}
     composition: Composition | None       # how the heads compose (None: not read, or a one-layer model)
     reach: dict[str, dict[int, float]]    # each head's induction score by distance to the earlier copy
     untrained: Reading | None             # the untrained model's reading, if the types were measured against it
@@ -62,8 +63,9 @@ def read_results(results: Results, untrained: Reading | None = None, composition
     scores, offsets = type_scores(results)
     baseline = scores if is_untrained else untrained.type_scores if untrained is not None else {}
     types = head_types(scores, baseline)
+    typed = {kind: heads_of(types, kind) for kind in TYPES}
     pronouns, agreement = probe_report(results), agreement_stats(results)
     readers = name_readers(results.per_head("name_reading"))
-    reading = Reading(results, pronouns, agreement, readers, scores, offsets, types, composition, results.reach(),
-                      untrained, before)
+    reading = Reading(results, pronouns, agreement, readers, scores, offsets, types, typed, composition,
+                      results.reach(), untrained, before)
     return replace(reading, untrained=reading) if is_untrained else reading

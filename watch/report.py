@@ -12,7 +12,7 @@ import torch
 from watch.ablation import AblationResult
 from watch.composition import KINDS, ONE_LAYER_NOTE, pair_name
 from watch.heads import display_token, head_name
-from watch.headtypes import LABELS, MEANINGS, RULE, TYPES, heads_of, needed
+from watch.headtypes import LABELS, MEANINGS, RULE, TYPES, needed
 from watch.probesets import icl_positions
 from watch.pronouns import ProbeReport
 from watch.reading import Reading
@@ -158,7 +158,7 @@ def type_lines(reading: Reading, since: dict[str, str] | None = None) -> str:
     before = reading.untrained.type_scores if reading.untrained is not None else {}
     lines = []
     for kind in (kind for kind in TYPES if kind in trained):
-        heads = heads_of(reading.types, kind)
+        heads = reading.typed.get(kind, [])
         if heads:
             listed = ", ".join(f"{t.name} {t.score:.2f}{_untrained(before, kind, t.layer, t.head)}" for t in heads)
             when = f", {since[kind]}" if since and kind in since else ""
