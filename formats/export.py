@@ -114,14 +114,17 @@ def check_path(path: Path, target: str) -> None:
 def is_earlier_export(path: Path, target: str) -> bool:
     """Whether `path` holds what `--export target` wrote, which a new export may replace: for hf, a folder with its
     marker and no file but those the marker lists (nothing a user added is replaced)."""
-    try:
-        if target == "tl":   # unreadable, damaged, or holding objects: not an export to replace silently
+    if target == "tl":
+        try:
             saved = torch.load(path, map_location="cpu", weights_only=True, mmap=True) if is_torch_archive(path) \
                 else None
-            return isinstance(saved, dict) and saved.get("format") == TL_FORMAT
+        except Exception:   # unreadable, damaged, or holding objects: not an export to replace silently
+            return False
+        return isinstance(saved, dict) and saved.get("format") == TL_FORMAT
+    try:
         names = {p.name for p in path.iterdir()}
         marker = parse_json((path / MARKER).read_bytes())
-    except Exception:
+    except (OSError, ValueError):   # no folder, no marker, or a marker that is not JSON
         return False
     files = marker.get("files") if isinstance(marker, dict) and marker.get("format") == HF_FORMAT else None
     return isinstance(files, list) and names <= {MARKER, *map(str, files)}

@@ -93,8 +93,10 @@ class ProbeSets:
         sets = {kind: s for kind, s in self.sets.items() if kind not in (SENTENCES, REACH)}
         for kind in (REPEATED, TEXT):
             s = sets.get(kind)
-            keep = max(s.group, QUICK_TOKENS // len(s.ids[0]) // s.group * s.group) if s is not None else 0
-            if s is not None and keep < len(s):
+            if s is None:
+                continue
+            keep = max(s.group, QUICK_TOKENS // len(s.ids[0]) // s.group * s.group)
+            if keep < len(s):
                 sets[kind] = replace(s, ids=s.ids[:keep], items=s.items[:keep], about=f"{keep} of {s.about}",
                                      logits_at=s.logits_at[:keep] if s.logits_at is not None else None, constants={})
         return ProbeSets(sets, dict(self.missing))
