@@ -21,7 +21,6 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import NamedTuple
 
 import torch
 
@@ -87,30 +86,12 @@ def next_token_losses(capture: Capture) -> torch.Tensor:
     return capture.shared("next_token_losses", losses)
 
 
-def _loss_sum(capture: Capture, start: int = 0, stop: int | None = None) -> Total:
-    """The next-token losses of every sequence from position `start` to `stop` (predicting the tokens
-    one further on), added up: (total, how many)."""
-    band = next_token_losses(capture)[:, start:stop]
-    return float(band.sum()), band.numel()
-
-
 # --- head types on repeated random tokens ------------------------------------------------------------
 
-def _same_token(ids: torch.Tensor) -> torch.Tensor:
+def _same_token(capture: Capture) -> torch.Tensor:
     """[N, T, T]: key j < query i holds the same token as i."""
-    same = ids.unsqueeze(2) == ids.unsqueeze(1)
+    same = capture.ids.unsqueeze(2) == capture.ids.unsqueeze(1)
     return same & torch.ones_like(same[0]).tril(diagonal=-1)
-
-
-@head_score("duplicate_token", REPEATED, "weight from a token to its earlier occurrences")
-def duplicate_token(capture: Capture) -> Total:
-    return weight_on_targets(capture, capture.constant("same token", lambda: _same_token(capture.ids)))
-
-
-@head_score("induction", REPEATED, "weight from a token of the second copy to the token after its earlier "
-                                   "occurrences")
-def induction(capture: Capture) -> Total:
-    return weight_on_targets(capture, capture.constant("induction targets", lambda: _induction_targets(capture.ids)))
 
 
 def _induction_targets(ids: torch.Tensor) -> torch.Tensor:
@@ -126,18 +107,6 @@ def _induction_targets(ids: torch.Tensor) -> torch.Tensor:
     return targets
 
 
-def _induction_at(distance: int) -> Callable[[Capture], Total]:
-    def measure(capture: Capture) -> Total:
-        return weight_on_targets(capture, capture.constant(f"induction targets at {distance}",
-                                                           lambda: _reach_targets(capture, distance)))
-    return measure
-
-
-for _distance in REACH_DISTANCES:
-    head_score(f"induction_{_distance}", REACH, f"induction where the earlier copy is {_distance} tokens back")(
-        _induction_at(_distance))
-
-
 def _reach_targets(capture: Capture, distance: int) -> torch.Tensor:
     """[N, T, T]: the induction targets of the repeat at `distance` in each row: queries in its second copy,
     keys in it after an earlier occurrence of the query's token (no other repeat's)."""
@@ -149,6 +118,22 @@ def _reach_targets(capture: Capture, distance: int) -> torch.Tensor:
                 span = slice(start, start + 2 * d)
                 targets[row, span, span] = _induction_targets(ids[row:row + 1, span])[0]
     return targets
+
+
+def _on_targets(key: str, targets: Callable[[Capture], torch.Tensor]) -> Callable[[Capture], Total]:
+    """The weight on `targets(capture)`, which depend on the sequences alone: made once per set, as `key`."""
+    def measure(capture: Capture) -> Total:
+        return weight_on_targets(capture, capture.constant(key, lambda: targets(capture)))
+    return measure
+
+
+for _name, _kind, _key, _targets, _about in (
+        ("duplicate_token", REPEATED, "same token", _same_token, "weight from a token to its earlier occurrences"),
+        ("induction", REPEATED, "induction targets", lambda capture: _induction_targets(capture.ids),
+         "weight from a token of the second copy to the token after its earlier occurrences"),
+        *((f"induction_{d}", REACH, f"induction targets at {d}", partial(_reach_targets, distance=d),
+           f"induction where the earlier copy is {d} tokens back") for d in REACH_DISTANCES)):
+    head_score(_name, _kind, _about)(_on_targets(_key, _targets))
 
 
 # --- head types on held-out text ---------------------------------------------------------------------
@@ -183,26 +168,17 @@ def broad(capture: Capture) -> Total:
 
 # --- in-context learning -----------------------------------------------------------------------------
 
-def _copy_loss(second: bool) -> Callable[[Capture], Total]:
-    def measure(capture: Capture) -> Total:
-        copy = capture.ids.shape[1] // 2
-        # tokens 2..L of a copy: predicted from its positions 0..L-2
-        return _loss_sum(capture, copy, 2 * copy - 1) if second else _loss_sum(capture, 0, copy - 1)
-    return measure
-
-
-for _copy in ("first", "second"):
-    model_score(f"loss_{_copy}_copy", REPEATED, f"loss predicting tokens 2..L of the {_copy} copy (nats/token)")(
-        _copy_loss(_copy == "second"))
-
-
-@model_score("in_context_gain_squares", REPEATED, "mean square of each sequence's in-context gain (for its "
-                                                 "spread)")
-def in_context_gain_squares(capture: Capture) -> Total:
+def _copy_losses(capture: Capture, second: bool) -> torch.Tensor:
+    """[N, L - 1]: the losses of tokens 2..L of each sequence's first or `second` copy, predicted from its
+    positions 0..L-2."""
     copy = capture.ids.shape[1] // 2
     losses = next_token_losses(capture)
-    gains = losses[:, :copy - 1].mean(1) - losses[:, copy:2 * copy - 1].mean(1)
-    return float((gains ** 2).sum()), gains.numel()
+    return losses[:, copy:2 * copy - 1] if second else losses[:, :copy - 1]
+
+
+def _gains(capture: Capture) -> torch.Tensor:
+    """[N]: each sequence's in-context gain, the mean loss of its first copy minus that of its second."""
+    return _copy_losses(capture, second=False).mean(1) - _copy_losses(capture, second=True).mean(1)
 
 
 def _in_context_differences(capture: Capture) -> torch.Tensor:
@@ -221,22 +197,28 @@ def _in_context_differences(capture: Capture) -> torch.Tensor:
     return with_context - without
 
 
-@model_score("in_context_score", TEXT, "loss of tokens late in a context minus that of the same tokens early in "
-                                       "one (nats; Olsson's loss at token 500 minus loss at token 50)")
-def in_context_score(capture: Capture) -> Total:
-    differences = _in_context_differences(capture)
-    return float(differences.sum()), differences.numel()
+def _added_up(values_of: Callable[[Capture], torch.Tensor], squared: bool) -> Callable[[Capture], Total]:
+    """A model score whose total adds up `values_of(capture)` (or their squares), over as many values."""
+    def measure(capture: Capture) -> Total:
+        values = values_of(capture) ** 2 if squared else values_of(capture)
+        return float(values.sum()), values.numel()
+    return measure
 
 
-@model_score("in_context_score_squares", TEXT, "mean square of each pair's in-context difference (for its spread)")
-def in_context_score_squares(capture: Capture) -> Total:
-    differences = _in_context_differences(capture)
-    return float((differences ** 2).sum()), differences.numel()
-
-
-@model_score("text_loss", TEXT, "mean next-token loss on the held-out text (nats/token)")
-def text_loss(capture: Capture) -> Total:
-    return _loss_sum(capture)
+for _name, _kind, _values, _squared, _about in (
+        ("loss_first_copy", REPEATED, partial(_copy_losses, second=False), False,
+         "loss predicting tokens 2..L of the first copy (nats/token)"),
+        ("loss_second_copy", REPEATED, partial(_copy_losses, second=True), False,
+         "loss predicting tokens 2..L of the second copy (nats/token)"),
+        ("in_context_gain_squares", REPEATED, _gains, True,
+         "mean square of each sequence's in-context gain (for its spread)"),
+        ("in_context_score", TEXT, _in_context_differences, False,
+         "loss of tokens late in a context minus that of the same tokens early in one (nats; Olsson's loss at "
+         "token 500 minus loss at token 50)"),
+        ("in_context_score_squares", TEXT, _in_context_differences, True,
+         "mean square of each pair's in-context difference (for its spread)"),
+        ("text_loss", TEXT, next_token_losses, False, "mean next-token loss on the held-out text (nats/token)")):
+    model_score(_name, _kind, _about)(_added_up(_values, _squared))
 
 
 def derived_model_scores(values: dict[str, float], counts: dict[str, int]) -> dict[str, float]:
@@ -267,16 +249,9 @@ def spread(mean: float, mean_square: float, count: int) -> float:
 
 # --- pronoun probes: the pronoun's row ---------------------------------------------------------------
 
-def _pronoun_rows(capture: Capture) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(rows [layer, probe, head, key] float64, referent keys [probe, key], distractor keys, probes
-    clear of position 0 [probe]) for the capture's probes."""
-    pronoun, referent_at, distractor_at, clear = capture.constant("pronoun masks", lambda: _pronoun_masks(capture))
-    rows = torch.stack([pattern[torch.arange(len(pronoun)), :, pronoun] for pattern in capture.patterns]).double()
-    return rows, referent_at, distractor_at, clear
-
-
 def _pronoun_masks(capture: Capture) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """`_pronoun_rows` less the rows: each probe's pronoun position [probe] and the masks."""
+    """Each probe's pronoun position [probe], its referent's and its distractor's keys [probe, key] (float64),
+    and whether its words and pronoun are clear of position 0 [probe]."""
     items = capture.items
     n, width = len(items), capture.ids.shape[1]
     pronoun = torch.tensor([item.pronoun_pos for item in items])
@@ -294,12 +269,16 @@ def _pronoun_weights(capture: Capture, no_sink: bool) -> tuple[torch.Tensor, tor
     tokens, and the probes that count [probe]). `no_sink`: key 0 dropped and the row renormalised,
     over the probes whose words and pronoun are clear of position 0 (there the sink and a word
     cannot be told apart)."""
-    rows, referent_at, distractor_at, clear = capture.shared("pronoun_rows", lambda: _pronoun_rows(capture))
-    referent = (rows * referent_at[None, :, None, :]).sum(-1)
-    distractor = (rows * distractor_at[None, :, None, :]).sum(-1)
+    def weights() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        pronoun, referent_at, distractor_at, clear = capture.constant("pronoun masks", lambda: _pronoun_masks(capture))
+        rows = torch.stack([pattern[torch.arange(len(pronoun)), :, pronoun] for pattern in capture.patterns]).double()
+        referent = (rows * referent_at[None, :, None, :]).sum(-1)        # rows: [layer, probe, head, key]
+        distractor = (rows * distractor_at[None, :, None, :]).sum(-1)
+        rest = rows[..., 1:].sum(-1).clamp_min(1e-12)  # the row without the sink, to renormalise by
+        return referent, distractor, rest, clear
+    referent, distractor, rest, clear = capture.shared("pronoun weights", weights)
     if not no_sink:
         return referent, distractor, torch.ones_like(clear)
-    rest = rows[..., 1:].sum(-1).clamp_min(1e-12)  # the row without the sink, to renormalise by
     return referent / rest, distractor / rest, clear
 
 
@@ -321,18 +300,11 @@ for _which, _about in (("referent", "mean weight from the pronoun on the noun it
 
 # --- pronoun probes: what the model predicts after the pronoun -------------------------------------
 
-class ContinuationMasks(NamedTuple):
+def _continuation_masks(capture: Capture) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Which next tokens count for each pronoun probe: [probe, vocab] the referent's continuations and the
-    distractor's, and [probe] the probes that have a continuation position."""
-
-    referent: torch.Tensor
-    distractor: torch.Tensor
-    scored: torch.Tensor
-
-
-def _continuation_masks(capture: Capture) -> ContinuationMasks:
-    """The probes' continuation masks, made once per probe set: every probe scored in one tensor operation."""
-    def make() -> ContinuationMasks:
+    distractor's, and [probe] the probes that have a continuation position. Made once per probe set, so that
+    every probe is scored in one tensor operation."""
+    def make() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         vocab = capture.logits.shape[-1]
         referent = torch.zeros(len(capture.items), vocab, dtype=torch.bool)
         distractor = torch.zeros_like(referent)
@@ -342,19 +314,19 @@ def _continuation_masks(capture: Capture) -> ContinuationMasks:
                 scored[row] = True
                 referent[row, list(item.continuation_ids)] = True
                 distractor[row, list(item.distractor_continuation_ids)] = True
-        return ContinuationMasks(referent, distractor, scored)
+        return referent, distractor, scored
     masks = capture.constant("continuation masks", make)
-    return ContinuationMasks(*(mask.to(capture.logits.device) for mask in masks))
+    return tuple(mask.to(capture.logits.device) for mask in masks)
 
 
 def _argmax_among(capture: Capture, whose: str) -> Total:
     """How many probes' next-token argmax is one of the continuations of `whose` ("referent" or "distractor")."""
     if capture.logits is None:
         return 0.0, 0
-    masks = _continuation_masks(capture)
+    referent, distractor, scored = _continuation_masks(capture)
     best = capture.logits.argmax(-1, keepdim=True)                                          # [probe, 1]
-    hits = getattr(masks, whose).gather(1, best).squeeze(1) & masks.scored
-    return float(hits.sum()), int(masks.scored.sum())
+    hits = {"referent": referent, "distractor": distractor}[whose].gather(1, best).squeeze(1) & scored
+    return float(hits.sum()), int(scored.sum())
 
 
 for _name, _whose, _about in (
