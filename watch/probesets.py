@@ -171,22 +171,21 @@ def repeats_by_distance(pool: Sequence[int], block_size: int, *, seed: int = REP
     """The `REACH` set: rows of repeats at each distance in `REACH_DISTANCES` below the `REPEATED` set's L
     that fits in `block_size`; None when no distance does (or there is no `REPEATED` set to go with)."""
     length = repeated_length(block_size)
-    distances, used = [], 0
+    segments, used = [], 0     # (start, distance) of each repeat in a row
     for distance in (d for d in REACH_DISTANCES if d < length):
         if used + 2 * distance <= block_size:
-            distances.append(distance)
+            segments.append((used, distance))
             used += 2 * distance
     pool = torch.tensor(sorted(set(pool)), dtype=torch.long)
-    if length < REPEATED_MIN_LENGTH or len(pool) < 2 or not distances:
+    if length < REPEATED_MIN_LENGTH or len(pool) < 2 or not segments:
         return None
     generator = torch.Generator().manual_seed(seed)
-    rows, segments, start = [[] for _ in range(sequences)], [], 0
+    rows = [[] for _ in range(sequences)]
+    distances = [d for _, d in segments]
     for distance in distances:
         draws = pool[torch.randint(len(pool), (sequences, distance), generator=generator)].tolist()
         for row, drawn in zip(rows, draws, strict=True):
             row += drawn + drawn
-        segments.append((start, distance))
-        start += 2 * distance
     return ProbeSet(REACH, rows, items=[tuple(segments)] * sequences,
                     about=f"{sequences} rows of random tokens repeated at distances {', '.join(map(str, distances))}")
 
