@@ -15,7 +15,7 @@ import torch
 import torch.nn as nn
 
 from model.ablation import Ablation
-from watch.capture import evaluating
+from watch.capture import capture_attention, evaluating
 from watch.heads import ablation_for, head_name
 from watch.headtypes import TYPE_SETS, TYPES
 from watch.probesets import AGREEMENT, PRONOUN, REPEATED, TEXT, ProbeSet, ProbeSets
@@ -127,15 +127,14 @@ def copying_route(model: nn.Module, sets: ProbeSets, reading: Reading, means: di
     if (repeated is None or reading.typed.get("induction") or gain is None or gain < max(ROUTE_GAIN, spread)
             or cfg.n_layer * cfg.n_head > ROUTE_MAX_HEADS):
         return []
-    device = next(model.parameters()).device
-    with evaluating(model), torch.no_grad():
-        _, patterns = model.forward_with_attention(torch.tensor(repeated.ids, device=device))
+    patterns = capture_attention(model, repeated.ids)      # [sequence][layer] [head, T, T]
     out = []
-    for layer, pattern in enumerate(patterns):
+    for layer in range(cfg.n_layer):
         for head in range(cfg.n_head):
             name = head_name(layer, head)
             result = ablated(model, sets, [name], name, "copying", means, kinds=(REPEATED,))
-            out.append(dataclasses.replace(result, looks=where_it_looks(pattern[:, head].double().cpu())))
+            looks = where_it_looks(torch.stack([layers[layer][head] for layers in patterns]))
+            out.append(dataclasses.replace(result, looks=looks))
     return out
 
 

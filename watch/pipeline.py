@@ -14,7 +14,7 @@ from model.ablation import Ablation
 from watch.capture import Capture, captures, sentence_patterns
 from watch.heads import ablation_names, head_name
 from watch.probesets import REACH, REPEATED, SENTENCES, ProbeSets
-from watch.scores import HEAD_SCORES, MODEL_SCORES, derived_model_scores, mean
+from watch.scores import HEAD_SCORES, MODEL_SCORES, derived_model_scores
 
 
 @dataclass
@@ -106,13 +106,11 @@ def read(captured: Iterable[Capture], sets: ProbeSets) -> Results:
         if kind == SENTENCES:
             patterns += sentence_patterns([capture])
     heads, numbers, counts = {}, {}, {}
-    for name, (total, count) in totals.items():
-        value = mean(total, count)
+    for name, (total, count) in totals.items():   # a score with nothing to average: NaN per head, no number
         counts[name] = int(count)
         if name in HEAD_SCORES:
-            heads[name] = value if value is not None else torch.full_like(torch.as_tensor(total, dtype=torch.float64),
-                                                                          float("nan"))
-        elif value is not None:
-            numbers[name] = value
+            heads[name] = total / count if count else torch.full_like(total, float("nan"))
+        elif count:
+            numbers[name] = float(total) / count
     numbers.update(derived_model_scores(numbers, counts))
     return Results(heads, numbers, counts, patterns, sets, forwards)

@@ -1,8 +1,7 @@
 """Every score the watch reports, each a small function of a capture (`watch/capture.py`) registered with
 `@head_score` or `@model_score`: every pass (`watch/pipeline.py`) then computes it into its `Results`, where every
 reader finds it by name. A score adds up over the captures of its probe set: its function returns (total, count),
-and the score is total / count; a head score's total is a [layer, head] tensor (so is its count, or it is one
-number for every head).
+and the score is total / count; a head score's total is a [layer, head] float64 tensor.
 
 A head type's score (Olsson et al. 2022) is the attention weight a head puts on the type's target keys, summed
 where there are several, averaged over the query positions that have a target, so a head that does nothing else
@@ -27,7 +26,7 @@ import torch
 from watch.capture import Capture
 from watch.probesets import AGREEMENT, PRONOUN, REACH, REACH_DISTANCES, REPEATED, TEXT, icl_positions
 
-Total = tuple[torch.Tensor | float, torch.Tensor | float]   # (total, count): the score is total / count
+Total = tuple[torch.Tensor | float, int]   # (total, count): the score is total / count
 
 
 @dataclass(frozen=True)
@@ -71,11 +70,9 @@ def weight_at_offset(capture: Capture, offset: int, first_query: int) -> Total:
     """Per head, the weight from each query i >= `first_query` to key i - `offset`, added over those
     queries of every sequence (all of one length): (total [layer, head], number of queries)."""
     length = capture.ids.shape[1]
-    if length <= first_query:
-        return torch.zeros(len(capture.patterns), capture.patterns[0].shape[1], dtype=torch.float64), 0
     totals = [pattern.diagonal(offset=-offset, dim1=-2, dim2=-1)[..., first_query - offset:].double().sum((0, 2))
               for pattern in capture.patterns]
-    return torch.stack(totals), capture.ids.shape[0] * (length - first_query)
+    return torch.stack(totals), capture.ids.shape[0] * max(length - first_query, 0)
 
 
 def next_token_losses(capture: Capture) -> torch.Tensor:
@@ -155,8 +152,6 @@ for _name, _offset, _about in (("previous_token", 1, "weight from each token to 
 @head_score("broad", TEXT, "mean entropy of a head's rows relative to a uniform row (1: spread evenly)")
 def broad(capture: Capture) -> Total:
     length = capture.ids.shape[1]
-    if length < 2:
-        return torch.zeros(len(capture.patterns), capture.patterns[0].shape[1], dtype=torch.float64), 0
     uniform = torch.log(torch.arange(2, length + 1, dtype=torch.float64))   # a uniform row from position 1
     totals = []
     for pattern in capture.patterns:
@@ -389,13 +384,4 @@ def name_reading(capture: Capture) -> Total:
         for layer, pattern in enumerate(capture.patterns):
             totals[layer] += pattern[row, :, item.continuation_pos, item.person_positions].sum(-1).double()
     return totals, len(named)
-
-
-def mean(total: torch.Tensor | float, count: torch.Tensor | float) -> torch.Tensor | float | None:
-    """total / count; None (a score with nothing to average) when count is 0."""
-    if isinstance(count, torch.Tensor):
-        return total / count
-    if not count:
-        return None
-    return total / count if isinstance(total, torch.Tensor) else float(total) / count
 
