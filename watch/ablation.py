@@ -72,10 +72,7 @@ class AblationResult:
     @property
     def best_top1_left(self) -> float | None:
         """The best top-1 on the pronoun probes among the heads left in place (None without the probes)."""
-        report = self.reading.pronouns
-        if report is None:
-            return None
-        left = [s.top1 for name, s in report.heads.items() if name not in self.heads and s.top1 is not None]
+        left = [top1 for name, top1 in self.reading.results.per_head("top1").items() if name not in self.heads]
         return max(left) if left else None
 
 

@@ -77,13 +77,6 @@ class Capture:
         return self.probe_set.constant(name, self.rows, make)
 
 
-def _right_padded(sequences: Sequence[Sequence[int]], device: torch.device) -> torch.Tensor:
-    idx = torch.zeros(len(sequences), max(len(ids) for ids in sequences), dtype=torch.long)
-    for row, ids in enumerate(sequences):
-        idx[row, :len(ids)] = torch.tensor(ids, dtype=torch.long)
-    return idx.to(device)
-
-
 def _batch_size(model: nn.Module, probe_set: ProbeSet) -> int:
     """Sequences a forward takes: as many as keep the patterns (and the logits at every position, when the set
     reads them) within BATCH_WEIGHTS numbers, a whole number of the set's groups."""
@@ -118,12 +111,15 @@ def captures(model: nn.Module, probe_set: ProbeSet, ablate: Ablation | None = No
 
 def _inputs(probe_set: ProbeSet, rows: range, device: torch.device
             ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
-    """(ids [N, T] right-padded, the positions whose logits are read [N] or None, lengths [N]) of `rows`."""
+    """(ids [N, T] right-padded with 0s, the positions whose logits are read [N] or None, lengths [N]) of `rows`."""
     chunk = probe_set.ids[rows.start:rows.stop]
+    idx = torch.zeros(len(chunk), max(len(ids) for ids in chunk), dtype=torch.long)
+    for row, ids in enumerate(chunk):
+        idx[row, :len(ids)] = torch.tensor(ids, dtype=torch.long)
     at = None
     if probe_set.logits_at is not None and not probe_set.all_logits:
         at = torch.tensor([pos or 0 for pos in probe_set.logits_at[rows.start:rows.stop]], device=device)
-    return _right_padded(chunk, device), at, torch.tensor([len(ids) for ids in chunk])
+    return idx.to(device), at, torch.tensor([len(ids) for ids in chunk])
 
 
 def capture_from_patterns(probe_set: ProbeSet, patterns: Sequence[Sequence[torch.Tensor]],
@@ -134,7 +130,8 @@ def capture_from_patterns(probe_set: ProbeSet, patterns: Sequence[Sequence[torch
     n = len(probe_set)
     if len(patterns) != n:
         raise ValueError(f"{len(patterns)} sequences of patterns for a probe set of {n}")
-    width = max(len(ids) for ids in probe_set.ids)
+    idx, _, lengths = _inputs(probe_set, range(n), torch.device("cpu"))
+    width = idx.shape[1]
     n_layer, n_head = len(patterns[0]), patterns[0][0].shape[0]
     stacked = [torch.zeros(n, n_head, width, width) for _ in range(n_layer)]
     for row, (ids, layers) in enumerate(zip(probe_set.ids, patterns, strict=True)):
@@ -152,8 +149,7 @@ def capture_from_patterns(probe_set: ProbeSet, patterns: Sequence[Sequence[torch
                 read[row, :values.shape[0]] = values.float()
         else:
             read = torch.stack([values.float() for values in logits])
-    return Capture(probe_set, range(n), _right_padded(probe_set.ids, torch.device("cpu")),
-                   torch.tensor([len(ids) for ids in probe_set.ids]), stacked, read)
+    return Capture(probe_set, range(n), idx, lengths, stacked, read)
 
 
 def capture_attention(model: nn.Module, ids_list: Sequence[Sequence[int]], ablate: Ablation | None = None,
