@@ -66,7 +66,7 @@ class Capture:
 
     def shared(self, name: str, make: Callable[[], Any]) -> Any:
         """`make()`, computed once per capture however many scores ask for it (the next-token losses,
-        the pronoun rows)."""
+        the pronoun weights)."""
         if name not in self._shared:
             self._shared[name] = make()
         return self._shared[name]

@@ -55,10 +55,9 @@ def type_scores(results: Results) -> tuple[dict[str, torch.Tensor], torch.Tensor
     if "referent" in results.heads:   # the pronoun probes' mean referent weight
         out["pronoun"] = results.heads["referent"]
     found = positional(results)
-    if found is None:
-        return out, None
-    out["positional"] = found[0]
-    return out, found[1]
+    if found is not None:
+        out["positional"] = found[0]
+    return out, found[1] if found is not None else None
 
 
 @dataclass

@@ -97,12 +97,11 @@ def read(captured: Iterable[Capture], sets: ProbeSets) -> Results:
     for capture in captured:
         forwards += 1
         kind = capture.probe_set.kind
-        for s in (*HEAD_SCORES.values(), *MODEL_SCORES.values()):
-            if s.probe_set != kind:
-                continue
-            total, count = s.measure(capture)
-            before = totals.get(s.name)
-            totals[s.name] = (total, count) if before is None else (before[0] + total, before[1] + count)
+        for name, s in (*HEAD_SCORES.items(), *MODEL_SCORES.items()):
+            if s.probe_set == kind:
+                total, count = s.measure(capture)
+                before = totals.get(name)
+                totals[name] = (total, count) if before is None else (before[0] + total, before[1] + count)
         if kind == SENTENCES:
             patterns += sentence_patterns([capture])
     heads, numbers, counts = {}, {}, {}

@@ -118,13 +118,11 @@ def from_file(kind: str, path: str | Path, tokenizer: Tokenizer, block_size: int
     for record in records:
         try:
             item = align_one(record, tokenizer)
-        except TokenizerError as exc:
-            if strict:
+        except UserError as exc:   # a token outside the vocabulary only leaves the record out, unless `strict`
+            if strict or not isinstance(exc, TokenizerError):
                 raise UserError(f"{path} line {record.line}: {exc}") from None
             unknown += 1
             continue
-        except UserError as exc:
-            raise UserError(f"{path} line {record.line}: {exc}") from None
         if len(item.ids) > block_size:
             if strict:
                 raise UserError(f"{path} line {record.line}: {len(item.ids)} tokens, more than the model's "

@@ -31,7 +31,6 @@ Total = tuple[torch.Tensor | float, int]   # (total, count): the score is total 
 
 @dataclass(frozen=True)
 class Score:
-    name: str
     probe_set: str              # the kind of probe set it reads
     measure: Callable[[Capture], Total]
     about: str
@@ -44,7 +43,7 @@ MODEL_SCORES: dict[str, Score] = {}
 def _registrar(table: dict[str, Score]):
     def score(name: str, probe_set: str, about: str):
         def register(measure: Callable[[Capture], Total]) -> Callable[[Capture], Total]:
-            table[name] = Score(name, probe_set, measure, about)
+            table[name] = Score(probe_set, measure, about)
             return measure
         return register
     return score
@@ -221,14 +220,11 @@ def derived_model_scores(values: dict[str, float], counts: dict[str, int]) -> di
     out = {}
     if "loss_first_copy" in values and "loss_second_copy" in values:
         out["in_context_gain"] = values["loss_first_copy"] - values["loss_second_copy"]
-    for name in SPREADS:
+    for name in ("in_context_gain", "in_context_score"):   # the numbers reported with their spread
         mean, squares = {**values, **out}.get(name), values.get(f"{name}_squares")
         if mean is not None and squares is not None:
             out[f"{name}_spread"] = spread(mean, squares, counts.get(f"{name}_squares", 0))
     return out
-
-
-SPREADS = ("in_context_gain", "in_context_score")   # the numbers reported with their spread (see `spread`)
 
 
 def spread(mean: float, mean_square: float, count: int) -> float:
