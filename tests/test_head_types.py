@@ -16,7 +16,7 @@ from model.ablation import Ablation
 from watch.ablation import AblationResult, head_means, proofs
 from watch.capture import capture_attention, capture_from_patterns
 from watch.heads import ablation_for
-from watch.headtypes import TYPE_MIN, TYPES, heads_of, positional
+from watch.headtypes import TYPE_MIN, TYPES, heads_of, type_scores
 from watch.pipeline import Results, read, score
 from watch.probesets import (
     PRONOUN,
@@ -105,7 +105,7 @@ def test_and_what_it_scores_as_the_others():
     # A uniform row's share of a target is 1 / (positions it spreads over).
     spread = sum(1 / (i + 1) for i in range(1, T)) / (T - 1)
     assert by_head(results, "previous_token")["uniform"] == pytest.approx(spread)
-    best, offset = positional(results)
+    offset = type_scores(results)[1]
     assert int(offset[0, list(PATTERNS).index("offset3")]) == 3
 
 

@@ -37,27 +37,18 @@ RULE = (f"a head has a type when its score is at least {TYPE_MIN:.1f} and at lea
         f"head's in the untrained model")
 
 
-def positional(results: Results) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """(score [layer, head], offset [layer, head]): each head's best fixed offset k in 2..8 and its
-    weight there; None without held-out text."""
-    scores = [results.heads.get(f"positional_{k}") for k in POSITIONAL_OFFSETS]
-    if any(s is None for s in scores):
-        return None
-    stacked = torch.stack(scores)                          # [k, layer, head]
-    best, index = stacked.max(dim=0)
-    return best, torch.tensor(list(POSITIONAL_OFFSETS))[index]
-
-
 def type_scores(results: Results) -> tuple[dict[str, torch.Tensor], torch.Tensor | None]:
     """({type: [layer, head]} for the types these results measured, each head's best positional offset
-    [layer, head] or None without held-out text)."""
+    [layer, head] or None without held-out text). A head's positional score is its weight at its best fixed
+    offset k in 2..8."""
     out = {name: results.heads[name] for name in TYPES if name in results.heads}
     if "referent" in results.heads:   # the pronoun probes' mean referent weight
         out["pronoun"] = results.heads["referent"]
-    found = positional(results)
-    if found is not None:
-        out["positional"] = found[0]
-    return out, found[1] if found is not None else None
+    scores = [results.heads.get(f"positional_{k}") for k in POSITIONAL_OFFSETS]
+    if any(s is None for s in scores):
+        return out, None
+    out["positional"], index = torch.stack(scores).max(dim=0)          # over k: [k, layer, head] -> [layer, head]
+    return out, torch.tensor(list(POSITIONAL_OFFSETS))[index]
 
 
 @dataclass
