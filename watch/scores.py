@@ -255,27 +255,24 @@ def _pronoun_masks(capture: Capture) -> tuple[torch.Tensor, torch.Tensor, torch.
     return pronoun, referent_at, distractor_at, clear
 
 
-def _pronoun_weights(capture: Capture, no_sink: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(weight on the referent, on the distractor: each [layer, probe, head], summed over a word's
-    tokens, and the probes that count [probe]). `no_sink`: key 0 dropped and the row renormalised,
-    over the probes whose words and pronoun are clear of position 0 (there the sink and a word
-    cannot be told apart)."""
-    def weights() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        pronoun, referent_at, distractor_at, clear = capture.constant("pronoun masks", lambda: _pronoun_masks(capture))
-        rows = torch.stack([pattern[torch.arange(len(pronoun)), :, pronoun] for pattern in capture.patterns]).double()
-        referent = (rows * referent_at[None, :, None, :]).sum(-1)        # rows: [layer, probe, head, key]
-        distractor = (rows * distractor_at[None, :, None, :]).sum(-1)
-        rest = rows[..., 1:].sum(-1).clamp_min(1e-12)  # the row without the sink, to renormalise by
-        return referent, distractor, rest, clear
-    referent, distractor, rest, clear = capture.shared("pronoun weights", weights)
-    if not no_sink:
-        return referent, distractor, torch.ones_like(clear)
-    return referent / rest, distractor / rest, clear
+def _pronoun_weights(capture: Capture) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(weight on the referent, on the distractor: each [layer, probe, head], summed over a word's tokens;
+    the rest of the row after position 0, to renormalise by; the probes clear of position 0 [probe])."""
+    pronoun, referent_at, distractor_at, clear = capture.constant("pronoun masks", lambda: _pronoun_masks(capture))
+    rows = torch.stack([pattern[torch.arange(len(pronoun)), :, pronoun] for pattern in capture.patterns]).double()
+    referent = (rows * referent_at[None, :, None, :]).sum(-1)        # rows: [layer, probe, head, key]
+    distractor = (rows * distractor_at[None, :, None, :]).sum(-1)
+    return referent, distractor, rows[..., 1:].sum(-1).clamp_min(1e-12), clear
 
 
 def _pronoun_score(which: str, no_sink: bool) -> Callable[[Capture], Total]:
+    """`no_sink`: key 0 dropped and the row renormalised, over the probes whose words and pronoun are clear of
+    position 0 (there the sink and a word cannot be told apart)."""
     def measure(capture: Capture) -> Total:
-        ref, dis, counted = _pronoun_weights(capture, no_sink)
+        ref, dis, rest, clear = capture.shared("pronoun weights", lambda: _pronoun_weights(capture))
+        counted = torch.ones_like(clear)
+        if no_sink:
+            ref, dis, counted = ref / rest, dis / rest, clear
         values = {"referent": ref, "distractor": dis, "top1": (ref > dis).double()}[which]  # a tie is not a win
         return (values * counted[None, :, None]).sum(1), int(counted.sum())
     return measure
