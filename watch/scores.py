@@ -355,11 +355,10 @@ def _agreement(mention: str | None) -> Callable[[Capture], Total]:
     return measure
 
 
-model_score("agreement_accuracy", AGREEMENT, "share of contexts where the agreeing pronoun is more probable "
-                                             "than the other")(_agreement(None))
-for _mention in ("first", "second"):
-    model_score(f"agreement_accuracy_{_mention}_mention", AGREEMENT,
-                f"agreement on {_mention} mentions")(_agreement(_mention))
+for _name, _mention, _about in (
+        ("agreement_accuracy", None, "share of contexts where the agreeing pronoun is more probable than the other"),
+        *((f"agreement_accuracy_{m}_mention", m, f"agreement on {m} mentions") for m in ("first", "second"))):
+    model_score(_name, AGREEMENT, _about)(_agreement(_mention))
 
 
 @model_score("agreement_share", AGREEMENT, "mean P(agreeing) / (P(agreeing) + P(other))")
