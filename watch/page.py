@@ -19,6 +19,7 @@ from cli import UserError
 from files import clear_for_file, replace_file, write_error
 from watch.heads import default_query, display_token, focused_head, head_name
 from watch.headtypes import LABELS, MEANINGS, RULE, TYPES
+from watch.heatmaps import as_array
 
 DATA_ID = "attention-data"
 # The page's markup, style and script, with {title}, {data_id}, {data} and {legend} to fill in.
@@ -56,7 +57,7 @@ def sentence_view(text: str, tokens: Sequence[str], patterns: Sequence[torch.Ten
 def _float32_rows(pattern: torch.Tensor) -> list[list[list[float]]]:
     """[head][query_pos] -> the weights on keys 0..query_pos (the rest is the masked future),
     each the shortest decimal that reads back as the same float32."""
-    values = pattern.detach().float().cpu().numpy()
+    values = as_array(pattern)
     if not np.isfinite(values).all():  # weights that overflow give nan attention, which JSON cannot hold
         raise UserError("the model's attention weights are not finite numbers (nan or inf): its weights overflow; "
                         "use a checkpoint from before the run diverged")
