@@ -23,7 +23,7 @@ from watch.composition import reads_from
 from watch.heads import last_pronoun_pos
 from watch.headtypes import TYPE_SETS
 from watch.heatmaps import SentenceHeatmaps
-from watch.page import SentenceView, attention_page, sentence_view, write_page
+from watch.page import SentenceView, attention_page, write_page
 from watch.pipeline import untrained_like
 from watch.probesets import PRONOUN, SENTENCES, ProbeSets, held_out_sentences, watch_sets
 from watch.reading import Reading, read_pass, untrained_reading
@@ -217,7 +217,7 @@ class AttentionWatch:
         marked = {} if report is None else {"best": (report.best.layer, report.best.head), "note": (
             f"best head on {report.n_probes} probes (referent {report.best.referent:.2f}, "
             f"top-1 {100 * report.best.top1:.0f}%)")}
-        return [sentence_view(text, tokens, patterns, **marked)
+        return [SentenceView(text, tokens, patterns, **marked)
                 for (text, tokens), patterns in zip(self.shown, reading.results.patterns, strict=True)]
 
 

@@ -20,7 +20,7 @@ from watch.composition import composition_json, reads_from
 from watch.heads import ablation_names, default_query, display_token, focused_head, head_name
 from watch.headtypes import CONTEXT_NUMBERS, LABELS
 from watch.heatmaps import HeatmapCanvas, layer_image, save_png, sentence_slug
-from watch.page import attention_page, sentence_view, write_page
+from watch.page import SentenceView, attention_page, write_page
 from watch.pipeline import untrained_like
 from watch.probesets import NO_TEXT, PRONOUN, REPEATED_MIN_LENGTH, TEXT, ProbeSets, from_file, watch_sets
 from watch.pronouns import finite
@@ -64,7 +64,7 @@ def show_attention(model, tokenizer, checkpoint: dict, args: argparse.Namespace,
     layer, head = focused_head(patterns, query)
 
     if args.html:
-        view = sentence_view(text, tokens, patterns, query=query)
+        view = SentenceView(text, tokens, patterns, query=query)
         step = f" at step {checkpoint['step']}" if "step" in checkpoint else ""
         ablated = f", with {', '.join(ablation_names(ablate))} ablated" if ablate else ""
         reading = checkpoint_reading(model, checkpoint_sets(model, tokenizer, checkpoint, None), checkpoint)
