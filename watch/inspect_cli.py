@@ -71,6 +71,7 @@ def show_attention(model, tokenizer, checkpoint: dict, args: argparse.Namespace,
         page = write_page(args.html, attention_page([view], f"Attention of {args.out_dir}{step}{ablated}",
                                                     type_labels(reading), reads_from(reading.composition,
                                                                                      reading.untrained.composition)))
+        written = f"attention page: {page} (open it in a browser; it needs no network)"
     if args.json:
         print(json.dumps(finite({
             "text": text, "tokens": tokens, "query_pos": query, "focused_head": head_name(layer, head),
@@ -81,16 +82,14 @@ def show_attention(model, tokenizer, checkpoint: dict, args: argparse.Namespace,
         return
     if not args.html:
         png_dir = _write_heatmaps(checkpoint, args, tokens, patterns, query, (layer, head))
+        written = f"heatmaps: {png_dir}/{sentence_slug(text)}_*.png"
 
     print("tokens: " + " | ".join(display_token(t, space_mark="") for t in tokens))
     print(f"where {tokens[query].strip()!r} (position {query}) looks, top 3 per head:")
     for n, pattern in enumerate(patterns):
         print(top_attended(pattern, tokens, query, k=3, layer=n))
     print(f"most focused head: {head_name(layer, head)}")
-    if args.html:
-        print(f"attention page: {page} (open it in a browser; it needs no network)")
-    else:
-        print(f"heatmaps: {png_dir}/{sentence_slug(text)}_*.png")
+    print(written)
 
 
 def _write_heatmaps(checkpoint: dict, args: argparse.Namespace, tokens: list[str], patterns: list, query: int,
