@@ -15,7 +15,7 @@ from tests.chromium import Browser, find_chromium
 from tests.commands import run_sample, run_train, tiny_args
 from watch.capture import capture_attention
 from watch.heads import focused_head
-from watch.page import DATA_ID, attention_page, sentence_view, write_page
+from watch.page import DATA_ID, SentenceView, attention_page, write_page
 
 TEXTS = ["the dog saw a cat. it ran.", "a <cat> & \"dog\" </script>"]
 
@@ -31,7 +31,7 @@ def demo_views():
         ids = tokenizer.encode(text)
         patterns = capture_attention(model, [ids])[0]
         captured.append(patterns)
-        views.append(sentence_view(text, tokenizer.token_strings(ids), patterns))
+        views.append(SentenceView(text, tokenizer.token_strings(ids), patterns))
     return views, captured
 
 
@@ -69,7 +69,7 @@ def test_the_page_marks_the_pronoun_and_a_head_and_loads_nothing_from_outside():
     assert (first["best"]["layer"], first["best"]["head"], first["best"]["name"]) == (layer, head, f"L{layer}H{head}")
     assert first["best"]["note"] == "most focused head from '.'"
     words = ["The", " dog", " saw", " it", " and", " ran"]
-    pronoun = sentence_view("The dog saw it and ran", words, [p[:, :6, :6] for p in captured[0]])
+    pronoun = SentenceView("The dog saw it and ran", words, [p[:, :6, :6] for p in captured[0]])
     assert pronoun.query == 3 and pronoun.best == focused_head([p[:, :6, :6] for p in captured[0]], 3)
     assert "</script>" not in page.split(f'id="{DATA_ID}">')[1].split("</script>")[0]
     assert "<title>a &lt;b&gt; &amp; c</title>" in page
@@ -80,10 +80,10 @@ def test_the_page_marks_the_pronoun_and_a_head_and_loads_nothing_from_outside():
 
 def test_a_chosen_head_and_query_are_kept_and_a_bad_path_is_one_clear_error(tmp_path):
     views, captured = demo_views()
-    view = sentence_view(TEXTS[0], views[0].tokens, captured[0], query=3, best=(1, 2), note="best on probes")
+    view = SentenceView(TEXTS[0], views[0].tokens, captured[0], query=3, best=(1, 2), note="best on probes")
     assert (view.query, view.best, view.note) == (3, (1, 2), "best on probes")
     with pytest.raises(ValueError, match="do not fit"):
-        sentence_view(TEXTS[0], views[0].tokens[:-1], captured[0])
+        SentenceView(TEXTS[0], views[0].tokens[:-1], captured[0])
     blocker = tmp_path / "a-file"
     blocker.write_text("x")
     with pytest.raises(UserError, match="cannot write the attention page .*a-file/page.html"):
@@ -158,7 +158,7 @@ def char_page(tmp_path, text: str, block_size: int):
     for p in model.parameters():
         torch.nn.init.normal_(p, std=0.5)
     ids = tokenizer.encode(text)
-    view = sentence_view(text, tokenizer.token_strings(ids), capture_attention(model, [ids])[0])
+    view = SentenceView(text, tokenizer.token_strings(ids), capture_attention(model, [ids])[0])
     return write_page(tmp_path / "page.html", attention_page([view], "a sentence of characters",
                                                           {"L0H1": "previous-token"})), view
 

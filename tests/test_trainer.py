@@ -206,7 +206,8 @@ def test_attention_watch_plugs_in_as_a_callback(tmp_path, capsys):
         assert [step for step, _ in writer.scalars[tag]] == [0, 2, 3, 4, 6], tag
     assert writer.texts["heads/types"] == [0, 3, 6]
     assert len(writer.layouts) == 1  # the Custom Scalars charts, once
-    assert {"hparam/best_head_referent", "hparam/best_head_top1"} <= set(result.metrics)
+    assert {"hparam/best_head_referent", "hparam/best_head_top1", "hparam/best_induction", "hparam/best_previous_token",
+            "hparam/in_context_gain"} <= set(result.metrics)
     assert "held-out probes (pronoun -> referent)" in capsys.readouterr().out
     assert result.files == {"attention page": tmp_path / "out" / "attention.html"}
     assert "best head on 1 probes" in result.files["attention page"].read_text(encoding="utf-8")

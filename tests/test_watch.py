@@ -26,7 +26,7 @@ from watch.probesets import PRONOUN, SENTENCES, ProbeSet, ProbeSets, from_file, 
 from watch.pronouns import ContinuationStats, HeadStats, ProbeReport, baselines
 from watch.reading import read_pass, read_results
 from watch.report import head_table, top_attended
-from watch.tensorboard import PRONOUN_CHARTS, TensorBoardWriter, log_charts, log_evaluation, log_scores
+from watch.tensorboard import TensorBoardWriter, log_charts, log_evaluation, log_scores
 
 
 @dataclass
@@ -513,7 +513,7 @@ def test_custom_scalars_put_every_head_on_one_chart(tmp_path):
     assert not any(tag.startswith("attention/heads") for tag in events.Tags()["tensors"])  # no table: scalars only
     # The layout as TensorBoard reads it back, and the tags each chart draws (its regexes match tag starts).
     categories, charts = custom_scalar_charts(events, tmp_path)
-    assert categories == list(PRONOUN_CHARTS)
+    assert categories == ["attention heads"]
     heads = ["L0H0", "L0H1", "L1H0", "L1H1"]
     assert charts == {   # a line per head, named after it: TensorBoard gives each run its own colour
         "referent weight and top-1 of the best head": ["attention/referent/best", "attention/top1/best"],

@@ -23,7 +23,7 @@ from watch.composition import reads_from
 from watch.heads import last_pronoun_pos
 from watch.headtypes import TYPE_SETS
 from watch.heatmaps import SentenceHeatmaps
-from watch.page import SentenceView, attention_page, sentence_view, write_page
+from watch.page import SentenceView, attention_page, write_page
 from watch.pipeline import untrained_like
 from watch.probesets import PRONOUN, SENTENCES, ProbeSets, held_out_sentences, watch_sets
 from watch.reading import Reading, read_pass, untrained_reading
@@ -199,7 +199,13 @@ class AttentionWatch:
             about = "; ".join(s.about for kind, s in self.sets.sets.items() if kind in TYPE_SETS)
             print(f"\nhead types ({about}); the untrained model's scores in brackets:")
             print(type_report(reading, [p for p in found if p is not removed], self.since(reading)))
-            metrics.update(type_metrics(reading))
+            for kind in ("previous_token", "duplicate_token", "induction"):
+                top = reading.results.best(kind)
+                if top is not None:
+                    metrics[f"hparam/best_{kind}"] = top[1]
+            numbers = reading.results.numbers
+            metrics.update({f"hparam/{name}": numbers[name] for name in ("in_context_gain", "in_context_score")
+                            if name in numbers})
         if reading.before is not None and reading.types:
             table = before_table(reading)
             if table:
@@ -217,22 +223,8 @@ class AttentionWatch:
         marked = {} if report is None else {"best": (report.best.layer, report.best.head), "note": (
             f"best head on {report.n_probes} probes (referent {report.best.referent:.2f}, "
             f"top-1 {100 * report.best.top1:.0f}%)")}
-        return [sentence_view(text, tokens, patterns, **marked)
+        return [SentenceView(text, tokens, patterns, **marked)
                 for (text, tokens), patterns in zip(self.shown, reading.results.patterns, strict=True)]
-
-
-def type_metrics(reading: Reading) -> dict[str, float]:
-    """The head-type figures for TensorBoard's HParams: each type's best score and the in-context gain."""
-    results = reading.results
-    out = {}
-    for kind in ("previous_token", "duplicate_token", "induction"):
-        found = results.best(kind)
-        if found is not None:
-            out[f"hparam/best_{kind}"] = found[1]
-    for name in ("in_context_gain", "in_context_score"):
-        if name in results.numbers:
-            out[f"hparam/{name}"] = results.numbers[name]
-    return out
 
 
 def agreement_metrics(reading: Reading, ablations: Sequence[AblationResult]) -> dict[str, float]:

@@ -60,7 +60,7 @@ def _cells(values: np.ndarray, cell: int) -> np.ndarray:
     return colours(values).repeat(cell, axis=0).repeat(cell, axis=1)
 
 
-def _as_array(pattern: torch.Tensor | np.ndarray) -> np.ndarray:
+def as_array(pattern: torch.Tensor | np.ndarray) -> np.ndarray:
     if isinstance(pattern, torch.Tensor):
         return pattern.detach().float().cpu().numpy()
     return np.asarray(pattern)
@@ -68,7 +68,7 @@ def _as_array(pattern: torch.Tensor | np.ndarray) -> np.ndarray:
 
 def _matrix(pattern: torch.Tensor | np.ndarray, n_tokens: int) -> np.ndarray:
     """[q, k] weights as float64 with the future (above the diagonal) set to NaN."""
-    values = np.array(_as_array(pattern), dtype=np.float64)
+    values = np.array(as_array(pattern), dtype=np.float64)
     if values.ndim != 2 or values.shape[0] != values.shape[1]:
         raise ValueError(f"a head's pattern must be square [query_pos, key_pos], got shape {values.shape}")
     if values.shape[0] != n_tokens:
@@ -202,7 +202,7 @@ def layer_image(pattern: torch.Tensor | np.ndarray, tokens: Sequence[str], layer
                 best: str | None = None) -> np.ndarray:
     """All heads of one layer ([head, query_pos, key_pos]) in a grid, each titled LlHh; `best` names a
     head (e.g. "L1H0") to mark in its title."""
-    pattern = _as_array(pattern)
+    pattern = as_array(pattern)
     if pattern.ndim != 3:
         raise ValueError(f"a layer's pattern must be [head, query_pos, key_pos], got shape {pattern.shape}")
     return HeatmapCanvas(tokens, len(pattern)).draw(list(pattern), head_titles(layer, len(pattern), best),

@@ -20,7 +20,7 @@ from watch.composition import composition_json, reads_from
 from watch.heads import ablation_names, default_query, display_token, focused_head, head_name
 from watch.headtypes import CONTEXT_NUMBERS, LABELS
 from watch.heatmaps import HeatmapCanvas, layer_image, save_png, sentence_slug
-from watch.page import attention_page, sentence_view, write_page
+from watch.page import SentenceView, attention_page, write_page
 from watch.pipeline import untrained_like
 from watch.probesets import NO_TEXT, PRONOUN, REPEATED_MIN_LENGTH, TEXT, ProbeSets, from_file, watch_sets
 from watch.pronouns import finite
@@ -64,13 +64,14 @@ def show_attention(model, tokenizer, checkpoint: dict, args: argparse.Namespace,
     layer, head = focused_head(patterns, query)
 
     if args.html:
-        view = sentence_view(text, tokens, patterns, query=query)
+        view = SentenceView(text, tokens, patterns, query=query)
         step = f" at step {checkpoint['step']}" if "step" in checkpoint else ""
         ablated = f", with {', '.join(ablation_names(ablate))} ablated" if ablate else ""
         reading = checkpoint_reading(model, checkpoint_sets(model, tokenizer, checkpoint, None), checkpoint)
         page = write_page(args.html, attention_page([view], f"Attention of {args.out_dir}{step}{ablated}",
                                                     type_labels(reading), reads_from(reading.composition,
                                                                                      reading.untrained.composition)))
+        written = f"attention page: {page} (open it in a browser; it needs no network)"
     if args.json:
         print(json.dumps(finite({
             "text": text, "tokens": tokens, "query_pos": query, "focused_head": head_name(layer, head),
@@ -81,16 +82,14 @@ def show_attention(model, tokenizer, checkpoint: dict, args: argparse.Namespace,
         return
     if not args.html:
         png_dir = _write_heatmaps(checkpoint, args, tokens, patterns, query, (layer, head))
+        written = f"heatmaps: {png_dir}/{sentence_slug(text)}_*.png"
 
     print("tokens: " + " | ".join(display_token(t, space_mark="") for t in tokens))
     print(f"where {tokens[query].strip()!r} (position {query}) looks, top 3 per head:")
     for n, pattern in enumerate(patterns):
         print(top_attended(pattern, tokens, query, k=3, layer=n))
     print(f"most focused head: {head_name(layer, head)}")
-    if args.html:
-        print(f"attention page: {page} (open it in a browser; it needs no network)")
-    else:
-        print(f"heatmaps: {png_dir}/{sentence_slug(text)}_*.png")
+    print(written)
 
 
 def _write_heatmaps(checkpoint: dict, args: argparse.Namespace, tokens: list[str], patterns: list, query: int,

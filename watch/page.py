@@ -19,6 +19,7 @@ from cli import UserError
 from files import clear_for_file, replace_file, write_error
 from watch.heads import default_query, display_token, focused_head, head_name
 from watch.headtypes import LABELS, MEANINGS, RULE, TYPES
+from watch.heatmaps import as_array
 
 DATA_ID = "attention-data"
 # The page's markup, style and script, with {title}, {data_id}, {data} and {legend} to fill in.
@@ -27,36 +28,35 @@ TEMPLATE = Path(__file__).with_name("page.html")
 
 @dataclass
 class SentenceView:
-    """One sentence on the page: its tokens, every layer's pattern [head, query_pos, key_pos],
-    the token selected when the page opens, and the head to mark (layer, head) with why."""
+    """One sentence on the page: its tokens, every layer's pattern [head, query_pos, key_pos], the token selected
+    when the page opens (by default the last pronoun, else the last token), and the head to mark (layer, head)
+    with why (by default the most focused one from that query)."""
 
     text: str
     tokens: list[str]
     patterns: list[torch.Tensor]
-    query: int
-    best: tuple[int, int]
-    note: str
+    query: int | None = None
+    best: tuple[int, int] | None = None
+    note: str | None = None
 
-
-def sentence_view(text: str, tokens: Sequence[str], patterns: Sequence[torch.Tensor], *, query: int | None = None,
-                  best: tuple[int, int] | None = None, note: str | None = None) -> SentenceView:
-    """A sentence for the page. The query defaults to the last pronoun (else the last token); the
-    marked head, to the most focused one from that query."""
-    tokens = list(tokens)
-    if not tokens or any(p.shape[-1] != len(tokens) for p in patterns):
-        raise ValueError(f"patterns of shape {[tuple(p.shape) for p in patterns]} do not fit {len(tokens)} tokens")
-    if query is None:
-        query = default_query(tokens)
-    if best is None:
-        best = focused_head(patterns, query)
-        note = note or f"most focused head from {display_token(tokens[query], space_mark='')!r}"
-    return SentenceView(text, tokens, list(patterns), query, best, note or "best head")
+    def __post_init__(self) -> None:
+        self.tokens, self.patterns = list(self.tokens), list(self.patterns)
+        if not self.tokens or any(p.shape[-1] != len(self.tokens) for p in self.patterns):
+            raise ValueError(f"patterns of shape {[tuple(p.shape) for p in self.patterns]} do not fit "
+                             f"{len(self.tokens)} tokens")
+        if self.query is None:
+            self.query = default_query(self.tokens)
+        if self.best is None:
+            self.best = focused_head(self.patterns, self.query)
+            token = display_token(self.tokens[self.query], space_mark="")
+            self.note = self.note or f"most focused head from {token!r}"
+        self.note = self.note or "best head"
 
 
 def _float32_rows(pattern: torch.Tensor) -> list[list[list[float]]]:
     """[head][query_pos] -> the weights on keys 0..query_pos (the rest is the masked future),
     each the shortest decimal that reads back as the same float32."""
-    values = pattern.detach().float().cpu().numpy()
+    values = as_array(pattern)
     if not np.isfinite(values).all():  # weights that overflow give nan attention, which JSON cannot hold
         raise UserError("the model's attention weights are not finite numbers (nan or inf): its weights overflow; "
                         "use a checkpoint from before the run diverged")

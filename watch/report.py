@@ -13,6 +13,7 @@ from watch.ablation import AblationResult
 from watch.composition import KINDS, ONE_LAYER_NOTE, pair_name
 from watch.heads import display_token, head_name
 from watch.headtypes import LABELS, MEANINGS, RULE, TYPES, needed
+from watch.heatmaps import as_array
 from watch.probesets import icl_positions
 from watch.pronouns import ProbeReport
 from watch.reading import Reading
@@ -85,9 +86,7 @@ def top_attended(pattern: torch.Tensor | np.ndarray, tokens: Sequence[str], quer
                  *, layer: int = 0) -> str:
     """One line per head of the `k` keys the query at `query_pos` weighs most,
     e.g. "L0H1: dog 0.88 | ball 0.09 | the 0.02". `pattern` is [head, query_pos, key_pos]."""
-    if isinstance(pattern, torch.Tensor):
-        pattern = pattern.detach().float().cpu().numpy()
-    pattern = np.asarray(pattern)
+    pattern = as_array(pattern)
     if pattern.ndim != 3:
         raise ValueError(f"pattern must be [head, query_pos, key_pos], got shape {pattern.shape}")
     if not 0 <= query_pos < pattern.shape[1]:

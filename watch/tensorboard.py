@@ -85,9 +85,19 @@ class TensorBoardWriter:
         what `watch/heatmaps.py` draws, goes in as a PNG made here at Pillow's fastest compression, without
         SummaryWriter's round trip through float32 and its default compression: those took a third of each
         evaluation of the default demo."""
+        from PIL import Image
+        from tensorboard.compat.proto.summary_pb2 import Summary
+
+        def write_png() -> None:
+            buffer = io.BytesIO()
+            Image.fromarray(image, "RGB").save(buffer, format="PNG", compress_level=1)
+            height, width, _ = image.shape
+            picture = Summary.Image(height=height, width=width, colorspace=3, encoded_image_string=buffer.getvalue())
+            self._writer.file_writer.add_summary(Summary(value=[Summary.Value(tag=tag, image=picture)]), global_step)
+
         if (dataformats == "HWC" and isinstance(image, np.ndarray) and image.dtype == np.uint8 and image.ndim == 3
                 and image.shape[2] == 3):
-            self._guard(lambda: self._writer.file_writer.add_summary(png_summary(tag, image), global_step))
+            self._guard(write_png)
         else:
             self._guard(lambda: self._writer.add_image(tag, image, global_step, dataformats=dataformats))
 
@@ -143,10 +153,22 @@ def _quiet_writer_threads() -> None:
     threading.excepthook = hook
 
 
+# A fine-tune: each type's best head now beside the best of the model before fine-tuning (`Reading.before`).
+BEFORE_TAG = "before_fine_tuning"   # before_fine_tuning/{type} in each head's run, .../best, the table
+
 # TensorBoard's Custom Scalars tab: {category: {chart title: ["Multiline", [tag regexes]]}}. A regex
 # matches the start of a tag; one chart draws every matching tag of every run on one axis, a colour per
 # run: a score of every head is one tag written in each head's own run (`TensorBoardWriter.head`).
-TYPE_CHARTS = {
+CHARTS = {
+    # The last chart takes the training loss (logged every log_interval steps) rather than the validation
+    # loss (5 points in the demo, which smoothing bends out of shape), and every accuracy the probes report.
+    "attention heads": {
+        # The best head's own line first: alone on its chart, no outlier setting can clip its climb.
+        "referent weight and top-1 of the best head": ["Multiline", [r"attention/(referent|top1)/best$"]],
+        "referent weight, every head": ["Multiline", [r"attention/referent$"]],
+        "top-1, every head": ["Multiline", [r"attention/top1$"]],
+        "training loss and accuracy": ["Multiline", [r"loss/train$", r"probes/.*accuracy"]],
+    },
     "head types": {
         **{f"{kind.replace('_', '-')}, every head": ["Multiline", [rf"heads/{kind}$"]] for kind in (*TYPES, "broad")},
         # The phase change: the induction score and the in-context gain jump together.
@@ -155,44 +177,25 @@ TYPE_CHARTS = {
         "best induction head's score by distance to the earlier copy": ["Multiline",
                                                                         [r"heads/induction/best_at_\d+$"]],
     },
-}
-# The last chart takes the training loss (logged every log_interval steps) rather than the validation
-# loss (5 points in the demo, which smoothing bends out of shape), and every accuracy the probes report.
-PRONOUN_CHARTS = {
-    "attention heads": {
-        # The best head's own line first: alone on its chart, no outlier setting can clip its climb.
-        "referent weight and top-1 of the best head": ["Multiline", [r"attention/(referent|top1)/best$"]],
-        "referent weight, every head": ["Multiline", [r"attention/referent$"]],
-        "top-1, every head": ["Multiline", [r"attention/top1$"]],
-        "training loss and accuracy": ["Multiline", [r"loss/train$", r"probes/.*accuracy"]],
-    },
-}
-
-# A fine-tune: each type's best head now beside the best of the model before fine-tuning (`Reading.before`).
-BEFORE_TAG = "before_fine_tuning"   # before_fine_tuning/{type} in each head's run, .../best, the table
-FINE_TUNING_CHARTS = {
-    "fine-tuning": {f"{kind.replace('_', '-')}: best head now and before fine-tuning":
-                    ["Multiline", [rf"heads/{kind}/best$", rf"{BEFORE_TAG}/{kind}/best$"]] for kind in TYPES},
-}
-
-# Every pair of heads in different layers, one chart per kind (watch/composition.py); the best pair's
-# score beside the untrained model's best, a flat line to read the rise against.
-COMPOSITION_CHARTS = {
+    # Every pair of heads in different layers, one chart per kind (watch/composition.py); the best pair's
+    # score beside the untrained model's best, a flat line to read the rise against.
     "composition": {
         **{f"{kind}-composition, every pair": ["Multiline", [rf"composition/{kind}/L\d+H\d+_to_L\d+H\d+$"]]
            for kind in KINDS},
         "best pair of each kind, and the untrained model's": ["Multiline",
                                                              [r"composition/[QKV]/(best|untrained_best)$"]],
     },
+    "fine-tuning": {f"{kind.replace('_', '-')}: best head now and before fine-tuning":
+                    ["Multiline", [rf"heads/{kind}/best$", rf"{BEFORE_TAG}/{kind}/best$"]] for kind in TYPES},
 }
 
 
 def log_charts(writer: Any, *, pronouns: bool, types: bool, composition: bool = False,
                fine_tuning: bool = False) -> None:
     """The Custom Scalars layout: written once, at the start of a run."""
-    layout = {**(PRONOUN_CHARTS if pronouns else {}), **(TYPE_CHARTS if types else {}),
-              **(COMPOSITION_CHARTS if composition else {}),
-              **(FINE_TUNING_CHARTS if types and fine_tuning else {})}
+    shown = {"attention heads": pronouns, "head types": types, "composition": composition,
+             "fine-tuning": types and fine_tuning}
+    layout = {category: charts for category, charts in CHARTS.items() if shown[category]}
     if layout:
         writer.add_custom_scalars(layout)
 
@@ -285,15 +288,3 @@ def _log_heads(writer: Any, step: int, tag: str, values: torch.Tensor, *, best: 
             writer.head(head_name(layer, head)).add_scalar(tag, values[layer, head].item(), step)
     if best:
         writer.add_scalar(f"{tag}/best", values.max().item(), step)
-
-
-def png_summary(tag: str, image: np.ndarray) -> Any:
-    """A TensorBoard image summary holding `image` (RGB bytes [height, width, 3]) as a PNG."""
-    from PIL import Image
-    from tensorboard.compat.proto.summary_pb2 import Summary
-
-    buffer = io.BytesIO()
-    Image.fromarray(image, "RGB").save(buffer, format="PNG", compress_level=1)
-    height, width, _ = image.shape
-    picture = Summary.Image(height=height, width=width, colorspace=3, encoded_image_string=buffer.getvalue())
-    return Summary(value=[Summary.Value(tag=tag, image=picture)])
