@@ -8,6 +8,7 @@ never written through, and a reader never sees half a file. Text read from users
 from __future__ import annotations
 
 import errno
+import glob
 import json
 import os
 import re
@@ -51,10 +52,6 @@ def regular_file(path: str | Path, what: str, fix: str, error: type[UserError] =
     if problem is not None:
         raise error(f"{what} {path} is {problem}; {fix}")
     return path
-
-
-def glob_escape(text: str) -> str:
-    return "".join(f"[{c}]" if c in "*?[" else c for c in text)
 
 
 def cannot(action: str, path: Path, exc: OSError) -> str:
@@ -316,7 +313,7 @@ def remove_dead_leftovers(path: str | Path) -> None:
     """Deletes what writers of `path` that died (kill -9, a power cut) left beside it, and inside it when it is a
     folder (a writer into a folder that stood stages there); a link is removed, never what it points to."""
     path = Path(path)
-    pattern = f".{glob_escape(path.name)}.tmp-*"
+    pattern = f".{glob.escape(path.name)}.tmp-*"
     found: list[Path] = []
     for folder in (path.parent, path) if what_stands_at(path, follow_links=False) == "a directory" else (path.parent,):
         try:
