@@ -169,7 +169,7 @@ class AgreementProbe:
             raise UserError(f"agreement context {self.text!r}: {self.pronoun!r} and {self.wrong!r} do not start "
                             f"with different tokens after the same context; end the text before the pronoun")
         person = _overlapping(spans, _word_spans(self.text, self.person)[0]) if self.person else []
-        return AlignedAgreement(self, ids[:position + 1], right[0], wrong[0], person)
+        return AlignedAgreement(self, ids[:position + 1], position, right[0], wrong[0], person)
 
 
 def load_jsonl(path: str | Path, make: type[Probe] | type[AgreementProbe]) -> list:
@@ -255,15 +255,12 @@ def _first_token_ids(tokenizer: Tokenizer, ids: list[int], prefix: str, words: S
 
 @dataclass
 class AlignedAgreement:
-    """An agreement context in token positions: `ids` runs up to the position that predicts the
+    """An agreement context in token positions: `ids` runs up to `continuation_pos`, which predicts the
     pronoun, where `right_id` and `wrong_id` are the first tokens of the two pronouns."""
 
     probe: AgreementProbe
     ids: list[int]
+    continuation_pos: int
     right_id: int
     wrong_id: int
     person_positions: list[int]   # tokens of the person's word (empty without `person`)
-
-    @property
-    def continuation_pos(self) -> int:
-        return len(self.ids) - 1
