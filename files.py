@@ -8,6 +8,7 @@ never written through, and a reader never sees half a file. Text read from users
 from __future__ import annotations
 
 import errno
+import glob
 import json
 import os
 import re
@@ -51,10 +52,6 @@ def regular_file(path: str | Path, what: str, fix: str, error: type[UserError] =
     if problem is not None:
         raise error(f"{what} {path} is {problem}; {fix}")
     return path
-
-
-def glob_escape(text: str) -> str:
-    return "".join(f"[{c}]" if c in "*?[" else c for c in text)
 
 
 def cannot(action: str, path: Path, exc: OSError) -> str:
@@ -316,7 +313,7 @@ def remove_dead_leftovers(path: str | Path) -> None:
     """Deletes what writers of `path` that died (kill -9, a power cut) left beside it, and inside it when it is a
     folder (a writer into a folder that stood stages there); a link is removed, never what it points to."""
     path = Path(path)
-    pattern = f".{glob_escape(path.name)}.tmp-*"
+    pattern = f".{glob.escape(path.name)}.tmp-*"
     found: list[Path] = []
     for folder in (path.parent, path) if what_stands_at(path, follow_links=False) == "a directory" else (path.parent,):
         try:
@@ -349,30 +346,22 @@ def inside_name(name: str) -> str | None:
     return None
 
 
-def utf8_name(text: str) -> str | None:
-    """None when `text` can be written as UTF-8 (every name and path a run records must be); otherwise what is
-    wrong. A byte of a file name that is not UTF-8 reaches Python as a lone surrogate (U+DC80..U+DCFF), which no
-    file, checkpoint or log can hold."""
-    bad = [c for c in text if 0xD800 <= ord(c) <= 0xDFFF]
-    if not bad:
-        return None
-
-    def shown(c: str) -> str:
-        if 0xDC80 <= ord(c) <= 0xDCFF:
-            return f"\\x{ord(c) - 0xDC00:02x}"
-        return f"\\u{ord(c):04x}" if 0xD800 <= ord(c) <= 0xDFFF else c
-
-    first = shown(bad[0])
-    what = f"the byte {first}, which is not UTF-8" if first.startswith("\\x") else f"{first}, a lone surrogate"
-    return f"'{''.join(shown(c) for c in text)}' holds {what}"
+def _shown(c: str) -> str:
+    if 0xDC80 <= ord(c) <= 0xDCFF:
+        return f"\\x{ord(c) - 0xDC00:02x}"
+    return f"\\u{ord(c):04x}" if 0xD800 <= ord(c) <= 0xDFFF else c
 
 
 def utf8_value(value: object) -> str | None:
-    """`utf8_name` of a setting's value: a string, or each string of a list."""
+    """None when `value` (a name, a path, or a setting's value: a string, or each string of a list) can be written
+    as UTF-8, as every name and path a run records must be; otherwise what is wrong. A byte of a file name that is
+    not UTF-8 reaches Python as a lone surrogate (U+DC80..U+DCFF), which no file, checkpoint or log can hold."""
     for text in value if isinstance(value, list) else [value]:
-        problem = utf8_name(text) if isinstance(text, str) else None
-        if problem is not None:
-            return problem
+        bad = [c for c in text if 0xD800 <= ord(c) <= 0xDFFF] if isinstance(text, str) else []
+        if bad:
+            first = _shown(bad[0])
+            what = f"the byte {first}, which is not UTF-8" if first.startswith("\\x") else f"{first}, a lone surrogate"
+            return f"'{''.join(_shown(c) for c in text)}' holds {what}"
     return None
 
 

@@ -36,7 +36,7 @@ from tqdm import tqdm
 from cli import UsageError, markdown_literal, run_cli, warn
 from config import TrainConfig, make_config, parse_command_line
 from data.tokenizer import Tokenizer, TokenizerError
-from files import utf8_name
+from files import utf8_value
 from model.memory import parameter_count
 from trainer import runtime
 from trainer.runlock import RunLock
@@ -52,7 +52,7 @@ BASES = ("With no CONFIG.toml: configs/pronouns.toml (the demo), unless --datase
 
 def main(argv: list[str]) -> int:
     config_path, overrides = parse_command_line(argv, BASES)  # --help prints and exits here
-    problem = utf8_name(config_path) if config_path else None
+    problem = utf8_value(config_path) if config_path else None
     if problem is not None:  # its name becomes the run's name, which checkpoints and logs record
         raise UsageError(f"the config file name {problem}; rename it to a UTF-8 name")
     start = run_settings(config_path, overrides)

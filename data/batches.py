@@ -41,9 +41,3 @@ class Batches:
         generator = torch.Generator().manual_seed(self.eval_seed)
         for _ in range(count):
             yield self._draw(split, generator)
-
-    def state(self) -> torch.Tensor:
-        return self.generator.get_state()
-
-    def load_state(self, state: torch.Tensor) -> None:
-        self.generator.set_state(state)

@@ -27,16 +27,12 @@ ALPHABET = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
 SHORTEST, LONGEST = 1, 32
 
 
-def line_length(rng: random.Random) -> int:
-    """A string's length, from SHORTEST to LONGEST, evenly spread on a log scale."""
-    return round(math.exp(rng.uniform(math.log(SHORTEST), math.log(LONGEST))))
-
-
 def training_text(seed: int, n_lines: int) -> str:
     """`n_lines` lines, each a random string written twice; the same seed gives the same text."""
     rng = random.Random(seed)
     lines = []
     for _ in range(n_lines):
-        s = "".join(rng.choice(ALPHABET) for _ in range(line_length(rng)))
+        length = round(math.exp(rng.uniform(math.log(SHORTEST), math.log(LONGEST))))  # even on a log scale
+        s = "".join(rng.choice(ALPHABET) for _ in range(length))
         lines.append(s + s)
     return "\n".join(lines) + "\n"

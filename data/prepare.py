@@ -9,6 +9,7 @@ settings again finds the folder, checks it against what its meta.json promises, 
 from __future__ import annotations
 
 import difflib
+import glob
 import hashlib
 import importlib
 import json
@@ -31,7 +32,7 @@ from data.tokenizer import (
     preview,
     tokenizer_from_meta,
 )
-from files import NotParsed, glob_escape, parse_json, read_text, replace_folder, what_stands_at, write_error
+from files import NotParsed, parse_json, read_text, replace_folder, what_stands_at, write_error
 
 META_FORMAT = 2  # 2: meta.json carries checksums of itself and of the token files
 SPLITS = ("train", "val")
@@ -166,7 +167,7 @@ def generation_key(dataset: str, corpus_sentences: int) -> str | None:
 def _folders(data_dir: Path, dataset: str, tokenizer: str, val_fraction: float) -> list[Path]:
     """The cache folders of `dataset` prepared with `tokenizer` (a name, or a model vocabulary's label)."""
     try:
-        prefix = glob_escape(f"{corpora.text_name(dataset)}-{tokenizer}")
+        prefix = glob.escape(f"{corpora.text_name(dataset)}-{tokenizer}")
         return sorted(data_dir.glob(f"{prefix}-*-val{val_fraction:g}"))
     except OSError:
         return []

@@ -40,6 +40,7 @@ def _require_words(record: object, names: Sequence[str]) -> None:
 class Probe:
     """One probe. Offsets left out are found in the text when the probe is made."""
 
+    what = "probe"   # in messages: "probe file", "holds no probes"
     text: str
     pronoun: str
     referent: str
@@ -99,6 +100,33 @@ class Probe:
         start = getattr(self, f"{name}_offset")
         return start, start + len(getattr(self, name))
 
+    def align(self, tokenizer: Tokenizer) -> AlignedProbe:
+        """Token positions of the probe's words; text the tokenizer cannot encode raises its TokenizerError."""
+        ids, spans = tokenizer.encode_with_offsets(self.text)
+        pronoun_tokens, referent_positions, distractor_positions = (
+            _overlapping(spans, self.span(name)) for name in ("pronoun", "referent", "distractor"))
+        if not (pronoun_tokens and referent_positions and distractor_positions):
+            raise UserError(f"probe {self.text!r}: a word covers no token; check the offsets")
+
+        pronoun_end = self.span("pronoun")[1]
+        prefix = self.text[:pronoun_end]
+        if self.continuations:
+            words = [(" ", w) for w in self.continuations]
+            distractor_words = [(" ", w) for w in self.distractor_continuations or []]
+        else:
+            following = re.compile(r"(\s*)(\S+)").match(self.text, pronoun_end)  # (whitespace, word)
+            words = [following.groups()] if following else []
+            distractor_words = []
+        continuation_pos, continuation_ids = _first_token_ids(tokenizer, ids, prefix, words)
+        _, distractor_ids = _first_token_ids(tokenizer, ids, prefix, distractor_words)
+        if continuation_pos is None:
+            distractor_ids = []
+
+        return AlignedProbe(probe=self, ids=ids, tokens=tokenizer.token_strings(ids),
+                            pronoun_pos=pronoun_tokens[-1], referent_positions=referent_positions,
+                            distractor_positions=distractor_positions, continuation_pos=continuation_pos,
+                            continuation_ids=continuation_ids, distractor_continuation_ids=distractor_ids)
+
 
 @dataclass
 class AgreementProbe:
@@ -107,6 +135,7 @@ class AgreementProbe:
     word. `person` (found as a whole word) lets each head's weight on the name be read; `mention`
     is "first" when nothing has referred back to the person yet, "second" when a pronoun has."""
 
+    what = "agreement context"
     text: str
     pronoun: str                  # the pronoun that agrees: the right next word
     wrong: str                    # the other one
@@ -131,19 +160,22 @@ class AgreementProbe:
             raise UserError(f"person {self.person!r} does not occur as a whole word in the text {self.text!r}; "
                             f"fix the word or the text")
 
+    def align(self, tokenizer: Tokenizer) -> AlignedAgreement:
+        """Token positions of an agreement context; text the tokenizer cannot encode raises its TokenizerError."""
+        ids, spans = tokenizer.encode_with_offsets(self.text + " " + self.pronoun)
+        position, right = _first_token_ids(tokenizer, ids, self.text, [(" ", self.pronoun)])
+        wrong_position, wrong = _first_token_ids(tokenizer, ids, self.text, [(" ", self.wrong)])
+        if position is None or wrong_position != position or right == wrong:
+            raise UserError(f"agreement context {self.text!r}: {self.pronoun!r} and {self.wrong!r} do not start "
+                            f"with different tokens after the same context; end the text before the pronoun")
+        person = _overlapping(spans, _word_spans(self.text, self.person)[0]) if self.person else []
+        return AlignedAgreement(self, ids[:position + 1], position, right[0], wrong[0], person)
 
-def load_probes(path: str | Path) -> list[Probe]:
-    """Probes from a JSONL file; blank lines are skipped. Problems raise UserError naming the line."""
-    return _load_jsonl(path, Probe, "probe")
 
-
-def load_agreement(path: str | Path) -> list[AgreementProbe]:
-    """Agreement contexts from a JSONL file, checked as `load_probes` checks probes."""
-    return _load_jsonl(path, AgreementProbe, "agreement context")
-
-
-def _load_jsonl(path: str | Path, make: type, kind: str) -> list:
-    """The `make` dataclass of each line of a JSONL file; its fields without a default are required."""
+def load_jsonl(path: str | Path, make: type[Probe] | type[AgreementProbe]) -> list:
+    """The `make` records of a JSONL file, one object a line, blank lines skipped; its fields without a default
+    are required. Problems raise UserError naming the line."""
+    kind = make.what
     fields = [f.name for f in dataclasses.fields(make) if f.name != "line"]
     required = [f.name for f in dataclasses.fields(make) if f.default is dataclasses.MISSING]
     lines = read_text(path, f"{kind} file", "give the path of a JSONL file").splitlines()
@@ -221,57 +253,14 @@ def _first_token_ids(tokenizer: Tokenizer, ids: list[int], prefix: str, words: S
     return position, first_ids
 
 
-def align(probe: Probe, tokenizer: Tokenizer) -> AlignedProbe:
-    """Token positions of the probe's words; text the tokenizer cannot encode raises its TokenizerError."""
-    ids, spans = tokenizer.encode_with_offsets(probe.text)
-    pronoun_tokens, referent_positions, distractor_positions = (
-        _overlapping(spans, probe.span(name)) for name in ("pronoun", "referent", "distractor"))
-    if not (pronoun_tokens and referent_positions and distractor_positions):
-        raise UserError(f"probe {probe.text!r}: a word covers no token; check the offsets")
-
-    pronoun_end = probe.span("pronoun")[1]
-    prefix = probe.text[:pronoun_end]
-    if probe.continuations:
-        words = [(" ", w) for w in probe.continuations]
-        distractor_words = [(" ", w) for w in probe.distractor_continuations or []]
-    else:
-        following = re.compile(r"(\s*)(\S+)").match(probe.text, pronoun_end)  # (whitespace, word)
-        words = [following.groups()] if following else []
-        distractor_words = []
-    continuation_pos, continuation_ids = _first_token_ids(tokenizer, ids, prefix, words)
-    _, distractor_ids = _first_token_ids(tokenizer, ids, prefix, distractor_words)
-    if continuation_pos is None:
-        distractor_ids = []
-
-    return AlignedProbe(probe=probe, ids=ids, tokens=tokenizer.token_strings(ids),
-                        pronoun_pos=pronoun_tokens[-1], referent_positions=referent_positions,
-                        distractor_positions=distractor_positions, continuation_pos=continuation_pos,
-                        continuation_ids=continuation_ids, distractor_continuation_ids=distractor_ids)
-
-
 @dataclass
 class AlignedAgreement:
-    """An agreement context in token positions: `ids` runs up to the position that predicts the
+    """An agreement context in token positions: `ids` runs up to `continuation_pos`, which predicts the
     pronoun, where `right_id` and `wrong_id` are the first tokens of the two pronouns."""
 
     probe: AgreementProbe
     ids: list[int]
+    continuation_pos: int
     right_id: int
     wrong_id: int
     person_positions: list[int]   # tokens of the person's word (empty without `person`)
-
-    @property
-    def continuation_pos(self) -> int:
-        return len(self.ids) - 1
-
-
-def align_agreement(probe: AgreementProbe, tokenizer: Tokenizer) -> AlignedAgreement:
-    """Token positions of an agreement context; text the tokenizer cannot encode raises its TokenizerError."""
-    ids, spans = tokenizer.encode_with_offsets(probe.text + " " + probe.pronoun)
-    position, right = _first_token_ids(tokenizer, ids, probe.text, [(" ", probe.pronoun)])
-    wrong_position, wrong = _first_token_ids(tokenizer, ids, probe.text, [(" ", probe.wrong)])
-    if position is None or wrong_position != position or right == wrong:
-        raise UserError(f"agreement context {probe.text!r}: {probe.pronoun!r} and {probe.wrong!r} do not start "
-                        f"with different tokens after the same context; end the text before the pronoun")
-    person = _overlapping(spans, _word_spans(probe.text, probe.person)[0]) if probe.person else []
-    return AlignedAgreement(probe, ids[:position + 1], right[0], wrong[0], person)

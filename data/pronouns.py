@@ -101,7 +101,6 @@ KEEP_IN_TRAINING = frozenset({"dog", "ball"})  # the explanation's own pair
 
 CONTINUATIONS: dict[str, list[str]] = {
     **{noun: conts for noun, (_, conts) in PEOPLE.items()}, **ANIMALS, **OBJECTS}
-NOUNS = list(CONTINUATIONS)
 # The pronouns that may refer to each noun.
 PRONOUNS_OF: dict[str, tuple[str, ...]] = {**{noun: (pronoun,) for noun, (pronoun, _) in PEOPLE.items()},
                                            **dict.fromkeys(ANIMALS, ("he", "she")), **dict.fromkeys(OBJECTS, ("it",))}

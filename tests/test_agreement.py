@@ -13,7 +13,7 @@ from conftest import require_gpt2
 import train
 from cli import UserError, run_cli
 from config import load_config
-from data.probes import AgreementProbe, align_agreement, load_agreement, load_probes
+from data.probes import AgreementProbe, Probe, load_jsonl
 from data.tokenizer import CharTokenizer, GPT2Tokenizer
 from trainer import runtime
 from trainer.trainer import Trainer
@@ -53,10 +53,10 @@ def write_jsonl(path, records) -> str:
 
 def test_contexts_align_to_the_position_that_predicts_the_pronoun(tmp_path):
     path = write_jsonl(tmp_path / "a.jsonl", contexts())
-    items = load_agreement(path)
+    items = load_jsonl(path, AgreementProbe)
     assert len(items) == 12 and items[0].line == 1
     tokenizer = CharTokenizer.from_text(corpus())
-    item = align_agreement(items[0], tokenizer)  # "ann went out and", then " she"
+    item = items[0].align(tokenizer)  # "ann went out and", then " she"
     # Characters: the pronoun's first token is its first letter, predicted from the space before it.
     assert tokenizer.decode(item.ids) == "ann went out and "
     assert tokenizer.decode([item.right_id, item.wrong_id]) == "sh"
@@ -67,7 +67,7 @@ def test_contexts_align_to_the_position_that_predicts_the_pronoun(tmp_path):
 def test_gpt2_contexts_end_at_the_last_word_and_score_whole_pronouns(tmp_path):
     require_gpt2()
     tokenizer = GPT2Tokenizer.from_text(corpus())
-    item = align_agreement(AgreementProbe("ann went out and", "she", "he", person="ann"), tokenizer)
+    item = AgreementProbe("ann went out and", "she", "he", person="ann").align(tokenizer)
     assert tokenizer.decode(item.ids) == "ann went out and"
     assert tokenizer.token_strings([item.right_id, item.wrong_id]) == [" she", " he"]
 
@@ -81,7 +81,7 @@ def test_gpt2_contexts_end_at_the_last_word_and_score_whole_pronouns(tmp_path):
 ])
 def test_a_bad_context_is_one_error_naming_its_line(tmp_path, record, words):
     with pytest.raises(UserError) as err:
-        load_agreement(write_jsonl(tmp_path / "a.jsonl", [record]))
+        load_jsonl(write_jsonl(tmp_path / "a.jsonl", [record]), AgreementProbe)
     assert all(word in str(err.value) for word in words), err.value
 
 
@@ -101,7 +101,7 @@ def agreement_set(items: list) -> ProbeSet:
 
 def test_name_weights_on_a_hand_built_pattern(tmp_path):
     tokenizer = CharTokenizer.from_text(corpus())
-    items = [align_agreement(AgreementProbe(**c), tokenizer) for c in contexts()[:2]]
+    items = [AgreementProbe(**c).align(tokenizer) for c in contexts()[:2]]
     patterns = []
     for item in items:
         n = len(item.ids)
@@ -134,7 +134,7 @@ def test_most_selective_is_the_best_top1_whatever_its_weight():
 def test_agreement_counts_the_pronoun_the_model_prefers():
     """Logits that always rank 's' above 'h': right for every woman, wrong for every man."""
     tokenizer = CharTokenizer.from_text(corpus())
-    items = [align_agreement(AgreementProbe(**c), tokenizer) for c in contexts()]
+    items = [AgreementProbe(**c).align(tokenizer) for c in contexts()]
     logits = torch.zeros(tokenizer.vocab_size)
     logits[tokenizer.encode("s")[0]] = 1.0
     contexts_set = agreement_set(items)
@@ -254,6 +254,7 @@ def test_the_lower_case_corpus_brings_its_own_lower_case_probes():
     assert corpus_lower is CORPORA["tinystories_lower"]
     assert corpus_of("../shared/data/tinystories_lower.txt") is corpus_lower  # its file, by name
     assert corpus_of("my_stories.txt") is None
-    probes, agreement = load_probes(corpus_lower.probes_path), load_agreement(corpus_lower.agreement_path)
+    probes = load_jsonl(corpus_lower.probes_path, Probe)
+    agreement = load_jsonl(corpus_lower.agreement_path, AgreementProbe)
     assert all(p.text == p.text.lower() for p in probes) and all(a.text == a.text.lower() for a in agreement)
     assert {a.mention for a in agreement} == {"first", "second"}

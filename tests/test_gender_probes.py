@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from conftest import shared_file
 
-from data.probes import Probe, align, load_probes
+from data.probes import Probe, load_jsonl
 from data.tokenizer import CharTokenizer
 from tools import gender_probes as G
 from watch.pronouns import baselines
@@ -80,7 +80,7 @@ def test_evidence_counts_only_contexts_with_one_candidate():
 
 def aligned_probes(records):
     tokenizer = CharTokenizer.from_text("".join(r["text"] for r in records))
-    return [align(Probe(**r), tokenizer) for r in records]
+    return [Probe(**r).align(tokenizer) for r in records]
 
 
 def test_every_frame_is_balanced_so_position_heuristics_score_half(lexicon):
@@ -110,7 +110,7 @@ def test_probes_load_and_point_at_their_words(lexicon, tmp_path):
     generated = G.generate(lexicon, ["coordination", "object"], 10, seed=1)
     path = tmp_path / "probes.jsonl"
     G.write_jsonl(path, generated.probes)
-    probes = load_probes(path)
+    probes = load_jsonl(path, Probe)
     assert len(probes) == 40
     for probe in probes:
         for name in ("pronoun", "referent", "distractor"):
@@ -182,8 +182,8 @@ def test_cli_keeps_the_heldout_family_apart(tmp_path, corpus):
     assert G.HELDOUT_FAMILY not in main_meta["families"]
     assert held_meta["families"] == [G.HELDOUT_FAMILY]
     assert {m["family"] for m in held_meta["probes"]} == {G.HELDOUT_FAMILY}
-    assert len(load_probes(out)) == 80 and len(load_probes(held)) == 24
-    assert not {p.text for p in load_probes(out)} & {p.text for p in load_probes(held)}
+    assert len(load_jsonl(out, Probe)) == 80 and len(load_jsonl(held, Probe)) == 24
+    assert not {p.text for p in load_jsonl(out, Probe)} & {p.text for p in load_jsonl(held, Probe)}
     assert agree.read_text().strip()
 
 

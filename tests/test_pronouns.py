@@ -63,26 +63,26 @@ def test_referent_first_exactly_half_the_time(lines):
 
 def test_continuation_first_words_name_their_noun():
     owner: dict[str, str] = {}
-    for noun in P.NOUNS:
+    for noun in P.CONTINUATIONS:
         assert 2 <= len(P.CONTINUATIONS[noun]) <= 3
         for word in P.first_words(noun):
             assert owner.setdefault(word, noun) == noun, f"{word!r} follows both {owner[word]} and {noun}"
     # ...and no other word of the corpus could be mistaken for one.
-    other = set(P.NOUNS) | PRONOUNS | {"the", "The", "and"}
+    other = set(P.CONTINUATIONS) | PRONOUNS | {"the", "The", "and"}
     for phrase in P.VERBS_ANIMATE + P.VERBS_ANY + P.OPENERS + P.TAILS:
         other.update(phrase.split())
     other.update(P.OPINION_ADJECTIVES + P.SIZE_ADJECTIVES)
     assert not other & set(owner)
     for conts in P.CONTINUATIONS.values():
         for cont in conts:
-            assert not set(cont.split()) & (set(P.NOUNS) | PRONOUNS | {"and"}), cont
+            assert not set(cont.split()) & (set(P.CONTINUATIONS) | PRONOUNS | {"and"}), cont
 
 
 def test_continuations_differ_in_their_first_gpt2_token():
     # Probes score the first token after the pronoun, so it must already tell nouns apart.
     enc = gpt2_encoding()
     owner: dict[int, str] = {}
-    for noun in P.NOUNS:
+    for noun in P.CONTINUATIONS:
         for word in P.first_words(noun):
             first = enc.encode(" " + word)[0]
             assert owner.setdefault(first, noun) == noun, f"{word!r}: first token shared with {owner[first]}"
@@ -100,7 +100,7 @@ def test_held_out_pairs_never_meet_in_training(lines):
     assert frozenset({"dog", "ball"}) not in P.HELD_OUT_PAIRS
     seen = {frozenset(parse(line)[0]) for line in lines}
     assert not seen & P.HELD_OUT_PAIRS
-    assert {n for pair in seen for n in pair} == set(P.NOUNS)  # every noun is still trained
+    assert {n for pair in seen for n in pair} == set(P.CONTINUATIONS)  # every noun is still trained
     for record in P.probe_records():
         assert frozenset({record["referent"], record["distractor"]}) in P.HELD_OUT_PAIRS
 
@@ -131,7 +131,7 @@ def test_explanation_sentence_belongs_to_the_corpus(default_tokenizer):
 def test_default_corpus_covers_every_probe_and_continuation(default_tokenizer):
     for record in P.probe_records():
         default_tokenizer.encode(record["text"])
-    for noun in P.NOUNS:
+    for noun in P.CONTINUATIONS:
         for continuation in P.CONTINUATIONS[noun]:
             default_tokenizer.encode(" " + continuation)
 

@@ -408,7 +408,7 @@ def probe_stretches(record: dict) -> list[str]:
 
 @dataclass
 class Generated:
-    probes: list[dict]          # load_probes records
+    probes: list[dict]          # records as data.probes.load_jsonl reads them
     meta: list[dict]            # one per probe: family, frame, group
     dropped_seen: int           # groups dropped because a sentence occurs in the corpus
 
@@ -579,7 +579,7 @@ def build_parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--corpus", required=True,
                    help="training text the people come from (and that must not contain the probes)")
-    p.add_argument("--out", required=True, help="main probe file (JSONL, the format load_probes reads)")
+    p.add_argument("--out", required=True, help="main probe file (JSONL, the format data.probes.load_jsonl reads)")
     p.add_argument("--heldout", default=None, help="probe file for the held-out family")
     p.add_argument("--agreement", default=None, help="single-person agreement contexts (JSONL)")
     p.add_argument("--heldout_family", default=HELDOUT_FAMILY, choices=sorted(FAMILIES))

@@ -219,7 +219,7 @@ class Start:
                         if not isinstance(value, torch.Tensor) or (value.dim() > 0 and value.shape != param.shape):
                             raise ValueError(f"optimizer state {name!r} does not match a parameter of shape "
                                              f"{tuple(param.shape)}")
-            batches.load_state(checkpoint["rng"]["batches"])
+            batches.generator.set_state(checkpoint["rng"]["batches"])
             torch.set_rng_state(checkpoint["rng"]["torch"])
         except (KeyError, IndexError, RuntimeError, TypeError, ValueError, AttributeError) as exc:
             raise CheckpointError(f"{path}: its optimizer or random-generator state does not fit this model "

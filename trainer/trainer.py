@@ -333,7 +333,7 @@ class Trainer:
             "tokenizer": self.tokenizer.to_meta() if self.tokenizer is not None else None,
             "step": self.state.step, "best_val_loss": self.state.best_val_loss, "run_name": self.state.run_name,
             "eval_step": self.state.eval_step,
-            "rng": {"torch": torch.get_rng_state(), "batches": self.batches.state()},
+            "rng": {"torch": torch.get_rng_state(), "batches": self.batches.generator.get_state()},
             "data": data_identity(self.cfg, self.data) if self.data is not None else None,
         }
 

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from cli import UserError, warn
-from data.probes import align, align_agreement, load_agreement, load_probes
+from data.probes import AgreementProbe, Probe, load_jsonl
 from data.tokenizer import Tokenizer, TokenizerError
 from watch.heads import PRONOUNS
 
@@ -104,20 +104,19 @@ class ProbeSets:
 
 # --- probes and agreement contexts from files -------------------------------------------------------
 
-FROM_FILES = {PRONOUN: (load_probes, align, "probes"),
-              AGREEMENT: (load_agreement, align_agreement, "agreement contexts")}
+FROM_FILES = {PRONOUN: Probe, AGREEMENT: AgreementProbe}
 
 
 def from_file(kind: str, path: str | Path, tokenizer: Tokenizer, block_size: int, *, strict: bool = False) -> ProbeSet:
     """The two-person probes (`PRONOUN`) or single-person agreement contexts (`AGREEMENT`) of a JSONL file, in this
     tokenizer's positions. Those with tokens outside the vocabulary or longer than block_size are left out with one
     warning each kind, or with `strict` refused naming the line."""
-    load, align_one, what = FROM_FILES[kind]
-    records = load(path)
+    records = load_jsonl(path, FROM_FILES[kind])
+    what = f"{FROM_FILES[kind].what}s"
     aligned, unknown, too_long = [], 0, 0
     for record in records:
         try:
-            item = align_one(record, tokenizer)
+            item = record.align(tokenizer)
         except UserError as exc:   # a token outside the vocabulary only leaves the record out, unless `strict`
             if strict or not isinstance(exc, TokenizerError):
                 raise UserError(f"{path} line {record.line}: {exc}") from None
