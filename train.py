@@ -39,7 +39,6 @@ from data.tokenizer import Tokenizer, TokenizerError
 from files import utf8_name
 from model.memory import parameter_count
 from trainer import runtime
-from trainer.runlock import RunLock
 from trainer.start import Settings, run_settings
 from trainer.trainer import Callback, Evaluation, FitResult, StepResult, Trainer
 
@@ -64,14 +63,14 @@ def main(argv: list[str]) -> int:
         if rt.is_main and start.line(cfg):
             print(start.line(cfg))
         # One run per out_dir: the processes of one torchrun job share it, and rank 0 speaks for them.
-        with RunLock(cfg.out_dir) if rt.is_main else nullcontext() as lock:
+        with runtime.RunLock(cfg.out_dir) if rt.is_main else nullcontext() as lock:
             return train(cfg, start, rt, argv, lock)
     finally:
         runtime.teardown(rt)
 
 
 def train(cfg: TrainConfig, start: Settings, rt: runtime.Runtime, argv: list[str],
-          lock: RunLock | None = None) -> int:
+          lock: runtime.RunLock | None = None) -> int:
     """Trains as `cfg` asks, from `start`'s settings; `lock` holds out_dir (rank 0), checked before every save."""
     from data.corpora import corpus_of
     from watch.callback import AttentionWatch
@@ -89,8 +88,8 @@ def train(cfg: TrainConfig, start: Settings, rt: runtime.Runtime, argv: list[str
         # by a killed run is taken over quietly: the out_dir lock it left says so already.
         folder = Path(cfg.log_dir) / trainer.state.run_name
         same = lock is not None and folder.resolve() == Path(cfg.out_dir).resolve()
-        with RunLock(folder, key="log_dir", what="the TensorBoard run", option="--run_name", say_takeover=False) \
-                if rt.is_main and not same else nullcontext():
+        with runtime.RunLock(folder, key="log_dir", what="the TensorBoard run", option="--run_name",
+                             say_takeover=False) if rt.is_main and not same else nullcontext():
             writer = None
             if rt.is_main:   # the others train silently
                 print("TensorBoard: " + TENSORBOARD.format(shlex.quote(cfg.log_dir)))
