@@ -63,8 +63,14 @@ def _opt(default: Any, help: str, choices: tuple[str, ...] | None = None, group:
     return field(default=default, metadata=meta)
 
 
-# The numbers' ranges: (keys, whether a value is in range, the refusal of one that is not, of the key and value).
-RANGES = (
+# The values each key takes: (keys, whether a value is one, the refusal of one that is not, of the key and value).
+RULES = (
+    (("device",), DEVICE_NAME.fullmatch,
+     f"config key 'device' must be one of {', '.join(DEVICES)} or cuda:N; got {{1!r}}"),
+    (("init_from",), str.strip, f"config key 'init_from' is empty; give {SCRATCH}, {RESUME}, a Hugging Face GPT-2 "
+     f"name (e.g. gpt2) or the path of a model to fine-tune"),
+    (("dataset",), str.strip, f"config key 'dataset' is empty; give a corpus name ({', '.join(CORPORA)}) or the path "
+     f"of a UTF-8 text file"),
     (("batch_size", "grad_accum", "max_iters", "eval_interval", "eval_iters", "log_interval", "corpus_sentences",
       "muon_ns_steps"), lambda v: v > 0, "config key '{}' must be a positive integer; got {}"),
     (("warmup_iters", "lr_decay_iters", "weight_decay", "grad_clip", "ckpt_interval", "sample_tokens", "threads",
@@ -74,6 +80,8 @@ RANGES = (
     (("learning_rate", "muon_lr"), lambda v: v > 0, "config keys 'learning_rate' and 'muon_lr' must be > 0"),
     (("val_fraction",), lambda v: 0 < v < 1, "config key '{}' must be between 0 and 1; got {}"),
     (("beta1", "beta2"), lambda v: 0 <= v < 1, "config key '{}' must be in [0, 1); got {}"),
+    (("watch_sentences",), lambda v: all(isinstance(s, str) and s.strip() for s in v),
+     "config key '{}' must be a list of non-empty strings"),
 )
 
 
@@ -153,20 +161,10 @@ class TrainConfig:
             self.resume = True
         for name, value in self.to_dict(every=True).items():
             _check_value(name, value)
-        if not DEVICE_NAME.fullmatch(self.device):
-            raise UsageError(f"config key 'device' must be one of {', '.join(DEVICES)} or cuda:N; got {self.device!r}")
-        if not self.init_from.strip():
-            raise UsageError(f"config key 'init_from' is empty; give {SCRATCH}, {RESUME}, a Hugging Face GPT-2 name "
-                             f"(e.g. gpt2) or the path of a model to fine-tune")
-        if not self.dataset.strip():
-            raise UsageError(f"config key 'dataset' is empty; give a corpus name ({', '.join(CORPORA)}) or the path "
-                             f"of a UTF-8 text file")
-        for names, ok, refusal in RANGES:
+        for names, ok, refusal in RULES:
             for name in names:
                 if not ok(getattr(self, name)):
                     raise UsageError(refusal.format(name, getattr(self, name)))
-        if not all(isinstance(s, str) and s.strip() for s in self.watch_sentences):
-            raise UsageError("config key 'watch_sentences' must be a list of non-empty strings")
         problem = inside_name(self.run_name) if self.run_name else None
         if problem is not None:  # TensorBoard writes log_dir/run_name, and nothing outside log_dir
             raise UsageError(f"config key 'run_name' {problem}: it must name a folder inside log_dir (a subfolder "
@@ -369,14 +367,6 @@ def parse_command_line(argv: list[str], bases: str | None = None) -> tuple[str |
     return (configs[0] if configs else None), values
 
 
-def parse_overrides(args: list[str]) -> dict:
-    """['--n_layer=2', '--resume'] -> {'n_layer': 2, 'resume': True}: a command line without a config file."""
-    config, values = parse_command_line(args)
-    if config is not None:
-        raise UsageError(f"unexpected argument {config!r}; overrides look like --key=value")
-    return values
-
-
 def saved_config(values: dict, where: str) -> TrainConfig:
     """The settings a checkpoint recorded (its train_config), checked as a config file's are: a value of the
     wrong type or out of range is a `UsageError` naming the key. Keys this version does not know (another
@@ -398,4 +388,7 @@ def make_config(path: str | Path | None, overrides: dict, base: dict | None = No
 
 def load_config(path: str | Path | None, overrides: list[str]) -> TrainConfig:
     """What `train.py PATH OVERRIDES...` trains with, for callers holding the two apart (tests, bench/)."""
-    return make_config(path, parse_overrides(overrides))
+    config, values = parse_command_line(overrides)
+    if config is not None:
+        raise UsageError(f"unexpected argument {config!r}; overrides look like --key=value")
+    return make_config(path, values)
