@@ -22,6 +22,7 @@ from collections import defaultdict
 import torch
 import torch.nn as nn
 
+from cli import warn
 from config import TrainConfig
 from model.gpt import is_matrix
 
@@ -33,6 +34,22 @@ class EagerOptimizer:
     state_dict = inspect.unwrap(torch.optim.Optimizer.state_dict)
     load_state_dict = inspect.unwrap(torch.optim.Optimizer.load_state_dict)
     add_param_group = inspect.unwrap(torch.optim.Optimizer.add_param_group)
+
+    def load_state(self, saved: dict) -> None:
+        """Puts back the state (moments, momentum) of `saved`, a `state_dict()` read from a checkpoint; the settings
+        (betas, weight decay) stay this optimizer's. A ValueError (or the KeyError, TypeError... of a damaged
+        `saved`) when that state does not fit these parameters."""
+        fresh = self.state_dict()
+        n_params = sum(len(group["params"]) for group in fresh["param_groups"])
+        if not isinstance(saved["state"], dict) or any(type(k) is not int or not 0 <= k < n_params
+                                                       for k in saved["state"]):
+            raise ValueError("its optimizer state names parameters this model does not have")
+        self.load_state_dict({"state": saved["state"], "param_groups": fresh["param_groups"]})
+        for param, values in self.state.items():
+            for name, value in values.items():
+                if not isinstance(value, torch.Tensor) or (value.dim() > 0 and value.shape != param.shape):
+                    raise ValueError(f"optimizer state {name!r} does not match a parameter of shape "
+                                     f"{tuple(param.shape)}")
 
 
 class AdamW(EagerOptimizer, torch.optim.AdamW):
@@ -55,18 +72,17 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
     return cfg.min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (cfg.learning_rate - cfg.min_lr)
 
 
-def schedule_problem(cfg: TrainConfig, start_step: int) -> str | None:
-    """What in the learning-rate schedule cannot be what the user meant, for a run starting at `start_step`;
-    None when nothing. (min_lr above learning_rate is refused by the config itself.)"""
+def warn_of_schedule(cfg: TrainConfig, start_step: int) -> None:
+    """Warns of what in the learning-rate schedule cannot be what the user meant, for a run starting at
+    `start_step`. (min_lr above learning_rate is refused by the config itself.)"""
     if start_step < cfg.warmup_iters and cfg.warmup_iters >= cfg.max_iters:
-        return (f"the learning rate warms up over --warmup_iters={cfg.warmup_iters} steps but the run ends at step "
-                f"{cfg.max_iters}, so it never reaches --learning_rate={cfg.learning_rate:g}; lower --warmup_iters "
-                f"(a few percent of the run is usual) or raise --max_iters")
-    if cfg.lr_decay_iters and cfg.warmup_iters > cfg.lr_decay_iters:
-        return (f"--warmup_iters={cfg.warmup_iters} ends after --lr_decay_iters={cfg.lr_decay_iters}, so the learning "
-                f"rate jumps from its warm-up straight down to --min_lr={cfg.min_lr:g}; set --lr_decay_iters beyond "
-                f"the warm-up")
-    return None
+        warn(f"the learning rate warms up over --warmup_iters={cfg.warmup_iters} steps but the run ends at step "
+             f"{cfg.max_iters}, so it never reaches --learning_rate={cfg.learning_rate:g}; lower --warmup_iters "
+             f"(a few percent of the run is usual) or raise --max_iters")
+    elif cfg.lr_decay_iters and cfg.warmup_iters > cfg.lr_decay_iters:
+        warn(f"--warmup_iters={cfg.warmup_iters} ends after --lr_decay_iters={cfg.lr_decay_iters}, so the learning "
+             f"rate jumps from its warm-up straight down to --min_lr={cfg.min_lr:g}; set --lr_decay_iters beyond "
+             f"the warm-up")
 
 
 def divergence_fix(cfg: TrainConfig) -> str:
@@ -201,6 +217,6 @@ class Optimizers:
     def state_dict(self) -> dict:
         return {str(i): opt.state_dict() for i, opt in enumerate(self.optimizers)}
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state(self, saved: dict) -> None:
         for i, opt in enumerate(self.optimizers):
-            opt.load_state_dict(state[str(i)])
+            opt.load_state(saved[str(i)])

@@ -26,7 +26,7 @@ from files import clear_for_file, remove_dead_leftovers, writable_folder
 from formats.checkpoint import previous_path, save_checkpoint
 from formats.sources import identify, load_model
 from model.gpt import GPT
-from trainer.optim import divergence_fix, lr_at, make_optimizer, schedule_problem, set_lr
+from trainer.optim import divergence_fix, lr_at, make_optimizer, set_lr, warn_of_schedule
 from trainer.runtime import Runtime, check_corpus_fits, check_training_fits, ranks_agree
 from trainer.start import data_identity, model_start
 
@@ -168,16 +168,13 @@ class Trainer:
         optimizer = make_optimizer(model, cfg, runtime.device)
         state = TrainState(run_name=cfg.run_name or f"{config_name}-{time.strftime('%Y%m%d-%H%M%S')}")
         resumed = start.checkpoint
-        if resumed is not None:
+        if resumed is not None:   # `model_start` checked that it holds a run_name, step and best_val_loss
             start.resume(path, data, model, optimizer, batches)
-            state = TrainState(run_name=cfg.run_name or resumed.get("run_name", state.run_name), step=resumed["step"],
-                               best_val_loss=resumed["best_val_loss"],
+            state = TrainState(cfg.run_name or resumed["run_name"], resumed["step"], resumed["best_val_loss"],
                                eval_step=resumed.get("eval_step", resumed["step"]))
         if checkpoints is not None:
             checkpoints.saved_step = state.step if resumed is not None else None
-            problem = schedule_problem(cfg, state.step)
-            if problem is not None:
-                warn(problem)
+            warn_of_schedule(cfg, state.step)
         return cls(cfg, runtime, model, optimizer, batches, data=data, state=state, checkpoints=checkpoints)
 
     def model_before_fine_tuning(self) -> GPT | None:
