@@ -29,8 +29,6 @@ from model.config import CONFIG_KEYS, GPTConfig
 DEVICES = ("auto", "cpu", "cuda", "mps")
 SCRATCH, RESUME = "scratch", "resume"   # init_from's two words; anything else names a model to start from
 DTYPES = ("auto", "float32", "bfloat16")
-OPTIMIZERS = ("adamw", "muon")
-ABLATIONS = ("zero", "mean")
 
 
 # A device's name (whether it exists here is `pick_device`'s job); ASCII digits only: str.isdigit() also
@@ -105,7 +103,7 @@ class TrainConfig:
                           group="model")
     model: GPTConfig = field(default_factory=GPTConfig, metadata={"group": "model"})   # its keys: model/config.py
     # optimisation
-    optimizer: str = _opt("adamw", "adamw, or muon (Muon on hidden matrices, AdamW on the rest)", OPTIMIZERS,
+    optimizer: str = _opt("adamw", "adamw, or muon (Muon on hidden matrices, AdamW on the rest)", ("adamw", "muon"),
                           "optim")
     batch_size: int = _opt(12, "sequences per micro-batch (per process)", group="optim")
     grad_accum: int = _opt(1, "micro-batches per optimizer step, summed over all processes", group="optim")
@@ -137,7 +135,7 @@ class TrainConfig:
     watch_sentences: list = _opt([], "sentences whose attention heatmaps are logged at each evaluation",
                                  group="eval")
     ablation: str = _opt("zero", "how the end-of-run report removes a head: zero (its output becomes 0) or mean "
-                                 "(its mean output over held-out text)", ABLATIONS, "eval")
+                                 "(its mean output over held-out text)", ("zero", "mean"), "eval")
     # checkpoints and runs
     out_dir: str = _opt("out", "folder for ckpt.pt", group="run")
     ckpt_interval: int = _opt(0, "also checkpoint every N steps, so a crash or kill -9 loses at most N steps "

@@ -76,9 +76,8 @@ def train(cfg: TrainConfig, start: Settings, rt: runtime.Runtime, argv: list[str
     from watch.tensorboard import TensorBoardWriter
 
     with runtime.out_of_memory(cfg):
-        trainer = Trainer.from_config(cfg, rt, config_name=start.name, checkpoint=start.checkpoint)
-        if lock is not None:
-            trainer.checkpoints.guard = lock.check
+        trainer = Trainer.from_config(cfg, rt, config_name=start.name, checkpoint=start.checkpoint,
+                                      guard=lock.check if lock is not None else None)
         if trainer.state.step >= cfg.max_iters:
             print(f"checkpoint is already at step {trainer.state.step} >= max_iters={cfg.max_iters}; "
                   f"raise --max_iters to train further")

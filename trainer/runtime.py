@@ -206,10 +206,6 @@ def out_of_memory(cfg: TrainConfig) -> Iterator[None]:
 # the folder. A lock file left by a run that was killed is held by nobody: the next run takes it over. A run whose
 # folder is deleted under it, or whose lock file is replaced by another run's, finds out before its next save
 # (`check`) and stops rather than write over the other run's checkpoint.
-
-LOCK_NAME = ".lock"
-
-
 class RunLock:
     """`with RunLock(out_dir):` holds out_dir for one run; a `UserError` names the run that holds it. `key` is the
     setting that names the folder, `what` the folder in words and `option` the setting that picks another one;
@@ -218,7 +214,7 @@ class RunLock:
     def __init__(self, folder: str | Path, *, key: str = "out_dir", what: str | None = None,
                  option: str | None = None, say_takeover: bool = True) -> None:
         self.folder = Path(folder)
-        self.path = self.folder / LOCK_NAME
+        self.path = self.folder / ".lock"
         self.key = key
         self.what = what or key
         self.option = option or f"--{key}"

@@ -253,7 +253,7 @@ def _resuming(cfg: TrainConfig, path: Path, checkpoint: dict | None) -> Start:
             raise UserError(f"--resume but there is no checkpoint at {path}; drop --resume to start a new "
                             f"run, or set --out_dir to the folder that holds ckpt.pt")
         checkpoint = load_checkpoint(path)
-    validate(checkpoint, path, for_resume=True)
+    model = validate(checkpoint, path, for_resume=True)   # a switch it does not record is off
     saved = saved_settings(checkpoint, path)   # checked as a config is: resuming needs its train_config
     started = saved.init_from if saved.fine_tunes else SCRATCH
     if "init_from" in cfg.given and cfg.init_from != RESUME and not same_source(cfg.init_from, started):
@@ -263,7 +263,6 @@ def _resuming(cfg: TrainConfig, path: Path, checkpoint: dict | None) -> Start:
     cfg = cfg.replaced(init_from=started)
     if not cfg.fine_tunes:
         return Start(cfg, checkpoint=checkpoint)
-    model = GPTConfig(**checkpoint["model_config"])   # a switch it does not record is off
     return _models_own(cfg, model, tokenizer_from_meta(checkpoint["tokenizer"]), f"the checkpoint {path}", started,
                        checkpoint=checkpoint)
 
