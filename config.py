@@ -325,10 +325,12 @@ class _KeyEqualsDefault(argparse.HelpFormatter):
         return f"{action.option_strings[0]}={action.metavar}"
 
 
-def command_line(bases: str | None = None) -> ArgumentParser:
-    """train.py's parser: at most one config file, and every field of `TrainConfig` as an option whose value
-    `parse_cli_value` reads, listed under its group in --help with its default and meaning; `bases` says
-    which settings a command line without a config file starts from."""
+def parse_command_line(argv: list[str], bases: str | None = None) -> tuple[str | None, dict]:
+    """`[CONFIG.toml] [--key=value ...]` -> (the config file, if any; {key: value} of what the command line
+    sets). Every field of `TrainConfig` is an option whose value `parse_cli_value` reads, listed under its group in
+    --help with its default and meaning; `bases` says which settings a command line without a config file starts
+    from. A value may also follow its key as the next word (`--n_layer 2`), except a boolean's: a bare boolean key
+    means true, so `--compile configs/x.toml` keeps the file as the config."""
     parser = ArgumentParser("train.py", usage="python %(prog)s [CONFIG.toml] [--key=value ...]",
                             formatter_class=_KeyEqualsDefault, description=(
         "Trains a GPT. " + (f"{bases} " if bases else "")
@@ -345,15 +347,8 @@ def command_line(bases: str | None = None) -> ArgumentParser:
         # No default here: only what the command line gives may win over the config file.
         groups[group].add_argument(f"--{f.name}", type=functools.partial(parse_cli_value, f.name),
                                    default=argparse.SUPPRESS, metavar=repr(default), help=f.metadata["help"])
-    return parser
-
-
-def parse_command_line(argv: list[str], bases: str | None = None) -> tuple[str | None, dict]:
-    """`[CONFIG.toml] [--key=value ...]` -> (the config file, if any; {key: value} of what the command line
-    sets). A value may also follow its key as the next word (`--n_layer 2`), except a boolean's: a bare
-    boolean key means true, so `--compile configs/x.toml` keeps the file as the config."""
     argv = [f"{arg}=true" if arg.startswith("--") and arg[2:] in BOOLEANS else arg for arg in argv]
-    args, unknown = command_line(bases).parse_known_intermixed_args(argv)
+    args, unknown = parser.parse_known_intermixed_args(argv)
     if unknown and unknown[0].startswith("--"):
         raise _unknown_key(unknown[0][2:].partition("=")[0], "on the command line")
     if unknown:
