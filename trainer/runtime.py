@@ -60,14 +60,29 @@ class Runtime:
 
 
 def setup(cfg: TrainConfig) -> Runtime:
-    """Picks the device; under torchrun, joins the process group (nccl on CUDA, gloo on CPU)."""
+    """Picks the device; under torchrun, joins the process group (nccl on CUDA, gloo on CPU). torchrun sets
+    WORLD_SIZE, RANK and LOCAL_RANK for each process it starts ((1, 0, 0) without it); a value that is no whole
+    number, or that no launcher sets (a rank beyond the world), is a UsageError."""
     if cfg.threads:
         cpus = os.cpu_count() or 1
         if cfg.threads > cpus:  # far more threads than CPUs only slows torch down, or fails to start them
             raise UsageError(f"--threads={cfg.threads} but this machine has {cpus} CPUs; use at most {cpus}, "
                              f"or 0 for torch's default")
         torch.set_num_threads(cfg.threads)
-    world_size, rank, local_rank = launcher_ranks()
+    numbers = []
+    for name, default in (("WORLD_SIZE", "1"), ("RANK", "0"), ("LOCAL_RANK", "0")):
+        text = os.environ.get(name, default)
+        try:
+            numbers.append(parse_int(text))
+        except ValueError as exc:
+            why = f" ({exc})" if isinstance(exc, NotParsed) else ""
+            raise UsageError(f"the environment variable {name}={quoted(text)} is not a whole number{why}; torchrun "
+                             f"sets it: unset it to train in one process") from None
+    world_size, rank, local_rank = numbers
+    if not 0 <= rank < world_size or local_rank < 0:
+        raise UsageError(f"the environment says this is process RANK={rank} (LOCAL_RANK={local_rank}) of "
+                         f"WORLD_SIZE={world_size}, which no launcher sets; unset them to train in one process, "
+                         f"or start with torchrun")
     device = pick_device(cfg.device)
     if world_size > 1:
         if cfg.grad_accum % world_size:
@@ -83,26 +98,6 @@ def setup(cfg: TrainConfig) -> Runtime:
         torch.backends.cudnn.allow_tf32 = True
     bfloat16 = cfg.dtype == "bfloat16" or (cfg.dtype == "auto" and device.type == "cuda")
     return Runtime(device, torch.bfloat16 if bfloat16 else None, rank, local_rank, world_size)
-
-
-def launcher_ranks() -> tuple[int, int, int]:
-    """(WORLD_SIZE, RANK, LOCAL_RANK), which torchrun sets for each process it starts; (1, 0, 0) without it. A
-    value that is no whole number, or that no launcher sets (a rank beyond the world), is a UsageError."""
-    numbers = []
-    for name, default in (("WORLD_SIZE", "1"), ("RANK", "0"), ("LOCAL_RANK", "0")):
-        text = os.environ.get(name, default)
-        try:
-            numbers.append(parse_int(text))
-        except ValueError as exc:
-            why = f" ({exc})" if isinstance(exc, NotParsed) else ""
-            raise UsageError(f"the environment variable {name}={quoted(text)} is not a whole number{why}; torchrun "
-                             f"sets it: unset it to train in one process") from None
-    world_size, rank, local_rank = numbers
-    if not 0 <= rank < world_size or local_rank < 0:
-        raise UsageError(f"the environment says this is process RANK={rank} (LOCAL_RANK={local_rank}) of "
-                         f"WORLD_SIZE={world_size}, which no launcher sets; unset them to train in one process, "
-                         f"or start with torchrun")
-    return world_size, rank, local_rank
 
 
 def teardown(rt: Runtime) -> None:
