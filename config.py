@@ -206,9 +206,8 @@ class TrainConfig:
         return self.lr_decay_iters or self.max_iters
 
     def to_dict(self, *, every: bool = False) -> dict:
-        """Every setting by its key, the model's in its place among them; the model's options that a checkpoint
-        records only when set (`GPTConfig.to_dict`) only when set, unless `every`: a run without them is recorded
-        as it was before they existed."""
+        """Every setting by its key, the model's in its place among them: of the model's options, only those set
+        (`GPTConfig.to_dict`) unless `every`, so a run without them is recorded as it was before they existed."""
         out = {}
         for f in dataclasses.fields(self):
             if f.name != "model":
