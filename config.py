@@ -29,8 +29,6 @@ from model.config import CONFIG_KEYS, GPTConfig
 DEVICES = ("auto", "cpu", "cuda", "mps")
 SCRATCH, RESUME = "scratch", "resume"   # init_from's two words; anything else names a model to start from
 DTYPES = ("auto", "float32", "bfloat16")
-OPTIMIZERS = ("adamw", "muon")
-ABLATIONS = ("zero", "mean")
 
 
 # A device's name (whether it exists here is `pick_device`'s job); ASCII digits only: str.isdigit() also
@@ -63,8 +61,14 @@ def _opt(default: Any, help: str, choices: tuple[str, ...] | None = None, group:
     return field(default=default, metadata=meta)
 
 
-# The numbers' ranges: (keys, whether a value is in range, the refusal of one that is not, of the key and value).
-RANGES = (
+# The values each key takes: (keys, whether a value is one, the refusal of one that is not, of the key and value).
+RULES = (
+    (("device",), DEVICE_NAME.fullmatch,
+     f"config key 'device' must be one of {', '.join(DEVICES)} or cuda:N; got {{1!r}}"),
+    (("init_from",), str.strip, f"config key 'init_from' is empty; give {SCRATCH}, {RESUME}, a Hugging Face GPT-2 "
+     f"name (e.g. gpt2) or the path of a model to fine-tune"),
+    (("dataset",), str.strip, f"config key 'dataset' is empty; give a corpus name ({', '.join(CORPORA)}) or the path "
+     f"of a UTF-8 text file"),
     (("batch_size", "grad_accum", "max_iters", "eval_interval", "eval_iters", "log_interval", "corpus_sentences",
       "muon_ns_steps"), lambda v: v > 0, "config key '{}' must be a positive integer; got {}"),
     (("warmup_iters", "lr_decay_iters", "weight_decay", "grad_clip", "ckpt_interval", "sample_tokens", "threads",
@@ -74,6 +78,8 @@ RANGES = (
     (("learning_rate", "muon_lr"), lambda v: v > 0, "config keys 'learning_rate' and 'muon_lr' must be > 0"),
     (("val_fraction",), lambda v: 0 < v < 1, "config key '{}' must be between 0 and 1; got {}"),
     (("beta1", "beta2"), lambda v: 0 <= v < 1, "config key '{}' must be in [0, 1); got {}"),
+    (("watch_sentences",), lambda v: all(isinstance(s, str) and s.strip() for s in v),
+     "config key '{}' must be a list of non-empty strings"),
 )
 
 
@@ -97,7 +103,7 @@ class TrainConfig:
                           group="model")
     model: GPTConfig = field(default_factory=GPTConfig, metadata={"group": "model"})   # its keys: model/config.py
     # optimisation
-    optimizer: str = _opt("adamw", "adamw, or muon (Muon on hidden matrices, AdamW on the rest)", OPTIMIZERS,
+    optimizer: str = _opt("adamw", "adamw, or muon (Muon on hidden matrices, AdamW on the rest)", ("adamw", "muon"),
                           "optim")
     batch_size: int = _opt(12, "sequences per micro-batch (per process)", group="optim")
     grad_accum: int = _opt(1, "micro-batches per optimizer step, summed over all processes", group="optim")
@@ -129,7 +135,7 @@ class TrainConfig:
     watch_sentences: list = _opt([], "sentences whose attention heatmaps are logged at each evaluation",
                                  group="eval")
     ablation: str = _opt("zero", "how the end-of-run report removes a head: zero (its output becomes 0) or mean "
-                                 "(its mean output over held-out text)", ABLATIONS, "eval")
+                                 "(its mean output over held-out text)", ("zero", "mean"), "eval")
     # checkpoints and runs
     out_dir: str = _opt("out", "folder for ckpt.pt", group="run")
     ckpt_interval: int = _opt(0, "also checkpoint every N steps, so a crash or kill -9 loses at most N steps "
@@ -153,20 +159,10 @@ class TrainConfig:
             self.resume = True
         for name, value in self.to_dict(every=True).items():
             _check_value(name, value)
-        if not DEVICE_NAME.fullmatch(self.device):
-            raise UsageError(f"config key 'device' must be one of {', '.join(DEVICES)} or cuda:N; got {self.device!r}")
-        if not self.init_from.strip():
-            raise UsageError(f"config key 'init_from' is empty; give {SCRATCH}, {RESUME}, a Hugging Face GPT-2 name "
-                             f"(e.g. gpt2) or the path of a model to fine-tune")
-        if not self.dataset.strip():
-            raise UsageError(f"config key 'dataset' is empty; give a corpus name ({', '.join(CORPORA)}) or the path "
-                             f"of a UTF-8 text file")
-        for names, ok, refusal in RANGES:
+        for names, ok, refusal in RULES:
             for name in names:
                 if not ok(getattr(self, name)):
                     raise UsageError(refusal.format(name, getattr(self, name)))
-        if not all(isinstance(s, str) and s.strip() for s in self.watch_sentences):
-            raise UsageError("config key 'watch_sentences' must be a list of non-empty strings")
         problem = inside_name(self.run_name) if self.run_name else None
         if problem is not None:  # TensorBoard writes log_dir/run_name, and nothing outside log_dir
             raise UsageError(f"config key 'run_name' {problem}: it must name a folder inside log_dir (a subfolder "
@@ -210,9 +206,8 @@ class TrainConfig:
         return self.lr_decay_iters or self.max_iters
 
     def to_dict(self, *, every: bool = False) -> dict:
-        """Every setting by its key, the model's in its place among them; the model's options that a checkpoint
-        records only when set (`GPTConfig.to_dict`) only when set, unless `every`: a run without them is recorded
-        as it was before they existed."""
+        """Every setting by its key, the model's in its place among them: of the model's options, only those set
+        (`GPTConfig.to_dict`) unless `every`, so a run without them is recorded as it was before they existed."""
         out = {}
         for f in dataclasses.fields(self):
             if f.name != "model":
@@ -329,10 +324,12 @@ class _KeyEqualsDefault(argparse.HelpFormatter):
         return f"{action.option_strings[0]}={action.metavar}"
 
 
-def command_line(bases: str | None = None) -> ArgumentParser:
-    """train.py's parser: at most one config file, and every field of `TrainConfig` as an option whose value
-    `parse_cli_value` reads, listed under its group in --help with its default and meaning; `bases` says
-    which settings a command line without a config file starts from."""
+def parse_command_line(argv: list[str], bases: str | None = None) -> tuple[str | None, dict]:
+    """`[CONFIG.toml] [--key=value ...]` -> (the config file, if any; {key: value} of what the command line
+    sets). Every field of `TrainConfig` is an option whose value `parse_cli_value` reads, listed under its group in
+    --help with its default and meaning; `bases` says which settings a command line without a config file starts
+    from. A value may also follow its key as the next word (`--n_layer 2`), except a boolean's: a bare boolean key
+    means true, so `--compile configs/x.toml` keeps the file as the config."""
     parser = ArgumentParser("train.py", usage="python %(prog)s [CONFIG.toml] [--key=value ...]",
                             formatter_class=_KeyEqualsDefault, description=(
         "Trains a GPT. " + (f"{bases} " if bases else "")
@@ -349,15 +346,8 @@ def command_line(bases: str | None = None) -> ArgumentParser:
         # No default here: only what the command line gives may win over the config file.
         groups[group].add_argument(f"--{f.name}", type=functools.partial(parse_cli_value, f.name),
                                    default=argparse.SUPPRESS, metavar=repr(default), help=f.metadata["help"])
-    return parser
-
-
-def parse_command_line(argv: list[str], bases: str | None = None) -> tuple[str | None, dict]:
-    """`[CONFIG.toml] [--key=value ...]` -> (the config file, if any; {key: value} of what the command line
-    sets). A value may also follow its key as the next word (`--n_layer 2`), except a boolean's: a bare
-    boolean key means true, so `--compile configs/x.toml` keeps the file as the config."""
     argv = [f"{arg}=true" if arg.startswith("--") and arg[2:] in BOOLEANS else arg for arg in argv]
-    args, unknown = command_line(bases).parse_known_intermixed_args(argv)
+    args, unknown = parser.parse_known_intermixed_args(argv)
     if unknown and unknown[0].startswith("--"):
         raise _unknown_key(unknown[0][2:].partition("=")[0], "on the command line")
     if unknown:
@@ -367,14 +357,6 @@ def parse_command_line(argv: list[str], bases: str | None = None) -> tuple[str |
     if len(configs) > 1:
         raise UsageError(f"give at most one config file, got {configs}; put other settings as --key=value")
     return (configs[0] if configs else None), values
-
-
-def parse_overrides(args: list[str]) -> dict:
-    """['--n_layer=2', '--resume'] -> {'n_layer': 2, 'resume': True}: a command line without a config file."""
-    config, values = parse_command_line(args)
-    if config is not None:
-        raise UsageError(f"unexpected argument {config!r}; overrides look like --key=value")
-    return values
 
 
 def saved_config(values: dict, where: str) -> TrainConfig:
@@ -398,4 +380,7 @@ def make_config(path: str | Path | None, overrides: dict, base: dict | None = No
 
 def load_config(path: str | Path | None, overrides: list[str]) -> TrainConfig:
     """What `train.py PATH OVERRIDES...` trains with, for callers holding the two apart (tests, bench/)."""
-    return make_config(path, parse_overrides(overrides))
+    config, values = parse_command_line(overrides)
+    if config is not None:
+        raise UsageError(f"unexpected argument {config!r}; overrides look like --key=value")
+    return make_config(path, values)

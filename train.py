@@ -3,9 +3,8 @@
     python train.py [CONFIG.toml] [--key=value ...]
     torchrun --nproc_per_node=N train.py [CONFIG.toml] [--key=value ...]
 
-With no CONFIG, configs/pronouns.toml runs: the pronoun demo; with --dataset naming
-a text of your own, settings chosen for that text (`trainer/start.py`); with --init_from naming a
-model to fine-tune, the built-in defaults.
+With no CONFIG, configs/pronouns.toml runs: the pronoun demo; with --dataset naming a text of your own, settings
+chosen for that text (`trainer/start.py`); with --init_from naming a model to fine-tune, the built-in defaults.
 `--help` lists every key and says which base applies when. Progress goes to the terminal and to TensorBoard under
 log_dir/run_name; the checkpoint to out_dir/ckpt.pt.
 
@@ -39,7 +38,6 @@ from data.tokenizer import Tokenizer, TokenizerError
 from files import utf8_value
 from model.memory import parameter_count
 from trainer import runtime
-from trainer.runlock import RunLock
 from trainer.start import Settings, run_settings
 from trainer.trainer import Callback, Evaluation, FitResult, StepResult, Trainer
 
@@ -64,60 +62,57 @@ def main(argv: list[str]) -> int:
         if rt.is_main and start.line(cfg):
             print(start.line(cfg))
         # One run per out_dir: the processes of one torchrun job share it, and rank 0 speaks for them.
-        with RunLock(cfg.out_dir) if rt.is_main else nullcontext() as lock:
+        with runtime.RunLock(cfg.out_dir) if rt.is_main else nullcontext() as lock:
             return train(cfg, start, rt, argv, lock)
     finally:
         runtime.teardown(rt)
 
 
 def train(cfg: TrainConfig, start: Settings, rt: runtime.Runtime, argv: list[str],
-          lock: RunLock | None = None) -> int:
+          lock: runtime.RunLock | None = None) -> int:
     """Trains as `cfg` asks, from `start`'s settings; `lock` holds out_dir (rank 0), checked before every save."""
     from data.corpora import corpus_of
     from watch.callback import AttentionWatch
     from watch.tensorboard import TensorBoardWriter
 
     with runtime.out_of_memory(cfg):
-        trainer = Trainer.from_config(cfg, rt, config_name=start.name, checkpoint=start.checkpoint)
-        if trainer.checkpoints is not None and lock is not None:
-            trainer.checkpoints.guard = lock.check
+        trainer = Trainer.from_config(cfg, rt, config_name=start.name, checkpoint=start.checkpoint,
+                                      guard=lock.check if lock is not None else None)
         if trainer.state.step >= cfg.max_iters:
             print(f"checkpoint is already at step {trainer.state.step} >= max_iters={cfg.max_iters}; "
                   f"raise --max_iters to train further")
             return 0
+        if not rt.is_main:   # the others train silently
+            result = trainer.fit()
+            return 0 if result.completed else 128 + result.stopped_by
         # One run per TensorBoard run folder too (unless it is out_dir itself, locked already). A lock there left
         # by a killed run is taken over quietly: the out_dir lock it left says so already.
         folder = Path(cfg.log_dir) / trainer.state.run_name
         same = lock is not None and folder.resolve() == Path(cfg.out_dir).resolve()
-        with RunLock(folder, key="log_dir", what="the TensorBoard run", option="--run_name", say_takeover=False) \
-                if rt.is_main and not same else nullcontext():
-            writer = None
-            if rt.is_main:   # the others train silently
-                print("TensorBoard: " + TENSORBOARD.format(shlex.quote(cfg.log_dir)))
-                writer = TensorBoardWriter(folder)   # its lock checked it writable
+        with runtime.RunLock(folder, key="log_dir", what="the TensorBoard run", option="--run_name",
+                             say_takeover=False) if not same else nullcontext():
+            print("TensorBoard: " + TENSORBOARD.format(shlex.quote(cfg.log_dir)))
+            writer = TensorBoardWriter(folder)   # its lock checked it writable
             try:
-                if writer is not None:   # probe files: --probes/--agreement, or the corpus's own
-                    corpus = corpus_of(cfg.dataset)
-                    probes = cfg.probes or trainer.data.probes_path or (corpus and corpus.probes_path) or None
-                    agreement = cfg.agreement or (corpus and corpus.agreement_path) or None
-                    trainer.callbacks = [
-                        TrainingLog(writer), TextSample(writer, trainer.tokenizer, cfg.sample_prompt,
-                                                        cfg.sample_tokens, cfg.seed),
-                        AttentionWatch(writer, cfg.watch_sentences, probes, agreement,
-                                       page=Path(cfg.out_dir) / "attention.html", ablation=cfg.ablation)]
+                corpus = corpus_of(cfg.dataset)   # probe files: --probes/--agreement, or the corpus's own
+                probes = cfg.probes or trainer.data.probes_path or (corpus and corpus.probes_path) or None
+                agreement = cfg.agreement or (corpus and corpus.agreement_path) or None
+                trainer.callbacks = [
+                    TrainingLog(writer), TextSample(writer, trainer.tokenizer, cfg.sample_prompt, cfg.sample_tokens,
+                                                    cfg.seed),
+                    AttentionWatch(writer, cfg.watch_sentences, probes, agreement,
+                                   page=Path(cfg.out_dir) / "attention.html", ablation=cfg.ablation)]
                 result = trainer.fit()
-                if writer is not None:   # the trainer's settings: a fine-tune's model keys are its model's
-                    hparams = {k: v for k, v in trainer.cfg.to_dict().items() if isinstance(v, (int, float, str, bool))}
-                    metrics = {"hparam/best_val_loss": result.best_val_loss, "hparam/wall_seconds": result.seconds,
-                               **result.metrics}
-                    if result.evaluations:
-                        metrics["hparam/final_train_loss"] = result.evaluations[-1].train_loss
-                    writer.add_hparams(hparams, metrics)
+                # the trainer's settings: a fine-tune's model keys are its model's
+                hparams = {k: v for k, v in trainer.cfg.to_dict().items() if isinstance(v, (int, float, str, bool))}
+                metrics = {"hparam/best_val_loss": result.best_val_loss, "hparam/wall_seconds": result.seconds,
+                           **result.metrics}
+                if result.evaluations:
+                    metrics["hparam/final_train_loss"] = result.evaluations[-1].train_loss
+                writer.add_hparams(hparams, metrics)
             finally:
-                if writer is not None:
-                    writer.close()  # keeps the TensorBoard events logged so far, also after an error
-            if rt.is_main:
-                report_end(cfg, result, argv, sample_prompt(cfg, trainer))
+                writer.close()  # keeps the TensorBoard events logged so far, also after an error
+            report_end(cfg, result, argv, sample_prompt(cfg, trainer))
     return 0 if result.completed else 128 + result.stopped_by
 
 

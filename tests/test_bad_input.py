@@ -271,7 +271,7 @@ def _log_dir_full(mp: pytest.MonkeyPatch) -> None:
 @contextlib.contextmanager
 def _another_run_holds_out(ws: Workspace):
     """out/ locked by a run whose lock file says it is pid 4242 on another machine."""
-    from trainer.runlock import RunLock
+    from trainer.runtime import RunLock
 
     with RunLock(ws.out) as lock:
         owner = {"pid": 4242, "host": "other-host", "started": "2025-01-01 12:00:00",
@@ -300,7 +300,7 @@ def _damaged_cache(ws: Workspace):
 @contextlib.contextmanager
 def _another_run_logs_to_the_run_name(ws: Workspace):
     """runs/t, the TensorBoard folder of the run name the tests use, locked by a run on another machine."""
-    from trainer.runlock import RunLock
+    from trainer.runtime import RunLock
 
     with RunLock(ws.root / "runs" / "t") as lock:
         owner = {"pid": 4242, "host": "other-host", "started": "2025-01-01 12:00:00", "command": "python train.py"}

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from cli import UsageError
-from config import FIELDS, TrainConfig, load_config, make_config, parse_command_line, parse_overrides
+from config import FIELDS, TrainConfig, load_config, make_config, parse_command_line
 
 CONFIGS = sorted((Path(__file__).resolve().parent.parent / "configs").glob("*.toml"))
 
@@ -41,7 +41,7 @@ def test_unknown_key_names_it_and_suggests(tmp_path):
     with pytest.raises(UsageError, match="unknown config key 'n_layers'.*did you mean 'n_layer'"):
         load_config(f, [])
     with pytest.raises(UsageError, match="'lerning_rate'.*'learning_rate'"):
-        parse_overrides(["--lerning_rate=1"])
+        parse_command_line(["--lerning_rate=1"])
     with pytest.raises(UsageError, match="unexpected argument 'c.toml'; overrides look like --key=value"):
         load_config(f, ["c.toml"])  # the file is `path`: overrides hold none
 
@@ -107,21 +107,21 @@ def test_an_unknown_key_on_the_command_line_suggests_the_closest(tmp_path):
 @pytest.mark.parametrize("prefix", ["--n_lay=2", "--n_lay", "--learning=0.1", "--comp"])
 def test_a_prefix_of_a_key_is_not_taken_for_the_key(prefix):
     with pytest.raises(UsageError, match=f"unknown config key '{prefix[2:].partition('=')[0]}' on the command line"):
-        parse_overrides([prefix])
+        parse_command_line([prefix])
 
 
 @pytest.mark.parametrize("text,value", [("true", True), ("True", True), ("1", True), ("yes", True), ("on", True),
                                         ("false", False), ("FALSE", False), ("0", False), ("no", False),
                                         ("off", False)])
 def test_boolean_spellings(text, value):
-    assert parse_overrides([f"--compile={text}", f"--resume={text}"]) == {"compile": value, "resume": value}
+    assert parse_command_line([f"--compile={text}", f"--resume={text}"]) == (None, {"compile": value, "resume": value})
 
 
 def test_a_bare_boolean_means_true_and_never_takes_the_next_word(tmp_path):
-    assert parse_overrides(["--compile"]) == {"compile": True}
+    assert parse_command_line(["--compile"]) == (None, {"compile": True})
     assert parse_command_line(["--compile", "c.toml", "--bias"]) == ("c.toml", {"compile": True, "bias": True})
     with pytest.raises(UsageError, match="'compile' on the command line must be true or false; got 'maybe'"):
-        parse_overrides(["--compile=maybe"])
+        parse_command_line(["--compile=maybe"])
 
 
 @pytest.mark.parametrize("argv,message", [

@@ -448,12 +448,13 @@ def test_a_list_on_the_command_line_that_is_not_toml_says_why(value, words):
 ])
 def test_what_the_launcher_sets_is_read_as_a_launcher_sets_it(monkeypatch, env, words):
     from cli import UsageError
-    from trainer.runtime import launcher_ranks
+    from config import TrainConfig
+    from trainer.runtime import setup
 
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     with pytest.raises(UsageError, match=re.escape(words)):
-        launcher_ranks()
+        setup(TrainConfig())
 
 
 # --- 10. Ctrl-C while a command starts ---------------------------------------------------------------------------

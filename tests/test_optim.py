@@ -123,6 +123,6 @@ def test_muon_lowers_the_loss_and_its_state_round_trips():
     assert loss.item() < first - 1.0
     state = opt.state_dict()
     again = make_optimizer(model, TrainConfig(optimizer="muon", learning_rate=3e-3), torch.device("cpu"))
-    again.load_state_dict(state)
+    again.load_state(state)
     assert torch.equal(again.optimizers[1].state[next(iter(again.optimizers[1].state))]["momentum_buffer"],
                        opt.optimizers[1].state[next(iter(opt.optimizers[1].state))]["momentum_buffer"])

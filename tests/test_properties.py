@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cli import UsageError
-from config import FIELDS, TrainConfig, load_config, parse_overrides, read_toml
+from config import FIELDS, TrainConfig, load_config, read_toml
 from data.tokenizer import EOT, CharTokenizer, GPT2Tokenizer, TokenizerError
 
 FEW = settings(max_examples=30, deadline=None)
@@ -82,7 +82,6 @@ cli_args = st.one_of(
 @given(st.lists(cli_args, max_size=6))
 def test_command_line_overrides_fail_only_with_usage_error(args):
     try:
-        parse_overrides(args)
         cfg = load_config(None, args)
     except UsageError:
         return

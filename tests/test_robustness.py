@@ -439,7 +439,7 @@ def test_a_second_run_into_the_same_out_dir_is_refused_and_destroys_nothing(trai
 
 
 def test_lock_file_names_its_owner_and_goes_with_it(tmp_path):
-    from trainer.runlock import RunLock
+    from trainer.runtime import RunLock
 
     with RunLock(tmp_path) as lock:
         owner = json.loads(lock.path.read_text())
@@ -454,7 +454,7 @@ def test_lock_file_names_its_owner_and_goes_with_it(tmp_path):
 
 
 def test_a_run_that_stops_before_writing_leaves_no_folder_it_made(tmp_path):
-    from trainer.runlock import RunLock
+    from trainer.runtime import RunLock
 
     with RunLock(tmp_path / "made"):   # a fine-tune whose source cannot be read stops here, having written nothing
         pass
@@ -699,7 +699,7 @@ def test_saves_skipped_while_the_loss_is_blown_up_are_reported_once_it_recovers(
 def test_a_run_whose_out_dir_is_taken_over_stops_without_writing_there(trained, tmp_path, monkeypatch):
     """out_dir deleted under a running training, and a second run takes the folder: the first one's next
     save would replace the second's checkpoint; it stops with one line instead."""
-    from trainer.runlock import RunLock
+    from trainer.runtime import RunLock
 
     out = tmp_path / "out"
     second = RunLock(out)

@@ -34,6 +34,22 @@ class EagerOptimizer:
     load_state_dict = inspect.unwrap(torch.optim.Optimizer.load_state_dict)
     add_param_group = inspect.unwrap(torch.optim.Optimizer.add_param_group)
 
+    def load_state(self, saved: dict) -> None:
+        """Puts back the state (moments, momentum) of `saved`, a `state_dict()` read from a checkpoint; the settings
+        (betas, weight decay) stay this optimizer's. A ValueError (or the KeyError, TypeError... of a damaged
+        `saved`) when that state does not fit these parameters."""
+        fresh = self.state_dict()
+        n_params = sum(len(group["params"]) for group in fresh["param_groups"])
+        if not isinstance(saved["state"], dict) or any(type(k) is not int or not 0 <= k < n_params
+                                                       for k in saved["state"]):
+            raise ValueError("its optimizer state names parameters this model does not have")
+        self.load_state_dict({"state": saved["state"], "param_groups": fresh["param_groups"]})
+        for param, values in self.state.items():
+            for name, value in values.items():
+                if not isinstance(value, torch.Tensor) or (value.dim() > 0 and value.shape != param.shape):
+                    raise ValueError(f"optimizer state {name!r} does not match a parameter of shape "
+                                     f"{tuple(param.shape)}")
+
 
 class AdamW(EagerOptimizer, torch.optim.AdamW):
     """torch's AdamW. Its step's wrapper also turns gradients off, so the unwrapped step runs under no_grad; unwrapped
@@ -201,6 +217,6 @@ class Optimizers:
     def state_dict(self) -> dict:
         return {str(i): opt.state_dict() for i, opt in enumerate(self.optimizers)}
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state(self, saved: dict) -> None:
         for i, opt in enumerate(self.optimizers):
-            opt.load_state_dict(state[str(i)])
+            opt.load_state(saved[str(i)])

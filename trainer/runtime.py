@@ -1,4 +1,5 @@
-"""Where training runs: the device, its precision, threads and processes, and whether a run fits in its memory.
+"""Where training runs: the device, its precision, threads and processes, whether a run fits in its memory, and
+the folders it holds (`RunLock`).
 
 The memory estimates are deliberately low (a lower bound of what training certainly needs), so a config is
 refused only when it cannot fit; a config that passes and still runs out of memory is caught where it allocates
@@ -8,8 +9,14 @@ refused only when it cannot fit; a config that passes and still runs out of memo
 from __future__ import annotations
 
 import contextlib
+import errno
 import gc
+import json
 import os
+import socket
+import stat
+import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,12 +24,17 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from cli import UsageError, UserError, is_out_of_memory
+from cli import UsageError, UserError, is_out_of_memory, warn
 from config import TrainConfig, pick_device
 from data.corpora import GENERATED
-from files import NotParsed, parse_int, quoted
+from files import NotParsed, parse_int, parse_json, process_alive, quoted, writable_folder
 from model.memory import parameter_count, shortfall
 from model.memory import size_text as _size
+
+try:
+    import fcntl
+except ImportError:  # not on Windows: there, a lock file whose owner is alive is respected instead
+    fcntl = None
 
 
 @dataclass
@@ -48,14 +60,29 @@ class Runtime:
 
 
 def setup(cfg: TrainConfig) -> Runtime:
-    """Picks the device; under torchrun, joins the process group (nccl on CUDA, gloo on CPU)."""
+    """Picks the device; under torchrun, joins the process group (nccl on CUDA, gloo on CPU). torchrun sets
+    WORLD_SIZE, RANK and LOCAL_RANK for each process it starts ((1, 0, 0) without it); a value that is no whole
+    number, or that no launcher sets (a rank beyond the world), is a UsageError."""
     if cfg.threads:
         cpus = os.cpu_count() or 1
         if cfg.threads > cpus:  # far more threads than CPUs only slows torch down, or fails to start them
             raise UsageError(f"--threads={cfg.threads} but this machine has {cpus} CPUs; use at most {cpus}, "
                              f"or 0 for torch's default")
         torch.set_num_threads(cfg.threads)
-    world_size, rank, local_rank = launcher_ranks()
+    numbers = []
+    for name, default in (("WORLD_SIZE", "1"), ("RANK", "0"), ("LOCAL_RANK", "0")):
+        text = os.environ.get(name, default)
+        try:
+            numbers.append(parse_int(text))
+        except ValueError as exc:
+            why = f" ({exc})" if isinstance(exc, NotParsed) else ""
+            raise UsageError(f"the environment variable {name}={quoted(text)} is not a whole number{why}; torchrun "
+                             f"sets it: unset it to train in one process") from None
+    world_size, rank, local_rank = numbers
+    if not 0 <= rank < world_size or local_rank < 0:
+        raise UsageError(f"the environment says this is process RANK={rank} (LOCAL_RANK={local_rank}) of "
+                         f"WORLD_SIZE={world_size}, which no launcher sets; unset them to train in one process, "
+                         f"or start with torchrun")
     device = pick_device(cfg.device)
     if world_size > 1:
         if cfg.grad_accum % world_size:
@@ -71,26 +98,6 @@ def setup(cfg: TrainConfig) -> Runtime:
         torch.backends.cudnn.allow_tf32 = True
     bfloat16 = cfg.dtype == "bfloat16" or (cfg.dtype == "auto" and device.type == "cuda")
     return Runtime(device, torch.bfloat16 if bfloat16 else None, rank, local_rank, world_size)
-
-
-def launcher_ranks() -> tuple[int, int, int]:
-    """(WORLD_SIZE, RANK, LOCAL_RANK), which torchrun sets for each process it starts; (1, 0, 0) without it. A
-    value that is no whole number, or that no launcher sets (a rank beyond the world), is a UsageError."""
-    numbers = []
-    for name, default in (("WORLD_SIZE", "1"), ("RANK", "0"), ("LOCAL_RANK", "0")):
-        text = os.environ.get(name, default)
-        try:
-            numbers.append(parse_int(text))
-        except ValueError as exc:
-            why = f" ({exc})" if isinstance(exc, NotParsed) else ""
-            raise UsageError(f"the environment variable {name}={quoted(text)} is not a whole number{why}; torchrun "
-                             f"sets it: unset it to train in one process") from None
-    world_size, rank, local_rank = numbers
-    if not 0 <= rank < world_size or local_rank < 0:
-        raise UsageError(f"the environment says this is process RANK={rank} (LOCAL_RANK={local_rank}) of "
-                         f"WORLD_SIZE={world_size}, which no launcher sets; unset them to train in one process, "
-                         f"or start with torchrun")
-    return world_size, rank, local_rank
 
 
 def teardown(rt: Runtime) -> None:
@@ -182,3 +189,144 @@ def out_of_memory(cfg: TrainConfig) -> Iterator[None]:
         need = training_bytes(cfg, 1)
         raise UserError(f"ran out of memory ({' '.join(str(exc).split())[:120] or type(exc).__name__}); "
                         f"{_keys_to_lower(cfg, need)}") from None
+
+
+# --- one training run per out_dir, and per TensorBoard run folder (log_dir/run_name), at a time ----------
+
+# Two runs saving into one out_dir would each replace the other's checkpoint, and each would keep the other's as
+# ckpt.prev.pt, destroying the user's earlier run; two runs logging into one TensorBoard run folder would interleave
+# their event files, and TensorBoard would drop one run's points. So a run holds an exclusive `fcntl.flock` on
+# `FOLDER/.lock` for as long as it lives, which the kernel drops when the process ends however it ends (kill -9
+# included), on a file that names its owner (pid, host, start time, command), so a second run can say who is using
+# the folder. A lock file left by a run that was killed is held by nobody: the next run takes it over. A run whose
+# folder is deleted under it, or whose lock file is replaced by another run's, finds out before its next save
+# (`check`) and stops rather than write over the other run's checkpoint.
+class RunLock:
+    """`with RunLock(out_dir):` holds out_dir for one run; a `UserError` names the run that holds it. `key` is the
+    setting that names the folder, `what` the folder in words and `option` the setting that picks another one;
+    `say_takeover=False` takes over a lock left by a run that has ended without a warning."""
+
+    def __init__(self, folder: str | Path, *, key: str = "out_dir", what: str | None = None,
+                 option: str | None = None, say_takeover: bool = True) -> None:
+        self.folder = Path(folder)
+        self.path = self.folder / ".lock"
+        self.key = key
+        self.what = what or key
+        self.option = option or f"--{key}"
+        self.say_takeover = say_takeover
+        self._fd: int | None = None
+        self._made = False   # whether this lock made the folder: a run that wrote nothing there leaves none
+
+    def __enter__(self) -> RunLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def acquire(self) -> None:
+        self._made = not self.folder.exists()
+        writable_folder(self.folder, self.key)
+        while True:
+            fd = self._open()
+            try:
+                self._lock(fd)
+            except BaseException:
+                os.close(fd)
+                raise
+            if self._is_current(fd):
+                break
+            os.close(fd)  # the owner removed the file between our open and our lock: try again
+        previous = _owner(fd)
+        if previous and self.say_takeover:
+            warn(f"{self.path} was left by a run that has ended ({_describe(previous)}); taking it over")
+        info = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+                "command": " ".join(["python", *sys.argv])}
+        os.ftruncate(fd, 0)
+        os.lseek(fd, 0, os.SEEK_SET)
+        os.write(fd, json.dumps(info).encode("utf-8"))
+        self._fd = fd
+
+    def check(self) -> None:
+        """A `UserError` when the lock file was deleted with the folder, or replaced (another run took it over)."""
+        if self._fd is not None and not self._is_current(self._fd):
+            raise UserError(f"{self.what} {self.folder} was deleted or taken over by another run while this one ran "
+                            f"(its lock {self.path} is no longer the one this run holds); stopping without writing "
+                            f"there, so what is there now stays as it is: start this run again with another "
+                            f"{self.option}")
+
+    def release(self) -> None:
+        """Removes the lock file (still locked, so nobody takes a file on its way out) and unlocks it."""
+        if self._fd is None:
+            return
+        try:
+            if self._is_current(self._fd):
+                self.path.unlink()
+                if self._made:
+                    self.folder.rmdir()   # only when empty: a run that stopped before writing leaves no trace
+        except OSError:
+            pass  # the folder holds files, went away or became read-only: the kernel still drops the lock below
+        finally:
+            os.close(self._fd)
+            self._fd = None
+
+    def _open(self) -> int:
+        try:
+            flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+            fd = os.open(self.path, flags, 0o644)
+        except OSError as exc:
+            raise UserError(f"cannot open the run lock {self.path} ({exc.strerror or exc}); if it is a link or "
+                            f"a folder, move it away, or choose another {self.option}") from None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise UserError(f"{self.path} is not a regular file, so it cannot lock {self.what} for this run; move it "
+                            f"away, or choose another {self.option}")
+        return fd
+
+    def _lock(self, fd: int) -> None:
+        if fcntl is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except OSError as exc:
+                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    raise UserError(f"cannot lock {self.path} ({exc.strerror or exc}); this filesystem does "
+                                    f"not support locks: choose a --{self.key} on a local disk") from None
+        else:
+            owner = _owner(fd)
+            if not owner or owner.get("host") != socket.gethostname() or not process_alive(owner.get("pid")):
+                return
+        owner = _owner(fd)
+        who = _describe(owner) if owner else "its details are not written yet"
+        raise UserError(f"{self.what} {self.folder} is in use by another training run ({who}); wait for it to "
+                        f"finish or stop it, or choose another {self.option}")
+
+    def _is_current(self, fd: int) -> bool:
+        """Whether the lock file's path still leads to the file `fd` has open."""
+        try:
+            now, ours = os.stat(self.path), os.fstat(fd)
+        except OSError:
+            return False
+        return (now.st_dev, now.st_ino) == (ours.st_dev, ours.st_ino)
+
+
+def _owner(fd: int) -> dict:
+    """What the lock file says of its owner: {} when it is empty (nobody has written it yet), {"pid": "unknown"}
+    when it cannot be read or holds no table."""
+    try:
+        os.lseek(fd, 0, os.SEEK_SET)
+        owner = parse_json(os.read(fd, 4096) or b"{}")
+    except (OSError, NotParsed):
+        return {"pid": "unknown"}
+    return owner if isinstance(owner, dict) else {"pid": "unknown"}
+
+
+def _describe(owner: dict) -> str:
+    text = f"pid {owner.get('pid', 'unknown')}"
+    if owner.get("host"):
+        text += f" on {owner['host']}"
+    if owner.get("started"):
+        text += f", started {owner['started']}"
+    if owner.get("command"):
+        text += f": {str(owner['command'])[:200]}"
+    return text

@@ -193,9 +193,7 @@ class Start:
 
     def resume(self, path: Path, data: Prepared, model: GPT, optimizer: Any, batches: Any) -> None:
         """Continues the checkpoint (read from `path`) in this run: refuses what this run's settings, its data and
-        its model cannot continue, then puts back the weights, the optimizer's state and the random generators.
-        The optimizer's settings (betas, weight decay) stay this config's; only its state (moments, momentum) comes
-        from the checkpoint."""
+        its model cannot continue, then puts back the weights, the optimizer's state and the random generators."""
         cfg, checkpoint = self.cfg, self.checkpoint
         check_resume_compatible(cfg, checkpoint, data.tokenizer.to_meta(), model.config)
         check_same_data(checkpoint, data_identity(cfg, data), path)
@@ -204,21 +202,8 @@ class Start:
             raise CheckpointError(f"{path} holds the run name {checkpoint['run_name']!r}, which {problem}, so its "
                                   f"TensorBoard logs would go outside --log_dir; resume with --run_name=NAME")
         load_weights(model, checkpoint["model"], path)
-        parts = getattr(optimizer, "optimizers", None)  # trainer.optim.Optimizers: several, saved under "0", "1"
         try:
-            saved = checkpoint["optimizer"]
-            for opt, state in [(opt, saved[str(i)]) for i, opt in enumerate(parts)] if parts else [(optimizer, saved)]:
-                fresh = opt.state_dict()
-                n_params = sum(len(group["params"]) for group in fresh["param_groups"])
-                if not isinstance(state["state"], dict) or any(type(k) is not int or not 0 <= k < n_params
-                                                               for k in state["state"]):
-                    raise ValueError("its optimizer state names parameters this model does not have")
-                opt.load_state_dict({"state": state["state"], "param_groups": fresh["param_groups"]})
-                for param, values in opt.state.items():
-                    for name, value in values.items():
-                        if not isinstance(value, torch.Tensor) or (value.dim() > 0 and value.shape != param.shape):
-                            raise ValueError(f"optimizer state {name!r} does not match a parameter of shape "
-                                             f"{tuple(param.shape)}")
+            optimizer.load_state(checkpoint["optimizer"])
             batches.generator.set_state(checkpoint["rng"]["batches"])
             torch.set_rng_state(checkpoint["rng"]["torch"])
         except (KeyError, IndexError, RuntimeError, TypeError, ValueError, AttributeError) as exc:
@@ -268,10 +253,9 @@ def _resuming(cfg: TrainConfig, path: Path, checkpoint: dict | None) -> Start:
             raise UserError(f"--resume but there is no checkpoint at {path}; drop --resume to start a new "
                             f"run, or set --out_dir to the folder that holds ckpt.pt")
         checkpoint = load_checkpoint(path)
-    validate(checkpoint, path, for_resume=True)
-    saved_settings(checkpoint, path)
-    started = checkpoint["train_config"].get("init_from", SCRATCH)
-    started = started if isinstance(started, str) and started not in ("", RESUME) else SCRATCH
+    model = validate(checkpoint, path, for_resume=True)   # a switch it does not record is off
+    saved = saved_settings(checkpoint, path)   # checked as a config is: resuming needs its train_config
+    started = saved.init_from if saved.fine_tunes else SCRATCH
     if "init_from" in cfg.given and cfg.init_from != RESUME and not same_source(cfg.init_from, started):
         raise UsageError(f"config key 'init_from' is {cfg.init_from!r} but the checkpoint {path} started from "
                          f"{started!r}; resume with --init_from={started} (or without init_from), or start a new "
@@ -279,8 +263,7 @@ def _resuming(cfg: TrainConfig, path: Path, checkpoint: dict | None) -> Start:
     cfg = cfg.replaced(init_from=started)
     if not cfg.fine_tunes:
         return Start(cfg, checkpoint=checkpoint)
-    saved = GPTConfig(**checkpoint["model_config"])   # a switch it does not record is off
-    return _models_own(cfg, saved, tokenizer_from_meta(checkpoint["tokenizer"]), f"the checkpoint {path}", started,
+    return _models_own(cfg, model, tokenizer_from_meta(checkpoint["tokenizer"]), f"the checkpoint {path}", started,
                        checkpoint=checkpoint)
 
 

@@ -95,13 +95,13 @@ class CheckpointWriter:
     it from writing there (or to ckpt.prev.pt), and removes temporary files of a killed save. The first save of a
     run that did not `resume` keeps the checkpoint it replaces (an earlier run's) as ckpt.prev.pt, so a new run never
     silently destroys the last one; only at that first save, so a run that fails before saving leaves everything in
-    place. `guard`, when set, raises before a save when this run may no longer write there (`RunLock.check`)."""
+    place. `guard`, when given, raises before a save when this run may no longer write there (`RunLock.check`)."""
 
-    def __init__(self, path: Path, *, resume: bool) -> None:
+    def __init__(self, path: Path, *, resume: bool, guard: Callable[[], None] | None = None) -> None:
         self.path = path
         self.keep_previous = not resume and path.is_file()   # looked at once: preparing data can take minutes
         self.saved_step: int | None = None  # step of the checkpoint on disk from this run (or the one resumed)
-        self.guard: Callable[[], None] | None = None   # set by the command that holds the run's lock
+        self.guard = guard
         writable_folder(path.parent, "out_dir")
         fix = "move it away or choose another --out_dir"
         clear_for_file(path, "this run's checkpoint", fix)
@@ -145,13 +145,13 @@ class Trainer:
 
     @classmethod
     def from_config(cls, cfg: TrainConfig, runtime: Runtime, *, config_name: str = "default",
-                    checkpoint: dict | None = None) -> Trainer:
-        """Data, model and optimizer as `cfg` asks: a new model, or one read to fine-tune (`init_from`), or,
-        with --resume, the run in out_dir/ckpt.pt continued (`checkpoint`: that file's contents, when they were
-        read already). The trainer's `cfg` is `cfg` with the model keys of the model it trains (`trainer.start`)."""
+                    checkpoint: dict | None = None, guard: Callable[[], None] | None = None) -> Trainer:
+        """Data, model and optimizer as `cfg` asks: a new model, one read to fine-tune (`init_from`), or, with
+        --resume, the run in out_dir/ckpt.pt continued (`checkpoint`: its contents, if read already). The trainer's
+        `cfg` has the model keys of the model it trains (`trainer.start`); `guard`: its `CheckpointWriter`'s."""
         torch.manual_seed(cfg.seed + runtime.rank)
         path = Path(cfg.out_dir) / "ckpt.pt"
-        checkpoints = CheckpointWriter(path, resume=cfg.resume) if runtime.is_main else None
+        checkpoints = CheckpointWriter(path, resume=cfg.resume, guard=guard) if runtime.is_main else None
         check_corpus_fits(cfg)
         start = model_start(cfg, path, runtime.device, checkpoint)
         cfg = start.cfg
@@ -168,10 +168,9 @@ class Trainer:
         optimizer = make_optimizer(model, cfg, runtime.device)
         state = TrainState(run_name=cfg.run_name or f"{config_name}-{time.strftime('%Y%m%d-%H%M%S')}")
         resumed = start.checkpoint
-        if resumed is not None:
+        if resumed is not None:   # `model_start` checked that it holds a run_name, step and best_val_loss
             start.resume(path, data, model, optimizer, batches)
-            state = TrainState(run_name=cfg.run_name or resumed.get("run_name", state.run_name), step=resumed["step"],
-                               best_val_loss=resumed["best_val_loss"],
+            state = TrainState(cfg.run_name or resumed["run_name"], resumed["step"], resumed["best_val_loss"],
                                eval_step=resumed.get("eval_step", resumed["step"]))
         if checkpoints is not None:
             checkpoints.saved_step = state.step if resumed is not None else None
