@@ -13,6 +13,20 @@ import torch
 from model.config import GPTConfig
 
 
+class _ShapesOnly(torch.overrides.TorchFunctionMode):
+    """While a model is built on the meta device to be counted: normal_ left undone and arange made on the CPU
+    (rotary's small tables). On the meta device both run through torch's decompositions, whose first use imports
+    torch._dynamo and sympy: more than a second of every command's start-up, for nothing else in a run."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in (torch.nn.init.normal_, torch.Tensor.normal_):
+            return args[0] if args else kwargs["tensor"]
+        if func is torch.arange:
+            kwargs["device"] = "cpu"
+        return func(*args, **kwargs)
+
+
 def parameter_count(config: GPTConfig, *, positions: bool = True) -> int:
     """The parameters of a GPT of `config` (the tied head once); without `positions`, leaving out the position
     table or the relative position biases, as GPT-2 reports its size. Counted on a model of one block built on
@@ -20,7 +34,7 @@ def parameter_count(config: GPTConfig, *, positions: bool = True) -> int:
     a config that claims a million layers costs no more to count than one."""
     from model.gpt import GPT
 
-    with torch.device("meta"):
+    with torch.device("meta"), _ShapesOnly():
         one = GPT(dataclasses.replace(config, n_layer=1))
     block = sum(p.numel() for p in one.blocks[0].parameters())
     total = sum(p.numel() for p in one.parameters()) + (config.n_layer - 1) * block
