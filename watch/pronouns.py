@@ -15,6 +15,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
+import torch
+
 from watch.heads import head_name
 from watch.pipeline import Results
 from watch.probesets import PRONOUN
@@ -114,9 +116,10 @@ def probe_report(results: Results) -> ProbeReport | None:
     n_layer, n_head = results.heads["referent"].shape
     heads = {}
     scores = ("referent", "distractor", "top1", "referent_no_sink", "distractor_no_sink", "top1_no_sink")
+    columns = {name: results.heads.get(name) for name in scores}    # [layer, head]; NaN where no probe counted
     for layer in range(n_layer):
         for head in range(n_head):
-            v = {name: results.head(name, layer, head) for name in scores}   # None where no probe counted
+            v = {name: _value(values, layer, head) for name, values in columns.items()}
             heads[head_name(layer, head)] = HeadStats(
                 layer, head, *(v[name] for name in scores), n, round(v["top1"] * n), n_no_sink,
                 round(v["top1_no_sink"] * n_no_sink) if v["top1_no_sink"] is not None else 0)
@@ -127,6 +130,11 @@ def probe_report(results: Results) -> ProbeReport | None:
         round(numbers.get("continuation_accuracy", 0.0) * counts.get("continuation_accuracy", 0)),
         counts.get("logit_diff", 0))
     return ProbeReport(heads, n, baselines(probes.items), continuation, list(results.ablated))
+
+
+def _value(values: torch.Tensor | None, layer: int, head: int) -> float | None:
+    # Results.head's two lines, here so that the report reads the pass's tensors without calling back into it
+    return None if values is None or torch.isnan(values[layer, head]) else float(values[layer, head])
 
 
 def baselines(aligned: Sequence) -> dict[str, float]:
