@@ -222,8 +222,8 @@ def main(argv: list[str]) -> int:
     if mode == "export":
         from formats.export import export, export_path
 
-        target, path = args.export
-        export_path(target, path)  # a path that names nothing to write is refused before the checkpoint is read
+        target, text = args.export
+        path = export_path(target, text)  # a path that names nothing to write is refused before the checkpoint is read
         print(export(load(args, torch.device("cpu")), target, path, args.out_dir))
         return 0
     device = pick_device(args.device)

@@ -26,7 +26,7 @@ from files import (
     write_fix,
 )
 from formats import Loaded
-from formats.checkpoint import is_torch_archive
+from formats.checkpoint import CheckpointError, is_torch_archive, read_torch
 from formats.huggingface import MARKER, hf_tokenizer, library, to_hf_model
 from formats.layout import TARGETS, check_supported
 from formats.transformerlens import hooked_config, to_hooked_transformer
@@ -36,12 +36,11 @@ TL_FORMAT, HF_FORMAT = "gptwatch-transformerlens", "gptwatch-huggingface"   # in
 TOLERANCE = 1e-4            # float32 logits; the tests find about 1e-5
 
 
-def export(loaded: Loaded, target: str, path: str | Path, source: str) -> str:
-    """Writes `loaded`'s model for `target` ("tl": one file; "hf": a folder) at `path`; what `sample.py --export`
-    prints: what it wrote, how close it is, and the lines that load it."""
+def export(loaded: Loaded, target: str, path: Path, source: str) -> str:
+    """Writes `loaded`'s model for `target` ("tl": one file; "hf": a folder) at `path` (`export_path`'s); what
+    `sample.py --export` prints: what it wrote, how close it is, and the lines that load it."""
     model = loaded.model.float().cpu().eval()
     check_supported(model.config, target)
-    path = export_path(target, str(path))
     remove_dead_leftovers(path)   # before the checks: what a killed export left inside is no user's file
     shown = str(path)
     record = {"source": {"checkpoint": str(source), "step": loaded.checkpoint.get("step")},   # in what is written
@@ -116,9 +115,8 @@ def is_earlier_export(path: Path, target: str) -> bool:
     marker and no file but those the marker lists (nothing a user added is replaced)."""
     if target == "tl":
         try:
-            saved = torch.load(path, map_location="cpu", weights_only=True, mmap=True) if is_torch_archive(path) \
-                else None
-        except Exception:   # unreadable, damaged, or holding objects: not an export to replace silently
+            saved = read_torch(path) if is_torch_archive(path) else None
+        except CheckpointError:   # unreadable, damaged, or holding objects: not an export to replace silently
             return False
         return isinstance(saved, dict) and saved.get("format") == TL_FORMAT
     try:

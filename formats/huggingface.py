@@ -22,8 +22,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
@@ -144,26 +143,6 @@ def _refuse(where: Path, key: str, value: object, meaning: str, read: str) -> No
                             f"compute; only models with {read} are read")
 
 
-@contextmanager
-def open_weights(path: Path) -> Iterator[tuple[dict[str, tuple[int, ...]], Callable[[str], torch.Tensor]]]:
-    """({name in the file: shape}, read(name) -> tensor) for a safetensors or PyTorch weights file (a regular
-    file: a pipe would never end), the shapes known before any tensor is read."""
-    regular_file(path, "weights file", "give the folder save_pretrained wrote, with its weights", CheckpointError)
-    if path.suffix == ".safetensors":
-        safetensors = library("safetensors", "reading model.safetensors")
-        try:
-            with safetensors.safe_open(str(path), framework="pt") as handle:
-                yield {name: tuple(handle.get_slice(name).get_shape()) for name in handle.keys()}, handle.get_tensor
-        except (safetensors.SafetensorError, OSError) as exc:
-            raise CheckpointError(f"{path} is not a readable safetensors file ({' '.join(str(exc).split())[:120]});"
-                                    f" use an intact copy") from None
-        return
-    state = read_torch(path, "PyTorch file")
-    if not isinstance(state, dict) or not all(isinstance(t, torch.Tensor) for t in state.values()):
-        raise CheckpointError(f"{path} is not a state dict (named tensors); use the file save_pretrained wrote")
-    yield {name: tuple(t.shape) for name, t in state.items()}, state.__getitem__
-
-
 def read_folder(folder: Path, hub: str | None) -> tuple[GPTConfig, Tokenizer, Callable, dict]:
     """A GPT-2-family folder: (its gptwatch config, its tokenizer, weights(config) -> gptwatch's state dict, what
     was read). The weights are read last, once the model is known to fit (formats/sources.py)."""
@@ -177,7 +156,7 @@ def read_folder(folder: Path, hub: str | None) -> tuple[GPTConfig, Tokenizer, Ca
     if not isinstance(hf, dict):
         raise CheckpointError(f"{folder / CONFIG} is not a JSON object; use the config.json save_pretrained wrote")
     config = gpt_config(hf, folder / CONFIG)
-    path = next((folder / name for name in WEIGHTS if os.path.lexists(folder / name)), None)  # `open_weights` checks
+    path = next((folder / name for name in WEIGHTS if os.path.lexists(folder / name)), None)  # `weights` checks
     if path is None:
         sharded = " (sharded weights, *.index.json, are not read)" if any(folder.glob("*.index.json")) else ""
         raise CheckpointError(f"{folder} has {CONFIG} but neither {' nor '.join(WEIGHTS)}{sharded}; give the folder "
@@ -195,9 +174,22 @@ def read_folder(folder: Path, hub: str | None) -> tuple[GPTConfig, Tokenizer, Ca
                              f"the {n:,} of GPT-2's BPE, and no tokenizer gptwatch reads is named; only models over "
                              f"GPT-2's BPE (or gptwatch's own exports) are read")
 
-    def weights(config: GPTConfig) -> dict[str, torch.Tensor]:
-        with open_weights(path) as (shapes, read):
-            return read_weights(shapes, read, config, conv1d=True, where=str(path))
+    def weights(config: GPTConfig) -> dict[str, torch.Tensor]:   # every name and shape known before any is read
+        regular_file(path, "weights file", "give the folder save_pretrained wrote, with its weights", CheckpointError)
+        if path.suffix == ".safetensors":
+            safetensors = library("safetensors", "reading model.safetensors")
+            try:
+                with safetensors.safe_open(str(path), framework="pt") as handle:
+                    shapes = {name: tuple(handle.get_slice(name).get_shape()) for name in handle.keys()}
+                    return read_weights(shapes, handle.get_tensor, config, conv1d=True, where=str(path))
+            except (safetensors.SafetensorError, OSError) as exc:
+                raise CheckpointError(f"{path} is not a readable safetensors file ({' '.join(str(exc).split())[:120]});"
+                                      f" use an intact copy") from None
+        state = read_torch(path, "PyTorch file")
+        if not isinstance(state, dict) or not all(isinstance(t, torch.Tensor) for t in state.values()):
+            raise CheckpointError(f"{path} is not a state dict (named tensors); use the file save_pretrained wrote")
+        return read_weights({name: tuple(t.shape) for name, t in state.items()}, state.__getitem__, config,
+                            conv1d=True, where=str(path))
 
     source = {"format": "huggingface", "path": str(folder), "hub": hub, "weights": path.name,
               "class": (hf.get("architectures") or ["GPT2LMHeadModel"])[0]}

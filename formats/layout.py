@@ -258,9 +258,7 @@ def read_weights(shapes: dict[str, tuple[int, ...]], read: Reader, config: GPTCo
                               f"it is damaged or was edited: use the file as it was saved")
     # a file that also holds the output head must hold the token table there: gptwatch ties them
     head = next((n for n in shapes if n.removeprefix(COMPILED_PREFIX) == HEAD), None)
-    tokens = next((n for n in shapes if n.removeprefix(COMPILED_PREFIX).removeprefix("transformer.") == "wte.weight"),
-                  None)
-    a, b = (read(head), read(tokens)) if head is not None and tokens is not None else (None, None)
+    a, b = (read(head), read(names[TOKENS])) if head is not None else (None, None)
     if a is not None and (a.shape != b.shape or not torch.equal(a, b)):
         raise CheckpointError(f"{where} has an output head ({HEAD}) that is not its token table ({TOKENS}); "
                               f"gptwatch ties the two, so it cannot compute this model: only models with a tied "
