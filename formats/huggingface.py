@@ -29,16 +29,9 @@ from types import ModuleType
 import torch
 
 from cli import UserError
-from data.tokenizer import (
-    EOT,
-    CharTokenizer,
-    GPT2Tokenizer,
-    Tokenizer,
-    TokenizerMetaError,
-    tokenizer_from_meta,
-)
+from data.tokenizer import EOT, FullGPT2Tokenizer, GPT2Tokenizer, Tokenizer, TokenizerMetaError, tokenizer_from_meta
 from files import NotParsed, parse_json, read_text, regular_file
-from formats.checkpoint import CheckpointError, gpt2_bpe, read_torch
+from formats.checkpoint import CheckpointError, read_torch
 from formats.layout import GPT2_ACTIVATIONS, RMS_EPS, check_supported, gpt2_layout, qwen3_layout, read_weights, written
 from model.attention import ROTARY_BASE
 from model.config import GPTConfig
@@ -170,9 +163,11 @@ def read_folder(folder: Path, hub: str | None) -> tuple[GPTConfig, Tokenizer, Ca
             raise CheckpointError(f"{marker} does not describe the tokenizer of the export ({exc}); remove it to "
                                   f"read the folder with GPT-2's BPE, or export again") from None
     else:
-        tokenizer = gpt2_bpe(config, lambda n: f"{folder}: its model has {config.vocab_size:,} token rows, fewer than "
-                             f"the {n:,} of GPT-2's BPE, and no tokenizer gptwatch reads is named; only models over "
-                             f"GPT-2's BPE (or gptwatch's own exports) are read")
+        tokenizer = FullGPT2Tokenizer()
+        if config.vocab_size < tokenizer.vocab_size:
+            raise CheckpointError(f"{folder}: its model has {config.vocab_size:,} token rows, fewer than the "
+                                  f"{tokenizer.vocab_size:,} of GPT-2's BPE, and no tokenizer gptwatch reads is named; "
+                                  f"only models over GPT-2's BPE (or gptwatch's own exports) are read")
 
     def weights(config: GPTConfig) -> dict[str, torch.Tensor]:   # every name and shape known before any is read
         regular_file(path, "weights file", "give the folder save_pretrained wrote, with its weights", CheckpointError)
@@ -239,11 +234,9 @@ def hf_tokenizer(tokenizer: Tokenizer):
         return transformers.PreTrainedTokenizerFast(
             tokenizer_object=gpt2_backend(tokenizer, tokenizers), eos_token=EOT, bos_token=EOT, pad_token=EOT,
             clean_up_tokenization_spaces=False)
-    if not isinstance(tokenizer, CharTokenizer):
-        raise ValueError(f"no Hugging Face tokenizer for gptwatch's {getattr(tokenizer, 'name', tokenizer)!r}")
-    # A BPE without merges, normalizer or pre-tokenizer: each character (spaces too) its own token, at gptwatch's
-    # id. `<unk>` stays the BPE model's own: declared to transformers it would become an added token, matched in
-    # text, where gptwatch reads "<unk>" as five characters.
+    # A CharTokenizer: a BPE without merges, normalizer or pre-tokenizer, each character (spaces too) its own token,
+    # at gptwatch's id. `<unk>` stays the BPE model's own: declared to transformers it would become an added token,
+    # matched in text, where gptwatch reads "<unk>" as five characters.
     vocab = {c: i for i, c in enumerate(tokenizer.chars)} | {"<unk>": len(tokenizer.chars)}
     backend = tokenizers.Tokenizer(tokenizers.models.BPE(vocab=vocab, merges=[], unk_token="<unk>", fuse_unk=False))
     backend.decoder = tokenizers.decoders.Fuse()  # characters joined as they are, no spaces between

@@ -20,7 +20,7 @@ from config import RESUME, SCRATCH
 from formats.checkpoint import CheckpointError, Loaded, check_memory, is_torch_archive, load_gptwatch, read_torch
 from formats.huggingface import CONFIG, library, read_folder
 from formats.layout import built
-from formats.nanogpt import is_nanogpt, read_nanogpt
+from formats.nanogpt import read_nanogpt
 from model.config import GPTConfig
 from model.memory import parameter_count, size_text
 
@@ -86,8 +86,9 @@ def identify(source: str | Path, *, model: bool = True) -> Source:
     if not path.is_file() or not is_torch_archive(path):
         return Source(GPTWATCH, given)
     contents = read_torch(path)
-    return Source(NANOGPT if is_nanogpt(contents) else GPTWATCH, path if is_nanogpt(contents) else given, None,
-                  contents)
+    if isinstance(contents, dict) and "model_args" in contents and "model" in contents and "format" not in contents:
+        return Source(NANOGPT, path, contents=contents)   # the shape of nanoGPT's train.py checkpoint
+    return Source(GPTWATCH, given, contents=contents)
 
 
 def load_model(source: str | Path | Source, device: torch.device, *, block_size: int | None = None,
