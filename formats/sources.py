@@ -1,6 +1,6 @@
-"""Where a model comes from, said once: `identify` turns a path or name into a `Source` (scratch and resume,
-training's own; a gptwatch or nanoGPT checkpoint; a Hugging Face folder; a hub name, fetched once into the
-Hugging Face cache), and `load_model` reads any source into a gptwatch model that computes the same function.
+"""Where a model comes from, said once: `identify` turns a path or name into a `Source` (a gptwatch or nanoGPT
+checkpoint, a Hugging Face folder, or a hub name, fetched once into the Hugging Face cache), and `load_model` reads
+any source into a gptwatch model that computes the same function.
 
 A checkpoint file is read once, when it is identified (a nanoGPT checkpoint and gptwatch's are both `ckpt.pt`:
 its contents tell them apart). Each model is refused in one line, before anything large is read, downloaded or
@@ -16,7 +16,6 @@ from pathlib import Path
 import torch
 
 from cli import UsageError, warn
-from config import RESUME, SCRATCH
 from formats.checkpoint import CheckpointError, Loaded, check_memory, is_torch_archive, load_gptwatch, read_torch
 from formats.huggingface import CONFIG, library, read_folder
 from formats.layout import built
@@ -41,8 +40,8 @@ LOCAL_FOLDER_HELP = "or pass a local folder holding config.json and model.safete
 
 @dataclass(frozen=True)
 class Source:
-    """What a model is and where: its `kind`, its `path` (None for scratch and a hub model not fetched yet), the
-    `hub` name, and the `contents` of a checkpoint file, read once."""
+    """What a model is and where: its `kind` (`elsewhere`: trained by nanoGPT or for Hugging Face, not gptwatch),
+    its `path` (None for a hub model not fetched yet), the `hub` name, and the `contents` of a checkpoint file."""
 
     kind: str
     path: Path | None = None
@@ -51,7 +50,6 @@ class Source:
 
     @property
     def elsewhere(self) -> bool:
-        """Whether the model was trained elsewhere (nanoGPT, Hugging Face), not by gptwatch."""
         return self.kind in (NANOGPT, HUGGINGFACE, HUB)
 
 
@@ -96,8 +94,6 @@ def load_model(source: str | Path | Source, device: torch.device, *, block_size:
     """The model `source` gives (a `Source`, or a path here), on `device` in eval mode, with its tokenizer; with
     `block_size`, cropped to that many positions."""
     found = source if isinstance(source, Source) else identify(source, model=False)
-    if found.kind in (SCRATCH, RESUME):
-        raise ValueError(f"a source of kind {found.kind!r} names no model to read")
     if found.kind == GPTWATCH:
         loaded = load_gptwatch(found.path, device, found.contents, dropout=dropout)
     else:   # trained elsewhere: described as a checkpoint would be, what was read under "imported"
