@@ -25,8 +25,7 @@ from files import (
     write_error,
     write_fix,
 )
-from formats import Loaded
-from formats.checkpoint import CheckpointError, is_torch_archive, read_torch
+from formats.checkpoint import CheckpointError, Loaded, is_torch_archive, read_torch
 from formats.huggingface import MARKER, hf_tokenizer, library, to_hf_model
 from formats.layout import TARGETS, check_supported
 from formats.transformerlens import hooked_config, to_hooked_transformer
