@@ -42,6 +42,7 @@ from model.gpt import GPT, LN_EPS
 # `library` only, so a missing (or wrong) version is one `MissingDependency` line, not a traceback.
 REQUIREMENTS = "requirements-interop.txt"
 CONFIG = "config.json"
+USE_CONFIG = "use the config.json save_pretrained wrote"
 WEIGHTS = ("model.safetensors", "pytorch_model.bin")   # the first present is read
 MARKER = "gptwatch_export.json"   # in every folder `--export hf` writes: what it is, its files, where it came from
 READ_CLASSES = ("GPT2LMHeadModel", "GPT2Model")        # GPT2Model: the same weights, the head tied to them
@@ -95,13 +96,12 @@ def gpt_config(hf: dict, where: Path) -> GPTConfig:
         if not ok:
             shown = json.dumps(value)
             shown = shown if len(shown) <= 60 else f"{shown[:50]}... ({len(shown):,} characters)"
-            raise CheckpointError(f"{where}: {key} is {shown}, not {words}; use the config.json save_pretrained "
-                                  f"wrote")
+            raise CheckpointError(f"{where}: {key} is {shown}, not {words}; {USE_CONFIG}")
     classes = hf.get("architectures") or []
     model_type = hf.get("model_type")
     if model_type is None:
         raise CheckpointError(f"{where} has no model_type (a GPT-2-family config.json says \"model_type\": "
-                              f"\"gpt2\"); use the config.json save_pretrained wrote")
+                              f"\"gpt2\"); {USE_CONFIG}")
     if model_type != "gpt2" or not set(classes) <= set(READ_CLASSES):
         found = ", ".join(classes) if classes else f"model_type {model_type!r}"
         raise CheckpointError(f"{where} describes a {found}, not a GPT-2-family model; gptwatch reads only "
@@ -112,8 +112,7 @@ def gpt_config(hf: dict, where: Path) -> GPTConfig:
     sizes = {key: hf.get(key, default) for key, default in SIZES.items()}
     for key, value in sizes.items():
         if type(value) is not int or value <= 0:
-            raise CheckpointError(f"{where}: {key} is {json.dumps(value)}, not a positive integer; use the "
-                                    f"config.json save_pretrained wrote")
+            raise CheckpointError(f"{where}: {key} is {json.dumps(value)}, not a positive integer; {USE_CONFIG}")
     activation = hf.get("activation_function", "gelu_new")
     if activation not in ACTIVATIONS:
         names = [json.dumps(name) for name in ACTIVATIONS]
@@ -144,10 +143,9 @@ def read_folder(folder: Path, hub: str | None) -> tuple[GPTConfig, Tokenizer, Ca
     try:
         hf = parse_json(text)
     except NotParsed as exc:
-        raise CheckpointError(f"{folder / CONFIG} is not valid JSON ({exc}); use the config.json save_pretrained "
-                              f"wrote") from None
+        raise CheckpointError(f"{folder / CONFIG} is not valid JSON ({exc}); {USE_CONFIG}") from None
     if not isinstance(hf, dict):
-        raise CheckpointError(f"{folder / CONFIG} is not a JSON object; use the config.json save_pretrained wrote")
+        raise CheckpointError(f"{folder / CONFIG} is not a JSON object; {USE_CONFIG}")
     config = gpt_config(hf, folder / CONFIG)
     path = next((folder / name for name in WEIGHTS if os.path.lexists(folder / name)), None)  # `weights` checks
     if path is None:

@@ -17,7 +17,7 @@ import torch
 
 from cli import UsageError, warn
 from formats.checkpoint import CheckpointError, Loaded, check_memory, is_torch_archive, load_gptwatch, read_torch
-from formats.huggingface import CONFIG, library, read_folder
+from formats.huggingface import CONFIG, gpt_config, library, read_folder
 from formats.layout import built
 from formats.nanogpt import read_nanogpt
 from model.config import GPTConfig
@@ -161,9 +161,8 @@ def hub_name(source: str) -> str | None:
 
 def hub_config(name: str) -> GPTConfig:
     """The config of a hub model, known without fetching it."""
-    _, n_layer, n_head, n_embd = HUB_MODELS[name]
-    return GPTConfig(vocab_size=50257, block_size=1024, n_layer=n_layer, n_head=n_head, n_embd=n_embd, bias=True,
-                     qkv_bias=True, activation="gelu_tanh")
+    _, n_layer, n_head, n_embd = HUB_MODELS[name]   # the rest is GPT2Config's default
+    return gpt_config({"model_type": "gpt2", "n_layer": n_layer, "n_head": n_head, "n_embd": n_embd}, Path(name))
 
 
 def fetch(name: str, device: torch.device) -> Path:
