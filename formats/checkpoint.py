@@ -161,10 +161,6 @@ def unusable(path: str | Path, problem: str) -> CheckpointError:
                            f"trainer's train.py, or was edited: use the ckpt.pt that train.py wrote")
 
 
-_RESUME_FIELDS = {"optimizer": dict, "train_config": dict, "rng": dict, "best_val_loss": (float, int),
-                  "run_name": str}
-
-
 def _mismatch(expected: dict[str, tuple], found: dict[str, tuple]) -> str | None:
     differ = sorted(set(expected) ^ set(found)) or [name for name in expected if expected[name] != found[name]]
     if not differ:
@@ -203,7 +199,8 @@ def _structure_problem(checkpoint: dict, for_resume: bool) -> str | None:
         return "'step' is not a step count (a whole number from 0 to 2**63 - 1)"
     if not for_resume:
         return None
-    for key, kind in _RESUME_FIELDS.items():
+    for key, kind in {"optimizer": dict, "train_config": dict, "rng": dict, "best_val_loss": (float, int),
+                      "run_name": str}.items():
         if not isinstance(checkpoint.get(key), kind) or isinstance(checkpoint.get(key), bool):
             return f"{key!r}, which resuming needs, is missing or not a {getattr(kind, '__name__', 'number')}"
     rng = checkpoint["rng"]

@@ -132,7 +132,6 @@ def _write_failed(path: Path, exc: OSError, what: str) -> UserError:
 
 
 def _export_hf(loaded: Loaded, model: GPT, folder: Path, record: dict) -> tuple[str, float, tuple[int, int]]:
-    transformers = library("transformers", "exporting to Hugging Face", "tokenizers")
     hf = to_hf_model(model, eos_token_id=getattr(loaded.tokenizer, "eot_id", None))
     diff, tokens = _logits_diff(model, lambda idx: hf(idx).logits)
     tokenizer = hf_tokenizer(loaded.tokenizer)
@@ -150,7 +149,7 @@ def _export_hf(loaded: Loaded, model: GPT, folder: Path, record: dict) -> tuple[
             if path.is_file() and not path.is_symlink():
                 path.chmod(mode)
 
-    progress = transformers.utils.logging
+    progress = library("transformers", "exporting to Hugging Face").utils.logging   # to_hf_model imported it
     shown = progress.is_progress_bar_enabled()
     progress.disable_progress_bar()  # a bar for writing one small file is noise in a command's output
     try:

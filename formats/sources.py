@@ -18,9 +18,9 @@ import torch
 from cli import UsageError, warn
 from formats.checkpoint import CheckpointError, Loaded, check_memory, is_torch_archive, load_gptwatch, read_torch
 from formats.huggingface import CONFIG, gpt_config, library, read_folder
-from formats.layout import built
 from formats.nanogpt import read_nanogpt
 from model.config import GPTConfig
+from model.gpt import GPT
 from model.memory import parameter_count, size_text
 
 GPTWATCH, NANOGPT, HUGGINGFACE, HUB = "gptwatch", "nanogpt", "huggingface", "hub"
@@ -59,14 +59,12 @@ def identify(source: str | Path, *, model: bool = True) -> Source:
     whose reader says what is wrong with it. Reads at most a checkpoint file (memory-mapped), never downloads."""
     path = Path(source)
     name = hub_name(str(source)) if model else None
-    if not path.exists():
+    if model and not path.exists():
         if name is not None:
             return Source(HUB, hub=name)
-        if model:
-            raise CheckpointError(f"{source} is neither a file or folder here nor a model gptwatch fetches from the "
-                                  f"Hugging Face hub ({', '.join(HUB_MODELS)}); give a gptwatch or nanoGPT ckpt.pt "
-                                  f"(or the folder holding it), {LOCAL_FOLDER_HELP}")
-        return Source(GPTWATCH, path)
+        raise CheckpointError(f"{source} is neither a file or folder here nor a model gptwatch fetches from the "
+                              f"Hugging Face hub ({', '.join(HUB_MODELS)}); give a gptwatch or nanoGPT ckpt.pt "
+                              f"(or the folder holding it), {LOCAL_FOLDER_HELP}")
     if name is not None:
         warn(f"reading the local {'folder' if path.is_dir() else 'file'} {path}, not the hub model {name} of the "
              f"same name; to fetch that one, give its repository, {HUB_MODELS[name][0]}")
@@ -74,9 +72,7 @@ def identify(source: str | Path, *, model: bool = True) -> Source:
     if path.is_dir():
         if (path / CONFIG).exists() or (path / CONFIG).is_symlink():   # what it is: its reader checks
             return Source(HUGGINGFACE, path)
-        if not (path / CHECKPOINT).exists():
-            if not model:
-                return Source(GPTWATCH, path)
+        if model and not (path / CHECKPOINT).exists():
             raise CheckpointError(f"{path} holds neither {CONFIG} (a Hugging Face model's folder) nor {CHECKPOINT} "
                                   f"(a gptwatch or nanoGPT checkpoint); give one of those, or the file itself")
         path = path / CHECKPOINT
@@ -113,7 +109,13 @@ def load_model(source: str | Path | Source, device: torch.device, *, block_size:
         if dropout is not None:
             config = dataclasses.replace(config, dropout=dropout)
         check_fits(config, what, device)
-        model = built(config, weights(config), device)
+        state = weights(config)
+        with torch.device("meta"):   # its parameters never initialised at random (a second or more for GPT-2's sizes)
+            model = GPT(config)
+        model.to_empty(device=torch.device("cpu"))   # allocated, not initialised
+        model.lm_head.weight = model.wte.weight       # to_empty gave each its own tensor: tie them again, as GPT does
+        model.load_state_dict(state, strict=True)
+        model.to(device).eval()
         loaded = Loaded(model, tokenizer, {"model_config": model.config.to_dict(), "tokenizer": tokenizer.to_meta(),
                                            "imported": source})
     if block_size is not None and block_size != loaded.model.config.block_size:
