@@ -36,32 +36,25 @@ from formats.sources import describe, identify, model_name
 from model.ablation import Ablation
 
 
-class _DefaultsNotSaid(argparse.ArgumentDefaultsHelpFormatter):
-    """Adds "(default: X)" to an option's help unless the help says its default already, or there is none."""
-
-    def _get_help_string(self, action: argparse.Action) -> str:
-        if action.default is None or "(default:" in (action.help or ""):
-            return action.help
-        return super()._get_help_string(action)
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = ArgumentParser("sample.py", description="Sample from a trained checkpoint, or inspect its attention.",
-                       formatter_class=_DefaultsNotSaid)
+    p = ArgumentParser("sample.py", description="Sample from a trained checkpoint, or inspect its attention.")
     p.add_argument("--out_dir", default=None, help="folder holding ckpt.pt (or the path of a .pt file) (default: out)")
     p.add_argument("--init_from", metavar="SOURCE", default=None,
                    help="a model trained elsewhere, instead of --out_dir: a Hugging Face GPT-2-family name (gpt2, "
                         "gpt2-medium, gpt2-large, gpt2-xl, distilgpt2), a folder holding its config.json and "
                         "model.safetensors, or a nanoGPT ckpt.pt (or its out_dir)")
     p.add_argument("--prompt", default="\n", help="text to continue (default: a newline); @FILE reads it from a file")
-    p.add_argument("--num_samples", type=int, default=1, help="how many samples")
-    p.add_argument("--max_new_tokens", type=int, default=200, help="tokens to generate per sample")
-    p.add_argument("--temperature", type=float, default=0.8, help="0 is greedy; higher is more random")
+    p.add_argument("--num_samples", type=int, default=1, help="how many samples (default: %(default)s)")
+    p.add_argument("--max_new_tokens", type=int, default=200,
+                   help="tokens to generate per sample (default: %(default)s)")
+    p.add_argument("--temperature", type=float, default=0.8,
+                   help="0 is greedy; higher is more random (default: %(default)s)")
     p.add_argument("--top_k", type=int, default=None, help="sample only from the k most likely tokens")
     p.add_argument("--top_p", type=float, default=None, help="sample from the smallest set with this much probability")
-    p.add_argument("--seed", type=int, default=1337, help="random seed")
-    p.add_argument("--device", default="auto", help=", ".join(DEVICES) + " (or cuda:N)")
-    p.add_argument("--no_cache", action="store_true", help="recompute the whole context for every token")
+    p.add_argument("--seed", type=int, default=1337, help="random seed (default: %(default)s)")
+    p.add_argument("--device", default="auto", help=", ".join(DEVICES) + " (or cuda:N) (default: %(default)s)")
+    p.add_argument("--no_cache", action="store_true",
+                   help="recompute the whole context for every token (default: %(default)s)")
     look = p.add_argument_group("looking inside")
     look.add_argument("--attention", metavar="TEXT", help="heatmaps of TEXT's attention (PNG and TensorBoard)")
     look.add_argument("--query", default=None,
@@ -73,15 +66,17 @@ def build_parser() -> argparse.ArgumentParser:
     look.add_argument("--probes", metavar="FILE.jsonl", help="print the head table for a probe file")
     look.add_argument("--heads", action="store_true",
                       help="what kind of head each head became (previous-token, induction, ...), against the "
-                           "untrained model, and what removing them costs")
+                           "untrained model, and what removing them costs (default: %(default)s)")
     look.add_argument("--text", metavar="FILE", default=None,
                       help="with --heads: held-out text to score on (default: the run's val split, if its prepared "
                            "data is still here)")
     look.add_argument("--ablation", choices=("zero", "mean"), default="zero",
-                      help="with --heads: how a head is removed, its output set to 0 or to its mean over held-out text")
+                      help="with --heads: how a head is removed, its output set to 0 or to its mean over held-out "
+                           "text (default: %(default)s)")
     look.add_argument("--ablate", metavar="LlHh", action="append", default=[],
-                      help="zero this head's output (repeatable), e.g. L1H2")
-    look.add_argument("--json", action="store_true", help="print machine-readable JSON instead of tables")
+                      help="zero this head's output (repeatable), e.g. L1H2 (default: %(default)s)")
+    look.add_argument("--json", action="store_true",
+                      help="print machine-readable JSON instead of tables (default: %(default)s)")
     out = p.add_argument_group("carrying a model out (pip install -r requirements-interop.txt)")
     out.add_argument("--export", nargs=2, metavar=("TARGET", "PATH"), default=None,
                      help="write the model for another library, computing the same function: 'tl FILE' for "
@@ -222,8 +217,8 @@ def main(argv: list[str]) -> int:
     if mode == "export":
         from formats.export import export, export_path
 
-        target, path = args.export
-        export_path(target, path)  # a path that names nothing to write is refused before the checkpoint is read
+        target, text = args.export
+        path = export_path(target, text)  # a path that names nothing to write is refused before the checkpoint is read
         print(export(load(args, torch.device("cpu")), target, path, args.out_dir))
         return 0
     device = pick_device(args.device)

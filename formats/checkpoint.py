@@ -20,7 +20,7 @@ import torch
 
 from cli import UsageError, UserError, is_out_of_memory
 from config import FIELDS, TrainConfig, saved_config
-from data.tokenizer import TOKENIZERS, FullGPT2Tokenizer, Tokenizer, TokenizerMetaError, tokenizer_from_meta
+from data.tokenizer import TOKENIZERS, Tokenizer, TokenizerMetaError, tokenizer_from_meta
 from files import cannot, clear_for_file, regular_file, replace_file, write_error, write_fix
 from model.config import ALWAYS_RECORDED, GPTConfig
 from model.gpt import GPT
@@ -45,15 +45,6 @@ class Loaded:
     model: GPT
     tokenizer: Tokenizer
     checkpoint: dict
-
-
-def gpt2_bpe(config: GPTConfig, too_few: Callable[[int], str]) -> Tokenizer:
-    """GPT-2's BPE as it is, the vocabulary of a model from elsewhere that names none; `too_few(its size)` refuses a
-    model of fewer token rows."""
-    tokenizer = FullGPT2Tokenizer()
-    if config.vocab_size < tokenizer.vocab_size:
-        raise CheckpointError(too_few(tokenizer.vocab_size))
-    return tokenizer
 
 
 def checkpoint_path(path: str | Path) -> Path:
@@ -170,10 +161,6 @@ def unusable(path: str | Path, problem: str) -> CheckpointError:
                            f"trainer's train.py, or was edited: use the ckpt.pt that train.py wrote")
 
 
-_RESUME_FIELDS = {"optimizer": dict, "train_config": dict, "rng": dict, "best_val_loss": (float, int),
-                  "run_name": str}
-
-
 def _mismatch(expected: dict[str, tuple], found: dict[str, tuple]) -> str | None:
     differ = sorted(set(expected) ^ set(found)) or [name for name in expected if expected[name] != found[name]]
     if not differ:
@@ -212,7 +199,8 @@ def _structure_problem(checkpoint: dict, for_resume: bool) -> str | None:
         return "'step' is not a step count (a whole number from 0 to 2**63 - 1)"
     if not for_resume:
         return None
-    for key, kind in _RESUME_FIELDS.items():
+    for key, kind in {"optimizer": dict, "train_config": dict, "rng": dict, "best_val_loss": (float, int),
+                      "run_name": str}.items():
         if not isinstance(checkpoint.get(key), kind) or isinstance(checkpoint.get(key), bool):
             return f"{key!r}, which resuming needs, is missing or not a {getattr(kind, '__name__', 'number')}"
     rng = checkpoint["rng"]

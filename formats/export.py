@@ -25,8 +25,7 @@ from files import (
     write_error,
     write_fix,
 )
-from formats import Loaded
-from formats.checkpoint import is_torch_archive
+from formats.checkpoint import CheckpointError, Loaded, is_torch_archive, read_torch
 from formats.huggingface import MARKER, hf_tokenizer, library, to_hf_model
 from formats.layout import TARGETS, check_supported
 from formats.transformerlens import hooked_config, to_hooked_transformer
@@ -36,12 +35,11 @@ TL_FORMAT, HF_FORMAT = "gptwatch-transformerlens", "gptwatch-huggingface"   # in
 TOLERANCE = 1e-4            # float32 logits; the tests find about 1e-5
 
 
-def export(loaded: Loaded, target: str, path: str | Path, source: str) -> str:
-    """Writes `loaded`'s model for `target` ("tl": one file; "hf": a folder) at `path`; what `sample.py --export`
-    prints: what it wrote, how close it is, and the lines that load it."""
+def export(loaded: Loaded, target: str, path: Path, source: str) -> str:
+    """Writes `loaded`'s model for `target` ("tl": one file; "hf": a folder) at `path` (`export_path`'s); what
+    `sample.py --export` prints: what it wrote, how close it is, and the lines that load it."""
     model = loaded.model.float().cpu().eval()
     check_supported(model.config, target)
-    path = export_path(target, str(path))
     remove_dead_leftovers(path)   # before the checks: what a killed export left inside is no user's file
     shown = str(path)
     record = {"source": {"checkpoint": str(source), "step": loaded.checkpoint.get("step")},   # in what is written
@@ -116,9 +114,8 @@ def is_earlier_export(path: Path, target: str) -> bool:
     marker and no file but those the marker lists (nothing a user added is replaced)."""
     if target == "tl":
         try:
-            saved = torch.load(path, map_location="cpu", weights_only=True, mmap=True) if is_torch_archive(path) \
-                else None
-        except Exception:   # unreadable, damaged, or holding objects: not an export to replace silently
+            saved = read_torch(path) if is_torch_archive(path) else None
+        except CheckpointError:   # unreadable, damaged, or holding objects: not an export to replace silently
             return False
         return isinstance(saved, dict) and saved.get("format") == TL_FORMAT
     try:
@@ -135,7 +132,6 @@ def _write_failed(path: Path, exc: OSError, what: str) -> UserError:
 
 
 def _export_hf(loaded: Loaded, model: GPT, folder: Path, record: dict) -> tuple[str, float, tuple[int, int]]:
-    transformers = library("transformers", "exporting to Hugging Face", "tokenizers")
     hf = to_hf_model(model, eos_token_id=getattr(loaded.tokenizer, "eot_id", None))
     diff, tokens = _logits_diff(model, lambda idx: hf(idx).logits)
     tokenizer = hf_tokenizer(loaded.tokenizer)
@@ -153,7 +149,7 @@ def _export_hf(loaded: Loaded, model: GPT, folder: Path, record: dict) -> tuple[
             if path.is_file() and not path.is_symlink():
                 path.chmod(mode)
 
-    progress = transformers.utils.logging
+    progress = library("transformers", "exporting to Hugging Face").utils.logging   # to_hf_model imported it
     shown = progress.is_progress_bar_enabled()
     progress.disable_progress_bar()  # a bar for writing one small file is noise in a command's output
     try:

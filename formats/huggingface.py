@@ -22,24 +22,16 @@ from __future__ import annotations
 import importlib
 import json
 import os
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
 import torch
 
 from cli import UserError
-from data.tokenizer import (
-    EOT,
-    CharTokenizer,
-    GPT2Tokenizer,
-    Tokenizer,
-    TokenizerMetaError,
-    tokenizer_from_meta,
-)
+from data.tokenizer import EOT, FullGPT2Tokenizer, GPT2Tokenizer, Tokenizer, TokenizerMetaError, tokenizer_from_meta
 from files import NotParsed, parse_json, read_text, regular_file
-from formats.checkpoint import CheckpointError, gpt2_bpe, read_torch
+from formats.checkpoint import CheckpointError, read_torch
 from formats.layout import GPT2_ACTIVATIONS, RMS_EPS, check_supported, gpt2_layout, qwen3_layout, read_weights, written
 from model.attention import ROTARY_BASE
 from model.config import GPTConfig
@@ -50,6 +42,7 @@ from model.gpt import GPT, LN_EPS
 # `library` only, so a missing (or wrong) version is one `MissingDependency` line, not a traceback.
 REQUIREMENTS = "requirements-interop.txt"
 CONFIG = "config.json"
+USE_CONFIG = "use the config.json save_pretrained wrote"
 WEIGHTS = ("model.safetensors", "pytorch_model.bin")   # the first present is read
 MARKER = "gptwatch_export.json"   # in every folder `--export hf` writes: what it is, its files, where it came from
 READ_CLASSES = ("GPT2LMHeadModel", "GPT2Model")        # GPT2Model: the same weights, the head tied to them
@@ -103,13 +96,12 @@ def gpt_config(hf: dict, where: Path) -> GPTConfig:
         if not ok:
             shown = json.dumps(value)
             shown = shown if len(shown) <= 60 else f"{shown[:50]}... ({len(shown):,} characters)"
-            raise CheckpointError(f"{where}: {key} is {shown}, not {words}; use the config.json save_pretrained "
-                                  f"wrote")
+            raise CheckpointError(f"{where}: {key} is {shown}, not {words}; {USE_CONFIG}")
     classes = hf.get("architectures") or []
     model_type = hf.get("model_type")
     if model_type is None:
         raise CheckpointError(f"{where} has no model_type (a GPT-2-family config.json says \"model_type\": "
-                              f"\"gpt2\"); use the config.json save_pretrained wrote")
+                              f"\"gpt2\"); {USE_CONFIG}")
     if model_type != "gpt2" or not set(classes) <= set(READ_CLASSES):
         found = ", ".join(classes) if classes else f"model_type {model_type!r}"
         raise CheckpointError(f"{where} describes a {found}, not a GPT-2-family model; gptwatch reads only "
@@ -120,8 +112,7 @@ def gpt_config(hf: dict, where: Path) -> GPTConfig:
     sizes = {key: hf.get(key, default) for key, default in SIZES.items()}
     for key, value in sizes.items():
         if type(value) is not int or value <= 0:
-            raise CheckpointError(f"{where}: {key} is {json.dumps(value)}, not a positive integer; use the "
-                                    f"config.json save_pretrained wrote")
+            raise CheckpointError(f"{where}: {key} is {json.dumps(value)}, not a positive integer; {USE_CONFIG}")
     activation = hf.get("activation_function", "gelu_new")
     if activation not in ACTIVATIONS:
         names = [json.dumps(name) for name in ACTIVATIONS]
@@ -144,26 +135,6 @@ def _refuse(where: Path, key: str, value: object, meaning: str, read: str) -> No
                             f"compute; only models with {read} are read")
 
 
-@contextmanager
-def open_weights(path: Path) -> Iterator[tuple[dict[str, tuple[int, ...]], Callable[[str], torch.Tensor]]]:
-    """({name in the file: shape}, read(name) -> tensor) for a safetensors or PyTorch weights file (a regular
-    file: a pipe would never end), the shapes known before any tensor is read."""
-    regular_file(path, "weights file", "give the folder save_pretrained wrote, with its weights", CheckpointError)
-    if path.suffix == ".safetensors":
-        safetensors = library("safetensors", "reading model.safetensors")
-        try:
-            with safetensors.safe_open(str(path), framework="pt") as handle:
-                yield {name: tuple(handle.get_slice(name).get_shape()) for name in handle.keys()}, handle.get_tensor
-        except (safetensors.SafetensorError, OSError) as exc:
-            raise CheckpointError(f"{path} is not a readable safetensors file ({' '.join(str(exc).split())[:120]});"
-                                    f" use an intact copy") from None
-        return
-    state = read_torch(path, "PyTorch file")
-    if not isinstance(state, dict) or not all(isinstance(t, torch.Tensor) for t in state.values()):
-        raise CheckpointError(f"{path} is not a state dict (named tensors); use the file save_pretrained wrote")
-    yield {name: tuple(t.shape) for name, t in state.items()}, state.__getitem__
-
-
 def read_folder(folder: Path, hub: str | None) -> tuple[GPTConfig, Tokenizer, Callable, dict]:
     """A GPT-2-family folder: (its gptwatch config, its tokenizer, weights(config) -> gptwatch's state dict, what
     was read). The weights are read last, once the model is known to fit (formats/sources.py)."""
@@ -172,12 +143,11 @@ def read_folder(folder: Path, hub: str | None) -> tuple[GPTConfig, Tokenizer, Ca
     try:
         hf = parse_json(text)
     except NotParsed as exc:
-        raise CheckpointError(f"{folder / CONFIG} is not valid JSON ({exc}); use the config.json save_pretrained "
-                              f"wrote") from None
+        raise CheckpointError(f"{folder / CONFIG} is not valid JSON ({exc}); {USE_CONFIG}") from None
     if not isinstance(hf, dict):
-        raise CheckpointError(f"{folder / CONFIG} is not a JSON object; use the config.json save_pretrained wrote")
+        raise CheckpointError(f"{folder / CONFIG} is not a JSON object; {USE_CONFIG}")
     config = gpt_config(hf, folder / CONFIG)
-    path = next((folder / name for name in WEIGHTS if os.path.lexists(folder / name)), None)  # `open_weights` checks
+    path = next((folder / name for name in WEIGHTS if os.path.lexists(folder / name)), None)  # `weights` checks
     if path is None:
         sharded = " (sharded weights, *.index.json, are not read)" if any(folder.glob("*.index.json")) else ""
         raise CheckpointError(f"{folder} has {CONFIG} but neither {' nor '.join(WEIGHTS)}{sharded}; give the folder "
@@ -191,13 +161,28 @@ def read_folder(folder: Path, hub: str | None) -> tuple[GPTConfig, Tokenizer, Ca
             raise CheckpointError(f"{marker} does not describe the tokenizer of the export ({exc}); remove it to "
                                   f"read the folder with GPT-2's BPE, or export again") from None
     else:
-        tokenizer = gpt2_bpe(config, lambda n: f"{folder}: its model has {config.vocab_size:,} token rows, fewer than "
-                             f"the {n:,} of GPT-2's BPE, and no tokenizer gptwatch reads is named; only models over "
-                             f"GPT-2's BPE (or gptwatch's own exports) are read")
+        tokenizer = FullGPT2Tokenizer()
+        if config.vocab_size < tokenizer.vocab_size:
+            raise CheckpointError(f"{folder}: its model has {config.vocab_size:,} token rows, fewer than the "
+                                  f"{tokenizer.vocab_size:,} of GPT-2's BPE, and no tokenizer gptwatch reads is named; "
+                                  f"only models over GPT-2's BPE (or gptwatch's own exports) are read")
 
-    def weights(config: GPTConfig) -> dict[str, torch.Tensor]:
-        with open_weights(path) as (shapes, read):
-            return read_weights(shapes, read, config, conv1d=True, where=str(path))
+    def weights(config: GPTConfig) -> dict[str, torch.Tensor]:   # every name and shape known before any is read
+        regular_file(path, "weights file", "give the folder save_pretrained wrote, with its weights", CheckpointError)
+        if path.suffix == ".safetensors":
+            safetensors = library("safetensors", "reading model.safetensors")
+            try:
+                with safetensors.safe_open(str(path), framework="pt") as handle:
+                    shapes = {name: tuple(handle.get_slice(name).get_shape()) for name in handle.keys()}
+                    return read_weights(shapes, handle.get_tensor, config, conv1d=True, where=str(path))
+            except (safetensors.SafetensorError, OSError) as exc:
+                raise CheckpointError(f"{path} is not a readable safetensors file ({' '.join(str(exc).split())[:120]});"
+                                      f" use an intact copy") from None
+        state = read_torch(path, "PyTorch file")
+        if not isinstance(state, dict) or not all(isinstance(t, torch.Tensor) for t in state.values()):
+            raise CheckpointError(f"{path} is not a state dict (named tensors); use the file save_pretrained wrote")
+        return read_weights({name: tuple(t.shape) for name, t in state.items()}, state.__getitem__, config,
+                            conv1d=True, where=str(path))
 
     source = {"format": "huggingface", "path": str(folder), "hub": hub, "weights": path.name,
               "class": (hf.get("architectures") or ["GPT2LMHeadModel"])[0]}
@@ -247,11 +232,9 @@ def hf_tokenizer(tokenizer: Tokenizer):
         return transformers.PreTrainedTokenizerFast(
             tokenizer_object=gpt2_backend(tokenizer, tokenizers), eos_token=EOT, bos_token=EOT, pad_token=EOT,
             clean_up_tokenization_spaces=False)
-    if not isinstance(tokenizer, CharTokenizer):
-        raise ValueError(f"no Hugging Face tokenizer for gptwatch's {getattr(tokenizer, 'name', tokenizer)!r}")
-    # A BPE without merges, normalizer or pre-tokenizer: each character (spaces too) its own token, at gptwatch's
-    # id. `<unk>` stays the BPE model's own: declared to transformers it would become an added token, matched in
-    # text, where gptwatch reads "<unk>" as five characters.
+    # A CharTokenizer: a BPE without merges, normalizer or pre-tokenizer, each character (spaces too) its own token,
+    # at gptwatch's id. `<unk>` stays the BPE model's own: declared to transformers it would become an added token,
+    # matched in text, where gptwatch reads "<unk>" as five characters.
     vocab = {c: i for i, c in enumerate(tokenizer.chars)} | {"<unk>": len(tokenizer.chars)}
     backend = tokenizers.Tokenizer(tokenizers.models.BPE(vocab=vocab, merges=[], unk_token="<unk>", fuse_unk=False))
     backend.decoder = tokenizers.decoders.Fuse()  # characters joined as they are, no spaces between

@@ -20,6 +20,7 @@ COMPILED_PREFIX = "_orig_mod."            # torch.compile's wrapper, in the name
 MASK_BUFFERS = (".attn.bias", ".attn.masked_bias")   # the causal mask some files carry: a constant, not a weight
 HEAD = "lm_head.weight"                   # the output head: the token table again, when tied
 TOKENS = "transformer.wte.weight"
+EDITED = "it is damaged or was edited: use the file as it was saved"
 
 Reader = Callable[[str], torch.Tensor]
 TARGETS = {"tl": "TransformerLens", "hf": "Hugging Face"}
@@ -34,8 +35,6 @@ class Unsupported(UserError):
 
 def check_supported(config: GPTConfig, target: str) -> None:
     """`Unsupported`, naming the part, when `target` cannot hold a model of `config` exactly."""
-    if target not in TARGETS:
-        raise ValueError(f"unknown export target {target!r}; one of {', '.join(TARGETS)}")
     if config.relative_positions:
         kinds = ("learned absolute, rotary, shortformer and ALiBi positions" if target == "tl" else
                  "GPT-2's learned position table and Qwen3's rotary positions")
@@ -220,8 +219,7 @@ def layout_names(names: Iterable[str], where: str) -> dict[str, str]:
     for original, name in stripped.items():
         name = f"transformer.{name}" if bare else name
         if name in out:
-            raise CheckpointError(f"{where} holds {name} twice, as {out[name]} and as {original}; it is damaged or "
-                                  f"was edited: use the file as it was saved")
+            raise CheckpointError(f"{where} holds {name} twice, as {out[name]} and as {original}; {EDITED}")
         if name != HEAD and not name.endswith(MASK_BUFFERS):
             out[name] = original
     return out
@@ -234,7 +232,7 @@ def read_weights(shapes: dict[str, tuple[int, ...]], read: Reader, config: GPTCo
     names = layout_names(shapes, where)
     if config.n_layer > len(names):   # bounded before any work that grows with it (the table of names below)
         raise CheckpointError(f"{where}: its config says {config.n_layer:,} layers, and the file holds {len(names):,} "
-                              f"tensors in all; it is damaged or was edited: use the file as it was saved")
+                              f"tensors in all; {EDITED}")
     rows = gpt2_layout(config, conv1d)
     with torch.device("meta"):   # the model's own shapes, nothing allocated
         state = GPT(config).state_dict()
@@ -255,12 +253,10 @@ def read_weights(shapes: dict[str, tuple[int, ...]], read: Reader, config: GPTCo
                 (("missing", missing), ("unexpected", unexpected), ("of another shape:", reshaped)) if listed]
     if problems:   # up to three of each
         raise CheckpointError(f"{where} does not hold the weights its own config describes ({'; '.join(problems)}); "
-                              f"it is damaged or was edited: use the file as it was saved")
+                              f"{EDITED}")
     # a file that also holds the output head must hold the token table there: gptwatch ties them
     head = next((n for n in shapes if n.removeprefix(COMPILED_PREFIX) == HEAD), None)
-    tokens = next((n for n in shapes if n.removeprefix(COMPILED_PREFIX).removeprefix("transformer.") == "wte.weight"),
-                  None)
-    a, b = (read(head), read(tokens)) if head is not None and tokens is not None else (None, None)
+    a, b = (read(head), read(names[TOKENS])) if head is not None else (None, None)
     if a is not None and (a.shape != b.shape or not torch.equal(a, b)):
         raise CheckpointError(f"{where} has an output head ({HEAD}) that is not its token table ({TOKENS}); "
                               f"gptwatch ties the two, so it cannot compute this model: only models with a tied "
@@ -270,8 +266,7 @@ def read_weights(shapes: dict[str, tuple[int, ...]], read: Reader, config: GPTCo
         value = read(names[name])
         problem = tensor_problem(value)
         if problem is not None:
-            raise CheckpointError(f"{where}: {name} {problem}; it is damaged or was edited: use the file as it was "
-                                  f"saved")
+            raise CheckpointError(f"{where}: {name} {problem}; {EDITED}")
         value = value.float()   # a float16 or float64 weight beyond float32's range becomes inf here
         found = not_finite({name: value}, "")
         if found is not None:
@@ -283,13 +278,3 @@ def read_weights(shapes: dict[str, tuple[int, ...]], read: Reader, config: GPTCo
     weights[HEAD] = weights["wte.weight"]
     return weights
 
-
-def built(config: GPTConfig, weights: dict[str, torch.Tensor], device: torch.device) -> GPT:
-    """A gptwatch model of `config` holding `weights`, in eval mode on `device`, its parameters never initialised at
-    random (a second or more for GPT-2's sizes)."""
-    with torch.device("meta"):
-        model = GPT(config)
-    model.to_empty(device=torch.device("cpu"))   # allocated, not initialised
-    model.lm_head.weight = model.wte.weight       # to_empty gave each its own tensor: tie them again, as GPT does
-    model.load_state_dict(weights, strict=True)
-    return model.to(device).eval()

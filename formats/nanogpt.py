@@ -12,21 +12,16 @@ from pathlib import Path
 
 import torch
 
-from data.tokenizer import CharTokenizer, Tokenizer, TokenizerMetaError
+from data.tokenizer import CharTokenizer, FullGPT2Tokenizer, Tokenizer, TokenizerMetaError
 from files import read_bytes
-from formats.checkpoint import CheckpointError, gpt2_bpe
+from formats.checkpoint import CheckpointError
 from formats.layout import read_weights
 from model.config import GPTConfig
 
 META = "meta.pkl"
 SIZES = ("n_layer", "n_head", "n_embd", "block_size", "vocab_size")   # model_args that give the shapes
 VOCABULARY_KEYS = ("vocab_size", "itos", "stoi")                       # what nanoGPT's prepare.py writes
-
-
-def is_nanogpt(contents: object) -> bool:
-    """Whether a loaded file has the shape of nanoGPT's train.py checkpoint."""
-    return isinstance(contents, dict) and "model_args" in contents and "model" in contents \
-        and "format" not in contents
+USE_CHECKPOINT, USE_META = "use the ckpt.pt nanoGPT's train.py wrote", "use the meta.pkl nanoGPT's prepare.py wrote"
 
 
 def meta_places(path: Path, checkpoint: dict) -> list[Path]:
@@ -63,21 +58,18 @@ def read_meta(path: Path) -> CharTokenizer:
                                 f"of strings and numbers; nothing in it was run. Use the meta.pkl nanoGPT's "
                                 f"prepare.py wrote") from None
     except Exception as exc:  # a damaged pickle surfaces as many types (EOFError, UnpicklingError, ValueError, ...)
-        raise CheckpointError(f"{path} is not a readable pickle ({type(exc).__name__}); use the meta.pkl nanoGPT's "
-                                f"prepare.py wrote") from None
+        raise CheckpointError(f"{path} is not a readable pickle ({type(exc).__name__}); {USE_META}") from None
     extra = sorted(map(repr, set(meta) - set(VOCABULARY_KEYS))) if isinstance(meta, dict) else None
     if extra is None or extra:
         found = f"the keys {', '.join(extra)}" if extra else f"a {type(meta).__name__}"
-        raise CheckpointError(f"{path} holds {found}, not a vocabulary ({', '.join(VOCABULARY_KEYS)}); use the "
-                                f"meta.pkl nanoGPT's prepare.py wrote")
+        raise CheckpointError(f"{path} holds {found}, not a vocabulary ({', '.join(VOCABULARY_KEYS)}); {USE_META}")
     try:
         tokenizer = CharTokenizer.from_stoi_itos(meta.get("stoi"), meta.get("itos"))
     except TokenizerMetaError as exc:
-        raise CheckpointError(f"{path} holds no usable vocabulary ({exc}); use the meta.pkl nanoGPT's "
-                                f"prepare.py wrote") from None
+        raise CheckpointError(f"{path} holds no usable vocabulary ({exc}); {USE_META}") from None
     if "vocab_size" in meta and (type(meta["vocab_size"]) is not int or meta["vocab_size"] != tokenizer.vocab_size):
         raise CheckpointError(f"{path} says vocab_size={meta['vocab_size']!r} but holds {tokenizer.vocab_size:,} "
-                                f"characters; use the meta.pkl nanoGPT's prepare.py wrote")
+                              f"characters; {USE_META}")
     return tokenizer
 
 
@@ -85,15 +77,13 @@ def read_nanogpt(path: Path, checkpoint: dict) -> tuple[GPTConfig, Tokenizer, Ca
     """A nanoGPT checkpoint, read: (its gptwatch config, tokenizer, weights(config) -> state dict, what was read)."""
     args = checkpoint["model_args"]
     if not isinstance(args, dict):
-        raise CheckpointError(f"{path}: its model_args is not a dict of the model's sizes; use the ckpt.pt "
-                              f"nanoGPT's train.py wrote")
+        raise CheckpointError(f"{path}: its model_args is not a dict of the model's sizes; {USE_CHECKPOINT}")
     for key in SIZES:
         if type(args.get(key)) is not int or args[key] <= 0:
             raise CheckpointError(f"{path}: its model_args has no positive integer {key!r} (found "
-                                  f"{args.get(key)!r}); use the ckpt.pt nanoGPT's train.py wrote")
+                                  f"{args.get(key)!r}); {USE_CHECKPOINT}")
     if not isinstance(args.get("bias"), bool):
-        raise CheckpointError(f"{path}: its model_args has no 'bias' (true or false); use the ckpt.pt nanoGPT's "
-                              f"train.py wrote")
+        raise CheckpointError(f"{path}: its model_args has no 'bias' (true or false); {USE_CHECKPOINT}")
     try:   # `bias` puts biases everywhere, the query/key/value projection included
         config = GPTConfig(**{key: args[key] for key in SIZES}, bias=args["bias"], qkv_bias=args["bias"])
     except ValueError as exc:
@@ -107,16 +97,17 @@ def read_nanogpt(path: Path, checkpoint: dict) -> tuple[GPTConfig, Tokenizer, Ca
                                   f"{config.vocab_size:,} token rows: it is the vocabulary of another dataset; "
                                   f"put the meta.pkl of the checkpoint's dataset beside it")
     else:
-        tokenizer = gpt2_bpe(config, lambda _: f"the model in {path} has {config.vocab_size:,} token rows, too few "
-                             f"for GPT-2's BPE, and it has no meta.pkl (looked at {' and '.join(map(str, places))}); "
-                             f"put the meta.pkl of its dataset beside it")
+        tokenizer = FullGPT2Tokenizer()
+        if config.vocab_size < tokenizer.vocab_size:
+            raise CheckpointError(f"the model in {path} has {config.vocab_size:,} token rows, too few for GPT-2's BPE, "
+                                  f"and it has no meta.pkl (looked at {' and '.join(map(str, places))}); put the "
+                                  f"meta.pkl of its dataset beside it")
 
     def weights(config: GPTConfig) -> dict[str, torch.Tensor]:
         state = checkpoint["model"]
         if not isinstance(state, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor)
                                                   for k, v in state.items()):
-            raise CheckpointError(f"{path}: its 'model' is not a state dict (named tensors); use the ckpt.pt "
-                                  f"nanoGPT's train.py wrote")
+            raise CheckpointError(f"{path}: its 'model' is not a state dict (named tensors); {USE_CHECKPOINT}")
         return read_weights({name: tuple(t.shape) for name, t in state.items()}, state.__getitem__, config,
                             conv1d=False, where=str(path))
 

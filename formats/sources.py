@@ -1,6 +1,6 @@
-"""Where a model comes from, said once: `identify` turns a path or name into a `Source` (scratch and resume,
-training's own; a gptwatch or nanoGPT checkpoint; a Hugging Face folder; a hub name, fetched once into the
-Hugging Face cache), and `load_model` reads any source into a gptwatch model that computes the same function.
+"""Where a model comes from, said once: `identify` turns a path or name into a `Source` (a gptwatch or nanoGPT
+checkpoint, a Hugging Face folder, or a hub name, fetched once into the Hugging Face cache), and `load_model` reads
+any source into a gptwatch model that computes the same function.
 
 A checkpoint file is read once, when it is identified (a nanoGPT checkpoint and gptwatch's are both `ckpt.pt`:
 its contents tell them apart). Each model is refused in one line, before anything large is read, downloaded or
@@ -16,12 +16,11 @@ from pathlib import Path
 import torch
 
 from cli import UsageError, warn
-from config import RESUME, SCRATCH
 from formats.checkpoint import CheckpointError, Loaded, check_memory, is_torch_archive, load_gptwatch, read_torch
-from formats.huggingface import CONFIG, library, read_folder
-from formats.layout import built
-from formats.nanogpt import is_nanogpt, read_nanogpt
+from formats.huggingface import CONFIG, gpt_config, library, read_folder
+from formats.nanogpt import read_nanogpt
 from model.config import GPTConfig
+from model.gpt import GPT
 from model.memory import parameter_count, size_text
 
 GPTWATCH, NANOGPT, HUGGINGFACE, HUB = "gptwatch", "nanogpt", "huggingface", "hub"
@@ -41,8 +40,8 @@ LOCAL_FOLDER_HELP = "or pass a local folder holding config.json and model.safete
 
 @dataclass(frozen=True)
 class Source:
-    """What a model is and where: its `kind`, its `path` (None for scratch and a hub model not fetched yet), the
-    `hub` name, and the `contents` of a checkpoint file, read once."""
+    """What a model is and where: its `kind` (`elsewhere`: trained by nanoGPT or for Hugging Face, not gptwatch),
+    its `path` (None for a hub model not fetched yet), the `hub` name, and the `contents` of a checkpoint file."""
 
     kind: str
     path: Path | None = None
@@ -51,7 +50,6 @@ class Source:
 
     @property
     def elsewhere(self) -> bool:
-        """Whether the model was trained elsewhere (nanoGPT, Hugging Face), not by gptwatch."""
         return self.kind in (NANOGPT, HUGGINGFACE, HUB)
 
 
@@ -61,14 +59,12 @@ def identify(source: str | Path, *, model: bool = True) -> Source:
     whose reader says what is wrong with it. Reads at most a checkpoint file (memory-mapped), never downloads."""
     path = Path(source)
     name = hub_name(str(source)) if model else None
-    if not path.exists():
+    if model and not path.exists():
         if name is not None:
             return Source(HUB, hub=name)
-        if model:
-            raise CheckpointError(f"{source} is neither a file or folder here nor a model gptwatch fetches from the "
-                                  f"Hugging Face hub ({', '.join(HUB_MODELS)}); give a gptwatch or nanoGPT ckpt.pt "
-                                  f"(or the folder holding it), {LOCAL_FOLDER_HELP}")
-        return Source(GPTWATCH, path)
+        raise CheckpointError(f"{source} is neither a file or folder here nor a model gptwatch fetches from the "
+                              f"Hugging Face hub ({', '.join(HUB_MODELS)}); give a gptwatch or nanoGPT ckpt.pt "
+                              f"(or the folder holding it), {LOCAL_FOLDER_HELP}")
     if name is not None:
         warn(f"reading the local {'folder' if path.is_dir() else 'file'} {path}, not the hub model {name} of the "
              f"same name; to fetch that one, give its repository, {HUB_MODELS[name][0]}")
@@ -76,9 +72,7 @@ def identify(source: str | Path, *, model: bool = True) -> Source:
     if path.is_dir():
         if (path / CONFIG).exists() or (path / CONFIG).is_symlink():   # what it is: its reader checks
             return Source(HUGGINGFACE, path)
-        if not (path / CHECKPOINT).exists():
-            if not model:
-                return Source(GPTWATCH, path)
+        if model and not (path / CHECKPOINT).exists():
             raise CheckpointError(f"{path} holds neither {CONFIG} (a Hugging Face model's folder) nor {CHECKPOINT} "
                                   f"(a gptwatch or nanoGPT checkpoint); give one of those, or the file itself")
         path = path / CHECKPOINT
@@ -86,8 +80,9 @@ def identify(source: str | Path, *, model: bool = True) -> Source:
     if not path.is_file() or not is_torch_archive(path):
         return Source(GPTWATCH, given)
     contents = read_torch(path)
-    return Source(NANOGPT if is_nanogpt(contents) else GPTWATCH, path if is_nanogpt(contents) else given, None,
-                  contents)
+    if isinstance(contents, dict) and "model_args" in contents and "model" in contents and "format" not in contents:
+        return Source(NANOGPT, path, contents=contents)   # the shape of nanoGPT's train.py checkpoint
+    return Source(GPTWATCH, given, contents=contents)
 
 
 def load_model(source: str | Path | Source, device: torch.device, *, block_size: int | None = None,
@@ -95,8 +90,6 @@ def load_model(source: str | Path | Source, device: torch.device, *, block_size:
     """The model `source` gives (a `Source`, or a path here), on `device` in eval mode, with its tokenizer; with
     `block_size`, cropped to that many positions."""
     found = source if isinstance(source, Source) else identify(source, model=False)
-    if found.kind in (SCRATCH, RESUME):
-        raise ValueError(f"a source of kind {found.kind!r} names no model to read")
     if found.kind == GPTWATCH:
         loaded = load_gptwatch(found.path, device, found.contents, dropout=dropout)
     else:   # trained elsewhere: described as a checkpoint would be, what was read under "imported"
@@ -116,7 +109,13 @@ def load_model(source: str | Path | Source, device: torch.device, *, block_size:
         if dropout is not None:
             config = dataclasses.replace(config, dropout=dropout)
         check_fits(config, what, device)
-        model = built(config, weights(config), device)
+        state = weights(config)
+        with torch.device("meta"):   # its parameters never initialised at random (a second or more for GPT-2's sizes)
+            model = GPT(config)
+        model.to_empty(device=torch.device("cpu"))   # allocated, not initialised
+        model.lm_head.weight = model.wte.weight       # to_empty gave each its own tensor: tie them again, as GPT does
+        model.load_state_dict(state, strict=True)
+        model.to(device).eval()
         loaded = Loaded(model, tokenizer, {"model_config": model.config.to_dict(), "tokenizer": tokenizer.to_meta(),
                                            "imported": source})
     if block_size is not None and block_size != loaded.model.config.block_size:
@@ -164,9 +163,8 @@ def hub_name(source: str) -> str | None:
 
 def hub_config(name: str) -> GPTConfig:
     """The config of a hub model, known without fetching it."""
-    _, n_layer, n_head, n_embd = HUB_MODELS[name]
-    return GPTConfig(vocab_size=50257, block_size=1024, n_layer=n_layer, n_head=n_head, n_embd=n_embd, bias=True,
-                     qkv_bias=True, activation="gelu_tanh")
+    _, n_layer, n_head, n_embd = HUB_MODELS[name]   # the rest is GPT2Config's default
+    return gpt_config({"model_type": "gpt2", "n_layer": n_layer, "n_head": n_head, "n_embd": n_embd}, Path(name))
 
 
 def fetch(name: str, device: torch.device) -> Path:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import importlib.metadata
 import warnings
 from contextlib import contextmanager
-from types import ModuleType
 from typing import Any
 
 import torch
@@ -17,20 +16,6 @@ from formats.layout import GPT2_ACTIVATIONS, RMS_EPS, check_supported, hooked_la
 from model.attention import ROTARY_BASE
 from model.config import GPTConfig
 from model.gpt import GPT, LN_EPS
-
-
-def transformer_lens(purpose: str = "exporting to TransformerLens") -> ModuleType:
-    """The `transformer_lens` package, with `HookedTransformer` (3.x: 4.0 removed it)."""
-    module = library("transformer_lens", purpose)
-    if not hasattr(module, "HookedTransformer"):
-        try:
-            version = importlib.metadata.version("transformer-lens")
-        except importlib.metadata.PackageNotFoundError:
-            version = "?"
-        raise MissingDependency(f"{purpose} needs transformer-lens 3.x (HookedTransformer); version {version} here "
-                                f"has none (4.0 removed it); install the pinned one with: pip install -r "
-                                f"{REQUIREMENTS}")
-    return module
 
 
 @contextmanager
@@ -64,7 +49,16 @@ def to_hooked_transformer(model: GPT, device: str | torch.device | None = None):
     `blocks.{l}.attn.hook_pattern`), on `device` (default: the model's). A mismatch with this transformer-lens
     version's parameters is refused: one that gptwatch does not fill would keep any value."""
     check_supported(model.config, "tl")
-    tl = transformer_lens()
+    purpose = "exporting to TransformerLens"
+    tl = library("transformer_lens", purpose)
+    if not hasattr(tl, "HookedTransformer"):   # 3.x has it: 4.0 removed it
+        try:
+            version = importlib.metadata.version("transformer-lens")
+        except importlib.metadata.PackageNotFoundError:
+            version = "?"
+        raise MissingDependency(f"{purpose} needs transformer-lens 3.x (HookedTransformer); version {version} here "
+                                f"has none (4.0 removed it); install the pinned one with: pip install -r "
+                                f"{REQUIREMENTS}")
     device = device if device is not None else next(model.parameters()).device
     with quiet_deprecation():
         hooked = tl.HookedTransformer(tl.HookedTransformerConfig(**hooked_config(model.config), device=str(device)))
