@@ -17,11 +17,12 @@ from formats.transformerlens import quiet_deprecation, to_hooked_transformer
 from tests.commands import run_sample, run_train, tiny_args
 from tests.random_checkpoints import make_checkpoint
 from watch.composition import KINDS, ONE_LAYER_NOTE, composition, composition_scores, reads_from
+from watch.headtypes import TYPE_SETS
 from watch.heatmaps import composition_image
 from watch.page import DATA_ID
 from watch.pipeline import untrained_like
 from watch.probesets import ProbeSets
-from watch.reading import read_pass, untrained_reading
+from watch.reading import read_pass
 from watch.tensorboard import CHARTS, log_charts, log_scores
 
 TL_TOL = 1e-5
@@ -193,8 +194,8 @@ def test_tensorboard_gets_a_chart_per_kind_holding_every_pair_and_the_matrix_as_
     from torch.utils.tensorboard import SummaryWriter
 
     model = tiny_model(n_layer=3, n_head=2, n_embd=16)
-    reading = read_pass(model, ProbeSets(), untrained=untrained_reading(untrained_like(model, 5), ProbeSets()),
-                        compose=True)
+    untrained = read_pass(untrained_like(model, 5), ProbeSets(), kinds=TYPE_SETS, compose=True)
+    reading = read_pass(model, ProbeSets(), untrained=untrained, compose=True)
     found, before = reading.composition, reading.untrained.composition
     assert before.pairs == composition(untrained_like(model, 5)).pairs   # the untrained model of the seed
     writer = SummaryWriter(str(tmp_path))

@@ -16,7 +16,7 @@ from model.ablation import Ablation
 from watch.ablation import AblationResult, head_means, proofs
 from watch.capture import capture_attention, capture_from_patterns
 from watch.heads import ablation_for
-from watch.headtypes import TYPE_MIN, TYPES, heads_of, type_scores
+from watch.headtypes import TYPE_MIN, TYPE_SETS, TYPES, heads_of, type_scores
 from watch.pipeline import Results, read, score
 from watch.probesets import (
     PRONOUN,
@@ -399,7 +399,7 @@ def test_a_run_from_scratch_takes_its_untrained_baseline_from_the_evaluation_at_
     from model.gpt import GPT
     from watch.callback import AttentionWatch
     from watch.pipeline import untrained_like
-    from watch.reading import read_pass, untrained_reading
+    from watch.reading import read_pass
 
     loaded = load_model(trained.char, torch.device("cpu"))
     fresh = untrained_like(loaded.model, 1)
@@ -422,7 +422,7 @@ def test_a_run_from_scratch_takes_its_untrained_baseline_from_the_evaluation_at_
     assert forwards == [] and watch.pending == {"untrained"} and watch.untrained is None
     reading = watch.read(fresh, watch.sets, 0)
     assert watch.untrained is reading.untrained and not watch.pending
-    expected = read_pass(fresh, watch.sets, untrained=untrained_reading(fresh, watch.sets))
+    expected = read_pass(fresh, watch.sets, untrained=read_pass(fresh, watch.sets, kinds=TYPE_SETS, compose=True))
     assert [t.kind for t in reading.types.values()] == [t.kind for t in expected.types.values()]
     assert all(torch.equal(reading.untrained.type_scores[k], v) for k, v in expected.untrained.type_scores.items())
     Trainer.model = loaded.model   # trained weights at step 0 (a fine-tune's start): the baseline is read at once

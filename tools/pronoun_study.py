@@ -406,7 +406,7 @@ def to_json(value: object) -> object:
                 "ablations": [to_json(ab) for ab in value.ablations]}
     if isinstance(value, AblationResult):
         after = value.reading.agreement
-        return {"label": value.label, "heads": value.heads, "kind": value.kind, "mode": value.mode,
+        return {"label": value.label, "heads": value.heads, "kind": value.kind, "mode": value.ablation.mode,
                 "agreement": after.accuracy if after else None, "top1": value.best_top1_left}
     if isinstance(value, AgreementStats):
         return to_json(vars(value))

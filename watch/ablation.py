@@ -21,9 +21,6 @@ from watch.headtypes import TYPE_SETS, TYPES
 from watch.probesets import AGREEMENT, PRONOUN, REPEATED, TEXT, ProbeSet, ProbeSets
 from watch.reading import Reading, read_pass
 
-MODES = ("zero", "mean")
-DEFAULT_MODE = "zero"
-
 
 def head_means(model: nn.Module, text: ProbeSet) -> dict[int, torch.Tensor]:
     """Each layer's heads' mean output over `text`: {layer: [n_head, head_dim]}, read where the heads'
@@ -66,10 +63,6 @@ class AblationResult:
     looks: str = ""   # where the head looks, in words ("copying" heads: on the repeated tokens)
 
     @property
-    def mode(self) -> str:
-        return self.ablation.mode
-
-    @property
     def best_top1_left(self) -> float | None:
         """The best top-1 on the pronoun probes among the heads left in place (None without the probes)."""
         left = [top1 for name, top1 in self.reading.results.per_head("top1").items() if name not in self.heads]
@@ -85,13 +78,11 @@ def ablated(model: nn.Module, sets: ProbeSets, heads: Sequence[str], label: str,
     return AblationResult(list(heads), label, kind, ablation, read_pass(model, sets, ablate=ablation, kinds=kinds))
 
 
-def proofs(model: nn.Module, sets: ProbeSets, reading: Reading, mode: str = DEFAULT_MODE) -> list[AblationResult]:
+def proofs(model: nn.Module, sets: ProbeSets, reading: Reading, mode: str = "zero") -> list[AblationResult]:
     """Every typed head removed alone; for each type a head has, the two heads with the highest
     score of that type together, typed or not (the pair a circuit is often split across), and all
     the heads of the type when there are more than two; and the best pronoun head, also when it has
     no type (then labelled "best")."""
-    if mode not in MODES:
-        raise ValueError(f"ablation mode must be one of {', '.join(MODES)}; got {mode!r}")
     means = head_means(model, sets.get(TEXT)) if mode == "mean" and sets.get(TEXT) is not None else None
     if mode == "mean" and means is None:
         raise ValueError("mean-ablation needs held-out text; use zero-ablation")

@@ -18,7 +18,7 @@ import torch
 from tqdm import tqdm
 
 from cli import UserError, warn
-from watch.ablation import DEFAULT_MODE, AblationResult, agreement_ablations, best_pronoun_proof, proofs
+from watch.ablation import AblationResult, agreement_ablations, best_pronoun_proof, proofs
 from watch.composition import reads_from
 from watch.heads import last_pronoun_pos
 from watch.headtypes import TYPE_SETS
@@ -26,7 +26,7 @@ from watch.heatmaps import SentenceHeatmaps
 from watch.page import SentenceView, attention_page, write_page
 from watch.pipeline import untrained_like
 from watch.probesets import PRONOUN, SENTENCES, ProbeSets, held_out_sentences, watch_sets
-from watch.reading import Reading, read_pass, untrained_reading
+from watch.reading import Reading, read_pass
 from watch.report import (
     ablation_line,
     agreement_lines,
@@ -50,7 +50,7 @@ class AttentionWatch:
 
     def __init__(self, writer: Any, sentences: Sequence[str] = (), probes: str | Path | None = None,
                  agreement: str | Path | None = None, *, page: str | Path | None = None,
-                 ablation: str = DEFAULT_MODE) -> None:
+                 ablation: str = "zero") -> None:
         self.writer = writer
         self.texts = list(sentences)
         self.probes, self.agreement = probes, agreement
@@ -97,7 +97,7 @@ class AttentionWatch:
         if before is not None and before is model:
             self.pending.add("before")
         if "untrained" not in self.pending:
-            self.untrained = untrained_reading(untrained, self.sets)
+            self.untrained = read_pass(untrained, self.sets, kinds=TYPE_SETS, compose=True)   # the types' baseline
         if before is not None and "before" not in self.pending:
             self.before = read_pass(before, self.sets, untrained=self.untrained, kinds=TYPE_SETS)
         log_charts(self.writer, pronouns=PRONOUN in self.sets.sets,

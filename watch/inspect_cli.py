@@ -18,13 +18,13 @@ from watch.ablation import head_means, proofs
 from watch.capture import capture_attention
 from watch.composition import composition_json, reads_from
 from watch.heads import ablation_names, default_query, display_token, focused_head, head_name
-from watch.headtypes import CONTEXT_NUMBERS, LABELS
+from watch.headtypes import CONTEXT_NUMBERS, LABELS, TYPE_SETS
 from watch.heatmaps import HeatmapCanvas, layer_image, save_png, sentence_slug
 from watch.page import SentenceView, attention_page, write_page
 from watch.pipeline import untrained_like
 from watch.probesets import NO_TEXT, PRONOUN, REPEATED_MIN_LENGTH, TEXT, ProbeSets, from_file, watch_sets
 from watch.pronouns import finite
-from watch.reading import Reading, read_pass, untrained_reading
+from watch.reading import Reading, read_pass
 from watch.report import ablation_line, composition_lines, head_table, top_attended, type_labels, type_report
 from watch.tensorboard import TensorBoardWriter
 
@@ -161,8 +161,9 @@ def checkpoint_reading(model, sets: ProbeSets, checkpoint: dict, ablate: Ablatio
     the run's seed: 1337, the default, when it records none), with the composition of both."""
     config = checkpoint.get("train_config")
     seed = config.get("seed") if isinstance(config, dict) else None
-    untrained = untrained_reading(untrained_like(model, seed if type(seed) is int else 1337), sets)
-    return read_pass(model, sets, untrained=untrained, ablate=ablate, compose=True)
+    untrained = untrained_like(model, seed if type(seed) is int else 1337)
+    baseline = read_pass(untrained, sets, kinds=TYPE_SETS, compose=True)
+    return read_pass(model, sets, untrained=baseline, ablate=ablate, compose=True)
 
 
 def checkpoint_sets(model, tokenizer, checkpoint: dict, text_file: str | None) -> ProbeSets:

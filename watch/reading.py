@@ -15,7 +15,7 @@ import torch.nn as nn
 
 from model.ablation import Ablation
 from watch.composition import Composition, composition
-from watch.headtypes import TYPE_SETS, TYPES, HeadType, head_types, heads_of, type_scores
+from watch.headtypes import TYPES, HeadType, head_types, heads_of, type_scores
 from watch.pipeline import Results, score
 from watch.probesets import ProbeSets
 from watch.pronouns import AgreementStats, ProbeReport, agreement_stats, name_readers, probe_report
@@ -48,12 +48,6 @@ def read_pass(model: nn.Module, sets: ProbeSets, *, untrained: Reading | None = 
     and for GPT-2 it takes seconds, so the proofs do without it."""
     found = composition(model) if compose else None
     return read_results(score(model, sets, ablate, kinds), untrained, found, before, is_untrained=is_untrained)
-
-
-def untrained_reading(untrained: nn.Module, sets: ProbeSets) -> Reading:
-    """The baseline every head type is measured against: the model as training started it (`untrained_like`),
-    read on the sets the types are measured on, with its composition."""
-    return read_pass(untrained, sets, kinds=TYPE_SETS, compose=True)
 
 
 def read_results(results: Results, untrained: Reading | None = None, composition: Composition | None = None,

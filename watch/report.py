@@ -390,8 +390,8 @@ def _chosen_as(result: AblationResult) -> str:
         why = f"the two highest {label} scores"
     else:
         why = f"all {len(result.heads)} {label} heads"
-    return why + ("" if result.mode == "zero" else f", replaced by {'their' if len(result.heads) > 1 else 'its'} "
-                                                   f"mean output")
+    return why + ("" if result.ablation.means is None
+                  else f", replaced by {'their' if len(result.heads) > 1 else 'its'} mean output")
 
 
 # --- pronoun agreement ------------------------------------------------------------------------------
