@@ -7,7 +7,6 @@ constant went missing.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -71,11 +70,11 @@ class AblationResult:
 
 def ablated(model: nn.Module, sets: ProbeSets, heads: Sequence[str], label: str, kind: str,
             means: dict[int, torch.Tensor] | None = None,
-            kinds: tuple[str, ...] = (PRONOUN, AGREEMENT, REPEATED, TEXT)) -> AblationResult:
+            kinds: tuple[str, ...] = (PRONOUN, AGREEMENT, REPEATED, TEXT), looks: str = "") -> AblationResult:
     """One pass over `sets` (their `kinds` only) with `heads` removed: zero-ablation, or mean-ablation with `means`."""
-    cfg = model.config
-    ablation = ablation_for(heads, cfg.n_layer, cfg.n_head, means)
-    return AblationResult(list(heads), label, kind, ablation, read_pass(model, sets, ablate=ablation, kinds=kinds))
+    ablation = ablation_for(heads, means=means)
+    reading = read_pass(model, sets, ablate=ablation, kinds=kinds)
+    return AblationResult(list(heads), label, kind, ablation, reading, looks)
 
 
 def proofs(model: nn.Module, sets: ProbeSets, reading: Reading, mode: str = "zero") -> list[AblationResult]:
@@ -120,9 +119,8 @@ def copying_route(model: nn.Module, sets: ProbeSets, reading: Reading, means: di
     for layer in range(cfg.n_layer):
         for head in range(cfg.n_head):
             name = head_name(layer, head)
-            result = ablated(model, sets, [name], name, "copying", means, kinds=(REPEATED,))
             looks = where_it_looks(torch.stack([layers[layer][head] for layers in patterns]))
-            out.append(dataclasses.replace(result, looks=looks))
+            out.append(ablated(model, sets, [name], name, "copying", means, kinds=(REPEATED,), looks=looks))
     return out
 
 

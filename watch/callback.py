@@ -41,8 +41,6 @@ from watch.report import (
 )
 from watch.tensorboard import log_charts, log_evaluation, log_scores
 
-ROUGH_WHEN_QUICK = ("in_context_score", "in_context_score_spread")   # too few windows in a quick pass
-
 
 class AttentionWatch:
     """Watches a training run's attention: see the module's docstring. `probes` and `agreement` are
@@ -123,7 +121,8 @@ class AttentionWatch:
 
     def on_watch(self, trainer: Any, step: int) -> None:
         reading = self.read(trainer.model, self.quick, step)
-        for name in ROUGH_WHEN_QUICK:   # logged from the evaluations' passes over every window only
+        # A quick pass has too few windows for these: they are logged from the evaluations' passes only.
+        for name in ("in_context_score", "in_context_score_spread"):
             reading.results.numbers.pop(name, None)
         log_scores(self.writer, step, reading)
 
@@ -160,10 +159,9 @@ class AttentionWatch:
         result.metrics.update(self.report(trainer.model, reading, ablations))
         if self.page is not None and reading.results.patterns:
             try:
-                untrained = reading.untrained.composition if reading.untrained is not None else None
                 result.files["attention page"] = write_page(self.page, attention_page(
                     self.views(reading), f"Attention at step {result.step}: {self.page.parent}",
-                    type_labels(reading), reads_from(reading.composition, untrained)))
+                    type_labels(reading), reads_from(reading.composition, reading.untrained.composition)))
             except UserError as exc:
                 warn(f"no attention page: {exc}")
 

@@ -89,7 +89,7 @@ class ProbeSets:
         """What a pass every few steps reads, as cheap as ever: the probe files' sets whole, the generated sets
         (repeated tokens, held-out text) cut to as many whole groups as hold QUICK_TOKENS tokens, and neither the
         sentences nor the repeats by distance (both read at evaluations). Its head scores are within about 0.01 of
-        the whole sets'; its in-context score is too rough to report (`watch.callback.ROUGH_WHEN_QUICK`)."""
+        the whole sets'; its in-context score is too rough to report (`AttentionWatch.on_watch`)."""
         sets = {kind: s for kind, s in self.sets.items() if kind not in (SENTENCES, REACH)}
         for kind in (REPEATED, TEXT):
             s = sets.get(kind)

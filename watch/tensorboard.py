@@ -106,15 +106,14 @@ class TensorBoardWriter:
         method = getattr(self._writer, name) if self._writer is not None else None
         return lambda *args, **kwargs: self._guard(lambda: method(*args, **kwargs))
 
-    def _guard(self, write: Any) -> Any:
+    def _guard(self, write: Any) -> None:
         """`write()`, its OSError turned into the one warning; nothing without a writer or after a failure."""
         if self._writer is None or self.failed:
-            return None
+            return
         try:
-            return write()
+            write()
         except OSError as exc:
             self._fail(exc)
-            return None
 
     def close(self) -> None:
         for head in self._heads.values():
@@ -202,16 +201,12 @@ def log_charts(writer: Any, *, pronouns: bool, types: bool, composition: bool = 
 
 def log_evaluation(writer: Any, step: int, reading: Reading, ablations: Sequence[AblationResult],
                    images: Sequence[tuple[str, np.ndarray]]) -> None:
-    """Everything an evaluation shows: the scores, what removing the agreement heads costs, the heatmaps, the
-    scores of the model before fine-tuning, and the tables as Markdown in the Text tab."""
+    """Everything an evaluation shows: the scores, what removing the agreement heads costs, the heatmaps, the tables
+    as Markdown in the Text tab, and the scores of the model before fine-tuning."""
     log_scores(writer, step, reading)
     log_agreement(writer, step, reading, ablations)
     for tag, image in images:
         writer.add_image(tag, image, step, dataformats="HWC")
-    fine_tune = reading.before is not None and reading.types
-    if fine_tune:
-        for kind, values in reading.before.type_scores.items():   # constant: a line to read each score against
-            _log_heads(writer, step, f"{BEFORE_TAG}/{kind}", values, best=True)
     report = reading.pronouns
     if report is not None:
         text = f"step {step}, best head **{report.best.name}**\n\n{head_table(report, markdown=True)}"
@@ -219,7 +214,9 @@ def log_evaluation(writer: Any, step: int, reading: Reading, ablations: Sequence
     if reading.types:
         lines = (type_legend(reading) + "\n" + type_lines(reading)).replace("\n", "  \n")   # Markdown line breaks
         writer.add_text("heads/types", f"step {step}\n\n{type_table(reading, markdown=True)}\n\n{lines}", step)
-    if fine_tune:
+    if reading.before is not None and reading.types:
+        for kind, values in reading.before.type_scores.items():   # constant: a line to read each score against
+            _log_heads(writer, step, f"{BEFORE_TAG}/{kind}", values, best=True)
         text = f"step {step}: {changes_line(reading)}\n\n{before_table(reading, markdown=True)}"
         writer.add_text(f"heads/{BEFORE_TAG}", text.rstrip(), step)
 
