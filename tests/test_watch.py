@@ -20,7 +20,7 @@ from model.gpt import GPT
 from watch import capture as capture_module
 from watch.capture import capture_attention, capture_from_patterns, captures
 from watch.heads import ablation_for, display_token, head_name, parse_head
-from watch.heatmaps import FUTURE, HeatmapCanvas, SentenceHeatmaps, colours, head_titles, layer_image, save_png
+from watch.heatmaps import FUTURE, HeatmapCanvas, SentenceHeatmaps, colours, head_titles, save_png
 from watch.pipeline import read, score
 from watch.probesets import PRONOUN, SENTENCES, ProbeSet, ProbeSets, from_file, sentences
 from watch.pronouns import ContinuationStats, HeadStats, ProbeReport, baselines
@@ -395,9 +395,8 @@ def test_a_long_sentence_has_no_cell_numbers():
 
 def test_layer_image_titles_every_head():
     pattern = torch.softmax(torch.randn(3, 4, 4).masked_fill(torch.ones(4, 4).triu(1).bool(), -math.inf), -1)
-    assert layer_image(pattern, ["a", "b", "c", "d"], layer=1, best="L1H2").ndim == 3
     canvas = HeatmapCanvas(["a", "b", "c", "d"], 3)
-    canvas.draw(list(pattern), head_titles(1, 3, best="L1H2"))
+    assert canvas.draw(list(pattern), head_titles(1, 3, best="L1H2"), "layer 1").ndim == 3
     assert canvas.titles == ["L1H0", "L1H1", "L1H2 (best)"]
 
 

@@ -28,6 +28,7 @@ NUMBER_MIN_WEIGHT = 0.05   # cells below this weight show no number
 FUTURE = (255, 255, 255)   # the masked upper triangle: blank
 HIGHLIGHT = (220, 30, 30)  # the outline of a highlighted query row
 INK = (34, 34, 34)
+TOP, TITLE_H = 28, 22      # the heights of a figure's own title and of each panel's
 
 # A perceptual ramp from dark violet through blue and green to yellow (low to high weight): dark
 # enough at 0 for white numbers, light enough at 1 for black ones.
@@ -37,13 +38,9 @@ LUT = np.stack([np.interp(np.linspace(0, 1, 256), np.linspace(0, 1, len(_RAMP)),
                 for c in range(3)], axis=1).round().astype(np.uint8)                   # [256, 3]
 
 
-FONT_FILE = Path(__file__).parent / "fonts" / "DejaVuSans.ttf"
-
-
 @cache
 def font(size: int) -> ImageFont.FreeTypeFont:
-    """DejaVu Sans at `size` pixels."""
-    return ImageFont.truetype(str(FONT_FILE), size)
+    return ImageFont.truetype(str(Path(__file__).parent / "fonts" / "DejaVuSans.ttf"), size)
 
 
 def colours(values: np.ndarray) -> np.ndarray:
@@ -96,17 +93,14 @@ class HeatmapCanvas:
         self.ticks = list(range(0, n, stride))
         widest = max(int(font(self.label_size).getlength(self.labels[i])) for i in self.ticks)
         self.side = side = self.cell * n
-        self.title_h = 22
-        self.left = widest + 8 + 18          # y labels, then room for "query"
-        self.below = widest + 8 + 18         # x labels (turned), then room for "key (attended to)"
+        self.left = self.below = widest + 26   # the labels (turned below), then room for "query" and "key"
         self.cols = math.ceil(math.sqrt(self.n_panels))
         self.rows = math.ceil(self.n_panels / self.cols)
         self.panel_w = self.left + side + 16
-        self.panel_h = self.title_h + side + self.below + 12  # a gap before the next row's titles
-        self.top = 28                        # the figure's own title
+        self.panel_h = TITLE_H + side + self.below + 12  # a gap before the next row's titles
         self.bar_w = 70                      # the colour bar and its labels
         self.width = self.cols * self.panel_w + self.bar_w
-        self.height = self.top + self.rows * self.panel_h
+        self.height = TOP + self.rows * self.panel_h
         self.background = self._background()
         self.numbers: list[dict[tuple[int, int], str]] = []
         self.titles: list[str] = []
@@ -114,7 +108,7 @@ class HeatmapCanvas:
     def _origin(self, panel: int) -> tuple[int, int]:
         """The top-left pixel of a panel's cells."""
         row, col = divmod(panel, self.cols)
-        return col * self.panel_w + self.left, self.top + row * self.panel_h + self.title_h
+        return col * self.panel_w + self.left, TOP + row * self.panel_h + TITLE_H
 
     def _background(self) -> Image.Image:
         image = Image.new("RGB", (self.width, self.height), "white")
@@ -130,8 +124,8 @@ class HeatmapCanvas:
             draw.text((x0 + self.side // 2, y0 + self.below + self.side - 2), "key (attended to)", fill=INK,
                       font=axis_font, anchor="md")
             image.paste(_turned("query", self.label_size + 1), (x0 - self.left + 2, y0 + self.side // 2 - 20))
-        colour_bar(image, draw, self.width - self.bar_w + 12, self.top + self.title_h,
-                   max(60, min(self.rows * self.panel_h - self.title_h - self.below, 400)), "attention weight", -45)
+        colour_bar(image, draw, self.width - self.bar_w + 12, TOP + TITLE_H,
+                   max(60, min(self.rows * self.panel_h - TITLE_H - self.below, 400)), "attention weight", -45)
         return image
 
     def draw(self, patterns: Sequence[torch.Tensor | np.ndarray], titles: Sequence[str],
@@ -198,17 +192,6 @@ def head_titles(layer: int, n_head: int, best: str | None = None) -> list[str]:
     return [f"{name} (best)" if name == best else name for name in names]
 
 
-def layer_image(pattern: torch.Tensor | np.ndarray, tokens: Sequence[str], layer: int, *,
-                best: str | None = None) -> np.ndarray:
-    """All heads of one layer ([head, query_pos, key_pos]) in a grid, each titled LlHh; `best` names a
-    head (e.g. "L1H0") to mark in its title."""
-    pattern = as_array(pattern)
-    if pattern.ndim != 3:
-        raise ValueError(f"a layer's pattern must be [head, query_pos, key_pos], got shape {pattern.shape}")
-    return HeatmapCanvas(tokens, len(pattern)).draw(list(pattern), head_titles(layer, len(pattern), best),
-                                                    f"layer {layer}")
-
-
 def sentence_slug(text: str, max_len: int = 40) -> str:
     """A tag-safe name for a sentence, stable across steps so its images line up in TensorBoard."""
     slug = re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_")[:max_len].rstrip("_")
@@ -262,8 +245,7 @@ class SentenceHeatmaps:
 
 
 def save_png(image: np.ndarray, path: str | Path) -> Path:
-    """Writes an RGB array as a PNG (parent folders made; the file is replaced whole, never written
-    through a link) and returns the path."""
+    """Writes an RGB array as a PNG (parent folders made) and returns the path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     picture = Image.fromarray(np.asarray(image, dtype=np.uint8))
@@ -287,15 +269,15 @@ def composition_image(found: Composition, title: str) -> np.ndarray:
     cell = 30 if annotate else max(4, min(20, 480 // max(n_rows, n_cols)))
     label_font, axis_font, title_font = font(12), font(13), font(14)
     widest = max(int(label_font.getlength(t)) for t in (*row_labels, *column_labels))
-    left, below, top, title_h, bar_w = widest + 26, widest + 26, 28, 22, 80
+    left, below, bar_w = widest + 26, widest + 26, 80
     panel_w = left + n_cols * cell + 16
-    height = top + title_h + n_rows * cell + below + 8
+    height = TOP + TITLE_H + n_rows * cell + below + 8
     width = max(len(panels) * panel_w + bar_w, int(font(15).getlength(title)) + 20)   # room for the title
-    image = Image.new("RGB", (width, max(height, top + title_h + 140)), "white")
+    image = Image.new("RGB", (width, max(height, TOP + TITLE_H + 140)), "white")
     draw = ImageDraw.Draw(image)
     number_font = font(11)
     for n, (values, kind) in enumerate(zip(panels, KINDS, strict=True)):
-        x0, y0 = n * panel_w + left, top + title_h
+        x0, y0 = n * panel_w + left, TOP + TITLE_H
         image.paste(Image.fromarray(_cells(values, cell)), (x0, y0))
         draw.text((x0 + n_cols * cell // 2, y0 - 6), f"{kind}-composition", fill=INK, font=title_font, anchor="md")
         for r, text in enumerate(row_labels):
@@ -310,7 +292,7 @@ def composition_image(found: Composition, title: str) -> np.ndarray:
                 text = f"{values[r, c]:.2f}".removeprefix("0")
                 draw.text((x0 + c * cell + cell // 2, y0 + r * cell + cell // 2), text,
                           fill="black" if values[r, c] > 0.55 else "white", font=number_font, anchor="mm")
-    colour_bar(image, draw, image.width - bar_w + 12, top + title_h, 120, "composition score", None)
+    colour_bar(image, draw, image.width - bar_w + 12, TOP + TITLE_H, 120, "composition score", None)
     if title:
         draw.text((image.width // 2, 6), title, fill=INK, font=font(15), anchor="mt")
     return np.asarray(image)

@@ -19,7 +19,7 @@ from watch.capture import capture_attention
 from watch.composition import composition_json, reads_from
 from watch.heads import ablation_names, default_query, display_token, focused_head, head_name
 from watch.headtypes import CONTEXT_NUMBERS, LABELS, TYPE_SETS
-from watch.heatmaps import HeatmapCanvas, layer_image, save_png, sentence_slug
+from watch.heatmaps import HeatmapCanvas, head_titles, save_png, sentence_slug
 from watch.page import SentenceView, attention_page, write_page
 from watch.pipeline import untrained_like
 from watch.probesets import NO_TEXT, PRONOUN, REPEATED_MIN_LENGTH, TEXT, ProbeSets, from_file, watch_sets
@@ -102,7 +102,9 @@ def _write_heatmaps(checkpoint: dict, args: argparse.Namespace, tokens: list[str
                                                            else Path(args.out_dir).parent) / "attention"
     slug = sentence_slug(args.attention)
     name = head_name(*focused)
-    images = {f"{slug}_layer{n}.png": layer_image(p, tokens, n) for n, p in enumerate(patterns)}
+    layers = HeatmapCanvas(tokens, len(patterns[0]))   # every layer has as many heads: one canvas draws them all
+    images = {f"{slug}_layer{n}.png": layers.draw(list(p), head_titles(n, len(p)), f"layer {n}")
+              for n, p in enumerate(patterns)}
     images[f"{slug}_{name}.png"] = HeatmapCanvas(tokens, 1, highlight_query=query).draw(
         [patterns[focused[0]][focused[1]]], [f"{name}: most focused head for {tokens[query].strip()!r}"])
     try:

@@ -95,8 +95,7 @@ def legend(labels: dict[str, str] | None) -> str:
 
 
 def write_page(path: str | Path, page: str) -> Path:
-    """Writes the page (parent folders made) as a new file renamed into place, so a link there is replaced,
-    never written through; a path that cannot be written is a UserError."""
+    """Writes the page (parent folders made, a link there replaced); a path that cannot be written is a UserError."""
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -87,10 +87,6 @@ def top_attended(pattern: torch.Tensor | np.ndarray, tokens: Sequence[str], quer
     """One line per head of the `k` keys the query at `query_pos` weighs most,
     e.g. "L0H1: dog 0.88 | ball 0.09 | the 0.02". `pattern` is [head, query_pos, key_pos]."""
     pattern = as_array(pattern)
-    if pattern.ndim != 3:
-        raise ValueError(f"pattern must be [head, query_pos, key_pos], got shape {pattern.shape}")
-    if not 0 <= query_pos < pattern.shape[1]:
-        raise ValueError(f"query_pos {query_pos} is outside the {pattern.shape[1]} positions")
     lines = []
     for head in range(pattern.shape[0]):
         row = pattern[head, query_pos, :query_pos + 1]  # keys after the query are masked out
@@ -128,8 +124,7 @@ def type_table(reading: Reading, *, markdown: bool = False) -> str:
 
 def type_legend(reading: Reading) -> str:
     """How to read the type table, in a few lines: what its numbers are, the rule for a type, each column."""
-    kinds = _columns(reading)
-    meanings = "; ".join(f"{COLUMN_NAMES[kind]}: {MEANINGS[kind]}" for kind in kinds)
+    meanings = "; ".join(f"{COLUMN_NAMES[kind]}: {MEANINGS[kind]}" for kind in _columns(reading))
     return (f"how to read it: each score is the share of a head's attention that goes where its column says (0 to 1), "
             f"the same head before training in brackets; {RULE}; {SIGNS}.\n"
             f"  {meanings}; {BROAD}: how evenly a head spreads its attention (1: over every token alike), not a type")
@@ -267,8 +262,7 @@ def ablation_lines(reading: Reading, found: Sequence[AblationResult]) -> str:
                          if name else "")
         costs = [c for c in costs if c]
         if costs:
-            lines.append(f"removing {names(result.heads)} ({_chosen_as(result)}) {'; '.join(costs)}"
-                         f"{_backed_up(result, found, results.numbers)}")
+            lines.append(f"{_removing(result)} {'; '.join(costs)}{_backed_up(result, found, results.numbers)}")
     return "\n".join(lines)
 
 
@@ -345,7 +339,7 @@ def route_lines(reading: Reading, found: Sequence[AblationResult]) -> list[str]:
         return []
     gain = reading.results.numbers["in_context_gain"]
     taken = sorted(((_cost(p, reading.results.numbers), p.heads[0], p.looks) for p in copying), reverse=True)
-    carriers = [t for t in taken if t[0] >= 0.2][:3] or taken[:1]
+    carriers = [t for t in taken if t[0] >= AN_EFFECT][:3] or taken[:1]
     lines = [f"no induction head, yet the second copy is predicted {gain:.2f} nats better than the first: the "
              f"model copies by another route. The heads that carry the gain (each removed alone), and where they "
              f"look from the second copy:"]
@@ -377,9 +371,9 @@ def _points(label: str, old: float | None, new: float | None) -> str:
     return f"takes {label} from {old:.3f} to {new:.3f} ({100 * (new - old):+.1f} points)"
 
 
-def _chosen_as(result: AblationResult) -> str:
-    """Why these heads: "previous-token head", "the two highest induction scores", ..., and how they were removed
-    when that was not zero-ablation."""
+def _removing(result: AblationResult) -> str:
+    """"removing L1H3 (previous-token head)": the heads, why them ("the two highest induction scores", ...), and
+    how they were removed when that was not zero-ablation."""
     label = LABELS.get(result.kind)
     if label is None or result.kind == "pronoun" and result.label == "best":
         why = {"pronoun": "the best pronoun head", "most_selective": "the most selective head",
@@ -390,8 +384,9 @@ def _chosen_as(result: AblationResult) -> str:
         why = f"the two highest {label} scores"
     else:
         why = f"all {len(result.heads)} {label} heads"
-    return why + ("" if result.ablation.means is None
-                  else f", replaced by {'their' if len(result.heads) > 1 else 'its'} mean output")
+    their = "their" if len(result.heads) > 1 else "its"
+    how = "" if result.ablation.mode == "zero" else f", replaced by {their} mean output"
+    return f"removing {names(result.heads)} ({why}{how})"
 
 
 # --- pronoun agreement ------------------------------------------------------------------------------
@@ -414,8 +409,7 @@ def agreement_lines(reading: Reading, ablations: Sequence[AblationResult]) -> st
         lines.append(f"most selective head at the pronoun: {selective.name}, top-1 {100 * selective.top1:.1f}% "
                      f"(referent {selective.referent:.3f}, distractor {selective.distractor:.3f})")
     for ab in ablations:
-        after = ab.reading.agreement
-        line = f"removing {names(ab.heads)} ({_chosen_as(ab)}) {_points('agreement', a.accuracy, after.accuracy)}"
+        line = f"{_removing(ab)} {_points('agreement', a.accuracy, ab.reading.agreement.accuracy)}"
         top1 = ab.best_top1_left
         if top1 is not None and selective is not None:
             line += (f"; the best top-1 among the heads left is {100 * top1:.1f}% "
@@ -440,13 +434,12 @@ def before_table(reading: Reading, *, markdown: bool = False) -> str:
     type score as "before -> now"; "" when no head has a type, before or now."""
     before = reading.before
     kinds = [kind for kind in TYPES if kind in reading.type_scores and kind in before.type_scores]
-    changed = set(changed_heads(reading))
-    rows, marked = [], []
+    rows, marked = [], []   # marked: the heads whose type changed
     for name, head in reading.types.items():
         was = before.types[name].kind
         if head.kind is None and was is None:
             continue
-        if name in changed:
+        if head.kind != was:
             marked.append(len(rows))
         scores = [f"{float(before.type_scores[kind][head.layer, head.head]):.2f} -> "
                   f"{float(reading.type_scores[kind][head.layer, head.head]):.2f}" for kind in kinds]
