@@ -190,16 +190,13 @@ def for_terminal(text: str) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
-# The line breaks Python-Markdown (TensorBoard's) knows: it turns "\r\n" and "\r" into "\n" first.
-_LINE_BREAK = re.compile(r"\r\n|\r|\n")
-
-
 def markdown_literal(text: str) -> str:
     """`text` as a Markdown code block indented by four spaces, every line of it. Unlike a fenced block,
     which a line of ``` in the text would close, an indented block ends only at a line that is not
     indented, and this one has none; a fence or an HTML tag inside it is neither (an indented line is
     never one), and Markdown shows the block's characters as they are."""
-    return "\n".join("    " + line for line in _LINE_BREAK.split(text))
+    # The line breaks Python-Markdown (TensorBoard's) knows: it turns "\r\n" and "\r" into "\n" first.
+    return "\n".join("    " + line for line in re.split(r"\r\n|\r|\n", text))
 
 
 # --- Ctrl-C while a command starts -------------------------------------------------------------------------

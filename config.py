@@ -101,7 +101,7 @@ class TrainConfig:
                           "gptwatch checkpoint (a new run from its weights). That model decides the model keys and "
                           "the tokenizer: any given must agree with it; a smaller block_size crops it",
                           group="model")
-    model: GPTConfig = field(default_factory=GPTConfig, metadata={"group": "model"})   # its keys: model/config.py
+    model: GPTConfig = field(default_factory=GPTConfig)   # its keys: model/config.py
     # optimisation
     optimizer: str = _opt("adamw", "adamw, or muon (Muon on hidden matrices, AdamW on the rest)", ("adamw", "muon"),
                           "optim")
@@ -208,14 +208,9 @@ class TrainConfig:
     def to_dict(self, *, every: bool = False) -> dict:
         """Every setting by its key, the model's in its place among them: of the model's options, only those set
         (`GPTConfig.to_dict`) unless `every`, so a run without them is recorded as it was before they existed."""
-        out = {}
-        for f in dataclasses.fields(self):
-            if f.name != "model":
-                out[f.name] = copy.copy(getattr(self, f.name))
-                continue
-            recorded = self.model.to_dict()
-            out.update({name: getattr(self.model, name) for name in CONFIG_KEYS if every or name in recorded})
-        return out
+        recorded = self.model.to_dict()
+        kept = [name for name in FIELDS if name not in CONFIG_KEYS or every or name in recorded]
+        return {name: copy.copy(getattr(self.model if name in CONFIG_KEYS else self, name)) for name in kept}
 
 
 # {key: its field} for every key a config sets, in order: the model's (`GPTConfig`'s) where `TrainConfig.model` stands.
@@ -223,7 +218,6 @@ FIELDS = {g.name: g for f in dataclasses.fields(TrainConfig) for g in (
     [g for g in dataclasses.fields(GPTConfig) if g.name in CONFIG_KEYS] if f.name == "model" else [f])}
 _TYPES = {**get_type_hints(TrainConfig), **get_type_hints(GPTConfig)}
 _TYPES = {name: _TYPES[name] for name in FIELDS}
-BOOLEANS = tuple(name for name, kind in _TYPES.items() if kind is bool)
 BOOLEAN_WORDS = dict.fromkeys(("1", "true", "yes", "on"), True) | dict.fromkeys(("0", "false", "no", "off"), False)
 _TYPE_WORDS = {int: "an integer", float: "a number", bool: "true or false", str: "a string", list: "a list"}
 
@@ -346,7 +340,7 @@ def parse_command_line(argv: list[str], bases: str | None = None) -> tuple[str |
         # No default here: only what the command line gives may win over the config file.
         groups[group].add_argument(f"--{f.name}", type=functools.partial(parse_cli_value, f.name),
                                    default=argparse.SUPPRESS, metavar=repr(default), help=f.metadata["help"])
-    argv = [f"{arg}=true" if arg.startswith("--") and arg[2:] in BOOLEANS else arg for arg in argv]
+    argv = [f"{arg}=true" if arg.startswith("--") and _TYPES.get(arg[2:]) is bool else arg for arg in argv]
     args, unknown = parser.parse_known_intermixed_args(argv)
     if unknown and unknown[0].startswith("--"):
         raise _unknown_key(unknown[0][2:].partition("=")[0], "on the command line")

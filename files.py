@@ -187,7 +187,7 @@ def replace_file(path: str | Path, write: Callable[[BinaryIO], object],
     return path
 
 
-def replace_folder(folder: Path, write: Callable[[Path], object], last: str | None = None) -> None:
+def replace_folder(folder: Path, write: Callable[[Path], object], last: str) -> None:
     """Writes `folder` as a whole new folder: `write(staging)` fills a `fresh_folder`, renamed to `folder` when no
     folder stands there. Into a folder that stands (one the caller has checked may be replaced) the new files are
     moved one by one, `last` (a marker saying the folder is complete) last, and its other files are removed: it
@@ -206,8 +206,7 @@ def replace_folder(folder: Path, write: Callable[[Path], object], last: str | No
             os.replace(staging, folder)
             return
         earlier = {p.name for p in folder.iterdir()} - {staging.name}
-        if last is not None:
-            _remove(folder / last)  # until it is back, the folder does not claim to be complete
+        _remove(folder / last)  # until it is back, the folder does not claim to be complete
         new = sorted((p.name for p in staging.iterdir()), key=lambda name: name == last)
         for name in new:
             if _is_folder(folder / name) or _is_folder(staging / name):
