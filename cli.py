@@ -18,7 +18,7 @@ import sys
 import threading
 import warnings
 from collections.abc import Callable, Iterable
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import NoReturn
 
 
@@ -114,16 +114,13 @@ class SurvivingStream:
             return do()
         except OSError:
             self.lost = True
-        try:
+        # Not a real file (a test's StringIO), or no /dev/null to open: the flag alone drops its output.
+        with suppress(OSError, ValueError, io.UnsupportedOperation):
             devnull = os.open(os.devnull, os.O_WRONLY)
-        except OSError:
-            return otherwise
-        try:
-            os.dup2(devnull, self.stream.fileno())
-        except (OSError, ValueError, io.UnsupportedOperation):
-            pass  # not a real file (a test's StringIO): the flag alone drops its output
-        finally:
-            os.close(devnull)
+            try:
+                os.dup2(devnull, self.stream.fileno())
+            finally:
+                os.close(devnull)
         return otherwise
 
     def __getattr__(self, name: str):

@@ -309,9 +309,6 @@ def read_toml(path: str | Path) -> dict:
 class _KeyEqualsDefault(argparse.HelpFormatter):
     """Each key as `--key=DEFAULT`, the spelling that works for every key, with its meaning beside it."""
 
-    def __init__(self, prog: str) -> None:
-        super().__init__(prog, max_help_position=30)
-
     def _format_action_invocation(self, action: argparse.Action) -> str:  # how argparse shows an option
         if not action.option_strings or action.nargs == 0:  # CONFIG.toml, --help
             return super()._format_action_invocation(action)
@@ -325,7 +322,7 @@ def parse_command_line(argv: list[str], bases: str | None = None) -> tuple[str |
     from. A value may also follow its key as the next word (`--n_layer 2`), except a boolean's: a bare boolean key
     means true, so `--compile configs/x.toml` keeps the file as the config."""
     parser = ArgumentParser("train.py", usage="python %(prog)s [CONFIG.toml] [--key=value ...]",
-                            formatter_class=_KeyEqualsDefault, description=(
+                            formatter_class=functools.partial(_KeyEqualsDefault, max_help_position=30), description=(
         "Trains a GPT. " + (f"{bases} " if bases else "")
         + "Every key below can be set in the TOML file and on the command line, which wins over any base: "
         "--key=value or --key value, and a boolean as --key=false or a bare --key (true). The values shown are the "

@@ -18,6 +18,7 @@ import shutil
 import stat
 import tomllib
 from collections.abc import Callable
+from contextlib import suppress
 from pathlib import Path, PureWindowsPath
 from typing import BinaryIO, NoReturn
 
@@ -315,18 +316,14 @@ def remove_dead_leftovers(path: str | Path) -> None:
     pattern = f".{glob.escape(path.name)}.tmp-*"
     found: list[Path] = []
     for folder in (path.parent, path) if what_stands_at(path, follow_links=False) == "a directory" else (path.parent,):
-        try:
+        with suppress(OSError):
             found += sorted(folder.glob(pattern))
-        except OSError:
-            pass
     for leftover in found:
         match = re.search(r"tmp-([0-9]+)(?:-[^/]*)?$", leftover.name)
         if match is None or int(match[1]) != os.getpid() and process_alive(int(match[1])):
             continue
-        try:
+        with suppress(OSError):  # not ours to remove after all (permissions): leave it
             _remove(leftover)
-        except OSError:
-            pass  # not ours to remove after all (permissions): leave it
 
 
 # --- names --------------------------------------------------------------------------------------------------
