@@ -24,10 +24,12 @@ from typing import NoReturn
 
 class UserError(Exception):
     """A bad input, with a message that names the problem and the fix."""
+    status = 1  # the command's exit status
 
 
 class UsageError(UserError):
     """A bad command line or config."""
+    status = 2  # as shells expect of a usage error
 
 
 class GptwatchWarning(UserWarning):
@@ -51,19 +53,14 @@ class ArgumentParser(argparse.ArgumentParser):
         raise UsageError(f"{message}; see python {self.prog} --help")
 
 
-def exit_status(error: UserError) -> int:
-    return 2 if isinstance(error, UsageError) else 1
-
-
 def is_out_of_memory(exc: BaseException) -> bool:
     """Whether `exc` is an allocation that failed (on the CPU or a GPU), which the places that allocate a
     model turn into one line naming what to lower, rather than a bug's traceback."""
     torch = sys.modules.get("torch")   # a failed allocation of torch's means torch is loaded
     if isinstance(exc, MemoryError) or isinstance(exc, getattr(torch, "OutOfMemoryError", ())):
         return True
-    text = str(exc)
-    return isinstance(exc, RuntimeError) and ("not enough memory" in text or "out of memory" in text
-                                              or "can't allocate memory" in text)
+    words = ("not enough memory", "out of memory", "can't allocate memory")
+    return isinstance(exc, RuntimeError) and any(said in str(exc) for said in words)
 
 
 def _one_line(text: object) -> str:
@@ -169,7 +166,7 @@ def run_cli(main: Callable[[list[str]], int | None], argv: list[str], *, survive
             if debug:
                 raise
             print("error: " + _one_line(exc), file=sys.stderr)
-            return exit_status(exc)
+            return exc.status
         except KeyboardInterrupt:
             if debug:
                 raise

@@ -367,22 +367,21 @@ class NotParsed(ValueError):
     """JSON, TOML or a number that cannot be read; str() says why, in a few words."""
 
 
-def quoted(text: str, limit: int = 60) -> str:
-    """`repr(text)`, cut short when long: "'1111111111...' (5,003 characters)"."""
+def quoted(text: str) -> str:
+    """`repr(text)`, cut short when longer than 60 characters: "'1111111111...' (5,003 characters)"."""
     shown = repr(text)
-    return shown if len(shown) <= limit else f"{shown[:limit - 10]}...' ({len(text):,} characters)"
+    return shown if len(shown) <= 60 else f"{shown[:50]}...' ({len(text):,} characters)"
 
 
-WHOLE_NUMBER = re.compile(r"[+-]?[0-9]+(?:_[0-9]+)*")  # as Python and TOML write one: 12, -3, 10_000
 MAX_DIGITS = 40  # more than any count, size, position or seed takes (2**128 has 39)
 
 
 def is_whole_number(text: str) -> bool:
-    return WHOLE_NUMBER.fullmatch(text) is not None
+    return re.fullmatch(r"[+-]?[0-9]+(?:_[0-9]+)*", text) is not None  # as Python and TOML write one: 12, -3, 10_000
 
 
 def parse_int(text: str) -> int:
-    """`text` as a whole number (WHOLE_NUMBER); anything else a ValueError, as int()'s, other digits too ('²', which
+    """`text` as a whole number (is_whole_number); anything else a ValueError, as int()'s, other digits too ('²', which
     int() refuses; '٣', which it reads). More than MAX_DIGITS digits is a `NotParsed`, never Python's own limit."""
     if not is_whole_number(text):
         raise ValueError(f"{quoted(text)} is not a whole number")
