@@ -14,6 +14,7 @@ import difflib
 import functools
 import math
 import re
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, get_type_hints
@@ -23,7 +24,7 @@ import torch
 from cli import ArgumentParser, UsageError
 from data.corpora import NAMES as CORPORA
 from data.tokenizer import TOKENIZERS
-from files import TOO_DEEP, NotParsed, inside_name, parse_int, parse_toml, quoted, read_text, utf8_value
+from files import TOO_DEEP, NotParsed, inside_name, parse_int, parse_json, quoted, read_text, utf8_value
 from model.config import CONFIG_KEYS, GPTConfig
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
@@ -271,7 +272,7 @@ def parse_cli_value(key: str, text: str) -> Any:
         if expected is float:
             return float(text)
         if expected is list:   # written in TOML
-            return _coerce(key, parse_toml(f"v = {text}")["v"], where)
+            return _coerce(key, parse_json(f"v = {text}", tomllib.loads)["v"], where)
     except NotParsed as exc:
         if expected is not list:   # a whole number too long for any setting
             raise UsageError(f"config key '{key}' {where} is {exc}; got {quoted(text)}") from None
@@ -289,7 +290,7 @@ def read_toml(path: str | Path) -> dict:
     path = Path(path)
     text = read_text(path, "config file", "give the path of a .toml file (see configs/)", UsageError)
     try:
-        raw = parse_toml(text)
+        raw = parse_json(text, tomllib.loads)
     except NotParsed as exc:
         where = str(exc)
         if "line" not in where and where != TOO_DEEP:  # "at end of document": the error is on the last line

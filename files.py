@@ -48,10 +48,9 @@ def regular_file(path: str | Path, what: str, fix: str, error: type[UserError] =
     """`path` when it is a regular file (a pipe or a device would block a reader or never end)."""
     path = Path(path)
     problem = what_stands_at(path)
-    if problem == "missing":
-        raise error(f"{what} {path} not found; {fix}")
     if problem is not None:
-        raise error(f"{what} {path} is {problem}; {fix}")
+        words = "not found" if problem == "missing" else f"is {problem}"
+        raise error(f"{what} {path} {words}; {fix}")
     return path
 
 
@@ -395,7 +394,8 @@ TOO_DEEP = "its brackets are nested too deeply to read"
 
 
 def parse_json(text: str | bytes, load: Callable = json.loads) -> object:
-    """`load(text)`, every way it can fail a `NotParsed`: bad syntax, or nesting too deep for Python's recursion."""
+    """`load(text)` (JSON, or TOML with `tomllib.loads`), every way it can fail a `NotParsed`: bad syntax, or nesting
+    too deep for Python's recursion."""
     try:
         return load(text)
     except json.JSONDecodeError as exc:
@@ -407,7 +407,3 @@ def parse_json(text: str | bytes, load: Callable = json.loads) -> object:
         raise NotParsed(TOO_DEEP) from None
     except (UnicodeDecodeError, MemoryError) as exc:
         raise NotParsed(type(exc).__name__) from None
-
-
-def parse_toml(text: str) -> dict:
-    return parse_json(text, tomllib.loads)
