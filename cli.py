@@ -18,16 +18,18 @@ import sys
 import threading
 import warnings
 from collections.abc import Callable, Iterable
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import NoReturn
 
 
 class UserError(Exception):
     """A bad input, with a message that names the problem and the fix."""
+    status = 1  # the command's exit status
 
 
 class UsageError(UserError):
     """A bad command line or config."""
+    status = 2  # as shells expect of a usage error
 
 
 class GptwatchWarning(UserWarning):
@@ -51,19 +53,14 @@ class ArgumentParser(argparse.ArgumentParser):
         raise UsageError(f"{message}; see python {self.prog} --help")
 
 
-def exit_status(error: UserError) -> int:
-    return 2 if isinstance(error, UsageError) else 1
-
-
 def is_out_of_memory(exc: BaseException) -> bool:
     """Whether `exc` is an allocation that failed (on the CPU or a GPU), which the places that allocate a
     model turn into one line naming what to lower, rather than a bug's traceback."""
     torch = sys.modules.get("torch")   # a failed allocation of torch's means torch is loaded
     if isinstance(exc, MemoryError) or isinstance(exc, getattr(torch, "OutOfMemoryError", ())):
         return True
-    text = str(exc)
-    return isinstance(exc, RuntimeError) and ("not enough memory" in text or "out of memory" in text
-                                              or "can't allocate memory" in text)
+    words = ("not enough memory", "out of memory", "can't allocate memory")
+    return isinstance(exc, RuntimeError) and any(said in str(exc) for said in words)
 
 
 def _one_line(text: object) -> str:
@@ -114,16 +111,13 @@ class SurvivingStream:
             return do()
         except OSError:
             self.lost = True
-        try:
+        # Not a real file (a test's StringIO), or no /dev/null to open: the flag alone drops its output.
+        with suppress(OSError, ValueError, io.UnsupportedOperation):
             devnull = os.open(os.devnull, os.O_WRONLY)
-        except OSError:
-            return otherwise
-        try:
-            os.dup2(devnull, self.stream.fileno())
-        except (OSError, ValueError, io.UnsupportedOperation):
-            pass  # not a real file (a test's StringIO): the flag alone drops its output
-        finally:
-            os.close(devnull)
+            try:
+                os.dup2(devnull, self.stream.fileno())
+            finally:
+                os.close(devnull)
         return otherwise
 
     def __getattr__(self, name: str):
@@ -172,7 +166,7 @@ def run_cli(main: Callable[[list[str]], int | None], argv: list[str], *, survive
             if debug:
                 raise
             print("error: " + _one_line(exc), file=sys.stderr)
-            return exit_status(exc)
+            return exc.status
         except KeyboardInterrupt:
             if debug:
                 raise
@@ -190,16 +184,13 @@ def for_terminal(text: str) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
-# The line breaks Python-Markdown (TensorBoard's) knows: it turns "\r\n" and "\r" into "\n" first.
-_LINE_BREAK = re.compile(r"\r\n|\r|\n")
-
-
 def markdown_literal(text: str) -> str:
     """`text` as a Markdown code block indented by four spaces, every line of it. Unlike a fenced block,
     which a line of ``` in the text would close, an indented block ends only at a line that is not
     indented, and this one has none; a fence or an HTML tag inside it is neither (an indented line is
     never one), and Markdown shows the block's characters as they are."""
-    return "\n".join("    " + line for line in _LINE_BREAK.split(text))
+    # The line breaks Python-Markdown (TensorBoard's) knows: it turns "\r\n" and "\r" into "\n" first.
+    return "\n".join("    " + line for line in re.split(r"\r\n|\r|\n", text))
 
 
 # --- Ctrl-C while a command starts -------------------------------------------------------------------------

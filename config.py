@@ -14,6 +14,7 @@ import difflib
 import functools
 import math
 import re
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, get_type_hints
@@ -23,7 +24,7 @@ import torch
 from cli import ArgumentParser, UsageError
 from data.corpora import NAMES as CORPORA
 from data.tokenizer import TOKENIZERS
-from files import TOO_DEEP, NotParsed, inside_name, parse_int, parse_toml, quoted, read_text, utf8_value
+from files import TOO_DEEP, NotParsed, inside_name, parse_int, parse_json, quoted, read_text, utf8_value
 from model.config import CONFIG_KEYS, GPTConfig
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
@@ -101,7 +102,7 @@ class TrainConfig:
                           "gptwatch checkpoint (a new run from its weights). That model decides the model keys and "
                           "the tokenizer: any given must agree with it; a smaller block_size crops it",
                           group="model")
-    model: GPTConfig = field(default_factory=GPTConfig, metadata={"group": "model"})   # its keys: model/config.py
+    model: GPTConfig = field(default_factory=GPTConfig)   # its keys: model/config.py
     # optimisation
     optimizer: str = _opt("adamw", "adamw, or muon (Muon on hidden matrices, AdamW on the rest)", ("adamw", "muon"),
                           "optim")
@@ -208,14 +209,9 @@ class TrainConfig:
     def to_dict(self, *, every: bool = False) -> dict:
         """Every setting by its key, the model's in its place among them: of the model's options, only those set
         (`GPTConfig.to_dict`) unless `every`, so a run without them is recorded as it was before they existed."""
-        out = {}
-        for f in dataclasses.fields(self):
-            if f.name != "model":
-                out[f.name] = copy.copy(getattr(self, f.name))
-                continue
-            recorded = self.model.to_dict()
-            out.update({name: getattr(self.model, name) for name in CONFIG_KEYS if every or name in recorded})
-        return out
+        recorded = self.model.to_dict()
+        kept = [name for name in FIELDS if name not in CONFIG_KEYS or every or name in recorded]
+        return {name: copy.copy(getattr(self.model if name in CONFIG_KEYS else self, name)) for name in kept}
 
 
 # {key: its field} for every key a config sets, in order: the model's (`GPTConfig`'s) where `TrainConfig.model` stands.
@@ -223,7 +219,6 @@ FIELDS = {g.name: g for f in dataclasses.fields(TrainConfig) for g in (
     [g for g in dataclasses.fields(GPTConfig) if g.name in CONFIG_KEYS] if f.name == "model" else [f])}
 _TYPES = {**get_type_hints(TrainConfig), **get_type_hints(GPTConfig)}
 _TYPES = {name: _TYPES[name] for name in FIELDS}
-BOOLEANS = tuple(name for name, kind in _TYPES.items() if kind is bool)
 BOOLEAN_WORDS = dict.fromkeys(("1", "true", "yes", "on"), True) | dict.fromkeys(("0", "false", "no", "off"), False)
 _TYPE_WORDS = {int: "an integer", float: "a number", bool: "true or false", str: "a string", list: "a list"}
 
@@ -277,7 +272,7 @@ def parse_cli_value(key: str, text: str) -> Any:
         if expected is float:
             return float(text)
         if expected is list:   # written in TOML
-            return _coerce(key, parse_toml(f"v = {text}")["v"], where)
+            return _coerce(key, parse_json(f"v = {text}", tomllib.loads)["v"], where)
     except NotParsed as exc:
         if expected is not list:   # a whole number too long for any setting
             raise UsageError(f"config key '{key}' {where} is {exc}; got {quoted(text)}") from None
@@ -295,7 +290,7 @@ def read_toml(path: str | Path) -> dict:
     path = Path(path)
     text = read_text(path, "config file", "give the path of a .toml file (see configs/)", UsageError)
     try:
-        raw = parse_toml(text)
+        raw = parse_json(text, tomllib.loads)
     except NotParsed as exc:
         where = str(exc)
         if "line" not in where and where != TOO_DEEP:  # "at end of document": the error is on the last line
@@ -315,9 +310,6 @@ def read_toml(path: str | Path) -> dict:
 class _KeyEqualsDefault(argparse.HelpFormatter):
     """Each key as `--key=DEFAULT`, the spelling that works for every key, with its meaning beside it."""
 
-    def __init__(self, prog: str) -> None:
-        super().__init__(prog, max_help_position=30)
-
     def _format_action_invocation(self, action: argparse.Action) -> str:  # how argparse shows an option
         if not action.option_strings or action.nargs == 0:  # CONFIG.toml, --help
             return super()._format_action_invocation(action)
@@ -331,7 +323,7 @@ def parse_command_line(argv: list[str], bases: str | None = None) -> tuple[str |
     from. A value may also follow its key as the next word (`--n_layer 2`), except a boolean's: a bare boolean key
     means true, so `--compile configs/x.toml` keeps the file as the config."""
     parser = ArgumentParser("train.py", usage="python %(prog)s [CONFIG.toml] [--key=value ...]",
-                            formatter_class=_KeyEqualsDefault, description=(
+                            formatter_class=functools.partial(_KeyEqualsDefault, max_help_position=30), description=(
         "Trains a GPT. " + (f"{bases} " if bases else "")
         + "Every key below can be set in the TOML file and on the command line, which wins over any base: "
         "--key=value or --key value, and a boolean as --key=false or a bare --key (true). The values shown are the "
@@ -346,7 +338,7 @@ def parse_command_line(argv: list[str], bases: str | None = None) -> tuple[str |
         # No default here: only what the command line gives may win over the config file.
         groups[group].add_argument(f"--{f.name}", type=functools.partial(parse_cli_value, f.name),
                                    default=argparse.SUPPRESS, metavar=repr(default), help=f.metadata["help"])
-    argv = [f"{arg}=true" if arg.startswith("--") and arg[2:] in BOOLEANS else arg for arg in argv]
+    argv = [f"{arg}=true" if arg.startswith("--") and _TYPES.get(arg[2:]) is bool else arg for arg in argv]
     args, unknown = parser.parse_known_intermixed_args(argv)
     if unknown and unknown[0].startswith("--"):
         raise _unknown_key(unknown[0][2:].partition("=")[0], "on the command line")

@@ -18,6 +18,7 @@ import shutil
 import stat
 import tomllib
 from collections.abc import Callable
+from contextlib import suppress
 from pathlib import Path, PureWindowsPath
 from typing import BinaryIO, NoReturn
 
@@ -47,10 +48,9 @@ def regular_file(path: str | Path, what: str, fix: str, error: type[UserError] =
     """`path` when it is a regular file (a pipe or a device would block a reader or never end)."""
     path = Path(path)
     problem = what_stands_at(path)
-    if problem == "missing":
-        raise error(f"{what} {path} not found; {fix}")
     if problem is not None:
-        raise error(f"{what} {path} is {problem}; {fix}")
+        words = "not found" if problem == "missing" else f"is {problem}"
+        raise error(f"{what} {path} {words}; {fix}")
     return path
 
 
@@ -187,7 +187,7 @@ def replace_file(path: str | Path, write: Callable[[BinaryIO], object],
     return path
 
 
-def replace_folder(folder: Path, write: Callable[[Path], object], last: str | None = None) -> None:
+def replace_folder(folder: Path, write: Callable[[Path], object], last: str) -> None:
     """Writes `folder` as a whole new folder: `write(staging)` fills a `fresh_folder`, renamed to `folder` when no
     folder stands there. Into a folder that stands (one the caller has checked may be replaced) the new files are
     moved one by one, `last` (a marker saying the folder is complete) last, and its other files are removed: it
@@ -206,8 +206,7 @@ def replace_folder(folder: Path, write: Callable[[Path], object], last: str | No
             os.replace(staging, folder)
             return
         earlier = {p.name for p in folder.iterdir()} - {staging.name}
-        if last is not None:
-            _remove(folder / last)  # until it is back, the folder does not claim to be complete
+        _remove(folder / last)  # until it is back, the folder does not claim to be complete
         new = sorted((p.name for p in staging.iterdir()), key=lambda name: name == last)
         for name in new:
             if _is_folder(folder / name) or _is_folder(staging / name):
@@ -316,18 +315,14 @@ def remove_dead_leftovers(path: str | Path) -> None:
     pattern = f".{glob.escape(path.name)}.tmp-*"
     found: list[Path] = []
     for folder in (path.parent, path) if what_stands_at(path, follow_links=False) == "a directory" else (path.parent,):
-        try:
+        with suppress(OSError):
             found += sorted(folder.glob(pattern))
-        except OSError:
-            pass
     for leftover in found:
         match = re.search(r"tmp-([0-9]+)(?:-[^/]*)?$", leftover.name)
         if match is None or int(match[1]) != os.getpid() and process_alive(int(match[1])):
             continue
-        try:
+        with suppress(OSError):  # not ours to remove after all (permissions): leave it
             _remove(leftover)
-        except OSError:
-            pass  # not ours to remove after all (permissions): leave it
 
 
 # --- names --------------------------------------------------------------------------------------------------
@@ -371,22 +366,21 @@ class NotParsed(ValueError):
     """JSON, TOML or a number that cannot be read; str() says why, in a few words."""
 
 
-def quoted(text: str, limit: int = 60) -> str:
-    """`repr(text)`, cut short when long: "'1111111111...' (5,003 characters)"."""
+def quoted(text: str) -> str:
+    """`repr(text)`, cut short when longer than 60 characters: "'1111111111...' (5,003 characters)"."""
     shown = repr(text)
-    return shown if len(shown) <= limit else f"{shown[:limit - 10]}...' ({len(text):,} characters)"
+    return shown if len(shown) <= 60 else f"{shown[:50]}...' ({len(text):,} characters)"
 
 
-WHOLE_NUMBER = re.compile(r"[+-]?[0-9]+(?:_[0-9]+)*")  # as Python and TOML write one: 12, -3, 10_000
 MAX_DIGITS = 40  # more than any count, size, position or seed takes (2**128 has 39)
 
 
 def is_whole_number(text: str) -> bool:
-    return WHOLE_NUMBER.fullmatch(text) is not None
+    return re.fullmatch(r"[+-]?[0-9]+(?:_[0-9]+)*", text) is not None  # as Python and TOML write one: 12, -3, 10_000
 
 
 def parse_int(text: str) -> int:
-    """`text` as a whole number (WHOLE_NUMBER); anything else a ValueError, as int()'s, other digits too ('²', which
+    """`text` as a whole number (is_whole_number); anything else a ValueError, as int()'s, other digits too ('²', which
     int() refuses; '٣', which it reads). More than MAX_DIGITS digits is a `NotParsed`, never Python's own limit."""
     if not is_whole_number(text):
         raise ValueError(f"{quoted(text)} is not a whole number")
@@ -400,7 +394,8 @@ TOO_DEEP = "its brackets are nested too deeply to read"
 
 
 def parse_json(text: str | bytes, load: Callable = json.loads) -> object:
-    """`load(text)`, every way it can fail a `NotParsed`: bad syntax, or nesting too deep for Python's recursion."""
+    """`load(text)` (JSON, or TOML with `tomllib.loads`), every way it can fail a `NotParsed`: bad syntax, or nesting
+    too deep for Python's recursion."""
     try:
         return load(text)
     except json.JSONDecodeError as exc:
@@ -412,7 +407,3 @@ def parse_json(text: str | bytes, load: Callable = json.loads) -> object:
         raise NotParsed(TOO_DEEP) from None
     except (UnicodeDecodeError, MemoryError) as exc:
         raise NotParsed(type(exc).__name__) from None
-
-
-def parse_toml(text: str) -> dict:
-    return parse_json(text, tomllib.loads)

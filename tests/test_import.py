@@ -30,7 +30,7 @@ import pytest
 import torch
 from conftest import SHARED, require_gpt2
 
-from cli import GptwatchWarning, UsageError, UserError, exit_status
+from cli import GptwatchWarning, UsageError, UserError
 from data.tokenizer import CharTokenizer, FullGPT2Tokenizer, TokenizerMetaError, tokenizer_from_meta
 from formats import load_model, sources
 from formats.checkpoint import CheckpointError
@@ -793,7 +793,7 @@ def test_bad_input_is_one_line_naming_the_problem(case, tmp_path):
         assert word in message, f"{word!r} missing from: {message}"
     documented = doc_rows().get(case.id)
     assert documented is not None, f"{case.id} is not in docs/errors.md; run: python tests/test_import.py --write"
-    assert documented[1] == exit_status(error)
+    assert documented[1] == error.status
     assert not case.exact or documented[2] == shown(error, tmp_path), (
         f"docs/errors.md is out of date for {case.id}; run: python tests/test_import.py --write")
 
@@ -853,7 +853,7 @@ def doc_table() -> str:
             root.mkdir()
             error = run_case(case, root)
             message = shown(error, root).replace("|", "\\|")
-            lines.append(f"| `{case.id}` | {case.problem} | {exit_status(error)} | `` {message} `` |")
+            lines.append(f"| `{case.id}` | {case.problem} | {error.status} | `` {message} `` |")
     return "\n".join(lines)
 
 
