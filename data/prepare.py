@@ -28,7 +28,7 @@ from data.tokenizer import (
     TokenizerError,
     TokenizerMetaError,
     build_tokenizer,
-    encode_array,
+    pieces,
     preview,
     tokenizer_from_meta,
 )
@@ -232,13 +232,15 @@ def _tokenize(text: str, tokenizer: str | ModelVocabulary, val_fraction: float, 
               ) -> tuple[Tokenizer, np.ndarray, np.ndarray]:
     """(tokenizer, train ids, val ids); refuses text with a single kind of token: nothing to learn."""
     tok = tokenizer.tokenizer if isinstance(tokenizer, ModelVocabulary) else build_tokenizer(tokenizer, text)
-    try:
-        ids = encode_array(tok, text, _dtype_for(tok.vocab_size))
+    dtype = _dtype_for(tok.vocab_size)
+    try:  # piece by piece, so memory stays a small multiple of the text's however long it is
+        parts = [np.asarray(tok.encode(piece), dtype=np.int64).astype(dtype) for piece in pieces(text, tok.cuts)]
     except TokenizerError:  # only a model's vocabulary lacks what the text holds: a character, or GPT-2 tokens
         missing, what = tok.unknown(text), "character" if tok.name == "char" else "token"
         raise UserError(f"{label} holds {len(missing):,} {what}(s) that the model {tokenizer.model} never had: "
                         f"{preview(missing, 5)}; remove them from the text, or fine-tune a model whose vocabulary "
                         f"has them") from None
+    ids = np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
     if ids.min() == ids.max():
         token = tok.token_strings([int(ids[0])])[0]
         times = f"{len(ids):,} times" if len(ids) > 1 else "once"
