@@ -104,7 +104,6 @@ class CharTokenizer:
                 f"train on a corpus that contains them") from None
 
     def unknown(self, text: str) -> list[str]:
-        """The characters of `text` this vocabulary lacks, sorted."""
         return sorted({c for c in text if c not in self._index})
 
     def decode(self, ids: Sequence[int]) -> str:
