@@ -100,9 +100,8 @@ def source_text(dataset: str, corpus_sentences: int) -> tuple[str, str, list[dic
 
 def prepare(dataset: str, tokenizer: str | ModelVocabulary = "char", data_dir: str | Path = "data/prepared",
             val_fraction: float = 0.1, corpus_sentences: int = 30000, quiet: bool = False) -> Prepared:
-    """The prepared token files of `dataset`, from the cache when it holds exactly what its meta.json
-    promises, else built (again) from the source text with a tokenizer built from it, or with a model's
-    vocabulary (`ModelVocabulary`), which must cover it."""
+    """The prepared token files of `dataset` (cached as the module's docstring says), built with a tokenizer
+    built from its text or with a model's vocabulary (`ModelVocabulary`), which must cover it."""
     fixed = tokenizer if isinstance(tokenizer, ModelVocabulary) else None
     wanted = {"tokenizer": fixed.tokenizer.to_meta()} if fixed is not None else {}
     # A model's vocabulary is named by its kind and a digest, e.g. "char-5f0c1a2b", in cache folders and a
@@ -128,7 +127,7 @@ def prepare(dataset: str, tokenizer: str | ModelVocabulary = "char", data_dir: s
     if problem is not None and not quiet:
         warn(f"prepared data in {folder} cannot be used as it is ({problem}); rebuilding it from {label}")
     try:
-        tok, train, val = _tokenize(text, fixed or tokenizer, val_fraction, label)
+        tok, train, val = _tokenize(text, tokenizer, val_fraction, label)
     except MemoryError:
         fix = "lower --corpus_sentences" if dataset in corpora.GENERATED else "use a smaller text"
         raise UserError(f"not enough memory to tokenize {label} ({len(text):,} characters); {fix}") from None

@@ -5,8 +5,7 @@ any tokenizer.
 
 Alignment turns words into positions: attention from the pronoun is read at its last sub-token (the
 first place the whole word has been seen), and attention to a noun sums over every sub-token that
-overlaps it. An agreement context is scored by the model's next-token probabilities rather than by
-attention.
+overlaps it. An agreement context is scored by next-token probabilities (`AgreementProbe`).
 """
 
 from __future__ import annotations
