@@ -221,8 +221,7 @@ class GPT2Tokenizer:
         spans, pos = [], 0
         for t in original:
             piece = self.enc.decode_single_token_bytes(t).decode("utf-8", errors="replace")
-            # A piece that is a partial UTF-8 character decodes to U+FFFD; it
-            # still occupies its character in `text`, found by searching.
+            # A piece that is part of a UTF-8 character decodes to U+FFFD: it takes the next character of `text`.
             found = text.find(piece, pos) if "\ufffd" not in piece else -1
             start = found if found >= 0 else pos
             end = start + len(piece) if found >= 0 else min(len(text), pos + 1)
