@@ -28,7 +28,7 @@ from data.tokenizer import (
     TokenizerError,
     TokenizerMetaError,
     build_tokenizer,
-    encode_array,
+    pieces,
     preview,
     tokenizer_from_meta,
 )
@@ -100,9 +100,8 @@ def source_text(dataset: str, corpus_sentences: int) -> tuple[str, str, list[dic
 
 def prepare(dataset: str, tokenizer: str | ModelVocabulary = "char", data_dir: str | Path = "data/prepared",
             val_fraction: float = 0.1, corpus_sentences: int = 30000, quiet: bool = False) -> Prepared:
-    """The prepared token files of `dataset`, from the cache when it holds exactly what its meta.json
-    promises, else built (again) from the source text with a tokenizer built from it, or with a model's
-    vocabulary (`ModelVocabulary`), which must cover it."""
+    """The prepared token files of `dataset` (cached as the module's docstring says), built with a tokenizer
+    built from its text or with a model's vocabulary (`ModelVocabulary`), which must cover it."""
     fixed = tokenizer if isinstance(tokenizer, ModelVocabulary) else None
     wanted = {"tokenizer": fixed.tokenizer.to_meta()} if fixed is not None else {}
     # A model's vocabulary is named by its kind and a digest, e.g. "char-5f0c1a2b", in cache folders and a
@@ -128,7 +127,7 @@ def prepare(dataset: str, tokenizer: str | ModelVocabulary = "char", data_dir: s
     if problem is not None and not quiet:
         warn(f"prepared data in {folder} cannot be used as it is ({problem}); rebuilding it from {label}")
     try:
-        tok, train, val = _tokenize(text, fixed or tokenizer, val_fraction, label)
+        tok, train, val = _tokenize(text, tokenizer, val_fraction, label)
     except MemoryError:
         fix = "lower --corpus_sentences" if dataset in corpora.GENERATED else "use a smaller text"
         raise UserError(f"not enough memory to tokenize {label} ({len(text):,} characters); {fix}") from None
@@ -232,13 +231,15 @@ def _tokenize(text: str, tokenizer: str | ModelVocabulary, val_fraction: float, 
               ) -> tuple[Tokenizer, np.ndarray, np.ndarray]:
     """(tokenizer, train ids, val ids); refuses text with a single kind of token: nothing to learn."""
     tok = tokenizer.tokenizer if isinstance(tokenizer, ModelVocabulary) else build_tokenizer(tokenizer, text)
-    try:
-        ids = encode_array(tok, text, _dtype_for(tok.vocab_size))
+    dtype = _dtype_for(tok.vocab_size)
+    try:  # piece by piece, so memory stays a small multiple of the text's however long it is
+        parts = [np.asarray(tok.encode(piece), dtype=np.int64).astype(dtype) for piece in pieces(text, tok.cuts)]
     except TokenizerError:  # only a model's vocabulary lacks what the text holds: a character, or GPT-2 tokens
         missing, what = tok.unknown(text), "character" if tok.name == "char" else "token"
         raise UserError(f"{label} holds {len(missing):,} {what}(s) that the model {tokenizer.model} never had: "
                         f"{preview(missing, 5)}; remove them from the text, or fine-tune a model whose vocabulary "
                         f"has them") from None
+    ids = np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
     if ids.min() == ids.max():
         token = tok.token_strings([int(ids[0])])[0]
         times = f"{len(ids):,} times" if len(ids) > 1 else "once"

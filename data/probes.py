@@ -5,8 +5,7 @@ any tokenizer.
 
 Alignment turns words into positions: attention from the pronoun is read at its last sub-token (the
 first place the whole word has been seen), and attention to a noun sums over every sub-token that
-overlaps it. An agreement context is scored by the model's next-token probabilities rather than by
-attention.
+overlaps it. An agreement context is scored by next-token probabilities (`AgreementProbe`).
 """
 
 from __future__ import annotations
@@ -59,11 +58,10 @@ class Probe:
             if value is not None and (not isinstance(value, list)
                                       or not all(isinstance(w, str) and w.strip() for w in value)):
                 raise UserError(f"{name} must be a list of non-empty words, got {value!r}")
-        self.referent_offset = self._place("referent", self.referent_offset, after=0)
-        referent_span = (self.referent_offset, self.referent_offset + len(self.referent))
-        self.distractor_offset = self._place("distractor", self.distractor_offset, after=0, avoid=referent_span)
-        nouns_end = max(referent_span[1], self.distractor_offset + len(self.distractor))
-        self.pronoun_offset = self._place("pronoun", self.pronoun_offset, after=nouns_end)
+        self.referent_offset = self._place("referent")
+        self.distractor_offset = self._place("distractor", avoid=self.span("referent"))
+        nouns_end = max(self.span("referent")[1], self.span("distractor")[1])
+        self.pronoun_offset = self._place("pronoun", after=nouns_end)
         spans = {name: self.span(name) for name in ("pronoun", "referent", "distractor")}
         for a, b in (("pronoun", "referent"), ("pronoun", "distractor"), ("referent", "distractor")):
             if spans[a][0] < spans[b][1] and spans[b][0] < spans[a][1]:
@@ -71,8 +69,8 @@ class Probe:
                                 f"in the text; they must be different words (give {a}_offset or {b}_offset when "
                                 f"a word occurs twice)")
 
-    def _place(self, name: str, offset: int | None, after: int, avoid: Span | None = None) -> int:
-        word: str = getattr(self, name)
+    def _place(self, name: str, after: int = 0, avoid: Span | None = None) -> int:
+        word, offset = getattr(self, name), getattr(self, f"{name}_offset")
         if offset is not None:
             if isinstance(offset, bool) or not isinstance(offset, int):
                 raise UserError(f"{name}_offset must be an integer, got {offset!r}")

@@ -19,8 +19,6 @@ from collections.abc import Iterator, Sequence
 from itertools import islice
 from pathlib import Path
 
-import numpy as np
-
 from cli import UserError
 from data.corpora import SHARED
 
@@ -44,8 +42,30 @@ def preview(items: Sequence[str], limit: int = 8) -> str:
     return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
 
 
+PIECE = 1 << 20   # characters encoded at a time
+# Where a text may be cut into pieces that encode to its own tokens, one piece after the other. Characters: at
+# any position. GPT-2's BPE, whose pattern splits a text into runs it then encodes one by one: after a newline
+# between two characters that are not white space (a run of that one newline is the same token at the end of a
+# piece as in the text), and before a space between a character that is not white space and a letter (such a
+# space begins the run of the word after it, whatever came before).
+ANYWHERE = re.compile(r"(?s)(?=.)")
+BPE_CUTS = re.compile(r"(?<=\S)\n(?=\S)|(?<=\S)(?= [^\W\d_])")
+
+
+def pieces(text: str, cuts: re.Pattern = ANYWHERE, size: int = PIECE) -> Iterator[str]:
+    """`text` in pieces of about `size` characters, each cut at the first of `cuts` after that many (see
+    `BPE_CUTS`); a piece with none goes on to the end."""
+    start = 0
+    while start < len(text):
+        found = cuts.search(text, start + size) if start + size < len(text) else None
+        end = found.end() if found else len(text)
+        yield text[start:end]
+        start = end
+
+
 class CharTokenizer:
     name = "char"
+    cuts = ANYWHERE   # where `pieces` may cut a text
 
     def __init__(self, chars: str) -> None:
         self.chars = chars
@@ -84,7 +104,6 @@ class CharTokenizer:
                 f"train on a corpus that contains them") from None
 
     def unknown(self, text: str) -> list[str]:
-        """The characters of `text` this vocabulary lacks, sorted."""
         return sorted({c for c in text if c not in self._index})
 
     def decode(self, ids: Sequence[int]) -> str:
@@ -103,8 +122,6 @@ class CharTokenizer:
 SHARED_TIKTOKEN = SHARED / "tiktoken"
 R50K_URL = "https://openaipublic.blob.core.windows.net/encodings/r50k_base.tiktoken"  # as tiktoken_ext names it
 R50K_SHA256 = "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930"
-
-
 _CHECKED: set[str] = set()  # cache files found intact in this process
 
 
@@ -146,6 +163,7 @@ def gpt2_encoding():
 
 class GPT2Tokenizer:
     name = "gpt2"
+    cuts = BPE_CUTS
 
     def __init__(self, kept_ids: Sequence[int]) -> None:
         """kept_ids[i] is the r50k_base id of compact id i (end-of-text included)."""
@@ -163,7 +181,7 @@ class GPT2Tokenizer:
     def from_text(cls, text: str) -> GPT2Tokenizer:
         enc = gpt2_encoding()
         kept = {enc.eot_token}
-        for piece in pieces(text, BPE_CUTS):   # piece by piece: a long text's ids are never all Python ints
+        for piece in pieces(text, cls.cuts):   # piece by piece: a long text's ids are never all Python ints
             kept.update(_original_ids(enc, piece))
         return cls(sorted(kept))
 
@@ -203,8 +221,7 @@ class GPT2Tokenizer:
         spans, pos = [], 0
         for t in original:
             piece = self.enc.decode_single_token_bytes(t).decode("utf-8", errors="replace")
-            # A piece that is a partial UTF-8 character decodes to U+FFFD; it
-            # still occupies its character in `text`, found by searching.
+            # A piece that is part of a UTF-8 character decodes to U+FFFD: it takes the next character of `text`.
             found = text.find(piece, pos) if "\ufffd" not in piece else -1
             start = found if found >= 0 else pos
             end = start + len(piece) if found >= 0 else min(len(text), pos + 1)
@@ -214,35 +231,6 @@ class GPT2Tokenizer:
 
     def to_meta(self) -> dict:
         return {"name": self.name, "encoding": GPT2_ENCODING, "kept_ids": self.kept_ids}
-
-
-PIECE = 1 << 20   # characters encoded at a time
-# Where a text may be cut into pieces that encode to its own tokens, one piece after the other. Characters: at
-# any position. GPT-2's BPE, whose pattern splits a text into runs it then encodes one by one: after a newline
-# between two characters that are not white space (a run of that one newline is the same token at the end of a
-# piece as in the text), and before a space between a character that is not white space and a letter (such a
-# space begins the run of the word after it, whatever came before).
-ANYWHERE = re.compile(r"(?s)(?=.)")
-BPE_CUTS = re.compile(r"(?<=\S)\n(?=\S)|(?<=\S)(?= [^\W\d_])")
-
-
-def pieces(text: str, cuts: re.Pattern = ANYWHERE, size: int = PIECE) -> Iterator[str]:
-    """`text` in pieces of about `size` characters, each cut at the first of `cuts` after that many (see
-    `BPE_CUTS`); a piece with none goes on to the end."""
-    start = 0
-    while start < len(text):
-        found = cuts.search(text, start + size) if start + size < len(text) else None
-        end = found.end() if found else len(text)
-        yield text[start:end]
-        start = end
-
-
-def encode_array(tokenizer: Tokenizer, text: str, dtype: str) -> np.ndarray:
-    """`tokenizer.encode(text)` as a numpy array of `dtype`, encoded piece by piece (`pieces`), so memory stays
-    a small multiple of the text's however long it is."""
-    cuts = BPE_CUTS if isinstance(tokenizer, GPT2Tokenizer) else ANYWHERE
-    parts = [np.asarray(tokenizer.encode(piece), dtype=np.int64).astype(dtype) for piece in pieces(text, cuts)]
-    return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
 
 
 def _original_ids(enc, text: str) -> list[int]:
