@@ -40,6 +40,7 @@ from model.memory import parameter_count
 from trainer import runtime
 from trainer.start import Settings, run_settings
 from trainer.trainer import Callback, Evaluation, FitResult, StepResult, Trainer
+from watch.capture import evaluating
 
 TENSORBOARD = "tensorboard --logdir {} --samples_per_plugin=images=200,text=200"
 BASES = ("With no CONFIG.toml: configs/pronouns.toml (the demo), unless --dataset names real text (a file, or "
@@ -241,12 +242,10 @@ class TextSample(Callback):
             return
         model = trainer.model
         device = next(model.parameters()).device
-        was_training = model.training
-        model.eval()
         generator = torch.Generator(device=device).manual_seed(self.seed)
-        out = model.generate(torch.tensor([self.prompt_ids], device=device), self.max_new_tokens, temperature=0.8,
-                             top_k=200, generator=generator)
-        model.train(was_training)
+        with evaluating(model):
+            out = model.generate(torch.tensor([self.prompt_ids], device=device), self.max_new_tokens,
+                                 temperature=0.8, top_k=200, generator=generator)
         # A code block keeps the text as generated (Markdown would join its lines), and shows any markup in it.
         self.writer.add_text("sample", markdown_literal(self.tokenizer.decode(out[0].tolist())), evaluation.step)
 

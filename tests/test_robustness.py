@@ -683,8 +683,13 @@ def test_a_diverged_run_leaves_the_last_sane_state_which_resumes(trained, tmp_pa
 def test_saves_skipped_while_the_loss_is_blown_up_are_reported_once_it_recovers(tmp_path, monkeypatch):
     from cli import GptwatchWarning
 
-    real = Trainer.state_loss
-    monkeypatch.setattr(Trainer, "state_loss", lambda self: 1e3 if self.state.step in (2, 3) else real(self))
+    real = Trainer.mean_loss
+
+    def state_loss(self, model, split, batches):   # the loss a save checks (one batch), blown up at steps 2 and 3
+        blown_up = batches == 1 and self.state.step in (2, 3)
+        return 1e3 if blown_up else real(self, model, split, batches)
+
+    monkeypatch.setattr(Trainer, "mean_loss", state_loss)
     saved = []
     monkeypatch.setattr(CheckpointWriter, "save",
                         lambda self, checkpoint, step: saved.append(step) or setattr(self, "saved_step", step))

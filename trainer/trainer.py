@@ -26,9 +26,10 @@ from files import clear_for_file, remove_dead_leftovers, writable_folder
 from formats.checkpoint import previous_path, save_checkpoint
 from formats.sources import identify, load_model
 from model.gpt import GPT
-from trainer.optim import divergence_fix, lr_at, make_optimizer, schedule_problem, set_lr
+from trainer.optim import divergence_fix, lr_at, make_optimizer, set_lr, warn_schedule
 from trainer.runtime import Runtime, check_corpus_fits, check_training_fits, ranks_agree
 from trainer.start import data_identity, model_start
+from watch.capture import evaluating
 
 
 @dataclass
@@ -174,9 +175,7 @@ class Trainer:
                                eval_step=resumed.get("eval_step", resumed["step"]))
         if checkpoints is not None:
             checkpoints.saved_step = state.step if resumed is not None else None
-            problem = schedule_problem(cfg, state.step)
-            if problem is not None:
-                warn(problem)
+            warn_schedule(cfg, state.step)
         return cls(cfg, runtime, model, optimizer, batches, data=data, state=state, checkpoints=checkpoints)
 
     def model_before_fine_tuning(self) -> GPT | None:
@@ -228,18 +227,15 @@ class Trainer:
         """Mean loss over eval_iters batches of each split; the same batches at every evaluation."""
         return {split: self.mean_loss(self.train_model, split, self.cfg.eval_iters) for split in ("train", "val")}
 
-    @torch.no_grad()
     def mean_loss(self, model: Any, split: str, batches: int) -> float:
         """The mean loss of `model` in eval mode on the first `batches` evaluation batches of `split` (the same
         batches every time; drawing them touches no generator that training uses)."""
-        was_training = model.training
-        model.eval()
         total = 0.0
-        for x, y in self.batches.eval_batches(split, batches):
-            with self.runtime.autocast():
-                _, loss = model(x, y)
-            total += loss.item()
-        model.train(was_training)
+        with evaluating(model):
+            for x, y in self.batches.eval_batches(split, batches):
+                with self.runtime.autocast():
+                    _, loss = model(x, y)
+                total += loss.item()
         return total / batches
 
     def fit(self) -> FitResult:
@@ -301,7 +297,7 @@ class Trainer:
             return
         if not all(bool(torch.isfinite(p).all()) for p in self.model.parameters()):
             raise self._diverged("a parameter", "inf or nan")
-        loss = self.state_loss()
+        loss = self.mean_loss(self.model, "train", 1)   # the weights as they are now, on one batch
         guess = math.log(self.model.config.vocab_size)   # the loss of guessing every token with equal probability
         # Any model starts near that loss and training lowers it; a state more than twice as bad has been thrown
         # off by too large a step, and resuming it would diverge at any learning rate.
@@ -319,10 +315,6 @@ class Trainer:
                  f"{self.state.step}, saved now")
             self._unsaved = None
         self.checkpoints.save(self.checkpoint(), self.state.step)
-
-    def state_loss(self) -> float:
-        """The loss of the weights as they are now, on the first evaluation batch of the train split."""
-        return self.mean_loss(self.model, "train", 1)
 
     def checkpoint(self) -> dict:
         """Everything a resumed run needs to continue exactly, as plain tensors and values."""
