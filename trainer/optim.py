@@ -22,7 +22,6 @@ from collections import defaultdict
 import torch
 import torch.nn as nn
 
-from cli import warn
 from config import TrainConfig
 from model.gpt import is_matrix
 
@@ -72,17 +71,18 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
     return cfg.min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (cfg.learning_rate - cfg.min_lr)
 
 
-def warn_schedule(cfg: TrainConfig, start_step: int) -> None:
-    """Warns of what in the learning-rate schedule cannot be what the user meant, for a run starting at
-    `start_step`. (min_lr above learning_rate is refused by the config itself.)"""
+def schedule_problem(cfg: TrainConfig, start_step: int) -> str | None:
+    """What in the learning-rate schedule cannot be what the user meant, for a run starting at `start_step`;
+    None when nothing. (min_lr above learning_rate is refused by the config itself.)"""
     if start_step < cfg.warmup_iters and cfg.warmup_iters >= cfg.max_iters:
-        warn(f"the learning rate warms up over --warmup_iters={cfg.warmup_iters} steps but the run ends at step "
-             f"{cfg.max_iters}, so it never reaches --learning_rate={cfg.learning_rate:g}; lower --warmup_iters "
-             f"(a few percent of the run is usual) or raise --max_iters")
-    elif cfg.lr_decay_iters and cfg.warmup_iters > cfg.lr_decay_iters:
-        warn(f"--warmup_iters={cfg.warmup_iters} ends after --lr_decay_iters={cfg.lr_decay_iters}, so the learning "
-             f"rate jumps from its warm-up straight down to --min_lr={cfg.min_lr:g}; set --lr_decay_iters beyond "
-             f"the warm-up")
+        return (f"the learning rate warms up over --warmup_iters={cfg.warmup_iters} steps but the run ends at step "
+                f"{cfg.max_iters}, so it never reaches --learning_rate={cfg.learning_rate:g}; lower --warmup_iters "
+                f"(a few percent of the run is usual) or raise --max_iters")
+    if cfg.lr_decay_iters and cfg.warmup_iters > cfg.lr_decay_iters:
+        return (f"--warmup_iters={cfg.warmup_iters} ends after --lr_decay_iters={cfg.lr_decay_iters}, so the learning "
+                f"rate jumps from its warm-up straight down to --min_lr={cfg.min_lr:g}; set --lr_decay_iters beyond "
+                f"the warm-up")
+    return None
 
 
 def divergence_fix(cfg: TrainConfig) -> str:

@@ -26,7 +26,7 @@ from files import clear_for_file, remove_dead_leftovers, writable_folder
 from formats.checkpoint import previous_path, save_checkpoint
 from formats.sources import identify, load_model
 from model.gpt import GPT
-from trainer.optim import divergence_fix, lr_at, make_optimizer, set_lr, warn_schedule
+from trainer.optim import divergence_fix, lr_at, make_optimizer, schedule_problem, set_lr
 from trainer.runtime import Runtime, check_corpus_fits, check_training_fits, ranks_agree
 from trainer.start import data_identity, model_start
 from watch.capture import evaluating
@@ -175,7 +175,9 @@ class Trainer:
                                eval_step=resumed.get("eval_step", resumed["step"]))
         if checkpoints is not None:
             checkpoints.saved_step = state.step if resumed is not None else None
-            warn_schedule(cfg, state.step)
+            problem = schedule_problem(cfg, state.step)
+            if problem is not None:
+                warn(problem)
         return cls(cfg, runtime, model, optimizer, batches, data=data, state=state, checkpoints=checkpoints)
 
     def model_before_fine_tuning(self) -> GPT | None:
