@@ -108,10 +108,8 @@ def make_optimizer(model: nn.Module, cfg: TrainConfig, device: torch.device):
               if cfg.optimizer == "muon" and name.startswith("blocks.") and p.dim() == 2 and is_matrix(name, p)]
     hidden_ids = {id(p) for p in hidden}
     rest = [(name, p) for name, p in model.named_parameters() if p.requires_grad and id(p) not in hidden_ids]
-    decay = [p for name, p in rest if is_matrix(name, p)]
-    no_decay = [p for name, p in rest if not is_matrix(name, p)]
-    groups = [{"params": decay, "weight_decay": cfg.weight_decay},
-              {"params": no_decay, "weight_decay": 0.0}]
+    groups = [{"params": [p for name, p in rest if is_matrix(name, p)], "weight_decay": cfg.weight_decay},
+              {"params": [p for name, p in rest if not is_matrix(name, p)], "weight_decay": 0.0}]
     kwargs = {"fused": True} if device.type in ("cpu", "cuda") else {}   # fused on CPU since torch 2.4
     adamw = AdamW(groups, lr=cfg.learning_rate, betas=(cfg.beta1, cfg.beta2), **kwargs)
     if not hidden:
@@ -133,20 +131,17 @@ NS_COEFFS = (3.4445, -4.7750, 2.0315)
 MOMENTUM = 0.95
 
 
-def native_bfloat16(device: torch.device) -> bool:
-    """Whether `device` multiplies bfloat16 matrices in hardware (faster than float32 there)."""
-    if device.type != "cpu":
-        return device.type == "cuda"
-    cpu = getattr(torch, "cpu", None)
-    checks = [getattr(cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
-    return any(check is not None and check() for check in checks)
-
-
 def iteration_dtype(choice: str, device: torch.device) -> torch.dtype:
-    """The dtype of the Newton-Schulz iteration for a `muon_dtype` choice (auto, bfloat16, float32)."""
-    if choice == "auto":
-        return torch.bfloat16 if native_bfloat16(device) else torch.float32
-    return getattr(torch, choice)
+    """The dtype of the Newton-Schulz iteration for a `muon_dtype` choice (auto, bfloat16, float32): auto is
+    bfloat16 where `device` multiplies bfloat16 matrices in hardware (faster than float32 there)."""
+    if choice != "auto":
+        return getattr(torch, choice)
+    native = device.type == "cuda"
+    if device.type == "cpu":
+        cpu = getattr(torch, "cpu", None)
+        checks = [getattr(cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
+        native = any(check is not None and check() for check in checks)
+    return torch.bfloat16 if native else torch.float32
 
 
 def orthogonalise(G: torch.Tensor, steps: int = 5, dtype: torch.dtype = torch.float32) -> torch.Tensor:

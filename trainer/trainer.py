@@ -316,11 +316,8 @@ class Trainer:
                  f"{worst:.4g}, more than twice the {guess:.3g} of guessing; it is back at {loss:.4g} at step "
                  f"{self.state.step}, saved now")
             self._unsaved = None
-        self.checkpoints.save(self.checkpoint(), self.state.step)
-
-    def checkpoint(self) -> dict:
-        """Everything a resumed run needs to continue exactly, as plain tensors and values."""
-        return {
+        # Everything a resumed run needs to continue exactly, as plain tensors and values.
+        checkpoint = {
             "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
             "model_config": self.model.config.to_dict(), "train_config": self.cfg.to_dict(),
             "tokenizer": self.tokenizer.to_meta() if self.tokenizer is not None else None,
@@ -329,6 +326,7 @@ class Trainer:
             "rng": {"torch": torch.get_rng_state(), "batches": self.batches.generator.get_state()},
             "data": data_identity(self.cfg, self.data) if self.data is not None else None,
         }
+        self.checkpoints.save(checkpoint, self.state.step)
 
     def _diverged(self, what: str, value: object) -> UserError:
         saved = self.checkpoints.saved_step if self.checkpoints is not None else None
