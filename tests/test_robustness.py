@@ -444,12 +444,13 @@ def test_lock_file_names_its_owner_and_goes_with_it(tmp_path):
     with RunLock(tmp_path) as lock:
         owner = json.loads(lock.path.read_text())
         assert owner["pid"] == os.getpid() and owner["host"] and owner["command"].startswith("python")
-        with pytest.raises(UserError, match=rf"in use by another training run \(pid {os.getpid()} on "):
-            RunLock(tmp_path).acquire()
+        with pytest.raises(UserError, match=rf"in use by another training run \(pid {os.getpid()} on "), \
+                RunLock(tmp_path):
+            pass
     assert not (tmp_path / ".lock").exists()
     (tmp_path / ".lock").mkdir()  # not a lock file: refused, and left alone
-    with pytest.raises(UserError, match="move it away"):
-        RunLock(tmp_path).acquire()
+    with pytest.raises(UserError, match="move it away"), RunLock(tmp_path):
+        pass
     assert (tmp_path / ".lock").is_dir()
 
 
@@ -708,12 +709,13 @@ def test_a_run_whose_out_dir_is_taken_over_stops_without_writing_there(trained, 
 
     out = tmp_path / "out"
     second = RunLock(out)
+    held = contextlib.ExitStack()   # the second run's lock, held from its first step to the end
     original = Batches.train
 
     def taken_over(self):
         if second._fd is None:
             shutil.rmtree(out)
-            second.acquire()
+            held.enter_context(second)
             trained.copy_to(out)
         return original(self)
 
@@ -723,6 +725,6 @@ def test_a_run_whose_out_dir_is_taken_over_stops_without_writing_there(trained, 
         code, _, err = run_train(tiny_args(tmp_path, "--ckpt_interval=1"))
         assert code == 1 and (out / ".lock").exists()
     finally:
-        second.release()
+        held.close()
     assert f"out_dir {out} was deleted or taken over by another run while this one ran" in one_line(err)
     assert (out / "ckpt.pt").read_bytes() == theirs and sorted(p.name for p in out.iterdir()) == ["ckpt.pt"]

@@ -218,13 +218,6 @@ class RunLock:
         self._made = False   # whether this lock made the folder: a run that wrote nothing there leaves none
 
     def __enter__(self) -> RunLock:
-        self.acquire()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
-
-    def acquire(self) -> None:
         self._made = not self.folder.exists()
         writable_folder(self.folder, self.key)
         while True:
@@ -246,6 +239,7 @@ class RunLock:
         os.lseek(fd, 0, os.SEEK_SET)
         os.write(fd, json.dumps(info).encode("utf-8"))
         self._fd = fd
+        return self
 
     def check(self) -> None:
         """A `UserError` when the lock file was deleted with the folder, or replaced (another run took it over)."""
@@ -255,7 +249,7 @@ class RunLock:
                             f"there, so what is there now stays as it is: start this run again with another "
                             f"{self.option}")
 
-    def release(self) -> None:
+    def __exit__(self, *exc: object) -> None:
         """Removes the lock file (still locked, so nobody takes a file on its way out) and unlocks it."""
         if self._fd is None:
             return

@@ -32,8 +32,7 @@ from formats.sources import CHECKPOINT, describe, hub_name, identify, load_model
 from model.config import CONFIG_KEYS, IMPORTED_FIELDS, MODEL_KEYS, GPTConfig
 from model.gpt import GPT
 
-REPO = Path(__file__).resolve().parent.parent
-DEMO_CONFIG = REPO / "configs" / "pronouns.toml"
+DEMO_CONFIG = corpora.REPO / "configs" / "pronouns.toml"
 SAME_KIND = {"char": ("char",), "gpt2": ("gpt2", FULL_GPT2)}   # a tokenizer key -> the vocabularies it agrees with
 
 # The shape of the model chosen for real text, its size decided by how much text there is. The classic block
@@ -123,7 +122,7 @@ def out_dir_for(name: str) -> str:
     checkpoint)."""
     name = name if name.strip(". ") and not {"/", "\\"} & set(name) else "text"
     taken = set()
-    for config in (REPO / "configs").glob("*.toml"):
+    for config in (corpora.REPO / "configs").glob("*.toml"):
         try:
             taken.add(Path(read_toml(config).get("out_dir", "")).name)
         except UserError:
