@@ -14,6 +14,7 @@ a resumed run continues its checkpoint only with the settings, data and model it
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -101,10 +102,8 @@ def run_settings(config_path: str | None, overrides: dict[str, Any]) -> Settings
     shape, tokenizer, source, checkpoint = None, overrides.get("tokenizer"), None, None
     if overrides.get("resume"):
         path = Path(overrides.get("out_dir") or out_dir_for(name)) / CHECKPOINT
-        try:
+        with contextlib.suppress(UserError):   # resuming says why there is no readable one, later
             checkpoint = load_checkpoint(path)
-        except UserError:   # resuming says why there is no readable one, later
-            checkpoint = None
         saved = checkpoint.get("train_config") if checkpoint is not None else None
         if isinstance(saved, dict):
             shape = {key: saved[key] for key in CONFIG_KEYS if key in saved}
