@@ -108,8 +108,10 @@ def make_optimizer(model: nn.Module, cfg: TrainConfig, device: torch.device):
               if cfg.optimizer == "muon" and name.startswith("blocks.") and p.dim() == 2 and is_matrix(name, p)]
     hidden_ids = {id(p) for p in hidden}
     rest = [(name, p) for name, p in model.named_parameters() if p.requires_grad and id(p) not in hidden_ids]
-    groups = [{"params": [p for name, p in rest if is_matrix(name, p)], "weight_decay": cfg.weight_decay},
-              {"params": [p for name, p in rest if not is_matrix(name, p)], "weight_decay": 0.0}]
+    decay = [p for name, p in rest if is_matrix(name, p)]
+    no_decay = [p for name, p in rest if not is_matrix(name, p)]
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay},
+              {"params": no_decay, "weight_decay": 0.0}]
     kwargs = {"fused": True} if device.type in ("cpu", "cuda") else {}   # fused on CPU since torch 2.4
     adamw = AdamW(groups, lr=cfg.learning_rate, betas=(cfg.beta1, cfg.beta2), **kwargs)
     if not hidden:
