@@ -286,11 +286,10 @@ class RunLock:
                 if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                     raise UserError(f"cannot lock {self.path} ({exc.strerror or exc}); this filesystem does "
                                     f"not support locks: choose a --{self.key} on a local disk") from None
-        else:
-            owner = _owner(fd)
-            if not owner or owner.get("host") != socket.gethostname() or not process_alive(owner.get("pid")):
-                return
         owner = _owner(fd)
+        alive = owner and owner.get("host") == socket.gethostname() and process_alive(owner.get("pid"))
+        if fcntl is None and not alive:   # no kernel lock here: a lock file whose owner has ended is free
+            return
         who = _describe(owner) if owner else "its details are not written yet"
         raise UserError(f"{self.what} {self.folder} is in use by another training run ({who}); wait for it to "
                         f"finish or stop it, or choose another {self.option}")
