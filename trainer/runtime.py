@@ -186,9 +186,8 @@ def out_of_memory(cfg: TrainConfig) -> Iterator[None]:
     except (MemoryError, RuntimeError) as exc:
         if not is_out_of_memory(exc):
             raise
-        need = training_bytes(cfg, 1)
         raise UserError(f"ran out of memory ({' '.join(str(exc).split())[:120] or type(exc).__name__}); "
-                        f"{_keys_to_lower(cfg, need)}") from None
+                        f"{_keys_to_lower(cfg, training_bytes(cfg, vocab_size=1))}") from None
 
 
 # --- one training run per out_dir, and per TensorBoard run folder (log_dir/run_name), at a time ----------
