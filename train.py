@@ -40,6 +40,7 @@ from model.memory import parameter_count
 from trainer import runtime
 from trainer.start import Settings, run_settings
 from trainer.trainer import Callback, Evaluation, FitResult, StepResult, Trainer
+from watch.capture import evaluating
 
 TENSORBOARD = "tensorboard --logdir {} --samples_per_plugin=images=200,text=200"
 BASES = ("With no CONFIG.toml: configs/pronouns.toml (the demo), unless --dataset names real text (a file, or "
@@ -97,11 +98,11 @@ def train(cfg: TrainConfig, start: Settings, rt: runtime.Runtime, argv: list[str
                 corpus = corpus_of(cfg.dataset)   # probe files: --probes/--agreement, or the corpus's own
                 probes = cfg.probes or trainer.data.probes_path or (corpus and corpus.probes_path) or None
                 agreement = cfg.agreement or (corpus and corpus.agreement_path) or None
+                watch = AttentionWatch(writer, cfg.watch_sentences, probes, agreement,
+                                       page=Path(cfg.out_dir) / "attention.html", ablation=cfg.ablation)
                 trainer.callbacks = [
                     TrainingLog(writer), TextSample(writer, trainer.tokenizer, cfg.sample_prompt, cfg.sample_tokens,
-                                                    cfg.seed),
-                    AttentionWatch(writer, cfg.watch_sentences, probes, agreement,
-                                   page=Path(cfg.out_dir) / "attention.html", ablation=cfg.ablation)]
+                                                    cfg.seed), watch]
                 result = trainer.fit()
                 # the trainer's settings: a fine-tune's model keys are its model's
                 hparams = {k: v for k, v in trainer.cfg.to_dict().items() if isinstance(v, (int, float, str, bool))}
@@ -112,7 +113,7 @@ def train(cfg: TrainConfig, start: Settings, rt: runtime.Runtime, argv: list[str
                 writer.add_hparams(hparams, metrics)
             finally:
                 writer.close()  # keeps the TensorBoard events logged so far, also after an error
-            report_end(cfg, result, argv, sample_prompt(cfg, trainer))
+            report_end(cfg, result, argv, sample_prompt(watch.texts, trainer.tokenizer))
     return 0 if result.completed else 128 + result.stopped_by
 
 
@@ -131,20 +132,17 @@ def report_end(cfg: TrainConfig, result: FitResult, argv: list[str], prompt: str
     print(f"sample: {shlex.join(command)}")
 
 
-def sample_prompt(cfg: TrainConfig, trainer: Trainer) -> str | None:
-    """A prompt this model can read, for the sample command: the start of the first watched sentence (or of a
-    sentence of the held-out text) up to its last pronoun, else its first half; None when there is none."""
-    from watch.probesets import PRONOUN_WORD, held_out_sentences
+def sample_prompt(watched: list[str], tokenizer: Tokenizer) -> str | None:
+    """A prompt this model can read, for the sample command: the start of the first sentence the watch read (the
+    run's, or its choice from the held-out text) up to its last pronoun, else its first half; None when none."""
+    from watch.probesets import PRONOUN_WORD
 
-    texts = list(cfg.watch_sentences)
-    if not texts and trainer.data is not None:   # the sentences the watch chose (the same choice)
-        texts = held_out_sentences(trainer.data.tokens("val"), trainer.tokenizer, trainer.model.config.block_size)
-    for text in texts:
+    for text in watched:
         pronouns = [m for m in PRONOUN_WORD.finditer(text) if len(text[:m.start()].split()) >= 2]
         words = text.split()
         prompt = text[:pronouns[-1].end()] if pronouns else " ".join(words[:max(1, len(words) // 2)])
         try:
-            if trainer.tokenizer.encode(prompt):
+            if tokenizer.encode(prompt):
                 return prompt
         except TokenizerError:
             continue
@@ -241,12 +239,10 @@ class TextSample(Callback):
             return
         model = trainer.model
         device = next(model.parameters()).device
-        was_training = model.training
-        model.eval()
         generator = torch.Generator(device=device).manual_seed(self.seed)
-        out = model.generate(torch.tensor([self.prompt_ids], device=device), self.max_new_tokens, temperature=0.8,
-                             top_k=200, generator=generator)
-        model.train(was_training)
+        with evaluating(model):
+            out = model.generate(torch.tensor([self.prompt_ids], device=device), self.max_new_tokens,
+                                 temperature=0.8, top_k=200, generator=generator)
         # A code block keeps the text as generated (Markdown would join its lines), and shows any markup in it.
         self.writer.add_text("sample", markdown_literal(self.tokenizer.decode(out[0].tolist())), evaluation.step)
 

@@ -12,7 +12,6 @@ from trainer.optim import (
     iteration_dtype,
     lr_at,
     make_optimizer,
-    native_bfloat16,
     orthogonalise,
     set_lr,
 )
@@ -71,7 +70,11 @@ def test_orthogonalise_in_bfloat16_points_the_same_way_as_in_float32():
 
 def test_muon_dtype_auto_follows_the_hardware():
     cpu = torch.device("cpu")
-    assert iteration_dtype("auto", cpu) == (torch.bfloat16 if native_bfloat16(cpu) else torch.float32)
+    checks = [getattr(torch.cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
+    native = any(check is not None and check() for check in checks)   # bfloat16 matmuls in this CPU's hardware
+    assert iteration_dtype("auto", cpu) == (torch.bfloat16 if native else torch.float32)
+    assert iteration_dtype("auto", torch.device("cuda")) == torch.bfloat16
+    assert iteration_dtype("auto", torch.device("mps")) == torch.float32
     assert iteration_dtype("float32", cpu) == torch.float32
     assert iteration_dtype("bfloat16", cpu) == torch.bfloat16
     model = tiny_model(vocab_size=32, block_size=8, seed=None).train()

@@ -444,12 +444,13 @@ def test_lock_file_names_its_owner_and_goes_with_it(tmp_path):
     with RunLock(tmp_path) as lock:
         owner = json.loads(lock.path.read_text())
         assert owner["pid"] == os.getpid() and owner["host"] and owner["command"].startswith("python")
-        with pytest.raises(UserError, match=rf"in use by another training run \(pid {os.getpid()} on "):
-            RunLock(tmp_path).acquire()
+        with pytest.raises(UserError, match=rf"in use by another training run \(pid {os.getpid()} on "), \
+                RunLock(tmp_path):
+            pass
     assert not (tmp_path / ".lock").exists()
     (tmp_path / ".lock").mkdir()  # not a lock file: refused, and left alone
-    with pytest.raises(UserError, match="move it away"):
-        RunLock(tmp_path).acquire()
+    with pytest.raises(UserError, match="move it away"), RunLock(tmp_path):
+        pass
     assert (tmp_path / ".lock").is_dir()
 
 
@@ -683,8 +684,13 @@ def test_a_diverged_run_leaves_the_last_sane_state_which_resumes(trained, tmp_pa
 def test_saves_skipped_while_the_loss_is_blown_up_are_reported_once_it_recovers(tmp_path, monkeypatch):
     from cli import GptwatchWarning
 
-    real = Trainer.state_loss
-    monkeypatch.setattr(Trainer, "state_loss", lambda self: 1e3 if self.state.step in (2, 3) else real(self))
+    real = Trainer.mean_loss
+
+    def state_loss(self, model, split, batches):   # the loss a save checks (one batch), blown up at steps 2 and 3
+        blown_up = batches == 1 and self.state.step in (2, 3)
+        return 1e3 if blown_up else real(self, model, split, batches)
+
+    monkeypatch.setattr(Trainer, "mean_loss", state_loss)
     saved = []
     monkeypatch.setattr(CheckpointWriter, "save",
                         lambda self, checkpoint, step: saved.append(step) or setattr(self, "saved_step", step))
@@ -703,12 +709,13 @@ def test_a_run_whose_out_dir_is_taken_over_stops_without_writing_there(trained, 
 
     out = tmp_path / "out"
     second = RunLock(out)
+    held = contextlib.ExitStack()   # the second run's lock, held from its first step to the end
     original = Batches.train
 
     def taken_over(self):
         if second._fd is None:
             shutil.rmtree(out)
-            second.acquire()
+            held.enter_context(second)
             trained.copy_to(out)
         return original(self)
 
@@ -718,6 +725,6 @@ def test_a_run_whose_out_dir_is_taken_over_stops_without_writing_there(trained, 
         code, _, err = run_train(tiny_args(tmp_path, "--ckpt_interval=1"))
         assert code == 1 and (out / ".lock").exists()
     finally:
-        second.release()
+        held.close()
     assert f"out_dir {out} was deleted or taken over by another run while this one ran" in one_line(err)
     assert (out / "ckpt.pt").read_bytes() == theirs and sorted(p.name for p in out.iterdir()) == ["ckpt.pt"]

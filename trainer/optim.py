@@ -133,20 +133,17 @@ NS_COEFFS = (3.4445, -4.7750, 2.0315)
 MOMENTUM = 0.95
 
 
-def native_bfloat16(device: torch.device) -> bool:
-    """Whether `device` multiplies bfloat16 matrices in hardware (faster than float32 there)."""
-    if device.type != "cpu":
-        return device.type == "cuda"
-    cpu = getattr(torch, "cpu", None)
-    checks = [getattr(cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
-    return any(check is not None and check() for check in checks)
-
-
 def iteration_dtype(choice: str, device: torch.device) -> torch.dtype:
-    """The dtype of the Newton-Schulz iteration for a `muon_dtype` choice (auto, bfloat16, float32)."""
-    if choice == "auto":
-        return torch.bfloat16 if native_bfloat16(device) else torch.float32
-    return getattr(torch, choice)
+    """The dtype of the Newton-Schulz iteration for a `muon_dtype` choice (auto, bfloat16, float32): auto is
+    bfloat16 where `device` multiplies bfloat16 matrices in hardware (faster than float32 there)."""
+    if choice != "auto":
+        return getattr(torch, choice)
+    native = device.type == "cuda"
+    if device.type == "cpu":
+        cpu = getattr(torch, "cpu", None)
+        checks = [getattr(cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
+        native = any(check is not None and check() for check in checks)
+    return torch.bfloat16 if native else torch.float32
 
 
 def orthogonalise(G: torch.Tensor, steps: int = 5, dtype: torch.dtype = torch.float32) -> torch.Tensor:

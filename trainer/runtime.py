@@ -186,9 +186,8 @@ def out_of_memory(cfg: TrainConfig) -> Iterator[None]:
     except (MemoryError, RuntimeError) as exc:
         if not is_out_of_memory(exc):
             raise
-        need = training_bytes(cfg, 1)
         raise UserError(f"ran out of memory ({' '.join(str(exc).split())[:120] or type(exc).__name__}); "
-                        f"{_keys_to_lower(cfg, need)}") from None
+                        f"{_keys_to_lower(cfg, training_bytes(cfg, vocab_size=1))}") from None
 
 
 # --- one training run per out_dir, and per TensorBoard run folder (log_dir/run_name), at a time ----------
@@ -218,13 +217,6 @@ class RunLock:
         self._made = False   # whether this lock made the folder: a run that wrote nothing there leaves none
 
     def __enter__(self) -> RunLock:
-        self.acquire()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
-
-    def acquire(self) -> None:
         self._made = not self.folder.exists()
         writable_folder(self.folder, self.key)
         while True:
@@ -246,6 +238,7 @@ class RunLock:
         os.lseek(fd, 0, os.SEEK_SET)
         os.write(fd, json.dumps(info).encode("utf-8"))
         self._fd = fd
+        return self
 
     def check(self) -> None:
         """A `UserError` when the lock file was deleted with the folder, or replaced (another run took it over)."""
@@ -255,7 +248,7 @@ class RunLock:
                             f"there, so what is there now stays as it is: start this run again with another "
                             f"{self.option}")
 
-    def release(self) -> None:
+    def __exit__(self, *exc: object) -> None:
         """Removes the lock file (still locked, so nobody takes a file on its way out) and unlocks it."""
         if self._fd is None:
             return
@@ -292,11 +285,10 @@ class RunLock:
                 if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                     raise UserError(f"cannot lock {self.path} ({exc.strerror or exc}); this filesystem does "
                                     f"not support locks: choose a --{self.key} on a local disk") from None
-        else:
-            owner = _owner(fd)
-            if not owner or owner.get("host") != socket.gethostname() or not process_alive(owner.get("pid")):
-                return
         owner = _owner(fd)
+        alive = owner and owner.get("host") == socket.gethostname() and process_alive(owner.get("pid"))
+        if fcntl is None and not alive:   # no kernel lock here: a lock file whose owner has ended is free
+            return
         who = _describe(owner) if owner else "its details are not written yet"
         raise UserError(f"{self.what} {self.folder} is in use by another training run ({who}); wait for it to "
                         f"finish or stop it, or choose another {self.option}")

@@ -14,6 +14,7 @@ a resumed run continues its checkpoint only with the settings, data and model it
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,8 +33,7 @@ from formats.sources import CHECKPOINT, describe, hub_name, identify, load_model
 from model.config import CONFIG_KEYS, IMPORTED_FIELDS, MODEL_KEYS, GPTConfig
 from model.gpt import GPT
 
-REPO = Path(__file__).resolve().parent.parent
-DEMO_CONFIG = REPO / "configs" / "pronouns.toml"
+DEMO_CONFIG = corpora.REPO / "configs" / "pronouns.toml"
 SAME_KIND = {"char": ("char",), "gpt2": ("gpt2", FULL_GPT2)}   # a tokenizer key -> the vocabularies it agrees with
 
 # The shape of the model chosen for real text, its size decided by how much text there is. The classic block
@@ -102,10 +102,8 @@ def run_settings(config_path: str | None, overrides: dict[str, Any]) -> Settings
     shape, tokenizer, source, checkpoint = None, overrides.get("tokenizer"), None, None
     if overrides.get("resume"):
         path = Path(overrides.get("out_dir") or out_dir_for(name)) / CHECKPOINT
-        try:
+        with contextlib.suppress(UserError):   # resuming says why there is no readable one, later
             checkpoint = load_checkpoint(path)
-        except UserError:   # resuming says why there is no readable one, later
-            checkpoint = None
         saved = checkpoint.get("train_config") if checkpoint is not None else None
         if isinstance(saved, dict):
             shape = {key: saved[key] for key in CONFIG_KEYS if key in saved}
@@ -123,7 +121,7 @@ def out_dir_for(name: str) -> str:
     checkpoint)."""
     name = name if name.strip(". ") and not {"/", "\\"} & set(name) else "text"
     taken = set()
-    for config in (REPO / "configs").glob("*.toml"):
+    for config in (corpora.REPO / "configs").glob("*.toml"):
         try:
             taken.add(Path(read_toml(config).get("out_dir", "")).name)
         except UserError:

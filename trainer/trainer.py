@@ -29,6 +29,7 @@ from model.gpt import GPT
 from trainer.optim import divergence_fix, lr_at, make_optimizer, schedule_problem, set_lr
 from trainer.runtime import Runtime, check_corpus_fits, check_training_fits, ranks_agree
 from trainer.start import data_identity, model_start
+from watch.capture import evaluating
 
 
 @dataclass
@@ -228,18 +229,15 @@ class Trainer:
         """Mean loss over eval_iters batches of each split; the same batches at every evaluation."""
         return {split: self.mean_loss(self.train_model, split, self.cfg.eval_iters) for split in ("train", "val")}
 
-    @torch.no_grad()
     def mean_loss(self, model: Any, split: str, batches: int) -> float:
         """The mean loss of `model` in eval mode on the first `batches` evaluation batches of `split` (the same
         batches every time; drawing them touches no generator that training uses)."""
-        was_training = model.training
-        model.eval()
         total = 0.0
-        for x, y in self.batches.eval_batches(split, batches):
-            with self.runtime.autocast():
-                _, loss = model(x, y)
-            total += loss.item()
-        model.train(was_training)
+        with evaluating(model):
+            for x, y in self.batches.eval_batches(split, batches):
+                with self.runtime.autocast():
+                    _, loss = model(x, y)
+                total += loss.item()
         return total / batches
 
     def fit(self) -> FitResult:
@@ -301,7 +299,7 @@ class Trainer:
             return
         if not all(bool(torch.isfinite(p).all()) for p in self.model.parameters()):
             raise self._diverged("a parameter", "inf or nan")
-        loss = self.state_loss()
+        loss = self.mean_loss(self.model, "train", 1)   # the weights as they are now, on one batch
         guess = math.log(self.model.config.vocab_size)   # the loss of guessing every token with equal probability
         # Any model starts near that loss and training lowers it; a state more than twice as bad has been thrown
         # off by too large a step, and resuming it would diverge at any learning rate.
@@ -318,15 +316,8 @@ class Trainer:
                  f"{worst:.4g}, more than twice the {guess:.3g} of guessing; it is back at {loss:.4g} at step "
                  f"{self.state.step}, saved now")
             self._unsaved = None
-        self.checkpoints.save(self.checkpoint(), self.state.step)
-
-    def state_loss(self) -> float:
-        """The loss of the weights as they are now, on the first evaluation batch of the train split."""
-        return self.mean_loss(self.model, "train", 1)
-
-    def checkpoint(self) -> dict:
-        """Everything a resumed run needs to continue exactly, as plain tensors and values."""
-        return {
+        # Everything a resumed run needs to continue exactly, as plain tensors and values.
+        checkpoint = {
             "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
             "model_config": self.model.config.to_dict(), "train_config": self.cfg.to_dict(),
             "tokenizer": self.tokenizer.to_meta() if self.tokenizer is not None else None,
@@ -335,6 +326,7 @@ class Trainer:
             "rng": {"torch": torch.get_rng_state(), "batches": self.batches.generator.get_state()},
             "data": data_identity(self.cfg, self.data) if self.data is not None else None,
         }
+        self.checkpoints.save(checkpoint, self.state.step)
 
     def _diverged(self, what: str, value: object) -> UserError:
         saved = self.checkpoints.saved_step if self.checkpoints is not None else None
