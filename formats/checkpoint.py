@@ -20,7 +20,7 @@ import torch
 
 from cli import UsageError, UserError, is_out_of_memory
 from config import FIELDS, TrainConfig, saved_config
-from data.tokenizer import TOKENIZERS, Tokenizer, TokenizerMetaError, tokenizer_from_meta
+from data.tokenizer import TOKENIZERS, FullGPT2Tokenizer, Tokenizer, TokenizerMetaError, tokenizer_from_meta
 from files import cannot, clear_for_file, regular_file, replace_file, write_error, write_fix
 from model.config import ALWAYS_RECORDED, GPTConfig
 from model.gpt import GPT
@@ -45,6 +45,15 @@ class Loaded:
     model: GPT
     tokenizer: Tokenizer
     checkpoint: dict
+
+
+def gpt2_bpe(config: GPTConfig, too_few: Callable[[int], str]) -> Tokenizer:
+    """GPT-2's BPE as it is, the vocabulary of a model from elsewhere that names none; `too_few(its size)` refuses a
+    model of fewer token rows."""
+    tokenizer = FullGPT2Tokenizer()
+    if config.vocab_size < tokenizer.vocab_size:
+        raise CheckpointError(too_few(tokenizer.vocab_size))
+    return tokenizer
 
 
 def checkpoint_path(path: str | Path) -> Path:

@@ -29,9 +29,9 @@ from types import ModuleType
 import torch
 
 from cli import UserError
-from data.tokenizer import EOT, FullGPT2Tokenizer, GPT2Tokenizer, Tokenizer, TokenizerMetaError, tokenizer_from_meta
+from data.tokenizer import EOT, GPT2Tokenizer, Tokenizer, TokenizerMetaError, tokenizer_from_meta
 from files import NotParsed, parse_json, read_text, regular_file
-from formats.checkpoint import CheckpointError, read_torch
+from formats.checkpoint import CheckpointError, gpt2_bpe, read_torch
 from formats.layout import GPT2_ACTIVATIONS, RMS_EPS, check_supported, gpt2_layout, qwen3_layout, read_weights, written
 from model.attention import ROTARY_BASE
 from model.config import GPTConfig
@@ -161,11 +161,9 @@ def read_folder(folder: Path, hub: str | None) -> tuple[GPTConfig, Tokenizer, Ca
             raise CheckpointError(f"{marker} does not describe the tokenizer of the export ({exc}); remove it to "
                                   f"read the folder with GPT-2's BPE, or export again") from None
     else:
-        tokenizer = FullGPT2Tokenizer()
-        if config.vocab_size < tokenizer.vocab_size:
-            raise CheckpointError(f"{folder}: its model has {config.vocab_size:,} token rows, fewer than the "
-                                  f"{tokenizer.vocab_size:,} of GPT-2's BPE, and no tokenizer gptwatch reads is named; "
-                                  f"only models over GPT-2's BPE (or gptwatch's own exports) are read")
+        tokenizer = gpt2_bpe(config, lambda n: f"{folder}: its model has {config.vocab_size:,} token rows, fewer than "
+                             f"the {n:,} of GPT-2's BPE, and no tokenizer gptwatch reads is named; only models over "
+                             f"GPT-2's BPE (or gptwatch's own exports) are read")
 
     def weights(config: GPTConfig) -> dict[str, torch.Tensor]:   # every name and shape known before any is read
         regular_file(path, "weights file", "give the folder save_pretrained wrote, with its weights", CheckpointError)

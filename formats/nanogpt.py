@@ -12,9 +12,9 @@ from pathlib import Path
 
 import torch
 
-from data.tokenizer import CharTokenizer, FullGPT2Tokenizer, Tokenizer, TokenizerMetaError
+from data.tokenizer import CharTokenizer, Tokenizer, TokenizerMetaError
 from files import read_bytes
-from formats.checkpoint import CheckpointError
+from formats.checkpoint import CheckpointError, gpt2_bpe
 from formats.layout import read_weights
 from model.config import GPTConfig
 
@@ -97,11 +97,9 @@ def read_nanogpt(path: Path, checkpoint: dict) -> tuple[GPTConfig, Tokenizer, Ca
                                   f"{config.vocab_size:,} token rows: it is the vocabulary of another dataset; "
                                   f"put the meta.pkl of the checkpoint's dataset beside it")
     else:
-        tokenizer = FullGPT2Tokenizer()
-        if config.vocab_size < tokenizer.vocab_size:
-            raise CheckpointError(f"the model in {path} has {config.vocab_size:,} token rows, too few for GPT-2's BPE, "
-                                  f"and it has no meta.pkl (looked at {' and '.join(map(str, places))}); put the "
-                                  f"meta.pkl of its dataset beside it")
+        tokenizer = gpt2_bpe(config, lambda _: f"the model in {path} has {config.vocab_size:,} token rows, too few "
+                             f"for GPT-2's BPE, and it has no meta.pkl (looked at {' and '.join(map(str, places))}); "
+                             f"put the meta.pkl of its dataset beside it")
 
     def weights(config: GPTConfig) -> dict[str, torch.Tensor]:
         state = checkpoint["model"]
