@@ -431,6 +431,54 @@ def test_a_run_from_scratch_takes_its_untrained_baseline_from_the_evaluation_at_
     assert not watch.pending and watch.untrained is not None
 
 
+def test_the_first_and_last_evaluations_read_every_set_whole_and_those_between_what_a_quick_pass_reads(
+        trained, monkeypatch):
+    """The first evaluation is the untrained baseline and the last the report: both read every set whole. Those
+    between read the quick sets, and the sentences and the repeats by distance they show; the in-context score,
+    too rough from a few held-out windows, is logged from the whole passes only."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from formats import load_model
+    from watch import callback
+    from watch.callback import AttentionWatch
+    from watch.pipeline import untrained_like
+
+    loaded = load_model(trained.char, torch.device("cpu"))
+    text = np.array(loaded.tokenizer.encode("the cat saw the dog and it ran to the king. " * 60))
+    logged = []
+
+    class Writer:
+        def __getattr__(self, name):
+            return lambda tag, value=None, step=None, **kwargs: logged.append((name, tag, step))
+
+        def head(self, name):
+            return self
+
+    trainer = SimpleNamespace(model=untrained_like(loaded.model, 1), tokenizer=loaded.tokenizer,
+                              data=SimpleNamespace(tokens=lambda split: text),
+                              cfg=SimpleNamespace(seed=1, max_iters=10), state=SimpleNamespace(step=0, eval_step=None))
+    passes = []
+    original = callback.read_pass
+    monkeypatch.setattr(callback, "read_pass", lambda model, sets, **kw: passes.append(sets) or original(model, sets,
+                                                                                                         **kw))
+    watch = AttentionWatch(Writer(), ["the cat saw the dog and it ran."])
+    watch.on_fit_start(trainer)
+    for step in (0, 5, 10):
+        watch.on_evaluate(trainer, SimpleNamespace(step=step))
+    assert passes == [watch.sets, watch.between, watch.sets]
+    assert set(watch.between.sets) == set(watch.sets.sets) == {REPEATED, REACH, TEXT, SENTENCES}
+    assert len(watch.between.get(TEXT)) < len(watch.sets.get(TEXT))
+    assert all(watch.between.get(kind) is watch.sets.get(kind) for kind in (REACH, SENTENCES))
+
+    def steps(written):
+        return sorted({step for _, tag, step in logged if isinstance(tag, str) and written(tag)})
+    assert steps(lambda tag: tag == "heads/in_context_score") == [0, 10]
+    assert steps(lambda tag: tag.startswith("heads/induction/best_at_")) == [0, 5, 10]
+    assert steps(lambda tag: tag.startswith("attention/the_cat")) == [0, 5, 10]
+
+
 # --- sample.py --heads --------------------------------------------------------------------------------
 
 def test_sample_prints_the_head_types_and_their_json(trained, tmp_path):
@@ -474,7 +522,7 @@ def test_since_when_names_the_best_heads_own_first_step_not_an_earlier_heads(mon
 
     def read(watched, step):   # each watch point reads `watched`: its passes are not what is tested here
         monkeypatch.setattr(callback, "read_pass", lambda *args, **kwargs: watched)
-        return watch.read(None, None, step)
+        return watch.read(None, watch.sets, step)
 
     watch = AttentionWatch(writer=None)
     watch.tokens_per_step = 100

@@ -583,6 +583,7 @@ def test_a_tensorboard_writer_that_cannot_write_warns_once_and_goes_on(tmp_path,
         warnings.simplefilter("always")
         writer = TensorBoardWriter(tmp_path / "run")
         writer.add_scalar("loss", 1.0, 0)
+        writer.add_scalar("loss", 1.0, 1)   # a new step sends the last one's scalars to the thread
         deadline = time.monotonic() + 30  # the thread writes (and fails) on its own
         while any(type(t).__name__ == "_AsyncWriterThread" for t in threading.enumerate()):
             assert time.monotonic() < deadline, "TensorBoard's writer thread never met the full disk"
@@ -596,6 +597,29 @@ def test_a_tensorboard_writer_that_cannot_write_warns_once_and_goes_on(tmp_path,
         f"cannot write TensorBoard logs to {tmp_path / 'run'} (No space left on device on the disk mounted at "
         f"{mount_point(tmp_path)}); going on without them: free disk space or choose another --log_dir"]
     assert writer.failed and printed == [] and "Traceback" not in capfd.readouterr().err
+
+
+def test_the_scalars_of_a_step_reach_tensorboard_as_one_event_each_value_at_its_step(tmp_path):
+    from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
+    from tensorboard.compat.proto.event_pb2 import Event
+
+    from watch.tensorboard import TensorBoardWriter
+
+    def summaries(path):   # (step, [(tag, value)]) of each event that holds a summary, as written
+        events = [Event.FromString(record) for record in RawEventFileLoader(str(path)).Load()]
+        return [(e.step, [(v.tag, v.simple_value) for v in e.summary.value]) for e in events if e.HasField("summary")]
+
+    writer = TensorBoardWriter(tmp_path)
+    writer.add_scalar("a", 1.5, 0)
+    writer.add_scalar("b", 2.5, 0)
+    writer.add_text("note", "between", 0)   # written after step 0's scalars, before step 1's
+    writer.add_scalar("a", 3.0, 1)
+    writer.head("L0H0").add_scalar("a", 4.0, 1)
+    writer.close()
+    [events] = [p for p in tmp_path.iterdir() if p.is_file()]
+    assert summaries(events) == [(0, [("a", 1.5), ("b", 2.5)]), (0, [("note/text_summary", 0.0)]), (1, [("a", 3.0)])]
+    [head] = (tmp_path / "L0H0").iterdir()
+    assert summaries(head) == [(1, [("a", 4.0)])]
 
 
 def test_a_heatmap_reaches_tensorboard_pixel_for_pixel(tmp_path):

@@ -25,7 +25,7 @@ from watch.headtypes import TYPE_SETS
 from watch.heatmaps import SentenceHeatmaps
 from watch.page import SentenceView, attention_page, write_page
 from watch.pipeline import untrained_like
-from watch.probesets import PRONOUN, SENTENCES, ProbeSets, held_out_sentences, watch_sets
+from watch.probesets import PRONOUN, REACH, SENTENCES, ProbeSets, held_out_sentences, watch_sets
 from watch.reading import Reading, read_pass
 from watch.report import (
     ablation_line,
@@ -55,7 +55,7 @@ class AttentionWatch:
         self.page = Path(page) if page is not None else None
         self.ablation = ablation
         self.sets = ProbeSets()
-        self.quick = self.sets     # what a pass every watch_interval steps reads (`ProbeSets.quick`)
+        self.quick = self.between = self.sets   # what the passes between the whole ones read (`ProbeSets.quick`)
         self.shown: list[tuple[str, list[str]]] = []   # the watched sentences as shown: (text, its tokens)
         self.tokens_per_step = 0
         self.first_typed: dict[tuple[str, str], int] = {}   # (type, head) -> the first step it had it
@@ -77,6 +77,7 @@ class AttentionWatch:
                                train_tokens=data.tokens("train") if data is not None else None,
                                text=val, probes=self.probes, agreement=self.agreement, texts=self.texts)
         self.quick = self.sets.quick()
+        self.between = self.sets.quick(whole=(SENTENCES, REACH))
         sentences, probes = self.sets.get(SENTENCES), self.sets.get(PRONOUN)
         if sentences is not None:
             self.shown = [(text, trainer.tokenizer.token_strings(ids))
@@ -105,7 +106,7 @@ class AttentionWatch:
     def read(self, model: Any, sets: ProbeSets, step: int) -> Reading:
         """`model` read on `sets` against the baselines, with its composition; at the evaluation at step 0, the
         baselines `on_fit_start` left to it. Notes the first step at which each head had each type, for the report
-        ("since step 250")."""
+        ("since step 250"). Cut sets hold too few held-out windows for the in-context score: whole passes give it."""
         reading = read_pass(model, sets, untrained=self.untrained, before=self.before, compose=True,
                             is_untrained="untrained" in self.pending)
         if self.pending:
@@ -117,14 +118,13 @@ class AttentionWatch:
         for head in reading.types.values():
             if head.kind:
                 self.first_typed.setdefault((head.kind, head.name), step)
+        if sets is not self.sets:
+            for name in ("in_context_score", "in_context_score_spread"):
+                reading.results.numbers.pop(name, None)
         return reading
 
     def on_watch(self, trainer: Any, step: int) -> None:
-        reading = self.read(trainer.model, self.quick, step)
-        # A quick pass has too few windows for these: they are logged from the evaluations' passes only.
-        for name in ("in_context_score", "in_context_score_spread"):
-            reading.results.numbers.pop(name, None)
-        log_scores(self.writer, step, reading)
+        log_scores(self.writer, step, self.read(trainer.model, self.quick, step))
 
     def since(self, reading: Reading) -> dict[str, str]:
         """{type: "L0H1 since step 500 (2,048,000 tokens)"}: since when each type's best head in `reading` has
@@ -140,9 +140,12 @@ class AttentionWatch:
         return out
 
     def on_evaluate(self, trainer: Any, evaluation: Any) -> None:
+        # The first evaluation (the baselines) and the last (the report) read every set whole; those between, the
+        # quick sets with the sentences and the repeats by distance: 16,384 held-out tokens each time cost too much.
         step = evaluation.step
-        reading = self.read(trainer.model, self.sets, step)
-        ablations = agreement_ablations(trainer.model, self.sets, reading)
+        sets = self.sets if self.pending or step >= getattr(trainer.cfg, "max_iters", step) else self.between
+        reading = self.read(trainer.model, sets, step)
+        ablations = agreement_ablations(trainer.model, sets, reading)
         self.last = (step, reading, ablations)
         log_evaluation(self.writer, step, reading, ablations, self.heatmaps.images(step, reading))
         if reading.before is not None and reading.types:

@@ -85,12 +85,12 @@ class ProbeSets:
     def get(self, kind: str) -> ProbeSet | None:
         return self.sets.get(kind)
 
-    def quick(self) -> ProbeSets:
+    def quick(self, whole: tuple[str, ...] = ()) -> ProbeSets:
         """What a pass every few steps reads, as cheap as ever: the probe files' sets whole, the generated sets
         (repeated tokens, held-out text) cut to as many whole groups as hold QUICK_TOKENS tokens, and neither the
-        sentences nor the repeats by distance (both read at evaluations). Its head scores are within about 0.01 of
-        the whole sets'; its in-context score is too rough to report (`AttentionWatch.on_watch`)."""
-        sets = {kind: s for kind, s in self.sets.items() if kind not in (SENTENCES, REACH)}
+        sentences nor the repeats by distance unless named in `whole`. Its head scores are within about 0.01 of the
+        whole sets'; its in-context score is too rough to report (`AttentionWatch.read`)."""
+        sets = {kind: s for kind, s in self.sets.items() if kind not in (SENTENCES, REACH) or kind in whole}
         for kind in (REPEATED, TEXT):
             s = sets.get(kind)
             if s is None:
