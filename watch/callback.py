@@ -1,6 +1,6 @@
 """Attention watching as a training callback: `AttentionWatch` has the hooks a `trainer.Trainer` calls, so training
 plugs it in without knowing about attention. It reads `trainer.model`, `trainer.tokenizer`, `trainer.data`,
-`trainer.cfg.seed`, `trainer.state` and, for a fine-tune, `trainer.model_before_fine_tuning()`.
+`trainer.cfg.seed` and `.max_iters`, `trainer.state` and, for a fine-tune, `trainer.model_before_fine_tuning()`.
 
 At every watch point one pass gives one `Reading` (`watch/reading.py`); the watch only decides what to show of it:
 scalars every `watch_interval` steps; at evaluations also the tables, the heatmaps and what removing the agreement
@@ -143,7 +143,7 @@ class AttentionWatch:
         # The first evaluation (the baselines) and the last (the report) read every set whole; those between, the
         # quick sets with the sentences and the repeats by distance: 16,384 held-out tokens each time cost too much.
         step = evaluation.step
-        sets = self.sets if self.pending or step >= getattr(trainer.cfg, "max_iters", step) else self.between
+        sets = self.sets if self.pending or step >= trainer.cfg.max_iters else self.between
         reading = self.read(trainer.model, sets, step)
         ablations = agreement_ablations(trainer.model, sets, reading)
         self.last = (step, reading, ablations)

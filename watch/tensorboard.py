@@ -36,9 +36,7 @@ class TensorBoardWriter:
     `_quiet_writer_threads` keeps quiet.
 
     Its event file has a name nobody can guess (TensorBoard's own is the time, host and pid), and the
-    hparams go into that file too, so no link planted in the run folder is ever written through.
-
-    The scalars of one step go into one event (`add_scalar`), which TensorBoard reads as it reads an event each."""
+    hparams go into that file too, so no link planted in the run folder is ever written through."""
 
     def __init__(self, log_dir: str | Path, fix: str = "free disk space or choose another --log_dir",
                  parent: TensorBoardWriter | None = None) -> None:
