@@ -157,14 +157,18 @@ def png_bytes(image: np.ndarray) -> bytes:
     """An RGB array of bytes [height, width, 3] as a PNG, each row as its difference from the one above (PNG's "Up"
     filter) at zlib's fastest: as small as Pillow's fastest for a heatmap, and 3x quicker (Pillow tries 5 filters)."""
     height, width, _ = image.shape
-    up = np.diff(image.reshape(height, 3 * width), axis=0, prepend=np.uint8(0))   # uint8: wraps at 256, as PNG's
-    rows = np.hstack([np.full((height, 1), 2, dtype=np.uint8), up])           # each row: its filter (2, Up), bytes
+    pixels = image.reshape(height, 3 * width)
+    # Written into one buffer: a heatmap is megabytes, and each fresh temporary of that size costs its page faults.
+    rows = np.empty((height, 1 + 3 * width), dtype=np.uint8)
+    rows[:, 0] = 2                                                            # each row: its filter (2, Up), bytes
+    rows[0, 1:] = pixels[0]
+    np.subtract(pixels[1:], pixels[:-1], out=rows[1:, 1:])                   # uint8: wraps at 256, as PNG's
 
     def chunk(kind: bytes, data: bytes) -> bytes:
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
 
     header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)    # 8 bits, RGB, no interlace
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows.tobytes(), 1))
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows, 1))
             + chunk(b"IEND", b""))
 
 
