@@ -75,10 +75,11 @@ class TensorBoardWriter:
         self._scalars.append((tag, float(value)))
 
     def _write_scalars(self) -> None:
-        from tensorboard.compat.proto.summary_pb2 import Summary
-
-        values, self._scalars = [Summary.Value(tag=tag, simple_value=value) for tag, value in self._scalars], []
-        if values:
+        """The kept scalars as one event; none kept (`_guard` calls this before every write), none written."""
+        scalars, self._scalars = self._scalars, []
+        if scalars and self._writer is not None and not self.failed:
+            from tensorboard.compat.proto.summary_pb2 import Summary
+            values = [Summary.Value(tag=tag, simple_value=value) for tag, value in scalars]
             self._guard(lambda: self._writer.file_writer.add_summary(Summary(value=values), self._scalar_step))
 
     def flush(self) -> None:
@@ -99,10 +100,9 @@ class TensorBoardWriter:
         self._guard(write)
 
     def add_image(self, tag: str, image: Any, global_step: int | None = None, dataformats: str = "CHW") -> None:
-        """An image, as SummaryWriter's `add_image` takes it. An RGB array of bytes [height, width, 3], which is
-        what `watch/heatmaps.py` draws, goes in as a PNG made here (`png_bytes`), without SummaryWriter's round
-        trip through float32 and its default compression: those took a third of each evaluation of the default
-        demo."""
+        """An image, as SummaryWriter's `add_image` takes it. An RGB array of bytes [height, width, 3] (what
+        `watch/heatmaps.py` draws) goes in as `png_bytes` makes it, without SummaryWriter's round trip through
+        float32 and its default compression: those took a third of each evaluation of the default demo."""
         from tensorboard.compat.proto.summary_pb2 import Summary
 
         def write_png() -> None:
