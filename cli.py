@@ -24,11 +24,13 @@ from typing import NoReturn
 
 class UserError(Exception):
     """A bad input, with a message that names the problem and the fix."""
+
     status = 1  # the command's exit status
 
 
 class UsageError(UserError):
     """A bad command line or config."""
+
     status = 2  # as shells expect of a usage error
 
 
@@ -46,8 +48,9 @@ class ArgumentParser(argparse.ArgumentParser):
     dump, and options are never abbreviated (`--n_lay=2` is a mistake, not `--n_layer=2`)."""
 
     def __init__(self, prog: str, **kwargs) -> None:
-        super().__init__(prog=prog, allow_abbrev=False,
-                         epilog="Add --debug to see the full traceback of an error.", **kwargs)
+        super().__init__(
+            prog=prog, allow_abbrev=False, epilog="Add --debug to see the full traceback of an error.", **kwargs
+        )
 
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{message}; see python {self.prog} --help")
@@ -56,7 +59,7 @@ class ArgumentParser(argparse.ArgumentParser):
 def is_out_of_memory(exc: BaseException) -> bool:
     """Whether `exc` is an allocation that failed (on the CPU or a GPU), which the places that allocate a
     model turn into one line naming what to lower, rather than a bug's traceback."""
-    torch = sys.modules.get("torch")   # a failed allocation of torch's means torch is loaded
+    torch = sys.modules.get("torch")  # a failed allocation of torch's means torch is loaded
     if isinstance(exc, MemoryError) or isinstance(exc, getattr(torch, "OutOfMemoryError", ())):
         return True
     words = ("not enough memory", "out of memory", "can't allocate memory")
@@ -145,8 +148,11 @@ def run_cli(main: Callable[[list[str]], int | None], argv: list[str], *, survive
     def unwind(signum, frame) -> None:
         raise SystemExit(128 + signum)
 
-    unwinding = [sig for sig in stop_signals() if sig != signal.SIGINT] \
-        if threading.current_thread() is threading.main_thread() else []
+    unwinding = (
+        [sig for sig in stop_signals() if sig != signal.SIGINT]
+        if threading.current_thread() is threading.main_thread()
+        else []
+    )
     with warnings.catch_warnings():
         plain = warnings.showwarning
 
@@ -175,6 +181,7 @@ def run_cli(main: Callable[[list[str]], int | None], argv: list[str], *, survive
 
 
 # --- text we did not write -------------------------------------------------------------------------------
+
 
 def for_terminal(text: str) -> str:
     """`text` with every character that is not printable (see `str.isprintable`; a space is) escaped as Python

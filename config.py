@@ -28,7 +28,7 @@ from files import TOO_DEEP, NotParsed, inside_name, parse_int, parse_json, quote
 from model.config import CONFIG_KEYS, GPTConfig
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
-SCRATCH, RESUME = "scratch", "resume"   # init_from's two words; anything else names a model to start from
+SCRATCH, RESUME = "scratch", "resume"  # init_from's two words; anything else names a model to start from
 DTYPES = ("auto", "float32", "bfloat16")
 
 
@@ -38,7 +38,7 @@ DEVICE_NAME = re.compile(r"auto|cpu|mps|cuda(:[0-9]+)?")
 
 
 def pick_device(name: str) -> torch.device:
-    """"auto" (cuda, then mps, then cpu), "cpu", "cuda", "cuda:N" or "mps", checked to exist here."""
+    """ "auto" (cuda, then mps, then cpu), "cpu", "cuda", "cuda:N" or "mps", checked to exist here."""
     kind, _, index = name.partition(":")
     if not DEVICE_NAME.fullmatch(name):
         raise UsageError(f"unknown device {name!r}; use one of {', '.join(DEVICES)} (or cuda:N for one GPU)")
@@ -48,8 +48,10 @@ def pick_device(name: str) -> torch.device:
     if kind == "cuda" and not torch.cuda.is_available():
         raise UsageError(f"--device={name} but no CUDA GPU is visible; use --device=auto or --device=cpu")
     if index and int(index) >= torch.cuda.device_count():
-        raise UsageError(f"--device={name} but only {torch.cuda.device_count()} CUDA GPU(s) are visible; "
-                         f"use cuda:0 to cuda:{torch.cuda.device_count() - 1}")
+        raise UsageError(
+            f"--device={name} but only {torch.cuda.device_count()} CUDA GPU(s) are visible; "
+            f"use cuda:0 to cuda:{torch.cuda.device_count() - 1}"
+        )
     if name == "mps" and not mps:
         raise UsageError("--device=mps but MPS is not available; use --device=auto or --device=cpu")
     return torch.device(name)
@@ -64,48 +66,89 @@ def _opt(default: Any, help: str, choices: tuple[str, ...] | None = None, group:
 
 # The values each key takes: (keys, whether a value is one, the refusal of one that is not, of the key and value).
 RULES = (
-    (("device",), DEVICE_NAME.fullmatch,
-     f"config key 'device' must be one of {', '.join(DEVICES)} or cuda:N; got {{1!r}}"),
-    (("init_from",), str.strip, f"config key 'init_from' is empty; give {SCRATCH}, {RESUME}, a Hugging Face GPT-2 "
-     f"name (e.g. gpt2) or the path of a model to fine-tune"),
-    (("dataset",), str.strip, f"config key 'dataset' is empty; give a corpus name ({', '.join(CORPORA)}) or the path "
-     f"of a UTF-8 text file"),
-    (("batch_size", "grad_accum", "max_iters", "eval_interval", "eval_iters", "log_interval", "corpus_sentences",
-      "muon_ns_steps"), lambda v: v > 0, "config key '{}' must be a positive integer; got {}"),
-    (("warmup_iters", "lr_decay_iters", "weight_decay", "grad_clip", "ckpt_interval", "sample_tokens", "threads",
-      "min_lr", "watch_interval"), lambda v: v >= 0, "config key '{}' must be >= 0; got {}"),
+    (
+        ("device",),
+        DEVICE_NAME.fullmatch,
+        f"config key 'device' must be one of {', '.join(DEVICES)} or cuda:N; got {{1!r}}",
+    ),
+    (
+        ("init_from",),
+        str.strip,
+        f"config key 'init_from' is empty; give {SCRATCH}, {RESUME}, a Hugging Face GPT-2 "
+        f"name (e.g. gpt2) or the path of a model to fine-tune",
+    ),
+    (
+        ("dataset",),
+        str.strip,
+        f"config key 'dataset' is empty; give a corpus name ({', '.join(CORPORA)}) or the path of a UTF-8 text file",
+    ),
+    (
+        (
+            "batch_size",
+            "grad_accum",
+            "max_iters",
+            "eval_interval",
+            "eval_iters",
+            "log_interval",
+            "corpus_sentences",
+            "muon_ns_steps",
+        ),
+        lambda v: v > 0,
+        "config key '{}' must be a positive integer; got {}",
+    ),
+    (
+        (
+            "warmup_iters",
+            "lr_decay_iters",
+            "weight_decay",
+            "grad_clip",
+            "ckpt_interval",
+            "sample_tokens",
+            "threads",
+            "min_lr",
+            "watch_interval",
+        ),
+        lambda v: v >= 0,
+        "config key '{}' must be >= 0; got {}",
+    ),
     # what every generator it seeds accepts, with room for per-rank offsets
     (("seed",), lambda v: 0 <= v < 2**32, "config key '{}' must be between 0 and 2**32 - 1; got {}"),
     (("learning_rate", "muon_lr"), lambda v: v > 0, "config keys 'learning_rate' and 'muon_lr' must be > 0"),
     (("val_fraction",), lambda v: 0 < v < 1, "config key '{}' must be between 0 and 1; got {}"),
     (("beta1", "beta2"), lambda v: 0 <= v < 1, "config key '{}' must be in [0, 1); got {}"),
-    (("watch_sentences",), lambda v: all(isinstance(s, str) and s.strip() for s in v),
-     "config key '{}' must be a list of non-empty strings"),
+    (
+        ("watch_sentences",),
+        lambda v: all(isinstance(s, str) and s.strip() for s in v),
+        "config key '{}' must be a list of non-empty strings",
+    ),
 )
 
 
 @dataclass
 class TrainConfig:
     # data
-    dataset: str = _opt("pronouns", f"named corpus ({', '.join(CORPORA)}) or a path to a UTF-8 text file",
-                        group="data")
-    tokenizer: str = _opt("char", "char (characters of the corpus) or gpt2 (GPT-2 BPE, compacted)", TOKENIZERS,
-                          "data")
+    dataset: str = _opt("pronouns", f"named corpus ({', '.join(CORPORA)}) or a path to a UTF-8 text file", group="data")
+    tokenizer: str = _opt("char", "char (characters of the corpus) or gpt2 (GPT-2 BPE, compacted)", TOKENIZERS, "data")
     val_fraction: float = _opt(0.1, "share of the corpus held out for validation (the tail)", group="data")
     data_dir: str = _opt("data/prepared", "where prepared token files are cached", group="data")
-    corpus_sentences: int = _opt(30000, "sentences (lines) generated for a generated corpus: pronouns, induction",
-                                 group="data")
+    corpus_sentences: int = _opt(
+        30000, "sentences (lines) generated for a generated corpus: pronouns, induction", group="data"
+    )
     # model
-    init_from: str = _opt(SCRATCH, "scratch (a new model of the sizes below), resume (the same as --resume), or "
-                          "a model to fine-tune: a Hugging Face GPT-2 name (gpt2, gpt2-medium, gpt2-large, gpt2-xl, "
-                          "distilgpt2), a folder holding a GPT2LMHeadModel, a nanoGPT ckpt.pt or its out_dir, or a "
-                          "gptwatch checkpoint (a new run from its weights). That model decides the model keys and "
-                          "the tokenizer: any given must agree with it; a smaller block_size crops it",
-                          group="model")
-    model: GPTConfig = field(default_factory=GPTConfig)   # its keys: model/config.py
+    init_from: str = _opt(
+        SCRATCH,
+        "scratch (a new model of the sizes below), resume (the same as --resume), or "
+        "a model to fine-tune: a Hugging Face GPT-2 name (gpt2, gpt2-medium, gpt2-large, gpt2-xl, "
+        "distilgpt2), a folder holding a GPT2LMHeadModel, a nanoGPT ckpt.pt or its out_dir, or a "
+        "gptwatch checkpoint (a new run from its weights). That model decides the model keys and "
+        "the tokenizer: any given must agree with it; a smaller block_size crops it",
+        group="model",
+    )
+    model: GPTConfig = field(default_factory=GPTConfig)  # its keys: model/config.py
     # optimisation
-    optimizer: str = _opt("adamw", "adamw, or muon (Muon on hidden matrices, AdamW on the rest)", ("adamw", "muon"),
-                          "optim")
+    optimizer: str = _opt(
+        "adamw", "adamw, or muon (Muon on hidden matrices, AdamW on the rest)", ("adamw", "muon"), "optim"
+    )
     batch_size: int = _opt(12, "sequences per micro-batch (per process)", group="optim")
     grad_accum: int = _opt(1, "micro-batches per optimizer step, summed over all processes", group="optim")
     max_iters: int = _opt(2000, "optimizer steps", group="optim")
@@ -113,35 +156,57 @@ class TrainConfig:
     min_lr: float = _opt(1e-4, "learning-rate floor at the end of the cosine decay", group="optim")
     warmup_iters: int = _opt(100, "steps of linear warm-up", group="optim")
     lr_decay_iters: int = _opt(0, "step where the cosine reaches min_lr (0: max_iters)", group="optim")
-    weight_decay: float = _opt(0.1, "AdamW weight decay, on the matrices AdamW trains: with optimizer = muon, "
-                                    "the blocks' hidden matrices get none", group="optim")
+    weight_decay: float = _opt(
+        0.1,
+        "AdamW weight decay, on the matrices AdamW trains: with optimizer = muon, the blocks' hidden matrices get none",
+        group="optim",
+    )
     beta1: float = _opt(0.9, "AdamW beta1", group="optim")
     beta2: float = _opt(0.99, "AdamW beta2", group="optim")
     grad_clip: float = _opt(1.0, "clip the gradient norm to this (0: off)", group="optim")
     muon_lr: float = _opt(0.02, "Muon learning rate for hidden matrices (optimizer = muon)", group="optim")
     muon_ns_steps: int = _opt(5, "Newton-Schulz iterations that orthogonalise each Muon update", group="optim")
-    muon_dtype: str = _opt("auto", "precision of those iterations; auto: bfloat16 on CUDA and on CPUs with "
-                                   "bfloat16 matmul units (AVX512-BF16, AMX), float32 elsewhere", DTYPES, "optim")
+    muon_dtype: str = _opt(
+        "auto",
+        "precision of those iterations; auto: bfloat16 on CUDA and on CPUs with "
+        "bfloat16 matmul units (AVX512-BF16, AMX), float32 elsewhere",
+        DTYPES,
+        "optim",
+    )
     # evaluation and logging
     eval_interval: int = _opt(250, "steps between evaluations", group="eval")
     eval_iters: int = _opt(20, "batches per split in each evaluation", group="eval")
     log_interval: int = _opt(10, "steps between progress-bar and TensorBoard updates", group="eval")
-    watch_interval: int = _opt(25, "steps between head scores in TensorBoard (head types, probes), a cheap dense "
-                                   "curve of each head (scalars only; 0: only at evaluations)", group="eval")
+    watch_interval: int = _opt(
+        25,
+        "steps between head scores in TensorBoard (head types, probes), a cheap dense "
+        "curve of each head (scalars only; 0: only at evaluations)",
+        group="eval",
+    )
     sample_tokens: int = _opt(200, "tokens in the text sample logged at each evaluation (0: none)", group="eval")
     sample_prompt: str = _opt("\n", "prompt of that sample", group="eval")
     probes: str = _opt("", "JSONL probe file for attention metrics ('' : the corpus's own, if any)", group="eval")
-    agreement: str = _opt("", "JSONL file of single-person contexts for pronoun agreement and head ablation "
-                              "('' : the corpus's own, if any)", group="eval")
-    watch_sentences: list = _opt([], "sentences whose attention heatmaps are logged at each evaluation",
-                                 group="eval")
-    ablation: str = _opt("zero", "how the end-of-run report removes a head: zero (its output becomes 0) or mean "
-                                 "(its mean output over held-out text)", ("zero", "mean"), "eval")
+    agreement: str = _opt(
+        "",
+        "JSONL file of single-person contexts for pronoun agreement and head ablation ('' : the corpus's own, if any)",
+        group="eval",
+    )
+    watch_sentences: list = _opt([], "sentences whose attention heatmaps are logged at each evaluation", group="eval")
+    ablation: str = _opt(
+        "zero",
+        "how the end-of-run report removes a head: zero (its output becomes 0) or mean "
+        "(its mean output over held-out text)",
+        ("zero", "mean"),
+        "eval",
+    )
     # checkpoints and runs
     out_dir: str = _opt("out", "folder for ckpt.pt", group="run")
-    ckpt_interval: int = _opt(0, "also checkpoint every N steps, so a crash or kill -9 loses at most N steps "
-                                 "(0: only at evaluations that improve val loss, on Ctrl-C/SIGTERM, and at the end)",
-                              group="run")
+    ckpt_interval: int = _opt(
+        0,
+        "also checkpoint every N steps, so a crash or kill -9 loses at most N steps "
+        "(0: only at evaluations that improve val loss, on Ctrl-C/SIGTERM, and at the end)",
+        group="run",
+    )
     resume: bool = _opt(False, "continue from out_dir/ckpt.pt", group="run")
     log_dir: str = _opt("runs", "TensorBoard root folder", group="run")
     run_name: str = _opt("", "TensorBoard run name ('' : derived from the config name and time)", group="run")
@@ -156,7 +221,7 @@ class TrainConfig:
     given: ClassVar[frozenset[str]] = frozenset()
 
     def __post_init__(self) -> None:
-        if self.init_from == RESUME:   # nanoGPT's spelling of --resume
+        if self.init_from == RESUME:  # nanoGPT's spelling of --resume
             self.resume = True
         for name, value in self.to_dict(every=True).items():
             _check_value(name, value)
@@ -166,13 +231,17 @@ class TrainConfig:
                     raise UsageError(refusal.format(name, getattr(self, name)))
         problem = inside_name(self.run_name) if self.run_name else None
         if problem is not None:  # TensorBoard writes log_dir/run_name, and nothing outside log_dir
-            raise UsageError(f"config key 'run_name' {problem}: it must name a folder inside log_dir (a subfolder "
-                             f"such as 'a/b' is fine), not '..', '.', an empty part or an absolute path; "
-                             f"got {self.run_name!r}")
+            raise UsageError(
+                f"config key 'run_name' {problem}: it must name a folder inside log_dir (a subfolder "
+                f"such as 'a/b' is fine), not '..', '.', an empty part or an absolute path; "
+                f"got {self.run_name!r}"
+            )
         if self.min_lr > self.learning_rate:  # the cosine "decay" would raise the learning rate
-            raise UsageError(f"config key 'min_lr' ({self.min_lr:g}) is above 'learning_rate' "
-                             f"({self.learning_rate:g}), so the schedule would decay upwards; set --min_lr to at most "
-                             f"the learning rate, e.g. --min_lr={self.learning_rate / 10:g}")
+            raise UsageError(
+                f"config key 'min_lr' ({self.min_lr:g}) is above 'learning_rate' "
+                f"({self.learning_rate:g}), so the schedule would decay upwards; set --min_lr to at most "
+                f"the learning rate, e.g. --min_lr={self.learning_rate / 10:g}"
+            )
 
     @classmethod
     def from_keys(cls, **keys: Any) -> TrainConfig:
@@ -215,8 +284,11 @@ class TrainConfig:
 
 
 # {key: its field} for every key a config sets, in order: the model's (`GPTConfig`'s) where `TrainConfig.model` stands.
-FIELDS = {g.name: g for f in dataclasses.fields(TrainConfig) for g in (
-    [g for g in dataclasses.fields(GPTConfig) if g.name in CONFIG_KEYS] if f.name == "model" else [f])}
+FIELDS = {
+    g.name: g
+    for f in dataclasses.fields(TrainConfig)
+    for g in ([g for g in dataclasses.fields(GPTConfig) if g.name in CONFIG_KEYS] if f.name == "model" else [f])
+}
 _TYPES = {**get_type_hints(TrainConfig), **get_type_hints(GPTConfig)}
 _TYPES = {name: _TYPES[name] for name in FIELDS}
 BOOLEAN_WORDS = dict.fromkeys(("1", "true", "yes", "on"), True) | dict.fromkeys(("0", "false", "no", "off"), False)
@@ -231,12 +303,15 @@ def _check_value(name: str, value: Any) -> None:
     if choices and value not in choices:
         raise UsageError(f"config key '{name}' must be one of {', '.join(choices)}; got {value!r}")
     if isinstance(value, str) and "\x00" in value:
-        raise UsageError(f"config key '{name}' holds a NUL character (\\u0000), which no name or path can hold; "
-                         f"remove it")
+        raise UsageError(
+            f"config key '{name}' holds a NUL character (\\u0000), which no name or path can hold; remove it"
+        )
     problem = utf8_value(value)
     if problem is not None:  # a file name's byte that is not UTF-8: refused before anything is written
-        raise UsageError(f"config key '{name}' {problem}, so no checkpoint or log could record it; rename that file "
-                         f"or folder to a UTF-8 name, or choose another")
+        raise UsageError(
+            f"config key '{name}' {problem}, so no checkpoint or log could record it; rename that file "
+            f"or folder to a UTF-8 name, or choose another"
+        )
 
 
 def _unknown_key(key: str, where: str) -> UsageError:
@@ -271,16 +346,18 @@ def parse_cli_value(key: str, text: str) -> Any:
             return parse_int(text)
         if expected is float:
             return float(text)
-        if expected is list:   # written in TOML
+        if expected is list:  # written in TOML
             return _coerce(key, parse_json(f"v = {text}", tomllib.loads)["v"], where)
     except NotParsed as exc:
-        if expected is not list:   # a whole number too long for any setting
+        if expected is not list:  # a whole number too long for any setting
             raise UsageError(f"config key '{key}' {where} is {exc}; got {quoted(text)}") from None
         # The parser's reason, its columns counted in `text`, not in the "v = " put before it: a list whose string
         # holds an escape TOML refuses is a bad escape, not a bad list.
         why = re.sub(r"\(at line 1, column (\d+)\)", lambda m: f"(at character {int(m[1]) - 4})", str(exc))
-        raise UsageError(f"config key '{key}' on the command line is not valid TOML: {why}; got {quoted(text)}; "
-                         f"write a TOML list of strings, e.g. --{key}='[\"the dog saw it\"]'") from None
+        raise UsageError(
+            f"config key '{key}' on the command line is not valid TOML: {why}; got {quoted(text)}; "
+            f"write a TOML list of strings, e.g. --{key}='[\"the dog saw it\"]'"
+        ) from None
     except ValueError:
         return _raise_type(key, text, where)
     return text
@@ -299,8 +376,9 @@ def read_toml(path: str | Path) -> dict:
     values = {}
     for key, value in raw.items():
         if isinstance(value, dict):
-            raise UsageError(f"config file {path} has a table [{key}]; keys are flat (write `key = value` "
-                             f"at the top level)")
+            raise UsageError(
+                f"config file {path} has a table [{key}]; keys are flat (write `key = value` at the top level)"
+            )
         if key not in FIELDS:
             raise _unknown_key(key, f"in {path}")
         values[key] = _coerce(key, value, f"in {path}")
@@ -322,12 +400,18 @@ def parse_command_line(argv: list[str], bases: str | None = None) -> tuple[str |
     --help with its default and meaning; `bases` says which settings a command line without a config file starts
     from. A value may also follow its key as the next word (`--n_layer 2`), except a boolean's: a bare boolean key
     means true, so `--compile configs/x.toml` keeps the file as the config."""
-    parser = ArgumentParser("train.py", usage="python %(prog)s [CONFIG.toml] [--key=value ...]",
-                            formatter_class=functools.partial(_KeyEqualsDefault, max_help_position=30), description=(
-        "Trains a GPT. " + (f"{bases} " if bases else "")
-        + "Every key below can be set in the TOML file and on the command line, which wins over any base: "
-        "--key=value or --key value, and a boolean as --key=false or a bare --key (true). The values shown are the "
-        "built-in defaults that every CONFIG file starts from."))
+    parser = ArgumentParser(
+        "train.py",
+        usage="python %(prog)s [CONFIG.toml] [--key=value ...]",
+        formatter_class=functools.partial(_KeyEqualsDefault, max_help_position=30),
+        description=(
+            "Trains a GPT. "
+            + (f"{bases} " if bases else "")
+            + "Every key below can be set in the TOML file and on the command line, which wins over any base: "
+            "--key=value or --key value, and a boolean as --key=false or a bare --key (true). The values shown are the "
+            "built-in defaults that every CONFIG file starts from."
+        ),
+    )
     parser.add_argument("config", nargs="*", metavar="CONFIG.toml", help="a flat TOML file of the keys below")
     groups = {}
     for f in FIELDS.values():
@@ -336,8 +420,13 @@ def parse_command_line(argv: list[str], bases: str | None = None) -> tuple[str |
             groups[group] = parser.add_argument_group(group)
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
         # No default here: only what the command line gives may win over the config file.
-        groups[group].add_argument(f"--{f.name}", type=functools.partial(parse_cli_value, f.name),
-                                   default=argparse.SUPPRESS, metavar=repr(default), help=f.metadata["help"])
+        groups[group].add_argument(
+            f"--{f.name}",
+            type=functools.partial(parse_cli_value, f.name),
+            default=argparse.SUPPRESS,
+            metavar=repr(default),
+            help=f.metadata["help"],
+        )
     argv = [f"{arg}=true" if arg.startswith("--") and _TYPES.get(arg[2:]) is bool else arg for arg in argv]
     args, unknown = parser.parse_known_intermixed_args(argv)
     if unknown and unknown[0].startswith("--"):
@@ -358,8 +447,9 @@ def saved_config(values: dict, where: str) -> TrainConfig:
     return TrainConfig.from_keys(**{key: _coerce(key, value, where) for key, value in values.items() if key in FIELDS})
 
 
-def make_config(path: str | Path | None, overrides: dict, base: dict | None = None, *,
-                chosen: bool = True) -> TrainConfig:
+def make_config(
+    path: str | Path | None, overrides: dict, base: dict | None = None, *, chosen: bool = True
+) -> TrainConfig:
     """The built-in defaults, then `base` (settings chosen for a text, `trainer.start`), then the config
     file at `path` (if any), then `overrides`: each wins over the one before, and the result is validated once,
     whichever set each key. The keys of the file count as given by the user (`TrainConfig.given`) when they

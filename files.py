@@ -65,8 +65,9 @@ def read_bytes(path: str | Path, what: str, fix: str, error: type[UserError] = U
     except OSError as exc:
         raise error(f"{cannot('read ' + what, path, exc)}; check its permissions") from None
     except MemoryError:
-        raise error(f"{what} {path} ({path.stat().st_size:,} bytes) does not fit in memory; use a smaller "
-                    f"file") from None
+        raise error(
+            f"{what} {path} ({path.stat().st_size:,} bytes) does not fit in memory; use a smaller file"
+        ) from None
 
 
 def read_text(path: str | Path, what: str, fix: str, error: type[UserError] = UserError) -> str:
@@ -75,27 +76,43 @@ def read_text(path: str | Path, what: str, fix: str, error: type[UserError] = Us
     if b"\x00" in raw:  # no UTF-8 text holds NUL bytes: text in another encoding does, or binary data
         # Text of two or four bytes a character, by its byte-order mark or, without one, by its NUL bytes (every
         # other byte, for the first few hundred characters of Latin text in UTF-16).
-        marks = ((b"\xff\xfe\x00\x00", "UTF-32LE"), (b"\x00\x00\xfe\xff", "UTF-32BE"), (b"\xff\xfe", "UTF-16LE"),
-                 (b"\xfe\xff", "UTF-16BE"))
+        marks = (
+            (b"\xff\xfe\x00\x00", "UTF-32LE"),
+            (b"\x00\x00\xfe\xff", "UTF-32BE"),
+            (b"\xff\xfe", "UTF-16LE"),
+            (b"\xfe\xff", "UTF-16BE"),
+        )
         head = raw[:1024] if len(raw) % 2 == 0 else raw[:1023]
         encoding = next((name for mark, name in marks if raw.startswith(mark)), None) or next(
-            (name for parity, name in ((1, "UTF-16LE"), (0, "UTF-16BE")) if len(head) >= 4
-             and head[parity::2].count(0) == len(head) // 2 and 0 not in head[1 - parity::2]), None)
+            (
+                name
+                for parity, name in ((1, "UTF-16LE"), (0, "UTF-16BE"))
+                if len(head) >= 4 and head[parity::2].count(0) == len(head) // 2 and 0 not in head[1 - parity :: 2]
+            ),
+            None,
+        )
         if encoding is not None:
             converted = Path(path).with_name(f"{Path(path).stem}-utf8.txt")
-            raise error(f"{what} {path} looks like {encoding} text, not UTF-8; convert it, e.g. iconv -f "
-                        f"{encoding} -t UTF-8 {shlex.quote(str(path))} > {shlex.quote(str(converted))}")
-        raise error(f"{what} {path} holds NUL bytes (the first at byte {raw.index(0):,}), so it is binary "
-                    f"data, not text; give a UTF-8 text file")
+            raise error(
+                f"{what} {path} looks like {encoding} text, not UTF-8; convert it, e.g. iconv -f "
+                f"{encoding} -t UTF-8 {shlex.quote(str(path))} > {shlex.quote(str(converted))}"
+            )
+        raise error(
+            f"{what} {path} holds NUL bytes (the first at byte {raw.index(0):,}), so it is binary "
+            f"data, not text; give a UTF-8 text file"
+        )
     try:
-        return raw.decode("utf-8-sig")   # without the byte-order mark some editors write first
+        return raw.decode("utf-8-sig")  # without the byte-order mark some editors write first
     except UnicodeDecodeError as exc:
-        raise error(f"{what} {path} is not UTF-8 (bad byte at offset {exc.start}); save it as UTF-8, e.g. "
-                    f"`iconv -f latin1 -t utf-8`") from None
+        raise error(
+            f"{what} {path} is not UTF-8 (bad byte at offset {exc.start}); save it as UTF-8, e.g. "
+            f"`iconv -f latin1 -t utf-8`"
+        ) from None
 
 
-def clear_for_file(path: str | Path, what: str, fix: str, error: type[UserError] = UserError, *,
-                   follow_links: bool = True) -> Path:
+def clear_for_file(
+    path: str | Path, what: str, fix: str, error: type[UserError] = UserError, *, follow_links: bool = True
+) -> Path:
     """`path`, once nothing but a file, a link (`replace_file` replaces it) or nothing stands there: a folder or a
     pipe in its place is `error` now, not a failure halfway."""
     path = Path(path)
@@ -119,6 +136,7 @@ def writable_folder(folder: str | Path, key: str) -> Path:
 
 # --- writing a file whole: never through a link, never half -------------------------------------------
 
+
 def _fresh(path: Path, make: Callable[[Path], object]):
     """`make(name)` for a new name `.{name}.tmp-{pid}-{random}` beside `path`, until one is free: the pid lets
     `remove_dead_leftovers` delete it once this process has ended; the random part keeps anyone from planting
@@ -140,7 +158,7 @@ def fresh_file(path: str | Path) -> tuple[int, Path]:
 
 
 def fresh_folder(path: str | Path) -> Path:
-    return _fresh(Path(path), lambda tmp: tmp.mkdir(0o777))[1]   # mkdir never follows a link
+    return _fresh(Path(path), lambda tmp: tmp.mkdir(0o777))[1]  # mkdir never follows a link
 
 
 class _RecordingFile:
@@ -162,8 +180,9 @@ class _RecordingFile:
         return getattr(self.fh, name)
 
 
-def replace_file(path: str | Path, write: Callable[[BinaryIO], object],
-                 before_replace: Callable[[], object] | None = None) -> Path:
+def replace_file(
+    path: str | Path, write: Callable[[BinaryIO], object], before_replace: Callable[[], object] | None = None
+) -> Path:
     """Writes `path` as a whole new file: `write(fh)` fills a `fresh_file`, renamed over `path` once on disk. An
     error (or an interrupt) leaves `path` as it was and no temporary file; a failed write is raised as its OSError."""
     path = Path(path)
@@ -327,6 +346,7 @@ def remove_dead_leftovers(path: str | Path) -> None:
 
 # --- names --------------------------------------------------------------------------------------------------
 
+
 def inside_name(name: str) -> str | None:
     """What keeps `name` from naming a place inside a folder (a run name under log_dir), in words; None when none."""
     if name.startswith(("/", "\\")) or os.path.isabs(name) or PureWindowsPath(name).drive:
@@ -361,6 +381,7 @@ def utf8_value(value: object) -> str | None:
 
 
 # --- parsing what users and disks hand us ------------------------------------------------------------------
+
 
 class NotParsed(ValueError):
     """JSON, TOML or a number that cannot be read; str() says why, in a few words."""

@@ -1,20 +1,20 @@
 """Sample text from a checkpoint, or look inside it.
 
-    python sample.py --out_dir=out --prompt "The dog" [--num_samples=3 --max_new_tokens=200 ...]
-    python sample.py --out_dir=out --prompt @prompt.txt
-    python sample.py --out_dir=out --attention "The dog fetched the ball and she was happy" [--html page.html]
-    python sample.py --out_dir=out --probes probes.jsonl [--ablate L1H2] [--json]
-    python sample.py --out_dir=out --heads [--text FILE] [--ablate L1H2] [--ablation=mean] [--json]
-    python sample.py --out_dir=out --export tl model.tl.pt    # TransformerLens; both need requirements-interop.txt
-    python sample.py --out_dir=out --export hf model-hf       # Hugging Face transformers
-    python sample.py --init_from=gpt2 --heads [--text FILE]  # a model trained elsewhere, in every mode above
+python sample.py --out_dir=out --prompt "The dog" [--num_samples=3 --max_new_tokens=200 ...]
+python sample.py --out_dir=out --prompt @prompt.txt
+python sample.py --out_dir=out --attention "The dog fetched the ball and she was happy" [--html page.html]
+python sample.py --out_dir=out --probes probes.jsonl [--ablate L1H2] [--json]
+python sample.py --out_dir=out --heads [--text FILE] [--ablate L1H2] [--ablation=mean] [--json]
+python sample.py --out_dir=out --export tl model.tl.pt    # TransformerLens; both need requirements-interop.txt
+python sample.py --out_dir=out --export hf model-hf       # Hugging Face transformers
+python sample.py --init_from=gpt2 --heads [--text FILE]  # a model trained elsewhere, in every mode above
 """
 
 from __future__ import annotations
 
 import cli
 
-if __name__ == "__main__":   # before the imports below, so a Ctrl-C while torch loads is one line
+if __name__ == "__main__":  # before the imports below, so a Ctrl-C while torch loads is one line
     cli.report_interrupts_while_starting()
 
 # isort: split
@@ -39,49 +39,89 @@ from model.ablation import Ablation
 def build_parser() -> argparse.ArgumentParser:
     p = ArgumentParser("sample.py", description="Sample from a trained checkpoint, or inspect its attention.")
     p.add_argument("--out_dir", default=None, help="folder holding ckpt.pt (or the path of a .pt file) (default: out)")
-    p.add_argument("--init_from", metavar="SOURCE", default=None,
-                   help="a model trained elsewhere, instead of --out_dir: a Hugging Face GPT-2-family name (gpt2, "
-                        "gpt2-medium, gpt2-large, gpt2-xl, distilgpt2), a folder holding its config.json and "
-                        "model.safetensors, or a nanoGPT ckpt.pt (or its out_dir)")
+    p.add_argument(
+        "--init_from",
+        metavar="SOURCE",
+        default=None,
+        help="a model trained elsewhere, instead of --out_dir: a Hugging Face GPT-2-family name (gpt2, "
+        "gpt2-medium, gpt2-large, gpt2-xl, distilgpt2), a folder holding its config.json and "
+        "model.safetensors, or a nanoGPT ckpt.pt (or its out_dir)",
+    )
     p.add_argument("--prompt", default="\n", help="text to continue (default: a newline); @FILE reads it from a file")
     p.add_argument("--num_samples", type=int, default=1, help="how many samples (default: %(default)s)")
-    p.add_argument("--max_new_tokens", type=int, default=200,
-                   help="tokens to generate per sample (default: %(default)s)")
-    p.add_argument("--temperature", type=float, default=0.8,
-                   help="0 is greedy; higher is more random (default: %(default)s)")
+    p.add_argument(
+        "--max_new_tokens", type=int, default=200, help="tokens to generate per sample (default: %(default)s)"
+    )
+    p.add_argument(
+        "--temperature", type=float, default=0.8, help="0 is greedy; higher is more random (default: %(default)s)"
+    )
     p.add_argument("--top_k", type=int, default=None, help="sample only from the k most likely tokens")
     p.add_argument("--top_p", type=float, default=None, help="sample from the smallest set with this much probability")
     p.add_argument("--seed", type=int, default=1337, help="random seed (default: %(default)s)")
     p.add_argument("--device", default="auto", help=", ".join(DEVICES) + " (or cuda:N) (default: %(default)s)")
-    p.add_argument("--no_cache", action="store_true",
-                   help="recompute the whole context for every token (default: %(default)s)")
+    p.add_argument(
+        "--no_cache", action="store_true", help="recompute the whole context for every token (default: %(default)s)"
+    )
     look = p.add_argument_group("looking inside")
     look.add_argument("--attention", metavar="TEXT", help="heatmaps of TEXT's attention (PNG and TensorBoard)")
-    look.add_argument("--query", default=None,
-                      help="token whose attention --attention prints: a word or a position (default: last pronoun)")
-    look.add_argument("--png_dir", default=None, help="where --attention writes PNGs (default: OUT_DIR/attention; for "
-                                                      "a model from --init_from, out/KIND-NAME/attention)")
-    look.add_argument("--html", metavar="FILE.html", default=None,
-                      help="with --attention: write an offline attention page (one HTML file) instead of PNGs")
+    look.add_argument(
+        "--query",
+        default=None,
+        help="token whose attention --attention prints: a word or a position (default: last pronoun)",
+    )
+    look.add_argument(
+        "--png_dir",
+        default=None,
+        help="where --attention writes PNGs (default: OUT_DIR/attention; for "
+        "a model from --init_from, out/KIND-NAME/attention)",
+    )
+    look.add_argument(
+        "--html",
+        metavar="FILE.html",
+        default=None,
+        help="with --attention: write an offline attention page (one HTML file) instead of PNGs",
+    )
     look.add_argument("--probes", metavar="FILE.jsonl", help="print the head table for a probe file")
-    look.add_argument("--heads", action="store_true",
-                      help="what kind of head each head became (previous-token, induction, ...), against the "
-                           "untrained model, and what removing them costs (default: %(default)s)")
-    look.add_argument("--text", metavar="FILE", default=None,
-                      help="with --heads: held-out text to score on (default: the run's val split, if its prepared "
-                           "data is still here)")
-    look.add_argument("--ablation", choices=("zero", "mean"), default="zero",
-                      help="with --heads: how a head is removed, its output set to 0 or to its mean over held-out "
-                           "text (default: %(default)s)")
-    look.add_argument("--ablate", metavar="LlHh", action="append", default=[],
-                      help="zero this head's output (repeatable), e.g. L1H2 (default: %(default)s)")
-    look.add_argument("--json", action="store_true",
-                      help="print machine-readable JSON instead of tables (default: %(default)s)")
+    look.add_argument(
+        "--heads",
+        action="store_true",
+        help="what kind of head each head became (previous-token, induction, ...), against the "
+        "untrained model, and what removing them costs (default: %(default)s)",
+    )
+    look.add_argument(
+        "--text",
+        metavar="FILE",
+        default=None,
+        help="with --heads: held-out text to score on (default: the run's val split, if its prepared "
+        "data is still here)",
+    )
+    look.add_argument(
+        "--ablation",
+        choices=("zero", "mean"),
+        default="zero",
+        help="with --heads: how a head is removed, its output set to 0 or to its mean over held-out "
+        "text (default: %(default)s)",
+    )
+    look.add_argument(
+        "--ablate",
+        metavar="LlHh",
+        action="append",
+        default=[],
+        help="zero this head's output (repeatable), e.g. L1H2 (default: %(default)s)",
+    )
+    look.add_argument(
+        "--json", action="store_true", help="print machine-readable JSON instead of tables (default: %(default)s)"
+    )
     out = p.add_argument_group("carrying a model out (pip install -r requirements-interop.txt)")
-    out.add_argument("--export", nargs=2, metavar=("TARGET", "PATH"), default=None,
-                     help="write the model for another library, computing the same function: 'tl FILE' for "
-                          "TransformerLens (a HookedTransformer's config and state dict), 'hf FOLDER' for Hugging Face "
-                          "transformers (a save_pretrained folder with a tokenizer giving this model's token ids)")
+    out.add_argument(
+        "--export",
+        nargs=2,
+        metavar=("TARGET", "PATH"),
+        default=None,
+        help="write the model for another library, computing the same function: 'tl FILE' for "
+        "TransformerLens (a HookedTransformer's config and state dict), 'hf FOLDER' for Hugging Face "
+        "transformers (a save_pretrained folder with a tokenizer giving this model's token ids)",
+    )
     return p
 
 
@@ -90,50 +130,70 @@ SAMPLING_OPTIONS = ("prompt", "num_samples", "max_new_tokens", "temperature", "t
 # (options, the modes they apply to, what to say when one is given in another mode)
 MODE_RULES = (
     (SAMPLING_OPTIONS, ("sample",), "--{name} applies to sampling text, which --{mode} does not do; drop --{name}"),
-    (("device", "ablate"), ("sample", "attention", "probes", "heads"),
-     "--{name} does not apply to --export, which converts the whole model on the CPU; drop --{name}"),
+    (
+        ("device", "ablate"),
+        ("sample", "attention", "probes", "heads"),
+        "--{name} does not apply to --export, which converts the whole model on the CPU; drop --{name}",
+    ),
     (("query", "png_dir"), ("attention",), "--{name} applies only to --attention; drop it, or add --attention TEXT"),
-    (("html",), ("attention",), "--html needs --attention TEXT, the sentence to show, e.g. "
-                                "--attention \"The dog saw the ball and it\" --html page.html"),
-    (("json",), ("attention", "probes", "heads"),
-     "--json applies only to --attention, --probes and --heads; drop it, or add one of them"),
+    (
+        ("html",),
+        ("attention",),
+        "--html needs --attention TEXT, the sentence to show, e.g. "
+        '--attention "The dog saw the ball and it" --html page.html',
+    ),
+    (
+        ("json",),
+        ("attention", "probes", "heads"),
+        "--json applies only to --attention, --probes and --heads; drop it, or add one of them",
+    ),
     (("text", "ablation"), ("heads",), "--{name} applies only to --heads; drop it, or add --heads"),
 )
 
 
 def check_mode(args: argparse.Namespace, parser: argparse.ArgumentParser) -> str:
-    """"sample" or one of LOOKS; a UsageError for an option that this mode would ignore."""
+    """ "sample" or one of LOOKS; a UsageError for an option that this mode would ignore."""
     looks = [name for name in LOOKS if getattr(args, name) not in (None, False)]
     if len(looks) > 1:
         what = "things to do with" if "export" in looks else "looks inside"
-        raise UsageError(f"--{looks[0]} and --{looks[1]} are two different {what} a checkpoint; give one of "
-                         f"them per command")
+        raise UsageError(
+            f"--{looks[0]} and --{looks[1]} are two different {what} a checkpoint; give one of them per command"
+        )
     mode = looks[0] if looks else "sample"
     if mode == "export" and args.export[0] not in TARGETS:
-        raise UsageError(f"--export {args.export[0]}: unknown target; give tl (TransformerLens) or hf (Hugging Face), "
-                         f"e.g. --export tl model.tl.pt")
+        raise UsageError(
+            f"--export {args.export[0]}: unknown target; give tl (TransformerLens) or hf (Hugging Face), "
+            f"e.g. --export tl model.tl.pt"
+        )
     for names, modes, message in MODE_RULES:
         for name in names:
             if mode not in modes and getattr(args, name) != parser.get_default(name):
                 raise UsageError(message.format(name=name, mode=mode))
     if args.png_dir is not None and args.html is not None:
-        raise UsageError("--png_dir is where --attention writes PNGs, which --html replaces by one page; "
-                         "drop one of them")
+        raise UsageError(
+            "--png_dir is where --attention writes PNGs, which --html replaces by one page; drop one of them"
+        )
     if args.out_dir is not None and args.init_from is not None:
-        raise UsageError("--out_dir and --init_from both name the model to read; give one of them (--out_dir: a "
-                         "checkpoint train.py wrote; --init_from: a model trained elsewhere, such as gpt2)")
+        raise UsageError(
+            "--out_dir and --init_from both name the model to read; give one of them (--out_dir: a "
+            "checkpoint train.py wrote; --init_from: a model trained elsewhere, such as gpt2)"
+        )
     return mode
 
 
 def validate(args: argparse.Namespace, vocab_size: int) -> None:
     for name, ok, rule in (
-            ("max_new_tokens", args.max_new_tokens > 0, "must be positive"),
-            ("seed", 0 <= args.seed < 2**32, "must be between 0 and 2**32 - 1"),  # as train.py accepts
-            ("num_samples", args.num_samples > 0, "must be positive"),
-            ("temperature", 0 <= args.temperature < math.inf, "must be a number >= 0 (0 is greedy)"),  # refuses nan
-            ("top_k", args.top_k is None or 0 < args.top_k <= vocab_size,
-             f"must be between 1 and the vocabulary size {vocab_size}"),
-            ("top_p", args.top_p is None or 0 < args.top_p <= 1, "must be in (0, 1]")):
+        ("max_new_tokens", args.max_new_tokens > 0, "must be positive"),
+        ("seed", 0 <= args.seed < 2**32, "must be between 0 and 2**32 - 1"),  # as train.py accepts
+        ("num_samples", args.num_samples > 0, "must be positive"),
+        ("temperature", 0 <= args.temperature < math.inf, "must be a number >= 0 (0 is greedy)"),  # refuses nan
+        (
+            "top_k",
+            args.top_k is None or 0 < args.top_k <= vocab_size,
+            f"must be between 1 and the vocabulary size {vocab_size}",
+        ),
+        ("top_p", args.top_p is None or 0 < args.top_p <= 1, "must be in (0, 1]"),
+    ):
         if not ok:
             raise UsageError(f"--{name} {rule}, got {getattr(args, name)}")
 
@@ -146,7 +206,7 @@ def prompt_ids(tokenizer, args: argparse.Namespace, parser: argparse.ArgumentPar
     if prompt.startswith("@"):
         prompt = read_text(prompt[1:], "prompt file", "give --prompt @PATH of a text file", UsageError)
     if prompt == "":
-        raise UsageError("the prompt is empty; give at least one character, e.g. --prompt \"The\"")
+        raise UsageError('the prompt is empty; give at least one character, e.g. --prompt "The"')
     try:
         return tokenizer.encode(prompt)
     except TokenizerError:
@@ -155,22 +215,32 @@ def prompt_ids(tokenizer, args: argparse.Namespace, parser: argparse.ArgumentPar
     eot = getattr(tokenizer, "eot_id", None)
     ids = [eot] if eot is not None else tokenizer.encode(" " if " " in tokenizer.chars else tokenizer.chars[0])
     shown = "end-of-text" if eot is not None else repr(tokenizer.decode(ids))
-    warn(f"no --prompt given, and this model never saw a newline (the default prompt); starting from {shown} "
-         f"instead: give --prompt TEXT to choose")
+    warn(
+        f"no --prompt given, and this model never saw a newline (the default prompt); starting from {shown} "
+        f"instead: give --prompt TEXT to choose"
+    )
     return ids
 
 
-def stream_samples(model, tokenizer, ids: list[int], args: argparse.Namespace, device: torch.device,
-                   ablate: Ablation | None = None) -> None:
+def stream_samples(
+    model, tokenizer, ids: list[int], args: argparse.Namespace, device: torch.device, ablate: Ablation | None = None
+) -> None:
     """Prints each sample as it is generated. Only the new tokens are decoded (a long prompt is decoded once),
     and they are held back while they end inside a character: BPE pieces can split one across tokens."""
     generator = torch.Generator(device=device).manual_seed(args.seed)
     for n in range(args.num_samples):
         sys.stdout.write(tokenizer.decode(ids))
         pending: list[int] = []  # generated tokens not printed yet
-        stream = model.generate_stream(torch.tensor([ids], device=device), args.max_new_tokens,
-                                       temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-                                       generator=generator, use_cache=not args.no_cache, ablate=ablate or None)
+        stream = model.generate_stream(
+            torch.tensor([ids], device=device),
+            args.max_new_tokens,
+            temperature=args.temperature,
+            top_k=args.top_k,
+            top_p=args.top_p,
+            generator=generator,
+            use_cache=not args.no_cache,
+            ablate=ablate or None,
+        )
         for token in stream:
             pending.append(int(token[0, 0]))
             text = tokenizer.decode(pending)

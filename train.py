@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import cli
 
-if __name__ == "__main__":   # before the imports below, so a Ctrl-C while torch loads is one line
+if __name__ == "__main__":  # before the imports below, so a Ctrl-C while torch loads is one line
     cli.report_interrupts_while_starting()
 
 # isort: split
@@ -43,10 +43,12 @@ from trainer.trainer import Callback, Evaluation, FitResult, StepResult, Trainer
 from watch.capture import evaluating
 
 TENSORBOARD = "tensorboard --logdir {} --samples_per_plugin=images=200,text=200"
-BASES = ("With no CONFIG.toml: configs/pronouns.toml (the demo), unless --dataset names real text (a file, or "
-         "shakespeare, tinystories, tinystories_lower): then settings chosen for that text, scaled to its size and to "
-         "a few minutes on a laptop CPU, and printed in one line at the start (resumed: the model's shape and "
-         "tokenizer from the checkpoint). With a CONFIG.toml, that file alone.")
+BASES = (
+    "With no CONFIG.toml: configs/pronouns.toml (the demo), unless --dataset names real text (a file, or "
+    "shakespeare, tinystories, tinystories_lower): then settings chosen for that text, scaled to its size and to "
+    "a few minutes on a laptop CPU, and printed in one line at the start (resumed: the model's shape and "
+    "tokenizer from the checkpoint). With a CONFIG.toml, that file alone."
+)
 
 
 def main(argv: list[str]) -> int:
@@ -69,45 +71,63 @@ def main(argv: list[str]) -> int:
         runtime.teardown(rt)
 
 
-def train(cfg: TrainConfig, start: Settings, rt: runtime.Runtime, argv: list[str],
-          lock: runtime.RunLock | None = None) -> int:
+def train(
+    cfg: TrainConfig, start: Settings, rt: runtime.Runtime, argv: list[str], lock: runtime.RunLock | None = None
+) -> int:
     """Trains as `cfg` asks, from `start`'s settings; `lock` holds out_dir (rank 0), checked before every save."""
     from data.corpora import corpus_of
     from watch.callback import AttentionWatch
     from watch.tensorboard import TensorBoardWriter
 
     with runtime.out_of_memory(cfg):
-        trainer = Trainer.from_config(cfg, rt, config_name=start.name, checkpoint=start.checkpoint,
-                                      guard=lock.check if lock is not None else None)
+        trainer = Trainer.from_config(
+            cfg, rt, config_name=start.name, checkpoint=start.checkpoint, guard=lock.check if lock is not None else None
+        )
         if trainer.state.step >= cfg.max_iters:
-            print(f"checkpoint is already at step {trainer.state.step} >= max_iters={cfg.max_iters}; "
-                  f"raise --max_iters to train further")
+            print(
+                f"checkpoint is already at step {trainer.state.step} >= max_iters={cfg.max_iters}; "
+                f"raise --max_iters to train further"
+            )
             return 0
-        if not rt.is_main:   # the others train silently
+        if not rt.is_main:  # the others train silently
             result = trainer.fit()
             return 0 if result.completed else 128 + result.stopped_by
         # One run per TensorBoard run folder too (unless it is out_dir itself, locked already). A lock there left
         # by a killed run is taken over quietly: the out_dir lock it left says so already.
         folder = Path(cfg.log_dir) / trainer.state.run_name
         same = lock is not None and folder.resolve() == Path(cfg.out_dir).resolve()
-        with runtime.RunLock(folder, key="log_dir", what="the TensorBoard run", option="--run_name",
-                             say_takeover=False) if not same else nullcontext():
+        with (
+            runtime.RunLock(folder, key="log_dir", what="the TensorBoard run", option="--run_name", say_takeover=False)
+            if not same
+            else nullcontext()
+        ):
             print("TensorBoard: " + TENSORBOARD.format(shlex.quote(cfg.log_dir)))
-            writer = TensorBoardWriter(folder)   # its lock checked it writable
+            writer = TensorBoardWriter(folder)  # its lock checked it writable
             try:
-                corpus = corpus_of(cfg.dataset)   # probe files: --probes/--agreement, or the corpus's own
+                corpus = corpus_of(cfg.dataset)  # probe files: --probes/--agreement, or the corpus's own
                 probes = cfg.probes or trainer.data.probes_path or (corpus and corpus.probes_path) or None
                 agreement = cfg.agreement or (corpus and corpus.agreement_path) or None
-                watch = AttentionWatch(writer, cfg.watch_sentences, probes, agreement,
-                                       page=Path(cfg.out_dir) / "attention.html", ablation=cfg.ablation)
+                watch = AttentionWatch(
+                    writer,
+                    cfg.watch_sentences,
+                    probes,
+                    agreement,
+                    page=Path(cfg.out_dir) / "attention.html",
+                    ablation=cfg.ablation,
+                )
                 trainer.callbacks = [
-                    TrainingLog(writer), TextSample(writer, trainer.tokenizer, cfg.sample_prompt, cfg.sample_tokens,
-                                                    cfg.seed), watch]
+                    TrainingLog(writer),
+                    TextSample(writer, trainer.tokenizer, cfg.sample_prompt, cfg.sample_tokens, cfg.seed),
+                    watch,
+                ]
                 result = trainer.fit()
                 # the trainer's settings: a fine-tune's model keys are its model's
                 hparams = {k: v for k, v in trainer.cfg.to_dict().items() if isinstance(v, (int, float, str, bool))}
-                metrics = {"hparam/best_val_loss": result.best_val_loss, "hparam/wall_seconds": result.seconds,
-                           **result.metrics}
+                metrics = {
+                    "hparam/best_val_loss": result.best_val_loss,
+                    "hparam/wall_seconds": result.seconds,
+                    **result.metrics,
+                }
                 if result.evaluations:
                     metrics["hparam/final_train_loss"] = result.evaluations[-1].train_loss
                 writer.add_hparams(hparams, metrics)
@@ -123,8 +143,10 @@ def report_end(cfg: TrainConfig, result: FitResult, argv: list[str], prompt: str
     if not result.completed:
         name = signal.Signals(result.stopped_by).name
         given = [a for a in argv if a.split("=")[0] != "--resume"]
-        print(f"\n{name}: saved step {result.step} to {Path(cfg.out_dir) / 'ckpt.pt'}; resume with: "
-              f"{shlex.join(['python', 'train.py', *given, '--resume'])}")
+        print(
+            f"\n{name}: saved step {result.step} to {Path(cfg.out_dir) / 'ckpt.pt'}; resume with: "
+            f"{shlex.join(['python', 'train.py', *given, '--resume'])}"
+        )
     print("open TensorBoard: " + TENSORBOARD.format(shlex.quote(cfg.log_dir)))
     for what, path in result.files.items():
         print(f"{what}: {path} (open it in a browser; it needs no network)")
@@ -138,9 +160,9 @@ def sample_prompt(watched: list[str], tokenizer: Tokenizer) -> str | None:
     from watch.probesets import PRONOUN_WORD
 
     for text in watched:
-        pronouns = [m for m in PRONOUN_WORD.finditer(text) if len(text[:m.start()].split()) >= 2]
+        pronouns = [m for m in PRONOUN_WORD.finditer(text) if len(text[: m.start()].split()) >= 2]
         words = text.split()
-        prompt = text[:pronouns[-1].end()] if pronouns else " ".join(words[:max(1, len(words) // 2)])
+        prompt = text[: pronouns[-1].end()] if pronouns else " ".join(words[: max(1, len(words) // 2)])
         try:
             if tokenizer.encode(prompt):
                 return prompt
@@ -150,6 +172,7 @@ def sample_prompt(watched: list[str], tokenizer: Tokenizer) -> str | None:
 
 
 # --- what a run shows ---------------------------------------------------------------------------------------
+
 
 class TrainingLog(Callback):
     """The terminal and TensorBoard's Scalars: the model and device at the start, a progress bar
@@ -166,14 +189,24 @@ class TrainingLog(Callback):
     def on_fit_start(self, trainer: Trainer) -> None:
         cfg, rt, m = trainer.cfg, trainer.runtime, trainer.model.config
         # Parameters without the positions, as GPT-2 counts its own.
-        print(f"model: {parameter_count(m, positions=False) / 1e6:.2f}M parameters ({m.options()}, {m.n_layer} layers "
-              f"x {m.n_head} heads x {m.n_embd} dims, block {cfg.model.block_size}); vocabulary {m.vocab_size}")
+        print(
+            f"model: {parameter_count(m, positions=False) / 1e6:.2f}M parameters ({m.options()}, {m.n_layer} layers "
+            f"x {m.n_head} heads x {m.n_embd} dims, block {cfg.model.block_size}); vocabulary {m.vocab_size}"
+        )
         processes = f" x {rt.world_size} processes" if rt.distributed else ""
-        print(f"device: {rt.device}{processes}, {trainer.tokens_per_step:,} tokens per step, "
-              f"{torch.get_num_threads()} CPU threads")
+        print(
+            f"device: {rt.device}{processes}, {trainer.tokens_per_step:,} tokens per step, "
+            f"{torch.get_num_threads()} CPU threads"
+        )
         # The bar goes to stdout with the other progress lines, so stderr carries only problems.
-        self.bar = tqdm(total=cfg.max_iters, initial=trainer.state.step, dynamic_ncols=True, desc="train",
-                        mininterval=0.5, file=sys.stdout)
+        self.bar = tqdm(
+            total=cfg.max_iters,
+            initial=trainer.state.step,
+            dynamic_ncols=True,
+            desc="train",
+            mininterval=0.5,
+            file=sys.stdout,
+        )
         self._last_log, self._tokens_since_log = time.perf_counter(), 0
 
     def on_step(self, trainer: Trainer, result: StepResult) -> None:
@@ -206,8 +239,10 @@ class TrainingLog(Callback):
             print(f"parameters identical on all {trainer.runtime.world_size} processes: {result.ranks_agree}")
         tokens_per_sec = result.steps * trainer.tokens_per_step / max(result.seconds, 1e-9)
         where = trainer.checkpoints.path if trainer.checkpoints is not None else "(not saved)"
-        print(f"done: {result.steps} steps in {result.seconds:.1f} s ({tokens_per_sec:,.0f} tokens/s overall), "
-              f"best val loss {result.best_val_loss:.4f}, checkpoint {where}")
+        print(
+            f"done: {result.steps} steps in {result.seconds:.1f} s ({tokens_per_sec:,.0f} tokens/s overall), "
+            f"best val loss {result.best_val_loss:.4f}, checkpoint {where}"
+        )
 
     def on_exit(self, trainer: Trainer) -> None:
         if self.bar is not None:
@@ -235,14 +270,19 @@ class TextSample(Callback):
                 warn("no text sample will be logged: sample_prompt is empty; set --sample_prompt to some text")
 
     def on_evaluate(self, trainer: Trainer, evaluation: Evaluation) -> None:
-        if not self.prompt_ids:   # none asked for, or none that can be encoded
+        if not self.prompt_ids:  # none asked for, or none that can be encoded
             return
         model = trainer.model
         device = next(model.parameters()).device
         generator = torch.Generator(device=device).manual_seed(self.seed)
         with evaluating(model):
-            out = model.generate(torch.tensor([self.prompt_ids], device=device), self.max_new_tokens,
-                                 temperature=0.8, top_k=200, generator=generator)
+            out = model.generate(
+                torch.tensor([self.prompt_ids], device=device),
+                self.max_new_tokens,
+                temperature=0.8,
+                top_k=200,
+                generator=generator,
+            )
         # A code block keeps the text as generated (Markdown would join its lines), and shows any markup in it.
         self.writer.add_text("sample", markdown_literal(self.tokenizer.decode(out[0].tolist())), evaluation.step)
 

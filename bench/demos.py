@@ -32,9 +32,9 @@ from bench.report import figure, table  # noqa: E402
 from bench.run import FULL, train_nanogpt  # noqa: E402
 
 DEMOS = {"default": [], "induction": ["configs/induction.toml"]}
-GOALS = {"default": (12.0, 0.15), "induction": (60.0, 0.73)}   # whole-process seconds, and x nanoGPT's recipe
+GOALS = {"default": (12.0, 0.15), "induction": (60.0, 0.73)}  # whole-process seconds, and x nanoGPT's recipe
 SENTENCE, REFERENT, DISTRACTOR = "The dog fetched the ball and she was happy", "dog", "ball"
-PHASE_GAIN = 1.0   # nats/token: the in-context gain's first watch point at or above it marks the phase change
+PHASE_GAIN = 1.0  # nats/token: the in-context gain's first watch point at or above it marks the phase change
 DEFAULT_SEED = 1337
 RESULTS_JSON, RESULTS_MD = BENCH / "demos.json", BENCH / "DEMOS.md"
 
@@ -44,15 +44,27 @@ def run_demo(demo: str, seed: int) -> dict:
     out_dir, log_dir = SCRATCH / name, SCRATCH / "runs"
     shutil.rmtree(out_dir, ignore_errors=True)
     shutil.rmtree(log_dir / name, ignore_errors=True)
-    command = [sys.executable, "train.py", *DEMOS[demo], *([f"--seed={seed}"] if seed != DEFAULT_SEED else []),
-               f"--out_dir={out_dir}", f"--log_dir={log_dir}", f"--run_name={name}"]
+    command = [
+        sys.executable,
+        "train.py",
+        *DEMOS[demo],
+        *([f"--seed={seed}"] if seed != DEFAULT_SEED else []),
+        f"--out_dir={out_dir}",
+        f"--log_dir={log_dir}",
+        f"--run_name={name}",
+    ]
     run = run_child(command, label=name, echo=lambda line: False)
     result = {"command": shlex.join(["python", *command[1:]]), "wall_s": run.wall_s, "max_rss_mb": run.max_rss_mb}
     if run.returncode != 0:
-        return {**result, "error": f"train.py exited with status {run.returncode}: "
-                                   f"{run.lines[-1][1] if run.lines else ''}"}
-    floors = run_worker("demo_floors", {"ckpt": str(out_dir / "ckpt.pt"), "demo": demo, "sentence": SENTENCE,
-                                        "words": [REFERENT, DISTRACTOR]}, f"floors {name}")
+        return {
+            **result,
+            "error": f"train.py exited with status {run.returncode}: {run.lines[-1][1] if run.lines else ''}",
+        }
+    floors = run_worker(
+        "demo_floors",
+        {"ckpt": str(out_dir / "ckpt.pt"), "demo": demo, "sentence": SENTENCE, "words": [REFERENT, DISTRACTOR]},
+        f"floors {name}",
+    )
     floors.pop("max_rss_mb", None)
     floors.pop("process_wall_s", None)
     return {**result, **floors, **watched(log_dir / name, run.started_at)}
@@ -66,8 +78,11 @@ def watched(run_dir: Path, started_at: float) -> dict:
     events = EventAccumulator(str(run_dir), size_guidance={"scalars": 0}).Reload()
     gains = events.Scalars("heads/in_context_gain") if "heads/in_context_gain" in events.Tags()["scalars"] else []
     phase = next((e for e in gains if e.value >= PHASE_GAIN), None)
-    return {"watch_points": len(gains), "phase_step": phase.step if phase else None,
-            "phase_s": phase.wall_time - started_at if phase else None}
+    return {
+        "watch_points": len(gains),
+        "phase_step": phase.step if phase else None,
+        "phase_s": phase.wall_time - started_at if phase else None,
+    }
 
 
 def summarise(raw: dict) -> dict:
@@ -77,53 +92,108 @@ def summarise(raw: dict) -> dict:
         if demo == "nanogpt":
             continue
         good = [r for r in runs if "error" not in r]
-        ratios = [r["wall_s"] / n["wall_s"] for r, n in zip(runs, nano, strict=False)
-                  if "error" not in r and "error" not in n]
-        out[f"{demo}:{seed}"] = {**(good[-1] if good else runs[-1]), "wall_s": spread([r["wall_s"] for r in good]),
-                                 "x_nanogpt": spread(ratios), "repeats": len(runs), "failed": len(runs) - len(good)}
+        ratios = [
+            r["wall_s"] / n["wall_s"] for r, n in zip(runs, nano, strict=False) if "error" not in r and "error" not in n
+        ]
+        out[f"{demo}:{seed}"] = {
+            **(good[-1] if good else runs[-1]),
+            "wall_s": spread([r["wall_s"] for r in good]),
+            "x_nanogpt": spread(ratios),
+            "repeats": len(runs),
+            "failed": len(runs) - len(good),
+        }
     return out
 
 
 def render(doc: dict) -> str:
     results = doc["results"]
-    lines = ["# The demos, timed beside nanoGPT's recipe", "",
-             f"Written by `bench/demos.py` from `bench/demos.json`. From `{doc['command']}` on "
-             f"{doc['machine']['cpu']} ({doc['machine']['cores']} cores), {doc['machine']['date']}, commit "
-             f"{doc['machine'].get('commit') or '-'}; load average at start "
-             f"{' / '.join(str(x) for x in doc['machine']['load_avg_start'] or [])}.", "",
-             f"nanoGPT's CPU recipe, whole process: {figure(results['nanogpt_recipe_wall_s'])} s.", ""]
-    default = [[seed, figure(r["wall_s"]), figure(r["x_nanogpt"], 3, "x"), f"{r['best_head']} {r['referent']:.3f}",
-                f"{r['attention'][REFERENT]:.2f} ({DISTRACTOR} {r['attention'][DISTRACTOR]:.2f})",
-                f"{r['continuation']:.3f}", f"{100 * (r['continuation_ablated'] - r['continuation']):+.1f} points",
-                str(r["watch_points"])]
-               for seed, r in _rows(results, "default")]
+    lines = [
+        "# The demos, timed beside nanoGPT's recipe",
+        "",
+        f"Written by `bench/demos.py` from `bench/demos.json`. From `{doc['command']}` on "
+        f"{doc['machine']['cpu']} ({doc['machine']['cores']} cores), {doc['machine']['date']}, commit "
+        f"{doc['machine'].get('commit') or '-'}; load average at start "
+        f"{' / '.join(str(x) for x in doc['machine']['load_avg_start'] or [])}.",
+        "",
+        f"nanoGPT's CPU recipe, whole process: {figure(results['nanogpt_recipe_wall_s'])} s.",
+        "",
+    ]
+    default = [
+        [
+            seed,
+            figure(r["wall_s"]),
+            figure(r["x_nanogpt"], 3, "x"),
+            f"{r['best_head']} {r['referent']:.3f}",
+            f"{r['attention'][REFERENT]:.2f} ({DISTRACTOR} {r['attention'][DISTRACTOR]:.2f})",
+            f"{r['continuation']:.3f}",
+            f"{100 * (r['continuation_ablated'] - r['continuation']):+.1f} points",
+            str(r["watch_points"]),
+        ]
+        for seed, r in _rows(results, "default")
+    ]
     if default:
         goal = GOALS["default"]
-        lines += [f"## The default demo (goal: at most {goal[0]:g} s and {goal[1]:g}x nanoGPT's recipe)", "",
-                  *table(["seed", "wall s", "x nanoGPT", "best head, referent (>= 0.90)",
-                          f"`she` -> `{REFERENT}` (>= 0.88)", "continuation (>= 0.95)", "best head removed (>= 30)",
-                          "watch points (>= 25)"], default), ""]
-    induction = [[seed, figure(r["wall_s"]), figure(r["x_nanogpt"], 3, "x"),
-                  f"{r['phase_step']} / {r['phase_s']:.1f} s" if r["phase_step"] else "none",
-                  f"{r['best_induction_head']} {r['induction']:.2f}", f"{r['gain']:.2f}",
-                  f"{100 * (1 - r['gain_without_top_two'] / r['gain']):.0f}%",
-                  f"{r['previous_token_head']} {r['previous_token']:.2f}" if r["previous_token_head"] else "none",
-                  f"{100 * (1 - r['gain_without_previous_token_head'] / r['gain']):.0f}%"
-                  if r["previous_token_head"] else "-"]
-                 for seed, r in _rows(results, "induction")]
+        lines += [
+            f"## The default demo (goal: at most {goal[0]:g} s and {goal[1]:g}x nanoGPT's recipe)",
+            "",
+            *table(
+                [
+                    "seed",
+                    "wall s",
+                    "x nanoGPT",
+                    "best head, referent (>= 0.90)",
+                    f"`she` -> `{REFERENT}` (>= 0.88)",
+                    "continuation (>= 0.95)",
+                    "best head removed (>= 30)",
+                    "watch points (>= 25)",
+                ],
+                default,
+            ),
+            "",
+        ]
+    induction = [
+        [
+            seed,
+            figure(r["wall_s"]),
+            figure(r["x_nanogpt"], 3, "x"),
+            f"{r['phase_step']} / {r['phase_s']:.1f} s" if r["phase_step"] else "none",
+            f"{r['best_induction_head']} {r['induction']:.2f}",
+            f"{r['gain']:.2f}",
+            f"{100 * (1 - r['gain_without_top_two'] / r['gain']):.0f}%",
+            f"{r['previous_token_head']} {r['previous_token']:.2f}" if r["previous_token_head"] else "none",
+            f"{100 * (1 - r['gain_without_previous_token_head'] / r['gain']):.0f}%"
+            if r["previous_token_head"]
+            else "-",
+        ]
+        for seed, r in _rows(results, "induction")
+    ]
     if induction:
         goal = GOALS["induction"]
-        lines += [f"## The induction demo (goal: at most {goal[0]:g} s and {goal[1]:g}x nanoGPT's recipe)", "",
-                  *table(["seed", "wall s", "x nanoGPT", f"phase change (gain >= {PHASE_GAIN:g}): step / s",
-                          "induction (>= 0.70)", "in-context gain (>= 2.0)", "top two removed (>= 80%)",
-                          "previous-token head (>= 0.5)", "it removed (>= 50%)"], induction), ""]
+        lines += [
+            f"## The induction demo (goal: at most {goal[0]:g} s and {goal[1]:g}x nanoGPT's recipe)",
+            "",
+            *table(
+                [
+                    "seed",
+                    "wall s",
+                    "x nanoGPT",
+                    f"phase change (gain >= {PHASE_GAIN:g}): step / s",
+                    "induction (>= 0.70)",
+                    "in-context gain (>= 2.0)",
+                    "top two removed (>= 80%)",
+                    "previous-token head (>= 0.5)",
+                    "it removed (>= 50%)",
+                ],
+                induction,
+            ),
+            "",
+        ]
     failed = [f"{key}: {r['error']}" for key, r in results.items() if isinstance(r, dict) and r.get("error")]
     return "\n".join([*lines, *(f"- failed: {f}" for f in failed), ""])
 
 
 def _rows(results: dict, demo: str) -> list[tuple[str, dict]]:
-    return [(key.split(":")[1], r) for key, r in results.items()
-            if key.startswith(f"{demo}:") and "error" not in r]
+    return [(key.split(":")[1], r) for key, r in results.items() if key.startswith(f"{demo}:") and "error" not in r]
 
 
 def main(argv: list[str]) -> int:
@@ -141,10 +211,19 @@ def main(argv: list[str]) -> int:
     command = shlex.join(["python", "bench/demos.py", *argv])
     log(f"{command}: {len(units)} units x {args.repeats} repeat(s)")
     started = time.perf_counter()
-    raw = interleaved(units, args.repeats,
-                      lambda unit: train_nanogpt(FULL) if unit[0] == "nanogpt" else run_demo(unit[0], int(unit[1])))
-    doc = {"command": command, "repeats": args.repeats, "total_wall_s": time.perf_counter() - started,
-           "machine": machine, "results": summarise(raw), "raw": {f"{d}:{s}": runs for (d, s), runs in raw.items()}}
+    raw = interleaved(
+        units,
+        args.repeats,
+        lambda unit: train_nanogpt(FULL) if unit[0] == "nanogpt" else run_demo(unit[0], int(unit[1])),
+    )
+    doc = {
+        "command": command,
+        "repeats": args.repeats,
+        "total_wall_s": time.perf_counter() - started,
+        "machine": machine,
+        "results": summarise(raw),
+        "raw": {f"{d}:{s}": runs for (d, s), runs in raw.items()},
+    }
     RESULTS_JSON.write_text(json.dumps(doc, indent=1) + "\n")
     RESULTS_MD.write_text(render(doc))
     log("\n" + render(doc))

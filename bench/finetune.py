@@ -45,10 +45,17 @@ from bench.nanogpt import ANCHOR, load_model_module, parse_training  # noqa: E40
 from bench.report import figure, table  # noqa: E402
 
 HOME = SCRATCH / ".nanogpt-finetune"  # hidden: a copy of another project's code, not ours to lint or scan
-OUT = "out-finetune"                  # nanoGPT's out_dir, inside its home
-DATASET = "random_gpt2"               # <home>/data/random_gpt2/{train,val}.bin
-GPT2_SMALL = {"n_layer": 12, "n_head": 12, "n_embd": 768, "block_size": 1024, "bias": True, "vocab_size": 50257,
-              "dropout": 0.0}
+OUT = "out-finetune"  # nanoGPT's out_dir, inside its home
+DATASET = "random_gpt2"  # <home>/data/random_gpt2/{train,val}.bin
+GPT2_SMALL = {
+    "n_layer": 12,
+    "n_head": 12,
+    "n_embd": 768,
+    "block_size": 1024,
+    "bias": True,
+    "vocab_size": 50257,
+    "dropout": 0.0,
+}
 LEARNING_RATE, WEIGHT_DECAY, BETAS = 6e-4, 0.1, (0.9, 0.95)
 DATA_TOKENS = 200_000
 SAME_FUNCTION_TOL = 1e-5
@@ -96,9 +103,17 @@ class Setup:
         with contextlib.redirect_stdout(io.StringIO()):  # it prints its optimizer groups
             optimizer = model.configure_optimizers(WEIGHT_DECAY, LEARNING_RATE, BETAS, "cpu")
         self.checkpoint.parent.mkdir(parents=True)
-        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "model_args": self.model_args,
-                    "iter_num": 0, "best_val_loss": 1e9, "config": {"dataset": DATASET, "init_from": "scratch"}},
-                   self.checkpoint)
+        torch.save(
+            {
+                "model": model.state_dict(),
+                "optimizer": optimizer.state_dict(),
+                "model_args": self.model_args,
+                "iter_num": 0,
+                "best_val_loss": 1e9,
+                "config": {"dataset": DATASET, "init_from": "scratch"},
+            },
+            self.checkpoint,
+        )
         return self.checkpoint
 
     def _nanogpt_model(self):
@@ -126,36 +141,84 @@ class Setup:
     def nanogpt_command(self, steps: int) -> list[str]:
         """nanoGPT's train.py resuming from the checkpoint for `steps` steps (its iterations 1..steps, after
         iteration 0, which evaluates once first), printing every step's time, saving nothing."""
-        return [sys.executable, "train.py", "--init_from=resume", f"--out_dir={OUT}", f"--dataset={DATASET}",
-                f"--batch_size={self.batch}", f"--block_size={self.block}", "--gradient_accumulation_steps=1",
-                "--device=cpu", "--compile=False", "--dtype=float32", "--dropout=0.0",
-                f"--learning_rate={LEARNING_RATE}", f"--weight_decay={WEIGHT_DECAY}", f"--beta1={BETAS[0]}",
-                f"--beta2={BETAS[1]}", "--grad_clip=1.0", f"--max_iters={steps}", "--eval_interval=1000000",
-                "--eval_iters=1", "--log_interval=1", "--always_save_checkpoint=False", "--wandb_log=False"]
+        return [
+            sys.executable,
+            "train.py",
+            "--init_from=resume",
+            f"--out_dir={OUT}",
+            f"--dataset={DATASET}",
+            f"--batch_size={self.batch}",
+            f"--block_size={self.block}",
+            "--gradient_accumulation_steps=1",
+            "--device=cpu",
+            "--compile=False",
+            "--dtype=float32",
+            "--dropout=0.0",
+            f"--learning_rate={LEARNING_RATE}",
+            f"--weight_decay={WEIGHT_DECAY}",
+            f"--beta1={BETAS[0]}",
+            f"--beta2={BETAS[1]}",
+            "--grad_clip=1.0",
+            f"--max_iters={steps}",
+            "--eval_interval=1000000",
+            "--eval_iters=1",
+            "--log_interval=1",
+            "--always_save_checkpoint=False",
+            "--wandb_log=False",
+        ]
 
     def ours_overrides(self) -> list[str]:
         """train.py's keys for the same run: the model's shape, the batch, AdamW's settings, float32 on the CPU."""
         m = self.model_args
-        return [f"--n_layer={m['n_layer']}", f"--n_head={m['n_head']}", f"--n_embd={m['n_embd']}",
-                f"--block_size={self.block}", f"--batch_size={self.batch}", f"--bias={str(m['bias']).lower()}",
-                "--dropout=0.0", "--tokenizer=gpt2", f"--learning_rate={LEARNING_RATE}",
-                f"--min_lr={LEARNING_RATE / 10}", f"--weight_decay={WEIGHT_DECAY}", f"--beta1={BETAS[0]}",
-                f"--beta2={BETAS[1]}", "--grad_clip=1.0", "--device=cpu", "--dtype=float32", "--compile=false",
-                f"--out_dir={self.home / 'gptwatch-out'}"]
+        return [
+            f"--n_layer={m['n_layer']}",
+            f"--n_head={m['n_head']}",
+            f"--n_embd={m['n_embd']}",
+            f"--block_size={self.block}",
+            f"--batch_size={self.batch}",
+            f"--bias={str(m['bias']).lower()}",
+            "--dropout=0.0",
+            "--tokenizer=gpt2",
+            f"--learning_rate={LEARNING_RATE}",
+            f"--min_lr={LEARNING_RATE / 10}",
+            f"--weight_decay={WEIGHT_DECAY}",
+            f"--beta1={BETAS[0]}",
+            f"--beta2={BETAS[1]}",
+            "--grad_clip=1.0",
+            "--device=cpu",
+            "--dtype=float32",
+            "--compile=false",
+            f"--out_dir={self.home / 'gptwatch-out'}",
+        ]
 
     def measure(self, side: str, warmup: int, steps: int) -> dict:
         """One process of one side: the median ms of its last `steps` steps, every step's ms, its peak memory."""
         if side == "ours":
-            return run_worker("finetune", {"ckpt": str(self.checkpoint), "overrides": self.ours_overrides(),
-                                           "warmup": warmup + 1, "steps": steps}, label="ours")
-        run = run_child(self.nanogpt_command(warmup + steps), cwd=self.home, label="nanoGPT",
-                        echo=lambda line: line.startswith(("iter", "Resuming", "number of")))
+            return run_worker(
+                "finetune",
+                {
+                    "ckpt": str(self.checkpoint),
+                    "overrides": self.ours_overrides(),
+                    "warmup": warmup + 1,
+                    "steps": steps,
+                },
+                label="ours",
+            )
+        run = run_child(
+            self.nanogpt_command(warmup + steps),
+            cwd=self.home,
+            label="nanoGPT",
+            echo=lambda line: line.startswith(("iter", "Resuming", "number of")),
+        )
         step_ms = parse_training(run.lines)["step_ms"][-steps:]
         if run.returncode != 0 or len(step_ms) < steps:
-            return {"error": f"nanoGPT's train.py exited with status {run.returncode} after {len(step_ms)} timed "
-                             f"steps"}
-        return {"ms_per_step": statistics.median(step_ms), "step_ms": step_ms, "max_rss_mb": run.max_rss_mb,
-                "process_wall_s": run.wall_s}
+            return {"error": f"nanoGPT's train.py exited with status {run.returncode} after {len(step_ms)} timed steps"}
+        return {
+            "ms_per_step": statistics.median(step_ms),
+            "step_ms": step_ms,
+            "max_rss_mb": run.max_rss_mb,
+            "process_wall_s": run.wall_s,
+        }
 
 
 def run(setup: Setup, repeats: int, warmup: int, steps: int) -> dict:
@@ -168,10 +231,18 @@ def run(setup: Setup, repeats: int, warmup: int, steps: int) -> dict:
     log(f"nanoGPT checkpoint {setup.checkpoint}: ours and nanoGPT's logits differ by at most {diff:.1e}")
     if not diff < SAME_FUNCTION_TOL:
         return {"error": f"the two models do not compute the same function (max |logit difference| {diff:.1e})"}
-    raw = interleaved([("finetune", "nanogpt"), ("finetune", "ours")], repeats,
-                      lambda unit: setup.measure(unit[1], warmup, steps))
-    settings = {"repeats": repeats, "steps": steps, "warmup": warmup, "model_args": setup.model_args,
-                "block_size": setup.block, "batch_size": setup.batch, "wall_s": round(time.perf_counter() - started, 1)}
+    raw = interleaved(
+        [("finetune", "nanogpt"), ("finetune", "ours")], repeats, lambda unit: setup.measure(unit[1], warmup, steps)
+    )
+    settings = {
+        "repeats": repeats,
+        "steps": steps,
+        "warmup": warmup,
+        "model_args": setup.model_args,
+        "block_size": setup.block,
+        "batch_size": setup.batch,
+        "wall_s": round(time.perf_counter() - started, 1),
+    }
     return summarise(raw, machine, settings, diff)
 
 
@@ -179,32 +250,55 @@ def summarise(raw: dict, machine: dict, settings: dict, logits_diff: float) -> d
     """Each side's median ms per step and peak memory over the repeats, and the ratio ours / nanoGPT taken per
     repeat (the two processes of one repeat ran next to each other)."""
     nano, ours = raw[("finetune", "nanogpt")], raw[("finetune", "ours")]
-    ratios = [o["ms_per_step"] / n["ms_per_step"] for o, n in zip(ours, nano, strict=True)
-              if "error" not in o and "error" not in n]
-    side = {name: {"ms_per_step": spread([r.get("ms_per_step") for r in runs]),
-                   "max_rss_mb": spread([r.get("max_rss_mb") for r in runs]),
-                   "errors": [r["error"] for r in runs if "error" in r]}
-            for name, runs in (("nanogpt", nano), ("ours", ours))}
+    ratios = [
+        o["ms_per_step"] / n["ms_per_step"]
+        for o, n in zip(ours, nano, strict=True)
+        if "error" not in o and "error" not in n
+    ]
+    side = {
+        name: {
+            "ms_per_step": spread([r.get("ms_per_step") for r in runs]),
+            "max_rss_mb": spread([r.get("max_rss_mb") for r in runs]),
+            "errors": [r["error"] for r in runs if "error" in r],
+        }
+        for name, runs in (("nanogpt", nano), ("ours", ours))
+    }
     machine = {**machine, "load_avg_end": [round(x, 2) for x in os.getloadavg()]}
-    return {"machine": machine, "settings": settings, "max_logit_diff": logits_diff, **side,
-            "ratio_ours_over_nanogpt": spread(ratios), "raw": {"nanogpt": nano, "ours": ours}}
+    return {
+        "machine": machine,
+        "settings": settings,
+        "max_logit_diff": logits_diff,
+        **side,
+        "ratio_ours_over_nanogpt": spread(ratios),
+        "raw": {"nanogpt": nano, "ours": ours},
+    }
 
 
 def markdown(doc: dict, command: str) -> str:
     m, s, shape = doc["machine"], doc["settings"], doc["settings"]["model_args"]
-    rows = [[name, figure(doc[key]["ms_per_step"], 0, " ms"), figure(doc[key]["max_rss_mb"], 0, " MiB")]
-            for name, key in (("nanoGPT (its train.py)", "nanogpt"), ("gptwatch (Trainer.step)", "ours"))]
-    lines = ["# A fine-tuning step, ours beside nanoGPT's with the same weights", "", f"    {command}", "",
-             f"{shape['n_layer']} layers x {shape['n_head']} heads, {shape['n_embd']} wide, vocabulary "
-             f"{shape['vocab_size']:,}, block {s['block_size']} ({shape['block_size']:,} positions cropped), batch "
-             f"{s['batch_size']}, float32, AdamW; median over {s['steps']} steps after {s['warmup']} + 1 warm-up, "
-             f"per process; {s['repeats']} processes per side, interleaved. Same weights: max |logit difference| "
-             f"{doc['max_logit_diff']:.1e}.", "",
-             *table(["", "ms per step", "peak RSS (whole process)"], rows), "",
-             f"Ratio ours / nanoGPT (per repeat): {figure(doc['ratio_ours_over_nanogpt'], 2, 'x')}", "",
-             f"Machine: {m['cpu']}, {m['cores_usable']} cores usable, torch {m['torch']} ({m['torch_threads']} "
-             f"threads), load average {m['load_avg_start']} at the start, {m['load_avg_end']} at the end; "
-             f"commit {m['commit']}, {m['date']}, {s['wall_s']} s in all."]
+    rows = [
+        [name, figure(doc[key]["ms_per_step"], 0, " ms"), figure(doc[key]["max_rss_mb"], 0, " MiB")]
+        for name, key in (("nanoGPT (its train.py)", "nanogpt"), ("gptwatch (Trainer.step)", "ours"))
+    ]
+    lines = [
+        "# A fine-tuning step, ours beside nanoGPT's with the same weights",
+        "",
+        f"    {command}",
+        "",
+        f"{shape['n_layer']} layers x {shape['n_head']} heads, {shape['n_embd']} wide, vocabulary "
+        f"{shape['vocab_size']:,}, block {s['block_size']} ({shape['block_size']:,} positions cropped), batch "
+        f"{s['batch_size']}, float32, AdamW; median over {s['steps']} steps after {s['warmup']} + 1 warm-up, "
+        f"per process; {s['repeats']} processes per side, interleaved. Same weights: max |logit difference| "
+        f"{doc['max_logit_diff']:.1e}.",
+        "",
+        *table(["", "ms per step", "peak RSS (whole process)"], rows),
+        "",
+        f"Ratio ours / nanoGPT (per repeat): {figure(doc['ratio_ours_over_nanogpt'], 2, 'x')}",
+        "",
+        f"Machine: {m['cpu']}, {m['cores_usable']} cores usable, torch {m['torch']} ({m['torch_threads']} "
+        f"threads), load average {m['load_avg_start']} at the start, {m['load_avg_end']} at the end; "
+        f"commit {m['commit']}, {m['date']}, {s['wall_s']} s in all.",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -222,8 +316,10 @@ def main(argv: list[str]) -> int:
         return 1
     load = os.getloadavg()[0]
     if load > 0.5:
-        log(f"warning: load average {load:.2f} at the start: other processes share this machine, so the figures "
-            f"will be slower and noisier than on an idle one")
+        log(
+            f"warning: load average {load:.2f} at the start: other processes share this machine, so the figures "
+            f"will be slower and noisier than on an idle one"
+        )
     doc = run(Setup(), args.repeats, args.warmup, args.steps)
     if "error" in doc:
         log(f"{doc['error']}; not timed")

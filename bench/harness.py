@@ -34,23 +34,30 @@ def log(message: str = "") -> None:
 @dataclass
 class ChildRun:
     command: list[str]
-    started_at: float             # time.time() when it started, to place its own timestamps
+    started_at: float  # time.time() when it started, to place its own timestamps
     returncode: int
     wall_s: float
     max_rss_mb: float | None
     lines: list[tuple[float, str]] = field(default_factory=list)  # (seconds since start, stdout line)
 
 
-def run_child(command: Sequence[str], *, cwd: Path = REPO, label: str = "", env: dict | None = None,
-              echo: Callable[[str], bool] = lambda line: True) -> ChildRun:
+def run_child(
+    command: Sequence[str],
+    *,
+    cwd: Path = REPO,
+    label: str = "",
+    env: dict | None = None,
+    echo: Callable[[str], bool] = lambda line: True,
+) -> ChildRun:
     """Runs `command`, timestamping each stdout line as it arrives (echoed to stderr when
     `echo(line)`); returns its exit status, wall time from start to exit, and peak RSS."""
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     lines: list[tuple[float, str]] = []
     started_at = time.time()
     t0 = time.perf_counter()
-    proc = subprocess.Popen(list(command), cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=full_env)
+    proc = subprocess.Popen(
+        list(command), cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=full_env
+    )
     try:
         for line in proc.stdout:  # text mode splits tqdm's carriage-return updates into lines too
             now = time.perf_counter() - t0
@@ -79,8 +86,9 @@ def run_worker(name: str, args: dict, label: str | None = None) -> dict:
     process's wall time and peak memory added (or `error`)."""
     with tempfile.TemporaryDirectory() as tmp:
         result_path = Path(tmp) / "result.json"
-        run = run_child([sys.executable, "-m", "bench.workers", name, json.dumps(args), str(result_path)],
-                        label=label or name)
+        run = run_child(
+            [sys.executable, "-m", "bench.workers", name, json.dumps(args), str(result_path)], label=label or name
+        )
         if run.returncode != 0 or not result_path.is_file():
             return {"error": f"worker {name} exited with status {run.returncode} (its output is above)"}
         result = json.loads(result_path.read_text())
@@ -94,7 +102,7 @@ def interleaved(units: Sequence[Unit], repeats: int, measure: Callable[[Unit], d
     """Every unit once per repeat, in reverse order every other repeat."""
     raw: dict[Unit, list[dict]] = {unit: [] for unit in units}
     for repeat in range(repeats):
-        for unit in (units if repeat % 2 == 0 else list(reversed(units))):
+        for unit in units if repeat % 2 == 0 else list(reversed(units)):
             log(f"[{repeat + 1}/{repeats}] {unit[0]} {unit[1]}")
             raw[unit].append(measure(unit))
     return raw
@@ -105,17 +113,28 @@ def spread(values: Sequence[float | None]) -> dict | None:
     present = [v for v in values if v is not None]
     if not present:
         return None
-    return {"median": statistics.median(present), "min": min(present), "max": max(present), "n": len(present),
-            "values": list(present)}
+    return {
+        "median": statistics.median(present),
+        "min": min(present),
+        "max": max(present),
+        "n": len(present),
+        "values": list(present),
+    }
 
 
 def git_commit() -> str | None:
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
-                                timeout=10).stdout.strip()
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, timeout=10
+        ).stdout.strip()
         # --no-optional-locks: reading status must never take the index lock from someone committing.
-        dirty = subprocess.run(["git", "--no-optional-locks", "status", "--porcelain", "--untracked-files=no"],
-                               cwd=REPO, capture_output=True, text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "--no-optional-locks", "status", "--porcelain", "--untracked-files=no"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return None
     return (commit + ("+dirty" if dirty else "")) or None

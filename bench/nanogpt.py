@@ -26,9 +26,21 @@ from bench.harness import REPO, SCRATCH, run_child
 ANCHOR = REPO.parent / "shared" / "anchors" / "nanogpt"
 SHAKESPEARE = REPO.parent / "shared" / "data" / "tinyshakespeare.txt"
 HOME = SCRATCH / ".nanogpt"  # hidden: a copy of another project's code, not ours to lint or scan
-RECIPE = ["config/train_shakespeare_char.py", "--device=cpu", "--compile=False", "--eval_iters=20",
-          "--log_interval=1", "--block_size=64", "--batch_size=12", "--n_layer=4", "--n_head=4", "--n_embd=128",
-          "--max_iters=2000", "--lr_decay_iters=2000", "--dropout=0.0"]
+RECIPE = [
+    "config/train_shakespeare_char.py",
+    "--device=cpu",
+    "--compile=False",
+    "--eval_iters=20",
+    "--log_interval=1",
+    "--block_size=64",
+    "--batch_size=12",
+    "--n_layer=4",
+    "--n_head=4",
+    "--n_embd=128",
+    "--max_iters=2000",
+    "--lr_decay_iters=2000",
+    "--dropout=0.0",
+]
 RECIPE_TOKENS_PER_STEP = 12 * 64
 EVAL_LINE = re.compile(r"^step (\d+): train loss ([0-9.]+), val loss ([0-9.]+)")
 ITER_LINE = re.compile(r"^iter (\d+): loss ([0-9.]+), time ([0-9.]+)ms")
@@ -69,8 +81,15 @@ def train_command(out_dir: str, max_iters: int | None = None, eval_interval: int
 
 
 def sample_command(out_dir: str, max_new_tokens: int) -> list[str]:
-    return [sys.executable, "sample.py", f"--out_dir={out_dir}", "--device=cpu", "--compile=False",
-            "--num_samples=1", f"--max_new_tokens={max_new_tokens}"]
+    return [
+        sys.executable,
+        "sample.py",
+        f"--out_dir={out_dir}",
+        "--device=cpu",
+        "--compile=False",
+        "--num_samples=1",
+        f"--max_new_tokens={max_new_tokens}",
+    ]
 
 
 def parse_training(lines: list[tuple[float, str]]) -> dict:
@@ -78,8 +97,9 @@ def parse_training(lines: list[tuple[float, str]]) -> dict:
     evals, step_ms = [], []
     for seconds, line in lines:
         if match := EVAL_LINE.match(line):
-            evals.append({"step": int(match[1]), "train_loss": float(match[2]), "val_loss": float(match[3]),
-                          "wall_s": seconds})
+            evals.append(
+                {"step": int(match[1]), "train_loss": float(match[2]), "val_loss": float(match[3]), "wall_s": seconds}
+            )
         elif match := ITER_LINE.match(line):
             if int(match[1]) > 0:  # its first iteration includes the evaluation before it
                 step_ms.append(float(match[3]))

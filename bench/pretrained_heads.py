@@ -23,8 +23,14 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 SHAKESPEARE = REPO.parent / "shared" / "data" / "tinyshakespeare.txt"
-NAMED = {"L5H1": "induction", "L5H5": "induction", "L6H9": "induction", "L7H2": "induction", "L7H10": "induction",
-         "L4H11": "previous_token"}
+NAMED = {
+    "L5H1": "induction",
+    "L5H5": "induction",
+    "L6H9": "induction",
+    "L7H2": "induction",
+    "L7H10": "induction",
+    "L4H11": "previous_token",
+}
 SHOWN = ("induction", "previous_token", "duplicate_token", "sink")
 TOP = 10
 
@@ -56,14 +62,18 @@ def score(value: float | None) -> str:
 
 def named_table(heads: dict) -> list[str]:
     by = {kind: ranks(heads, kind) for kind in ("induction", "previous_token")}
-    lines = [f"{'head':<6} {'named as':<15} {'induction':>9} {'rank':>5} {'previous':>9} {'rank':>5} "
-             f"{'untrained ind/prev':>19}  type here"]
+    lines = [
+        f"{'head':<6} {'named as':<15} {'induction':>9} {'rank':>5} {'previous':>9} {'rank':>5} "
+        f"{'untrained ind/prev':>19}  type here"
+    ]
     for name, kind in NAMED.items():
         h = heads[name]
         untrained = f"{score(h['untrained']['induction'])}/{score(h['untrained']['previous_token'])}"
-        lines.append(f"{name:<6} {kind.replace('_', '-'):<15} {score(h['induction']):>9} "
-                     f"{by['induction'].get(name, '-'):>5} {score(h['previous_token']):>9} "
-                     f"{by['previous_token'].get(name, '-'):>5} {untrained:>19}  {h['type_label'] or '-'}")
+        lines.append(
+            f"{name:<6} {kind.replace('_', '-'):<15} {score(h['induction']):>9} "
+            f"{by['induction'].get(name, '-'):>5} {score(h['previous_token']):>9} "
+            f"{by['previous_token'].get(name, '-'):>5} {untrained:>19}  {h['type_label'] or '-'}"
+        )
     return lines
 
 
@@ -79,17 +89,25 @@ def top_lines(heads: dict) -> list[str]:
 
 def agreement(heads: dict) -> str:
     found = [name for name, kind in NAMED.items() if heads[name]["type"] == kind]
-    return (f"{len(found)} of the {len(NAMED)} named heads are typed here as the literature names them"
-            + (f" ({', '.join(found)})" if found else ""))
+    return f"{len(found)} of the {len(NAMED)} named heads are typed here as the literature names them" + (
+        f" ({', '.join(found)})" if found else ""
+    )
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser("bench/pretrained_heads.py", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--text", type=Path, default=SHAKESPEARE if SHAKESPEARE.is_file() else None,
-                        help="text for the text types (default: Tiny Shakespeare from ../shared when present)")
+    parser.add_argument(
+        "--text",
+        type=Path,
+        default=SHAKESPEARE if SHAKESPEARE.is_file() else None,
+        help="text for the text types (default: Tiny Shakespeare from ../shared when present)",
+    )
     parser.add_argument("--device", default="auto", help="as sample.py's --device")
-    parser.add_argument("--model", default="gpt2", help="GPT-2 small by hub name, or a folder holding its "
-                                                        "config.json and model.safetensors (default: gpt2)")
+    parser.add_argument(
+        "--model",
+        default="gpt2",
+        help="GPT-2 small by hub name, or a folder holding its config.json and model.safetensors (default: gpt2)",
+    )
     args = parser.parse_args(argv)
     report = heads_report(args.model, args.text, args.device)
     heads = report["heads"]
@@ -106,8 +124,10 @@ def main(argv: list[str]) -> int:
         print(f"in-context gain on repeated random tokens: {gain:+.3f} nats/token (untrained {untrained:+.3f})")
     for ablation in report["ablations"]:
         if ablation["chosen_as"] in ("induction", "previous_token") and len(ablation["heads"]) > 1:
-            print(f"without {', '.join(ablation['heads'])} ({ablation['chosen_as']}): in-context gain "
-                  f"{score(ablation.get('in_context_gain'))}")
+            print(
+                f"without {', '.join(ablation['heads'])} ({ablation['chosen_as']}): in-context gain "
+                f"{score(ablation.get('in_context_gain'))}"
+            )
     return 0
 
 

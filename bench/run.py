@@ -48,8 +48,8 @@ PROGRESS_BAR = re.compile(r"^\s*train:\s+\d+%")
 @dataclass
 class Settings:
     repeats: int
-    max_iters: int            # 0: the configs' own (2000 for the recipe)
-    eval_interval: int        # 0: the configs' own
+    max_iters: int  # 0: the configs' own (2000 for the recipe)
+    eval_interval: int  # 0: the configs' own
     throughput_warmup: int
     throughput_steps: int
     peak_reps: int
@@ -58,13 +58,31 @@ class Settings:
     quick: bool = False
 
 
-FULL = Settings(repeats=1, max_iters=0, eval_interval=0, throughput_warmup=20, throughput_steps=200, peak_reps=10,
-                sample_tokens=500, sample_runs=5)
-QUICK = Settings(repeats=1, max_iters=60, eval_interval=30, throughput_warmup=5, throughput_steps=30, peak_reps=3,
-                 sample_tokens=50, sample_runs=2, quick=True)
+FULL = Settings(
+    repeats=1,
+    max_iters=0,
+    eval_interval=0,
+    throughput_warmup=20,
+    throughput_steps=200,
+    peak_reps=10,
+    sample_tokens=500,
+    sample_runs=5,
+)
+QUICK = Settings(
+    repeats=1,
+    max_iters=60,
+    eval_interval=30,
+    throughput_warmup=5,
+    throughput_steps=30,
+    peak_reps=3,
+    sample_tokens=50,
+    sample_runs=2,
+    quick=True,
+)
 
 
 # --- units ------------------------------------------------------------------------------------------
+
 
 def train_ours(config: str, out_dir: str, settings: Settings, *extra: str) -> dict:
     """`python train.py CONFIG` as users run it, from a fresh out_dir; its evaluations read back
@@ -73,8 +91,15 @@ def train_ours(config: str, out_dir: str, settings: Settings, *extra: str) -> di
     log_dir = SCRATCH / "runs"
     shutil.rmtree(REPO / out_dir, ignore_errors=True)
     shutil.rmtree(log_dir / name, ignore_errors=True)
-    command = [sys.executable, "train.py", config, f"--out_dir={out_dir}", f"--log_dir={log_dir}",
-               f"--run_name={name}", *extra]
+    command = [
+        sys.executable,
+        "train.py",
+        config,
+        f"--out_dir={out_dir}",
+        f"--log_dir={log_dir}",
+        f"--run_name={name}",
+        *extra,
+    ]
     if settings.max_iters:
         command += [f"--max_iters={settings.max_iters}", f"--lr_decay_iters={settings.max_iters}"]
     if settings.eval_interval:
@@ -87,8 +112,10 @@ def train_ours(config: str, out_dir: str, settings: Settings, *extra: str) -> di
 
     cfg = load_config(REPO / config, command[3:])
     evals = _logged_evaluations(log_dir / name, run.started_at)
-    return {**result, **_training_summary(evals, cfg.max_iters, cfg.batch_size * cfg.model.block_size * cfg.grad_accum,
-                                          run.wall_s)}
+    return {
+        **result,
+        **_training_summary(evals, cfg.max_iters, cfg.batch_size * cfg.model.block_size * cfg.grad_accum, run.wall_s),
+    }
 
 
 def _logged_evaluations(run_dir: Path, started_at: float) -> list[dict]:
@@ -96,17 +123,25 @@ def _logged_evaluations(run_dir: Path, started_at: float) -> list[dict]:
 
     events = EventAccumulator(str(run_dir), size_guidance={"scalars": 0}).Reload()
     train = {e.step: e.value for e in events.Scalars("loss/train_eval")}
-    return [{"step": e.step, "train_loss": train.get(e.step), "val_loss": e.value, "wall_s": e.wall_time - started_at}
-            for e in events.Scalars("loss/val")]
+    return [
+        {"step": e.step, "train_loss": train.get(e.step), "val_loss": e.value, "wall_s": e.wall_time - started_at}
+        for e in events.Scalars("loss/val")
+    ]
 
 
 def _training_summary(evals: list[dict], steps: int, tokens_per_step: int, wall_s: float) -> dict:
     hit = next((e for e in evals if e["val_loss"] <= TARGET_VAL_LOSS), None)
     last = evals[-1] if evals else {}
-    return {"final_step": last.get("step"), "final_val_loss": last.get("val_loss"), "evals": evals,
-            "tokens_per_s": steps * tokens_per_step / wall_s, "target_val_loss": TARGET_VAL_LOSS,
-            "reached": hit is not None, "step_at_target": hit and hit["step"],
-            "wall_s_at_target": hit and hit["wall_s"]}
+    return {
+        "final_step": last.get("step"),
+        "final_val_loss": last.get("val_loss"),
+        "evals": evals,
+        "tokens_per_s": steps * tokens_per_step / wall_s,
+        "target_val_loss": TARGET_VAL_LOSS,
+        "reached": hit is not None,
+        "step_at_target": hit and hit["step"],
+        "wall_s_at_target": hit and hit["wall_s"],
+    }
 
 
 def train_nanogpt(settings: Settings) -> dict:
@@ -132,13 +167,26 @@ def startup(command: list[str], cwd: Path, label: str) -> dict:
 
 def measure(unit: tuple[str, str], args: argparse.Namespace, settings: Settings) -> dict:
     section, what = unit
-    sample = {"tokens": settings.sample_tokens, "runs": settings.sample_runs, "prompt": "\n", "temperature": 0.8,
-              "top_k": 200}
+    sample = {
+        "tokens": settings.sample_tokens,
+        "runs": settings.sample_runs,
+        "prompt": "\n",
+        "temperature": 0.8,
+        "top_k": 200,
+    }
     if section == "peak":
         return run_worker("peak", {"n": 2048, "warmup": 3, "reps": settings.peak_reps})
     if section == "throughput":
-        return run_worker("throughput", {"config": what, "overrides": args.overrides, "synthetic": args.synthetic,
-                                         "warmup": settings.throughput_warmup, "steps": settings.throughput_steps})
+        return run_worker(
+            "throughput",
+            {
+                "config": what,
+                "overrides": args.overrides,
+                "synthetic": args.synthetic,
+                "warmup": settings.throughput_warmup,
+                "steps": settings.throughput_steps,
+            },
+        )
     if (section, what) == ("recipe", "nanogpt"):
         return train_nanogpt(settings)
     if (section, what) == ("recipe", "ours"):
@@ -148,12 +196,15 @@ def measure(unit: tuple[str, str], args: argparse.Namespace, settings: Settings)
     if (section, what) == ("sampling", "ours"):
         return run_worker("sampling", {**sample, "ckpt": f"{OURS_RECIPE_OUT}/ckpt.pt"}, "sampling ours")
     if (section, what) == ("sampling", "nanogpt"):
-        return run_worker("nanogpt_sampling", {**sample, "home": str(nanogpt.HOME),
-                                               "ckpt": str(nanogpt.HOME / NANO_RECIPE_OUT / "ckpt.pt")},
-                          "sampling nanoGPT")
+        return run_worker(
+            "nanogpt_sampling",
+            {**sample, "home": str(nanogpt.HOME), "ckpt": str(nanogpt.HOME / NANO_RECIPE_OUT / "ckpt.pt")},
+            "sampling nanoGPT",
+        )
     if (section, what) == ("startup", "ours"):
-        return startup([sys.executable, "sample.py", f"--out_dir={OURS_RECIPE_OUT}", "--max_new_tokens=1"], REPO,
-                       "sample.py")
+        return startup(
+            [sys.executable, "sample.py", f"--out_dir={OURS_RECIPE_OUT}", "--max_new_tokens=1"], REPO, "sample.py"
+        )
     if (section, what) == ("startup", "nanogpt"):
         return startup(nanogpt.sample_command(NANO_RECIPE_OUT, 1), nanogpt.HOME, "nanoGPT sample.py")
     raise ValueError(f"unknown unit {unit}")
@@ -194,12 +245,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="tiny step counts: a smoke test of the harness, not numbers")
     p.add_argument("--only", nargs="+", choices=SECTIONS, metavar="SECTION", help=", ".join(SECTIONS))
     p.add_argument("--json", metavar="PATH", help="also write this run's JSON here")
-    p.add_argument("--config", action="append", default=[], metavar="TOML",
-                   help="another config for the throughput section (repeatable)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
-                   help="override a config key in every throughput run (repeatable), e.g. --set compile=true")
-    p.add_argument("--synthetic", action="store_true",
-                   help="throughput on random tokens (vocabulary 50304 for gpt2 configs, 256 for char)")
+    p.add_argument(
+        "--config",
+        action="append",
+        default=[],
+        metavar="TOML",
+        help="another config for the throughput section (repeatable)",
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        dest="overrides",
+        help="override a config key in every throughput run (repeatable), e.g. --set compile=true",
+    )
+    p.add_argument(
+        "--synthetic",
+        action="store_true",
+        help="throughput on random tokens (vocabulary 50304 for gpt2 configs, 256 for char)",
+    )
     p.add_argument("--steps", type=int, help="timed steps per throughput run (default 200; 30 quick)")
     p.add_argument("--warmup", type=int, help="untimed steps before those (default 20; 5 quick)")
     p.add_argument("--render", action="store_true", help="only rewrite bench/RESULTS.md from bench/results.json")
@@ -215,9 +280,14 @@ def main(argv: list[str]) -> int:
     if args.repeats < 1:
         raise SystemExit("error: --repeats must be at least 1")
     settings = QUICK if args.quick else FULL
-    settings = Settings(**{**asdict(settings), "repeats": args.repeats,
-                           **({"throughput_steps": args.steps} if args.steps else {}),
-                           **({"throughput_warmup": args.warmup} if args.warmup is not None else {})})
+    settings = Settings(
+        **{
+            **asdict(settings),
+            "repeats": args.repeats,
+            **({"throughput_steps": args.steps} if args.steps else {}),
+            **({"throughput_warmup": args.warmup} if args.warmup is not None else {}),
+        }
+    )
     args.config = [_relative(c) for c in args.config]
     args.overrides = [f"--{o.removeprefix('--')}" for o in args.overrides]  # as train.py spells them
     _check_overrides([*THROUGHPUT_CONFIGS, *args.config], args.overrides)
@@ -229,17 +299,26 @@ def main(argv: list[str]) -> int:
         nanogpt.prepare()
     machine = machine_info()
     if machine["load_avg_start"] and machine["load_avg_start"][0] >= 0.5:
-        log(f"warning: load average {machine['load_avg_start'][0]} at start: the machine is not idle, so these "
-            f"numbers will be slow and noisy")
+        log(
+            f"warning: load average {machine['load_avg_start'][0]} at start: the machine is not idle, so these "
+            f"numbers will be slow and noisy"
+        )
     command = shlex.join(["python", "bench/run.py", *argv])
     log(f"{command}: {len(units)} units x {args.repeats} repeat(s)")
     ensure_checkpoints(units, settings)
     started = time.perf_counter()
     raw = interleaved(units, args.repeats, lambda unit: measure(unit, args, settings))
     machine["load_avg_end"] = machine_info()["load_avg_start"]
-    doc = {"schema": report.SCHEMA, "command": command, "repeats": args.repeats, "settings": asdict(settings),
-           "total_wall_s": time.perf_counter() - started, "machine": machine,
-           "results": report.summarise(raw), "raw": {f"{s}:{w}": runs for (s, w), runs in raw.items()}}
+    doc = {
+        "schema": report.SCHEMA,
+        "command": command,
+        "repeats": args.repeats,
+        "settings": asdict(settings),
+        "total_wall_s": time.perf_counter() - started,
+        "machine": machine,
+        "results": report.summarise(raw),
+        "raw": {f"{s}:{w}": runs for (s, w), runs in raw.items()},
+    }
     written = report.save(doc, settings.quick)
     if args.json:
         Path(args.json).write_text(json.dumps(doc, indent=1) + "\n")

@@ -54,8 +54,14 @@ def worker(tree: str, ckpt: str, tokens: int) -> None:
 
 def start_worker(tree: Path, ckpt: str, tokens: int) -> subprocess.Popen:
     command = [sys.executable, str(Path(__file__).resolve()), "--worker", str(tree), ckpt, "--tokens", str(tokens)]
-    proc = subprocess.Popen(command, cwd=tree, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    proc = subprocess.Popen(
+        command,
+        cwd=tree,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     if proc.stdout.readline().strip() != "ready":
         raise SystemExit(f"the worker for {tree} did not start")
     return proc
@@ -71,7 +77,7 @@ def compare(ckpt: str, tree_a: Path, repeats: int, tokens: int) -> None:
     workers = {"A": start_worker(tree_a, ckpt, tokens), "B": start_worker(ROOT, ckpt, tokens)}
     runs: dict[str, list[dict]] = {"A": [], "B": []}
     try:
-        for repeat in range(repeats):   # A B, then B A: neither side always runs first
+        for repeat in range(repeats):  # A B, then B A: neither side always runs first
             for side in ("A", "B") if repeat % 2 == 0 else ("B", "A"):
                 runs[side].append(timed(workers[side]))
     finally:
@@ -86,15 +92,20 @@ def compare(ckpt: str, tree_a: Path, repeats: int, tokens: int) -> None:
             seconds = [r[clock] for r in results]
             medians[side, clock] = statistics.median(seconds)
             medians[side, clock + " min"] = min(seconds)
-            line.append(f"{clock} median {medians[side, clock] * 1e3:8.1f} ms "
-                        f"(range {min(seconds) * 1e3:.1f}-{max(seconds) * 1e3:.1f})")
+            line.append(
+                f"{clock} median {medians[side, clock] * 1e3:8.1f} ms "
+                f"(range {min(seconds) * 1e3:.1f}-{max(seconds) * 1e3:.1f})"
+            )
         print(f"  {side}: " + "; ".join(line))
     digests = {r["tokens"] for results in runs.values() for r in results}
     ratios = ", ".join(f"{clock} {medians['B', clock] / medians['A', clock]:.3f}" for clock in ("wall", "cpu"))
     paired = statistics.median(b["cpu"] / a["cpu"] for a, b in zip(runs["A"], runs["B"], strict=True))
-    print(f"  ratio B/A of the medians: {ratios}; of the fastest runs: cpu "
-          f"{medians['B', 'cpu min'] / medians['A', 'cpu min']:.3f}; median of each round's: cpu {paired:.3f}; "
-          f"identical tokens: {len(digests) == 1}", flush=True)
+    print(
+        f"  ratio B/A of the medians: {ratios}; of the fastest runs: cpu "
+        f"{medians['B', 'cpu min'] / medians['A', 'cpu min']:.3f}; median of each round's: cpu {paired:.3f}; "
+        f"identical tokens: {len(digests) == 1}",
+        flush=True,
+    )
 
 
 def gpt2_small(folder: Path) -> None:
@@ -109,11 +120,28 @@ def gpt2_small(folder: Path) -> None:
 
     tokenizer = build_tokenizer("gpt2", "")
     torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=tokenizer.vocab_size, n_layer=12, n_head=12, n_embd=768, block_size=1024,
-                          bias=True, qkv_bias=True, activation="gelu_tanh"))
+    model = GPT(
+        GPTConfig(
+            vocab_size=tokenizer.vocab_size,
+            n_layer=12,
+            n_head=12,
+            n_embd=768,
+            block_size=1024,
+            bias=True,
+            qkv_bias=True,
+            activation="gelu_tanh",
+        )
+    )
     folder.mkdir(parents=True, exist_ok=True)
-    save_checkpoint(folder / "ckpt.pt", {"model": model.state_dict(), "model_config": model.config.to_dict(),
-                                         "tokenizer": tokenizer.to_meta(), "step": 0})
+    save_checkpoint(
+        folder / "ckpt.pt",
+        {
+            "model": model.state_dict(),
+            "model_config": model.config.to_dict(),
+            "tokenizer": tokenizer.to_meta(),
+            "step": 0,
+        },
+    )
 
 
 def main() -> None:
@@ -133,8 +161,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         archive = subprocess.run(["git", "-C", str(ROOT), "archive", args.rev], check=True, capture_output=True)
         subprocess.run(["tar", "-x", "-C", folder], input=archive.stdout, check=True)
-        commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", args.rev], capture_output=True,
-                                text=True).stdout.strip()
+        commit = subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "--short", args.rev], capture_output=True, text=True
+        ).stdout.strip()
         print(f"A: {args.rev} ({commit}); B: the working tree")
         for ckpt in args.ckpt:
             compare(str(Path(ckpt).resolve()), Path(folder), args.repeats, args.tokens)

@@ -50,8 +50,14 @@ def peak(args: dict) -> dict:
         return max(rates), statistics.median(rates)
 
     best, median = best_rate(torch.float32)
-    result = {"device": str(device), "n": n, "reps": args["reps"], "threads": torch.get_num_threads(),
-              "best_gflops": best, "median_gflops": median}
+    result = {
+        "device": str(device),
+        "n": n,
+        "reps": args["reps"],
+        "threads": torch.get_num_threads(),
+        "best_gflops": best,
+        "median_gflops": median,
+    }
     if device.type == "cuda":
         result["bf16_best_gflops"], result["bf16_median_gflops"] = best_rate(torch.bfloat16)
     return result
@@ -74,8 +80,11 @@ def flops_per_token(model) -> dict:
     non_embedding = sum(p.numel() for p in model.parameters()) - embeddings  # tied head: counted once here
     head = cfg.n_embd * cfg.vocab_size
     attention = 12 * cfg.n_layer * cfg.n_embd * cfg.block_size
-    return {"params": sum(p.numel() for p in model.parameters()), "non_embedding_params": non_embedding,
-            "flops_per_token": 6 * (non_embedding + head) + attention}
+    return {
+        "params": sum(p.numel() for p in model.parameters()),
+        "non_embedding_params": non_embedding,
+        "flops_per_token": 6 * (non_embedding + head) + attention,
+    }
 
 
 # Vocabularies of synthetic batches: GPT-2's 50,257 tokens padded to a multiple of 64 (what
@@ -116,8 +125,13 @@ def _trainer(config: str, overrides: list[str], synthetic: bool):
 
     torch.manual_seed(cfg.seed)
     model = GPT(cfg.model_config(SYNTHETIC_VOCAB[cfg.tokenizer])).to(rt.device)
-    return Trainer(cfg, rt, model, make_optimizer(model, cfg, rt.device),
-                   SyntheticBatches(model.config.vocab_size, cfg.model.block_size, cfg.batch_size, rt.device))
+    return Trainer(
+        cfg,
+        rt,
+        model,
+        make_optimizer(model, cfg, rt.device),
+        SyntheticBatches(model.config.vocab_size, cfg.model.block_size, cfg.batch_size, rt.device),
+    )
 
 
 def _timed_steps(trainer, warmup: int, steps: int) -> tuple[list[float], float | None]:
@@ -149,15 +163,26 @@ def throughput(args: dict) -> dict:
     flops = flops_per_token(model)
     tokens_per_s = trainer.tokens_per_step / median
     return {
-        "config": args["config"], "overrides": args.get("overrides", []), "synthetic": bool(args.get("synthetic")),
+        "config": args["config"],
+        "overrides": args.get("overrides", []),
+        "synthetic": bool(args.get("synthetic")),
         "arch": model.config.arch,
         "model": f"{model.config.n_layer}x{model.config.n_head}x{model.config.n_embd} block {cfg.model.block_size}",
-        "vocab_size": model.config.vocab_size, "device": str(trainer.runtime.device),
+        "vocab_size": model.config.vocab_size,
+        "device": str(trainer.runtime.device),
         "compute_dtype": str(trainer.runtime.autocast_dtype or torch.float32).removeprefix("torch."),
-        "threads": torch.get_num_threads(), "compile": cfg.compile, "tokens_per_step": trainer.tokens_per_step,
-        "warmup_steps": args["warmup"], "timed_steps": len(times), "ms_per_step": median * 1e3,
-        "ms_per_step_p10": deciles[0] * 1e3, "ms_per_step_p90": deciles[-1] * 1e3, "tokens_per_s": tokens_per_s,
-        **flops, "achieved_gflops": flops["flops_per_token"] * tokens_per_s / 1e9, "last_loss": loss,
+        "threads": torch.get_num_threads(),
+        "compile": cfg.compile,
+        "tokens_per_step": trainer.tokens_per_step,
+        "warmup_steps": args["warmup"],
+        "timed_steps": len(times),
+        "ms_per_step": median * 1e3,
+        "ms_per_step_p10": deciles[0] * 1e3,
+        "ms_per_step_p90": deciles[-1] * 1e3,
+        "tokens_per_s": tokens_per_s,
+        **flops,
+        "achieved_gflops": flops["flops_per_token"] * tokens_per_s / 1e9,
+        "last_loss": loss,
     }
 
 
@@ -178,12 +203,23 @@ def finetune(args: dict) -> dict:
     torch.manual_seed(cfg.seed)
     model = load_model(args["ckpt"], rt.device, block_size=cfg.model.block_size).model.train()
     vocab = model.config.vocab_used or model.config.vocab_size
-    trainer = Trainer(cfg, rt, model, make_optimizer(model, cfg, rt.device),
-                      SyntheticBatches(vocab, cfg.model.block_size, cfg.batch_size, rt.device))
+    trainer = Trainer(
+        cfg,
+        rt,
+        model,
+        make_optimizer(model, cfg, rt.device),
+        SyntheticBatches(vocab, cfg.model.block_size, cfg.batch_size, rt.device),
+    )
     times, loss = _timed_steps(trainer, args["warmup"], args["steps"])
-    return {"ms_per_step": statistics.median(times) * 1e3, "step_ms": [t * 1e3 for t in times],
-            "threads": torch.get_num_threads(), "tokens_per_step": trainer.tokens_per_step, "last_loss": loss,
-            "params": sum(p.numel() for p in model.parameters()), "model_config": model.config.to_dict()}
+    return {
+        "ms_per_step": statistics.median(times) * 1e3,
+        "step_ms": [t * 1e3 for t in times],
+        "threads": torch.get_num_threads(),
+        "tokens_per_step": trainer.tokens_per_step,
+        "last_loss": loss,
+        "params": sum(p.numel() for p in model.parameters()),
+        "model_config": model.config.to_dict(),
+    }
 
 
 def demo_floors(args: dict) -> dict:
@@ -217,9 +253,14 @@ def demo_floors(args: dict) -> dict:
         layer, head = parse_head(best.name)
         row = patterns[layer][0, head, last_pronoun_pos(tokens)]
         on = {word: float(row[tokens.index(f" {word}")]) for word in args["words"]}
-        return {"best_head": best.name, "referent": best.referent, "top1": best.top1, "attention": on,
-                "continuation": numbers["continuation_accuracy"],
-                "continuation_ablated": removed.reading.results.numbers["continuation_accuracy"]}
+        return {
+            "best_head": best.name,
+            "referent": best.referent,
+            "top1": best.top1,
+            "attention": on,
+            "continuation": numbers["continuation_accuracy"],
+            "continuation_ablated": removed.reading.results.numbers["continuation_accuracy"],
+        }
     induction = reading.type_scores["induction"]
     first, second = (parse_head(name) for name in top_heads(induction, 2))
     gain = numbers["in_context_gain"]
@@ -228,15 +269,22 @@ def demo_floors(args: dict) -> dict:
         ablated = read_pass(model, sets, ablate=Ablation(list(heads)), kinds=(REPEATED,))
         return ablated.results.numbers["in_context_gain"]
 
-    found = {"best_induction_head": top_heads(induction, 1)[0], "induction": float(induction.max()), "gain": gain,
-             "gain_without_top_two": gain_without(first, second)}
-    earlier = reading.results.heads["previous_token"][: first[0]]   # the layers before the best induction head
-    if not earlier.numel():   # the best induction head is in layer 0: no earlier layer to hold its partner
-        return {**found, "previous_token_head": None, "previous_token": None,
-                "gain_without_previous_token_head": None}
+    found = {
+        "best_induction_head": top_heads(induction, 1)[0],
+        "induction": float(induction.max()),
+        "gain": gain,
+        "gain_without_top_two": gain_without(first, second),
+    }
+    earlier = reading.results.heads["previous_token"][: first[0]]  # the layers before the best induction head
+    if not earlier.numel():  # the best induction head is in layer 0: no earlier layer to hold its partner
+        return {**found, "previous_token_head": None, "previous_token": None, "gain_without_previous_token_head": None}
     prev_layer, prev_head = divmod(int(torch.argmax(earlier)), earlier.shape[1])
-    return {**found, "previous_token_head": f"L{prev_layer}H{prev_head}", "previous_token": float(earlier.max()),
-            "gain_without_previous_token_head": gain_without((prev_layer, prev_head))}
+    return {
+        **found,
+        "previous_token_head": f"L{prev_layer}H{prev_head}",
+        "previous_token": float(earlier.max()),
+        "gain_without_previous_token_head": gain_without((prev_layer, prev_head)),
+    }
 
 
 def _time_generation(generate, runs: int) -> tuple[list[float], object]:
@@ -263,16 +311,29 @@ def sampling(args: dict) -> dict:
     def generate(use_cache: bool):
         def run(count: int | None):
             generator = torch.Generator().manual_seed(1337)
-            return model.generate(prompt, count or n, temperature=args["temperature"], top_k=args["top_k"],
-                                  generator=generator, use_cache=use_cache)
+            return model.generate(
+                prompt,
+                count or n,
+                temperature=args["temperature"],
+                top_k=args["top_k"],
+                generator=generator,
+                use_cache=use_cache,
+            )
+
         return run
 
     cached, out_cached = _time_generation(generate(True), args["runs"])
     uncached, out_uncached = _time_generation(generate(False), args["runs"])
-    return {"checkpoint": args["ckpt"], "new_tokens": n, "runs": args["runs"], "threads": torch.get_num_threads(),
-            "tokens_per_s": n / statistics.median(cached), "no_cache_tokens_per_s": n / statistics.median(uncached),
-            "identical": bool(torch.equal(out_cached, out_uncached)),
-            "text_head": loaded.tokenizer.decode(out_cached[0, :80].tolist())}
+    return {
+        "checkpoint": args["ckpt"],
+        "new_tokens": n,
+        "runs": args["runs"],
+        "threads": torch.get_num_threads(),
+        "tokens_per_s": n / statistics.median(cached),
+        "no_cache_tokens_per_s": n / statistics.median(uncached),
+        "identical": bool(torch.equal(out_cached, out_uncached)),
+        "text_head": loaded.tokenizer.decode(out_cached[0, :80].tolist()),
+    }
 
 
 def nanogpt_sampling(args: dict) -> dict:
@@ -298,12 +359,23 @@ def nanogpt_sampling(args: dict) -> dict:
             return model.generate(prompt, count or n, temperature=args["temperature"], top_k=args["top_k"])
 
     seconds, _ = _time_generation(run, args["runs"])
-    return {"checkpoint": args["ckpt"], "new_tokens": n, "runs": args["runs"], "threads": torch.get_num_threads(),
-            "tokens_per_s": n / statistics.median(seconds)}
+    return {
+        "checkpoint": args["ckpt"],
+        "new_tokens": n,
+        "runs": args["runs"],
+        "threads": torch.get_num_threads(),
+        "tokens_per_s": n / statistics.median(seconds),
+    }
 
 
-WORKERS = {"demo_floors": demo_floors, "peak": peak, "throughput": throughput, "finetune": finetune,
-           "sampling": sampling, "nanogpt_sampling": nanogpt_sampling}
+WORKERS = {
+    "demo_floors": demo_floors,
+    "peak": peak,
+    "throughput": throughput,
+    "finetune": finetune,
+    "sampling": sampling,
+    "nanogpt_sampling": nanogpt_sampling,
+}
 
 
 def main(argv: list[str]) -> int:

@@ -15,8 +15,15 @@ class Batches:
     evaluation scores the same windows and the numbers compare across steps.
     """
 
-    def __init__(self, splits: dict[str, np.ndarray], block_size: int, batch_size: int, device: torch.device,
-                 seed: int, rank: int = 0) -> None:
+    def __init__(
+        self,
+        splits: dict[str, np.ndarray],
+        block_size: int,
+        batch_size: int,
+        device: torch.device,
+        seed: int,
+        rank: int = 0,
+    ) -> None:
         self.splits = splits
         self.block_size = block_size
         self.batch_size = batch_size

@@ -25,17 +25,18 @@ class Corpus:
     filename: str
     url: str
     about: str
-    probes_path: Path | None = None     # two-person pronoun probes made from this text
+    probes_path: Path | None = None  # two-person pronoun probes made from this text
     agreement_path: Path | None = None  # single-person agreement contexts made from it
     repairs: tuple[tuple[str, str], ...] = ()  # text replacements that turn the download into `filename`
-    sha256: str = ""      # of the repaired download, when it must be exactly `filename`
+    sha256: str = ""  # of the repaired download, when it must be exactly `filename`
 
 
 CORPORA = {
     "shakespeare": Corpus(
         "tinyshakespeare.txt",
         "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt",
-        "Tiny Shakespeare (1.1 MB, public domain)"),
+        "Tiny Shakespeare (1.1 MB, public domain)",
+    ),
     "tinystories": Corpus(
         "tinystories_subset.txt",
         # The validation file of TinyStories V2 (CDLA-Sharing-1.0): 22 MB, a
@@ -43,7 +44,8 @@ CORPORA = {
         "https://huggingface.co/datasets/roneneldan/TinyStories/resolve/main/TinyStoriesV2-GPT4-valid.txt",
         "TinyStories (Eldan & Li 2023, CDLA-Sharing-1.0)",
         probes_path=REPO / "data/probes/gender-subset.jsonl",
-        agreement_path=REPO / "data/probes/gender-subset-agreement.jsonl"),
+        agreement_path=REPO / "data/probes/gender-subset-agreement.jsonl",
+    ),
     "tinystories_lower": Corpus(
         "tinystories_lower.txt",
         # The start of the same TinyStories train split, lower-cased upstream (4.2 MB, about 1.0M GPT-2
@@ -53,11 +55,24 @@ CORPORA = {
         "TinyStories, lower case (Eldan & Li 2023, CDLA-Sharing-1.0)",
         probes_path=REPO / "data/probes/gender-lower.jsonl",
         agreement_path=REPO / "data/probes/gender-lower-agreement.jsonl",
-        repairs=(("\u00e2\u20ac\u0153", '"'), ("\u00e2\u20ac\u2122", "'"), ("\u00e2\u20ac\u201c", "-"),
-                 ("\u00e2\u20ac\u201d", "-"), ("\u00e2\u20ac\u02dc", "'"), ("\u00e2\u20ac\u00a6", "..."),
-                 ("\u00e2\u20ac", '"'), ("\u00e2\u00ab", '"'), ("\u00e2\u00bb", '"'), ("\u00e2\u00a1", ""),
-                 ("\u00e3\u00b1", "n"), ("\u00e3\u00a1", "a"), ("\u00e3\u00a9", "e"), ("\u00e3\u00b3", "o")),
-        sha256="6737f9146562643f5520682bab0e2f02a9ae0066c4d38f9bc55d639c46c22647"),
+        repairs=(
+            ("\u00e2\u20ac\u0153", '"'),
+            ("\u00e2\u20ac\u2122", "'"),
+            ("\u00e2\u20ac\u201c", "-"),
+            ("\u00e2\u20ac\u201d", "-"),
+            ("\u00e2\u20ac\u02dc", "'"),
+            ("\u00e2\u20ac\u00a6", "..."),
+            ("\u00e2\u20ac", '"'),
+            ("\u00e2\u00ab", '"'),
+            ("\u00e2\u00bb", '"'),
+            ("\u00e2\u00a1", ""),
+            ("\u00e3\u00b1", "n"),
+            ("\u00e3\u00a1", "a"),
+            ("\u00e3\u00a9", "e"),
+            ("\u00e3\u00b3", "o"),
+        ),
+        sha256="6737f9146562643f5520682bab0e2f02a9ae0066c4d38f9bc55d639c46c22647",
+    ),
 }
 # The seed of each generated corpus: fixed, so a corpus (and its cache) does not change with the training seed.
 GENERATED = {"pronouns": 1234, "induction": 0}
@@ -81,8 +96,10 @@ def corpus_path(name: str) -> Path:
         with urllib.request.urlopen(corpus.url, timeout=60) as response:
             data = response.read()
     except OSError as exc:
-        raise UserError(f"cannot download corpus '{name}' from {corpus.url} ({exc}); connect to the internet, "
-                        f"or save the file as {target}") from None
+        raise UserError(
+            f"cannot download corpus '{name}' from {corpus.url} ({exc}); connect to the internet, "
+            f"or save the file as {target}"
+        ) from None
     if corpus.repairs or corpus.sha256:
         text = data.decode("utf-8", errors="replace")
         for old, new in corpus.repairs:
@@ -90,13 +107,17 @@ def corpus_path(name: str) -> Path:
         data = text.encode("utf-8")
         digest = hashlib.sha256(data).hexdigest()
         if corpus.sha256 and digest != corpus.sha256:
-            raise UserError(f"the file downloaded from {corpus.url} is not the expected text (sha256 {digest[:12]}, "
-                            f"expected {corpus.sha256[:12]}); save the corpus as data/downloads/{corpus.filename}")
+            raise UserError(
+                f"the file downloaded from {corpus.url} is not the expected text (sha256 {digest[:12]}, "
+                f"expected {corpus.sha256[:12]}); save the corpus as data/downloads/{corpus.filename}"
+            )
     try:  # whole, never through a link planted under its name or a temporary one
         replace_file(target, lambda fh: fh.write(data))
     except OSError as exc:
-        raise UserError(f"cannot save the downloaded corpus as {target} ({write_error(exc, target)}); free disk "
-                        f"space, or save it there yourself") from None
+        raise UserError(
+            f"cannot save the downloaded corpus as {target} ({write_error(exc, target)}); free disk "
+            f"space, or save it there yourself"
+        ) from None
     return target
 
 

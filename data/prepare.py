@@ -75,7 +75,7 @@ class Prepared:
 def read_data_file(path: str | Path) -> str:
     fix = f"give the path of a UTF-8 text file or a corpus name ({', '.join(corpora.NAMES)})"
     text = read_text(path, "data file", fix)
-    if not text.strip(" \t\n\r\x0b\x0c"):   # what bytes.strip() takes for white space
+    if not text.strip(" \t\n\r\x0b\x0c"):  # what bytes.strip() takes for white space
         raise UserError(f"data file {path} is empty; give a file with text in it")
     return text
 
@@ -93,13 +93,21 @@ def source_text(dataset: str, corpus_sentences: int) -> tuple[str, str, list[dic
     if not Path(dataset).exists():
         close = difflib.get_close_matches(dataset, corpora.NAMES, n=1)
         hint = f"did you mean '{close[0]}'? " if close else ""
-        raise UserError(f"dataset '{dataset}' is neither a corpus name nor an existing file; {hint}give one of "
-                        f"{', '.join(corpora.NAMES)} or the path of a UTF-8 text file")
+        raise UserError(
+            f"dataset '{dataset}' is neither a corpus name nor an existing file; {hint}give one of "
+            f"{', '.join(corpora.NAMES)} or the path of a UTF-8 text file"
+        )
     return read_data_file(dataset), str(Path(dataset).resolve()), None
 
 
-def prepare(dataset: str, tokenizer: str | ModelVocabulary = "char", data_dir: str | Path = "data/prepared",
-            val_fraction: float = 0.1, corpus_sentences: int = 30000, quiet: bool = False) -> Prepared:
+def prepare(
+    dataset: str,
+    tokenizer: str | ModelVocabulary = "char",
+    data_dir: str | Path = "data/prepared",
+    val_fraction: float = 0.1,
+    corpus_sentences: int = 30000,
+    quiet: bool = False,
+) -> Prepared:
     """The prepared token files of `dataset` (cached as the module's docstring says), built with a tokenizer
     built from its text or with a model's vocabulary (`ModelVocabulary`), which must cover it."""
     fixed = tokenizer if isinstance(tokenizer, ModelVocabulary) else None
@@ -110,8 +118,10 @@ def prepare(dataset: str, tokenizer: str | ModelVocabulary = "char", data_dir: s
     data_dir = Path(data_dir)
     recipe = generation_key(dataset, corpus_sentences)
     if recipe is not None:  # generating the default demo's corpus only to find its cache took 0.2 s of 7
-        found = _first_intact((folder, {**wanted, "generation": recipe, "vocabulary": name if fixed else None})
-                              for folder in _folders(data_dir, dataset, name, val_fraction))
+        found = _first_intact(
+            (folder, {**wanted, "generation": recipe, "vocabulary": name if fixed else None})
+            for folder in _folders(data_dir, dataset, name, val_fraction)
+        )
         if found is not None:
             return found
     text, label, probes = source_text(dataset, corpus_sentences)
@@ -120,8 +130,10 @@ def prepare(dataset: str, tokenizer: str | ModelVocabulary = "char", data_dir: s
     try:
         cached, problem = _cached(folder, {"source_sha256": digest, **wanted})
     except OSError as exc:  # e.g. a folder that cannot be read: say so rather than rebuild over it
-        raise UserError(f"cannot read prepared data in {folder} ({exc.strerror or exc}); check its permissions "
-                        f"or choose another --data_dir") from None
+        raise UserError(
+            f"cannot read prepared data in {folder} ({exc.strerror or exc}); check its permissions "
+            f"or choose another --data_dir"
+        ) from None
     if cached is not None:
         return cached
     if problem is not None and not quiet:
@@ -148,8 +160,10 @@ def prepare(dataset: str, tokenizer: str | ModelVocabulary = "char", data_dir: s
     _write(folder, meta, {"train.bin": train, "val.bin": val}, probes)
     if not quiet:
         whose = f"{tok.name}, of {fixed.model}" if fixed is not None else tokenizer
-        print(f"prepared {label}: {len(train):,} train + {len(val):,} val tokens, "
-              f"vocabulary {tok.vocab_size} ({whose}) -> {folder}")
+        print(
+            f"prepared {label}: {len(train):,} train + {len(val):,} val tokens, "
+            f"vocabulary {tok.vocab_size} ({whose}) -> {folder}"
+        )
     return Prepared(folder, meta, tok)
 
 
@@ -210,14 +224,16 @@ def _too_short(split: str, sizes: dict[str, int], block_size: int, meta: dict) -
         generated = str(meta.get("source", "")).startswith(tuple(f"{name}(" for name in corpora.GENERATED))
         more = "raise --corpus_sentences" if generated else "use a longer text"
         # Each fix must work at the split the user has, or name the split it needs.
-        fixes = [f"{more} (at least {math.ceil(need / min(fraction, 1 - fraction)):,} tokens at "
-                 f"--val_fraction={fraction:g})"]
+        fixes = [
+            f"{more} (at least {math.ceil(need / min(fraction, 1 - fraction)):,} tokens at --val_fraction={fraction:g})"
+        ]
         if min(sizes.values()) - 2 >= 1:
             fixes.append(f"a --block_size of at most {min(sizes.values()) - 2}")
         elif total // 2 - 2 >= 1:
             fixes.append(f"--val_fraction=0.5 with a --block_size of at most {total // 2 - 2}")
-        return UserError(f"{problem}: the text has {total:,} tokens in all, too few for both splits; "
-                         f"{' or '.join(fixes)}")
+        return UserError(
+            f"{problem}: the text has {total:,} tokens in all, too few for both splits; {' or '.join(fixes)}"
+        )
     # The fraction nearest the one in use (to 2 significant digits) that gives the short split a window.
     val = split == "val"
     suggested = float(f"{(need if val else total - need) / total:.2g}")
@@ -227,8 +243,9 @@ def _too_short(split: str, sizes: dict[str, int], block_size: int, meta: dict) -
     return UserError(f"{problem}: --val_fraction={fraction:g} {why}; use --val_fraction={suggested:g} or {bound}")
 
 
-def _tokenize(text: str, tokenizer: str | ModelVocabulary, val_fraction: float, label: str
-              ) -> tuple[Tokenizer, np.ndarray, np.ndarray]:
+def _tokenize(
+    text: str, tokenizer: str | ModelVocabulary, val_fraction: float, label: str
+) -> tuple[Tokenizer, np.ndarray, np.ndarray]:
     """(tokenizer, train ids, val ids); refuses text with a single kind of token: nothing to learn."""
     tok = tokenizer.tokenizer if isinstance(tokenizer, ModelVocabulary) else build_tokenizer(tokenizer, text)
     dtype = _dtype_for(tok.vocab_size)
@@ -236,18 +253,22 @@ def _tokenize(text: str, tokenizer: str | ModelVocabulary, val_fraction: float, 
         parts = [np.asarray(tok.encode(piece), dtype=np.int64).astype(dtype) for piece in pieces(text, tok.cuts)]
     except TokenizerError:  # only a model's vocabulary lacks what the text holds: a character, or GPT-2 tokens
         missing, what = tok.unknown(text), "character" if tok.name == "char" else "token"
-        raise UserError(f"{label} holds {len(missing):,} {what}(s) that the model {tokenizer.model} never had: "
-                        f"{preview(missing, 5)}; remove them from the text, or fine-tune a model whose vocabulary "
-                        f"has them") from None
+        raise UserError(
+            f"{label} holds {len(missing):,} {what}(s) that the model {tokenizer.model} never had: "
+            f"{preview(missing, 5)}; remove them from the text, or fine-tune a model whose vocabulary "
+            f"has them"
+        ) from None
     ids = np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
     if ids.min() == ids.max():
         token = tok.token_strings([int(ids[0])])[0]
         times = f"{len(ids):,} times" if len(ids) > 1 else "once"
-        raise UserError(f"{label} holds one kind of token only ({token!r}, {times}), so there is nothing to "
-                        f"predict; give a text with more than one kind of "
-                        f"{'character' if tok.name == 'char' else 'word'}")
+        raise UserError(
+            f"{label} holds one kind of token only ({token!r}, {times}), so there is nothing to "
+            f"predict; give a text with more than one kind of "
+            f"{'character' if tok.name == 'char' else 'word'}"
+        )
     n_val = int(len(ids) * val_fraction)
-    return tok, ids[: len(ids) - n_val], ids[len(ids) - n_val:]
+    return tok, ids[: len(ids) - n_val], ids[len(ids) - n_val :]
 
 
 def _dtype_for(vocab_size: int) -> str:
@@ -257,6 +278,7 @@ def _dtype_for(vocab_size: int) -> str:
 def _write(folder: Path, meta: dict, splits: dict[str, np.ndarray], probes: list[dict] | None) -> None:
     """Writes the files, then meta.json with their checksums and its own, as one folder (meta.json last): an
     interrupted preparation never leaves a folder that looks complete."""
+
     def write(staging: Path) -> None:
         for name, ids in splits.items():
             ids.astype(meta["dtype"]).tofile(staging / name)
@@ -273,11 +295,14 @@ def _write(folder: Path, meta: dict, splits: dict[str, np.ndarray], probes: list
         wanted = {"source_sha256": meta["source_sha256"], "tokenizer": meta["tokenizer"]}
         if _first_intact([(folder, wanted)]) is not None:
             return  # a preparation of the same text running beside this one wrote the folder first
-        raise UserError(f"cannot write prepared data to {folder.parent} ({write_error(exc, folder.parent)}); free "
-                        f"disk space or choose a writable --data_dir") from None
+        raise UserError(
+            f"cannot write prepared data to {folder.parent} ({write_error(exc, folder.parent)}); free "
+            f"disk space or choose a writable --data_dir"
+        ) from None
 
 
 # --- checking a cached preparation --------------------------------------------------------------
+
 
 def _digest(value: object) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True).encode("utf-8")).hexdigest()
@@ -298,8 +323,12 @@ def _scan(path: Path, dtype: str | None = None) -> tuple[str, int]:
     return sha.hexdigest(), largest
 
 
-_ANOTHER = {"source_sha256": "text", "tokenizer": "vocabulary", "vocabulary": "vocabulary",
-            "generation": "generated text"}  # what a folder recording something else than `wanted` holds
+_ANOTHER = {
+    "source_sha256": "text",
+    "tokenizer": "vocabulary",
+    "vocabulary": "vocabulary",
+    "generation": "generated text",
+}  # what a folder recording something else than `wanted` holds
 
 
 def _cached(folder: Path, wanted: dict) -> tuple[Prepared | None, str | None]:
@@ -356,8 +385,10 @@ def _problem(folder: Path, meta: dict, tok: Tokenizer) -> str | None:
         if problem is not None:
             return f"{name} is {problem}"
         if size is not None and path.stat().st_size != size:
-            return (f"{name} has {path.stat().st_size:,} bytes where {size // itemsize:,} {meta['dtype']} tokens "
-                    f"take {size:,}")
+            return (
+                f"{name} has {path.stat().st_size:,} bytes where {size // itemsize:,} {meta['dtype']} tokens "
+                f"take {size:,}"
+            )
         sha, largest = _scan(path, meta["dtype"] if size is not None else None)
         if sha != meta["sha256"][name]:
             return f"the contents of {name} do not match its checksum"

@@ -39,24 +39,25 @@ def _require_words(record: object, names: Sequence[str]) -> None:
 class Probe:
     """One probe. Offsets left out are found in the text when the probe is made."""
 
-    what = "probe"   # in messages: "probe file", "holds no probes"
+    what = "probe"  # in messages: "probe file", "holds no probes"
     text: str
     pronoun: str
     referent: str
     distractor: str
-    pronoun_offset: int | None = None      # character offsets into text, for words that occur more than once
+    pronoun_offset: int | None = None  # character offsets into text, for words that occur more than once
     referent_offset: int | None = None
     distractor_offset: int | None = None
     continuations: list[str] | None = None  # first words that could follow the pronoun meaning the referent
-    distractor_continuations: list[str] | None = None   # ... meaning the distractor
+    distractor_continuations: list[str] | None = None  # ... meaning the distractor
     line: int | None = field(default=None, compare=False)  # where a probe file holds it, for messages
 
     def __post_init__(self) -> None:
         _require_words(self, ("text", "pronoun", "referent", "distractor"))
         for name in ("continuations", "distractor_continuations"):
             value = getattr(self, name)
-            if value is not None and (not isinstance(value, list)
-                                      or not all(isinstance(w, str) and w.strip() for w in value)):
+            if value is not None and (
+                not isinstance(value, list) or not all(isinstance(w, str) and w.strip() for w in value)
+            ):
                 raise UserError(f"{name} must be a list of non-empty words, got {value!r}")
         self.referent_offset = self._place("referent")
         self.distractor_offset = self._place("distractor", avoid=self.span("referent"))
@@ -65,28 +66,35 @@ class Probe:
         spans = {name: self.span(name) for name in ("pronoun", "referent", "distractor")}
         for a, b in (("pronoun", "referent"), ("pronoun", "distractor"), ("referent", "distractor")):
             if spans[a][0] < spans[b][1] and spans[b][0] < spans[a][1]:
-                raise UserError(f"the {a} {getattr(self, a)!r} and the {b} {getattr(self, b)!r} are the same place "
-                                f"in the text; they must be different words (give {a}_offset or {b}_offset when "
-                                f"a word occurs twice)")
+                raise UserError(
+                    f"the {a} {getattr(self, a)!r} and the {b} {getattr(self, b)!r} are the same place "
+                    f"in the text; they must be different words (give {a}_offset or {b}_offset when "
+                    f"a word occurs twice)"
+                )
 
     def _place(self, name: str, after: int = 0, avoid: Span | None = None) -> int:
         word, offset = getattr(self, name), getattr(self, f"{name}_offset")
         if offset is not None:
             if isinstance(offset, bool) or not isinstance(offset, int):
                 raise UserError(f"{name}_offset must be an integer, got {offset!r}")
-            found = self.text[offset:offset + len(word)] if offset >= 0 else ""
+            found = self.text[offset : offset + len(word)] if offset >= 0 else ""
             if found.lower() != word.lower():
-                raise UserError(f"{name}_offset {offset} points at {found!r}, not {word!r}; "
-                                f"give the character offset where {word!r} starts in the text")
+                raise UserError(
+                    f"{name}_offset {offset} points at {found!r}, not {word!r}; "
+                    f"give the character offset where {word!r} starts in the text"
+                )
             return offset
         every = _word_spans(self.text, word)
         spans = [s for s in every if avoid is None or s != avoid]
         if every and not spans:
-            raise UserError(f"{name} {word!r} is the same word as the referent, and occurs only once in the text "
-                            f"{self.text!r}; name a different noun as the {name}, or repeat the word in the text")
+            raise UserError(
+                f"{name} {word!r} is the same word as the referent, and occurs only once in the text "
+                f"{self.text!r}; name a different noun as the {name}, or repeat the word in the text"
+            )
         if not spans:
-            raise UserError(f"{name} {word!r} does not occur as a whole word in the text {self.text!r}; "
-                            f"fix the word or the text")
+            raise UserError(
+                f"{name} {word!r} does not occur as a whole word in the text {self.text!r}; fix the word or the text"
+            )
         if name == "pronoun":
             # The pronoun follows its candidates; "it" before them is another use of the word.
             later = [s for s in spans if s[0] >= after]
@@ -102,7 +110,8 @@ class Probe:
         """Token positions of the probe's words; text the tokenizer cannot encode raises its TokenizerError."""
         ids, spans = tokenizer.encode_with_offsets(self.text)
         pronoun_tokens, referent_positions, distractor_positions = (
-            _overlapping(spans, self.span(name)) for name in ("pronoun", "referent", "distractor"))
+            _overlapping(spans, self.span(name)) for name in ("pronoun", "referent", "distractor")
+        )
         if not (pronoun_tokens and referent_positions and distractor_positions):
             raise UserError(f"probe {self.text!r}: a word covers no token; check the offsets")
 
@@ -120,10 +129,17 @@ class Probe:
         if continuation_pos is None:
             distractor_ids = []
 
-        return AlignedProbe(probe=self, ids=ids, tokens=tokenizer.token_strings(ids),
-                            pronoun_pos=pronoun_tokens[-1], referent_positions=referent_positions,
-                            distractor_positions=distractor_positions, continuation_pos=continuation_pos,
-                            continuation_ids=continuation_ids, distractor_continuation_ids=distractor_ids)
+        return AlignedProbe(
+            probe=self,
+            ids=ids,
+            tokens=tokenizer.token_strings(ids),
+            pronoun_pos=pronoun_tokens[-1],
+            referent_positions=referent_positions,
+            distractor_positions=distractor_positions,
+            continuation_pos=continuation_pos,
+            continuation_ids=continuation_ids,
+            distractor_continuation_ids=distractor_ids,
+        )
 
 
 @dataclass
@@ -135,28 +151,31 @@ class AgreementProbe:
 
     what = "agreement context"
     text: str
-    pronoun: str                  # the pronoun that agrees: the right next word
-    wrong: str                    # the other one
+    pronoun: str  # the pronoun that agrees: the right next word
+    wrong: str  # the other one
     person: str | None = None
-    mention: str | None = None    # "first" or "second"
-    gender: str | None = None     # the person's, as the corpus gives it
-    kind: str | None = None       # "name" or "noun"
-    frame: int | None = None      # which sentence frame made it
+    mention: str | None = None  # "first" or "second"
+    gender: str | None = None  # the person's, as the corpus gives it
+    kind: str | None = None  # "name" or "noun"
+    frame: int | None = None  # which sentence frame made it
     line: int | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         _require_words(self, ("text", "pronoun", "wrong"))
         if self.pronoun.strip().lower() == self.wrong.strip().lower():
-            raise UserError(f"'pronoun' and 'wrong' are both {self.pronoun!r}; 'wrong' is the pronoun that "
-                            f"does not agree")
+            raise UserError(
+                f"'pronoun' and 'wrong' are both {self.pronoun!r}; 'wrong' is the pronoun that does not agree"
+            )
         for name in ("person", "mention", "gender", "kind"):
             if getattr(self, name) is not None and not isinstance(getattr(self, name), str):
                 raise UserError(f"field {name!r} must be a string, got {getattr(self, name)!r}")
         if self.frame is not None and (isinstance(self.frame, bool) or not isinstance(self.frame, int)):
             raise UserError(f"field 'frame' must be an integer, got {self.frame!r}")
         if self.person is not None and not _word_spans(self.text, self.person):
-            raise UserError(f"person {self.person!r} does not occur as a whole word in the text {self.text!r}; "
-                            f"fix the word or the text")
+            raise UserError(
+                f"person {self.person!r} does not occur as a whole word in the text {self.text!r}; "
+                f"fix the word or the text"
+            )
 
     def align(self, tokenizer: Tokenizer) -> AlignedAgreement:
         """Token positions of an agreement context; text the tokenizer cannot encode raises its TokenizerError."""
@@ -164,10 +183,12 @@ class AgreementProbe:
         position, right = _first_token_ids(tokenizer, ids, self.text, [(" ", self.pronoun)])
         wrong_position, wrong = _first_token_ids(tokenizer, ids, self.text, [(" ", self.wrong)])
         if position is None or wrong_position != position or right == wrong:
-            raise UserError(f"agreement context {self.text!r}: {self.pronoun!r} and {self.wrong!r} do not start "
-                            f"with different tokens after the same context; end the text before the pronoun")
+            raise UserError(
+                f"agreement context {self.text!r}: {self.pronoun!r} and {self.wrong!r} do not start "
+                f"with different tokens after the same context; end the text before the pronoun"
+            )
         person = _overlapping(spans, _word_spans(self.text, self.person)[0]) if self.person else []
-        return AlignedAgreement(self, ids[:position + 1], position, right[0], wrong[0], person)
+        return AlignedAgreement(self, ids[: position + 1], position, right[0], wrong[0], person)
 
 
 def load_jsonl(path: str | Path, make: type[Probe] | type[AgreementProbe]) -> list:
@@ -193,8 +214,9 @@ def load_jsonl(path: str | Path, make: type[Probe] | type[AgreementProbe]) -> li
                 raise UserError(f"unknown field(s) {', '.join(map(repr, unknown))}; allowed: {', '.join(fields)}")
             missing = [name for name in required if name not in obj]
             if missing:
-                raise UserError(f"missing field(s) {', '.join(map(repr, missing))}; "
-                                f"every {kind} needs {', '.join(required)}")
+                raise UserError(
+                    f"missing field(s) {', '.join(map(repr, missing))}; every {kind} needs {', '.join(required)}"
+                )
             item = make(**obj)
         except UserError as exc:
             raise UserError(f"{path} line {number}: {exc}") from None
@@ -227,8 +249,9 @@ def _overlapping(spans: Sequence[Span], target: Span) -> list[int]:
     return [i for i, (s, e) in enumerate(spans) if s < end and e > start]
 
 
-def _first_token_ids(tokenizer: Tokenizer, ids: list[int], prefix: str, words: Sequence[tuple[str, str]]
-                     ) -> tuple[int | None, list[int]]:
+def _first_token_ids(
+    tokenizer: Tokenizer, ids: list[int], prefix: str, words: Sequence[tuple[str, str]]
+) -> tuple[int | None, list[int]]:
     """For each (separator, word): the first token of `word` when it follows `prefix + separator`. Returns
     the position that predicts it and the deduplicated token ids. The position is None when the text's own
     tokens differ from the prefix's before that point: the model would not predict from the same context."""
@@ -243,8 +266,10 @@ def _first_token_ids(tokenizer: Tokenizer, ids: list[int], prefix: str, words: S
         if not index or cand_ids[:index] != ids[:index]:
             return None, []
         if position is not None and index - 1 != position:
-            raise UserError(f"continuation {word!r} tokenizes the context before it differently from the "
-                            f"other continuations; use words that start with a letter")
+            raise UserError(
+                f"continuation {word!r} tokenizes the context before it differently from the "
+                f"other continuations; use words that start with a letter"
+            )
         position = index - 1
         if cand_ids[index] not in first_ids:
             first_ids.append(cand_ids[index])
@@ -261,4 +286,4 @@ class AlignedAgreement:
     continuation_pos: int
     right_id: int
     wrong_id: int
-    person_positions: list[int]   # tokens of the person's word (empty without `person`)
+    person_positions: list[int]  # tokens of the person's word (empty without `person`)

@@ -83,8 +83,20 @@ OBJECTS: dict[str, list[str]] = {
 }
 
 # Verbs an animate subject can use with any second noun.
-VERBS_ANIMATE = ["saw", "found", "liked", "watched", "fetched", "followed", "noticed", "chased",
-                 "pushed", "carried", "held", "wanted"]
+VERBS_ANIMATE = [
+    "saw",
+    "found",
+    "liked",
+    "watched",
+    "fetched",
+    "followed",
+    "noticed",
+    "chased",
+    "pushed",
+    "carried",
+    "held",
+    "wanted",
+]
 # Verbs that also suit an object as subject, so objects can come first.
 VERBS_ANY = ["hit", "touched", "was near", "was behind", "was next to", "lay beside"]
 # Two adjectives go opinion before size, as English orders them ("nice old").
@@ -99,11 +111,13 @@ TAIL_RATE = 0.3
 HELD_OUT_FRACTION = 0.12
 KEEP_IN_TRAINING = frozenset({"dog", "ball"})  # the explanation's own pair
 
-CONTINUATIONS: dict[str, list[str]] = {
-    **{noun: conts for noun, (_, conts) in PEOPLE.items()}, **ANIMALS, **OBJECTS}
+CONTINUATIONS: dict[str, list[str]] = {**{noun: conts for noun, (_, conts) in PEOPLE.items()}, **ANIMALS, **OBJECTS}
 # The pronouns that may refer to each noun.
-PRONOUNS_OF: dict[str, tuple[str, ...]] = {**{noun: (pronoun,) for noun, (pronoun, _) in PEOPLE.items()},
-                                           **dict.fromkeys(ANIMALS, ("he", "she")), **dict.fromkeys(OBJECTS, ("it",))}
+PRONOUNS_OF: dict[str, tuple[str, ...]] = {
+    **{noun: (pronoun,) for noun, (pronoun, _) in PEOPLE.items()},
+    **dict.fromkeys(ANIMALS, ("he", "she")),
+    **dict.fromkeys(OBJECTS, ("it",)),
+}
 
 
 def first_words(noun: str) -> list[str]:
@@ -151,8 +165,9 @@ def _noun_phrase(rng: random.Random, noun: str, article: str) -> str:
     return " ".join([article, *adjectives, noun])
 
 
-def _sentence(rng: random.Random, pair: tuple[str, str], pair_order: bool, referent_first: bool,
-              tail: str) -> tuple[str, dict]:
+def _sentence(
+    rng: random.Random, pair: tuple[str, str], pair_order: bool, referent_first: bool, tail: str
+) -> tuple[str, dict]:
     """One line and its probe record. pair_order keeps `pair` as given; otherwise swapped."""
     first, second = pair if pair_order else pair[::-1]
     referent, distractor = (first, second) if referent_first else (second, first)
@@ -160,18 +175,33 @@ def _sentence(rng: random.Random, pair: tuple[str, str], pair_order: bool, refer
     verb = rng.choice(VERBS_ANY if first in OBJECTS else VERBS_ANIMATE + VERBS_ANY)
     opener = rng.choice(OPENERS)
     continuation = rng.choice(CONTINUATIONS[referent])
-    words = [opener, _noun_phrase(rng, first, "the" if opener else "The"), verb,
-             _noun_phrase(rng, second, "the"), "and", pronoun, continuation]
+    words = [
+        opener,
+        _noun_phrase(rng, first, "the" if opener else "The"),
+        verb,
+        _noun_phrase(rng, second, "the"),
+        "and",
+        pronoun,
+        continuation,
+    ]
     core = " ".join(w for w in words if w)
     line = f"{core} {tail} ." if tail else f"{core} ."
-    record = {"text": f"{core} .", "pronoun": pronoun, "referent": referent, "distractor": distractor,
-              "continuations": first_words(referent), "distractor_continuations": first_words(distractor)}
+    record = {
+        "text": f"{core} .",
+        "pronoun": pronoun,
+        "referent": referent,
+        "distractor": distractor,
+        "continuations": first_words(referent),
+        "distractor_continuations": first_words(distractor),
+    }
     return line, record
 
 
 def _generate(rng: random.Random, n: int, held_out: bool, with_tails: bool) -> list[tuple[str, dict]]:
-    pairs = {kind: [p for p in kind_pairs if (frozenset(p) in HELD_OUT_PAIRS) == held_out]
-             for kind, kind_pairs in _valid_pairs().items()}
+    pairs = {
+        kind: [p for p in kind_pairs if (frozenset(p) in HELD_OUT_PAIRS) == held_out]
+        for kind, kind_pairs in _valid_pairs().items()
+    }
     referent_first = _balanced_flags(rng, n)
     pair_order = _balanced_flags(rng, n)
     out = []

@@ -22,8 +22,8 @@ from pathlib import Path
 from cli import UserError
 from data.corpora import SHARED
 
-TOKENIZERS = ("char", "gpt2")   # what a training run builds from its corpus
-FULL_GPT2 = "gpt2-full"          # read from a model trained elsewhere, never built from a corpus
+TOKENIZERS = ("char", "gpt2")  # what a training run builds from its corpus
+FULL_GPT2 = "gpt2-full"  # read from a model trained elsewhere, never built from a corpus
 GPT2_ENCODING = "r50k_base"
 EOT = "<|endoftext|>"
 PAD_MULTIPLE = 64
@@ -42,7 +42,7 @@ def preview(items: Sequence[str], limit: int = 8) -> str:
     return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
 
 
-PIECE = 1 << 20   # characters encoded at a time
+PIECE = 1 << 20  # characters encoded at a time
 # Where a text may be cut into pieces that encode to its own tokens, one piece after the other. Characters: at
 # any position. GPT-2's BPE, whose pattern splits a text into runs it then encodes one by one: after a newline
 # between two characters that are not white space (a run of that one newline is the same token at the end of a
@@ -65,7 +65,7 @@ def pieces(text: str, cuts: re.Pattern = ANYWHERE, size: int = PIECE) -> Iterato
 
 class CharTokenizer:
     name = "char"
-    cuts = ANYWHERE   # where `pieces` may cut a text
+    cuts = ANYWHERE  # where `pieces` may cut a text
 
     def __init__(self, chars: str) -> None:
         self.chars = chars
@@ -83,8 +83,7 @@ class CharTokenizer:
         if not isinstance(itos, dict) or not isinstance(stoi, dict) or not itos:
             raise TokenizerMetaError("the char vocabulary's 'itos' and 'stoi' must be non-empty dicts")
         if any(type(i) is not int for i in itos) or set(itos) != set(range(len(itos))):
-            raise TokenizerMetaError(f"the char vocabulary's 'itos' must map the ids 0..{len(itos) - 1} to "
-                                     f"characters")
+            raise TokenizerMetaError(f"the char vocabulary's 'itos' must map the ids 0..{len(itos) - 1} to characters")
         chars = [itos[i] for i in range(len(itos))]
         if not all(isinstance(c, str) and len(c) == 1 for c in chars) or len(set(chars)) != len(chars):
             raise TokenizerMetaError("the char vocabulary's 'itos' must give each id one distinct character")
@@ -101,7 +100,8 @@ class CharTokenizer:
             raise TokenizerError(
                 f"{len(unknown)} character(s) not in the char vocabulary: {preview(unknown)}; "
                 f"use the {len(self.chars)} it knows ({preview(known, 12)}), or "
-                f"train on a corpus that contains them") from None
+                f"train on a corpus that contains them"
+            ) from None
 
     def unknown(self, text: str) -> list[str]:
         return sorted({c for c in text if c not in self._index})
@@ -139,8 +139,10 @@ def gpt2_encoding():
     cache = os.environ.get("TIKTOKEN_CACHE_DIR", "(unset)")
     # tiktoken's copy is in TIKTOKEN_CACHE_DIR, else DATA_GYM_CACHE_DIR, else data-gym-cache in the temporary
     # folder ("" turns its cache off). A damaged one it would delete and try to download again, failing offline.
-    cache_dir = os.environ.get("TIKTOKEN_CACHE_DIR", os.environ.get(
-        "DATA_GYM_CACHE_DIR", os.path.join(tempfile.gettempdir(), "data-gym-cache")))
+    cache_dir = os.environ.get(
+        "TIKTOKEN_CACHE_DIR",
+        os.environ.get("DATA_GYM_CACHE_DIR", os.path.join(tempfile.gettempdir(), "data-gym-cache")),
+    )
     path = os.path.join(cache_dir, hashlib.sha1(R50K_URL.encode()).hexdigest())
     try:
         intact = not cache_dir or path in _CHECKED or hashlib.sha256(Path(path).read_bytes()).hexdigest() == R50K_SHA256
@@ -150,7 +152,8 @@ def gpt2_encoding():
         raise UserError(
             f"cannot load the GPT-2 BPE ({GPT2_ENCODING}): the tiktoken cache holds a damaged copy of it, {path} "
             f"(its sha256 is not {R50K_SHA256[:12]}...); delete that file so tiktoken downloads it again, or set "
-            f"TIKTOKEN_CACHE_DIR to a good cache (now {cache})")
+            f"TIKTOKEN_CACHE_DIR to a good cache (now {cache})"
+        )
     if intact and cache_dir:
         _CHECKED.add(path)
     try:
@@ -158,7 +161,8 @@ def gpt2_encoding():
     except Exception as exc:  # network or cache problems surface as many types
         raise UserError(
             f"cannot load the GPT-2 BPE ({GPT2_ENCODING}): {type(exc).__name__}: {exc}; connect to the "
-            f"internet once, or set TIKTOKEN_CACHE_DIR to a tiktoken cache (now {cache})") from None
+            f"internet once, or set TIKTOKEN_CACHE_DIR to a tiktoken cache (now {cache})"
+        ) from None
 
 
 class GPT2Tokenizer:
@@ -170,8 +174,10 @@ class GPT2Tokenizer:
         self.enc = gpt2_encoding()
         self.kept_ids = list(kept_ids)
         if self.enc.eot_token not in self.kept_ids or not all(0 <= i < self.enc.n_vocab for i in self.kept_ids):
-            raise TokenizerMetaError(f"the gpt2 tokenizer's 'kept_ids' must be ids of {GPT2_ENCODING} "
-                                     f"(0..{self.enc.n_vocab - 1}) including end-of-text ({self.enc.eot_token})")
+            raise TokenizerMetaError(
+                f"the gpt2 tokenizer's 'kept_ids' must be ids of {GPT2_ENCODING} "
+                f"(0..{self.enc.n_vocab - 1}) including end-of-text ({self.enc.eot_token})"
+            )
         self._to_compact = {orig: i for i, orig in enumerate(self.kept_ids)}
         # Padding rows are never targets; a multiple of 64 keeps matmuls aligned.
         self.vocab_size = -(-len(self.kept_ids) // PAD_MULTIPLE) * PAD_MULTIPLE
@@ -181,7 +187,7 @@ class GPT2Tokenizer:
     def from_text(cls, text: str) -> GPT2Tokenizer:
         enc = gpt2_encoding()
         kept = {enc.eot_token}
-        for piece in pieces(text, cls.cuts):   # piece by piece: a long text's ids are never all Python ints
+        for piece in pieces(text, cls.cuts):  # piece by piece: a long text's ids are never all Python ints
             kept.update(_original_ids(enc, piece))
         return cls(sorted(kept))
 
@@ -196,14 +202,16 @@ class GPT2Tokenizer:
             raise TokenizerError(
                 f"{len(unknown)} token(s) never seen in the training corpus: {preview(unknown)}; "
                 f"rephrase with words it knows ({len(self.kept_ids):,} tokens, e.g. "
-                f"{preview(list(islice(words, 8)), 8)}), or train on a corpus that contains them") from None
+                f"{preview(list(islice(words, 8)), 8)}), or train on a corpus that contains them"
+            ) from None
 
     def unknown(self, text: str) -> list[str]:
         """The tokens of `text` this vocabulary lacks, as text, sorted."""
         unseen = {t for t in _original_ids(self.enc, text) if t not in self._to_compact}
         # A token can be part of a character's UTF-8 bytes; those show as \xNN rather than all as U+FFFD.
-        return sorted({self.enc.decode_single_token_bytes(t).decode("utf-8", errors="backslashreplace")
-                       for t in unseen})
+        return sorted(
+            {self.enc.decode_single_token_bytes(t).decode("utf-8", errors="backslashreplace") for t in unseen}
+        )
 
     def encode(self, text: str) -> list[int]:
         return self._compact(_original_ids(self.enc, text), text)
@@ -252,7 +260,7 @@ class FullGPT2Tokenizer(GPT2Tokenizer):
         return {"name": self.name, "encoding": GPT2_ENCODING}
 
 
-Tokenizer = CharTokenizer | GPT2Tokenizer   # FullGPT2Tokenizer is a GPT2Tokenizer
+Tokenizer = CharTokenizer | GPT2Tokenizer  # FullGPT2Tokenizer is a GPT2Tokenizer
 
 
 def build_tokenizer(name: str, text: str) -> Tokenizer:
@@ -281,4 +289,3 @@ def tokenizer_from_meta(meta: object) -> Tokenizer:
             raise TokenizerMetaError(f"the {FULL_GPT2} tokenizer's 'encoding' must be {GPT2_ENCODING!r}")
         return FullGPT2Tokenizer()
     raise TokenizerMetaError(f"unknown tokenizer {name!r}; expected one of: {', '.join((*TOKENIZERS, FULL_GPT2))}")
-

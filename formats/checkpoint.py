@@ -73,18 +73,23 @@ def read_torch(path: Path, kind: str = "checkpoint") -> object:
             raise
         except Exception:  # what cannot be mapped (the format before torch 1.6, a damaged file) is read whole
             return torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as exc:   # naming the object it refused, unless the data is damaged
+    except pickle.UnpicklingError as exc:  # naming the object it refused, unless the data is damaged
         named = re.search(r"GLOBAL (\S+)", str(exc))
         if named or "Can only create new object" in str(exc) or "call reduce for unrecognized function" in str(exc):
             found = named[1] if named else "an object of a class that is not a tensor"
             only = "only load checkpoints written by this trainer" if ours else "only tensors and plain values are read"
-            raise CheckpointError(f"refusing {path}: it contains a pickled Python object ({found}), which could "
-                                  f"run code when loaded; {only}") from None
-        raise CheckpointError(f"{path} is not a readable {kind} (its pickled data is damaged); it may be "
-                              f"truncated or corrupt: {fix}") from None
+            raise CheckpointError(
+                f"refusing {path}: it contains a pickled Python object ({found}), which could "
+                f"run code when loaded; {only}"
+            ) from None
+        raise CheckpointError(
+            f"{path} is not a readable {kind} (its pickled data is damaged); it may be truncated or corrupt: {fix}"
+        ) from None
     except MemoryError:
-        raise CheckpointError(f"not enough memory to load {path} ({path.stat().st_size:,} bytes); close other "
-                              f"programs or load it on a machine with more memory") from None
+        raise CheckpointError(
+            f"not enough memory to load {path} ({path.stat().st_size:,} bytes); close other "
+            f"programs or load it on a machine with more memory"
+        ) from None
     except PermissionError as exc:
         raise CheckpointError(f"{cannot('read ' + kind, path, exc)}; check its permissions") from None
     except Exception:  # a damaged archive surfaces as many types (RuntimeError, OSError, KeyError, EOFError, ...)
@@ -102,13 +107,19 @@ def is_torch_archive(path: Path) -> bool:
 
 # --- reading a checkpoint ------------------------------------------------------------------------------------
 
+
 def load_checkpoint(path: str | Path, contents: object = None) -> dict:
     """A checkpoint's contents (or `contents`, read already), refused unless this trainer wrote it (`validate` checks
     its structure)."""
-    folder = Path(path) if Path(path).suffix != ".pt" else Path(path).parent   # where train.py would write it
-    path = regular_file(checkpoint_path(path), "checkpoint", "point --out_dir at the folder that holds the "
-                        f"ckpt.pt train.py wrote, or train one there first: python train.py "
-                        f"--out_dir={shlex.quote(str(folder))}", CheckpointError)
+    folder = Path(path) if Path(path).suffix != ".pt" else Path(path).parent  # where train.py would write it
+    path = regular_file(
+        checkpoint_path(path),
+        "checkpoint",
+        "point --out_dir at the folder that holds the "
+        f"ckpt.pt train.py wrote, or train one there first: python train.py "
+        f"--out_dir={shlex.quote(str(folder))}",
+        CheckpointError,
+    )
     if contents is None:
         try:
             with path.open("rb") as fh:
@@ -116,23 +127,31 @@ def load_checkpoint(path: str | Path, contents: object = None) -> dict:
         except OSError as exc:
             raise CheckpointError(f"{cannot('read checkpoint', path, exc)}; check its permissions") from None
         if not head:
-            raise CheckpointError(f"{path} is empty (0 bytes), perhaps from an interrupted copy; use an earlier "
-                                  f"copy or retrain")
+            raise CheckpointError(
+                f"{path} is empty (0 bytes), perhaps from an interrupted copy; use an earlier copy or retrain"
+            )
         if head != ZIP_MAGIC:
-            raise CheckpointError(f"{path} is not a checkpoint written by this trainer (not a PyTorch archive); "
-                                  f"give the ckpt.pt that train.py wrote")
+            raise CheckpointError(
+                f"{path} is not a checkpoint written by this trainer (not a PyTorch archive); "
+                f"give the ckpt.pt that train.py wrote"
+            )
         contents = read_torch(path)
     if isinstance(contents, dict) and "format" not in contents and {"model", "iter_num"} <= set(contents):
-        raise CheckpointError(f"{path} looks like a nanoGPT checkpoint (it holds 'model' and 'iter_num') but has no "
-                              f"'model_args', the model's sizes; it is damaged or was edited: use the ckpt.pt "
-                              f"nanoGPT's train.py wrote")
+        raise CheckpointError(
+            f"{path} looks like a nanoGPT checkpoint (it holds 'model' and 'iter_num') but has no "
+            f"'model_args', the model's sizes; it is damaged or was edited: use the ckpt.pt "
+            f"nanoGPT's train.py wrote"
+        )
     if not isinstance(contents, dict) or contents.get("format") != FORMAT:
-        raise CheckpointError(f"{path} is not a checkpoint written by this trainer; give the ckpt.pt that "
-                              f"train.py wrote")
+        raise CheckpointError(
+            f"{path} is not a checkpoint written by this trainer; give the ckpt.pt that train.py wrote"
+        )
     version = contents.get("format_version")
     if version != FORMAT_VERSION:
-        raise CheckpointError(f"{path} has checkpoint format version {version}, this trainer reads version "
-                              f"{FORMAT_VERSION}; use the trainer version that wrote it, or retrain")
+        raise CheckpointError(
+            f"{path} has checkpoint format version {version}, this trainer reads version "
+            f"{FORMAT_VERSION}; use the trainer version that wrote it, or retrain"
+        )
     return contents
 
 
@@ -145,29 +164,35 @@ def validate(checkpoint: dict, path: str | Path, *, for_resume: bool = False) ->
             config = GPTConfig(**checkpoint["model_config"])
         except (TypeError, ValueError) as exc:
             problem = f"its model_config is invalid ({exc})"
-        else:   # the sizes that decide every other shape, before a model far larger than its weights is allocated
+        else:  # the sizes that decide every other shape, before a model far larger than its weights is allocated
             weights = checkpoint["model"]
             layers = {name.split(".")[1] for name in weights if name.startswith("blocks.")}
             sizes = {"wte.weight": (config.vocab_size, config.n_embd)}
             if config.absolute_positions:
                 sizes["wpe.weight"] = (config.block_size, config.n_embd)
-            problem = (f"its model_config says {config.n_layer} layers, its weights hold {len(layers)}"
-                       if len(layers) != config.n_layer else
-                       _mismatch(sizes, {name: tuple(weights[name].shape) for name in sizes if name in weights}))
+            problem = (
+                f"its model_config says {config.n_layer} layers, its weights hold {len(layers)}"
+                if len(layers) != config.n_layer
+                else _mismatch(sizes, {name: tuple(weights[name].shape) for name in sizes if name in weights})
+            )
     if problem is not None:
         raise unusable(path, problem)
     # Weights (and, to resume, optimizer moments) that are nan or inf would sample garbage, or make every
     # resumed step nan: a run that diverged never saves them, so such a file was damaged or made elsewhere.
-    found = not_finite({key: checkpoint[key] for key in ("model", "optimizer")[:1 + for_resume]}, "")
+    found = not_finite({key: checkpoint[key] for key in ("model", "optimizer")[: 1 + for_resume]}, "")
     if found is not None:
-        raise CheckpointError(f"{path} holds numbers that are not finite ({found}); it comes from a run that "
-                              f"diverged, or is damaged: use an earlier checkpoint (ckpt.prev.pt?) or retrain")
+        raise CheckpointError(
+            f"{path} holds numbers that are not finite ({found}); it comes from a run that "
+            f"diverged, or is damaged: use an earlier checkpoint (ckpt.prev.pt?) or retrain"
+        )
     return config
 
 
 def unusable(path: str | Path, problem: str) -> CheckpointError:
-    return CheckpointError(f"{path} is not a usable checkpoint: {problem}; it was not written by this "
-                           f"trainer's train.py, or was edited: use the ckpt.pt that train.py wrote")
+    return CheckpointError(
+        f"{path} is not a usable checkpoint: {problem}; it was not written by this "
+        f"trainer's train.py, or was edited: use the ckpt.pt that train.py wrote"
+    )
 
 
 def _mismatch(expected: dict[str, tuple], found: dict[str, tuple]) -> str | None:
@@ -175,8 +200,10 @@ def _mismatch(expected: dict[str, tuple], found: dict[str, tuple]) -> str | None
     if not differ:
         return None
     name = differ[0]
-    return (f"its weights do not fit its model_config ({name}: expected {expected.get(name, 'nothing')}, "
-            f"found {found.get(name, 'nothing')})")
+    return (
+        f"its weights do not fit its model_config ({name}: expected {expected.get(name, 'nothing')}, "
+        f"found {found.get(name, 'nothing')})"
+    )
 
 
 def tensor_problem(value: object) -> str | None:
@@ -193,30 +220,41 @@ def tensor_problem(value: object) -> str | None:
 
 def _structure_problem(checkpoint: dict, for_resume: bool) -> str | None:
     weights = checkpoint.get("model")
-    if not isinstance(weights, dict) or not weights or not all(
-            isinstance(k, str) and tensor_problem(v) is None for k, v in weights.items()):
+    if (
+        not isinstance(weights, dict)
+        or not weights
+        or not all(isinstance(k, str) and tensor_problem(v) is None for k, v in weights.items())
+    ):
         return "'model' is not a set of named floating-point tensors"
     config = checkpoint.get("model_config")
     # The settings of RECORDED_WHEN_SET are there only when set (GPTConfig.to_dict): a model's switches, and what a
     # model trained elsewhere brought.
     if not isinstance(config, dict) or not set(ALWAYS_RECORDED) <= set(config) <= {f.name for f in fields(GPTConfig)}:
-        return (f"'model_config' is missing or does not hold exactly {', '.join(ALWAYS_RECORDED)} (and of "
-                f"{', '.join(RECORDED_WHEN_SET)} those it sets)")
+        return (
+            f"'model_config' is missing or does not hold exactly {', '.join(ALWAYS_RECORDED)} (and of "
+            f"{', '.join(RECORDED_WHEN_SET)} those it sets)"
+        )
     if not isinstance(checkpoint.get("tokenizer"), dict):
         return "it has no 'tokenizer'"
     if type(checkpoint.get("step")) is not int or not 0 <= checkpoint["step"] < MAX_STEP:
         return "'step' is not a step count (a whole number from 0 to 2**63 - 1)"
     if not for_resume:
         return None
-    for key, kind in {"optimizer": dict, "train_config": dict, "rng": dict, "best_val_loss": (float, int),
-                      "run_name": str}.items():
+    for key, kind in {
+        "optimizer": dict,
+        "train_config": dict,
+        "rng": dict,
+        "best_val_loss": (float, int),
+        "run_name": str,
+    }.items():
         if not isinstance(checkpoint.get(key), kind) or isinstance(checkpoint.get(key), bool):
             return f"{key!r}, which resuming needs, is missing or not a {getattr(kind, '__name__', 'number')}"
     rng = checkpoint["rng"]
     if not all(isinstance(rng.get(k), torch.Tensor) and rng[k].dtype == torch.uint8 for k in ("torch", "batches")):
         return "'rng' does not hold the random generators' states"
-    if checkpoint.get("eval_step") is not None and (type(checkpoint["eval_step"]) is not int
-                                                    or not 0 <= checkpoint["eval_step"] < MAX_STEP):
+    if checkpoint.get("eval_step") is not None and (
+        type(checkpoint["eval_step"]) is not int or not 0 <= checkpoint["eval_step"] < MAX_STEP
+    ):
         return "'eval_step' is not a step"
     if checkpoint["best_val_loss"] != checkpoint["best_val_loss"]:
         return "'best_val_loss' is nan"
@@ -250,8 +288,10 @@ def load_weights(model: GPT, weights: dict, path: str | Path) -> None:
     try:
         model.load_state_dict(weights)
     except (KeyError, RuntimeError, TypeError, ValueError) as exc:
-        raise CheckpointError(f"{path}: the saved weights do not fit the saved model_config "
-                              f"({' '.join(str(exc).split())[:200]}); use the ckpt.pt that train.py wrote") from None
+        raise CheckpointError(
+            f"{path}: the saved weights do not fit the saved model_config "
+            f"({' '.join(str(exc).split())[:200]}); use the ckpt.pt that train.py wrote"
+        ) from None
 
 
 def saved_settings(checkpoint: dict, path: str | Path) -> TrainConfig | None:
@@ -270,9 +310,11 @@ def saved_settings(checkpoint: dict, path: str | Path) -> TrainConfig | None:
         config = saved_config(saved, "in its train_config")
         record = "data record"
         # A fine-tune's data record names the model's own vocabulary (data/prepare.py's label), no config value.
-        record_settings = {key: value for key, value in (data or {}).items()
-                           if key != "tokenizer" or value in TOKENIZERS
-                           or not isinstance(value, str) or "\x00" in value}
+        record_settings = {
+            key: value
+            for key, value in (data or {}).items()
+            if key != "tokenizer" or value in TOKENIZERS or not isinstance(value, str) or "\x00" in value
+        }
         saved_config({**saved, **record_settings}, "in its data record")
     except UsageError as exc:
         raise unusable(path, f"its {record} is invalid ({exc})") from None
@@ -281,8 +323,10 @@ def saved_settings(checkpoint: dict, path: str | Path) -> TrainConfig | None:
 
 # --- a checkpoint as a model -------------------------------------------------------------------------------
 
-def load_gptwatch(path: str | Path, device: torch.device, contents: object = None, *,
-                  dropout: float | None = None) -> Loaded:
+
+def load_gptwatch(
+    path: str | Path, device: torch.device, contents: object = None, *, dropout: float | None = None
+) -> Loaded:
     """A checkpoint train.py wrote (the file, or its folder) as a model and its tokenizer."""
     checkpoint = load_checkpoint(path, contents)
     path = checkpoint_path(path)  # the file, for messages
@@ -292,17 +336,25 @@ def load_gptwatch(path: str | Path, device: torch.device, contents: object = Non
     try:
         tokenizer = tokenizer_from_meta(checkpoint["tokenizer"])
     except TokenizerMetaError as exc:  # others (GPT-2's BPE not loadable here) are not the checkpoint's fault
-        raise CheckpointError(f"{path} holds no usable tokenizer ({exc}); use the ckpt.pt that train.py wrote") \
-            from None
-    tokens = config.vocab_used or config.vocab_size   # the rows beyond vocab_used pad the vocabulary
+        raise CheckpointError(
+            f"{path} holds no usable tokenizer ({exc}); use the ckpt.pt that train.py wrote"
+        ) from None
+    tokens = config.vocab_used or config.vocab_size  # the rows beyond vocab_used pad the vocabulary
     if tokenizer.vocab_size != tokens:
-        raise CheckpointError(f"{path}: its tokenizer has {tokenizer.vocab_size} tokens but its model_config "
-                              f"{tokens}; use the ckpt.pt that train.py wrote")
-    check_memory(load_bytes(config), device, lambda where, counted, free: (
-        f"{path}: its model (block_size {config.block_size:,}, n_layer {config.n_layer}, n_embd {config.n_embd}) "
-        f"needs at least {size_text(sum(counted.values()))} of memory on {where.type} "
-        f"({', '.join(f'{what} {size_text(n)}' for what, n in counted.items() if n)}), and {size_text(free)} is "
-        f"free; use a machine with more memory, or the ckpt.pt that train.py wrote if this one was edited"))
+        raise CheckpointError(
+            f"{path}: its tokenizer has {tokenizer.vocab_size} tokens but its model_config "
+            f"{tokens}; use the ckpt.pt that train.py wrote"
+        )
+    check_memory(
+        load_bytes(config),
+        device,
+        lambda where, counted, free: (
+            f"{path}: its model (block_size {config.block_size:,}, n_layer {config.n_layer}, n_embd {config.n_embd}) "
+            f"needs at least {size_text(sum(counted.values()))} of memory on {where.type} "
+            f"({', '.join(f'{what} {size_text(n)}' for what, n in counted.items() if n)}), and {size_text(free)} is "
+            f"free; use a machine with more memory, or the ckpt.pt that train.py wrote if this one was edited"
+        ),
+    )
     try:
         model = GPT(config)
         load_weights(model, checkpoint["model"], path)
@@ -310,8 +362,10 @@ def load_gptwatch(path: str | Path, device: torch.device, contents: object = Non
     except (MemoryError, RuntimeError) as exc:
         if not is_out_of_memory(exc):
             raise
-        raise CheckpointError(f"{path}: its model ({config.to_dict()}) does not fit in the memory of {device} "
-                              f"here; use --device=cpu, or a machine with more memory") from None
+        raise CheckpointError(
+            f"{path}: its model ({config.to_dict()}) does not fit in the memory of {device} "
+            f"here; use --device=cpu, or a machine with more memory"
+        ) from None
     return Loaded(model, tokenizer, checkpoint)
 
 
@@ -328,12 +382,15 @@ def check_memory(need: dict[str, int], device: torch.device, refusal: Callable[[
 def load_bytes(config: GPTConfig) -> dict[str, int]:
     """A lower bound of what loading `config`'s model and sampling from it allocate besides the checkpoint's own
     tensors: the rotary tables and the sampling cache follow from block_size, which no "modern" tensor holds."""
-    return {"weights": 4 * parameter_count(config),
-            "rotary tables": 4 * config.n_layer * config.block_size * config.head_dim if config.modern else 0,
-            "sampling cache": 4 * config.n_layer * config.block_size * 2 * config.n_embd}
+    return {
+        "weights": 4 * parameter_count(config),
+        "rotary tables": 4 * config.n_layer * config.block_size * config.head_dim if config.modern else 0,
+        "sampling cache": 4 * config.n_layer * config.block_size * 2 * config.n_embd,
+    }
 
 
 # --- writing a checkpoint -----------------------------------------------------------------------------------
+
 
 def save_checkpoint(path: str | Path, checkpoint: dict, keep_previous: str | Path | None = None) -> None:
     """Atomically replaces `path` with `checkpoint`. With `keep_previous`, the checkpoint being replaced survives
@@ -341,16 +398,21 @@ def save_checkpoint(path: str | Path, checkpoint: dict, keep_previous: str | Pat
     path = Path(path)
     checkpoint = {"format": FORMAT, "format_version": FORMAT_VERSION, **checkpoint}
 
-    def keep() -> None:   # a hard link (what stands there replaced, never followed), or a copy where there are none
+    def keep() -> None:  # a hard link (what stands there replaced, never followed), or a copy where there are none
         if keep_previous is None or not path.exists():
             return
-        previous = clear_for_file(keep_previous, "the earlier run's checkpoint", "move it away or choose another "
-                                  "--out_dir", CheckpointError, follow_links=False)
+        previous = clear_for_file(
+            keep_previous,
+            "the earlier run's checkpoint",
+            "move it away or choose another --out_dir",
+            CheckpointError,
+            follow_links=False,
+        )
         previous.unlink(missing_ok=True)
         try:
             os.link(path, previous, follow_symlinks=False)
         except OSError:  # a filesystem without hard links
-            with open(path, "rb") as source:   # streamed: a checkpoint can be large
+            with open(path, "rb") as source:  # streamed: a checkpoint can be large
                 replace_file(previous, lambda fh: shutil.copyfileobj(source, fh))
 
     try:
@@ -358,7 +420,7 @@ def save_checkpoint(path: str | Path, checkpoint: dict, keep_previous: str | Pat
         clear_for_file(path, "the checkpoint", "move it away or choose another --out_dir", CheckpointError)
         # replace_file leaves no half-written temporary file, also on a second Ctrl-C mid-save
         replace_file(path, lambda fh: torch.save(checkpoint, fh), before_replace=keep)
-        with contextlib.suppress(OSError):   # makes the rename itself durable; not every platform opens a folder
+        with contextlib.suppress(OSError):  # makes the rename itself durable; not every platform opens a folder
             fd = os.open(path.parent, os.O_RDONLY)
             try:
                 os.fsync(fd)
@@ -366,11 +428,12 @@ def save_checkpoint(path: str | Path, checkpoint: dict, keep_previous: str | Pat
                 os.close(fd)
     except OSError as exc:
         kept = "; the previous checkpoint is intact" if path.is_file() else ""
-        raise CheckpointError(f"cannot write checkpoint {path}: {write_error(exc, path)}{kept}; "
-                              f"{write_fix(exc, 'choose a writable --out_dir')}") from None
+        raise CheckpointError(
+            f"cannot write checkpoint {path}: {write_error(exc, path)}{kept}; "
+            f"{write_fix(exc, 'choose a writable --out_dir')}"
+        ) from None
 
 
 def previous_path(path: Path) -> Path:
     """Where a new run keeps the earlier run's checkpoint it replaces."""
     return path.with_name("ckpt.prev.pt")
-

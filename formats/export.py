@@ -31,8 +31,8 @@ from formats.layout import TARGETS, check_supported
 from formats.transformerlens import hooked_config, to_hooked_transformer
 from model.gpt import GPT
 
-TL_FORMAT, HF_FORMAT = "gptwatch-transformerlens", "gptwatch-huggingface"   # in what each export writes
-TOLERANCE = 1e-4            # float32 logits; the tests find about 1e-5
+TL_FORMAT, HF_FORMAT = "gptwatch-transformerlens", "gptwatch-huggingface"  # in what each export writes
+TOLERANCE = 1e-4  # float32 logits; the tests find about 1e-5
 
 
 def export(loaded: Loaded, target: str, path: Path, source: str) -> str:
@@ -40,35 +40,49 @@ def export(loaded: Loaded, target: str, path: Path, source: str) -> str:
     `sample.py --export` prints: what it wrote, how close it is, and the lines that load it."""
     model = loaded.model.float().cpu().eval()
     check_supported(model.config, target)
-    remove_dead_leftovers(path)   # before the checks: what a killed export left inside is no user's file
+    remove_dead_leftovers(path)  # before the checks: what a killed export left inside is no user's file
     shown = str(path)
-    record = {"source": {"checkpoint": str(source), "step": loaded.checkpoint.get("step")},   # in what is written
-              "tokenizer": loaded.tokenizer.to_meta()}
+    record = {
+        "source": {"checkpoint": str(source), "step": loaded.checkpoint.get("step")},  # in what is written
+        "tokenizer": loaded.tokenizer.to_meta(),
+    }
     check_path(path, target)
     if target == "tl":
         hooked = to_hooked_transformer(model, device="cpu")
         diff, (batch, length) = _logits_diff(model, hooked)
         # the config and state dict TransformerLens loads, plain values and tensors only (weights_only=True reads it)
-        contents = {"format": TL_FORMAT, "format_version": 1, "config": hooked_config(model.config),
-                    "state_dict": {name: t.detach().cpu() for name, t in hooked.state_dict().items()}, **record}
+        contents = {
+            "format": TL_FORMAT,
+            "format_version": 1,
+            "config": hooked_config(model.config),
+            "state_dict": {name: t.detach().cpu() for name, t in hooked.state_dict().items()},
+            **record,
+        }
         try:
             replace_file(path, lambda fh: torch.save(contents, fh))
         except OSError as exc:
             raise _write_failed(path, exc, "the TransformerLens file") from None
         what = "TransformerLens HookedTransformer (config and state dict)"
-        load = (f"  import torch; from transformer_lens import HookedTransformer\n"
-                f"  saved = torch.load({shown!r})\n"
-                f"  model = HookedTransformer(saved[\"config\"]); model.load_state_dict(saved[\"state_dict\"])")
+        load = (
+            f"  import torch; from transformer_lens import HookedTransformer\n"
+            f"  saved = torch.load({shown!r})\n"
+            f'  model = HookedTransformer(saved["config"]); model.load_state_dict(saved["state_dict"])'
+        )
     else:
         what, diff, (batch, length) = _export_hf(loaded, model, path, record)
-        load = (f"  from transformers import AutoModelForCausalLM, AutoTokenizer\n"
-                f"  model = AutoModelForCausalLM.from_pretrained({shown!r}); "
-                f"tokenizer = AutoTokenizer.from_pretrained({shown!r})")
-    return (f"wrote {shown}: {what}\nchecked: max |logit difference| from the checkpoint {diff:.2g} on {batch} "
-            f"random sequences of {length} tokens\nload it in {TARGETS[target]}:\n{load}")
+        load = (
+            f"  from transformers import AutoModelForCausalLM, AutoTokenizer\n"
+            f"  model = AutoModelForCausalLM.from_pretrained({shown!r}); "
+            f"tokenizer = AutoTokenizer.from_pretrained({shown!r})"
+        )
+    return (
+        f"wrote {shown}: {what}\nchecked: max |logit difference| from the checkpoint {diff:.2g} on {batch} "
+        f"random sequences of {length} tokens\nload it in {TARGETS[target]}:\n{load}"
+    )
 
 
 # --- the path ----------------------------------------------------------------------------------------
+
 
 def export_path(target: str, text: str) -> Path:
     """The path `--export TARGET TEXT` writes: a file for tl, a folder for hf."""
@@ -84,29 +98,38 @@ def check_path(path: Path, target: str) -> None:
     other = problem not in (None, "a directory", "a symbolic link") and not problem.startswith("missing")
     if target == "tl":
         if problem == "a directory":
-            raise UserError(f"{path} is a directory, where --export tl writes one file; give a file path, e.g. "
-                            f"{path / 'model.tl.pt'}")
+            raise UserError(
+                f"{path} is a directory, where --export tl writes one file; give a file path, e.g. "
+                f"{path / 'model.tl.pt'}"
+            )
         if problem is None and not is_earlier_export(path, "tl"):
-            raise UserError(f"{path} exists and is not an earlier --export tl file; remove it or choose another "
-                            f"path (an export replaces only its own earlier file)")
+            raise UserError(
+                f"{path} exists and is not an earlier --export tl file; remove it or choose another "
+                f"path (an export replaces only its own earlier file)"
+            )
         if other:
             raise UserError(f"{path} is {problem}, where --export tl writes its file; choose another path")
     elif problem is None or other:
-        raise UserError(f"{path} is {'a file' if problem is None else problem}; --export hf writes a folder: choose "
-                        f"a new folder name")
+        raise UserError(
+            f"{path} is {'a file' if problem is None else problem}; --export hf writes a folder: choose "
+            f"a new folder name"
+        )
     elif problem == "a directory" and not is_earlier_export(path, "hf"):
         try:
             empty = not any(path.iterdir())
         except OSError as exc:
             raise UserError(f"{cannot('read folder', path, exc)}; choose another folder") from None
         if not empty:
-            raise UserError(f"{path} is a folder that is not empty and holds no earlier export ({MARKER}); choose "
-                            f"a new or empty folder (an export replaces only its own earlier folder)")
+            raise UserError(
+                f"{path} is a folder that is not empty and holds no earlier export ({MARKER}); choose "
+                f"a new or empty folder (an export replaces only its own earlier folder)"
+            )
     try:
         writable_folder(path.parent, "export")
     except UserError:
-        raise UserError(f"cannot write {path}: its folder {path.parent} cannot be created or written to; choose a "
-                        f"writable path") from None
+        raise UserError(
+            f"cannot write {path}: its folder {path.parent} cannot be created or written to; choose a writable path"
+        ) from None
 
 
 def is_earlier_export(path: Path, target: str) -> bool:
@@ -115,13 +138,13 @@ def is_earlier_export(path: Path, target: str) -> bool:
     if target == "tl":
         try:
             saved = read_torch(path) if is_torch_archive(path) else None
-        except CheckpointError:   # unreadable, damaged, or holding objects: not an export to replace silently
+        except CheckpointError:  # unreadable, damaged, or holding objects: not an export to replace silently
             return False
         return isinstance(saved, dict) and saved.get("format") == TL_FORMAT
     try:
         names = {p.name for p in path.iterdir()}
         marker = parse_json((path / MARKER).read_bytes())
-    except (OSError, ValueError):   # no folder, no marker, or a marker that is not JSON
+    except (OSError, ValueError):  # no folder, no marker, or a marker that is not JSON
         return False
     files = marker.get("files") if isinstance(marker, dict) and marker.get("format") == HF_FORMAT else None
     return isinstance(files, list) and names <= {MARKER, *map(str, files)}
@@ -149,7 +172,7 @@ def _export_hf(loaded: Loaded, model: GPT, folder: Path, record: dict) -> tuple[
             if path.is_file() and not path.is_symlink():
                 path.chmod(mode)
 
-    progress = library("transformers", "exporting to Hugging Face").utils.logging   # to_hf_model imported it
+    progress = library("transformers", "exporting to Hugging Face").utils.logging  # to_hf_model imported it
     shown = progress.is_progress_bar_enabled()
     progress.disable_progress_bar()  # a bar for writing one small file is noise in a command's output
     try:
@@ -172,7 +195,8 @@ def _logits_diff(model: GPT, run, batch: int = 2, seed: int = 0) -> tuple[float,
         theirs = run(idx)
     diff = float((ours.double() - theirs.double()).abs().max())
     if not diff <= TOLERANCE:
-        raise UserError(f"the converted model's logits differ from the checkpoint's by {diff:.3g} (more than "
-                        f"{TOLERANCE:g}); nothing was written. Please report this with the checkpoint's model_config")
+        raise UserError(
+            f"the converted model's logits differ from the checkpoint's by {diff:.3g} (more than "
+            f"{TOLERANCE:g}); nothing was written. Please report this with the checkpoint's model_config"
+        )
     return diff, (batch, length)
-

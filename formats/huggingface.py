@@ -43,9 +43,9 @@ from model.gpt import GPT, LN_EPS
 REQUIREMENTS = "requirements-interop.txt"
 CONFIG = "config.json"
 USE_CONFIG = "use the config.json save_pretrained wrote"
-WEIGHTS = ("model.safetensors", "pytorch_model.bin")   # the first present is read
-MARKER = "gptwatch_export.json"   # in every folder `--export hf` writes: what it is, its files, where it came from
-READ_CLASSES = ("GPT2LMHeadModel", "GPT2Model")        # GPT2Model: the same weights, the head tied to them
+WEIGHTS = ("model.safetensors", "pytorch_model.bin")  # the first present is read
+MARKER = "gptwatch_export.json"  # in every folder `--export hf` writes: what it is, its files, where it came from
+READ_CLASSES = ("GPT2LMHeadModel", "GPT2Model")  # GPT2Model: the same weights, the head tied to them
 ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu"}
 
 # GPT2Config's options that change the function, each with the only value gptwatch computes (GPT2Config's
@@ -60,11 +60,20 @@ FIXED_OPTIONS = {
 }
 SIZES = {"n_layer": 12, "n_head": 12, "n_embd": 768, "vocab_size": 50257, "n_positions": 1024}  # GPT2Config's
 # The JSON type of every key read from config.json, and its name in words.
-KEY_TYPES = {"architectures": (list, "a list of class names"), "model_type": (str, "a string"),
-             "activation_function": (str, "a string"), "n_inner": (int, "a whole number"),
-             **{key: (int, "a whole number") for key in SIZES},
-             **{key: ((bool,) if isinstance(value, bool) else (int, float), "true or false" if isinstance(value, bool)
-                      else "a number") for key, (value, _) in FIXED_OPTIONS.items()}}
+KEY_TYPES = {
+    "architectures": (list, "a list of class names"),
+    "model_type": (str, "a string"),
+    "activation_function": (str, "a string"),
+    "n_inner": (int, "a whole number"),
+    **{key: (int, "a whole number") for key in SIZES},
+    **{
+        key: (
+            (bool,) if isinstance(value, bool) else (int, float),
+            "true or false" if isinstance(value, bool) else "a number",
+        )
+        for key, (value, _) in FIXED_OPTIONS.items()
+    },
+}
 
 
 class MissingDependency(UserError):
@@ -78,8 +87,10 @@ def library(module: str, purpose: str, *also: str) -> ModuleType:
         try:
             modules.append(importlib.import_module(name))
         except ImportError:
-            raise MissingDependency(f"{purpose} needs {name.replace('_', '-')}, which is not installed here; install "
-                                    f"it with: pip install -r {REQUIREMENTS}") from None
+            raise MissingDependency(
+                f"{purpose} needs {name.replace('_', '-')}, which is not installed here; install "
+                f"it with: pip install -r {REQUIREMENTS}"
+            ) from None
     return modules[0]
 
 
@@ -88,7 +99,7 @@ def gpt_config(hf: dict, where: Path) -> GPTConfig:
     # Every key read holds a JSON value of its type (a list where a string belongs would break what reads it).
     for key, (kinds, words) in KEY_TYPES.items():
         value = hf.get(key)
-        if value is None:   # left out, or null: the default (or, for model_type, its own message)
+        if value is None:  # left out, or null: the default (or, for model_type, its own message)
             continue
         ok = isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds)
         if key == "architectures":
@@ -100,12 +111,15 @@ def gpt_config(hf: dict, where: Path) -> GPTConfig:
     classes = hf.get("architectures") or []
     model_type = hf.get("model_type")
     if model_type is None:
-        raise CheckpointError(f"{where} has no model_type (a GPT-2-family config.json says \"model_type\": "
-                              f"\"gpt2\"); {USE_CONFIG}")
+        raise CheckpointError(
+            f'{where} has no model_type (a GPT-2-family config.json says "model_type": "gpt2"); {USE_CONFIG}'
+        )
     if model_type != "gpt2" or not set(classes) <= set(READ_CLASSES):
         found = ", ".join(classes) if classes else f"model_type {model_type!r}"
-        raise CheckpointError(f"{where} describes a {found}, not a GPT-2-family model; gptwatch reads only "
-                              f"GPT-2-family models ({READ_CLASSES[0]}) and nanoGPT checkpoints")
+        raise CheckpointError(
+            f"{where} describes a {found}, not a GPT-2-family model; gptwatch reads only "
+            f"GPT-2-family models ({READ_CLASSES[0]}) and nanoGPT checkpoints"
+        )
     for key, (value, meaning) in FIXED_OPTIONS.items():
         if hf.get(key, value) != value:
             _refuse(where, key, hf[key], meaning, f"{key}={json.dumps(value)}")
@@ -116,30 +130,46 @@ def gpt_config(hf: dict, where: Path) -> GPTConfig:
     activation = hf.get("activation_function", "gelu_new")
     if activation not in ACTIVATIONS:
         names = [json.dumps(name) for name in ACTIVATIONS]
-        _refuse(where, "activation_function", activation, "another activation",
-                f"activation_function {', '.join(names[:-1])} or {names[-1]}")
+        _refuse(
+            where,
+            "activation_function",
+            activation,
+            "another activation",
+            f"activation_function {', '.join(names[:-1])} or {names[-1]}",
+        )
     try:
-        config = GPTConfig(vocab_size=sizes["vocab_size"], block_size=sizes["n_positions"], n_layer=sizes["n_layer"],
-                           n_head=sizes["n_head"], n_embd=sizes["n_embd"], bias=True, qkv_bias=True,
-                           activation=ACTIVATIONS[activation])
+        config = GPTConfig(
+            vocab_size=sizes["vocab_size"],
+            block_size=sizes["n_positions"],
+            n_layer=sizes["n_layer"],
+            n_head=sizes["n_head"],
+            n_embd=sizes["n_embd"],
+            bias=True,
+            qkv_bias=True,
+            activation=ACTIVATIONS[activation],
+        )
     except ValueError as exc:
         raise CheckpointError(f"{where} describes no model gptwatch can build ({exc})") from None
     if hf.get("n_inner") not in (None, config.mlp_width):
-        _refuse(where, "n_inner", hf["n_inner"], "an MLP of another width than 4 x n_embd",
-                f"n_inner={config.mlp_width}")
+        _refuse(
+            where, "n_inner", hf["n_inner"], "an MLP of another width than 4 x n_embd", f"n_inner={config.mlp_width}"
+        )
     return config
 
 
 def _refuse(where: Path, key: str, value: object, meaning: str, read: str) -> None:
-    raise CheckpointError(f"{where} sets {key}={json.dumps(value)} ({meaning}), which gptwatch's model does not "
-                            f"compute; only models with {read} are read")
+    raise CheckpointError(
+        f"{where} sets {key}={json.dumps(value)} ({meaning}), which gptwatch's model does not "
+        f"compute; only models with {read} are read"
+    )
 
 
 def read_folder(folder: Path, hub: str | None) -> tuple[GPTConfig, Tokenizer, Callable, dict]:
     """A GPT-2-family folder: (its gptwatch config, its tokenizer, weights(config) -> gptwatch's state dict, what
     was read). The weights are read last, once the model is known to fit (formats/sources.py)."""
-    text = read_text(folder / CONFIG, "Hugging Face config", "give a folder that save_pretrained wrote",
-                     CheckpointError)
+    text = read_text(
+        folder / CONFIG, "Hugging Face config", "give a folder that save_pretrained wrote", CheckpointError
+    )
     try:
         hf = parse_json(text)
     except NotParsed as exc:
@@ -150,22 +180,31 @@ def read_folder(folder: Path, hub: str | None) -> tuple[GPTConfig, Tokenizer, Ca
     path = next((folder / name for name in WEIGHTS if os.path.lexists(folder / name)), None)  # `weights` checks
     if path is None:
         sharded = " (sharded weights, *.index.json, are not read)" if any(folder.glob("*.index.json")) else ""
-        raise CheckpointError(f"{folder} has {CONFIG} but neither {' nor '.join(WEIGHTS)}{sharded}; give the folder "
-                              f"save_pretrained wrote, with its weights")
-    marker = folder / MARKER   # the vocabulary gptwatch's export recorded, else GPT-2's BPE as it is
+        raise CheckpointError(
+            f"{folder} has {CONFIG} but neither {' nor '.join(WEIGHTS)}{sharded}; give the folder "
+            f"save_pretrained wrote, with its weights"
+        )
+    marker = folder / MARKER  # the vocabulary gptwatch's export recorded, else GPT-2's BPE as it is
     if marker.is_file():
         try:
             record = parse_json(read_text(marker, "export record", "export the model again", CheckpointError))
             tokenizer = tokenizer_from_meta(record.get("tokenizer"))
         except (NotParsed, AttributeError, TokenizerMetaError) as exc:
-            raise CheckpointError(f"{marker} does not describe the tokenizer of the export ({exc}); remove it to "
-                                  f"read the folder with GPT-2's BPE, or export again") from None
+            raise CheckpointError(
+                f"{marker} does not describe the tokenizer of the export ({exc}); remove it to "
+                f"read the folder with GPT-2's BPE, or export again"
+            ) from None
     else:
-        tokenizer = gpt2_bpe(config, lambda n: f"{folder}: its model has {config.vocab_size:,} token rows, fewer than "
-                             f"the {n:,} of GPT-2's BPE, and no tokenizer gptwatch reads is named; only models over "
-                             f"GPT-2's BPE (or gptwatch's own exports) are read")
+        tokenizer = gpt2_bpe(
+            config,
+            lambda n: (
+                f"{folder}: its model has {config.vocab_size:,} token rows, fewer than "
+                f"the {n:,} of GPT-2's BPE, and no tokenizer gptwatch reads is named; only models over "
+                f"GPT-2's BPE (or gptwatch's own exports) are read"
+            ),
+        )
 
-    def weights(config: GPTConfig) -> dict[str, torch.Tensor]:   # every name and shape known before any is read
+    def weights(config: GPTConfig) -> dict[str, torch.Tensor]:  # every name and shape known before any is read
         regular_file(path, "weights file", "give the folder save_pretrained wrote, with its weights", CheckpointError)
         if path.suffix == ".safetensors":
             safetensors = library("safetensors", "reading model.safetensors")
@@ -174,47 +213,84 @@ def read_folder(folder: Path, hub: str | None) -> tuple[GPTConfig, Tokenizer, Ca
                     shapes = {name: tuple(handle.get_slice(name).get_shape()) for name in handle.keys()}
                     return read_weights(shapes, handle.get_tensor, config, conv1d=True, where=str(path))
             except (safetensors.SafetensorError, OSError) as exc:
-                raise CheckpointError(f"{path} is not a readable safetensors file ({' '.join(str(exc).split())[:120]});"
-                                      f" use an intact copy") from None
+                raise CheckpointError(
+                    f"{path} is not a readable safetensors file ({' '.join(str(exc).split())[:120]});"
+                    f" use an intact copy"
+                ) from None
         state = read_torch(path, "PyTorch file")
         if not isinstance(state, dict) or not all(isinstance(t, torch.Tensor) for t in state.values()):
             raise CheckpointError(f"{path} is not a state dict (named tensors); use the file save_pretrained wrote")
-        return read_weights({name: tuple(t.shape) for name, t in state.items()}, state.__getitem__, config,
-                            conv1d=True, where=str(path))
+        return read_weights(
+            {name: tuple(t.shape) for name, t in state.items()}, state.__getitem__, config, conv1d=True, where=str(path)
+        )
 
-    source = {"format": "huggingface", "path": str(folder), "hub": hub, "weights": path.name,
-              "class": (hf.get("architectures") or ["GPT2LMHeadModel"])[0]}
+    source = {
+        "format": "huggingface",
+        "path": str(folder),
+        "hub": hub,
+        "weights": path.name,
+        "class": (hf.get("architectures") or ["GPT2LMHeadModel"])[0],
+    }
     return config, tokenizer, weights, source
 
 
 # --- writing a folder -----------------------------------------------------------------------------------------
+
 
 def to_hf_model(model: GPT, eos_token_id: int | None = None):
     """A GPT2LMHeadModel or Qwen3ForCausalLM computing what `model` computes, on the CPU in float32."""
     check_supported(model.config, "hf")
     transformers = library("transformers", "exporting to Hugging Face", "tokenizers")
     config = model.config
-    special = dict(bos_token_id=eos_token_id, eos_token_id=eos_token_id, pad_token_id=eos_token_id,
-                   tie_word_embeddings=True)
+    special = dict(
+        bos_token_id=eos_token_id, eos_token_id=eos_token_id, pad_token_id=eos_token_id, tie_word_embeddings=True
+    )
     if config.modern:
-        hf = transformers.Qwen3ForCausalLM(transformers.Qwen3Config(
-            vocab_size=config.vocab_size, hidden_size=config.n_embd, intermediate_size=config.mlp_width,
-            num_hidden_layers=config.n_layer, num_attention_heads=config.n_head, num_key_value_heads=config.n_head,
-            head_dim=config.head_dim, hidden_act="relu", max_position_embeddings=config.block_size,
-            rms_norm_eps=RMS_EPS, rope_parameters={"rope_type": "default", "rope_theta": float(ROTARY_BASE)},
-            attention_bias=False, attention_dropout=0.0, use_sliding_window=False, **special))
+        hf = transformers.Qwen3ForCausalLM(
+            transformers.Qwen3Config(
+                vocab_size=config.vocab_size,
+                hidden_size=config.n_embd,
+                intermediate_size=config.mlp_width,
+                num_hidden_layers=config.n_layer,
+                num_attention_heads=config.n_head,
+                num_key_value_heads=config.n_head,
+                head_dim=config.head_dim,
+                hidden_act="relu",
+                max_position_embeddings=config.block_size,
+                rms_norm_eps=RMS_EPS,
+                rope_parameters={"rope_type": "default", "rope_theta": float(ROTARY_BASE)},
+                attention_bias=False,
+                attention_dropout=0.0,
+                use_sliding_window=False,
+                **special,
+            )
+        )
     else:
-        hf = transformers.GPT2LMHeadModel(transformers.GPT2Config(
-            vocab_size=config.vocab_size, n_positions=config.block_size, n_embd=config.n_embd, n_layer=config.n_layer,
-            n_head=config.n_head, n_inner=config.mlp_width, activation_function=GPT2_ACTIVATIONS[config.activation],
-            layer_norm_epsilon=LN_EPS, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, **special))
+        hf = transformers.GPT2LMHeadModel(
+            transformers.GPT2Config(
+                vocab_size=config.vocab_size,
+                n_positions=config.block_size,
+                n_embd=config.n_embd,
+                n_layer=config.n_layer,
+                n_head=config.n_head,
+                n_inner=config.mlp_width,
+                activation_function=GPT2_ACTIVATIONS[config.activation],
+                layer_norm_epsilon=LN_EPS,
+                resid_pdrop=0.0,
+                embd_pdrop=0.0,
+                attn_pdrop=0.0,
+                **special,
+            )
+        )
     rows = qwen3_layout(config) if config.modern else gpt2_layout(config)
     weights = written(rows, model.state_dict())
     missing, unexpected = hf.load_state_dict(weights, strict=False)
     if unexpected or set(missing) != {"lm_head.weight"}:
-        raise RuntimeError(f"{type(hf).__name__} of this transformers version does not fit gptwatch's weights (missing "
-                           f"{sorted(missing)}, unexpected {sorted(unexpected)}); use the version that "
-                           f"{REQUIREMENTS} pins")
+        raise RuntimeError(
+            f"{type(hf).__name__} of this transformers version does not fit gptwatch's weights (missing "
+            f"{sorted(missing)}, unexpected {sorted(unexpected)}); use the version that "
+            f"{REQUIREMENTS} pins"
+        )
     hf.tie_weights()
     if hf.get_output_embeddings().weight.data_ptr() != hf.get_input_embeddings().weight.data_ptr():
         raise RuntimeError(f"{type(hf).__name__}'s output head is not tied to its embedding here")
@@ -228,8 +304,12 @@ def hf_tokenizer(tokenizer: Tokenizer):
     tokenizers = library("tokenizers", "a Hugging Face tokenizer")
     if isinstance(tokenizer, GPT2Tokenizer):
         return transformers.PreTrainedTokenizerFast(
-            tokenizer_object=gpt2_backend(tokenizer, tokenizers), eos_token=EOT, bos_token=EOT, pad_token=EOT,
-            clean_up_tokenization_spaces=False)
+            tokenizer_object=gpt2_backend(tokenizer, tokenizers),
+            eos_token=EOT,
+            bos_token=EOT,
+            pad_token=EOT,
+            clean_up_tokenization_spaces=False,
+        )
     # A CharTokenizer: a BPE without merges, normalizer or pre-tokenizer, each character (spaces too) its own token,
     # at gptwatch's id. `<unk>` stays the BPE model's own: declared to transformers it would become an added token,
     # matched in text, where gptwatch reads "<unk>" as five characters.
@@ -262,12 +342,16 @@ def gpt2_backend(tokenizer: GPT2Tokenizer, tokenizers):
         splits = [(token[:i], token[i:]) for i in range(1, len(token)) if token[:i] in ranks and token[i:] in ranks]
         merges += [(text(a), text(b)) for a, b in sorted(splits, key=lambda ab: (ranks[ab[0]], ranks[ab[1]]))]
     vocab[EOT] = compact[eot]
-    backend = tokenizers.Tokenizer(tokenizers.models.BPE(vocab=vocab, merges=merges, fuse_unk=False,
-                                                         ignore_merges=True))
-    backend.pre_tokenizer = tokenizers.pre_tokenizers.Sequence([
-        # r50k's own regular expression: tiktoken keeps it only as this attribute
-        tokenizers.pre_tokenizers.Split(tokenizers.Regex(enc._pat_str), behavior="isolated"),
-        tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    backend = tokenizers.Tokenizer(
+        tokenizers.models.BPE(vocab=vocab, merges=merges, fuse_unk=False, ignore_merges=True)
+    )
+    backend.pre_tokenizer = tokenizers.pre_tokenizers.Sequence(
+        [
+            # r50k's own regular expression: tiktoken keeps it only as this attribute
+            tokenizers.pre_tokenizers.Split(tokenizers.Regex(enc._pat_str), behavior="isolated"),
+            tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
     backend.decoder = tokenizers.decoders.ByteLevel()
     # Matched whole wherever it is written, as gptwatch's tokenizer allows it, at its compact id.
     backend.add_special_tokens([tokenizers.AddedToken(EOT, special=True, normalized=False)])

@@ -19,8 +19,8 @@ from formats.layout import read_weights
 from model.config import GPTConfig
 
 META = "meta.pkl"
-SIZES = ("n_layer", "n_head", "n_embd", "block_size", "vocab_size")   # model_args that give the shapes
-VOCABULARY_KEYS = ("vocab_size", "itos", "stoi")                       # what nanoGPT's prepare.py writes
+SIZES = ("n_layer", "n_head", "n_embd", "block_size", "vocab_size")  # model_args that give the shapes
+VOCABULARY_KEYS = ("vocab_size", "itos", "stoi")  # what nanoGPT's prepare.py writes
 USE_CHECKPOINT, USE_META = "use the ckpt.pt nanoGPT's train.py wrote", "use the meta.pkl nanoGPT's prepare.py wrote"
 
 
@@ -29,7 +29,7 @@ def meta_places(path: Path, checkpoint: dict) -> list[Path]:
     places = [path.parent / META]
     config = checkpoint.get("config")
     dataset = config.get("dataset") if isinstance(config, dict) else None
-    if isinstance(dataset, str) and dataset.strip(".") and Path(dataset).name == dataset:   # a plain name: no '..'
+    if isinstance(dataset, str) and dataset.strip(".") and Path(dataset).name == dataset:  # a plain name: no '..'
         places.append(path.parent.parent / "data" / dataset / META)
     return places
 
@@ -54,9 +54,11 @@ def read_meta(path: Path) -> CharTokenizer:
     try:
         meta = _PlainUnpickler(io.BytesIO(data)).load()
     except _Refused as exc:
-        raise CheckpointError(f"refusing {path}: it holds a pickled Python object ({exc}), not only a vocabulary "
-                                f"of strings and numbers; nothing in it was run. Use the meta.pkl nanoGPT's "
-                                f"prepare.py wrote") from None
+        raise CheckpointError(
+            f"refusing {path}: it holds a pickled Python object ({exc}), not only a vocabulary "
+            f"of strings and numbers; nothing in it was run. Use the meta.pkl nanoGPT's "
+            f"prepare.py wrote"
+        ) from None
     except Exception as exc:  # a damaged pickle surfaces as many types (EOFError, UnpicklingError, ValueError, ...)
         raise CheckpointError(f"{path} is not a readable pickle ({type(exc).__name__}); {USE_META}") from None
     extra = sorted(map(repr, set(meta) - set(VOCABULARY_KEYS))) if isinstance(meta, dict) else None
@@ -68,8 +70,9 @@ def read_meta(path: Path) -> CharTokenizer:
     except TokenizerMetaError as exc:
         raise CheckpointError(f"{path} holds no usable vocabulary ({exc}); {USE_META}") from None
     if "vocab_size" in meta and (type(meta["vocab_size"]) is not int or meta["vocab_size"] != tokenizer.vocab_size):
-        raise CheckpointError(f"{path} says vocab_size={meta['vocab_size']!r} but holds {tokenizer.vocab_size:,} "
-                              f"characters; {USE_META}")
+        raise CheckpointError(
+            f"{path} says vocab_size={meta['vocab_size']!r} but holds {tokenizer.vocab_size:,} characters; {USE_META}"
+        )
     return tokenizer
 
 
@@ -80,11 +83,12 @@ def read_nanogpt(path: Path, checkpoint: dict) -> tuple[GPTConfig, Tokenizer, Ca
         raise CheckpointError(f"{path}: its model_args is not a dict of the model's sizes; {USE_CHECKPOINT}")
     for key in SIZES:
         if type(args.get(key)) is not int or args[key] <= 0:
-            raise CheckpointError(f"{path}: its model_args has no positive integer {key!r} (found "
-                                  f"{args.get(key)!r}); {USE_CHECKPOINT}")
+            raise CheckpointError(
+                f"{path}: its model_args has no positive integer {key!r} (found {args.get(key)!r}); {USE_CHECKPOINT}"
+            )
     if not isinstance(args.get("bias"), bool):
         raise CheckpointError(f"{path}: its model_args has no 'bias' (true or false); {USE_CHECKPOINT}")
-    try:   # `bias` puts biases everywhere, the query/key/value projection included
+    try:  # `bias` puts biases everywhere, the query/key/value projection included
         config = GPTConfig(**{key: args[key] for key in SIZES}, bias=args["bias"], qkv_bias=args["bias"])
     except ValueError as exc:
         raise CheckpointError(f"{path} describes no model gptwatch can build ({exc})") from None
@@ -93,26 +97,46 @@ def read_nanogpt(path: Path, checkpoint: dict) -> tuple[GPTConfig, Tokenizer, Ca
     if meta is not None:
         tokenizer = read_meta(meta)
         if tokenizer.vocab_size != config.vocab_size:
-            raise CheckpointError(f"{meta} holds {tokenizer.vocab_size:,} characters, but the model in {path} has "
-                                  f"{config.vocab_size:,} token rows: it is the vocabulary of another dataset; "
-                                  f"put the meta.pkl of the checkpoint's dataset beside it")
+            raise CheckpointError(
+                f"{meta} holds {tokenizer.vocab_size:,} characters, but the model in {path} has "
+                f"{config.vocab_size:,} token rows: it is the vocabulary of another dataset; "
+                f"put the meta.pkl of the checkpoint's dataset beside it"
+            )
     else:
-        tokenizer = gpt2_bpe(config, lambda _: f"the model in {path} has {config.vocab_size:,} token rows, too few "
-                             f"for GPT-2's BPE, and it has no meta.pkl (looked at {' and '.join(map(str, places))}); "
-                             f"put the meta.pkl of its dataset beside it")
+        tokenizer = gpt2_bpe(
+            config,
+            lambda _: (
+                f"the model in {path} has {config.vocab_size:,} token rows, too few "
+                f"for GPT-2's BPE, and it has no meta.pkl (looked at {' and '.join(map(str, places))}); "
+                f"put the meta.pkl of its dataset beside it"
+            ),
+        )
 
     def weights(config: GPTConfig) -> dict[str, torch.Tensor]:
         state = checkpoint["model"]
-        if not isinstance(state, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor)
-                                                  for k, v in state.items()):
+        if not isinstance(state, dict) or not all(
+            isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()
+        ):
             raise CheckpointError(f"{path}: its 'model' is not a state dict (named tensors); {USE_CHECKPOINT}")
-        return read_weights({name: tuple(t.shape) for name, t in state.items()}, state.__getitem__, config,
-                            conv1d=False, where=str(path))
+        return read_weights(
+            {name: tuple(t.shape) for name, t in state.items()},
+            state.__getitem__,
+            config,
+            conv1d=False,
+            where=str(path),
+        )
 
-    best = checkpoint.get("best_val_loss")   # a number, or a tensor holding one (nanoGPT saves its best loss so)
-    source = {"format": "nanogpt", "path": str(path), "meta": None if meta is None else str(meta),
-              "iter_num": checkpoint["iter_num"] if type(checkpoint.get("iter_num")) is int else None,
-              "best_val_loss": float(best) if isinstance(best, torch.Tensor) and best.numel() == 1
-              or isinstance(best, (int, float)) and not isinstance(best, bool) else None}
+    best = checkpoint.get("best_val_loss")  # a number, or a tensor holding one (nanoGPT saves its best loss so)
+    source = {
+        "format": "nanogpt",
+        "path": str(path),
+        "meta": None if meta is None else str(meta),
+        "iter_num": checkpoint["iter_num"] if type(checkpoint.get("iter_num")) is int else None,
+        "best_val_loss": float(best)
+        if isinstance(best, torch.Tensor)
+        and best.numel() == 1
+        or isinstance(best, (int, float))
+        and not isinstance(best, bool)
+        else None,
+    }
     return config, tokenizer, weights, source
-

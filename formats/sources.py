@@ -34,7 +34,7 @@ HUB_MODELS = {
     "gpt2-xl": ("openai-community/gpt2-xl", 48, 25, 1600),
     "distilgpt2": ("distilbert/distilgpt2", 6, 12, 768),
 }
-HUB_FILES = [CONFIG, "model.safetensors"]   # each of them has its weights as safetensors
+HUB_FILES = [CONFIG, "model.safetensors"]  # each of them has its weights as safetensors
 LOCAL_FOLDER_HELP = "or pass a local folder holding config.json and model.safetensors (or pytorch_model.bin)"
 
 
@@ -62,37 +62,44 @@ def identify(source: str | Path, *, model: bool = True) -> Source:
     if model and not path.exists():
         if name is not None:
             return Source(HUB, hub=name)
-        raise CheckpointError(f"{source} is neither a file or folder here nor a model gptwatch fetches from the "
-                              f"Hugging Face hub ({', '.join(HUB_MODELS)}); give a gptwatch or nanoGPT ckpt.pt "
-                              f"(or the folder holding it), {LOCAL_FOLDER_HELP}")
+        raise CheckpointError(
+            f"{source} is neither a file or folder here nor a model gptwatch fetches from the "
+            f"Hugging Face hub ({', '.join(HUB_MODELS)}); give a gptwatch or nanoGPT ckpt.pt "
+            f"(or the folder holding it), {LOCAL_FOLDER_HELP}"
+        )
     if name is not None:
-        warn(f"reading the local {'folder' if path.is_dir() else 'file'} {path}, not the hub model {name} of the "
-             f"same name; to fetch that one, give its repository, {HUB_MODELS[name][0]}")
+        warn(
+            f"reading the local {'folder' if path.is_dir() else 'file'} {path}, not the hub model {name} of the "
+            f"same name; to fetch that one, give its repository, {HUB_MODELS[name][0]}"
+        )
     given = path
     if path.is_dir():
-        if (path / CONFIG).exists() or (path / CONFIG).is_symlink():   # what it is: its reader checks
+        if (path / CONFIG).exists() or (path / CONFIG).is_symlink():  # what it is: its reader checks
             return Source(HUGGINGFACE, path)
         if model and not (path / CHECKPOINT).exists():
-            raise CheckpointError(f"{path} holds neither {CONFIG} (a Hugging Face model's folder) nor {CHECKPOINT} "
-                                  f"(a gptwatch or nanoGPT checkpoint); give one of those, or the file itself")
+            raise CheckpointError(
+                f"{path} holds neither {CONFIG} (a Hugging Face model's folder) nor {CHECKPOINT} "
+                f"(a gptwatch or nanoGPT checkpoint); give one of those, or the file itself"
+            )
         path = path / CHECKPOINT
     # a gptwatch checkpoint keeps the path as given: its reader names what is wrong there (a folder as ckpt.pt)
     if not path.is_file() or not is_torch_archive(path):
         return Source(GPTWATCH, given)
     contents = read_torch(path)
     if isinstance(contents, dict) and "model_args" in contents and "model" in contents and "format" not in contents:
-        return Source(NANOGPT, path, contents=contents)   # the shape of nanoGPT's train.py checkpoint
+        return Source(NANOGPT, path, contents=contents)  # the shape of nanoGPT's train.py checkpoint
     return Source(GPTWATCH, given, contents=contents)
 
 
-def load_model(source: str | Path | Source, device: torch.device, *, block_size: int | None = None,
-               dropout: float | None = None) -> Loaded:
+def load_model(
+    source: str | Path | Source, device: torch.device, *, block_size: int | None = None, dropout: float | None = None
+) -> Loaded:
     """The model `source` gives (a `Source`, or a path here), on `device` in eval mode, with its tokenizer; with
     `block_size`, cropped to that many positions."""
     found = source if isinstance(source, Source) else identify(source, model=False)
     if found.kind == GPTWATCH:
         loaded = load_gptwatch(found.path, device, found.contents, dropout=dropout)
-    else:   # trained elsewhere: described as a checkpoint would be, what was read under "imported"
+    else:  # trained elsewhere: described as a checkpoint would be, what was read under "imported"
         if found.kind == NANOGPT:
             config, tokenizer, weights, source = read_nanogpt(found.path, found.contents)
             what = f"the model in {found.path}"
@@ -101,28 +108,35 @@ def load_model(source: str | Path | Source, device: torch.device, *, block_size:
             config, tokenizer, weights, source = read_folder(folder, found.hub)
             what = found.hub or f"the model in {folder}"
         if tokenizer.vocab_size > config.vocab_size:
-            raise CheckpointError(f"{what} has {config.vocab_size:,} token rows, fewer than the "
-                                  f"{tokenizer.vocab_size:,} tokens of its vocabulary ({tokenizer.name}); use the "
-                                  f"model and vocabulary that were saved together")
-        if tokenizer.vocab_size < config.vocab_size:   # the rows beyond the vocabulary pad it, never to be sampled
+            raise CheckpointError(
+                f"{what} has {config.vocab_size:,} token rows, fewer than the "
+                f"{tokenizer.vocab_size:,} tokens of its vocabulary ({tokenizer.name}); use the "
+                f"model and vocabulary that were saved together"
+            )
+        if tokenizer.vocab_size < config.vocab_size:  # the rows beyond the vocabulary pad it, never to be sampled
             config = dataclasses.replace(config, vocab_used=tokenizer.vocab_size)
         if dropout is not None:
             config = dataclasses.replace(config, dropout=dropout)
         check_fits(config, what, device)
         state = weights(config)
-        with torch.device("meta"):   # its parameters never initialised at random (a second or more for GPT-2's sizes)
+        with torch.device("meta"):  # its parameters never initialised at random (a second or more for GPT-2's sizes)
             model = GPT(config)
-        model.to_empty(device=torch.device("cpu"))   # allocated, not initialised
-        model.lm_head.weight = model.wte.weight       # to_empty gave each its own tensor: tie them again, as GPT does
+        model.to_empty(device=torch.device("cpu"))  # allocated, not initialised
+        model.lm_head.weight = model.wte.weight  # to_empty gave each its own tensor: tie them again, as GPT does
         model.load_state_dict(state, strict=True)
         model.to(device).eval()
-        loaded = Loaded(model, tokenizer, {"model_config": model.config.to_dict(), "tokenizer": tokenizer.to_meta(),
-                                           "imported": source})
+        loaded = Loaded(
+            model,
+            tokenizer,
+            {"model_config": model.config.to_dict(), "tokenizer": tokenizer.to_meta(), "imported": source},
+        )
     if block_size is not None and block_size != loaded.model.config.block_size:
         positions = loaded.model.config.block_size
         if block_size > positions:
-            raise UsageError(f"block_size={block_size} is above the {positions} positions of {found.hub or found.path}"
-                             f"; use --block_size={positions} or less")
+            raise UsageError(
+                f"block_size={block_size} is above the {positions} positions of {found.hub or found.path}"
+                f"; use --block_size={positions} or less"
+            )
         loaded.model.crop_block_size(block_size)
         loaded.checkpoint["model_config"] = loaded.model.config.to_dict()
     return loaded
@@ -147,11 +161,14 @@ def describe(loaded: Loaded) -> str:
     else:
         where = f"{source['hub']} ({source['path']})" if source.get("hub") else source["path"]
         what = f"Hugging Face {source['class']} {where}"
-    return (f"{what}: {cfg.n_layer} layers x {cfg.n_head} heads, {cfg.n_embd} wide, {cfg.block_size} positions, "
-            f"{tokenizer.name} vocabulary of {tokenizer.vocab_size:,} tokens")
+    return (
+        f"{what}: {cfg.n_layer} layers x {cfg.n_head} heads, {cfg.n_embd} wide, {cfg.block_size} positions, "
+        f"{tokenizer.name} vocabulary of {tokenizer.vocab_size:,} tokens"
+    )
 
 
 # --- models on the Hugging Face hub, by name -----------------------------------------------------------
+
 
 def hub_name(source: str) -> str | None:
     """The hub model `source` names ("gpt2", or its repository "openai-community/gpt2"); None for any other."""
@@ -163,7 +180,7 @@ def hub_name(source: str) -> str | None:
 
 def hub_config(name: str) -> GPTConfig:
     """The config of a hub model, known without fetching it."""
-    _, n_layer, n_head, n_embd = HUB_MODELS[name]   # the rest is GPT2Config's default
+    _, n_layer, n_head, n_embd = HUB_MODELS[name]  # the rest is GPT2Config's default
     return gpt_config({"model_type": "gpt2", "n_layer": n_layer, "n_head": n_head, "n_embd": n_embd}, Path(name))
 
 
@@ -178,16 +195,25 @@ def fetch(name: str, device: torch.device) -> Path:
         # an HTTP answer is a refusal (its errors are OSErrors too); any other failure to connect means offline
         answered = any(kind.__name__ == "HTTPError" for kind in type(exc).__mro__)
         offline = not answered and isinstance(exc, (OSError, ConnectionError, TimeoutError))
-        why = ("this machine is offline, or cannot reach the hub, and the model is not in the Hugging Face cache "
-               "yet" if offline else f"the hub refused to serve it ({type(exc).__name__})")
-        raise CheckpointError(f"cannot fetch {name} ({repository}) from the Hugging Face hub: {why}; connect to the "
-                              f"internet once (it is then kept in the Hugging Face cache), {LOCAL_FOLDER_HELP}") \
-            from None
+        why = (
+            "this machine is offline, or cannot reach the hub, and the model is not in the Hugging Face cache yet"
+            if offline
+            else f"the hub refused to serve it ({type(exc).__name__})"
+        )
+        raise CheckpointError(
+            f"cannot fetch {name} ({repository}) from the Hugging Face hub: {why}; connect to the "
+            f"internet once (it is then kept in the Hugging Face cache), {LOCAL_FOLDER_HELP}"
+        ) from None
 
 
 def check_fits(config: GPTConfig, what: str, device: torch.device) -> None:
     """`check_memory` for a model from elsewhere: its float32 weights alone, before anything is downloaded."""
-    n = parameter_count(config)   # float32, as gptwatch runs a model from elsewhere
-    check_memory({"weights": n * 4}, device, lambda where, _, free: (
-        f"{what} has {n:,} parameters, which need at least {size_text(n * 4)} of memory (float32), and "
-        f"{size_text(free)} is free on {where.type}; use a smaller model, or a machine with more memory"))
+    n = parameter_count(config)  # float32, as gptwatch runs a model from elsewhere
+    check_memory(
+        {"weights": n * 4},
+        device,
+        lambda where, _, free: (
+            f"{what} has {n:,} parameters, which need at least {size_text(n * 4)} of memory (float32), and "
+            f"{size_text(free)} is free on {where.type}; use a smaller model, or a machine with more memory"
+        ),
+    )

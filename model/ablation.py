@@ -20,7 +20,7 @@ class Ablation:
     what replaces them: zeros when `means` is None, else `means` {layer: [n_head, head_dim]}, each
     head's mean output over some text."""
 
-    heads: tuple[tuple[int, int], ...]   # any iterable of pairs is taken, and kept as this
+    heads: tuple[tuple[int, int], ...]  # any iterable of pairs is taken, and kept as this
     means: dict[int, torch.Tensor] | None = None
 
     def __post_init__(self) -> None:
@@ -28,7 +28,7 @@ class Ablation:
 
     @property
     def mode(self) -> str:
-        """"zero" or "mean": what replaces a removed head's output."""
+        """ "zero" or "mean": what replaces a removed head's output."""
         return "zero" if self.means is None else "mean"
 
     def by_layer(self) -> dict[int, list[int]]:

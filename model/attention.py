@@ -54,8 +54,8 @@ class HeadAblation:
         out = context * self.keep.view(1, -1, 1, 1).to(context.dtype)
         if self.fill is None:
             return out
-        removed = (1 - self.keep).view(-1, 1).to(context.dtype)                       # [H, 1]
-        return out + (removed * self.fill.to(context.dtype)).unsqueeze(1)          # + [H, 1, head_dim]
+        removed = (1 - self.keep).view(-1, 1).to(context.dtype)  # [H, 1]
+        return out + (removed * self.fill.to(context.dtype)).unsqueeze(1)  # + [H, 1, head_dim]
 
 
 # The scores get POSITION_BIAS_SCALE x position_bias: the table is kept in units of 1/16 of a logit. A head
@@ -76,14 +76,14 @@ class Rotary(nn.Module):
         if head_dim % 2:
             raise ValueError(f"rotary embeddings need an even head size, got {head_dim}")
         inv_freq = 1.0 / ROTARY_BASE ** (torch.arange(0, head_dim, 2).float() / head_dim)
-        angles = torch.outer(torch.arange(max_len).float(), inv_freq)     # [max_len, head_dim/2]
+        angles = torch.outer(torch.arange(max_len).float(), inv_freq)  # [max_len, head_dim/2]
         self.register_buffer("cos", angles.cos(), persistent=False)
         self.register_buffer("sin", angles.sin(), persistent=False)
 
     def forward(self, x: torch.Tensor, start: int) -> torch.Tensor:
         T = x.shape[-2]
-        cos = self.cos[start:start + T].to(x.dtype)
-        sin = self.sin[start:start + T].to(x.dtype)
+        cos = self.cos[start : start + T].to(x.dtype)
+        sin = self.sin[start : start + T].to(x.dtype)
         x1, x2 = x[..., 0::2], x[..., 1::2]
         rotated = torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
         return rotated.flatten(-2)
@@ -97,14 +97,25 @@ class SelfAttention(nn.Module):
     unbatched `[seq, d_in]` of that chapter.
     """
 
-    def __init__(self, d_in: int, d_out: int, n_head: int = 1, dropout: float = 0.0,
-                 out_proj: bool = True, bias: bool = False, rotary: bool = False,
-                 qk_norm: bool = False, max_len: int = 4096, qkv_bias: bool = False,
-                 relative_positions: bool = False) -> None:
+    def __init__(
+        self,
+        d_in: int,
+        d_out: int,
+        n_head: int = 1,
+        dropout: float = 0.0,
+        out_proj: bool = True,
+        bias: bool = False,
+        rotary: bool = False,
+        qk_norm: bool = False,
+        max_len: int = 4096,
+        qkv_bias: bool = False,
+        relative_positions: bool = False,
+    ) -> None:
         super().__init__()
         if d_out % n_head != 0:
-            raise ValueError(f"d_out={d_out} is not divisible by n_head={n_head}; "
-                             f"choose sizes where d_out % n_head == 0")
+            raise ValueError(
+                f"d_out={d_out} is not divisible by n_head={n_head}; choose sizes where d_out % n_head == 0"
+            )
         self.n_head = n_head
         self.head_dim = d_out // n_head
         self.d_out = d_out
@@ -115,7 +126,7 @@ class SelfAttention(nn.Module):
         # Mixes the heads back together; the chapter's single head has none.
         self.out_proj = nn.Linear(d_out, d_out, bias=bias) if out_proj else None
         self.dropout = dropout
-        self.resid_dropout = nn.Dropout(dropout)   # on the output, where it joins a block's residual stream
+        self.resid_dropout = nn.Dropout(dropout)  # on the output, where it joins a block's residual stream
         # Options of the "modern" architecture; both off gives the classic GPT-2 layer.
         self.qk_norm = qk_norm
         self.rotary = Rotary(self.head_dim, max_len) if rotary else None
@@ -124,21 +135,22 @@ class SelfAttention(nn.Module):
 
     # --- the readable path ----------------------------------------------------------
 
-    def forward_with_weights(self, x: torch.Tensor, *, ablation: HeadAblation | None = None
-                             ) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward_with_weights(
+        self, x: torch.Tensor, *, ablation: HeadAblation | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """The layer written out step by step; also returns the attention weights, [batch, head, query_pos,
         key_pos] ([head, query_pos, key_pos] when the input was unbatched)."""
         x, unbatched = self._batched(x)
-        queries, keys, values = self._project(x)                        # each [B, H, T, d_k]
+        queries, keys, values = self._project(x)  # each [B, H, T, d_k]
         d_k = keys.shape[-1]
 
-        attention_scores = queries @ keys.transpose(-2, -1)              # [B, H, T, T]
+        attention_scores = queries @ keys.transpose(-2, -1)  # [B, H, T, T]
         scaled_scores = attention_scores / math.sqrt(d_k) + self.mask(x.shape[1]).to(attention_scores.dtype)
         attention_weights = torch.softmax(scaled_scores, dim=-1)
         mixed = attention_weights
         if self.training and self.dropout > 0:
             mixed = F.dropout(attention_weights, p=self.dropout)
-        context = mixed @ values                                           # [B, H, T, d_k]
+        context = mixed @ values  # [B, H, T, d_k]
 
         result = self._merge(context, ablation)
         if unbatched:
@@ -147,8 +159,14 @@ class SelfAttention(nn.Module):
 
     # --- the fast path: training, evaluation and sampling ------------------------------------
 
-    def forward(self, x: torch.Tensor, *, ablation: HeadAblation | None = None, cache: LayerCache | None = None,
-                residual: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        *,
+        ablation: HeadAblation | None = None,
+        cache: LayerCache | None = None,
+        residual: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """The same function as `forward_with_weights`, with score, mask, softmax and mix fused into one call
         that never materialises the weights; with a `residual` (a block's stream), the residual plus it. With a
         `cache` (sampling), x holds rows [B * T, d_in]: T positions after the `cache.length` that the cache holds
@@ -162,13 +180,13 @@ class SelfAttention(nn.Module):
             start, B = cache.length, cache.batch
             T = x.shape[0] // B
             qkv = rows_linear(x, *cache.qkv).view(B, T, 3, self.n_head, self.head_dim)
-            queries = qkv[:, :, 0].transpose(1, 2)                                    # [B, H, T, head_dim]
-            new = qkv[:, :, 1:]                                                        # [B, T, 2, H, head_dim]
+            queries = qkv[:, :, 0].transpose(1, 2)  # [B, H, T, head_dim]
+            new = qkv[:, :, 1:]  # [B, T, 2, H, head_dim]
             if self.qk_norm or self.rotary is not None:
                 queries, new_keys = self.normalise_and_rotate(queries, new[:, :, 0].transpose(1, 2), start)
                 new = torch.stack((new_keys.transpose(1, 2), new[:, :, 1]), dim=2)
-            keys, values = cache.append(new)                     # all it holds, each [B, H, positions, head_dim]
-        dropout = self.dropout if self.training and cache is None else 0.0   # sampling drops nothing
+            keys, values = cache.append(new)  # all it holds, each [B, H, positions, head_dim]
+        dropout = self.dropout if self.training and cache is None else 0.0  # sampling drops nothing
         if self.position_bias is None and (start == 0 or T == 1):
             # SDPA's own causal mask; a single query after the cache needs none, it sees every key
             context = F.scaled_dot_product_attention(queries, keys, values, dropout_p=dropout, is_causal=start == 0)
@@ -190,8 +208,10 @@ class SelfAttention(nn.Module):
         """x [B, T, d_in] -> queries, keys, values, each [B, H, T, head_dim], each head its own slice of the
         features."""
         B, T, _ = x.shape
-        queries, keys, values = (W(x).view(B, T, self.n_head, self.head_dim).transpose(1, 2)
-                                 for W in (self.W_query, self.W_key, self.W_value))
+        queries, keys, values = (
+            W(x).view(B, T, self.n_head, self.head_dim).transpose(1, 2)
+            for W in (self.W_query, self.W_key, self.W_value)
+        )
         return (*self.normalise_and_rotate(queries, keys, 0), values)
 
     def fused_projection(self) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -202,8 +222,9 @@ class SelfAttention(nn.Module):
             return weight_t, None
         return weight_t, torch.cat((self.W_query.bias, self.W_key.bias, self.W_value.bias))
 
-    def normalise_and_rotate(self, queries: torch.Tensor, keys: torch.Tensor, start: int
-                             ) -> tuple[torch.Tensor, torch.Tensor]:
+    def normalise_and_rotate(
+        self, queries: torch.Tensor, keys: torch.Tensor, start: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """The "modern" options, QK-norm then rotary positions (neither for "gpt2"); `start` is the
         absolute position of the first row."""
         if self.qk_norm:  # bounds the logits, which lets a higher learning rate stay stable
@@ -221,7 +242,7 @@ class SelfAttention(nn.Module):
         table = self.position_bias
         device = self.W_query.weight.device if table is None else table.device
         positions = torch.arange(start + n_queries, device=device)
-        distance = positions[start:, None] - positions                                # [query, key]
+        distance = positions[start:, None] - positions  # [query, key]
         if table is None:
             bias = torch.zeros(distance.shape, device=device)
         else:
@@ -246,8 +267,9 @@ class SelfAttention(nn.Module):
         return x, False
 
 
-def rows_linear(x: torch.Tensor, weight_t: torch.Tensor, bias: torch.Tensor | None,
-                residual: torch.Tensor | None = None) -> torch.Tensor:
+def rows_linear(
+    x: torch.Tensor, weight_t: torch.Tensor, bias: torch.Tensor | None, residual: torch.Tensor | None = None
+) -> torch.Tensor:
     """`residual + x @ weight_t + bias` for rows x [N, in], the cached path's linear layer: one matmul call where
     it can, the first addition inside it (F.linear transposes the weight on each call, and it and a separate
     addition each add operations, which is what a sampled token's tiny matmuls cost). `weight_t` is a linear

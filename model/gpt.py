@@ -72,8 +72,9 @@ class MLP(nn.Module):
     def activation(self, h: torch.Tensor) -> torch.Tensor:
         return F.relu(h).square() if self.modern else F.gelu(h, approximate=self.gelu_approximation)
 
-    def forward(self, x: torch.Tensor, cache: sampling.LayerCache | None = None,
-                residual: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, cache: sampling.LayerCache | None = None, residual: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """The MLP's output; with a `residual` (a block's stream), the residual plus it. With a `cache`, x is rows
         and the weights are those it holds, the addition inside the last matmul (as `SelfAttention.forward`)."""
         if cache is not None:
@@ -89,15 +90,25 @@ class Block(nn.Module):
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
         self.ln_1 = Norm(config.n_embd, config)
-        self.attn = SelfAttention(config.n_embd, config.n_embd, config.n_head, config.dropout,
-                                  out_proj=True, bias=config.bias, rotary=config.modern, qk_norm=config.modern,
-                                  max_len=config.block_size, qkv_bias=config.qkv_bias,
-                                  relative_positions=config.relative_positions)
+        self.attn = SelfAttention(
+            config.n_embd,
+            config.n_embd,
+            config.n_head,
+            config.dropout,
+            out_proj=True,
+            bias=config.bias,
+            rotary=config.modern,
+            qk_norm=config.modern,
+            max_len=config.block_size,
+            qkv_bias=config.qkv_bias,
+            relative_positions=config.relative_positions,
+        )
         self.ln_2 = None if config.attn_only else Norm(config.n_embd, config)
         self.mlp = None if config.attn_only else MLP(config)
 
-    def forward(self, x: torch.Tensor, ablation: HeadAblation | None = None,
-                cache: sampling.LayerCache | None = None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, ablation: HeadAblation | None = None, cache: sampling.LayerCache | None = None
+    ) -> torch.Tensor:
         """With a `cache` (sampling), x is rows [B * T, n_embd] and the parts are those the cache holds for the
         generation (the modules' own forward, the norms as functions), not read through this block, which costs
         a sampled token about a microsecond a read."""
@@ -105,8 +116,9 @@ class Block(nn.Module):
         x = attn(ln_1(x), ablation=ablation, cache=cache, residual=x)
         return x if mlp is None else mlp(ln_2(x), cache=cache, residual=x)
 
-    def forward_with_weights(self, x: torch.Tensor, ablation: HeadAblation | None = None
-                             ) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward_with_weights(
+        self, x: torch.Tensor, ablation: HeadAblation | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         attended, pattern = self.attn.forward_with_weights(self.ln_1(x), ablation=ablation)
         x = x + self.attn.resid_dropout(attended)
         return (x if self.mlp is None else self.mlp(self.ln_2(x), residual=x)), pattern
@@ -159,9 +171,14 @@ class GPT(nn.Module):
 
     # --- training, evaluation, watching ------------------------------------------------
 
-    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, *,
-                ablate: Ablation | None = None, all_logits: bool = False
-                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def forward(
+        self,
+        idx: torch.Tensor,
+        targets: torch.Tensor | None = None,
+        *,
+        ablate: Ablation | None = None,
+        all_logits: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """idx [B, T] token ids -> (logits, loss). With targets, logits cover every position and loss is the mean
         cross-entropy; without, only the last position goes through the head (all a sampler needs) unless
         `all_logits` is set."""
@@ -175,8 +192,9 @@ class GPT(nn.Module):
             return logits, loss
         return (self.lm_head(x) if all_logits else self.lm_head(x[:, -1:, :])), None
 
-    def forward_with_attention(self, idx: torch.Tensor, *, ablate: Ablation | None = None,
-                               logits_at: torch.Tensor | None = None) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    def forward_with_attention(
+        self, idx: torch.Tensor, *, ablate: Ablation | None = None, logits_at: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """The readable path through every layer: (logits at every position, one attention pattern [batch, head,
         query_pos, key_pos] per layer). With `logits_at` ([batch] positions), the logits [batch, vocab] at those
         positions only: the output head over every position is most of the work when a caller reads one row each."""
@@ -192,8 +210,10 @@ class GPT(nn.Module):
     def _embed(self, idx: torch.Tensor) -> torch.Tensor:
         T = idx.shape[1]
         if T > self.config.block_size:
-            raise ValueError(f"sequence of {T} tokens is longer than block_size="
-                             f"{self.config.block_size}; crop the input or train with a larger block_size")
+            raise ValueError(
+                f"sequence of {T} tokens is longer than block_size="
+                f"{self.config.block_size}; crop the input or train with a larger block_size"
+            )
         x = self.wte(idx)
         if self.wpe is not None:
             x = x + self.wpe(torch.arange(T, device=idx.device))
@@ -205,12 +225,15 @@ class GPT(nn.Module):
         if ablate is None:
             return ablations
         if not isinstance(ablate, Ablation):
-            raise TypeError(f"ablate takes a model.ablation.Ablation, e.g. Ablation([(1, 0)]) for L1H0; "
-                            f"got {type(ablate).__name__}")
+            raise TypeError(
+                f"ablate takes a model.ablation.Ablation, e.g. Ablation([(1, 0)]) for L1H0; got {type(ablate).__name__}"
+            )
         for layer, heads in ablate.by_layer().items():
             if not 0 <= layer < self.config.n_layer or any(not 0 <= h < self.config.n_head for h in heads):
-                raise ValueError(f"cannot ablate layer {layer} heads {heads}: the model has "
-                                 f"{self.config.n_layer} layers of {self.config.n_head} heads (L0H0 first)")
+                raise ValueError(
+                    f"cannot ablate layer {layer} heads {heads}: the model has "
+                    f"{self.config.n_layer} layers of {self.config.n_head} heads (L0H0 first)"
+                )
             keep = torch.ones(self.config.n_head, device=device)
             keep[heads] = 0.0
             fill = ablate.means[layer].to(device) if ablate.means is not None else None

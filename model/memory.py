@@ -40,8 +40,9 @@ def parameter_count(config: GPTConfig, *, positions: bool = True) -> int:
     total = sum(p.numel() for p in one.parameters()) + (config.n_layer - 1) * block
     if not positions:
         bias = one.blocks[0].attn.position_bias
-        total -= (one.wpe.weight.numel() if one.wpe is not None else 0) + \
-            (config.n_layer * bias.numel() if bias is not None else 0)
+        total -= (one.wpe.weight.numel() if one.wpe is not None else 0) + (
+            config.n_layer * bias.numel() if bias is not None else 0
+        )
     return total
 
 

@@ -33,10 +33,13 @@ class LayerCache:
         attn, mlp, ln_2 = block.attn, block.mlp, block.ln_2
         self.slot = torch.zeros(batch, max_len, 2, attn.n_head, attn.head_dim, device=like.device, dtype=like.dtype)
         self.batch = batch
-        self.length = 0   # positions filled: the KVCache's, kept here too so the layer reads it in one lookup
+        self.length = 0  # positions filled: the KVCache's, kept here too so the layer reads it in one lookup
         self.block = block.forward
-        self.parts = (block.ln_1.as_function(), attn.forward, *((None, None) if mlp is None else
-                                                                  (ln_2.as_function(), mlp.forward)))
+        self.parts = (
+            block.ln_1.as_function(),
+            attn.forward,
+            *((None, None) if mlp is None else (ln_2.as_function(), mlp.forward)),
+        )
         self.qkv = attn.fused_projection()
         self.out_proj = (attn.out_proj.weight.t(), attn.out_proj.bias)
         self.mlp = None if mlp is None else (mlp.c_fc.weight.t(), mlp.c_fc.bias, mlp.c_proj.weight.t(), mlp.c_proj.bias)
@@ -45,8 +48,8 @@ class LayerCache:
         """Stores this layer's keys and values [B, T, 2, H, head_dim] for positions length..length+T-1; returns
         all the keys and all the values it holds, those included, each [B, H, positions, head_dim]."""
         end = self.length + keys_and_values.shape[1]
-        self.slot[:, self.length:end] = keys_and_values
-        keys, values = self.slot[:, :end].permute(2, 0, 3, 1, 4).unbind(0)   # views
+        self.slot[:, self.length : end] = keys_and_values
+        keys, values = self.slot[:, :end].permute(2, 0, 3, 1, 4).unbind(0)  # views
         return keys, values
 
 
@@ -83,7 +86,7 @@ def decode(model: nn.Module, idx: torch.Tensor, cache: KVCache, ablations: list 
         raise ValueError(f"the KV cache is full ({model.config.block_size} positions); re-anchor the context first")
     x = F.embedding(idx, cache.tokens)
     if cache.positions is not None:
-        x = x + cache.positions[start:start + T]
+        x = x + cache.positions[start : start + T]
     x = x.view(B * T, -1)
     for layer, ablation in zip(cache.layers, ablations or cache.no_ablations, strict=True):
         x = layer.block(x, ablation, layer)
@@ -93,10 +96,19 @@ def decode(model: nn.Module, idx: torch.Tensor, cache: KVCache, ablations: list 
 
 # --- the loop ---------------------------------------------------------------------------------------
 
-def generate_stream(model: nn.Module, idx: torch.Tensor, max_new_tokens: int, *, temperature: float = 1.0,
-                    top_k: int | None = None, top_p: float | None = None,
-                    generator: torch.Generator | None = None, use_cache: bool = True,
-                    ablate=None) -> Iterator[torch.Tensor]:
+
+def generate_stream(
+    model: nn.Module,
+    idx: torch.Tensor,
+    max_new_tokens: int,
+    *,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    generator: torch.Generator | None = None,
+    use_cache: bool = True,
+    ablate=None,
+) -> Iterator[torch.Tensor]:
     """Yields each new token, [B, 1], as soon as it is sampled, with the heads in `ablate` removed (as
     `GPT.forward` takes it). temperature 0 is greedy. When the context outgrows block_size, the model keeps the
     most recent half block and goes on (re-encoding those tokens once), so with or without the cache it sees
@@ -117,9 +129,17 @@ def generate(model: nn.Module, idx: torch.Tensor, max_new_tokens: int, **kwargs)
     return torch.cat([idx, *new], dim=1)
 
 
-def _sampled(model: nn.Module, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
-             top_k: int | None = None, top_p: float | None = None, generator: torch.Generator | None = None,
-             use_cache: bool = True, ablate=None) -> Iterator[torch.Tensor]:
+def _sampled(
+    model: nn.Module,
+    idx: torch.Tensor,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    generator: torch.Generator | None = None,
+    use_cache: bool = True,
+    ablate=None,
+) -> Iterator[torch.Tensor]:
     if idx.dim() != 2 or idx.shape[1] == 0:
         raise ValueError("generate needs a non-empty prompt shaped [batch, tokens]")
     block = model.config.block_size
@@ -127,7 +147,7 @@ def _sampled(model: nn.Module, idx: torch.Tensor, max_new_tokens: int, temperatu
     context = idx[:, -block:]
     cache = KVCache(model, idx.shape[0]) if use_cache else None
     ablations = model.head_ablations(ablate, idx.device) if ablate else None
-    vocab = model.config.vocab_used or model.config.vocab_size   # rows beyond it pad the vocabulary: never sampled
+    vocab = model.config.vocab_used or model.config.vocab_size  # rows beyond it pad the vocabulary: never sampled
     pending = context  # tokens not yet in the cache
     for _ in range(max_new_tokens):
         if cache is None:
@@ -166,8 +186,13 @@ def sampling_mode() -> Iterator[None]:
 GREEDY_BELOW = 1e-20
 
 
-def sample_next(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
-                top_p: float | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
+def sample_next(
+    logits: torch.Tensor,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
     """logits [B, V] -> token ids [B, 1]. temperature 0 (or below GREEDY_BELOW) picks the argmax."""
     if temperature < GREEDY_BELOW:
         return logits.argmax(dim=-1, keepdim=True)

@@ -15,9 +15,19 @@ from pathlib import Path
 from typing import Any
 
 NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--disable-extensions", "--hide-scrollbars", "--window-size=1400,900"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-extensions",
+    "--hide-scrollbars",
+    "--window-size=1400,900",
+]
 
 
 def find_chromium() -> str | None:
@@ -51,9 +61,14 @@ class Browser:
             os.close(high_out)
 
         # Every fd Python opens is close-on-exec, so only 3 and 4 (made by dup2) reach Chromium.
-        self.process = subprocess.Popen([binary, *FLAGS, "--remote-debugging-pipe", f"--user-data-dir={profile}"],
-                                        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                        stderr=subprocess.DEVNULL, close_fds=False, preexec_fn=onto_fds_3_and_4)
+        self.process = subprocess.Popen(
+            [binary, *FLAGS, "--remote-debugging-pipe", f"--user-data-dir={profile}"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            close_fds=False,
+            preexec_fn=onto_fds_3_and_4,
+        )
         os.close(to_browser)
         os.close(from_browser)
 
@@ -143,8 +158,11 @@ class Browser:
         box = f"document.querySelector({json.dumps(selector)}).getBoundingClientRect()"
         x, y = self.evaluate(session, f"(r => [r.x + r.width / 2, r.y + r.height / 2])({box})")
         for kind in ("mouseMoved", "mousePressed", "mouseReleased"):
-            self.send("Input.dispatchMouseEvent", {"type": kind, "x": x, "y": y, "button": "left", "clickCount": 1},
-                      session=session)
+            self.send(
+                "Input.dispatchMouseEvent",
+                {"type": kind, "x": x, "y": y, "button": "left", "clickCount": 1},
+                session=session,
+            )
 
     def move_mouse(self, session: str, x: float, y: float) -> None:
         self.send("Input.dispatchMouseEvent", {"type": "mouseMoved", "x": x, "y": y}, session=session)
@@ -152,8 +170,11 @@ class Browser:
     def press(self, session: str, key: str, code: int) -> None:
         """A key press (down and up) on whatever has the focus, e.g. ("ArrowRight", 39)."""
         for kind in ("rawKeyDown", "keyUp"):
-            self.send("Input.dispatchKeyEvent", {"type": kind, "key": key, "code": key, "windowsVirtualKeyCode": code},
-                      session=session)
+            self.send(
+                "Input.dispatchKeyEvent",
+                {"type": kind, "key": key, "code": key, "windowsVirtualKeyCode": code},
+                session=session,
+            )
 
     def problems(self) -> list[str]:
         """Uncaught exceptions, console errors and warnings, and browser log errors seen so far."""
@@ -170,5 +191,8 @@ class Browser:
 
     def requests(self) -> list[str]:
         """The URL of every request the pages made."""
-        return [event["params"]["request"]["url"] for event in self.events
-                if event.get("method") == "Network.requestWillBeSent"]
+        return [
+            event["params"]["request"]["url"]
+            for event in self.events
+            if event.get("method") == "Network.requestWillBeSent"
+        ]

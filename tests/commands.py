@@ -15,10 +15,23 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 # Small enough that a run takes well under a second on one CPU core.
-TINY = ["--n_layer=1", "--n_head=2", "--n_embd=16", "--block_size=32", "--batch_size=4", "--max_iters=6",
-        "--warmup_iters=1", "--eval_interval=3", "--eval_iters=2", "--sample_tokens=0", "--device=cpu", "--run_name=t"]
-TEXT = "".join(f"the dog saw the ball and it rolled away {i % 7}.\nthe cat saw the king and he waved.\n"
-               for i in range(40))
+TINY = [
+    "--n_layer=1",
+    "--n_head=2",
+    "--n_embd=16",
+    "--block_size=32",
+    "--batch_size=4",
+    "--max_iters=6",
+    "--warmup_iters=1",
+    "--eval_interval=3",
+    "--eval_iters=2",
+    "--sample_tokens=0",
+    "--device=cpu",
+    "--run_name=t",
+]
+TEXT = "".join(
+    f"the dog saw the ball and it rolled away {i % 7}.\nthe cat saw the king and he waved.\n" for i in range(40)
+)
 
 
 def tiny_args(tmp_path: Path, *extra: str) -> list[str]:
@@ -29,17 +42,31 @@ def tiny_args(tmp_path: Path, *extra: str) -> list[str]:
     corpus = tmp_path / "corpus.txt"
     if not corpus.exists():
         corpus.write_text(TEXT)
-    return [str(config), f"--dataset={corpus}", f"--data_dir={tmp_path / 'prep'}", f"--out_dir={tmp_path / 'out'}",
-            f"--log_dir={tmp_path / 'runs'}", *TINY, *extra]
+    return [
+        str(config),
+        f"--dataset={corpus}",
+        f"--data_dir={tmp_path / 'prep'}",
+        f"--out_dir={tmp_path / 'out'}",
+        f"--log_dir={tmp_path / 'runs'}",
+        *TINY,
+        *extra,
+    ]
 
 
-def run(program: str, args: list[str], subprocess_: bool = False, timeout: float = 120,
-        env: dict[str, str] | None = None) -> tuple[int, str, str]:
+def run(
+    program: str, args: list[str], subprocess_: bool = False, timeout: float = 120, env: dict[str, str] | None = None
+) -> tuple[int, str, str]:
     """(exit status, stdout, stderr) of `python {program}.py ARGS`; as a subprocess with `env` added to its
     environment, if given."""
     if subprocess_ or env is not None:
-        proc = subprocess.run([sys.executable, f"{program}.py", *args], cwd=ROOT, capture_output=True, text=True,
-                              timeout=timeout, env={**os.environ, **(env or {})})
+        proc = subprocess.run(
+            [sys.executable, f"{program}.py", *args],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env={**os.environ, **(env or {})},
+        )
         return proc.returncode, proc.stdout, proc.stderr
     import sample
     import train

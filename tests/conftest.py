@@ -56,9 +56,11 @@ def pytest_runtest_makereport(item, call):
     excinfo = call.excinfo
     if excinfo is not None and "cannot load the GPT-2 BPE" in str(excinfo.value):
         report.outcome = "skipped"
-        report.longrepr = (str(item.path), item.location[1] or 0,
-                           "Skipped: GPT-2 BPE ranks unavailable (offline, no tiktoken cache); "
-                           "set TIKTOKEN_CACHE_DIR or connect once")
+        report.longrepr = (
+            str(item.path),
+            item.location[1] or 0,
+            "Skipped: GPT-2 BPE ranks unavailable (offline, no tiktoken cache); set TIKTOKEN_CACHE_DIR or connect once",
+        )
 
 
 def custom_scalar_charts(events, folder=None) -> tuple[list[str], dict[str, list[str]]]:
@@ -76,9 +78,11 @@ def custom_scalar_charts(events, folder=None) -> tuple[list[str], dict[str, list
     tags = [("", tag) for tag in events.Tags()["scalars"]]
     for run in sorted(p for p in Path(folder).iterdir() if p.is_dir()) if folder else []:
         tags += [(f"{run.name}/", tag) for tag in EventAccumulator(str(run)).Reload().Tags()["scalars"]]
-    charts = {chart.title: sorted(run + tag for run, tag in tags
-                                  if any(re.match(rx, tag) for rx in chart.multiline.tag))
-              for category in layout.category for chart in category.chart}
+    charts = {
+        chart.title: sorted(run + tag for run, tag in tags if any(re.match(rx, tag) for rx in chart.multiline.tag))
+        for category in layout.category
+        for chart in category.chart
+    }
     return [category.title for category in layout.category], charts
 
 

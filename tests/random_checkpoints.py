@@ -21,11 +21,11 @@ KINDS = {
     "gpt2-bpe": ("gpt2", "gpt2", True),
     "modern-char": ("modern", "char", False),
     "modern-bpe": ("modern", "gpt2", False),
-    "modern-bias": ("modern", "gpt2", True),   # Hugging Face has no exact class for it: refused there
+    "modern-bias": ("modern", "gpt2", True),  # Hugging Face has no exact class for it: refused there
     "gpt2-attn-only": ("gpt2", "char", False),
     "modern-attn-only": ("modern", "char", False),
 }
-OPTIONS = {"gpt2-attn-only": {"attn_only": True}, "modern-attn-only": {"attn_only": True}}   # beyond KINDS' three
+OPTIONS = {"gpt2-attn-only": {"attn_only": True}, "modern-attn-only": {"attn_only": True}}  # beyond KINDS' three
 BLOCK_SIZE = 32
 
 
@@ -35,13 +35,30 @@ def make_checkpoint(folder: Path, kind: str, seed: int = 0, **options) -> Path:
     arch, tokenizer_name, bias = KINDS[kind]
     tokenizer = build_tokenizer(tokenizer_name, TEXT)
     torch.manual_seed(seed)
-    model = GPT(GPTConfig(vocab_size=tokenizer.vocab_size, block_size=BLOCK_SIZE, n_layer=2, n_head=4, n_embd=32,
-                          arch=arch, bias=bias, **{**OPTIONS.get(kind, {}), **options}))
+    model = GPT(
+        GPTConfig(
+            vocab_size=tokenizer.vocab_size,
+            block_size=BLOCK_SIZE,
+            n_layer=2,
+            n_head=4,
+            n_embd=32,
+            arch=arch,
+            bias=bias,
+            **{**OPTIONS.get(kind, {}), **options},
+        )
+    )
     with torch.no_grad():
         for name, p in model.named_parameters():
             p.normal_(0.0, 0.3)
             if name.endswith(("ln_1.weight", "ln_2.weight", "ln_f.weight")):
                 p.add_(1.0)
-    save_checkpoint(folder / "ckpt.pt", {"model": model.state_dict(), "model_config": model.config.to_dict(),
-                                         "tokenizer": tokenizer.to_meta(), "step": 0})
+    save_checkpoint(
+        folder / "ckpt.pt",
+        {
+            "model": model.state_dict(),
+            "model_config": model.config.to_dict(),
+            "tokenizer": tokenizer.to_meta(),
+            "step": 0,
+        },
+    )
     return folder

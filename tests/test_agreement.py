@@ -38,9 +38,17 @@ def corpus(n: int = 400) -> str:
 
 
 def contexts() -> list[dict]:
-    return [{"text": f"{name} went {place} and", "pronoun": "she" if name in WOMEN else "he",
-             "wrong": "he" if name in WOMEN else "she", "person": name, "mention": mention}
-            for name in WOMEN + MEN for place, mention in (("out", "first"), ("home", "second"))]
+    return [
+        {
+            "text": f"{name} went {place} and",
+            "pronoun": "she" if name in WOMEN else "he",
+            "wrong": "he" if name in WOMEN else "she",
+            "person": name,
+            "mention": mention,
+        }
+        for name in WOMEN + MEN
+        for place, mention in (("out", "first"), ("home", "second"))
+    ]
 
 
 def write_jsonl(path, records) -> str:
@@ -72,13 +80,16 @@ def test_gpt2_contexts_end_at_the_last_word_and_score_whole_pronouns(tmp_path):
     assert tokenizer.token_strings([item.right_id, item.wrong_id]) == [" she", " he"]
 
 
-@pytest.mark.parametrize("record,words", [
-    ({"text": "ann sat and", "pronoun": "she"}, ("line 1", "missing field(s) 'wrong'", "text, pronoun, wrong")),
-    ({"text": "ann sat and", "pronoun": "she", "wrong": "he", "gender_": "f"}, ("line 1", "unknown field(s)")),
-    ({"text": "ann sat and", "pronoun": "she", "wrong": "She"}, ("'pronoun' and 'wrong' are both",)),
-    ({"text": "ann sat and", "pronoun": "she", "wrong": "he", "person": "an"}, ("person 'an' does not occur",)),
-    ({"text": "ann sat and", "pronoun": "she", "wrong": "he", "frame": "2"}, ("'frame' must be an integer",)),
-])
+@pytest.mark.parametrize(
+    "record,words",
+    [
+        ({"text": "ann sat and", "pronoun": "she"}, ("line 1", "missing field(s) 'wrong'", "text, pronoun, wrong")),
+        ({"text": "ann sat and", "pronoun": "she", "wrong": "he", "gender_": "f"}, ("line 1", "unknown field(s)")),
+        ({"text": "ann sat and", "pronoun": "she", "wrong": "She"}, ("'pronoun' and 'wrong' are both",)),
+        ({"text": "ann sat and", "pronoun": "she", "wrong": "he", "person": "an"}, ("person 'an' does not occur",)),
+        ({"text": "ann sat and", "pronoun": "she", "wrong": "he", "frame": "2"}, ("'frame' must be an integer",)),
+    ],
+)
 def test_a_bad_context_is_one_error_naming_its_line(tmp_path, record, words):
     with pytest.raises(UserError) as err:
         load_jsonl(write_jsonl(tmp_path / "a.jsonl", [record]), AgreementProbe)
@@ -86,8 +97,9 @@ def test_a_bad_context_is_one_error_naming_its_line(tmp_path, record, words):
 
 
 def test_contexts_with_unknown_tokens_are_left_out_with_a_warning(tmp_path):
-    path = write_jsonl(tmp_path / "a.jsonl", [*contexts(), {"text": "zoe went out and", "pronoun": "she",
-                                                            "wrong": "he"}])
+    path = write_jsonl(
+        tmp_path / "a.jsonl", [*contexts(), {"text": "zoe went out and", "pronoun": "she", "wrong": "he"}]
+    )
     with pytest.warns(UserWarning, match="1 of 13 agreement contexts"):
         assert len(from_file(AGREEMENT, path, CharTokenizer.from_text(corpus()), block_size=64)) == 12
 
@@ -138,10 +150,12 @@ def test_agreement_counts_the_pronoun_the_model_prefers():
     logits = torch.zeros(tokenizer.vocab_size)
     logits[tokenizer.encode("s")[0]] = 1.0
     contexts_set = agreement_set(items)
-    patterns = [[torch.tril(torch.ones(1, len(i.ids), len(i.ids))) / torch.arange(1, len(i.ids) + 1)[:, None]]
-                for i in items]
-    results = read([capture_from_patterns(contexts_set, patterns, [logits] * len(items))],
-                   ProbeSets({AGREEMENT: contexts_set}))
+    patterns = [
+        [torch.tril(torch.ones(1, len(i.ids), len(i.ids))) / torch.arange(1, len(i.ids) + 1)[:, None]] for i in items
+    ]
+    results = read(
+        [capture_from_patterns(contexts_set, patterns, [logits] * len(items))], ProbeSets({AGREEMENT: contexts_set})
+    )
     stats = agreement_stats(results)
     assert stats.accuracy == 0.5 and stats.n_correct == 6
     assert stats.by_mention == {"first": 0.5, "second": 0.5}
@@ -159,7 +173,7 @@ class FakeWriter:
     def add_scalar(self, tag, value, step):
         self.scalars.setdefault(tag, []).append((step, value))
 
-    def head(self, name):   # each head's own run: its scalars are not what these tests read
+    def head(self, name):  # each head's own run: its scalars are not what these tests read
         return self
 
     def add_text(self, tag, text, step):
@@ -168,7 +182,7 @@ class FakeWriter:
     def add_custom_scalars(self, layout):
         self.layout = layout
 
-    def add_image(self, tag, image, step, dataformats):   # the composition matrix, the sentences' heatmaps
+    def add_image(self, tag, image, step, dataformats):  # the composition matrix, the sentences' heatmaps
         pass
 
 
@@ -178,16 +192,35 @@ def watched(tmp_path_factory):
     with the agreement watch logging at steps 0, 150 and 300."""
     tmp = tmp_path_factory.mktemp("agreement")
     (tmp / "corpus.txt").write_text(corpus())
-    cfg = load_config(None, [f"--dataset={tmp / 'corpus.txt'}", f"--data_dir={tmp / 'prep'}",
-                             f"--out_dir={tmp / 'out'}", "--n_layer=2", "--n_head=2", "--n_embd=32",
-                             "--block_size=32", "--batch_size=16", "--max_iters=300", "--eval_interval=150",
-                             "--eval_iters=2", "--learning_rate=1e-2", "--warmup_iters=10", "--device=cpu",
-                             "--run_name=t"])
+    cfg = load_config(
+        None,
+        [
+            f"--dataset={tmp / 'corpus.txt'}",
+            f"--data_dir={tmp / 'prep'}",
+            f"--out_dir={tmp / 'out'}",
+            "--n_layer=2",
+            "--n_head=2",
+            "--n_embd=32",
+            "--block_size=32",
+            "--batch_size=16",
+            "--max_iters=300",
+            "--eval_interval=150",
+            "--eval_iters=2",
+            "--learning_rate=1e-2",
+            "--warmup_iters=10",
+            "--device=cpu",
+            "--run_name=t",
+        ],
+    )
     trainer = Trainer.from_config(cfg, runtime.setup(cfg))
     agreement = write_jsonl(tmp / "a.jsonl", contexts())
-    probes = write_jsonl(tmp / "p.jsonl", [
-        {"text": "ann met bob and she sang.", "pronoun": "she", "referent": "ann", "distractor": "bob"},
-        {"text": "ann met bob and he sang.", "pronoun": "he", "referent": "bob", "distractor": "ann"}])
+    probes = write_jsonl(
+        tmp / "p.jsonl",
+        [
+            {"text": "ann met bob and she sang.", "pronoun": "she", "referent": "ann", "distractor": "bob"},
+            {"text": "ann met bob and he sang.", "pronoun": "he", "referent": "bob", "distractor": "ann"},
+        ],
+    )
     writer = FakeWriter()
     trainer.callbacks = [AttentionWatch(writer, probes=probes, agreement=agreement)]
     return trainer.fit(), writer, tmp
@@ -213,14 +246,33 @@ def test_the_study_scores_a_checkpoint_at_both_positions_with_its_baselines(watc
 
     _, _, tmp = watched
     # Each pair in both orders and with both pronouns: a balanced set, as tools/gender_probes.py writes.
-    probes = [{"text": f"{a} met {b} and {p} sang.", "pronoun": p, "referent": w if p == "she" else m,
-               "distractor": m if p == "she" else w}
-              for w, m in zip(WOMEN, MEN, strict=True) for a, b in ((w, m), (m, w)) for p in ("she", "he")]
+    probes = [
+        {
+            "text": f"{a} met {b} and {p} sang.",
+            "pronoun": p,
+            "referent": w if p == "she" else m,
+            "distractor": m if p == "she" else w,
+        }
+        for w, m in zip(WOMEN, MEN, strict=True)
+        for a, b in ((w, m), (m, w))
+        for p in ("she", "he")
+    ]
     path = write_jsonl(tmp / "two.jsonl", probes)
     out = tmp / "study.json"
-    assert run_cli(pronoun_study.main, [str(tmp / "out" / "ckpt.pt"), f"--probes={path}",
-                                        f"--agreement={tmp / 'a.jsonl'}", "--residual", "--init_seeds=2",
-                                        f"--json={out}"]) == 0
+    assert (
+        run_cli(
+            pronoun_study.main,
+            [
+                str(tmp / "out" / "ckpt.pt"),
+                f"--probes={path}",
+                f"--agreement={tmp / 'a.jsonl'}",
+                "--residual",
+                "--init_seeds=2",
+                f"--json={out}",
+            ],
+        )
+        == 0
+    )
     text = capsys.readouterr().out
     assert "-- at the predicting position" in text and "untrained, same config" in text
     report = next(iter(json.loads(out.read_text()).values()))
@@ -238,8 +290,9 @@ def test_train_py_logs_agreement_for_a_context_file(tmp_path, capsys):
 
     from tests.commands import tiny_args
 
-    path = write_jsonl(tmp_path / "a.jsonl", [{"text": "the king and", "pronoun": "he",
-                                                "wrong": "it", "person": "king"}])
+    path = write_jsonl(
+        tmp_path / "a.jsonl", [{"text": "the king and", "pronoun": "he", "wrong": "it", "person": "king"}]
+    )
     assert run_cli(train.main, tiny_args(tmp_path, f"--agreement={path}")) == 0
     assert "pronoun agreement on 1 single-person contexts" in capsys.readouterr().out
     events = EventAccumulator(str(tmp_path / "runs" / "t")).Reload()

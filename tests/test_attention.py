@@ -22,12 +22,14 @@ def explanation_formula(x: torch.Tensor, attn: SelfAttention) -> torch.Tensor:
     return weights @ values
 
 
-@pytest.mark.parametrize("batch,T,d,heads", [(1, 1, 8, 1), (2, 1, 16, 4), (3, 7, 16, 2), (2, 64, 32, 4),
-                                             (1, 33, 24, 3)])
+@pytest.mark.parametrize(
+    "batch,T,d,heads", [(1, 1, 8, 1), (2, 1, 16, 4), (3, 7, 16, 2), (2, 64, 32, 4), (1, 33, 24, 3)]
+)
 @pytest.mark.parametrize("rotary_qknorm", [False, True])
 def test_fast_and_readable_paths_agree(batch, T, d, heads, rotary_qknorm):
-    attn = SelfAttention(d, d, n_head=heads, rotary=rotary_qknorm and (d // heads) % 2 == 0,
-                         qk_norm=rotary_qknorm).eval()
+    attn = SelfAttention(
+        d, d, n_head=heads, rotary=rotary_qknorm and (d // heads) % 2 == 0, qk_norm=rotary_qknorm
+    ).eval()
     x = torch.randn(batch, T, d)
     fast = attn(x)
     readable, weights = attn.forward_with_weights(x)
@@ -96,12 +98,13 @@ def test_bad_input_shapes_are_named():
 
 # --- relative positions: a learned bias per head and distance --------------------------------------------
 
+
 def relative_attention(d: int, heads: int, max_len: int, seed: int = 0) -> SelfAttention:
     """A layer with relative positions whose biases are not zero (they start at zero), so they show."""
     torch.manual_seed(seed)
     attn = SelfAttention(d, d, n_head=heads, max_len=max_len, relative_positions=True).eval()
     with torch.no_grad():
-        attn.position_bias.normal_(0.0, 0.1)   # x POSITION_BIAS_SCALE: biases of a logit or two
+        attn.position_bias.normal_(0.0, 0.1)  # x POSITION_BIAS_SCALE: biases of a logit or two
     return attn
 
 
@@ -114,15 +117,17 @@ def explicit_relative_weights(x: torch.Tensor, attn: SelfAttention) -> torch.Ten
     scores = torch.full((B, H, T, T), float("-inf"))
     for i in range(T):
         for j in range(i + 1):
-            dot = (queries[:, i] * keys[:, j]).sum(-1) / math.sqrt(D)                   # [B, H]
+            dot = (queries[:, i] * keys[:, j]).sum(-1) / math.sqrt(D)  # [B, H]
             scores[:, :, i, j] = dot + POSITION_BIAS_SCALE * attn.position_bias[:, i - j]
     return torch.softmax(scores, dim=-1)
 
 
-@pytest.mark.parametrize("batch,T,d,heads,max_len", [(1, 1, 8, 2, 8), (2, 7, 16, 4, 16), (3, 16, 16, 2, 16),
-                                                     (1, 5, 24, 3, 32)])
-def test_relative_positions_the_fast_and_readable_paths_agree_and_the_weights_are_the_formula(batch, T, d, heads,
-                                                                                             max_len):
+@pytest.mark.parametrize(
+    "batch,T,d,heads,max_len", [(1, 1, 8, 2, 8), (2, 7, 16, 4, 16), (3, 16, 16, 2, 16), (1, 5, 24, 3, 32)]
+)
+def test_relative_positions_the_fast_and_readable_paths_agree_and_the_weights_are_the_formula(
+    batch, T, d, heads, max_len
+):
     attn = relative_attention(d, heads, max_len)
     x = torch.randn(batch, T, d)
     readable, weights = attn.forward_with_weights(x)
@@ -139,9 +144,9 @@ def test_relative_positions_the_fast_path_weighs_the_keys_as_the_readable_path_d
     attn = SelfAttention(T, heads * T, n_head=heads, out_proj=False, max_len=T, relative_positions=True).eval()
     with torch.no_grad():
         attn.position_bias.normal_(0.0, 0.1)
-        attn.W_value.weight.copy_(torch.eye(T).repeat(heads, 1))          # [head x T, T]: e_t in every head
-    x = torch.eye(T).unsqueeze(0)                                          # [1, T, T]: token t is e_t
-    fast = attn(x).view(1, T, heads, T).transpose(1, 2)                    # [1, head, query, key]
+        attn.W_value.weight.copy_(torch.eye(T).repeat(heads, 1))  # [head x T, T]: e_t in every head
+    x = torch.eye(T).unsqueeze(0)  # [1, T, T]: token t is e_t
+    fast = attn(x).view(1, T, heads, T).transpose(1, 2)  # [1, head, query, key]
     _, readable = attn.forward_with_weights(x)
     torch.testing.assert_close(fast, readable, atol=1e-6, rtol=1e-5)
     torch.testing.assert_close(readable, explicit_relative_weights(x, attn).detach(), atol=1e-6, rtol=1e-5)

@@ -24,43 +24,53 @@ def test_a_prefix_of_a_flag_is_not_taken_for_the_flag(argv):
 def test_help_says_each_default_once_and_none_that_is_not_one():
     text = " ".join(build_parser().format_help().split("options:")[1].split())  # unwrapped, without the usage
     assert "(default: None)" not in text
-    for flag, next_flag in (("--prompt PROMPT", "--num_samples"), ("--query QUERY", "--png_dir PNG_DIR"),
-                            ("--png_dir PNG_DIR", "--html"), ("--text FILE", "--ablation")):
+    for flag, next_flag in (
+        ("--prompt PROMPT", "--num_samples"),
+        ("--query QUERY", "--png_dir PNG_DIR"),
+        ("--png_dir PNG_DIR", "--html"),
+        ("--text FILE", "--ablation"),
+    ):
         help_of_flag = text.split(flag, 1)[1].split(next_flag, 1)[0]
         assert help_of_flag.count("(default:") == 1, help_of_flag
     assert "--temperature TEMPERATURE 0 is greedy; higher is more random (default: 0.8)" in text
 
 
-@pytest.mark.parametrize("argv,mode", [
-    ([], "sample"),
-    (["--prompt=The dog", "--temperature=0", "--no_cache", "--ablate=L0H1", "--device=cpu"], "sample"),
-    (["--attention=the dog saw it", "--query=it", "--png_dir=p", "--json", "--ablate=L0H0"], "attention"),
-    (["--attention=the dog saw it", "--html=page.html"], "attention"),
-    (["--probes=p.jsonl", "--json", "--device=cpu"], "probes"),
-    (["--heads", "--text=t.txt", "--ablation=mean", "--json"], "heads"),
-    (["--export", "hf", "folder"], "export"),
-])
+@pytest.mark.parametrize(
+    "argv,mode",
+    [
+        ([], "sample"),
+        (["--prompt=The dog", "--temperature=0", "--no_cache", "--ablate=L0H1", "--device=cpu"], "sample"),
+        (["--attention=the dog saw it", "--query=it", "--png_dir=p", "--json", "--ablate=L0H0"], "attention"),
+        (["--attention=the dog saw it", "--html=page.html"], "attention"),
+        (["--probes=p.jsonl", "--json", "--device=cpu"], "probes"),
+        (["--heads", "--text=t.txt", "--ablation=mean", "--json"], "heads"),
+        (["--export", "hf", "folder"], "export"),
+    ],
+)
 def test_each_mode_takes_its_own_options(argv, mode):
     assert mode_of(*argv) == mode
 
 
-@pytest.mark.parametrize("argv,message", [
-    (["--attention=x", "--probes=p"], "--attention and --probes are two different looks inside a checkpoint"),
-    (["--heads", "--export", "tl", "f"], "--heads and --export are two different things to do with a checkpoint"),
-    (["--export", "onnx", "f"], "--export onnx: unknown target"),
-    (["--probes=p", "--temperature=1"], "--temperature applies to sampling text, which --probes does not do"),
-    (["--export", "tl", "f", "--seed=3"], "--seed applies to sampling text, which --export does not do"),
-    (["--export", "tl", "f", "--device=cpu"], "--device does not apply to --export"),
-    (["--export", "tl", "f", "--ablate=L0H0"], "--ablate does not apply to --export"),
-    (["--heads", "--query=it"], "--query applies only to --attention; drop it, or add --attention TEXT"),
-    (["--png_dir=p"], "--png_dir applies only to --attention"),
-    (["--html=page.html"], "--html needs --attention TEXT"),
-    (["--attention=x", "--png_dir=p", "--html=page.html"], "--png_dir is where --attention writes PNGs"),
-    (["--json"], "--json applies only to --attention, --probes and --heads"),
-    (["--export", "tl", "f", "--json"], "--json applies only to --attention, --probes and --heads"),
-    (["--probes=p", "--text=t.txt"], "--text applies only to --heads; drop it, or add --heads"),
-    (["--attention=x", "--ablation=mean"], "--ablation applies only to --heads"),
-])
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--attention=x", "--probes=p"], "--attention and --probes are two different looks inside a checkpoint"),
+        (["--heads", "--export", "tl", "f"], "--heads and --export are two different things to do with a checkpoint"),
+        (["--export", "onnx", "f"], "--export onnx: unknown target"),
+        (["--probes=p", "--temperature=1"], "--temperature applies to sampling text, which --probes does not do"),
+        (["--export", "tl", "f", "--seed=3"], "--seed applies to sampling text, which --export does not do"),
+        (["--export", "tl", "f", "--device=cpu"], "--device does not apply to --export"),
+        (["--export", "tl", "f", "--ablate=L0H0"], "--ablate does not apply to --export"),
+        (["--heads", "--query=it"], "--query applies only to --attention; drop it, or add --attention TEXT"),
+        (["--png_dir=p"], "--png_dir applies only to --attention"),
+        (["--html=page.html"], "--html needs --attention TEXT"),
+        (["--attention=x", "--png_dir=p", "--html=page.html"], "--png_dir is where --attention writes PNGs"),
+        (["--json"], "--json applies only to --attention, --probes and --heads"),
+        (["--export", "tl", "f", "--json"], "--json applies only to --attention, --probes and --heads"),
+        (["--probes=p", "--text=t.txt"], "--text applies only to --heads; drop it, or add --heads"),
+        (["--attention=x", "--ablation=mean"], "--ablation applies only to --heads"),
+    ],
+)
 def test_an_option_its_mode_would_ignore_is_refused(argv, message):
     with pytest.raises(UsageError, match=f"^{re.escape(message)}"):
         mode_of(*argv)

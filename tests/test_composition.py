@@ -31,10 +31,12 @@ TL_TOL = 1e-5
 def transformer_lens():
     """TransformerLens 3.x, or the test is skipped saying how to install it."""
     module = pytest.importorskip(
-        "transformer_lens", reason="transformer-lens is optional: pip install -r requirements-interop.txt to test this")
+        "transformer_lens", reason="transformer-lens is optional: pip install -r requirements-interop.txt to test this"
+    )
     if not hasattr(module, "HookedTransformer"):
-        pytest.skip("this transformer-lens has no HookedTransformer (4.0 removed it); pip install -r "
-                    "requirements-interop.txt")
+        pytest.skip(
+            "this transformer-lens has no HookedTransformer (4.0 removed it); pip install -r requirements-interop.txt"
+        )
     return module
 
 
@@ -56,7 +58,7 @@ def test_the_scores_equal_transformer_lens_on_the_exported_file(kind, tmp_path):
         theirs = hooked.all_composition_scores(mode).detach().double()
         assert ours[mode].shape == theirs.shape == (2, 4, 2, 4)
         assert float((ours[mode] - theirs).abs().max()) < TL_TOL, mode
-        assert float(ours[mode][0, :, 1].min()) > 0.01   # scores that could differ, not zeros on both sides
+        assert float(ours[mode][0, :, 1].min()) > 0.01  # scores that could differ, not zeros on both sides
 
 
 def test_three_layers_and_the_pairs_that_do_not_compose_agree_with_transformer_lens():
@@ -73,14 +75,14 @@ def test_three_layers_and_the_pairs_that_do_not_compose_agree_with_transformer_l
 
 def test_a_head_that_writes_nothing_composes_with_nothing_where_transformer_lens_divides_zero_by_zero():
     transformer_lens()
-    model = tiny_model("modern", n_layer=2, n_head=2, n_embd=16)   # "modern" starts with W_O = 0
+    model = tiny_model("modern", n_layer=2, n_head=2, n_embd=16)  # "modern" starts with W_O = 0
     theirs = to_hooked_transformer(model).all_composition_scores("K").detach().double()
     assert torch.isnan(theirs[0, :, 1]).all() and torch.all(composition_scores(model)["K"] == 0)
 
 
 # --- hand-built circuits ---------------------------------------------------------------------------------
 
-E, D = 8, 4   # d_model, d_head: two heads a layer
+E, D = 8, 4  # d_model, d_head: two heads a layer
 
 
 def circuit(key_direction: torch.Tensor) -> torch.nn.Module:
@@ -94,14 +96,14 @@ def circuit(key_direction: torch.Tensor) -> torch.nn.Module:
             for linear in (attn.W_query, attn.W_key, attn.W_value, attn.out_proj):
                 linear.weight.zero_()
         # nn.Linear keeps [out, in]: head h is rows h*D.. of W_query/W_key/W_value and those columns of out_proj
-        first.W_value.weight[0, 0] = 1.0           # L0H0's value feature 0 reads e0 ...
-        first.out_proj.weight[5, 0] = 1.0          # ... and is written to e5
-        second.W_query.weight[0, 1] = 1.0          # L1H0: query feature 0 reads e1
-        second.W_key.weight[0] = key_direction     # key feature 0 reads key_direction
-        second.W_query.weight[D, 5] = 1.0          # L1H1: query feature 0 reads e5
-        second.W_key.weight[D, 2] = 1.0            # key feature 0 reads e2
-        second.W_value.weight[D, 5] = 1.0          # value feature 0 reads e5 ...
-        second.out_proj.weight[7, D] = 1.0         # ... and is written to e7
+        first.W_value.weight[0, 0] = 1.0  # L0H0's value feature 0 reads e0 ...
+        first.out_proj.weight[5, 0] = 1.0  # ... and is written to e5
+        second.W_query.weight[0, 1] = 1.0  # L1H0: query feature 0 reads e1
+        second.W_key.weight[0] = key_direction  # key feature 0 reads key_direction
+        second.W_query.weight[D, 5] = 1.0  # L1H1: query feature 0 reads e5
+        second.W_key.weight[D, 2] = 1.0  # key feature 0 reads e2
+        second.W_value.weight[D, 5] = 1.0  # value feature 0 reads e5 ...
+        second.out_proj.weight[7, D] = 1.0  # ... and is written to e7
     return model
 
 
@@ -111,11 +113,11 @@ def unit(i: int) -> torch.Tensor:
 
 @pytest.mark.parametrize("angle", [0.0, math.pi / 6, math.pi / 3, math.pi / 2])
 def test_k_composition_is_the_cosine_between_what_the_earlier_head_writes_and_what_the_keys_read(angle):
-    keys_read = math.cos(angle) * unit(5) + math.sin(angle) * unit(6)   # e5 is where L0H0 writes
-    found = composition(circuit(keys_read))   # the weights are float32: cos(angle) to 1e-7
+    keys_read = math.cos(angle) * unit(5) + math.sin(angle) * unit(6)  # e5 is where L0H0 writes
+    found = composition(circuit(keys_read))  # the weights are float32: cos(angle) to 1e-7
     assert found.pairs["K"]["L0H0->L1H0"] == pytest.approx(math.cos(angle), abs=1e-7)
     assert found.pairs["Q"]["L0H0->L1H0"] == pytest.approx(0.0, abs=1e-12)  # its queries read e1: untouched
-    assert found.pairs["V"]["L0H0->L1H0"] == 0.0                            # it has no values
+    assert found.pairs["V"]["L0H0->L1H0"] == 0.0  # it has no values
     # L1H1 reads e5 through its queries and its values, not its keys (which read e2).
     assert (found.pairs["Q"]["L0H0->L1H1"], found.pairs["V"]["L0H0->L1H1"]) == pytest.approx((1.0, 1.0))
     assert found.pairs["K"]["L0H0->L1H1"] == 0.0
@@ -128,7 +130,7 @@ def test_two_aligned_maps_of_rank_r_score_one_over_root_r():
         for attn in (model.blocks[0].attn, model.blocks[1].attn):
             for linear in (attn.W_query, attn.W_key, attn.W_value, attn.out_proj):
                 linear.weight.zero_()
-            for i in range(D):   # head 0 of each layer: the identity on e0..e3, through all four features
+            for i in range(D):  # head 0 of each layer: the identity on e0..e3, through all four features
                 for linear in (attn.W_query, attn.W_key, attn.W_value):
                     linear.weight[i, i] = 1.0
                 attn.out_proj.weight[i, i] = 1.0
@@ -138,6 +140,7 @@ def test_two_aligned_maps_of_rank_r_score_one_over_root_r():
 
 
 # --- where the scores are shown -------------------------------------------------------------------------
+
 
 def test_a_one_layer_model_says_in_one_line_that_composition_needs_two(trained):
     assert composition(tiny_model(n_layer=1)) is None and reads_from(None, None) == {}
@@ -158,7 +161,7 @@ def test_heads_gives_every_pair_of_each_kind_and_the_untrained_models(tmp_path):
     report = json.loads(out)
     assert "composition_note" not in report
     pairs = [f"L0H{a}->L1H{b}" for a in range(4) for b in range(4)]
-    before = composition(untrained_like(model, 1337))    # the checkpoint names no seed: train.py's default
+    before = composition(untrained_like(model, 1337))  # the checkpoint names no seed: train.py's default
     for key, found in (("composition", composition(model)), ("composition_untrained", before)):
         assert list(report[key]) == list(KINDS)
         for kind in KINDS:
@@ -168,10 +171,10 @@ def test_heads_gives_every_pair_of_each_kind_and_the_untrained_models(tmp_path):
 
     code, out, err = run_sample([f"--out_dir={folder}", "--heads"])
     assert code == 0, err
-    text = out[out.index("composition of the weights"):].splitlines()
+    text = out[out.index("composition of the weights") :].splitlines()
     assert [line[:5] for line in text[1:4]] == ["  Q: ", "  K: ", "  V: "]
     best, value = composition(model).best("K")
-    assert text[2].startswith(f"  K: {best} {value:.2f} ({before.pairs['K'][best]:.2f}), ")   # untrained in brackets
+    assert text[2].startswith(f"  K: {best} {value:.2f} ({before.pairs['K'][best]:.2f}), ")  # untrained in brackets
 
 
 def test_heads_reads_an_attention_only_model_with_relative_positions(tmp_path):
@@ -183,8 +186,9 @@ def test_heads_reads_an_attention_only_model_with_relative_positions(tmp_path):
     report = json.loads(out)
     assert len(report["heads"]) == 8
     assert report["composition"]["K"]["L0H2->L1H1"] == composition(model).pairs["K"]["L0H2->L1H1"] > 0.01
-    code, out, err = run_sample([f"--out_dir={folder}", "--attention=the dog saw the ball", "--device=cpu",
-                                 f"--html={tmp_path / 'page.html'}"])
+    code, out, err = run_sample(
+        [f"--out_dir={folder}", "--attention=the dog saw the ball", "--device=cpu", f"--html={tmp_path / 'page.html'}"]
+    )
     assert code == 0, err
     assert (tmp_path / "page.html").stat().st_size > 0
 
@@ -197,7 +201,7 @@ def test_tensorboard_gets_a_chart_per_kind_holding_every_pair_and_the_matrix_as_
     untrained = read_pass(untrained_like(model, 5), ProbeSets(), kinds=TYPE_SETS, compose=True)
     reading = read_pass(model, ProbeSets(), untrained=untrained, compose=True)
     found, before = reading.composition, reading.untrained.composition
-    assert before.pairs == composition(untrained_like(model, 5)).pairs   # the untrained model of the seed
+    assert before.pairs == composition(untrained_like(model, 5)).pairs  # the untrained model of the seed
     writer = SummaryWriter(str(tmp_path))
     log_charts(writer, pronouns=False, types=False, composition=True)
     for step in (10, 20):
@@ -208,7 +212,7 @@ def test_tensorboard_gets_a_chart_per_kind_holding_every_pair_and_the_matrix_as_
     events.Reload()
     categories, charts = custom_scalar_charts(events)
     assert categories == ["composition"] and charts.keys() == CHARTS["composition"].keys()
-    n_pairs = 2 * 2 * 2 + 2 * 2   # L0 -> L1, L0 -> L2, L1 -> L2
+    n_pairs = 2 * 2 * 2 + 2 * 2  # L0 -> L1, L0 -> L2, L1 -> L2
     for kind in KINDS:
         every = charts[f"{kind}-composition, every pair"]
         assert len(every) == n_pairs and f"composition/{kind}/L0H1_to_L2H0" in every
@@ -232,8 +236,9 @@ def test_a_training_run_shows_composition_at_every_watch_point_and_its_matrix_at
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     text = "the dog and it"
-    code, out, err = run_train(tiny_args(tmp_path, "--n_layer=2", "--watch_interval=2",
-                                         f"--watch_sentences={json.dumps([text])}"))
+    code, out, err = run_train(
+        tiny_args(tmp_path, "--n_layer=2", "--watch_interval=2", f"--watch_sentences={json.dumps([text])}")
+    )
     assert code == 0, err
     events = EventAccumulator(str(tmp_path / "runs" / "t"), size_guidance={"scalars": 0, "images": 0})
     events.Reload()
@@ -241,9 +246,11 @@ def test_a_training_run_shows_composition_at_every_watch_point_and_its_matrix_at
     assert [e.step for e in events.Images("composition/matrix")] == [0, 3, 6]
     model = load_model(tmp_path / "out", torch.device("cpu")).model
     assert events.Scalars("composition/V/L0H1_to_L1H0")[-1].value == pytest.approx(
-        composition(model).pairs["V"]["L0H1->L1H0"])
+        composition(model).pairs["V"]["L0H1->L1H0"]
+    )
     assert "\ncomposition of the weights (Elhage et al. 2021)" in out
     page = (tmp_path / "out" / "attention.html").read_text(encoding="utf-8")
     reads = json.loads(re.search(rf'id="{DATA_ID}">(.*?)</script>', page, re.DOTALL).group(1))["reads"]
-    assert [source for source, _, _ in reads["K"]["L1H1"]] == [name for name, _ in composition(model).sources(
-        "K", (1, 1))]
+    assert [source for source, _, _ in reads["K"]["L1H1"]] == [
+        name for name, _ in composition(model).sources("K", (1, 1))
+    ]

@@ -19,10 +19,28 @@ def test_every_shipped_config_loads(path):
 
 def test_shakespeare_char_is_nanogpts_cpu_recipe():
     cfg = load_config(Path(__file__).resolve().parent.parent / "configs" / "shakespeare_char.toml", [])
-    recipe = dict(n_layer=4, n_head=4, n_embd=128, block_size=64, batch_size=12, max_iters=2000,
-                  learning_rate=1e-3, min_lr=1e-4, warmup_iters=100, dropout=0.0, beta1=0.9, beta2=0.99,
-                  weight_decay=0.1, grad_clip=1.0, eval_interval=250, eval_iters=20, tokenizer="char",
-                  dataset="shakespeare", grad_accum=1, decay_iters=2000)
+    recipe = dict(
+        n_layer=4,
+        n_head=4,
+        n_embd=128,
+        block_size=64,
+        batch_size=12,
+        max_iters=2000,
+        learning_rate=1e-3,
+        min_lr=1e-4,
+        warmup_iters=100,
+        dropout=0.0,
+        beta1=0.9,
+        beta2=0.99,
+        weight_decay=0.1,
+        grad_clip=1.0,
+        eval_interval=250,
+        eval_iters=20,
+        tokenizer="char",
+        dataset="shakespeare",
+        grad_accum=1,
+        decay_iters=2000,
+    )
     assert {k: cfg.to_dict(every=True).get(k, getattr(cfg, k, None)) for k in recipe} == recipe
 
 
@@ -46,24 +64,27 @@ def test_unknown_key_names_it_and_suggests(tmp_path):
         load_config(f, ["c.toml"])  # the file is `path`: overrides hold none
 
 
-@pytest.mark.parametrize("text,match", [
-    ("n_layer = 'four'", "'n_layer' in .* must be an integer"),
-    ("compile = 1", "'compile' .* must be true or false"),
-    ("n_layer = 0", "'n_layer' must be a positive integer"),
-    ("n_embd = 130", "must be a multiple of 'n_head'"),
-    ("tokenizer = 'bpe'", "'tokenizer' must be one of char, gpt2"),
-    ("n_layer = [", "not valid TOML.*line 1"),
-    ("n_layer = 2\nn_head = = 3", "not valid TOML.*line 2"),
-    ("[model]\nn_layer = 2", "keys are flat"),
-    ("device = 'tpu'", "'device' must be one of auto, cpu, cuda, mps or cuda:N"),
-    ("device = 'cuda:x'", "'device' must be one of"),
-    ("device = 'cpu:'", "'device' must be one of"),
-    ("device = 'cuda:'", "'device' must be one of"),
-    ("device = 'cuda:²'", "'device' must be one of"),
-    ('out_dir = "a\\u0000b"', "'out_dir' holds a NUL character"),
-    ("dataset = ' '", "'dataset' is empty"),
-    ("watch_sentences = ['the dog', '']", "non-empty strings"),
-])
+@pytest.mark.parametrize(
+    "text,match",
+    [
+        ("n_layer = 'four'", "'n_layer' in .* must be an integer"),
+        ("compile = 1", "'compile' .* must be true or false"),
+        ("n_layer = 0", "'n_layer' must be a positive integer"),
+        ("n_embd = 130", "must be a multiple of 'n_head'"),
+        ("tokenizer = 'bpe'", "'tokenizer' must be one of char, gpt2"),
+        ("n_layer = [", "not valid TOML.*line 1"),
+        ("n_layer = 2\nn_head = = 3", "not valid TOML.*line 2"),
+        ("[model]\nn_layer = 2", "keys are flat"),
+        ("device = 'tpu'", "'device' must be one of auto, cpu, cuda, mps or cuda:N"),
+        ("device = 'cuda:x'", "'device' must be one of"),
+        ("device = 'cpu:'", "'device' must be one of"),
+        ("device = 'cuda:'", "'device' must be one of"),
+        ("device = 'cuda:²'", "'device' must be one of"),
+        ('out_dir = "a\\u0000b"', "'out_dir' holds a NUL character"),
+        ("dataset = ' '", "'dataset' is empty"),
+        ("watch_sentences = ['the dog', '']", "non-empty strings"),
+    ],
+)
 def test_bad_config_files_get_one_clear_error(tmp_path, text, match):
     f = tmp_path / "c.toml"
     f.write_text(text + "\n")
@@ -77,7 +98,7 @@ def test_help_lists_every_key_with_its_default_and_meaning(capsys):
     assert stop.value.code == 0
     text = capsys.readouterr().out
     unwrapped = "".join(text.split())  # argparse wraps the help to the terminal's width
-    for f in FIELDS.values():   # the model's keys among them, explained where GPTConfig declares them
+    for f in FIELDS.values():  # the model's keys among them, explained where GPTConfig declares them
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
         assert f"--{f.name}={default!r}" in text
         assert "".join(f.metadata["help"].split()) in unwrapped, f.name
@@ -101,7 +122,8 @@ def test_an_unknown_key_on_the_command_line_suggests_the_closest(tmp_path):
         with pytest.raises(UsageError) as error:
             parse_command_line(argv)
         assert str(error.value).startswith(
-            "unknown config key 'n_layers' on the command line; did you mean 'n_layer'? valid keys: dataset, ")
+            "unknown config key 'n_layers' on the command line; did you mean 'n_layer'? valid keys: dataset, "
+        )
 
 
 @pytest.mark.parametrize("prefix", ["--n_lay=2", "--n_lay", "--learning=0.1", "--comp"])
@@ -110,9 +132,21 @@ def test_a_prefix_of_a_key_is_not_taken_for_the_key(prefix):
         parse_command_line([prefix])
 
 
-@pytest.mark.parametrize("text,value", [("true", True), ("True", True), ("1", True), ("yes", True), ("on", True),
-                                        ("false", False), ("FALSE", False), ("0", False), ("no", False),
-                                        ("off", False)])
+@pytest.mark.parametrize(
+    "text,value",
+    [
+        ("true", True),
+        ("True", True),
+        ("1", True),
+        ("yes", True),
+        ("on", True),
+        ("false", False),
+        ("FALSE", False),
+        ("0", False),
+        ("no", False),
+        ("off", False),
+    ],
+)
 def test_boolean_spellings(text, value):
     assert parse_command_line([f"--compile={text}", f"--resume={text}"]) == (None, {"compile": value, "resume": value})
 
@@ -124,13 +158,19 @@ def test_a_bare_boolean_means_true_and_never_takes_the_next_word(tmp_path):
         parse_command_line(["--compile=maybe"])
 
 
-@pytest.mark.parametrize("argv,message", [
-    (["--n_layer"], "argument --n_layer: expected one argument; see python train.py --help"),
-    (["--n_layer", "--compile"], "argument --n_layer: expected one argument; see python train.py --help"),
-    (["a.toml", "b.toml"], "give at most one config file, got ['a.toml', 'b.toml']; put other settings as --key=value"),
-    (["-x"], "unexpected argument '-x'; overrides look like --key=value"),
-    (["--n_layer=two"], "config key 'n_layer' on the command line must be an integer; got 'two'"),
-])
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--n_layer"], "argument --n_layer: expected one argument; see python train.py --help"),
+        (["--n_layer", "--compile"], "argument --n_layer: expected one argument; see python train.py --help"),
+        (
+            ["a.toml", "b.toml"],
+            "give at most one config file, got ['a.toml', 'b.toml']; put other settings as --key=value",
+        ),
+        (["-x"], "unexpected argument '-x'; overrides look like --key=value"),
+        (["--n_layer=two"], "config key 'n_layer' on the command line must be an integer; got 'two'"),
+    ],
+)
 def test_command_line_mistakes_are_one_usage_error(argv, message):
     with pytest.raises(UsageError) as error:
         parse_command_line(argv)

@@ -78,11 +78,13 @@ def test_batches_are_shifted_windows_and_reproducible(tmp_path):
 
 # --- the prepared cache is checked, not trusted -------------------------------------------------------
 
+
 def _edit_meta(change):
     def damage(folder):
         meta = json.loads((folder / "meta.json").read_text())
         change(meta)
         (folder / "meta.json").write_text(json.dumps(meta))
+
     return damage
 
 
@@ -93,6 +95,7 @@ def _consistent_meta_edit(change):
     def edit(meta):
         change(meta)
         meta["checksum"] = _meta_checksum(meta)
+
     return _edit_meta(edit)
 
 
@@ -100,6 +103,7 @@ def _replace(name, make):
     def damage(folder):
         (folder / name).unlink()
         make(folder / name)
+
     return damage
 
 
@@ -113,8 +117,10 @@ TAMPERING = {
     "emptied": (lambda f: (f / "train.bin").write_bytes(b""), "train.bin has 0 bytes"),
     "truncated": (lambda f: (f / "train.bin").write_bytes((f / "train.bin").read_bytes()[:100]), "has 100 bytes"),
     "odd length": (lambda f: (f / "val.bin").write_bytes((f / "val.bin").read_bytes() + b"x"), "val.bin has"),
-    "random bytes": (lambda f: (f / "train.bin").write_bytes(os.urandom((f / "train.bin").stat().st_size)),
-                     "contents of train.bin do not match its checksum"),
+    "random bytes": (
+        lambda f: (f / "train.bin").write_bytes(os.urandom((f / "train.bin").stat().st_size)),
+        "contents of train.bin do not match its checksum",
+    ),
     "deleted": (lambda f: (f / "val.bin").unlink(), "val.bin is missing"),
     "a directory": (_replace("train.bin", Path.mkdir), "train.bin is a directory"),
     "a named pipe": (_replace("train.bin", os.mkfifo), "train.bin is not a regular file (a pipe"),
@@ -125,14 +131,22 @@ TAMPERING = {
     "dtype edited": (_edit_meta(lambda m: m.update(dtype="uint8")), "its checksum does not match"),
     "vocabulary shortened": (_edit_meta(_shortened_vocabulary), "its checksum does not match"),
     # The same edits with meta.json's checksum made to agree: the checks of sizes, dtype and range still catch them.
-    "dtype edited, checksum fixed": (_consistent_meta_edit(lambda m: m.update(dtype="uint8")),
-                                     "dtype 'uint8' is not 'uint16'"),
-    "vocabulary shortened, checksum fixed": (_consistent_meta_edit(_shortened_vocabulary),
-                                             "train.bin holds token id 27, outside the vocabulary of 5"),
-    "counts edited, checksum fixed": (_consistent_meta_edit(lambda m: m.update(train_tokens=10)),
-                                      "train.bin has 5,616 bytes where 10 uint16 tokens take 20"),
-    "tokenizer edited, checksum fixed": (_consistent_meta_edit(lambda m: m["tokenizer"].update(chars=7)),
-                                         "meta.json is malformed"),
+    "dtype edited, checksum fixed": (
+        _consistent_meta_edit(lambda m: m.update(dtype="uint8")),
+        "dtype 'uint8' is not 'uint16'",
+    ),
+    "vocabulary shortened, checksum fixed": (
+        _consistent_meta_edit(_shortened_vocabulary),
+        "train.bin holds token id 27, outside the vocabulary of 5",
+    ),
+    "counts edited, checksum fixed": (
+        _consistent_meta_edit(lambda m: m.update(train_tokens=10)),
+        "train.bin has 5,616 bytes where 10 uint16 tokens take 20",
+    ),
+    "tokenizer edited, checksum fixed": (
+        _consistent_meta_edit(lambda m: m["tokenizer"].update(chars=7)),
+        "meta.json is malformed",
+    ),
 }
 
 
@@ -166,8 +180,10 @@ def test_two_preparations_of_the_same_text_at_once_both_succeed(tmp_path, monkey
 
     src, data_dir = tmp_path / "story.txt", tmp_path / "prep"
     src.write_text(TEXT)
-    other = (f"import sys; sys.path.insert(0, {str(ROOT)!r}); from data.prepare import prepare; "
-             f"prepare({str(src)!r}, 'char', {str(data_dir)!r}, quiet=True)")
+    other = (
+        f"import sys; sys.path.insert(0, {str(ROOT)!r}); from data.prepare import prepare; "
+        f"prepare({str(src)!r}, 'char', {str(data_dir)!r}, quiet=True)"
+    )
     original = p._meta_checksum
 
     def the_other_preparation_first(meta):
@@ -199,12 +215,16 @@ def test_a_cache_folder_that_is_a_link_is_rebuilt_without_touching_what_it_point
 
 # --- text that cannot teach anything -------------------------------------------------------------------
 
-@pytest.mark.parametrize("content,problem", [
-    (bytes(4000), "holds NUL bytes (the first at byte 0)"),
-    (b"abc\x00def" * 100, "the first at byte 3"),
-    (b"a", "one kind of token only ('a', once)"),
-    (b"zzzz" * 1000, "one kind of token only ('z', 4,000 times)"),
-])
+
+@pytest.mark.parametrize(
+    "content,problem",
+    [
+        (bytes(4000), "holds NUL bytes (the first at byte 0)"),
+        (b"abc\x00def" * 100, "the first at byte 3"),
+        (b"a", "one kind of token only ('a', once)"),
+        (b"zzzz" * 1000, "one kind of token only ('z', 4,000 times)"),
+    ],
+)
 def test_text_that_cannot_teach_anything_is_refused(tmp_path, content, problem):
     from cli import UserError
 
@@ -233,11 +253,14 @@ def test_a_byte_order_mark_is_not_part_of_the_text(tmp_path):
     assert a.tokenizer.to_meta() == b.tokenizer.to_meta() and np.array_equal(a.tokens("train"), b.tokens("train"))
 
 
-@pytest.mark.parametrize("val_fraction,problem", [
-    (0.0001, "the val split has 0 tokens"),
-    (0.001, "the val split has 3 tokens"),
-    (0.999, "the train split has 4 tokens"),
-])
+@pytest.mark.parametrize(
+    "val_fraction,problem",
+    [
+        (0.0001, "the val split has 0 tokens"),
+        (0.001, "the val split has 3 tokens"),
+        (0.999, "the train split has 4 tokens"),
+    ],
+)
 def test_a_split_too_short_names_the_fix_that_works(tmp_path, val_fraction, problem):
     """A long enough text with a bad split is told which --val_fraction to use, and that value works."""
     from cli import UserError
@@ -278,9 +301,14 @@ def test_a_downloaded_corpus_is_repaired_and_checked_before_it_is_kept(tmp_path,
     lower = corpora.CORPORA["tinystories_lower"]
     # UTF-8 read as cp1252, then lower-cased upstream: the quotes and dashes of the original.
     raw = "lily said, \u00e2\u20ac\u0153hi!\u00e2\u20ac and it\u00e2\u20ac\u2122s fun \u00e2\u20ac\u201c yes.\n"
-    fixed = "lily said, \"hi!\" and it's fun - yes.\n"
-    corpus = corpora.Corpus("small.txt", "https://example.org/small.txt", "a small text", repairs=lower.repairs,
-                            sha256=hashlib.sha256(fixed.encode()).hexdigest())
+    fixed = 'lily said, "hi!" and it\'s fun - yes.\n'
+    corpus = corpora.Corpus(
+        "small.txt",
+        "https://example.org/small.txt",
+        "a small text",
+        repairs=lower.repairs,
+        sha256=hashlib.sha256(fixed.encode()).hexdigest(),
+    )
     monkeypatch.setattr(corpora, "CORPORA", {"small": corpus})
     monkeypatch.setattr(corpora, "SEARCH_DIRS", (tmp_path / "shared",))
     monkeypatch.setattr(corpora, "REPO", tmp_path)

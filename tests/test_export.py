@@ -18,10 +18,17 @@ HEAVY = ("transformer_lens", "transformers", "tokenizers")
 
 
 def test_importing_the_project_imports_neither_library():
-    modules = ["sample", "train", "formats", "formats.export", "formats.layout",
-               "formats.transformerlens", "formats.huggingface", "watch.inspect_cli"]
-    code = (f"import sys; import {', '.join(modules)}; "
-            f"print([m for m in sys.modules if m.split('.')[0] in {HEAVY!r}])")
+    modules = [
+        "sample",
+        "train",
+        "formats",
+        "formats.export",
+        "formats.layout",
+        "formats.transformerlens",
+        "formats.huggingface",
+        "watch.inspect_cli",
+    ]
+    code = f"import sys; import {', '.join(modules)}; print([m for m in sys.modules if m.split('.')[0] in {HEAVY!r}])"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
@@ -63,10 +70,15 @@ def test_only_a_modern_model_with_biases_is_refused_and_only_by_hugging_face(arc
         assert "\n" not in why and "c_fc, c_proj" in why and "out_proj" in why
 
 
-@pytest.mark.parametrize("target, has", [("tl", "learned absolute, rotary, shortformer and ALiBi positions"),
-                                         ("hf", "GPT-2's learned position table and Qwen3's rotary positions")])
+@pytest.mark.parametrize(
+    "target, has",
+    [
+        ("tl", "learned absolute, rotary, shortformer and ALiBi positions"),
+        ("hf", "GPT-2's learned position table and Qwen3's rotary positions"),
+    ],
+)
 def test_relative_positions_are_refused_by_both_targets_naming_the_part(tmp_path, target, has):
-    assert refusal(GPTConfig(vocab_size=50, attn_only=True), target) is None   # attention alone goes to both
+    assert refusal(GPTConfig(vocab_size=50, attn_only=True), target) is None  # attention alone goes to both
     why = refusal(GPTConfig(vocab_size=50, relative_positions=True), target)
     assert "\n" not in why and "relative_positions=true" in why and has in why
     assert "train with --relative_positions=false" in why
@@ -79,18 +91,20 @@ def test_relative_positions_are_refused_by_both_targets_naming_the_part(tmp_path
 def test_which_paths_an_export_may_take(tmp_path):
     from cli import UserError
 
-    check_path(tmp_path / "new" / "model.tl.pt", "tl")   # a new file in a folder that can be made
-    check_path(tmp_path / "folder", "hf")                # a new folder
+    check_path(tmp_path / "new" / "model.tl.pt", "tl")  # a new file in a folder that can be made
+    check_path(tmp_path / "folder", "hf")  # a new folder
     (tmp_path / "empty").mkdir()
-    check_path(tmp_path / "empty", "hf")                 # an empty one
+    check_path(tmp_path / "empty", "hf")  # an empty one
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "notes.txt").write_text("mine")
     (tmp_path / "file.txt").write_text("mine")
-    for target, path, words in (("hf", tmp_path / "full", "not empty"),
-                                ("hf", tmp_path / "file.txt", "is a file"),
-                                ("tl", tmp_path / "file.txt", "not an earlier --export tl file"),
-                                ("tl", tmp_path / "full", "is a directory"),
-                                ("tl", tmp_path / "file.txt" / "m.pt", "cannot write")):
+    for target, path, words in (
+        ("hf", tmp_path / "full", "not empty"),
+        ("hf", tmp_path / "file.txt", "is a file"),
+        ("tl", tmp_path / "file.txt", "not an earlier --export tl file"),
+        ("tl", tmp_path / "full", "is a directory"),
+        ("tl", tmp_path / "file.txt" / "m.pt", "cannot write"),
+    ):
         with pytest.raises(UserError, match=words):
             check_path(path, target)
     assert (tmp_path / "full" / "notes.txt").read_text() == "mine" and (tmp_path / "file.txt").read_text() == "mine"

@@ -32,7 +32,7 @@ from watch.reading import read_results
 from watch.report import before_table, changed_heads, changes_line, type_labels
 
 CPU = torch.device("cpu")
-CHARS = "".join(sorted(set(TEXT)))   # the test corpus's characters: a char model that has them all
+CHARS = "".join(sorted(set(TEXT)))  # the test corpus's characters: a char model that has them all
 
 
 def hugging_face(root: Path) -> str:
@@ -44,8 +44,9 @@ def hugging_face(root: Path) -> str:
 def nanogpt_char(root: Path, chars: str = CHARS) -> str:
     """A nanoGPT out_dir of the same sizes, made by nanoGPT's own model.py, with its meta.pkl: a char model of
     `chars`, 32 positions."""
-    theirs, args = nanogpt_model(_nanogpt_module(root), n_layer=1, n_head=2, n_embd=16, block_size=32,
-                                 vocab_size=len(chars))
+    theirs, args = nanogpt_model(
+        _nanogpt_module(root), n_layer=1, n_head=2, n_embd=16, block_size=32, vocab_size=len(chars)
+    )
     path = save_nanogpt(theirs, args, root / "out-nano")
     save_meta(path.parent / "meta.pkl", chars)
     return str(path.parent)
@@ -59,10 +60,10 @@ def gptwatch_with_a_sink_head(root: Path) -> str:
     torch.manual_seed(0)
     model = GPT(config)
     v = torch.zeros(16)
-    v[0], v[1] = 1.0, -1.0                      # no mean, so LayerNorm keeps the direction
+    v[0], v[1] = 1.0, -1.0  # no mean, so LayerNorm keeps the direction
     with torch.no_grad():
         for table in (model.wte.weight, model.wpe.weight):
-            table[:, :2] = table[:, :2].mean(dim=1, keepdim=True)   # nothing along v
+            table[:, :2] = table[:, :2].mean(dim=1, keepdim=True)  # nothing along v
         model.wpe.weight[0] += 100 * v
         attn = model.blocks[0].attn
         attn.W_key.weight[:8] = 0.0
@@ -72,8 +73,15 @@ def gptwatch_with_a_sink_head(root: Path) -> str:
         attn.W_query.bias[:8] = 0.0
         attn.W_query.bias[0] = 10.0
     path = root / "sink" / "ckpt.pt"
-    save_checkpoint(path, {"model": model.state_dict(), "model_config": config.to_dict(),
-                           "tokenizer": CharTokenizer(CHARS).to_meta(), "step": 100})
+    save_checkpoint(
+        path,
+        {
+            "model": model.state_dict(),
+            "model_config": config.to_dict(),
+            "tokenizer": CharTokenizer(CHARS).to_meta(),
+            "step": 100,
+        },
+    )
     return str(path.parent)
 
 
@@ -107,6 +115,7 @@ def interrupt_during_step_two(monkeypatch) -> None:
 
 # --- a fine-tune runs, checkpoints and resumes exactly -----------------------------------------------------
 
+
 @pytest.mark.parametrize("source", ["nanogpt", "gptwatch"])
 def test_a_fine_tune_resumes_as_printed_and_ends_where_an_uninterrupted_one_ends(source, tmp_path, monkeypatch):
     """With the watch on, as train.py runs (a Hugging Face model's fine-tune: `test_init_from_resume_is_resume`)."""
@@ -121,9 +130,9 @@ def test_a_fine_tune_resumes_as_printed_and_ends_where_an_uninterrupted_one_ends
     assert code == 128 + signal.SIGINT and checkpoint(tmp_path / "stopped")["step"] == 3
     command = shlex.split(re.search(r"resume with: (.*)$", out, re.M)[1])
     assert command[:2] == ["python", "train.py"] and command[-1] == "--resume"
-    code, out, err = run("train", command[2:])    # the command as printed
+    code, out, err = run("train", command[2:])  # the command as printed
     assert (code, err) == (0, "")
-    assert "fine-tuning changed no head's type" in out   # the model before fine-tuning, read again
+    assert "fine-tuning changed no head's type" in out  # the model before fine-tuning, read again
 
     a, b = checkpoint(tmp_path / "straight"), checkpoint(tmp_path / "stopped")
     assert a["step"] == b["step"] == 6
@@ -142,8 +151,9 @@ def test_the_checkpoint_of_a_fine_tune_is_an_ordinary_one(tmp_path):
     config = loaded.model.config
     assert (config.qkv_bias, config.activation, config.vocab_size) == (True, "gelu_tanh", 50257)
     assert isinstance(loaded.tokenizer, FullGPT2Tokenizer)
-    code, out, err = run("sample", [f"--out_dir={tmp_path / 'out'}", "--prompt=the dog", "--max_new_tokens=5",
-                                    "--device=cpu"])
+    code, out, err = run(
+        "sample", [f"--out_dir={tmp_path / 'out'}", "--prompt=the dog", "--max_new_tokens=5", "--device=cpu"]
+    )
     assert code == 0 and out.startswith("the dog"), err
 
 
@@ -177,16 +187,23 @@ def test_init_from_resume_is_resume(resume, fine_tune, tmp_path):
 
 # --- the model decides ----------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("given, words", [
-    (["--n_layer=2"], "config key 'n_layer' is 2 but the model {} has 1"),
-    (["--arch=modern"], "config key 'arch' is 'modern' but the model {} has 'gpt2'"),
-    (["--tokenizer=gpt2"], "config key 'tokenizer' is 'gpt2' but the model {} reads text with its own char vocabulary"),
-    (["n_embd = 32\n"], "config key 'n_embd' is 32 but the model {} has 16"),
-])
+
+@pytest.mark.parametrize(
+    "given, words",
+    [
+        (["--n_layer=2"], "config key 'n_layer' is 2 but the model {} has 1"),
+        (["--arch=modern"], "config key 'arch' is 'modern' but the model {} has 'gpt2'"),
+        (
+            ["--tokenizer=gpt2"],
+            "config key 'tokenizer' is 'gpt2' but the model {} reads text with its own char vocabulary",
+        ),
+        (["n_embd = 32\n"], "config key 'n_embd' is 32 but the model {} has 16"),
+    ],
+)
 def test_model_keys_that_disagree_with_the_model_are_refused_naming_both(given, words, tmp_path):
     init_from = gptwatch_with_a_sink_head(tmp_path)
     args = tiny_args(tmp_path, f"--init_from={init_from}")
-    if given[0].endswith("\n"):   # set in the config file
+    if given[0].endswith("\n"):  # set in the config file
         Path(args[0]).write_text(given[0])
         args = [a for a in args if not a.startswith("--n_embd")]
     else:
@@ -241,6 +258,7 @@ def test_data_is_prepared_with_the_models_vocabulary_and_cached_apart(tmp_path):
 
 # --- the watch: the model before fine-tuning --------------------------------------------------------------------
 
+
 def test_the_report_sets_each_head_beside_the_model_before_fine_tuning(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -250,9 +268,9 @@ def test_the_report_sets_each_head_beside_the_model_before_fine_tuning(tmp_path)
     report = out.split("what fine-tuning changed:")[1]
     assert re.search(r"L0H0\s+first-token \(sink\)\s+first-token \(sink\)\s+.*\b1\.00 -> 1\.00", report)
     assert "fine-tuning changed no head's type (1 of 2 heads have one)" in report
-    assert "step 3: fine-tuning changed no head's type" in out   # at each evaluation too
+    assert "step 3: fine-tuning changed no head's type" in out  # at each evaluation too
     events = EventAccumulator(str(tmp_path / "runs" / "t")).Reload()
-    head_run = EventAccumulator(str(tmp_path / "runs" / "t" / "L0H0")).Reload()   # L0H0's own run
+    head_run = EventAccumulator(str(tmp_path / "runs" / "t" / "L0H0")).Reload()  # L0H0's own run
     assert "before_fine_tuning/sink" in head_run.Tags()["scalars"]
     assert "heads/before_fine_tuning/text_summary" in events.Tags()["tensors"]
     assert '"L0H0":"first-token (sink)"' in (tmp_path / "out" / "attention.html").read_text()
@@ -267,13 +285,14 @@ def test_the_heads_whose_type_fine_tuning_changed_are_named_marked_and_labelled(
     now, before, untrained = hand_results(), hand_results(), hand_results()
     for name in untrained.heads:
         untrained.heads[name] = torch.full_like(untrained.heads[name], 0.05)
-    before.heads["sink"][0, 3] = 0.05        # L0H3 was no sink before fine-tuning
-    before.heads["previous_token"][0, 6] = 0.9   # L0H6 (uniform now) was a previous-token head
+    before.heads["sink"][0, 3] = 0.05  # L0H3 was no sink before fine-tuning
+    before.heads["previous_token"][0, 6] = 0.9  # L0H6 (uniform now) was a previous-token head
     base = read_results(untrained)
     now = read_results(now, base, before=read_results(before, base))
     assert changed_heads(now) == ["L0H3", "L0H6"]
-    assert changes_line(now) == ("fine-tuning changed the type of 2 of 7 heads: L0H3 - -> first-token (sink), "
-                                 "L0H6 previous-token -> -")
+    assert changes_line(now) == (
+        "fine-tuning changed the type of 2 of 7 heads: L0H3 - -> first-token (sink), L0H6 previous-token -> -"
+    )
     table = before_table(now).splitlines()
     assert len(table) == 2 + 7 and table[0].split()[:5] == ["head", "before", "fine-tuning", "now", "previous-token"]
     starred = [line.split()[1] for line in table[2:] if line.startswith("*")]

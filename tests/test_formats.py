@@ -18,7 +18,7 @@ SIZES = dict(vocab_size=37, block_size=16, n_layer=2, n_head=2, n_embd=16)
 def _model(**options) -> GPT:
     torch.manual_seed(0)
     model = GPT(GPTConfig(**SIZES, **options))
-    with torch.no_grad():   # no parameter left at a value its layout could make up (a bias of 0, a weight of 1)
+    with torch.no_grad():  # no parameter left at a value its layout could make up (a bias of 0, a weight of 1)
         for p in model.parameters():
             p.add_(torch.randn_like(p))
     return model
@@ -28,20 +28,27 @@ def _round_trip(rows, model: GPT) -> dict[str, torch.Tensor]:
     return read_back(rows, written(rows, model.state_dict()).__getitem__)
 
 
-@pytest.mark.parametrize("layout, options", [
-    (lambda c: gpt2_layout(c), dict(bias=True, qkv_bias=True)),                  # Hugging Face's GPT-2
-    (lambda c: gpt2_layout(c), dict(bias=True, qkv_bias=True, activation="gelu_tanh")),
-    (lambda c: gpt2_layout(c, conv1d=False), dict()),                            # nanoGPT's, without biases
-    (lambda c: gpt2_layout(c, conv1d=False), dict(bias=True, qkv_bias=True)),
-    (hooked_layout, dict()), (hooked_layout, dict(bias=True, qkv_bias=True)), (hooked_layout, dict(attn_only=True)),
-    (hooked_layout, dict(arch="modern")), (hooked_layout, dict(arch="modern", bias=True, attn_only=True)),
-    (qwen3_layout, dict(arch="modern")), (qwen3_layout, dict(arch="modern", attn_only=True)),
-])
+@pytest.mark.parametrize(
+    "layout, options",
+    [
+        (lambda c: gpt2_layout(c), dict(bias=True, qkv_bias=True)),  # Hugging Face's GPT-2
+        (lambda c: gpt2_layout(c), dict(bias=True, qkv_bias=True, activation="gelu_tanh")),
+        (lambda c: gpt2_layout(c, conv1d=False), dict()),  # nanoGPT's, without biases
+        (lambda c: gpt2_layout(c, conv1d=False), dict(bias=True, qkv_bias=True)),
+        (hooked_layout, dict()),
+        (hooked_layout, dict(bias=True, qkv_bias=True)),
+        (hooked_layout, dict(attn_only=True)),
+        (hooked_layout, dict(arch="modern")),
+        (hooked_layout, dict(arch="modern", bias=True, attn_only=True)),
+        (qwen3_layout, dict(arch="modern")),
+        (qwen3_layout, dict(arch="modern", attn_only=True)),
+    ],
+)
 def test_reading_back_what_a_layout_wrote_gives_every_weight_of_the_model(layout, options):
     model = _model(**options)
     state = model.state_dict()
     back = _round_trip(layout(model.config), model)
-    assert set(back) == set(state) - {HEAD}   # every weight, the tied head being the token table
+    assert set(back) == set(state) - {HEAD}  # every weight, the tied head being the token table
     for name, tensor in back.items():
         assert torch.equal(tensor, state[name]), name
 
@@ -61,8 +68,9 @@ def test_a_gpt2_file_is_read_through_the_same_table(tmp_path):
     """read_weights (what reading a Hugging Face folder or a nanoGPT checkpoint does) on what the table wrote."""
     model = _model(bias=True, qkv_bias=True)
     out = written(gpt2_layout(model.config, conv1d=False), model.state_dict())
-    weights = read_weights({n: tuple(t.shape) for n, t in out.items()}, out.__getitem__, model.config, conv1d=False,
-                           where="test")
+    weights = read_weights(
+        {n: tuple(t.shape) for n, t in out.items()}, out.__getitem__, model.config, conv1d=False, where="test"
+    )
     assert weights.keys() == model.state_dict().keys()
     assert all(torch.equal(weights[n], t) for n, t in model.state_dict().items())
 
@@ -73,8 +81,15 @@ def test_a_gptwatch_checkpoint_reads_back_as_written(tmp_path, options):
 
     tokenizer = build_tokenizer("char", "abcdefghijklmnopqrstuvwxyz0123456789 ")
     model = _model(**options)
-    save_checkpoint(tmp_path / "ckpt.pt", {"model": model.state_dict(), "model_config": model.config.to_dict(),
-                                           "tokenizer": tokenizer.to_meta(), "step": 3})
+    save_checkpoint(
+        tmp_path / "ckpt.pt",
+        {
+            "model": model.state_dict(),
+            "model_config": model.config.to_dict(),
+            "tokenizer": tokenizer.to_meta(),
+            "step": 3,
+        },
+    )
     loaded = load_gptwatch(tmp_path, torch.device("cpu"))
     assert loaded.model.config == model.config and loaded.checkpoint["step"] == 3
     assert all(torch.equal(loaded.model.state_dict()[n], t) for n, t in model.state_dict().items())

@@ -22,8 +22,9 @@ def small_disk(tmp_path, request):
         pytest.skip("mounting a small tmpfs needs root")
     mount = tmp_path / "small-disk"
     mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={request.param}", "tmpfs", str(mount)],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={request.param}", "tmpfs", str(mount)], capture_output=True, text=True
+    )
     if done.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {(done.stderr or done.stdout).strip()}")
     try:
@@ -40,9 +41,11 @@ def test_a_full_disk_during_a_checkpoint_save_is_one_line_and_keeps_the_last_che
     out = small_disk / "out"
     code, _, err = run_train(tiny_args(tmp_path, f"--out_dir={out}", "--ckpt_interval=1"))
     assert code == 1
-    assert one_line(err) == (f"error: cannot write checkpoint {out / 'ckpt.pt'}: No space left on device on the disk "
-                             f"mounted at {small_disk}; the previous checkpoint is intact; free disk space or choose a "
-                             f"writable --out_dir\n")
+    assert one_line(err) == (
+        f"error: cannot write checkpoint {out / 'ckpt.pt'}: No space left on device on the disk "
+        f"mounted at {small_disk}; the previous checkpoint is intact; free disk space or choose a "
+        f"writable --out_dir\n"
+    )
     assert load_checkpoint(out)["step"] == 1
     assert sorted(p.name for p in out.iterdir()) == ["ckpt.pt"]  # no temporary file, and the lock released
 
@@ -51,13 +54,14 @@ def test_a_full_disk_during_a_checkpoint_save_is_one_line_and_keeps_the_last_che
 def test_a_full_log_dir_is_one_warning_and_training_goes_on(tmp_path, small_disk):
     """TensorBoard writes from a background thread; its failure must not print that thread's traceback,
     nor a second one from the main thread, nor stop the run."""
-    args = tiny_args(tmp_path, f"--log_dir={small_disk}", "--watch_sentences=[\"the dog saw it\"]")
-    done = subprocess.run([sys.executable, "train.py", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120)
+    args = tiny_args(tmp_path, f"--log_dir={small_disk}", '--watch_sentences=["the dog saw it"]')
+    done = subprocess.run([sys.executable, "train.py", *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert done.stderr == (f"warning: cannot write TensorBoard logs to {small_disk / 't'} (No space left on device "
-                           f"on the disk mounted at {small_disk}); going on without them: free disk space or choose "
-                           f"another --log_dir\n")
+    assert done.stderr == (
+        f"warning: cannot write TensorBoard logs to {small_disk / 't'} (No space left on device "
+        f"on the disk mounted at {small_disk}); going on without them: free disk space or choose "
+        f"another --log_dir\n"
+    )
     assert load_checkpoint(tmp_path / "out")["step"] == 6
 
 
@@ -65,16 +69,21 @@ def test_a_full_log_dir_is_one_warning_and_training_goes_on(tmp_path, small_disk
 def test_a_full_data_dir_is_one_line_and_leaves_no_half_prepared_folder(tmp_path, small_disk):
     code, _, err = run_train(tiny_args(tmp_path, f"--data_dir={small_disk}"))
     assert code == 1
-    assert one_line(err) == (f"error: cannot write prepared data to {small_disk} (No space left on device on the "
-                             f"disk mounted at {small_disk}); free disk space or choose a writable --data_dir\n")
+    assert one_line(err) == (
+        f"error: cannot write prepared data to {small_disk} (No space left on device on the "
+        f"disk mounted at {small_disk}); free disk space or choose a writable --data_dir\n"
+    )
     assert list(Path(small_disk).iterdir()) == []
 
 
 @pytest.mark.parametrize("small_disk", ["16k"], indirect=True)
-@pytest.mark.parametrize("target, library, what", [("tl", "transformer_lens", "the TransformerLens file"),
-                                                   ("hf", "transformers", "the Hugging Face folder")])
-def test_a_full_disk_during_an_export_is_one_line_naming_the_disk_and_leaves_nothing(tmp_path, small_disk, target,
-                                                                                      library, what):
+@pytest.mark.parametrize(
+    "target, library, what",
+    [("tl", "transformer_lens", "the TransformerLens file"), ("hf", "transformers", "the Hugging Face folder")],
+)
+def test_a_full_disk_during_an_export_is_one_line_naming_the_disk_and_leaves_nothing(
+    tmp_path, small_disk, target, library, what
+):
     """torch.save reports a full disk as a zip position error, safetensors as its own SafetensorError: both are
     the one line of any full disk, naming where it is mounted."""
     pytest.importorskip(library, reason=f"--export {target} needs {library} (requirements-interop.txt)")
@@ -83,6 +92,8 @@ def test_a_full_disk_during_an_export_is_one_line_naming_the_disk_and_leaves_not
     folder = make_checkpoint(tmp_path / "ckpt", "gpt2-char")
     code, _, err = run_sample([f"--out_dir={folder}", "--export", target, str(small_disk / "model")])
     assert code == 1
-    assert one_line(err) == (f"error: cannot write {what} {small_disk / 'model'}: No space left on device on the "
-                             f"disk mounted at {small_disk}; free disk space or choose another path\n")
+    assert one_line(err) == (
+        f"error: cannot write {what} {small_disk / 'model'}: No space left on device on the "
+        f"disk mounted at {small_disk}; free disk space or choose another path\n"
+    )
     assert list(small_disk.iterdir()) == []

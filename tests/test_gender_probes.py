@@ -32,7 +32,8 @@ def story_corpus(seed: int = 0, stories: int = 240, lower: bool = False) -> str:
             f"Once upon a time, there was a little {noun} named {name}. {name} liked to play in the park. "
             f"One day, {pronoun} found a red ball. The red ball was big. {name} was happy and {pronoun} laughed. "
             f"The {noun} went home. Then {pronoun} ate a cake.\n"
-            f"A friend named {other} came by. {other} sat down. {rng.choice(['She', 'He'])} smiled.\n")
+            f"A friend named {other} came by. {other} sat down. {rng.choice(['She', 'He'])} smiled.\n"
+        )
     text = "\n".join(out)
     return text.lower() if lower else text
 
@@ -94,8 +95,8 @@ def test_every_frame_is_balanced_so_position_heuristics_score_half(lexicon):
     # "The subject" ({A}, the first person slot of every frame), "always the woman",
     # "always the name over the noun": each right in exactly half of every group.
     for start in range(0, len(records), 4):
-        group = records[start:start + 4]
-        meta = generated.meta[start:start + 4]
+        group = records[start : start + 4]
+        meta = generated.meta[start : start + 4]
         assert sum(m["referent_first"] for m in meta) == 2
         assert sum(m["referent_gender"] == G.FEMALE for m in meta) == 2
         assert sum(r["pronoun"].lower() == "she" for r in group) == 2
@@ -133,8 +134,7 @@ def test_seeded_and_deterministic(lexicon, corpus):
 
     assert run(5) == run(5)
     assert run(5) != run(6)
-    assert G.find_people(corpus, min_count=10, min_evidence=5) == G.find_people(corpus, min_count=10,
-                                                                                  min_evidence=5)
+    assert G.find_people(corpus, min_count=10, min_evidence=5) == G.find_people(corpus, min_count=10, min_evidence=5)
     assert G.agreement_items(lexicon, seed=2) == G.agreement_items(lexicon, seed=2)
 
 
@@ -152,7 +152,7 @@ def test_a_probe_planted_in_the_training_text_is_caught(lexicon, corpus):
     # Planting only the part from the first name to the pronoun is caught too.
     record = first.probes[5]
     start = min(record["referent_offset"], record["distractor_offset"])
-    stretch = record["text"][start:record["pronoun_offset"] + len(record["pronoun"])]
+    stretch = record["text"][start : record["pronoun_offset"] + len(record["pronoun"])]
     third = G.generate(lexicon, ["subordinate"], 8, seed=4, corpus=corpus + " " + stretch + " ")
     assert record["text"] not in {r["text"] for r in third.probes}
 
@@ -173,9 +173,27 @@ def test_cli_keeps_the_heldout_family_apart(tmp_path, corpus):
     path = tmp_path / "corpus.txt"
     path.write_text(corpus)
     out, held, agree = tmp_path / "main.jsonl", tmp_path / "held.jsonl", tmp_path / "agree.jsonl"
-    code = G.main(["--corpus", str(path), "--out", str(out), "--heldout", str(held), "--agreement", str(agree),
-                   "--groups", "20", "--heldout_groups", "6", "--min_count", "10", "--min_evidence", "5",
-                   "--no_vocab_check"])
+    code = G.main(
+        [
+            "--corpus",
+            str(path),
+            "--out",
+            str(out),
+            "--heldout",
+            str(held),
+            "--agreement",
+            str(agree),
+            "--groups",
+            "20",
+            "--heldout_groups",
+            "6",
+            "--min_count",
+            "10",
+            "--min_evidence",
+            "5",
+            "--no_vocab_check",
+        ]
+    )
     assert code == 0
     main_meta = json.loads(out.with_suffix(".meta.json").read_text())
     held_meta = json.loads(held.with_suffix(".meta.json").read_text())

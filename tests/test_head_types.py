@@ -69,7 +69,7 @@ def hand_results():
     copy) and two text windows, every head as its name says, in one layer."""
     repeated = ProbeSet(REPEATED, [[3, 1, 4, 5, 9, 2] * 2, [7, 0, 8, 6, 2, 1] * 2], all_logits=True)
     text = ProbeSet(TEXT, [list(range(T)), list(range(5, 5 + T))], all_logits=True)
-    layer = torch.stack(list(PATTERNS.values()))                      # [head, T, T]
+    layer = torch.stack(list(PATTERNS.values()))  # [head, T, T]
     logits = [torch.zeros(T, 20), torch.zeros(T, 20)]
     captured = [capture_from_patterns(s, [[layer], [layer]], logits) for s in (repeated, text)]
     return read(captured, ProbeSets({REPEATED: repeated, TEXT: text}))
@@ -92,15 +92,23 @@ def test_a_pure_pattern_scores_one_as_its_own_type():
 
 def test_and_what_it_scores_as_the_others():
     results = hand_results()
-    previous = {kind: by_head(results, kind)["previous"] for kind in
-                ("induction", "duplicate_token", "sink", "current_token", "broad", "positional_2")}
+    previous = {
+        kind: by_head(results, kind)["previous"]
+        for kind in ("induction", "duplicate_token", "sink", "current_token", "broad", "positional_2")
+    }
     # No token repeats within a copy, so the token before a query is never a target of induction.
-    assert previous == {"induction": 0.0, "duplicate_token": 0.0, "sink": pytest.approx(1 / (T - 1)),
-                        "current_token": 0.0, "broad": 0.0, "positional_2": 0.0}
+    assert previous == {
+        "induction": 0.0,
+        "duplicate_token": 0.0,
+        "sink": pytest.approx(1 / (T - 1)),
+        "current_token": 0.0,
+        "broad": 0.0,
+        "positional_2": 0.0,
+    }
     assert by_head(results, "previous_token")["induction"] == pytest.approx(0.0)
-    assert by_head(results, "duplicate_token")["induction"] == 0.0   # one past the earlier occurrence
+    assert by_head(results, "duplicate_token")["induction"] == 0.0  # one past the earlier occurrence
     assert by_head(results, "induction")["duplicate"] == 0.0
-    assert by_head(results, "induction")["current"] == 0.0           # the current position is never a target
+    assert by_head(results, "induction")["current"] == 0.0  # the current position is never a target
     assert by_head(results, "sink")["current"] == 0.0
     # A uniform row's share of a target is 1 / (positions it spreads over).
     spread = sum(1 / (i + 1) for i in range(1, T)) / (T - 1)
@@ -115,7 +123,7 @@ def test_transformerlens_divides_the_same_weight_by_every_position():
     results = hand_results()
     induction = PATTERNS["induction"]
     tokens = torch.tensor([3, 1, 4, 5, 9, 2] * 2)
-    detection = torch.zeros(T, T)   # TransformerLens's induction detection pattern for these tokens
+    detection = torch.zeros(T, T)  # TransformerLens's induction detection pattern for these tokens
     for i in range(T):
         for j in range(1, i + 1):
             if tokens[j - 1] == tokens[i] and j - 1 < i:
@@ -126,6 +134,7 @@ def test_transformerlens_divides_the_same_weight_by_every_position():
 
 
 # --- a real model, against the formulas written out -------------------------------------------------
+
 
 def reference(model, repeated: ProbeSet, text: ProbeSet) -> dict:
     """The scores computed position by position from each sequence's own patterns and losses."""
@@ -146,8 +155,8 @@ def reference(model, repeated: ProbeSet, text: ProbeSet) -> dict:
         with torch.no_grad():
             logits, _ = model(torch.tensor([ids]), all_logits=True)
         losses = torch.nn.functional.cross_entropy(logits[0, :-1].double(), torch.tensor(ids[1:]), reduction="none")
-        out["first"] += losses[:half - 1].tolist()
-        out["second"] += losses[half:2 * half - 1].tolist()
+        out["first"] += losses[: half - 1].tolist()
+        out["second"] += losses[half : 2 * half - 1].tolist()
     differences = []
     for ids, partner in zip(text.ids[0::2], text.ids[1::2], strict=True):
         for sequence in (ids, partner):
@@ -156,16 +165,19 @@ def reference(model, repeated: ProbeSet, text: ProbeSet) -> dict:
         # The late band's tokens, with the whole context and again early in the partner window.
         early, late = icl_positions(len(ids))
         offset = late.start - early.start
-        assert partner[:len(ids) - offset] == ids[offset:]
+        assert partner[: len(ids) - offset] == ids[offset:]
         late_losses, early_losses = [], []
         for sequence, losses_of in ((ids, late_losses), (partner, early_losses)):
             with torch.no_grad():
                 logits, _ = model(torch.tensor([sequence]), all_logits=True)
-            losses_of += torch.nn.functional.cross_entropy(logits[0, :-1].double(), torch.tensor(sequence[1:]),
-                                                           reduction="none").tolist()
+            losses_of += torch.nn.functional.cross_entropy(
+                logits[0, :-1].double(), torch.tensor(sequence[1:]), reduction="none"
+            ).tolist()
         band = range(late.start, late.stop)
-        differences.append(sum(late_losses[p - 1] for p in band) / len(band)
-                           - sum(early_losses[p - offset - 1] for p in band) / len(band))
+        differences.append(
+            sum(late_losses[p - 1] for p in band) / len(band)
+            - sum(early_losses[p - offset - 1] for p in band) / len(band)
+        )
     means = {k: torch.stack(v).double().mean(0) for k, v in out.items() if k not in ("first", "second")}
     means["in_context_gain"] = sum(out["first"]) / len(out["first"]) - sum(out["second"]) / len(out["second"])
     means["in_context_score"] = sum(differences) / len(differences)
@@ -178,8 +190,7 @@ def test_a_real_models_scores_are_the_formulas(arch):
     for p in model.parameters():
         torch.nn.init.normal_(p, std=0.3)
     repeated = repeated_tokens(range(40), 32, sequences=6)
-    text = held_out_text(torch.randint(0, 40, (200,), generator=torch.Generator().manual_seed(3)).numpy(), 32,
-                         pairs=2)
+    text = held_out_text(torch.randint(0, 40, (200,), generator=torch.Generator().manual_seed(3)).numpy(), 32, pairs=2)
     results = score(model, ProbeSets({REPEATED: repeated, TEXT: text}))
     expected = reference(model, repeated, text)
     for name in ("previous_token", "induction", "duplicate_token"):
@@ -190,6 +201,7 @@ def test_a_real_models_scores_are_the_formulas(arch):
 
 
 # --- the repeated-token batch ------------------------------------------------------------------------
+
 
 def test_the_repeated_batch_is_the_same_for_the_same_seed_and_follows_its_definition():
     pool = list(range(5, 65))
@@ -205,14 +217,21 @@ def test_a_quick_pass_reads_the_first_whole_groups_of_each_generated_set_and_the
     pool = list(range(5, 65))
     text = held_out_text(torch.randint(5, 65, (40_000,), generator=torch.Generator().manual_seed(0)).numpy(), 64)
     probes = ProbeSet(PRONOUN, [[1, 2, 3]] * 300, logits_at=[2] * 300)
-    sets = ProbeSets({REPEATED: repeated_tokens(pool, 64), REACH: ProbeSet(REACH, [[1, 2]]), TEXT: text,
-                      PRONOUN: probes, SENTENCES: ProbeSet(SENTENCES, [[1, 2]])})
+    sets = ProbeSets(
+        {
+            REPEATED: repeated_tokens(pool, 64),
+            REACH: ProbeSet(REACH, [[1, 2]]),
+            TEXT: text,
+            PRONOUN: probes,
+            SENTENCES: ProbeSet(SENTENCES, [[1, 2]]),
+        }
+    )
     quick = sets.quick().sets
-    assert set(quick) == {REPEATED, TEXT, PRONOUN}   # the sentences and the reach are read at evaluations only
+    assert set(quick) == {REPEATED, TEXT, PRONOUN}  # the sentences and the reach are read at evaluations only
     for kind in (REPEATED, TEXT):
         cut, whole = quick[kind], sets.get(kind)
         assert sum(map(len, cut.ids)) <= QUICK_TOKENS and len(cut) % whole.group == 0 and 0 < len(cut) < len(whole)
-        assert cut.ids == whole.ids[:len(cut)] and cut.all_logits == whole.all_logits
+        assert cut.ids == whole.ids[: len(cut)] and cut.all_logits == whole.all_logits
     assert quick[PRONOUN] is probes
 
 
@@ -223,11 +242,12 @@ def test_the_pool_is_the_training_splits_tokens_without_end_of_text():
 
 
 def test_icl_positions_are_bands_at_olssons_fractions_of_the_context():
-    assert icl_positions(512) == (range(26, 77), range(461, 512))    # around token 50; the last tenth
+    assert icl_positions(512) == (range(26, 77), range(461, 512))  # around token 50; the last tenth
     assert icl_positions(64) == (range(3, 10), range(58, 64)) and icl_positions(32) == (range(2, 5), range(29, 32))
 
 
 # --- the type rule -----------------------------------------------------------------------------------
+
 
 def test_a_type_needs_its_score_and_three_times_the_untrained_one():
     results, untrained = hand_results(), hand_results()
@@ -239,11 +259,17 @@ def test_a_type_needs_its_score_and_three_times_the_untrained_one():
         return read_results(results, read_results(untrained)).types
 
     assert {name: t.kind for name, t in types().items()} == {
-        "L0H0": "previous_token", "L0H1": "induction", "L0H2": "duplicate_token", "L0H3": "sink",
-        "L0H4": "current_token", "L0H5": "positional", "L0H6": None}
-    untrained.heads["induction"][0, 1] = 0.5          # as high before training: not learned as induction;
-    assert types()["L0H1"].kind == "positional"       # on text it looks L - 1 back every time
-    results.heads["sink"][0, 3] = TYPE_MIN - 0.01     # below the bar
+        "L0H0": "previous_token",
+        "L0H1": "induction",
+        "L0H2": "duplicate_token",
+        "L0H3": "sink",
+        "L0H4": "current_token",
+        "L0H5": "positional",
+        "L0H6": None,
+    }
+    untrained.heads["induction"][0, 1] = 0.5  # as high before training: not learned as induction;
+    assert types()["L0H1"].kind == "positional"  # on text it looks L - 1 back every time
+    results.heads["sink"][0, 3] = TYPE_MIN - 0.01  # below the bar
     assert types()["L0H3"].kind is None
 
 
@@ -268,31 +294,41 @@ def test_a_head_close_to_a_type_says_so_with_its_figure_and_the_untrained_one():
     results, untrained = hand_results(), hand_results()
     for name in untrained.heads:
         untrained.heads[name] = torch.full_like(untrained.heads[name], 0.06)
-    results.heads["sink"][0, 3] = 0.3     # the sink head, below the 0.4 a type needs
-    results.heads["duplicate_token"][0, 2] = 0.05   # the duplicate-token head, far below it
+    results.heads["sink"][0, 3] = 0.3  # the sink head, below the 0.4 a type needs
+    results.heads["duplicate_token"][0, 2] = 0.05  # the duplicate-token head, far below it
     lines = type_lines(read_results(results, read_results(untrained)))
     assert "no first-token (sink) head yet, but L0H3 is close: 0.30, where a type needs 0.40 (untrained 0.06)" in lines
-    assert "no duplicate-token head (best L0H3 0.17, untrained 0.06)" in lines   # far from it: no "yet"
+    assert "no duplicate-token head (best L0H3 0.17, untrained 0.06)" in lines  # far from it: no "yet"
     legend = type_legend(read_results(results, read_results(untrained)))
     assert "at least 0.4 and at least 3x the same head's in the untrained model" in legend
-    assert "pronoun" not in legend   # no probes here: no pronoun column either
+    assert "pronoun" not in legend  # no probes here: no pronoun column either
 
 
-@pytest.mark.parametrize("old, new, words", [(3.01, -0.82, "all of it and more"), (1.0, 0.02, "all of it"),
-                                             (0.344, 0.131, "62% of it"), (0.5, 0.49, "almost none of it"),
-                                             (0.12, 0.144, "none of it; it grows by 20%")])
+@pytest.mark.parametrize(
+    "old, new, words",
+    [
+        (3.01, -0.82, "all of it and more"),
+        (1.0, 0.02, "all of it"),
+        (0.344, 0.131, "62% of it"),
+        (0.5, 0.49, "almost none of it"),
+        (0.12, 0.144, "none of it; it grows by 20%"),
+    ],
+)
 def test_what_removing_heads_cost_is_said_in_plain_words(old, new, words):
     def reading(numbers):
         return read_results(Results({}, numbers, {}, [], ProbeSets(), 0))
 
-    before = reading({"in_context_gain": old, "in_context_gain_spread": 0.05, "loss_first_copy": 4.0,
-                      "loss_second_copy": 4.0 - old})
+    before = reading(
+        {"in_context_gain": old, "in_context_gain_spread": 0.05, "loss_first_copy": 4.0, "loss_second_copy": 4.0 - old}
+    )
     after = reading({"in_context_gain": new, "loss_first_copy": 4.1, "loss_second_copy": 4.1 - new})
     found = AblationResult(["L1H3", "L0H0"], "top two by score", "induction", Ablation([(1, 3), (0, 0)]), after)
     line = ablation_lines(before, [found])
-    assert line.startswith(f"removing L1H3 and L0H0 (the two highest induction scores) takes the in-context gain "
-                           f"from {old:.3f} to {new:.3f} nats/token: {words} (first copy 4.00 -> 4.10")
-    assert "-%" not in line and "removed" not in line   # no "-62% of it removed"
+    assert line.startswith(
+        f"removing L1H3 and L0H0 (the two highest induction scores) takes the in-context gain "
+        f"from {old:.3f} to {new:.3f} nats/token: {words} (first copy 4.00 -> 4.10"
+    )
+    assert "-%" not in line and "removed" not in line  # no "-62% of it removed"
 
 
 def test_redrawing_the_held_out_windows_moves_each_figure_less_than_its_spread():
@@ -304,7 +340,7 @@ def test_redrawing_the_held_out_windows_moves_each_figure_less_than_its_spread()
     tokens = torch.randint(0, 40, (30_000,), generator=torch.Generator().manual_seed(1)).numpy()
     draws = [score(model, ProbeSets({TEXT: held_out_text(tokens, 64, seed=seed)})) for seed in range(5)]
     scores = [(r.numbers["in_context_score"], r.numbers["in_context_score_spread"]) for r in draws]
-    assert len({round(value, 6) for value, _ in scores}) == 5   # the draws differ
+    assert len({round(value, 6) for value, _ in scores}) == 5  # the draws differ
     assert not (any(v > s for v, s in scores) and any(v < -s for v, s in scores)), scores
     for a, spread_a in scores:
         for b, spread_b in scores:
@@ -316,13 +352,14 @@ def test_redrawing_the_held_out_windows_moves_each_figure_less_than_its_spread()
 
 # --- ablation ----------------------------------------------------------------------------------------
 
+
 def test_removing_a_head_changes_only_what_comes_after_it():
     model = tiny_model(vocab_size=40, block_size=32)
     for p in model.parameters():
         torch.nn.init.normal_(p, std=0.3)
     sets = ProbeSets({REPEATED: repeated_tokens(range(40), 32, sequences=4)})
     plain = score(model, sets)
-    last = score(model, sets, ablate=Ablation([(1, 0)]))   # the last layer: no head's pattern can change
+    last = score(model, sets, ablate=Ablation([(1, 0)]))  # the last layer: no head's pattern can change
     for name, values in plain.heads.items():
         torch.testing.assert_close(values, last.heads[name])
     assert last.numbers["in_context_gain"] != pytest.approx(plain.numbers["in_context_gain"], abs=1e-6)
@@ -336,8 +373,7 @@ def test_mean_ablation_puts_each_heads_mean_output_in_its_place():
     model = tiny_model(vocab_size=40, block_size=16)
     for p in model.parameters():
         torch.nn.init.normal_(p, std=0.3)
-    text = held_out_text(torch.randint(0, 40, (100,), generator=torch.Generator().manual_seed(0)).numpy(), 16,
-                         pairs=2)
+    text = held_out_text(torch.randint(0, 40, (100,), generator=torch.Generator().manual_seed(0)).numpy(), 16, pairs=2)
     means = head_means(model, text)
     # The same means from the layer's own maths: each head's output (weights times values), averaged.
     with torch.no_grad():
@@ -345,7 +381,7 @@ def test_mean_ablation_puts_each_heads_mean_output_in_its_place():
         attn = model.blocks[0].attn
         queries, keys, values = attn._project(model.blocks[0].ln_1(x))
         _, weights = attn.forward_with_weights(model.blocks[0].ln_1(x))
-        context = weights @ values                                          # [B, H, T, head_dim]
+        context = weights @ values  # [B, H, T, head_dim]
     torch.testing.assert_close(means[0], context.mean(dim=(0, 2)), atol=1e-5, rtol=1e-4)
     removed = ablation_for(["L0H1"], 2, 2, means)
     assert removed.heads == ((0, 1),) and removed.mode == "mean" and removed.means is means
@@ -354,11 +390,12 @@ def test_mean_ablation_puts_each_heads_mean_output_in_its_place():
     sets = ProbeSets({TEXT: text})
     zero_loss, mean_loss = (score(model, sets, ablation).numbers["text_loss"] for ablation in (zero, removed))
     assert zero_loss != pytest.approx(mean_loss, abs=1e-6)
-    with pytest.raises(ValueError, match="mean-ablation needs held-out text"):   # sets without the text
+    with pytest.raises(ValueError, match="mean-ablation needs held-out text"):  # sets without the text
         proofs(model, ProbeSets(), read_pass(model, sets), "mean")
 
 
 # --- the watch: one forward per probe set at each watch point ------------------------------------------
+
 
 def test_a_watch_point_runs_one_forward_per_probe_set(trained, monkeypatch, tmp_path):
     from formats import load_model
@@ -374,7 +411,7 @@ def test_a_watch_point_runs_one_forward_per_probe_set(trained, monkeypatch, tmp_
         def __getattr__(self, name):
             return lambda *args, **kwargs: None
 
-        def head(self, name):   # each head's own run
+        def head(self, name):  # each head's own run
             return self
 
     class Trainer:
@@ -385,8 +422,9 @@ def test_a_watch_point_runs_one_forward_per_probe_set(trained, monkeypatch, tmp_
     watch.on_fit_start(Trainer)
     forwards = []
     original = GPT.forward_with_attention
-    monkeypatch.setattr(GPT, "forward_with_attention", lambda self, *a, **k: forwards.append(1) or original(self, *a,
-                                                                                                            **k))
+    monkeypatch.setattr(
+        GPT, "forward_with_attention", lambda self, *a, **k: forwards.append(1) or original(self, *a, **k)
+    )
     watch.on_watch(Trainer, 5)
     assert sorted(watch.sets.sets) == ["pronoun", "reach", "repeated", "sentences"]  # no data here: no held-out text
     assert len(forwards) == 2  # the pronoun probes and the repeated tokens; the sentences and the repeats at
@@ -415,8 +453,9 @@ def test_a_run_from_scratch_takes_its_untrained_baseline_from_the_evaluation_at_
 
     forwards = []
     original = GPT.forward_with_attention
-    monkeypatch.setattr(GPT, "forward_with_attention", lambda self, *a, **k: forwards.append(1) or original(self, *a,
-                                                                                                            **k))
+    monkeypatch.setattr(
+        GPT, "forward_with_attention", lambda self, *a, **k: forwards.append(1) or original(self, *a, **k)
+    )
     watch = AttentionWatch(Writer())
     watch.on_fit_start(Trainer)
     assert forwards == [] and watch.pending == {"untrained"} and watch.untrained is None
@@ -425,14 +464,15 @@ def test_a_run_from_scratch_takes_its_untrained_baseline_from_the_evaluation_at_
     expected = read_pass(fresh, watch.sets, untrained=read_pass(fresh, watch.sets, kinds=TYPE_SETS, compose=True))
     assert [t.kind for t in reading.types.values()] == [t.kind for t in expected.types.values()]
     assert all(torch.equal(reading.untrained.type_scores[k], v) for k, v in expected.untrained.type_scores.items())
-    Trainer.model = loaded.model   # trained weights at step 0 (a fine-tune's start): the baseline is read at once
+    Trainer.model = loaded.model  # trained weights at step 0 (a fine-tune's start): the baseline is read at once
     watch = AttentionWatch(Writer())
     watch.on_fit_start(Trainer)
     assert not watch.pending and watch.untrained is not None
 
 
 def test_the_first_and_last_evaluations_read_every_set_whole_and_those_between_what_a_quick_pass_reads(
-        trained, monkeypatch):
+    trained, monkeypatch
+):
     """The first evaluation is the untrained baseline and the last the report: both read every set whole. Those
     between read the quick sets, and the sentences and the repeats by distance they show; the in-context score,
     too rough from a few held-out windows, is logged from the whole passes only."""
@@ -456,13 +496,18 @@ def test_the_first_and_last_evaluations_read_every_set_whole_and_those_between_w
         def head(self, name):
             return self
 
-    trainer = SimpleNamespace(model=untrained_like(loaded.model, 1), tokenizer=loaded.tokenizer,
-                              data=SimpleNamespace(tokens=lambda split: text),
-                              cfg=SimpleNamespace(seed=1, max_iters=10), state=SimpleNamespace(step=0, eval_step=None))
+    trainer = SimpleNamespace(
+        model=untrained_like(loaded.model, 1),
+        tokenizer=loaded.tokenizer,
+        data=SimpleNamespace(tokens=lambda split: text),
+        cfg=SimpleNamespace(seed=1, max_iters=10),
+        state=SimpleNamespace(step=0, eval_step=None),
+    )
     passes = []
     original = callback.read_pass
-    monkeypatch.setattr(callback, "read_pass", lambda model, sets, **kw: passes.append(sets) or original(model, sets,
-                                                                                                         **kw))
+    monkeypatch.setattr(
+        callback, "read_pass", lambda model, sets, **kw: passes.append(sets) or original(model, sets, **kw)
+    )
     watch = AttentionWatch(Writer(), ["the cat saw the dog and it ran."])
     watch.on_fit_start(trainer)
     for step in (0, 5, 10):
@@ -474,12 +519,14 @@ def test_the_first_and_last_evaluations_read_every_set_whole_and_those_between_w
 
     def steps(written):
         return sorted({step for _, tag, step in logged if isinstance(tag, str) and written(tag)})
+
     assert steps(lambda tag: tag == "heads/in_context_score") == [0, 10]
     assert steps(lambda tag: tag.startswith("heads/induction/best_at_")) == [0, 5, 10]
     assert steps(lambda tag: tag.startswith("attention/the_cat")) == [0, 5, 10]
 
 
 # --- sample.py --heads --------------------------------------------------------------------------------
+
 
 def test_sample_prints_the_head_types_and_their_json(trained, tmp_path):
     from tests.commands import run_sample
@@ -503,8 +550,9 @@ def test_sample_prints_the_head_types_and_their_json(trained, tmp_path):
     # One layer: removing a head changes no pattern, only what the model predicts.
     assert removed["heads"]["L0H1"]["induction"] == pytest.approx(head_l0h1 := report["heads"]["L0H1"]["induction"])
     assert head_l0h1 is not None
-    code, out, _ = run_sample([f"--out_dir={trained.char}", "--heads", f"--text={text}", "--ablate=L0H0",
-                               "--ablation=mean"])
+    code, out, _ = run_sample(
+        [f"--out_dir={trained.char}", "--heads", f"--text={text}", "--ablate=L0H0", "--ablation=mean"]
+    )
     assert code == 0 and "L0H0 removed (mean-ablation)" in out
 
 
@@ -520,7 +568,7 @@ def test_since_when_names_the_best_heads_own_first_step_not_an_earlier_heads(mon
         types = {name: SimpleNamespace(kind=kind, name=name, score=score) for name, kind, score in typed}
         return SimpleNamespace(types=types, typed={kind: heads_of(types, kind) for kind in TYPES})
 
-    def read(watched, step):   # each watch point reads `watched`: its passes are not what is tested here
+    def read(watched, step):  # each watch point reads `watched`: its passes are not what is tested here
         monkeypatch.setattr(callback, "read_pass", lambda *args, **kwargs: watched)
         return watch.read(None, watch.sets, step)
 
@@ -528,7 +576,10 @@ def test_since_when_names_the_best_heads_own_first_step_not_an_earlier_heads(mon
     watch.tokens_per_step = 100
     read(reading(("L1H0", "previous_token", 0.44)), 200)
     read(reading(("L1H0", None, 0.2), ("L0H1", "previous_token", 0.48)), 500)
-    end = read(reading(("L0H1", "previous_token", 0.79), ("L1H0", "previous_token", 0.41), ("L1H1", "induction", 0.8)),
-               1500)
-    assert watch.since(end) == {"previous_token": "L0H1 since step 500 (50,000 tokens)",
-                                "induction": "L1H1 since step 1,500 (150,000 tokens)"}
+    end = read(
+        reading(("L0H1", "previous_token", 0.79), ("L1H0", "previous_token", 0.41), ("L1H1", "induction", 0.8)), 1500
+    )
+    assert watch.since(end) == {
+        "previous_token": "L0H1 since step 500 (50,000 tokens)",
+        "induction": "L1H1 since step 1,500 (150,000 tokens)",
+    }

@@ -36,8 +36,9 @@ def serves(command: str, timeout: float = 120) -> str:
     """Starts a printed TensorBoard command and stops it once it says where it serves; its output so far."""
     if shutil.which("tensorboard") is None:
         pytest.skip("the tensorboard command is not on PATH (pip install tensorboard puts it there)")
-    process = subprocess.Popen(["bash", "-c", command], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               start_new_session=True)
+    process = subprocess.Popen(
+        ["bash", "-c", command], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+    )
     seen, deadline = b"", time.monotonic() + timeout
     try:
         while b"http://" not in seen and time.monotonic() < deadline and process.poll() is None:
@@ -55,8 +56,14 @@ def own_text_args(tmp_path, *extra: str) -> list[str]:
     """train.py on a text of one's own with no config file (the chosen settings), made tiny on the command line."""
     corpus = tmp_path / "tale.txt"
     corpus.write_text(TEXT)
-    return [f"--dataset={corpus}", f"--data_dir={tmp_path / 'prep'}", f"--out_dir={tmp_path / 'out'}",
-            f"--log_dir={tmp_path / 'runs'}", *TINY, *extra]
+    return [
+        f"--dataset={corpus}",
+        f"--data_dir={tmp_path / 'prep'}",
+        f"--out_dir={tmp_path / 'out'}",
+        f"--log_dir={tmp_path / 'runs'}",
+        *TINY,
+        *extra,
+    ]
 
 
 def test_every_command_a_run_on_ones_own_text_prints_runs_as_printed(tmp_path):
@@ -73,7 +80,7 @@ def test_every_command_a_run_on_ones_own_text_prints_runs_as_printed(tmp_path):
         assert done.returncode == 0 and done.stderr == "", (command, done.stderr)
         if "sample.py" in command:
             prompt = re.search(r"--prompt '([^']*)'", command)[1]
-            assert done.stdout.startswith(prompt), done.stdout   # the model continues the prompt it was given
+            assert done.stdout.startswith(prompt), done.stdout  # the model continues the prompt it was given
     # sample.py --attention adds its heatmaps to the run, and prints how to see them there.
     code, out, err = run_sample([f"--out_dir={tmp_path / 'out'}", "--attention", "the dog saw the ball and it"])
     assert (code, err) == (0, "")
@@ -83,8 +90,13 @@ def test_every_command_a_run_on_ones_own_text_prints_runs_as_printed(tmp_path):
 
 def test_the_demos_sample_command_uses_a_prompt_it_knows(tmp_path):
     require_gpt2()
-    args = ["--dataset=pronouns", f"--data_dir={tmp_path / 'prep'}", f"--out_dir={tmp_path / 'out'}",
-            f"--log_dir={tmp_path / 'runs'}", *TINY]
+    args = [
+        "--dataset=pronouns",
+        f"--data_dir={tmp_path / 'prep'}",
+        f"--out_dir={tmp_path / 'out'}",
+        f"--log_dir={tmp_path / 'runs'}",
+        *TINY,
+    ]
     code, out, err = run_train(args)
     assert (code, err) == (0, "")
     (sample,) = [command for command in commands(out) if "sample.py" in command]
@@ -97,7 +109,7 @@ def test_the_command_that_resumes_a_stopped_run_runs_as_printed(tmp_path, monkey
     original = Batches.train
 
     def train_batch(self):
-        os.kill(os.getpid(), signal.SIGINT)   # Ctrl-C during the first step
+        os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C during the first step
         return original(self)
 
     monkeypatch.setattr(Batches, "train", train_batch)
@@ -107,7 +119,7 @@ def test_the_command_that_resumes_a_stopped_run_runs_as_printed(tmp_path, monkey
     monkeypatch.undo()
     done = run_printed(resume)
     assert done.returncode == 0, done.stderr
-    assert "done: 5 steps" in done.stdout   # from step 1 to the run's 6
+    assert "done: 5 steps" in done.stdout  # from step 1 to the run's 6
 
 
 @pytest.mark.parametrize("which, prompt", [("gpt2", "zebras juggle quietly"), ("char", "ZEBRA")])

@@ -41,6 +41,7 @@ def _contents(folder: Path) -> dict[str, bytes | str]:
 
 # --- 1. nothing written through a link: exclusive, unpredictable staging for every writer ---------------------
 
+
 def test_staging_names_are_unguessable_and_taken_only_if_new(tmp_path, monkeypatch):
     """`fresh_file` / `fresh_folder` (every writer's staging): a name carries a random part, and a name that
     exists (a planted link, another process's file) is skipped, never opened or written into."""
@@ -83,12 +84,12 @@ def test_an_export_never_writes_through_links_planted_beside_or_at_it(tmp_path, 
     code, _, err = _export(target, out / "model", checkpoint_folder)
     assert code == 0, err
     assert victim.read_text() == "someone else's file\n"
-    assert not (out / "model").is_symlink() and ((out / "model").is_file() if target == "tl" else
-                                                 (out / "model" / "gptwatch_export.json").is_file())
+    assert not (out / "model").is_symlink() and (
+        (out / "model").is_file() if target == "tl" else (out / "model" / "gptwatch_export.json").is_file()
+    )
 
 
-def test_export_hf_to_a_link_to_an_empty_folder_replaces_the_link_and_leaves_nothing_stray(tmp_path,
-                                                                                             checkpoint_folder):
+def test_export_hf_to_a_link_to_an_empty_folder_replaces_the_link_and_leaves_nothing_stray(tmp_path, checkpoint_folder):
     pytest.importorskip("transformers")
     (tmp_path / "empty").mkdir()
     (tmp_path / "linkdir").symlink_to(tmp_path / "empty")
@@ -130,8 +131,10 @@ def test_tensorboard_logs_never_write_through_links_planted_under_its_usual_name
 
 # --- 2. no debris: an interrupted export removes what it wrote; a killed one's is removed next time -----------
 
+
 def _interrupting(signum: int | None):
     """A save that writes a little, then is interrupted: by Ctrl-C (None), or by a real signal."""
+
     def save(*args, **kwargs):
         where = args[1] if len(args) > 1 else args[0]
         if isinstance(where, (str, Path)):  # save_pretrained(folder): a file in it
@@ -142,6 +145,7 @@ def _interrupting(signum: int | None):
             raise KeyboardInterrupt
         os.kill(os.getpid(), signum)
         time.sleep(10)  # the handler raises here
+
     return save
 
 
@@ -191,6 +195,7 @@ def test_what_a_killed_export_left_is_removed_and_a_live_ones_is_kept(tmp_path, 
 
 # --- 3. a full disk is one line naming the disk, whatever library met it ---------------------------------------
 
+
 def test_the_oserror_behind_a_librarys_own_words_is_found():
     """`files.os_error_of`: torch's zip writer wraps the OSError (its context), safetensors describes it in
     Rust's words; both become the OSError, and other errors stay what they are."""
@@ -201,8 +206,9 @@ def test_the_oserror_behind_a_librarys_own_words_is_found():
             raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 64") from None
     except RuntimeError as exc:
         wrapped = exc
-    rust = Exception('Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No space left '
-                     'on device" })')
+    rust = Exception(
+        'Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No space left on device" })'
+    )
     for exc in (wrapped, rust, RuntimeError("No space left on device")):
         found = os_error_of(exc)
         assert found is not None and found.errno == errno.ENOSPC
@@ -214,6 +220,7 @@ def test_the_oserror_behind_a_librarys_own_words_is_found():
 def test_replace_file_reports_the_full_disk_torch_save_met_and_names_its_mount(tmp_path):
     """A file object whose writes fail as a full disk's do, under torch.save: `replace_file` raises the
     OSError, not torch's RuntimeError, and `write_error` names the disk by where it is mounted."""
+
     class Full:
         def __init__(self, fh):
             self.fh = fh
@@ -238,17 +245,21 @@ def test_a_full_disk_in_hugging_faces_writer_is_one_line(tmp_path, checkpoint_fo
 
     def full(self, folder, **kwargs):
         raise type("SafetensorError", (Exception,), {})(
-            'Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No space left on device" })')
+            'Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No space left on device" })'
+        )
 
     monkeypatch.setattr(transformers.PreTrainedModel, "save_pretrained", full)
     code, _, err = _export("hf", tmp_path / "model", checkpoint_folder)
-    assert code == 1 and err == (f"error: cannot write the Hugging Face folder {tmp_path / 'model'}: No space left "
-                                 f"on device on the disk mounted at {files.mount_point(tmp_path)}; free disk space "
-                                 f"or choose another path\n")
+    assert code == 1 and err == (
+        f"error: cannot write the Hugging Face folder {tmp_path / 'model'}: No space left "
+        f"on device on the disk mounted at {files.mount_point(tmp_path)}; free disk space "
+        f"or choose another path\n"
+    )
     assert list(tmp_path.iterdir()) == []
 
 
 # --- 4. destinations with no name: '.', 'out/', '..' name folders ----------------------------------------------
+
 
 @pytest.mark.parametrize("text", ["newdir/", ".", "..", "a/.", "a/..", "/"])
 def test_a_path_that_names_a_folder_is_never_a_file(text):
@@ -287,13 +298,17 @@ def test_export_tl_to_a_folder_path_writes_nothing(tmp_path, checkpoint_folder):
 
 # --- 5. sizes no model can have: one place, for configs and checkpoints -----------------------------------------
 
-@pytest.mark.parametrize("sizes, words", [
-    ({"arch": "modern", "n_embd": 16, "n_head": 16}, "use n_head=8"),
-    ({"arch": "modern", "n_embd": 24, "n_head": 8}, "use n_head=6"),
-    ({"arch": "modern", "n_embd": 15, "n_head": 5}, "use n_embd=30"),
-    ({"block_size": MAX_BLOCK_SIZE + 1}, "'block_size' must be at most 16,777,216"),
-    ({"arch": "modern", "block_size": 10**9}, "'block_size' must be at most"),
-])
+
+@pytest.mark.parametrize(
+    "sizes, words",
+    [
+        ({"arch": "modern", "n_embd": 16, "n_head": 16}, "use n_head=8"),
+        ({"arch": "modern", "n_embd": 24, "n_head": 8}, "use n_head=6"),
+        ({"arch": "modern", "n_embd": 15, "n_head": 5}, "use n_embd=30"),
+        ({"block_size": MAX_BLOCK_SIZE + 1}, "'block_size' must be at most 16,777,216"),
+        ({"arch": "modern", "block_size": 10**9}, "'block_size' must be at most"),
+    ],
+)
 def test_sizes_no_model_can_have_are_refused_by_the_config(sizes, words):
     with pytest.raises(ValueError, match=re.escape(words)):
         GPTConfig(vocab_size=50, **sizes)
@@ -306,23 +321,27 @@ def test_the_same_sizes_are_fine_where_the_rule_does_not_apply():
 
 # --- 6 and 7. what a checkpoint claims and records is checked before it is used or allocated -------------------
 
+
 def _trained(trained) -> dict:
     return torch.load(trained.char, weights_only=True)
 
 
-@pytest.mark.parametrize("change, words", [
-    (lambda c: c["train_config"].update(seed=2**70), "'seed' must be between 0 and 2**32 - 1"),
-    (lambda c: c["train_config"].update(seed=-1), "'seed' must be between"),
-    (lambda c: c["train_config"].update(seed="1337"), "'seed' in its train_config must be an integer"),
-    (lambda c: c["train_config"].update(data_dir="a\x00b"), "'data_dir' holds a NUL"),
-    (lambda c: c["train_config"].update(log_dir="runs\udce9"), "'log_dir'"),
-    (lambda c: c["train_config"].update(val_fraction=float("nan")), "'val_fraction' must be a finite number"),
-    (lambda c: c["train_config"].update(optimizer="sgd"), "'optimizer' must be one of adamw, muon"),
-    (lambda c: c["train_config"].update(watch_sentences="the dog"), "'watch_sentences' in its train_config"),
-    (lambda c: c["data"].update(val_fraction=7.0), "its data record is invalid"),
-    (lambda c: c["data"].update(folder="pre\x00pared"), "its data record's 'folder' is not a name or path"),
-    (lambda c: c.update(train_config=[1, 2]), "is not a table of settings"),
-])
+@pytest.mark.parametrize(
+    "change, words",
+    [
+        (lambda c: c["train_config"].update(seed=2**70), "'seed' must be between 0 and 2**32 - 1"),
+        (lambda c: c["train_config"].update(seed=-1), "'seed' must be between"),
+        (lambda c: c["train_config"].update(seed="1337"), "'seed' in its train_config must be an integer"),
+        (lambda c: c["train_config"].update(data_dir="a\x00b"), "'data_dir' holds a NUL"),
+        (lambda c: c["train_config"].update(log_dir="runs\udce9"), "'log_dir'"),
+        (lambda c: c["train_config"].update(val_fraction=float("nan")), "'val_fraction' must be a finite number"),
+        (lambda c: c["train_config"].update(optimizer="sgd"), "'optimizer' must be one of adamw, muon"),
+        (lambda c: c["train_config"].update(watch_sentences="the dog"), "'watch_sentences' in its train_config"),
+        (lambda c: c["data"].update(val_fraction=7.0), "its data record is invalid"),
+        (lambda c: c["data"].update(folder="pre\x00pared"), "its data record's 'folder' is not a name or path"),
+        (lambda c: c.update(train_config=[1, 2]), "is not a table of settings"),
+    ],
+)
 def test_every_setting_a_checkpoint_records_is_checked_as_a_configs_would_be(trained, change, words):
     """`saved_settings`: a checkpoint's train_config and data record, through `TrainConfig`'s own checks."""
     checkpoint = _trained(trained)
@@ -336,11 +355,14 @@ def test_a_checkpoint_without_settings_needs_none(checkpoint_folder):
     assert saved_settings(load_checkpoint(checkpoint_folder), "ckpt.pt") is None
 
 
-@pytest.mark.parametrize("change, words", [
-    (lambda c: c.update(step=2**63), "'step' is not a step count"),
-    (lambda c: c.update(eval_step=-1), "'eval_step' is not a step"),
-    (lambda c: c.update(best_val_loss=float("nan")), "'best_val_loss' is nan"),
-])
+@pytest.mark.parametrize(
+    "change, words",
+    [
+        (lambda c: c.update(step=2**63), "'step' is not a step count"),
+        (lambda c: c.update(eval_step=-1), "'eval_step' is not a step"),
+        (lambda c: c.update(best_val_loss=float("nan")), "'best_val_loss' is nan"),
+    ],
+)
 def test_counts_a_checkpoint_records_are_bounded(trained, change, words):
     checkpoint = _trained(trained)
     validate(checkpoint, "ckpt.pt", for_resume=True)
@@ -368,14 +390,15 @@ def test_loading_counts_what_block_size_alone_allocates(tmp_path, monkeypatch):
     from formats.checkpoint import load_bytes
 
     tokenizer = build_tokenizer("char", TEXT)
-    config = GPTConfig(vocab_size=tokenizer.vocab_size, block_size=2**20, n_layer=2, n_head=2, n_embd=16,
-                       arch="modern")
+    config = GPTConfig(vocab_size=tokenizer.vocab_size, block_size=2**20, n_layer=2, n_head=2, n_embd=16, arch="modern")
     weights = GPT(GPTConfig(**{**config.to_dict(), "block_size": 16})).state_dict()
     need = load_bytes(config)
     assert need["rotary tables"] == 4 * 2 * 2**20 * 8 and need["sampling cache"] == 4 * 2 * 2**20 * 2 * 16
     assert need["weights"] == 4 * sum(t.numel() for n, t in weights.items() if n != "lm_head.weight")
-    save_checkpoint(tmp_path / "ckpt.pt", {"model": weights, "model_config": config.to_dict(), "step": 0,
-                                           "tokenizer": tokenizer.to_meta()})
+    save_checkpoint(
+        tmp_path / "ckpt.pt",
+        {"model": weights, "model_config": config.to_dict(), "step": 0, "tokenizer": tokenizer.to_meta()},
+    )
     asked = []
     monkeypatch.setattr("model.memory.available_memory", lambda device: asked.append(device.type) or 2**20)
     built = []
@@ -386,6 +409,7 @@ def test_loading_counts_what_block_size_alone_allocates(tmp_path, monkeypatch):
 
 
 # --- 8. messages name the real cause ---------------------------------------------------------------------------
+
 
 def test_heads_on_a_block_1_model_blames_the_block_not_the_val_split(trained, tmp_path):
     checkpoint = _trained(trained)
@@ -399,6 +423,7 @@ def test_heads_on_a_block_1_model_blames_the_block_not_the_val_split(trained, tm
 
 
 # --- 9. parsers accept exactly what they can convert ------------------------------------------------------------
+
 
 @pytest.mark.parametrize("text, value", [("12", 12), ("-3", -3), ("+4", 4), ("10_000", 10000), ("9" * 40, 10**40 - 1)])
 def test_whole_numbers_are_read(text, value):
@@ -426,11 +451,14 @@ def test_head_names_hold_ascii_digits_only(name):
     assert len(str(refused.value)) < 300
 
 
-@pytest.mark.parametrize("value, words", [
-    ('["\\ud800abc"]', "Escaped character is not a Unicode scalar value (at character 9)"),
-    ('["a\\qb"]', "Unescaped '\\' in a string (at character 6)"),
-    ('["the dog"', "is not valid TOML"),
-])
+@pytest.mark.parametrize(
+    "value, words",
+    [
+        ('["\\ud800abc"]', "Escaped character is not a Unicode scalar value (at character 9)"),
+        ('["a\\qb"]', "Unescaped '\\' in a string (at character 6)"),
+        ('["the dog"', "is not valid TOML"),
+    ],
+)
 def test_a_list_on_the_command_line_that_is_not_toml_says_why(value, words):
     from cli import UsageError
     from config import parse_cli_value
@@ -440,12 +468,15 @@ def test_a_list_on_the_command_line_that_is_not_toml_says_why(value, words):
     assert "must be a list" not in str(refused.value)
 
 
-@pytest.mark.parametrize("env, words", [
-    ({"WORLD_SIZE": "²"}, "WORLD_SIZE='²' is not a whole number"),
-    ({"LOCAL_RANK": "1" * 100}, "a number of 100 digits"),
-    ({"WORLD_SIZE": "2", "RANK": "2"}, "RANK=2 (LOCAL_RANK=0) of WORLD_SIZE=2"),
-    ({"WORLD_SIZE": "0"}, "of WORLD_SIZE=0"),
-])
+@pytest.mark.parametrize(
+    "env, words",
+    [
+        ({"WORLD_SIZE": "²"}, "WORLD_SIZE='²' is not a whole number"),
+        ({"LOCAL_RANK": "1" * 100}, "a number of 100 digits"),
+        ({"WORLD_SIZE": "2", "RANK": "2"}, "RANK=2 (LOCAL_RANK=0) of WORLD_SIZE=2"),
+        ({"WORLD_SIZE": "0"}, "of WORLD_SIZE=0"),
+    ],
+)
 def test_what_the_launcher_sets_is_read_as_a_launcher_sets_it(monkeypatch, env, words):
     from cli import UsageError
     from config import TrainConfig
@@ -459,6 +490,7 @@ def test_what_the_launcher_sets_is_read_as_a_launcher_sets_it(monkeypatch, env, 
 
 # --- 10. Ctrl-C while a command starts ---------------------------------------------------------------------------
 
+
 def test_the_start_up_hook_speaks_only_for_the_commands_and_not_under_debug(monkeypatch, capsys):
     """`cli.report_interrupts_while_starting`: an uncaught KeyboardInterrupt is one line (exit 130) when train.py
     or sample.py is the program (the cases startup-interrupted-* run them); any other exception, `--debug`, or
@@ -466,15 +498,23 @@ def test_the_start_up_hook_speaks_only_for_the_commands_and_not_under_debug(monk
     only when a command calls it."""
     import cli
 
-    imported = subprocess.run([sys.executable, "-c", "import sys; hook = sys.excepthook; import cli, train, sample; "
-                               "print(sys.excepthook is hook)"], cwd=ROOT, capture_output=True, text=True)
+    imported = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; hook = sys.excepthook; import cli, train, sample; print(sys.excepthook is hook)",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert imported.stdout.strip() == "True", imported.stderr
     reported = []
     monkeypatch.setattr(sys, "excepthook", lambda *exc: reported.append(exc[0]))
     cli.report_interrupts_while_starting()
     report = sys.excepthook
     monkeypatch.setattr(cli.os, "_exit", lambda code: reported.append(code))
-    report(KeyboardInterrupt, KeyboardInterrupt(), None)      # pytest is the program here
+    report(KeyboardInterrupt, KeyboardInterrupt(), None)  # pytest is the program here
     monkeypatch.setattr(sys.modules["__main__"], "__file__", "/somewhere/train.py", raising=False)
     report(ValueError, ValueError(), None)
     report(KeyboardInterrupt, KeyboardInterrupt(), None)
@@ -486,10 +526,12 @@ def test_the_start_up_hook_speaks_only_for_the_commands_and_not_under_debug(monk
 
 # --- 11. what reaches a terminal is shown, never obeyed ---------------------------------------------------------
 
+
 def test_for_terminal_escapes_what_a_terminal_would_act_on():
     assert for_terminal("the dog é ∅ · 猫") == "the dog é ∅ · 猫"
     assert for_terminal("a\x1b[2Jb\x01c\x7fd\te\nf\rg\x9bh\u202ei\U000e0001") == (
-        "a\\x1b[2Jb\\x01c\\x7fd\\te\\nf\\rg\\x9bh\\u202ei\\U000e0001")
+        "a\\x1b[2Jb\\x01c\\x7fd\\te\\nf\\rg\\x9bh\\u202ei\\U000e0001"
+    )
 
 
 def test_attention_shows_control_characters_escaped(tmp_path):
@@ -500,11 +542,19 @@ def test_attention_shows_control_characters_escaped(tmp_path):
     tokenizer = build_tokenizer("char", TEXT + "\x1b]0;\x07\x01\x7f")
     torch.manual_seed(0)
     config = GPTConfig(vocab_size=tokenizer.vocab_size, block_size=32, n_layer=1, n_head=2, n_embd=16)
-    save_checkpoint(tmp_path / "ckpt.pt", {"model": GPT(config).state_dict(), "model_config": config.to_dict(),
-                                           "tokenizer": tokenizer.to_meta(), "step": 0})
+    save_checkpoint(
+        tmp_path / "ckpt.pt",
+        {
+            "model": GPT(config).state_dict(),
+            "model_config": config.to_dict(),
+            "tokenizer": tokenizer.to_meta(),
+            "step": 0,
+        },
+    )
     text = "\x1b\x01\x7f]0;the dog\x07 saw it"  # --query=2: the first three, each among its top 3
-    code, out, err = run_sample([f"--out_dir={tmp_path}", "--device=cpu", f"--attention={text}",
-                                 f"--png_dir={tmp_path / 'png'}", "--query=2"])
+    code, out, err = run_sample(
+        [f"--out_dir={tmp_path}", "--device=cpu", f"--attention={text}", f"--png_dir={tmp_path / 'png'}", "--query=2"]
+    )
     assert code == 0, err
     assert not re.search(r"[\x00-\x09\x0b-\x1f\x7f]", out)
     tokens = next(line for line in out.splitlines() if line.startswith("tokens: "))
@@ -532,7 +582,7 @@ def test_a_sample_is_shown_as_text_by_tensorboards_own_markdown(text):
     rendered = plugin_util.markdown_to_safe_html(markdown_literal(text))
     assert rendered.startswith("<pre><code>") and rendered.endswith("</code></pre>")
     assert rendered.count("<pre>") == 1 and "<img" not in rendered and "<script" not in rendered
-    shown = html.unescape(rendered[len("<pre><code>"):-len("</code></pre>")])
+    shown = html.unescape(rendered[len("<pre><code>") : -len("</code></pre>")])
     assert shown == re.sub(r"\r\n?", "\n", text).expandtabs(4).rstrip("\n") + "\n"
 
 
@@ -567,11 +617,13 @@ def test_a_long_text_is_read_and_tokenized_in_memory_a_small_multiple_of_its_siz
     own."""
     path = tmp_path / "a.txt"
     path.write_bytes(b"a" * 24_000_000)
-    code = ("import resource, sys; from cli import UserError; from data.prepare import prepare\n"
-            "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
-            f"try: prepare({str(path)!r}, 'char', data_dir={str(tmp_path / 'prep')!r}, quiet=True)\n"
-            "except UserError as exc: print(exc, file=sys.stderr)\n"
-            "print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024)")
+    code = (
+        "import resource, sys; from cli import UserError; from data.prepare import prepare\n"
+        "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+        f"try: prepare({str(path)!r}, 'char', data_dir={str(tmp_path / 'prep')!r}, quiet=True)\n"
+        "except UserError as exc: print(exc, file=sys.stderr)\n"
+        "print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024)"
+    )
     run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert "one kind of token only ('a', 24,000,000 times)" in run.stderr, run.stderr
-    assert int(run.stdout) < 8 * 24_000_000   # 16x before
+    assert int(run.stdout) < 8 * 24_000_000  # 16x before

@@ -41,8 +41,8 @@ from model.memory import parameter_count
 from tests.commands import ROOT
 
 CPU = torch.device("cpu")
-HF_TOL = 1e-4        # transformers' logits (the export's tolerance)
-NANOGPT_TOL = 1e-5   # nanoGPT's logits
+HF_TOL = 1e-4  # transformers' logits (the export's tolerance)
+NANOGPT_TOL = 1e-5  # nanoGPT's logits
 GPT2_VOCAB = 50257
 DOC = ROOT / "docs" / "errors.md"
 SECTION = ("<!-- import:start -->", "<!-- import:end -->")
@@ -50,8 +50,10 @@ NANOGPT_MODEL = SHARED / "anchors" / "nanogpt" / "model.py"
 
 
 def needs(module: str):
-    return pytest.importorskip(module, reason=f"{module} is optional: pip install -r requirements-interop.txt "
-                                              f"to test reading Hugging Face models")
+    return pytest.importorskip(
+        module,
+        reason=f"{module} is optional: pip install -r requirements-interop.txt to test reading Hugging Face models",
+    )
 
 
 def max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -70,6 +72,7 @@ def perturb_constants(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
 
 
 # --- Hugging Face folders ---------------------------------------------------------------------------------
+
 
 def hf_model(seed: int = 0, **config):
     """A randomly initialised GPT2LMHeadModel (small unless `config` says otherwise), eval mode."""
@@ -110,7 +113,7 @@ def assert_same_function_as_hf(hf, folder: Path, lengths=(1, 9, 64), new_tokens:
     prompt = torch.randint(GPT2_VOCAB, (1, 5), generator=g)
     assert torch.equal(model.generate(prompt, new_tokens, temperature=0), hf_greedy(hf, prompt, new_tokens))
     assert isinstance(imported.tokenizer, FullGPT2Tokenizer)
-    assert model.lm_head.weight is model.wte.weight   # tied, so fine-tuning moves one matrix
+    assert model.lm_head.weight is model.wte.weight  # tied, so fine-tuning moves one matrix
 
 
 @pytest.mark.parametrize("activation", ["gelu_new", "gelu"])
@@ -196,12 +199,14 @@ def test_an_imported_model_exports_with_its_settings(tmp_path, target):
         ours = model(idx, all_logits=True)[0]
         if target == "hf":
             from formats.huggingface import to_hf_model
+
             exported = to_hf_model(model)
             assert exported.config.activation_function == "gelu_new"
             theirs = exported(idx).logits
         else:
             needs("transformer_lens")
             from formats.transformerlens import to_hooked_transformer
+
             exported = to_hooked_transformer(model, device="cpu")
             assert exported.cfg.act_fn == "gelu_new" and bool(exported.blocks[0].attn.b_Q.any())
             theirs = exported(idx)
@@ -209,6 +214,7 @@ def test_an_imported_model_exports_with_its_settings(tmp_path, target):
 
 
 # --- the hub --------------------------------------------------------------------------------------------
+
 
 @pytest.fixture
 def hub_cache(tmp_path, monkeypatch):
@@ -234,23 +240,31 @@ def test_a_hub_name_is_read_from_the_hugging_face_cache(hub_cache, tmp_path, mon
     imported = load_model(identify("gpt2"), CPU)
     source = imported.checkpoint["imported"]
     assert source["hub"] == "gpt2" and Path(source["path"]) == snapshot
-    assert describe(imported).startswith(f"Hugging Face GPT2LMHeadModel gpt2 ({snapshot}): 2 layers x 4 heads, 32 "
-                                         f"wide, 64 positions, gpt2-full vocabulary of 50,257 tokens")
+    assert describe(imported).startswith(
+        f"Hugging Face GPT2LMHeadModel gpt2 ({snapshot}): 2 layers x 4 heads, 32 "
+        f"wide, 64 positions, gpt2-full vocabulary of 50,257 tokens"
+    )
     assert sources.hub_name("openai-community/gpt2") == "gpt2"
 
 
 def test_the_hub_models_known_sizes_are_their_parameter_counts():
     """The counts GPT-2's papers and nanoGPT give, from the configs known here (no download)."""
     counts = {name: parameter_count(sources.hub_config(name)) for name in sources.HUB_MODELS}
-    assert counts == {"gpt2": 124_439_808, "gpt2-medium": 354_823_168, "gpt2-large": 774_030_080,
-                      "gpt2-xl": 1_557_611_200, "distilgpt2": 81_912_576}
+    assert counts == {
+        "gpt2": 124_439_808,
+        "gpt2-medium": 354_823_168,
+        "gpt2-large": 774_030_080,
+        "gpt2-xl": 1_557_611_200,
+        "distilgpt2": 81_912_576,
+    }
 
 
-@pytest.mark.parametrize("settings", [dict(), dict(bias=True, qkv_bias=True), dict(vocab_used=40),
-                                      dict(bias=True, activation="gelu_tanh")])
+@pytest.mark.parametrize(
+    "settings", [dict(), dict(bias=True, qkv_bias=True), dict(vocab_used=40), dict(bias=True, activation="gelu_tanh")]
+)
 def test_the_counted_parameters_are_the_models(settings):
     config = GPTConfig(vocab_size=50, block_size=16, n_layer=3, n_head=2, n_embd=16, **settings)
-    assert parameter_count(config) == sum(p.numel() for p in GPT(config).parameters())   # the tied head once
+    assert parameter_count(config) == sum(p.numel() for p in GPT(config).parameters())  # the tied head once
 
 
 def test_a_local_folder_named_like_a_hub_model_wins_and_says_so(tmp_path, monkeypatch):
@@ -258,13 +272,17 @@ def test_a_local_folder_named_like_a_hub_model_wins_and_says_so(tmp_path, monkey
     hf = hf_model()
     save_hf(hf, tmp_path / "gpt2")
     monkeypatch.chdir(tmp_path)
-    with pytest.warns(GptwatchWarning, match=r"reading the local folder gpt2, not the hub model gpt2 .* give its "
-                                             r"repository, openai-community/gpt2"):
+    with pytest.warns(
+        GptwatchWarning,
+        match=r"reading the local folder gpt2, not the hub model gpt2 .* give its "
+        r"repository, openai-community/gpt2",
+    ):
         imported = load_model(identify("gpt2"), CPU)
     assert imported.checkpoint["imported"]["hub"] is None and imported.checkpoint["imported"]["path"] == "gpt2"
 
 
 # --- nanoGPT ---------------------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def nanogpt(tmp_path_factory):
@@ -280,16 +298,31 @@ def nanogpt(tmp_path_factory):
 
 
 def nanogpt_model(nanogpt, seed: int = 0, **sizes):
-    args = {"n_layer": 2, "n_head": 2, "n_embd": 16, "block_size": 32, "bias": True, "vocab_size": 65, "dropout": 0.0,
-            **sizes}
+    args = {
+        "n_layer": 2,
+        "n_head": 2,
+        "n_embd": 16,
+        "block_size": 32,
+        "bias": True,
+        "vocab_size": 65,
+        "dropout": 0.0,
+        **sizes,
+    }
     torch.manual_seed(seed)
     with contextlib.redirect_stdout(io.StringIO()):  # it prints its parameter count
         model = nanogpt.GPT(nanogpt.GPTConfig(**args))
     return perturb_constants(model, seed), args
 
 
-def save_nanogpt(model, args: dict, out_dir: Path, *, compiled: bool = False, dataset: str = "shakespeare_char",
-                 state: dict | None = None) -> Path:
+def save_nanogpt(
+    model,
+    args: dict,
+    out_dir: Path,
+    *,
+    compiled: bool = False,
+    dataset: str = "shakespeare_char",
+    state: dict | None = None,
+) -> Path:
     """out_dir/ckpt.pt as nanoGPT's train.py writes it, after one optimizer step (so it holds moments)."""
     with contextlib.redirect_stdout(io.StringIO()):
         optimizer = model.configure_optimizers(0.1, 1e-3, (0.9, 0.99), "cpu")
@@ -300,13 +333,36 @@ def save_nanogpt(model, args: dict, out_dir: Path, *, compiled: bool = False, da
     optimizer.zero_grad(set_to_none=True)
     model.eval()
     raw_model = torch.compile(model) if compiled else model  # nanoGPT saves the compiled wrapper's state dict
-    config = dict(out_dir=str(out_dir), eval_interval=250, eval_iters=200, log_interval=10, eval_only=False,
-                  always_save_checkpoint=False, init_from="scratch", wandb_log=False, dataset=dataset,
-                  gradient_accumulation_steps=1, batch_size=64, block_size=args["block_size"], dropout=0.0,
-                  learning_rate=1e-3, decay_lr=True, backend="nccl", device="cpu", dtype="float32", compile=compiled)
+    config = dict(
+        out_dir=str(out_dir),
+        eval_interval=250,
+        eval_iters=200,
+        log_interval=10,
+        eval_only=False,
+        always_save_checkpoint=False,
+        init_from="scratch",
+        wandb_log=False,
+        dataset=dataset,
+        gradient_accumulation_steps=1,
+        batch_size=64,
+        block_size=args["block_size"],
+        dropout=0.0,
+        learning_rate=1e-3,
+        decay_lr=True,
+        backend="nccl",
+        device="cpu",
+        dtype="float32",
+        compile=compiled,
+    )
     out_dir.mkdir(parents=True, exist_ok=True)
-    checkpoint = {"model": state if state is not None else raw_model.state_dict(), "optimizer": optimizer.state_dict(),
-                  "model_args": args, "iter_num": 250, "best_val_loss": torch.tensor(1.4697), "config": config}
+    checkpoint = {
+        "model": state if state is not None else raw_model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "model_args": args,
+        "iter_num": 250,
+        "best_val_loss": torch.tensor(1.4697),
+        "config": config,
+    }
     torch.save(checkpoint, out_dir / "ckpt.pt")
     return out_dir / "ckpt.pt"
 
@@ -327,7 +383,7 @@ def assert_same_function_as_nanogpt(ours: GPT, theirs, vocab: int) -> None:
     for length in (1, 11, theirs.config.block_size):
         idx = torch.randint(vocab, (3, length), generator=g)
         with torch.no_grad():
-            expected = theirs(idx, idx)[0]   # with targets, nanoGPT's logits cover every position
+            expected = theirs(idx, idx)[0]  # with targets, nanoGPT's logits cover every position
             assert max_diff(ours(idx, all_logits=True)[0], expected) < NANOGPT_TOL, length
 
 
@@ -341,10 +397,17 @@ def test_a_nanogpt_char_checkpoint_computes_what_nanogpt_computes(nanogpt, tmp_p
     save_meta(meta, SHAKESPEARE_CHARS)
     imported = load_model(path.parent, CPU)
     assert imported.tokenizer.chars == SHAKESPEARE_CHARS
-    assert describe(imported) == (f"nanoGPT checkpoint {path} (iteration 250): 2 layers x 2 heads, 16 wide, 32 "
-                                  f"positions, char vocabulary of 65 tokens")
-    assert imported.checkpoint["imported"] == {"format": NANOGPT, "path": str(path), "meta": str(meta), "iter_num": 250,
-                               "best_val_loss": pytest.approx(1.4697)}
+    assert describe(imported) == (
+        f"nanoGPT checkpoint {path} (iteration 250): 2 layers x 2 heads, 16 wide, 32 "
+        f"positions, char vocabulary of 65 tokens"
+    )
+    assert imported.checkpoint["imported"] == {
+        "format": NANOGPT,
+        "path": str(path),
+        "meta": str(meta),
+        "iter_num": 250,
+        "best_val_loss": pytest.approx(1.4697),
+    }
     assert (imported.model.config.bias, imported.model.config.qkv_bias) == (bias, bias)
     assert_same_function_as_nanogpt(imported.model, theirs, 65)
     text = "ROMEO:\nBut soft"
@@ -384,11 +447,14 @@ def test_a_nanogpt_bpe_checkpoint_pads_its_vocabulary_and_never_samples_the_padd
     prompt = torch.tensor([imported.tokenizer.encode("Hello, my name is")])
     with torch.no_grad():
         best = int(model(prompt)[0][0, -1].argmax())
-        model.wte.weight[GPT2_VOCAB:] = 100 * model.wte.weight[best]   # after the prompt, a padding row wins
+        model.wte.weight[GPT2_VOCAB:] = 100 * model.wte.weight[best]  # after the prompt, a padding row wins
         assert int(model(prompt)[0][0, -1].argmax()) >= GPT2_VOCAB
-    for kwargs in (dict(temperature=0), dict(temperature=1.0, generator=torch.Generator().manual_seed(0)),
-                   dict(temperature=0, use_cache=False)):
-        new = model.generate(prompt, 12, **kwargs)[0, prompt.shape[1]:]
+    for kwargs in (
+        dict(temperature=0),
+        dict(temperature=1.0, generator=torch.Generator().manual_seed(0)),
+        dict(temperature=0, use_cache=False),
+    ):
+        new = model.generate(prompt, 12, **kwargs)[0, prompt.shape[1] :]
         assert int(new.max()) < GPT2_VOCAB, kwargs
 
 
@@ -400,8 +466,9 @@ def test_an_imported_model_saved_as_a_gptwatch_checkpoint_reads_back(nanogpt, tm
 
     theirs, args = nanogpt_model(nanogpt, vocab_size=50304, n_embd=32)
     imported = load_model(save_nanogpt(theirs, args, tmp_path / "nano"), CPU)
-    save_checkpoint(tmp_path / "out" / "ckpt.pt", {**imported.checkpoint, "model": imported.model.state_dict(),
-                                                   "step": 0})
+    save_checkpoint(
+        tmp_path / "out" / "ckpt.pt", {**imported.checkpoint, "model": imported.model.state_dict(), "step": 0}
+    )
     loaded = load_model(tmp_path / "out", CPU)
     assert loaded.model.config == imported.model.config and loaded.model.config.vocab_used == GPT2_VOCAB
     assert isinstance(loaded.tokenizer, FullGPT2Tokenizer)
@@ -425,18 +492,27 @@ def test_nanogpts_checkpoint_loads_without_unpickling_objects(nanogpt, tmp_path)
     path = save_nanogpt(theirs, args, tmp_path / "out")
     checkpoint = torch.load(path, weights_only=True)
     assert set(checkpoint) == {"model", "optimizer", "model_args", "iter_num", "best_val_loss", "config"}
-    assert identify(path) .kind == NANOGPT
+    assert identify(path).kind == NANOGPT
 
 
 # --- settings and tokenizers --------------------------------------------------------------------------------
+
 
 def test_a_model_trained_here_is_described_as_before():
     """The settings only an imported model changes, and the switches a training config leaves off, are recorded
     only when set: a checkpoint of a model trained here holds the same model_config as before they existed, and
     reads back unchanged."""
     config = GPTConfig(vocab_size=65)
-    assert tuple(config.to_dict()) == ("vocab_size", "arch", "n_layer", "n_head", "n_embd", "block_size", "dropout",
-                                       "bias")
+    assert tuple(config.to_dict()) == (
+        "vocab_size",
+        "arch",
+        "n_layer",
+        "n_head",
+        "n_embd",
+        "block_size",
+        "dropout",
+        "bias",
+    )
     imported = GPTConfig(vocab_size=50304, bias=True, qkv_bias=True, activation="gelu_tanh", vocab_used=50257)
     assert GPTConfig(**imported.to_dict()) == imported
     assert {"qkv_bias", "activation", "vocab_used"} <= set(imported.to_dict())
@@ -447,6 +523,7 @@ def test_the_full_gpt2_tokenizer_travels_in_meta():
     tokenizer = FullGPT2Tokenizer()
     assert tokenizer.vocab_size == GPT2_VOCAB
     import tiktoken
+
     text = "Hello world, héllo<|endoftext|>"
     assert tokenizer.encode(text) == tiktoken.get_encoding("r50k_base").encode(text, allowed_special="all")
     again = tokenizer_from_meta(json.loads(json.dumps(tokenizer.to_meta())))
@@ -457,13 +534,18 @@ def test_the_full_gpt2_tokenizer_travels_in_meta():
 def test_a_char_tokenizer_comes_from_nanogpts_vocabulary():
     tokenizer = CharTokenizer.from_stoi_itos({"a": 0, "b": 1, "\n": 2}, {0: "a", 1: "b", 2: "\n"})
     assert tokenizer.chars == "ab\n" and tokenizer.encode("ba\n") == [1, 0, 2]
-    for stoi, itos in (({"a": 0}, {1: "a"}), ({"a": 1, "b": 0}, {0: "a", 1: "b"}), ({"ab": 0}, {0: "ab"}),
-                       ([], {0: "a"})):
+    for stoi, itos in (
+        ({"a": 0}, {1: "a"}),
+        ({"a": 1, "b": 0}, {0: "a", 1: "b"}),
+        ({"ab": 0}, {0: "ab"}),
+        ([], {0: "a"}),
+    ):
         with pytest.raises(TokenizerMetaError):
             CharTokenizer.from_stoi_itos(stoi, itos)
 
 
 # --- bad input -----------------------------------------------------------------------------------------------
+
 
 @dataclass
 class Case:
@@ -496,12 +578,14 @@ def _edited_config(**config):
 
 def _nanogpt_edited(change: Callable[[dict], None]):
     """A nanoGPT checkpoint (char, meta.pkl beside it) whose state dict `change` edits."""
+
     def make(root: Path, mp) -> Callable[[], object]:
         nanogpt = _nanogpt_module(root)
         theirs, args = nanogpt_model(nanogpt)
         state = dict(theirs.state_dict())
         change(state)
         return _read(save_meta_beside(save_nanogpt(theirs, args, root / "out", state=state)))
+
     return make
 
 
@@ -536,6 +620,7 @@ def _meta_that_runs_code(root: Path, mp) -> Callable[[], object]:
             return call()
         finally:
             assert not marker.exists(), "the pickled command ran"
+
     return read
 
 
@@ -544,6 +629,7 @@ def _meta_of(value) -> Callable[[Path, pytest.MonkeyPatch], Callable[[], object]
         call = _nanogpt_edited(lambda state: None)(root, mp)
         (root / "out" / "meta.pkl").write_bytes(pickle.dumps(value))
         return call
+
     return make
 
 
@@ -554,9 +640,11 @@ def _tiny_memory(source: str | None):
             return _read(_hf_folder(root))
         with contextlib.suppress(ImportError):
             import huggingface_hub
+
             mp.setattr(huggingface_hub, "snapshot_download", lambda *a, **k: pytest.fail("downloaded first"))
         mp.chdir(root)
         return _read(source)
+
     return make
 
 
@@ -577,6 +665,7 @@ def _without(module: str, source: str | None = None):
             mp.chdir(root)
         mp.setitem(sys.modules, module, None)  # `import module` now fails as if it were not installed
         return _read(source_)
+
     return make
 
 
@@ -609,6 +698,7 @@ def _renamed(state: dict) -> None:
 
 def _hf_weights_edited(change: Callable[[dict], None], weights: str = "model.safetensors"):
     """A Hugging Face folder whose state dict `change` edits, saved as `weights`."""
+
     def make(root: Path, mp) -> Callable[[], object]:
         folder = _hf_folder(root)
         state = {name: t.clone() for name, t in hf_model().state_dict().items()}
@@ -622,16 +712,19 @@ def _hf_weights_edited(change: Callable[[dict], None], weights: str = "model.saf
         else:
             torch.save(state, folder / weights)
         return _read(folder)
+
     return make
 
 
 def _claimed_config(**config):
     """A small folder whose config.json alone is edited to `config` (its weights stay the small model's)."""
+
     def make(root: Path, mp) -> Callable[[], object]:
         folder = save_hf(hf_model(), root / "m")
         saved = json.loads((folder / "config.json").read_text())
         (folder / "config.json").write_text(json.dumps({**saved, **config}))
         return _read(folder)
+
     return make
 
 
@@ -641,6 +734,7 @@ def _nan(state: dict, name: str) -> None:
 
 def _nanogpt_checkpoint_edited(change: Callable[[dict], None]):
     """A nanoGPT checkpoint (char, meta.pkl beside it) whose whole contents `change` edits."""
+
     def make(root: Path, mp) -> Callable[[], object]:
         call = _nanogpt_edited(lambda state: None)(root, mp)
         path = root / "out" / "ckpt.pt"
@@ -648,11 +742,13 @@ def _nanogpt_checkpoint_edited(change: Callable[[dict], None]):
         change(checkpoint)
         torch.save(checkpoint, path)
         return call
+
     return make
 
 
 def _fifo(where: str):
     """A named pipe where a model file is read: the folder's ckpt.pt, or a file named like a hub model here."""
+
     def make(root: Path, mp) -> Callable[[], object]:
         mp.chdir(root)
         if where == "hub name":
@@ -661,115 +757,281 @@ def _fifo(where: str):
         (root / "out").mkdir()
         os.mkfifo(root / "out" / "ckpt.pt")
         return _read(root / "out")
+
     return make
 
 
 CASES = [
-    Case("import-other-architecture", "a Hugging Face folder of another architecture (Llama)",
-         _edited_config(model_type="llama", architectures=["LlamaForCausalLM"]),
-         ("LlamaForCausalLM", "only GPT-2-family models (GPT2LMHeadModel) and nanoGPT checkpoints")),
-    Case("import-inverse-layer-scaling", "GPT2Config scale_attn_by_inverse_layer_idx",
-         _edited_config(scale_attn_by_inverse_layer_idx=True), ("scale_attn_by_inverse_layer_idx=true",)),
-    Case("import-reorder-upcast", "GPT2Config reorder_and_upcast_attn",
-         _edited_config(reorder_and_upcast_attn=True), ("reorder_and_upcast_attn=true",)),
-    Case("import-unscaled-attention", "GPT2Config scale_attn_weights false",
-         _edited_config(scale_attn_weights=False), ("scale_attn_weights=false",)),
-    Case("import-cross-attention", "GPT2Config add_cross_attention",
-         _edited_config(add_cross_attention=True), ("add_cross_attention=true",)),
-    Case("import-n-inner", "GPT2Config n_inner other than 4 x n_embd",
-         _edited_config(n_inner=96), ("n_inner=96", "n_inner=128")),
-    Case("import-untied-config", "GPT2Config tie_word_embeddings false",
-         _edited_config(tie_word_embeddings=False), ("tie_word_embeddings=false",)),
-    Case("import-activation", "another activation (relu)",
-         _edited_config(activation_function="relu"), ("activation_function=\"relu\"", '"gelu_new"')),
-    Case("import-epsilon", "another LayerNorm epsilon",
-         _edited_config(layer_norm_epsilon=1e-6), ("layer_norm_epsilon=1e-06", "layer_norm_epsilon=1e-05")),
-    Case("import-untied-weights", "an output head that is not the token table",
-         _untied_head, ("lm_head.weight", "not its token table")),
-    Case("import-hf-wrong-weights", "a folder whose weights are another model's",
-         _hf_weights_of_another_model, ("missing transformer.h.1.attn.c_attn.bias",)),
-    Case("import-damaged-safetensors", "a model.safetensors cut short",
-         lambda root, mp: _read(_cut_short(_hf_folder(root) / "model.safetensors")),
-         ("model.safetensors is not a readable safetensors file", "use an intact copy")),
-    Case("import-missing-key", "a nanoGPT checkpoint without a weight",
-         _nanogpt_edited(lambda s: s.pop("transformer.h.0.ln_2.weight")), ("missing transformer.h.0.ln_2.weight",)),
-    Case("import-unexpected-key", "a nanoGPT checkpoint with a renamed weight",
-         _nanogpt_edited(_renamed), ("missing transformer.h.1.mlp.c_fc.weight",
-                                     "unexpected transformer.h.1.mlp.c_fc.weights")),
-    Case("import-wrong-shape", "a nanoGPT checkpoint with a weight of another shape",
-         _nanogpt_edited(lambda s: s.update({"transformer.h.0.attn.c_proj.weight": torch.zeros(16, 15)})),
-         ("transformer.h.0.attn.c_proj.weight (16, 15) instead of (16, 16)",)),
-    Case("import-meta-runs-code", "a meta.pkl whose unpickling would run a command (os.system)",
-         _meta_that_runs_code, ("pickled Python object (posix.system)", "nothing in it was run")),
-    Case("import-meta-not-vocabulary", "a meta.pkl holding more than the vocabulary",
-         _meta_of({"vocab_size": 65, "itos": {}, "stoi": {}, "notes": "x"}), ("'notes'", "not a vocabulary")),
-    Case("import-meta-other-dataset", "a meta.pkl of another dataset (another vocabulary size)",
-         _meta_of({"vocab_size": 3, "itos": {0: "a", 1: "b", 2: "c"}, "stoi": {"a": 0, "b": 1, "c": 2}}),
-         ("holds 3 characters", "65 token rows")),
-    Case("import-too-few-rows-hf", "a Hugging Face folder naming no tokenizer, with fewer token rows than GPT-2's BPE",
-         lambda root, mp: _read(save_hf(hf_model(vocab_size=100), root / "m")),
-         ("100 token rows", "fewer than the 50,257 of GPT-2's BPE")),
-    Case("import-too-few-rows-nanogpt", "a nanoGPT checkpoint of a char model with no meta.pkl to be found",
-         lambda root, mp: _read(save_nanogpt(*nanogpt_model(_nanogpt_module(root)), root / "out")),
-         ("65 token rows, too few for GPT-2's BPE", "no meta.pkl")),
-    Case("import-block-size", "a block size above the model's positions",
-         lambda root, mp: _read(_hf_folder(root), block_size=65), ("block_size=65", "64 positions",
-                                                                    "--block_size=64")),
-    Case("import-too-big-hub", "a hub model too large for memory (refused before downloading)",
-         _tiny_memory("gpt2-xl"), ("gpt2-xl has 1,557,611,200 parameters", "1.0 MiB is free")),
-    Case("import-too-big-folder", "a local model too large for memory",
-         _tiny_memory(None), ("parameters, which need at least", "1.0 MiB is free")),
-    Case("import-nan-weight-safetensors", "a Hugging Face folder with a nan in a weight (safetensors)",
-         _hf_weights_edited(lambda s: _nan(s, "transformer.h.0.mlp.c_fc.weight")),
-         ("not finite", "transformer.h.0.mlp.c_fc.weight holds 1 nan value")),
-    Case("import-overflow-on-conversion", "a float64 weight beyond float32's range (pytorch_model.bin)",
-         _hf_weights_edited(lambda s: s.update({"transformer.ln_f.weight": s["transformer.ln_f.weight"].double()
-                                                * 1e300}), "pytorch_model.bin"),
-         ("not finite", "transformer.ln_f.weight holds 32 inf values")),
-    Case("import-nan-weight-nanogpt", "a nanoGPT checkpoint with an inf in a weight",
-         _nanogpt_edited(lambda s: s.update({"transformer.h.1.attn.c_attn.weight":   # a copy: the model trains on
-                                             s["transformer.h.1.attn.c_attn.weight"].clone().fill_(float("inf"))})),
-         ("not finite", "transformer.h.1.attn.c_attn.weight holds 768 inf values")),
-    Case("import-sparse-weight", "a nanoGPT checkpoint with a sparse tensor as a weight",
-         _nanogpt_edited(lambda s: s.update({"transformer.h.0.ln_1.weight": s["transformer.h.0.ln_1.weight"]
-                                             .to_sparse()})),
-         ("transformer.h.0.ln_1.weight is a sparse tensor",)),
-    Case("import-meta-weight", "a nanoGPT checkpoint with a meta tensor (no values) as a weight",
-         _nanogpt_edited(lambda s: s.update({"transformer.h.0.ln_1.weight": torch.empty(16, device="meta")})),
-         ("transformer.h.0.ln_1.weight is a meta tensor",)),
-    Case("import-one-weight-two-names", "a weight under two names (with and without torch.compile's prefix)",
-         _nanogpt_edited(lambda s: s.update({"_orig_mod.transformer.wte.weight": s["transformer.wte.weight"] + 1})),
-         ("holds transformer.wte.weight twice", "_orig_mod.transformer.wte.weight")),
-    Case("import-unhashable-activation", "config.json's activation_function a list",
-         _edited_config(activation_function=["gelu"]), ('activation_function is ["gelu"], not a string',)),
-    Case("import-nested-architectures", "config.json's architectures a list of lists",
-         _edited_config(architectures=[["GPT2LMHeadModel"]]), ("architectures is", "not a list of class names")),
-    Case("import-architectures-string", "config.json's architectures a string, not a list",
-         _edited_config(architectures="GPT2LMHeadModel"), ('architectures is "GPT2LMHeadModel"',
-                                                           "not a list of class names")),
-    Case("import-no-model-type", "config.json without model_type",
-         _edited_config(model_type=None), ("has no model_type",)),
-    Case("import-huge-vocabulary", "config.json's vocab_size 10**400",
-         _edited_config(vocab_size=10**400), ("'vocab_size' must be at most 2,147,483,647", "401 digits")),
-    Case("import-million-layers", "config.json claiming a million layers of width 8 (weights of 2 layers)",
-         _claimed_config(n_layer=1_000_000, n_embd=8, n_head=2), ("1,000,000 layers", "tensors in all")),
-    Case("import-nanogpt-no-model-args", "a nanoGPT checkpoint without model_args",
-         _nanogpt_checkpoint_edited(lambda c: c.pop("model_args")), ("looks like a nanoGPT checkpoint",
-                                                                      "no 'model_args'")),
-    Case("import-fifo-checkpoint", "a folder whose ckpt.pt is a named pipe",
-         _fifo("folder"), ("not a regular file (a pipe",)),
-    Case("import-fifo-hub-name", "a named pipe here named like a hub model",
-         _fifo("hub name"), ("not a regular file (a pipe",)),
-    Case("import-hub-offline", "a hub name with the hub unreachable and nothing cached",
-         _hub_offline, ("cannot fetch gpt2", "this machine is offline", "pass a local folder")),
-    Case("import-unknown-name", "a name that is neither a path nor a hub model",
-         lambda root, mp: (mp.chdir(root), _read("gpt3"))[1], ("gpt3 is neither", "gpt2-xl", "pass a local folder")),
-    Case("import-empty-folder", "a folder with neither config.json nor ckpt.pt",
-         lambda root, mp: _read(root), ("neither config.json", "nor ckpt.pt")),
-    Case("import-no-huggingface-hub", "a hub name without huggingface-hub installed",
-         _without("huggingface_hub", "gpt2"), ("needs huggingface-hub", "pip install -r requirements-interop.txt")),
-    Case("import-no-safetensors", "model.safetensors without safetensors installed",
-         _without("safetensors"), ("needs safetensors", "pip install -r requirements-interop.txt")),
+    Case(
+        "import-other-architecture",
+        "a Hugging Face folder of another architecture (Llama)",
+        _edited_config(model_type="llama", architectures=["LlamaForCausalLM"]),
+        ("LlamaForCausalLM", "only GPT-2-family models (GPT2LMHeadModel) and nanoGPT checkpoints"),
+    ),
+    Case(
+        "import-inverse-layer-scaling",
+        "GPT2Config scale_attn_by_inverse_layer_idx",
+        _edited_config(scale_attn_by_inverse_layer_idx=True),
+        ("scale_attn_by_inverse_layer_idx=true",),
+    ),
+    Case(
+        "import-reorder-upcast",
+        "GPT2Config reorder_and_upcast_attn",
+        _edited_config(reorder_and_upcast_attn=True),
+        ("reorder_and_upcast_attn=true",),
+    ),
+    Case(
+        "import-unscaled-attention",
+        "GPT2Config scale_attn_weights false",
+        _edited_config(scale_attn_weights=False),
+        ("scale_attn_weights=false",),
+    ),
+    Case(
+        "import-cross-attention",
+        "GPT2Config add_cross_attention",
+        _edited_config(add_cross_attention=True),
+        ("add_cross_attention=true",),
+    ),
+    Case(
+        "import-n-inner",
+        "GPT2Config n_inner other than 4 x n_embd",
+        _edited_config(n_inner=96),
+        ("n_inner=96", "n_inner=128"),
+    ),
+    Case(
+        "import-untied-config",
+        "GPT2Config tie_word_embeddings false",
+        _edited_config(tie_word_embeddings=False),
+        ("tie_word_embeddings=false",),
+    ),
+    Case(
+        "import-activation",
+        "another activation (relu)",
+        _edited_config(activation_function="relu"),
+        ('activation_function="relu"', '"gelu_new"'),
+    ),
+    Case(
+        "import-epsilon",
+        "another LayerNorm epsilon",
+        _edited_config(layer_norm_epsilon=1e-6),
+        ("layer_norm_epsilon=1e-06", "layer_norm_epsilon=1e-05"),
+    ),
+    Case(
+        "import-untied-weights",
+        "an output head that is not the token table",
+        _untied_head,
+        ("lm_head.weight", "not its token table"),
+    ),
+    Case(
+        "import-hf-wrong-weights",
+        "a folder whose weights are another model's",
+        _hf_weights_of_another_model,
+        ("missing transformer.h.1.attn.c_attn.bias",),
+    ),
+    Case(
+        "import-damaged-safetensors",
+        "a model.safetensors cut short",
+        lambda root, mp: _read(_cut_short(_hf_folder(root) / "model.safetensors")),
+        ("model.safetensors is not a readable safetensors file", "use an intact copy"),
+    ),
+    Case(
+        "import-missing-key",
+        "a nanoGPT checkpoint without a weight",
+        _nanogpt_edited(lambda s: s.pop("transformer.h.0.ln_2.weight")),
+        ("missing transformer.h.0.ln_2.weight",),
+    ),
+    Case(
+        "import-unexpected-key",
+        "a nanoGPT checkpoint with a renamed weight",
+        _nanogpt_edited(_renamed),
+        ("missing transformer.h.1.mlp.c_fc.weight", "unexpected transformer.h.1.mlp.c_fc.weights"),
+    ),
+    Case(
+        "import-wrong-shape",
+        "a nanoGPT checkpoint with a weight of another shape",
+        _nanogpt_edited(lambda s: s.update({"transformer.h.0.attn.c_proj.weight": torch.zeros(16, 15)})),
+        ("transformer.h.0.attn.c_proj.weight (16, 15) instead of (16, 16)",),
+    ),
+    Case(
+        "import-meta-runs-code",
+        "a meta.pkl whose unpickling would run a command (os.system)",
+        _meta_that_runs_code,
+        ("pickled Python object (posix.system)", "nothing in it was run"),
+    ),
+    Case(
+        "import-meta-not-vocabulary",
+        "a meta.pkl holding more than the vocabulary",
+        _meta_of({"vocab_size": 65, "itos": {}, "stoi": {}, "notes": "x"}),
+        ("'notes'", "not a vocabulary"),
+    ),
+    Case(
+        "import-meta-other-dataset",
+        "a meta.pkl of another dataset (another vocabulary size)",
+        _meta_of({"vocab_size": 3, "itos": {0: "a", 1: "b", 2: "c"}, "stoi": {"a": 0, "b": 1, "c": 2}}),
+        ("holds 3 characters", "65 token rows"),
+    ),
+    Case(
+        "import-too-few-rows-hf",
+        "a Hugging Face folder naming no tokenizer, with fewer token rows than GPT-2's BPE",
+        lambda root, mp: _read(save_hf(hf_model(vocab_size=100), root / "m")),
+        ("100 token rows", "fewer than the 50,257 of GPT-2's BPE"),
+    ),
+    Case(
+        "import-too-few-rows-nanogpt",
+        "a nanoGPT checkpoint of a char model with no meta.pkl to be found",
+        lambda root, mp: _read(save_nanogpt(*nanogpt_model(_nanogpt_module(root)), root / "out")),
+        ("65 token rows, too few for GPT-2's BPE", "no meta.pkl"),
+    ),
+    Case(
+        "import-block-size",
+        "a block size above the model's positions",
+        lambda root, mp: _read(_hf_folder(root), block_size=65),
+        ("block_size=65", "64 positions", "--block_size=64"),
+    ),
+    Case(
+        "import-too-big-hub",
+        "a hub model too large for memory (refused before downloading)",
+        _tiny_memory("gpt2-xl"),
+        ("gpt2-xl has 1,557,611,200 parameters", "1.0 MiB is free"),
+    ),
+    Case(
+        "import-too-big-folder",
+        "a local model too large for memory",
+        _tiny_memory(None),
+        ("parameters, which need at least", "1.0 MiB is free"),
+    ),
+    Case(
+        "import-nan-weight-safetensors",
+        "a Hugging Face folder with a nan in a weight (safetensors)",
+        _hf_weights_edited(lambda s: _nan(s, "transformer.h.0.mlp.c_fc.weight")),
+        ("not finite", "transformer.h.0.mlp.c_fc.weight holds 1 nan value"),
+    ),
+    Case(
+        "import-overflow-on-conversion",
+        "a float64 weight beyond float32's range (pytorch_model.bin)",
+        _hf_weights_edited(
+            lambda s: s.update({"transformer.ln_f.weight": s["transformer.ln_f.weight"].double() * 1e300}),
+            "pytorch_model.bin",
+        ),
+        ("not finite", "transformer.ln_f.weight holds 32 inf values"),
+    ),
+    Case(
+        "import-nan-weight-nanogpt",
+        "a nanoGPT checkpoint with an inf in a weight",
+        _nanogpt_edited(
+            lambda s: s.update(
+                {
+                    "transformer.h.1.attn.c_attn.weight":  # a copy: the model trains on
+                    s["transformer.h.1.attn.c_attn.weight"].clone().fill_(float("inf"))
+                }
+            )
+        ),
+        ("not finite", "transformer.h.1.attn.c_attn.weight holds 768 inf values"),
+    ),
+    Case(
+        "import-sparse-weight",
+        "a nanoGPT checkpoint with a sparse tensor as a weight",
+        _nanogpt_edited(
+            lambda s: s.update({"transformer.h.0.ln_1.weight": s["transformer.h.0.ln_1.weight"].to_sparse()})
+        ),
+        ("transformer.h.0.ln_1.weight is a sparse tensor",),
+    ),
+    Case(
+        "import-meta-weight",
+        "a nanoGPT checkpoint with a meta tensor (no values) as a weight",
+        _nanogpt_edited(lambda s: s.update({"transformer.h.0.ln_1.weight": torch.empty(16, device="meta")})),
+        ("transformer.h.0.ln_1.weight is a meta tensor",),
+    ),
+    Case(
+        "import-one-weight-two-names",
+        "a weight under two names (with and without torch.compile's prefix)",
+        _nanogpt_edited(lambda s: s.update({"_orig_mod.transformer.wte.weight": s["transformer.wte.weight"] + 1})),
+        ("holds transformer.wte.weight twice", "_orig_mod.transformer.wte.weight"),
+    ),
+    Case(
+        "import-unhashable-activation",
+        "config.json's activation_function a list",
+        _edited_config(activation_function=["gelu"]),
+        ('activation_function is ["gelu"], not a string',),
+    ),
+    Case(
+        "import-nested-architectures",
+        "config.json's architectures a list of lists",
+        _edited_config(architectures=[["GPT2LMHeadModel"]]),
+        ("architectures is", "not a list of class names"),
+    ),
+    Case(
+        "import-architectures-string",
+        "config.json's architectures a string, not a list",
+        _edited_config(architectures="GPT2LMHeadModel"),
+        ('architectures is "GPT2LMHeadModel"', "not a list of class names"),
+    ),
+    Case(
+        "import-no-model-type",
+        "config.json without model_type",
+        _edited_config(model_type=None),
+        ("has no model_type",),
+    ),
+    Case(
+        "import-huge-vocabulary",
+        "config.json's vocab_size 10**400",
+        _edited_config(vocab_size=10**400),
+        ("'vocab_size' must be at most 2,147,483,647", "401 digits"),
+    ),
+    Case(
+        "import-million-layers",
+        "config.json claiming a million layers of width 8 (weights of 2 layers)",
+        _claimed_config(n_layer=1_000_000, n_embd=8, n_head=2),
+        ("1,000,000 layers", "tensors in all"),
+    ),
+    Case(
+        "import-nanogpt-no-model-args",
+        "a nanoGPT checkpoint without model_args",
+        _nanogpt_checkpoint_edited(lambda c: c.pop("model_args")),
+        ("looks like a nanoGPT checkpoint", "no 'model_args'"),
+    ),
+    Case(
+        "import-fifo-checkpoint",
+        "a folder whose ckpt.pt is a named pipe",
+        _fifo("folder"),
+        ("not a regular file (a pipe",),
+    ),
+    Case(
+        "import-fifo-hub-name",
+        "a named pipe here named like a hub model",
+        _fifo("hub name"),
+        ("not a regular file (a pipe",),
+    ),
+    Case(
+        "import-hub-offline",
+        "a hub name with the hub unreachable and nothing cached",
+        _hub_offline,
+        ("cannot fetch gpt2", "this machine is offline", "pass a local folder"),
+    ),
+    Case(
+        "import-unknown-name",
+        "a name that is neither a path nor a hub model",
+        lambda root, mp: (mp.chdir(root), _read("gpt3"))[1],
+        ("gpt3 is neither", "gpt2-xl", "pass a local folder"),
+    ),
+    Case(
+        "import-empty-folder",
+        "a folder with neither config.json nor ckpt.pt",
+        lambda root, mp: _read(root),
+        ("neither config.json", "nor ckpt.pt"),
+    ),
+    Case(
+        "import-no-huggingface-hub",
+        "a hub name without huggingface-hub installed",
+        _without("huggingface_hub", "gpt2"),
+        ("needs huggingface-hub", "pip install -r requirements-interop.txt"),
+    ),
+    Case(
+        "import-no-safetensors",
+        "model.safetensors without safetensors installed",
+        _without("safetensors"),
+        ("needs safetensors", "pip install -r requirements-interop.txt"),
+    ),
 ]
 
 
@@ -801,7 +1063,8 @@ def test_bad_input_is_one_line_naming_the_problem(case, tmp_path):
     assert documented is not None, f"{case.id} is not in docs/errors.md; run: python tests/test_import.py --write"
     assert documented[1] == error.status
     assert not case.exact or documented[2] == shown(error, tmp_path), (
-        f"docs/errors.md is out of date for {case.id}; run: python tests/test_import.py --write")
+        f"docs/errors.md is out of date for {case.id}; run: python tests/test_import.py --write"
+    )
 
 
 def test_a_block_size_above_the_positions_is_a_usage_error(tmp_path):
@@ -839,6 +1102,7 @@ def test_the_meta_pkl_reader_refuses_every_class_before_it_is_built(tmp_path):
 
 
 # --- docs/errors.md -----------------------------------------------------------------------------------------
+
 
 def doc_rows() -> dict[str, tuple[str, int, str]]:
     """{case id: (bad input, exit status, message)} from the table in docs/errors.md."""
@@ -884,5 +1148,7 @@ def test_a_nanogpt_configs_dataset_that_is_no_plain_name_sends_the_reader_nowher
 
     path = tmp_path / "out" / "ckpt.pt"
     assert meta_places(path, {"config": {"dataset": dataset}}) == [path.parent / META]
-    assert meta_places(path, {"config": {"dataset": "shakespeare_char"}})[1] == \
-        tmp_path / "data" / "shakespeare_char" / META
+    assert (
+        meta_places(path, {"config": {"dataset": "shakespeare_char"}})[1]
+        == tmp_path / "data" / "shakespeare_char" / META
+    )

@@ -17,7 +17,8 @@ from tests.commands import TEXT, one_line, run_sample
 from tests.random_checkpoints import KINDS, make_checkpoint
 
 transformers = pytest.importorskip(
-    "transformers", reason="transformers is optional: pip install -r requirements-interop.txt to test this")
+    "transformers", reason="transformers is optional: pip install -r requirements-interop.txt to test this"
+)
 
 LOGITS_TOL = 1e-4
 CLASSES = {"gpt2": "GPT2LMHeadModel", "modern": "Qwen3ForCausalLM"}
@@ -74,7 +75,7 @@ def test_an_attention_only_block_keeps_an_mlp_that_adds_exactly_zero(tmp_path, k
 
     model = load_model(make_checkpoint(tmp_path, kind), torch.device("cpu")).model
     hf = to_hf_model(model)
-    for block in (hf.transformer.h if kind.startswith("gpt2") else hf.model.layers):
+    for block in hf.transformer.h if kind.startswith("gpt2") else hf.model.layers:
         assert all(not t.any() for t in block.mlp.parameters())
         norm = block.ln_2 if kind.startswith("gpt2") else block.post_attention_layernorm
         assert torch.equal(norm.weight, torch.ones(model.config.n_embd))
@@ -106,8 +107,20 @@ def test_the_folder_tokenizer_gives_gptwatch_ids(tmp_path, kind):
     ours = load_model(checkpoint, torch.device("cpu")).tokenizer
     theirs = transformers.AutoTokenizer.from_pretrained(folder)
     lines = TEXT.splitlines(keepends=True)[:40]
-    texts = [TEXT, *lines, " ", "\n\n", "the  dog   saw \n ", PROMPT, f"the dog{EOT}the cat", EOT,
-             "THE DOG", "the xylophone", "<unk>", "zebra\t"]
+    texts = [
+        TEXT,
+        *lines,
+        " ",
+        "\n\n",
+        "the  dog   saw \n ",
+        PROMPT,
+        f"the dog{EOT}the cat",
+        EOT,
+        "THE DOG",
+        "the xylophone",
+        "<unk>",
+        "zebra\t",
+    ]
     assert check_same_ids(ours, theirs, texts) >= len(lines) + 2
 
 
@@ -120,7 +133,7 @@ def test_the_bpe_mapping_holds_on_a_real_corpus():
     corpus = shared_file("data/tinyshakespeare.txt").read_text(encoding="utf-8")
     ours = GPT2Tokenizer.from_text(corpus[:300_000])
     theirs = hf_tokenizer(ours)
-    windows = [corpus[i:i + 1500] for i in range(0, 600_000, 3000)]  # the second half: unseen tokens too
+    windows = [corpus[i : i + 1500] for i in range(0, 600_000, 3000)]  # the second half: unseen tokens too
     texts = windows + corpus[:300_000].splitlines(keepends=True)[:500] + [f"{EOT}ROMEO:{EOT}\n", "  \n\n  x"]
     assert check_same_ids(ours, theirs, texts) >= 500
 
@@ -138,8 +151,9 @@ def test_greedy_generation_with_the_kv_cache_equals_sample_py(tmp_path, kind):
         theirs = hf.generate(**prompt, do_sample=False, max_new_tokens=new, use_cache=True, pad_token_id=0)
     assert theirs.shape[1] == loaded.model.config.block_size
     assert theirs[0].tolist() == loaded.model.generate(prompt["input_ids"], new, temperature=0)[0].tolist()
-    code, out, err = run_sample([f"--out_dir={checkpoint}", f"--prompt={PROMPT}", "--temperature=0",
-                                 f"--max_new_tokens={new}", "--device=cpu"])
+    code, out, err = run_sample(
+        [f"--out_dir={checkpoint}", f"--prompt={PROMPT}", "--temperature=0", f"--max_new_tokens={new}", "--device=cpu"]
+    )
     assert code == 0, err
     assert out == loaded.tokenizer.decode(theirs[0].tolist()) + "\n"
     assert out == tokenizer.decode(theirs[0]) + "\n"

@@ -19,10 +19,13 @@ from watch.probesets import TEXT as TEXT_SET
 from watch.reading import read_results
 
 transformer_lens = pytest.importorskip(
-    "transformer_lens", reason="transformer-lens is optional: pip install -r requirements-interop.txt to test this")
+    "transformer_lens", reason="transformer-lens is optional: pip install -r requirements-interop.txt to test this"
+)
 if not hasattr(transformer_lens, "HookedTransformer"):
-    pytest.skip("this transformer-lens has no HookedTransformer (4.0 removed it); pip install -r "
-                "requirements-interop.txt", allow_module_level=True)
+    pytest.skip(
+        "this transformer-lens has no HookedTransformer (4.0 removed it); pip install -r requirements-interop.txt",
+        allow_module_level=True,
+    )
 
 LOGITS_TOL, PATTERN_TOL, SCORE_TOL = 1e-4, 1e-5, 1e-5
 SOURCES = [*KINDS, "trained-char", "trained-bpe"]
@@ -95,8 +98,10 @@ def tl_captures(hooked, sets: ProbeSets) -> list:
         for length in {len(ids) for ids in probe_set.ids}:
             rows = [i for i, ids in enumerate(probe_set.ids) if len(ids) == length]
             with torch.no_grad():
-                batch_logits, cache = hooked.run_with_cache(torch.tensor([probe_set.ids[i] for i in rows]),
-                                                            names_filter=lambda name: name.endswith("hook_pattern"))
+                batch_logits, cache = hooked.run_with_cache(
+                    torch.tensor([probe_set.ids[i] for i in rows]),
+                    names_filter=lambda name: name.endswith("hook_pattern"),
+                )
             for n, row in enumerate(rows):
                 patterns[row] = [cache[f"blocks.{layer}.attn.hook_pattern"][n] for layer in range(hooked.cfg.n_layers)]
                 logits[row] = batch_logits[n]
@@ -104,8 +109,9 @@ def tl_captures(hooked, sets: ProbeSets) -> list:
     return out
 
 
-@pytest.mark.parametrize("checkpoint", ["gpt2-char", "trained-char", "trained-bpe", "modern-bias", "gpt2-attn-only"],
-                         indirect=True)
+@pytest.mark.parametrize(
+    "checkpoint", ["gpt2-char", "trained-char", "trained-bpe", "modern-bias", "gpt2-attn-only"], indirect=True
+)
 def test_head_type_scores_from_transformer_lens_patterns_equal_gptwatch(checkpoint):
     loaded = load_model(checkpoint, torch.device("cpu"))
     model, tokenizer = loaded.model, loaded.tokenizer

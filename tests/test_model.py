@@ -86,13 +86,13 @@ def test_cached_decoding_matches_the_full_forward_pass(arch, bias, prompt):
     cache = KVCache(model, batch=2)
     with torch.inference_mode():
         got = [decode(model, tokens[:, :prompt], cache)]
-        got += [decode(model, tokens[:, t:t + 1], cache) for t in range(prompt, 12)]
-    torch.testing.assert_close(torch.stack(got, dim=1), full[:, prompt - 1:], atol=1e-5, rtol=1e-5)
+        got += [decode(model, tokens[:, t : t + 1], cache) for t in range(prompt, 12)]
+    torch.testing.assert_close(torch.stack(got, dim=1), full[:, prompt - 1 :], atol=1e-5, rtol=1e-5)
     assert cache.length == 12
     x = model.wte(tokens) + (model.wpe.weight[:12] if model.wpe is not None else 0)
     for layer, block in enumerate(model.blocks):
         _, keys, values = block.attn._project(block.ln_1(x))
-        held = cache.layers[layer].slot[:, :cache.length].transpose(1, 3)  # [B, H, 2, positions, head_dim]
+        held = cache.layers[layer].slot[:, : cache.length].transpose(1, 3)  # [B, H, 2, positions, head_dim]
         torch.testing.assert_close(held[:, :, 0], keys, atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(held[:, :, 1], values, atol=1e-5, rtol=1e-5)
         x = block(x)
@@ -106,8 +106,9 @@ def test_cached_decoding_drops_nothing_even_in_training_mode():
         model.train(training)
         cache = KVCache(model, batch=1)
         with torch.inference_mode():
-            logits[training] = [decode(model, tokens[:, :2], cache)] + [decode(model, tokens[:, t:t + 1], cache)
-                                                                         for t in range(2, 6)]
+            logits[training] = [decode(model, tokens[:, :2], cache)] + [
+                decode(model, tokens[:, t : t + 1], cache) for t in range(2, 6)
+            ]
     assert all(torch.equal(a, b) for a, b in zip(logits[False], logits[True], strict=True))
 
 
@@ -196,7 +197,7 @@ def test_ablated_cached_decoding_matches_the_ablated_forward_pass():
     cache, masks = KVCache(model, batch=2), model.head_ablations(ablate, tokens.device)
     with torch.inference_mode():
         got = [decode(model, tokens[:, :3], cache, masks)]
-        got += [decode(model, tokens[:, t:t + 1], cache, masks) for t in range(3, 12)]
+        got += [decode(model, tokens[:, t : t + 1], cache, masks) for t in range(3, 12)]
     torch.testing.assert_close(torch.stack(got, dim=1), full[:, 2:], atol=1e-5, rtol=1e-5)
 
 
@@ -209,16 +210,18 @@ def test_a_temperature_too_small_for_float32_samples_greedily(temperature):
 @pytest.mark.parametrize("top_p", [1e-300, 5e-324, 1e-50])
 def test_a_top_p_too_small_for_float32_keeps_the_most_likely_token(top_p):
     logits = torch.tensor([[1.0, 3.0, 2.0]])
-    picks = {int(sample_next(logits, 1.0, top_p=top_p, generator=torch.Generator().manual_seed(s)))
-             for s in range(20)}
+    picks = {int(sample_next(logits, 1.0, top_p=top_p, generator=torch.Generator().manual_seed(s))) for s in range(20)}
     assert picks == {1}
 
 
 # --- the options: attention alone, relative positions -----------------------------------------------------
 
-OPTIONS = {"attn_only": {"attn_only": True}, "relative": {"relative_positions": True},
-           "attn_only+relative": {"attn_only": True, "relative_positions": True},
-           "modern+attn_only": {"arch": "modern", "attn_only": True}}
+OPTIONS = {
+    "attn_only": {"attn_only": True},
+    "relative": {"relative_positions": True},
+    "attn_only+relative": {"attn_only": True, "relative_positions": True},
+    "modern+attn_only": {"arch": "modern", "attn_only": True},
+}
 
 
 def decisive(options: dict) -> "GPT":  # noqa: F821
@@ -235,10 +238,10 @@ def test_attention_only_blocks_have_no_mlp_and_relative_positions_no_position_ta
     assert not any(".mlp." in name or ".ln_2." in name for name in names) and "wpe.weight" not in names
     assert model.wpe is None and all(block.mlp is None and block.ln_2 is None for block in model.blocks)
     biases = [block.attn.position_bias for block in model.blocks]
-    assert all(b.shape == (2, 16) and not b.any() for b in biases)   # [head, distance], starting at zero
+    assert all(b.shape == (2, 16) and not b.any() for b in biases)  # [head, distance], starting at zero
     total = sum(p.numel() for p in model.parameters())
-    assert parameter_count(model.config, positions=False) == total - 2 * 2 * 16   # without the positions, as GPT-2
-    assert parameter_count(tiny_model(attn_only=True).config, positions=False) == total - 2 * 2 * 16   # the same
+    assert parameter_count(model.config, positions=False) == total - 2 * 2 * 16  # without the positions, as GPT-2
+    assert parameter_count(tiny_model(attn_only=True).config, positions=False) == total - 2 * 2 * 16  # the same
 
 
 def test_relative_positions_are_an_option_of_gpt2_only():
@@ -255,7 +258,7 @@ def test_options_the_readable_path_and_cached_decoding_give_the_same_logits(opti
     torch.testing.assert_close(readable, full, atol=1e-5, rtol=1e-5)
     cache = KVCache(model, batch=2)
     with torch.inference_mode():
-        got = [decode(model, tokens[:, :4], cache)] + [decode(model, tokens[:, t:t + 1], cache) for t in range(4, 16)]
+        got = [decode(model, tokens[:, :4], cache)] + [decode(model, tokens[:, t : t + 1], cache) for t in range(4, 16)]
     torch.testing.assert_close(torch.stack(got, dim=1), full[:, 3:], atol=1e-5, rtol=1e-5)
 
 
@@ -267,8 +270,10 @@ def test_options_greedy_text_is_the_same_with_and_without_the_kv_cache(options, 
     cached = model.generate(prompt, new_tokens, temperature=0, use_cache=True)
     assert torch.equal(cached, model.generate(prompt, new_tokens, temperature=0, use_cache=False))
     ablate = Ablation([(0, 1), (1, 0)])
-    assert torch.equal(model.generate(prompt, new_tokens, temperature=0, ablate=ablate),
-                       model.generate(prompt, new_tokens, temperature=0, ablate=ablate, use_cache=False))
+    assert torch.equal(
+        model.generate(prompt, new_tokens, temperature=0, ablate=ablate),
+        model.generate(prompt, new_tokens, temperature=0, ablate=ablate, use_cache=False),
+    )
 
 
 def test_cropping_the_block_crops_the_relative_biases_and_keeps_the_function():
@@ -283,8 +288,8 @@ def test_cropping_the_block_crops_the_relative_biases_and_keeps_the_function():
 def test_the_options_are_recorded_only_when_set():
     from model.config import CONFIG_KEYS
 
-    assert {"attn_only", "relative_positions"} <= set(CONFIG_KEYS)   # keys of a training config
-    assert "attn_only" not in GPTConfig(vocab_size=10).to_dict()    # a checkpoint without them: as before
+    assert {"attn_only", "relative_positions"} <= set(CONFIG_KEYS)  # keys of a training config
+    assert "attn_only" not in GPTConfig(vocab_size=10).to_dict()  # a checkpoint without them: as before
     config = GPTConfig(vocab_size=10, attn_only=True, relative_positions=True)
     assert config.to_dict()["attn_only"] is config.to_dict()["relative_positions"] is True
     assert GPTConfig(**config.to_dict()) == config

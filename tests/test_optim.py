@@ -71,7 +71,7 @@ def test_orthogonalise_in_bfloat16_points_the_same_way_as_in_float32():
 def test_muon_dtype_auto_follows_the_hardware():
     cpu = torch.device("cpu")
     checks = [getattr(torch.cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
-    native = any(check is not None and check() for check in checks)   # bfloat16 matmuls in this CPU's hardware
+    native = any(check is not None and check() for check in checks)  # bfloat16 matmuls in this CPU's hardware
     assert iteration_dtype("auto", cpu) == (torch.bfloat16 if native else torch.float32)
     assert iteration_dtype("auto", torch.device("cuda")) == torch.bfloat16
     assert iteration_dtype("auto", torch.device("mps")) == torch.float32
@@ -127,5 +127,7 @@ def test_muon_lowers_the_loss_and_its_state_round_trips():
     state = opt.state_dict()
     again = make_optimizer(model, TrainConfig(optimizer="muon", learning_rate=3e-3), torch.device("cpu"))
     again.load_state(state)
-    assert torch.equal(again.optimizers[1].state[next(iter(again.optimizers[1].state))]["momentum_buffer"],
-                       opt.optimizers[1].state[next(iter(opt.optimizers[1].state))]["momentum_buffer"])
+    assert torch.equal(
+        again.optimizers[1].state[next(iter(again.optimizers[1].state))]["momentum_buffer"],
+        opt.optimizers[1].state[next(iter(opt.optimizers[1].state))]["momentum_buffer"],
+    )

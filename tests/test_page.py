@@ -17,7 +17,7 @@ from watch.capture import capture_attention
 from watch.heads import focused_head
 from watch.page import DATA_ID, SentenceView, attention_page, write_page
 
-TEXTS = ["the dog saw a cat. it ran.", "a <cat> & \"dog\" </script>"]
+TEXTS = ["the dog saw a cat. it ran.", 'a <cat> & "dog" </script>']
 
 
 def demo_views():
@@ -55,7 +55,7 @@ def test_the_weights_in_the_page_are_the_captured_ones():
             full = torch.zeros_like(pattern)
             for h, head in enumerate(layer):
                 for q, row in enumerate(head):
-                    full[h, q, :q + 1] = torch.tensor(row, dtype=torch.float32)
+                    full[h, q, : q + 1] = torch.tensor(row, dtype=torch.float32)
             assert torch.equal(full, pattern)
 
 
@@ -111,14 +111,16 @@ def test_training_and_sample_write_the_page(tmp_path):
     for layer, layer_json in zip(sentence["weights"], patterns, strict=True):
         for head, head_json in zip(layer, layer_json, strict=True):
             for q, row in enumerate(head):
-                assert row == pytest.approx(head_json[q][:q + 1], abs=1e-6)
+                assert row == pytest.approx(head_json[q][: q + 1], abs=1e-6)
 
 
 def test_the_page_works_in_headless_chromium(tmp_path):
     binary = find_chromium()
     if binary is None:
-        pytest.skip("no Chromium on PATH (chromium, chromium-browser, google-chrome) and $CHROMIUM unset; "
-                    "install it (apt-get install chromium) to test the attention page in a browser")
+        pytest.skip(
+            "no Chromium on PATH (chromium, chromium-browser, google-chrome) and $CHROMIUM unset; "
+            "install it (apt-get install chromium) to test the attention page in a browser"
+        )
     views, _ = demo_views()
     page = write_page(tmp_path / "page.html", attention_page(views, "demo"))
     shown = "document.getElementById('readout').textContent"
@@ -139,15 +141,17 @@ def test_the_page_works_in_headless_chromium(tmp_path):
         browser.press(session, "ArrowRight", 39)
         assert browser.evaluate(session, shown).startswith('from "o" (token 5)')
         browser.move_mouse(session, 1, 1)  # off the tokens, so none is hovered when the sentence changes
-        browser.evaluate(session, "(s => { s.value = '1'; s.dispatchEvent(new Event('change')); })"
-                                  "(document.getElementById('sentence'))")
+        browser.evaluate(
+            session,
+            "(s => { s.value = '1'; s.dispatchEvent(new Event('change')); })(document.getElementById('sentence'))",
+        )
         assert browser.evaluate(session, shown).startswith(f"from {json.dumps(views[1].tokens[-1])} (token ")
         problems, requests = browser.problems(), browser.requests()
     assert problems == []
     assert requests and all(url.startswith("file:") for url in requests), requests
 
 
-SENTENCE = "Then the king said to the girl, 'Take this ring, it is yours.'"   # 62 characters
+SENTENCE = "Then the king said to the girl, 'Take this ring, it is yours.'"  # 62 characters
 
 
 def char_page(tmp_path, text: str, block_size: int):
@@ -159,8 +163,9 @@ def char_page(tmp_path, text: str, block_size: int):
         torch.nn.init.normal_(p, std=0.5)
     ids = tokenizer.encode(text)
     view = SentenceView(text, tokenizer.token_strings(ids), capture_attention(model, [ids])[0])
-    return write_page(tmp_path / "page.html", attention_page([view], "a sentence of characters",
-                                                          {"L0H1": "previous-token"})), view
+    return write_page(
+        tmp_path / "page.html", attention_page([view], "a sentence of characters", {"L0H1": "previous-token"})
+    ), view
 
 
 GEOMETRY = """(() => {
@@ -176,18 +181,22 @@ GEOMETRY = """(() => {
 def test_a_sentence_of_a_block_of_characters_keeps_its_selected_token_and_head_rows_in_view(tmp_path):
     binary = find_chromium()
     if binary is None:
-        pytest.skip("no Chromium on PATH (chromium, chromium-browser, google-chrome) and $CHROMIUM unset; "
-                    "install it (apt-get install chromium) to test the attention page in a browser")
+        pytest.skip(
+            "no Chromium on PATH (chromium, chromium-browser, google-chrome) and $CHROMIUM unset; "
+            "install it (apt-get install chromium) to test the attention page in a browser"
+        )
     assert len(SENTENCE) >= 60
-    long_text = " ".join([SENTENCE] * 3)   # 188 characters: wider than any window, so the row must scroll
+    long_text = " ".join([SENTENCE] * 3)  # 188 characters: wider than any window, so the row must scroll
     with Browser(binary, tmp_path / "profile") as browser:
         for text, block, scrolls in ((SENTENCE, 64, False), (long_text, 192, True)):
             page, view = char_page(tmp_path, text, block)
             session = browser.open(page.as_uri())
-            browser.send("Emulation.setDeviceMetricsOverride", {"width": 1280, "height": 800,
-                                                                 "deviceScaleFactor": 1, "mobile": False},
-                         session=session)
-            browser.evaluate(session, "pickSentence(0)")   # laid out again at the laptop's width
+            browser.send(
+                "Emulation.setDeviceMetricsOverride",
+                {"width": 1280, "height": 800, "deviceScaleFactor": 1, "mobile": False},
+                session=session,
+            )
+            browser.evaluate(session, "pickSentence(0)")  # laid out again at the laptop's width
             shown = browser.evaluate(session, GEOMETRY)
             left, right = shown["scroller"]
             assert shown["scrolls"] == scrolls, shown

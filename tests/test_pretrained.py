@@ -71,10 +71,12 @@ def sample(*args: str) -> tuple[str, str]:
 
 # --- every mode ------------------------------------------------------------------------------------------------
 
+
 def test_plain_sampling_streams_what_the_models_own_generate_gives(source):
     loaded = load_model(identify(source), CPU)
-    out, err = sample(f"--init_from={source}", "--prompt=the dog", "--temperature=0", "--max_new_tokens=12",
-                      "--device=cpu")
+    out, err = sample(
+        f"--init_from={source}", "--prompt=the dog", "--temperature=0", "--max_new_tokens=12", "--device=cpu"
+    )
     assert err == describe(loaded) + "\n"
     ids = loaded.tokenizer.encode("the dog")
     expected = loaded.model.generate(torch.tensor([ids]), 12, temperature=0)[0].tolist()
@@ -106,7 +108,7 @@ def test_heads_on_the_users_text_with_a_head_removed(source, tmp_path):
 
 def test_attention_heatmaps_go_under_out_and_its_name(source, tmp_path):
     out, _ = sample(f"--init_from={source}", "--attention=the dog saw it")
-    kind = "nanogpt" if (source / "ckpt.pt").exists() else "huggingface"   # named for what it is, never its own folder
+    kind = "nanogpt" if (source / "ckpt.pt").exists() else "huggingface"  # named for what it is, never its own folder
     folder = Path("out") / f"{kind}-{source.name}" / "attention"
     assert f"heatmaps: {folder}/the_dog_saw_it_*.png" in out
     assert sorted(p.name for p in (tmp_path / folder).iterdir())[0].startswith("the_dog_saw_it_")
@@ -145,8 +147,13 @@ def test_the_padding_rows_of_nanogpts_vocabulary_are_never_sampled(nanogpt, tmp_
         logits = loaded.model(torch.randint(GPT2_VOCAB, (4, 9)), all_logits=True)[0]
     assert bool((logits.argmax(-1) >= GPT2_VOCAB).all())  # unmasked, the padding would always win
     for temperature in ("0", "1.0"):
-        out, _ = sample(f"--init_from={path}", "--prompt=Hello", f"--temperature={temperature}",
-                        "--max_new_tokens=20", "--device=cpu")
+        out, _ = sample(
+            f"--init_from={path}",
+            "--prompt=Hello",
+            f"--temperature={temperature}",
+            "--max_new_tokens=20",
+            "--device=cpu",
+        )
         ids = loaded.tokenizer.encode(out.removesuffix("\n"))
         assert len(ids) > 1 and max(ids) < GPT2_VOCAB
 
@@ -164,6 +171,7 @@ def test_both_out_dir_and_init_from_is_one_usage_line(tmp_path):
 
 
 # --- the same scores as TransformerLens ------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("which", SOURCES)
 def test_head_type_scores_equal_transformer_lens_on_the_exported_model(which, tmp_path, monkeypatch, nanogpt):
@@ -199,6 +207,7 @@ def test_head_type_scores_equal_transformer_lens_on_the_exported_model(which, tm
 
 
 # --- out with --export hf, back in with --init_from --------------------------------------------------------------
+
 
 @pytest.mark.parametrize("kind", ["gpt2-char", "gpt2-bpe"])
 def test_an_hf_export_read_back_computes_the_same_function(kind, tmp_path):

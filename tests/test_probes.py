@@ -58,7 +58,7 @@ def test_pronoun_query_is_its_last_sub_token(name, request):
     text = "The dog fetched the ball and xe smiled ."
     aligned = Probe(text, "xe", "dog", "ball").align(tokenizer)
     # "xe" is two tokens in both vocabularies: " x"+"e" and "x"+"e".
-    assert aligned.tokens[aligned.pronoun_pos - 1: aligned.pronoun_pos + 1] in ([" x", "e"], ["x", "e"])
+    assert aligned.tokens[aligned.pronoun_pos - 1 : aligned.pronoun_pos + 1] in ([" x", "e"], ["x", "e"])
     assert aligned.continuation_pos in (aligned.pronoun_pos, aligned.pronoun_pos + 1)
 
 
@@ -67,15 +67,20 @@ def test_gpt2_continuation_is_predicted_at_the_pronoun(gpt2):
     aligned = Probe(**record).align(gpt2)
     assert aligned.continuation_pos == aligned.pronoun_pos
     assert aligned.continuation_ids == [gpt2.encode(" " + w)[0] for w in record["continuations"]]
-    assert aligned.distractor_continuation_ids == [gpt2.encode(" " + w)[0]
-                                                   for w in record["distractor_continuations"]]
+    assert aligned.distractor_continuation_ids == [gpt2.encode(" " + w)[0] for w in record["distractor_continuations"]]
     assert aligned.ids[aligned.continuation_pos + 1] in aligned.continuation_ids  # the text's own next word
     assert not set(aligned.continuation_ids) & set(aligned.distractor_continuation_ids)
 
 
 def test_char_continuation_is_predicted_at_the_space(char):
-    probe = Probe("The dog fetched the ball and she barked .", "she", "dog", "ball",
-                  continuations=["barked", "bit", "wagged"], distractor_continuations=["rolled"])
+    probe = Probe(
+        "The dog fetched the ball and she barked .",
+        "she",
+        "dog",
+        "ball",
+        continuations=["barked", "bit", "wagged"],
+        distractor_continuations=["rolled"],
+    )
     aligned = probe.align(char)
     assert aligned.continuation_pos == aligned.pronoun_pos + 1
     assert aligned.tokens[aligned.continuation_pos] == " "
@@ -127,8 +132,9 @@ def test_unknown_text_raises_the_tokenizer_error(char, gpt2):
     with pytest.raises(TokenizerError):
         Probe("The Zebra saw the ball and it rolled away .", "it", "ball", "Zebra").align(char)
     with pytest.raises(TokenizerError):
-        Probe("The dog saw the ball and it rolled away .", "it", "ball", "dog",
-              continuations=["xylophoned"]).align(gpt2)
+        Probe("The dog saw the ball and it rolled away .", "it", "ball", "dog", continuations=["xylophoned"]).align(
+            gpt2
+        )
 
 
 def write_lines(tmp_path, *lines: str):
@@ -137,27 +143,45 @@ def write_lines(tmp_path, *lines: str):
     return path
 
 
-GOOD = json.dumps({"text": "the dog saw the ball and she ran .", "pronoun": "she", "referent": "dog",
-                   "distractor": "ball"})
+GOOD = json.dumps(
+    {"text": "the dog saw the ball and she ran .", "pronoun": "she", "referent": "dog", "distractor": "ball"}
+)
 
 
-@pytest.mark.parametrize("bad, problem", [
-    ("{not json", "not valid JSON"),
-    ('{"text": "the dog ran", "pronoun": "he", "referent": "dog"}', "missing field.*'distractor'"),
-    ('{"text": "the dog saw the ball", "pronoun": "she", "referent": "cat", "distractor": "ball"}',
-     "referent 'cat' does not occur"),
-    ('{"text": "the dog saw a ball and he ran", "pronoun": "he", "referent": "dog", "distractor": "ball",'
-     ' "continuation": ["ran"]}', "unknown field.*'continuation'"),
-    ('{"text": "the dog saw a ball and he ran", "pronoun": "he", "referent": "dog", "distractor": "ball",'
-     ' "continuations": "ran"}', "continuations must be a list"),
-    ('["a list"]', "expected a JSON object"),
-    ('{"text": "the dog saw the ball", "pronoun": "it", "referent": "dog", "distractor": "dog"}',
-     "distractor 'dog' is the same word as the referent, and occurs only once"),
-    ('{"text": "the dog saw it", "pronoun": "it", "referent": "dog", "distractor": "it"}',
-     "the pronoun 'it' and the distractor 'it' are the same place in the text"),
-    ('{"text": "the big dog saw it", "pronoun": "it", "referent": "big dog", "distractor": "dog"}',
-     "the referent 'big dog' and the distractor 'dog' are the same place"),
-])
+@pytest.mark.parametrize(
+    "bad, problem",
+    [
+        ("{not json", "not valid JSON"),
+        ('{"text": "the dog ran", "pronoun": "he", "referent": "dog"}', "missing field.*'distractor'"),
+        (
+            '{"text": "the dog saw the ball", "pronoun": "she", "referent": "cat", "distractor": "ball"}',
+            "referent 'cat' does not occur",
+        ),
+        (
+            '{"text": "the dog saw a ball and he ran", "pronoun": "he", "referent": "dog", "distractor": "ball",'
+            ' "continuation": ["ran"]}',
+            "unknown field.*'continuation'",
+        ),
+        (
+            '{"text": "the dog saw a ball and he ran", "pronoun": "he", "referent": "dog", "distractor": "ball",'
+            ' "continuations": "ran"}',
+            "continuations must be a list",
+        ),
+        ('["a list"]', "expected a JSON object"),
+        (
+            '{"text": "the dog saw the ball", "pronoun": "it", "referent": "dog", "distractor": "dog"}',
+            "distractor 'dog' is the same word as the referent, and occurs only once",
+        ),
+        (
+            '{"text": "the dog saw it", "pronoun": "it", "referent": "dog", "distractor": "it"}',
+            "the pronoun 'it' and the distractor 'it' are the same place in the text",
+        ),
+        (
+            '{"text": "the big dog saw it", "pronoun": "it", "referent": "big dog", "distractor": "dog"}',
+            "the referent 'big dog' and the distractor 'dog' are the same place",
+        ),
+    ],
+)
 def test_load_errors_name_the_file_and_line(tmp_path, bad, problem):
     path = write_lines(tmp_path, GOOD, "", bad)
     with pytest.raises(UserError) as info:

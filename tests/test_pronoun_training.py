@@ -16,9 +16,16 @@ def demo(tmp_path_factory):
     require_gpt2()
     tmp = tmp_path_factory.mktemp("pronouns")
     # The demo as configs/pronouns.toml trains it (its steps, rate and seed), evaluated once at the end.
-    args = ["configs/pronouns.toml", f"--data_dir={tmp / 'prep'}",
-            f"--out_dir={tmp / 'out'}", f"--log_dir={tmp / 'runs'}", "--run_name=p",
-            "--eval_interval=10000", "--eval_iters=2", "--sample_tokens=0"]
+    args = [
+        "configs/pronouns.toml",
+        f"--data_dir={tmp / 'prep'}",
+        f"--out_dir={tmp / 'out'}",
+        f"--log_dir={tmp / 'runs'}",
+        "--run_name=p",
+        "--eval_interval=10000",
+        "--eval_iters=2",
+        "--sample_tokens=0",
+    ]
     assert run_cli(train.main, args) == 0
     return tmp
 
@@ -42,8 +49,9 @@ def test_ablating_the_best_head_hurts_the_continuation(demo, capsys):
     probes = next((demo / "prep").glob("pronouns-*/probes.jsonl"))
     run_cli(sample.main, [f"--out_dir={demo / 'out'}", f"--probes={probes}", "--json"])
     report = json.loads(capsys.readouterr().out)
-    run_cli(sample.main, [f"--out_dir={demo / 'out'}", f"--probes={probes}", "--json",
-                          f"--ablate={report['best']['name']}"])
+    run_cli(
+        sample.main, [f"--out_dir={demo / 'out'}", f"--probes={probes}", "--json", f"--ablate={report['best']['name']}"]
+    )
     ablated = json.loads(capsys.readouterr().out)
     assert ablated["continuation_accuracy"] < report["continuation_accuracy"]
     assert ablated["continuation_accuracy_without_ablation"] == pytest.approx(report["continuation_accuracy"])

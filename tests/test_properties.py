@@ -23,6 +23,7 @@ texts = st.one_of(corpus_like, st.text(max_size=60))
 
 # --- tokenizers -------------------------------------------------------------------------------------------
 
+
 @FEW
 @given(texts)
 def test_char_tokenizer_round_trips_its_corpus(text):
@@ -70,12 +71,36 @@ def test_gpt2_tokenizer_refuses_exactly_the_unseen_tokens(corpus, other):
 
 keys = st.one_of(st.sampled_from(sorted(FIELDS)), st.text(max_size=12))
 cli_values = st.one_of(
-    st.text(max_size=20), st.integers().map(str), st.floats().map(str),
-    st.sampled_from(["", "true", "no", "[]", '["a", "b"]', "[1, 2]", "[", "nan", "-inf", "1e400", "0", "-3",
-                     "1_000", "0x10", "char", "gpt2", "cpu", "modern", "muon"]))
+    st.text(max_size=20),
+    st.integers().map(str),
+    st.floats().map(str),
+    st.sampled_from(
+        [
+            "",
+            "true",
+            "no",
+            "[]",
+            '["a", "b"]',
+            "[1, 2]",
+            "[",
+            "nan",
+            "-inf",
+            "1e400",
+            "0",
+            "-3",
+            "1_000",
+            "0x10",
+            "char",
+            "gpt2",
+            "cpu",
+            "modern",
+            "muon",
+        ]
+    ),
+)
 cli_args = st.one_of(
-    st.builds(lambda k, sep, v: f"--{k}{sep}{v}", keys, st.sampled_from(["=", ""]), cli_values),
-    st.text(max_size=20))
+    st.builds(lambda k, sep, v: f"--{k}{sep}{v}", keys, st.sampled_from(["=", ""]), cli_values), st.text(max_size=20)
+)
 
 
 @MANY
@@ -101,13 +126,20 @@ def _toml_literal(value) -> str:
 
 
 toml_values = st.one_of(
-    st.booleans(), st.integers(), st.floats(), st.text(max_size=20),
-    st.lists(st.text(max_size=8), max_size=3), st.lists(st.integers(), max_size=3))
+    st.booleans(),
+    st.integers(),
+    st.floats(),
+    st.text(max_size=20),
+    st.lists(st.text(max_size=8), max_size=3),
+    st.lists(st.integers(), max_size=3),
+)
 toml_documents = st.one_of(
     st.dictionaries(keys, toml_values, max_size=6).map(
-        lambda d: "".join(f"{json.dumps(k, ensure_ascii=False)} = {_toml_literal(v)}\n" for k, v in d.items())),
+        lambda d: "".join(f"{json.dumps(k, ensure_ascii=False)} = {_toml_literal(v)}\n" for k, v in d.items())
+    ),
     st.text(max_size=80),
-    st.binary(max_size=80))
+    st.binary(max_size=80),
+)
 
 
 @pytest.fixture(scope="module")

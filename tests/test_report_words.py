@@ -16,12 +16,20 @@ def _reading(numbers: dict, text_windows: int = 8, length: int = 64) -> SimpleNa
 
 
 def test_every_signed_in_context_figure_counts_nats_saved():
-    reading = _reading({"in_context_gain": 0.056, "in_context_gain_spread": 0.01, "loss_first_copy": 4.0,
-                        "loss_second_copy": 3.944, "in_context_score": -0.221, "in_context_score_spread": 0.02})
+    reading = _reading(
+        {
+            "in_context_gain": 0.056,
+            "in_context_gain_spread": 0.01,
+            "loss_first_copy": 4.0,
+            "loss_second_copy": 3.944,
+            "in_context_score": -0.221,
+            "in_context_score_spread": 0.02,
+        }
+    )
     gain, score = in_context_lines(reading)
     assert "+0.056 ± 0.010 nats/token: the second copy is predicted 0.056 nats better" in gain
     assert "+0.221 ± 0.020 nats: later in the context, tokens are predicted 0.221 nats better" in score
-    assert "Olsson et al.'s late-minus-early loss, -0.221" in score   # the published score, named as such
+    assert "Olsson et al.'s late-minus-early loss, -0.221" in score  # the published score, named as such
     assert "+ is better" in SIGNS
 
 
@@ -33,12 +41,17 @@ def _removed(heads: list[str], kind: str, numbers: dict) -> AblationResult:
 
 def test_a_head_whose_removal_alone_changes_nothing_is_said_to_be_backed_up_by_its_partner():
     reading = _reading({"continuation_accuracy": 1.0})
-    found = [_removed(["L0H3"], "pronoun", {"continuation_accuracy": 1.0}),
-             _removed(["L0H0"], "pronoun", {"continuation_accuracy": 0.363}),
-             _removed(["L0H0", "L0H3"], "pronoun", {"continuation_accuracy": 0.07})]
+    found = [
+        _removed(["L0H3"], "pronoun", {"continuation_accuracy": 1.0}),
+        _removed(["L0H0"], "pronoun", {"continuation_accuracy": 0.363}),
+        _removed(["L0H0", "L0H3"], "pronoun", {"continuation_accuracy": 0.07}),
+    ]
     alone, other, both = ablation_lines(reading, found).splitlines()
-    assert re.search(r"removing L0H3 .* from 1\.000 to 1\.000 \(\+0\.0 points\): no effect alone, because L0H0 "
-                     r"does the same job .* removing L0H0 and L0H3 together loses 93% of it", alone)
+    assert re.search(
+        r"removing L0H3 .* from 1\.000 to 1\.000 \(\+0\.0 points\): no effect alone, because L0H0 "
+        r"does the same job .* removing L0H0 and L0H3 together loses 93% of it",
+        alone,
+    )
     assert "no effect alone" not in other and "no effect alone" not in both
 
 

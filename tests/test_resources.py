@@ -13,9 +13,17 @@ from trainer import runtime
 MIB = 1 << 20
 
 
-@pytest.mark.parametrize("arch,options", [("gpt2", {}), ("modern", {}), ("gpt2", {"attn_only": True}),
-                                          ("gpt2", {"relative_positions": True}), ("modern", {"attn_only": True}),
-                                          ("gpt2", {"attn_only": True, "relative_positions": True})])
+@pytest.mark.parametrize(
+    "arch,options",
+    [
+        ("gpt2", {}),
+        ("modern", {}),
+        ("gpt2", {"attn_only": True}),
+        ("gpt2", {"relative_positions": True}),
+        ("modern", {"attn_only": True}),
+        ("gpt2", {"attn_only": True, "relative_positions": True}),
+    ],
+)
 def test_the_estimate_of_the_parameters_is_a_lower_bound(arch, options):
     """Refusing must never be wrong: the estimate is what the model really holds, counted once (`parameter_count`)."""
     cfg = TrainConfig.from_keys(arch=arch, n_layer=3, n_head=2, n_embd=32, block_size=16, **options)
@@ -50,8 +58,10 @@ def test_an_allocation_that_fails_anyway_is_one_line_and_other_errors_pass_throu
     cfg = TrainConfig(batch_size=64)
     with pytest.raises(UserError, match=r"^ran out of memory \(.*not enough memory.*\); lower --batch_size"):
         with runtime.out_of_memory(cfg):
-            raise RuntimeError("[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: not enough memory: "
-                               "you tried to allocate 1099511627776 bytes.")
+            raise RuntimeError(
+                "[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: not enough memory: "
+                "you tried to allocate 1099511627776 bytes."
+            )
     with pytest.raises(UserError, match="ran out of memory"):
         with runtime.out_of_memory(cfg):
             raise MemoryError

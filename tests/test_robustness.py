@@ -60,6 +60,7 @@ def same_tensors(a: dict, b: dict) -> bool:
 
 # --- saving: atomic, and a failed save changes nothing ------------------------------------------
 
+
 def _checkpoint(step: int) -> dict:
     return {"step": step, "weights": torch.full((64, 64), float(step))}
 
@@ -73,10 +74,14 @@ def _failing_rename(src, dst):
     raise OSError(errno.EIO, os.strerror(errno.EIO))
 
 
-@pytest.mark.parametrize("target,replacement,reason", [
-    ("torch.save", _full_disk_after_some_bytes, "No space left on device"),
-    ("os.replace", _failing_rename, "Input/output error"),
-], ids=["disk-full-mid-write", "rename-fails"])
+@pytest.mark.parametrize(
+    "target,replacement,reason",
+    [
+        ("torch.save", _full_disk_after_some_bytes, "No space left on device"),
+        ("os.replace", _failing_rename, "Input/output error"),
+    ],
+    ids=["disk-full-mid-write", "rename-fails"],
+)
 def test_crash_during_save_keeps_previous_checkpoint(tmp_path, monkeypatch, target, replacement, reason):
     path = tmp_path / "ckpt.pt"
     save_checkpoint(path, _checkpoint(1))
@@ -109,6 +114,7 @@ def test_interrupt_during_save_leaves_no_temp_file(tmp_path, monkeypatch):
 
 
 # --- loading: only what this trainer wrote ------------------------------------------------------
+
 
 @dataclasses.dataclass
 class Settings:
@@ -152,16 +158,19 @@ def _good(folder: Path) -> Path:
     return good
 
 
-@pytest.mark.parametrize("kind,words", [
-    ("dataclass", ["refusing", "pickled Python object", "Settings"]),
-    ("code", ["refusing", "pickled Python object (io.open)"]),
-    ("truncated", ["not a readable checkpoint", "truncated"]),
-    ("random", ["not a checkpoint written by this trainer"]),
-    ("text", ["not a checkpoint written by this trainer"]),
-    ("tensor", ["not a checkpoint written by this trainer"]),
-    ("empty", ["is empty"]),
-    ("version", ["format version 99", "reads version 1"]),
-])
+@pytest.mark.parametrize(
+    "kind,words",
+    [
+        ("dataclass", ["refusing", "pickled Python object", "Settings"]),
+        ("code", ["refusing", "pickled Python object (io.open)"]),
+        ("truncated", ["not a readable checkpoint", "truncated"]),
+        ("random", ["not a checkpoint written by this trainer"]),
+        ("text", ["not a checkpoint written by this trainer"]),
+        ("tensor", ["not a checkpoint written by this trainer"]),
+        ("empty", ["is empty"]),
+        ("version", ["format version 99", "reads version 1"]),
+    ],
+)
 def test_untrusted_or_broken_checkpoints_are_refused_clearly(tmp_path, kind, words):
     path = tmp_path / "ckpt.pt"
     _write_bad(kind, path, _good(tmp_path).read_bytes())
@@ -180,6 +189,7 @@ def test_missing_checkpoint_says_where_it_looked(tmp_path):
 
 
 # --- resume: bit-identical to a run that never stopped -------------------------------------------
+
 
 @pytest.mark.parametrize("optimizer", ["adamw", "muon"])
 def test_resume_equals_straight_run(tmp_path, optimizer):
@@ -273,11 +283,18 @@ def test_resume_with_a_shorter_block_size_trains_on(tmp_path):
 
 # --- signals and kill -9, in a real process --------------------------------------------------------
 
+
 def _start(args: list[str]) -> tuple[subprocess.Popen, list[str]]:
     """train.py in a process whose stdout lines arrive in the returned list while it runs."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, "train.py", *args], cwd=ROOT, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "train.py", *args],
+        cwd=ROOT,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     lines: list[str] = []
     proc.reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
     proc.reader.start()
@@ -333,12 +350,16 @@ def test_kill_9_loses_at_most_ckpt_interval_steps(tmp_path):
     # The killed run's lock file is left behind but held by nobody: the next run takes it over and says so.
     code, _, err = run_train([*args, "--resume", f"--max_iters={checkpoint['step'] + 1}"])
     assert code == 0 and err.count("\n") == 1
-    assert re.fullmatch(rf"warning: \S+\.lock was left by a run that has ended \(pid {proc.pid} on .*\); "
-                        rf"taking it over\n", err), err
+    assert re.fullmatch(
+        rf"warning: \S+\.lock was left by a run that has ended \(pid {proc.pid} on .*\); "
+        rf"taking it over\n",
+        err,
+    ), err
     assert not (tmp_path / "out" / ".lock").exists()  # released at the end
 
 
 # --- divergence --------------------------------------------------------------------------------------
+
 
 def test_absurd_learning_rate_stops_with_one_line(tmp_path):
     code, _, err = run_train(tiny_args(tmp_path, "--learning_rate=1e6", "--ckpt_interval=1"))
@@ -364,9 +385,11 @@ def test_nan_loss_names_the_step_and_keeps_the_last_checkpoint(tmp_path, monkeyp
     code, _, err = run_train(tiny_args(tmp_path, "--ckpt_interval=2"))
     assert code == 1
     checkpoint_file = tmp_path / "out" / "ckpt.pt"
-    assert one_line(err) == (f"error: the loss became nan at step 4; training stopped with {checkpoint_file} left at "
-                             f"step 4, the last state whose loss was sane; resume from it with a lower --learning_rate "
-                             f"(now 0.001)\n")
+    assert one_line(err) == (
+        f"error: the loss became nan at step 4; training stopped with {checkpoint_file} left at "
+        f"step 4, the last state whose loss was sane; resume from it with a lower --learning_rate "
+        f"(now 0.001)\n"
+    )
     checkpoint = load_checkpoint(checkpoint_file)
     assert checkpoint["step"] == 4 and all(torch.isfinite(t).all() for t in checkpoint["model"].values())
 
@@ -412,6 +435,7 @@ def test_temp_files_of_a_killed_save_are_cleaned_up(tmp_path):
 
 # --- one run per out_dir -----------------------------------------------------------------------------
 
+
 def test_a_second_run_into_the_same_out_dir_is_refused_and_destroys_nothing(trained, tmp_path):
     """Two real processes. Unlocked, both would exit 0, one replacing the other's checkpoint and both
     keeping the earlier run's as ckpt.prev.pt, so that earlier run would be lost."""
@@ -421,8 +445,13 @@ def test_a_second_run_into_the_same_out_dir_is_refused_and_destroys_nothing(trai
 
     first, lines = _start(tiny_args(tmp_path, "--max_iters=1000000", "--eval_interval=1000000", "--seed=2"))
     _wait_for(lambda: any(line.startswith("step 0:") for line in lines), first, "training")
-    second = subprocess.run([sys.executable, "train.py", *tiny_args(tmp_path, "--seed=3")], cwd=ROOT,
-                            capture_output=True, text=True, timeout=120)
+    second = subprocess.run(
+        [sys.executable, "train.py", *tiny_args(tmp_path, "--seed=3")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert second.returncode == 1
     message = one_line(second.stderr)
     assert f"out_dir {out} is in use by another training run (pid {first.pid} on " in message
@@ -433,8 +462,16 @@ def test_a_second_run_into_the_same_out_dir_is_refused_and_destroys_nothing(trai
     assert _finish(first).count("\n") == 1 and first.returncode == 143  # its one warning: the earlier run kept
     assert (out / "ckpt.prev.pt").read_bytes() == earlier
     assert not (out / ".lock").exists()
-    code, _, err = run_train(tiny_args(tmp_path, "--resume", "--max_iters=1000000", "--eval_interval=1000000",
-                                       f"--max_iters={load_checkpoint(out)['step'] + 1}", "--seed=2"))
+    code, _, err = run_train(
+        tiny_args(
+            tmp_path,
+            "--resume",
+            "--max_iters=1000000",
+            "--eval_interval=1000000",
+            f"--max_iters={load_checkpoint(out)['step'] + 1}",
+            "--seed=2",
+        )
+    )
     assert (code, err) == (0, "")  # the lock went with the first run
 
 
@@ -444,8 +481,10 @@ def test_lock_file_names_its_owner_and_goes_with_it(tmp_path):
     with RunLock(tmp_path) as lock:
         owner = json.loads(lock.path.read_text())
         assert owner["pid"] == os.getpid() and owner["host"] and owner["command"].startswith("python")
-        with pytest.raises(UserError, match=rf"in use by another training run \(pid {os.getpid()} on "), \
-                RunLock(tmp_path):
+        with (
+            pytest.raises(UserError, match=rf"in use by another training run \(pid {os.getpid()} on "),
+            RunLock(tmp_path),
+        ):
             pass
     assert not (tmp_path / ".lock").exists()
     (tmp_path / ".lock").mkdir()  # not a lock file: refused, and left alone
@@ -457,19 +496,20 @@ def test_lock_file_names_its_owner_and_goes_with_it(tmp_path):
 def test_a_run_that_stops_before_writing_leaves_no_folder_it_made(tmp_path):
     from trainer.runtime import RunLock
 
-    with RunLock(tmp_path / "made"):   # a fine-tune whose source cannot be read stops here, having written nothing
+    with RunLock(tmp_path / "made"):  # a fine-tune whose source cannot be read stops here, having written nothing
         pass
     assert not (tmp_path / "made").exists()
     with RunLock(tmp_path / "wrote"):
         (tmp_path / "wrote" / "ckpt.pt").write_bytes(b"x")
     assert (tmp_path / "wrote" / "ckpt.pt").exists()
-    (tmp_path / "given").mkdir()        # a folder the user made stays, empty or not
+    (tmp_path / "given").mkdir()  # a folder the user made stays, empty or not
     with RunLock(tmp_path / "given"):
         pass
     assert (tmp_path / "given").is_dir()
 
 
 # --- checkpoints that load but do not fit ------------------------------------------------------------
+
 
 def _edit(trained: Trained, folder: Path, change) -> Path:
     checkpoint = torch.load(trained.char, weights_only=True)
@@ -479,21 +519,26 @@ def _edit(trained: Trained, folder: Path, change) -> Path:
     return path
 
 
-@pytest.mark.parametrize("change,words", [
-    (lambda p: p.pop("tokenizer"), "it has no 'tokenizer'"),
-    (lambda p: p.update(step="3"), "'step' is not a step count"),
-    (lambda p: p["model"].update({"wte.weight": [1.0, 2.0]}), "not a set of named floating-point tensors"),
-    (lambda p: p["model"].update({"wte.weight": torch.zeros(28, 16, dtype=torch.long)}), "floating-point"),
-    (lambda p: p["model"].pop("ln_f.weight"), "ln_f.weight: expected (16,), found nothing"),
-    (lambda p: p["model_config"].update(n_layer=3), "its model_config says 3 layers, its weights hold 1"),
-    (lambda p: p["model_config"].pop("arch"), "'model_config' is missing or does not hold exactly"),
-    (lambda p: p["model_config"].update(n_head=3), "its model_config is invalid ('n_embd' must be a multiple"),
-    (lambda p: p["model_config"].update(n_embd=2**30, n_head=1),
-     "wte.weight: expected (28, 1073741824), found (28, 16)"),  # refused before anything that size exists
-    (lambda p: p["model_config"].update(n_embd=10**12, n_head=1), "'n_embd' must be at most 2,147,483,647"),
-    (lambda p: p["tokenizer"].update(chars="abc"), "its tokenizer has 3 tokens but its model_config 28"),
-    (lambda p: p.update(tokenizer={"name": "gpt2", "kept_ids": [10**9]}), "holds no usable tokenizer"),
-])
+@pytest.mark.parametrize(
+    "change,words",
+    [
+        (lambda p: p.pop("tokenizer"), "it has no 'tokenizer'"),
+        (lambda p: p.update(step="3"), "'step' is not a step count"),
+        (lambda p: p["model"].update({"wte.weight": [1.0, 2.0]}), "not a set of named floating-point tensors"),
+        (lambda p: p["model"].update({"wte.weight": torch.zeros(28, 16, dtype=torch.long)}), "floating-point"),
+        (lambda p: p["model"].pop("ln_f.weight"), "ln_f.weight: expected (16,), found nothing"),
+        (lambda p: p["model_config"].update(n_layer=3), "its model_config says 3 layers, its weights hold 1"),
+        (lambda p: p["model_config"].pop("arch"), "'model_config' is missing or does not hold exactly"),
+        (lambda p: p["model_config"].update(n_head=3), "its model_config is invalid ('n_embd' must be a multiple"),
+        (
+            lambda p: p["model_config"].update(n_embd=2**30, n_head=1),
+            "wte.weight: expected (28, 1073741824), found (28, 16)",
+        ),  # refused before anything that size exists
+        (lambda p: p["model_config"].update(n_embd=10**12, n_head=1), "'n_embd' must be at most 2,147,483,647"),
+        (lambda p: p["tokenizer"].update(chars="abc"), "its tokenizer has 3 tokens but its model_config 28"),
+        (lambda p: p.update(tokenizer={"name": "gpt2", "kept_ids": [10**9]}), "holds no usable tokenizer"),
+    ],
+)
 def test_a_checkpoint_whose_parts_do_not_fit_is_refused_before_use(trained, tmp_path, change, words):
     from formats import load_model
 
@@ -503,12 +548,15 @@ def test_a_checkpoint_whose_parts_do_not_fit_is_refused_before_use(trained, tmp_
     assert words in str(info.value) and str(path) in str(info.value) and "\n" not in str(info.value)
 
 
-@pytest.mark.parametrize("change,words", [
-    (lambda p: p.pop("rng"), "'rng', which resuming needs, is missing"),
-    (lambda p: p.update(best_val_loss="low"), "'best_val_loss', which resuming needs"),
-    (lambda p: p["rng"].update(torch=torch.zeros(3)), "'rng' does not hold the random generators' states"),
-    (lambda p: p.update(eval_step=2.5), "'eval_step' is not a step"),
-])
+@pytest.mark.parametrize(
+    "change,words",
+    [
+        (lambda p: p.pop("rng"), "'rng', which resuming needs, is missing"),
+        (lambda p: p.update(best_val_loss="low"), "'best_val_loss', which resuming needs"),
+        (lambda p: p["rng"].update(torch=torch.zeros(3)), "'rng' does not hold the random generators' states"),
+        (lambda p: p.update(eval_step=2.5), "'eval_step' is not a step"),
+    ],
+)
 def test_resuming_needs_more_than_sampling(trained, tmp_path, change, words):
     from formats import load_model, validate
 
@@ -538,13 +586,13 @@ def test_a_checkpoint_is_read_on_the_cpu_whatever_device_is_asked(trained, tmp_p
     checkpoint = load_checkpoint(trained.char)
     assert all(t.device.type == "cpu" for t in checkpoint["model"].values())
     trained.copy_to(tmp_path / "out")
-    for program, args in (("sample", [f"--out_dir={trained.char}"]),
-                          ("train", tiny_args(tmp_path, "--resume"))):
+    for program, args in (("sample", [f"--out_dir={trained.char}"]), ("train", tiny_args(tmp_path, "--resume"))):
         code, _, err = run(program, [*args, "--device=cuda:99"])
         assert code == 2 and "--device=cuda:99 but" in one_line(err) and "checkpoint" not in err
 
 
 # --- signals and pipes: the same save-and-exit, whatever ends the terminal ----------------------------
+
 
 class _ClosedPipe(io.StringIO):
     """stdout read by `head -1`: after the first line its reader has gone, and every write fails."""
@@ -575,8 +623,14 @@ def test_sighup_with_the_terminal_gone_saves_and_exits_129(tmp_path):
     """An ssh drop: stdout goes dead (writes fail) and SIGHUP arrives; the run saves where it stopped."""
     args = tiny_args(tmp_path, "--max_iters=1000000", "--eval_interval=1000000", "--ckpt_interval=1")
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, "train.py", *args], cwd=ROOT, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "train.py", *args],
+        cwd=ROOT,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     assert proc.stdout.readline().startswith("prepared ")
     proc.stdout.close()  # every later write to stdout fails with EPIPE
     _wait_for((tmp_path / "out" / "ckpt.pt").exists, proc, "its first checkpoint")
@@ -606,9 +660,11 @@ def test_a_preparation_killed_mid_write_leaves_nothing_behind(tmp_path):
     folder, and keeps one that a live preparation is still writing."""
     corpus, data_dir = tmp_path / "corpus.txt", tmp_path / "prep"
     corpus.write_text(TEXT)
-    script = (f"import os, signal, sys; sys.path.insert(0, {str(ROOT)!r}); import data.prepare as p; "
-              f"p._meta_checksum = lambda meta: os.kill(os.getpid(), signal.SIGKILL); "
-              f"p.prepare({str(corpus)!r}, 'char', {str(data_dir)!r})")
+    script = (
+        f"import os, signal, sys; sys.path.insert(0, {str(ROOT)!r}); import data.prepare as p; "
+        f"p._meta_checksum = lambda meta: os.kill(os.getpid(), signal.SIGKILL); "
+        f"p.prepare({str(corpus)!r}, 'char', {str(data_dir)!r})"
+    )
     proc = subprocess.Popen([sys.executable, "-c", script])
     assert proc.wait(timeout=60) == -signal.SIGKILL
     [staging] = data_dir.iterdir()  # the token files written, meta.json not yet
@@ -624,6 +680,7 @@ def test_a_preparation_killed_mid_write_leaves_nothing_behind(tmp_path):
 
 
 # --- paths that escape: nothing written outside the folders named, never through a link --------------
+
 
 def test_links_planted_in_out_dir_are_replaced_never_followed(trained, tmp_path, monkeypatch):
     """Links planted under every name a run writes in out_dir, after it started: the files they point to
@@ -664,13 +721,15 @@ def test_replace_file_replaces_a_link_and_leaves_its_target(tmp_path):
 
 # --- poisoned numbers: a diverged run leaves a state that resumes --------------------------------------
 
+
 def test_a_diverged_run_leaves_the_last_sane_state_which_resumes(trained, tmp_path):
     """A learning rate that blows up, saving every step, on resume: the ruined states are never saved, the
     message names the step left on disk, and that checkpoint resumes at a sane learning rate."""
     out = tmp_path / "out"
     trained.copy_to(out)
-    code, _, err = run_train(tiny_args(tmp_path, "--resume", "--learning_rate=30", "--ckpt_interval=1",
-                                       "--max_iters=30"))
+    code, _, err = run_train(
+        tiny_args(tmp_path, "--resume", "--learning_rate=30", "--ckpt_interval=1", "--max_iters=30")
+    )
     assert code == 1
     message = one_line(err)
     assert f"training stopped with {out / 'ckpt.pt'} left at step 2, the last state whose loss was sane" in message
@@ -686,21 +745,26 @@ def test_saves_skipped_while_the_loss_is_blown_up_are_reported_once_it_recovers(
 
     real = Trainer.mean_loss
 
-    def state_loss(self, model, split, batches):   # the loss a save checks (one batch), blown up at steps 2 and 3
+    def state_loss(self, model, split, batches):  # the loss a save checks (one batch), blown up at steps 2 and 3
         blown_up = batches == 1 and self.state.step in (2, 3)
         return 1e3 if blown_up else real(self, model, split, batches)
 
     monkeypatch.setattr(Trainer, "mean_loss", state_loss)
     saved = []
-    monkeypatch.setattr(CheckpointWriter, "save",
-                        lambda self, checkpoint, step: saved.append(step) or setattr(self, "saved_step", step))
-    with pytest.warns(GptwatchWarning, match=r"checkpoints of steps 2 to 3 were not saved: the loss had blown up "
-                                             r"to 1000, .* back at [\d.]+ at step 4, saved now"):
+    monkeypatch.setattr(
+        CheckpointWriter, "save", lambda self, checkpoint, step: saved.append(step) or setattr(self, "saved_step", step)
+    )
+    with pytest.warns(
+        GptwatchWarning,
+        match=r"checkpoints of steps 2 to 3 were not saved: the loss had blown up "
+        r"to 1000, .* back at [\d.]+ at step 4, saved now",
+    ):
         fit(tmp_path, "--ckpt_interval=1")
     assert saved[:3] == [1, 4, 5] and 2 not in saved and 3 not in saved
 
 
 # --- two runs, one name --------------------------------------------------------------------------------
+
 
 def test_a_run_whose_out_dir_is_taken_over_stops_without_writing_there(trained, tmp_path, monkeypatch):
     """out_dir deleted under a running training, and a second run takes the folder: the first one's next
@@ -709,7 +773,7 @@ def test_a_run_whose_out_dir_is_taken_over_stops_without_writing_there(trained, 
 
     out = tmp_path / "out"
     second = RunLock(out)
-    held = contextlib.ExitStack()   # the second run's lock, held from its first step to the end
+    held = contextlib.ExitStack()  # the second run's lock, held from its first step to the end
     original = Batches.train
 
     def taken_over(self):

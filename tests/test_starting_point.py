@@ -36,7 +36,7 @@ def test_no_arguments_is_the_demo_and_a_config_file_replaces_every_base(tmp_path
     empty.write_text("# nothing: the built-in defaults\n")
     start, cfg = config_of(str(empty), {"dataset": corpus(tmp_path)})
     assert start.settings == {} and start.line(cfg) is None
-    assert (cfg.model.n_layer, cfg.model.n_embd, cfg.max_iters, cfg.out_dir) == (4, 128, 2000, "out")   # the defaults
+    assert (cfg.model.n_layer, cfg.model.n_embd, cfg.max_iters, cfg.out_dir) == (4, 128, 2000, "out")  # the defaults
 
 
 def test_a_text_of_ones_own_gets_settings_chosen_for_it_and_the_command_line_wins(tmp_path):
@@ -46,8 +46,10 @@ def test_a_text_of_ones_own_gets_settings_chosen_for_it_and_the_command_line_win
     assert (cfg.tokenizer, cfg.model.n_layer, cfg.model.n_head, cfg.model.n_embd) == ("char", 2, 4, 128)
     assert (cfg.model.block_size, cfg.max_iters, cfg.out_dir, cfg.watch_sentences) == (BLOCK, STEPS, "out/my_story", [])
     line = start.line(cfg)
-    assert line.startswith("settings chosen for my_story.txt (400,000 characters): char tokenizer, 2 layers x 4 "
-                           "heads x 128 dims, block 64, 2,000 steps of 1,024 tokens, checkpoint in out/my_story;")
+    assert line.startswith(
+        "settings chosen for my_story.txt (400,000 characters): char tokenizer, 2 layers x 4 "
+        "heads x 128 dims, block 64, 2,000 steps of 1,024 tokens, checkpoint in out/my_story;"
+    )
     assert "change any with --key=value" in line and line.endswith("every key: python train.py --help")
     start, cfg = config_of(None, {"dataset": text, "n_layer": 3, "tokenizer": "gpt2", "out_dir": "elsewhere"})
     assert (cfg.model.n_layer, cfg.tokenizer, cfg.out_dir) == (3, "gpt2", "elsewhere")
@@ -83,8 +85,14 @@ def test_a_named_real_corpus_gets_chosen_settings_too():
 
 def run_on_own_text(tmp_path, *extra: str):
     """train.py with no config file, on a text of one's own: the chosen settings, made tiny on the command line."""
-    args = [f"--dataset={corpus(tmp_path)}", f"--data_dir={tmp_path / 'prep'}", f"--out_dir={tmp_path / 'out'}",
-            f"--log_dir={tmp_path / 'runs'}", *TINY, *extra]
+    args = [
+        f"--dataset={corpus(tmp_path)}",
+        f"--data_dir={tmp_path / 'prep'}",
+        f"--out_dir={tmp_path / 'out'}",
+        f"--log_dir={tmp_path / 'runs'}",
+        *TINY,
+        *extra,
+    ]
     return run_train(args)
 
 
@@ -93,12 +101,25 @@ def test_the_chosen_settings_are_printed_once_at_the_start_and_a_resume_keeps_th
     assert (code, err) == (0, "")
     lines = out.splitlines()
     assert lines[0].startswith("settings chosen for my_story.txt") and sum("settings chosen" in x for x in lines) == 1
-    assert "1 layer x 2 heads x 16 dims, block 32, 6 steps of 128 tokens" in lines[0]   # the command line won
+    assert "1 layer x 2 heads x 16 dims, block 32, 6 steps of 128 tokens" in lines[0]  # the command line won
     # Resumed with only the text and the folder: the checkpoint's shape (1 layer, 16 wide), not the chosen one.
-    code, out, err = run_train([f"--dataset={corpus(tmp_path)}", f"--data_dir={tmp_path / 'prep'}",
-                                f"--out_dir={tmp_path / 'out'}", f"--log_dir={tmp_path / 'runs'}", "--resume",
-                                "--max_iters=8", "--warmup_iters=1", "--eval_interval=4", "--eval_iters=2",
-                                "--batch_size=4", "--sample_tokens=0", "--device=cpu", "--run_name=t"])
+    code, out, err = run_train(
+        [
+            f"--dataset={corpus(tmp_path)}",
+            f"--data_dir={tmp_path / 'prep'}",
+            f"--out_dir={tmp_path / 'out'}",
+            f"--log_dir={tmp_path / 'runs'}",
+            "--resume",
+            "--max_iters=8",
+            "--warmup_iters=1",
+            "--eval_interval=4",
+            "--eval_iters=2",
+            "--batch_size=4",
+            "--sample_tokens=0",
+            "--device=cpu",
+            "--run_name=t",
+        ]
+    )
     assert (code, err) == (0, ""), err
     assert f"model shape from {tmp_path / 'out' / 'ckpt.pt'}" in out.splitlines()[0]
     assert "model: " in out and "1 layers x 2 heads x 16 dims, block 32" in out

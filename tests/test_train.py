@@ -15,9 +15,18 @@ from tests import commands
 from tests.commands import ROOT
 
 # A run long enough to learn something: 40 steps of a 2-layer model on tests.commands's corpus.
-LEARNING = ("--n_layer=2", "--n_embd=32", "--block_size=32", "--batch_size=8", "--max_iters=40",
-            "--eval_interval=20", "--learning_rate=3e-3", "--warmup_iters=5", "--sample_tokens=20",
-            "--sample_prompt=the")
+LEARNING = (
+    "--n_layer=2",
+    "--n_embd=32",
+    "--block_size=32",
+    "--batch_size=8",
+    "--max_iters=40",
+    "--eval_interval=20",
+    "--learning_rate=3e-3",
+    "--warmup_iters=5",
+    "--sample_tokens=20",
+    "--sample_prompt=the",
+)
 
 
 def tiny_args(tmp_path, *extra):
@@ -46,22 +55,45 @@ def test_training_lowers_the_loss_and_writes_checkpoint_and_logs(tmp_path, capsy
 def test_sample_streams_text_from_the_checkpoint(tmp_path, capsys):
     assert run_cli(train.main, tiny_args(tmp_path)) == 0
     capsys.readouterr()
-    code = run_cli(sample.main, [f"--out_dir={tmp_path / 'out'}", "--prompt", "the dog", "--max_new_tokens=30",
-                                 "--num_samples=2", "--temperature=0"])
+    code = run_cli(
+        sample.main,
+        [
+            f"--out_dir={tmp_path / 'out'}",
+            "--prompt",
+            "the dog",
+            "--max_new_tokens=30",
+            "--num_samples=2",
+            "--temperature=0",
+        ],
+    )
     assert code == 0
     first, second = capsys.readouterr().out.split("\n" + "-" * 40 + "\n")
     assert first.startswith("the dog") and len(first) == len("the dog") + 30
     assert second == first + "\n"  # greedy: both samples agree
     # With and without the KV cache, greedy text is the same.
-    run_cli(sample.main, [f"--out_dir={tmp_path / 'out'}", "--prompt=the dog", "--max_new_tokens=30",
-                          "--temperature=0", "--no_cache"])
+    run_cli(
+        sample.main,
+        [f"--out_dir={tmp_path / 'out'}", "--prompt=the dog", "--max_new_tokens=30", "--temperature=0", "--no_cache"],
+    )
     assert capsys.readouterr().out == first + "\n"
     # --ablate applies to plain sampling too: every head removed, the text changes; cached or not, it agrees.
     every_head = [f"--ablate=L{layer}H{head}" for layer in range(2) for head in range(2)]
     ablated = []
     for cache in ([], ["--no_cache"]):
-        assert run_cli(sample.main, [f"--out_dir={tmp_path / 'out'}", "--prompt=the dog", "--max_new_tokens=30",
-                                     "--temperature=0", *every_head, *cache]) == 0
+        assert (
+            run_cli(
+                sample.main,
+                [
+                    f"--out_dir={tmp_path / 'out'}",
+                    "--prompt=the dog",
+                    "--max_new_tokens=30",
+                    "--temperature=0",
+                    *every_head,
+                    *cache,
+                ],
+            )
+            == 0
+        )
         ablated.append(capsys.readouterr().out)
     assert ablated[0] == ablated[1] != first + "\n" and ablated[0].startswith("the dog")
 
@@ -95,9 +127,23 @@ def test_two_cpu_processes_end_with_identical_parameters(tmp_path):
 
     prepare(str(tmp_path / "corpus.txt"), "char", tmp_path / "prep", quiet=True)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
-                           "--master_addr=127.0.0.1", f"--master_port={free_port()}", "train.py", *args],
-                          cwd=ROOT, capture_output=True, text=True, timeout=240, env=env)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node=2",
+            "--master_addr=127.0.0.1",
+            f"--master_port={free_port()}",
+            "train.py",
+            *args,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     assert "parameters identical on all 2 processes: True" in proc.stdout
     assert "x 2 processes, 512 tokens per step" in proc.stdout  # same as one process with grad_accum=2
@@ -112,11 +158,22 @@ def test_two_nodes_meet_through_c10d_rendezvous(tmp_path):
 
     prepare(str(tmp_path / "corpus.txt"), "char", tmp_path / "prep", quiet=True)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    launch = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc_per_node=1",
-              "--rdzv_backend=c10d", f"--rdzv_endpoint=127.0.0.1:{free_port()}", "--rdzv_id=two-nodes",
-              "train.py", *args]
-    nodes = [subprocess.Popen(launch, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-             for _ in range(2)]
+    launch = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes=2",
+        "--nproc_per_node=1",
+        "--rdzv_backend=c10d",
+        f"--rdzv_endpoint=127.0.0.1:{free_port()}",
+        "--rdzv_id=two-nodes",
+        "train.py",
+        *args,
+    ]
+    nodes = [
+        subprocess.Popen(launch, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        for _ in range(2)
+    ]
     try:
         results = [node.communicate(timeout=240) for node in nodes]
     finally:
@@ -145,8 +202,18 @@ class _Scripted:
 def _sampling_args(**changes):
     from argparse import Namespace
 
-    return Namespace(**{"seed": 0, "temperature": 0.0, "top_k": None, "top_p": None, "no_cache": False,
-                        "num_samples": 1, "max_new_tokens": 100, **changes})
+    return Namespace(
+        **{
+            "seed": 0,
+            "temperature": 0.0,
+            "top_k": None,
+            "top_p": None,
+            "no_cache": False,
+            "num_samples": 1,
+            "max_new_tokens": 100,
+            **changes,
+        }
+    )
 
 
 def test_sampling_decodes_only_the_new_tokens_of_a_long_prompt(capsys):
@@ -192,17 +259,17 @@ def test_a_warning_during_training_is_printed_above_the_progress_bar(tmp_path):
     import contextlib
     import io
 
-    long_sentence = "the dog saw the ball and it rolled away " * 3   # longer than the block: a warning
+    long_sentence = "the dog saw the ball and it rolled away " * 3  # longer than the block: a warning
     both = io.StringIO()
     with contextlib.redirect_stdout(both), contextlib.redirect_stderr(both):
         code = run_cli(train.main, tiny_args(tmp_path, f"--watch_sentences=[{long_sentence!r}]".replace("'", '"')))
     assert code == 0
     before, warning = both.getvalue().split("warning: attention of", 1)
-    assert "train:" in before   # the bar was on the terminal when the warning came
+    assert "train:" in before  # the bar was on the terminal when the warning came
     # On a terminal: the bar's line, then "\r", spaces over all of it and "\r" again: a blank line to write on.
     bar, cleared, rest = before.rsplit("\n", 1)[-1].rsplit("\r", 2)[-3:]
     assert rest == "" and cleared.strip() == "" and len(cleared) >= len(bar.strip("\r")), repr(before[-200:])
-    assert warning.split("\n", 1)[0].endswith("(block_size)")   # the warning's line holds nothing else
+    assert warning.split("\n", 1)[0].endswith("(block_size)")  # the warning's line holds nothing else
 
 
 def test_an_attention_only_run_with_relative_positions_records_them_and_resumes_only_with_them(tmp_path):
@@ -214,8 +281,8 @@ def test_an_attention_only_run_with_relative_positions_records_them_and_resumes_
     assert checkpoint["model_config"]["attn_only"] is checkpoint["model_config"]["relative_positions"] is True
     assert checkpoint["train_config"]["attn_only"] is True
     assert not any(".mlp." in name or name == "wpe.weight" for name in checkpoint["model"])
-    assert checkpoint["model"]["blocks.1.attn.position_bias"].any()   # trained away from its zeros
-    code, _, err = commands.run_train([*args[:-2], "--max_iters=6", "--resume"])   # without them: refused, naming one
+    assert checkpoint["model"]["blocks.1.attn.position_bias"].any()  # trained away from its zeros
+    code, _, err = commands.run_train([*args[:-2], "--max_iters=6", "--resume"])  # without them: refused, naming one
     assert code == 2 and "config key 'attn_only' is False but the checkpoint was trained with True" in err
     code, _, err = commands.run_train([*args, "--max_iters=6", "--resume"])
     assert code == 0, err

@@ -17,17 +17,35 @@ from trainer.trainer import Callback, Evaluation, FitResult, StepResult, Trainer
 from watch.callback import AttentionWatch
 from watch.pipeline import untrained_like
 
-TEXT = "".join(f"the dog saw the ball and it rolled away {i % 7}.\nthe cat saw the king and he waved.\n"
-               for i in range(60))
+TEXT = "".join(
+    f"the dog saw the ball and it rolled away {i % 7}.\nthe cat saw the king and he waved.\n" for i in range(60)
+)
 
 
 def make_trainer(tmp_path, *extra: str) -> Trainer:
     corpus = tmp_path / "corpus.txt"
     corpus.write_text(TEXT)
-    cfg = load_config(None, [f"--dataset={corpus}", f"--data_dir={tmp_path / 'prep'}", f"--out_dir={tmp_path / 'out'}",
-                             "--n_layer=1", "--n_head=2", "--n_embd=16", "--block_size=16", "--batch_size=4",
-                             "--max_iters=6", "--eval_interval=3", "--eval_iters=2", "--learning_rate=3e-3",
-                             "--warmup_iters=2", "--device=cpu", "--run_name=t", *extra])
+    cfg = load_config(
+        None,
+        [
+            f"--dataset={corpus}",
+            f"--data_dir={tmp_path / 'prep'}",
+            f"--out_dir={tmp_path / 'out'}",
+            "--n_layer=1",
+            "--n_head=2",
+            "--n_embd=16",
+            "--block_size=16",
+            "--batch_size=4",
+            "--max_iters=6",
+            "--eval_interval=3",
+            "--eval_iters=2",
+            "--learning_rate=3e-3",
+            "--warmup_iters=2",
+            "--device=cpu",
+            "--run_name=t",
+            *extra,
+        ],
+    )
     return Trainer.from_config(cfg, runtime.setup(cfg))
 
 
@@ -74,7 +92,7 @@ class FakeWriter:
     def add_scalar(self, tag, value, step):
         self.scalars.setdefault(tag, []).append((step, value))
 
-    def head(self, name):   # a head's own run: recorded here as TAG@HEAD
+    def head(self, name):  # a head's own run: recorded here as TAG@HEAD
         return HeadRun(self, name)
 
     def add_text(self, tag, text, step):
@@ -128,8 +146,20 @@ def test_fit_calls_the_hooks_in_order_with_what_the_loop_saw(tmp_path):
     trainer.callbacks = [recorder, only_end]  # a callback may implement just the hooks it needs
     result = trainer.fit()
     kinds = [kind for kind, _ in recorder.calls]
-    assert kinds == ["start", "evaluate", "step", "step", "step", "evaluate", "step", "step", "step", "evaluate",
-                     "end", "exit"]
+    assert kinds == [
+        "start",
+        "evaluate",
+        "step",
+        "step",
+        "step",
+        "evaluate",
+        "step",
+        "step",
+        "step",
+        "evaluate",
+        "end",
+        "exit",
+    ]
     evaluations = [value for kind, value in recorder.calls if kind == "evaluate"]
     assert [e.step for e in evaluations] == [0, 3, 6] and evaluations == result.evaluations
     assert [value.step for kind, value in recorder.calls if kind == "step"] == [1, 2, 3, 4, 5, 6]
@@ -147,7 +177,12 @@ def test_on_watch_comes_every_watch_interval_steps_between_evaluations(tmp_path)
     calls = [(kind, value if kind == "watch" else getattr(value, "step", None)) for kind, value in recorder.calls]
     # Steps 0 and 6 are evaluated, so they are not watched as well.
     assert [call for call in calls if call[0] in ("watch", "evaluate")] == [
-        ("evaluate", 0), ("watch", 2), ("evaluate", 3), ("watch", 4), ("evaluate", 6)]
+        ("evaluate", 0),
+        ("watch", 2),
+        ("evaluate", 3),
+        ("watch", 4),
+        ("evaluate", 6),
+    ]
     assert calls[calls.index(("watch", 2)) - 1] == ("step", 2)  # after the step it follows
     (tmp_path / "off").mkdir()
     none = make_trainer(tmp_path / "off", "--watch_interval=0")
@@ -201,13 +236,25 @@ def test_attention_watch_plugs_in_as_a_callback(tmp_path, capsys):
     # Heatmaps and the head table at evaluations; the scores also every watch_interval steps between them.
     assert writer.figures["attention/the_dog_saw_the_ball_and_it_rolled/layer0"] == [0, 3, 6]
     assert writer.texts["attention/heads"] == [0, 3, 6]
-    for tag in ("attention/referent/best", "attention/referent@L0H1", "attention/top1@L0H0", "attention/top1@L0H1",
-                "heads/induction@L0H1", "heads/previous_token@L0H0", "heads/in_context_gain"):
+    for tag in (
+        "attention/referent/best",
+        "attention/referent@L0H1",
+        "attention/top1@L0H0",
+        "attention/top1@L0H1",
+        "heads/induction@L0H1",
+        "heads/previous_token@L0H0",
+        "heads/in_context_gain",
+    ):
         assert [step for step, _ in writer.scalars[tag]] == [0, 2, 3, 4, 6], tag
     assert writer.texts["heads/types"] == [0, 3, 6]
     assert len(writer.layouts) == 1  # the Custom Scalars charts, once
-    assert {"hparam/best_head_referent", "hparam/best_head_top1", "hparam/best_induction", "hparam/best_previous_token",
-            "hparam/in_context_gain"} <= set(result.metrics)
+    assert {
+        "hparam/best_head_referent",
+        "hparam/best_head_top1",
+        "hparam/best_induction",
+        "hparam/best_previous_token",
+        "hparam/in_context_gain",
+    } <= set(result.metrics)
     assert "held-out probes (pronoun -> referent)" in capsys.readouterr().out
     assert result.files == {"attention page": tmp_path / "out" / "attention.html"}
     assert "best head on 1 probes" in result.files["attention page"].read_text(encoding="utf-8")

@@ -47,16 +47,17 @@ class Probe:
 SHAPES = [(6, 5, [1, 2], [4]), (6, 5, [4], [1]), (4, 3, [0], [2])]
 # The pronoun row of each head in each probe, as {key_pos: weight}; None means uniform.
 ROWS = {
-    (0, 0): [{0: .8, 1: .05, 4: .15}, {0: .8, 4: .05, 1: .15}, {0: .5, 2: .5}],   # mostly a sink
-    (0, 1): [{0: .6, 2: .3, 4: .1}, {0: .6, 4: .3, 1: .1}, {0: .9, 2: .1}],
-    (1, 0): [{0: .05, 1: .5, 2: .4, 4: .05}, {0: .05, 4: .9, 1: .05}, {0: .9, 2: .1}],  # the resolver
+    (0, 0): [{0: 0.8, 1: 0.05, 4: 0.15}, {0: 0.8, 4: 0.05, 1: 0.15}, {0: 0.5, 2: 0.5}],  # mostly a sink
+    (0, 1): [{0: 0.6, 2: 0.3, 4: 0.1}, {0: 0.6, 4: 0.3, 1: 0.1}, {0: 0.9, 2: 0.1}],
+    (1, 0): [{0: 0.05, 1: 0.5, 2: 0.4, 4: 0.05}, {0: 0.05, 4: 0.9, 1: 0.05}, {0: 0.9, 2: 0.1}],  # the resolver
     (1, 1): [None, None, None],
 }
 
 
 def pronoun_set(aligned: list[AlignedProbe]) -> ProbeSet:
-    return ProbeSet(PRONOUN, [item.ids for item in aligned], aligned,
-                    logits_at=[item.continuation_pos for item in aligned])
+    return ProbeSet(
+        PRONOUN, [item.ids for item in aligned], aligned, logits_at=[item.continuation_pos for item in aligned]
+    )
 
 
 def head_stats(patterns: list[list[torch.Tensor]], aligned: list[AlignedProbe]) -> dict[str, HeadStats]:
@@ -82,8 +83,9 @@ def fake_probes() -> tuple[list[list[torch.Tensor]], list[AlignedProbe]]:
             layers.append(p)
         patterns.append(layers)
         tokens = [f"t{i}" for i in range(length)]
-        aligned.append(AlignedProbe(Probe(" ".join(tokens), "it", "ref", "dis"), list(range(length)), tokens,
-                                    pronoun, ref, dis))
+        aligned.append(
+            AlignedProbe(Probe(" ".join(tokens), "it", "ref", "dis"), list(range(length)), tokens, pronoun, ref, dis)
+        )
     return patterns, aligned
 
 
@@ -166,8 +168,9 @@ def test_chunked_captures_add_up_to_the_same_scores(monkeypatch):
 def fake_report() -> ProbeReport:
     """The hand-built probes' report, with a continuation as a real pass would give it."""
     patterns, aligned = fake_probes()
-    continuation = ContinuationStats(accuracy=0.5, distractor_rate=0.25, logit_diff=0.3, n=4, n_correct=2,
-                                     n_logit_diff=4)
+    continuation = ContinuationStats(
+        accuracy=0.5, distractor_rate=0.25, logit_diff=0.3, n=4, n_correct=2, n_logit_diff=4
+    )
     return ProbeReport(head_stats(patterns, aligned), len(aligned), baselines(aligned), continuation)
 
 
@@ -207,6 +210,7 @@ def test_top_attended():
 
 
 # --- capture from a real model ---------------------------------------------------------------
+
 
 def manual_patterns(model: GPT, ids: list[int]) -> list[torch.Tensor]:
     """Block by block, the readable attention of each layer on that layer's input."""
@@ -273,14 +277,25 @@ def test_capture_checks_block_size():
 
 # --- probes through a real model -------------------------------------------------------------
 
+
 def model_probes() -> list[AlignedProbe]:
     gen = torch.Generator().manual_seed(1)
     probes = []
     for length in (6, 9, 12, 7):
         ids = torch.randint(0, 32, (length,), generator=gen).tolist()
-        probes.append(AlignedProbe(Probe("p", "it", "a", "b"), ids, [str(i) for i in ids], length - 2, [1], [3],
-                                   continuation_pos=length - 2, continuation_ids=[4, 5],
-                                   distractor_continuation_ids=[6]))
+        probes.append(
+            AlignedProbe(
+                Probe("p", "it", "a", "b"),
+                ids,
+                [str(i) for i in ids],
+                length - 2,
+                [1],
+                [3],
+                continuation_pos=length - 2,
+                continuation_ids=[4, 5],
+                distractor_continuation_ids=[6],
+            )
+        )
     probes.append(AlignedProbe(Probe("q", "it", "a", "b"), [1, 2, 3, 4, 5], list("12345"), 4, [0, 1], [2]))
     return probes
 
@@ -349,6 +364,7 @@ def test_continuation_accuracy_and_ablation():
 
 # --- heatmaps ----------------------------------------------------------------------------------
 
+
 def test_display_token():
     assert display_token(" dog") == "·dog"
     assert display_token("\n") == "\\n"
@@ -409,8 +425,7 @@ def test_a_canvas_draws_new_weights_and_shows_only_numbers_that_matter():
     image = canvas.draw([second], ["step 1"])
     assert canvas.titles == ["step 1"]
     # Weights below 0.05 show no number.
-    assert canvas.numbers[0] == {(0, 0): "1", (1, 0): ".90", (1, 1): ".10", (2, 0): "", (2, 1): ".25",
-                                 (2, 2): ".75"}
+    assert canvas.numbers[0] == {(0, 0): "1", (1, 0): ".90", (1, 1): ".10", (2, 0): "", (2, 1): ".25", (2, 2): ".75"}
     assert cell_colour(canvas, image, 0, 2, 2) == tuple(colours(np.array(0.75)))
     with pytest.raises(ValueError, match="1 panels, got 2 patterns"):
         canvas.draw([first, second], ["x", "y"])
@@ -436,7 +451,7 @@ def test_a_redrawn_heatmap_is_the_picture_a_fresh_one_draws(n_panels):
 def test_sentence_heatmaps_reuse_their_figures_between_steps():
     tokenizer = CharTokenizer.from_text("abc ")
     model = tiny_model(vocab_size=tokenizer.vocab_size, block_size=8, n_embd=8, seed=None).train()
-    texts = ["abc", "cab a", "abc "]   # "abc " has the same slug as "abc": a tag of its own, and its own size
+    texts = ["abc", "cab a", "abc "]  # "abc " has the same slug as "abc": a tag of its own, and its own size
     sets = ProbeSets({SENTENCES: sentences(texts, tokenizer, 8)})
     shown = [(text, tokenizer.token_strings(ids)) for text, ids in zip(texts, sets.get(SENTENCES).ids, strict=True)]
     heatmaps = SentenceHeatmaps(shown)
@@ -446,14 +461,21 @@ def test_sentence_heatmaps_reuse_their_figures_between_steps():
         return [(tag, heatmaps.canvases[tag]) for tag, image in heatmaps.images(step, reading)]
 
     first, second = images(0), images(10)
-    assert sorted(heatmaps.canvases) == ["attention/abc/layer0", "attention/abc/layer1", "attention/abc_2/layer0",
-                                         "attention/abc_2/layer1", "attention/cab_a/layer0", "attention/cab_a/layer1"]
+    assert sorted(heatmaps.canvases) == [
+        "attention/abc/layer0",
+        "attention/abc/layer1",
+        "attention/abc_2/layer0",
+        "attention/abc_2/layer1",
+        "attention/cab_a/layer0",
+        "attention/cab_a/layer1",
+    ]
     assert first == second
     assert heatmaps.canvases["attention/abc_2/layer0"].tokens == ["a", "b", "c", " "]
     assert heatmaps.canvases["attention/abc/layer0"].tokens == ["a", "b", "c"]
 
 
 # --- TensorBoard -------------------------------------------------------------------------------
+
 
 def test_a_pass_is_written_as_scalars_images_and_text(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -463,9 +485,17 @@ def test_a_pass_is_written_as_scalars_images_and_text(tmp_path):
     model = tiny_model(vocab_size=tokenizer.vocab_size, block_size=32, seed=None).train()
     ids = tokenizer.encode(text)
     dog, cat, it = text.index("dog"), text.index("cat"), text.index("it")
-    probe = AlignedProbe(Probe(text, "it", "dog", "cat", continuations=[" ran"]), ids, tokenizer.token_strings(ids),
-                         it + 1, [dog, dog + 1, dog + 2], [cat, cat + 1, cat + 2], continuation_pos=it + 1,
-                         continuation_ids=tokenizer.encode(" "), distractor_continuation_ids=tokenizer.encode("."))
+    probe = AlignedProbe(
+        Probe(text, "it", "dog", "cat", continuations=[" ran"]),
+        ids,
+        tokenizer.token_strings(ids),
+        it + 1,
+        [dog, dog + 1, dog + 2],
+        [cat, cat + 1, cat + 2],
+        continuation_pos=it + 1,
+        continuation_ids=tokenizer.encode(" "),
+        distractor_continuation_ids=tokenizer.encode("."),
+    )
     sets = ProbeSets({PRONOUN: pronoun_set([probe])})
     with pytest.warns(UserWarning, match="not watching"):
         sets.add(SENTENCES, sentences([text, "a dog? no!"], tokenizer, 32))
@@ -482,12 +512,19 @@ def test_a_pass_is_written_as_scalars_images_and_text(tmp_path):
     events.Reload()
     tags = events.Tags()
     slug = "the_dog_saw_a_cat_it_ran"
-    assert set(tags["images"]) == {f"attention/{slug}/layer0", f"attention/{slug}/layer1",
-                                   f"attention/{slug}/best_head"}
-    expected = {"attention/referent/best", "attention/distractor/best", "attention/top1/best",
-                "probes/continuation_accuracy"}
+    assert set(tags["images"]) == {
+        f"attention/{slug}/layer0",
+        f"attention/{slug}/layer1",
+        f"attention/{slug}/best_head",
+    }
+    expected = {
+        "attention/referent/best",
+        "attention/distractor/best",
+        "attention/top1/best",
+        "probes/continuation_accuracy",
+    }
     assert expected <= set(tags["scalars"])
-    for layer, head in ((0, 0), (0, 1), (1, 0), (1, 1)):   # each head's scores in its own run, one colour each
+    for layer, head in ((0, 0), (0, 1), (1, 0), (1, 1)):  # each head's scores in its own run, one colour each
         run = EventAccumulator(str(tmp_path / head_name(layer, head))).Reload()
         assert {"attention/referent", "attention/top1", "attention/distractor"} <= set(run.Tags()["scalars"])
     best = events.Scalars("attention/referent/best")[0]
@@ -514,7 +551,7 @@ def test_custom_scalars_put_every_head_on_one_chart(tmp_path):
     categories, charts = custom_scalar_charts(events, tmp_path)
     assert categories == ["attention heads"]
     heads = ["L0H0", "L0H1", "L1H0", "L1H1"]
-    assert charts == {   # a line per head, named after it: TensorBoard gives each run its own colour
+    assert charts == {  # a line per head, named after it: TensorBoard gives each run its own colour
         "referent weight and top-1 of the best head": ["attention/referent/best", "attention/top1/best"],
         "referent weight, every head": [f"{h}/attention/referent" for h in heads],
         "top-1, every head": [f"{h}/attention/top1" for h in heads],
@@ -583,7 +620,7 @@ def test_a_tensorboard_writer_that_cannot_write_warns_once_and_goes_on(tmp_path,
         warnings.simplefilter("always")
         writer = TensorBoardWriter(tmp_path / "run")
         writer.add_scalar("loss", 1.0, 0)
-        writer.add_scalar("loss", 1.0, 1)   # a new step sends the last one's scalars to the thread
+        writer.add_scalar("loss", 1.0, 1)  # a new step sends the last one's scalars to the thread
         deadline = time.monotonic() + 30  # the thread writes (and fails) on its own
         while any(type(t).__name__ == "_AsyncWriterThread" for t in threading.enumerate()):
             assert time.monotonic() < deadline, "TensorBoard's writer thread never met the full disk"
@@ -595,7 +632,8 @@ def test_a_tensorboard_writer_that_cannot_write_warns_once_and_goes_on(tmp_path,
         writer.close()
     assert [str(w.message) for w in caught if w.category is GptwatchWarning] == [
         f"cannot write TensorBoard logs to {tmp_path / 'run'} (No space left on device on the disk mounted at "
-        f"{mount_point(tmp_path)}); going on without them: free disk space or choose another --log_dir"]
+        f"{mount_point(tmp_path)}); going on without them: free disk space or choose another --log_dir"
+    ]
     assert writer.failed and printed == [] and "Traceback" not in capfd.readouterr().err
 
 
@@ -605,14 +643,14 @@ def test_the_scalars_of_a_step_reach_tensorboard_as_one_event_each_value_at_its_
 
     from watch.tensorboard import TensorBoardWriter
 
-    def summaries(path):   # (step, [(tag, value)]) of each event that holds a summary, as written
+    def summaries(path):  # (step, [(tag, value)]) of each event that holds a summary, as written
         events = [Event.FromString(record) for record in RawEventFileLoader(str(path)).Load()]
         return [(e.step, [(v.tag, v.simple_value) for v in e.summary.value]) for e in events if e.HasField("summary")]
 
     writer = TensorBoardWriter(tmp_path)
     writer.add_scalar("a", 1.5, 0)
     writer.add_scalar("b", 2.5, 0)
-    writer.add_text("note", "between", 0)   # written after step 0's scalars, before step 1's
+    writer.add_text("note", "between", 0)  # written after step 0's scalars, before step 1's
     writer.add_scalar("a", 3.0, 1)
     writer.head("L0H0").add_scalar("a", 4.0, 1)
     writer.close()

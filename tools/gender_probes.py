@@ -67,9 +67,33 @@ PRONOUN = {FEMALE: "she", MALE: "he"}
 # Nouns that can name a person; the corpus decides each one's gender (and drops
 # the ones it does not use clearly and often). Kinship words that stories use
 # like names ("Mom said") are written without an article.
-PERSON_NOUNS = ("girl", "boy", "mom", "dad", "mommy", "daddy", "mother", "father", "queen", "king",
-                "princess", "prince", "sister", "brother", "grandma", "grandpa", "lady", "man", "woman",
-                "aunt", "uncle", "daughter", "son", "wife", "husband")
+PERSON_NOUNS = (
+    "girl",
+    "boy",
+    "mom",
+    "dad",
+    "mommy",
+    "daddy",
+    "mother",
+    "father",
+    "queen",
+    "king",
+    "princess",
+    "prince",
+    "sister",
+    "brother",
+    "grandma",
+    "grandpa",
+    "lady",
+    "man",
+    "woman",
+    "aunt",
+    "uncle",
+    "daughter",
+    "son",
+    "wife",
+    "husband",
+)
 BARE_NOUNS = frozenset({"mom", "dad", "mommy", "daddy", "grandma", "grandpa"})
 
 _WORD = re.compile(r"[A-Za-z]+")
@@ -82,12 +106,12 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])[\"']?\s+")
 
 @dataclass(frozen=True)
 class Person:
-    word: str            # lower-case key ("lily", "girl")
-    gender: str          # FEMALE or MALE
-    surface: str         # how a probe writes it mid-sentence ("Lily", "the girl", "mom")
-    kind: str            # "name" or "noun"
-    count: int           # occurrences of the word in the corpus
-    she: int             # pronoun evidence from single-candidate contexts
+    word: str  # lower-case key ("lily", "girl")
+    gender: str  # FEMALE or MALE
+    surface: str  # how a probe writes it mid-sentence ("Lily", "the girl", "mom")
+    kind: str  # "name" or "noun"
+    count: int  # occurrences of the word in the corpus
+    she: int  # pronoun evidence from single-candidate contexts
     he: int
 
     @property
@@ -119,9 +143,44 @@ def split_sentences(text: str) -> list[str]:
     return [s for s in (part.strip() for part in _SENTENCE_END.split(text)) if s]
 
 
-STOPWORDS = frozenset({"he", "she", "him", "her", "his", "hers", "it", "its", "they", "them", "their", "the", "a",
-                       "an", "to", "for", "out", "me", "you", "we", "us", "my", "your", "i", "mr", "mrs", "miss",
-                       "and", "but", "so", "then", "one", "once", "god"})
+STOPWORDS = frozenset(
+    {
+        "he",
+        "she",
+        "him",
+        "her",
+        "his",
+        "hers",
+        "it",
+        "its",
+        "they",
+        "them",
+        "their",
+        "the",
+        "a",
+        "an",
+        "to",
+        "for",
+        "out",
+        "me",
+        "you",
+        "we",
+        "us",
+        "my",
+        "your",
+        "i",
+        "mr",
+        "mrs",
+        "miss",
+        "and",
+        "but",
+        "so",
+        "then",
+        "one",
+        "once",
+        "god",
+    }
+)
 DETERMINERS = frozenset({"the", "a", "an", "this", "that", "my", "your", "his", "her", "their", "our", "some"})
 
 
@@ -134,9 +193,14 @@ def _forms(text: str) -> dict[str, Counter]:
     return forms
 
 
-def name_candidates(text: str, min_named: int = 2, min_count: int = 20, min_named_share: float = 0.005,
-                    max_determined: float = 0.05, min_capitalised: float = 0.9
-                    ) -> tuple[dict[str, str], dict[str, str]]:
+def name_candidates(
+    text: str,
+    min_named: int = 2,
+    min_count: int = 20,
+    min_named_share: float = 0.005,
+    max_determined: float = 0.05,
+    min_capitalised: float = 0.9,
+) -> tuple[dict[str, str], dict[str, str]]:
     """Words used as names: {word: surface form}, and the rejected ones with why.
 
     Every text: words introduced as "named X" / "called X" at least `min_named` times.
@@ -153,8 +217,7 @@ def name_candidates(text: str, min_named: int = 2, min_count: int = 20, min_name
     forms = {} if lower else _forms(text)
     pool = {w for w, n in named.items() if n >= min_named}
     if not lower:
-        pool |= {w for w, seen in forms.items()
-                 if sum(v for k, v in seen.items() if k[0].isupper()) >= min_count}
+        pool |= {w for w, seen in forms.items() if sum(v for k, v in seen.items() if k[0].isupper()) >= min_count}
     determined = Counter(b for a, b in zip(lower_words, lower_words[1:], strict=False) if a in DETERMINERS)
     accepted, rejected = {}, {}
     for word in sorted(pool):
@@ -200,14 +263,15 @@ def pronoun_evidence(sentences: Sequence[str], candidates: Iterable[str]) -> dic
         if len(present) != 1:
             continue
         (word,) = present
-        after = window[first + 1:]
+        after = window[first + 1 :]
         she[word] += after.count("she")
         he[word] += after.count("he")
     return {w: (she[w], he[w]) for w in candidates}
 
 
-def find_people(text: str, *, min_count: int = 20, min_evidence: int = 10, min_share: float = 0.8,
-                min_named: int = 2) -> Lexicon:
+def find_people(
+    text: str, *, min_count: int = 20, min_evidence: int = 10, min_share: float = 0.8, min_named: int = 2
+) -> Lexicon:
     """Names and person nouns the corpus uses often, each with the gender the corpus gives it."""
     lower = is_lower_case(text)
     names, rejected = name_candidates(text, min_named=min_named, min_count=min_count)
@@ -220,8 +284,10 @@ def find_people(text: str, *, min_count: int = 20, min_evidence: int = 10, min_s
         seen = forms.get(word)  # "Mom" where a capitalised text uses it as a name
         return max(seen, key=lambda k: (seen[k], k)) if seen else word
 
-    candidates = {**{w: ("name", s) for w, s in names.items()},
-                  **{w: ("noun", noun_surface(w)) for w in PERSON_NOUNS if counts[w]}}
+    candidates = {
+        **{w: ("name", s) for w, s in names.items()},
+        **{w: ("noun", noun_surface(w)) for w in PERSON_NOUNS if counts[w]},
+    }
     evidence = pronoun_evidence(split_sentences(text), candidates)
     people = []
     for word in sorted(candidates):
@@ -304,14 +370,14 @@ FAMILIES: dict[str, tuple[str, ...]] = {
         "A little bird sang to {A} and {B}, and {P} sang back.",
     ),
     "speech": (
-        "{Ac} said to {B}, \"Let us play!\" Then {P} ran outside.",
-        "\"Look at the bird!\" {A} said to {B}. {Pc} pointed at the sky.",
-        "{Ac} asked {B}, \"Do you want to play?\" {Pc} was excited.",
-        "\"I am hungry,\" said {A} to {B}. So {P} got some food.",
-        "{Ac} told {B}, \"I like your hat.\" {Pc} smiled.",
-        "\"Come with me,\" {A} said to {B}, and {P} walked to the park.",
-        "{Ac} whispered to {B}, \"I have a secret.\" Then {P} giggled.",
-        "\"We can share,\" {A} told {B}. {Pc} gave away a cookie.",
+        '{Ac} said to {B}, "Let us play!" Then {P} ran outside.',
+        '"Look at the bird!" {A} said to {B}. {Pc} pointed at the sky.',
+        '{Ac} asked {B}, "Do you want to play?" {Pc} was excited.',
+        '"I am hungry," said {A} to {B}. So {P} got some food.',
+        '{Ac} told {B}, "I like your hat." {Pc} smiled.',
+        '"Come with me," {A} said to {B}, and {P} walked to the park.',
+        '{Ac} whispered to {B}, "I have a secret." Then {P} giggled.',
+        '"We can share," {A} told {B}. {Pc} gave away a cookie.',
     ),
 }
 HELDOUT_FAMILY = "speech"
@@ -320,8 +386,16 @@ HELDOUT_FAMILY = "speech"
 # person is the first token: models park idle attention on the first position (an
 # "attention sink"), which would otherwise pass for attention to a person there.
 # One lead-in per group, so the four probes of a group differ only in order and pronoun.
-LEAD_INS = ("It was a sunny day.", "The sun was warm.", "It was a nice morning.", "The sky was blue.",
-            "It was a quiet day.", "It was a cold day.", "The day was bright.", "The grass was green.")
+LEAD_INS = (
+    "It was a sunny day.",
+    "The sun was warm.",
+    "It was a nice morning.",
+    "The sky was blue.",
+    "It was a quiet day.",
+    "It was a cold day.",
+    "The day was bright.",
+    "The grass was green.",
+)
 
 # Single-person contexts for agreement, cut just before the pronoun. "first": the
 # pronoun is the first word to refer back to the person; "second": the person was
@@ -408,9 +482,9 @@ def probe_stretches(record: dict) -> list[str]:
 
 @dataclass
 class Generated:
-    probes: list[dict]          # records as data.probes.load_jsonl reads them
-    meta: list[dict]            # one per probe: family, frame, group
-    dropped_seen: int           # groups dropped because a sentence occurs in the corpus
+    probes: list[dict]  # records as data.probes.load_jsonl reads them
+    meta: list[dict]  # one per probe: family, frame, group
+    dropped_seen: int  # groups dropped because a sentence occurs in the corpus
 
 
 def make_group(frame: str, woman: Person, man: Person, lower: bool, lead: str = "") -> list[dict]:
@@ -427,7 +501,7 @@ def make_group(frame: str, woman: Person, man: Person, lower: bool, lead: str = 
             slot_of = {id(first): "A", id(second): "B"}
             record = {
                 "text": text,
-                "pronoun": text[offsets["P"]:offsets["P"] + len(pronoun)],
+                "pronoun": text[offsets["P"] : offsets["P"] + len(pronoun)],
                 "referent": referent.head,
                 "distractor": distractor.head,
                 "pronoun_offset": offsets["P"],
@@ -451,16 +525,28 @@ def _pair(lexicon: Lexicon, rng: random.Random, noun_share: float) -> tuple[Pers
     return rng.choice(women), rng.choice(men)
 
 
-def generate(lexicon: Lexicon, families: Sequence[str], n_groups: int, seed: int, corpus: str | None = None,
-             noun_share: float = 0.2, max_people: int = 12, lead_in: bool = True) -> Generated:
+def generate(
+    lexicon: Lexicon,
+    families: Sequence[str],
+    n_groups: int,
+    seed: int,
+    corpus: str | None = None,
+    noun_share: float = 0.2,
+    max_people: int = 12,
+    lead_in: bool = True,
+) -> Generated:
     """`n_groups` groups of four probes over the frames of `families`, each group a
     (frame, woman, man) triple not drawn twice. With `corpus`, groups whose text
     occurs in it are dropped and replaced. `lead_in`: start each group with one of LEAD_INS."""
-    lex = Lexicon([p for g in (FEMALE, MALE) for kind in ("name", "noun")
-                   for p in lexicon.of(g, kind)[:max_people]], lexicon.lower_case)
+    lex = Lexicon(
+        [p for g in (FEMALE, MALE) for kind in ("name", "noun") for p in lexicon.of(g, kind)[:max_people]],
+        lexicon.lower_case,
+    )
     if not lex.of(FEMALE, "name") or not lex.of(MALE, "name"):
-        raise UserError("the corpus gave no clear female and male names; lower --min_count or --min_evidence, "
-                        "or use a larger corpus")
+        raise UserError(
+            "the corpus gave no clear female and male names; lower --min_count or --min_evidence, "
+            "or use a larger corpus"
+        )
     frames = [(family, i, frame) for family in families for i, frame in enumerate(FAMILIES[family])]
     if not frames:
         raise UsageError("no frames: name at least one family")
@@ -476,8 +562,10 @@ def generate(lexicon: Lexicon, families: Sequence[str], n_groups: int, seed: int
     while len(probes) < 4 * n_groups:
         attempts += 1
         if attempts > 50 * n_groups + 1000:
-            raise UserError(f"could only make {len(probes) // 4} of {n_groups} unseen probe groups; "
-                            f"ask for fewer, or allow more people (--max_people)")
+            raise UserError(
+                f"could only make {len(probes) // 4} of {n_groups} unseen probe groups; "
+                f"ask for fewer, or allow more people (--max_people)"
+            )
         family, index, frame = frames[order[(attempts - 1) % len(order)]]
         woman, man = _pair(lex, rng, noun_share)
         key = (family, index, woman.word, man.word)
@@ -492,15 +580,28 @@ def generate(lexicon: Lexicon, families: Sequence[str], n_groups: int, seed: int
         number = len(probes) // 4
         for order_index, record in enumerate(group):
             probes.append(record)
-            meta.append({"family": family, "frame": index, "group": number, "variant": order_index,
-                         "referent_gender": FEMALE if record["pronoun"].lower() == "she" else MALE,
-                         "referent_first": record["referent_offset"] < record["distractor_offset"],
-                         "lead": lead})
+            meta.append(
+                {
+                    "family": family,
+                    "frame": index,
+                    "group": number,
+                    "variant": order_index,
+                    "referent_gender": FEMALE if record["pronoun"].lower() == "she" else MALE,
+                    "referent_first": record["referent_offset"] < record["distractor_offset"],
+                    "lead": lead,
+                }
+            )
     return Generated(probes, meta, dropped)
 
 
-def agreement_items(lexicon: Lexicon, seed: int, per_frame: int = 6, max_people: int = 12,
-                    corpus: str | None = None, lead_in: bool = True) -> list[dict]:
+def agreement_items(
+    lexicon: Lexicon,
+    seed: int,
+    per_frame: int = 6,
+    max_people: int = 12,
+    corpus: str | None = None,
+    lead_in: bool = True,
+) -> list[dict]:
     """Single-person contexts: {"text", "pronoun" (the right next word), "wrong", "person", "gender",
     "kind", "mention", "frame"}. Each frame is filled with `per_frame` women and as many men."""
     rng = random.Random(seed)
@@ -509,7 +610,7 @@ def agreement_items(lexicon: Lexicon, seed: int, per_frame: int = 6, max_people:
     for mention, frames in AGREEMENT_FRAMES.items():
         for index, frame in enumerate(frames):
             for gender in (FEMALE, MALE):
-                pool = lexicon.of(gender, "name")[:max_people] + lexicon.of(gender, "noun")[:max_people // 2]
+                pool = lexicon.of(gender, "name")[:max_people] + lexicon.of(gender, "noun")[: max_people // 2]
                 chosen = rng.sample(pool, min(per_frame, len(pool)))
                 for person in chosen:
                     pronoun = PRONOUN[gender]
@@ -520,11 +621,20 @@ def agreement_items(lexicon: Lexicon, seed: int, per_frame: int = 6, max_people:
                     right = pronoun.capitalize() if starts_sentence else pronoun
                     wrong = PRONOUN[MALE if gender == FEMALE else FEMALE]
                     wrong = wrong.capitalize() if starts_sentence else wrong
-                    item = {"text": text, "pronoun": right, "wrong": wrong, "person": person.head,
-                            "gender": gender, "kind": person.kind, "mention": mention, "frame": index}
+                    item = {
+                        "text": text,
+                        "pronoun": right,
+                        "wrong": wrong,
+                        "person": person.head,
+                        "gender": gender,
+                        "kind": person.kind,
+                        "mention": mention,
+                        "frame": index,
+                    }
                     if lexicon.lower_case:
-                        item = {k: v.lower() if k in ("text", "pronoun", "wrong", "person") else v
-                                for k, v in item.items()}
+                        item = {
+                            k: v.lower() if k in ("text", "pronoun", "wrong", "person") else v for k, v in item.items()
+                        }
                     if check is not None and check.seen(body + " " + item["pronoun"]):
                         continue
                     items.append(item)
@@ -575,10 +685,14 @@ def write_meta(path: Path, meta: dict) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m tools.gender_probes", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--corpus", required=True,
-                   help="training text the people come from (and that must not contain the probes)")
+    p = argparse.ArgumentParser(
+        prog="python -m tools.gender_probes",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument(
+        "--corpus", required=True, help="training text the people come from (and that must not contain the probes)"
+    )
     p.add_argument("--out", required=True, help="main probe file (JSONL, the format data.probes.load_jsonl reads)")
     p.add_argument("--heldout", default=None, help="probe file for the held-out family")
     p.add_argument("--agreement", default=None, help="single-person agreement contexts (JSONL)")
@@ -591,8 +705,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--min_share", type=float, default=0.8, help="least share of the winning pronoun")
     p.add_argument("--max_people", type=int, default=12, help="most frequent names (and nouns) per gender used")
     p.add_argument("--noun_share", type=float, default=0.2, help="share of groups pairing a name with a noun")
-    p.add_argument("--no_vocab_check", action="store_true",
-                   help="keep probes even if a token is missing from the corpus's GPT-2 vocabulary")
+    p.add_argument(
+        "--no_vocab_check",
+        action="store_true",
+        help="keep probes even if a token is missing from the corpus's GPT-2 vocabulary",
+    )
     return p
 
 
@@ -601,10 +718,12 @@ def main(argv: list[str]) -> int:
     from data.prepare import read_data_file
 
     corpus = read_data_file(args.corpus)
-    lexicon = find_people(corpus, min_count=args.min_count, min_evidence=args.min_evidence,
-                          min_share=args.min_share)
-    print(f"{args.corpus}: {'lower case' if lexicon.lower_case else 'capitalised'}; "
-          f"{len(lexicon.people)} people with a clear gender", file=sys.stderr)
+    lexicon = find_people(corpus, min_count=args.min_count, min_evidence=args.min_evidence, min_share=args.min_share)
+    print(
+        f"{args.corpus}: {'lower case' if lexicon.lower_case else 'capitalised'}; "
+        f"{len(lexicon.people)} people with a clear gender",
+        file=sys.stderr,
+    )
     for gender in (FEMALE, MALE):
         shown = ", ".join(f"{p.surface} ({p.count}, she {p.she}/he {p.he})" for p in lexicon.of(gender)[:16])
         print(f"  {gender}: {shown}", file=sys.stderr)
@@ -613,19 +732,30 @@ def main(argv: list[str]) -> int:
     if args.heldout:
         outputs.append((Path(args.heldout), [args.heldout_family], args.heldout_groups, args.seed + 1))
     for path, families, groups, seed in outputs:
-        generated = generate(lexicon, families, groups, seed, corpus=corpus, noun_share=args.noun_share,
-                             max_people=args.max_people)
+        generated = generate(
+            lexicon, families, groups, seed, corpus=corpus, noun_share=args.noun_share, max_people=args.max_people
+        )
         bad = 0
         if not args.no_vocab_check:
             generated, bad = keep_encodable(generated, corpus)
         write_jsonl(path, generated.probes)
-        meta = {"corpus": Path(args.corpus).name, "families": families, "seed": seed, "groups": groups,
-                "dropped_seen_in_corpus": generated.dropped_seen, "dropped_out_of_vocabulary": bad,
-                "lower_case": lexicon.lower_case,
-                "people": [asdict(p) for p in lexicon.people], "probes": generated.meta}
+        meta = {
+            "corpus": Path(args.corpus).name,
+            "families": families,
+            "seed": seed,
+            "groups": groups,
+            "dropped_seen_in_corpus": generated.dropped_seen,
+            "dropped_out_of_vocabulary": bad,
+            "lower_case": lexicon.lower_case,
+            "people": [asdict(p) for p in lexicon.people],
+            "probes": generated.meta,
+        }
         write_meta(path.with_suffix(".meta.json"), meta)
-        print(f"wrote {len(generated.probes)} probes ({', '.join(families)}) to {path}; dropped "
-              f"{generated.dropped_seen} groups seen in the corpus, {bad} with unknown tokens", file=sys.stderr)
+        print(
+            f"wrote {len(generated.probes)} probes ({', '.join(families)}) to {path}; dropped "
+            f"{generated.dropped_seen} groups seen in the corpus, {bad} with unknown tokens",
+            file=sys.stderr,
+        )
     if args.agreement:
         items = agreement_items(lexicon, args.seed, max_people=args.max_people, corpus=corpus)
         write_jsonl(Path(args.agreement), items)

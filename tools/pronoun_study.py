@@ -68,8 +68,9 @@ def probe_files(checkpoint: dict, args: argparse.Namespace) -> tuple[Path, Path 
     corpus = corpus_of(dataset)
     probes = args.probes or (corpus.probes_path if corpus else None)
     if probes is None:
-        raise UsageError(f"the checkpoint's corpus {dataset!r} has no probe files of its own; give --probes "
-                         f"(and --agreement)")
+        raise UsageError(
+            f"the checkpoint's corpus {dataset!r} has no probe files of its own; give --probes (and --agreement)"
+        )
     heldout = args.heldout or probes.with_name(probes.stem + "-heldout.jsonl")
     agreement = args.agreement or (corpus.agreement_path if corpus else None)
     return probes, heldout if heldout.exists() else None, agreement
@@ -96,8 +97,9 @@ def predicting(item: AlignedProbe, tokenizer: Tokenizer) -> AlignedProbe:
 
 
 def pronoun_set(items: list[AlignedProbe]) -> ProbeSets:
-    return ProbeSets({PRONOUN: ProbeSet(PRONOUN, [i.ids for i in items], list(items),
-                                        logits_at=[i.continuation_pos for i in items])})
+    return ProbeSets(
+        {PRONOUN: ProbeSet(PRONOUN, [i.ids for i in items], list(items), logits_at=[i.continuation_pos for i in items])}
+    )
 
 
 def report_on(model, items: list[AlignedProbe]) -> ProbeReport:
@@ -129,10 +131,10 @@ def object_items(aligned: list[AlignedProbe], tokenizer: Tokenizer) -> list[dict
     items = []
     for item in aligned:
         p = item.probe
-        if any(p.text[max(0, off - 4):off].lower() == "the " for off in (p.referent_offset, p.distractor_offset)):
+        if any(p.text[max(0, off - 4) : off].lower() == "the " for off in (p.referent_offset, p.distractor_offset)):
             continue
         for tail in OBJECT_TAILS:
-            context = p.text[:p.pronoun_offset + len(p.pronoun)] + tail
+            context = p.text[: p.pronoun_offset + len(p.pronoun)] + tail
             try:
                 ids = tokenizer.encode(context)
                 other = tokenizer.encode(context + " " + p.distractor)
@@ -150,12 +152,14 @@ def object_choice(model, items: list[dict], removed: AblationResult | None = Non
     heads removed)."""
     if not items:
         return None
-    objects = ProbeSet("objects", [item["ids"] for item in items], items,
-                       logits_at=[item["continuation_pos"] for item in items])
+    objects = ProbeSet(
+        "objects", [item["ids"] for item in items], items, logits_at=[item["continuation_pos"] for item in items]
+    )
     wins = 0
     for capture in captures(model, objects, removed.ablation if removed is not None else None):
-        wins += sum(bool(row[it["other"]] > row[it["same"]]) for it, row in zip(capture.items, capture.logits,
-                                                                                strict=True))
+        wins += sum(
+            bool(row[it["other"]] > row[it["same"]]) for it, row in zip(capture.items, capture.logits, strict=True)
+        )
     return wins / len(items)
 
 
@@ -201,8 +205,9 @@ def folds_of(keys: list, k: int = 5, seed: int = 0) -> list[int]:
     return [index[str(key)] for key in keys]
 
 
-def residual_study(model, aligned: list[AlignedProbe], pred: list[AlignedProbe], meta: list[dict],
-                   contexts: list) -> dict[str, list[float]]:
+def residual_study(
+    model, aligned: list[AlignedProbe], pred: list[AlignedProbe], meta: list[dict], contexts: list
+) -> dict[str, list[float]]:
     """Linear read-outs, layer by layer (0 = embeddings), each scored on held-out people or groups:
 
     - name_gender: at a person's last token, is the person female? (folds: people)
@@ -217,8 +222,10 @@ def residual_study(model, aligned: list[AlignedProbe], pred: list[AlignedProbe],
     rows, female, people = [], [], []
     for item, st in zip(aligned, states, strict=True):
         she = item.probe.pronoun.lower() == "she"
-        for positions, word, is_referent in ((item.referent_positions, item.probe.referent, True),
-                                             (item.distractor_positions, item.probe.distractor, False)):
+        for positions, word, is_referent in (
+            (item.referent_positions, item.probe.referent, True),
+            (item.distractor_positions, item.probe.distractor, False),
+        ):
             rows.append(st[:, positions[-1]])
             female.append(she == is_referent)
             people.append(word.lower())
@@ -260,16 +267,25 @@ def heads_at_init(model, seed: int, aligned: list[AlignedProbe]) -> dict[str, He
     return _AT_INIT[key]
 
 
-def study(model, tokenizer: Tokenizer, files: tuple[Path, Path | None, Path | None], extra: list[list[str]],
-          residual: bool, init_seeds: list[int], run_seed: int) -> dict:
+def study(
+    model,
+    tokenizer: Tokenizer,
+    files: tuple[Path, Path | None, Path | None],
+    extra: list[list[str]],
+    residual: bool,
+    init_seeds: list[int],
+    run_seed: int,
+) -> dict:
     block = model.config.block_size
     probes_path, heldout_path, agreement_path = files
     sets = ProbeSets()
     sets.add(PRONOUN, from_file(PRONOUN, probes_path, tokenizer, block))
     aligned = sets.get(PRONOUN).items
     if not aligned:
-        raise UserError(f"no probe in {probes_path} fits this checkpoint's vocabulary and block_size; use the probe "
-                        f"files made from its corpus (lower-case probes for a lower-case corpus)")
+        raise UserError(
+            f"no probe in {probes_path} fits this checkpoint's vocabulary and block_size; use the probe "
+            f"files made from its corpus (lower-case probes for a lower-case corpus)"
+        )
     if agreement_path:
         sets.add(AGREEMENT, from_file(AGREEMENT, agreement_path, tokenizer, block))
     meta = probe_meta(probes_path, aligned)
@@ -283,9 +299,14 @@ def study(model, tokenizer: Tokenizer, files: tuple[Path, Path | None, Path | No
     agreement = Agreement(reading, agreement_ablations(model, sets, reading)) if contexts else None
     objects = object_items(aligned, tokenizer)
     result = {
-        "probes": str(probes_path), "n_probes": len(aligned), "baselines": baselines(aligned),
-        "at_pronoun": at_pronoun, "at_predicting": at_predicting,
-        "best": best, "selective": selective, "agreement": agreement,
+        "probes": str(probes_path),
+        "n_probes": len(aligned),
+        "baselines": baselines(aligned),
+        "at_pronoun": at_pronoun,
+        "at_predicting": at_predicting,
+        "best": best,
+        "selective": selective,
+        "agreement": agreement,
         "selective_by_family": by_group(model, aligned, meta, selective, "family"),
         "selective_by_gender": by_group(model, aligned, meta, selective, "referent_gender"),
         "object_choice": {"n": len(objects), "accuracy": object_choice(model, objects)},
@@ -294,24 +315,38 @@ def study(model, tokenizer: Tokenizer, files: tuple[Path, Path | None, Path | No
     if heldout_path is not None:
         held = from_file(PRONOUN, heldout_path, tokenizer, block).items
         stats = report_on(model, held)
-        result["heldout"] = {"n_probes": len(held), "baselines": baselines(held), "best": stats.heads[best.name],
-                             "selective": stats.heads[selective.name], "own_selective": stats.most_selective}
+        result["heldout"] = {
+            "n_probes": len(held),
+            "baselines": baselines(held),
+            "best": stats.heads[best.name],
+            "selective": stats.heads[selective.name],
+            "own_selective": stats.most_selective,
+        }
     result["more_ablations"], result["object_ablated"] = [], {}
     if agreement is not None:
         done = {tuple(ab.heads) for ab in agreement.ablations}
         chosen = [("best", [best.name]), *(("requested", sorted(heads)) for heads in extra)]
-        result["more_ablations"] = [ablated(model, sets, heads, label, label, kinds=(PRONOUN, AGREEMENT))
-                                    for label, heads in chosen if tuple(heads) not in done]
-        result["object_ablated"] = {ab.kind: object_choice(model, objects, ab)
-                                    for ab in [*agreement.ablations, *result["more_ablations"]]}
+        result["more_ablations"] = [
+            ablated(model, sets, heads, label, label, kinds=(PRONOUN, AGREEMENT))
+            for label, heads in chosen
+            if tuple(heads) not in done
+        ]
+        result["object_ablated"] = {
+            ab.kind: object_choice(model, objects, ab) for ab in [*agreement.ablations, *result["more_ablations"]]
+        }
     if residual:
         result["residual"] = residual_study(model, aligned, pred, meta, contexts)
     if init_seeds:
         own = heads_at_init(model, run_seed, aligned)
-        result["init"] = {"seed": run_seed, "same_head": own[selective.name],
-                          "selective": min(own.values(), key=lambda s: (-s.top1, -s.referent, s.layer, s.head)),
-                          "seeds": init_seeds, "best_top1": sorted(max(h.top1 for h in heads_at_init(
-                              model, seed, aligned).values()) for seed in init_seeds)}
+        result["init"] = {
+            "seed": run_seed,
+            "same_head": own[selective.name],
+            "selective": min(own.values(), key=lambda s: (-s.top1, -s.referent, s.layer, s.head)),
+            "seeds": init_seeds,
+            "best_top1": sorted(
+                max(h.top1 for h in heads_at_init(model, seed, aligned).values()) for seed in init_seeds
+            ),
+        }
     return result
 
 
@@ -324,41 +359,57 @@ def _pct(value: float | None) -> str:
 
 def format_report(title: str, r: dict, limit: int | None) -> str:
     s = r["selective"]
-    out = [f"== {title}", f"-- at the pronoun (query = she/he), {r['n_probes']} two-person probes:",
-           head_table(r["at_pronoun"], limit=limit),
-           "-- at the predicting position (query = the token before the pronoun):",
-           head_table(r["at_predicting"], limit=limit),
-           f"most selective head {s.name}: top-1 by family "
-           + ", ".join(f"{k} {_pct(v)}" for k, v in r["selective_by_family"].items())
-           + "; by referent gender " + ", ".join(f"{k} {_pct(v)}" for k, v in r["selective_by_gender"].items())]
+    out = [
+        f"== {title}",
+        f"-- at the pronoun (query = she/he), {r['n_probes']} two-person probes:",
+        head_table(r["at_pronoun"], limit=limit),
+        "-- at the predicting position (query = the token before the pronoun):",
+        head_table(r["at_predicting"], limit=limit),
+        f"most selective head {s.name}: top-1 by family "
+        + ", ".join(f"{k} {_pct(v)}" for k, v in r["selective_by_family"].items())
+        + "; by referent gender "
+        + ", ".join(f"{k} {_pct(v)}" for k, v in r["selective_by_gender"].items()),
+    ]
     if "heldout" in r:
         h = r["heldout"]
         heads = (("best", h["best"]), ("most selective", h["selective"]), ("its own best", h["own_selective"]))
-        out.append(f"held-out family ({h['n_probes']} probes; first noun {_pct(h['baselines']['first_noun'])}, "
-                   f"nearest {_pct(h['baselines']['nearest_noun'])}): " + "; ".join(
-                       f"{label} {x.name} referent {x.referent:.3f} distractor {x.distractor:.3f} top-1 {_pct(x.top1)}"
-                       for label, x in heads))
+        out.append(
+            f"held-out family ({h['n_probes']} probes; first noun {_pct(h['baselines']['first_noun'])}, "
+            f"nearest {_pct(h['baselines']['nearest_noun'])}): "
+            + "; ".join(
+                f"{label} {x.name} referent {x.referent:.3f} distractor {x.distractor:.3f} top-1 {_pct(x.top1)}"
+                for label, x in heads
+            )
+        )
     o = r["object_choice"]
     if o["n"]:
-        out.append(f"object choice ({o['n']} contexts such as '..., and she hugged'): the other person preferred to "
-                   f"the referent in {_pct(o['accuracy'])} (position heuristics 50%)")
+        out.append(
+            f"object choice ({o['n']} contexts such as '..., and she hugged'): the other person preferred to "
+            f"the referent in {_pct(o['accuracy'])} (position heuristics 50%)"
+        )
     if r["agreement"] is not None:
         out.append(agreement_lines(r["agreement"].reading, r["agreement"].ablations))
         base = r["agreement"].stats.accuracy
         for ab in r["more_ablations"]:
             after, top1 = ab.reading.agreement.accuracy, ab.best_top1_left
-            out.append(f"ablating {', '.join(ab.heads)} ({ab.label}): agreement {after:.3f} "
-                       f"({100 * (after - base):+.1f} points); best top-1 left {_pct(top1)} "
-                       f"({100 * (top1 - s.top1):+.1f} points)")
-        out.append("object choice with heads ablated: " + ", ".join(
-            f"without {label} {_pct(value)}" for label, value in r["object_ablated"].items()))
+            out.append(
+                f"ablating {', '.join(ab.heads)} ({ab.label}): agreement {after:.3f} "
+                f"({100 * (after - base):+.1f} points); best top-1 left {_pct(top1)} "
+                f"({100 * (top1 - s.top1):+.1f} points)"
+            )
+        out.append(
+            "object choice with heads ablated: "
+            + ", ".join(f"without {label} {_pct(value)}" for label, value in r["object_ablated"].items())
+        )
     if "init" in r:
         i = r["init"]
         tops = i["best_top1"]
-        out.append(f"untrained, same config: the most selective head's top-1 over seeds {i['seeds'][0]}-"
-                   f"{i['seeds'][-1]}: {_pct(tops[0])} to {_pct(tops[-1])}, median {_pct(tops[len(tops) // 2])}; "
-                   f"with this run's seed {i['seed']}: {s.name} {_pct(i['same_head'].top1)} (trained "
-                   f"{_pct(s.top1)}), the most selective {i['selective'].name} {_pct(i['selective'].top1)}")
+        out.append(
+            f"untrained, same config: the most selective head's top-1 over seeds {i['seeds'][0]}-"
+            f"{i['seeds'][-1]}: {_pct(tops[0])} to {_pct(tops[-1])}, median {_pct(tops[len(tops) // 2])}; "
+            f"with this run's seed {i['seed']}: {s.name} {_pct(i['same_head'].top1)} (trained "
+            f"{_pct(s.top1)}), the most selective {i['selective'].name} {_pct(i['selective'].top1)}"
+        )
     if "residual" in r:
         width = len(next(iter(r["residual"].values())))
         out.append("linear read-out accuracy by layer (0 = embeddings):")
@@ -367,10 +418,12 @@ def format_report(title: str, r: dict, limit: int | None) -> str:
     return "\n".join(out)
 
 
-SUMMARY = ("| checkpoint | step | val | best head: ref / dis, top-1 | most selective: ref / dis, top-1 | "
-           "same head untrained | held-out, same head | agreement (1st / 2nd) | object choice | "
-           "without most selective: top-1 / agreement | without name readers: agreement |\n"
-           "|---|---:|---:|---|---|---|---|---|---:|---|---|")
+SUMMARY = (
+    "| checkpoint | step | val | best head: ref / dis, top-1 | most selective: ref / dis, top-1 | "
+    "same head untrained | held-out, same head | agreement (1st / 2nd) | object choice | "
+    "without most selective: top-1 / agreement | without name readers: agreement |\n"
+    "|---|---:|---:|---|---|---|---|---|---:|---|---|"
+)
 
 
 def summary_row(name: str, step: int, val: float, r: dict) -> str:
@@ -386,14 +439,19 @@ def summary_row(name: str, step: int, val: float, r: dict) -> str:
     def without(ab: AblationResult) -> float:
         return 100 * (ab.reading.agreement.accuracy - accuracy)
 
-    cells = [name, str(step), f"{val:.3f}", f"{b.name} {b.referent:.2f} / {b.distractor:.2f}, {_pct(b.top1)}",
-             f"{s.name} {s.referent:.2f} / {s.distractor:.2f}, {_pct(s.top1)}",
-             _pct(r["init"]["same_head"].top1) if "init" in r else "-",
-             f"{held.referent:.2f}, {_pct(held.top1)}" if held else "-",
-             agree,
-             _pct(r["object_choice"]["accuracy"]),
-             f"{100 * (sel.best_top1_left - s.top1):+.1f} / {without(sel):+.1f}" if sel else "-",
-             f"{', '.join(readers.heads)}: {without(readers):+.1f}" if readers else "-"]
+    cells = [
+        name,
+        str(step),
+        f"{val:.3f}",
+        f"{b.name} {b.referent:.2f} / {b.distractor:.2f}, {_pct(b.top1)}",
+        f"{s.name} {s.referent:.2f} / {s.distractor:.2f}, {_pct(s.top1)}",
+        _pct(r["init"]["same_head"].top1) if "init" in r else "-",
+        f"{held.referent:.2f}, {_pct(held.top1)}" if held else "-",
+        agree,
+        _pct(r["object_choice"]["accuracy"]),
+        f"{100 * (sel.best_top1_left - s.top1):+.1f} / {without(sel):+.1f}" if sel else "-",
+        f"{', '.join(readers.heads)}: {without(readers):+.1f}" if readers else "-",
+    ]
     return "| " + " | ".join(cells) + " |"
 
 
@@ -402,12 +460,21 @@ def to_json(value: object) -> object:
     if isinstance(value, ProbeReport | HeadStats):
         return value.to_dict()
     if isinstance(value, Agreement):
-        return {"agreement": to_json(value.stats), "reading": value.reading.results.per_head("name_reading"),
-                "ablations": [to_json(ab) for ab in value.ablations]}
+        return {
+            "agreement": to_json(value.stats),
+            "reading": value.reading.results.per_head("name_reading"),
+            "ablations": [to_json(ab) for ab in value.ablations],
+        }
     if isinstance(value, AblationResult):
         after = value.reading.agreement
-        return {"label": value.label, "heads": value.heads, "kind": value.kind, "mode": value.ablation.mode,
-                "agreement": after.accuracy if after else None, "top1": value.best_top1_left}
+        return {
+            "label": value.label,
+            "heads": value.heads,
+            "kind": value.kind,
+            "mode": value.ablation.mode,
+            "agreement": after.accuracy if after else None,
+            "top1": value.best_top1_left,
+        }
     if isinstance(value, AgreementStats):
         return to_json(vars(value))
     if isinstance(value, dict):
@@ -425,8 +492,12 @@ def main(argv: list[str]) -> int:
     p.add_argument("--agreement", type=Path, default=None, help="single-person contexts (default: the corpus's own)")
     p.add_argument("--ablate", action="append", default=[], help="also ablate these heads, e.g. L1H2+L2H0")
     p.add_argument("--residual", action="store_true", help="add linear read-outs of the residual stream")
-    p.add_argument("--init_seeds", type=int, default=0,
-                   help="also score untrained models of the same config: seeds 0..N-1, and the run's own seed")
+    p.add_argument(
+        "--init_seeds",
+        type=int,
+        default=0,
+        help="also score untrained models of the same config: seeds 0..N-1, and the run's own seed",
+    )
     p.add_argument("--brief", action="store_true", help="only the summary table")
     p.add_argument("--limit", type=int, default=None, help="heads shown per table")
     p.add_argument("--json", type=Path, default=None, help="write every report as JSON here")
@@ -445,8 +516,15 @@ def main(argv: list[str]) -> int:
         loaded = load_model(name, torch.device("cpu"))
         checkpoint = loaded.checkpoint
         seed = int((checkpoint.get("train_config") or {}).get("seed", 0))
-        r = study(loaded.model, loaded.tokenizer, probe_files(checkpoint, args), [a.split("+") for a in args.ablate],
-                  args.residual, list(range(args.init_seeds)), seed)
+        r = study(
+            loaded.model,
+            loaded.tokenizer,
+            probe_files(checkpoint, args),
+            [a.split("+") for a in args.ablate],
+            args.residual,
+            list(range(args.init_seeds)),
+            seed,
+        )
         step, val = checkpoint["step"], checkpoint["best_val_loss"]
         if not args.brief:
             print(format_report(f"{name} (step {step}, best val {val:.4f})", r, args.limit) + "\n")

@@ -52,13 +52,18 @@ def main(argv: list[str]) -> int:
         results = score(model, ProbeSets({TEXT: windows}))
         draws.append(results)
         value, spread = results.numbers["in_context_score"], results.numbers["in_context_score_spread"]
-        verdict = ("no measurable effect" if abs(value) <= spread else
-                   f"later tokens predicted {'better' if value < 0 else 'worse'}")
+        verdict = (
+            "no measurable effect"
+            if abs(value) <= spread
+            else f"later tokens predicted {'better' if value < 0 else 'worse'}"
+        )
         print(f"draw {seed}: in-context score {value:+.3f} ± {spread:.3f} nats ({windows.about}): {verdict}")
     values = [r.numbers["in_context_score"] for r in draws]
     smallest = min(r.numbers["in_context_score_spread"] for r in draws)
-    print(f"range over {len(draws)} draws: {min(values):+.3f} to {max(values):+.3f} "
-          f"(moves {max(values) - min(values):.3f}; the smallest spread {smallest:.3f})")
+    print(
+        f"range over {len(draws)} draws: {min(values):+.3f} to {max(values):+.3f} "
+        f"(moves {max(values) - min(values):.3f}; the smallest spread {smallest:.3f})"
+    )
     for name in TEXT_SCORES:
         stacked = torch.stack([r.heads[name] for r in draws])
         moved = float((stacked.max(0).values - stacked.min(0).values).max())

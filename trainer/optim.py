@@ -40,15 +40,17 @@ class EagerOptimizer:
         `saved`) when that state does not fit these parameters."""
         fresh = self.state_dict()
         n_params = sum(len(group["params"]) for group in fresh["param_groups"])
-        if not isinstance(saved["state"], dict) or any(type(k) is not int or not 0 <= k < n_params
-                                                       for k in saved["state"]):
+        if not isinstance(saved["state"], dict) or any(
+            type(k) is not int or not 0 <= k < n_params for k in saved["state"]
+        ):
             raise ValueError("its optimizer state names parameters this model does not have")
         self.load_state_dict({"state": saved["state"], "param_groups": fresh["param_groups"]})
         for param, values in self.state.items():
             for name, value in values.items():
                 if not isinstance(value, torch.Tensor) or (value.dim() > 0 and value.shape != param.shape):
-                    raise ValueError(f"optimizer state {name!r} does not match a parameter of shape "
-                                     f"{tuple(param.shape)}")
+                    raise ValueError(
+                        f"optimizer state {name!r} does not match a parameter of shape {tuple(param.shape)}"
+                    )
 
 
 class AdamW(EagerOptimizer, torch.optim.AdamW):
@@ -75,13 +77,17 @@ def schedule_problem(cfg: TrainConfig, start_step: int) -> str | None:
     """What in the learning-rate schedule cannot be what the user meant, for a run starting at `start_step`;
     None when nothing. (min_lr above learning_rate is refused by the config itself.)"""
     if start_step < cfg.warmup_iters and cfg.warmup_iters >= cfg.max_iters:
-        return (f"the learning rate warms up over --warmup_iters={cfg.warmup_iters} steps but the run ends at step "
-                f"{cfg.max_iters}, so it never reaches --learning_rate={cfg.learning_rate:g}; lower --warmup_iters "
-                f"(a few percent of the run is usual) or raise --max_iters")
+        return (
+            f"the learning rate warms up over --warmup_iters={cfg.warmup_iters} steps but the run ends at step "
+            f"{cfg.max_iters}, so it never reaches --learning_rate={cfg.learning_rate:g}; lower --warmup_iters "
+            f"(a few percent of the run is usual) or raise --max_iters"
+        )
     if cfg.lr_decay_iters and cfg.warmup_iters > cfg.lr_decay_iters:
-        return (f"--warmup_iters={cfg.warmup_iters} ends after --lr_decay_iters={cfg.lr_decay_iters}, so the learning "
-                f"rate jumps from its warm-up straight down to --min_lr={cfg.min_lr:g}; set --lr_decay_iters beyond "
-                f"the warm-up")
+        return (
+            f"--warmup_iters={cfg.warmup_iters} ends after --lr_decay_iters={cfg.lr_decay_iters}, so the learning "
+            f"rate jumps from its warm-up straight down to --min_lr={cfg.min_lr:g}; set --lr_decay_iters beyond "
+            f"the warm-up"
+        )
     return None
 
 
@@ -92,9 +98,11 @@ def divergence_fix(cfg: TrainConfig) -> str:
     the weight decay's doing when it is beyond its usual range (0 to 1); a huge learning rate does it too."""
     shrink = cfg.learning_rate * cfg.weight_decay
     if shrink >= 1 and cfg.weight_decay > 1:
-        return (f"a lower --weight_decay (now {cfg.weight_decay:g}): times --learning_rate={cfg.learning_rate:g} it is "
-                f"{shrink:g}, so each step takes away more than the whole of every weight matrix; keep it well below "
-                f"1 / learning_rate = {1 / cfg.learning_rate:g} (0.1 is usual)")
+        return (
+            f"a lower --weight_decay (now {cfg.weight_decay:g}): times --learning_rate={cfg.learning_rate:g} it is "
+            f"{shrink:g}, so each step takes away more than the whole of every weight matrix; keep it well below "
+            f"1 / learning_rate = {1 / cfg.learning_rate:g} (0.1 is usual)"
+        )
     clip = "" if cfg.grad_clip > 0 else " or --grad_clip=1"
     muon = f" or --muon_lr (now {cfg.muon_lr:g})" if cfg.optimizer == "muon" else ""
     return f"a lower --learning_rate (now {cfg.learning_rate:g}){muon}{clip}"
@@ -104,22 +112,28 @@ def make_optimizer(model: nn.Module, cfg: TrainConfig, device: torch.device):
     """AdamW with weight decay on matrices (`model.gpt.is_matrix`) only: decaying norms' gains and biases (and
     relative position biases) pulls them towards zero for no benefit. With optimizer = "muon", the blocks' hidden
     matrices go to Muon instead, which decays none of them."""
-    hidden = [p for name, p in model.named_parameters()
-              if cfg.optimizer == "muon" and name.startswith("blocks.") and p.dim() == 2 and is_matrix(name, p)]
+    hidden = [
+        p
+        for name, p in model.named_parameters()
+        if cfg.optimizer == "muon" and name.startswith("blocks.") and p.dim() == 2 and is_matrix(name, p)
+    ]
     hidden_ids = {id(p) for p in hidden}
     rest = [(name, p) for name, p in model.named_parameters() if p.requires_grad and id(p) not in hidden_ids]
     decay = [p for name, p in rest if is_matrix(name, p)]
     no_decay = [p for name, p in rest if not is_matrix(name, p)]
-    groups = [{"params": decay, "weight_decay": cfg.weight_decay},
-              {"params": no_decay, "weight_decay": 0.0}]
-    kwargs = {"fused": True} if device.type in ("cpu", "cuda") else {}   # fused on CPU since torch 2.4
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    kwargs = {"fused": True} if device.type in ("cpu", "cuda") else {}  # fused on CPU since torch 2.4
     adamw = AdamW(groups, lr=cfg.learning_rate, betas=(cfg.beta1, cfg.beta2), **kwargs)
     if not hidden:
         return adamw
     # The schedule sets every group's lr as learning_rate x lr_scale, so Muon's
     # own rate follows the same warm-up and decay.
-    muon = Muon([{"params": hidden, "lr_scale": cfg.muon_lr / cfg.learning_rate}], lr=cfg.muon_lr,
-                ns_steps=cfg.muon_ns_steps, dtype=iteration_dtype(cfg.muon_dtype, device))
+    muon = Muon(
+        [{"params": hidden, "lr_scale": cfg.muon_lr / cfg.learning_rate}],
+        lr=cfg.muon_lr,
+        ns_steps=cfg.muon_ns_steps,
+        dtype=iteration_dtype(cfg.muon_dtype, device),
+    )
     return Optimizers(adamw, muon)
 
 
@@ -197,7 +211,7 @@ class Optimizers:
     """Several optimizers stepped as one: what the training loop needs of an optimizer."""
 
     def __init__(self, *optimizers: torch.optim.Optimizer) -> None:
-        self.optimizers = optimizers   # saved under "0", "1", ...
+        self.optimizers = optimizers  # saved under "0", "1", ...
 
     @property
     def param_groups(self) -> list[dict]:

@@ -66,8 +66,10 @@ def setup(cfg: TrainConfig) -> Runtime:
     if cfg.threads:
         cpus = os.cpu_count() or 1
         if cfg.threads > cpus:  # far more threads than CPUs only slows torch down, or fails to start them
-            raise UsageError(f"--threads={cfg.threads} but this machine has {cpus} CPUs; use at most {cpus}, "
-                             f"or 0 for torch's default")
+            raise UsageError(
+                f"--threads={cfg.threads} but this machine has {cpus} CPUs; use at most {cpus}, "
+                f"or 0 for torch's default"
+            )
         torch.set_num_threads(cfg.threads)
     numbers = []
     for name, default in (("WORLD_SIZE", "1"), ("RANK", "0"), ("LOCAL_RANK", "0")):
@@ -76,19 +78,25 @@ def setup(cfg: TrainConfig) -> Runtime:
             numbers.append(parse_int(text))
         except ValueError as exc:
             why = f" ({exc})" if isinstance(exc, NotParsed) else ""
-            raise UsageError(f"the environment variable {name}={quoted(text)} is not a whole number{why}; torchrun "
-                             f"sets it: unset it to train in one process") from None
+            raise UsageError(
+                f"the environment variable {name}={quoted(text)} is not a whole number{why}; torchrun "
+                f"sets it: unset it to train in one process"
+            ) from None
     world_size, rank, local_rank = numbers
     if not 0 <= rank < world_size or local_rank < 0:
-        raise UsageError(f"the environment says this is process RANK={rank} (LOCAL_RANK={local_rank}) of "
-                         f"WORLD_SIZE={world_size}, which no launcher sets; unset them to train in one process, "
-                         f"or start with torchrun")
+        raise UsageError(
+            f"the environment says this is process RANK={rank} (LOCAL_RANK={local_rank}) of "
+            f"WORLD_SIZE={world_size}, which no launcher sets; unset them to train in one process, "
+            f"or start with torchrun"
+        )
     device = pick_device(cfg.device)
     if world_size > 1:
         if cfg.grad_accum % world_size:
-            raise UsageError(f"grad_accum={cfg.grad_accum} must be a multiple of the {world_size} processes, so "
-                             f"each optimizer step sees the same tokens at any world size; set --grad_accum="
-                             f"{world_size * max(1, cfg.grad_accum // world_size)}")
+            raise UsageError(
+                f"grad_accum={cfg.grad_accum} must be a multiple of the {world_size} processes, so "
+                f"each optimizer step sees the same tokens at any world size; set --grad_accum="
+                f"{world_size * max(1, cfg.grad_accum // world_size)}"
+            )
         if device.type == "cuda":
             device = torch.device("cuda", local_rank)
             torch.cuda.set_device(device)
@@ -161,10 +169,12 @@ def check_training_fits(cfg: TrainConfig, vocab_size: int, device: torch.device,
     free = shortfall(total, device)
     if free is not None:
         loaded = f", of which the weights read, {_size(held)}, are loaded already" if held else ""
-        raise UserError(f"this config needs at least {_size(total + held)} of memory to train on {device.type} "
-                        f"(parameters and optimizer {_size(need['parameters'])}, activations "
-                        f"{_size(need['activations'])}{loaded}), and {_size(free)} {'more ' if held else ''}is free; "
-                        f"{_keys_to_lower(cfg, need)}")
+        raise UserError(
+            f"this config needs at least {_size(total + held)} of memory to train on {device.type} "
+            f"(parameters and optimizer {_size(need['parameters'])}, activations "
+            f"{_size(need['activations'])}{loaded}), and {_size(free)} {'more ' if held else ''}is free; "
+            f"{_keys_to_lower(cfg, need)}"
+        )
 
 
 def _keys_to_lower(cfg: TrainConfig, need: dict[str, int]) -> str:
@@ -174,8 +184,10 @@ def _keys_to_lower(cfg: TrainConfig, need: dict[str, int]) -> str:
         return f"lower --batch_size (now {cfg.batch_size:,}) or --block_size (now {cfg.model.block_size:,})"
     if need["parameters"] >= need["activations"]:
         return f"lower --n_embd (now {cfg.model.n_embd:,}) or --n_layer (now {cfg.model.n_layer:,})"
-    return (f"lower --batch_size (now {cfg.batch_size:,}), --block_size (now {cfg.model.block_size:,}) or --n_layer "
-            f"(now {cfg.model.n_layer:,})")
+    return (
+        f"lower --batch_size (now {cfg.batch_size:,}), --block_size (now {cfg.model.block_size:,}) or --n_layer "
+        f"(now {cfg.model.n_layer:,})"
+    )
 
 
 @contextlib.contextmanager
@@ -186,11 +198,14 @@ def out_of_memory(cfg: TrainConfig) -> Iterator[None]:
     except (MemoryError, RuntimeError) as exc:
         if not is_out_of_memory(exc):
             raise
-        raise UserError(f"ran out of memory ({' '.join(str(exc).split())[:120] or type(exc).__name__}); "
-                        f"{_keys_to_lower(cfg, training_bytes(cfg, vocab_size=1))}") from None
+        raise UserError(
+            f"ran out of memory ({' '.join(str(exc).split())[:120] or type(exc).__name__}); "
+            f"{_keys_to_lower(cfg, training_bytes(cfg, vocab_size=1))}"
+        ) from None
 
 
 # --- one training run per out_dir, and per TensorBoard run folder (log_dir/run_name), at a time ----------
+
 
 # Two runs saving into one out_dir would each replace the other's checkpoint, and each would keep the other's as
 # ckpt.prev.pt, destroying the user's earlier run; two runs logging into one TensorBoard run folder would interleave
@@ -205,8 +220,15 @@ class RunLock:
     setting that names the folder, `what` the folder in words and `option` the setting that picks another one;
     `say_takeover=False` takes over a lock left by a run that has ended without a warning."""
 
-    def __init__(self, folder: str | Path, *, key: str = "out_dir", what: str | None = None,
-                 option: str | None = None, say_takeover: bool = True) -> None:
+    def __init__(
+        self,
+        folder: str | Path,
+        *,
+        key: str = "out_dir",
+        what: str | None = None,
+        option: str | None = None,
+        say_takeover: bool = True,
+    ) -> None:
         self.folder = Path(folder)
         self.path = self.folder / ".lock"
         self.key = key
@@ -214,7 +236,7 @@ class RunLock:
         self.option = option or f"--{key}"
         self.say_takeover = say_takeover
         self._fd: int | None = None
-        self._made = False   # whether this lock made the folder: a run that wrote nothing there leaves none
+        self._made = False  # whether this lock made the folder: a run that wrote nothing there leaves none
 
     def __enter__(self) -> RunLock:
         self._made = not self.folder.exists()
@@ -232,8 +254,12 @@ class RunLock:
         previous = _owner(fd)
         if previous and self.say_takeover:
             warn(f"{self.path} was left by a run that has ended ({_describe(previous)}); taking it over")
-        info = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%d %H:%M:%S"),
-                "command": " ".join(["python", *sys.argv])}
+        info = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "command": " ".join(["python", *sys.argv]),
+        }
         os.ftruncate(fd, 0)
         os.lseek(fd, 0, os.SEEK_SET)
         os.write(fd, json.dumps(info).encode("utf-8"))
@@ -243,10 +269,12 @@ class RunLock:
     def check(self) -> None:
         """A `UserError` when the lock file was deleted with the folder, or replaced (another run took it over)."""
         if self._fd is not None and not self._is_current(self._fd):
-            raise UserError(f"{self.what} {self.folder} was deleted or taken over by another run while this one ran "
-                            f"(its lock {self.path} is no longer the one this run holds); stopping without writing "
-                            f"there, so what is there now stays as it is: start this run again with another "
-                            f"{self.option}")
+            raise UserError(
+                f"{self.what} {self.folder} was deleted or taken over by another run while this one ran "
+                f"(its lock {self.path} is no longer the one this run holds); stopping without writing "
+                f"there, so what is there now stays as it is: start this run again with another "
+                f"{self.option}"
+            )
 
     def __exit__(self, *exc: object) -> None:
         """Removes the lock file (still locked, so nobody takes a file on its way out) and unlocks it."""
@@ -256,7 +284,7 @@ class RunLock:
             if self._is_current(self._fd):
                 self.path.unlink()
                 if self._made:
-                    self.folder.rmdir()   # only when empty: a run that stopped before writing leaves no trace
+                    self.folder.rmdir()  # only when empty: a run that stopped before writing leaves no trace
         except OSError:
             pass  # the folder holds files, went away or became read-only: the kernel still drops the lock below
         finally:
@@ -268,12 +296,16 @@ class RunLock:
             flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
             fd = os.open(self.path, flags, 0o644)
         except OSError as exc:
-            raise UserError(f"cannot open the run lock {self.path} ({exc.strerror or exc}); if it is a link or "
-                            f"a folder, move it away, or choose another {self.option}") from None
+            raise UserError(
+                f"cannot open the run lock {self.path} ({exc.strerror or exc}); if it is a link or "
+                f"a folder, move it away, or choose another {self.option}"
+            ) from None
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             os.close(fd)
-            raise UserError(f"{self.path} is not a regular file, so it cannot lock {self.what} for this run; move it "
-                            f"away, or choose another {self.option}")
+            raise UserError(
+                f"{self.path} is not a regular file, so it cannot lock {self.what} for this run; move it "
+                f"away, or choose another {self.option}"
+            )
         return fd
 
     def _lock(self, fd: int) -> None:
@@ -283,15 +315,19 @@ class RunLock:
                 return
             except OSError as exc:
                 if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                    raise UserError(f"cannot lock {self.path} ({exc.strerror or exc}); this filesystem does "
-                                    f"not support locks: choose a --{self.key} on a local disk") from None
+                    raise UserError(
+                        f"cannot lock {self.path} ({exc.strerror or exc}); this filesystem does "
+                        f"not support locks: choose a --{self.key} on a local disk"
+                    ) from None
         owner = _owner(fd)
         alive = owner and owner.get("host") == socket.gethostname() and process_alive(owner.get("pid"))
-        if fcntl is None and not alive:   # no kernel lock here: a lock file whose owner has ended is free
+        if fcntl is None and not alive:  # no kernel lock here: a lock file whose owner has ended is free
             return
         who = _describe(owner) if owner else "its details are not written yet"
-        raise UserError(f"{self.what} {self.folder} is in use by another training run ({who}); wait for it to "
-                        f"finish or stop it, or choose another {self.option}")
+        raise UserError(
+            f"{self.what} {self.folder} is in use by another training run ({who}); wait for it to "
+            f"finish or stop it, or choose another {self.option}"
+        )
 
     def _is_current(self, fd: int) -> bool:
         """Whether the lock file's path still leads to the file `fd` has open."""

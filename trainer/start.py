@@ -34,18 +34,18 @@ from model.config import CONFIG_KEYS, IMPORTED_FIELDS, MODEL_KEYS, GPTConfig
 from model.gpt import GPT
 
 DEMO_CONFIG = corpora.REPO / "configs" / "pronouns.toml"
-SAME_KIND = {"char": ("char",), "gpt2": ("gpt2", FULL_GPT2)}   # a tokenizer key -> the vocabularies it agrees with
+SAME_KIND = {"char": ("char",), "gpt2": ("gpt2", FULL_GPT2)}  # a tokenizer key -> the vocabularies it agrees with
 
 # The shape of the model chosen for real text, its size decided by how much text there is. The classic block
 # keeps each head readable; 2 layers let one head feed another (an induction head needs a head in an earlier
 # layer), 4 heads a layer keep the head table short.
-SMALL_TEXT = 50_000       # tokens: below this, a smaller model that memorises less
-BLOCK = 64                # tokens of context: a sentence or two of characters, a paragraph of BPE tokens
+SMALL_TEXT = 50_000  # tokens: below this, a smaller model that memorises less
+BLOCK = 64  # tokens of context: a sentence or two of characters, a paragraph of BPE tokens
 BATCH = 16
-STEPS = 2000              # at most: about 3 minutes on a 2-core laptop CPU at the size below
+STEPS = 2000  # at most: about 3 minutes on a 2-core laptop CPU at the size below
 MIN_STEPS = 200
-EPOCHS = 10               # at most this many passes over the training text, so a short text is not memorised
-CHARS_PER_TOKEN = {"char": 1.0, "gpt2": 4.0}   # GPT-2's BPE: about 4 characters of English a token
+EPOCHS = 10  # at most this many passes over the training text, so a short text is not memorised
+CHARS_PER_TOKEN = {"char": 1.0, "gpt2": 4.0}  # GPT-2's BPE: about 4 characters of English a token
 SIZES = {
     "small": {"n_layer": 2, "n_head": 4, "n_embd": 64, "dropout": 0.1},
     "default": {"n_layer": 2, "n_head": 4, "n_embd": 128, "dropout": 0.0},
@@ -53,6 +53,7 @@ SIZES = {
 
 
 # --- the settings -------------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -74,12 +75,17 @@ class Settings:
             return None
         file_name, characters = self.text
         m = cfg.model
-        model = (f"model shape from {self.shape_from}" if self.shape_from else
-                 f"{_count(m.n_layer, 'layer')} x {_count(m.n_head, 'head')} x {m.n_embd} dims")
-        return (f"settings chosen for {file_name} ({characters:,} characters): {cfg.tokenizer} tokenizer, {model}, "
-                f"block {m.block_size}, {cfg.max_iters:,} steps of {cfg.batch_size * m.block_size:,} tokens, "
-                f"checkpoint in {cfg.out_dir}; change any with --key=value (e.g. --max_iters={2 * cfg.max_iters}), "
-                f"or give a config file to replace them all; every key: python train.py --help")
+        model = (
+            f"model shape from {self.shape_from}"
+            if self.shape_from
+            else f"{_count(m.n_layer, 'layer')} x {_count(m.n_head, 'head')} x {m.n_embd} dims"
+        )
+        return (
+            f"settings chosen for {file_name} ({characters:,} characters): {cfg.tokenizer} tokenizer, {model}, "
+            f"block {m.block_size}, {cfg.max_iters:,} steps of {cfg.batch_size * m.block_size:,} tokens, "
+            f"checkpoint in {cfg.out_dir}; change any with --key=value (e.g. --max_iters={2 * cfg.max_iters}), "
+            f"or give a config file to replace them all; every key: python train.py --help"
+        )
 
 
 def _count(n: int, word: str) -> str:
@@ -92,26 +98,31 @@ def run_settings(config_path: str | None, overrides: dict[str, Any]) -> Settings
         return Settings(config_path, {}, Path(config_path).stem)
     dataset = overrides.get("dataset")
     init_from = overrides.get("init_from", SCRATCH)
-    if init_from not in (SCRATCH, RESUME):   # a model to fine-tune: its shape, the built-in settings, its own folder
+    if init_from not in (SCRATCH, RESUME):  # a model to fine-tune: its shape, the built-in settings, its own folder
         name = f"{model_name(init_from)}-{corpora.text_name(dataset or TrainConfig.dataset)}"
         return Settings(None, {"out_dir": out_dir_for(name)}, name)
     if dataset is None or dataset in corpora.GENERATED or not str(dataset).strip():
         return Settings(str(DEMO_CONFIG) if DEMO_CONFIG.is_file() else None, {}, DEMO_CONFIG.stem)
-    text = source_text(dataset, 0)[0]   # read as preparing reads it: the same error, before anything is printed
+    text = source_text(dataset, 0)[0]  # read as preparing reads it: the same error, before anything is printed
     name = corpora.text_name(dataset)
     shape, tokenizer, source, checkpoint = None, overrides.get("tokenizer"), None, None
     if overrides.get("resume"):
         path = Path(overrides.get("out_dir") or out_dir_for(name)) / CHECKPOINT
-        with contextlib.suppress(UserError):   # resuming says why there is no readable one, later
+        with contextlib.suppress(UserError):  # resuming says why there is no readable one, later
             checkpoint = load_checkpoint(path)
         saved = checkpoint.get("train_config") if checkpoint is not None else None
         if isinstance(saved, dict):
             shape = {key: saved[key] for key in CONFIG_KEYS if key in saved}
             tokenizer = tokenizer or (saved["tokenizer"] if isinstance(saved.get("tokenizer"), str) else None)
             source = str(path)
-    chosen = settings_for_text(len(text), name, tokenizer=tokenizer, shape=shape,
-                               val_fraction=overrides.get("val_fraction", TrainConfig.val_fraction),
-                               sample_prompt="\n" if "\n" in text or not text else text[0])
+    chosen = settings_for_text(
+        len(text),
+        name,
+        tokenizer=tokenizer,
+        shape=shape,
+        val_fraction=overrides.get("val_fraction", TrainConfig.val_fraction),
+        sample_prompt="\n" if "\n" in text or not text else text[0],
+    )
     return Settings(None, chosen, name, (Path(dataset).name, len(text)), source, checkpoint)
 
 
@@ -129,9 +140,15 @@ def out_dir_for(name: str) -> str:
     return f"out/{name}" if name not in taken else f"out/{name}-text"
 
 
-def settings_for_text(characters: int, name: str, *, tokenizer: str | None = None,
-                      shape: dict[str, Any] | None = None, val_fraction: float = 0.1,
-                      sample_prompt: str = "\n") -> dict[str, Any]:
+def settings_for_text(
+    characters: int,
+    name: str,
+    *,
+    tokenizer: str | None = None,
+    shape: dict[str, Any] | None = None,
+    val_fraction: float = 0.1,
+    sample_prompt: str = "\n",
+) -> dict[str, Any]:
     """The base settings for a text of `characters` characters called `name`: the tokenizer (char unless
     `tokenizer` fixes it), the model's shape (unless `shape` fixes it: a checkpoint resumed), the block, the
     steps and the intervals, and out/NAME. A text too short for the block gets a shorter block, down to 8 tokens
@@ -141,20 +158,36 @@ def settings_for_text(characters: int, name: str, *, tokenizer: str | None = Non
     out: dict[str, Any] = {"tokenizer": tokenizer}
     if shape is None:
         block = BLOCK
-        while block > 8 and tokens * val_fraction < block + 2:   # the val split must hold a window
+        while block > 8 and tokens * val_fraction < block + 2:  # the val split must hold a window
             block //= 2
         out.update(arch="gpt2", bias=False, block_size=block, **SIZES["small" if tokens < SMALL_TEXT else "default"])
     else:
         out.update(shape)
         block = shape.get("block_size", BLOCK)
     per_step = BATCH * block
-    steps = STEPS if tokens * (1 - val_fraction) * EPOCHS >= STEPS * per_step else \
-        max(MIN_STEPS, _round(tokens * (1 - val_fraction) * EPOCHS / per_step, 50))
-    out.update(batch_size=BATCH, max_iters=steps, learning_rate=3e-3, min_lr=3e-4, warmup_iters=min(100, steps // 10),
-               lr_decay_iters=0, weight_decay=0.1, beta2=0.99, grad_clip=1.0,
-               eval_interval=max(50, _round(steps / 8, 50)), eval_iters=20, log_interval=25,
-               watch_interval=max(10, _round(steps / 80, 5)), sample_tokens=200,
-               sample_prompt=sample_prompt, out_dir=out_dir_for(name))
+    steps = (
+        STEPS
+        if tokens * (1 - val_fraction) * EPOCHS >= STEPS * per_step
+        else max(MIN_STEPS, _round(tokens * (1 - val_fraction) * EPOCHS / per_step, 50))
+    )
+    out.update(
+        batch_size=BATCH,
+        max_iters=steps,
+        learning_rate=3e-3,
+        min_lr=3e-4,
+        warmup_iters=min(100, steps // 10),
+        lr_decay_iters=0,
+        weight_decay=0.1,
+        beta2=0.99,
+        grad_clip=1.0,
+        eval_interval=max(50, _round(steps / 8, 50)),
+        eval_iters=20,
+        log_interval=25,
+        watch_interval=max(10, _round(steps / 80, 5)),
+        sample_tokens=200,
+        sample_prompt=sample_prompt,
+        out_dir=out_dir_for(name),
+    )
     return out
 
 
@@ -163,6 +196,7 @@ def _round(value: float, step: int) -> int:
 
 
 # --- the model ----------------------------------------------------------------------------------------------
+
 
 @dataclass
 class Start:
@@ -197,17 +231,21 @@ class Start:
         check_same_data(checkpoint, data_identity(cfg, data), path)
         problem = inside_name(checkpoint["run_name"]) if not cfg.run_name else None
         if problem is not None:  # the resumed run would write its TensorBoard logs to log_dir/run_name
-            raise CheckpointError(f"{path} holds the run name {checkpoint['run_name']!r}, which {problem}, so its "
-                                  f"TensorBoard logs would go outside --log_dir; resume with --run_name=NAME")
+            raise CheckpointError(
+                f"{path} holds the run name {checkpoint['run_name']!r}, which {problem}, so its "
+                f"TensorBoard logs would go outside --log_dir; resume with --run_name=NAME"
+            )
         load_weights(model, checkpoint["model"], path)
         try:
             optimizer.load_state(checkpoint["optimizer"])
             batches.generator.set_state(checkpoint["rng"]["batches"])
             torch.set_rng_state(checkpoint["rng"]["torch"])
         except (KeyError, IndexError, RuntimeError, TypeError, ValueError, AttributeError) as exc:
-            raise CheckpointError(f"{path}: its optimizer or random-generator state does not fit this model "
-                                  f"({' '.join(str(exc).split())[:200]}); resume from the ckpt.pt that train.py wrote, "
-                                  f"or start a new --out_dir") from None
+            raise CheckpointError(
+                f"{path}: its optimizer or random-generator state does not fit this model "
+                f"({' '.join(str(exc).split())[:200]}); resume from the ckpt.pt that train.py wrote, "
+                f"or start a new --out_dir"
+            ) from None
 
 
 def model_start(cfg: TrainConfig, path: Path, device: torch.device, checkpoint: dict | None = None) -> Start:
@@ -227,19 +265,26 @@ def _importing(cfg: TrainConfig, device: torch.device) -> Start:
     # the folder a model file is in, or the folder that is the model
     folder = source.path if source.path is None or source.path.is_dir() else source.path.parent
     if folder is not None and folder.resolve() == Path(cfg.out_dir).resolve():
-        raise UsageError(f"--out_dir={cfg.out_dir} is the folder the model to fine-tune is read from "
-                         f"({source.path}), and this run's checkpoint would replace it there; choose another "
-                         f"--out_dir (without one, a fine-tune writes to out/MODEL-TEXT)")
+        raise UsageError(
+            f"--out_dir={cfg.out_dir} is the folder the model to fine-tune is read from "
+            f"({source.path}), and this run's checkpoint would replace it there; choose another "
+            f"--out_dir (without one, a fine-tune writes to out/MODEL-TEXT)"
+        )
     loaded = load_model(source, device, block_size=block_size, dropout=cfg.model.dropout)
     config = loaded.model.config
     what = f"the model {cfg.init_from}"
     for key in MODEL_KEYS:
         given, theirs = getattr(cfg.model, key), getattr(config, key)
         if key in cfg.given and given != theirs:
-            raise UsageError(f"config key '{key}' is {given!r} but {what} has {theirs!r}; leave {key} out to take "
-                             f"the model's, or fine-tune another model")
-    description = describe(loaded) if source.elsewhere else \
-        f"gptwatch checkpoint {cfg.init_from} (step {loaded.checkpoint['step']})"
+            raise UsageError(
+                f"config key '{key}' is {given!r} but {what} has {theirs!r}; leave {key} out to take "
+                f"the model's, or fine-tune another model"
+            )
+    description = (
+        describe(loaded)
+        if source.elsewhere
+        else f"gptwatch checkpoint {cfg.init_from} (step {loaded.checkpoint['step']})"
+    )
     return _models_own(cfg, config, loaded.tokenizer, what, cfg.init_from, model=loaded.model, description=description)
 
 
@@ -248,33 +293,46 @@ def _resuming(cfg: TrainConfig, path: Path, checkpoint: dict | None) -> Start:
     continue it: `Start.resume`). `init_from`, when given, must name what it started from."""
     if checkpoint is None:
         if not path.exists():
-            raise UserError(f"--resume but there is no checkpoint at {path}; drop --resume to start a new "
-                            f"run, or set --out_dir to the folder that holds ckpt.pt")
+            raise UserError(
+                f"--resume but there is no checkpoint at {path}; drop --resume to start a new "
+                f"run, or set --out_dir to the folder that holds ckpt.pt"
+            )
         checkpoint = load_checkpoint(path)
-    model = validate(checkpoint, path, for_resume=True)   # a switch it does not record is off
-    saved = saved_settings(checkpoint, path)   # checked as a config is: resuming needs its train_config
+    model = validate(checkpoint, path, for_resume=True)  # a switch it does not record is off
+    saved = saved_settings(checkpoint, path)  # checked as a config is: resuming needs its train_config
     started = saved.init_from if saved.fine_tunes else SCRATCH
     if "init_from" in cfg.given and cfg.init_from != RESUME and not same_source(cfg.init_from, started):
-        raise UsageError(f"config key 'init_from' is {cfg.init_from!r} but the checkpoint {path} started from "
-                         f"{started!r}; resume with --init_from={started} (or without init_from), or start a new "
-                         f"--out_dir")
+        raise UsageError(
+            f"config key 'init_from' is {cfg.init_from!r} but the checkpoint {path} started from "
+            f"{started!r}; resume with --init_from={started} (or without init_from), or start a new "
+            f"--out_dir"
+        )
     cfg = cfg.replaced(init_from=started)
     if not cfg.fine_tunes:
         return Start(cfg, checkpoint=checkpoint)
-    return _models_own(cfg, model, tokenizer_from_meta(checkpoint["tokenizer"]), f"the checkpoint {path}", started,
-                       checkpoint=checkpoint)
+    return _models_own(
+        cfg,
+        model,
+        tokenizer_from_meta(checkpoint["tokenizer"]),
+        f"the checkpoint {path}",
+        started,
+        checkpoint=checkpoint,
+    )
 
 
-def _models_own(cfg: TrainConfig, config: GPTConfig, tokenizer: Tokenizer, what: str, init_from: str,
-                **start: Any) -> Start:
+def _models_own(
+    cfg: TrainConfig, config: GPTConfig, tokenizer: Tokenizer, what: str, init_from: str, **start: Any
+) -> Start:
     """The run's settings made those of the model it fine-tunes (`config`, `tokenizer`, read from `what`) but the
     model keys the user set. A tokenizer the user set must be of its kind: char for a char vocabulary, gpt2 for
     GPT-2's BPE (the model's vocabulary is kept as it is, never compacted to the text)."""
     cfg = cfg.replaced(**{key: getattr(config, key) for key in (*MODEL_KEYS, "block_size") if key not in cfg.given})
     if "tokenizer" in cfg.given and tokenizer.name not in SAME_KIND[cfg.tokenizer]:
-        raise UsageError(f"config key 'tokenizer' is {cfg.tokenizer!r} but {what} reads text with its own "
-                         f"{tokenizer.name} vocabulary of {tokenizer.vocab_size:,} tokens; leave tokenizer out to "
-                         f"take the model's, or fine-tune another model")
+        raise UsageError(
+            f"config key 'tokenizer' is {cfg.tokenizer!r} but {what} reads text with its own "
+            f"{tokenizer.name} vocabulary of {tokenizer.vocab_size:,} tokens; leave tokenizer out to "
+            f"take the model's, or fine-tune another model"
+        )
     return Start(cfg, ModelVocabulary(tokenizer, init_from), **start)
 
 
@@ -285,18 +343,27 @@ def same_source(a: str, b: str) -> bool:
         return True
     if hub_name(a) is not None and not Path(a).exists():
         return hub_name(a) == hub_name(b) and not Path(b).exists()
-    return Path(a).exists() and Path(b).exists() and \
-        checkpoint_path(Path(a).resolve()) == checkpoint_path(Path(b).resolve())
+    return (
+        Path(a).exists()
+        and Path(b).exists()
+        and checkpoint_path(Path(a).resolve()) == checkpoint_path(Path(b).resolve())
+    )
 
 
 def data_identity(cfg: TrainConfig, data: Prepared) -> dict:
     """What defines the data a run trains and validates on: the source text's sha256, how it was split and
     tokenized, and where its prepared files are. A checkpoint records it; a resumed run must match it."""
     meta = data.meta
-    return {"dataset": cfg.dataset, "source": meta.get("source"), "source_sha256": meta.get("source_sha256"),
-            # the tokenizer's name in the prepared folder's: a fine-tuned model's vocabulary has its own
-            "tokenizer": meta.get("vocabulary", cfg.tokenizer), "val_fraction": cfg.val_fraction,
-            "data_dir": cfg.data_dir, "folder": str(data.folder)}
+    return {
+        "dataset": cfg.dataset,
+        "source": meta.get("source"),
+        "source_sha256": meta.get("source_sha256"),
+        # the tokenizer's name in the prepared folder's: a fine-tuned model's vocabulary has its own
+        "tokenizer": meta.get("vocabulary", cfg.tokenizer),
+        "val_fraction": cfg.val_fraction,
+        "data_dir": cfg.data_dir,
+        "folder": str(data.folder),
+    }
 
 
 def check_same_data(checkpoint: dict, data: dict, path: Path) -> None:
@@ -307,40 +374,56 @@ def check_same_data(checkpoint: dict, data: dict, path: Path) -> None:
     saved = checkpoint.get("data") if isinstance(checkpoint.get("data"), dict) else None
     fraction = (saved or checkpoint["train_config"]).get("val_fraction")
     if isinstance(fraction, float) and fraction != data["val_fraction"]:
-        raise UsageError(f"config key 'val_fraction' is {data['val_fraction']:g} but the checkpoint was trained with "
-                         f"{fraction:g}: the new validation split would hold text the model trained on; resume with "
-                         f"--val_fraction={fraction:g}, or start a new --out_dir")
+        raise UsageError(
+            f"config key 'val_fraction' is {data['val_fraction']:g} but the checkpoint was trained with "
+            f"{fraction:g}: the new validation split would hold text the model trained on; resume with "
+            f"--val_fraction={fraction:g}, or start a new --out_dir"
+        )
     if saved is None or not isinstance(saved.get("source_sha256"), str):
-        warn(f"{path} does not record which text it was trained on (an older checkpoint), so resuming cannot check "
-             f"that {data['source']} is that text; going on as if it were")
+        warn(
+            f"{path} does not record which text it was trained on (an older checkpoint), so resuming cannot check "
+            f"that {data['source']} is that text; going on as if it were"
+        )
         return
     if saved["source_sha256"] != data["source_sha256"]:
-        raise UsageError(f"--dataset={data['dataset']} is not the text the checkpoint was trained on "
-                         f"({saved.get('source')}, sha256 {saved['source_sha256'][:12]}; this one's is "
-                         f"{data['source_sha256'][:12]}): its validation split would hold text the model trained on; "
-                         f"resume with the same text, or start a new --out_dir")
+        raise UsageError(
+            f"--dataset={data['dataset']} is not the text the checkpoint was trained on "
+            f"({saved.get('source')}, sha256 {saved['source_sha256'][:12]}; this one's is "
+            f"{data['source_sha256'][:12]}): its validation split would hold text the model trained on; "
+            f"resume with the same text, or start a new --out_dir"
+        )
 
 
 def check_resume_compatible(cfg: TrainConfig, checkpoint: dict, tokenizer_meta: dict, model_config: GPTConfig) -> None:
     """A UsageError naming the first setting that differs from the checkpoint's in a way resuming cannot absorb:
     this run's, or that of the model it builds (`model_config`) which a model trained elsewhere brought."""
-    theirs = GPTConfig(**checkpoint["model_config"])   # a switch it does not record (an older checkpoint) is off
+    theirs = GPTConfig(**checkpoint["model_config"])  # a switch it does not record (an older checkpoint) is off
     if cfg.model.block_size > theirs.block_size:  # a smaller one just trains on shorter windows
-        raise UsageError(f"--block_size={cfg.model.block_size} is larger than the {theirs.block_size} the checkpoint "
-                         f"was trained with; resume with --block_size={theirs.block_size} or start a new out_dir")
-    for key in MODEL_KEYS:   # the vocabulary is checked through the tokenizer
+        raise UsageError(
+            f"--block_size={cfg.model.block_size} is larger than the {theirs.block_size} the checkpoint "
+            f"was trained with; resume with --block_size={theirs.block_size} or start a new out_dir"
+        )
+    for key in MODEL_KEYS:  # the vocabulary is checked through the tokenizer
         if getattr(theirs, key) != getattr(cfg.model, key):
-            raise UsageError(f"config key '{key}' is {getattr(cfg.model, key)!r} but the checkpoint was trained with "
-                             f"{getattr(theirs, key)!r}; use the same value to resume, or a new --out_dir")
-    for key in IMPORTED_FIELDS:   # query/key/value biases, GPT-2's GELU, padding rows: what init_from brought
+            raise UsageError(
+                f"config key '{key}' is {getattr(cfg.model, key)!r} but the checkpoint was trained with "
+                f"{getattr(theirs, key)!r}; use the same value to resume, or a new --out_dir"
+            )
+    for key in IMPORTED_FIELDS:  # query/key/value biases, GPT-2's GELU, padding rows: what init_from brought
         if getattr(theirs, key) != getattr(model_config, key):
-            raise UsageError(f"the checkpoint's model has {key}={getattr(theirs, key)!r} but this run's has "
-                             f"{getattr(model_config, key)!r}: they started from different models; resume with "
-                             f"the init_from it was trained from, or start a new --out_dir")
+            raise UsageError(
+                f"the checkpoint's model has {key}={getattr(theirs, key)!r} but this run's has "
+                f"{getattr(model_config, key)!r}: they started from different models; resume with "
+                f"the init_from it was trained from, or start a new --out_dir"
+            )
     saved_optimizer = checkpoint["train_config"].get("optimizer", "adamw")
     if saved_optimizer != cfg.optimizer:  # the optimizer states would not fit
-        raise UsageError(f"config key 'optimizer' is {cfg.optimizer!r} but the checkpoint was trained with "
-                         f"{saved_optimizer!r}; use the same value to resume, or a new --out_dir")
+        raise UsageError(
+            f"config key 'optimizer' is {cfg.optimizer!r} but the checkpoint was trained with "
+            f"{saved_optimizer!r}; use the same value to resume, or a new --out_dir"
+        )
     if checkpoint["tokenizer"] != tokenizer_meta:
-        raise UsageError("the checkpoint's vocabulary does not match this data's; resume with the dataset and "
-                         "tokenizer it was trained on, or start a new --out_dir")
+        raise UsageError(
+            "the checkpoint's vocabulary does not match this data's; resume with the dataset and "
+            "tokenizer it was trained on, or start a new --out_dir"
+        )

@@ -34,10 +34,10 @@ from watch.capture import evaluating
 
 @dataclass
 class StepResult:
-    step: int                 # optimizer steps done, this one included
-    loss: float               # mean training loss over the step's micro-batches
+    step: int  # optimizer steps done, this one included
+    loss: float  # mean training loss over the step's micro-batches
     lr: float
-    grad_norm: float | None   # before clipping; None when grad_clip = 0
+    grad_norm: float | None  # before clipping; None when grad_clip = 0
 
 
 @dataclass
@@ -45,7 +45,7 @@ class Evaluation:
     step: int
     train_loss: float
     val_loss: float
-    seconds: float            # since fit() began
+    seconds: float  # since fit() began
 
 
 @dataclass
@@ -55,10 +55,10 @@ class FitResult:
     seconds: float = 0.0
     best_val_loss: float = math.inf
     evaluations: list[Evaluation] = field(default_factory=list)
-    stopped_by: int | None = None      # the signal that stopped the run early, if one did
-    ranks_agree: bool | None = None    # with several processes: are their parameters identical?
+    stopped_by: int | None = None  # the signal that stopped the run early, if one did
+    ranks_agree: bool | None = None  # with several processes: are their parameters identical?
     metrics: dict[str, float] = field(default_factory=dict)  # final numbers callbacks add, for hparams
-    files: dict[str, Path] = field(default_factory=dict)     # what callbacks wrote at the end, e.g. {"page": path}
+    files: dict[str, Path] = field(default_factory=dict)  # what callbacks wrote at the end, e.g. {"page": path}
 
     @property
     def steps(self) -> int:
@@ -100,7 +100,7 @@ class CheckpointWriter:
 
     def __init__(self, path: Path, *, resume: bool, guard: Callable[[], None] | None = None) -> None:
         self.path = path
-        self.keep_previous = not resume and path.is_file()   # looked at once: preparing data can take minutes
+        self.keep_previous = not resume and path.is_file()  # looked at once: preparing data can take minutes
         self.saved_step: int | None = None  # step of the checkpoint on disk from this run (or the one resumed)
         self.guard = guard
         writable_folder(path.parent, "out_dir")
@@ -122,19 +122,28 @@ class CheckpointWriter:
 
 
 class Trainer:
-    def __init__(self, cfg: TrainConfig, runtime: Runtime, model: GPT, optimizer: Any, batches: Any, *,
-                 data: Prepared | None = None, state: TrainState | None = None,
-                 checkpoints: CheckpointWriter | None = None) -> None:
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        runtime: Runtime,
+        model: GPT,
+        optimizer: Any,
+        batches: Any,
+        *,
+        data: Prepared | None = None,
+        state: TrainState | None = None,
+        checkpoints: CheckpointWriter | None = None,
+    ) -> None:
         self.cfg = cfg
         self.runtime = runtime
-        self.model = model                 # the plain GPT: what is saved and watched
+        self.model = model  # the plain GPT: what is saved and watched
         self.optimizer = optimizer
         self.batches = batches
-        self.data = data                   # the prepared corpus (None for a benchmark's random tokens)
+        self.data = data  # the prepared corpus (None for a benchmark's random tokens)
         self.tokenizer = data.tokenizer if data is not None else None
         self.state = state or TrainState(run_name=cfg.run_name or "run")
-        self.checkpoints = checkpoints     # None: this process does not save (not rank 0, or a benchmark)
-        self.callbacks: list[Any] = []    # what a run shows: set by its caller (train.py)
+        self.checkpoints = checkpoints  # None: this process does not save (not rank 0, or a benchmark)
+        self.callbacks: list[Any] = []  # what a run shows: set by its caller (train.py)
         # What the steps run: compiled and wrapped for several processes when asked.
         self.train_model: Any = torch.compile(model) if cfg.compile else model
         if runtime.distributed:
@@ -145,8 +154,15 @@ class Trainer:
         self.tokens_per_step = cfg.batch_size * cfg.model.block_size * cfg.grad_accum
 
     @classmethod
-    def from_config(cls, cfg: TrainConfig, runtime: Runtime, *, config_name: str = "default",
-                    checkpoint: dict | None = None, guard: Callable[[], None] | None = None) -> Trainer:
+    def from_config(
+        cls,
+        cfg: TrainConfig,
+        runtime: Runtime,
+        *,
+        config_name: str = "default",
+        checkpoint: dict | None = None,
+        guard: Callable[[], None] | None = None,
+    ) -> Trainer:
         """Data, model and optimizer as `cfg` asks: a new model, one read to fine-tune (`init_from`), or, with
         --resume, the run in out_dir/ckpt.pt continued (`checkpoint`: its contents, if read already). The trainer's
         `cfg` has the model keys of the model it trains (`trainer.start`); `guard`: its `CheckpointWriter`'s."""
@@ -158,8 +174,14 @@ class Trainer:
         cfg = start.cfg
         if start.description is not None and runtime.is_main:
             print(f"fine-tuning {start.description}")
-        data = prepare(cfg.dataset, start.vocabulary or cfg.tokenizer, cfg.data_dir, cfg.val_fraction,
-                       cfg.corpus_sentences, quiet=not runtime.is_main)
+        data = prepare(
+            cfg.dataset,
+            start.vocabulary or cfg.tokenizer,
+            cfg.data_dir,
+            cfg.val_fraction,
+            cfg.corpus_sentences,
+            quiet=not runtime.is_main,
+        )
         model_cfg = start.model_config(data.tokenizer.vocab_size)
         held = sum(p.numel() * p.element_size() for p in start.model.parameters()) if start.model is not None else 0
         check_training_fits(cfg, model_cfg.vocab_size, runtime.device, held=held)
@@ -169,10 +191,14 @@ class Trainer:
         optimizer = make_optimizer(model, cfg, runtime.device)
         state = TrainState(run_name=cfg.run_name or f"{config_name}-{time.strftime('%Y%m%d-%H%M%S')}")
         resumed = start.checkpoint
-        if resumed is not None:   # `model_start` checked that it holds a run_name, step and best_val_loss
+        if resumed is not None:  # `model_start` checked that it holds a run_name, step and best_val_loss
             start.resume(path, data, model, optimizer, batches)
-            state = TrainState(cfg.run_name or resumed["run_name"], resumed["step"], resumed["best_val_loss"],
-                               eval_step=resumed.get("eval_step", resumed["step"]))
+            state = TrainState(
+                cfg.run_name or resumed["run_name"],
+                resumed["step"],
+                resumed["best_val_loss"],
+                eval_step=resumed.get("eval_step", resumed["step"]),
+            )
         if checkpoints is not None:
             checkpoints.saved_step = state.step if resumed is not None else None
             problem = schedule_problem(cfg, state.step)
@@ -189,9 +215,10 @@ class Trainer:
         if self.state.step == 0:
             return self.model
         try:
-            with torch.random.fork_rng(devices=[]):   # reading a gptwatch checkpoint builds a model from the seed
-                return load_model(identify(self.cfg.init_from), self.runtime.device,
-                                  block_size=self.model.config.block_size).model
+            with torch.random.fork_rng(devices=[]):  # reading a gptwatch checkpoint builds a model from the seed
+                return load_model(
+                    identify(self.cfg.init_from), self.runtime.device, block_size=self.model.config.block_size
+                ).model
         except UserError as exc:
             warn(f"the model before fine-tuning cannot be read again, so the head types are shown without it: {exc}")
             return None
@@ -249,12 +276,12 @@ class Trainer:
             self.train_model.train()
             received: list[int] = []
 
-            def stop(signum, frame) -> None:   # finish the current step, save, stop; a second signal stops at once
+            def stop(signum, frame) -> None:  # finish the current step, save, stop; a second signal stops at once
                 if received:
                     raise KeyboardInterrupt
                 received.append(signum)
 
-            with handling(stop, stop_signals()):   # Ctrl-C, SIGTERM or SIGHUP
+            with handling(stop, stop_signals()):  # Ctrl-C, SIGTERM or SIGHUP
                 result.stopped_by = self._loop(received, result, started)
             result.seconds = time.perf_counter() - started
             result.step, result.best_val_loss = self.state.step, self.state.best_val_loss
@@ -299,8 +326,8 @@ class Trainer:
             return
         if not all(bool(torch.isfinite(p).all()) for p in self.model.parameters()):
             raise self._diverged("a parameter", "inf or nan")
-        loss = self.mean_loss(self.model, "train", 1)   # the weights as they are now, on one batch
-        guess = math.log(self.model.config.vocab_size)   # the loss of guessing every token with equal probability
+        loss = self.mean_loss(self.model, "train", 1)  # the weights as they are now, on one batch
+        guess = math.log(self.model.config.vocab_size)  # the loss of guessing every token with equal probability
         # Any model starts near that loss and training lowers it; a state more than twice as bad has been thrown
         # off by too large a step, and resuming it would diverge at any learning rate.
         if not (math.isfinite(loss) and loss <= 2 * max(guess, 1.0)):
@@ -312,16 +339,22 @@ class Trainer:
         if self._unsaved is not None:
             first, worst = self._unsaved
             steps = f"step {first}" if first == self.state.step - 1 else f"steps {first} to {self.state.step - 1}"
-            warn(f"checkpoints of {steps} were not saved: the loss had blown up to "
-                 f"{worst:.4g}, more than twice the {guess:.3g} of guessing; it is back at {loss:.4g} at step "
-                 f"{self.state.step}, saved now")
+            warn(
+                f"checkpoints of {steps} were not saved: the loss had blown up to "
+                f"{worst:.4g}, more than twice the {guess:.3g} of guessing; it is back at {loss:.4g} at step "
+                f"{self.state.step}, saved now"
+            )
             self._unsaved = None
         # Everything a resumed run needs to continue exactly, as plain tensors and values.
         checkpoint = {
-            "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-            "model_config": self.model.config.to_dict(), "train_config": self.cfg.to_dict(),
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "model_config": self.model.config.to_dict(),
+            "train_config": self.cfg.to_dict(),
             "tokenizer": self.tokenizer.to_meta() if self.tokenizer is not None else None,
-            "step": self.state.step, "best_val_loss": self.state.best_val_loss, "run_name": self.state.run_name,
+            "step": self.state.step,
+            "best_val_loss": self.state.best_val_loss,
+            "run_name": self.state.run_name,
             "eval_step": self.state.eval_step,
             "rng": {"torch": torch.get_rng_state(), "batches": self.batches.generator.get_state()},
             "data": data_identity(self.cfg, self.data) if self.data is not None else None,
@@ -332,11 +365,15 @@ class Trainer:
         saved = self.checkpoints.saved_step if self.checkpoints is not None else None
         fix = divergence_fix(self.cfg)
         if saved is None:
-            return UserError(f"{what} became {value} at step {self.state.step}; training stopped before any "
-                             f"checkpoint was saved; try {fix}")
-        return UserError(f"{what} became {value} at step {self.state.step}; training stopped with "
-                         f"{self.checkpoints.path} left at step {saved}, the last state whose loss was sane; resume "
-                         f"from it with {fix}")
+            return UserError(
+                f"{what} became {value} at step {self.state.step}; training stopped before any "
+                f"checkpoint was saved; try {fix}"
+            )
+        return UserError(
+            f"{what} became {value} at step {self.state.step}; training stopped with "
+            f"{self.checkpoints.path} left at step {saved}, the last state whose loss was sane; resume "
+            f"from it with {fix}"
+        )
 
     def _emit(self, hook: str, *args: Any) -> None:
         for callback in self.callbacks:

@@ -30,12 +30,12 @@ def head_means(model: nn.Module, text: ProbeSet) -> dict[int, torch.Tensor]:
 
     def record(layer: int):
         def hook(module: nn.Module, inputs: tuple) -> None:
-            merged = inputs[0].detach().double().cpu()                       # [B, T, n_head * head_dim]
+            merged = inputs[0].detach().double().cpu()  # [B, T, n_head * head_dim]
             sums[layer] += merged.reshape(-1, cfg.n_head, cfg.head_dim).sum(0)
+
         return hook
 
-    handles = [block.attn.out_proj.register_forward_pre_hook(record(layer))
-               for layer, block in enumerate(model.blocks)]
+    handles = [block.attn.out_proj.register_forward_pre_hook(record(layer)) for layer, block in enumerate(model.blocks)]
     device = next(model.parameters()).device
     try:
         with evaluating(model):
@@ -59,7 +59,7 @@ class AblationResult:
     kind: str
     ablation: Ablation
     reading: Reading
-    looks: str = ""   # where the head looks, in words ("copying" heads: on the repeated tokens)
+    looks: str = ""  # where the head looks, in words ("copying" heads: on the repeated tokens)
 
     @property
     def best_top1_left(self) -> float | None:
@@ -68,9 +68,16 @@ class AblationResult:
         return max(left) if left else None
 
 
-def ablated(model: nn.Module, sets: ProbeSets, heads: Sequence[str], label: str, kind: str,
-            means: dict[int, torch.Tensor] | None = None,
-            kinds: tuple[str, ...] = (PRONOUN, AGREEMENT, REPEATED, TEXT), looks: str = "") -> AblationResult:
+def ablated(
+    model: nn.Module,
+    sets: ProbeSets,
+    heads: Sequence[str],
+    label: str,
+    kind: str,
+    means: dict[int, torch.Tensor] | None = None,
+    kinds: tuple[str, ...] = (PRONOUN, AGREEMENT, REPEATED, TEXT),
+    looks: str = "",
+) -> AblationResult:
     """One pass over `sets` (their `kinds` only) with `heads` removed: zero-ablation, or mean-ablation with `means`."""
     ablation = ablation_for(heads, means=means)
     reading = read_pass(model, sets, ablate=ablation, kinds=kinds)
@@ -94,15 +101,15 @@ def proofs(model: nn.Module, sets: ProbeSets, reading: Reading, mode: str = "zer
         groups.append((top_heads(reading.type_scores[kind], 2), "top two by score"))
         if len(heads) > 2:
             groups.append((heads, f"all {len(heads)}"))
-        for group, label in groups:   # what they cost is read on the sets the types are measured on
+        for group, label in groups:  # what they cost is read on the sets the types are measured on
             out.append(ablated(model, sets, group, label, kind, means, kinds=TYPE_SETS))
-    if reading.pronouns is not None and best_pronoun_proof(reading, out) is None:   # the best head, typed or not
+    if reading.pronouns is not None and best_pronoun_proof(reading, out) is None:  # the best head, typed or not
         out.append(ablated(model, sets, [reading.pronouns.best.name], "best", "pronoun", means))
     return out + copying_route(model, sets, reading, means)
 
 
-ROUTE_GAIN = 0.5          # nats/token: an in-context gain worth explaining
-ROUTE_MAX_HEADS = 16      # beyond this many heads, removing each in turn costs more than a report should
+ROUTE_GAIN = 0.5  # nats/token: an in-context gain worth explaining
+ROUTE_MAX_HEADS = 16  # beyond this many heads, removing each in turn costs more than a report should
 
 
 def copying_route(model: nn.Module, sets: ProbeSets, reading: Reading, means: dict | None) -> list[AblationResult]:
@@ -111,10 +118,15 @@ def copying_route(model: nn.Module, sets: ProbeSets, reading: Reading, means: di
     numbers, repeated = reading.results.numbers, sets.get(REPEATED)
     gain, spread = numbers.get("in_context_gain"), numbers.get("in_context_gain_spread") or 0.0
     cfg = model.config
-    if (repeated is None or reading.typed.get("induction") or gain is None or gain < max(ROUTE_GAIN, spread)
-            or cfg.n_layer * cfg.n_head > ROUTE_MAX_HEADS):
+    if (
+        repeated is None
+        or reading.typed.get("induction")
+        or gain is None
+        or gain < max(ROUTE_GAIN, spread)
+        or cfg.n_layer * cfg.n_head > ROUTE_MAX_HEADS
+    ):
         return []
-    patterns = capture_attention(model, repeated.ids)      # [sequence][layer] [head, T, T]
+    patterns = capture_attention(model, repeated.ids)  # [sequence][layer] [head, T, T]
     out = []
     for layer in range(cfg.n_layer):
         for head in range(cfg.n_head):
@@ -128,7 +140,7 @@ def where_it_looks(pattern: torch.Tensor) -> str:
     """Where a head looks from the second copy of repeated tokens (pattern [N, T, T], T = 2L), in words: the
     distance back that takes most of its attention, said against the L - 1 an induction head looks back."""
     length = pattern.shape[-1] // 2
-    rows = pattern[:, length:].double()                          # queries in the second copy
+    rows = pattern[:, length:].double()  # queries in the second copy
     query = torch.arange(length, 2 * length)[:, None]
     distance = (query - torch.arange(2 * length)[None, :]).clamp(min=0)
     by_distance = torch.zeros(2 * length, dtype=torch.float64)
@@ -145,9 +157,11 @@ def where_it_looks(pattern: torch.Tensor) -> str:
     if back == 0:
         return f"at the token itself ({share:.2f} of its attention)"
     past = length - 1 - back
-    if 0 < past <= 4:   # into the earlier copy, a few tokens past where an induction head looks
-        return (f"into the earlier copy, {past} token{'s' if past > 1 else ''} after the one an induction head looks "
-                f"at ({share:.2f} of its attention)")
+    if 0 < past <= 4:  # into the earlier copy, a few tokens past where an induction head looks
+        return (
+            f"into the earlier copy, {past} token{'s' if past > 1 else ''} after the one an induction head looks "
+            f"at ({share:.2f} of its attention)"
+        )
     return f"a fixed {back} token{'s' if back > 1 else ''} back ({share:.2f} of its attention)"
 
 
@@ -171,7 +185,12 @@ def agreement_ablations(model: nn.Module, sets: ProbeSets, reading: Reading) -> 
     that read the name (zero-ablation)."""
     if AGREEMENT not in sets.sets:
         return []
-    choices = [("most_selective", [reading.pronouns.most_selective.name] if reading.pronouns else []),
-               ("name_readers", reading.name_readers)]
-    return [ablated(model, sets, heads, ", ".join(heads), kind, kinds=(PRONOUN, AGREEMENT))
-            for kind, heads in choices if heads]
+    choices = [
+        ("most_selective", [reading.pronouns.most_selective.name] if reading.pronouns else []),
+        ("name_readers", reading.name_readers),
+    ]
+    return [
+        ablated(model, sets, heads, ", ".join(heads), kind, kinds=(PRONOUN, AGREEMENT))
+        for kind, heads in choices
+        if heads
+    ]

@@ -46,22 +46,29 @@ class AttentionWatch:
     """Watches a training run's attention: see the module's docstring. `probes` and `agreement` are
     JSONL files (or None); `sentences` are shown as heatmaps and on the page written to `page`."""
 
-    def __init__(self, writer: Any, sentences: Sequence[str] = (), probes: str | Path | None = None,
-                 agreement: str | Path | None = None, *, page: str | Path | None = None,
-                 ablation: str = "zero") -> None:
+    def __init__(
+        self,
+        writer: Any,
+        sentences: Sequence[str] = (),
+        probes: str | Path | None = None,
+        agreement: str | Path | None = None,
+        *,
+        page: str | Path | None = None,
+        ablation: str = "zero",
+    ) -> None:
         self.writer = writer
         self.texts = list(sentences)
         self.probes, self.agreement = probes, agreement
         self.page = Path(page) if page is not None else None
         self.ablation = ablation
         self.sets = ProbeSets()
-        self.quick = self.between = self.sets   # what the passes between the whole ones read (`ProbeSets.quick`)
-        self.shown: list[tuple[str, list[str]]] = []   # the watched sentences as shown: (text, its tokens)
+        self.quick = self.between = self.sets  # what the passes between the whole ones read (`ProbeSets.quick`)
+        self.shown: list[tuple[str, list[str]]] = []  # the watched sentences as shown: (text, its tokens)
         self.tokens_per_step = 0
-        self.first_typed: dict[tuple[str, str], int] = {}   # (type, head) -> the first step it had it
+        self.first_typed: dict[tuple[str, str], int] = {}  # (type, head) -> the first step it had it
         self.untrained: Reading | None = None
-        self.before: Reading | None = None   # the model before fine-tuning, when the run fine-tunes one
-        self.pending: set[str] = set()       # the baselines the evaluation at step 0 reads ("untrained", "before")
+        self.before: Reading | None = None  # the model before fine-tuning, when the run fine-tunes one
+        self.pending: set[str] = set()  # the baselines the evaluation at step 0 reads ("untrained", "before")
         self.heatmaps = SentenceHeatmaps()
         self.last: tuple[int, Reading, list[AblationResult]] | None = None  # the latest evaluation's
 
@@ -73,15 +80,23 @@ class AttentionWatch:
         val = data.tokens("val") if data is not None else None
         if not self.texts and val is not None:
             self.texts = held_out_sentences(val, trainer.tokenizer, model.config.block_size)
-        self.sets = watch_sets(trainer.tokenizer, model.config.block_size,
-                               train_tokens=data.tokens("train") if data is not None else None,
-                               text=val, probes=self.probes, agreement=self.agreement, texts=self.texts)
+        self.sets = watch_sets(
+            trainer.tokenizer,
+            model.config.block_size,
+            train_tokens=data.tokens("train") if data is not None else None,
+            text=val,
+            probes=self.probes,
+            agreement=self.agreement,
+            texts=self.texts,
+        )
         self.quick = self.sets.quick()
         self.between = self.sets.quick(whole=(SENTENCES, REACH))
         sentences, probes = self.sets.get(SENTENCES), self.sets.get(PRONOUN)
         if sentences is not None:
-            self.shown = [(text, trainer.tokenizer.token_strings(ids))
-                          for text, ids in zip(sentences.items, sentences.ids, strict=True)]
+            self.shown = [
+                (text, trainer.tokenizer.token_strings(ids))
+                for text, ids in zip(sentences.items, sentences.ids, strict=True)
+            ]
         # A watched sentence that is a probe has its pronoun's row outlined.
         rows = {item.probe.text: item.pronoun_pos for item in probes.items} if probes is not None else {}
         self.heatmaps = SentenceHeatmaps(self.shown, rows)
@@ -96,19 +111,29 @@ class AttentionWatch:
         if before is not None and before is model:
             self.pending.add("before")
         if "untrained" not in self.pending:
-            self.untrained = read_pass(untrained, self.sets, kinds=TYPE_SETS, compose=True)   # the types' baseline
+            self.untrained = read_pass(untrained, self.sets, kinds=TYPE_SETS, compose=True)  # the types' baseline
         if before is not None and "before" not in self.pending:
             self.before = read_pass(before, self.sets, untrained=self.untrained, kinds=TYPE_SETS)
-        log_charts(self.writer, pronouns=PRONOUN in self.sets.sets,
-                   types=any(kind in self.sets.sets for kind in TYPE_SETS),
-                   composition=model.config.n_layer > 1, fine_tuning=before is not None)
+        log_charts(
+            self.writer,
+            pronouns=PRONOUN in self.sets.sets,
+            types=any(kind in self.sets.sets for kind in TYPE_SETS),
+            composition=model.config.n_layer > 1,
+            fine_tuning=before is not None,
+        )
 
     def read(self, model: Any, sets: ProbeSets, step: int) -> Reading:
         """`model` read on `sets` against the baselines, with its composition; at the evaluation at step 0, the
         baselines `on_fit_start` left to it. Notes the first step at which each head had each type, for the report
         ("since step 250"). Cut sets hold too few held-out windows for the in-context score: whole passes give it."""
-        reading = read_pass(model, sets, untrained=self.untrained, before=self.before, compose=True,
-                            is_untrained="untrained" in self.pending)
+        reading = read_pass(
+            model,
+            sets,
+            untrained=self.untrained,
+            before=self.before,
+            compose=True,
+            is_untrained="untrained" in self.pending,
+        )
         if self.pending:
             self.untrained = reading.untrained
             if "before" in self.pending:
@@ -162,9 +187,15 @@ class AttentionWatch:
         result.metrics.update(self.report(trainer.model, reading, ablations))
         if self.page is not None and reading.results.patterns:
             try:
-                result.files["attention page"] = write_page(self.page, attention_page(
-                    self.views(reading), f"Attention at step {result.step}: {self.page.parent}",
-                    type_labels(reading), reads_from(reading.composition, reading.untrained.composition)))
+                result.files["attention page"] = write_page(
+                    self.page,
+                    attention_page(
+                        self.views(reading),
+                        f"Attention at step {result.step}: {self.page.parent}",
+                        type_labels(reading),
+                        reads_from(reading.composition, reading.untrained.composition),
+                    ),
+                )
             except UserError as exc:
                 warn(f"no attention page: {exc}")
 
@@ -205,13 +236,16 @@ class AttentionWatch:
                 if top is not None:
                     metrics[f"hparam/best_{kind}"] = top[1]
             numbers = reading.results.numbers
-            metrics.update({f"hparam/{name}": numbers[name] for name in ("in_context_gain", "in_context_score")
-                            if name in numbers})
+            metrics.update(
+                {f"hparam/{name}": numbers[name] for name in ("in_context_gain", "in_context_score") if name in numbers}
+            )
         if reading.before is not None and reading.types:
             table = before_table(reading)
             if table:
-                print("\nwhat fine-tuning changed: the heads with a type before fine-tuning or now (* where it "
-                      "changed), and each type score before -> now:")
+                print(
+                    "\nwhat fine-tuning changed: the heads with a type before fine-tuning or now (* where it "
+                    "changed), and each type score before -> now:"
+                )
                 print(table)
             print(("" if table else "\n") + changes_line(reading))
             metrics["hparam/heads_changed_type"] = len(changed_heads(reading))
@@ -221,11 +255,21 @@ class AttentionWatch:
     def views(self, reading: Reading) -> list[SentenceView]:
         """The watched sentences with their patterns, for the page, the best pronoun head marked."""
         report = reading.pronouns
-        marked = {} if report is None else {"best": (report.best.layer, report.best.head), "note": (
-            f"best head on {report.n_probes} probes (referent {report.best.referent:.2f}, "
-            f"top-1 {100 * report.best.top1:.0f}%)")}
-        return [SentenceView(text, tokens, patterns, **marked)
-                for (text, tokens), patterns in zip(self.shown, reading.results.patterns, strict=True)]
+        marked = (
+            {}
+            if report is None
+            else {
+                "best": (report.best.layer, report.best.head),
+                "note": (
+                    f"best head on {report.n_probes} probes (referent {report.best.referent:.2f}, "
+                    f"top-1 {100 * report.best.top1:.0f}%)"
+                ),
+            }
+        )
+        return [
+            SentenceView(text, tokens, patterns, **marked)
+            for (text, tokens), patterns in zip(self.shown, reading.results.patterns, strict=True)
+        ]
 
 
 def agreement_metrics(reading: Reading, ablations: Sequence[AblationResult]) -> dict[str, float]:

@@ -62,7 +62,7 @@ class Capture:
 
     @property
     def items(self) -> list:
-        return self.probe_set.items[self.rows.start:self.rows.stop]
+        return self.probe_set.items[self.rows.start : self.rows.stop]
 
     def shared(self, name: str, make: Callable[[], Any]) -> Any:
         """`make()`, computed once per capture however many scores ask for it (the next-token losses,
@@ -101,29 +101,38 @@ def captures(model: nn.Module, probe_set: ProbeSet, ablate: Ablation | None = No
     with evaluating(model):
         for start in range(0, len(probe_set), step):
             rows = range(start, min(start + step, len(probe_set)))
-            idx, at, lengths = probe_set.constant(f"inputs on {device}", rows,
-                                                  partial(_inputs, probe_set, rows, device))
+            idx, at, lengths = probe_set.constant(
+                f"inputs on {device}", rows, partial(_inputs, probe_set, rows, device)
+            )
             logits, patterns = model.forward_with_attention(idx, ablate=ablate, logits_at=at)
             read = probe_set.all_logits or probe_set.logits_at is not None
-            yield Capture(probe_set, rows, idx.cpu(), lengths, [p.detach().float().cpu() for p in patterns],
-                          logits.detach().float().cpu() if read else None)
+            yield Capture(
+                probe_set,
+                rows,
+                idx.cpu(),
+                lengths,
+                [p.detach().float().cpu() for p in patterns],
+                logits.detach().float().cpu() if read else None,
+            )
 
 
-def _inputs(probe_set: ProbeSet, rows: range, device: torch.device
-            ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+def _inputs(
+    probe_set: ProbeSet, rows: range, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
     """(ids [N, T] right-padded with 0s, the positions whose logits are read [N] or None, lengths [N]) of `rows`."""
-    chunk = probe_set.ids[rows.start:rows.stop]
+    chunk = probe_set.ids[rows.start : rows.stop]
     idx = torch.zeros(len(chunk), max(len(ids) for ids in chunk), dtype=torch.long)
     for row, ids in enumerate(chunk):
-        idx[row, :len(ids)] = torch.tensor(ids, dtype=torch.long)
+        idx[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
     at = None
     if probe_set.logits_at is not None and not probe_set.all_logits:
-        at = torch.tensor([pos or 0 for pos in probe_set.logits_at[rows.start:rows.stop]], device=device)
+        at = torch.tensor([pos or 0 for pos in probe_set.logits_at[rows.start : rows.stop]], device=device)
     return idx.to(device), at, torch.tensor([len(ids) for ids in chunk])
 
 
-def capture_from_patterns(probe_set: ProbeSet, patterns: Sequence[Sequence[torch.Tensor]],
-                          logits: Sequence[torch.Tensor] | None = None) -> Capture:
+def capture_from_patterns(
+    probe_set: ProbeSet, patterns: Sequence[Sequence[torch.Tensor]], logits: Sequence[torch.Tensor] | None = None
+) -> Capture:
     """A capture made from patterns found elsewhere (by hand in a test, or another library's cache):
     `patterns[sequence][layer]` [head, length, length] for each of the set's sequences, and the
     logits it reads, one per sequence ([vocab] at its `logits_at`, or [length, vocab])."""
@@ -138,22 +147,25 @@ def capture_from_patterns(probe_set: ProbeSet, patterns: Sequence[Sequence[torch
         length = len(ids)
         for layer, pattern in enumerate(layers):
             if tuple(pattern.shape) != (n_head, length, length):
-                raise ValueError(f"sequence {row}, layer {layer}: pattern of shape {tuple(pattern.shape)}, expected "
-                                 f"{(n_head, length, length)}")
+                raise ValueError(
+                    f"sequence {row}, layer {layer}: pattern of shape {tuple(pattern.shape)}, expected "
+                    f"{(n_head, length, length)}"
+                )
             stacked[layer][row, :, :length, :length] = pattern.float()
     read = None
     if logits is not None:
         if probe_set.all_logits:
             read = torch.zeros(n, width, logits[0].shape[-1])
             for row, values in enumerate(logits):
-                read[row, :values.shape[0]] = values.float()
+                read[row, : values.shape[0]] = values.float()
         else:
             read = torch.stack([values.float() for values in logits])
     return Capture(probe_set, range(n), idx, lengths, stacked, read)
 
 
-def capture_attention(model: nn.Module, ids_list: Sequence[Sequence[int]], ablate: Ablation | None = None,
-                      *, crop: bool = False) -> list[list[torch.Tensor]]:
+def capture_attention(
+    model: nn.Module, ids_list: Sequence[Sequence[int]], ablate: Ablation | None = None, *, crop: bool = False
+) -> list[list[torch.Tensor]]:
     """Every layer's pattern for each sentence: `patterns[sentence][layer]`, a float32 CPU tensor
     [head, query_pos, key_pos]. A sentence longer than block_size raises `UserError`, or with
     `crop=True` keeps its first block_size tokens."""
@@ -164,8 +176,10 @@ def capture_attention(model: nn.Module, ids_list: Sequence[Sequence[int]], ablat
         if not ids:
             raise UserError(f"sentence {index} has no tokens; attention needs at least one")
         if len(ids) > block_size and not crop:
-            raise UserError(f"sentence {index} has {len(ids)} tokens but the model's block_size is {block_size}; "
-                            f"shorten it to at most {block_size} tokens")
+            raise UserError(
+                f"sentence {index} has {len(ids)} tokens but the model's block_size is {block_size}; "
+                f"shorten it to at most {block_size} tokens"
+            )
         checked.append(ids[:block_size])
     return sentence_patterns(captures(model, ProbeSet(SENTENCES, checked), ablate))
 

@@ -39,31 +39,36 @@ def composition_scores(model: nn.Module) -> dict[str, torch.Tensor]:
     cfg = model.config
     H, D, E = cfg.n_head, cfg.head_dim, cfg.n_embd
 
-    def stacked(weight_of) -> torch.Tensor:   # [layer, head, ...], float64 on the CPU
+    def stacked(weight_of) -> torch.Tensor:  # [layer, head, ...], float64 on the CPU
         return torch.stack([weight_of(block.attn).detach().to("cpu", torch.float64) for block in model.blocks])
 
     def triangle(m: torch.Tensor) -> torch.Tensor:
         return torch.linalg.qr(m, mode="r")[1]
 
-    W_Q, W_K, W_V = (stacked(lambda attn, name=name: getattr(attn, name).weight.reshape(H, D, E).transpose(1, 2))
-                     for name in ("W_query", "W_key", "W_value"))
+    W_Q, W_K, W_V = (
+        stacked(lambda attn, name=name: getattr(attn, name).weight.reshape(H, D, E).transpose(1, 2))
+        for name in ("W_query", "W_key", "W_value")
+    )
     W_O = stacked(lambda attn: attn.out_proj.weight.t().reshape(H, D, E))
-    writer = triangle(W_V) @ W_O                                       # the norm of W_OV·N for every N
-    writer_norm = torch.linalg.matrix_norm(writer)                      # [L, H]
+    writer = triangle(W_V) @ W_O  # the norm of W_OV·N for every N
+    writer_norm = torch.linalg.matrix_norm(writer)  # [L, H]
     n_layer, n_head = writer_norm.shape
     # What a later head reads the stream through, M = X·Yᵀ, as X · R(Y)ᵀ: W_QK, (W_QK)ᵀ and W_OV.
-    readers = {"Q": W_Q @ triangle(W_K).transpose(-1, -2), "K": W_K @ triangle(W_Q).transpose(-1, -2),
-               "V": W_V @ triangle(W_O.transpose(-1, -2)).transpose(-1, -2)}
+    readers = {
+        "Q": W_Q @ triangle(W_K).transpose(-1, -2),
+        "K": W_K @ triangle(W_Q).transpose(-1, -2),
+        "V": W_V @ triangle(W_O.transpose(-1, -2)).transpose(-1, -2),
+    }
     out = {}
     for kind, reader in readers.items():
-        reader_norm = torch.linalg.matrix_norm(reader)                                # [L, H]
+        reader_norm = torch.linalg.matrix_norm(reader)  # [L, H]
         scores = torch.zeros(n_layer, n_head, n_layer, n_head, dtype=torch.float64)
         for layer in range(n_layer - 1):
-            product = torch.einsum("hde,mkef->hmkdf", writer[layer], reader[layer + 1:])   # [H, L', H, D, D]
-            norm = torch.linalg.matrix_norm(product)                                  # [H, L', H]
-            scale = writer_norm[layer][:, None, None] * reader_norm[layer + 1:][None]
+            product = torch.einsum("hde,mkef->hmkdf", writer[layer], reader[layer + 1 :])  # [H, L', H, D, D]
+            norm = torch.linalg.matrix_norm(product)  # [H, L', H]
+            scale = writer_norm[layer][:, None, None] * reader_norm[layer + 1 :][None]
             # 0/0 (a head that writes or reads nothing) is 0; weights that overflowed stay NaN
-            scores[layer, :, layer + 1:] = torch.where(scale == 0, 0.0, norm / scale.where(scale != 0, 1.0))
+            scores[layer, :, layer + 1 :] = torch.where(scale == 0, 0.0, norm / scale.where(scale != 0, 1.0))
         out[kind] = scores
     return out
 
@@ -90,7 +95,7 @@ class Composition:
     def sources(self, kind: str, target: tuple[int, int]) -> list[tuple[str, float]]:
         """The heads `target` reads from, highest score first (earliest first on ties)."""
         layer, head = target
-        column = self.scores[kind][:layer, :, layer, head].tolist()                 # [layer_from][head_from]
+        column = self.scores[kind][:layer, :, layer, head].tolist()  # [layer_from][head_from]
         found = [(head_name(a, h), value) for a, row in enumerate(column) for h, value in enumerate(row)]
         return sorted(found, key=lambda item: -item[1])
 
@@ -110,11 +115,21 @@ def composition(model: nn.Module) -> Composition | None:
     finally:
         torch.set_num_threads(threads)
     n_layer, n_head = model.config.n_layer, model.config.n_head
-    pairs = [(a, h, b, k) for a in range(n_layer) for h in range(n_head) for b in range(a + 1, n_layer)
-             for k in range(n_head)]
+    pairs = [
+        (a, h, b, k)
+        for a in range(n_layer)
+        for h in range(n_head)
+        for b in range(a + 1, n_layer)
+        for k in range(n_head)
+    ]
     lists = {kind: values.tolist() for kind, values in scores.items()}
-    return Composition(scores, {kind: {pair_name(head_name(a, h), head_name(b, k)): values[a][h][b][k]
-                                       for a, h, b, k in pairs} for kind, values in lists.items()})
+    return Composition(
+        scores,
+        {
+            kind: {pair_name(head_name(a, h), head_name(b, k)): values[a][h][b][k] for a, h, b, k in pairs}
+            for kind, values in lists.items()
+        },
+    )
 
 
 def composition_json(found: Composition | None, untrained: Composition | None) -> dict:
@@ -138,8 +153,13 @@ def reads_from(found: Composition | None, untrained: Composition | None) -> dict
         for layer in range(1, n_layer):
             for head in range(n_head):
                 target = head_name(layer, head)
-                heads[target] = [[source, round(value, 4),
-                                  round(before[pair], 4) if (pair := pair_name(source, target)) in before else None]
-                                 for source, value in found.sources(kind, (layer, head))]
+                heads[target] = [
+                    [
+                        source,
+                        round(value, 4),
+                        round(before[pair], 4) if (pair := pair_name(source, target)) in before else None,
+                    ]
+                    for source, value in found.sources(kind, (layer, head))
+                ]
         out[kind] = heads
     return out

@@ -26,7 +26,7 @@ def head_name(layer: int, head: int) -> str:
 
 
 def parse_head(text: str, n_layer: int | None = None, n_head: int | None = None) -> Head:
-    """"L1H3" (any case, surrounding spaces allowed) -> (1, 3); with `n_layer` / `n_head` the head must also exist
+    """ "L1H3" (any case, surrounding spaces allowed) -> (1, 3); with `n_layer` / `n_head` the head must also exist
     in such a model. Raises ValueError with a one-line message naming the bad value."""
     match = _HEAD.fullmatch(text.strip()) if isinstance(text, str) else None
     if match is None:
@@ -36,16 +36,23 @@ def parse_head(text: str, n_layer: int | None = None, n_head: int | None = None)
     except ValueError as exc:  # more digits than any model has layers or heads
         raise ValueError(f"bad head name {quoted(text.strip())}: {exc}; expected {_FORM}") from None
     last = f"L{'<layer>' if n_layer is None else n_layer - 1}H{'<head>' if n_head is None else n_head - 1}"
-    for what, value, count, whose in (("layer", layer, n_layer, "the model's layers"),
-                                      ("head", head, n_head, "each layer's heads")):
+    for what, value, count, whose in (
+        ("layer", layer, n_layer, "the model's layers"),
+        ("head", head, n_head, "each layer's heads"),
+    ):
         if count is not None and value >= count:
-            raise ValueError(f"head {text.strip()!r} names {what} {value}, but {whose} are 0..{count - 1}; "
-                             f"expected L0H0 to {last}")
+            raise ValueError(
+                f"head {text.strip()!r} names {what} {value}, but {whose} are 0..{count - 1}; expected L0H0 to {last}"
+            )
     return layer, head
 
 
-def ablation_for(heads: Iterable[str | Head], n_layer: int | None = None, n_head: int | None = None,
-                 means: dict[int, torch.Tensor] | None = None) -> Ablation | None:
+def ablation_for(
+    heads: Iterable[str | Head],
+    n_layer: int | None = None,
+    n_head: int | None = None,
+    means: dict[int, torch.Tensor] | None = None,
+) -> Ablation | None:
     """Head names or (layer, head) pairs -> the `Ablation` that removes them (mean-ablation with `means`,
     zero-ablation without); None when no head is named."""
     pairs = [parse_head(item if isinstance(item, str) else head_name(*item), n_layer, n_head) for item in heads]

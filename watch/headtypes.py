@@ -17,24 +17,41 @@ from watch.probesets import PRONOUN, REPEATED, TEXT
 from watch.scores import POSITIONAL_OFFSETS
 
 TYPES = ("previous_token", "duplicate_token", "induction", "sink", "current_token", "positional", "pronoun")
-LABELS = {"previous_token": "previous-token", "duplicate_token": "duplicate-token", "induction": "induction",
-          "sink": "first-token (sink)", "current_token": "current-token", "positional": "positional",
-          "pronoun": "pronoun"}
+LABELS = {
+    "previous_token": "previous-token",
+    "duplicate_token": "duplicate-token",
+    "induction": "induction",
+    "sink": "first-token (sink)",
+    "current_token": "current-token",
+    "positional": "positional",
+    "pronoun": "pronoun",
+}
 # What each type means, in a learner's words: the head tables' legend and the attention page's.
-MEANINGS = {"previous_token": "looks at the token just before",
-            "duplicate_token": "looks back at earlier copies of the same token",
-            "induction": "looks at the token that followed an earlier copy of the current one (copying)",
-            "sink": "parks its attention on the first token (nothing else to do)",
-            "current_token": "looks at the token itself",
-            "positional": "looks a fixed k tokens back",
-            "pronoun": "looks from a pronoun at the noun it refers to"}
-TYPE_SETS = (REPEATED, TEXT, PRONOUN)   # the probe sets the types (and the in-context numbers) are measured on
-CONTEXT_NUMBERS = ("in_context_gain", "in_context_gain_spread", "in_context_score", "in_context_score_spread",
-                   "loss_first_copy", "loss_second_copy", "text_loss")
+MEANINGS = {
+    "previous_token": "looks at the token just before",
+    "duplicate_token": "looks back at earlier copies of the same token",
+    "induction": "looks at the token that followed an earlier copy of the current one (copying)",
+    "sink": "parks its attention on the first token (nothing else to do)",
+    "current_token": "looks at the token itself",
+    "positional": "looks a fixed k tokens back",
+    "pronoun": "looks from a pronoun at the noun it refers to",
+}
+TYPE_SETS = (REPEATED, TEXT, PRONOUN)  # the probe sets the types (and the in-context numbers) are measured on
+CONTEXT_NUMBERS = (
+    "in_context_gain",
+    "in_context_gain_spread",
+    "in_context_score",
+    "in_context_score_spread",
+    "loss_first_copy",
+    "loss_second_copy",
+    "text_loss",
+)
 TYPE_MIN = 0.4
 TYPE_RATIO = 3.0
-RULE = (f"a head has a type when its score is at least {TYPE_MIN:.1f} and at least {TYPE_RATIO:.0f}x the same "
-        f"head's in the untrained model")
+RULE = (
+    f"a head has a type when its score is at least {TYPE_MIN:.1f} and at least {TYPE_RATIO:.0f}x the same "
+    f"head's in the untrained model"
+)
 
 
 def type_scores(results: Results) -> tuple[dict[str, torch.Tensor], torch.Tensor | None]:
@@ -42,22 +59,22 @@ def type_scores(results: Results) -> tuple[dict[str, torch.Tensor], torch.Tensor
     [layer, head] or None without held-out text). A head's positional score is its weight at its best fixed
     offset k in 2..8."""
     out = {name: results.heads[name] for name in TYPES if name in results.heads}
-    if "referent" in results.heads:   # the pronoun probes' mean referent weight
+    if "referent" in results.heads:  # the pronoun probes' mean referent weight
         out["pronoun"] = results.heads["referent"]
     scores = [results.heads.get(f"positional_{k}") for k in POSITIONAL_OFFSETS]
     if any(s is None for s in scores):
         return out, None
-    out["positional"], index = torch.stack(scores).max(dim=0)          # over k: [k, layer, head] -> [layer, head]
+    out["positional"], index = torch.stack(scores).max(dim=0)  # over k: [k, layer, head] -> [layer, head]
     return out, torch.tensor(list(POSITIONAL_OFFSETS))[index]
 
 
 @dataclass
 class HeadType:
-    name: str                   # "L1H3"
+    name: str  # "L1H3"
     layer: int
     head: int
-    kind: str | None            # the type, or None
-    score: float | None         # its score, or None
+    kind: str | None  # the type, or None
+    score: float | None  # its score, or None
 
 
 def head_types(trained: dict[str, torch.Tensor], untrained: dict[str, torch.Tensor]) -> dict[str, HeadType]:
@@ -70,7 +87,7 @@ def head_types(trained: dict[str, torch.Tensor], untrained: dict[str, torch.Tens
             passed = {}
             for kind, values in trained.items():
                 value, before = float(values[layer, head]), untrained.get(kind)
-                if value >= needed(float(before[layer, head]) if before is not None else None):   # never NaN
+                if value >= needed(float(before[layer, head]) if before is not None else None):  # never NaN
                     passed[kind] = value
             kind = max(passed, key=lambda k: (passed[k], -TYPES.index(k)), default=None)
             name = head_name(layer, head)

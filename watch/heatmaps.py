@@ -22,20 +22,24 @@ from watch.composition import KINDS, Composition
 from watch.heads import display_token, head_name
 from watch.reading import Reading
 
-ANNOTATE_MAX_TOKENS = 16   # beyond this, numbers in cells no longer fit
-LABEL_MAX_TOKENS = 64      # beyond this, only every n-th token is labelled
-NUMBER_MIN_WEIGHT = 0.05   # cells below this weight show no number
-FUTURE = (255, 255, 255)   # the masked upper triangle: blank
+ANNOTATE_MAX_TOKENS = 16  # beyond this, numbers in cells no longer fit
+LABEL_MAX_TOKENS = 64  # beyond this, only every n-th token is labelled
+NUMBER_MIN_WEIGHT = 0.05  # cells below this weight show no number
+FUTURE = (255, 255, 255)  # the masked upper triangle: blank
 HIGHLIGHT = (220, 30, 30)  # the outline of a highlighted query row
 INK = (34, 34, 34)
-TOP, TITLE_H = 28, 22      # the heights of a figure's own title and of each panel's
+TOP, TITLE_H = 28, 22  # the heights of a figure's own title and of each panel's
 
 # A perceptual ramp from dark violet through blue and green to yellow (low to high weight): dark
 # enough at 0 for white numbers, light enough at 1 for black ones.
-_RAMP = np.array([(68, 1, 84), (65, 68, 135), (42, 120, 142), (34, 168, 132), (122, 209, 81), (253, 231, 37)],
-                 dtype=np.float64)
-LUT = np.stack([np.interp(np.linspace(0, 1, 256), np.linspace(0, 1, len(_RAMP)), _RAMP[:, c])
-                for c in range(3)], axis=1).round().astype(np.uint8)                   # [256, 3]
+_RAMP = np.array(
+    [(68, 1, 84), (65, 68, 135), (42, 120, 142), (34, 168, 132), (122, 209, 81), (253, 231, 37)], dtype=np.float64
+)
+LUT = (
+    np.stack([np.interp(np.linspace(0, 1, 256), np.linspace(0, 1, len(_RAMP)), _RAMP[:, c]) for c in range(3)], axis=1)
+    .round()
+    .astype(np.uint8)
+)  # [256, 3]
 
 
 @cache
@@ -93,12 +97,12 @@ class HeatmapCanvas:
         self.ticks = list(range(0, n, stride))
         widest = max(int(font(self.label_size).getlength(self.labels[i])) for i in self.ticks)
         self.side = side = self.cell * n
-        self.left = self.below = widest + 26   # the labels (turned below), then room for "query" and "key"
+        self.left = self.below = widest + 26  # the labels (turned below), then room for "query" and "key"
         self.cols = math.ceil(math.sqrt(self.n_panels))
         self.rows = math.ceil(self.n_panels / self.cols)
         self.panel_w = self.left + side + 16
         self.panel_h = TITLE_H + side + self.below + 12  # a gap before the next row's titles
-        self.bar_w = 70                      # the colour bar and its labels
+        self.bar_w = 70  # the colour bar and its labels
         self.width = self.cols * self.panel_w + self.bar_w
         self.height = TOP + self.rows * self.panel_h
         self.background = self._background()
@@ -119,22 +123,38 @@ class HeatmapCanvas:
             for i in self.ticks:
                 centre = i * self.cell + self.cell // 2
                 draw.text((x0 - 4, y0 + centre), self.labels[i], fill=INK, font=label_font, anchor="rm")
-                image.paste(_turned(self.labels[i], self.label_size), (x0 + centre - self.label_size // 2 - 1,
-                                                                         y0 + self.side + 4))
-            draw.text((x0 + self.side // 2, y0 + self.below + self.side - 2), "key (attended to)", fill=INK,
-                      font=axis_font, anchor="md")
+                image.paste(
+                    _turned(self.labels[i], self.label_size),
+                    (x0 + centre - self.label_size // 2 - 1, y0 + self.side + 4),
+                )
+            draw.text(
+                (x0 + self.side // 2, y0 + self.below + self.side - 2),
+                "key (attended to)",
+                fill=INK,
+                font=axis_font,
+                anchor="md",
+            )
             image.paste(_turned("query", self.label_size + 1), (x0 - self.left + 2, y0 + self.side // 2 - 20))
-        colour_bar(image, draw, self.width - self.bar_w + 12, TOP + TITLE_H,
-                   max(60, min(self.rows * self.panel_h - TITLE_H - self.below, 400)), "attention weight", -45)
+        colour_bar(
+            image,
+            draw,
+            self.width - self.bar_w + 12,
+            TOP + TITLE_H,
+            max(60, min(self.rows * self.panel_h - TITLE_H - self.below, 400)),
+            "attention weight",
+            -45,
+        )
         return image
 
-    def draw(self, patterns: Sequence[torch.Tensor | np.ndarray], titles: Sequence[str],
-             suptitle: str | None = None) -> np.ndarray:
+    def draw(
+        self, patterns: Sequence[torch.Tensor | np.ndarray], titles: Sequence[str], suptitle: str | None = None
+    ) -> np.ndarray:
         """The heatmaps of these weights (one [query_pos, key_pos] pattern per panel) as an RGB array
         [height, width, 3]."""
         if len(patterns) != self.n_panels or len(titles) != self.n_panels:
-            raise ValueError(f"this figure has {self.n_panels} panels, got {len(patterns)} patterns "
-                             f"and {len(titles)} titles")
+            raise ValueError(
+                f"this figure has {self.n_panels} panels, got {len(patterns)} patterns and {len(titles)} titles"
+            )
         image = self.background.copy()
         draw = ImageDraw.Draw(image)
         title_font, number_font = font(self.label_size + 2), font(max(8, self.label_size - 1))
@@ -148,25 +168,32 @@ class HeatmapCanvas:
             numbers = {}
             if n <= ANNOTATE_MAX_TOKENS:
                 for q, k in zip(*np.tril_indices(n), strict=True):
-                    value = values[q, k]   # ".88" fits a small cell; none below NUMBER_MIN_WEIGHT, or for NaN
+                    value = values[q, k]  # ".88" fits a small cell; none below NUMBER_MIN_WEIGHT, or for NaN
                     text = ("1" if value >= 0.995 else f"{value:.2f}"[1:]) if value >= NUMBER_MIN_WEIGHT else ""
                     numbers[(int(q), int(k))] = text
                     if text:
-                        ink = "black" if values[q, k] > 0.55 else "white"   # dark on the bright end
-                        draw.text((x0 + k * self.cell + self.cell // 2, y0 + q * self.cell + self.cell // 2), text,
-                                  fill=ink, font=number_font, anchor="mm")
+                        ink = "black" if values[q, k] > 0.55 else "white"  # dark on the bright end
+                        draw.text(
+                            (x0 + k * self.cell + self.cell // 2, y0 + q * self.cell + self.cell // 2),
+                            text,
+                            fill=ink,
+                            font=number_font,
+                            anchor="mm",
+                        )
             self.numbers.append(numbers)
             if self.highlight is not None:
                 y = y0 + self.highlight * self.cell
-                draw.rectangle([x0, y, x0 + (self.highlight + 1) * self.cell - 1, y + self.cell - 1],
-                               outline=HIGHLIGHT, width=2)
+                draw.rectangle(
+                    [x0, y, x0 + (self.highlight + 1) * self.cell - 1, y + self.cell - 1], outline=HIGHLIGHT, width=2
+                )
         if suptitle:
             draw.text((self.width // 2, 6), suptitle, fill=INK, font=font(15), anchor="mt")
         return np.asarray(image)
 
 
-def colour_bar(image: Image.Image, draw: ImageDraw.ImageDraw, x0: int, y0: int, height: int, name: str,
-               name_at: int) -> None:
+def colour_bar(
+    image: Image.Image, draw: ImageDraw.ImageDraw, x0: int, y0: int, height: int, name: str, name_at: int
+) -> None:
     """The colour ramp from 1 (top) to 0, `height` pixels tall at (x0, y0), ticked at 0, 0.5 and 1, `name` written
     upwards beside it, `name_at` pixels below its middle (a negative number: above it), or at its top when None."""
     image.paste(Image.fromarray(colours(np.linspace(1, 0, height)[:, None].repeat(14, axis=1))), (x0, y0))
@@ -203,10 +230,13 @@ class SentenceHeatmaps:
     the best pronoun head alone, then the composition matrix, each sentence's canvases kept from the first
     evaluation. `highlights` outlines a query row of a sentence (by its text)."""
 
-    def __init__(self, sentences: Sequence[tuple[str, Sequence[str]]] = (),   # (text, its tokens)
-                 highlights: dict[str, int] | None = None) -> None:
+    def __init__(
+        self,
+        sentences: Sequence[tuple[str, Sequence[str]]] = (),  # (text, its tokens)
+        highlights: dict[str, int] | None = None,
+    ) -> None:
         seen: dict[str, int] = {}
-        self.sentences = []   # (slug, text, tokens); a slug seen before gets _2, _3, ...
+        self.sentences = []  # (slug, text, tokens); a slug seen before gets _2, _3, ...
         for text, tokens in sentences:
             slug = sentence_slug(text)
             seen[slug] = seen.get(slug, 0) + 1
@@ -223,8 +253,14 @@ class SentenceHeatmaps:
             for layer, pattern in enumerate(layers):
                 tag, n_head = f"attention/{slug}/layer{layer}", pattern.shape[0]
                 titles = head_titles(layer, n_head, best.name if best else None)
-                out.append((tag, self._canvas(tag, text, tokens, n_head).draw(list(pattern), titles,
-                                                                              f"layer {layer}, step {step}")))
+                out.append(
+                    (
+                        tag,
+                        self._canvas(tag, text, tokens, n_head).draw(
+                            list(pattern), titles, f"layer {layer}, step {step}"
+                        ),
+                    )
+                )
             if best is not None:
                 tag = f"attention/{slug}/best_head"
                 title = f"best head {best.name} (referent {best.referent:.2f}), step {step}"
@@ -260,8 +296,10 @@ def composition_image(found: Composition, title: str) -> np.ndarray:
     n_layer, n_head = found.scores["K"].shape[:2]
     writers, readers = (n_layer - 1) * n_head, n_layer * n_head
     later = torch.arange(n_head, readers)[None, :] // n_head > torch.arange(writers)[:, None] // n_head
-    panels = [found.scores[kind].reshape(readers, readers)[:writers, n_head:].where(later, float("nan")).numpy()
-              for kind in KINDS]
+    panels = [
+        found.scores[kind].reshape(readers, readers)[:writers, n_head:].where(later, float("nan")).numpy()
+        for kind in KINDS
+    ]
     names = [head_name(layer, head) for layer in range(n_layer) for head in range(n_head)]
     row_labels, column_labels = names[:writers], names[n_head:]
     n_rows, n_cols = len(row_labels), len(column_labels)
@@ -272,7 +310,7 @@ def composition_image(found: Composition, title: str) -> np.ndarray:
     left, below, bar_w = widest + 26, widest + 26, 80
     panel_w = left + n_cols * cell + 16
     height = TOP + TITLE_H + n_rows * cell + below + 8
-    width = max(len(panels) * panel_w + bar_w, int(font(15).getlength(title)) + 20)   # room for the title
+    width = max(len(panels) * panel_w + bar_w, int(font(15).getlength(title)) + 20)  # room for the title
     image = Image.new("RGB", (width, max(height, TOP + TITLE_H + 140)), "white")
     draw = ImageDraw.Draw(image)
     number_font = font(11)
@@ -284,14 +322,20 @@ def composition_image(found: Composition, title: str) -> np.ndarray:
             draw.text((x0 - 4, y0 + r * cell + cell // 2), text, fill=INK, font=label_font, anchor="rm")
         for c, text in enumerate(column_labels):
             image.paste(_turned(text, 12), (x0 + c * cell + cell // 2 - 7, y0 + n_rows * cell + 4))
-        draw.text((x0 + n_cols * cell // 2, y0 + n_rows * cell + below - 2), "reads", fill=INK,
-                  font=axis_font, anchor="md")
+        draw.text(
+            (x0 + n_cols * cell // 2, y0 + n_rows * cell + below - 2), "reads", fill=INK, font=axis_font, anchor="md"
+        )
         image.paste(_turned("writes", 13), (x0 - left + 2, y0 + max(0, n_rows * cell // 2 - 30)))
         if annotate:
             for r, c in zip(*np.nonzero(~np.isnan(values)), strict=True):
                 text = f"{values[r, c]:.2f}".removeprefix("0")
-                draw.text((x0 + c * cell + cell // 2, y0 + r * cell + cell // 2), text,
-                          fill="black" if values[r, c] > 0.55 else "white", font=number_font, anchor="mm")
+                draw.text(
+                    (x0 + c * cell + cell // 2, y0 + r * cell + cell // 2),
+                    text,
+                    fill="black" if values[r, c] > 0.55 else "white",
+                    font=number_font,
+                    anchor="mm",
+                )
     colour_bar(image, draw, image.width - bar_w + 12, TOP + TITLE_H, 120, "composition score", None)
     if title:
         draw.text((image.width // 2, 6), title, fill=INK, font=font(15), anchor="mt")

@@ -45,20 +45,22 @@ def _query_position(tokens: list[str], query: str | None) -> int:
     words = [t.strip().lower() for t in tokens]
     matches = [i for i, w in enumerate(words) if w == query.strip().lower()]
     if not matches:
-        raise UsageError(f"--query {query!r} is not a token of the text; tokens are: "
-                         f"{', '.join(repr(t) for t in tokens)}")
+        raise UsageError(
+            f"--query {query!r} is not a token of the text; tokens are: {', '.join(repr(t) for t in tokens)}"
+        )
     return matches[-1]
 
 
 def show_attention(model, tokenizer, checkpoint: dict, args: argparse.Namespace, ablate: Ablation | None) -> None:
     text = args.attention
     if not text:
-        raise UsageError("--attention needs a non-empty text, e.g. --attention \"The dog saw the ball and it\"")
+        raise UsageError('--attention needs a non-empty text, e.g. --attention "The dog saw the ball and it"')
     ids = tokenizer.encode(text)
     tokens = tokenizer.token_strings(ids)
     if len(ids) > model.config.block_size:
-        raise UsageError(f"the text has {len(ids)} tokens, more than the model's block_size "
-                         f"{model.config.block_size}; shorten it")
+        raise UsageError(
+            f"the text has {len(ids)} tokens, more than the model's block_size {model.config.block_size}; shorten it"
+        )
     patterns = capture_attention(model, [ids], ablate)[0]
     query = _query_position(tokens, args.query)
     layer, head = focused_head(patterns, query)
@@ -68,17 +70,35 @@ def show_attention(model, tokenizer, checkpoint: dict, args: argparse.Namespace,
         step = f" at step {checkpoint['step']}" if "step" in checkpoint else ""
         ablated = f", with {', '.join(ablation_names(ablate))} ablated" if ablate else ""
         reading = checkpoint_reading(model, checkpoint_sets(model, tokenizer, checkpoint, None), checkpoint)
-        page = write_page(args.html, attention_page([view], f"Attention of {args.out_dir}{step}{ablated}",
-                                                    type_labels(reading), reads_from(reading.composition,
-                                                                                     reading.untrained.composition)))
+        page = write_page(
+            args.html,
+            attention_page(
+                [view],
+                f"Attention of {args.out_dir}{step}{ablated}",
+                type_labels(reading),
+                reads_from(reading.composition, reading.untrained.composition),
+            ),
+        )
         written = f"attention page: {page} (open it in a browser; it needs no network)"
     if args.json:
-        print(json.dumps(finite({
-            "text": text, "tokens": tokens, "query_pos": query, "focused_head": head_name(layer, head),
-            "ablated": ablation_names(ablate),
-            # [layer][head][query_pos][key_pos]
-            "patterns": [[[[round(float(w), 6) for w in row] for row in h] for h in p.tolist()] for p in patterns],
-        }), allow_nan=False))
+        print(
+            json.dumps(
+                finite(
+                    {
+                        "text": text,
+                        "tokens": tokens,
+                        "query_pos": query,
+                        "focused_head": head_name(layer, head),
+                        "ablated": ablation_names(ablate),
+                        # [layer][head][query_pos][key_pos]
+                        "patterns": [
+                            [[[round(float(w), 6) for w in row] for row in h] for h in p.tolist()] for p in patterns
+                        ],
+                    }
+                ),
+                allow_nan=False,
+            )
+        )
         return
     if not args.html:
         png_dir = _write_heatmaps(checkpoint, args, tokens, patterns, query, (layer, head))
@@ -92,48 +112,64 @@ def show_attention(model, tokenizer, checkpoint: dict, args: argparse.Namespace,
     print(written)
 
 
-def _write_heatmaps(checkpoint: dict, args: argparse.Namespace, tokens: list[str], patterns: list, query: int,
-                    focused: tuple[int, int]) -> Path:
+def _write_heatmaps(
+    checkpoint: dict, args: argparse.Namespace, tokens: list[str], patterns: list, query: int, focused: tuple[int, int]
+) -> Path:
     """PNGs of every layer and of the focused head; returns their folder. They are also added to the checkpoint's
     TensorBoard run, under inspect/, when that run's folder is here. Both its parts come from the checkpoint, so
     nothing else is written: no folder is made, and a run name that would lead outside its log_dir ('..', an
     absolute path) is not followed."""
-    png_dir = Path(args.png_dir) if args.png_dir else Path(args.out_dir if Path(args.out_dir).is_dir()
-                                                           else Path(args.out_dir).parent) / "attention"
+    png_dir = (
+        Path(args.png_dir)
+        if args.png_dir
+        else Path(args.out_dir if Path(args.out_dir).is_dir() else Path(args.out_dir).parent) / "attention"
+    )
     slug = sentence_slug(args.attention)
     name = head_name(*focused)
-    layers = HeatmapCanvas(tokens, len(patterns[0]))   # every layer has as many heads: one canvas draws them all
-    images = {f"{slug}_layer{n}.png": layers.draw(list(p), head_titles(n, len(p)), f"layer {n}")
-              for n, p in enumerate(patterns)}
+    layers = HeatmapCanvas(tokens, len(patterns[0]))  # every layer has as many heads: one canvas draws them all
+    images = {
+        f"{slug}_layer{n}.png": layers.draw(list(p), head_titles(n, len(p)), f"layer {n}")
+        for n, p in enumerate(patterns)
+    }
     images[f"{slug}_{name}.png"] = HeatmapCanvas(tokens, 1, highlight_query=query).draw(
-        [patterns[focused[0]][focused[1]]], [f"{name}: most focused head for {tokens[query].strip()!r}"])
+        [patterns[focused[0]][focused[1]]], [f"{name}: most focused head for {tokens[query].strip()!r}"]
+    )
     try:
         for file_name, image in images.items():
             save_png(image, png_dir / file_name)
     except OSError as exc:
-        raise UserError(f"cannot write the heatmaps to {png_dir} ({write_error(exc, png_dir)}); choose a writable "
-                        f"--png_dir") from None
+        raise UserError(
+            f"cannot write the heatmaps to {png_dir} ({write_error(exc, png_dir)}); choose a writable --png_dir"
+        ) from None
     config = checkpoint.get("train_config")
     run = checkpoint.get("run_name")
     root = config.get("log_dir", "runs") if isinstance(config, dict) else None
     if not isinstance(run, str) or not run or not isinstance(root, str):
         return png_dir
     if inside_name(run) is not None:
-        warn(f"the heatmaps are not added to TensorBoard: the checkpoint's run name {run!r} {inside_name(run)}, "
-             f"so it would lead outside its log_dir; they are in the PNG files")
+        warn(
+            f"the heatmaps are not added to TensorBoard: the checkpoint's run name {run!r} {inside_name(run)}, "
+            f"so it would lead outside its log_dir; they are in the PNG files"
+        )
         return png_dir
     log_dir = Path(root) / run
     if not log_dir.is_dir():  # the run's logs are not here (another machine, or removed): nothing to add to
         return png_dir
     writer = TensorBoardWriter(log_dir, fix="the heatmaps are in the PNG files")
     for name, image in images.items():
-        writer.add_image(f"inspect/{slug}/{Path(name).stem.removeprefix(slug + '_')}", image, checkpoint.get("step", 0),
-                         dataformats="HWC")
+        writer.add_image(
+            f"inspect/{slug}/{Path(name).stem.removeprefix(slug + '_')}",
+            image,
+            checkpoint.get("step", 0),
+            dataformats="HWC",
+        )
     writer.close()
     if not writer.failed:
         # A shell comment after the command, so the whole line runs as printed.
-        print(f"TensorBoard: tensorboard --logdir {shlex.quote(str(log_dir.parent))}  # run {run}, tab IMAGES, "
-              f"tags inspect/...")
+        print(
+            f"TensorBoard: tensorboard --logdir {shlex.quote(str(log_dir.parent))}  # run {run}, tab IMAGES, "
+            f"tags inspect/..."
+        )
     return png_dir
 
 
@@ -157,6 +193,7 @@ def show_probes(model, tokenizer, _checkpoint: dict, args: argparse.Namespace, a
 
 
 # --- head types -----------------------------------------------------------------------------------
+
 
 def checkpoint_reading(model, sets: ProbeSets, checkpoint: dict, ablate: Ablation | None = None) -> Reading:
     """`model` (`ablate`'s heads removed) read on `sets` against the untrained model its run started from (built from
@@ -186,16 +223,30 @@ def checkpoint_sets(model, tokenizer, checkpoint: dict, text_file: str | None) -
         text, source = prepared.tokens("val"), f"the val split of {prepared.meta.get('source', prepared.folder)}"
     given = config.get("probes")
     corpus = corpus_of(config["dataset"]) if isinstance(config.get("dataset"), str) else None
-    probes = [path for path in (Path(given) if isinstance(given, str) and given else None,
-                                prepared.probes_path if prepared is not None else None,
-                                corpus.probes_path if corpus else None) if path is not None and path.is_file()]
-    sets = watch_sets(tokenizer, model.config.block_size,
-                      train_tokens=prepared.tokens("train") if prepared is not None else None,
-                      text=text, text_source=source or "the val split", probes=probes[0] if probes else None)
+    probes = [
+        path
+        for path in (
+            Path(given) if isinstance(given, str) and given else None,
+            prepared.probes_path if prepared is not None else None,
+            corpus.probes_path if corpus else None,
+        )
+        if path is not None and path.is_file()
+    ]
+    sets = watch_sets(
+        tokenizer,
+        model.config.block_size,
+        train_tokens=prepared.tokens("train") if prepared is not None else None,
+        text=text,
+        text_source=source or "the val split",
+        probes=probes[0] if probes else None,
+    )
     if text is None and not settings and "imported" in checkpoint:  # trained elsewhere: no run, so no val split
-        sets.add(TEXT, "no held-out text: a model trained elsewhere brings no val split; give --text FILE (any "
-                       "UTF-8 text) for the previous-token, sink, current-token, positional and broad scores and the "
-                       "in-context score")
+        sets.add(
+            TEXT,
+            "no held-out text: a model trained elsewhere brings no val split; give --text FILE (any "
+            "UTF-8 text) for the previous-token, sink, current-token, positional and broad scores and the "
+            "in-context score",
+        )
     return sets
 
 
@@ -206,15 +257,19 @@ def show_heads(model, tokenizer, checkpoint: dict, args: argparse.Namespace, abl
     if args.ablation == "mean" and sets.get(TEXT) is None:
         why = sets.missing.get(TEXT, NO_TEXT)
         if why == NO_TEXT:
-            raise UsageError("--ablation=mean replaces a head by its mean output over held-out text, and there is "
-                             "none here; give --text FILE, or use --ablation=zero")
+            raise UsageError(
+                "--ablation=mean replaces a head by its mean output over held-out text, and there is "
+                "none here; give --text FILE, or use --ablation=zero"
+            )
         # There is text, and it cannot be used: say why (too short, or this model's block_size too small).
         longer = "" if model.config.block_size < REPEATED_MIN_LENGTH else " or a longer --text FILE"
-        raise UsageError(f"--ablation=mean replaces a head by its mean output over held-out text, and there is "
-                         f"none: {why}; use --ablation=zero{longer}")
+        raise UsageError(
+            f"--ablation=mean replaces a head by its mean output over held-out text, and there is "
+            f"none: {why}; use --ablation=zero{longer}"
+        )
     if ablate and args.ablation == "mean":
         ablate = Ablation(ablate.heads, head_means(model, sets.get(TEXT)))
-    reading = checkpoint_reading(model, sets, checkpoint, ablate)   # the composition: of the weights, as they are
+    reading = checkpoint_reading(model, sets, checkpoint, ablate)  # the composition: of the weights, as they are
     found = proofs(model, sets, reading, args.ablation) if not ablate else []
     if args.json:
         print(json.dumps(heads_json(reading, found, args.ablation, sets), allow_nan=False))
@@ -233,8 +288,12 @@ def heads_json(reading: Reading, found: list, mode: str, sets: ProbeSets) -> dic
 
     def scores_of(r: Reading, layer: int, head: int) -> dict:
         out = {kind: r.results.head(kind, layer, head) for kind in kinds}
-        out.update({kind: float(r.type_scores[kind][layer, head]) if kind in r.type_scores else None
-                    for kind in ("positional", "pronoun")})
+        out.update(
+            {
+                kind: float(r.type_scores[kind][layer, head]) if kind in r.type_scores else None
+                for kind in ("positional", "pronoun")
+            }
+        )
         reach = r.reach.get(head_name(layer, head), {})
         out["induction_by_distance"] = {str(distance): value for distance, value in reach.items()}
         return out
@@ -242,16 +301,30 @@ def heads_json(reading: Reading, found: list, mode: str, sets: ProbeSets) -> dic
     heads = {}
     for name, head_type in reading.types.items():
         layer, head = head_type.layer, head_type.head
-        heads[name] = {**scores_of(reading, layer, head),
-                       "positional_offset": int(reading.offsets[layer, head]) if reading.offsets is not None else None,
-                       "type": head_type.kind, "type_label": LABELS.get(head_type.kind),
-                       "untrained": scores_of(untrained, layer, head)}
-    out = {"heads": heads, **{n: results.numbers.get(n) for n in CONTEXT_NUMBERS},
-           "untrained": {n: untrained.results.numbers.get(n) for n in CONTEXT_NUMBERS},
-           "ablated": results.ablated, "ablation": mode,
-           "probe_sets": {kind: s.about for kind, s in sets.sets.items()}, "not_measured": dict(sets.missing),
-           "ablations": [{"heads": p.heads, "chosen_as": p.kind,
-                          **{n: p.reading.results.numbers.get(n) for n in CONTEXT_NUMBERS},
-                          "best_induction": (p.reading.results.best("induction") or (None, None))[1]} for p in found],
-           **composition_json(reading.composition, untrained.composition)}
+        heads[name] = {
+            **scores_of(reading, layer, head),
+            "positional_offset": int(reading.offsets[layer, head]) if reading.offsets is not None else None,
+            "type": head_type.kind,
+            "type_label": LABELS.get(head_type.kind),
+            "untrained": scores_of(untrained, layer, head),
+        }
+    out = {
+        "heads": heads,
+        **{n: results.numbers.get(n) for n in CONTEXT_NUMBERS},
+        "untrained": {n: untrained.results.numbers.get(n) for n in CONTEXT_NUMBERS},
+        "ablated": results.ablated,
+        "ablation": mode,
+        "probe_sets": {kind: s.about for kind, s in sets.sets.items()},
+        "not_measured": dict(sets.missing),
+        "ablations": [
+            {
+                "heads": p.heads,
+                "chosen_as": p.kind,
+                **{n: p.reading.results.numbers.get(n) for n in CONTEXT_NUMBERS},
+                "best_induction": (p.reading.results.best("induction") or (None, None))[1],
+            }
+            for p in found
+        ],
+        **composition_json(reading.composition, untrained.composition),
+    }
     return finite(out)

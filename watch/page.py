@@ -42,8 +42,9 @@ class SentenceView:
     def __post_init__(self) -> None:
         self.tokens, self.patterns = list(self.tokens), list(self.patterns)
         if not self.tokens or any(p.shape[-1] != len(self.tokens) for p in self.patterns):
-            raise ValueError(f"patterns of shape {[tuple(p.shape) for p in self.patterns]} do not fit "
-                             f"{len(self.tokens)} tokens")
+            raise ValueError(
+                f"patterns of shape {[tuple(p.shape) for p in self.patterns]} do not fit {len(self.tokens)} tokens"
+            )
         if self.query is None:
             self.query = default_query(self.tokens)
         if self.best is None:
@@ -58,38 +59,52 @@ def _float32_rows(pattern: torch.Tensor) -> list[list[list[float]]]:
     each the shortest decimal that reads back as the same float32."""
     values = as_array(pattern)
     if not np.isfinite(values).all():  # weights that overflow give nan attention, which JSON cannot hold
-        raise UserError("the model's attention weights are not finite numbers (nan or inf): its weights overflow; "
-                        "use a checkpoint from before the run diverged")
-    return [[[float(text) for text in values[head, q, :q + 1].astype(str)] for q in range(values.shape[1])]
-            for head in range(values.shape[0])]
+        raise UserError(
+            "the model's attention weights are not finite numbers (nan or inf): its weights overflow; "
+            "use a checkpoint from before the run diverged"
+        )
+    return [
+        [[float(text) for text in values[head, q, : q + 1].astype(str)] for q in range(values.shape[1])]
+        for head in range(values.shape[0])
+    ]
 
 
-def attention_page(views: Sequence[SentenceView], title: str, labels: dict[str, str] | None = None,
-                   reads: dict | None = None) -> str:
+def attention_page(
+    views: Sequence[SentenceView], title: str, labels: dict[str, str] | None = None, reads: dict | None = None
+) -> str:
     """The page as one HTML string. It embeds as JSON each sentence's weights[layer][head][query_pos][key_pos <=
     query_pos], the heads' types by name (`labels`: "L1H3": "induction") and the heads each head reads from by
     composition (`reads`: `watch.composition.reads_from`), shown for a selected head."""
     if not views:
         raise ValueError("an attention page needs at least one sentence")
-    sentences = [{"text": view.text, "tokens": [display_token(t, space_mark="") for t in view.tokens],
-                  "query": view.query, "best": {"layer": view.best[0], "head": view.best[1],
-                                                "name": head_name(*view.best), "note": view.note},
-                  "weights": [_float32_rows(pattern) for pattern in view.patterns]} for view in views]
+    sentences = [
+        {
+            "text": view.text,
+            "tokens": [display_token(t, space_mark="") for t in view.tokens],
+            "query": view.query,
+            "best": {"layer": view.best[0], "head": view.best[1], "name": head_name(*view.best), "note": view.note},
+            "weights": [_float32_rows(pattern) for pattern in view.patterns],
+        }
+        for view in views
+    ]
     data = {"title": title, "sentences": sentences, "types": dict(labels or {}), "reads": dict(reads or {})}
     data = json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
     # Inside <script>, "</script>" or "<!--" in a token must not end the block.
     data = data.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     values = {"title": html.escape(title), "data_id": DATA_ID, "data": data, "legend": html.escape(legend(labels))}
-    return re.sub(r"\{(title|data_id|data|legend)\}", lambda match: values[match.group(1)],
-                  TEMPLATE.read_text(encoding="utf-8"))
+    return re.sub(
+        r"\{(title|data_id|data|legend)\}", lambda match: values[match.group(1)], TEMPLATE.read_text(encoding="utf-8")
+    )
 
 
 def legend(labels: dict[str, str] | None) -> str:
     """What the types beside the heads mean, and the rule that gives a head one, in a sentence or two."""
     shown = [kind for kind in TYPES if LABELS[kind] in set((labels or {}).values())]
     if not shown:
-        return (f"No head has a type yet: {RULE}. python sample.py --heads prints every head's scores, and which "
-                f"heads are close.")
+        return (
+            f"No head has a type yet: {RULE}. python sample.py --heads prints every head's scores, and which "
+            f"heads are close."
+        )
     meanings = "; ".join(f"{LABELS[kind]}: {MEANINGS[kind]}" for kind in shown)
     return f"Types: {meanings}. {RULE[0].upper()}{RULE[1:]}."
 
@@ -106,4 +121,3 @@ def write_page(path: str | Path, page: str) -> Path:
         reason = f"{blocker} is a file, not a folder" if blocker and not blocker.is_dir() else write_error(exc, path)
         raise UserError(f"cannot write the attention page {path} ({reason}); choose a writable path") from None
     return path
-

@@ -43,9 +43,12 @@ class Results:
         values = self.heads.get(score)
         if values is None:
             return {}
-        return {head_name(layer, head): float(values[layer, head])
-                for layer in range(values.shape[0]) for head in range(values.shape[1])
-                if not torch.isnan(values[layer, head])}
+        return {
+            head_name(layer, head): float(values[layer, head])
+            for layer in range(values.shape[0])
+            for head in range(values.shape[1])
+            if not torch.isnan(values[layer, head])
+        }
 
     def reach(self) -> dict[str, dict[int, float]]:
         """{"L1H0": {distance: score}}: each head's induction score where the earlier copy is that many tokens back,
@@ -64,7 +67,7 @@ class Results:
         scores = self.per_head(score)
         if not scores:
             return None
-        name = max(scores, key=scores.get)   # the first of equal highest: max keeps the earliest
+        name = max(scores, key=scores.get)  # the first of equal highest: max keeps the earliest
         return name, scores[name]
 
 
@@ -78,8 +81,9 @@ def untrained_like(model: nn.Module, seed: int) -> nn.Module:
     return fresh.to(next(model.parameters()).device).eval()
 
 
-def score(model: nn.Module, sets: ProbeSets, ablate: Ablation | None = None,
-          kinds: tuple[str, ...] | None = None) -> Results:
+def score(
+    model: nn.Module, sets: ProbeSets, ablate: Ablation | None = None, kinds: tuple[str, ...] | None = None
+) -> Results:
     """Captures each probe set of `sets` (only `kinds`, if given) once and reads every score
     registered for it; `ablate` removes heads for the whole pass."""
     chosen = [s for kind, s in sets.sets.items() if kinds is None or kind in kinds]
@@ -105,7 +109,7 @@ def read(captured: Iterable[Capture], sets: ProbeSets) -> Results:
         if kind == SENTENCES:
             patterns += sentence_patterns([capture])
     heads, numbers, counts = {}, {}, {}
-    for name, (total, count) in totals.items():   # a score with nothing to average: NaN per head, no number
+    for name, (total, count) in totals.items():  # a score with nothing to average: NaN per head, no number
         counts[name] = int(count)
         if name in HEAD_SCORES:
             heads[name] = total / count if count else torch.full_like(total, float("nan"))

@@ -29,14 +29,16 @@ REACH_DISTANCES = (4, 8, 16, 32)
 
 REPEATED_SEQUENCES = 32
 REPEATED_MAX_LENGTH = 50
-REPEATED_MIN_LENGTH = 16     # L below this (block_size < 32): repeated-token scores are not measurable
-NO_TEXT = ("no held-out text (give sample.py --text FILE, or keep the run's prepared data): previous-token, sink, "
-           "current-token, positional and broad scores and the in-context score are left out")
+REPEATED_MIN_LENGTH = 16  # L below this (block_size < 32): repeated-token scores are not measurable
+NO_TEXT = (
+    "no held-out text (give sample.py --text FILE, or keep the run's prepared data): previous-token, sink, "
+    "current-token, positional and broad scores and the in-context score are left out"
+)
 REPEATED_SEED = 0
 # Held-out tokens an evaluation reads: enough that drawing the windows again moves the in-context score by less
 # than its spread.
 TEXT_TOKENS = 16384
-QUICK_TOKENS = 512   # of each generated set, what a pass every watch_interval steps reads
+QUICK_TOKENS = 512  # of each generated set, what a pass every watch_interval steps reads
 
 
 @dataclass
@@ -46,12 +48,12 @@ class ProbeSet:
 
     kind: str
     ids: list[list[int]]
-    items: list[Any] = field(default_factory=list)   # per sequence: an AlignedProbe, AlignedAgreement, text, or
+    items: list[Any] = field(default_factory=list)  # per sequence: an AlignedProbe, AlignedAgreement, text, or
     #                                                    the (start, distance) of each of its repeats
     logits_at: list[int | None] | None = None
     all_logits: bool = False
-    about: str = ""                                    # how it was made, for reports
-    group: int = 1     # sequences that go through the model together, in one capture (held-out text: pairs)
+    about: str = ""  # how it was made, for reports
+    group: int = 1  # sequences that go through the model together, in one capture (held-out text: pairs)
     # What depends on the sequences alone (padded ids, score targets), made once and reused by every
     # pass: the set never changes, and the watch passes over it every few steps.
     constants: dict = field(default_factory=dict, repr=False, compare=False)
@@ -97,8 +99,14 @@ class ProbeSets:
                 continue
             keep = max(s.group, QUICK_TOKENS // len(s.ids[0]) // s.group * s.group)
             if keep < len(s):
-                sets[kind] = replace(s, ids=s.ids[:keep], items=s.items[:keep], about=f"{keep} of {s.about}",
-                                     logits_at=s.logits_at[:keep] if s.logits_at is not None else None, constants={})
+                sets[kind] = replace(
+                    s,
+                    ids=s.ids[:keep],
+                    items=s.items[:keep],
+                    about=f"{keep} of {s.about}",
+                    logits_at=s.logits_at[:keep] if s.logits_at is not None else None,
+                    constants={},
+                )
         return ProbeSets(sets, dict(self.missing))
 
 
@@ -117,15 +125,17 @@ def from_file(kind: str, path: str | Path, tokenizer: Tokenizer, block_size: int
     for record in records:
         try:
             item = record.align(tokenizer)
-        except UserError as exc:   # a token outside the vocabulary only leaves the record out, unless `strict`
+        except UserError as exc:  # a token outside the vocabulary only leaves the record out, unless `strict`
             if strict or not isinstance(exc, TokenizerError):
                 raise UserError(f"{path} line {record.line}: {exc}") from None
             unknown += 1
             continue
         if len(item.ids) > block_size:
             if strict:
-                raise UserError(f"{path} line {record.line}: {len(item.ids)} tokens, more than the model's "
-                                f"block_size {block_size}; shorten its text, or remove it")
+                raise UserError(
+                    f"{path} line {record.line}: {len(item.ids)} tokens, more than the model's "
+                    f"block_size {block_size}; shorten its text, or remove it"
+                )
             too_long += 1
             continue
         aligned.append(item)
@@ -133,42 +143,56 @@ def from_file(kind: str, path: str | Path, tokenizer: Tokenizer, block_size: int
         warn(f"{unknown} of {len(records)} {what} in {path} use tokens outside the vocabulary and are left out")
     if too_long:
         warn(f"{too_long} of {len(records)} {what} in {path} are longer than block_size={block_size} and are left out")
-    return ProbeSet(kind, [item.ids for item in aligned], aligned,
-                    logits_at=[item.continuation_pos for item in aligned], about=f"{len(aligned)} {what} from {path}")
+    return ProbeSet(
+        kind,
+        [item.ids for item in aligned],
+        aligned,
+        logits_at=[item.continuation_pos for item in aligned],
+        about=f"{len(aligned)} {what} from {path}",
+    )
 
 
 # --- repeated random tokens and held-out text --------------------------------------------------------
+
 
 def repeated_length(block_size: int) -> int:
     """L, the length of each random sequence before it repeats."""
     return min(block_size // 2, REPEATED_MAX_LENGTH)
 
 
-def repeated_tokens(pool: Sequence[int], block_size: int, *, seed: int = REPEATED_SEED,
-                    sequences: int = REPEATED_SEQUENCES) -> ProbeSet | str:
+def repeated_tokens(
+    pool: Sequence[int], block_size: int, *, seed: int = REPEATED_SEED, sequences: int = REPEATED_SEQUENCES
+) -> ProbeSet | str:
     """32 sequences of L = min(block_size // 2, 50) tokens drawn uniformly (seed 0) from `pool`, each followed by
     itself, no separator; or why there are none (below block_size 32, L < 16)."""
     length = repeated_length(block_size)
     if length < REPEATED_MIN_LENGTH:
-        return (f"block_size {block_size} is below {2 * REPEATED_MIN_LENGTH}, too short for repeated random tokens "
-                f"of {REPEATED_MIN_LENGTH}+{REPEATED_MIN_LENGTH}: induction, duplicate-token and in-context gain "
-                f"are not measurable")
+        return (
+            f"block_size {block_size} is below {2 * REPEATED_MIN_LENGTH}, too short for repeated random tokens "
+            f"of {REPEATED_MIN_LENGTH}+{REPEATED_MIN_LENGTH}: induction, duplicate-token and in-context gain "
+            f"are not measurable"
+        )
     pool = torch.tensor(sorted(set(pool)), dtype=torch.long)
     if len(pool) < 2:
         return "the vocabulary has fewer than 2 tokens to draw repeated random tokens from"
     draws = torch.randint(len(pool), (sequences, length), generator=torch.Generator().manual_seed(seed))
     first = pool[draws]
     ids = torch.cat([first, first], dim=1).tolist()
-    return ProbeSet(REPEATED, ids, all_logits=True,
-                    about=f"{sequences} sequences of {length} random tokens repeated (from {len(pool)} tokens)")
+    return ProbeSet(
+        REPEATED,
+        ids,
+        all_logits=True,
+        about=f"{sequences} sequences of {length} random tokens repeated (from {len(pool)} tokens)",
+    )
 
 
-def repeats_by_distance(pool: Sequence[int], block_size: int, *, seed: int = REPEATED_SEED + 1,
-                        sequences: int = REPEATED_SEQUENCES) -> ProbeSet | None:
+def repeats_by_distance(
+    pool: Sequence[int], block_size: int, *, seed: int = REPEATED_SEED + 1, sequences: int = REPEATED_SEQUENCES
+) -> ProbeSet | None:
     """The `REACH` set: rows of repeats at each distance in `REACH_DISTANCES` below the `REPEATED` set's L
     that fits in `block_size`; None when no distance does (or there is no `REPEATED` set to go with)."""
     length = repeated_length(block_size)
-    segments, used = [], 0     # (start, distance) of each repeat in a row
+    segments, used = [], 0  # (start, distance) of each repeat in a row
     for distance in (d for d in REACH_DISTANCES if d < length):
         if used + 2 * distance <= block_size:
             segments.append((used, distance))
@@ -183,8 +207,12 @@ def repeats_by_distance(pool: Sequence[int], block_size: int, *, seed: int = REP
         draws = pool[torch.randint(len(pool), (sequences, distance), generator=generator)].tolist()
         for row, drawn in zip(rows, draws, strict=True):
             row += drawn + drawn
-    return ProbeSet(REACH, rows, items=[tuple(segments)] * sequences,
-                    about=f"{sequences} rows of random tokens repeated at distances {', '.join(map(str, distances))}")
+    return ProbeSet(
+        REACH,
+        rows,
+        items=[tuple(segments)] * sequences,
+        about=f"{sequences} rows of random tokens repeated at distances {', '.join(map(str, distances))}",
+    )
 
 
 def token_pool(train_tokens: np.ndarray | None, tokenizer: Tokenizer) -> list[int]:
@@ -215,8 +243,14 @@ def pair_offset(length: int) -> int:
     return late.start - early.start
 
 
-def held_out_text(tokens: np.ndarray | Sequence[int], block_size: int, *, pairs: int | None = None,
-                  seed: int = 0, source: str = "the val split") -> ProbeSet | str:
+def held_out_text(
+    tokens: np.ndarray | Sequence[int],
+    block_size: int,
+    *,
+    pairs: int | None = None,
+    seed: int = 0,
+    source: str = "the val split",
+) -> ProbeSet | str:
     """`pairs` pairs of windows at random places in `tokens`, drawn with `seed`: a window, then one that starts as far
     on as the in-context score's late band is from its early band (`pair_offset`), so the tokens late in the first
     window are early in the second and the score compares the same tokens with less context and with more. By
@@ -224,27 +258,40 @@ def held_out_text(tokens: np.ndarray | Sequence[int], block_size: int, *, pairs:
     there are none."""
     tokens = np.asarray(tokens)
     if block_size < REPEATED_MIN_LENGTH:  # the model's context, not the text, is too short
-        return (f"block_size {block_size} is below {REPEATED_MIN_LENGTH}, too short for windows of held-out text: "
-                f"previous-token, sink, current-token, positional and broad scores are not measurable")
-    length = min(block_size, len(tokens))   # less where the text cannot hold a window and its partner that long
+        return (
+            f"block_size {block_size} is below {REPEATED_MIN_LENGTH}, too short for windows of held-out text: "
+            f"previous-token, sink, current-token, positional and broad scores are not measurable"
+        )
+    length = min(block_size, len(tokens))  # less where the text cannot hold a window and its partner that long
     while length >= REPEATED_MIN_LENGTH and length + pair_offset(length) > len(tokens):
         length -= 1
     if length < REPEATED_MIN_LENGTH:
-        return (f"{source} has {len(tokens)} tokens, too few for held-out text scores (at least "
-                f"{REPEATED_MIN_LENGTH + pair_offset(REPEATED_MIN_LENGTH)})")
+        return (
+            f"{source} has {len(tokens)} tokens, too few for held-out text scores (at least "
+            f"{REPEATED_MIN_LENGTH + pair_offset(REPEATED_MIN_LENGTH)})"
+        )
     offset = pair_offset(length)
     places = len(tokens) - length - offset + 1
     if pairs is None:
         pairs = max(2, TEXT_TOKENS // (2 * length))
     pairs = min(pairs, places)
     starts = np.random.default_rng(seed).choice(places, size=pairs, replace=False)
-    ids = [tokens[start + shift:start + shift + length].astype(np.int64).tolist()
-           for start in starts for shift in (0, offset)]
-    return ProbeSet(TEXT, ids, all_logits=True, group=2,
-                    about=f"{2 * pairs} windows of {length} tokens at random places in {source}")
+    ids = [
+        tokens[start + shift : start + shift + length].astype(np.int64).tolist()
+        for start in starts
+        for shift in (0, offset)
+    ]
+    return ProbeSet(
+        TEXT,
+        ids,
+        all_logits=True,
+        group=2,
+        about=f"{2 * pairs} windows of {length} tokens at random places in {source}",
+    )
 
 
 # --- sentences to show ----------------------------------------------------------------------------------
+
 
 def sentences(texts: Sequence[str], tokenizer: Tokenizer, block_size: int) -> ProbeSet:
     """Sentences for heatmaps and the attention page; one the tokenizer cannot encode is left out and
@@ -260,8 +307,7 @@ def sentences(texts: Sequence[str], tokenizer: Tokenizer, block_size: int) -> Pr
             warn(f"not watching {text[:60]!r}: it has no tokens")
             continue
         if len(encoded) > block_size:
-            warn(f"attention of {text[:60]!r} shows only its first {block_size} of {len(encoded)} tokens "
-                 f"(block_size)")
+            warn(f"attention of {text[:60]!r} shows only its first {block_size} of {len(encoded)} tokens (block_size)")
         kept_texts.append(text)
         ids.append(encoded[:block_size])
     return ProbeSet(SENTENCES, ids, kept_texts, about=f"{len(ids)} sentences")
@@ -270,11 +316,12 @@ def sentences(texts: Sequence[str], tokenizer: Tokenizer, block_size: int) -> Pr
 PRONOUN_WORD = re.compile(r"\b(" + "|".join(sorted(PRONOUNS)) + r")\b", re.IGNORECASE)
 SENTENCE_END = re.compile(r"(?<=[.!?])['\"\u2019\u201d)]*\s+")
 HELD_OUT_SENTENCES = 3
-SCANNED_TOKENS = 200_000   # of a long val split, the part whose sentences are looked at
+SCANNED_TOKENS = 200_000  # of a long val split, the part whose sentences are looked at
 
 
-def held_out_sentences(tokens: np.ndarray | Sequence[int], tokenizer: Tokenizer, block_size: int,
-                       count: int = HELD_OUT_SENTENCES) -> list[str]:
+def held_out_sentences(
+    tokens: np.ndarray | Sequence[int], tokenizer: Tokenizer, block_size: int, count: int = HELD_OUT_SENTENCES
+) -> list[str]:
     """Sentences to watch when a run names none, from its own held-out text: `count` whole sentences
     (whitespace inside made single spaces) from places spread through `tokens`, each of half a block to a
     block of tokens, one with a pronoun where its part of the text has one (the views start from the
@@ -286,8 +333,8 @@ def held_out_sentences(tokens: np.ndarray | Sequence[int], tokenizer: Tokenizer,
     fitting = [s for s in (_within(" ".join(s.split()), tokenizer, block_size) for s in SENTENCE_END.split(text)) if s]
     chosen = []
     for part in range(count):
-        found = fitting[part * len(fitting) // count:(part + 1) * len(fitting) // count]
-        if found:   # a sentence that starts like one and has a pronoun, else one of them, else the first
+        found = fitting[part * len(fitting) // count : (part + 1) * len(fitting) // count]
+        if found:  # a sentence that starts like one and has a pronoun, else one of them, else the first
             chosen.append(min(found, key=lambda s: (not PRONOUN_WORD.search(s), not s[0].isupper())))
     return chosen
 
@@ -295,7 +342,7 @@ def held_out_sentences(tokens: np.ndarray | Sequence[int], tokenizer: Tokenizer,
 def _within(sentence: str, tokenizer: Tokenizer, block_size: int) -> str | None:
     """`sentence` when it has half a block to a block of tokens; a longer one cut to the whole words that fit
     (when that is still half a block); else None."""
-    words = sentence.split(" ")[:2 * block_size]   # more words than any block of tokens holds
+    words = sentence.split(" ")[: 2 * block_size]  # more words than any block of tokens holds
     while words:
         try:
             length = len(tokenizer.encode(" ".join(words)))
@@ -307,10 +354,18 @@ def _within(sentence: str, tokenizer: Tokenizer, block_size: int) -> str | None:
     return None
 
 
-def watch_sets(tokenizer: Tokenizer, block_size: int, *, train_tokens: np.ndarray | None = None,
-               text: np.ndarray | Sequence[int] | None = None, text_source: str = "the val split",
-               probes: str | Path | None = None, agreement: str | Path | None = None,
-               texts: Sequence[str] = (), strict: bool = False) -> ProbeSets:
+def watch_sets(
+    tokenizer: Tokenizer,
+    block_size: int,
+    *,
+    train_tokens: np.ndarray | None = None,
+    text: np.ndarray | Sequence[int] | None = None,
+    text_source: str = "the val split",
+    probes: str | Path | None = None,
+    agreement: str | Path | None = None,
+    texts: Sequence[str] = (),
+    strict: bool = False,
+) -> ProbeSets:
     """Every probe set a run or a checkpoint is watched on: repeated random tokens always (drawn from
     `train_tokens`, see `token_pool`), held-out text from `text`, pronoun probes and agreement contexts
     from their files, and the sentences `texts`."""

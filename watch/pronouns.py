@@ -32,15 +32,15 @@ class HeadStats:
 
     layer: int
     head: int
-    referent: float            # mean weight from the pronoun row to the referent
-    distractor: float          # the same for the distractor
-    top1: float                # fraction of probes where the referent outweighs the distractor
-    referent_no_sink: float | None    # the same three with key position 0 dropped, row renormalised;
+    referent: float  # mean weight from the pronoun row to the referent
+    distractor: float  # the same for the distractor
+    top1: float  # fraction of probes where the referent outweighs the distractor
+    referent_no_sink: float | None  # the same three with key position 0 dropped, row renormalised;
     distractor_no_sink: float | None  # None when no probe qualifies
     top1_no_sink: float | None
     n_probes: int
     n_top1: int
-    n_no_sink: int             # probes counted in the _no_sink scores
+    n_no_sink: int  # probes counted in the _no_sink scores
     n_top1_no_sink: int
 
     @property
@@ -55,12 +55,12 @@ class HeadStats:
 class ContinuationStats:
     """Does the model continue the pronoun's sentence as if it knew the referent?"""
 
-    accuracy: float | None          # argmax next token is one of the referent's continuations
-    distractor_rate: float | None   # argmax next token is one of the distractor's continuations
-    logit_diff: float | None        # mean (best referent-continuation logit - best distractor one)
-    n: int                          # probes with a continuation position
+    accuracy: float | None  # argmax next token is one of the referent's continuations
+    distractor_rate: float | None  # argmax next token is one of the distractor's continuations
+    logit_diff: float | None  # mean (best referent-continuation logit - best distractor one)
+    n: int  # probes with a continuation position
     n_correct: int
-    n_logit_diff: int               # probes with both kinds of continuation
+    n_logit_diff: int  # probes with both kinds of continuation
 
 
 @dataclass
@@ -93,9 +93,17 @@ class ProbeReport:
     def to_dict(self) -> dict:
         """JSON-able: plain numbers, None where a score is undefined."""
         heads = {name: stats.to_dict() for name, stats in self.heads.items()}
-        return finite({"n_probes": self.n_probes, "best": self.best.to_dict(), "heads": heads,
-                       "baselines": dict(self.baselines), "continuation_accuracy": self.continuation.accuracy,
-                       "continuation": asdict(self.continuation), "ablated": list(self.ablated)})
+        return finite(
+            {
+                "n_probes": self.n_probes,
+                "best": self.best.to_dict(),
+                "heads": heads,
+                "baselines": dict(self.baselines),
+                "continuation_accuracy": self.continuation.accuracy,
+                "continuation": asdict(self.continuation),
+                "ablated": list(self.ablated),
+            }
+        )
 
 
 def finite(value):
@@ -116,19 +124,28 @@ def probe_report(results: Results) -> ProbeReport | None:
     n_layer, n_head = results.heads["referent"].shape
     heads = {}
     scores = ("referent", "distractor", "top1", "referent_no_sink", "distractor_no_sink", "top1_no_sink")
-    columns = {name: results.heads.get(name) for name in scores}    # [layer, head]; NaN where no probe counted
+    columns = {name: results.heads.get(name) for name in scores}  # [layer, head]; NaN where no probe counted
     for layer in range(n_layer):
         for head in range(n_head):
             v = {name: _value(values, layer, head) for name, values in columns.items()}
             heads[head_name(layer, head)] = HeadStats(
-                layer, head, *(v[name] for name in scores), n, round(v["top1"] * n), n_no_sink,
-                round(v["top1_no_sink"] * n_no_sink) if v["top1_no_sink"] is not None else 0)
+                layer,
+                head,
+                *(v[name] for name in scores),
+                n,
+                round(v["top1"] * n),
+                n_no_sink,
+                round(v["top1_no_sink"] * n_no_sink) if v["top1_no_sink"] is not None else 0,
+            )
     numbers, counts = results.numbers, results.counts
     continuation = ContinuationStats(
-        numbers.get("continuation_accuracy"), numbers.get("distractor_rate"), numbers.get("logit_diff"),
+        numbers.get("continuation_accuracy"),
+        numbers.get("distractor_rate"),
+        numbers.get("logit_diff"),
         counts.get("continuation_accuracy", 0),
         round(numbers.get("continuation_accuracy", 0.0) * counts.get("continuation_accuracy", 0)),
-        counts.get("logit_diff", 0))
+        counts.get("logit_diff", 0),
+    )
     return ProbeReport(heads, n, baselines(probes.items), continuation, list(results.ablated))
 
 
@@ -173,9 +190,9 @@ def name_readers(reading: dict[str, float]) -> list[str]:
 
 @dataclass
 class AgreementStats:
-    accuracy: float                 # share of contexts where the agreeing pronoun is more probable
-    by_mention: dict[str, float]    # the same for "first" and "second" mentions
-    share: float                    # mean P(agreeing) / (P(agreeing) + P(other))
+    accuracy: float  # share of contexts where the agreeing pronoun is more probable
+    by_mention: dict[str, float]  # the same for "first" and "second" mentions
+    share: float  # mean P(agreeing) / (P(agreeing) + P(other))
     n: int
     n_correct: int
 
@@ -184,6 +201,9 @@ def agreement_stats(results: Results) -> AgreementStats | None:
     if "agreement_accuracy" not in results.numbers:
         return None
     accuracy, n = results.numbers["agreement_accuracy"], results.counts["agreement_accuracy"]
-    by_mention = {m: results.numbers[f"agreement_accuracy_{m}_mention"] for m in ("first", "second")
-                  if f"agreement_accuracy_{m}_mention" in results.numbers}
+    by_mention = {
+        m: results.numbers[f"agreement_accuracy_{m}_mention"]
+        for m in ("first", "second")
+        if f"agreement_accuracy_{m}_mention" in results.numbers
+    }
     return AgreementStats(accuracy, by_mention, results.numbers["agreement_share"], n, round(accuracy * n))

@@ -24,30 +24,52 @@ COLUMNS = ("rank", "head", "referent", "distractor", "top-1", "ref (no sink)", "
 def head_table(report: ProbeReport, *, markdown: bool = False, limit: int | None = None) -> str:
     """The heads ranked best first, the best marked, then one line of the probe count, the baselines and the
     continuation accuracy. `limit` keeps only the first rows (that line still covers all probes)."""
-    rows = [[str(rank), s.name, _num(s.referent), _num(s.distractor), _pct(s.top1, 1), _num(s.referent_no_sink),
-             _pct(s.top1_no_sink, 1)] for rank, s in enumerate(report.ranked()[:limit], start=1)]
+    rows = [
+        [
+            str(rank),
+            s.name,
+            _num(s.referent),
+            _num(s.distractor),
+            _pct(s.top1, 1),
+            _num(s.referent_no_sink),
+            _pct(s.top1_no_sink, 1),
+        ]
+        for rank, s in enumerate(report.ranked()[:limit], start=1)
+    ]
     baseline, cont = report.baselines, report.continuation
-    parts = [f"{report.n_probes} probes", f"chance {_pct(baseline['chance'])}",
-             f"first noun {_pct(baseline['first_noun'])}", f"nearest noun {_pct(baseline['nearest_noun'])}"]
+    parts = [
+        f"{report.n_probes} probes",
+        f"chance {_pct(baseline['chance'])}",
+        f"first noun {_pct(baseline['first_noun'])}",
+        f"nearest noun {_pct(baseline['nearest_noun'])}",
+    ]
     if cont.n:
         parts.append(f"continuation accuracy {_pct(cont.accuracy)} ({cont.n_correct}/{cont.n})")
     if cont.logit_diff is not None:
         parts.append(f"logit diff {cont.logit_diff:+.2f}")
     if report.ablated:
         parts.append("ablated " + ", ".join(report.ablated))
-    return "\n".join([*_table(COLUMNS, rows, markdown, marked=[0], text_columns=(1,)), *([""] if markdown else []),
-                      "; ".join(parts)])
+    return "\n".join(
+        [*_table(COLUMNS, rows, markdown, marked=[0], text_columns=(1,)), *([""] if markdown else []), "; ".join(parts)]
+    )
 
 
-def _table(columns: Sequence[str], rows: list[list[str]], markdown: bool, *, marked: Sequence[int] = (),
-           text_columns: Sequence[int] = ()) -> list[str]:
+def _table(
+    columns: Sequence[str],
+    rows: list[list[str]],
+    markdown: bool,
+    *,
+    marked: Sequence[int] = (),
+    text_columns: Sequence[int] = (),
+) -> list[str]:
     """A table's lines: Markdown (the `marked` rows' first name in bold), or plain text with the marked rows starred,
     names (`text_columns`) left-aligned and numbers right-aligned so their decimal points line up."""
     if markdown:
         align = "|" + "|".join(":---" if i in text_columns else "---:" for i in range(len(columns))) + "|"
         name = text_columns[0] if text_columns else None
-        body = [[f"**{c}**" if r in marked and i == name else c for i, c in enumerate(row)]
-                for r, row in enumerate(rows)]
+        body = [
+            [f"**{c}**" if r in marked and i == name else c for i, c in enumerate(row)] for r, row in enumerate(rows)
+        ]
         return ["| " + " | ".join(columns) + " |", align, *["| " + " | ".join(row) + " |" for row in body]]
     table = [["", *columns], *[["*" if r in marked else "", *row] for r, row in enumerate(rows)]]
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
@@ -82,14 +104,15 @@ def _pct(value: float | None, decimals: int = 0) -> str:
     return "-" if value is None else f"{100 * value:.{decimals}f}%"
 
 
-def top_attended(pattern: torch.Tensor | np.ndarray, tokens: Sequence[str], query_pos: int, k: int = 3,
-                 *, layer: int = 0) -> str:
+def top_attended(
+    pattern: torch.Tensor | np.ndarray, tokens: Sequence[str], query_pos: int, k: int = 3, *, layer: int = 0
+) -> str:
     """One line per head of the `k` keys the query at `query_pos` weighs most,
     e.g. "L0H1: dog 0.88 | ball 0.09 | the 0.02". `pattern` is [head, query_pos, key_pos]."""
     pattern = as_array(pattern)
     lines = []
     for head in range(pattern.shape[0]):
-        row = pattern[head, query_pos, :query_pos + 1]  # keys after the query are masked out
+        row = pattern[head, query_pos, : query_pos + 1]  # keys after the query are masked out
         # Stable sort, so equal weights keep sentence order.
         order = np.argsort(-row, kind="stable")[:k]
         cells = [f"{display_token(tokens[i], space_mark='')} {row[i]:.2f}" for i in order]
@@ -99,13 +122,20 @@ def top_attended(pattern: torch.Tensor | np.ndarray, tokens: Sequence[str], quer
 
 # --- head types --------------------------------------------------------------------------------------
 
-COLUMN_NAMES = {"previous_token": "previous", "duplicate_token": "duplicate", "induction": "induction",
-                "sink": "first token", "current_token": "itself", "positional": "k back", "pronoun": "pronoun"}
+COLUMN_NAMES = {
+    "previous_token": "previous",
+    "duplicate_token": "duplicate",
+    "induction": "induction",
+    "sink": "first token",
+    "current_token": "itself",
+    "positional": "k back",
+    "pronoun": "pronoun",
+}
 BROAD = "spread out"
 
 
 def _columns(reading: Reading) -> list[str]:
-    return [kind for kind in TYPES if kind != "pronoun" or kind in reading.type_scores]   # pronoun: where scored
+    return [kind for kind in TYPES if kind != "pronoun" or kind in reading.type_scores]  # pronoun: where scored
 
 
 def type_table(reading: Reading, *, markdown: bool = False) -> str:
@@ -116,8 +146,14 @@ def type_table(reading: Reading, *, markdown: bool = False) -> str:
     rows = []
     for name, t in reading.types.items():
         broad = reading.results.head("broad", t.layer, t.head)
-        rows.append([name, _label(t.kind), *(_type_cell(reading, before, kind, t.layer, t.head) for kind in kinds),
-                     "n/a" if broad is None else f"{broad:.2f}"])
+        rows.append(
+            [
+                name,
+                _label(t.kind),
+                *(_type_cell(reading, before, kind, t.layer, t.head) for kind in kinds),
+                "n/a" if broad is None else f"{broad:.2f}",
+            ]
+        )
     columns = ("head", "type", *(COLUMN_NAMES[kind] for kind in kinds), BROAD)
     return "\n".join(_table(columns, rows, markdown, text_columns=(0, 1)))
 
@@ -125,13 +161,15 @@ def type_table(reading: Reading, *, markdown: bool = False) -> str:
 def type_legend(reading: Reading) -> str:
     """How to read the type table, in a few lines: what its numbers are, the rule for a type, each column."""
     meanings = "; ".join(f"{COLUMN_NAMES[kind]}: {MEANINGS[kind]}" for kind in _columns(reading))
-    return (f"how to read it: each score is the share of a head's attention that goes where its column says (0 to 1), "
-            f"the same head before training in brackets; {RULE}; {SIGNS}.\n"
-            f"  {meanings}; {BROAD}: how evenly a head spreads its attention (1: over every token alike), not a type")
+    return (
+        f"how to read it: each score is the share of a head's attention that goes where its column says (0 to 1), "
+        f"the same head before training in brackets; {RULE}; {SIGNS}.\n"
+        f"  {meanings}; {BROAD}: how evenly a head spreads its attention (1: over every token alike), not a type"
+    )
 
 
 def _type_cell(reading: Reading, before: dict, kind: str, layer: int, head: int) -> str:
-    """"0.91 (0.05)": a head's score of one type and, in brackets, the untrained model's."""
+    """ "0.91 (0.05)": a head's score of one type and, in brackets, the untrained model's."""
     if kind not in reading.type_scores:
         return "n/a"
     value = f"{float(reading.type_scores[kind][layer, head]):.2f}"
@@ -162,11 +200,15 @@ def type_lines(reading: Reading, since: dict[str, str] | None = None) -> str:
         value = float(trained[kind][layer, head])
         bar = needed(float(before[kind][layer, head]) if kind in before else None)
         if value >= CLOSE * bar:
-            lines.append(f"no {LABELS[kind]} head yet, but {head_name(layer, head)} is close: {value:.2f}, where a "
-                         f"type needs {bar:.2f}{_untrained(before, kind, layer, head)}")
+            lines.append(
+                f"no {LABELS[kind]} head yet, but {head_name(layer, head)} is close: {value:.2f}, where a "
+                f"type needs {bar:.2f}{_untrained(before, kind, layer, head)}"
+            )
         else:
-            lines.append(f"no {LABELS[kind]} head (best {head_name(layer, head)} {value:.2f}"
-                         f"{_untrained(before, kind, layer, head, bracket=False)})")
+            lines.append(
+                f"no {LABELS[kind]} head (best {head_name(layer, head)} {value:.2f}"
+                f"{_untrained(before, kind, layer, head, bracket=False)})"
+            )
     lines += reach_lines(reading)
     lines += in_context_lines(reading)
     return "\n".join(lines)
@@ -178,16 +220,19 @@ def reach_lines(reading: Reading) -> list[str]:
     if best is None:
         return []
     reach = reading.reach.get(best[0], {})
-    if len(reach) < 2 or max(reach.values()) < CLOSE * needed(None):   # no head copies at any distance
+    if len(reach) < 2 or max(reach.values()) < CLOSE * needed(None):  # no head copies at any distance
         return []
     far, near = reach[max(reach)], max(reach.values())
-    shape = (" (it copies from close by more than from far: the longest distances are the weakest)"
-             if far < 0.75 * near else "")
+    shape = (
+        " (it copies from close by more than from far: the longest distances are the weakest)"
+        if far < 0.75 * near
+        else ""
+    )
     scores = ", ".join(f"{d} tokens {value:.2f}" for d, value in reach.items())
     return [f"{best[0]}'s induction score by distance to the earlier copy: {scores}{shape}"]
 
 
-CLOSE = 0.6   # a head with at least this share of the score a type needs is close to it
+CLOSE = 0.6  # a head with at least this share of the score a type needs is close to it
 
 
 def in_context_lines(reading: Reading) -> list[str]:
@@ -198,26 +243,32 @@ def in_context_lines(reading: Reading) -> list[str]:
     if "in_context_gain" in numbers:
         better = "better" if numbers["in_context_gain"] > 0 else "worse"
         meaning = f"the second copy is predicted {{size:.3f}} nats {better} than the first"
-        lines.append(f"in-context gain on repeated random tokens: {_measured(numbers, 'in_context_gain', meaning)} "
-                     f"(first copy {numbers['loss_first_copy']:.3f}, second {numbers['loss_second_copy']:.3f}"
-                     f"{_then(then, 'in_context_gain')})")
+        lines.append(
+            f"in-context gain on repeated random tokens: {_measured(numbers, 'in_context_gain', meaning)} "
+            f"(first copy {numbers['loss_first_copy']:.3f}, second {numbers['loss_second_copy']:.3f}"
+            f"{_then(then, 'in_context_gain')})"
+        )
     if "in_context_score" in numbers:
         text = reading.results.sets.get("text")
         length = len(text.ids[0])
         early, late = icl_positions(length)
-        where = (f"tokens {late.start}-{late.stop - 1} of a {length}-token context "
-                 f"against the same tokens at {early.start}-{early.start + late.stop - late.start - 1}")
+        where = (
+            f"tokens {late.start}-{late.stop - 1} of a {length}-token context "
+            f"against the same tokens at {early.start}-{early.start + late.stop - late.start - 1}"
+        )
         score = numbers["in_context_score"]
         meaning = f"later in the context, tokens are predicted {{size:.3f}} nats {'better' if score < 0 else 'worse'}"
         # Olsson et al.'s score is the late loss minus the early one (below 0 is better): shown as nats saved.
         measured, was = _measured(numbers, "in_context_score", meaning, "nats", -1), _then(then, "in_context_score", -1)
-        lines.append(f"in-context score on held-out text: {measured} ({where}, {len(text.ids) // 2} pairs of windows"
-                     f"{was}; Olsson et al.'s late-minus-early loss, {score:+.3f})")
+        lines.append(
+            f"in-context score on held-out text: {measured} ({where}, {len(text.ids) // 2} pairs of windows"
+            f"{was}; Olsson et al.'s late-minus-early loss, {score:+.3f})"
+        )
     return lines
 
 
 def _measured(numbers: dict, name: str, meaning: str, unit: str = "nats/token", sign: int = 1) -> str:
-    """"+0.12 ± 0.03 nats/token: the second copy is ...", or "no measurable effect, +0.02 ± 0.05 nats/token"
+    """ "+0.12 ± 0.03 nats/token: the second copy is ...", or "no measurable effect, +0.02 ± 0.05 nats/token"
     when the figure (times `sign`) lies inside its spread."""
     figure, inside = _figure(numbers, name, sign)
     if inside:
@@ -235,8 +286,10 @@ def _then(then: dict, name: str, sign: int = 1) -> str:
 def _figure(numbers: dict, name: str, sign: int) -> tuple[str, bool]:
     """("+0.12 ± 0.03", whether the figure lies inside its spread)."""
     value, spread = sign * numbers[name], numbers.get(f"{name}_spread")
-    return (f"{value:+.3f}" + (f" ± {spread:.3f}" if spread is not None else ""),
-            spread is not None and abs(value) <= spread)
+    return (
+        f"{value:+.3f}" + (f" ± {spread:.3f}" if spread is not None else ""),
+        spread is not None and abs(value) <= spread,
+    )
 
 
 def _untrained(before: dict[str, torch.Tensor], kind: str, layer: int, head: int, *, bracket: bool = True) -> str:
@@ -250,16 +303,18 @@ def ablation_lines(reading: Reading, found: Sequence[AblationResult]) -> str:
     """What removing each set of heads cost, one line each, in plain words and the measure that fits their kind."""
     results = reading.results
     lines = []
-    for result in (r for r in found if r.kind != "copying"):   # those make up `route_lines`
+    for result in (r for r in found if r.kind != "copying"):  # those make up `route_lines`
         after = result.reading.results
         key = TESTED_ON.get(result.kind, (None,))[0]
         costs = [_change(key, results.numbers, after.numbers)] if key else []
-        if result.kind == "previous_token":   # the two-head circuit: the best induction head left, before and after
-            old, new = ({n: v for n, v in r.per_head("induction").items() if n not in result.heads}
-                        for r in (results, after))
+        if result.kind == "previous_token":  # the two-head circuit: the best induction head left, before and after
+            old, new = (
+                {n: v for n, v in r.per_head("induction").items() if n not in result.heads} for r in (results, after)
+            )
             name = max(old, key=old.get) if old and new else None
-            costs.append(f"takes the best induction score from {old[name]:.3f} to {new[name]:.3f} ({name})"
-                         if name else "")
+            costs.append(
+                f"takes the best induction score from {old[name]:.3f} to {new[name]:.3f} ({name})" if name else ""
+            )
         costs = [c for c in costs if c]
         if costs:
             lines.append(f"{_removing(result)} {'; '.join(costs)}{_backed_up(result, found, results.numbers)}")
@@ -268,11 +323,12 @@ def ablation_lines(reading: Reading, found: Sequence[AblationResult]) -> str:
 
 # What removing each kind of head is measured on, as (measure, higher is better): the line `_change` words, and
 # the share `_cost` counts ("copying": the heads `watch.ablation.copying_route` removes).
-TESTED_ON = {**{kind: ("in_context_gain", True) for kind in ("induction", "duplicate_token", "previous_token",
-                                                             "copying")},
-             **{kind: ("text_loss", False) for kind in ("sink", "current_token", "positional")},
-             "pronoun": ("continuation_accuracy", True)}
-NO_EFFECT, AN_EFFECT = 0.05, 0.2   # the share of a measure lost that counts as none, and as a real effect
+TESTED_ON = {
+    **{kind: ("in_context_gain", True) for kind in ("induction", "duplicate_token", "previous_token", "copying")},
+    **{kind: ("text_loss", False) for kind in ("sink", "current_token", "positional")},
+    "pronoun": ("continuation_accuracy", True),
+}
+NO_EFFECT, AN_EFFECT = 0.05, 0.2  # the share of a measure lost that counts as none, and as a real effect
 
 
 def _change(key: str, before: dict, after: dict) -> str:
@@ -291,9 +347,11 @@ def _change(key: str, before: dict, after: dict) -> str:
     if old > 0 and (spread is None or old > spread):
         text += f": {_share_taken(old, new)}"
     keys = ("loss_first_copy", "loss_second_copy")
-    if all(k in before and k in after for k in keys):   # a removed copying head can leave the second copy worse
-        text += (f" (first copy {before[keys[0]]:.2f} -> {after[keys[0]]:.2f}, second {before[keys[1]]:.2f} -> "
-                 f"{after[keys[1]]:.2f} nats)")
+    if all(k in before and k in after for k in keys):  # a removed copying head can leave the second copy worse
+        text += (
+            f" (first copy {before[keys[0]]:.2f} -> {after[keys[0]]:.2f}, second {before[keys[1]]:.2f} -> "
+            f"{after[keys[1]]:.2f} nats)"
+        )
     return text
 
 
@@ -312,15 +370,23 @@ def _backed_up(result: AblationResult, found: Sequence[AblationResult], before: 
     alone = _cost(result, before)
     if len(result.heads) != 1 or alone is None or abs(alone) >= NO_EFFECT:
         return ""
-    together = [g for g in found if g.kind == result.kind and len(g.heads) > 1 and result.heads[0] in g.heads
-                and (_cost(g, before) or 0.0) >= AN_EFFECT]
+    together = [
+        g
+        for g in found
+        if g.kind == result.kind
+        and len(g.heads) > 1
+        and result.heads[0] in g.heads
+        and (_cost(g, before) or 0.0) >= AN_EFFECT
+    ]
     if not together:
         return ""
     group = together[0]
     others = names([h for h in group.heads if h != result.heads[0]])
-    return (f": no effect alone, because {others} {'does' if len(group.heads) == 2 else 'do'} the same job and "
-            f"make{'s' if len(group.heads) == 2 else ''} up for it; removing {names(group.heads)} together loses "
-            f"{100 * _cost(group, before):.0f}% of it (the heads back each other up)")
+    return (
+        f": no effect alone, because {others} {'does' if len(group.heads) == 2 else 'do'} the same job and "
+        f"make{'s' if len(group.heads) == 2 else ''} up for it; removing {names(group.heads)} together loses "
+        f"{100 * _cost(group, before):.0f}% of it (the heads back each other up)"
+    )
 
 
 def type_report(reading: Reading, found: Sequence[AblationResult], since: dict[str, str] | None = None) -> str:
@@ -340,13 +406,19 @@ def route_lines(reading: Reading, found: Sequence[AblationResult]) -> list[str]:
     gain = reading.results.numbers["in_context_gain"]
     taken = sorted(((_cost(p, reading.results.numbers), p.heads[0], p.looks) for p in copying), reverse=True)
     carriers = [t for t in taken if t[0] >= AN_EFFECT][:3] or taken[:1]
-    lines = [f"no induction head, yet the second copy is predicted {gain:.2f} nats better than the first: the "
-             f"model copies by another route. The heads that carry the gain (each removed alone), and where they "
-             f"look from the second copy:"]
-    lines += [f"  {name}: removing it takes {100 * share:.0f}% of the gain; it looks {looks}"
-              for share, name, looks in carriers]
-    lines.append("the textbook circuit (a previous-token head feeding an induction head in the next layer) usually "
-                 "forms on another run: try another --seed, or a longer warm-up (--warmup_iters)")
+    lines = [
+        f"no induction head, yet the second copy is predicted {gain:.2f} nats better than the first: the "
+        f"model copies by another route. The heads that carry the gain (each removed alone), and where they "
+        f"look from the second copy:"
+    ]
+    lines += [
+        f"  {name}: removing it takes {100 * share:.0f}% of the gain; it looks {looks}"
+        for share, name, looks in carriers
+    ]
+    lines.append(
+        "the textbook circuit (a previous-token head feeding an induction head in the next layer) usually "
+        "forms on another run: try another --seed, or a longer warm-up (--warmup_iters)"
+    )
     return lines
 
 
@@ -365,19 +437,22 @@ def _share_taken(old: float, new: float) -> str:
 
 
 def _points(label: str, old: float | None, new: float | None) -> str:
-    """"takes {label} from 0.996 to 0.086 (-91.0 points)" for a share; "" when either is not known."""
+    """ "takes {label} from 0.996 to 0.086 (-91.0 points)" for a share; "" when either is not known."""
     if old is None or new is None:
         return ""
     return f"takes {label} from {old:.3f} to {new:.3f} ({100 * (new - old):+.1f} points)"
 
 
 def _removing(result: AblationResult) -> str:
-    """"removing L1H3 (previous-token head)": the heads, why them ("the two highest induction scores", ...), and
+    """ "removing L1H3 (previous-token head)": the heads, why them ("the two highest induction scores", ...), and
     how they were removed when that was not zero-ablation."""
     label = LABELS.get(result.kind)
     if label is None or result.kind == "pronoun" and result.label == "best":
-        why = {"pronoun": "the best pronoun head", "most_selective": "the most selective head",
-               "name_readers": "the heads that read the name"}.get(result.kind, result.kind.replace("_", " "))
+        why = {
+            "pronoun": "the best pronoun head",
+            "most_selective": "the most selective head",
+            "name_readers": "the heads that read the name",
+        }.get(result.kind, result.kind.replace("_", " "))
     elif len(result.heads) == 1:
         why = f"{label} head"
     elif result.label.startswith("top"):
@@ -391,34 +466,43 @@ def _removing(result: AblationResult) -> str:
 
 # --- pronoun agreement ------------------------------------------------------------------------------
 
+
 def agreement_lines(reading: Reading, ablations: Sequence[AblationResult]) -> str:
     """Pronoun agreement and what reads it, one finding a line."""
     a = reading.agreement
     if a is None:
         return ""
     mentions = ", ".join(f"{m} mention {v:.3f}" for m, v in a.by_mention.items())
-    lines = [f"pronoun agreement on {a.n} single-person contexts: {a.accuracy:.3f}"
-             + (f" ({mentions})" if mentions else "")]
+    lines = [
+        f"pronoun agreement on {a.n} single-person contexts: {a.accuracy:.3f}" + (f" ({mentions})" if mentions else "")
+    ]
     weights = reading.results.per_head("name_reading")
     top = sorted(weights.items(), key=lambda kv: (-kv[1], kv[0]))[:5]
     if top:
-        lines.append("weight on the name from the position before the pronoun: "
-                     + ", ".join(f"{name} {weight:.2f}" for name, weight in top))
+        lines.append(
+            "weight on the name from the position before the pronoun: "
+            + ", ".join(f"{name} {weight:.2f}" for name, weight in top)
+        )
     selective = reading.pronouns.most_selective if reading.pronouns is not None else None
     if selective is not None:
-        lines.append(f"most selective head at the pronoun: {selective.name}, top-1 {100 * selective.top1:.1f}% "
-                     f"(referent {selective.referent:.3f}, distractor {selective.distractor:.3f})")
+        lines.append(
+            f"most selective head at the pronoun: {selective.name}, top-1 {100 * selective.top1:.1f}% "
+            f"(referent {selective.referent:.3f}, distractor {selective.distractor:.3f})"
+        )
     for ab in ablations:
         line = f"{_removing(ab)} {_points('agreement', a.accuracy, ab.reading.agreement.accuracy)}"
         top1 = ab.best_top1_left
         if top1 is not None and selective is not None:
-            line += (f"; the best top-1 among the heads left is {100 * top1:.1f}% "
-                     f"({100 * (top1 - selective.top1):+.1f} points)")
+            line += (
+                f"; the best top-1 among the heads left is {100 * top1:.1f}% "
+                f"({100 * (top1 - selective.top1):+.1f} points)"
+            )
         lines.append(line)
     return "\n".join(lines)
 
 
 # --- what fine-tuning changed ---------------------------------------------------------------------
+
 
 def _label(kind: str | None) -> str:
     return LABELS[kind] if kind else "-"
@@ -434,15 +518,18 @@ def before_table(reading: Reading, *, markdown: bool = False) -> str:
     type score as "before -> now"; "" when no head has a type, before or now."""
     before = reading.before
     kinds = [kind for kind in TYPES if kind in reading.type_scores and kind in before.type_scores]
-    rows, marked = [], []   # marked: the heads whose type changed
+    rows, marked = [], []  # marked: the heads whose type changed
     for name, head in reading.types.items():
         was = before.types[name].kind
         if head.kind is None and was is None:
             continue
         if head.kind != was:
             marked.append(len(rows))
-        scores = [f"{float(before.type_scores[kind][head.layer, head.head]):.2f} -> "
-                  f"{float(reading.type_scores[kind][head.layer, head.head]):.2f}" for kind in kinds]
+        scores = [
+            f"{float(before.type_scores[kind][head.layer, head.head]):.2f} -> "
+            f"{float(reading.type_scores[kind][head.layer, head.head]):.2f}"
+            for kind in kinds
+        ]
         rows.append([name, _label(was), _label(head.kind), *scores])
     if not rows:
         return ""
@@ -456,8 +543,10 @@ def changes_line(reading: Reading) -> str:
     if not changed:
         typed = sum(head.kind is not None for head in reading.types.values())
         return f"fine-tuning changed no head's type ({typed} of {len(reading.types)} heads have one)"
-    shown = ", ".join(f"{name} {_label(reading.before.types[name].kind)} -> {_label(reading.types[name].kind)}"
-                      for name in changed[:8])
+    shown = ", ".join(
+        f"{name} {_label(reading.before.types[name].kind)} -> {_label(reading.types[name].kind)}"
+        for name in changed[:8]
+    )
     more = f" and {len(changed) - 8} more" if len(changed) > 8 else ""
     return f"fine-tuning changed the type of {len(changed)} of {len(reading.types)} heads: {shown}{more}"
 
@@ -477,7 +566,7 @@ def type_labels(reading: Reading) -> dict[str, str]:
 
 # --- composition ------------------------------------------------------------------------------------
 
-COMPOSITION_TOP = 3   # pairs shown per kind; the JSON and TensorBoard have them all
+COMPOSITION_TOP = 3  # pairs shown per kind; the JSON and TensorBoard have them all
 
 
 def composition_lines(reading: Reading) -> str:
@@ -487,8 +576,10 @@ def composition_lines(reading: Reading) -> str:
     if found is None:
         return ONE_LAYER_NOTE
     untrained = reading.untrained.composition if reading.untrained is not None else None
-    lines = [f"composition of the weights (Elhage et al. 2021), the {COMPOSITION_TOP} highest pairs of each kind; "
-             f"the untrained model's in brackets:"]
+    lines = [
+        f"composition of the weights (Elhage et al. 2021), the {COMPOSITION_TOP} highest pairs of each kind; "
+        f"the untrained model's in brackets:"
+    ]
     for kind in KINDS:
         before = untrained.pairs[kind] if untrained is not None else {}
         top = sorted(found.pairs[kind].items(), key=lambda item: -item[1])[:COMPOSITION_TOP]
@@ -499,7 +590,10 @@ def composition_lines(reading: Reading) -> str:
         source, value = found.sources("K", (head.layer, head.head))[0]
         kind = types[source].kind if source in types else None
         was = before.get(pair_name(source, head.name))
-        lines.append(f"induction head {head.name} reads its keys most from {source}"
-                     + (f" ({LABELS[kind]})" if kind else "") + f": K-composition {value:.2f}"
-                     + (f", untrained {was:.2f}" if was is not None else ""))
+        lines.append(
+            f"induction head {head.name} reads its keys most from {source}"
+            + (f" ({LABELS[kind]})" if kind else "")
+            + f": K-composition {value:.2f}"
+            + (f", untrained {was:.2f}" if was is not None else "")
+        )
     return "\n".join(lines)

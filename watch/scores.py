@@ -26,12 +26,12 @@ import torch
 from watch.capture import Capture
 from watch.probesets import AGREEMENT, PRONOUN, REACH, REACH_DISTANCES, REPEATED, TEXT, icl_positions
 
-Total = tuple[torch.Tensor | float, int]   # (total, count): the score is total / count
+Total = tuple[torch.Tensor | float, int]  # (total, count): the score is total / count
 
 
 @dataclass(frozen=True)
 class Score:
-    probe_set: str              # the kind of probe set it reads
+    probe_set: str  # the kind of probe set it reads
     measure: Callable[[Capture], Total]
     about: str
 
@@ -45,23 +45,27 @@ def _registrar(table: dict[str, Score]):
         def register(measure: Callable[[Capture], Total]) -> Callable[[Capture], Total]:
             table[name] = Score(probe_set, measure, about)
             return measure
+
         return register
+
     return score
 
 
-head_score = _registrar(HEAD_SCORES)     # measure(capture) -> (total [layer, head], count)
-model_score = _registrar(MODEL_SCORES)   # measure(capture) -> (total, count), of the whole model
+head_score = _registrar(HEAD_SCORES)  # measure(capture) -> (total [layer, head], count)
+model_score = _registrar(MODEL_SCORES)  # measure(capture) -> (total, count), of the whole model
 
 
 # --- the shared maths ---------------------------------------------------------------------------------
+
 
 def weight_on_targets(capture: Capture, targets: torch.Tensor) -> Total:
     """Per head, the weight on `targets` ([N, query_pos, key_pos] bool) summed over each query's
     targets, added over the queries that have one: (total [layer, head], number of such queries)."""
     targets = targets.to(torch.float64)
-    queries = (targets.sum(-1) > 0).to(torch.float64)                      # [N, T]: queries with a target
-    totals = [((pattern.double() * targets[:, None]).sum(-1) * queries[:, None]).sum((0, 2))
-              for pattern in capture.patterns]
+    queries = (targets.sum(-1) > 0).to(torch.float64)  # [N, T]: queries with a target
+    totals = [
+        ((pattern.double() * targets[:, None]).sum(-1) * queries[:, None]).sum((0, 2)) for pattern in capture.patterns
+    ]
     return torch.stack(totals), int(queries.sum())
 
 
@@ -69,20 +73,25 @@ def weight_at_offset(capture: Capture, offset: int, first_query: int) -> Total:
     """Per head, the weight from each query i >= `first_query` to key i - `offset`, added over those
     queries of every sequence (all of one length): (total [layer, head], number of queries)."""
     length = capture.ids.shape[1]
-    totals = [pattern.diagonal(offset=-offset, dim1=-2, dim2=-1)[..., first_query - offset:].double().sum((0, 2))
-              for pattern in capture.patterns]
+    totals = [
+        pattern.diagonal(offset=-offset, dim1=-2, dim2=-1)[..., first_query - offset :].double().sum((0, 2))
+        for pattern in capture.patterns
+    ]
     return torch.stack(totals), capture.ids.shape[0] * max(length - first_query, 0)
 
 
 def next_token_losses(capture: Capture) -> torch.Tensor:
     """[N, T - 1]: the loss (nats) of predicting token t + 1 from positions up to t."""
+
     def losses() -> torch.Tensor:
         log_probs = torch.log_softmax(capture.logits[:, :-1].double(), dim=-1)
         return -log_probs.gather(-1, capture.ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+
     return capture.shared("next_token_losses", losses)
 
 
 # --- head types on repeated random tokens ------------------------------------------------------------
+
 
 def _same_token(capture: Capture) -> torch.Tensor:
     """[N, T, T]: key j < query i holds the same token as i."""
@@ -95,11 +104,11 @@ def _induction_targets(ids: torch.Tensor) -> torch.Tensor:
     n, length = ids.shape
     copy = length // 2
     # shift "same token" one key right
-    earlier = ids.unsqueeze(2) == ids.unsqueeze(1)                         # [N, i, j-1]
+    earlier = ids.unsqueeze(2) == ids.unsqueeze(1)  # [N, i, j-1]
     targets = torch.zeros(n, length, length, dtype=torch.bool)
     targets[:, :, 1:] = earlier[:, :, :-1]
     targets &= torch.ones(length, length, dtype=torch.bool).tril(diagonal=-1)  # keys before i only
-    targets[:, :copy] = False                                              # queries in the second copy
+    targets[:, :copy] = False  # queries in the second copy
     return targets
 
 
@@ -112,27 +121,44 @@ def _reach_targets(capture: Capture, distance: int) -> torch.Tensor:
         for start, d in segments:
             if d == distance:
                 span = slice(start, start + 2 * d)
-                targets[row, span, span] = _induction_targets(ids[row:row + 1, span])[0]
+                targets[row, span, span] = _induction_targets(ids[row : row + 1, span])[0]
     return targets
 
 
 def _on_targets(key: str, targets: Callable[[Capture], torch.Tensor]) -> Callable[[Capture], Total]:
     """The weight on `targets(capture)`, which depend on the sequences alone: made once per set, as `key`."""
+
     def measure(capture: Capture) -> Total:
         return weight_on_targets(capture, capture.constant(key, lambda: targets(capture)))
+
     return measure
 
 
 for _name, _kind, _key, _targets, _about in (
-        ("duplicate_token", REPEATED, "same token", _same_token, "weight from a token to its earlier occurrences"),
-        ("induction", REPEATED, "induction targets", lambda capture: _induction_targets(capture.ids),
-         "weight from a token of the second copy to the token after its earlier occurrences"),
-        *((f"induction_{d}", REACH, f"induction targets at {d}", partial(_reach_targets, distance=d),
-           f"induction where the earlier copy is {d} tokens back") for d in REACH_DISTANCES)):
+    ("duplicate_token", REPEATED, "same token", _same_token, "weight from a token to its earlier occurrences"),
+    (
+        "induction",
+        REPEATED,
+        "induction targets",
+        lambda capture: _induction_targets(capture.ids),
+        "weight from a token of the second copy to the token after its earlier occurrences",
+    ),
+    *(
+        (
+            f"induction_{d}",
+            REACH,
+            f"induction targets at {d}",
+            partial(_reach_targets, distance=d),
+            f"induction where the earlier copy is {d} tokens back",
+        )
+        for d in REACH_DISTANCES
+    ),
+):
     head_score(_name, _kind, _about)(_on_targets(_key, _targets))
 
 
 # --- head types on held-out text ---------------------------------------------------------------------
+
 
 @head_score("sink", TEXT, "weight on the first position, from every later one")
 def sink(capture: Capture) -> Total:
@@ -141,33 +167,35 @@ def sink(capture: Capture) -> Total:
 
 
 POSITIONAL_OFFSETS = range(2, 9)
-for _name, _offset, _about in (("previous_token", 1, "weight from each token to the one before it"),
-                               ("current_token", 0, "weight from each token on itself (from position 1)"),
-                               *((f"positional_{k}", k, f"weight from each token to the one {k} before it")
-                                 for k in POSITIONAL_OFFSETS)):
+for _name, _offset, _about in (
+    ("previous_token", 1, "weight from each token to the one before it"),
+    ("current_token", 0, "weight from each token on itself (from position 1)"),
+    *((f"positional_{k}", k, f"weight from each token to the one {k} before it") for k in POSITIONAL_OFFSETS),
+):
     head_score(_name, TEXT, _about)(partial(weight_at_offset, offset=_offset, first_query=max(_offset, 1)))
 
 
 @head_score("broad", TEXT, "mean entropy of a head's rows relative to a uniform row (1: spread evenly)")
 def broad(capture: Capture) -> Total:
     length = capture.ids.shape[1]
-    uniform = torch.log(torch.arange(2, length + 1, dtype=torch.float64))   # a uniform row from position 1
+    uniform = torch.log(torch.arange(2, length + 1, dtype=torch.float64))  # a uniform row from position 1
     totals = []
     for pattern in capture.patterns:
         p = pattern[:, :, 1:].double()
-        entropy = -(p * torch.log(p.clamp_min(1e-30))).sum(-1)                # [N, H, T - 1]
+        entropy = -(p * torch.log(p.clamp_min(1e-30))).sum(-1)  # [N, H, T - 1]
         totals.append((entropy / uniform).sum((0, 2)))
     return torch.stack(totals), capture.ids.shape[0] * (length - 1)
 
 
 # --- in-context learning -----------------------------------------------------------------------------
 
+
 def _copy_losses(capture: Capture, second: bool) -> torch.Tensor:
     """[N, L - 1]: the losses of tokens 2..L of each sequence's first or `second` copy, predicted from its
     positions 0..L-2."""
     copy = capture.ids.shape[1] // 2
     losses = next_token_losses(capture)
-    return losses[:, copy:2 * copy - 1] if second else losses[:, :copy - 1]
+    return losses[:, copy : 2 * copy - 1] if second else losses[:, : copy - 1]
 
 
 def _gains(capture: Capture) -> torch.Tensor:
@@ -183,35 +211,63 @@ def _in_context_differences(capture: Capture) -> torch.Tensor:
         return torch.zeros(0, dtype=torch.float64)
     length = capture.ids.shape[1]
     early, late = icl_positions(length)
-    losses = next_token_losses(capture)                                     # loss of token t + 1 at column t
+    losses = next_token_losses(capture)  # loss of token t + 1 at column t
     first, partner = losses[0::2], losses[1::2]
     count = late.stop - late.start
-    with_context = first[:, late.start - 1:late.stop - 1].mean(1)
-    without = partner[:, early.start - 1:early.start - 1 + count].mean(1)
+    with_context = first[:, late.start - 1 : late.stop - 1].mean(1)
+    without = partner[:, early.start - 1 : early.start - 1 + count].mean(1)
     return with_context - without
 
 
 def _added_up(values_of: Callable[[Capture], torch.Tensor], squared: bool) -> Callable[[Capture], Total]:
     """A model score whose total adds up `values_of(capture)` (or their squares), over as many values."""
+
     def measure(capture: Capture) -> Total:
         values = values_of(capture) ** 2 if squared else values_of(capture)
         return float(values.sum()), values.numel()
+
     return measure
 
 
 for _name, _kind, _values, _squared, _about in (
-        ("loss_first_copy", REPEATED, partial(_copy_losses, second=False), False,
-         "loss predicting tokens 2..L of the first copy (nats/token)"),
-        ("loss_second_copy", REPEATED, partial(_copy_losses, second=True), False,
-         "loss predicting tokens 2..L of the second copy (nats/token)"),
-        ("in_context_gain_squares", REPEATED, _gains, True,
-         "mean square of each sequence's in-context gain (for its spread)"),
-        ("in_context_score", TEXT, _in_context_differences, False,
-         "loss of tokens late in a context minus that of the same tokens early in one (nats; Olsson's loss at "
-         "token 500 minus loss at token 50)"),
-        ("in_context_score_squares", TEXT, _in_context_differences, True,
-         "mean square of each pair's in-context difference (for its spread)"),
-        ("text_loss", TEXT, next_token_losses, False, "mean next-token loss on the held-out text (nats/token)")):
+    (
+        "loss_first_copy",
+        REPEATED,
+        partial(_copy_losses, second=False),
+        False,
+        "loss predicting tokens 2..L of the first copy (nats/token)",
+    ),
+    (
+        "loss_second_copy",
+        REPEATED,
+        partial(_copy_losses, second=True),
+        False,
+        "loss predicting tokens 2..L of the second copy (nats/token)",
+    ),
+    (
+        "in_context_gain_squares",
+        REPEATED,
+        _gains,
+        True,
+        "mean square of each sequence's in-context gain (for its spread)",
+    ),
+    (
+        "in_context_score",
+        TEXT,
+        _in_context_differences,
+        False,
+        "loss of tokens late in a context minus that of the same tokens early in one (nats; Olsson's loss at "
+        "token 500 minus loss at token 50)",
+    ),
+    (
+        "in_context_score_squares",
+        TEXT,
+        _in_context_differences,
+        True,
+        "mean square of each pair's in-context difference (for its spread)",
+    ),
+    ("text_loss", TEXT, next_token_losses, False, "mean next-token loss on the held-out text (nats/token)"),
+):
     model_score(_name, _kind, _about)(_added_up(_values, _squared))
 
 
@@ -220,7 +276,7 @@ def derived_model_scores(values: dict[str, float], counts: dict[str, int]) -> di
     out = {}
     if "loss_first_copy" in values and "loss_second_copy" in values:
         out["in_context_gain"] = values["loss_first_copy"] - values["loss_second_copy"]
-    for name in ("in_context_gain", "in_context_score"):   # the numbers reported with their spread
+    for name in ("in_context_gain", "in_context_score"):  # the numbers reported with their spread
         mean, squares = {**values, **out}.get(name), values.get(f"{name}_squares")
         if mean is not None and squares is not None:
             out[f"{name}_spread"] = spread(mean, squares, counts.get(f"{name}_squares", 0))
@@ -234,11 +290,12 @@ def spread(mean: float, mean_square: float, count: int) -> float:
     two draws."""
     if count < 2:
         return math.inf
-    variance = max(mean_square - mean ** 2, 0.0) * count / (count - 1)
+    variance = max(mean_square - mean**2, 0.0) * count / (count - 1)
     return 2 * math.sqrt(variance / count)
 
 
 # --- pronoun probes: the pronoun's row ---------------------------------------------------------------
+
 
 def _pronoun_masks(capture: Capture) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Each probe's pronoun position [probe], its referent's and its distractor's keys [probe, key] (float64),
@@ -260,7 +317,7 @@ def _pronoun_weights(capture: Capture) -> tuple[torch.Tensor, torch.Tensor, torc
     the rest of the row after position 0, to renormalise by; the probes clear of position 0 [probe])."""
     pronoun, referent_at, distractor_at, clear = capture.constant("pronoun masks", lambda: _pronoun_masks(capture))
     rows = torch.stack([pattern[torch.arange(len(pronoun)), :, pronoun] for pattern in capture.patterns]).double()
-    referent = (rows * referent_at[None, :, None, :]).sum(-1)        # rows: [layer, probe, head, key]
+    referent = (rows * referent_at[None, :, None, :]).sum(-1)  # rows: [layer, probe, head, key]
     distractor = (rows * distractor_at[None, :, None, :]).sum(-1)
     return referent, distractor, rows[..., 1:].sum(-1).clamp_min(1e-12), clear
 
@@ -268,6 +325,7 @@ def _pronoun_weights(capture: Capture) -> tuple[torch.Tensor, torch.Tensor, torc
 def _pronoun_score(which: str, no_sink: bool) -> Callable[[Capture], Total]:
     """`no_sink`: key 0 dropped and the row renormalised, over the probes whose words and pronoun are clear of
     position 0 (there the sink and a word cannot be told apart)."""
+
     def measure(capture: Capture) -> Total:
         ref, dis, rest, clear = capture.shared("pronoun weights", lambda: _pronoun_weights(capture))
         counted = torch.ones_like(clear)
@@ -275,23 +333,29 @@ def _pronoun_score(which: str, no_sink: bool) -> Callable[[Capture], Total]:
             ref, dis, counted = ref / rest, dis / rest, clear
         values = {"referent": ref, "distractor": dis, "top1": (ref > dis).double()}[which]  # a tie is not a win
         return (values * counted[None, :, None]).sum(1), int(counted.sum())
+
     return measure
 
 
-for _which, _about in (("referent", "mean weight from the pronoun on the noun it refers to"),
-                       ("distractor", "mean weight from the pronoun on the other noun"),
-                       ("top1", "share of probes whose referent outweighs the distractor")):
+for _which, _about in (
+    ("referent", "mean weight from the pronoun on the noun it refers to"),
+    ("distractor", "mean weight from the pronoun on the other noun"),
+    ("top1", "share of probes whose referent outweighs the distractor"),
+):
     head_score(_which, PRONOUN, _about)(_pronoun_score(_which, no_sink=False))
     head_score(f"{_which}_no_sink", PRONOUN, f"{_about}, position 0 dropped and the row renormalised")(
-        _pronoun_score(_which, no_sink=True))
+        _pronoun_score(_which, no_sink=True)
+    )
 
 
 # --- pronoun probes: what the model predicts after the pronoun -------------------------------------
+
 
 def _continuation_masks(capture: Capture) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Which next tokens count for each pronoun probe: [probe, vocab] the referent's continuations and the
     distractor's, and [probe] the probes that have a continuation position. Made once per probe set, so that
     every probe is scored in one tensor operation."""
+
     def make() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         vocab = capture.logits.shape[-1]
         referent = torch.zeros(len(capture.items), vocab, dtype=torch.bool)
@@ -303,6 +367,7 @@ def _continuation_masks(capture: Capture) -> tuple[torch.Tensor, torch.Tensor, t
                 referent[row, list(item.continuation_ids)] = True
                 distractor[row, list(item.distractor_continuation_ids)] = True
         return referent, distractor, scored
+
     masks = capture.constant("continuation masks", make)
     return tuple(mask.to(capture.logits.device) for mask in masks)
 
@@ -312,15 +377,19 @@ def _argmax_among(capture: Capture, whose: str) -> Total:
     if capture.logits is None:
         return 0.0, 0
     referent, distractor, scored = _continuation_masks(capture)
-    best = capture.logits.argmax(-1, keepdim=True)                                          # [probe, 1]
+    best = capture.logits.argmax(-1, keepdim=True)  # [probe, 1]
     hits = {"referent": referent, "distractor": distractor}[whose].gather(1, best).squeeze(1) & scored
     return float(hits.sum()), int(scored.sum())
 
 
 for _name, _whose, _about in (
-        ("continuation_accuracy", "referent", "share of probes whose next-token argmax after the pronoun is something "
-                                              "the referent does"),
-        ("distractor_rate", "distractor", "share of probes whose argmax is something the other noun does")):
+    (
+        "continuation_accuracy",
+        "referent",
+        "share of probes whose next-token argmax after the pronoun is something the referent does",
+    ),
+    ("distractor_rate", "distractor", "share of probes whose argmax is something the other noun does"),
+):
     model_score(_name, PRONOUN, _about)(partial(_argmax_among, whose=_whose))
 
 
@@ -339,25 +408,31 @@ def logit_diff(capture: Capture) -> Total:
 
 # --- agreement contexts ------------------------------------------------------------------------------
 
+
 def _margins(capture: Capture) -> list[tuple]:
     """(item, logit of the agreeing pronoun - logit of the other) for each context (none without logits)."""
     if capture.logits is None:
         return []
-    return [(item, capture.logits[row, item.right_id] - capture.logits[row, item.wrong_id])
-            for row, item in enumerate(capture.items)]
+    return [
+        (item, capture.logits[row, item.right_id] - capture.logits[row, item.wrong_id])
+        for row, item in enumerate(capture.items)
+    ]
 
 
 def _agreement(mention: str | None) -> Callable[[Capture], Total]:
     def measure(capture: Capture) -> Total:
-        hits = [bool(margin > 0) for item, margin in _margins(capture)
-                if mention is None or item.probe.mention == mention]
+        hits = [
+            bool(margin > 0) for item, margin in _margins(capture) if mention is None or item.probe.mention == mention
+        ]
         return float(sum(hits)), len(hits)
+
     return measure
 
 
 for _name, _mention, _about in (
-        ("agreement_accuracy", None, "share of contexts where the agreeing pronoun is more probable than the other"),
-        *((f"agreement_accuracy_{m}_mention", m, f"agreement on {m} mentions") for m in ("first", "second"))):
+    ("agreement_accuracy", None, "share of contexts where the agreeing pronoun is more probable than the other"),
+    *((f"agreement_accuracy_{m}_mention", m, f"agreement on {m} mentions") for m in ("first", "second")),
+):
     model_score(_name, AGREEMENT, _about)(_agreement(_mention))
 
 
@@ -367,8 +442,7 @@ def agreement_share(capture: Capture) -> Total:
     return float(sum(shares)), len(shares)
 
 
-@head_score("name_reading", AGREEMENT, "mean weight on the person's name from the position that predicts "
-                                       "the pronoun")
+@head_score("name_reading", AGREEMENT, "mean weight on the person's name from the position that predicts the pronoun")
 def name_reading(capture: Capture) -> Total:
     named = [(row, item) for row, item in enumerate(capture.items) if item.person_positions]
     totals = torch.zeros(len(capture.patterns), capture.patterns[0].shape[1], dtype=torch.float64)
@@ -376,4 +450,3 @@ def name_reading(capture: Capture) -> Total:
         for layer, pattern in enumerate(capture.patterns):
             totals[layer] += pattern[row, :, item.continuation_pos, item.person_positions].sum(-1).double()
     return totals, len(named)
-

@@ -38,8 +38,12 @@ class TensorBoardWriter:
     Its event file has a name nobody can guess (TensorBoard's own is the time, host and pid), and the
     hparams go into that file too, so no link planted in the run folder is ever written through."""
 
-    def __init__(self, log_dir: str | Path, fix: str = "free disk space or choose another --log_dir",
-                 parent: TensorBoardWriter | None = None) -> None:
+    def __init__(
+        self,
+        log_dir: str | Path,
+        fix: str = "free disk space or choose another --log_dir",
+        parent: TensorBoardWriter | None = None,
+    ) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
         _quiet_writer_threads()
@@ -48,7 +52,7 @@ class TensorBoardWriter:
         self.failed = False
         self._parent = parent
         self._heads: dict[str, TensorBoardWriter] = {}
-        self._scalars: list[tuple[str, float]] = []   # (tag, value) of step `_scalar_step`, not yet written
+        self._scalars: list[tuple[str, float]] = []  # (tag, value) of step `_scalar_step`, not yet written
         self._scalar_step: int | None = None
         self._writer = None
         try:
@@ -61,7 +65,7 @@ class TensorBoardWriter:
         names the lines of a chart by run, so a chart of one score of every head (`attention/referent`, whose
         lines are the head runs) gives each head its own colour and legend name."""
         if self.failed or self._writer is None:
-            return self   # writes nothing, and opens nothing more on a disk that already failed
+            return self  # writes nothing, and opens nothing more on a disk that already failed
         if name not in self._heads:
             self._heads[name] = TensorBoardWriter(self.log_dir / name, self.fix, parent=self)
         return self._heads[name]
@@ -79,6 +83,7 @@ class TensorBoardWriter:
         scalars, self._scalars = self._scalars, []
         if scalars and self._writer is not None and not self.failed:
             from tensorboard.compat.proto.summary_pb2 import Summary
+
             values = [Summary.Value(tag=tag, simple_value=value) for tag, value in scalars]
             self._guard(lambda: self._writer.file_writer.add_summary(Summary(value=values), self._scalar_step))
 
@@ -110,8 +115,13 @@ class TensorBoardWriter:
             picture = Summary.Image(height=height, width=width, colorspace=3, encoded_image_string=png_bytes(image))
             self._writer.file_writer.add_summary(Summary(value=[Summary.Value(tag=tag, image=picture)]), global_step)
 
-        if (dataformats == "HWC" and isinstance(image, np.ndarray) and image.dtype == np.uint8 and image.ndim == 3
-                and image.shape[2] == 3):
+        if (
+            dataformats == "HWC"
+            and isinstance(image, np.ndarray)
+            and image.dtype == np.uint8
+            and image.ndim == 3
+            and image.shape[2] == 3
+        ):
             self._guard(write_png)
         else:
             self._guard(lambda: self._writer.add_image(tag, image, global_step, dataformats=dataformats))
@@ -125,7 +135,7 @@ class TensorBoardWriter:
         """`write()`, its OSError turned into the one warning; nothing without a writer or after a failure."""
         if self._writer is None or self.failed:
             return
-        self._write_scalars()   # a step's scalars still kept go first: everything in the order written
+        self._write_scalars()  # a step's scalars still kept go first: everything in the order written
         try:
             write()
         except OSError as exc:
@@ -145,12 +155,14 @@ class TensorBoardWriter:
 
     def _fail(self, exc: OSError) -> None:
         self.failed = True
-        if self._parent is not None:   # one warning for the run and its heads' runs
+        if self._parent is not None:  # one warning for the run and its heads' runs
             if self._parent.failed:
                 return
             self._parent.failed = True
-        warn(f"cannot write TensorBoard logs to {self.log_dir} ({write_error(exc, self.log_dir)}); going on without "
-             f"them: {self.fix}")
+        warn(
+            f"cannot write TensorBoard logs to {self.log_dir} ({write_error(exc, self.log_dir)}); going on without "
+            f"them: {self.fix}"
+        )
 
 
 def png_bytes(image: np.ndarray) -> bytes:
@@ -160,16 +172,15 @@ def png_bytes(image: np.ndarray) -> bytes:
     pixels = image.reshape(height, 3 * width)
     # Written into one buffer: a heatmap is megabytes, and each fresh temporary of that size costs its page faults.
     rows = np.empty((height, 1 + 3 * width), dtype=np.uint8)
-    rows[:, 0] = 2                                                            # each row: its filter (2, Up), bytes
+    rows[:, 0] = 2  # each row: its filter (2, Up), bytes
     rows[0, 1:] = pixels[0]
-    np.subtract(pixels[1:], pixels[:-1], out=rows[1:, 1:])                   # uint8: wraps at 256, as PNG's
+    np.subtract(pixels[1:], pixels[:-1], out=rows[1:, 1:])  # uint8: wraps at 256, as PNG's
 
     def chunk(kind: bytes, data: bytes) -> bytes:
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
 
-    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)    # 8 bits, RGB, no interlace
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows, 1))
-            + chunk(b"IEND", b""))
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)  # 8 bits, RGB, no interlace
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows, 1)) + chunk(b"IEND", b"")
 
 
 def _quiet_writer_threads() -> None:
@@ -189,7 +200,7 @@ def _quiet_writer_threads() -> None:
 
 
 # A fine-tune: each type's best head now beside the best of the model before fine-tuning (`Reading.before`).
-BEFORE_TAG = "before_fine_tuning"   # before_fine_tuning/{type} in each head's run, .../best, the table
+BEFORE_TAG = "before_fine_tuning"  # before_fine_tuning/{type} in each head's run, .../best, the table
 
 # TensorBoard's Custom Scalars tab: {category: {chart title: ["Multiline", [tag regexes]]}}. A regex
 # matches the start of a tag; one chart draws every matching tag of every run on one axis, a colour per
@@ -209,34 +220,52 @@ CHARTS = {
         # The phase change: the induction score and the in-context gain jump together.
         "induction and in-context gain": ["Multiline", [r"heads/induction/best$", r"heads/in_context_gain$"]],
         # Whether the best induction head copies from far back as well as from close by (evaluations only).
-        "best induction head's score by distance to the earlier copy": ["Multiline",
-                                                                        [r"heads/induction/best_at_\d+$"]],
+        "best induction head's score by distance to the earlier copy": ["Multiline", [r"heads/induction/best_at_\d+$"]],
     },
     # Every pair of heads in different layers, one chart per kind (watch/composition.py); the best pair's
     # score beside the untrained model's best, a flat line to read the rise against.
     "composition": {
-        **{f"{kind}-composition, every pair": ["Multiline", [rf"composition/{kind}/L\d+H\d+_to_L\d+H\d+$"]]
-           for kind in KINDS},
-        "best pair of each kind, and the untrained model's": ["Multiline",
-                                                             [r"composition/[QKV]/(best|untrained_best)$"]],
+        **{
+            f"{kind}-composition, every pair": ["Multiline", [rf"composition/{kind}/L\d+H\d+_to_L\d+H\d+$"]]
+            for kind in KINDS
+        },
+        "best pair of each kind, and the untrained model's": [
+            "Multiline",
+            [r"composition/[QKV]/(best|untrained_best)$"],
+        ],
     },
-    "fine-tuning": {f"{kind.replace('_', '-')}: best head now and before fine-tuning":
-                    ["Multiline", [rf"heads/{kind}/best$", rf"{BEFORE_TAG}/{kind}/best$"]] for kind in TYPES},
+    "fine-tuning": {
+        f"{kind.replace('_', '-')}: best head now and before fine-tuning": [
+            "Multiline",
+            [rf"heads/{kind}/best$", rf"{BEFORE_TAG}/{kind}/best$"],
+        ]
+        for kind in TYPES
+    },
 }
 
 
-def log_charts(writer: Any, *, pronouns: bool, types: bool, composition: bool = False,
-               fine_tuning: bool = False) -> None:
+def log_charts(
+    writer: Any, *, pronouns: bool, types: bool, composition: bool = False, fine_tuning: bool = False
+) -> None:
     """The Custom Scalars layout: written once, at the start of a run."""
-    shown = {"attention heads": pronouns, "head types": types, "composition": composition,
-             "fine-tuning": types and fine_tuning}
+    shown = {
+        "attention heads": pronouns,
+        "head types": types,
+        "composition": composition,
+        "fine-tuning": types and fine_tuning,
+    }
     layout = {category: charts for category, charts in CHARTS.items() if shown[category]}
     if layout:
         writer.add_custom_scalars(layout)
 
 
-def log_evaluation(writer: Any, step: int, reading: Reading, ablations: Sequence[AblationResult],
-                   images: Sequence[tuple[str, np.ndarray]]) -> None:
+def log_evaluation(
+    writer: Any,
+    step: int,
+    reading: Reading,
+    ablations: Sequence[AblationResult],
+    images: Sequence[tuple[str, np.ndarray]],
+) -> None:
     """Everything an evaluation shows: the scores, what removing the agreement heads costs, the heatmaps, the tables
     as Markdown in the Text tab, and the scores of the model before fine-tuning."""
     log_scores(writer, step, reading)
@@ -248,10 +277,10 @@ def log_evaluation(writer: Any, step: int, reading: Reading, ablations: Sequence
         text = f"step {step}, best head **{report.best.name}**\n\n{head_table(report, markdown=True)}"
         writer.add_text("attention/heads", text, step)
     if reading.types:
-        lines = (type_legend(reading) + "\n" + type_lines(reading)).replace("\n", "  \n")   # Markdown line breaks
+        lines = (type_legend(reading) + "\n" + type_lines(reading)).replace("\n", "  \n")  # Markdown line breaks
         writer.add_text("heads/types", f"step {step}\n\n{type_table(reading, markdown=True)}\n\n{lines}", step)
     if reading.before is not None and reading.types:
-        for kind, values in reading.before.type_scores.items():   # constant: a line to read each score against
+        for kind, values in reading.before.type_scores.items():  # constant: a line to read each score against
             _log_heads(writer, step, f"{BEFORE_TAG}/{kind}", values, best=True)
         text = f"step {step}: {changes_line(reading)}\n\n{before_table(reading, markdown=True)}"
         writer.add_text(f"heads/{BEFORE_TAG}", text.rstrip(), step)
@@ -270,20 +299,33 @@ def log_scores(writer: Any, step: int, reading: Reading) -> None:
         _log_heads(writer, step, "heads/positional_offset", reading.offsets)
     best = results.best("induction")
     reach = reading.reach.get(best[0], {}) if best is not None else {}
-    for distance, value in reach.items() if len(reach) > 1 else ():   # a quick pass reads only the longest
+    for distance, value in reach.items() if len(reach) > 1 else ():  # a quick pass reads only the longest
         writer.add_scalar(f"heads/induction/best_at_{distance:02d}", value, step)
     scalars = {f"heads/{name}": results.numbers.get(name) for name in CONTEXT_NUMBERS}
     if report is not None:
         for score in ("referent", "distractor", "top1"):
             _log_heads(writer, step, f"attention/{score}", results.heads[score])
-        scalars.update({f"attention/{score}/best": getattr(report.best, score)
-                        for score in ("referent", "distractor", "top1", "referent_no_sink", "top1_no_sink")})
-        scalars.update({"probes/continuation_accuracy": report.continuation.accuracy,
-                        "probes/logit_diff": report.continuation.logit_diff})
+        scalars.update(
+            {
+                f"attention/{score}/best": getattr(report.best, score)
+                for score in ("referent", "distractor", "top1", "referent_no_sink", "top1_no_sink")
+            }
+        )
+        scalars.update(
+            {
+                "probes/continuation_accuracy": report.continuation.accuracy,
+                "probes/logit_diff": report.continuation.logit_diff,
+            }
+        )
     agreement = reading.agreement
     if agreement is not None:
-        scalars.update({"probes/agreement_accuracy": agreement.accuracy, "probes/agreement_share": agreement.share,
-                        **{f"probes/agreement_accuracy_{m}_mention": v for m, v in agreement.by_mention.items()}})
+        scalars.update(
+            {
+                "probes/agreement_accuracy": agreement.accuracy,
+                "probes/agreement_share": agreement.share,
+                **{f"probes/agreement_accuracy_{m}_mention": v for m, v in agreement.by_mention.items()},
+            }
+        )
     found = reading.composition
     untrained = reading.untrained.composition if reading.untrained is not None and found is not None else None
     for kind in KINDS if found is not None else ():
