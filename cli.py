@@ -1,7 +1,6 @@
-"""What the two commands share: the project's errors, its one way to warn, how text we did not write is
-shown, and how a command ends: `run_cli` turns a `UserError` into one line on stderr and an exit status (1, or 2
-for usage, as shells expect); everything else is a bug and keeps its traceback. Library code raises them, or a
-plain `ValueError` for a programming mistake.
+"""What the two commands share: how text we did not write is shown, and how a command ends: `run_cli` turns a
+`UserError` (errors.py) into one line on stderr and an exit status (1, or 2 for usage, as shells expect), and each
+warning into one `warning: ...` line; everything else is a bug and keeps its traceback.
 
 This module imports nothing but the standard library, so the commands import it before torch: a Ctrl-C while
 torch loads is then one line too (`report_interrupts_while_starting`).
@@ -21,26 +20,7 @@ from collections.abc import Callable, Iterable
 from contextlib import contextmanager, suppress
 from typing import NoReturn
 
-
-class UserError(Exception):
-    """A bad input, with a message that names the problem and the fix."""
-
-    status = 1  # the command's exit status
-
-
-class UsageError(UserError):
-    """A bad command line or config."""
-
-    status = 2  # as shells expect of a usage error
-
-
-class GptwatchWarning(UserWarning):
-    """Something the user should know that does not stop the run."""
-
-
-def warn(message: str) -> None:
-    """The one way library code warns: a `GptwatchWarning` pointing at the caller."""
-    warnings.warn(message, GptwatchWarning, stacklevel=2)
+from errors import GptwatchWarning, UsageError, UserError
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -54,16 +34,6 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{message}; see python {self.prog} --help")
-
-
-def is_out_of_memory(exc: BaseException) -> bool:
-    """Whether `exc` is an allocation that failed (on the CPU or a GPU), which the places that allocate a
-    model turn into one line naming what to lower, rather than a bug's traceback."""
-    torch = sys.modules.get("torch")  # a failed allocation of torch's means torch is loaded
-    if isinstance(exc, MemoryError) or isinstance(exc, getattr(torch, "OutOfMemoryError", ())):
-        return True
-    words = ("not enough memory", "out of memory", "can't allocate memory")
-    return isinstance(exc, RuntimeError) and any(said in str(exc) for said in words)
 
 
 def _one_line(text: object) -> str:

@@ -2,27 +2,25 @@
 
 Each check raises one `UserError` naming the path, the problem and the fix. Every writer stages its work in a new
 file or folder of a name nobody can guess, then renames it into place: a link planted under any name is replaced,
-never written through, and a reader never sees half a file. Text read from users and disks fails as one `NotParsed`.
+never written through, and a reader never sees half a file.
 """
 
 from __future__ import annotations
 
 import errno
 import glob
-import json
 import os
 import re
 import secrets
 import shlex
 import shutil
 import stat
-import tomllib
 from collections.abc import Callable
 from contextlib import suppress
 from pathlib import Path, PureWindowsPath
 from typing import BinaryIO, NoReturn
 
-from cli import UserError
+from errors import UserError
 
 
 def what_stands_at(path: Path, *, follow_links: bool = True) -> str | None:
@@ -378,53 +376,3 @@ def utf8_value(value: object) -> str | None:
             what = f"the byte {first}, which is not UTF-8" if first.startswith("\\x") else f"{first}, a lone surrogate"
             return f"'{''.join(_shown(c) for c in text)}' holds {what}"
     return None
-
-
-# --- parsing what users and disks hand us ------------------------------------------------------------------
-
-
-class NotParsed(ValueError):
-    """JSON, TOML or a number that cannot be read; str() says why, in a few words."""
-
-
-def quoted(text: str) -> str:
-    """`repr(text)`, cut short when longer than 60 characters: "'1111111111...' (5,003 characters)"."""
-    shown = repr(text)
-    return shown if len(shown) <= 60 else f"{shown[:50]}...' ({len(text):,} characters)"
-
-
-MAX_DIGITS = 40  # more than any count, size, position or seed takes (2**128 has 39)
-
-
-def is_whole_number(text: str) -> bool:
-    return re.fullmatch(r"[+-]?[0-9]+(?:_[0-9]+)*", text) is not None  # as Python and TOML write one: 12, -3, 10_000
-
-
-def parse_int(text: str) -> int:
-    """`text` as a whole number (is_whole_number); anything else a ValueError, as int()'s, other digits too ('²', which
-    int() refuses; '٣', which it reads). More than MAX_DIGITS digits is a `NotParsed`, never Python's own limit."""
-    if not is_whole_number(text):
-        raise ValueError(f"{quoted(text)} is not a whole number")
-    digits = len(text.lstrip("+-").replace("_", ""))
-    if digits > MAX_DIGITS:
-        raise NotParsed(f"a number of {digits:,} digits, more than any setting takes ({MAX_DIGITS} at most)")
-    return int(text)
-
-
-TOO_DEEP = "its brackets are nested too deeply to read"
-
-
-def parse_json(text: str | bytes, load: Callable = json.loads) -> object:
-    """`load(text)` (JSON, or TOML with `tomllib.loads`), every way it can fail a `NotParsed`: bad syntax, or nesting
-    too deep for Python's recursion."""
-    try:
-        return load(text)
-    except json.JSONDecodeError as exc:
-        where = f"at column {exc.colno}" if exc.lineno == 1 else f"at line {exc.lineno}, column {exc.colno}"
-        raise NotParsed(f"{exc.msg} {where}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise NotParsed(str(exc)) from None
-    except RecursionError:
-        raise NotParsed(TOO_DEEP) from None
-    except (UnicodeDecodeError, MemoryError) as exc:
-        raise NotParsed(type(exc).__name__) from None

@@ -25,15 +25,16 @@ from pathlib import Path
 
 import torch
 
-from cli import ArgumentParser, UsageError, run_cli, warn
-from config import DEVICES, pick_device
+from cli import ArgumentParser, run_cli
 from data.tokenizer import TokenizerError
+from errors import UsageError, warn
 from files import destination, read_text, utf8_value
 from formats import Loaded, checkpoint_path, load_model
 from formats.checkpoint import saved_settings
 from formats.layout import TARGETS
 from formats.sources import describe, identify, model_name
 from model.ablation import Ablation
+from settings import DEVICES, pick_device
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -295,7 +296,7 @@ def main(argv: list[str]) -> int:
     loaded = load(args, device)
     model, tokenizer = loaded.model, loaded.tokenizer
     validate(args, tokenizer.vocab_size)
-    from watch.heads import ablation_for
+    from watch.measure.heads import ablation_for
 
     try:
         ablate = ablation_for(args.ablate, model.config.n_layer, model.config.n_head)
@@ -305,9 +306,9 @@ def main(argv: list[str]) -> int:
     if mode == "sample":
         stream_samples(model, tokenizer, prompt_ids(tokenizer, args, parser), args, device, ablate)
         return 0
-    from watch import inspect_cli
+    from watch import inspect
 
-    getattr(inspect_cli, f"show_{mode}")(model, tokenizer, loaded.checkpoint, args, ablate)
+    getattr(inspect, f"show_{mode}")(model, tokenizer, loaded.checkpoint, args, ablate)
     return 0
 
 

@@ -32,15 +32,16 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from cli import UsageError, markdown_literal, run_cli, warn
-from config import TrainConfig, make_config, parse_command_line
+from cli import markdown_literal, run_cli
 from data.tokenizer import Tokenizer, TokenizerError
+from errors import UsageError, warn
 from files import utf8_value
 from model.memory import parameter_count
+from settings import TrainConfig, make_config, parse_command_line
 from trainer import runtime
 from trainer.start import Settings, run_settings
 from trainer.trainer import Callback, Evaluation, FitResult, StepResult, Trainer
-from watch.capture import evaluating
+from watch.measure.capture import evaluating
 
 TENSORBOARD = "tensorboard --logdir {} --samples_per_plugin=images=200,text=200"
 BASES = (
@@ -77,7 +78,7 @@ def train(
     """Trains as `cfg` asks, from `start`'s settings; `lock` holds out_dir (rank 0), checked before every save."""
     from data.corpora import corpus_of
     from watch.callback import AttentionWatch
-    from watch.tensorboard import TensorBoardWriter
+    from watch.show.tensorboard import TensorBoardWriter
 
     with runtime.out_of_memory(cfg):
         trainer = Trainer.from_config(
@@ -157,7 +158,7 @@ def report_end(cfg: TrainConfig, result: FitResult, argv: list[str], prompt: str
 def sample_prompt(watched: list[str], tokenizer: Tokenizer) -> str | None:
     """A prompt this model can read, for the sample command: the start of the first sentence the watch read (the
     run's, or its choice from the held-out text) up to its last pronoun, else its first half; None when none."""
-    from watch.probesets import PRONOUN_WORD
+    from watch.measure.probesets import PRONOUN_WORD
 
     for text in watched:
         pronouns = [m for m in PRONOUN_WORD.finditer(text) if len(text[: m.start()].split()) >= 2]

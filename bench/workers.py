@@ -28,7 +28,7 @@ def peak(args: dict) -> dict:
     on CUDA, where training runs under bf16 autocast (TF32 stays off for the fp32 figure)."""
     import torch
 
-    from config import pick_device
+    from settings import pick_device
 
     device = pick_device("auto")
     # A 2048 matmul keeps a CPU busy; a GPU needs bigger ones to reach its peak.
@@ -111,8 +111,8 @@ class SyntheticBatches:
 
 def _trainer(config: str, overrides: list[str], synthetic: bool):
     """The Trainer train.py would build for `config` (on random tokens when `synthetic`)."""
-    from config import load_config
     from model.gpt import GPT
+    from settings import load_config
     from trainer import runtime
     from trainer.optim import make_optimizer
     from trainer.trainer import Trainer
@@ -192,8 +192,8 @@ def finetune(args: dict) -> dict:
     its vocabulary. Median time of a step after `warmup` untimed ones."""
     import torch
 
-    from config import load_config
     from formats import load_model
+    from settings import load_config
     from trainer import runtime
     from trainer.optim import make_optimizer
     from trainer.trainer import Trainer
@@ -232,11 +232,11 @@ def demo_floors(args: dict) -> dict:
 
     from formats import load_model
     from model.ablation import Ablation
-    from watch.ablation import best_pronoun_proof, proofs, top_heads
-    from watch.heads import last_pronoun_pos, parse_head
-    from watch.inspect_cli import checkpoint_reading, checkpoint_sets
-    from watch.probesets import REPEATED
-    from watch.reading import read_pass
+    from watch.inspect import checkpoint_reading, checkpoint_sets
+    from watch.measure.heads import last_pronoun_pos, parse_head
+    from watch.measure.probesets import REPEATED
+    from watch.measure.proofs import best_pronoun_proof, proofs, top_heads
+    from watch.measure.reading import read_pass
 
     loaded = load_model(args["ckpt"], torch.device("cpu"))
     model, tokenizer, checkpoint = loaded.model, loaded.tokenizer, loaded.checkpoint

@@ -12,7 +12,7 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from cli import UserError
+from errors import UserError
 from files import replace_file, write_error
 
 REPO = Path(__file__).resolve().parent.parent

@@ -21,7 +21,6 @@ from pathlib import Path
 
 import numpy as np
 
-from cli import UserError, warn
 from data import corpora
 from data.tokenizer import (
     Tokenizer,
@@ -32,7 +31,9 @@ from data.tokenizer import (
     preview,
     tokenizer_from_meta,
 )
-from files import NotParsed, parse_json, read_text, replace_folder, what_stands_at, write_error
+from errors import UserError, warn
+from files import read_text, replace_folder, what_stands_at, write_error
+from parsing import NotParsed, parse_json
 
 META_FORMAT = 2  # 2: meta.json carries checksums of itself and of the token files
 SPLITS = ("train", "val")

@@ -16,9 +16,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cli import UserError
 from data.tokenizer import Tokenizer
-from files import NotParsed, parse_json, read_text
+from errors import UserError
+from files import read_text
+from parsing import NotParsed, parse_json
 
 Span = tuple[int, int]
 

@@ -19,8 +19,8 @@ from collections.abc import Iterator, Sequence
 from itertools import islice
 from pathlib import Path
 
-from cli import UserError
 from data.corpora import SHARED
+from errors import UserError
 
 TOKENIZERS = ("char", "gpt2")  # what a training run builds from its corpus
 FULL_GPT2 = "gpt2-full"  # read from a model trained elsewhere, never built from a corpus

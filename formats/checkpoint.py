@@ -18,13 +18,13 @@ from pathlib import Path
 
 import torch
 
-from cli import UsageError, UserError, is_out_of_memory
-from config import FIELDS, TrainConfig, saved_config
 from data.tokenizer import TOKENIZERS, FullGPT2Tokenizer, Tokenizer, TokenizerMetaError, tokenizer_from_meta
+from errors import UsageError, UserError, is_out_of_memory
 from files import cannot, clear_for_file, regular_file, replace_file, write_error, write_fix
 from model.config import ALWAYS_RECORDED, GPTConfig
 from model.gpt import GPT
 from model.memory import parameter_count, shortfall, size_text
+from settings import FIELDS, TrainConfig, saved_config
 
 FORMAT = "gptwatch-checkpoint"
 FORMAT_VERSION = 1

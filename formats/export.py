@@ -12,11 +12,10 @@ from pathlib import Path
 
 import torch
 
-from cli import UserError
+from errors import UserError
 from files import (
     cannot,
     destination,
-    parse_json,
     remove_dead_leftovers,
     replace_file,
     replace_folder,
@@ -30,6 +29,7 @@ from formats.huggingface import MARKER, hf_tokenizer, library, to_hf_model
 from formats.layout import TARGETS, check_supported
 from formats.transformerlens import hooked_config, to_hooked_transformer
 from model.gpt import GPT
+from parsing import parse_json
 
 TL_FORMAT, HF_FORMAT = "gptwatch-transformerlens", "gptwatch-huggingface"  # in what each export writes
 TOLERANCE = 1e-4  # float32 logits; the tests find about 1e-5

@@ -28,14 +28,15 @@ from types import ModuleType
 
 import torch
 
-from cli import UserError
 from data.tokenizer import EOT, GPT2Tokenizer, Tokenizer, TokenizerMetaError, tokenizer_from_meta
-from files import NotParsed, parse_json, read_text, regular_file
+from errors import UserError
+from files import read_text, regular_file
 from formats.checkpoint import CheckpointError, gpt2_bpe, read_torch
 from formats.layout import GPT2_ACTIVATIONS, RMS_EPS, check_supported, gpt2_layout, qwen3_layout, read_weights, written
 from model.attention import ROTARY_BASE
 from model.config import GPTConfig
 from model.gpt import GPT, LN_EPS
+from parsing import NotParsed, parse_json
 
 # The optional libraries live in requirements-interop.txt, not requirements.txt: together they add about half a
 # gigabyte and seconds of import time that training and watching never need. A conversion imports them through

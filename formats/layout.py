@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from cli import UserError
+from errors import UserError
 from formats.checkpoint import CheckpointError, not_finite, tensor_problem
 from model.config import GPTConfig
 from model.gpt import GPT

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from cli import UsageError, warn
+from errors import UsageError, warn
 from formats.checkpoint import CheckpointError, Loaded, check_memory, is_torch_archive, load_gptwatch, read_torch
 from formats.huggingface import CONFIG, gpt_config, library, read_folder
 from formats.nanogpt import read_nanogpt

@@ -11,17 +11,18 @@ import torch
 from conftest import require_gpt2
 
 import train
-from cli import UserError, run_cli
-from config import load_config
+from cli import run_cli
 from data.probes import AgreementProbe, Probe, load_jsonl
 from data.tokenizer import CharTokenizer, GPT2Tokenizer
+from errors import UserError
+from settings import load_config
 from trainer import runtime
 from trainer.trainer import Trainer
 from watch.callback import AttentionWatch
-from watch.capture import capture_from_patterns
-from watch.pipeline import read
-from watch.probesets import AGREEMENT, ProbeSet, ProbeSets, from_file
-from watch.pronouns import HeadStats, ProbeReport, agreement_stats, name_readers
+from watch.measure.capture import capture_from_patterns
+from watch.measure.pipeline import read
+from watch.measure.probesets import AGREEMENT, ProbeSet, ProbeSets, from_file
+from watch.measure.pronouns import HeadStats, ProbeReport, agreement_stats, name_readers
 
 WOMEN, MEN = ["ann", "eve", "may"], ["bob", "tim", "ted"]
 PLACES = ["out", "home", "up", "in"]

@@ -2130,7 +2130,8 @@ def test_real_process_prints_one_line_and_exits(case_id, trained, tmp_path):
 def test_debug_lets_the_exception_and_its_traceback_through(tmp_path):
     import sample
     import train
-    from cli import UsageError, UserError, run_cli
+    from cli import run_cli
+    from errors import UsageError, UserError
 
     with pytest.raises(UsageError, match="'n_layer' must be a positive integer"):
         run_cli(train.main, [*tiny_args(tmp_path, "--n_layer=0"), "--debug"])

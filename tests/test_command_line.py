@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from cli import UsageError
+from errors import UsageError
 from sample import build_parser, check_mode
 
 

@@ -1,4 +1,4 @@
-"""watch/composition.py: Q-, K- and V-composition of every pair of heads, from the weights. Equal to
+"""watch/measure/composition.py: Q-, K- and V-composition of every pair of heads, from the weights. Equal to
 TransformerLens's `all_composition_scores` on the exported model; exact on hand-built circuits; shown in
 TensorBoard, `sample.py --heads` (text and JSON) and on the attention page; one line for a one-layer model."""
 
@@ -16,14 +16,14 @@ from formats import load_model
 from formats.transformerlens import quiet_deprecation, to_hooked_transformer
 from tests.commands import run_sample, run_train, tiny_args
 from tests.random_checkpoints import make_checkpoint
-from watch.composition import KINDS, ONE_LAYER_NOTE, composition, composition_scores, reads_from
-from watch.headtypes import TYPE_SETS
-from watch.heatmaps import composition_image
-from watch.page import DATA_ID
-from watch.pipeline import untrained_like
-from watch.probesets import ProbeSets
-from watch.reading import read_pass
-from watch.tensorboard import CHARTS, log_charts, log_scores
+from watch.measure.composition import KINDS, ONE_LAYER_NOTE, composition, composition_scores, reads_from
+from watch.measure.headtypes import TYPE_SETS
+from watch.measure.pipeline import untrained_like
+from watch.measure.probesets import ProbeSets
+from watch.measure.reading import read_pass
+from watch.show.heatmaps import composition_image
+from watch.show.page import DATA_ID
+from watch.show.tensorboard import CHARTS, log_charts, log_scores
 
 TL_TOL = 1e-5
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from cli import UsageError
-from config import FIELDS, TrainConfig, load_config, make_config, parse_command_line
+from errors import UsageError
+from settings import FIELDS, TrainConfig, load_config, make_config, parse_command_line
 
 CONFIGS = sorted((Path(__file__).resolve().parent.parent / "configs").glob("*.toml"))
 

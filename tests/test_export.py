@@ -26,7 +26,7 @@ def test_importing_the_project_imports_neither_library():
         "formats.layout",
         "formats.transformerlens",
         "formats.huggingface",
-        "watch.inspect_cli",
+        "watch.inspect",
     ]
     code = f"import sys; import {', '.join(modules)}; print([m for m in sys.modules if m.split('.')[0] in {HEAVY!r}])"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
@@ -89,7 +89,7 @@ def test_relative_positions_are_refused_by_both_targets_naming_the_part(tmp_path
 
 
 def test_which_paths_an_export_may_take(tmp_path):
-    from cli import UserError
+    from errors import UserError
 
     check_path(tmp_path / "new" / "model.tl.pt", "tl")  # a new file in a folder that can be made
     check_path(tmp_path / "folder", "hf")  # a new folder

@@ -12,7 +12,7 @@ from conftest import shared_file
 from data.probes import Probe, load_jsonl
 from data.tokenizer import CharTokenizer
 from tools import gender_probes as G
-from watch.pronouns import baselines
+from watch.measure.pronouns import baselines
 
 WOMEN = ["Nora", "Ivy", "Beth", "Greta"]
 MEN = ["Otto", "Hugo", "Carl", "Felix"]

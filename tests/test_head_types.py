@@ -13,12 +13,11 @@ from conftest import tiny_model
 
 from data.tokenizer import CharTokenizer
 from model.ablation import Ablation
-from watch.ablation import AblationResult, head_means, proofs
-from watch.capture import capture_attention, capture_from_patterns
-from watch.heads import ablation_for
-from watch.headtypes import TYPE_MIN, TYPE_SETS, TYPES, heads_of, type_scores
-from watch.pipeline import Results, read, score
-from watch.probesets import (
+from watch.measure.capture import capture_attention, capture_from_patterns
+from watch.measure.heads import ablation_for
+from watch.measure.headtypes import TYPE_MIN, TYPE_SETS, TYPES, heads_of, type_scores
+from watch.measure.pipeline import Results, read, score
+from watch.measure.probesets import (
     PRONOUN,
     QUICK_TOKENS,
     REACH,
@@ -32,9 +31,10 @@ from watch.probesets import (
     repeated_tokens,
     token_pool,
 )
-from watch.reading import read_pass, read_results
-from watch.report import ablation_lines, type_legend, type_lines, type_table
-from watch.scores import icl_positions
+from watch.measure.proofs import AblationResult, head_means, proofs
+from watch.measure.reading import read_pass, read_results
+from watch.measure.scores import icl_positions
+from watch.show.report import ablation_lines, type_legend, type_lines, type_table
 
 L = 6  # hand-made repeated sequences: 6 distinct tokens, then the same 6 again
 T = 12
@@ -436,8 +436,8 @@ def test_a_run_from_scratch_takes_its_untrained_baseline_from_the_evaluation_at_
     from formats import load_model
     from model.gpt import GPT
     from watch.callback import AttentionWatch
-    from watch.pipeline import untrained_like
-    from watch.reading import read_pass
+    from watch.measure.pipeline import untrained_like
+    from watch.measure.reading import read_pass
 
     loaded = load_model(trained.char, torch.device("cpu"))
     fresh = untrained_like(loaded.model, 1)
@@ -483,7 +483,7 @@ def test_the_first_and_last_evaluations_read_every_set_whole_and_those_between_w
     from formats import load_model
     from watch import callback
     from watch.callback import AttentionWatch
-    from watch.pipeline import untrained_like
+    from watch.measure.pipeline import untrained_like
 
     loaded = load_model(trained.char, torch.device("cpu"))
     text = np.array(loaded.tokenizer.encode("the cat saw the dog and it ran to the king. " * 60))

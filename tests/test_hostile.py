@@ -19,11 +19,12 @@ import torch
 
 import files
 from cli import for_terminal, markdown_literal
-from files import NotParsed, destination, fresh_file, fresh_folder, os_error_of, parse_int, replace_file
+from files import destination, fresh_file, fresh_folder, os_error_of, replace_file
 from formats import CheckpointError, load_checkpoint, validate
 from formats.checkpoint import save_checkpoint, saved_settings
 from model.config import MAX_BLOCK_SIZE, GPTConfig
 from model.gpt import GPT
+from parsing import NotParsed, parse_int
 from tests.commands import ROOT, TEXT, run_sample
 from tests.random_checkpoints import make_checkpoint
 
@@ -107,7 +108,7 @@ def test_tensorboard_logs_never_write_through_links_planted_under_its_usual_name
 
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from watch.tensorboard import TensorBoardWriter
+    from watch.show.tensorboard import TensorBoardWriter
 
     victim = tmp_path / "victim.txt"
     victim.write_text("keep me")
@@ -444,7 +445,7 @@ def test_a_number_too_long_for_any_setting_says_so_not_pythons_limit():
 
 @pytest.mark.parametrize("name", ["L٣H0", "L0H²", "L0H" + "1" * 5000, "L 0H0"])
 def test_head_names_hold_ascii_digits_only(name):
-    from watch.heads import parse_head
+    from watch.measure.heads import parse_head
 
     with pytest.raises(ValueError, match="bad head name") as refused:
         parse_head(name)
@@ -460,8 +461,8 @@ def test_head_names_hold_ascii_digits_only(name):
     ],
 )
 def test_a_list_on_the_command_line_that_is_not_toml_says_why(value, words):
-    from cli import UsageError
-    from config import parse_cli_value
+    from errors import UsageError
+    from settings import parse_cli_value
 
     with pytest.raises(UsageError, match=re.escape(words)) as refused:
         parse_cli_value("watch_sentences", value)
@@ -478,8 +479,8 @@ def test_a_list_on_the_command_line_that_is_not_toml_says_why(value, words):
     ],
 )
 def test_what_the_launcher_sets_is_read_as_a_launcher_sets_it(monkeypatch, env, words):
-    from cli import UsageError
-    from config import TrainConfig
+    from errors import UsageError
+    from settings import TrainConfig
     from trainer.runtime import setup
 
     for name, value in env.items():
@@ -618,7 +619,7 @@ def test_a_long_text_is_read_and_tokenized_in_memory_a_small_multiple_of_its_siz
     path = tmp_path / "a.txt"
     path.write_bytes(b"a" * 24_000_000)
     code = (
-        "import resource, sys; from cli import UserError; from data.prepare import prepare\n"
+        "import resource, sys; from errors import UserError; from data.prepare import prepare\n"
         "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
         f"try: prepare({str(path)!r}, 'char', data_dir={str(tmp_path / 'prep')!r}, quiet=True)\n"
         "except UserError as exc: print(exc, file=sys.stderr)\n"

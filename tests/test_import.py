@@ -30,8 +30,8 @@ import pytest
 import torch
 from conftest import SHARED, require_gpt2
 
-from cli import GptwatchWarning, UsageError, UserError
 from data.tokenizer import CharTokenizer, FullGPT2Tokenizer, TokenizerMetaError, tokenizer_from_meta
+from errors import GptwatchWarning, UsageError, UserError
 from formats import load_model, sources
 from formats.checkpoint import CheckpointError
 from formats.sources import GPTWATCH, HUB, NANOGPT, describe, identify

@@ -7,11 +7,11 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from watch.ablation import AblationResult, where_it_looks
-from watch.capture import capture_from_patterns
-from watch.pipeline import read
-from watch.probesets import REACH, REPEATED, ProbeSets, repeated_tokens, repeats_by_distance
-from watch.report import route_lines
+from watch.measure.capture import capture_from_patterns
+from watch.measure.pipeline import read
+from watch.measure.probesets import REACH, REPEATED, ProbeSets, repeated_tokens, repeats_by_distance
+from watch.measure.proofs import AblationResult, where_it_looks
+from watch.show.report import route_lines
 
 
 def test_repeats_at_each_distance_below_the_repeated_sets_length_share_one_row():

@@ -4,7 +4,7 @@ import pytest
 import torch
 from conftest import tiny_model
 
-from config import TrainConfig
+from settings import TrainConfig
 from trainer.optim import (
     AdamW,
     Muon,

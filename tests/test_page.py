@@ -1,4 +1,4 @@
-"""watch/page.py: the offline attention page, its embedded weights, and the page in a real browser."""
+"""watch/show/page.py: the offline attention page, its embedded weights, and the page in a real browser."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ import pytest
 import torch
 from conftest import tiny_model
 
-from cli import UserError
 from data.tokenizer import CharTokenizer
+from errors import UserError
 from tests.chromium import Browser, find_chromium
 from tests.commands import run_sample, run_train, tiny_args
-from watch.capture import capture_attention
-from watch.heads import focused_head
-from watch.page import DATA_ID, SentenceView, attention_page, write_page
+from watch.measure.capture import capture_attention
+from watch.measure.heads import focused_head
+from watch.show.page import DATA_ID, SentenceView, attention_page, write_page
 
 TEXTS = ["the dog saw a cat. it ran.", 'a <cat> & "dog" </script>']
 

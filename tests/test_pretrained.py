@@ -24,8 +24,8 @@ from formats import load_model
 from formats.sources import describe, identify
 from tests.commands import TEXT, one_line, run_sample
 from tests.random_checkpoints import make_checkpoint
-from watch.inspect_cli import checkpoint_sets
-from watch.pipeline import read
+from watch.inspect import checkpoint_sets
+from watch.measure.pipeline import read
 
 __all__ = ["nanogpt"]  # the fixture, shared with tests/test_import.py
 

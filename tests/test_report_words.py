@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from types import SimpleNamespace
 
-from watch.ablation import AblationResult
-from watch.report import SIGNS, ablation_lines, in_context_lines
+from watch.measure.proofs import AblationResult
+from watch.show.report import SIGNS, ablation_lines, in_context_lines
 
 
 def _reading(numbers: dict, text_windows: int = 8, length: int = 64) -> SimpleNamespace:

@@ -21,12 +21,12 @@ import pytest
 import torch
 from conftest import Trained
 
-from cli import UserError
-from config import load_config
 from data.batches import Batches
+from errors import UserError
 from formats import checkpoint as ckpt_mod
 from formats.checkpoint import FORMAT, FORMAT_VERSION, CheckpointError, load_checkpoint, save_checkpoint
 from model import GPT
+from settings import load_config
 from tests.commands import ROOT, TEXT, one_line, run, run_train, tiny_args
 from trainer import optim, runtime
 from trainer.trainer import CheckpointWriter, FitResult, Trainer
@@ -741,7 +741,7 @@ def test_a_diverged_run_leaves_the_last_sane_state_which_resumes(trained, tmp_pa
 
 
 def test_saves_skipped_while_the_loss_is_blown_up_are_reported_once_it_recovers(tmp_path, monkeypatch):
-    from cli import GptwatchWarning
+    from errors import GptwatchWarning
 
     real = Trainer.mean_loss
 

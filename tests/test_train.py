@@ -99,7 +99,7 @@ def test_sample_streams_text_from_the_checkpoint(tmp_path, capsys):
 
 
 def test_gradient_accumulation_keeps_tokens_per_step(tmp_path):
-    from config import load_config
+    from settings import load_config
     from trainer import runtime
     from trainer.trainer import Trainer
 

@@ -8,14 +8,14 @@ import math
 import pytest
 import torch
 
-from cli import GptwatchWarning, UserError
-from config import load_config
+from errors import GptwatchWarning, UserError
+from settings import load_config
 from train import TextSample, TrainingLog
 from trainer import runtime
 from trainer.optim import lr_at
 from trainer.trainer import Callback, Evaluation, FitResult, StepResult, Trainer
 from watch.callback import AttentionWatch
-from watch.pipeline import untrained_like
+from watch.measure.pipeline import untrained_like
 
 TEXT = "".join(
     f"the dog saw the ball and it rolled away {i % 7}.\nthe cat saw the king and he waved.\n" for i in range(60)

@@ -12,21 +12,21 @@ import pytest
 import torch
 from conftest import custom_scalar_charts, tiny_model
 
-from cli import UserError
 from data.probes import AlignedProbe
 from data.tokenizer import CharTokenizer
+from errors import UserError
 from model.ablation import Ablation
 from model.gpt import GPT
-from watch import capture as capture_module
-from watch.capture import capture_attention, capture_from_patterns, captures
-from watch.heads import ablation_for, display_token, head_name, parse_head
-from watch.heatmaps import FUTURE, HeatmapCanvas, SentenceHeatmaps, colours, head_titles, save_png
-from watch.pipeline import read, score
-from watch.probesets import PRONOUN, SENTENCES, ProbeSet, ProbeSets, from_file, sentences
-from watch.pronouns import ContinuationStats, HeadStats, ProbeReport, baselines
-from watch.reading import read_pass, read_results
-from watch.report import head_table, top_attended
-from watch.tensorboard import TensorBoardWriter, log_charts, log_evaluation, log_scores
+from watch.measure import capture as capture_module
+from watch.measure.capture import capture_attention, capture_from_patterns, captures
+from watch.measure.heads import ablation_for, display_token, head_name, parse_head
+from watch.measure.pipeline import read, score
+from watch.measure.probesets import PRONOUN, SENTENCES, ProbeSet, ProbeSets, from_file, sentences
+from watch.measure.pronouns import ContinuationStats, HeadStats, ProbeReport, baselines
+from watch.measure.reading import read_pass, read_results
+from watch.show.heatmaps import FUTURE, HeatmapCanvas, SentenceHeatmaps, colours, head_titles, save_png
+from watch.show.report import head_table, top_attended
+from watch.show.tensorboard import TensorBoardWriter, log_charts, log_evaluation, log_scores
 
 
 @dataclass
@@ -606,9 +606,9 @@ def test_a_tensorboard_writer_that_cannot_write_warns_once_and_goes_on(tmp_path,
     import time
     import warnings
 
-    from cli import GptwatchWarning
+    from errors import GptwatchWarning
     from files import mount_point
-    from watch.tensorboard import TensorBoardWriter
+    from watch.show.tensorboard import TensorBoardWriter
 
     def append(self, filename, file_content, binary_mode=False):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
@@ -641,7 +641,7 @@ def test_the_scalars_of_a_step_reach_tensorboard_as_one_event_each_value_at_its_
     from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
     from tensorboard.compat.proto.event_pb2 import Event
 
-    from watch.tensorboard import TensorBoardWriter
+    from watch.show.tensorboard import TensorBoardWriter
 
     def summaries(path):  # (step, [(tag, value)]) of each event that holds a summary, as written
         events = [Event.FromString(record) for record in RawEventFileLoader(str(path)).Load()]
@@ -667,7 +667,7 @@ def test_a_heatmap_reaches_tensorboard_pixel_for_pixel(tmp_path):
     from PIL import Image
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from watch.tensorboard import TensorBoardWriter
+    from watch.show.tensorboard import TensorBoardWriter
 
     rng = np.random.default_rng(0)
     image = rng.integers(0, 256, size=(37, 53, 3), dtype=np.uint8)

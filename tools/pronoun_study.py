@@ -13,7 +13,7 @@ query positions:
   reads the names' gender for the prediction shows up as weight on both.
 
 The held-out frame family is scored with the heads chosen on the main probes. Then the
-agreement report of `watch.pronouns` (single-person contexts, name-reading heads, ablations),
+agreement report of `watch.measure.pronouns` (single-person contexts, name-reading heads, ablations),
 plus the ablation of the head table's best head and of any `--ablate` set, and object choice:
 after "..., and she hugged", does the model name the other person rather than the referent?
 `--residual` adds linear read-outs of the residual stream, layer by layer (below).
@@ -45,19 +45,23 @@ if __name__ == "__main__":  # run as a script: the repository root holds the pac
 
 import torch  # noqa: E402
 
-from cli import UsageError, UserError, run_cli  # noqa: E402
+from cli import run_cli  # noqa: E402
 from data.corpora import corpus_of  # noqa: E402
 from data.probes import AlignedProbe  # noqa: E402
 from data.tokenizer import Tokenizer, TokenizerError  # noqa: E402
-from files import NotParsed, parse_json  # noqa: E402
+from errors import UsageError, UserError
 from formats import load_model  # noqa: E402
-from watch.ablation import AblationResult, ablated, agreement_ablations  # noqa: E402
-from watch.capture import captures, evaluating  # noqa: E402
-from watch.pipeline import untrained_like  # noqa: E402
-from watch.probesets import AGREEMENT, PRONOUN, ProbeSet, ProbeSets, from_file  # noqa: E402
-from watch.pronouns import AgreementStats, HeadStats, ProbeReport, baselines  # noqa: E402
-from watch.reading import Reading, read_pass  # noqa: E402
-from watch.report import agreement_lines, head_table  # noqa: E402
+from parsing import (
+    NotParsed,
+    parse_json,  # noqa: E402
+)
+from watch.measure.capture import captures, evaluating  # noqa: E402
+from watch.measure.pipeline import untrained_like  # noqa: E402
+from watch.measure.probesets import AGREEMENT, PRONOUN, ProbeSet, ProbeSets, from_file  # noqa: E402
+from watch.measure.pronouns import AgreementStats, HeadStats, ProbeReport, baselines  # noqa: E402
+from watch.measure.proofs import AblationResult, ablated, agreement_ablations  # noqa: E402
+from watch.measure.reading import Reading, read_pass  # noqa: E402
+from watch.show.report import agreement_lines, head_table  # noqa: E402
 
 # --- inputs ------------------------------------------------------------------------------------------
 
@@ -508,7 +512,7 @@ def main(argv: list[str]) -> int:
         torch.set_num_threads(args.threads)
     writer = None
     if args.log_dir:
-        from watch.tensorboard import TensorBoardWriter
+        from watch.show.tensorboard import TensorBoardWriter
 
         writer = TensorBoardWriter(args.log_dir)
     reports, rows = {}, []
@@ -531,7 +535,7 @@ def main(argv: list[str]) -> int:
         rows.append(summary_row(f"{Path(name).parent.name}/{Path(name).name}", step, val, r))
         reports[name] = {"step": step, "best_val_loss": val, **to_json(r)}
         if writer is not None:
-            from watch.tensorboard import log_agreement, log_scores
+            from watch.show.tensorboard import log_agreement, log_scores
 
             log_scores(writer, step, r["_reading"])
             if r["agreement"] is not None:

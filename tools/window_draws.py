@@ -18,12 +18,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
-from cli import UsageError, run_cli  # noqa: E402
+from cli import run_cli  # noqa: E402
 from data.prepare import find_prepared  # noqa: E402
+from errors import UsageError
 from files import read_text  # noqa: E402
 from formats import load_model  # noqa: E402
-from watch.pipeline import score  # noqa: E402
-from watch.probesets import TEXT, ProbeSets, held_out_text  # noqa: E402
+from watch.measure.pipeline import score  # noqa: E402
+from watch.measure.probesets import TEXT, ProbeSets, held_out_text  # noqa: E402
 
 TEXT_SCORES = ("previous_token", "sink", "current_token", "broad", *(f"positional_{k}" for k in range(2, 9)))
 

@@ -24,12 +24,13 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from cli import UsageError, UserError, is_out_of_memory, warn
-from config import TrainConfig, pick_device
 from data.corpora import GENERATED
-from files import NotParsed, parse_int, parse_json, process_alive, quoted, writable_folder
+from errors import UsageError, UserError, is_out_of_memory, warn
+from files import process_alive, writable_folder
 from model.memory import parameter_count, shortfall
 from model.memory import size_text as _size
+from parsing import NotParsed, parse_int, parse_json, quoted
+from settings import TrainConfig, pick_device
 
 try:
     import fcntl

@@ -22,16 +22,16 @@ from typing import Any
 
 import torch
 
-from cli import UsageError, UserError, warn
-from config import RESUME, SCRATCH, TrainConfig, read_toml
 from data import corpora
 from data.prepare import ModelVocabulary, Prepared, source_text
 from data.tokenizer import FULL_GPT2, Tokenizer, tokenizer_from_meta
+from errors import UsageError, UserError, warn
 from files import inside_name
 from formats.checkpoint import CheckpointError, checkpoint_path, load_checkpoint, load_weights, saved_settings, validate
 from formats.sources import CHECKPOINT, describe, hub_name, identify, load_model, model_name
 from model.config import CONFIG_KEYS, IMPORTED_FIELDS, MODEL_KEYS, GPTConfig
 from model.gpt import GPT
+from settings import RESUME, SCRATCH, TrainConfig, read_toml
 
 DEMO_CONFIG = corpora.REPO / "configs" / "pronouns.toml"
 SAME_KIND = {"char": ("char",), "gpt2": ("gpt2", FULL_GPT2)}  # a tokenizer key -> the vocabularies it agrees with

@@ -18,18 +18,19 @@ from typing import Any
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from cli import UserError, handling, stop_signals, warn
-from config import TrainConfig
+from cli import handling, stop_signals
 from data.batches import Batches
 from data.prepare import Prepared, prepare
+from errors import UserError, warn
 from files import clear_for_file, remove_dead_leftovers, writable_folder
 from formats.checkpoint import previous_path, save_checkpoint
 from formats.sources import identify, load_model
 from model.gpt import GPT
+from settings import TrainConfig
 from trainer.optim import divergence_fix, lr_at, make_optimizer, schedule_problem, set_lr
 from trainer.runtime import Runtime, check_corpus_fits, check_training_fits, ranks_agree
 from trainer.start import data_identity, model_start
-from watch.capture import evaluating
+from watch.measure.capture import evaluating
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Watching attention: one pass (`pipeline`) captures each probe set once and reads every score; what they say is
-read once (`reading`), and every view reads that. Each module's docstring says its one job. Nothing is imported
-here, so importing one module (say `watch.heads` for plain sampling) pulls in no other module of the package.
+"""Watching attention, in two halves: `measure/` (the pass: probe sets -> one capture each -> scores -> one
+reading) and `show/` (the views of that reading: report, TensorBoard, heatmaps, page). `callback.py` runs them during
+training, `inspect.py` for `sample.py`. Nothing is imported here, so importing one module pulls in no other.
 """

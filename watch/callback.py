@@ -2,9 +2,10 @@
 plugs it in without knowing about attention. It reads `trainer.model`, `trainer.tokenizer`, `trainer.data`,
 `trainer.cfg.seed` and `.max_iters`, `trainer.state` and, for a fine-tune, `trainer.model_before_fine_tuning()`.
 
-At every watch point one pass gives one `Reading` (`watch/reading.py`); the watch only decides what to show of it:
-scalars every `watch_interval` steps; at evaluations also the tables, the heatmaps and what removing the agreement
-heads costs; at the end of a completed run the report, the proof by ablation, the HParams and the attention page.
+At every watch point one pass gives one `Reading` (`watch/measure/reading.py`); the watch only decides what to
+show of it: scalars every `watch_interval` steps; at evaluations also the tables, the heatmaps and what removing the
+agreement heads costs; at the end of a completed run the report, the proof by ablation, the HParams and the attention
+page.
 """
 
 from __future__ import annotations
@@ -17,17 +18,17 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from cli import UserError, warn
-from watch.ablation import AblationResult, agreement_ablations, best_pronoun_proof, proofs
-from watch.composition import reads_from
-from watch.heads import last_pronoun_pos
-from watch.headtypes import TYPE_SETS
-from watch.heatmaps import SentenceHeatmaps
-from watch.page import SentenceView, attention_page, write_page
-from watch.pipeline import untrained_like
-from watch.probesets import PRONOUN, REACH, SENTENCES, ProbeSets, held_out_sentences, watch_sets
-from watch.reading import Reading, read_pass
-from watch.report import (
+from errors import UserError, warn
+from watch.measure.composition import reads_from
+from watch.measure.heads import last_pronoun_pos
+from watch.measure.headtypes import TYPE_SETS
+from watch.measure.pipeline import untrained_like
+from watch.measure.probesets import PRONOUN, REACH, SENTENCES, ProbeSets, held_out_sentences, watch_sets
+from watch.measure.proofs import AblationResult, agreement_ablations, best_pronoun_proof, proofs
+from watch.measure.reading import Reading, read_pass
+from watch.show.heatmaps import SentenceHeatmaps
+from watch.show.page import SentenceView, attention_page, write_page
+from watch.show.report import (
     ablation_line,
     agreement_lines,
     before_table,
@@ -39,7 +40,7 @@ from watch.report import (
     type_labels,
     type_report,
 )
-from watch.tensorboard import log_charts, log_evaluation, log_scores
+from watch.show.tensorboard import log_charts, log_evaluation, log_scores
 
 
 class AttentionWatch:

@@ -19,10 +19,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from cli import UserError, warn
 from data.probes import AgreementProbe, Probe, load_jsonl
 from data.tokenizer import Tokenizer, TokenizerError
-from watch.heads import PRONOUNS
+from errors import UserError, warn
+from watch.measure.heads import PRONOUNS
 
 PRONOUN, AGREEMENT, REPEATED, REACH, TEXT, SENTENCES = "pronoun", "agreement", "repeated", "reach", "text", "sentences"
 REACH_DISTANCES = (4, 8, 16, 32)

@@ -1,7 +1,7 @@
 """Attention heatmaps (rows are queries, columns the keys they attend to), drawn straight into pixels with Pillow:
 a figure of four 24-token panels takes a few milliseconds, against about 150 with a plotting library. A training
 run redraws the same sentences at every evaluation, so what does not change is drawn once (`HeatmapCanvas`). Text
-uses DejaVu Sans (wide Unicode coverage), shipped in watch/fonts/ with its licence, so the same attention draws the
+uses DejaVu Sans (wide Unicode coverage), shipped in watch/show/fonts/ with its licence, so the same attention draws the
 same pixels on every machine.
 """
 
@@ -18,9 +18,9 @@ import torch
 from PIL import Image, ImageDraw, ImageFont
 
 from files import replace_file
-from watch.composition import KINDS, Composition
-from watch.heads import display_token, head_name
-from watch.reading import Reading
+from watch.measure.composition import KINDS, Composition
+from watch.measure.heads import display_token, head_name
+from watch.measure.reading import Reading
 
 ANNOTATE_MAX_TOKENS = 16  # beyond this, numbers in cells no longer fit
 LABEL_MAX_TOKENS = 64  # beyond this, only every n-th token is labelled
@@ -289,7 +289,7 @@ def save_png(image: np.ndarray, path: str | Path) -> Path:
 
 
 def composition_image(found: Composition, title: str) -> np.ndarray:
-    """The Q-, K- and V-composition of every pair of heads (watch/composition.py), a panel each in the attention
+    """The Q-, K- and V-composition of every pair of heads (watch/measure/composition.py), a panel each in the attention
     heatmaps' colours, with every row and column labelled and one colour bar: what the head of a row (every layer
     but the last) writes, read by the head of a column (every layer but the first); blank where the reader is not
     in a later layer."""

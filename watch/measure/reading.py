@@ -1,4 +1,4 @@
-"""What a pass means, read once. A pass (`watch/pipeline.py`) gives a number per head and score; its
+"""What a pass means, read once. A pass (`watch/measure/pipeline.py`) gives a number per head and score; its
 `Reading` adds what those numbers say: the pronoun head table, pronoun agreement and the heads that
 read the name, every head's type scores and, against the untrained model, its type; how the heads
 compose, from the weights; and the baselines it was read against (the untrained model, and for a
@@ -14,11 +14,11 @@ import torch
 import torch.nn as nn
 
 from model.ablation import Ablation
-from watch.composition import Composition, composition
-from watch.headtypes import TYPES, HeadType, head_types, heads_of, type_scores
-from watch.pipeline import Results, score
-from watch.probesets import ProbeSets
-from watch.pronouns import AgreementStats, ProbeReport, agreement_stats, name_readers, probe_report
+from watch.measure.composition import Composition, composition
+from watch.measure.headtypes import TYPES, HeadType, head_types, heads_of, type_scores
+from watch.measure.pipeline import Results, score
+from watch.measure.probesets import ProbeSets
+from watch.measure.pronouns import AgreementStats, ProbeReport, agreement_stats, name_readers, probe_report
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """What a watch pass found, in TensorBoard: every head's scores as scalars, the tables as text, the heatmaps
-`watch/heatmaps.py` drew, and the Custom Scalars charts that put every head on one axis. Nothing here runs the
-model: it writes what a pass's `Reading` (`watch/reading.py`) says. The writer is duck-typed, so a
+`watch/show/heatmaps.py` drew, and the Custom Scalars charts that put every head on one axis. Nothing here runs the
+model: it writes what a pass's `Reading` (`watch/measure/reading.py`) says. The writer is duck-typed, so a
 `torch.utils.tensorboard.SummaryWriter` will do where no score of a head is written (`TensorBoardWriter.head`).
 """
 
@@ -17,14 +17,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from cli import warn
+from errors import warn
 from files import write_error
-from watch.ablation import AblationResult
-from watch.composition import KINDS
-from watch.heads import head_name
-from watch.headtypes import CONTEXT_NUMBERS, TYPES
-from watch.reading import Reading
-from watch.report import before_table, changes_line, head_table, type_legend, type_lines, type_table
+from watch.measure.composition import KINDS
+from watch.measure.heads import head_name
+from watch.measure.headtypes import CONTEXT_NUMBERS, TYPES
+from watch.measure.proofs import AblationResult
+from watch.measure.reading import Reading
+from watch.show.report import before_table, changes_line, head_table, type_legend, type_lines, type_table
 
 
 class TensorBoardWriter:
@@ -106,7 +106,7 @@ class TensorBoardWriter:
 
     def add_image(self, tag: str, image: Any, global_step: int | None = None, dataformats: str = "CHW") -> None:
         """An image, as SummaryWriter's `add_image` takes it. An RGB array of bytes [height, width, 3] (what
-        `watch/heatmaps.py` draws) goes in as `png_bytes` makes it, without SummaryWriter's round trip through
+        `watch/show/heatmaps.py` draws) goes in as `png_bytes` makes it, without SummaryWriter's round trip through
         float32 and its default compression: those took a third of each evaluation of the default demo."""
         from tensorboard.compat.proto.summary_pb2 import Summary
 
@@ -222,7 +222,7 @@ CHARTS = {
         # Whether the best induction head copies from far back as well as from close by (evaluations only).
         "best induction head's score by distance to the earlier copy": ["Multiline", [r"heads/induction/best_at_\d+$"]],
     },
-    # Every pair of heads in different layers, one chart per kind (watch/composition.py); the best pair's
+    # Every pair of heads in different layers, one chart per kind (watch/measure/composition.py); the best pair's
     # score beside the untrained model's best, a flat line to read the rise against.
     "composition": {
         **{

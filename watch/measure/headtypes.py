@@ -11,10 +11,10 @@ from dataclasses import dataclass
 
 import torch
 
-from watch.heads import head_name
-from watch.pipeline import Results
-from watch.probesets import PRONOUN, REPEATED, TEXT
-from watch.scores import POSITIONAL_OFFSETS
+from watch.measure.heads import head_name
+from watch.measure.pipeline import Results
+from watch.measure.probesets import PRONOUN, REPEATED, TEXT
+from watch.measure.scores import POSITIONAL_OFFSETS
 
 TYPES = ("previous_token", "duplicate_token", "induction", "sink", "current_token", "positional", "pronoun")
 LABELS = {

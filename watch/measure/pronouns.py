@@ -1,5 +1,5 @@
-"""The pronoun reading of a pass (`watch/pipeline.py`): how well each head resolves pronouns, and whether the model
-knows which pronoun agrees.
+"""The pronoun reading of a pass (`watch/measure/pipeline.py`): how well each head resolves pronouns, and whether the
+model knows which pronoun agrees.
 
 For a probe like "The dog chased the ball because it was bored", a head that resolves the pronoun puts its weight
 from "it" on the referent ("dog") rather than the distractor ("ball"); the best head has the highest mean weight on
@@ -17,9 +17,9 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from watch.heads import head_name
-from watch.pipeline import Results
-from watch.probesets import PRONOUN
+from watch.measure.heads import head_name
+from watch.measure.pipeline import Results
+from watch.measure.probesets import PRONOUN
 
 # A probe names one referent and one distractor, so guessing is right half the time.
 CHANCE = 0.5

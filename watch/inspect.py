@@ -9,24 +9,25 @@ import json
 import shlex
 from pathlib import Path
 
-from cli import UsageError, UserError, warn
 from data.corpora import corpus_of
 from data.prepare import find_prepared
-from files import NotParsed, inside_name, is_whole_number, parse_int, quoted, read_text, write_error
+from errors import UsageError, UserError, warn
+from files import inside_name, read_text, write_error
 from model.ablation import Ablation
-from watch.ablation import head_means, proofs
-from watch.capture import capture_attention
-from watch.composition import composition_json, reads_from
-from watch.heads import ablation_names, default_query, display_token, focused_head, head_name
-from watch.headtypes import CONTEXT_NUMBERS, LABELS, TYPE_SETS
-from watch.heatmaps import HeatmapCanvas, head_titles, save_png, sentence_slug
-from watch.page import SentenceView, attention_page, write_page
-from watch.pipeline import untrained_like
-from watch.probesets import NO_TEXT, PRONOUN, REPEATED_MIN_LENGTH, TEXT, ProbeSets, from_file, watch_sets
-from watch.pronouns import finite
-from watch.reading import Reading, read_pass
-from watch.report import ablation_line, composition_lines, head_table, top_attended, type_labels, type_report
-from watch.tensorboard import TensorBoardWriter
+from parsing import NotParsed, is_whole_number, parse_int, quoted
+from watch.measure.capture import capture_attention
+from watch.measure.composition import composition_json, reads_from
+from watch.measure.heads import ablation_names, default_query, display_token, focused_head, head_name
+from watch.measure.headtypes import CONTEXT_NUMBERS, LABELS, TYPE_SETS
+from watch.measure.pipeline import untrained_like
+from watch.measure.probesets import NO_TEXT, PRONOUN, REPEATED_MIN_LENGTH, TEXT, ProbeSets, from_file, watch_sets
+from watch.measure.pronouns import finite
+from watch.measure.proofs import head_means, proofs
+from watch.measure.reading import Reading, read_pass
+from watch.show.heatmaps import HeatmapCanvas, head_titles, save_png, sentence_slug
+from watch.show.page import SentenceView, attention_page, write_page
+from watch.show.report import ablation_line, composition_lines, head_table, top_attended, type_labels, type_report
+from watch.show.tensorboard import TensorBoardWriter
 
 
 def _query_position(tokens: list[str], query: str | None) -> int:

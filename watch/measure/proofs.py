@@ -1,5 +1,5 @@
 """Proof by ablation: remove heads (an `Ablation`, model/ablation.py) and see what the model loses, an
-`AblationResult` read on what each kind of head is tested on (`watch.report.TESTED_ON`). Zero-ablation is the
+`AblationResult` read on what each kind of head is tested on (`watch.show.report.TESTED_ON`). Zero-ablation is the
 default: it needs nothing but the model, and the README's floors are measured with it. Mean-ablation needs held-out
 text, and keeps a head that writes a constant (an attention sink's) from looking important just because that
 constant went missing.
@@ -14,11 +14,11 @@ import torch
 import torch.nn as nn
 
 from model.ablation import Ablation
-from watch.capture import capture_attention, evaluating
-from watch.heads import ablation_for, head_name
-from watch.headtypes import TYPE_SETS, TYPES
-from watch.probesets import AGREEMENT, PRONOUN, REPEATED, TEXT, ProbeSet, ProbeSets
-from watch.reading import Reading, read_pass
+from watch.measure.capture import capture_attention, evaluating
+from watch.measure.heads import ablation_for, head_name
+from watch.measure.headtypes import TYPE_SETS, TYPES
+from watch.measure.probesets import AGREEMENT, PRONOUN, REPEATED, TEXT, ProbeSet, ProbeSets
+from watch.measure.reading import Reading, read_pass
 
 
 def head_means(model: nn.Module, text: ProbeSet) -> dict[int, torch.Tensor]:

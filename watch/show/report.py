@@ -1,6 +1,6 @@
-"""Text views of a pass's `Reading` (`watch/reading.py`), for a terminal or as Markdown for TensorBoard: the pronoun
-head table, the head-type table and its lines, what removing heads costs, pronoun agreement, what a query attends to
-most, what fine-tuning changed and how the heads compose."""
+"""Text views of a pass's `Reading` (`watch/measure/reading.py`), for a terminal or as Markdown for TensorBoard: the
+pronoun head table, the head-type table and its lines, what removing heads costs, pronoun agreement, what a query
+attends to most, what fine-tuning changed and how the heads compose."""
 
 from __future__ import annotations
 
@@ -9,14 +9,14 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from watch.ablation import AblationResult
-from watch.composition import KINDS, ONE_LAYER_NOTE, pair_name
-from watch.heads import display_token, head_name
-from watch.headtypes import LABELS, MEANINGS, RULE, TYPES, needed
-from watch.heatmaps import as_array
-from watch.probesets import icl_positions
-from watch.pronouns import ProbeReport
-from watch.reading import Reading
+from watch.measure.composition import KINDS, ONE_LAYER_NOTE, pair_name
+from watch.measure.heads import display_token, head_name
+from watch.measure.headtypes import LABELS, MEANINGS, RULE, TYPES, needed
+from watch.measure.probesets import icl_positions
+from watch.measure.pronouns import ProbeReport
+from watch.measure.proofs import AblationResult
+from watch.measure.reading import Reading
+from watch.show.heatmaps import as_array
 
 COLUMNS = ("rank", "head", "referent", "distractor", "top-1", "ref (no sink)", "top-1 (no sink)")
 
@@ -322,7 +322,7 @@ def ablation_lines(reading: Reading, found: Sequence[AblationResult]) -> str:
 
 
 # What removing each kind of head is measured on, as (measure, higher is better): the line `_change` words, and
-# the share `_cost` counts ("copying": the heads `watch.ablation.copying_route` removes).
+# the share `_cost` counts ("copying": the heads `watch.measure.proofs.copying_route` removes).
 TESTED_ON = {
     **{kind: ("in_context_gain", True) for kind in ("induction", "duplicate_token", "previous_token", "copying")},
     **{kind: ("text_loss", False) for kind in ("sink", "current_token", "positional")},
@@ -398,7 +398,7 @@ def type_report(reading: Reading, found: Sequence[AblationResult], since: dict[s
 
 
 def route_lines(reading: Reading, found: Sequence[AblationResult]) -> list[str]:
-    """When the model copies without an induction head (`watch.ablation.copying_route`): the heads whose
+    """When the model copies without an induction head (`watch.measure.proofs.copying_route`): the heads whose
     removal takes the most of the in-context gain, where each looks, and how to try for the textbook circuit."""
     copying = [p for p in found if p.kind == "copying"]
     if not copying:

@@ -15,11 +15,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from cli import UserError
+from errors import UserError
 from files import clear_for_file, replace_file, write_error
-from watch.heads import default_query, display_token, focused_head, head_name
-from watch.headtypes import LABELS, MEANINGS, RULE, TYPES
-from watch.heatmaps import as_array
+from watch.measure.heads import default_query, display_token, focused_head, head_name
+from watch.measure.headtypes import LABELS, MEANINGS, RULE, TYPES
+from watch.show.heatmaps import as_array
 
 DATA_ID = "attention-data"
 # The page's markup, style and script, with {title}, {data_id}, {data} and {legend} to fill in.
@@ -74,7 +74,7 @@ def attention_page(
 ) -> str:
     """The page as one HTML string. It embeds as JSON each sentence's weights[layer][head][query_pos][key_pos <=
     query_pos], the heads' types by name (`labels`: "L1H3": "induction") and the heads each head reads from by
-    composition (`reads`: `watch.composition.reads_from`), shown for a selected head."""
+    composition (`reads`: `watch.measure.composition.reads_from`), shown for a selected head."""
     if not views:
         raise ValueError("an attention page needs at least one sentence")
     sentences = [

@@ -1,6 +1,6 @@
-"""One pass of watching: every probe set captured once (`watch/capture.py`), every registered score
-(`watch/scores.py`) read from those captures, into one `Results`; what they say is read once from
-there (`watch/reading.py`) for every reader."""
+"""One pass of watching: every probe set captured once (`watch/measure/capture.py`), every registered score
+(`watch/measure/scores.py`) read from those captures, into one `Results`; what they say is read once from
+there (`watch/measure/reading.py`) for every reader."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import torch
 import torch.nn as nn
 
 from model.ablation import Ablation
-from watch.capture import Capture, captures, sentence_patterns
-from watch.heads import ablation_names, head_name
-from watch.probesets import REACH, REPEATED, SENTENCES, ProbeSets
-from watch.scores import HEAD_SCORES, MODEL_SCORES, derived_model_scores
+from watch.measure.capture import Capture, captures, sentence_patterns
+from watch.measure.heads import ablation_names, head_name
+from watch.measure.probesets import REACH, REPEATED, SENTENCES, ProbeSets
+from watch.measure.scores import HEAD_SCORES, MODEL_SCORES, derived_model_scores
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """One capture: a probe set run through the model's readable path, keeping every layer's attention
 pattern `[batch, head, query_pos, key_pos]` and the next-token logits the set asks for. Every
-score in `watch/scores.py` is a function of a capture; nothing else runs the model to watch it.
+score in `watch/measure/scores.py` is a function of a capture; nothing else runs the model to watch it.
 
 Sequences of a set share a forward, right-padded: attention is causal, so the padding after a
 sequence is never a key for its own positions and nothing read from them changes. A set is one
@@ -22,9 +22,9 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from cli import UserError
+from errors import UserError
 from model.ablation import Ablation
-from watch.probesets import SENTENCES, ProbeSet
+from watch.measure.probesets import SENTENCES, ProbeSet
 
 # Attention weights one forward may hold (every layer's [batch, head, T, T]): 128 MB of float32.
 BATCH_WEIGHTS = 1 << 25

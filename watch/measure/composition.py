@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-from watch.heads import head_name
+from watch.measure.heads import head_name
 
 KINDS = ("Q", "K", "V")
 ONE_LAYER_NOTE = "composition needs two layers: this model has one, so no head reads another's output"

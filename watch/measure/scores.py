@@ -1,6 +1,6 @@
-"""Every score the watch reports, each a small function of a capture (`watch/capture.py`) registered with
-`@head_score` or `@model_score`: every pass (`watch/pipeline.py`) then computes it into its `Results`, where every
-reader finds it by name. A score adds up over the captures of its probe set: its function returns (total, count),
+"""Every score the watch reports, each a small function of a capture (`watch/measure/capture.py`) registered with
+`@head_score` or `@model_score`: every pass (`watch/measure/pipeline.py`) then computes it into its `Results`, where
+every reader finds it by name. A score adds up over the captures of its probe set: its function returns (total, count),
 and the score is total / count; a head score's total is a [layer, head] float64 tensor.
 
 A head type's score (Olsson et al. 2022) is the attention weight a head puts on the type's target keys, summed
@@ -10,8 +10,8 @@ a target included, so a perfect induction head on repeated tokens scores below 0
 A head's positional score is its best k; `broad` is a number beside the types, not a type.
 
 The in-context score compares each token late in one held-out window with the same token early in its partner
-(`watch.probesets.held_out_text`), which takes out how hard the token is, so a few hundred windows measure it to a
-few hundredths of a nat; it and the in-context gain come with their spread (`spread`).
+(`watch.measure.probesets.held_out_text`), which takes out how hard the token is, so a few hundred windows measure it
+to a few hundredths of a nat; it and the in-context gain come with their spread (`spread`).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from functools import partial
 
 import torch
 
-from watch.capture import Capture
-from watch.probesets import AGREEMENT, PRONOUN, REACH, REACH_DISTANCES, REPEATED, TEXT, icl_positions
+from watch.measure.capture import Capture
+from watch.measure.probesets import AGREEMENT, PRONOUN, REACH, REACH_DISTANCES, REPEATED, TEXT, icl_positions
 
 Total = tuple[torch.Tensor | float, int]  # (total, count): the score is total / count
 
@@ -204,7 +204,7 @@ def _gains(capture: Capture) -> torch.Tensor:
 
 
 def _in_context_differences(capture: Capture) -> torch.Tensor:
-    """[pairs]: for each pair of held-out windows (`watch.probesets.held_out_text`), the mean loss of the
+    """[pairs]: for each pair of held-out windows (`watch.measure.probesets.held_out_text`), the mean loss of the
     tokens of the first window's late band minus the mean loss of the same tokens early in its partner:
     what the longer context is worth on those tokens (below 0: they are predicted better with it)."""
     if capture.probe_set.group != 2 or capture.ids.shape[0] % 2:
