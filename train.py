@@ -34,12 +34,11 @@ from tqdm import tqdm
 
 from cli import markdown_literal, run_cli
 from data.tokenizer import Tokenizer, TokenizerError
-from errors import UsageError, warn
-from files import utf8_value
+from errors import warn
 from model.memory import parameter_count
-from settings import TrainConfig, make_config, parse_command_line
+from settings import TrainConfig
 from trainer import runtime
-from trainer.start import Settings, run_settings
+from trainer.start import Start, resolve
 from trainer.trainer import Callback, Evaluation, FitResult, StepResult, Trainer
 from watch.measure.capture import evaluating
 
@@ -53,37 +52,31 @@ BASES = (
 
 
 def main(argv: list[str]) -> int:
-    config_path, overrides = parse_command_line(argv, BASES)  # --help prints and exits here
-    problem = utf8_value(config_path) if config_path else None
-    if problem is not None:  # its name becomes the run's name, which checkpoints and logs record
-        raise UsageError(f"the config file name {problem}; rename it to a UTF-8 name")
-    start = run_settings(config_path, overrides)
-    cfg = make_config(start.config_path, overrides, start.settings, chosen=config_path is not None)
+    start = resolve(argv, BASES)  # --help prints and exits here
+    cfg = start.cfg
     # Until training takes the signals over, SIGTERM and SIGHUP unwind like Ctrl-C (cli.run_cli), so data
     # preparation cleans up its half-written files.
     rt = runtime.setup(cfg)
     try:
-        if rt.is_main and start.line(cfg):
-            print(start.line(cfg))
+        if rt.is_main and start.line():
+            print(start.line())
         # One run per out_dir: the processes of one torchrun job share it, and rank 0 speaks for them.
         with runtime.RunLock(cfg.out_dir) if rt.is_main else nullcontext() as lock:
-            return train(cfg, start, rt, argv, lock)
+            return train(start, rt, argv, lock)
     finally:
         runtime.teardown(rt)
 
 
-def train(
-    cfg: TrainConfig, start: Settings, rt: runtime.Runtime, argv: list[str], lock: runtime.RunLock | None = None
-) -> int:
-    """Trains as `cfg` asks, from `start`'s settings; `lock` holds out_dir (rank 0), checked before every save."""
+def train(start: Start, rt: runtime.Runtime, argv: list[str], lock: runtime.RunLock | None = None) -> int:
+    """Trains the run `start` says; `lock` holds out_dir (rank 0), checked before every save."""
     from data.corpora import corpus_of
     from watch.callback import AttentionWatch
     from watch.show.tensorboard import TensorBoardWriter
 
+    cfg = start.cfg
     with runtime.out_of_memory(cfg):
-        trainer = Trainer.from_config(
-            cfg, rt, config_name=start.name, checkpoint=start.checkpoint, guard=lock.check if lock is not None else None
-        )
+        start = start.prepared(quiet=not rt.is_main)
+        trainer = Trainer.from_start(start, rt, guard=lock.check if lock is not None else None)
         if trainer.state.step >= cfg.max_iters:
             print(
                 f"checkpoint is already at step {trainer.state.step} >= max_iters={cfg.max_iters}; "

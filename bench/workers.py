@@ -115,12 +115,13 @@ def _trainer(config: str, overrides: list[str], synthetic: bool):
     from settings import load_config
     from trainer import runtime
     from trainer.optim import make_optimizer
+    from trainer.start import starting_from
     from trainer.trainer import Trainer
 
     cfg = load_config(config, [*overrides, "--out_dir=bench/out/throughput"])
     rt = runtime.setup(cfg)
     if not synthetic:
-        return Trainer.from_config(cfg, rt)
+        return Trainer.from_start(starting_from(cfg).prepared(), rt)
     import torch
 
     torch.manual_seed(cfg.seed)

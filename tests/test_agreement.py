@@ -17,6 +17,7 @@ from data.tokenizer import CharTokenizer, GPT2Tokenizer
 from errors import UserError
 from settings import load_config
 from trainer import runtime
+from trainer.start import starting_from
 from trainer.trainer import Trainer
 from watch.callback import AttentionWatch
 from watch.measure.capture import capture_from_patterns
@@ -213,7 +214,7 @@ def watched(tmp_path_factory):
             "--run_name=t",
         ],
     )
-    trainer = Trainer.from_config(cfg, runtime.setup(cfg))
+    trainer = Trainer.from_start(starting_from(cfg).prepared(), runtime.setup(cfg))
     agreement = write_jsonl(tmp / "a.jsonl", contexts())
     probes = write_jsonl(
         tmp / "p.jsonl",

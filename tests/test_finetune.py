@@ -218,11 +218,12 @@ def trainer_for(root: Path, *args: str, without: str = ""):
     `without`."""
     from settings import load_config
     from trainer import runtime
+    from trainer.start import starting_from
     from trainer.trainer import Trainer
 
     argv = [a for a in tiny_args(root, *args) if not (without and a.startswith(without))]
     cfg = load_config(argv[0], argv[1:])
-    return Trainer.from_config(cfg, runtime.setup(cfg))
+    return Trainer.from_start(starting_from(cfg).prepared(), runtime.setup(cfg))
 
 
 def test_a_smaller_block_size_crops_the_models_positions_and_none_takes_them_all(tmp_path):

@@ -29,6 +29,7 @@ from model import GPT
 from settings import load_config
 from tests.commands import ROOT, TEXT, one_line, run, run_train, tiny_args
 from trainer import optim, runtime
+from trainer.start import starting_from
 from trainer.trainer import CheckpointWriter, FitResult, Trainer
 
 SCHEDULE = ["--warmup_iters=1", "--lr_decay_iters=6"]  # the same learning rates however the run is split
@@ -39,7 +40,7 @@ def fit(tmp_path: Path, *extra: str) -> FitResult:
     argv = tiny_args(tmp_path, *extra)
     cfg = load_config(argv[0], argv[1:])
     rt = runtime.setup(cfg)
-    return Trainer.from_config(cfg, rt).fit()
+    return Trainer.from_start(starting_from(cfg).prepared(), rt).fit()
 
 
 def evaluations(*results: FitResult) -> dict[int, tuple[float, float]]:

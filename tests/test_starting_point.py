@@ -12,12 +12,17 @@ from conftest import shared_file
 
 from settings import make_config
 from tests.commands import TEXT, TINY, run_train
-from trainer.start import BLOCK, DEMO_CONFIG, SIZES, STEPS, out_dir_for, run_settings, settings_for_text
+from trainer.start import BLOCK, DEMO_CONFIG, SIZES, STEPS, out_dir_for, resolve, settings_for_text
 
 
 def config_of(config_path: str | None, overrides: dict):
-    start = run_settings(config_path, overrides)
-    return start, make_config(start.config_path, overrides, start.settings)
+    """Where `train.py [config_path] --key=value ...` starts, and its settings."""
+    start = resolve([*([config_path] if config_path else []), *(f"--{k}={v}" for k, v in overrides.items())])
+    return start, start.cfg
+
+
+def same_settings(a, b) -> bool:
+    return a.to_dict(every=True) == b.to_dict(every=True)
 
 
 def corpus(tmp_path, characters: int = len(TEXT)):
@@ -28,24 +33,26 @@ def corpus(tmp_path, characters: int = len(TEXT)):
 
 def test_no_arguments_is_the_demo_and_a_config_file_replaces_every_base(tmp_path):
     start, cfg = config_of(None, {})
-    assert start.config_path == str(DEMO_CONFIG) and start.line(cfg) is None
+    assert same_settings(cfg, make_config(DEMO_CONFIG, {})) and start.name == "pronouns" and start.line() is None
     assert (cfg.dataset, cfg.out_dir, cfg.model.n_layer, cfg.model.block_size) == ("pronouns", "out/pronouns", 2, 32)
     # A generated corpus has no size to scale to: the demo's settings, as before.
-    assert config_of(None, {"dataset": "induction"})[0].config_path == str(DEMO_CONFIG)
+    assert same_settings(
+        config_of(None, {"dataset": "induction"})[1], make_config(DEMO_CONFIG, {"dataset": "induction"})
+    )
     empty = tmp_path / "mine.toml"
     empty.write_text("# nothing: the built-in defaults\n")
     start, cfg = config_of(str(empty), {"dataset": corpus(tmp_path)})
-    assert start.settings == {} and start.line(cfg) is None
+    assert same_settings(cfg, make_config(empty, {"dataset": corpus(tmp_path)})) and start.line() is None
     assert (cfg.model.n_layer, cfg.model.n_embd, cfg.max_iters, cfg.out_dir) == (4, 128, 2000, "out")  # the defaults
 
 
 def test_a_text_of_ones_own_gets_settings_chosen_for_it_and_the_command_line_wins(tmp_path):
     text = corpus(tmp_path, 400_000)
     start, cfg = config_of(None, {"dataset": text})
-    assert start.config_path is None and start.name == "my_story"
+    assert start.name == "my_story"
     assert (cfg.tokenizer, cfg.model.n_layer, cfg.model.n_head, cfg.model.n_embd) == ("char", 2, 4, 128)
     assert (cfg.model.block_size, cfg.max_iters, cfg.out_dir, cfg.watch_sentences) == (BLOCK, STEPS, "out/my_story", [])
-    line = start.line(cfg)
+    line = start.line()
     assert line.startswith(
         "settings chosen for my_story.txt (400,000 characters): char tokenizer, 2 layers x 4 "
         "heads x 128 dims, block 64, 2,000 steps of 1,024 tokens, checkpoint in out/my_story;"
@@ -79,7 +86,7 @@ def test_a_text_named_like_a_demo_does_not_take_its_folder():
 def test_a_named_real_corpus_gets_chosen_settings_too():
     shared_file("data/tinyshakespeare.txt")
     start, cfg = config_of(None, {"dataset": "shakespeare"})
-    assert start.line(cfg).startswith("settings chosen for shakespeare (1,115,394 characters)")
+    assert start.line().startswith("settings chosen for shakespeare (1,115,394 characters)")
     assert cfg.out_dir == "out/shakespeare" and cfg.max_iters == STEPS
 
 

@@ -101,11 +101,12 @@ def test_sample_streams_text_from_the_checkpoint(tmp_path, capsys):
 def test_gradient_accumulation_keeps_tokens_per_step(tmp_path):
     from settings import load_config
     from trainer import runtime
+    from trainer.start import starting_from
     from trainer.trainer import Trainer
 
     args = tiny_args(tmp_path, "--grad_accum=2", "--batch_size=4")
     cfg = load_config(args[0], args[1:])
-    trainer = Trainer.from_config(cfg, runtime.setup(cfg))
+    trainer = Trainer.from_start(starting_from(cfg).prepared(), runtime.setup(cfg))
     drawn = []
     draw = trainer.batches.train
     trainer.batches.train = lambda: drawn.append(1) or draw()

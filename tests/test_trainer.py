@@ -13,6 +13,7 @@ from settings import load_config
 from train import TextSample, TrainingLog
 from trainer import runtime
 from trainer.optim import lr_at
+from trainer.start import starting_from
 from trainer.trainer import Callback, Evaluation, FitResult, StepResult, Trainer
 from watch.callback import AttentionWatch
 from watch.measure.pipeline import untrained_like
@@ -46,7 +47,7 @@ def make_trainer(tmp_path, *extra: str) -> Trainer:
             *extra,
         ],
     )
-    return Trainer.from_config(cfg, runtime.setup(cfg))
+    return Trainer.from_start(starting_from(cfg).prepared(), runtime.setup(cfg))
 
 
 class Recorder(Callback):

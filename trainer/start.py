@@ -1,4 +1,5 @@
-"""Where a run starts, decided once: the settings it starts from (`run_settings`), and the model (`model_start`).
+"""Where a run starts, decided once, as one value: `resolve` turns a command line into a `Start`, the run's settings
+and the model it starts from, scratch, resumed or fine-tuned; the trainer builds the run from that.
 
 The settings, before the command line's keys, which win over any of them: a config file given, that file alone;
 else, for `--dataset` naming real text, settings chosen for it (`settings_for_text`), printed in one line at the
@@ -15,6 +16,7 @@ a resumed run continues its checkpoint only with the settings, data and model it
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,15 +25,16 @@ from typing import Any
 import torch
 
 from data import corpora
-from data.prepare import ModelVocabulary, Prepared, source_text
+from data.prepare import ModelVocabulary, Prepared, prepare, source_text
 from data.tokenizer import FULL_GPT2, Tokenizer, tokenizer_from_meta
 from errors import UsageError, UserError, warn
-from files import inside_name
+from files import inside_name, utf8_value
 from formats.checkpoint import CheckpointError, checkpoint_path, load_checkpoint, load_weights, saved_settings, validate
 from formats.sources import CHECKPOINT, describe, hub_name, identify, load_model, model_name
 from model.config import CONFIG_KEYS, IMPORTED_FIELDS, MODEL_KEYS, GPTConfig
 from model.gpt import GPT
-from settings import RESUME, SCRATCH, TrainConfig, read_toml
+from settings import RESUME, SCRATCH, TrainConfig, make_config, parse_command_line, read_toml
+from trainer.runtime import check_corpus_fits
 
 DEMO_CONFIG = corpora.REPO / "configs" / "pronouns.toml"
 SAME_KIND = {"char": ("char",), "gpt2": ("gpt2", FULL_GPT2)}  # a tokenizer key -> the vocabularies it agrees with
@@ -56,25 +59,42 @@ SIZES = {
 
 
 @dataclass(frozen=True)
-class Settings:
-    """The settings a run starts from: a config file (`config_path`), or `settings` chosen here for a text
-    (`text`: its file name and length; `shape_from`: the checkpoint its shape comes from, whose contents are
-    `checkpoint`). `name` names the TensorBoard run."""
+class Start:
+    """Where a run starts, resolved once by `resolve` from its command line: `cfg`, the run's settings (a fine-tune's
+    model keys are its model's, and `init_from` is the model it fine-tunes: resumed, the one its checkpoint
+    records); `name`, what its TensorBoard run is named after; for settings chosen for a text, the `text` (its file
+    name and length) and, resumed, the checkpoint its model's shape comes from (`shape_from`); the `checkpoint` a
+    resumed run continues; a new fine-tune's `model`, read, with its `description` in one line; and the tokenizer
+    the data is prepared with (`vocabulary`; None: built from the text) and, once `prepared`, the `data`."""
 
-    config_path: str | None
-    settings: dict[str, Any]
-    name: str
+    cfg: TrainConfig
+    name: str = "default"
     text: tuple[str, int] | None = None
     shape_from: str | None = None
     checkpoint: dict | None = None
+    model: GPT | None = None
+    description: str | None = None
+    vocabulary: ModelVocabulary | None = None
+    data: Prepared | None = None  # the text it trains and validates on, once `prepared`
 
-    def line(self, cfg: TrainConfig) -> str | None:
+    def prepared(self, *, quiet: bool = False) -> Start:
+        """This start with its data prepared (`data/prepare.py`: cached by content), with the model's vocabulary
+        when the model brings one; `quiet`: without the lines a run prints (every process but the first)."""
+        cfg = self.cfg
+        check_corpus_fits(cfg)
+        if self.description is not None and not quiet:
+            print(f"fine-tuning {self.description}")
+        vocabulary = self.vocabulary or cfg.tokenizer
+        data = prepare(cfg.dataset, vocabulary, cfg.data_dir, cfg.val_fraction, cfg.corpus_sentences, quiet=quiet)
+        return dataclasses.replace(self, data=data)
+
+    def line(self) -> str | None:
         """The line printed at the start when settings were chosen for a text: what the run will use (the
         command line's keys included) and how to change it."""
         if self.text is None:
             return None
         file_name, characters = self.text
-        m = cfg.model
+        cfg, m = self.cfg, self.cfg.model
         model = (
             f"model shape from {self.shape_from}"
             if self.shape_from
@@ -87,22 +107,80 @@ class Settings:
             f"or give a config file to replace them all; every key: python train.py --help"
         )
 
+    def model_config(self, vocab_size: int) -> GPTConfig:
+        """The model the run trains, for data of `vocab_size` tokens (a model from elsewhere has its own)."""
+        if self.model is not None:
+            return self.model.config
+        saved = self.checkpoint["model_config"] if self.checkpoint is not None else None
+        if saved is not None and self.cfg.fine_tunes:
+            return GPTConfig(**{**saved, "dropout": self.cfg.model.dropout})
+        config = self.cfg.model_config(vocab_size)
+        if saved is not None:  # a smaller --block_size trains on shorter windows of the same position table
+            config.block_size = saved["block_size"]
+        return config
+
+    def resume(self, path: Path, model: GPT, optimizer: Any, batches: Any) -> None:
+        """Continues the checkpoint (read from `path`) in this run: refuses what this run's settings, its data and
+        its model cannot continue, then puts back the weights, the optimizer's state and the random generators."""
+        cfg, checkpoint, data = self.cfg, self.checkpoint, self.data
+        check_resume_compatible(cfg, checkpoint, data.tokenizer.to_meta(), model.config)
+        check_same_data(checkpoint, data_identity(cfg, data), path)
+        problem = inside_name(checkpoint["run_name"]) if not cfg.run_name else None
+        if problem is not None:  # the resumed run would write its TensorBoard logs to log_dir/run_name
+            raise CheckpointError(
+                f"{path} holds the run name {checkpoint['run_name']!r}, which {problem}, so its "
+                f"TensorBoard logs would go outside --log_dir; resume with --run_name=NAME"
+            )
+        load_weights(model, checkpoint["model"], path)
+        try:
+            optimizer.load_state(checkpoint["optimizer"])
+            batches.generator.set_state(checkpoint["rng"]["batches"])
+            torch.set_rng_state(checkpoint["rng"]["torch"])
+        except (KeyError, IndexError, RuntimeError, TypeError, ValueError, AttributeError) as exc:
+            raise CheckpointError(
+                f"{path}: its optimizer or random-generator state does not fit this model "
+                f"({' '.join(str(exc).split())[:200]}); resume from the ckpt.pt that train.py wrote, "
+                f"or start a new --out_dir"
+            ) from None
+
 
 def _count(n: int, word: str) -> str:
     return f"{n} {word}" + ("" if n == 1 else "s")
 
 
-def run_settings(config_path: str | None, overrides: dict[str, Any]) -> Settings:
-    """Which base applies (see the module's docstring), for a command line of `config_path` and `overrides`."""
+def resolve(argv: list[str], bases: str | None = None) -> Start:
+    """Where the run of the command line `argv` (`[CONFIG.toml] [--key=value ...]`; `bases` is --help's word on
+    the settings it starts from) starts: its settings, then its model (see the module's docstring)."""
+    config_path, overrides = parse_command_line(argv, bases)  # --help prints and exits here
+    problem = utf8_value(config_path) if config_path else None
+    if problem is not None:  # its name becomes the run's name, which checkpoints and logs record
+        raise UsageError(f"the config file name {problem}; rename it to a UTF-8 name")
+    path, base, found = _base_settings(config_path, overrides)
+    return starting_from(make_config(path, overrides, base, chosen=config_path is not None), **found)
+
+
+def starting_from(cfg: TrainConfig, **found: Any) -> Start:
+    """The `Start` of a run with the settings `cfg`: a new model, the checkpoint in out_dir continued (--resume), or
+    a model read to fine-tune (`init_from`); `found` is what choosing the settings found (`_base_settings`)."""
+    if cfg.resume:
+        return _resuming(cfg, found)
+    if cfg.fine_tunes:
+        return _importing(cfg, found)
+    return Start(cfg, **found)
+
+
+def _base_settings(config_path: str | None, overrides: dict[str, Any]) -> tuple[str | None, dict, dict]:
+    """The settings the command line's keys are laid over (see the module's docstring): (the config file, the
+    settings chosen for a text, what the `Start` says of them: its name, text, shape_from and checkpoint)."""
     if config_path is not None:
-        return Settings(config_path, {}, Path(config_path).stem)
+        return config_path, {}, {"name": Path(config_path).stem}
     dataset = overrides.get("dataset")
     init_from = overrides.get("init_from", SCRATCH)
     if init_from not in (SCRATCH, RESUME):  # a model to fine-tune: its shape, the built-in settings, its own folder
         name = f"{model_name(init_from)}-{corpora.text_name(dataset or TrainConfig.dataset)}"
-        return Settings(None, {"out_dir": out_dir_for(name)}, name)
+        return None, {"out_dir": out_dir_for(name)}, {"name": name}
     if dataset is None or dataset in corpora.GENERATED or not str(dataset).strip():
-        return Settings(str(DEMO_CONFIG) if DEMO_CONFIG.is_file() else None, {}, DEMO_CONFIG.stem)
+        return (str(DEMO_CONFIG) if DEMO_CONFIG.is_file() else None), {}, {"name": DEMO_CONFIG.stem}
     text = source_text(dataset, 0)[0]  # read as preparing reads it: the same error, before anything is printed
     name = corpora.text_name(dataset)
     shape, tokenizer, source, checkpoint = None, overrides.get("tokenizer"), None, None
@@ -123,7 +201,11 @@ def run_settings(config_path: str | None, overrides: dict[str, Any]) -> Settings
         val_fraction=overrides.get("val_fraction", TrainConfig.val_fraction),
         sample_prompt="\n" if "\n" in text or not text else text[0],
     )
-    return Settings(None, chosen, name, (Path(dataset).name, len(text)), source, checkpoint)
+    return (
+        None,
+        chosen,
+        {"name": name, "text": (Path(dataset).name, len(text)), "shape_from": source, "checkpoint": checkpoint},
+    )
 
 
 def out_dir_for(name: str) -> str:
@@ -198,68 +280,9 @@ def _round(value: float, step: int) -> int:
 # --- the model ----------------------------------------------------------------------------------------------
 
 
-@dataclass
-class Start:
-    """What a run's model starts from: `cfg`, the run's settings, with a fine-tune's model keys its model's and
-    `init_from` the model it fine-tunes (resumed: the one its checkpoint records); the tokenizer the data is
-    prepared with (`vocabulary`; None: built from the text); a new fine-tune's `model`, read, and `description`, in
-    one line; the `checkpoint` a resumed run continues."""
-
-    cfg: TrainConfig
-    vocabulary: ModelVocabulary | None = None
-    model: GPT | None = None
-    checkpoint: dict | None = None
-    description: str | None = None
-
-    def model_config(self, vocab_size: int) -> GPTConfig:
-        """The model the run trains, for data of `vocab_size` tokens (a model from elsewhere has its own)."""
-        if self.model is not None:
-            return self.model.config
-        saved = self.checkpoint["model_config"] if self.checkpoint is not None else None
-        if saved is not None and self.cfg.fine_tunes:
-            return GPTConfig(**{**saved, "dropout": self.cfg.model.dropout})
-        config = self.cfg.model_config(vocab_size)
-        if saved is not None:  # a smaller --block_size trains on shorter windows of the same position table
-            config.block_size = saved["block_size"]
-        return config
-
-    def resume(self, path: Path, data: Prepared, model: GPT, optimizer: Any, batches: Any) -> None:
-        """Continues the checkpoint (read from `path`) in this run: refuses what this run's settings, its data and
-        its model cannot continue, then puts back the weights, the optimizer's state and the random generators."""
-        cfg, checkpoint = self.cfg, self.checkpoint
-        check_resume_compatible(cfg, checkpoint, data.tokenizer.to_meta(), model.config)
-        check_same_data(checkpoint, data_identity(cfg, data), path)
-        problem = inside_name(checkpoint["run_name"]) if not cfg.run_name else None
-        if problem is not None:  # the resumed run would write its TensorBoard logs to log_dir/run_name
-            raise CheckpointError(
-                f"{path} holds the run name {checkpoint['run_name']!r}, which {problem}, so its "
-                f"TensorBoard logs would go outside --log_dir; resume with --run_name=NAME"
-            )
-        load_weights(model, checkpoint["model"], path)
-        try:
-            optimizer.load_state(checkpoint["optimizer"])
-            batches.generator.set_state(checkpoint["rng"]["batches"])
-            torch.set_rng_state(checkpoint["rng"]["torch"])
-        except (KeyError, IndexError, RuntimeError, TypeError, ValueError, AttributeError) as exc:
-            raise CheckpointError(
-                f"{path}: its optimizer or random-generator state does not fit this model "
-                f"({' '.join(str(exc).split())[:200]}); resume from the ckpt.pt that train.py wrote, "
-                f"or start a new --out_dir"
-            ) from None
-
-
-def model_start(cfg: TrainConfig, path: Path, device: torch.device, checkpoint: dict | None = None) -> Start:
-    """Where the run with settings `cfg` and checkpoint `path` starts; `checkpoint`: the one at `path`, when choosing
-    the settings read it already."""
-    if cfg.resume:
-        return _resuming(cfg, path, checkpoint)
-    if cfg.fine_tunes:
-        return _importing(cfg, device)
-    return Start(cfg)
-
-
-def _importing(cfg: TrainConfig, device: torch.device) -> Start:
-    """A new fine-tune: the model read, checked against the keys the user set, and the run's settings made its."""
+def _importing(cfg: TrainConfig, found: dict) -> Start:
+    """A new fine-tune: the model read (on the CPU; the trainer moves it to its device, and reading it leaves the
+    random generators as they were), checked against the keys the user set, and the run's settings made its."""
     block_size = cfg.model.block_size if "block_size" in cfg.given else None
     source = identify(cfg.init_from)
     # the folder a model file is in, or the folder that is the model
@@ -270,7 +293,8 @@ def _importing(cfg: TrainConfig, device: torch.device) -> Start:
             f"({source.path}), and this run's checkpoint would replace it there; choose another "
             f"--out_dir (without one, a fine-tune writes to out/MODEL-TEXT)"
         )
-    loaded = load_model(source, device, block_size=block_size, dropout=cfg.model.dropout)
+    with torch.random.fork_rng(devices=[]):
+        loaded = load_model(source, torch.device("cpu"), block_size=block_size, dropout=cfg.model.dropout)
     config = loaded.model.config
     what = f"the model {cfg.init_from}"
     for key in MODEL_KEYS:
@@ -285,12 +309,15 @@ def _importing(cfg: TrainConfig, device: torch.device) -> Start:
         if source.elsewhere
         else f"gptwatch checkpoint {cfg.init_from} (step {loaded.checkpoint['step']})"
     )
-    return _models_own(cfg, config, loaded.tokenizer, what, cfg.init_from, model=loaded.model, description=description)
+    return _models_own(
+        cfg, config, loaded.tokenizer, what, cfg.init_from, **found, model=loaded.model, description=description
+    )
 
 
-def _resuming(cfg: TrainConfig, path: Path, checkpoint: dict | None) -> Start:
+def _resuming(cfg: TrainConfig, found: dict) -> Start:
     """A resumed run: its checkpoint wins, checked to be complete here (whether this run's settings and data can
     continue it: `Start.resume`). `init_from`, when given, must name what it started from."""
+    path, checkpoint = Path(cfg.out_dir) / CHECKPOINT, found.pop("checkpoint", None)
     if checkpoint is None:
         if not path.exists():
             raise UserError(
@@ -309,15 +336,9 @@ def _resuming(cfg: TrainConfig, path: Path, checkpoint: dict | None) -> Start:
         )
     cfg = cfg.replaced(init_from=started)
     if not cfg.fine_tunes:
-        return Start(cfg, checkpoint=checkpoint)
-    return _models_own(
-        cfg,
-        model,
-        tokenizer_from_meta(checkpoint["tokenizer"]),
-        f"the checkpoint {path}",
-        started,
-        checkpoint=checkpoint,
-    )
+        return Start(cfg, **found, checkpoint=checkpoint)
+    tokenizer = tokenizer_from_meta(checkpoint["tokenizer"])
+    return _models_own(cfg, model, tokenizer, f"the checkpoint {path}", started, **found, checkpoint=checkpoint)
 
 
 def _models_own(
@@ -333,7 +354,7 @@ def _models_own(
             f"{tokenizer.name} vocabulary of {tokenizer.vocab_size:,} tokens; leave tokenizer out to "
             f"take the model's, or fine-tune another model"
         )
-    return Start(cfg, ModelVocabulary(tokenizer, init_from), **start)
+    return Start(cfg, **start, vocabulary=ModelVocabulary(tokenizer, init_from))
 
 
 def same_source(a: str, b: str) -> bool:

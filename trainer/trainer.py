@@ -20,16 +20,16 @@ from torch.nn.parallel import DistributedDataParallel
 
 from cli import handling, stop_signals
 from data.batches import Batches
-from data.prepare import Prepared, prepare
+from data.prepare import Prepared
 from errors import UserError, warn
 from files import clear_for_file, remove_dead_leftovers, writable_folder
 from formats.checkpoint import previous_path, save_checkpoint
-from formats.sources import identify, load_model
+from formats.sources import CHECKPOINT, identify, load_model
 from model.gpt import GPT
 from settings import TrainConfig
 from trainer.optim import divergence_fix, lr_at, make_optimizer, schedule_problem, set_lr
-from trainer.runtime import Runtime, check_corpus_fits, check_training_fits, ranks_agree
-from trainer.start import data_identity, model_start
+from trainer.runtime import Runtime, check_training_fits, ranks_agree
+from trainer.start import Start, data_identity
 from watch.measure.capture import evaluating
 
 
@@ -155,45 +155,27 @@ class Trainer:
         self.tokens_per_step = cfg.batch_size * cfg.model.block_size * cfg.grad_accum
 
     @classmethod
-    def from_config(
-        cls,
-        cfg: TrainConfig,
-        runtime: Runtime,
-        *,
-        config_name: str = "default",
-        checkpoint: dict | None = None,
-        guard: Callable[[], None] | None = None,
-    ) -> Trainer:
-        """Data, model and optimizer as `cfg` asks: a new model, one read to fine-tune (`init_from`), or, with
-        --resume, the run in out_dir/ckpt.pt continued (`checkpoint`: its contents, if read already). The trainer's
-        `cfg` has the model keys of the model it trains (`trainer.start`); `guard`: its `CheckpointWriter`'s."""
+    def from_start(cls, start: Start, runtime: Runtime, *, guard: Callable[[], None] | None = None) -> Trainer:
+        """The run `start` says (`trainer.start.resolve`, its data `prepared`): its model (new, fine-tuned, or resumed
+        with the optimizer's state and the random generators of the run it continues) and optimizer, on `runtime`'s
+        device, and its batches. `guard`: its `CheckpointWriter`'s."""
+        cfg, data = start.cfg, start.data
         torch.manual_seed(cfg.seed + runtime.rank)
-        path = Path(cfg.out_dir) / "ckpt.pt"
+        path = Path(cfg.out_dir) / CHECKPOINT
         checkpoints = CheckpointWriter(path, resume=cfg.resume, guard=guard) if runtime.is_main else None
-        check_corpus_fits(cfg)
-        start = model_start(cfg, path, runtime.device, checkpoint)
-        cfg = start.cfg
-        if start.description is not None and runtime.is_main:
-            print(f"fine-tuning {start.description}")
-        data = prepare(
-            cfg.dataset,
-            start.vocabulary or cfg.tokenizer,
-            cfg.data_dir,
-            cfg.val_fraction,
-            cfg.corpus_sentences,
-            quiet=not runtime.is_main,
-        )
         model_cfg = start.model_config(data.tokenizer.vocab_size)
-        held = sum(p.numel() * p.element_size() for p in start.model.parameters()) if start.model is not None else 0
+        # the weights of a model read to fine-tune are in memory already, on the CPU where they were read
+        read = start.model is not None and runtime.device.type == "cpu"
+        held = sum(p.numel() * p.element_size() for p in start.model.parameters()) if read else 0
         check_training_fits(cfg, model_cfg.vocab_size, runtime.device, held=held)
         block = cfg.model.block_size
         batches = Batches(data.splits(block), block, cfg.batch_size, runtime.device, cfg.seed, runtime.rank)
         model = (start.model if start.model is not None else GPT(model_cfg)).to(runtime.device)
         optimizer = make_optimizer(model, cfg, runtime.device)
-        state = TrainState(run_name=cfg.run_name or f"{config_name}-{time.strftime('%Y%m%d-%H%M%S')}")
+        state = TrainState(run_name=cfg.run_name or f"{start.name}-{time.strftime('%Y%m%d-%H%M%S')}")
         resumed = start.checkpoint
-        if resumed is not None:  # `model_start` checked that it holds a run_name, step and best_val_loss
-            start.resume(path, data, model, optimizer, batches)
+        if resumed is not None:  # `resolve` checked that it holds a run_name, step and best_val_loss
+            start.resume(path, model, optimizer, batches)
             state = TrainState(
                 cfg.run_name or resumed["run_name"],
                 resumed["step"],
