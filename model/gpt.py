@@ -9,17 +9,15 @@ Two options change either: `attn_only` (blocks of attention alone, the toy model
 2021) and, for "gpt2", `relative_positions` (a learned bias per head and distance in every attention
 layer, `model/attention.py`, instead of the position table).
 
-Data takes one of the two paths of `SelfAttention` through it: `forward` (training, evaluation and, a
-position at a time against a KV cache, sampling: `model/sampling.py`) or `forward_with_attention` (the
-readable path, returning every layer's attention pattern).
+Data takes one of the two paths of `SelfAttention` through it: `forward` (training and evaluation) or
+`forward_with_attention` (the readable path, returning every layer's attention pattern). Sampling
+(`model/sampling.py`) reads the same weights through a step of its own, built for speed.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
-from functools import partial
 
 import torch
 import torch.nn as nn
@@ -27,7 +25,7 @@ import torch.nn.functional as F
 
 import model.sampling as sampling
 from model.ablation import Ablation
-from model.attention import HeadAblation, SelfAttention, rows_linear
+from model.attention import HeadAblation, SelfAttention
 from model.config import GPTConfig
 
 LN_EPS = 1e-5  # LayerNorm's epsilon, GPT-2's (the exporters tell TransformerLens and transformers this one)
@@ -46,18 +44,14 @@ class Norm(nn.Module):
     def __init__(self, dim: int, config: GPTConfig) -> None:
         super().__init__()
         self.shape = (dim,)
+        self.eps = LN_EPS  # LayerNorm's; RMSNorm keeps torch's default
         self.weight = None if config.modern else nn.Parameter(torch.ones(dim))
         self.bias = nn.Parameter(torch.zeros(dim)) if config.bias and not config.modern else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.as_function()(x)
-
-    def as_function(self) -> Callable[[torch.Tensor], torch.Tensor]:
-        """This norm as a function of x alone, its weights bound (sampling keeps it for a generation): F.rms_norm's
-        and F.layer_norm's own operations, without their Python wrappers, which cost a sampled token more."""
         if self.weight is None:
-            return partial(torch.rms_norm, normalized_shape=self.shape)
-        return partial(torch.layer_norm, normalized_shape=self.shape, weight=self.weight, bias=self.bias, eps=LN_EPS)
+            return F.rms_norm(x, self.shape)
+        return F.layer_norm(x, self.shape, self.weight, self.bias, self.eps)
 
 
 class MLP(nn.Module):
@@ -72,16 +66,8 @@ class MLP(nn.Module):
     def activation(self, h: torch.Tensor) -> torch.Tensor:
         return F.relu(h).square() if self.modern else F.gelu(h, approximate=self.gelu_approximation)
 
-    def forward(
-        self, x: torch.Tensor, cache: sampling.LayerCache | None = None, residual: torch.Tensor | None = None
-    ) -> torch.Tensor:
-        """The MLP's output; with a `residual` (a block's stream), the residual plus it. With a `cache`, x is rows
-        and the weights are those it holds, the addition inside the last matmul (as `SelfAttention.forward`)."""
-        if cache is not None:
-            fc_t, fc_bias, proj_t, proj_bias = cache.mlp
-            return rows_linear(self.activation(rows_linear(x, fc_t, fc_bias)), proj_t, proj_bias, residual)
-        out = self.dropout(self.c_proj(self.activation(self.c_fc(x))))
-        return out if residual is None else residual + out
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.dropout(self.c_proj(self.activation(self.c_fc(x))))
 
 
 class Block(nn.Module):
@@ -106,22 +92,21 @@ class Block(nn.Module):
         self.ln_2 = None if config.attn_only else Norm(config.n_embd, config)
         self.mlp = None if config.attn_only else MLP(config)
 
-    def forward(
-        self, x: torch.Tensor, ablation: HeadAblation | None = None, cache: sampling.LayerCache | None = None
-    ) -> torch.Tensor:
-        """With a `cache` (sampling), x is rows [B * T, n_embd] and the parts are those the cache holds for the
-        generation (the modules' own forward, the norms as functions), not read through this block, which costs
-        a sampled token about a microsecond a read."""
-        ln_1, attn, ln_2, mlp = (self.ln_1, self.attn, self.ln_2, self.mlp) if cache is None else cache.parts
-        x = attn(ln_1(x), ablation=ablation, cache=cache, residual=x)
-        return x if mlp is None else mlp(ln_2(x), cache=cache, residual=x)
+    def forward(self, x: torch.Tensor, ablation: HeadAblation | None = None) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x), ablation=ablation)
+        if self.mlp is not None:
+            x = x + self.mlp(self.ln_2(x))
+        return x
 
     def forward_with_weights(
         self, x: torch.Tensor, ablation: HeadAblation | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`forward` through the readable path, which also returns the layer's attention pattern [B, H, T, T]."""
         attended, pattern = self.attn.forward_with_weights(self.ln_1(x), ablation=ablation)
-        x = x + self.attn.resid_dropout(attended)
-        return (x if self.mlp is None else self.mlp(self.ln_2(x), residual=x)), pattern
+        x = x + attended
+        if self.mlp is not None:
+            x = x + self.mlp(self.ln_2(x))
+        return x, pattern
 
 
 class GPT(nn.Module):

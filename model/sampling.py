@@ -1,48 +1,54 @@
 """Sampling: new text one token at a time, with a KV cache. A reader of the model can skip it.
 
 - `KVCache`: what a generation keeps between tokens: each layer's keys and values so far, so a new token
-  attends to them without recomputing them, and the plain tensors its modules read.
-- `decode`: one step of the model for new positions, through the cache and the blocks' own `forward`.
-  At a small model's single token the arithmetic takes microseconds and the cost is in how many operations
-  run, so that step sees rows of a 2-D tensor, the three projections are one matmul, the residual additions
-  happen inside the matmuls, and the weights are plain tensors gathered once per generation: reading a
-  parameter through its module costs about a microsecond each time.
+  attends to them without recomputing them, and the plain tensors the step reads.
+- `decode`: one step of the model for new positions against the cache: `Block.forward`'s function, written
+  again for speed. At a small model's single token the arithmetic takes microseconds and the cost is in how
+  many operations run, so the step sees rows of a 2-D tensor, the three projections are one matmul, the
+  residual additions happen inside the matmuls, the norms are bound as functions and the weights are plain
+  tensors gathered once per generation: reading a parameter through its module costs about a microsecond
+  each time.
 - `generate_stream` / `generate`: the loop, and `sample_next`, the sampling maths (temperature, top-k, top-p).
 
-`tests/test_model.py` proves that `decode` gives the logits `GPT.forward` gives, and that sampling with and
-without the cache gives the same text.
+It reads the model's weights and nothing else of it; `tests/test_model.py` proves, for every model option,
+that `decode` gives the logits `GPT.forward` gives, and that sampling with and without the cache gives the
+same text.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from model.attention import HeadAblation
+
 
 class LayerCache:
-    """One layer's part of a `KVCache`: `slot`, its keys and values [batch, position, 2, head, head_dim], side by
-    side so a new position's are written in one copy, preallocated so that copy is in place; and what the
-    block reads instead of its modules' parameters: `parts` (the norms as functions, the attention's and the
-    MLP's forward), `qkv` (`SelfAttention.fused_projection`), the weights of `out_proj` and `mlp`, transposed."""
+    """One block's part of a `KVCache`: `slot`, its keys and values [batch, position, 2, head, head_dim], side by
+    side so a new position's are written in one copy, preallocated so that copy is in place; and what the step
+    reads instead of the block's modules: the norms as functions, the three projections as one (`qkv`), the
+    weights of `out_proj` and of the MLP transposed, and the attention's options."""
 
     def __init__(self, block: nn.Module, batch: int, max_len: int, like: torch.Tensor) -> None:
-        attn, mlp, ln_2 = block.attn, block.mlp, block.ln_2
+        attn, mlp = block.attn, block.mlp
         self.slot = torch.zeros(batch, max_len, 2, attn.n_head, attn.head_dim, device=like.device, dtype=like.dtype)
         self.batch = batch
-        self.length = 0  # positions filled: the KVCache's, kept here too so the layer reads it in one lookup
-        self.block = block.forward
-        self.parts = (
-            block.ln_1.as_function(),
-            attn.forward,
-            *((None, None) if mlp is None else (ln_2.as_function(), mlp.forward)),
-        )
-        self.qkv = attn.fused_projection()
+        self.length = 0  # positions filled: the KVCache's, kept here too so the step reads it in one lookup
+        self.heads = attn.n_head, attn.head_dim
+        self.ln_1 = norm_function(block.ln_1)
+        self.qkv = fused_projection(attn)
+        self.qk_norm = attn.qk_norm
+        self.rotary = None if attn.rotary is None else attn.rotary.forward  # without the module call's hooks
+        self.relative_bias = None if attn.position_bias is None else attn.relative_bias
         self.out_proj = (attn.out_proj.weight.t(), attn.out_proj.bias)
+        self.ln_2 = None if mlp is None else norm_function(block.ln_2)
         self.mlp = None if mlp is None else (mlp.c_fc.weight.t(), mlp.c_fc.bias, mlp.c_proj.weight.t(), mlp.c_proj.bias)
+        self.activation = None if mlp is None else mlp.activation
 
     def append(self, keys_and_values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Stores this layer's keys and values [B, T, 2, H, head_dim] for positions length..length+T-1; returns
@@ -61,7 +67,7 @@ class KVCache:
     def __init__(self, model: nn.Module, batch: int) -> None:
         self.tokens = model.wte.weight
         self.positions = None if model.wpe is None else model.wpe.weight
-        self.final_norm = model.ln_f.as_function()
+        self.final_norm = norm_function(model.ln_f)
         self.layers = [LayerCache(block, batch, model.config.block_size, self.tokens) for block in model.blocks]
         self.no_ablations = [None] * len(self.layers)
         self.length = 0
@@ -89,9 +95,76 @@ def decode(model: nn.Module, idx: torch.Tensor, cache: KVCache, ablations: list 
         x = x + cache.positions[start : start + T]
     x = x.view(B * T, -1)
     for layer, ablation in zip(cache.layers, ablations or cache.no_ablations, strict=True):
-        x = layer.block(x, ablation, layer)
+        x = attention_step(layer, x, ablation)  # x + attn(ln_1(x))
+        if layer.mlp is not None:
+            fc_t, fc_bias, proj_t, proj_bias = layer.mlp
+            x = linear(layer.activation(linear(layer.ln_2(x), fc_t, fc_bias)), proj_t, proj_bias, x)  # x + mlp(ln_2(x))
     cache.advance(T)
     return torch.mm(cache.final_norm(x.view(B, T, -1)[:, -1]), cache.tokens.t())
+
+
+def attention_step(layer: LayerCache, x: torch.Tensor, ablation: HeadAblation | None = None) -> torch.Tensor:
+    """x + SelfAttention(ln_1(x)) for rows x [B * T, n_embd]: T new positions of each of the layer's B sequences
+    after the `layer.length` it holds, which they attend to too and join. `ablation` replaces the output of the
+    heads it removes, as in `SelfAttention.forward`."""
+    B, start = layer.batch, layer.length
+    T = x.shape[0] // B
+    H, D = layer.heads
+    qkv = linear(layer.ln_1(x), *layer.qkv).view(B, T, 3, H, D)
+    queries = qkv[:, :, 0].transpose(1, 2)  # [B, H, T, D]
+    new = qkv[:, :, 1:]  # [B, T, 2, H, D]: the new keys and values, as the cache holds them
+    if layer.qk_norm or layer.rotary is not None:  # the "modern" options, the rotation at the positions' offset
+        keys = new[:, :, 0].transpose(1, 2)
+        if layer.qk_norm:
+            queries, keys = F.rms_norm(queries, (D,)), F.rms_norm(keys, (D,))
+        if layer.rotary is not None:
+            queries, keys = layer.rotary(queries, start), layer.rotary(keys, start)
+        new = torch.stack((keys.transpose(1, 2), new[:, :, 1]), dim=2)
+    keys, values = layer.append(new)  # all it holds, each [B, H, positions, D]
+    if layer.relative_bias is None and (start == 0 or T == 1):
+        # SDPA's own causal mask; a single query after the cache needs none, it sees every key
+        context = F.scaled_dot_product_attention(queries, keys, values, is_causal=start == 0)
+    else:  # the mask at the offset: each head's bias (zeros without), -inf where a key comes after its query
+        shape = (T, start + T)
+        mask = torch.zeros(shape, device=x.device) if layer.relative_bias is None else layer.relative_bias(T, start)
+        if T > 1:  # a single query has no key after it
+            future = torch.triu(torch.ones(shape, device=x.device), diagonal=start + 1).bool()
+            mask = mask.masked_fill(future, float("-inf"))
+        context = F.scaled_dot_product_attention(queries, keys, values, attn_mask=mask.to(queries.dtype))
+    if ablation is not None:
+        context = ablation.apply(context)
+    rows = context.view(B, H * D) if T == 1 else context.transpose(1, 2).reshape(B * T, H * D)
+    return linear(rows, *layer.out_proj, x)
+
+
+def linear(
+    x: torch.Tensor, weight_t: torch.Tensor, bias: torch.Tensor | None, residual: torch.Tensor | None = None
+) -> torch.Tensor:
+    """`residual + x @ weight_t + bias` for rows x [N, in], the step's linear layer: one matmul call where it can,
+    the first addition inside it (F.linear transposes the weight on each call, and it and a separate addition
+    each add operations, which is what a sampled token's tiny matmuls cost). `weight_t` is a linear layer's
+    weight transposed, [in, out]."""
+    if residual is None:
+        return torch.mm(x, weight_t) if bias is None else torch.addmm(bias, x, weight_t)
+    out = torch.addmm(residual, x, weight_t)
+    return out if bias is None else out.add_(bias)
+
+
+def fused_projection(attn: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """A `SelfAttention`'s three projections as one linear layer: [W_query; W_key; W_value] transposed, [d_in,
+    3 * d_out] (GPT-2's `c_attn`), and their biases (None: none)."""
+    weight_t = torch.cat((attn.W_query.weight, attn.W_key.weight, attn.W_value.weight)).t().contiguous()
+    if attn.W_query.bias is None:
+        return weight_t, None
+    return weight_t, torch.cat((attn.W_query.bias, attn.W_key.bias, attn.W_value.bias))
+
+
+def norm_function(norm: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
+    """A `Norm` (model/gpt.py) as a function of x alone, its weights bound: the operation F.rms_norm or
+    F.layer_norm calls, without their Python wrappers, which cost a sampled token more."""
+    if norm.weight is None:
+        return partial(torch.rms_norm, normalized_shape=norm.shape)
+    return partial(torch.layer_norm, normalized_shape=norm.shape, weight=norm.weight, bias=norm.bias, eps=norm.eps)
 
 
 # --- the loop ---------------------------------------------------------------------------------------

@@ -49,6 +49,27 @@ def test_one_head_without_projection_is_the_explanations_layer():
     torch.testing.assert_close(attn(x), result, atol=1e-6, rtol=1e-6)
 
 
+UNBATCHED = {"plain": {}, "rotary+qk_norm": {"rotary": True, "qk_norm": True}, "relative": {"relative_positions": True}}
+
+
+@pytest.mark.parametrize("options", UNBATCHED.values(), ids=UNBATCHED)
+def test_the_unbatched_form_is_a_batch_of_one_on_both_paths(options):
+    torch.manual_seed(0)
+    attn = SelfAttention(16, 16, n_head=2, max_len=16, **options).eval()
+    if attn.position_bias is not None:
+        with torch.no_grad():
+            attn.position_bias.normal_(0.0, 0.1)
+    x = torch.randn(9, 16)
+    for removed in ({}, {"ablation": HeadAblation(torch.tensor([1.0, 0.0]), torch.randn(2, 8))}):
+        readable, weights = attn.forward_with_weights(x, **removed)
+        batched, batched_weights = attn.forward_with_weights(x.unsqueeze(0), **removed)
+        assert readable.shape == (9, 16) and weights.shape == (2, 9, 9)  # [head, query_pos, key_pos]
+        torch.testing.assert_close(readable, batched[0])
+        torch.testing.assert_close(weights, batched_weights[0])
+        torch.testing.assert_close(attn(x, **removed), attn(x.unsqueeze(0), **removed)[0])
+        torch.testing.assert_close(attn(x, **removed), readable, atol=1e-5, rtol=1e-5)
+
+
 def test_weights_rows_sum_to_one_and_nothing_above_the_diagonal():
     attn = SelfAttention(16, 16, n_head=4)
     _, weights = attn.forward_with_weights(torch.randn(2, 9, 16))
@@ -90,8 +111,11 @@ def test_mean_ablation_puts_the_mean_in_place_of_exactly_one_head(path):
 
 def test_bad_input_shapes_are_named():
     attn = SelfAttention(8, 8, n_head=2)
-    with pytest.raises(ValueError, match="batch, seq, dim"):
-        attn(torch.randn(8))
+    for shape in ((8,), (1, 2, 3, 8)):
+        with pytest.raises(ValueError, match="batch, seq, dim"):
+            attn(torch.randn(shape))
+        with pytest.raises(ValueError, match="batch, seq, dim"):
+            attn.forward_with_weights(torch.randn(shape))
     with pytest.raises(ValueError, match="divisible"):
         SelfAttention(8, 10, n_head=3)
 
