@@ -31,8 +31,7 @@ from errors import UsageError, warn
 from files import destination, read_text, utf8_value
 from formats import Loaded, checkpoint_path, load_model
 from formats.checkpoint import saved_settings
-from formats.layout import TARGETS
-from formats.sources import describe, identify, model_name
+from formats.sources import TARGETS, describe, identify, model_name
 from model.ablation import Ablation
 from settings import DEVICES, pick_device
 
@@ -265,7 +264,7 @@ def load(args: argparse.Namespace, device: torch.device) -> Loaded:
         source = identify(args.init_from)
         args.out_dir = args.init_from  # the name every report shows
         if source.elsewhere and args.attention is not None and args.png_dir is None and args.html is None:
-            name = source.hub or f"{source.kind}-{model_name(args.init_from)}"
+            name = source.hub or f"{source.format.name}-{model_name(args.init_from)}"
             args.png_dir = str(Path("out") / name / "attention")
     loaded = load_model(source, device)
     if source.elsewhere:
@@ -286,11 +285,11 @@ def main(argv: list[str]) -> int:
     if args.html is not None:
         args.html = str(destination(args.html, "--html", folder=False, fix="give a file path, e.g. page.html"))
     if mode == "export":
-        from formats.export import export, export_path
+        from formats.export import export
 
         target, text = args.export
-        path = export_path(target, text)  # a path that names nothing to write is refused before the checkpoint is read
-        print(export(load(args, torch.device("cpu")), target, path, args.out_dir))
+        path = TARGETS[target].destination(text)  # a path naming nothing to write is refused before the model is read
+        print(export(load(args, torch.device("cpu")), TARGETS[target], path, args.out_dir))
         return 0
     device = pick_device(args.device)
     loaded = load(args, device)

@@ -1,6 +1,7 @@
-"""gptwatch's own checkpoint, `ckpt.pt`, both ways, and what reading every model file shares: `CheckpointError`,
-the one reader of a PyTorch file (`read_torch`) and `Loaded`. A checkpoint holds only tensors and plain Python
-values, so `torch.load(weights_only=True)` can read it: a file from the internet cannot execute code on load.
+"""gptwatch's own checkpoint, `ckpt.pt`, both ways: what it holds (`Checkpoint`: what train.py saves and what
+reading one checks), writing it atomically, reading it back as a model, and the one reader of a PyTorch file
+(`read_torch`), which every format's file goes through. A checkpoint holds only tensors and plain Python values,
+so `torch.load(weights_only=True)` can read it: a file from the internet cannot execute code on load.
 """
 
 from __future__ import annotations
@@ -13,52 +14,106 @@ import re
 import shlex
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 import torch
 
-from data.tokenizer import TOKENIZERS, FullGPT2Tokenizer, Tokenizer, TokenizerMetaError, tokenizer_from_meta
-from errors import UsageError, UserError, is_out_of_memory
+from data.tokenizer import TOKENIZERS, TokenizerMetaError, tokenizer_from_meta
+from errors import UsageError, is_out_of_memory
 from files import cannot, clear_for_file, regular_file, replace_file, write_error, write_fix
+from formats.format import CheckpointError, Format, Loaded, Source, check_memory
 from model.config import ALWAYS_RECORDED, GPTConfig
 from model.gpt import GPT
-from model.memory import parameter_count, shortfall, size_text
+from model.memory import parameter_count, size_text
 from settings import FIELDS, TrainConfig, saved_config
 
 FORMAT = "gptwatch-checkpoint"
 FORMAT_VERSION = 1
+CHECKPOINT = "ckpt.pt"  # in out_dir
 ZIP_MAGIC = b"PK\x03\x04"
 MAX_STEP = 2**63  # steps are logged as int64 (TensorBoard, torch)
 RECORDED_WHEN_SET = tuple(f.name for f in fields(GPTConfig) if f.name not in ALWAYS_RECORDED)
 
 
-class CheckpointError(UserError):
-    """A model file that cannot be read, or not as one computing exactly the same function."""
+# --- what a checkpoint holds ---------------------------------------------------------------------------------
 
 
-@dataclass
-class Loaded:
-    """A model file made usable: the model in eval mode on its device, its tokenizer, and the checkpoint's other
-    contents (for a model trained elsewhere, its model_config, tokenizer and what was read, under "imported")."""
-
-    model: GPT
-    tokenizer: Tokenizer
-    checkpoint: dict
+def _entry(problem: Callable[[str, Any], str | None], *, resume: bool = False) -> Any:
+    """A field of `Checkpoint`: `problem(name, value)` says what is wrong with its value in a file read back (None
+    when nothing is), and `resume` that only resuming needs it (reading the model alone does not)."""
+    return field(metadata={"problem": problem, "resume": resume})
 
 
-def gpt2_bpe(config: GPTConfig, too_few: Callable[[int], str]) -> Tokenizer:
-    """GPT-2's BPE as it is, the vocabulary of a model from elsewhere that names none; `too_few(its size)` refuses a
-    model of fewer token rows."""
-    tokenizer = FullGPT2Tokenizer()
-    if config.vocab_size < tokenizer.vocab_size:
-        raise CheckpointError(too_few(tokenizer.vocab_size))
-    return tokenizer
+def _for_resume(kind: type | tuple[type, ...], then: Callable[[Any], str | None] = lambda value: None) -> Any:
+    """A field only resuming needs: a `kind` (a bool is no number), then whatever `then` finds wrong with it."""
+
+    def problem(name: str, value: object) -> str | None:
+        if not isinstance(value, kind) or isinstance(value, bool):
+            return f"{name!r}, which resuming needs, is missing or not a {getattr(kind, '__name__', 'number')}"
+        return then(value)
+
+    return _entry(problem, resume=True)
+
+
+def _is_step(value: object) -> bool:
+    return type(value) is int and 0 <= value < MAX_STEP
+
+
+def _step_count(name: str, value: object) -> str | None:
+    return None if _is_step(value) else f"{name!r} is not a step count (a whole number from 0 to 2**63 - 1)"
+
+
+def _weights(name: str, value: object) -> str | None:
+    named = isinstance(value, dict) and all(isinstance(k, str) and tensor_problem(v) is None for k, v in value.items())
+    return None if named and value else f"{name!r} is not a set of named floating-point tensors"
+
+
+def _model_config(name: str, value: object) -> str | None:
+    # The settings of RECORDED_WHEN_SET are there only when set (GPTConfig.to_dict): a model's switches, and what a
+    # model trained elsewhere brought.
+    if isinstance(value, dict) and set(ALWAYS_RECORDED) <= set(value) <= {f.name for f in fields(GPTConfig)}:
+        return None
+    return (
+        f"{name!r} is missing or does not hold exactly {', '.join(ALWAYS_RECORDED)} (and of "
+        f"{', '.join(RECORDED_WHEN_SET)} those it sets)"
+    )
+
+
+def _generator_states(rng: dict) -> str | None:
+    states = all(isinstance(rng.get(k), torch.Tensor) and rng[k].dtype == torch.uint8 for k in ("torch", "batches"))
+    return None if states else "'rng' does not hold the random generators' states"
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """What train.py saves in ckpt.pt, in the order it is written (after the file's "format" and "format_version"):
+    everything a resumed run needs to continue exactly, as plain tensors and values. `validate` checks a file read
+    back against the same fields: first those every reader needs, then, to resume, the others."""
+
+    model: dict[str, torch.Tensor] = _entry(_weights)  # the model's state_dict
+    optimizer: dict = _for_resume(dict)  # the optimizer's state_dict
+    model_config: dict = _entry(_model_config)  # GPTConfig.to_dict()
+    train_config: dict = _for_resume(dict)  # TrainConfig.to_dict()
+    tokenizer: dict | None = _entry(lambda name, value: None if isinstance(value, dict) else f"it has no {name!r}")
+    step: int = _entry(_step_count)  # the optimizer steps done
+    best_val_loss: float = _for_resume((float, int), lambda value: "'best_val_loss' is nan" if value != value else None)
+    run_name: str = _for_resume(str)
+    eval_step: int | None = _entry(  # the step of the last evaluation, if any
+        lambda name, value: None if value is None or _is_step(value) else f"{name!r} is not a step", resume=True
+    )
+    rng: dict[str, torch.Tensor] = _for_resume(dict, _generator_states)  # torch's and the batches' generators
+    data: dict | None = _entry(lambda name, value: None)  # what the run trains on (`saved_settings` checks it)
+
+    def contents(self) -> dict:
+        """The dict ckpt.pt holds (but its format): every field by name, in order, its tensors as they are."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 def checkpoint_path(path: str | Path) -> Path:
     path = Path(path)
-    return path / "ckpt.pt" if path.is_dir() else path
+    return path / CHECKPOINT if path.is_dir() else path
 
 
 def read_torch(path: Path, kind: str = "checkpoint") -> object:
@@ -219,45 +274,14 @@ def tensor_problem(value: object) -> str | None:
 
 
 def _structure_problem(checkpoint: dict, for_resume: bool) -> str | None:
-    weights = checkpoint.get("model")
-    if (
-        not isinstance(weights, dict)
-        or not weights
-        or not all(isinstance(k, str) and tensor_problem(v) is None for k, v in weights.items())
-    ):
-        return "'model' is not a set of named floating-point tensors"
-    config = checkpoint.get("model_config")
-    # The settings of RECORDED_WHEN_SET are there only when set (GPTConfig.to_dict): a model's switches, and what a
-    # model trained elsewhere brought.
-    if not isinstance(config, dict) or not set(ALWAYS_RECORDED) <= set(config) <= {f.name for f in fields(GPTConfig)}:
-        return (
-            f"'model_config' is missing or does not hold exactly {', '.join(ALWAYS_RECORDED)} (and of "
-            f"{', '.join(RECORDED_WHEN_SET)} those it sets)"
-        )
-    if not isinstance(checkpoint.get("tokenizer"), dict):
-        return "it has no 'tokenizer'"
-    if type(checkpoint.get("step")) is not int or not 0 <= checkpoint["step"] < MAX_STEP:
-        return "'step' is not a step count (a whole number from 0 to 2**63 - 1)"
-    if not for_resume:
-        return None
-    for key, kind in {
-        "optimizer": dict,
-        "train_config": dict,
-        "rng": dict,
-        "best_val_loss": (float, int),
-        "run_name": str,
-    }.items():
-        if not isinstance(checkpoint.get(key), kind) or isinstance(checkpoint.get(key), bool):
-            return f"{key!r}, which resuming needs, is missing or not a {getattr(kind, '__name__', 'number')}"
-    rng = checkpoint["rng"]
-    if not all(isinstance(rng.get(k), torch.Tensor) and rng[k].dtype == torch.uint8 for k in ("torch", "batches")):
-        return "'rng' does not hold the random generators' states"
-    if checkpoint.get("eval_step") is not None and (
-        type(checkpoint["eval_step"]) is not int or not 0 <= checkpoint["eval_step"] < MAX_STEP
-    ):
-        return "'eval_step' is not a step"
-    if checkpoint["best_val_loss"] != checkpoint["best_val_loss"]:
-        return "'best_val_loss' is nan"
+    """What is wrong with the first field of `Checkpoint` that `checkpoint` lacks or holds wrong: the fields every
+    reader needs first, then (`for_resume`) those resuming needs; None when all are right."""
+    for resume in (False, True)[: 1 + for_resume]:
+        for entry in fields(Checkpoint):
+            if entry.metadata["resume"] == resume:
+                problem = entry.metadata["problem"](entry.name, checkpoint.get(entry.name))
+                if problem is not None:
+                    return problem
     return None
 
 
@@ -324,12 +348,10 @@ def saved_settings(checkpoint: dict, path: str | Path) -> TrainConfig | None:
 # --- a checkpoint as a model -------------------------------------------------------------------------------
 
 
-def load_gptwatch(
-    path: str | Path, device: torch.device, contents: object = None, *, dropout: float | None = None
-) -> Loaded:
+def load_gptwatch(source: Source, device: torch.device, dropout: float | None = None) -> Loaded:
     """A checkpoint train.py wrote (the file, or its folder) as a model and its tokenizer."""
-    checkpoint = load_checkpoint(path, contents)
-    path = checkpoint_path(path)  # the file, for messages
+    checkpoint = load_checkpoint(source.path, source.contents)
+    path = checkpoint_path(source.path)  # the file, for messages
     config = validate(checkpoint, path)
     if dropout is not None:
         config = dataclasses.replace(config, dropout=dropout)
@@ -369,16 +391,6 @@ def load_gptwatch(
     return Loaded(model, tokenizer, checkpoint)
 
 
-def check_memory(need: dict[str, int], device: torch.device, refusal: Callable[[torch.device, dict, int], str]) -> None:
-    """Refuses, before anything is allocated, a model needing the bytes `need` (by what holds them) on the CPU, where
-    it is built, and on `device`, where it runs and samples: `refusal(where, counted, free)` says why."""
-    for where in dict.fromkeys((torch.device("cpu"), device)):
-        counted = need if where == device else {k: n for k, n in need.items() if k != "sampling cache"}
-        free = shortfall(sum(counted.values()), where)
-        if free is not None:
-            raise CheckpointError(refusal(where, counted, free))
-
-
 def load_bytes(config: GPTConfig) -> dict[str, int]:
     """A lower bound of what loading `config`'s model and sampling from it allocate besides the checkpoint's own
     tensors: the rotary tables and the sampling cache follow from block_size, which no "modern" tensor holds."""
@@ -392,11 +404,14 @@ def load_bytes(config: GPTConfig) -> dict[str, int]:
 # --- writing a checkpoint -----------------------------------------------------------------------------------
 
 
-def save_checkpoint(path: str | Path, checkpoint: dict, keep_previous: str | Path | None = None) -> None:
-    """Atomically replaces `path` with `checkpoint`. With `keep_previous`, the checkpoint being replaced survives
-    under that name (hard-linked just before the swap, so `path` itself is never missing)."""
+def save_checkpoint(path: str | Path, checkpoint: Checkpoint | dict, keep_previous: str | Path | None = None) -> None:
+    """Atomically replaces `path` with `checkpoint` (train.py's `Checkpoint`, or the dict a tool writes: a model
+    without what resuming needs). With `keep_previous`, the checkpoint being replaced survives under that name
+    (hard-linked just before the swap, so `path` itself is never missing)."""
     path = Path(path)
-    checkpoint = {"format": FORMAT, "format_version": FORMAT_VERSION, **checkpoint}
+    if isinstance(checkpoint, Checkpoint):
+        checkpoint = checkpoint.contents()
+    contents = {"format": FORMAT, "format_version": FORMAT_VERSION, **checkpoint}
 
     def keep() -> None:  # a hard link (what stands there replaced, never followed), or a copy where there are none
         if keep_previous is None or not path.exists():
@@ -419,7 +434,7 @@ def save_checkpoint(path: str | Path, checkpoint: dict, keep_previous: str | Pat
         path.parent.mkdir(parents=True, exist_ok=True)
         clear_for_file(path, "the checkpoint", "move it away or choose another --out_dir", CheckpointError)
         # replace_file leaves no half-written temporary file, also on a second Ctrl-C mid-save
-        replace_file(path, lambda fh: torch.save(checkpoint, fh), before_replace=keep)
+        replace_file(path, lambda fh: torch.save(contents, fh), before_replace=keep)
         with contextlib.suppress(OSError):  # makes the rename itself durable; not every platform opens a folder
             fd = os.open(path.parent, os.O_RDONLY)
             try:
@@ -437,3 +452,7 @@ def save_checkpoint(path: str | Path, checkpoint: dict, keep_previous: str | Pat
 def previous_path(path: Path) -> Path:
     """Where a new run keeps the earlier run's checkpoint it replaces."""
     return path.with_name("ckpt.prev.pt")
+
+
+# Any file no other format recognises is taken for a checkpoint: its reader says what is wrong with it.
+GPTWATCH = Format("gptwatch", "gptwatch", file=lambda path, contents: True, load=load_gptwatch)

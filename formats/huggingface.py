@@ -1,13 +1,14 @@
-"""Hugging Face transformers folders, as `save_pretrained` writes them and the hub serves them, both ways, and the
-optional libraries a conversion needs.
+"""Hugging Face transformers folders, as `save_pretrained` writes them and the hub serves them (fetched by name into
+the Hugging Face cache), both ways, and the optional libraries a conversion needs.
 
 Reading (`read_folder`) takes GPT-2-family models, without running any code from the folder: the config is
 JSON, the weights a safetensors file or a PyTorch archive read with `torch.load(weights_only=True)`. The
 vocabulary is GPT-2's BPE as it is, or the one gptwatch's own `--export hf` recorded in the folder.
 
-Writing (`to_hf_model`) gives a standard class computing the same function, so the folder loads with
-`AutoModelForCausalLM.from_pretrained(folder)`, offline and with no `trust_remote_code`. "gpt2" ->
-`GPT2LMHeadModel`; "modern" -> `Qwen3ForCausalLM` (bias=False only), with two exact rewritings:
+Writing (`to_hf_model`, `sample.py --export hf FOLDER`) gives a standard class computing the same function, so the
+folder loads with `AutoModelForCausalLM.from_pretrained(folder)`, offline and with no `trust_remote_code`. "gpt2"
+-> `GPT2LMHeadModel`, its config from the same tables reading uses; "modern" -> `Qwen3ForCausalLM` (bias=False
+only), with two exact rewritings:
 - gptwatch rotates interleaved pairs (x[2i], x[2i+1]); Qwen3 rotates halves (x[i], x[i + D/2]). Reordering the
   rows of W_query and W_key inside each head as [0, 2, 4, ..., 1, 3, 5, ...] turns one into the other; q·k and
   the per-head RMS norm do not change under the same reordering of both, and values are untouched.
@@ -22,7 +23,6 @@ from __future__ import annotations
 import importlib
 import json
 import os
-from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
@@ -30,9 +30,11 @@ import torch
 
 from data.tokenizer import EOT, GPT2Tokenizer, Tokenizer, TokenizerMetaError, tokenizer_from_meta
 from errors import UserError
-from files import read_text, regular_file
-from formats.checkpoint import CheckpointError, gpt2_bpe, read_torch
-from formats.layout import GPT2_ACTIVATIONS, RMS_EPS, check_supported, gpt2_layout, qwen3_layout, read_weights, written
+from files import cannot, destination, read_text, regular_file, replace_folder
+from formats.checkpoint import read_torch
+from formats.export import Unsupported, check_positions, same_logits, write_failed
+from formats.format import CheckpointError, Format, Loaded, Parts, Source, check_fits, config_from, gpt2_bpe, imported
+from formats.layout import RMS_EPS, gpt2_layout, qwen3_layout, read_state, read_weights, written
 from model.attention import ROTARY_BASE
 from model.config import GPTConfig
 from model.gpt import GPT, LN_EPS
@@ -46,11 +48,33 @@ CONFIG = "config.json"
 USE_CONFIG = "use the config.json save_pretrained wrote"
 WEIGHTS = ("model.safetensors", "pytorch_model.bin")  # the first present is read
 MARKER = "gptwatch_export.json"  # in every folder `--export hf` writes: what it is, its files, where it came from
+EXPORT_FORMAT = "gptwatch-huggingface"  # in the marker
 READ_CLASSES = ("GPT2LMHeadModel", "GPT2Model")  # GPT2Model: the same weights, the head tied to them
-ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu"}
 
-# GPT2Config's options that change the function, each with the only value gptwatch computes (GPT2Config's
-# default, used where config.json leaves it out) and what another value would mean.
+# name -> (hub repository, n_layer, n_head, n_embd); every one has GPT-2's vocabulary and 1,024 positions
+HUB_MODELS = {
+    "gpt2": ("openai-community/gpt2", 12, 12, 768),
+    "gpt2-medium": ("openai-community/gpt2-medium", 24, 16, 1024),
+    "gpt2-large": ("openai-community/gpt2-large", 36, 20, 1280),
+    "gpt2-xl": ("openai-community/gpt2-xl", 48, 25, 1600),
+    "distilgpt2": ("distilbert/distilgpt2", 6, 12, 768),
+}
+HUB_FILES = [CONFIG, "model.safetensors"]  # each of them has its weights as safetensors
+LOCAL_FOLDER_HELP = "or pass a local folder holding config.json and model.safetensors (or pytorch_model.bin)"
+
+# GPT2Config's config.json, read and written through the same tables. Its sizes: {its key: (GPTConfig's field,
+# GPT2Config's default, used where config.json leaves it out)}.
+SIZES = {
+    "n_layer": ("n_layer", 12),
+    "n_head": ("n_head", 12),
+    "n_embd": ("n_embd", 768),
+    "vocab_size": ("vocab_size", 50257),
+    "n_positions": ("block_size", 1024),
+}
+# Its activation_function: {its name: gptwatch's activation}; gptwatch writes the first name of each.
+ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu"}
+# Its options that change the function, each with the only value gptwatch computes (GPT2Config's default, used
+# where config.json leaves it out, and what gptwatch writes) and what another value would mean.
 FIXED_OPTIONS = {
     "scale_attn_by_inverse_layer_idx": (False, "attention scores also divided by the layer's number"),
     "reorder_and_upcast_attn": (False, "attention scores computed in another order and precision"),
@@ -59,21 +83,16 @@ FIXED_OPTIONS = {
     "tie_word_embeddings": (True, "an output head of its own, not the token table"),
     "layer_norm_epsilon": (LN_EPS, "another epsilon in every LayerNorm"),
 }
-SIZES = {"n_layer": 12, "n_head": 12, "n_embd": 768, "vocab_size": 50257, "n_positions": 1024}  # GPT2Config's
-# The JSON type of every key read from config.json, and its name in words.
+# The JSON values every key read from config.json may hold, and their name in words: for the keys above, those of
+# their default's type.
+JSON_KINDS = {bool: ((bool,), "true or false"), int: ((int,), "a whole number"), float: ((int, float), "a number")}
 KEY_TYPES = {
-    "architectures": (list, "a list of class names"),
-    "model_type": (str, "a string"),
-    "activation_function": (str, "a string"),
-    "n_inner": (int, "a whole number"),
-    **{key: (int, "a whole number") for key in SIZES},
-    **{
-        key: (
-            (bool,) if isinstance(value, bool) else (int, float),
-            "true or false" if isinstance(value, bool) else "a number",
-        )
-        for key, (value, _) in FIXED_OPTIONS.items()
-    },
+    "architectures": ((list,), "a list of class names"),
+    "model_type": ((str,), "a string"),
+    "activation_function": ((str,), "a string"),
+    "n_inner": JSON_KINDS[int],
+    **{key: JSON_KINDS[type(default)] for key, (_, default) in SIZES.items()},
+    **{key: JSON_KINDS[type(value)] for key, (value, _) in FIXED_OPTIONS.items()},
 }
 
 
@@ -93,6 +112,25 @@ def library(module: str, purpose: str, *also: str) -> ModuleType:
                 f"it with: pip install -r {REQUIREMENTS}"
             ) from None
     return modules[0]
+
+
+def fill(model: torch.nn.Module, weights: dict[str, torch.Tensor]) -> torch.nn.Module:
+    """`model`, a library's, in eval mode, every parameter of it set to the tensor of its name in `weights`. Their
+    names and shapes must be its parameters' (a tied head is one of them): a version of the library whose
+    parameters are others would keep one at any value, so it is refused."""
+    params = dict(model.named_parameters())
+    theirs = {name: tuple(p.shape) for name, p in params.items()}
+    ours = {name: tuple(t.shape) for name, t in weights.items()}
+    if theirs != ours:
+        differ = [(name, theirs.get(name), ours.get(name)) for name in sorted(theirs.keys() | ours.keys())]
+        raise RuntimeError(
+            f"{type(model).__name__} of this version does not fit gptwatch's weights (name, its shape, gptwatch's: "
+            f"{[row for row in differ if row[1] != row[2]][:3]}); use the version that {REQUIREMENTS} pins"
+        )
+    with torch.no_grad():
+        for name, value in weights.items():
+            params[name].copy_(value)
+    return model.eval()
 
 
 def gpt_config(hf: dict, where: Path) -> GPTConfig:
@@ -124,33 +162,22 @@ def gpt_config(hf: dict, where: Path) -> GPTConfig:
     for key, (value, meaning) in FIXED_OPTIONS.items():
         if hf.get(key, value) != value:
             _refuse(where, key, hf[key], meaning, f"{key}={json.dumps(value)}")
-    sizes = {key: hf.get(key, default) for key, default in SIZES.items()}
+    sizes = {key: hf.get(key, default) for key, (_, default) in SIZES.items()}
     for key, value in sizes.items():
         if type(value) is not int or value <= 0:
             raise CheckpointError(f"{where}: {key} is {json.dumps(value)}, not a positive integer; {USE_CONFIG}")
-    activation = hf.get("activation_function", "gelu_new")
+    activation = hf.get("activation_function", "gelu_new")  # GPT2Config's default
     if activation not in ACTIVATIONS:
         names = [json.dumps(name) for name in ACTIVATIONS]
-        _refuse(
-            where,
-            "activation_function",
-            activation,
-            "another activation",
-            f"activation_function {', '.join(names[:-1])} or {names[-1]}",
-        )
-    try:
-        config = GPTConfig(
-            vocab_size=sizes["vocab_size"],
-            block_size=sizes["n_positions"],
-            n_layer=sizes["n_layer"],
-            n_head=sizes["n_head"],
-            n_embd=sizes["n_embd"],
-            bias=True,
-            qkv_bias=True,
-            activation=ACTIVATIONS[activation],
-        )
-    except ValueError as exc:
-        raise CheckpointError(f"{where} describes no model gptwatch can build ({exc})") from None
+        read = f"activation_function {', '.join(names[:-1])} or {names[-1]}"
+        _refuse(where, "activation_function", activation, "another activation", read)
+    config = config_from(
+        where,
+        **{field: sizes[key] for key, (field, _) in SIZES.items()},
+        bias=True,  # GPT-2 has biases everywhere, the query, key and value projections' too
+        qkv_bias=True,
+        activation=ACTIVATIONS[activation],
+    )
     if hf.get("n_inner") not in (None, config.mlp_width):
         _refuse(
             where, "n_inner", hf["n_inner"], "an MLP of another width than 4 x n_embd", f"n_inner={config.mlp_width}"
@@ -165,9 +192,19 @@ def _refuse(where: Path, key: str, value: object, meaning: str, read: str) -> No
     )
 
 
-def read_folder(folder: Path, hub: str | None) -> tuple[GPTConfig, Tokenizer, Callable, dict]:
-    """A GPT-2-family folder: (its gptwatch config, its tokenizer, weights(config) -> gptwatch's state dict, what
-    was read). The weights are read last, once the model is known to fit (formats/sources.py)."""
+def load(source: Source, device: torch.device, dropout: float | None) -> Loaded:
+    folder = source.path if source.path is not None else fetch(source.hub, device)
+    return imported(source.hub or f"the model in {folder}", read_folder(folder, source.hub), device, dropout)
+
+
+def describe(record: dict) -> str:
+    where = f"{record['hub']} ({record['path']})" if record.get("hub") else record["path"]
+    return f"Hugging Face {record['class']} {where}"
+
+
+def read_folder(folder: Path, hub: str | None) -> Parts:
+    """A GPT-2-family folder (of the hub model `hub`, if one): (its gptwatch config, its tokenizer, weights(config)
+    -> gptwatch's state dict, what was read). The weights are read last, once the model is known to fit."""
     text = read_text(
         folder / CONFIG, "Hugging Face config", "give a folder that save_pretrained wrote", CheckpointError
     )
@@ -218,15 +255,11 @@ def read_folder(folder: Path, hub: str | None) -> tuple[GPTConfig, Tokenizer, Ca
                     f"{path} is not a readable safetensors file ({' '.join(str(exc).split())[:120]});"
                     f" use an intact copy"
                 ) from None
-        state = read_torch(path, "PyTorch file")
-        if not isinstance(state, dict) or not all(isinstance(t, torch.Tensor) for t in state.values()):
-            raise CheckpointError(f"{path} is not a state dict (named tensors); use the file save_pretrained wrote")
-        return read_weights(
-            {name: tuple(t.shape) for name, t in state.items()}, state.__getitem__, config, conv1d=True, where=str(path)
-        )
+        refusal = f"{path} is not a state dict (named tensors); use the file save_pretrained wrote"
+        return read_state(read_torch(path, "PyTorch file"), config, True, str(path), refusal)
 
     source = {
-        "format": "huggingface",
+        "format": HUGGINGFACE.name,
         "path": str(folder),
         "hub": hub,
         "weights": path.name,
@@ -235,17 +268,79 @@ def read_folder(folder: Path, hub: str | None) -> tuple[GPTConfig, Tokenizer, Ca
     return config, tokenizer, weights, source
 
 
+# --- models on the Hugging Face hub, by name -----------------------------------------------------------
+
+
+def hub_name(source: str) -> str | None:
+    """The hub model `source` names ("gpt2", or its repository "openai-community/gpt2"); None for any other."""
+    return next((name for name, (repository, *_) in HUB_MODELS.items() if source in (name, repository)), None)
+
+
+def hub_config(name: str) -> GPTConfig:
+    """The config of a hub model, known without fetching it."""
+    _, n_layer, n_head, n_embd = HUB_MODELS[name]  # the rest is GPT2Config's default
+    return gpt_config({"model_type": "gpt2", "n_layer": n_layer, "n_head": n_head, "n_embd": n_embd}, Path(name))
+
+
+def fetch(name: str, device: torch.device) -> Path:
+    """The Hugging Face cache's folder of hub model `name`, downloaded first if need be, once it is known to fit."""
+    check_fits(hub_config(name), name, device)
+    hub = library("huggingface_hub", f"fetching {name} from the Hugging Face hub")
+    repository = HUB_MODELS[name][0]
+    try:
+        return Path(hub.snapshot_download(repository, allow_patterns=HUB_FILES))
+    except Exception as exc:  # offline, unreachable, renamed or refused: the hub's errors come as many types
+        # an HTTP answer is a refusal (its errors are OSErrors too); any other failure to connect means offline
+        answered = any(kind.__name__ == "HTTPError" for kind in type(exc).__mro__)
+        offline = not answered and isinstance(exc, (OSError, ConnectionError, TimeoutError))
+        why = (
+            "this machine is offline, or cannot reach the hub, and the model is not in the Hugging Face cache yet"
+            if offline
+            else f"the hub refused to serve it ({type(exc).__name__})"
+        )
+        raise CheckpointError(
+            f"cannot fetch {name} ({repository}) from the Hugging Face hub: {why}; connect to the "
+            f"internet once (it is then kept in the Hugging Face cache), {LOCAL_FOLDER_HELP}"
+        ) from None
+
+
 # --- writing a folder -----------------------------------------------------------------------------------------
+
+
+def check_supported(config: GPTConfig) -> None:
+    """`Unsupported`, naming the part, when no standard class computes a model of `config` exactly."""
+    check_positions(config, HUGGINGFACE.title, "GPT-2's learned position table and Qwen3's rotary positions")
+    if config.modern and config.bias:
+        raise Unsupported(
+            "cannot export this model to Hugging Face exactly: the modern architecture goes to "
+            "Qwen3ForCausalLM, whose MLP (c_fc, c_proj) and attention output (out_proj) have no biases, "
+            "and this model has them (bias=true); export it to TransformerLens (--export tl FILE), or "
+            "train with --bias=false"
+        )
+
+
+def gpt2_config(config: GPTConfig) -> dict:
+    """The GPT2Config of a "gpt2" model of `config`: the tables `gpt_config` reads, the other way."""
+    return {
+        **{key: getattr(config, field) for key, (field, _) in SIZES.items()},
+        "n_inner": config.mlp_width,
+        "activation_function": hf_activation(config.activation),
+        **{key: value for key, (value, _) in FIXED_OPTIONS.items()},
+        **dict.fromkeys(("resid_pdrop", "embd_pdrop", "attn_pdrop"), 0.0),  # dropout is training's, not the model's
+    }
+
+
+def hf_activation(activation: str) -> str:
+    """GPT2Config's name of gptwatch's `activation` (the first ACTIVATIONS gives); TransformerLens's too."""
+    return next(theirs for theirs, ours in ACTIVATIONS.items() if ours == activation)
 
 
 def to_hf_model(model: GPT, eos_token_id: int | None = None):
     """A GPT2LMHeadModel or Qwen3ForCausalLM computing what `model` computes, on the CPU in float32."""
-    check_supported(model.config, "hf")
+    check_supported(model.config)
     transformers = library("transformers", "exporting to Hugging Face", "tokenizers")
     config = model.config
-    special = dict(
-        bos_token_id=eos_token_id, eos_token_id=eos_token_id, pad_token_id=eos_token_id, tie_word_embeddings=True
-    )
+    special = dict(bos_token_id=eos_token_id, eos_token_id=eos_token_id, pad_token_id=eos_token_id)
     if config.modern:
         hf = transformers.Qwen3ForCausalLM(
             transformers.Qwen3Config(
@@ -263,39 +358,14 @@ def to_hf_model(model: GPT, eos_token_id: int | None = None):
                 attention_bias=False,
                 attention_dropout=0.0,
                 use_sliding_window=False,
+                tie_word_embeddings=True,
                 **special,
             )
         )
     else:
-        hf = transformers.GPT2LMHeadModel(
-            transformers.GPT2Config(
-                vocab_size=config.vocab_size,
-                n_positions=config.block_size,
-                n_embd=config.n_embd,
-                n_layer=config.n_layer,
-                n_head=config.n_head,
-                n_inner=config.mlp_width,
-                activation_function=GPT2_ACTIVATIONS[config.activation],
-                layer_norm_epsilon=LN_EPS,
-                resid_pdrop=0.0,
-                embd_pdrop=0.0,
-                attn_pdrop=0.0,
-                **special,
-            )
-        )
-    rows = qwen3_layout(config) if config.modern else gpt2_layout(config)
-    weights = written(rows, model.state_dict())
-    missing, unexpected = hf.load_state_dict(weights, strict=False)
-    if unexpected or set(missing) != {"lm_head.weight"}:
-        raise RuntimeError(
-            f"{type(hf).__name__} of this transformers version does not fit gptwatch's weights (missing "
-            f"{sorted(missing)}, unexpected {sorted(unexpected)}); use the version that "
-            f"{REQUIREMENTS} pins"
-        )
-    hf.tie_weights()
-    if hf.get_output_embeddings().weight.data_ptr() != hf.get_input_embeddings().weight.data_ptr():
-        raise RuntimeError(f"{type(hf).__name__}'s output head is not tied to its embedding here")
-    return hf.eval()
+        hf = transformers.GPT2LMHeadModel(transformers.GPT2Config(**gpt2_config(config), **special))
+    # Its output head is its token table, one parameter (tie_word_embeddings): `fill` refuses a second one.
+    return fill(hf, written(qwen3_layout(config) if config.modern else gpt2_layout(config), model.state_dict()))
 
 
 def hf_tokenizer(tokenizer: Tokenizer):
@@ -357,3 +427,91 @@ def gpt2_backend(tokenizer: GPT2Tokenizer, tokenizers):
     # Matched whole wherever it is written, as gptwatch's tokenizer allows it, at its compact id.
     backend.add_special_tokens([tokenizers.AddedToken(EOT, special=True, normalized=False)])
     return backend
+
+
+# --- the export target: sample.py --export hf FOLDER ---------------------------------------------------------
+
+
+def check_export_folder(path: Path, problem: str | None) -> None:
+    """`path` can take the export: a new folder, an empty one, or an earlier export (`problem`: what stands there)."""
+    if problem != "a directory":
+        raise UserError(
+            f"{path} is {'a file' if problem is None else problem}; --export hf writes a folder: choose "
+            f"a new folder name"
+        )
+    if is_earlier_export(path):
+        return
+    try:
+        empty = not any(path.iterdir())
+    except OSError as exc:
+        raise UserError(f"{cannot('read folder', path, exc)}; choose another folder") from None
+    if not empty:
+        raise UserError(
+            f"{path} is a folder that is not empty and holds no earlier export ({MARKER}); choose "
+            f"a new or empty folder (an export replaces only its own earlier folder)"
+        )
+
+
+def is_earlier_export(path: Path) -> bool:
+    """Whether `path` holds what `--export hf` wrote, which a new export may replace: a folder with its marker and no
+    file but those the marker lists (nothing a user added is replaced)."""
+    try:
+        names = {p.name for p in path.iterdir()}
+        marker = parse_json((path / MARKER).read_bytes())
+    except (OSError, ValueError):  # no folder, no marker, or a marker that is not JSON
+        return False
+    files = marker.get("files") if isinstance(marker, dict) and marker.get("format") == EXPORT_FORMAT else None
+    return isinstance(files, list) and names <= {MARKER, *map(str, files)}
+
+
+def write(loaded: Loaded, model: GPT, folder: Path, record: dict) -> tuple[str, str, str]:
+    """The folder of `model` (`loaded`'s, in float32 on the CPU) with its tokenizer and the marker: (what it is, how
+    close it computes, how to load it)."""
+    hf = to_hf_model(model, eos_token_id=getattr(loaded.tokenizer, "eot_id", None))
+    checked = same_logits(model, lambda idx: hf(idx).logits)
+    tokenizer = hf_tokenizer(loaded.tokenizer)
+    marker = {"format": EXPORT_FORMAT, "class": type(hf).__name__, **record}
+
+    def save(staging: Path) -> None:
+        hf.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        marker["files"] = sorted(p.name for p in staging.iterdir())
+        (staging / MARKER).write_text(json.dumps(marker, indent=1) + "\n", encoding="utf-8")
+        # Every file gets the permissions of the marker, written the usual way (the umask's): safetensors writes
+        # the weights readable by their owner alone (0600), the other files as any file (0644).
+        mode = (staging / MARKER).stat().st_mode & 0o777
+        for path in staging.iterdir():
+            if path.is_file() and not path.is_symlink():
+                path.chmod(mode)
+
+    progress = library("transformers", "exporting to Hugging Face").utils.logging  # to_hf_model imported it
+    shown = progress.is_progress_bar_enabled()
+    progress.disable_progress_bar()  # a bar for writing one small file is noise in a command's output
+    try:
+        replace_folder(folder, save, last=MARKER)
+    except OSError as exc:
+        raise write_failed(folder, exc, "the Hugging Face folder") from None
+    finally:
+        if shown:
+            progress.enable_progress_bar()
+    usage = (
+        f"  from transformers import AutoModelForCausalLM, AutoTokenizer\n"
+        f"  model = AutoModelForCausalLM.from_pretrained({str(folder)!r}); "
+        f"tokenizer = AutoTokenizer.from_pretrained({str(folder)!r})"
+    )
+    return f"Hugging Face {type(hf).__name__} with its tokenizer", checked, usage
+
+
+HUGGINGFACE = Format(
+    "huggingface",
+    "Hugging Face",
+    elsewhere=True,
+    folder=lambda path: (path / CONFIG).exists() or (path / CONFIG).is_symlink(),  # what it holds: read_folder checks
+    load=load,
+    describe=describe,
+    target="hf",
+    destination=lambda text: destination(text, "--export hf", folder=True, fix="give a folder name, e.g. model-hf"),
+    check_path=check_export_folder,
+    check_supported=check_supported,
+    write=write,
+)

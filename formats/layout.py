@@ -1,7 +1,7 @@
 """Where gptwatch's weights stand in another library's layout, one table of `Row`s per layout, read both ways:
 exporting (`written`) and importing (`read_back`) use the same rows, so reading what was written gives the same
-weights. And the parts of a model that no target holds exactly (`check_supported`: the one place an export is
-refused, so an export either computes the same function or does not happen; docs/interop.md has the table).
+weights: GPT-2's (Hugging Face's and nanoGPT's files), Qwen3's (Hugging Face's, for the modern architecture) and
+TransformerLens's. What a format cannot hold exactly, its own module refuses (`check_supported`).
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import torch
 
-from errors import UserError
-from formats.checkpoint import CheckpointError, not_finite, tensor_problem
+from formats.checkpoint import not_finite, tensor_problem
+from formats.format import CheckpointError
 from model.config import GPTConfig
 from model.gpt import GPT
 
@@ -23,37 +23,8 @@ TOKENS = "transformer.wte.weight"
 EDITED = "it is damaged or was edited: use the file as it was saved"
 
 Reader = Callable[[str], torch.Tensor]
-TARGETS = {"tl": "TransformerLens", "hf": "Hugging Face"}
-GPT2_ACTIVATIONS = {"gelu": "gelu", "gelu_tanh": "gelu_new"}  # gptwatch's -> GPT2Config's and TransformerLens's
 # The model's RMSNorm and QK-norm pass no eps, so F.rms_norm uses the input's: float32's, as exported.
 RMS_EPS = torch.finfo(torch.float32).eps
-
-
-class Unsupported(UserError):
-    """A model with a part the target has no exact equivalent for."""
-
-
-def check_supported(config: GPTConfig, target: str) -> None:
-    """`Unsupported`, naming the part, when `target` cannot hold a model of `config` exactly."""
-    if config.relative_positions:
-        kinds = (
-            "learned absolute, rotary, shortformer and ALiBi positions"
-            if target == "tl"
-            else "GPT-2's learned position table and Qwen3's rotary positions"
-        )
-        raise Unsupported(
-            f"cannot export this model to {TARGETS[target]} exactly: its positions are a learned bias "
-            f"per head and distance in each attention layer (relative_positions=true), and "
-            f"{TARGETS[target]} has {kinds}, none of them that; to export, train with "
-            f"--relative_positions=false"
-        )
-    if target == "hf" and config.modern and config.bias:
-        raise Unsupported(
-            "cannot export this model to Hugging Face exactly: the modern architecture goes to "
-            "Qwen3ForCausalLM, whose MLP (c_fc, c_proj) and attention output (out_proj) have no biases, "
-            "and this model has them (bias=true); export it to TransformerLens (--export tl FILE), or "
-            "train with --bias=false"
-        )
 
 
 @dataclass(frozen=True)
@@ -274,6 +245,13 @@ def layout_names(names: Iterable[str], where: str) -> dict[str, str]:
         if name != HEAD and not name.endswith(MASK_BUFFERS):
             out[name] = original
     return out
+
+
+def read_state(state: object, config: GPTConfig, conv1d: bool, where: str, refusal: str) -> dict[str, torch.Tensor]:
+    """`read_weights` of a state dict read whole (a PyTorch file's), `refusal` when it is none (named tensors)."""
+    if not isinstance(state, dict) or not all(isinstance(k, str) and torch.is_tensor(t) for k, t in state.items()):
+        raise CheckpointError(refusal)
+    return read_weights({name: tuple(t.shape) for name, t in state.items()}, state.__getitem__, config, conv1d, where)
 
 
 def read_weights(

@@ -1,21 +1,22 @@
 """nanoGPT checkpoints: the `ckpt.pt` its train.py writes, with the character vocabulary of its `meta.pkl` when it
 has one (else GPT-2's BPE), read into a gptwatch model that computes the same function. nanoGPT saves only tensors
 and plain values, so `torch.load(weights_only=True)` reads it; its MLP uses the exact GELU, as gptwatch's does.
+Its file is named as gptwatch's is, ckpt.pt: what it holds tells them apart (`NANOGPT.file`).
 """
 
 from __future__ import annotations
 
 import io
 import pickle
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
-from data.tokenizer import CharTokenizer, Tokenizer, TokenizerMetaError
+from data.tokenizer import CharTokenizer, TokenizerMetaError
 from files import read_bytes
-from formats.checkpoint import CheckpointError, gpt2_bpe
-from formats.layout import read_weights
+from formats.checkpoint import checkpoint_path
+from formats.format import CheckpointError, Format, Loaded, Parts, Source, config_from, gpt2_bpe, imported
+from formats.layout import read_state
 from model.config import GPTConfig
 
 META = "meta.pkl"
@@ -76,7 +77,17 @@ def read_meta(path: Path) -> CharTokenizer:
     return tokenizer
 
 
-def read_nanogpt(path: Path, checkpoint: dict) -> tuple[GPTConfig, Tokenizer, Callable, dict]:
+def is_nanogpt(path: Path, contents: object) -> bool:
+    """Whether a PyTorch file holds what nanoGPT's train.py saves: its weights and sizes, and no gptwatch format."""
+    return isinstance(contents, dict) and "model_args" in contents and "model" in contents and "format" not in contents
+
+
+def load(source: Source, device: torch.device, dropout: float | None) -> Loaded:
+    path = checkpoint_path(source.path)
+    return imported(f"the model in {path}", read_nanogpt(path, source.contents), device, dropout)
+
+
+def read_nanogpt(path: Path, checkpoint: dict) -> Parts:
     """A nanoGPT checkpoint, read: (its gptwatch config, tokenizer, weights(config) -> state dict, what was read)."""
     args = checkpoint["model_args"]
     if not isinstance(args, dict):
@@ -88,10 +99,8 @@ def read_nanogpt(path: Path, checkpoint: dict) -> tuple[GPTConfig, Tokenizer, Ca
             )
     if not isinstance(args.get("bias"), bool):
         raise CheckpointError(f"{path}: its model_args has no 'bias' (true or false); {USE_CHECKPOINT}")
-    try:  # `bias` puts biases everywhere, the query/key/value projection included
-        config = GPTConfig(**{key: args[key] for key in SIZES}, bias=args["bias"], qkv_bias=args["bias"])
-    except ValueError as exc:
-        raise CheckpointError(f"{path} describes no model gptwatch can build ({exc})") from None
+    # `bias` puts biases everywhere, the query/key/value projection included
+    config = config_from(path, **{key: args[key] for key in SIZES}, bias=args["bias"], qkv_bias=args["bias"])
     places = meta_places(path, checkpoint)
     meta = next((place for place in places if place.exists()), None)
     if meta is not None:
@@ -113,30 +122,24 @@ def read_nanogpt(path: Path, checkpoint: dict) -> tuple[GPTConfig, Tokenizer, Ca
         )
 
     def weights(config: GPTConfig) -> dict[str, torch.Tensor]:
-        state = checkpoint["model"]
-        if not isinstance(state, dict) or not all(
-            isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()
-        ):
-            raise CheckpointError(f"{path}: its 'model' is not a state dict (named tensors); {USE_CHECKPOINT}")
-        return read_weights(
-            {name: tuple(t.shape) for name, t in state.items()},
-            state.__getitem__,
-            config,
-            conv1d=False,
-            where=str(path),
-        )
+        refusal = f"{path}: its 'model' is not a state dict (named tensors); {USE_CHECKPOINT}"
+        return read_state(checkpoint["model"], config, False, str(path), refusal)
 
     best = checkpoint.get("best_val_loss")  # a number, or a tensor holding one (nanoGPT saves its best loss so)
+    number = isinstance(best, (int, float)) and not isinstance(best, bool)
     source = {
-        "format": "nanogpt",
+        "format": NANOGPT.name,
         "path": str(path),
         "meta": None if meta is None else str(meta),
         "iter_num": checkpoint["iter_num"] if type(checkpoint.get("iter_num")) is int else None,
-        "best_val_loss": float(best)
-        if isinstance(best, torch.Tensor)
-        and best.numel() == 1
-        or isinstance(best, (int, float))
-        and not isinstance(best, bool)
-        else None,
+        "best_val_loss": float(best) if number or isinstance(best, torch.Tensor) and best.numel() == 1 else None,
     }
     return config, tokenizer, weights, source
+
+
+def describe(record: dict) -> str:
+    iteration = record.get("iter_num")
+    return f"nanoGPT checkpoint {record['path']}" + (f" (iteration {iteration})" if iteration is not None else "")
+
+
+NANOGPT = Format("nanogpt", "nanoGPT", elsewhere=True, file=is_nanogpt, load=load, describe=describe)

@@ -1,21 +1,31 @@
 """A gptwatch model as a TransformerLens 3.x `HookedTransformer` that computes the same function: no download, no
-tokenizer (gptwatch's compact vocabularies are not TransformerLens's, so token ids come from gptwatch's).
+tokenizer (gptwatch's compact vocabularies are not TransformerLens's, so token ids come from gptwatch's). And the
+export target `sample.py --export tl FILE`: one file holding the HookedTransformer's config and state dict.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import warnings
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import torch
 
-from formats.huggingface import REQUIREMENTS, MissingDependency, library
-from formats.layout import GPT2_ACTIVATIONS, RMS_EPS, check_supported, hooked_layout, written
+from errors import UserError
+from files import destination, replace_file
+from formats.checkpoint import is_torch_archive, read_torch
+from formats.export import check_positions, same_logits, write_failed
+from formats.format import CheckpointError, Format, Loaded
+from formats.huggingface import REQUIREMENTS, MissingDependency, fill, hf_activation, library
+from formats.layout import RMS_EPS, hooked_layout, written
 from model.attention import ROTARY_BASE
 from model.config import GPTConfig
 from model.gpt import GPT, LN_EPS
+
+EXPORT_FORMAT = "gptwatch-transformerlens"  # in the file --export tl writes
 
 
 @contextmanager
@@ -25,6 +35,11 @@ def quiet_deprecation():
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="HookedTransformer is deprecated", category=DeprecationWarning)
         yield
+
+
+def check_supported(config: GPTConfig) -> None:
+    """`Unsupported`, naming the part, when TransformerLens cannot compute a model of `config` exactly."""
+    check_positions(config, TRANSFORMERLENS.title, "learned absolute, rotary, shortformer and ALiBi positions")
 
 
 def hooked_config(config: GPTConfig) -> dict[str, Any]:
@@ -60,7 +75,7 @@ def hooked_config(config: GPTConfig) -> dict[str, Any]:
         )
     return dict(
         common,
-        act_fn=GPT2_ACTIVATIONS[config.activation],
+        act_fn=hf_activation(config.activation),
         normalization_type="LN",
         eps=LN_EPS,
         positional_embedding_type="standard",
@@ -69,9 +84,8 @@ def hooked_config(config: GPTConfig) -> dict[str, Any]:
 
 def to_hooked_transformer(model: GPT, device: str | torch.device | None = None):
     """A `HookedTransformer` computing what `model` computes (same logits, same attention patterns under
-    `blocks.{l}.attn.hook_pattern`), on `device` (default: the model's). A mismatch with this transformer-lens
-    version's parameters is refused: one that gptwatch does not fill would keep any value."""
-    check_supported(model.config, "tl")
+    `blocks.{l}.attn.hook_pattern`), on `device` (default: the model's)."""
+    check_supported(model.config)
     purpose = "exporting to TransformerLens"
     tl = library("transformer_lens", purpose)
     if not hasattr(tl, "HookedTransformer"):  # 3.x has it: 4.0 removed it
@@ -87,20 +101,71 @@ def to_hooked_transformer(model: GPT, device: str | torch.device | None = None):
     device = device if device is not None else next(model.parameters()).device
     with quiet_deprecation():
         hooked = tl.HookedTransformer(tl.HookedTransformerConfig(**hooked_config(model.config), device=str(device)))
-    weights = written(hooked_layout(model.config), model.state_dict())
-    params = {name for name, _ in hooked.named_parameters()}
-    if params != set(weights):
-        raise RuntimeError(
-            f"this transformer-lens has parameters {sorted(params - set(weights))} that gptwatch does "
-            f"not fill, and lacks {sorted(set(weights) - params)}; use the version that "
-            f"{REQUIREMENTS} pins"
+    return fill(hooked, written(hooked_layout(model.config), model.state_dict()))
+
+
+# --- the export target: sample.py --export tl FILE -----------------------------------------------------------
+
+
+def export_file(text: str) -> Path:
+    example = (Path(text) if text.endswith(("/", os.sep, ".")) else Path(text).parent) / "model.tl.pt"
+    return destination(text, "--export tl", folder=False, fix=f"give a file path, e.g. {example}")
+
+
+def check_export_file(path: Path, problem: str | None) -> None:
+    """`path` can take the export: nothing, or an earlier export (`problem`: what stands there)."""
+    if problem == "a directory":
+        raise UserError(
+            f"{path} is a directory, where --export tl writes one file; give a file path, e.g. {path / 'model.tl.pt'}"
         )
-    state = hooked.state_dict()
-    for name, value in weights.items():
-        if tuple(state[name].shape) != tuple(value.shape):
-            raise RuntimeError(
-                f"{name}: transformer-lens expects {tuple(state[name].shape)}, gptwatch gives {tuple(value.shape)}"
-            )
-        state[name] = value
-    hooked.load_state_dict(state, strict=True)
-    return hooked.eval()
+    if problem is not None:
+        raise UserError(f"{path} is {problem}, where --export tl writes its file; choose another path")
+    if not is_earlier_export(path):
+        raise UserError(
+            f"{path} exists and is not an earlier --export tl file; remove it or choose another "
+            f"path (an export replaces only its own earlier file)"
+        )
+
+
+def is_earlier_export(path: Path) -> bool:
+    """Whether `path` holds what `--export tl` wrote, which a new export may replace."""
+    try:
+        saved = read_torch(path) if is_torch_archive(path) else None
+    except CheckpointError:  # unreadable, damaged, or holding objects: not an export to replace silently
+        return False
+    return isinstance(saved, dict) and saved.get("format") == EXPORT_FORMAT
+
+
+def write(loaded: Loaded, model: GPT, path: Path, record: dict) -> tuple[str, str, str]:
+    """The file of `model` (`loaded`'s, in float32 on the CPU): (what it is, how close it computes, how to load it)."""
+    hooked = to_hooked_transformer(model, device="cpu")
+    checked = same_logits(model, hooked)
+    # the config and state dict TransformerLens loads, plain values and tensors only (weights_only=True reads it)
+    contents = {
+        "format": EXPORT_FORMAT,
+        "format_version": 1,
+        "config": hooked_config(model.config),
+        "state_dict": {name: t.detach().cpu() for name, t in hooked.state_dict().items()},
+        **record,
+    }
+    try:
+        replace_file(path, lambda fh: torch.save(contents, fh))
+    except OSError as exc:
+        raise write_failed(path, exc, "the TransformerLens file") from None
+    usage = (
+        f"  import torch; from transformer_lens import HookedTransformer\n"
+        f"  saved = torch.load({str(path)!r})\n"
+        f'  model = HookedTransformer(saved["config"]); model.load_state_dict(saved["state_dict"])'
+    )
+    return "TransformerLens HookedTransformer (config and state dict)", checked, usage
+
+
+TRANSFORMERLENS = Format(
+    "transformerlens",
+    "TransformerLens",
+    target="tl",
+    destination=export_file,
+    check_path=check_export_file,
+    check_supported=check_supported,
+    write=write,
+)

@@ -8,8 +8,8 @@ import types
 
 import pytest
 
-from formats.export import check_path
-from formats.layout import Unsupported, check_supported
+from formats.export import Unsupported, check_path
+from formats.sources import TARGETS
 from model.config import GPTConfig
 from tests.commands import ROOT, one_line, run_sample
 from tests.random_checkpoints import make_checkpoint
@@ -53,7 +53,7 @@ def test_transformer_lens_4_is_named_as_the_wrong_version(tmp_path, monkeypatch)
 def refusal(config: GPTConfig, target: str) -> str | None:
     """`check_supported`'s line refusing a model of `config` for `target`; None when it goes there."""
     try:
-        check_supported(config, target)
+        TARGETS[target].check_supported(config)
     except Unsupported as exc:
         return str(exc)
     return None
@@ -91,10 +91,11 @@ def test_relative_positions_are_refused_by_both_targets_naming_the_part(tmp_path
 def test_which_paths_an_export_may_take(tmp_path):
     from errors import UserError
 
-    check_path(tmp_path / "new" / "model.tl.pt", "tl")  # a new file in a folder that can be made
-    check_path(tmp_path / "folder", "hf")  # a new folder
+    tl, hf = TARGETS["tl"], TARGETS["hf"]
+    check_path(tmp_path / "new" / "model.tl.pt", tl)  # a new file in a folder that can be made
+    check_path(tmp_path / "folder", hf)  # a new folder
     (tmp_path / "empty").mkdir()
-    check_path(tmp_path / "empty", "hf")  # an empty one
+    check_path(tmp_path / "empty", hf)  # an empty one
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "notes.txt").write_text("mine")
     (tmp_path / "file.txt").write_text("mine")
@@ -106,5 +107,5 @@ def test_which_paths_an_export_may_take(tmp_path):
         ("tl", tmp_path / "file.txt" / "m.pt", "cannot write"),
     ):
         with pytest.raises(UserError, match=words):
-            check_path(path, target)
+            check_path(path, TARGETS[target])
     assert (tmp_path / "full" / "notes.txt").read_text() == "mine" and (tmp_path / "file.txt").read_text() == "mine"

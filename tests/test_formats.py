@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from formats.checkpoint import load_gptwatch, save_checkpoint
+from formats import load_model
+from formats.checkpoint import save_checkpoint
 from formats.layout import HEAD, gpt2_layout, hooked_layout, qwen3_layout, read_back, read_weights, written
 from model.config import GPTConfig
 from model.gpt import GPT
@@ -90,6 +91,39 @@ def test_a_gptwatch_checkpoint_reads_back_as_written(tmp_path, options):
             "step": 3,
         },
     )
-    loaded = load_gptwatch(tmp_path, torch.device("cpu"))
+    loaded = load_model(tmp_path, torch.device("cpu"))
     assert loaded.model.config == model.config and loaded.checkpoint["step"] == 3
     assert all(torch.equal(loaded.model.state_dict()[n], t) for n, t in model.state_dict().items())
+
+
+def test_what_train_py_saves_is_the_checkpoint_description_in_its_order(trained):
+    """`Checkpoint` describes ckpt.pt: train.py writes its fields, in their order, after the format."""
+    from dataclasses import fields
+
+    from formats.checkpoint import Checkpoint
+
+    saved = torch.load(trained.char, weights_only=True)
+    assert list(saved) == ["format", "format_version", *(entry.name for entry in fields(Checkpoint))]
+
+
+def test_validate_asks_what_the_description_says_resuming_needs(trained):
+    """Each field resuming needs may be left out of a checkpoint that is only read as a model; each other field may
+    not: `validate` reads the same description train.py saves by."""
+    from dataclasses import fields
+
+    from formats import CheckpointError, validate
+    from formats.checkpoint import Checkpoint
+
+    saved = torch.load(trained.char, weights_only=True)
+    for entry in fields(Checkpoint):
+        if entry.name == "data":  # what the run trained on: `saved_settings` checks it, neither reader needs it
+            continue
+        without = {key: value for key, value in saved.items() if key != entry.name}
+        if entry.metadata["resume"]:
+            validate(without, "ckpt.pt")
+        else:
+            with pytest.raises(CheckpointError, match=repr(entry.name)):
+                validate(without, "ckpt.pt")
+        if entry.name != "eval_step":  # None: a run not evaluated yet
+            with pytest.raises(CheckpointError, match=repr(entry.name)):
+                validate(without, "ckpt.pt", for_resume=True)

@@ -32,9 +32,12 @@ from conftest import SHARED, require_gpt2
 
 from data.tokenizer import CharTokenizer, FullGPT2Tokenizer, TokenizerMetaError, tokenizer_from_meta
 from errors import GptwatchWarning, UsageError, UserError
-from formats import load_model, sources
-from formats.checkpoint import CheckpointError
-from formats.sources import GPTWATCH, HUB, NANOGPT, describe, identify
+from formats import huggingface, load_model
+from formats.checkpoint import GPTWATCH
+from formats.format import CheckpointError
+from formats.huggingface import HUGGINGFACE
+from formats.nanogpt import NANOGPT
+from formats.sources import describe, identify
 from model.config import GPTConfig
 from model.gpt import GPT
 from model.memory import parameter_count
@@ -168,8 +171,7 @@ def test_a_gptwatch_export_reads_back_with_its_own_tokenizer(tmp_path):
     """A folder gptwatch's `--export hf` wrote names its tokenizer (a compacted vocabulary), and the model it
     reads is the exported one: the same parameters, the biases gptwatch had not as zeros."""
     needs("transformers")
-    from formats.export import MARKER
-    from formats.huggingface import to_hf_model
+    from formats.huggingface import MARKER, to_hf_model
 
     tokenizer = CharTokenizer("abcdefgh")
     model = GPT(GPTConfig(vocab_size=8, block_size=16, n_layer=2, n_head=2, n_embd=16)).eval()
@@ -236,7 +238,7 @@ def test_a_hub_name_is_read_from_the_hugging_face_cache(hub_cache, tmp_path, mon
     (hub_cache / "models--openai-community--gpt2" / "refs" / "main").write_text("0" * 40)
     monkeypatch.chdir(tmp_path)
     found = identify("gpt2")
-    assert (found.kind, found.path, found.hub) == (HUB, None, "gpt2")
+    assert (found.format, found.path, found.hub) == (HUGGINGFACE, None, "gpt2")
     imported = load_model(identify("gpt2"), CPU)
     source = imported.checkpoint["imported"]
     assert source["hub"] == "gpt2" and Path(source["path"]) == snapshot
@@ -244,12 +246,12 @@ def test_a_hub_name_is_read_from_the_hugging_face_cache(hub_cache, tmp_path, mon
         f"Hugging Face GPT2LMHeadModel gpt2 ({snapshot}): 2 layers x 4 heads, 32 "
         f"wide, 64 positions, gpt2-full vocabulary of 50,257 tokens"
     )
-    assert sources.hub_name("openai-community/gpt2") == "gpt2"
+    assert huggingface.hub_name("openai-community/gpt2") == "gpt2"
 
 
 def test_the_hub_models_known_sizes_are_their_parameter_counts():
     """The counts GPT-2's papers and nanoGPT give, from the configs known here (no download)."""
-    counts = {name: parameter_count(sources.hub_config(name)) for name in sources.HUB_MODELS}
+    counts = {name: parameter_count(huggingface.hub_config(name)) for name in huggingface.HUB_MODELS}
     assert counts == {
         "gpt2": 124_439_808,
         "gpt2-medium": 354_823_168,
@@ -402,7 +404,7 @@ def test_a_nanogpt_char_checkpoint_computes_what_nanogpt_computes(nanogpt, tmp_p
         f"positions, char vocabulary of 65 tokens"
     )
     assert imported.checkpoint["imported"] == {
-        "format": NANOGPT,
+        "format": "nanogpt",
         "path": str(path),
         "meta": str(meta),
         "iter_num": 250,
@@ -478,7 +480,7 @@ def test_an_imported_model_saved_as_a_gptwatch_checkpoint_reads_back(nanogpt, tm
 
 
 def test_a_gptwatch_checkpoint_is_read_by_load_model(trained):
-    assert identify(trained.char).kind == GPTWATCH and identify(trained.char.parent).kind == GPTWATCH
+    assert identify(trained.char).format == GPTWATCH and identify(trained.char.parent).format == GPTWATCH
     loaded, expected = load_model(trained.char.parent, CPU), load_model(trained.char, CPU)
     assert loaded.checkpoint["step"] == expected.checkpoint["step"]
     for name, value in expected.model.state_dict().items():
@@ -492,7 +494,7 @@ def test_nanogpts_checkpoint_loads_without_unpickling_objects(nanogpt, tmp_path)
     path = save_nanogpt(theirs, args, tmp_path / "out")
     checkpoint = torch.load(path, weights_only=True)
     assert set(checkpoint) == {"model", "optimizer", "model_args", "iter_num", "best_val_loss", "config"}
-    assert identify(path).kind == NANOGPT
+    assert identify(path).format == NANOGPT
 
 
 # --- settings and tokenizers --------------------------------------------------------------------------------

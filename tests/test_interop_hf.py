@@ -12,7 +12,7 @@ from conftest import require_gpt2, shared_file
 
 from data.tokenizer import EOT, TokenizerError
 from formats import load_model
-from formats.export import MARKER
+from formats.huggingface import MARKER
 from tests.commands import TEXT, one_line, run_sample
 from tests.random_checkpoints import KINDS, make_checkpoint
 

@@ -29,8 +29,10 @@ from data.prepare import ModelVocabulary, Prepared, prepare, source_text
 from data.tokenizer import FULL_GPT2, Tokenizer, tokenizer_from_meta
 from errors import UsageError, UserError, warn
 from files import inside_name, utf8_value
-from formats.checkpoint import CheckpointError, checkpoint_path, load_checkpoint, load_weights, saved_settings, validate
-from formats.sources import CHECKPOINT, describe, hub_name, identify, load_model, model_name
+from formats.checkpoint import CHECKPOINT, checkpoint_path, load_checkpoint, load_weights, saved_settings, validate
+from formats.format import CheckpointError
+from formats.huggingface import hub_name
+from formats.sources import describe, identify, load_model, model_name
 from model.config import CONFIG_KEYS, IMPORTED_FIELDS, MODEL_KEYS, GPTConfig
 from model.gpt import GPT
 from settings import RESUME, SCRATCH, TrainConfig, make_config, parse_command_line, read_toml

@@ -23,8 +23,8 @@ from data.batches import Batches
 from data.prepare import Prepared
 from errors import UserError, warn
 from files import clear_for_file, remove_dead_leftovers, writable_folder
-from formats.checkpoint import previous_path, save_checkpoint
-from formats.sources import CHECKPOINT, identify, load_model
+from formats.checkpoint import CHECKPOINT, Checkpoint, previous_path, save_checkpoint
+from formats.sources import identify, load_model
 from model.gpt import GPT
 from settings import TrainConfig
 from trainer.optim import divergence_fix, lr_at, make_optimizer, schedule_problem, set_lr
@@ -111,7 +111,7 @@ class CheckpointWriter:
             clear_for_file(previous_path(path), "the earlier run's checkpoint", fix, follow_links=False)
         remove_dead_leftovers(path)
 
-    def save(self, checkpoint: dict, step: int) -> None:
+    def save(self, checkpoint: Checkpoint, step: int) -> None:
         if self.guard is not None:
             self.guard()
         previous = previous_path(self.path) if self.keep_previous else None
@@ -329,19 +329,19 @@ class Trainer:
             )
             self._unsaved = None
         # Everything a resumed run needs to continue exactly, as plain tensors and values.
-        checkpoint = {
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "model_config": self.model.config.to_dict(),
-            "train_config": self.cfg.to_dict(),
-            "tokenizer": self.tokenizer.to_meta() if self.tokenizer is not None else None,
-            "step": self.state.step,
-            "best_val_loss": self.state.best_val_loss,
-            "run_name": self.state.run_name,
-            "eval_step": self.state.eval_step,
-            "rng": {"torch": torch.get_rng_state(), "batches": self.batches.generator.get_state()},
-            "data": data_identity(self.cfg, self.data) if self.data is not None else None,
-        }
+        checkpoint = Checkpoint(
+            model=self.model.state_dict(),
+            optimizer=self.optimizer.state_dict(),
+            model_config=self.model.config.to_dict(),
+            train_config=self.cfg.to_dict(),
+            tokenizer=self.tokenizer.to_meta() if self.tokenizer is not None else None,
+            step=self.state.step,
+            best_val_loss=self.state.best_val_loss,
+            run_name=self.state.run_name,
+            eval_step=self.state.eval_step,
+            rng={"torch": torch.get_rng_state(), "batches": self.batches.generator.get_state()},
+            data=data_identity(self.cfg, self.data) if self.data is not None else None,
+        )
         self.checkpoints.save(checkpoint, self.state.step)
 
     def _diverged(self, what: str, value: object) -> UserError:
