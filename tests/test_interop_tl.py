@@ -13,10 +13,9 @@ from formats.transformerlens import quiet_deprecation, to_hooked_transformer
 from tests.commands import TEXT, run_sample
 from tests.random_checkpoints import KINDS, make_checkpoint
 from watch.measure.capture import capture_attention, capture_from_patterns
-from watch.measure.pipeline import read, score, untrained_like
 from watch.measure.probesets import REPEATED, ProbeSets, held_out_text, repeated_tokens, token_pool
 from watch.measure.probesets import TEXT as TEXT_SET
-from watch.measure.reading import read_results
+from watch.measure.reading import read, read_results, score, untrained_like
 
 transformer_lens = pytest.importorskip(
     "transformer_lens", reason="transformer-lens is optional: pip install -r requirements-interop.txt to test this"
