@@ -239,7 +239,8 @@ class AttentionWatch:
 
     def views(self, reading: Reading) -> list[SentenceView]:
         """The watched sentences with their patterns, for the page, the best pronoun head marked."""
-        pronouns, marked = reading.pronouns, {}
+        pronouns = reading.pronouns
+        marked = {}
         if pronouns is not None:
             best = pronouns.best
             note = (
