@@ -103,7 +103,9 @@ def tl_captures(hooked, sets: ProbeSets) -> list:
                 )
             for n, row in enumerate(rows):
                 patterns[row] = [cache[f"blocks.{layer}.attn.hook_pattern"][n] for layer in range(hooked.cfg.n_layers)]
-                logits[row] = batch_logits[n]
+                # Every position's, or those of the one position a set reads (a context's last, say).
+                one = probe_set.logits_at is not None and not probe_set.all_logits
+                logits[row] = batch_logits[n, probe_set.logits_at[row] or 0] if one else batch_logits[n]
         out.append(capture_from_patterns(probe_set, patterns, logits))
     return out
 
