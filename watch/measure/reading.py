@@ -3,7 +3,8 @@
 Every kind of probe set is one record, a `ProbeKind`, in one registry, `PROBE_KINDS`: how its set is made for a run
 or a checkpoint (`watch/measure/probesets.py` makes it), what the passes between evaluations read of it, its
 scores, its lines in the head report, its TensorBoard scalars and charts, and its numbers in the JSON. The pass, its
-reading, the report and TensorBoard iterate the registry, so a new kind is one record here.
+reading, the report and TensorBoard iterate the registry, so a new kind is one record here (and, for a file of a
+new shape, its line's record in `data/probes.py`).
 
 A pass (`score`) runs each probe set through the model once (`watch/measure/capture.py`) and reads every score of its
 kind and of the head types measured on it (`watch/measure/headtypes.py`) from those captures into one `Results`,
