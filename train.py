@@ -41,6 +41,7 @@ from trainer import runtime
 from trainer.start import Start, resolve
 from trainer.trainer import Callback, Evaluation, FitResult, StepResult, Trainer
 from watch.measure.capture import evaluating
+from watch.show.tensorboard import log_losses, log_step
 
 TENSORBOARD = "tensorboard --logdir {} --samples_per_plugin=images=200,text=200"
 BASES = (
@@ -169,9 +170,9 @@ def sample_prompt(watched: list[str], tokenizer: Tokenizer) -> str | None:
 
 
 class TrainingLog(Callback):
-    """The terminal and TensorBoard's Scalars: the model and device at the start, a progress bar
-    with loss, learning rate and tokens/s, every evaluation's losses, a summary at the end.
-    `writer` is a `SummaryWriter` (or anything with its `add_scalar`/`flush`)."""
+    """The terminal: the model and device at the start, a progress bar with loss, learning rate and tokens/s, every
+    evaluation's losses, a summary at the end; and the same figures in TensorBoard's Scalars (`log_step`,
+    `log_losses`). `writer` is a `SummaryWriter` (or anything with its `add_scalar`/`flush`)."""
 
     def __init__(self, writer: Any) -> None:
         self.writer = writer
@@ -213,18 +214,13 @@ class TrainingLog(Callback):
             tokens_per_sec = self._tokens_since_log / (now - self._last_log)
             self._last_log, self._tokens_since_log = now, 0
             self.bar.set_postfix(loss=f"{result.loss:.4f}", lr=f"{result.lr:.2e}", tok_s=f"{tokens_per_sec:,.0f}")
-            self.writer.add_scalar("loss/train", result.loss, result.step)
-            self.writer.add_scalar("lr", result.lr, result.step)
-            if result.grad_norm is not None:
-                self.writer.add_scalar("grad_norm", result.grad_norm, result.step)
-            self.writer.add_scalar("throughput/tokens_per_sec", tokens_per_sec, result.step)
+            log_step(self.writer, result.step, result.loss, result.lr, result.grad_norm, tokens_per_sec)
         self.bar.update(1)
 
     def on_evaluate(self, trainer: Trainer, evaluation: Evaluation) -> None:
         line = f"step {evaluation.step}: train loss {evaluation.train_loss:.4f}, val loss {evaluation.val_loss:.4f}"
         (self.bar.write if self.bar is not None else print)(line)
-        self.writer.add_scalar("loss/val", evaluation.val_loss, evaluation.step)
-        self.writer.add_scalar("loss/train_eval", evaluation.train_loss, evaluation.step)
+        log_losses(self.writer, evaluation.step, evaluation.val_loss, evaluation.train_loss)
         self._flush_pending = True
 
     def on_fit_end(self, trainer: Trainer, result: FitResult) -> None:

@@ -21,9 +21,9 @@ from trainer.start import starting_from
 from trainer.trainer import Trainer
 from watch.callback import AttentionWatch
 from watch.measure.capture import capture_from_patterns
-from watch.measure.pipeline import read
 from watch.measure.probesets import AGREEMENT, ProbeSet, ProbeSets, from_file
-from watch.measure.pronouns import HeadStats, ProbeReport, agreement_stats, name_readers
+from watch.measure.pronouns import HeadStats, ProbeReport, name_readers
+from watch.measure.reading import read, read_results
 
 WOMEN, MEN = ["ann", "eve", "may"], ["bob", "tim", "ted"]
 PLACES = ["out", "home", "up", "in"]
@@ -103,7 +103,7 @@ def test_contexts_with_unknown_tokens_are_left_out_with_a_warning(tmp_path):
         tmp_path / "a.jsonl", [*contexts(), {"text": "zoe went out and", "pronoun": "she", "wrong": "he"}]
     )
     with pytest.warns(UserWarning, match="1 of 13 agreement contexts"):
-        assert len(from_file(AGREEMENT, path, CharTokenizer.from_text(corpus()), block_size=64)) == 12
+        assert len(from_file(AGREEMENT, AgreementProbe, path, CharTokenizer.from_text(corpus()), block_size=64)) == 12
 
 
 # --- scores with known answers -----------------------------------------------------------------
@@ -158,7 +158,7 @@ def test_agreement_counts_the_pronoun_the_model_prefers():
     results = read(
         [capture_from_patterns(contexts_set, patterns, [logits] * len(items))], ProbeSets({AGREEMENT: contexts_set})
     )
-    stats = agreement_stats(results)
+    stats = read_results(results).agreement
     assert stats.accuracy == 0.5 and stats.n_correct == 6
     assert stats.by_mention == {"first": 0.5, "second": 0.5}
     assert stats.share == pytest.approx(0.5)  # sigmoid(+1) and sigmoid(-1) in equal numbers

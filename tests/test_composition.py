@@ -18,9 +18,8 @@ from tests.commands import run_sample, run_train, tiny_args
 from tests.random_checkpoints import make_checkpoint
 from watch.measure.composition import KINDS, ONE_LAYER_NOTE, composition, composition_scores, reads_from
 from watch.measure.headtypes import TYPE_SETS
-from watch.measure.pipeline import untrained_like
 from watch.measure.probesets import ProbeSets
-from watch.measure.reading import read_pass
+from watch.measure.reading import read_pass, untrained_like
 from watch.show.heatmaps import composition_image
 from watch.show.page import DATA_ID
 from watch.show.tensorboard import CHARTS, log_charts, log_scores
@@ -203,7 +202,7 @@ def test_tensorboard_gets_a_chart_per_kind_holding_every_pair_and_the_matrix_as_
     found, before = reading.composition, reading.untrained.composition
     assert before.pairs == composition(untrained_like(model, 5)).pairs  # the untrained model of the seed
     writer = SummaryWriter(str(tmp_path))
-    log_charts(writer, pronouns=False, types=False, composition=True)
+    log_charts(writer, ProbeSets(), composition=True)
     for step in (10, 20):
         log_scores(writer, step, reading)
     writer.add_image("composition/matrix", composition_image(found, "step 20"), 20, dataformats="HWC")

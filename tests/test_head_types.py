@@ -13,10 +13,10 @@ from conftest import tiny_model
 
 from data.tokenizer import CharTokenizer
 from model.ablation import Ablation
+from watch.inspect import heads_json
 from watch.measure.capture import capture_attention, capture_from_patterns
 from watch.measure.heads import ablation_for
-from watch.measure.headtypes import TYPE_MIN, TYPE_SETS, TYPES, heads_of, type_scores
-from watch.measure.pipeline import Results, read, score
+from watch.measure.headtypes import TYPE_MIN, TYPE_SETS, TYPES, best_offset, heads_of
 from watch.measure.probesets import (
     PRONOUN,
     QUICK_TOKENS,
@@ -32,9 +32,22 @@ from watch.measure.probesets import (
     token_pool,
 )
 from watch.measure.proofs import AblationResult, head_means, proofs
-from watch.measure.reading import read_pass, read_results
+from watch.measure.reading import (
+    AT_EVALUATIONS,
+    CUT,
+    PROBE_KINDS,
+    WHOLE,
+    Results,
+    measures,
+    quick_sets,
+    read,
+    read_pass,
+    read_results,
+    score,
+)
 from watch.measure.scores import icl_positions
 from watch.show.report import ablation_lines, type_legend, type_lines, type_table
+from watch.show.tensorboard import CHARTS
 
 L = 6  # hand-made repeated sequences: 6 distinct tokens, then the same 6 again
 T = 12
@@ -113,7 +126,7 @@ def test_and_what_it_scores_as_the_others():
     # A uniform row's share of a target is 1 / (positions it spreads over).
     spread = sum(1 / (i + 1) for i in range(1, T)) / (T - 1)
     assert by_head(results, "previous_token")["uniform"] == pytest.approx(spread)
-    offset = type_scores(results)[1]
+    offset = best_offset(results.heads)[1]
     assert int(offset[0, list(PATTERNS).index("offset3")]) == 3
 
 
@@ -226,7 +239,7 @@ def test_a_quick_pass_reads_the_first_whole_groups_of_each_generated_set_and_the
             SENTENCES: ProbeSet(SENTENCES, [[1, 2]]),
         }
     )
-    quick = sets.quick().sets
+    quick = quick_sets(sets).sets
     assert set(quick) == {REPEATED, TEXT, PRONOUN}  # the sentences and the reach are read at evaluations only
     for kind in (REPEATED, TEXT):
         cut, whole = quick[kind], sets.get(kind)
@@ -288,6 +301,38 @@ def test_a_pronoun_head_is_a_type_by_the_same_rule():
     lines = type_lines(reading, {"pronoun": "since step 250 (256,000 tokens)"})
     assert "pronoun heads: L0H6 0.90 (untrained 0.10), since step 250 (256,000 tokens)" in lines
     assert "pronoun: looks from a pronoun at the noun it refers to" in type_legend(reading)
+
+
+def test_every_head_type_record_reaches_the_table_the_legend_the_charts_and_the_json():
+    """A head type is one record (`TYPES`): its column and legend line, its TensorBoard charts, its key in
+    `sample.py --heads --json` and the number removing its heads is tested on all come from it."""
+    results, untrained = hand_results(), hand_results()
+    for r in (results, untrained):  # the pronoun type's score, as the pronoun probes give it
+        r.heads["referent"] = torch.full((1, len(PATTERNS)), 0.1, dtype=torch.float64)
+    reading = read_results(results, read_results(untrained, is_untrained=True))
+    header, legend = type_table(reading).splitlines()[0], type_legend(reading)
+    found = heads_json(reading, [], "zero", results.sets)["heads"]["L0H0"]
+    given = {name for kind in PROBE_KINDS.values() for name in (*kind.numbers, *kind.scores)}
+    for name, head_type in TYPES.items():
+        assert head_type.column in header and f"{head_type.column}: {head_type.meaning}" in legend
+        assert f"{name.replace('_', '-')}, every head" in CHARTS["head types"]
+        assert f"{name.replace('_', '-')}: best head now and before fine-tuning" in CHARTS["fine-tuning"]
+        assert found[name] is not None and found["untrained"][name] is not None
+        assert head_type.probe_set in PROBE_KINDS and head_type.tested_on in given  # numbers a pass gives
+    assert [kind for kind in found if kind in TYPES] == [
+        *(k for k, t in TYPES.items() if t.read is None),
+        "positional",
+        "pronoun",
+    ]
+
+
+def test_a_pass_reads_the_scores_of_each_kind_of_probe_set_and_of_the_types_measured_on_it():
+    text = measures(TEXT)
+    assert {"broad", "text_loss", "in_context_score", "previous_token", "sink", "current_token"} <= set(text)
+    assert {f"positional_{k}" for k in range(2, 9)} <= set(text)  # the positional type's offsets
+    assert {"induction", "duplicate_token", "loss_first_copy"} <= set(measures(REPEATED)) and "induction" not in text
+    assert {"referent", "continuation_accuracy"} <= set(measures(PRONOUN)) and measures(SENTENCES) == {}
+    assert {kind.quick for kind in PROBE_KINDS.values()} == {WHOLE, CUT, AT_EVALUATIONS}
 
 
 def test_a_head_close_to_a_type_says_so_with_its_figure_and_the_untrained_one():
@@ -436,8 +481,7 @@ def test_a_run_from_scratch_takes_its_untrained_baseline_from_the_evaluation_at_
     from formats import load_model
     from model.gpt import GPT
     from watch.callback import AttentionWatch
-    from watch.measure.pipeline import untrained_like
-    from watch.measure.reading import read_pass
+    from watch.measure.reading import read_pass, untrained_like
 
     loaded = load_model(trained.char, torch.device("cpu"))
     fresh = untrained_like(loaded.model, 1)
@@ -483,7 +527,7 @@ def test_the_first_and_last_evaluations_read_every_set_whole_and_those_between_w
     from formats import load_model
     from watch import callback
     from watch.callback import AttentionWatch
-    from watch.measure.pipeline import untrained_like
+    from watch.measure.reading import untrained_like
 
     loaded = load_model(trained.char, torch.device("cpu"))
     text = np.array(loaded.tokenizer.encode("the cat saw the dog and it ran to the king. " * 60))

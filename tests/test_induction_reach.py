@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from watch.measure.capture import capture_from_patterns
-from watch.measure.pipeline import read
 from watch.measure.probesets import REACH, REPEATED, ProbeSets, repeated_tokens, repeats_by_distance
 from watch.measure.proofs import AblationResult, where_it_looks
+from watch.measure.reading import read
 from watch.show.report import route_lines
 
 

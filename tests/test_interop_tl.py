@@ -13,10 +13,9 @@ from formats.transformerlens import quiet_deprecation, to_hooked_transformer
 from tests.commands import TEXT, run_sample
 from tests.random_checkpoints import KINDS, make_checkpoint
 from watch.measure.capture import capture_attention, capture_from_patterns
-from watch.measure.pipeline import read, score, untrained_like
 from watch.measure.probesets import REPEATED, ProbeSets, held_out_text, repeated_tokens, token_pool
 from watch.measure.probesets import TEXT as TEXT_SET
-from watch.measure.reading import read_results
+from watch.measure.reading import read, read_results, score, untrained_like
 
 transformer_lens = pytest.importorskip(
     "transformer_lens", reason="transformer-lens is optional: pip install -r requirements-interop.txt to test this"
@@ -104,7 +103,9 @@ def tl_captures(hooked, sets: ProbeSets) -> list:
                 )
             for n, row in enumerate(rows):
                 patterns[row] = [cache[f"blocks.{layer}.attn.hook_pattern"][n] for layer in range(hooked.cfg.n_layers)]
-                logits[row] = batch_logits[n]
+                # Every position's, or those of the one position a set reads (a context's last, say).
+                one = probe_set.logits_at is not None and not probe_set.all_logits
+                logits[row] = batch_logits[n, probe_set.logits_at[row] or 0] if one else batch_logits[n]
         out.append(capture_from_patterns(probe_set, patterns, logits))
     return out
 

@@ -25,7 +25,7 @@ from formats.sources import describe, identify
 from tests.commands import TEXT, one_line, run_sample
 from tests.random_checkpoints import make_checkpoint
 from watch.inspect import checkpoint_sets
-from watch.measure.pipeline import read
+from watch.measure.reading import read
 
 __all__ = ["nanogpt"]  # the fixture, shared with tests/test_import.py
 

@@ -5,14 +5,18 @@ from __future__ import annotations
 import re
 from types import SimpleNamespace
 
+from watch.measure.probesets import REPEATED, TEXT
 from watch.measure.proofs import AblationResult
-from watch.show.report import SIGNS, ablation_lines, in_context_lines
+from watch.measure.reading import PROBE_KINDS
+from watch.show.report import SIGNS, ablation_lines
 
 
 def _reading(numbers: dict, text_windows: int = 8, length: int = 64) -> SimpleNamespace:
     sets = {"text": SimpleNamespace(ids=[[0] * length] * text_windows)}
-    results = SimpleNamespace(numbers=numbers, sets=SimpleNamespace(get=sets.get), per_head=lambda score: {})
-    return SimpleNamespace(results=results, untrained=None)
+    results = SimpleNamespace(
+        numbers=numbers, sets=SimpleNamespace(get=sets.get), per_head=lambda score: {}, best=lambda score: None
+    )
+    return SimpleNamespace(results=results, untrained=None, reach={})
 
 
 def test_every_signed_in_context_figure_counts_nats_saved():
@@ -26,7 +30,7 @@ def test_every_signed_in_context_figure_counts_nats_saved():
             "in_context_score_spread": 0.02,
         }
     )
-    gain, score = in_context_lines(reading)
+    (gain,), (score,) = (PROBE_KINDS[kind].lines(reading) for kind in (REPEATED, TEXT))
     assert "+0.056 ± 0.010 nats/token: the second copy is predicted 0.056 nats better" in gain
     assert "+0.221 ± 0.020 nats: later in the context, tokens are predicted 0.221 nats better" in score
     assert "Olsson et al.'s late-minus-early loss, -0.221" in score  # the published score, named as such

@@ -16,7 +16,7 @@ from trainer.optim import lr_at
 from trainer.start import starting_from
 from trainer.trainer import Callback, Evaluation, FitResult, StepResult, Trainer
 from watch.callback import AttentionWatch
-from watch.measure.pipeline import untrained_like
+from watch.measure.reading import untrained_like
 
 TEXT = "".join(
     f"the dog saw the ball and it rolled away {i % 7}.\nthe cat saw the king and he waved.\n" for i in range(60)

@@ -13,6 +13,7 @@ import torch
 from conftest import custom_scalar_charts, tiny_model
 
 from data.probes import AlignedProbe
+from data.probes import Probe as ProbeRecord  # the JSONL record; `Probe` below stands in for it by hand
 from data.tokenizer import CharTokenizer
 from errors import UserError
 from model.ablation import Ablation
@@ -20,13 +21,20 @@ from model.gpt import GPT
 from watch.measure import capture as capture_module
 from watch.measure.capture import capture_attention, capture_from_patterns, captures
 from watch.measure.heads import ablation_for, display_token, head_name, parse_head
-from watch.measure.pipeline import read, score
 from watch.measure.probesets import PRONOUN, SENTENCES, ProbeSet, ProbeSets, from_file, sentences
 from watch.measure.pronouns import ContinuationStats, HeadStats, ProbeReport, baselines
-from watch.measure.reading import read_pass, read_results
+from watch.measure.reading import read, read_pass, read_results, score
 from watch.show.heatmaps import FUTURE, HeatmapCanvas, SentenceHeatmaps, colours, head_titles, save_png
 from watch.show.report import head_table, top_attended
-from watch.show.tensorboard import TensorBoardWriter, log_charts, log_evaluation, log_scores
+from watch.show.tensorboard import (
+    CHARTS,
+    TensorBoardWriter,
+    log_charts,
+    log_evaluation,
+    log_losses,
+    log_scores,
+    log_step,
+)
 
 
 @dataclass
@@ -532,6 +540,31 @@ def test_a_pass_is_written_as_scalars_images_and_text(tmp_path):
     assert any(tag.startswith("attention/heads") for tag in tags["tensors"])
 
 
+def test_the_runs_own_scalars_go_beside_the_watchs():
+    """What train.py's progress bar shows, in TensorBoard: every log_interval steps the training loss, the learning
+    rate, the gradient norm (none without clipping) and the throughput; at each evaluation both losses."""
+    logged = []
+
+    class Writer:
+        def add_scalar(self, tag, value, step):
+            logged.append((tag, value, step))
+
+    log_step(Writer(), 25, 2.5, 1e-3, 0.7, 1000.0)
+    log_step(Writer(), 50, 2.4, 1e-3, None, 900.0)
+    log_losses(Writer(), 50, 2.0, 1.9)
+    assert logged == [
+        ("loss/train", 2.5, 25),
+        ("lr", 1e-3, 25),
+        ("grad_norm", 0.7, 25),
+        ("throughput/tokens_per_sec", 1000.0, 25),
+        ("loss/train", 2.4, 50),
+        ("lr", 1e-3, 50),
+        ("throughput/tokens_per_sec", 900.0, 50),
+        ("loss/val", 2.0, 50),
+        ("loss/train_eval", 1.9, 50),
+    ]
+
+
 def test_custom_scalars_put_every_head_on_one_chart(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -539,7 +572,7 @@ def test_custom_scalars_put_every_head_on_one_chart(tmp_path):
     probes = pronoun_set(aligned)
     reading = read_results(read([capture_from_patterns(probes, patterns)], ProbeSets({PRONOUN: probes})))
     writer = TensorBoardWriter(tmp_path)
-    log_charts(writer, pronouns=True, types=False)
+    log_charts(writer, ProbeSets({PRONOUN: probes}))
     log_scores(writer, 5, reading)
     for tag in ("loss/train", "loss/val", "loss/train_eval", "probes/agreement_accuracy"):
         writer.add_scalar(tag, 1.0, 5)
@@ -549,14 +582,16 @@ def test_custom_scalars_put_every_head_on_one_chart(tmp_path):
     assert not any(tag.startswith("attention/heads") for tag in events.Tags()["tensors"])  # no table: scalars only
     # The layout as TensorBoard reads it back, and the tags each chart draws (its regexes match tag starts).
     categories, charts = custom_scalar_charts(events, tmp_path)
-    assert categories == ["attention heads"]
+    assert categories == ["attention heads", "head types"]  # the pronoun probes measure the pronoun type too
     heads = ["L0H0", "L0H1", "L1H0", "L1H1"]
-    assert charts == {  # a line per head, named after it: TensorBoard gives each run its own colour
+    # A line per head, named after it: TensorBoard gives each run its own colour.
+    assert {title: charts[title] for title in CHARTS["attention heads"]} == {
         "referent weight and top-1 of the best head": ["attention/referent/best", "attention/top1/best"],
         "referent weight, every head": [f"{h}/attention/referent" for h in heads],
         "top-1, every head": [f"{h}/attention/top1" for h in heads],
         "training loss and accuracy": ["loss/train", "probes/agreement_accuracy"],
     }
+    assert charts["pronoun, every head"] == [f"{h}/heads/pronoun" for h in heads]
     top1 = EventAccumulator(str(tmp_path / "L1H0")).Reload().Scalars("attention/top1")
     assert top1[0].value == pytest.approx(1.0)
 
@@ -567,9 +602,9 @@ def test_probes_and_sentences_that_do_not_fit_are_left_out_saying_so(tmp_path):
     record = {"text": "abc cab bca", "pronoun": "bca", "referent": "abc", "distractor": "cab"}
     path.write_text(json.dumps(record) + "\n")
     with pytest.warns(UserWarning, match="1 of 1 probes in .* longer than block_size=8"):
-        assert len(from_file(PRONOUN, path, tokenizer, 8)) == 0
+        assert len(from_file(PRONOUN, ProbeRecord, path, tokenizer, 8)) == 0
     with pytest.raises(UserError, match="line 1: 11 tokens, more than the model's block_size 8"):
-        from_file(PRONOUN, path, tokenizer, 8, strict=True)
+        from_file(PRONOUN, ProbeRecord, path, tokenizer, 8, strict=True)
     with pytest.warns(UserWarning, match="first 8 of 11"):
         kept = sentences(["abc cab bca"], tokenizer, 8)
     assert [len(ids) for ids in kept.ids] == [8]

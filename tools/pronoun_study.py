@@ -47,7 +47,7 @@ import torch  # noqa: E402
 
 from cli import run_cli  # noqa: E402
 from data.corpora import corpus_of  # noqa: E402
-from data.probes import AlignedProbe  # noqa: E402
+from data.probes import AgreementProbe, AlignedProbe, Probe  # noqa: E402
 from data.tokenizer import Tokenizer, TokenizerError  # noqa: E402
 from errors import UsageError, UserError
 from formats import load_model  # noqa: E402
@@ -56,11 +56,10 @@ from parsing import (
     parse_json,  # noqa: E402
 )
 from watch.measure.capture import captures, evaluating  # noqa: E402
-from watch.measure.pipeline import untrained_like  # noqa: E402
 from watch.measure.probesets import AGREEMENT, PRONOUN, ProbeSet, ProbeSets, from_file  # noqa: E402
 from watch.measure.pronouns import AgreementStats, HeadStats, ProbeReport, baselines  # noqa: E402
 from watch.measure.proofs import AblationResult, ablated, agreement_ablations  # noqa: E402
-from watch.measure.reading import Reading, read_pass  # noqa: E402
+from watch.measure.reading import Reading, read_pass, untrained_like  # noqa: E402
 from watch.show.report import agreement_lines, head_table  # noqa: E402
 
 # --- inputs ------------------------------------------------------------------------------------------
@@ -283,7 +282,7 @@ def study(
     block = model.config.block_size
     probes_path, heldout_path, agreement_path = files
     sets = ProbeSets()
-    sets.add(PRONOUN, from_file(PRONOUN, probes_path, tokenizer, block))
+    sets.add(PRONOUN, from_file(PRONOUN, Probe, probes_path, tokenizer, block))
     aligned = sets.get(PRONOUN).items
     if not aligned:
         raise UserError(
@@ -291,7 +290,7 @@ def study(
             f"files made from its corpus (lower-case probes for a lower-case corpus)"
         )
     if agreement_path:
-        sets.add(AGREEMENT, from_file(AGREEMENT, agreement_path, tokenizer, block))
+        sets.add(AGREEMENT, from_file(AGREEMENT, AgreementProbe, agreement_path, tokenizer, block))
     meta = probe_meta(probes_path, aligned)
     pred = [predicting(item, tokenizer) for item in aligned]
     reading = read_pass(model, sets)
@@ -317,7 +316,7 @@ def study(
         "_reading": reading,
     }
     if heldout_path is not None:
-        held = from_file(PRONOUN, heldout_path, tokenizer, block).items
+        held = from_file(PRONOUN, Probe, heldout_path, tokenizer, block).items
         stats = report_on(model, held)
         result["heldout"] = {
             "n_probes": len(held),

@@ -23,8 +23,8 @@ from data.prepare import find_prepared  # noqa: E402
 from errors import UsageError
 from files import read_text  # noqa: E402
 from formats import load_model  # noqa: E402
-from watch.measure.pipeline import score  # noqa: E402
 from watch.measure.probesets import TEXT, ProbeSets, held_out_text  # noqa: E402
+from watch.measure.reading import score  # noqa: E402
 
 TEXT_SCORES = ("previous_token", "sink", "current_token", "broad", *(f"positional_{k}" for k in range(2, 9)))
 

@@ -6,6 +6,12 @@ At every watch point one pass gives one `Reading` (`watch/measure/reading.py`); 
 show of it: scalars every `watch_interval` steps; at evaluations also the tables, the heatmaps and what removing the
 agreement heads costs; at the end of a completed run the report, the proof by ablation, the HParams and the attention
 page.
+
+An attention map's way to TensorBoard, a file each: the run's probe sets are made at the start (`on_fit_start`,
+`watch_sets`: each kind's record in `watch/measure/reading.py`, made by `watch/measure/probesets.py`), the watched
+sentences among them; every evaluation's pass runs each set through the model once (`watch/measure/capture.py`) and
+keeps the sentences' patterns in its `Results` (`watch/measure/reading.py`); `watch/show/heatmaps.py` draws them and
+`watch/show/tensorboard.py` writes the pictures (`on_evaluate`).
 """
 
 from __future__ import annotations
@@ -21,25 +27,13 @@ from tqdm import tqdm
 from errors import UserError, warn
 from watch.measure.composition import reads_from
 from watch.measure.heads import last_pronoun_pos
-from watch.measure.headtypes import TYPE_SETS
-from watch.measure.pipeline import untrained_like
-from watch.measure.probesets import PRONOUN, REACH, SENTENCES, ProbeSets, held_out_sentences, watch_sets
+from watch.measure.headtypes import TYPE_SETS, TYPES
+from watch.measure.probesets import AGREEMENT, PRONOUN, SENTENCES, ProbeSets, held_out_sentences
 from watch.measure.proofs import AblationResult, agreement_ablations, best_pronoun_proof, proofs
-from watch.measure.reading import Reading, read_pass
+from watch.measure.reading import Reading, Source, quick_sets, read_pass, untrained_like, watch_sets
+from watch.show import report
 from watch.show.heatmaps import SentenceHeatmaps
 from watch.show.page import SentenceView, attention_page, write_page
-from watch.show.report import (
-    ablation_line,
-    agreement_lines,
-    before_table,
-    changed_heads,
-    changes_line,
-    composition_lines,
-    head_table,
-    top_attended,
-    type_labels,
-    type_report,
-)
 from watch.show.tensorboard import log_charts, log_evaluation, log_scores
 
 
@@ -63,7 +57,7 @@ class AttentionWatch:
         self.page = Path(page) if page is not None else None
         self.ablation = ablation
         self.sets = ProbeSets()
-        self.quick = self.between = self.sets  # what the passes between the whole ones read (`ProbeSets.quick`)
+        self.quick = self.between = self.sets  # what the passes between the whole ones read (`quick_sets`)
         self.shown: list[tuple[str, list[str]]] = []  # the watched sentences as shown: (text, its tokens)
         self.tokens_per_step = 0
         self.first_typed: dict[tuple[str, str], int] = {}  # (type, head) -> the first step it had it
@@ -82,16 +76,17 @@ class AttentionWatch:
         if not self.texts and val is not None:
             self.texts = held_out_sentences(val, trainer.tokenizer, model.config.block_size)
         self.sets = watch_sets(
-            trainer.tokenizer,
-            model.config.block_size,
-            train_tokens=data.tokens("train") if data is not None else None,
-            text=val,
-            probes=self.probes,
-            agreement=self.agreement,
-            texts=self.texts,
+            Source(
+                trainer.tokenizer,
+                model.config.block_size,
+                train_tokens=data.tokens("train") if data is not None else None,
+                text=val,
+                files={PRONOUN: self.probes, AGREEMENT: self.agreement},
+                texts=self.texts,
+            )
         )
-        self.quick = self.sets.quick()
-        self.between = self.sets.quick(whole=(SENTENCES, REACH))
+        self.quick = quick_sets(self.sets)
+        self.between = quick_sets(self.sets, evaluation=True)
         sentences, probes = self.sets.get(SENTENCES), self.sets.get(PRONOUN)
         if sentences is not None:
             self.shown = [
@@ -115,13 +110,7 @@ class AttentionWatch:
             self.untrained = read_pass(untrained, self.sets, kinds=TYPE_SETS, compose=True)  # the types' baseline
         if before is not None and "before" not in self.pending:
             self.before = read_pass(before, self.sets, untrained=self.untrained, kinds=TYPE_SETS)
-        log_charts(
-            self.writer,
-            pronouns=PRONOUN in self.sets.sets,
-            types=any(kind in self.sets.sets for kind in TYPE_SETS),
-            composition=model.config.n_layer > 1,
-            fine_tuning=before is not None,
-        )
+        log_charts(self.writer, self.sets, composition=model.config.n_layer > 1, fine_tuning=before is not None)
 
     def read(self, model: Any, sets: ProbeSets, step: int) -> Reading:
         """`model` read on `sets` against the baselines, with its composition; at the evaluation at step 0, the
@@ -175,7 +164,7 @@ class AttentionWatch:
         self.last = (step, reading, ablations)
         log_evaluation(self.writer, step, reading, ablations, self.heatmaps.images(step, reading))
         if reading.before is not None and reading.types:
-            tqdm.write(f"step {step}: {changes_line(reading)}")
+            tqdm.write(f"step {step}: {report.changes_line(reading)}")
 
     def on_fit_end(self, trainer: Any, result: Any) -> None:
         if not result.completed:
@@ -193,7 +182,7 @@ class AttentionWatch:
                     attention_page(
                         self.views(reading),
                         f"Attention at step {result.step}: {self.page.parent}",
-                        type_labels(reading),
+                        report.type_labels(reading),
                         reads_from(reading.composition, reading.untrained.composition),
                     ),
                 )
@@ -206,67 +195,58 @@ class AttentionWatch:
         """Prints the head report; returns its numbers, named for TensorBoard's HParams."""
         metrics: dict[str, float] = {}
         found = proofs(model, self.sets, reading, self.ablation)
-        report = reading.pronouns
+        pronouns = reading.pronouns
         removed = best_pronoun_proof(reading, found)
-        if report is not None:
-            best = report.best
-            print(f"\nattention on {report.n_probes} held-out probes (pronoun -> referent):")
-            print(head_table(report))
-            base = report.continuation_accuracy
+        if pronouns is not None:
+            best = pronouns.best
+            print(f"\nattention on {pronouns.n_probes} held-out probes (pronoun -> referent):")
+            print(report.head_table(pronouns))
+            base = pronouns.continuation_accuracy
             after = removed.reading.results.numbers.get("continuation_accuracy") if removed is not None else None
             if base is not None and after is not None:
-                print(ablation_line(base, after, [best.name]))
+                print(report.ablation_line(base, after, [best.name]))
                 metrics.update({"hparam/continuation_accuracy": base, "hparam/continuation_accuracy_ablated": after})
             metrics.update({"hparam/best_head_referent": best.referent, "hparam/best_head_top1": best.top1})
         for view in self.views(reading):
             query = last_pronoun_pos(view.tokens)
             if query is None:
                 continue
-            layer = view.best[0] if report is not None else len(view.patterns) - 1
+            layer = view.best[0] if pronouns is not None else len(view.patterns) - 1
             print(f"\n{view.text!r}: where {view.tokens[query].strip()!r} looks, layer {layer}:")
-            print(top_attended(view.patterns[layer], view.tokens, query, k=3, layer=layer))
+            print(report.top_attended(view.patterns[layer], view.tokens, query, k=3, layer=layer))
         if reading.agreement is not None:
-            print("\n" + agreement_lines(reading, agreement))
+            print("\n" + report.agreement_lines(reading, agreement))
             metrics.update(agreement_metrics(reading, agreement))
         if reading.types:
             about = "; ".join(s.about for kind, s in self.sets.sets.items() if kind in TYPE_SETS)
             print(f"\nhead types ({about}); the untrained model's scores in brackets:")
-            print(type_report(reading, [p for p in found if p is not removed], self.since(reading)))
-            for kind in ("previous_token", "duplicate_token", "induction"):
+            print(report.type_report(reading, [p for p in found if p is not removed], self.since(reading)))
+            for kind in (kind for kind, head_type in TYPES.items() if head_type.hparam):
                 top = reading.results.best(kind)
                 if top is not None:
                     metrics[f"hparam/best_{kind}"] = top[1]
             numbers = reading.results.numbers
-            metrics.update(
-                {f"hparam/{name}": numbers[name] for name in ("in_context_gain", "in_context_score") if name in numbers}
-            )
+            metrics.update({f"hparam/{n}": numbers[n] for n in ("in_context_gain", "in_context_score") if n in numbers})
         if reading.before is not None and reading.types:
-            table = before_table(reading)
+            table = report.before_table(reading)
             if table:
-                print(
-                    "\nwhat fine-tuning changed: the heads with a type before fine-tuning or now (* where it "
-                    "changed), and each type score before -> now:"
-                )
-                print(table)
-            print(("" if table else "\n") + changes_line(reading))
-            metrics["hparam/heads_changed_type"] = len(changed_heads(reading))
-        print("\n" + composition_lines(reading))
+                what = "the heads with a type before fine-tuning or now (* where it changed), and each type score"
+                print(f"\nwhat fine-tuning changed: {what} before -> now:\n{table}")
+            print(("" if table else "\n") + report.changes_line(reading))
+            metrics["hparam/heads_changed_type"] = len(report.changed_heads(reading))
+        print("\n" + report.composition_lines(reading))
         return metrics
 
     def views(self, reading: Reading) -> list[SentenceView]:
         """The watched sentences with their patterns, for the page, the best pronoun head marked."""
-        report = reading.pronouns
-        marked = (
-            {}
-            if report is None
-            else {
-                "best": (report.best.layer, report.best.head),
-                "note": (
-                    f"best head on {report.n_probes} probes (referent {report.best.referent:.2f}, "
-                    f"top-1 {100 * report.best.top1:.0f}%)"
-                ),
-            }
-        )
+        pronouns = reading.pronouns
+        marked = {}
+        if pronouns is not None:
+            best = pronouns.best
+            note = (
+                f"best head on {pronouns.n_probes} probes (referent {best.referent:.2f}, top-1 {100 * best.top1:.0f}%)"
+            )
+            marked = {"best": (best.layer, best.head), "note": note}
         return [
             SentenceView(text, tokens, patterns, **marked)
             for (text, tokens), patterns in zip(self.shown, reading.results.patterns, strict=True)

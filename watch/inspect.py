@@ -11,6 +11,7 @@ from pathlib import Path
 
 from data.corpora import corpus_of
 from data.prepare import find_prepared
+from data.probes import Probe
 from errors import UsageError, UserError, warn
 from files import inside_name, read_text, write_error
 from model.ablation import Ablation
@@ -18,12 +19,11 @@ from parsing import NotParsed, is_whole_number, parse_int, quoted
 from watch.measure.capture import capture_attention
 from watch.measure.composition import composition_json, reads_from
 from watch.measure.heads import ablation_names, default_query, display_token, focused_head, head_name
-from watch.measure.headtypes import CONTEXT_NUMBERS, LABELS, TYPE_SETS
-from watch.measure.pipeline import untrained_like
-from watch.measure.probesets import NO_TEXT, PRONOUN, REPEATED_MIN_LENGTH, TEXT, ProbeSets, from_file, watch_sets
+from watch.measure.headtypes import BROAD, TYPE_SETS, TYPES
+from watch.measure.probesets import NO_TEXT, PRONOUN, REPEATED_MIN_LENGTH, TEXT, ProbeSets, from_file
 from watch.measure.pronouns import finite
 from watch.measure.proofs import head_means, proofs
-from watch.measure.reading import Reading, read_pass
+from watch.measure.reading import PROBE_KINDS, Reading, Source, read_pass, untrained_like, watch_sets
 from watch.show.heatmaps import HeatmapCanvas, head_titles, save_png, sentence_slug
 from watch.show.page import SentenceView, attention_page, write_page
 from watch.show.report import ablation_line, composition_lines, head_table, top_attended, type_labels, type_report
@@ -175,7 +175,7 @@ def _write_heatmaps(
 
 
 def show_probes(model, tokenizer, _checkpoint: dict, args: argparse.Namespace, ablate: Ablation | None) -> None:
-    sets = ProbeSets({PRONOUN: from_file(PRONOUN, args.probes, tokenizer, model.config.block_size, strict=True)})
+    sets = ProbeSets({PRONOUN: from_file(PRONOUN, Probe, args.probes, tokenizer, model.config.block_size, strict=True)})
     report = read_pass(model, sets, ablate=ablate).pronouns
     baseline = read_pass(model, sets).pronouns if ablate else report
     if report is None:
@@ -224,22 +224,21 @@ def checkpoint_sets(model, tokenizer, checkpoint: dict, text_file: str | None) -
         text, source = prepared.tokens("val"), f"the val split of {prepared.meta.get('source', prepared.folder)}"
     given = config.get("probes")
     corpus = corpus_of(config["dataset"]) if isinstance(config.get("dataset"), str) else None
-    probes = [
-        path
-        for path in (
-            Path(given) if isinstance(given, str) and given else None,
-            prepared.probes_path if prepared is not None else None,
-            corpus.probes_path if corpus else None,
-        )
-        if path is not None and path.is_file()
-    ]
+    candidates = (
+        Path(given) if isinstance(given, str) and given else None,
+        prepared.probes_path if prepared is not None else None,
+        corpus.probes_path if corpus else None,
+    )
+    probes = next((path for path in candidates if path is not None and path.is_file()), None)
     sets = watch_sets(
-        tokenizer,
-        model.config.block_size,
-        train_tokens=prepared.tokens("train") if prepared is not None else None,
-        text=text,
-        text_source=source or "the val split",
-        probes=probes[0] if probes else None,
+        Source(
+            tokenizer,
+            model.config.block_size,
+            train_tokens=prepared.tokens("train") if prepared is not None else None,
+            text=text,
+            text_source=source or "the val split",
+            files={PRONOUN: probes},
+        )
     )
     if text is None and not settings and "imported" in checkpoint:  # trained elsewhere: no run, so no val split
         sets.add(
@@ -285,16 +284,14 @@ def show_heads(model, tokenizer, checkpoint: dict, args: argparse.Namespace, abl
 def heads_json(reading: Reading, found: list, mode: str, sets: ProbeSets) -> dict:
     """What `show_heads` prints, composition included, as one JSON object (None where a score was not measured)."""
     results, untrained = reading.results, reading.untrained
-    kinds = ("previous_token", "duplicate_token", "induction", "sink", "current_token", "broad")
+    numbers = sorted(name for kind in PROBE_KINDS.values() for name in kind.numbers)  # the model's, by name
+    # A head's scores: those of the types that have one of their own, `broad`, then those read from others.
+    own = [kind for kind, head_type in TYPES.items() if head_type.read is None]
+    read = [kind for kind, head_type in TYPES.items() if head_type.read is not None]
 
     def scores_of(r: Reading, layer: int, head: int) -> dict:
-        out = {kind: r.results.head(kind, layer, head) for kind in kinds}
-        out.update(
-            {
-                kind: float(r.type_scores[kind][layer, head]) if kind in r.type_scores else None
-                for kind in ("positional", "pronoun")
-            }
-        )
+        out = {kind: r.results.head(kind, layer, head) for kind in (*own, BROAD)}
+        out.update({kind: float(r.type_scores[kind][layer, head]) if kind in r.type_scores else None for kind in read})
         reach = r.reach.get(head_name(layer, head), {})
         out["induction_by_distance"] = {str(distance): value for distance, value in reach.items()}
         return out
@@ -306,13 +303,13 @@ def heads_json(reading: Reading, found: list, mode: str, sets: ProbeSets) -> dic
             **scores_of(reading, layer, head),
             "positional_offset": int(reading.offsets[layer, head]) if reading.offsets is not None else None,
             "type": head_type.kind,
-            "type_label": LABELS.get(head_type.kind),
+            "type_label": TYPES[head_type.kind].label if head_type.kind else None,
             "untrained": scores_of(untrained, layer, head),
         }
     out = {
         "heads": heads,
-        **{n: results.numbers.get(n) for n in CONTEXT_NUMBERS},
-        "untrained": {n: untrained.results.numbers.get(n) for n in CONTEXT_NUMBERS},
+        **{n: results.numbers.get(n) for n in numbers},
+        "untrained": {n: untrained.results.numbers.get(n) for n in numbers},
         "ablated": results.ablated,
         "ablation": mode,
         "probe_sets": {kind: s.about for kind, s in sets.sets.items()},
@@ -321,7 +318,7 @@ def heads_json(reading: Reading, found: list, mode: str, sets: ProbeSets) -> dic
             {
                 "heads": p.heads,
                 "chosen_as": p.kind,
-                **{n: p.reading.results.numbers.get(n) for n in CONTEXT_NUMBERS},
+                **{n: p.reading.results.numbers.get(n) for n in numbers},
                 "best_induction": (p.reading.results.best("induction") or (None, None))[1],
             }
             for p in found

@@ -1,6 +1,8 @@
 """One capture: a probe set run through the model's readable path, keeping every layer's attention
 pattern `[batch, head, query_pos, key_pos]` and the next-token logits the set asks for. Every
 score in `watch/measure/scores.py` is a function of a capture; nothing else runs the model to watch it.
+The pass (`watch.measure.reading.read`) reads every score from the captures, and keeps the watched sentences'
+patterns (`sentence_patterns`) for the heatmaps and the attention page.
 
 Sequences of a set share a forward, right-padded: attention is causal, so the padding after a
 sequence is never a key for its own positions and nothing read from them changes. A set is one

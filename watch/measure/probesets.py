@@ -1,11 +1,13 @@
 """What the model is run on to be watched: probe sets, token sequences that go through the model together with what
-each is for, each scored from one capture. The kinds: `PRONOUN` probes and `AGREEMENT` contexts from JSONL files,
-`REPEATED` random tokens and the `REACH` repeats at shorter distances, `TEXT` windows of held-out text, and the
-`SENTENCES` whose heatmaps and attention page a run shows.
+each is for, each scored from one capture. This module makes them; what each kind is for, and which the watch makes
+for a run or a checkpoint, is its record in `watch.measure.reading.PROBE_KINDS`. The kinds: `PRONOUN` probes and
+`AGREEMENT` contexts from JSONL files, `REPEATED` random tokens and the `REACH` repeats at shorter distances, `TEXT`
+windows of held-out text, and the `SENTENCES` whose heatmaps and attention page a run shows.
 
 Every way of making a probe set checks its sequences against the model's block_size here, once: sequences that
 cannot be used (tokens outside the vocabulary, too long) are left out with one warning, or, `strict`, refused in one
-line naming the file's line.
+line naming the file's line. A pass (`watch.measure.reading.score`) then runs each set through the model once
+(`watch/measure/capture.py`).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from data.probes import AgreementProbe, Probe, load_jsonl
+from data.probes import load_jsonl
 from data.tokenizer import Tokenizer, TokenizerError
 from errors import UserError, warn
 from watch.measure.heads import PRONOUNS
@@ -68,6 +70,21 @@ class ProbeSet:
             self.constants[key] = make()
         return self.constants[key]
 
+    def cut(self, tokens: int) -> ProbeSet:
+        """Its first sequences, as many whole groups as hold `tokens` tokens (one group at least): itself when that is
+        all of them."""
+        keep = max(self.group, tokens // len(self.ids[0]) // self.group * self.group)
+        if keep >= len(self):
+            return self
+        return replace(
+            self,
+            ids=self.ids[:keep],
+            items=self.items[:keep],
+            about=f"{keep} of {self.about}",
+            logits_at=self.logits_at[:keep] if self.logits_at is not None else None,
+            constants={},
+        )
+
 
 @dataclass
 class ProbeSets:
@@ -87,42 +104,20 @@ class ProbeSets:
     def get(self, kind: str) -> ProbeSet | None:
         return self.sets.get(kind)
 
-    def quick(self, whole: tuple[str, ...] = ()) -> ProbeSets:
-        """What a pass every few steps reads, as cheap as ever: the probe files' sets whole, the generated sets
-        (repeated tokens, held-out text) cut to as many whole groups as hold QUICK_TOKENS tokens, and neither the
-        sentences nor the repeats by distance unless named in `whole`. Its head scores are within about 0.01 of the
-        whole sets'; its in-context score is too rough to report (`AttentionWatch.read`)."""
-        sets = {kind: s for kind, s in self.sets.items() if kind not in (SENTENCES, REACH) or kind in whole}
-        for kind in (REPEATED, TEXT):
-            s = sets.get(kind)
-            if s is None:
-                continue
-            keep = max(s.group, QUICK_TOKENS // len(s.ids[0]) // s.group * s.group)
-            if keep < len(s):
-                sets[kind] = replace(
-                    s,
-                    ids=s.ids[:keep],
-                    items=s.items[:keep],
-                    about=f"{keep} of {s.about}",
-                    logits_at=s.logits_at[:keep] if s.logits_at is not None else None,
-                    constants={},
-                )
-        return ProbeSets(sets, dict(self.missing))
-
 
 # --- probes and agreement contexts from files -------------------------------------------------------
 
-FROM_FILES = {PRONOUN: Probe, AGREEMENT: AgreementProbe}
 
-
-def from_file(kind: str, path: str | Path, tokenizer: Tokenizer, block_size: int, *, strict: bool = False) -> ProbeSet:
-    """The two-person probes (`PRONOUN`) or single-person agreement contexts (`AGREEMENT`) of a JSONL file, in this
-    tokenizer's positions. Those with tokens outside the vocabulary or longer than block_size are left out with one
-    warning each kind, or with `strict` refused naming the line."""
-    records = load_jsonl(path, FROM_FILES[kind])
-    what = f"{FROM_FILES[kind].what}s"
+def from_file(
+    kind: str, records: type, path: str | Path, tokenizer: Tokenizer, block_size: int, *, strict: bool = False
+) -> ProbeSet:
+    """The `kind` set of a JSONL file of `records` (`data.probes`: two-person `Probe`s, single-person
+    `AgreementProbe`s), in this tokenizer's positions. Those with tokens outside the vocabulary or longer than
+    block_size are left out with one warning each kind, or with `strict` refused naming the line."""
+    what = f"{records.what}s"
+    read = load_jsonl(path, records)
     aligned, unknown, too_long = [], 0, 0
-    for record in records:
+    for record in read:
         try:
             item = record.align(tokenizer)
         except UserError as exc:  # a token outside the vocabulary only leaves the record out, unless `strict`
@@ -140,9 +135,9 @@ def from_file(kind: str, path: str | Path, tokenizer: Tokenizer, block_size: int
             continue
         aligned.append(item)
     if unknown:
-        warn(f"{unknown} of {len(records)} {what} in {path} use tokens outside the vocabulary and are left out")
+        warn(f"{unknown} of {len(read)} {what} in {path} use tokens outside the vocabulary and are left out")
     if too_long:
-        warn(f"{too_long} of {len(records)} {what} in {path} are longer than block_size={block_size} and are left out")
+        warn(f"{too_long} of {len(read)} {what} in {path} are longer than block_size={block_size} and are left out")
     return ProbeSet(
         kind,
         [item.ids for item in aligned],
@@ -244,7 +239,7 @@ def pair_offset(length: int) -> int:
 
 
 def held_out_text(
-    tokens: np.ndarray | Sequence[int],
+    tokens: np.ndarray | Sequence[int] | None,
     block_size: int,
     *,
     pairs: int | None = None,
@@ -255,7 +250,9 @@ def held_out_text(
     on as the in-context score's late band is from its early band (`pair_offset`), so the tokens late in the first
     window are early in the second and the score compares the same tokens with less context and with more. By
     default as many pairs as hold TEXT_TOKENS tokens (at least 2), fewer where the text has fewer places; or why
-    there are none."""
+    there are none (`NO_TEXT` without `tokens`)."""
+    if tokens is None:
+        return NO_TEXT
     tokens = np.asarray(tokens)
     if block_size < REPEATED_MIN_LENGTH:  # the model's context, not the text, is too short
         return (
@@ -352,31 +349,3 @@ def _within(sentence: str, tokenizer: Tokenizer, block_size: int) -> str | None:
             return " ".join(words) if length >= block_size // 2 else None
         words = words[:-1]
     return None
-
-
-def watch_sets(
-    tokenizer: Tokenizer,
-    block_size: int,
-    *,
-    train_tokens: np.ndarray | None = None,
-    text: np.ndarray | Sequence[int] | None = None,
-    text_source: str = "the val split",
-    probes: str | Path | None = None,
-    agreement: str | Path | None = None,
-    texts: Sequence[str] = (),
-    strict: bool = False,
-) -> ProbeSets:
-    """Every probe set a run or a checkpoint is watched on: repeated random tokens always (drawn from
-    `train_tokens`, see `token_pool`), held-out text from `text`, pronoun probes and agreement contexts
-    from their files, and the sentences `texts`."""
-    sets = ProbeSets()
-    pool = token_pool(train_tokens, tokenizer)
-    sets.add(REPEATED, repeated_tokens(pool, block_size))
-    sets.add(REACH, repeats_by_distance(pool, block_size))
-    sets.add(TEXT, held_out_text(text, block_size, source=text_source) if text is not None else NO_TEXT)
-    for kind, path in ((PRONOUN, probes), (AGREEMENT, agreement)):
-        if path:
-            sets.add(kind, from_file(kind, path, tokenizer, block_size, strict=strict))
-    if texts:
-        sets.add(SENTENCES, sentences(texts, tokenizer, block_size))
-    return sets

@@ -1,5 +1,5 @@
-"""The pronoun reading of a pass (`watch/measure/pipeline.py`): how well each head resolves pronouns, and whether the
-model knows which pronoun agrees.
+"""The pronoun report's figures (`watch.measure.reading.probe_report` reads them from a pass): how well each head
+resolves pronouns, and whether the model knows which pronoun agrees.
 
 For a probe like "The dog chased the ball because it was bored", a head that resolves the pronoun puts its weight
 from "it" on the referent ("dog") rather than the distractor ("ball"); the best head has the highest mean weight on
@@ -15,11 +15,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
-import torch
-
 from watch.measure.heads import head_name
-from watch.measure.pipeline import Results
-from watch.measure.probesets import PRONOUN
 
 # A probe names one referent and one distractor, so guessing is right half the time.
 CHANCE = 0.5
@@ -115,45 +111,6 @@ def finite(value):
     return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
-def probe_report(results: Results) -> ProbeReport | None:
-    """The pronoun probes' report, from a pass that had them (None otherwise)."""
-    probes = results.sets.get(PRONOUN)
-    if probes is None or "referent" not in results.heads or not len(probes):
-        return None
-    n, n_no_sink = results.counts["referent"], results.counts.get("referent_no_sink", 0)
-    n_layer, n_head = results.heads["referent"].shape
-    heads = {}
-    scores = ("referent", "distractor", "top1", "referent_no_sink", "distractor_no_sink", "top1_no_sink")
-    columns = {name: results.heads.get(name) for name in scores}  # [layer, head]; NaN where no probe counted
-    for layer in range(n_layer):
-        for head in range(n_head):
-            v = {name: _value(values, layer, head) for name, values in columns.items()}
-            heads[head_name(layer, head)] = HeadStats(
-                layer,
-                head,
-                *(v[name] for name in scores),
-                n,
-                round(v["top1"] * n),
-                n_no_sink,
-                round(v["top1_no_sink"] * n_no_sink) if v["top1_no_sink"] is not None else 0,
-            )
-    numbers, counts = results.numbers, results.counts
-    continuation = ContinuationStats(
-        numbers.get("continuation_accuracy"),
-        numbers.get("distractor_rate"),
-        numbers.get("logit_diff"),
-        counts.get("continuation_accuracy", 0),
-        round(numbers.get("continuation_accuracy", 0.0) * counts.get("continuation_accuracy", 0)),
-        counts.get("logit_diff", 0),
-    )
-    return ProbeReport(heads, n, baselines(probes.items), continuation, list(results.ablated))
-
-
-def _value(values: torch.Tensor | None, layer: int, head: int) -> float | None:
-    # Results.head's two lines, here so that the report reads the pass's tensors without calling back into it
-    return None if values is None or torch.isnan(values[layer, head]) else float(values[layer, head])
-
-
 def baselines(aligned: Sequence) -> dict[str, float]:
     """Accuracy of heuristics that ignore the model, for the same probes.
 
@@ -195,15 +152,3 @@ class AgreementStats:
     share: float  # mean P(agreeing) / (P(agreeing) + P(other))
     n: int
     n_correct: int
-
-
-def agreement_stats(results: Results) -> AgreementStats | None:
-    if "agreement_accuracy" not in results.numbers:
-        return None
-    accuracy, n = results.numbers["agreement_accuracy"], results.counts["agreement_accuracy"]
-    by_mention = {
-        m: results.numbers[f"agreement_accuracy_{m}_mention"]
-        for m in ("first", "second")
-        if f"agreement_accuracy_{m}_mention" in results.numbers
-    }
-    return AgreementStats(accuracy, by_mention, results.numbers["agreement_share"], n, round(accuracy * n))

@@ -1,5 +1,5 @@
 """Proof by ablation: remove heads (an `Ablation`, model/ablation.py) and see what the model loses, an
-`AblationResult` read on what each kind of head is tested on (`watch.show.report.TESTED_ON`). Zero-ablation is the
+`AblationResult` read on what each kind of head is tested on (its type's `tested_on`). Zero-ablation is the
 default: it needs nothing but the model, and the README's floors are measured with it. Mean-ablation needs held-out
 text, and keeps a head that writes a constant (an attention sink's) from looking important just because that
 constant went missing.
@@ -60,6 +60,14 @@ class AblationResult:
     ablation: Ablation
     reading: Reading
     looks: str = ""  # where the head looks, in words ("copying" heads: on the repeated tokens)
+
+    @property
+    def tested_on(self) -> tuple[str, bool] | None:
+        """(the model's number that removing these heads is measured on, whether higher is better): their type's
+        (`watch.measure.headtypes.HeadType.tested_on`), the in-context gain for the heads that carry the copying
+        (`copying_route`); None for those removed for agreement (`agreement_ablations`)."""
+        head_type = TYPES.get("induction" if self.kind == "copying" else self.kind)  # copying: as induction heads do
+        return (head_type.tested_on, head_type.higher_is_better) if head_type is not None else None
 
     @property
     def best_top1_left(self) -> float | None:

@@ -1,24 +1,96 @@
-"""What a pass means, read once. A pass (`watch/measure/pipeline.py`) gives a number per head and score; its
-`Reading` adds what those numbers say: the pronoun head table, pronoun agreement and the heads that
-read the name, every head's type scores and, against the untrained model, its type; how the heads
-compose, from the weights; and the baselines it was read against (the untrained model, and for a
-fine-tune the model before fine-tuning). The terminal report, TensorBoard, the attention page,
-`sample.py` and the proofs by ablation all read the same `Reading`, so none of them derives it again.
+"""The pass: what the watch runs the model on, what it reads from it, and what that says.
+
+Every kind of probe set is one record, a `ProbeKind`, in one registry, `PROBE_KINDS`: how its set is made for a run
+or a checkpoint (`watch/measure/probesets.py` makes it), what the passes between evaluations read of it, its
+scores, its lines in the head report, its TensorBoard scalars and charts, and its numbers in the JSON. The pass, its
+reading, the report and TensorBoard iterate the registry, so a new kind is one record here (and, for a file of a
+new shape, its line's record in `data/probes.py`).
+
+A pass (`score`) runs each probe set through the model once (`watch/measure/capture.py`) and reads every score of its
+kind and of the head types measured on it (`watch/measure/headtypes.py`) from those captures into one `Results`,
+with the attention patterns of the watched sentences. Its `Reading` (`read_results`) adds what those numbers say:
+the pronoun head table, pronoun agreement and the heads that read the name, every head's type scores and, against
+the untrained model, its type; how the heads compose, from the weights; and the baselines it was read against (the
+untrained model, and for a fine-tune the model before fine-tuning). The views all read the same `Reading`, so none
+of them derives it again: the report (`watch/show/report.py`), TensorBoard (`watch/show/tensorboard.py`, which writes
+the heatmaps `watch/show/heatmaps.py` draws of the patterns), the attention page, `sample.py` and the proofs by
+ablation.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from functools import cached_property, partial
+from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn as nn
 
+from data.probes import AgreementProbe, Probe
+from data.tokenizer import Tokenizer
 from model.ablation import Ablation
+from watch.measure import probesets, scores
+from watch.measure.capture import Capture, captures, sentence_patterns
 from watch.measure.composition import Composition, composition
-from watch.measure.headtypes import TYPES, HeadType, head_types, heads_of, type_scores
-from watch.measure.pipeline import Results, score
-from watch.measure.probesets import ProbeSets
-from watch.measure.pronouns import AgreementStats, ProbeReport, agreement_stats, name_readers, probe_report
+from watch.measure.heads import ablation_names, head_name
+from watch.measure.headtypes import CLOSE, TYPES, TypedHead, best_offset, head_types, heads_of, needed, type_scores
+from watch.measure.probesets import AGREEMENT, PRONOUN, REACH, REPEATED, SENTENCES, TEXT, ProbeSet, ProbeSets
+from watch.measure.pronouns import AgreementStats, ContinuationStats, HeadStats, ProbeReport, baselines, name_readers
+from watch.measure.scores import Measure
+
+
+@dataclass
+class Results:
+    """What one pass found. `heads[score]` is [layer, head] (float64; NaN where the score had nothing
+    to average), `numbers[score]` a number per model score, `counts[score]` how many positions,
+    probes or contexts it averaged, `patterns[sentence][layer]` the watched sentences' patterns."""
+
+    heads: dict[str, torch.Tensor]
+    numbers: dict[str, float]
+    counts: dict[str, int]
+    patterns: list[list[torch.Tensor]]
+    sets: ProbeSets
+    forwards: int
+    ablated: list[str] = field(default_factory=list)
+
+    def head(self, score: str, layer: int, head: int) -> float | None:
+        """One head's score, None when it was not measured."""
+        values = self.heads.get(score)
+        return None if values is None or torch.isnan(values[layer, head]) else float(values[layer, head])
+
+    def per_head(self, score: str) -> dict[str, float]:
+        """{"L0H0": value, ...} for one score (empty when it was not measured)."""
+        values = self.heads.get(score)
+        if values is None:
+            return {}
+        return {
+            head_name(layer, head): float(values[layer, head])
+            for layer in range(values.shape[0])
+            for head in range(values.shape[1])
+            if not torch.isnan(values[layer, head])
+        }
+
+    def reach(self) -> dict[str, dict[int, float]]:
+        """{"L1H0": {distance: score}}: each head's induction score where the earlier copy is that many tokens back,
+        at each distance measured (the `REACH` set's, then the `REPEATED` set's L: the plain induction score)."""
+        reach, repeated = self.sets.get(REACH), self.sets.get(REPEATED)
+        measured = [(d, f"induction_{d}") for _, d in (reach.items[0] if reach is not None else ())]
+        measured += [(len(repeated.ids[0]) // 2, "induction")] if repeated is not None else []
+        found: dict[str, dict[int, float]] = {}
+        for d, name in measured:
+            for head, value in self.per_head(name).items():
+                found.setdefault(head, {})[d] = value
+        return found
+
+    def best(self, score: str) -> tuple[str, float] | None:
+        """The head with the highest score (earliest first on ties), and the score."""
+        found = self.per_head(score)
+        if not found:
+            return None
+        name = max(found, key=found.get)  # the first of equal highest: max keeps the earliest
+        return name, found[name]
 
 
 @dataclass(frozen=True)
@@ -31,12 +103,342 @@ class Reading:
     name_readers: list[str]  # the heads that read the name before a pronoun
     type_scores: dict[str, torch.Tensor]  # {type: [layer, head]}
     offsets: torch.Tensor | None  # each head's best positional offset [layer, head]
-    types: dict[str, HeadType]  # each head's type, against `untrained`
-    typed: dict[str, list[HeadType]]  # {type: its heads, highest score first}
+    types: dict[str, TypedHead]  # each head's type, against `untrained`
+    typed: dict[str, list[TypedHead]]  # {type: its heads, highest score first}
     composition: Composition | None  # how the heads compose (None: not read, or a one-layer model)
     reach: dict[str, dict[int, float]]  # each head's induction score by distance to the earlier copy
     untrained: Reading | None  # the untrained model's reading, if the types were measured against it
     before: Reading | None = None  # a fine-tune's model before fine-tuning, read against the same untrained
+
+
+# --- the kinds of probe set ------------------------------------------------------------------------------
+
+WHOLE, CUT, AT_EVALUATIONS = "whole", "cut", "at evaluations"  # what the passes between the whole ones read of a set
+PRONOUN_WEIGHTS = ("referent", "distractor", "top1")  # what a head's weight from the pronoun says (`pronoun_score`)
+
+
+@dataclass
+class Source:
+    """What a run or a checkpoint makes its probe sets from (`watch_sets`)."""
+
+    tokenizer: Tokenizer
+    block_size: int
+    train_tokens: np.ndarray | None = None  # the training split: repeated random tokens are drawn from its tokens
+    text: np.ndarray | Sequence[int] | None = None  # held-out text
+    text_source: str = "the val split"  # where the held-out text comes from, for reports
+    files: dict[str, str | Path | None] = field(default_factory=dict)  # the probe files, by kind
+    texts: Sequence[str] = ()  # the sentences to show
+
+    @cached_property
+    def pool(self) -> list[int]:
+        """The tokens repeated random tokens are drawn from (`token_pool`)."""
+        return probesets.token_pool(self.train_tokens, self.tokenizer)
+
+    def file(self, kind: str, records: type) -> ProbeSet | None:
+        """The `kind` set of the file of `records` given for it; None when none is."""
+        path = self.files.get(kind)
+        return probesets.from_file(kind, records, path, self.tokenizer, self.block_size) if path else None
+
+
+@dataclass(frozen=True)
+class ProbeKind:
+    """One kind of probe set, and all that the watch does with it (`PROBE_KINDS`)."""
+
+    name: str
+    # Its set for a run or a checkpoint, or why there is none (a reason, said in reports; None: not asked for).
+    make: Callable[[Source], ProbeSet | str | None]
+    # What a pass between the whole ones reads of it (`quick_sets`): all of it (WHOLE), its first QUICK_TOKENS tokens
+    # (CUT), or nothing every watch_interval steps and all of it at evaluations (AT_EVALUATIONS).
+    quick: str = WHOLE
+    scores: dict[str, Measure] = field(default_factory=dict)  # read from each capture of it, by name (`read`)
+    numbers: tuple[str, ...] = ()  # its numbers in `sample.py --heads --json`, and in TensorBoard as heads/{name}
+    lines: Callable[[Reading], list[str]] = lambda reading: []  # its lines in the head report, after the types'
+    # Its other TensorBoard scalars by tag: a number goes in the run's own run, [layer, head] in each head's run.
+    scalars: Callable[[Reading], dict[str, float | torch.Tensor | None]] = lambda reading: {}
+    # Its charts in TensorBoard's Custom Scalars, {title: [tag regexes]}, in the category `category`.
+    charts: dict[str, list[str]] = field(default_factory=dict)
+    category: str = ""
+
+
+def _best_reach(reading: Reading) -> tuple[str, dict[int, float]]:
+    """The best induction head and its score by distance to the earlier copy, where the pass read the repeats by
+    distance (`REACH`) beside the repeated tokens ({} otherwise: a quick pass reads only the longest)."""
+    best = reading.results.best("induction")
+    reach = reading.reach.get(best[0], {}) if best is not None else {}
+    return (best[0], reach) if len(reach) > 1 else ("", {})
+
+
+def _repeated_lines(reading: Reading) -> list[str]:
+    """How far back the best induction head copies, and the in-context gain, with its spread and what it means."""
+    lines = []
+    best, reach = _best_reach(reading)
+    if reach and max(reach.values()) >= CLOSE * needed(None):  # some distance copies
+        far, near = reach[max(reach)], max(reach.values())
+        shape = (
+            " (it copies from close by more than from far: the longest distances are the weakest)"
+            if far < 0.75 * near
+            else ""
+        )
+        by_distance = ", ".join(f"{d} tokens {value:.2f}" for d, value in reach.items())
+        lines.append(f"{best}'s induction score by distance to the earlier copy: {by_distance}{shape}")
+    numbers = reading.results.numbers
+    if "in_context_gain" in numbers:
+        then = reading.untrained.results.numbers if reading.untrained is not None else {}
+        better = "better" if numbers["in_context_gain"] > 0 else "worse"
+        meaning = f"the second copy is predicted {{size:.3f}} nats {better} than the first"
+        lines.append(
+            f"in-context gain on repeated random tokens: {_measured(numbers, 'in_context_gain', meaning)} "
+            f"(first copy {numbers['loss_first_copy']:.3f}, second {numbers['loss_second_copy']:.3f}"
+            f"{_then(then, 'in_context_gain')})"
+        )
+    return lines
+
+
+def _text_lines(reading: Reading) -> list[str]:
+    """The in-context score, with its spread and what it means."""
+    numbers = reading.results.numbers
+    if "in_context_score" not in numbers:
+        return []
+    then = reading.untrained.results.numbers if reading.untrained is not None else {}
+    text = reading.results.sets.get(TEXT)
+    length = len(text.ids[0])
+    early, late = probesets.icl_positions(length)
+    where = (
+        f"tokens {late.start}-{late.stop - 1} of a {length}-token context "
+        f"against the same tokens at {early.start}-{early.start + late.stop - late.start - 1}"
+    )
+    score = numbers["in_context_score"]
+    meaning = f"later in the context, tokens are predicted {{size:.3f}} nats {'better' if score < 0 else 'worse'}"
+    # Olsson et al.'s score is the late loss minus the early one (below 0 is better): shown as nats saved.
+    measured, was = _measured(numbers, "in_context_score", meaning, "nats", -1), _then(then, "in_context_score", -1)
+    return [
+        f"in-context score on held-out text: {measured} ({where}, {len(text.ids) // 2} pairs of windows"
+        f"{was}; Olsson et al.'s late-minus-early loss, {score:+.3f})"
+    ]
+
+
+def _measured(numbers: dict, name: str, meaning: str, unit: str = "nats/token", sign: int = 1) -> str:
+    """ "+0.12 ± 0.03 nats/token: the second copy is ...", or "no measurable effect, +0.02 ± 0.05 nats/token"
+    when the figure (times `sign`) lies inside its spread."""
+    figure, inside = _figure(numbers, name, sign)
+    if inside:
+        return f"no measurable effect, {figure} {unit}"
+    return f"{figure} {unit}: {meaning.format(size=abs(numbers[name]))}"
+
+
+def _then(then: dict, name: str, sign: int = 1) -> str:
+    if name not in then:
+        return ""
+    figure, inside = _figure(then, name, sign)
+    return f"; untrained {figure}" + (", no measurable effect" if inside else "")
+
+
+def _figure(numbers: dict, name: str, sign: int) -> tuple[str, bool]:
+    """("+0.12 ± 0.03", whether the figure lies inside its spread)."""
+    value, spread = sign * numbers[name], numbers.get(f"{name}_spread")
+    figure = f"{value:+.3f}" + (f" ± {spread:.3f}" if spread is not None else "")
+    return figure, spread is not None and abs(value) <= spread
+
+
+def _pronoun_scalars(reading: Reading) -> dict[str, float | torch.Tensor | None]:
+    """Every head's weights from the pronoun and its top-1, the best head's, and what the model predicts next."""
+    report = reading.pronouns
+    if report is None:
+        return {}
+    best = ("referent", "distractor", "top1", "referent_no_sink", "top1_no_sink")
+    return {
+        **{f"attention/{weight}": reading.results.heads[weight] for weight in PRONOUN_WEIGHTS},
+        **{f"attention/{score}/best": getattr(report.best, score) for score in best},
+        "probes/continuation_accuracy": report.continuation.accuracy,
+        "probes/logit_diff": report.continuation.logit_diff,
+    }
+
+
+PROBE_KINDS: dict[str, ProbeKind] = {
+    kind.name: kind
+    for kind in (
+        ProbeKind(
+            REPEATED,
+            make=lambda source: probesets.repeated_tokens(source.pool, source.block_size),
+            quick=CUT,
+            scores={
+                # The loss of predicting tokens 2..L of each copy (nats/token), and each sequence's in-context gain
+                # (first minus second) squared, for its spread.
+                "loss_first_copy": scores.mean_of(partial(scores.copy_losses, second=False)),
+                "loss_second_copy": scores.mean_of(partial(scores.copy_losses, second=True)),
+                "in_context_gain_squares": scores.mean_of(scores.gains, squared=True),
+            },
+            numbers=("in_context_gain", "in_context_gain_spread", "loss_first_copy", "loss_second_copy"),
+            lines=_repeated_lines,
+            # The phase change: the induction score and the in-context gain jump together.
+            charts={"induction and in-context gain": [r"heads/induction/best$", r"heads/in_context_gain$"]},
+            category="head types",
+        ),
+        ProbeKind(
+            REACH,
+            make=lambda source: probesets.repeats_by_distance(source.pool, source.block_size),
+            quick=AT_EVALUATIONS,
+            # Induction where the earlier copy is d tokens back.
+            scores={
+                f"induction_{d}": scores.on_targets(
+                    f"induction targets at {d}", partial(scores.reach_targets, distance=d)
+                )
+                for d in probesets.REACH_DISTANCES
+            },
+            # Its line in the report, how far back the best induction head copies, comes before the in-context gain:
+            # the repeated tokens' lines say both (`_repeated_lines`).
+            scalars=lambda reading: {f"heads/induction/best_at_{d:02d}": v for d, v in _best_reach(reading)[1].items()},
+            # Whether the best induction head copies from far back as well as from close by.
+            charts={"best induction head's score by distance to the earlier copy": [r"heads/induction/best_at_\d+$"]},
+            category="head types",
+        ),
+        ProbeKind(
+            TEXT,
+            make=lambda source: probesets.held_out_text(source.text, source.block_size, source=source.text_source),
+            quick=CUT,
+            scores={
+                "broad": scores.broad,
+                # Loss of the tokens late in a context minus that of the same tokens early in one (nats; Olsson's
+                # loss at token 500 minus loss at token 50), its square for its spread, and the mean next-token loss.
+                "in_context_score": scores.mean_of(scores.in_context_differences),
+                "in_context_score_squares": scores.mean_of(scores.in_context_differences, squared=True),
+                "text_loss": scores.mean_of(scores.next_token_losses),
+            },
+            numbers=("in_context_score", "in_context_score_spread", "text_loss"),
+            lines=_text_lines,
+            scalars=lambda reading: {"heads/broad": reading.results.heads.get("broad")},
+        ),
+        ProbeKind(
+            PRONOUN,
+            make=lambda source: source.file(PRONOUN, Probe),
+            scores={
+                **{weight: scores.pronoun_score(weight) for weight in PRONOUN_WEIGHTS},
+                **{f"{weight}_no_sink": scores.pronoun_score(weight, no_sink=True) for weight in PRONOUN_WEIGHTS},
+                # The share of probes whose next-token argmax after the pronoun is something the referent does, and
+                # something the other noun does.
+                "continuation_accuracy": partial(scores.argmax_among, whose="referent"),
+                "distractor_rate": partial(scores.argmax_among, whose="distractor"),
+                "logit_diff": scores.logit_diff,
+            },
+            scalars=_pronoun_scalars,
+            charts={
+                # The best head's own line first: alone on its chart, no outlier setting can clip its climb.
+                "referent weight and top-1 of the best head": [r"attention/(referent|top1)/best$"],
+                "referent weight, every head": [r"attention/referent$"],
+                "top-1, every head": [r"attention/top1$"],
+                # The training loss (logged every log_interval steps) rather than the validation loss (5 points in
+                # the demo, which smoothing bends out of shape), and every accuracy the probes report.
+                "training loss and accuracy": [r"loss/train$", r"probes/.*accuracy"],
+            },
+            category="attention heads",
+        ),
+        ProbeKind(
+            AGREEMENT,
+            make=lambda source: source.file(AGREEMENT, AgreementProbe),
+            scores={
+                "agreement_accuracy": scores.right_word(),
+                "agreement_accuracy_first_mention": scores.right_word("first"),
+                "agreement_accuracy_second_mention": scores.right_word("second"),
+                "agreement_share": scores.right_share,
+                "name_reading": scores.name_reading,
+            },
+            # Each figure of the whole model: agreement, over every context and by mention, and its share.
+            scalars=lambda reading: {
+                f"probes/{n}": reading.results.numbers.get(n) for n in PROBE_KINDS[AGREEMENT].scores
+            },
+        ),
+        ProbeKind(
+            SENTENCES,
+            make=lambda source: (
+                probesets.sentences(source.texts, source.tokenizer, source.block_size) if source.texts else None
+            ),
+            quick=AT_EVALUATIONS,  # a pass keeps their patterns (`read`): the heatmaps and the attention page
+        ),
+    )
+}
+
+
+def watch_sets(source: Source) -> ProbeSets:
+    """Every probe set a run or a checkpoint is watched on, each made from `source` as its kind says."""
+    sets = ProbeSets()
+    for kind in PROBE_KINDS.values():
+        sets.add(kind.name, kind.make(source))
+    return sets
+
+
+def quick_sets(sets: ProbeSets, *, evaluation: bool = False) -> ProbeSets:
+    """What a pass between the whole ones reads, as cheap as ever: each set as its kind's `quick` says, and those
+    read at evaluations only when `evaluation`. Its head scores are within about 0.01 of the whole sets'; its
+    in-context score is too rough to report (`AttentionWatch.read`)."""
+    kept = {}
+    for name, probe_set in sets.sets.items():
+        quick = PROBE_KINDS[name].quick
+        if quick == CUT:
+            kept[name] = probe_set.cut(probesets.QUICK_TOKENS)
+        elif quick == WHOLE or evaluation:
+            kept[name] = probe_set
+    return ProbeSets(kept, dict(sets.missing))
+
+
+# --- the pass -----------------------------------------------------------------------------------------------
+
+
+def untrained_like(model: nn.Module, seed: int) -> nn.Module:
+    """The model of the same config as `model` as training started it: initialised from `seed`
+    (what `Trainer.from_config` seeds before building the model), on the same device. The global random
+    state is left as it was."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        fresh = type(model)(model.config)
+    return fresh.to(next(model.parameters()).device).eval()
+
+
+def score(
+    model: nn.Module, sets: ProbeSets, ablate: Ablation | None = None, kinds: tuple[str, ...] | None = None
+) -> Results:
+    """Captures each probe set of `sets` (only `kinds`, if given) once and reads every score of its kind and of the
+    head types measured on it; `ablate` removes heads for the whole pass."""
+    chosen = [s for kind, s in sets.sets.items() if kinds is None or kind in kinds]
+    results = read((capture for probe_set in chosen for capture in captures(model, probe_set, ablate)), sets)
+    results.ablated = ablation_names(ablate)
+    return results
+
+
+def read(captured: Iterable[Capture], sets: ProbeSets) -> Results:
+    """Every score of each capture's kind and of the head types measured on it, added up over the captures, and the
+    watched sentences' patterns: the `Results` of a pass. Captures made by hand (`capture_from_patterns`) are read
+    the same way."""
+    totals: dict[str, tuple] = {}
+    patterns: list[list[torch.Tensor]] = []
+    forwards = 0
+    for capture in captured:
+        forwards += 1
+        kind = capture.probe_set.kind
+        for name, measure in measures(kind).items():
+            total, count = measure(capture)
+            before = totals.get(name)
+            totals[name] = (total, count) if before is None else (before[0] + total, before[1] + count)
+        if kind == SENTENCES:
+            patterns += sentence_patterns([capture])  # on to the heatmaps and the attention page
+    heads, numbers, counts = {}, {}, {}
+    for name, (total, count) in totals.items():  # a score with nothing to average: NaN per head, no number
+        counts[name] = int(count)
+        if isinstance(total, torch.Tensor):  # a score of each head
+            heads[name] = total / count if count else torch.full_like(total, float("nan"))
+        elif count:
+            numbers[name] = float(total) / count
+    numbers.update(scores.derived_model_scores(numbers, counts))
+    return Results(heads, numbers, counts, patterns, sets, forwards)
+
+
+def measures(kind: str) -> dict[str, Measure]:
+    """The scores a pass reads from a capture of `kind`, by name: its kind's and those of the head types measured
+    on it."""
+    of_types = [head_type.measures for head_type in TYPES.values() if head_type.probe_set == kind]
+    return {**PROBE_KINDS[kind].scores, **{name: measure for found in of_types for name, measure in found.items()}}
+
+
+# --- what a pass says -------------------------------------------------------------------------------------
 
 
 def read_pass(
@@ -68,24 +470,70 @@ def read_results(
 ) -> Reading:
     """The reading of a pass's results, also of one read from captures made elsewhere; head types are
     measured against `untrained`'s type scores (against its own with `is_untrained`), or by the score alone."""
-    scores, offsets = type_scores(results)
-    baseline = scores if is_untrained else untrained.type_scores if untrained is not None else {}
-    types = head_types(scores, baseline)
+    typed_scores = type_scores(results.heads)
+    baseline = typed_scores if is_untrained else untrained.type_scores if untrained is not None else {}
+    types = head_types(typed_scores, baseline)
     typed = {kind: heads_of(types, kind) for kind in TYPES}
-    pronouns, agreement = probe_report(results), agreement_stats(results)
-    readers = name_readers(results.per_head("name_reading"))
+    offsets = best_offset(results.heads)[1]
+    reach = results.reach()
+    agreement = agreement_stats(results)
+    name_weights = results.per_head("name_reading")
     reading = Reading(
         results,
-        pronouns,
+        probe_report(results),
         agreement,
-        readers,
-        scores,
+        name_readers(name_weights),
+        typed_scores,
         offsets,
         types,
         typed,
         composition,
-        results.reach(),
+        reach,
         untrained,
         before,
     )
     return replace(reading, untrained=reading) if is_untrained else reading
+
+
+def probe_report(results: Results) -> ProbeReport | None:
+    """The pronoun probes' report, from a pass that had them (None otherwise)."""
+    probes = results.sets.get(PRONOUN)
+    if probes is None or "referent" not in results.heads or not len(probes):
+        return None
+    n, n_no_sink = results.counts["referent"], results.counts.get("referent_no_sink", 0)
+    n_layer, n_head = results.heads["referent"].shape
+    heads = {}
+    names = ("referent", "distractor", "top1", "referent_no_sink", "distractor_no_sink", "top1_no_sink")
+    for layer in range(n_layer):
+        for head in range(n_head):
+            v = {name: results.head(name, layer, head) for name in names}  # None where no probe counted
+            heads[head_name(layer, head)] = HeadStats(
+                layer,
+                head,
+                *(v[name] for name in names),
+                n,
+                round(v["top1"] * n),
+                n_no_sink,
+                round(v["top1_no_sink"] * n_no_sink) if v["top1_no_sink"] is not None else 0,
+            )
+    numbers, counts = results.numbers, results.counts
+    continuation = ContinuationStats(
+        numbers.get("continuation_accuracy"),
+        numbers.get("distractor_rate"),
+        numbers.get("logit_diff"),
+        counts.get("continuation_accuracy", 0),
+        round(numbers.get("continuation_accuracy", 0.0) * counts.get("continuation_accuracy", 0)),
+        counts.get("logit_diff", 0),
+    )
+    return ProbeReport(heads, n, baselines(probes.items), continuation, list(results.ablated))
+
+
+def agreement_stats(results: Results) -> AgreementStats | None:
+    """The agreement contexts' figures, from a pass that had them (None otherwise)."""
+    numbers = results.numbers
+    if "agreement_accuracy" not in numbers:
+        return None
+    accuracy, n = numbers["agreement_accuracy"], results.counts["agreement_accuracy"]
+    named = {m: f"agreement_accuracy_{m}_mention" for m in ("first", "second")}
+    by_mention = {m: numbers[name] for m, name in named.items() if name in numbers}
+    return AgreementStats(accuracy, by_mention, numbers["agreement_share"], n, round(accuracy * n))

@@ -1,13 +1,14 @@
-"""Every score the watch reports, each a small function of a capture (`watch/measure/capture.py`) registered with
-`@head_score` or `@model_score`: every pass (`watch/measure/pipeline.py`) then computes it into its `Results`, where
-every reader finds it by name. A score adds up over the captures of its probe set: its function returns (total, count),
+"""Every score the watch reads, each a small function of a capture (`watch/measure/capture.py`): the kinds of probe
+set (`watch.measure.reading.PROBE_KINDS`) and the head types (`watch.measure.headtypes.TYPES`) name the scores read
+on them, and every pass (`watch/measure/reading.py`) computes them into its `Results`, where every
+reader finds them by name. A score adds up over the captures of its probe set: its function returns (total, count),
 and the score is total / count; a head score's total is a [layer, head] float64 tensor.
 
 A head type's score (Olsson et al. 2022) is the attention weight a head puts on the type's target keys, summed
 where there are several, averaged over the query positions that have a target, so a head that does nothing else
 scores 1.0. TransformerLens's `detect_head` divides the same weight by every query position instead, those without
 a target included, so a perfect induction head on repeated tokens scores below 0.5 there; the two are not mixed.
-A head's positional score is its best k; `broad` is a number beside the types, not a type.
+`broad` is a number beside the types, not a type.
 
 The in-context score compares each token late in one held-out window with the same token early in its partner
 (`watch.measure.probesets.held_out_text`), which takes out how hard the token is, so a few hundred windows measure it
@@ -18,41 +19,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import partial
 
 import torch
 
 from watch.measure.capture import Capture
-from watch.measure.probesets import AGREEMENT, PRONOUN, REACH, REACH_DISTANCES, REPEATED, TEXT, icl_positions
+from watch.measure.probesets import icl_positions
 
 Total = tuple[torch.Tensor | float, int]  # (total, count): the score is total / count
-
-
-@dataclass(frozen=True)
-class Score:
-    probe_set: str  # the kind of probe set it reads
-    measure: Callable[[Capture], Total]
-    about: str
-
-
-HEAD_SCORES: dict[str, Score] = {}
-MODEL_SCORES: dict[str, Score] = {}
-
-
-def _registrar(table: dict[str, Score]):
-    def score(name: str, probe_set: str, about: str):
-        def register(measure: Callable[[Capture], Total]) -> Callable[[Capture], Total]:
-            table[name] = Score(probe_set, measure, about)
-            return measure
-
-        return register
-
-    return score
-
-
-head_score = _registrar(HEAD_SCORES)  # measure(capture) -> (total [layer, head], count)
-model_score = _registrar(MODEL_SCORES)  # measure(capture) -> (total, count), of the whole model
+# A score's function of one capture: a head score's total is a [layer, head] tensor, a model score's a number.
+Measure = Callable[[Capture], Total]
 
 
 # --- the shared maths ---------------------------------------------------------------------------------
@@ -90,16 +66,30 @@ def next_token_losses(capture: Capture) -> torch.Tensor:
     return capture.shared("next_token_losses", losses)
 
 
-# --- head types on repeated random tokens ------------------------------------------------------------
+# --- where a head type looks ------------------------------------------------------------------------
 
 
-def _same_token(capture: Capture) -> torch.Tensor:
+def at_offset(offset: int) -> Measure:
+    """Per head, the weight from each token to the one `offset` before it (from position 1 for offset 0)."""
+    return partial(weight_at_offset, offset=offset, first_query=max(offset, 1))
+
+
+def on_targets(key: str, targets: Callable[[Capture], torch.Tensor]) -> Measure:
+    """Per head, the weight on `targets(capture)`, which depend on the sequences alone: made once per set, as `key`."""
+
+    def measure(capture: Capture) -> Total:
+        return weight_on_targets(capture, capture.constant(key, lambda: targets(capture)))
+
+    return measure
+
+
+def same_token(capture: Capture) -> torch.Tensor:
     """[N, T, T]: key j < query i holds the same token as i."""
     same = capture.ids.unsqueeze(2) == capture.ids.unsqueeze(1)
     return same & torch.ones_like(same[0]).tril(diagonal=-1)
 
 
-def _induction_targets(ids: torch.Tensor) -> torch.Tensor:
+def induction_targets(ids: torch.Tensor) -> torch.Tensor:
     """[N, T, T]: key j is a target of query i (in the second copy) when the token before j is token i."""
     n, length = ids.shape
     copy = length // 2
@@ -112,7 +102,7 @@ def _induction_targets(ids: torch.Tensor) -> torch.Tensor:
     return targets
 
 
-def _reach_targets(capture: Capture, distance: int) -> torch.Tensor:
+def reach_targets(capture: Capture, distance: int) -> torch.Tensor:
     """[N, T, T]: the induction targets of the repeat at `distance` in each row: queries in its second copy,
     keys in it after an earlier occurrence of the query's token (no other repeat's)."""
     ids = capture.ids
@@ -121,62 +111,18 @@ def _reach_targets(capture: Capture, distance: int) -> torch.Tensor:
         for start, d in segments:
             if d == distance:
                 span = slice(start, start + 2 * d)
-                targets[row, span, span] = _induction_targets(ids[row : row + 1, span])[0]
+                targets[row, span, span] = induction_targets(ids[row : row + 1, span])[0]
     return targets
 
 
-def _on_targets(key: str, targets: Callable[[Capture], torch.Tensor]) -> Callable[[Capture], Total]:
-    """The weight on `targets(capture)`, which depend on the sequences alone: made once per set, as `key`."""
-
-    def measure(capture: Capture) -> Total:
-        return weight_on_targets(capture, capture.constant(key, lambda: targets(capture)))
-
-    return measure
-
-
-for _name, _kind, _key, _targets, _about in (
-    ("duplicate_token", REPEATED, "same token", _same_token, "weight from a token to its earlier occurrences"),
-    (
-        "induction",
-        REPEATED,
-        "induction targets",
-        lambda capture: _induction_targets(capture.ids),
-        "weight from a token of the second copy to the token after its earlier occurrences",
-    ),
-    *(
-        (
-            f"induction_{d}",
-            REACH,
-            f"induction targets at {d}",
-            partial(_reach_targets, distance=d),
-            f"induction where the earlier copy is {d} tokens back",
-        )
-        for d in REACH_DISTANCES
-    ),
-):
-    head_score(_name, _kind, _about)(_on_targets(_key, _targets))
-
-
-# --- head types on held-out text ---------------------------------------------------------------------
-
-
-@head_score("sink", TEXT, "weight on the first position, from every later one")
 def sink(capture: Capture) -> Total:
+    """Per head, the weight on the first position, from every later one."""
     totals = [pattern[:, :, 1:, 0].double().sum((0, 2)) for pattern in capture.patterns]
     return torch.stack(totals), capture.ids.shape[0] * (capture.ids.shape[1] - 1)
 
 
-POSITIONAL_OFFSETS = range(2, 9)
-for _name, _offset, _about in (
-    ("previous_token", 1, "weight from each token to the one before it"),
-    ("current_token", 0, "weight from each token on itself (from position 1)"),
-    *((f"positional_{k}", k, f"weight from each token to the one {k} before it") for k in POSITIONAL_OFFSETS),
-):
-    head_score(_name, TEXT, _about)(partial(weight_at_offset, offset=_offset, first_query=max(_offset, 1)))
-
-
-@head_score("broad", TEXT, "mean entropy of a head's rows relative to a uniform row (1: spread evenly)")
 def broad(capture: Capture) -> Total:
+    """Per head, the mean entropy of its rows relative to a uniform row (1: spread evenly)."""
     length = capture.ids.shape[1]
     uniform = torch.log(torch.arange(2, length + 1, dtype=torch.float64))  # a uniform row from position 1
     totals = []
@@ -190,7 +136,7 @@ def broad(capture: Capture) -> Total:
 # --- in-context learning -----------------------------------------------------------------------------
 
 
-def _copy_losses(capture: Capture, second: bool) -> torch.Tensor:
+def copy_losses(capture: Capture, second: bool) -> torch.Tensor:
     """[N, L - 1]: the losses of tokens 2..L of each sequence's first or `second` copy, predicted from its
     positions 0..L-2."""
     copy = capture.ids.shape[1] // 2
@@ -198,12 +144,12 @@ def _copy_losses(capture: Capture, second: bool) -> torch.Tensor:
     return losses[:, copy : 2 * copy - 1] if second else losses[:, : copy - 1]
 
 
-def _gains(capture: Capture) -> torch.Tensor:
+def gains(capture: Capture) -> torch.Tensor:
     """[N]: each sequence's in-context gain, the mean loss of its first copy minus that of its second."""
-    return _copy_losses(capture, second=False).mean(1) - _copy_losses(capture, second=True).mean(1)
+    return copy_losses(capture, second=False).mean(1) - copy_losses(capture, second=True).mean(1)
 
 
-def _in_context_differences(capture: Capture) -> torch.Tensor:
+def in_context_differences(capture: Capture) -> torch.Tensor:
     """[pairs]: for each pair of held-out windows (`watch.measure.probesets.held_out_text`), the mean loss of the
     tokens of the first window's late band minus the mean loss of the same tokens early in its partner:
     what the longer context is worth on those tokens (below 0: they are predicted better with it)."""
@@ -219,56 +165,14 @@ def _in_context_differences(capture: Capture) -> torch.Tensor:
     return with_context - without
 
 
-def _added_up(values_of: Callable[[Capture], torch.Tensor], squared: bool) -> Callable[[Capture], Total]:
-    """A model score whose total adds up `values_of(capture)` (or their squares), over as many values."""
+def mean_of(values_of: Callable[[Capture], torch.Tensor], *, squared: bool = False) -> Measure:
+    """A model score: the mean of `values_of(capture)` (or of their squares, for a spread) over every value."""
 
     def measure(capture: Capture) -> Total:
         values = values_of(capture) ** 2 if squared else values_of(capture)
         return float(values.sum()), values.numel()
 
     return measure
-
-
-for _name, _kind, _values, _squared, _about in (
-    (
-        "loss_first_copy",
-        REPEATED,
-        partial(_copy_losses, second=False),
-        False,
-        "loss predicting tokens 2..L of the first copy (nats/token)",
-    ),
-    (
-        "loss_second_copy",
-        REPEATED,
-        partial(_copy_losses, second=True),
-        False,
-        "loss predicting tokens 2..L of the second copy (nats/token)",
-    ),
-    (
-        "in_context_gain_squares",
-        REPEATED,
-        _gains,
-        True,
-        "mean square of each sequence's in-context gain (for its spread)",
-    ),
-    (
-        "in_context_score",
-        TEXT,
-        _in_context_differences,
-        False,
-        "loss of tokens late in a context minus that of the same tokens early in one (nats; Olsson's loss at "
-        "token 500 minus loss at token 50)",
-    ),
-    (
-        "in_context_score_squares",
-        TEXT,
-        _in_context_differences,
-        True,
-        "mean square of each pair's in-context difference (for its spread)",
-    ),
-    ("text_loss", TEXT, next_token_losses, False, "mean next-token loss on the held-out text (nats/token)"),
-):
-    model_score(_name, _kind, _about)(_added_up(_values, _squared))
 
 
 def derived_model_scores(values: dict[str, float], counts: dict[str, int]) -> dict[str, float]:
@@ -322,9 +226,11 @@ def _pronoun_weights(capture: Capture) -> tuple[torch.Tensor, torch.Tensor, torc
     return referent, distractor, rows[..., 1:].sum(-1).clamp_min(1e-12), clear
 
 
-def _pronoun_score(which: str, no_sink: bool) -> Callable[[Capture], Total]:
-    """`no_sink`: key 0 dropped and the row renormalised, over the probes whose words and pronoun are clear of
-    position 0 (there the sink and a word cannot be told apart)."""
+def pronoun_score(which: str, *, no_sink: bool = False) -> Measure:
+    """Per head, from the pronoun: the mean weight on the noun it refers to ("referent"), on the other noun
+    ("distractor"), or the share of probes whose referent outweighs the distractor ("top1"). `no_sink`: key 0 dropped
+    and the row renormalised, over the probes whose words and pronoun are clear of position 0 (there the sink and a
+    word cannot be told apart)."""
 
     def measure(capture: Capture) -> Total:
         ref, dis, rest, clear = capture.shared("pronoun weights", lambda: _pronoun_weights(capture))
@@ -335,17 +241,6 @@ def _pronoun_score(which: str, no_sink: bool) -> Callable[[Capture], Total]:
         return (values * counted[None, :, None]).sum(1), int(counted.sum())
 
     return measure
-
-
-for _which, _about in (
-    ("referent", "mean weight from the pronoun on the noun it refers to"),
-    ("distractor", "mean weight from the pronoun on the other noun"),
-    ("top1", "share of probes whose referent outweighs the distractor"),
-):
-    head_score(_which, PRONOUN, _about)(_pronoun_score(_which, no_sink=False))
-    head_score(f"{_which}_no_sink", PRONOUN, f"{_about}, position 0 dropped and the row renormalised")(
-        _pronoun_score(_which, no_sink=True)
-    )
 
 
 # --- pronoun probes: what the model predicts after the pronoun -------------------------------------
@@ -372,8 +267,9 @@ def _continuation_masks(capture: Capture) -> tuple[torch.Tensor, torch.Tensor, t
     return tuple(mask.to(capture.logits.device) for mask in masks)
 
 
-def _argmax_among(capture: Capture, whose: str) -> Total:
-    """How many probes' next-token argmax is one of the continuations of `whose` ("referent" or "distractor")."""
+def argmax_among(capture: Capture, whose: str) -> Total:
+    """The share of probes whose next-token argmax after the pronoun is one of the continuations of `whose`
+    ("referent": something the referent does, or "distractor")."""
     if capture.logits is None:
         return 0.0, 0
     referent, distractor, scored = _continuation_masks(capture)
@@ -382,19 +278,8 @@ def _argmax_among(capture: Capture, whose: str) -> Total:
     return float(hits.sum()), int(scored.sum())
 
 
-for _name, _whose, _about in (
-    (
-        "continuation_accuracy",
-        "referent",
-        "share of probes whose next-token argmax after the pronoun is something the referent does",
-    ),
-    ("distractor_rate", "distractor", "share of probes whose argmax is something the other noun does"),
-):
-    model_score(_name, PRONOUN, _about)(partial(_argmax_among, whose=_whose))
-
-
-@model_score("logit_diff", PRONOUN, "mean (best referent-continuation logit - best distractor one)")
 def logit_diff(capture: Capture) -> Total:
+    """The mean of (best referent-continuation logit - best distractor one)."""
     # TransformerLens's usual metric: how much more the model favours the right continuation,
     # which moves even when the argmax does not.
     if capture.logits is None:
@@ -406,11 +291,11 @@ def logit_diff(capture: Capture) -> Total:
     return float(diffs[counted].sum()), int(counted.sum())
 
 
-# --- agreement contexts ------------------------------------------------------------------------------
+# --- contexts with a right and a wrong next word (agreement) ---------------------------------------
 
 
 def _margins(capture: Capture) -> list[tuple]:
-    """(item, logit of the agreeing pronoun - logit of the other) for each context (none without logits)."""
+    """(item, logit of the right next word - logit of the wrong one) for each context (none without logits)."""
     if capture.logits is None:
         return []
     return [
@@ -419,7 +304,10 @@ def _margins(capture: Capture) -> list[tuple]:
     ]
 
 
-def _agreement(mention: str | None) -> Callable[[Capture], Total]:
+def right_word(mention: str | None = None) -> Measure:
+    """The share of contexts where the right next word is more probable than the wrong one; with `mention`, of the
+    contexts of that mention only ("first", "second")."""
+
     def measure(capture: Capture) -> Total:
         hits = [
             bool(margin > 0) for item, margin in _margins(capture) if mention is None or item.probe.mention == mention
@@ -429,21 +317,14 @@ def _agreement(mention: str | None) -> Callable[[Capture], Total]:
     return measure
 
 
-for _name, _mention, _about in (
-    ("agreement_accuracy", None, "share of contexts where the agreeing pronoun is more probable than the other"),
-    *((f"agreement_accuracy_{m}_mention", m, f"agreement on {m} mentions") for m in ("first", "second")),
-):
-    model_score(_name, AGREEMENT, _about)(_agreement(_mention))
-
-
-@model_score("agreement_share", AGREEMENT, "mean P(agreeing) / (P(agreeing) + P(other))")
-def agreement_share(capture: Capture) -> Total:
+def right_share(capture: Capture) -> Total:
+    """The mean of P(right) / (P(right) + P(wrong)) over the contexts."""
     shares = [torch.sigmoid(margin.double()).item() for _, margin in _margins(capture)]
     return float(sum(shares)), len(shares)
 
 
-@head_score("name_reading", AGREEMENT, "mean weight on the person's name from the position that predicts the pronoun")
 def name_reading(capture: Capture) -> Total:
+    """Per head, the mean weight on the person's name from the position that predicts the pronoun."""
     named = [(row, item) for row, item in enumerate(capture.items) if item.person_positions]
     totals = torch.zeros(len(capture.patterns), capture.patterns[0].shape[1], dtype=torch.float64)
     for row, item in named:

@@ -2,7 +2,8 @@
 a figure of four 24-token panels takes a few milliseconds, against about 150 with a plotting library. A training
 run redraws the same sentences at every evaluation, so what does not change is drawn once (`HeatmapCanvas`). Text
 uses DejaVu Sans (wide Unicode coverage), shipped in watch/show/fonts/ with its licence, so the same attention draws the
-same pixels on every machine.
+same pixels on every machine. A run's pictures (`SentenceHeatmaps.images`, of a pass's `Reading`) go on to TensorBoard
+(`watch.show.tensorboard.log_evaluation`); `sample.py --attention` saves them as PNG files.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ import torch
 from errors import UserError
 from files import clear_for_file, replace_file, write_error
 from watch.measure.heads import default_query, display_token, focused_head, head_name
-from watch.measure.headtypes import LABELS, MEANINGS, RULE, TYPES
+from watch.measure.headtypes import RULE, TYPES
 from watch.show.heatmaps import as_array
 
 DATA_ID = "attention-data"
@@ -99,13 +99,13 @@ def attention_page(
 
 def legend(labels: dict[str, str] | None) -> str:
     """What the types beside the heads mean, and the rule that gives a head one, in a sentence or two."""
-    shown = [kind for kind in TYPES if LABELS[kind] in set((labels or {}).values())]
+    shown = [head_type for head_type in TYPES.values() if head_type.label in set((labels or {}).values())]
     if not shown:
         return (
             f"No head has a type yet: {RULE}. python sample.py --heads prints every head's scores, and which "
             f"heads are close."
         )
-    meanings = "; ".join(f"{LABELS[kind]}: {MEANINGS[kind]}" for kind in shown)
+    meanings = "; ".join(f"{head_type.label}: {head_type.meaning}" for head_type in shown)
     return f"Types: {meanings}. {RULE[0].upper()}{RULE[1:]}."
 
 

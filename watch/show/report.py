@@ -11,11 +11,10 @@ import torch
 
 from watch.measure.composition import KINDS, ONE_LAYER_NOTE, pair_name
 from watch.measure.heads import display_token, head_name
-from watch.measure.headtypes import LABELS, MEANINGS, RULE, TYPES, needed
-from watch.measure.probesets import icl_positions
+from watch.measure.headtypes import BROAD, BROAD_COLUMN, BROAD_MEANING, CLOSE, RULE, TYPES, needed
 from watch.measure.pronouns import ProbeReport
 from watch.measure.proofs import AblationResult
-from watch.measure.reading import Reading
+from watch.measure.reading import PROBE_KINDS, Reading
 from watch.show.heatmaps import as_array
 
 COLUMNS = ("rank", "head", "referent", "distractor", "top-1", "ref (no sink)", "top-1 (no sink)")
@@ -122,20 +121,12 @@ def top_attended(
 
 # --- head types --------------------------------------------------------------------------------------
 
-COLUMN_NAMES = {
-    "previous_token": "previous",
-    "duplicate_token": "duplicate",
-    "induction": "induction",
-    "sink": "first token",
-    "current_token": "itself",
-    "positional": "k back",
-    "pronoun": "pronoun",
-}
-BROAD = "spread out"
-
 
 def _columns(reading: Reading) -> list[str]:
-    return [kind for kind in TYPES if kind != "pronoun" or kind in reading.type_scores]  # pronoun: where scored
+    """The types the table shows: those measured, and "n/a" those whose probe set could not be made (the reason is
+    said below the table); a type of a probe file not given has no column."""
+    missing = reading.results.sets.missing
+    return [kind for kind, t in TYPES.items() if kind in reading.type_scores or t.probe_set in missing]
 
 
 def type_table(reading: Reading, *, markdown: bool = False) -> str:
@@ -145,7 +136,7 @@ def type_table(reading: Reading, *, markdown: bool = False) -> str:
     kinds = _columns(reading)
     rows = []
     for name, t in reading.types.items():
-        broad = reading.results.head("broad", t.layer, t.head)
+        broad = reading.results.head(BROAD, t.layer, t.head)
         rows.append(
             [
                 name,
@@ -154,17 +145,17 @@ def type_table(reading: Reading, *, markdown: bool = False) -> str:
                 "n/a" if broad is None else f"{broad:.2f}",
             ]
         )
-    columns = ("head", "type", *(COLUMN_NAMES[kind] for kind in kinds), BROAD)
+    columns = ("head", "type", *(TYPES[kind].column for kind in kinds), BROAD_COLUMN)
     return "\n".join(_table(columns, rows, markdown, text_columns=(0, 1)))
 
 
 def type_legend(reading: Reading) -> str:
     """How to read the type table, in a few lines: what its numbers are, the rule for a type, each column."""
-    meanings = "; ".join(f"{COLUMN_NAMES[kind]}: {MEANINGS[kind]}" for kind in _columns(reading))
+    meanings = "; ".join(f"{TYPES[kind].column}: {TYPES[kind].meaning}" for kind in _columns(reading))
     return (
         f"how to read it: each score is the share of a head's attention that goes where its column says (0 to 1), "
         f"the same head before training in brackets; {RULE}; {SIGNS}.\n"
-        f"  {meanings}; {BROAD}: how evenly a head spreads its attention (1: over every token alike), not a type"
+        f"  {meanings}; {BROAD_COLUMN}: {BROAD_MEANING}"
     )
 
 
@@ -185,7 +176,8 @@ SIGNS = "in every signed figure below, + is better (nats/token saved, accuracy p
 
 
 def type_lines(reading: Reading, since: dict[str, str] | None = None) -> str:
-    """One line per head type: its heads (since when, from `since`), or how close the best head came."""
+    """One line per head type: its heads (since when, from `since`), or how close the best head came; then the
+    lines of each kind of probe set (`watch.measure.reading.ProbeKind.lines`)."""
     trained = reading.type_scores
     before = reading.untrained.type_scores if reading.untrained is not None else {}
     lines = []
@@ -194,102 +186,24 @@ def type_lines(reading: Reading, since: dict[str, str] | None = None) -> str:
         if heads:
             listed = ", ".join(f"{t.name} {t.score:.2f}{_untrained(before, kind, t.layer, t.head)}" for t in heads)
             when = f", {since[kind]}" if since and kind in since else ""
-            lines.append(f"{LABELS[kind]} heads: {listed}{when}")
+            lines.append(f"{TYPES[kind].label} heads: {listed}{when}")
             continue
         layer, head = divmod(int(torch.nan_to_num(trained[kind], nan=-1.0).argmax()), trained[kind].shape[1])
         value = float(trained[kind][layer, head])
         bar = needed(float(before[kind][layer, head]) if kind in before else None)
         if value >= CLOSE * bar:
             lines.append(
-                f"no {LABELS[kind]} head yet, but {head_name(layer, head)} is close: {value:.2f}, where a "
+                f"no {TYPES[kind].label} head yet, but {head_name(layer, head)} is close: {value:.2f}, where a "
                 f"type needs {bar:.2f}{_untrained(before, kind, layer, head)}"
             )
         else:
             lines.append(
-                f"no {LABELS[kind]} head (best {head_name(layer, head)} {value:.2f}"
+                f"no {TYPES[kind].label} head (best {head_name(layer, head)} {value:.2f}"
                 f"{_untrained(before, kind, layer, head, bracket=False)})"
             )
-    lines += reach_lines(reading)
-    lines += in_context_lines(reading)
+    for kind in PROBE_KINDS.values():
+        lines += kind.lines(reading)
     return "\n".join(lines)
-
-
-def reach_lines(reading: Reading) -> list[str]:
-    """The best induction head's score by distance to the earlier copy, when the pass read more than one."""
-    best = reading.results.best("induction")
-    if best is None:
-        return []
-    reach = reading.reach.get(best[0], {})
-    if len(reach) < 2 or max(reach.values()) < CLOSE * needed(None):  # no head copies at any distance
-        return []
-    far, near = reach[max(reach)], max(reach.values())
-    shape = (
-        " (it copies from close by more than from far: the longest distances are the weakest)"
-        if far < 0.75 * near
-        else ""
-    )
-    scores = ", ".join(f"{d} tokens {value:.2f}" for d, value in reach.items())
-    return [f"{best[0]}'s induction score by distance to the earlier copy: {scores}{shape}"]
-
-
-CLOSE = 0.6  # a head with at least this share of the score a type needs is close to it
-
-
-def in_context_lines(reading: Reading) -> list[str]:
-    """The in-context gain and score, each with its spread, and what they mean."""
-    numbers = reading.results.numbers
-    then = reading.untrained.results.numbers if reading.untrained is not None else {}
-    lines = []
-    if "in_context_gain" in numbers:
-        better = "better" if numbers["in_context_gain"] > 0 else "worse"
-        meaning = f"the second copy is predicted {{size:.3f}} nats {better} than the first"
-        lines.append(
-            f"in-context gain on repeated random tokens: {_measured(numbers, 'in_context_gain', meaning)} "
-            f"(first copy {numbers['loss_first_copy']:.3f}, second {numbers['loss_second_copy']:.3f}"
-            f"{_then(then, 'in_context_gain')})"
-        )
-    if "in_context_score" in numbers:
-        text = reading.results.sets.get("text")
-        length = len(text.ids[0])
-        early, late = icl_positions(length)
-        where = (
-            f"tokens {late.start}-{late.stop - 1} of a {length}-token context "
-            f"against the same tokens at {early.start}-{early.start + late.stop - late.start - 1}"
-        )
-        score = numbers["in_context_score"]
-        meaning = f"later in the context, tokens are predicted {{size:.3f}} nats {'better' if score < 0 else 'worse'}"
-        # Olsson et al.'s score is the late loss minus the early one (below 0 is better): shown as nats saved.
-        measured, was = _measured(numbers, "in_context_score", meaning, "nats", -1), _then(then, "in_context_score", -1)
-        lines.append(
-            f"in-context score on held-out text: {measured} ({where}, {len(text.ids) // 2} pairs of windows"
-            f"{was}; Olsson et al.'s late-minus-early loss, {score:+.3f})"
-        )
-    return lines
-
-
-def _measured(numbers: dict, name: str, meaning: str, unit: str = "nats/token", sign: int = 1) -> str:
-    """ "+0.12 ± 0.03 nats/token: the second copy is ...", or "no measurable effect, +0.02 ± 0.05 nats/token"
-    when the figure (times `sign`) lies inside its spread."""
-    figure, inside = _figure(numbers, name, sign)
-    if inside:
-        return f"no measurable effect, {figure} {unit}"
-    return f"{figure} {unit}: {meaning.format(size=abs(numbers[name]))}"
-
-
-def _then(then: dict, name: str, sign: int = 1) -> str:
-    if name not in then:
-        return ""
-    figure, inside = _figure(then, name, sign)
-    return f"; untrained {figure}" + (", no measurable effect" if inside else "")
-
-
-def _figure(numbers: dict, name: str, sign: int) -> tuple[str, bool]:
-    """("+0.12 ± 0.03", whether the figure lies inside its spread)."""
-    value, spread = sign * numbers[name], numbers.get(f"{name}_spread")
-    return (
-        f"{value:+.3f}" + (f" ± {spread:.3f}" if spread is not None else ""),
-        spread is not None and abs(value) <= spread,
-    )
 
 
 def _untrained(before: dict[str, torch.Tensor], kind: str, layer: int, head: int, *, bracket: bool = True) -> str:
@@ -304,30 +218,22 @@ def ablation_lines(reading: Reading, found: Sequence[AblationResult]) -> str:
     results = reading.results
     lines = []
     for result in (r for r in found if r.kind != "copying"):  # those make up `route_lines`
-        after = result.reading.results
-        key = TESTED_ON.get(result.kind, (None,))[0]
-        costs = [_change(key, results.numbers, after.numbers)] if key else []
-        if result.kind == "previous_token":  # the two-head circuit: the best induction head left, before and after
-            old, new = (
-                {n: v for n, v in r.per_head("induction").items() if n not in result.heads} for r in (results, after)
-            )
+        after, tested = result.reading.results, result.tested_on
+        costs = [_change(tested[0], results.numbers, after.numbers)] if tested else []
+        fed = TYPES[result.kind].feeds if result.kind in TYPES else None
+        if fed is not None:  # a circuit: the best head left of the type its heads feed, before and after
+            old, new = ({n: v for n, v in r.per_head(fed).items() if n not in result.heads} for r in (results, after))
             name = max(old, key=old.get) if old and new else None
-            costs.append(
-                f"takes the best induction score from {old[name]:.3f} to {new[name]:.3f} ({name})" if name else ""
-            )
+            if name:
+                costs.append(
+                    f"takes the best {TYPES[fed].label} score from {old[name]:.3f} to {new[name]:.3f} ({name})"
+                )
         costs = [c for c in costs if c]
         if costs:
             lines.append(f"{_removing(result)} {'; '.join(costs)}{_backed_up(result, found, results.numbers)}")
     return "\n".join(lines)
 
 
-# What removing each kind of head is measured on, as (measure, higher is better): the line `_change` words, and
-# the share `_cost` counts ("copying": the heads `watch.measure.proofs.copying_route` removes).
-TESTED_ON = {
-    **{kind: ("in_context_gain", True) for kind in ("induction", "duplicate_token", "previous_token", "copying")},
-    **{kind: ("text_loss", False) for kind in ("sink", "current_token", "positional")},
-    "pronoun": ("continuation_accuracy", True),
-}
 NO_EFFECT, AN_EFFECT = 0.05, 0.2  # the share of a measure lost that counts as none, and as a real effect
 
 
@@ -357,7 +263,7 @@ def _change(key: str, before: dict, after: dict) -> str:
 
 def _cost(result: AblationResult, before: dict) -> float | None:
     """The share of what a kind of head is tested on that removing `result.heads` lost (0: nothing)."""
-    key, higher = TESTED_ON.get(result.kind, (None, True))
+    key, higher = result.tested_on or (None, True)
     old, new = before.get(key), result.reading.results.numbers.get(key)
     if old is None or new is None or old == 0:
         return None
@@ -446,7 +352,7 @@ def _points(label: str, old: float | None, new: float | None) -> str:
 def _removing(result: AblationResult) -> str:
     """ "removing L1H3 (previous-token head)": the heads, why them ("the two highest induction scores", ...), and
     how they were removed when that was not zero-ablation."""
-    label = LABELS.get(result.kind)
+    label = TYPES[result.kind].label if result.kind in TYPES else None
     if label is None or result.kind == "pronoun" and result.label == "best":
         why = {
             "pronoun": "the best pronoun head",
@@ -505,7 +411,7 @@ def agreement_lines(reading: Reading, ablations: Sequence[AblationResult]) -> st
 
 
 def _label(kind: str | None) -> str:
-    return LABELS[kind] if kind else "-"
+    return TYPES[kind].label if kind else "-"
 
 
 def changed_heads(reading: Reading) -> list[str]:
@@ -533,7 +439,7 @@ def before_table(reading: Reading, *, markdown: bool = False) -> str:
         rows.append([name, _label(was), _label(head.kind), *scores])
     if not rows:
         return ""
-    columns = ("head", "before fine-tuning", "now", *(LABELS[kind] for kind in kinds))
+    columns = ("head", "before fine-tuning", "now", *(TYPES[kind].label for kind in kinds))
     return "\n".join(_table(columns, rows, markdown, marked=marked, text_columns=(0, 1, 2)))
 
 
@@ -560,7 +466,7 @@ def type_labels(reading: Reading) -> dict[str, str]:
         if head.kind != was:
             labels[name] = f"{_label(head.kind)} (before fine-tuning: {_label(was)})"
         elif head.kind:
-            labels[name] = LABELS[head.kind]
+            labels[name] = TYPES[head.kind].label
     return labels
 
 
@@ -592,7 +498,7 @@ def composition_lines(reading: Reading) -> str:
         was = before.get(pair_name(source, head.name))
         lines.append(
             f"induction head {head.name} reads its keys most from {source}"
-            + (f" ({LABELS[kind]})" if kind else "")
+            + (f" ({TYPES[kind].label})" if kind else "")
             + f": K-composition {value:.2f}"
             + (f", untrained {was:.2f}" if was is not None else "")
         )

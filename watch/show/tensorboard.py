@@ -1,7 +1,8 @@
-"""What a watch pass found, in TensorBoard: every head's scores as scalars, the tables as text, the heatmaps
-`watch/show/heatmaps.py` drew, and the Custom Scalars charts that put every head on one axis. Nothing here runs the
-model: it writes what a pass's `Reading` (`watch/measure/reading.py`) says. The writer is duck-typed, so a
-`torch.utils.tensorboard.SummaryWriter` will do where no score of a head is written (`TensorBoardWriter.head`).
+"""What a run writes to TensorBoard: its own scalars (the loss, the learning rate, the throughput), and what a watch
+pass found: every head's scores as scalars, the tables as text, the heatmaps `watch/show/heatmaps.py` drew, and the
+Custom Scalars charts that put every head on one axis. Nothing here runs the model: it writes what a pass's `Reading`
+(`watch/measure/reading.py`) says. The writer is duck-typed, so a `torch.utils.tensorboard.SummaryWriter` will do
+where no score of a head is written (`TensorBoardWriter.head`).
 """
 
 from __future__ import annotations
@@ -21,9 +22,10 @@ from errors import warn
 from files import write_error
 from watch.measure.composition import KINDS
 from watch.measure.heads import head_name
-from watch.measure.headtypes import CONTEXT_NUMBERS, TYPES
+from watch.measure.headtypes import BROAD, TYPE_SETS, TYPES
+from watch.measure.probesets import ProbeSets
 from watch.measure.proofs import AblationResult
-from watch.measure.reading import Reading
+from watch.measure.reading import PROBE_KINDS, Reading
 from watch.show.report import before_table, changes_line, head_table, type_legend, type_lines, type_table
 
 
@@ -199,62 +201,74 @@ def _quiet_writer_threads() -> None:
     threading.excepthook = hook
 
 
+# --- what a run writes -----------------------------------------------------------------------------------
+
+
+def log_step(writer: Any, step: int, loss: float, lr: float, grad_norm: float | None, tokens_per_sec: float) -> None:
+    """The run's own scalars every log_interval steps: the training loss, the learning rate, the gradient norm before
+    clipping (None, and none written, without grad_clip) and the throughput."""
+    writer.add_scalar("loss/train", loss, step)
+    writer.add_scalar("lr", lr, step)
+    if grad_norm is not None:
+        writer.add_scalar("grad_norm", grad_norm, step)
+    writer.add_scalar("throughput/tokens_per_sec", tokens_per_sec, step)
+
+
+def log_losses(writer: Any, step: int, val_loss: float, train_loss: float) -> None:
+    """An evaluation's losses, on the val split and on the training split."""
+    writer.add_scalar("loss/val", val_loss, step)
+    writer.add_scalar("loss/train_eval", train_loss, step)
+
+
 # A fine-tune: each type's best head now beside the best of the model before fine-tuning (`Reading.before`).
 BEFORE_TAG = "before_fine_tuning"  # before_fine_tuning/{type} in each head's run, .../best, the table
 
-# TensorBoard's Custom Scalars tab: {category: {chart title: ["Multiline", [tag regexes]]}}. A regex
-# matches the start of a tag; one chart draws every matching tag of every run on one axis, a colour per
-# run: a score of every head is one tag written in each head's own run (`TensorBoardWriter.head`).
+
+def _drawn_in(category: str) -> dict[str, list[str]]:
+    """The charts the kinds of probe set draw in `category` (`ProbeKind.charts`), in the registry's order."""
+    kinds = [kind for kind in PROBE_KINDS.values() if kind.category == category]
+    return {title: tags for kind in kinds for title, tags in kind.charts.items()}
+
+
+# TensorBoard's Custom Scalars tab: {category: {chart title: [tag regexes]}}. A regex matches the start of a tag; one
+# chart draws every matching tag of every run on one axis, a colour per run: a score of every head is one tag written
+# in each head's own run (`TensorBoardWriter.head`).
 CHARTS = {
-    # The last chart takes the training loss (logged every log_interval steps) rather than the validation
-    # loss (5 points in the demo, which smoothing bends out of shape), and every accuracy the probes report.
-    "attention heads": {
-        # The best head's own line first: alone on its chart, no outlier setting can clip its climb.
-        "referent weight and top-1 of the best head": ["Multiline", [r"attention/(referent|top1)/best$"]],
-        "referent weight, every head": ["Multiline", [r"attention/referent$"]],
-        "top-1, every head": ["Multiline", [r"attention/top1$"]],
-        "training loss and accuracy": ["Multiline", [r"loss/train$", r"probes/.*accuracy"]],
-    },
+    "attention heads": _drawn_in("attention heads"),
     "head types": {
-        **{f"{kind.replace('_', '-')}, every head": ["Multiline", [rf"heads/{kind}$"]] for kind in (*TYPES, "broad")},
-        # The phase change: the induction score and the in-context gain jump together.
-        "induction and in-context gain": ["Multiline", [r"heads/induction/best$", r"heads/in_context_gain$"]],
-        # Whether the best induction head copies from far back as well as from close by (evaluations only).
-        "best induction head's score by distance to the earlier copy": ["Multiline", [r"heads/induction/best_at_\d+$"]],
+        **{f"{kind.replace('_', '-')}, every head": [rf"heads/{kind}$"] for kind in (*TYPES, BROAD)},
+        **_drawn_in("head types"),
     },
     # Every pair of heads in different layers, one chart per kind (watch/measure/composition.py); the best pair's
     # score beside the untrained model's best, a flat line to read the rise against.
     "composition": {
-        **{
-            f"{kind}-composition, every pair": ["Multiline", [rf"composition/{kind}/L\d+H\d+_to_L\d+H\d+$"]]
-            for kind in KINDS
-        },
-        "best pair of each kind, and the untrained model's": [
-            "Multiline",
-            [r"composition/[QKV]/(best|untrained_best)$"],
-        ],
+        **{f"{kind}-composition, every pair": [rf"composition/{kind}/L\d+H\d+_to_L\d+H\d+$"] for kind in KINDS},
+        "best pair of each kind, and the untrained model's": [r"composition/[QKV]/(best|untrained_best)$"],
     },
     "fine-tuning": {
         f"{kind.replace('_', '-')}: best head now and before fine-tuning": [
-            "Multiline",
-            [rf"heads/{kind}/best$", rf"{BEFORE_TAG}/{kind}/best$"],
+            rf"heads/{kind}/best$",
+            rf"{BEFORE_TAG}/{kind}/best$",
         ]
         for kind in TYPES
     },
 }
 
 
-def log_charts(
-    writer: Any, *, pronouns: bool, types: bool, composition: bool = False, fine_tuning: bool = False
-) -> None:
-    """The Custom Scalars layout: written once, at the start of a run."""
-    shown = {
-        "attention heads": pronouns,
-        "head types": types,
-        "composition": composition,
-        "fine-tuning": types and fine_tuning,
+def log_charts(writer: Any, sets: ProbeSets, *, composition: bool = False, fine_tuning: bool = False) -> None:
+    """The Custom Scalars layout, written once, at the start of a run: every category that one of the run's probe
+    sets draws in (the head types' where a type is measured), with all its charts; the composition's with
+    `composition`, and with `fine_tuning` each type beside the model before fine-tuning."""
+    drawn = {PROBE_KINDS[name].category for name in sets.sets if name in PROBE_KINDS}
+    if any(kind in sets.sets for kind in TYPE_SETS):
+        drawn |= {"head types", *(["fine-tuning"] if fine_tuning else [])}
+    if composition:
+        drawn.add("composition")
+    layout = {  # each chart a line per matching tag
+        category: {title: ["Multiline", tags] for title, tags in charts.items()}
+        for category, charts in CHARTS.items()
+        if category in drawn
     }
-    layout = {category: charts for category, charts in CHARTS.items() if shown[category]}
     if layout:
         writer.add_custom_scalars(layout)
 
@@ -270,6 +284,9 @@ def log_evaluation(
     as Markdown in the Text tab, and the scores of the model before fine-tuning."""
     log_scores(writer, step, reading)
     log_agreement(writer, step, reading, ablations)
+    fine_tune = reading.before is not None and reading.types
+    for kind, values in reading.before.type_scores.items() if fine_tune else ():  # a line to read each score against
+        _log_heads(writer, step, f"{BEFORE_TAG}/{kind}", values, best=True)
     for tag, image in images:
         writer.add_image(tag, image, step, dataformats="HWC")
     report = reading.pronouns
@@ -279,53 +296,23 @@ def log_evaluation(
     if reading.types:
         lines = (type_legend(reading) + "\n" + type_lines(reading)).replace("\n", "  \n")  # Markdown line breaks
         writer.add_text("heads/types", f"step {step}\n\n{type_table(reading, markdown=True)}\n\n{lines}", step)
-    if reading.before is not None and reading.types:
-        for kind, values in reading.before.type_scores.items():  # constant: a line to read each score against
-            _log_heads(writer, step, f"{BEFORE_TAG}/{kind}", values, best=True)
+    if fine_tune:
         text = f"step {step}: {changes_line(reading)}\n\n{before_table(reading, markdown=True)}"
         writer.add_text(f"heads/{BEFORE_TAG}", text.rstrip(), step)
 
 
 def log_scores(writer: Any, step: int, reading: Reading) -> None:
-    """Every head's scores, each in the head's own run, the model's numbers as scalars, and every pair's Q-, K- and
-    V-composition (composition/K/L0H1_to_L1H3: TensorBoard allows no ">" in a tag) with per kind the best pair's
-    score beside the untrained model's best."""
-    results, report = reading.results, reading.pronouns
+    """Every head's type scores, each in the head's own run, with the best in the run's; what each kind of probe set
+    gives (`ProbeKind.numbers` and `.scalars`); and every pair's Q-, K- and V-composition (composition/K/L0H1_to_L1H3:
+    TensorBoard allows no ">" in a tag) with per kind the best pair's score beside the untrained model's best."""
     for kind, values in reading.type_scores.items():
         _log_heads(writer, step, f"heads/{kind}", values, best=True)
-    if "broad" in results.heads:
-        _log_heads(writer, step, "heads/broad", results.heads["broad"])
     if reading.offsets is not None:
         _log_heads(writer, step, "heads/positional_offset", reading.offsets)
-    best = results.best("induction")
-    reach = reading.reach.get(best[0], {}) if best is not None else {}
-    for distance, value in reach.items() if len(reach) > 1 else ():  # a quick pass reads only the longest
-        writer.add_scalar(f"heads/induction/best_at_{distance:02d}", value, step)
-    scalars = {f"heads/{name}": results.numbers.get(name) for name in CONTEXT_NUMBERS}
-    if report is not None:
-        for score in ("referent", "distractor", "top1"):
-            _log_heads(writer, step, f"attention/{score}", results.heads[score])
-        scalars.update(
-            {
-                f"attention/{score}/best": getattr(report.best, score)
-                for score in ("referent", "distractor", "top1", "referent_no_sink", "top1_no_sink")
-            }
-        )
-        scalars.update(
-            {
-                "probes/continuation_accuracy": report.continuation.accuracy,
-                "probes/logit_diff": report.continuation.logit_diff,
-            }
-        )
-    agreement = reading.agreement
-    if agreement is not None:
-        scalars.update(
-            {
-                "probes/agreement_accuracy": agreement.accuracy,
-                "probes/agreement_share": agreement.share,
-                **{f"probes/agreement_accuracy_{m}_mention": v for m, v in agreement.by_mention.items()},
-            }
-        )
+    scalars = {}
+    for kind in PROBE_KINDS.values():
+        scalars.update({f"heads/{name}": reading.results.numbers.get(name) for name in kind.numbers})
+        scalars.update(kind.scalars(reading))
     found = reading.composition
     untrained = reading.untrained.composition if reading.untrained is not None and found is not None else None
     for kind in KINDS if found is not None else ():
@@ -334,7 +321,9 @@ def log_scores(writer: Any, step: int, reading: Reading) -> None:
         if untrained is not None:
             scalars[f"composition/{kind}/untrained_best"] = max(untrained.pairs[kind].values())
     for tag, value in scalars.items():
-        if value is not None:
+        if isinstance(value, torch.Tensor):  # [layer, head]: a scalar in each head's run
+            _log_heads(writer, step, tag, value)
+        elif value is not None:
             writer.add_scalar(tag, value, step)
 
 
