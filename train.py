@@ -35,13 +35,13 @@ from tqdm import tqdm
 from cli import markdown_literal, run_cli
 from data.tokenizer import Tokenizer, TokenizerError
 from errors import warn
+from model.gpt import evaluating
 from model.memory import parameter_count
 from settings import TrainConfig
 from trainer import runtime
 from trainer.start import Start, resolve
 from trainer.trainer import Callback, Evaluation, FitResult, StepResult, Trainer
-from watch.measure.capture import evaluating
-from watch.show.tensorboard import log_losses, log_step
+from watch.show.tensorboard import log_hparams, log_losses, log_step
 
 TENSORBOARD = "tensorboard --logdir {} --samples_per_plugin=images=200,text=200"
 BASES = (
@@ -70,10 +70,6 @@ def main(argv: list[str]) -> int:
 
 def train(start: Start, rt: runtime.Runtime, argv: list[str], lock: runtime.RunLock | None = None) -> int:
     """Trains the run `start` says; `lock` holds out_dir (rank 0), checked before every save."""
-    from data.corpora import corpus_of
-    from watch.callback import AttentionWatch
-    from watch.show.tensorboard import TensorBoardWriter
-
     cfg = start.cfg
     with runtime.out_of_memory(cfg):
         start = start.prepared(quiet=not rt.is_main)
@@ -84,52 +80,44 @@ def train(start: Start, rt: runtime.Runtime, argv: list[str], lock: runtime.RunL
                 f"raise --max_iters to train further"
             )
             return 0
-        if not rt.is_main:  # the others train silently
-            result = trainer.fit()
-            return 0 if result.completed else 128 + result.stopped_by
-        # One run per TensorBoard run folder too (unless it is out_dir itself, locked already). A lock there left
-        # by a killed run is taken over quietly: the out_dir lock it left says so already.
-        folder = Path(cfg.log_dir) / trainer.state.run_name
-        same = lock is not None and folder.resolve() == Path(cfg.out_dir).resolve()
-        with (
-            runtime.RunLock(folder, key="log_dir", what="the TensorBoard run", option="--run_name", say_takeover=False)
-            if not same
-            else nullcontext()
-        ):
-            print("TensorBoard: " + TENSORBOARD.format(shlex.quote(cfg.log_dir)))
-            writer = TensorBoardWriter(folder)  # its lock checked it writable
-            try:
-                corpus = corpus_of(cfg.dataset)  # probe files: --probes/--agreement, or the corpus's own
-                probes = cfg.probes or trainer.data.probes_path or (corpus and corpus.probes_path) or None
-                agreement = cfg.agreement or (corpus and corpus.agreement_path) or None
-                watch = AttentionWatch(
-                    writer,
-                    cfg.watch_sentences,
-                    probes,
-                    agreement,
-                    page=Path(cfg.out_dir) / "attention.html",
-                    ablation=cfg.ablation,
-                )
-                trainer.callbacks = [
-                    TrainingLog(writer),
-                    TextSample(writer, trainer.tokenizer, cfg.sample_prompt, cfg.sample_tokens, cfg.seed),
-                    watch,
-                ]
-                result = trainer.fit()
-                # the trainer's settings: a fine-tune's model keys are its model's
-                hparams = {k: v for k, v in trainer.cfg.to_dict().items() if isinstance(v, (int, float, str, bool))}
-                metrics = {
-                    "hparam/best_val_loss": result.best_val_loss,
-                    "hparam/wall_seconds": result.seconds,
-                    **result.metrics,
-                }
-                if result.evaluations:
-                    metrics["hparam/final_train_loss"] = result.evaluations[-1].train_loss
-                writer.add_hparams(hparams, metrics)
-            finally:
-                writer.close()  # keeps the TensorBoard events logged so far, also after an error
-            report_end(cfg, result, argv, sample_prompt(watch.texts, trainer.tokenizer))
+        # the other processes train silently: the first speaks for them
+        result = fit_watched(trainer, argv, lock) if rt.is_main else trainer.fit()
     return 0 if result.completed else 128 + result.stopped_by
+
+
+def fit_watched(trainer: Trainer, argv: list[str], lock: runtime.RunLock | None) -> FitResult:
+    """`trainer.fit()` with what a run shows: the terminal, TensorBoard (its own run folder, held as out_dir is:
+    `lock`) and the attention watch; then the HParams and the run's last lines."""
+    from data.corpora import corpus_of
+    from watch.callback import AttentionWatch
+    from watch.show.tensorboard import TensorBoardWriter
+
+    cfg = trainer.cfg
+    # One run per TensorBoard run folder too (unless it is out_dir itself, locked already). A lock there left
+    # by a killed run is taken over quietly: the out_dir lock it left says so already.
+    folder = Path(cfg.log_dir) / trainer.state.run_name
+    same = lock is not None and folder.resolve() == Path(cfg.out_dir).resolve()
+    with (
+        runtime.RunLock(folder, key="log_dir", what="the TensorBoard run", option="--run_name", say_takeover=False)
+        if not same
+        else nullcontext()
+    ):
+        print("TensorBoard: " + TENSORBOARD.format(shlex.quote(cfg.log_dir)))
+        writer = TensorBoardWriter(folder)  # its lock checked it writable
+        try:
+            corpus = corpus_of(cfg.dataset)  # probe files: --probes/--agreement, or the corpus's own
+            probes = cfg.probes or trainer.data.probes_path or (corpus and corpus.probes_path) or None
+            agreement = cfg.agreement or (corpus and corpus.agreement_path) or None
+            page = Path(cfg.out_dir) / "attention.html"
+            watch = AttentionWatch(writer, cfg.watch_sentences, probes, agreement, page=page, ablation=cfg.ablation)
+            sample = TextSample(writer, trainer.tokenizer, cfg.sample_prompt, cfg.sample_tokens, cfg.seed)
+            trainer.callbacks = [TrainingLog(writer), sample, watch]
+            result = trainer.fit()
+            log_hparams(writer, trainer.cfg, result)  # the trainer's settings: a fine-tune's model keys are its model's
+        finally:
+            writer.close()  # keeps the TensorBoard events logged so far, also after an error
+    report_end(cfg, result, argv, sample_prompt(watch.texts, trainer.tokenizer))
+    return result
 
 
 def report_end(cfg: TrainConfig, result: FitResult, argv: list[str], prompt: str | None = None) -> None:

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 import torch.nn as nn
@@ -229,3 +231,19 @@ class GPT(nn.Module):
     # it is sampled. Options: temperature (0 is greedy), top_k, top_p, generator, use_cache (default True), ablate.
     generate = sampling.generate
     generate_stream = sampling.generate_stream
+
+
+@contextmanager
+def evaluating(model: nn.Module) -> Iterator[nn.Module]:
+    """`model` run for evaluation inside: eval mode (no dropout) and no gradients; every submodule's own flag
+    restored after, so it can run in the middle of training."""
+    # Per-module flags, not one model-wide flag: a caller may have frozen part of
+    # the model in eval mode on purpose.
+    modes = [(module, module.training) for module in model.modules()]
+    model.eval()
+    try:
+        with torch.no_grad():
+            yield model
+    finally:
+        for module, training in modes:
+            module.training = training

@@ -51,11 +51,12 @@ from data.probes import AgreementProbe, AlignedProbe, Probe  # noqa: E402
 from data.tokenizer import Tokenizer, TokenizerError  # noqa: E402
 from errors import UsageError, UserError
 from formats import load_model  # noqa: E402
+from model.gpt import evaluating  # noqa: E402
 from parsing import (
     NotParsed,
     parse_json,  # noqa: E402
 )
-from watch.measure.capture import captures, evaluating  # noqa: E402
+from watch.measure.capture import captures  # noqa: E402
 from watch.measure.probesets import AGREEMENT, PRONOUN, ProbeSet, ProbeSets, from_file  # noqa: E402
 from watch.measure.pronouns import AgreementStats, HeadStats, ProbeReport, baselines  # noqa: E402
 from watch.measure.proofs import AblationResult, ablated, agreement_ablations  # noqa: E402

@@ -25,12 +25,11 @@ from errors import UserError, warn
 from files import clear_for_file, remove_dead_leftovers, writable_folder
 from formats.checkpoint import CHECKPOINT, Checkpoint, previous_path, save_checkpoint
 from formats.sources import identify, load_model
-from model.gpt import GPT
+from model.gpt import GPT, evaluating
 from settings import TrainConfig
 from trainer.optim import divergence_fix, lr_at, make_optimizer, schedule_problem, set_lr
 from trainer.runtime import Runtime, check_training_fits, ranks_agree
 from trainer.start import Start, data_identity
-from watch.measure.capture import evaluating
 
 
 @dataclass

@@ -16,7 +16,6 @@ back as they were, so they can run in the middle of training.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -26,25 +25,11 @@ import torch.nn as nn
 
 from errors import UserError
 from model.ablation import Ablation
+from model.gpt import evaluating
 from watch.measure.probesets import SENTENCES, ProbeSet
 
 # Attention weights one forward may hold (every layer's [batch, head, T, T]): 128 MB of float32.
 BATCH_WEIGHTS = 1 << 25
-
-
-@contextmanager
-def evaluating(model: nn.Module) -> Iterator[nn.Module]:
-    """Eval mode and no gradients inside; every submodule's own flag restored after."""
-    # Per-module flags, not one model-wide flag: a caller may have frozen part of
-    # the model in eval mode on purpose.
-    modes = [(module, module.training) for module in model.modules()]
-    model.eval()
-    try:
-        with torch.no_grad():
-            yield model
-    finally:
-        for module, training in modes:
-            module.training = training
 
 
 @dataclass

@@ -14,7 +14,8 @@ import torch
 import torch.nn as nn
 
 from model.ablation import Ablation
-from watch.measure.capture import capture_attention, evaluating
+from model.gpt import evaluating
+from watch.measure.capture import capture_attention
 from watch.measure.heads import ablation_for, head_name
 from watch.measure.headtypes import TYPE_SETS, TYPES
 from watch.measure.probesets import AGREEMENT, PRONOUN, REPEATED, TEXT, ProbeSet, ProbeSets

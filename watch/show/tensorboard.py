@@ -220,6 +220,16 @@ def log_losses(writer: Any, step: int, val_loss: float, train_loss: float) -> No
     writer.add_scalar("loss/train_eval", train_loss, step)
 
 
+def log_hparams(writer: Any, cfg: Any, result: Any) -> None:
+    """The run's settings `cfg` (a `TrainConfig`) beside what it reached (`result`, a `FitResult`: the best val loss,
+    the wall time, the last training loss and what the callbacks added), for the HParams tab."""
+    hparams = {key: value for key, value in cfg.to_dict().items() if isinstance(value, (int, float, str, bool))}
+    metrics = {"hparam/best_val_loss": result.best_val_loss, "hparam/wall_seconds": result.seconds, **result.metrics}
+    if result.evaluations:
+        metrics["hparam/final_train_loss"] = result.evaluations[-1].train_loss
+    writer.add_hparams(hparams, metrics)
+
+
 # A fine-tune: each type's best head now beside the best of the model before fine-tuning (`Reading.before`).
 BEFORE_TAG = "before_fine_tuning"  # before_fine_tuning/{type} in each head's run, .../best, the table
 
