@@ -61,7 +61,15 @@ class Capture:
     def constant(self, name: str, make: Callable[[], Any]) -> Any:
         """`make()`, made once for these sequences of the probe set, whatever the model (score
         targets, masks): `ProbeSet.constant`."""
-        return self.probe_set.constant(name, self.rows, make)
+        return constant(self.probe_set, name, self.rows, make)
+
+
+def constant(probe_set: ProbeSet, name: str, rows: range, make: Callable[[], Any]) -> Any:
+    """`make()` for the sequences `rows` of `probe_set`, made on first use and kept with the set."""
+    key = (name, rows.start, rows.stop)
+    if key not in probe_set.constants:
+        probe_set.constants[key] = make()
+    return probe_set.constants[key]
 
 
 def _batch_size(model: nn.Module, probe_set: ProbeSet) -> int:
@@ -85,12 +93,13 @@ def captures(model: nn.Module, probe_set: ProbeSet, ablate: Ablation | None = No
             raise ValueError(f"{probe_set.kind} sequence {i} has {len(ids)} tokens; the model takes 1 to {block_size}")
     device = next(model.parameters()).device
     step = _batch_size(model, probe_set)
+    chunks = [range(start, min(start + step, len(probe_set))) for start in range(0, len(probe_set), step)]
+    # the padded inputs of each forward depend on the set alone: made at its first pass, kept for every later one
+    inputs = [
+        constant(probe_set, f"inputs on {device}", rows, partial(_inputs, probe_set, rows, device)) for rows in chunks
+    ]
     with evaluating(model):
-        for start in range(0, len(probe_set), step):
-            rows = range(start, min(start + step, len(probe_set)))
-            idx, at, lengths = probe_set.constant(
-                f"inputs on {device}", rows, partial(_inputs, probe_set, rows, device)
-            )
+        for rows, (idx, at, lengths) in zip(chunks, inputs, strict=True):
             logits, patterns = model.forward_with_attention(idx, ablate=ablate, logits_at=at)
             read = probe_set.all_logits or probe_set.logits_at is not None
             yield Capture(

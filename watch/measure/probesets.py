@@ -13,7 +13,7 @@ line naming the file's line. A pass (`watch.measure.reading.score`) then runs ea
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -56,19 +56,13 @@ class ProbeSet:
     all_logits: bool = False
     about: str = ""  # how it was made, for reports
     group: int = 1  # sequences that go through the model together, in one capture (held-out text: pairs)
-    # What depends on the sequences alone (padded ids, score targets), made once and reused by every
-    # pass: the set never changes, and the watch passes over it every few steps.
+    # What depends on the sequences alone (padded ids, score targets), made once by the captures and reused by
+    # every pass (`watch.measure.capture.constant`): the set never changes, and the watch passes over it every few
+    # steps.
     constants: dict = field(default_factory=dict, repr=False, compare=False)
 
     def __len__(self) -> int:
         return len(self.ids)
-
-    def constant(self, name: str, rows: range, make: Callable[[], Any]) -> Any:
-        """`make()` for the sequences `rows`, made on first use and kept."""
-        key = (name, rows.start, rows.stop)
-        if key not in self.constants:
-            self.constants[key] = make()
-        return self.constants[key]
 
     def cut(self, tokens: int) -> ProbeSet:
         """Its first sequences, as many whole groups as hold `tokens` tokens (one group at least): itself when that is
