@@ -155,7 +155,12 @@ def run_cli(main: Callable[[list[str]], int | None], argv: list[str], *, survive
 
 def for_terminal(text: str) -> str:
     """`text` with every character that is not printable (see `str.isprintable`; a space is) escaped as Python
-    writes it in a string literal (\\n, \\x1b, \\u202e)."""
+    writes it in a string literal (\\n, \\x1b, \\u202e).
+
+    Text we did not write (a prompt, a corpus's tokens, a sample, a file name) is only ever shown, never obeyed: ESC
+    starts the sequences that clear a screen or retitle a window, the other C0 and C1 controls and DEL act on the
+    terminal, and invisible format characters such as the right-to-left override make a line read as something it
+    is not. Printable text, any script, is left as it is."""
     if text.isprintable():
         return text
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)

@@ -1,8 +1,22 @@
 """The files and folders a user points the commands at, and how every file and folder is written.
 
-Each check raises one `UserError` naming the path, the problem and the fix. Every writer stages its work in a new
-file or folder of a name nobody can guess, then renames it into place: a link planted under any name is replaced,
-never written through, and a reader never sees half a file.
+Each check raises one `UserError` (or the `UsageError` a caller asks for) naming the path, the problem and the fix:
+
+- `regular_file`: the path is a regular file (not missing, not a folder, not a pipe or device, which would block a
+  reader or never end); `read_bytes` / `read_text` read one (text as UTF-8, a byte-order mark dropped).
+- `clear_for_file`: nothing but a regular file stands where a file is about to be written.
+- `writable_folder`: a folder exists, or can be made, and files can be created in it.
+- `destination`: the path a user gave for a file or folder to write, with a name of its own ('.' and 'out/' name
+  folders, never a file).
+- `inside_name`: a name meant to stay inside a folder (a run name) is relative, without '..'; `utf8_value`: text
+  holds only characters UTF-8 can write.
+
+Every writer (`fresh_file`, `fresh_folder`, `replace_file`, `replace_folder`) stages its work in a new file or
+folder of a name nobody can guess, created exclusively beside its target, then renames it into place: a link
+planted under any name is replaced, never written through, and a reader never sees half a file. What a process
+that has ended left half-written (named `...tmp-<pid>...`) is removed by `remove_dead_leftovers`; what a live
+process is writing is kept. A failed write is reported as the OSError that happened (`os_error_of`), in words that
+name the disk when it is full (`write_error`).
 """
 
 from __future__ import annotations

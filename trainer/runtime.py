@@ -217,7 +217,18 @@ def out_of_memory(cfg: TrainConfig) -> Iterator[None]:
 # folder is deleted under it, or whose lock file is replaced by another run's, finds out before its next save
 # (`check`) and stops rather than write over the other run's checkpoint.
 class RunLock:
-    """`with RunLock(out_dir):` holds out_dir for one run; a `UserError` names the run that holds it. `key` is the
+    """`with RunLock(out_dir):` holds out_dir for one run; a `UserError` names the run that holds it.
+
+    Why: two runs saving into one out_dir would each replace the other's checkpoint, and each would keep the
+    other's as ckpt.prev.pt, destroying the user's earlier run; two runs logging into one TensorBoard run folder
+    would interleave their event files, and TensorBoard would drop one run's points. So a run holds an exclusive
+    `fcntl.flock` on `folder/.lock` for as long as it lives, which the kernel drops when the process ends however it
+    ends (kill -9 included), on a file that names its owner (pid, host, start time, command) so a second run can say
+    who is using the folder. A lock file left by a run that was killed is held by nobody: the next run takes it over
+    and says whose it was. A run whose folder is deleted under it, or whose lock file is replaced, finds out before
+    its next save (`check`) and stops rather than write over another run's checkpoint.
+
+    `key` is the
     setting that names the folder, `what` the folder in words and `option` the setting that picks another one;
     `say_takeover=False` takes over a lock left by a run that has ended without a warning."""
 

@@ -1,8 +1,18 @@
 """Proof by ablation: remove heads (an `Ablation`, model/ablation.py) and see what the model loses, an
-`AblationResult` read on what each kind of head is tested on (its type's `tested_on`). Zero-ablation is the
-default: it needs nothing but the model, and the README's floors are measured with it. Mean-ablation needs held-out
-text, and keeps a head that writes a constant (an attention sink's) from looking important just because that
-constant went missing.
+`AblationResult` read on what each kind of head is tested on (its type's `tested_on`).
+
+Two ways to remove a head:
+- zero-ablation (the default): its output becomes zero. Nothing but the model is needed, so it works from any
+  checkpoint; the README's floors are measured with it.
+- mean-ablation: its output becomes its mean over the held-out text, so the layers after it still see an output
+  of the usual size and direction, and only what the head does differently from token to token is removed. It needs
+  held-out text, and it keeps a head that writes a constant (an attention sink's) from looking important just
+  because that constant went missing.
+
+What each kind is tested on follows from what it is for: induction, duplicate-token and previous-token heads on the
+in-context gain (previous-token heads too, because of the two-head circuit: the earlier head's output lets the later
+one find the token after); sink, current-token and positional heads on the held-out loss; the best pronoun head on
+the continuation accuracy.
 """
 
 from __future__ import annotations
