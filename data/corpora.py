@@ -77,6 +77,9 @@ CORPORA = {
 # The seed of each generated corpus: fixed, so a corpus (and its cache) does not change with the training seed.
 GENERATED = {"pronouns": 1234, "induction": 0}
 NAMES = (*GENERATED, *CORPORA)
+# The corpora whose lines are their examples: a newline there only ever ends one, so random-token probes leave it out
+# (`watch.measure.probesets.token_pool`). In any other text the newline is taken for ordinary text.
+ONE_EXAMPLE_A_LINE = frozenset(GENERATED)
 
 
 def corpus_path(name: str) -> Path:

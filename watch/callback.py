@@ -83,6 +83,7 @@ class AttentionWatch:
                 text=val,
                 files={PRONOUN: self.probes, AGREEMENT: self.agreement},
                 texts=self.texts,
+                corpus=getattr(trainer.cfg, "dataset", None),
             )
         )
         self.quick = quick_sets(self.sets)

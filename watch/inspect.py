@@ -20,7 +20,7 @@ from watch.measure.capture import capture_attention
 from watch.measure.composition import composition_json, reads_from
 from watch.measure.heads import ablation_names, default_query, display_token, focused_head, head_name
 from watch.measure.headtypes import BROAD, TYPE_SETS, TYPES
-from watch.measure.probesets import NO_TEXT, PRONOUN, REPEATED_MIN_LENGTH, TEXT, ProbeSets, from_file
+from watch.measure.probesets import NO_TEXT, PRONOUN, REPEATED, REPEATED_MIN_LENGTH, TEXT, ProbeSets, from_file
 from watch.measure.pronouns import finite
 from watch.measure.proofs import head_means, proofs
 from watch.measure.reading import PROBE_KINDS, Reading, Source, read_pass, untrained_like, watch_sets
@@ -206,10 +206,11 @@ def checkpoint_reading(model, sets: ProbeSets, checkpoint: dict, ablate: Ablatio
     return read_pass(model, sets, untrained=baseline, ablate=ablate, compose=True)
 
 
-def checkpoint_sets(model, tokenizer, checkpoint: dict, text_file: str | None) -> ProbeSets:
-    """The probe sets a checkpoint is scored on: repeated random tokens; held-out text from `text_file`, else from
-    the val split of the run's prepared data when it is still on disk; and the pronoun probes the run was watched
-    on, when they are still here (the config's own file, the generated corpus's or the named corpus's)."""
+def checkpoint_sets(model, tokenizer, checkpoint: dict, text_file: str | None, draw: int = 0) -> ProbeSets:
+    """The probe sets a checkpoint is scored on: repeated random tokens (of draw number `draw`); held-out text from
+    `text_file`, else from the val split of the run's prepared data when it is still on disk; and the pronoun probes
+    the run was watched on, when they are still here (the config's own file, the generated corpus's or the named
+    corpus's)."""
     config = checkpoint.get("train_config") if isinstance(checkpoint.get("train_config"), dict) else {}
     settings = (checkpoint.get("data") if isinstance(checkpoint.get("data"), dict) else None) or config
     prepared = find_prepared(settings, tokenizer.to_meta())
@@ -238,6 +239,8 @@ def checkpoint_sets(model, tokenizer, checkpoint: dict, text_file: str | None) -
             text=text,
             text_source=source or "the val split",
             files={PRONOUN: probes},
+            corpus=config.get("dataset") if isinstance(config.get("dataset"), str) else None,
+            draw=draw,
         )
     )
     if text is None and not settings and "imported" in checkpoint:  # trained elsewhere: no run, so no val split
@@ -288,12 +291,16 @@ def heads_json(reading: Reading, found: list, mode: str, sets: ProbeSets) -> dic
     # A head's scores: those of the types that have one of their own, `broad`, then those read from others.
     own = [kind for kind, head_type in TYPES.items() if head_type.read is None]
     read = [kind for kind, head_type in TYPES.items() if head_type.read is not None]
+    spread = [kind for kind in own if f"{kind}_spread" in results.heads]
 
     def scores_of(r: Reading, layer: int, head: int) -> dict:
         out = {kind: r.results.head(kind, layer, head) for kind in (*own, BROAD)}
         out.update({kind: float(r.type_scores[kind][layer, head]) if kind in r.type_scores else None for kind in read})
-        reach = r.reach.get(head_name(layer, head), {})
+        # beside each score read from random sequences, its spread (two standard errors over the sequences)
+        out.update({f"{kind}_spread": r.results.head(f"{kind}_spread", layer, head) for kind in spread})
+        reach, spreads = r.reach.get(head_name(layer, head), {}), r.results.reach_spreads().get(head_name(layer, head))
         out["induction_by_distance"] = {str(distance): value for distance, value in reach.items()}
+        out["induction_by_distance_spread"] = {str(distance): value for distance, value in (spreads or {}).items()}
         return out
 
     heads = {}
@@ -313,6 +320,7 @@ def heads_json(reading: Reading, found: list, mode: str, sets: ProbeSets) -> dic
         "ablated": results.ablated,
         "ablation": mode,
         "probe_sets": {kind: s.about for kind, s in sets.sets.items()},
+        "draw_rule": sets.get(REPEATED).draw_rule if sets.get(REPEATED) is not None else None,
         "not_measured": dict(sets.missing),
         "ablations": [
             {

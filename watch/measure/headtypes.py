@@ -18,7 +18,7 @@ import torch
 
 from watch.measure.heads import head_name
 from watch.measure.probesets import PRONOUN, REPEATED, TEXT
-from watch.measure.scores import Measure, at_offset, induction_targets, on_targets, same_token, sink
+from watch.measure.scores import Measure, at_offset, induction_targets, on_targets_with_spread, same_token, sink
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,7 @@ TYPES: dict[str, HeadType] = {
             column="duplicate",
             meaning="looks back at earlier copies of the same token",
             probe_set=REPEATED,
-            measures={"duplicate_token": on_targets("same token", same_token)},
+            measures=on_targets_with_spread("duplicate_token", "same token", same_token),
             tested_on="in_context_gain",
             hparam=True,
         ),
@@ -85,7 +85,9 @@ TYPES: dict[str, HeadType] = {
             column="induction",
             meaning="looks at the token that followed an earlier copy of the current one (copying)",
             probe_set=REPEATED,
-            measures={"induction": on_targets("induction targets", lambda capture: induction_targets(capture.ids))},
+            measures=on_targets_with_spread(
+                "induction", "induction targets", lambda capture: induction_targets(capture.ids)
+            ),
             tested_on="in_context_gain",
             hparam=True,
         ),

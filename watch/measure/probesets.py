@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from data.corpora import ONE_EXAMPLE_A_LINE
 from data.probes import load_jsonl
 from data.tokenizer import Tokenizer, TokenizerError
 from errors import UserError, warn
@@ -29,7 +30,7 @@ from watch.measure.heads import PRONOUNS
 PRONOUN, AGREEMENT, REPEATED, REACH, TEXT, SENTENCES = "pronoun", "agreement", "repeated", "reach", "text", "sentences"
 REACH_DISTANCES = (4, 8, 16, 32)
 
-REPEATED_SEQUENCES = 32
+REPEATED_SEQUENCES = 128
 REPEATED_MAX_LENGTH = 50
 REPEATED_MIN_LENGTH = 16  # L below this (block_size < 32): repeated-token scores are not measurable
 NO_TEXT = (
@@ -37,6 +38,14 @@ NO_TEXT = (
     "current-token, positional and broad scores and the in-context score are left out"
 )
 REPEATED_SEED = 0
+
+
+def draw_seed(draw: int, kind: str) -> int:
+    """The seed of the random sequences of `kind` (`REPEATED` or `REACH`) in draw number `draw`: the watch reads
+    draw 0 (seeds 0 and 1); other draws say how much another sample would move what it says."""
+    return REPEATED_SEED + 2 * draw + (kind == REACH)
+
+
 # Held-out tokens an evaluation reads: enough that drawing the windows again moves the in-context score by less
 # than its spread.
 TEXT_TOKENS = 16384
@@ -55,6 +64,7 @@ class ProbeSet:
     logits_at: list[int | None] | None = None
     all_logits: bool = False
     about: str = ""  # how it was made, for reports
+    draw_rule: str = ""  # for random tokens, which tokens were drawn (`TokenPool.rule`)
     group: int = 1  # sequences that go through the model together, in one capture (held-out text: pairs)
     # What depends on the sequences alone (padded ids, score targets), made once by the captures and reused by
     # every pass (`watch.measure.capture.constant`): the set never changes, and the watch passes over it every few
@@ -149,11 +159,21 @@ def repeated_length(block_size: int) -> int:
     return min(block_size // 2, REPEATED_MAX_LENGTH)
 
 
+def _drawable(pool: TokenPool | Sequence[int]) -> tuple[torch.Tensor, str]:
+    """The distinct tokens of `pool`, sorted, and its rule ("" for a plain list of tokens)."""
+    tokens, rule = (pool.tokens, pool.rule) if isinstance(pool, TokenPool) else (pool, "")
+    return torch.tensor(sorted(set(tokens)), dtype=torch.long), rule
+
+
 def repeated_tokens(
-    pool: Sequence[int], block_size: int, *, seed: int = REPEATED_SEED, sequences: int = REPEATED_SEQUENCES
+    pool: TokenPool | Sequence[int],
+    block_size: int,
+    *,
+    seed: int = REPEATED_SEED,
+    sequences: int = REPEATED_SEQUENCES,
 ) -> ProbeSet | str:
-    """32 sequences of L = min(block_size // 2, 50) tokens drawn uniformly (seed 0) from `pool`, each followed by
-    itself, no separator; or why there are none (below block_size 32, L < 16)."""
+    """`sequences` sequences of L = min(block_size // 2, 50) tokens drawn uniformly (the draw `seed`) from `pool`,
+    each followed by itself, no separator; or why there are none (below block_size 32, L < 16)."""
     length = repeated_length(block_size)
     if length < REPEATED_MIN_LENGTH:
         return (
@@ -161,7 +181,7 @@ def repeated_tokens(
             f"of {REPEATED_MIN_LENGTH}+{REPEATED_MIN_LENGTH}: induction, duplicate-token and in-context gain "
             f"are not measurable"
         )
-    pool = torch.tensor(sorted(set(pool)), dtype=torch.long)
+    pool, rule = _drawable(pool)
     if len(pool) < 2:
         return "the vocabulary has fewer than 2 tokens to draw repeated random tokens from"
     draws = torch.randint(len(pool), (sequences, length), generator=torch.Generator().manual_seed(seed))
@@ -171,12 +191,17 @@ def repeated_tokens(
         REPEATED,
         ids,
         all_logits=True,
-        about=f"{sequences} sequences of {length} random tokens repeated (from {len(pool)} tokens)",
+        about=f"{sequences} sequences of {length} random tokens repeated (from {len(pool)} tokens, draw {seed})",
+        draw_rule=rule,
     )
 
 
 def repeats_by_distance(
-    pool: Sequence[int], block_size: int, *, seed: int = REPEATED_SEED + 1, sequences: int = REPEATED_SEQUENCES
+    pool: TokenPool | Sequence[int],
+    block_size: int,
+    *,
+    seed: int = REPEATED_SEED + 1,
+    sequences: int = REPEATED_SEQUENCES,
 ) -> ProbeSet | None:
     """The `REACH` set: rows of repeats at each distance in `REACH_DISTANCES` below the `REPEATED` set's L
     that fits in `block_size`; None when no distance does (or there is no `REPEATED` set to go with)."""
@@ -186,7 +211,7 @@ def repeats_by_distance(
         if used + 2 * distance <= block_size:
             segments.append((used, distance))
             used += 2 * distance
-    pool = torch.tensor(sorted(set(pool)), dtype=torch.long)
+    pool, rule = _drawable(pool)
     if length < REPEATED_MIN_LENGTH or len(pool) < 2 or not segments:
         return None
     generator = torch.Generator().manual_seed(seed)
@@ -201,19 +226,48 @@ def repeats_by_distance(
         rows,
         items=[tuple(segments)] * sequences,
         about=f"{sequences} rows of random tokens repeated at distances {', '.join(map(str, distances))}",
+        draw_rule=rule,
     )
 
 
-def token_pool(train_tokens: np.ndarray | None, tokenizer: Tokenizer) -> list[int]:
-    """The tokens repeated random tokens are drawn from: those the training split holds, end-of-text
-    excluded; without the split (a checkpoint whose data is not here), every token of the vocabulary
-    but end-of-text and padding."""
-    special = {getattr(tokenizer, "eot_id", None)}
+@dataclass(frozen=True)
+class TokenPool:
+    """The tokens random-token probes are drawn from, and the rule that chose them in words (`token_pool`): the
+    report's legend, the JSON and the probe sets' descriptions say it."""
+
+    tokens: list[int]
+    rule: str
+
+
+def token_pool(train_tokens: np.ndarray | None, tokenizer: Tokenizer, corpus: str | None = None) -> TokenPool:
+    """The tokens repeated random tokens are drawn from, by one rule for every model: those the training split holds
+    (without the split, a checkpoint whose data is not here, every token of the vocabulary but padding), less the
+    tokens that separate examples or documents in the training text, which a model learns to start afresh after:
+    end-of-text (GPT-2's, and an imported GPT-2's only special token), and in a corpus of one example a line
+    (`data.corpora.ONE_EXAMPLE_A_LINE`, named by `corpus`) every token that holds a newline. A newline inside a
+    random sequence would end its line, and the copying with it. In any other text the tool cannot know what a
+    newline does, and the rule says it drew it like any other token."""
     if train_tokens is not None and len(train_tokens):
-        present = np.unique(np.asarray(train_tokens)).tolist()
+        present = [int(t) for t in np.unique(np.asarray(train_tokens))]
     else:
-        present = range(len(getattr(tokenizer, "kept_ids", None) or range(tokenizer.vocab_size)))
-    return [int(t) for t in present if t not in special]
+        present = list(range(len(getattr(tokenizer, "kept_ids", None) or range(tokenizer.vocab_size))))
+    with_newline = {t for t, text in zip(present, tokenizer.token_strings(present), strict=True) if "\n" in text}
+    left_out, said = set(), []
+    eot = getattr(tokenizer, "eot_id", None)
+    if eot is not None:
+        left_out.add(eot)
+        said.append("end-of-text")
+    if corpus in ONE_EXAMPLE_A_LINE and with_newline:
+        left_out |= with_newline
+        said.append(f"the newline (the {corpus} corpus has one example a line)")
+    unsure = "in a text of your own the tool cannot tell whether it separates examples"
+    if not said:
+        rule = f"every token drawn, the newline too: {unsure}" if with_newline else "every token drawn"
+    else:
+        rule = f"{' and '.join(said)} not drawn: {'they separate' if len(said) > 1 else 'it separates'} examples"
+        if with_newline - left_out:
+            rule += f"; the newline drawn like any token ({unsure})"
+    return TokenPool([t for t in present if t not in left_out], rule)
 
 
 def icl_positions(length: int) -> tuple[range, range]:

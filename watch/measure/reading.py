@@ -34,7 +34,7 @@ from model.ablation import Ablation
 from watch.measure import probesets, scores
 from watch.measure.capture import Capture, captures, sentence_patterns
 from watch.measure.composition import Composition, composition
-from watch.measure.heads import ablation_names, head_name
+from watch.measure.heads import ablation_names, head_name, parse_head
 from watch.measure.headtypes import CLOSE, TYPES, TypedHead, best_offset, head_types, heads_of, needed, type_scores
 from watch.measure.probesets import AGREEMENT, PRONOUN, REACH, REPEATED, SENTENCES, TEXT, ProbeSet, ProbeSets
 from watch.measure.pronouns import AgreementStats, ContinuationStats, HeadStats, ProbeReport, baselines, name_readers
@@ -72,17 +72,22 @@ class Results:
             if not torch.isnan(values[layer, head])
         }
 
-    def reach(self) -> dict[str, dict[int, float]]:
+    def reach(self, suffix: str = "") -> dict[str, dict[int, float]]:
         """{"L1H0": {distance: score}}: each head's induction score where the earlier copy is that many tokens back,
-        at each distance measured (the `REACH` set's, then the `REPEATED` set's L: the plain induction score)."""
+        at each distance measured (the `REACH` set's, then the `REPEATED` set's L: the plain induction score); with
+        `suffix` "_spread", the spread of each."""
         reach, repeated = self.sets.get(REACH), self.sets.get(REPEATED)
         measured = [(d, f"induction_{d}") for _, d in (reach.items[0] if reach is not None else ())]
         measured += [(len(repeated.ids[0]) // 2, "induction")] if repeated is not None else []
         found: dict[str, dict[int, float]] = {}
         for d, name in measured:
-            for head, value in self.per_head(name).items():
+            for head, value in self.per_head(name + suffix).items():
                 found.setdefault(head, {})[d] = value
         return found
+
+    def reach_spreads(self) -> dict[str, dict[int, float]]:
+        """The spread of each of `reach`'s scores."""
+        return self.reach("_spread")
 
     def best(self, score: str) -> tuple[str, float] | None:
         """The head with the highest score (earliest first on ties), and the score."""
@@ -128,11 +133,13 @@ class Source:
     text_source: str = "the val split"  # where the held-out text comes from, for reports
     files: dict[str, str | Path | None] = field(default_factory=dict)  # the probe files, by kind
     texts: Sequence[str] = ()  # the sentences to show
+    corpus: str | None = None  # the training text's name or path: what separates its examples (`token_pool`)
+    draw: int = 0  # which draw of random sequences (`probesets.draw_seed`): the watch reads draw 0
 
     @cached_property
-    def pool(self) -> list[int]:
-        """The tokens repeated random tokens are drawn from (`token_pool`)."""
-        return probesets.token_pool(self.train_tokens, self.tokenizer)
+    def pool(self) -> probesets.TokenPool:
+        """The tokens repeated random tokens are drawn from, and the rule that chose them (`token_pool`)."""
+        return probesets.token_pool(self.train_tokens, self.tokenizer, self.corpus)
 
     def file(self, kind: str, records: type) -> ProbeSet | None:
         """The `kind` set of the file of `records` given for it; None when none is."""
@@ -179,7 +186,10 @@ def _repeated_lines(reading: Reading) -> list[str]:
             if far < 0.75 * near
             else ""
         )
-        by_distance = ", ".join(f"{d} tokens {value:.2f}" for d, value in reach.items())
+        spreads = reading.results.reach_spreads().get(best, {})
+        by_distance = ", ".join(
+            f"{d} tokens {value:.3f}" + (f" ± {spreads[d]:.3f}" if d in spreads else "") for d, value in reach.items()
+        )
         lines.append(f"{best}'s induction score by distance to the earlier copy: {by_distance}{shape}")
     numbers = reading.results.numbers
     if "in_context_gain" in numbers:
@@ -192,6 +202,26 @@ def _repeated_lines(reading: Reading) -> list[str]:
             f"{_then(then, 'in_context_gain')})"
         )
     return lines
+
+
+def _spread_scalars(reading: Reading) -> dict[str, float | torch.Tensor | None]:
+    """Beside each head type read from the repeated tokens, its spread: every head's (heads/{type}_spread) and the
+    best head's (heads/{type}/best_spread, beside heads/{type}/best)."""
+    scalars = {}
+    for name in (name for name, head_type in TYPES.items() if head_type.probe_set == REPEATED):
+        spreads, best = reading.results.heads.get(f"{name}_spread"), reading.results.best(name)
+        if spreads is not None and best is not None:
+            scalars[f"heads/{name}_spread"] = spreads
+            scalars[f"heads/{name}/best_spread"] = reading.results.head(f"{name}_spread", *parse_head(best[0]))
+    return scalars
+
+
+def _reach_scalars(reading: Reading) -> dict[str, float | None]:
+    """The best induction head's score at each distance, and its spread."""
+    best, reach = _best_reach(reading)
+    spreads = reading.results.reach_spreads().get(best, {})
+    scalars = {f"heads/induction/best_at_{d:02d}": value for d, value in reach.items()}
+    return scalars | {f"heads/induction/best_at_{d:02d}_spread": spreads.get(d) for d in reach}
 
 
 def _text_lines(reading: Reading) -> list[str]:
@@ -259,7 +289,9 @@ PROBE_KINDS: dict[str, ProbeKind] = {
     for kind in (
         ProbeKind(
             REPEATED,
-            make=lambda source: probesets.repeated_tokens(source.pool, source.block_size),
+            make=lambda source: probesets.repeated_tokens(
+                source.pool, source.block_size, seed=probesets.draw_seed(source.draw, REPEATED)
+            ),
             quick=CUT,
             scores={
                 # The loss of predicting tokens 2..L of each copy (nats/token), and each sequence's in-context gain
@@ -270,24 +302,28 @@ PROBE_KINDS: dict[str, ProbeKind] = {
             },
             numbers=("in_context_gain", "in_context_gain_spread", "loss_first_copy", "loss_second_copy"),
             lines=_repeated_lines,
+            scalars=_spread_scalars,
             # The phase change: the induction score and the in-context gain jump together.
             charts={"induction and in-context gain": [r"heads/induction/best$", r"heads/in_context_gain$"]},
             category="head types",
         ),
         ProbeKind(
             REACH,
-            make=lambda source: probesets.repeats_by_distance(source.pool, source.block_size),
+            make=lambda source: probesets.repeats_by_distance(
+                source.pool, source.block_size, seed=probesets.draw_seed(source.draw, REACH)
+            ),
             quick=AT_EVALUATIONS,
             # Induction where the earlier copy is d tokens back.
             scores={
-                f"induction_{d}": scores.on_targets(
-                    f"induction targets at {d}", partial(scores.reach_targets, distance=d)
-                )
+                name: measure
                 for d in probesets.REACH_DISTANCES
+                for name, measure in scores.on_targets_with_spread(
+                    f"induction_{d}", f"induction targets at {d}", partial(scores.reach_targets, distance=d)
+                ).items()
             },
             # Its line in the report, how far back the best induction head copies, comes before the in-context gain:
             # the repeated tokens' lines say both (`_repeated_lines`).
-            scalars=lambda reading: {f"heads/induction/best_at_{d:02d}": v for d, v in _best_reach(reading)[1].items()},
+            scalars=_reach_scalars,
             # Whether the best induction head copies from far back as well as from close by.
             charts={"best induction head's score by distance to the earlier copy": [r"heads/induction/best_at_\d+$"]},
             category="head types",
@@ -428,6 +464,7 @@ def read(captured: Iterable[Capture], sets: ProbeSets) -> Results:
         elif count:
             numbers[name] = float(total) / count
     numbers.update(scores.derived_model_scores(numbers, counts))
+    heads.update(scores.derived_head_scores(heads, counts))
     return Results(heads, numbers, counts, patterns, sets, forwards)
 
 

@@ -37,12 +37,16 @@ Measure = Callable[[Capture], Total]
 def weight_on_targets(capture: Capture, targets: torch.Tensor) -> Total:
     """Per head, the weight on `targets` ([N, query_pos, key_pos] bool) summed over each query's
     targets, added over the queries that have one: (total [layer, head], number of such queries)."""
+    by_sequence, queries = weight_by_sequence(capture, targets)
+    return by_sequence.sum(0), int(queries.sum())
+
+
+def weight_by_sequence(capture: Capture, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`weight_on_targets` of each sequence: (total [N, layer, head], number of queries with a target [N])."""
     targets = targets.to(torch.float64)
     queries = (targets.sum(-1) > 0).to(torch.float64)  # [N, T]: queries with a target
-    totals = [
-        ((pattern.double() * targets[:, None]).sum(-1) * queries[:, None]).sum((0, 2)) for pattern in capture.patterns
-    ]
-    return torch.stack(totals), int(queries.sum())
+    totals = [((pattern.double() * targets[:, None]).sum(-1) * queries[:, None]).sum(2) for pattern in capture.patterns]
+    return torch.stack(totals, dim=1), queries.sum(1)
 
 
 def weight_at_offset(capture: Capture, offset: int, first_query: int) -> Total:
@@ -81,6 +85,35 @@ def on_targets(key: str, targets: Callable[[Capture], torch.Tensor]) -> Measure:
         return weight_on_targets(capture, capture.constant(key, lambda: targets(capture)))
 
     return measure
+
+
+def on_targets_with_spread(name: str, key: str, targets: Callable[[Capture], torch.Tensor]) -> dict[str, Measure]:
+    """The head score `name` (`on_targets`) and what its spread is read from: each sequence's own score, averaged
+    and squared over the sequences that have a target (`{name}_sequences`, `{name}_squares`; `derived_head_scores`).
+    The random sequences are the draws, so the spread says how far another draw of as many could move the score."""
+
+    def per_sequence(capture: Capture) -> tuple[torch.Tensor, torch.Tensor]:
+        """(each sequence's total weight on its targets [N, layer, head], its queries with a target [N]): made once
+        per capture for the three scores."""
+        return capture.shared(
+            f"{name} by sequence",
+            lambda: weight_by_sequence(capture, capture.constant(key, lambda: targets(capture))),
+        )
+
+    def whole(capture: Capture) -> Total:  # the queries of every sequence together, as `on_targets`
+        totals, queries = per_sequence(capture)
+        return totals.sum(0), int(queries.sum())
+
+    def moment(power: int) -> Measure:
+        def measure(capture: Capture) -> Total:
+            totals, queries = per_sequence(capture)
+            counted = queries > 0
+            means = totals[counted] / queries[counted][:, None, None]  # each sequence's own score
+            return (means**power).sum(0), int(counted.sum())
+
+        return measure
+
+    return {name: whole, f"{name}_sequences": moment(1), f"{name}_squares": moment(2)}
 
 
 def same_token(capture: Capture) -> torch.Tensor:
@@ -185,6 +218,25 @@ def derived_model_scores(values: dict[str, float], counts: dict[str, int]) -> di
         if mean is not None and squares is not None:
             out[f"{name}_spread"] = spread(mean, squares, counts.get(f"{name}_squares", 0))
     return out
+
+
+def derived_head_scores(heads: dict[str, torch.Tensor], counts: dict[str, int]) -> dict[str, torch.Tensor]:
+    """The spread of each head score read with its sequences (`on_targets_with_spread`): [layer, head], from the mean
+    and the mean square of the sequences' own scores."""
+    out = {}
+    for name in heads:
+        means, squares = heads.get(f"{name}_sequences"), heads.get(f"{name}_squares")
+        if means is not None and squares is not None:
+            out[f"{name}_spread"] = _spreads(means, squares, counts.get(f"{name}_squares", 0))
+    return out
+
+
+def _spreads(means: torch.Tensor, squares: torch.Tensor, count: int) -> torch.Tensor:
+    """`spread` of every head at once."""
+    if count < 2:
+        return torch.full_like(means, math.inf)
+    variance = (squares - means**2).clamp_min(0.0) * count / (count - 1)
+    return 2 * (variance / count).sqrt()
 
 
 def spread(mean: float, mean_square: float, count: int) -> float:

@@ -12,6 +12,7 @@ import torch
 from watch.measure.composition import KINDS, ONE_LAYER_NOTE, pair_name
 from watch.measure.heads import display_token, head_name
 from watch.measure.headtypes import BROAD, BROAD_COLUMN, BROAD_MEANING, CLOSE, RULE, TYPES, needed
+from watch.measure.probesets import REPEATED
 from watch.measure.pronouns import ProbeReport
 from watch.measure.proofs import AblationResult
 from watch.measure.reading import PROBE_KINDS, Reading
@@ -155,8 +156,23 @@ def type_legend(reading: Reading) -> str:
     return (
         f"how to read it: each score is the share of a head's attention that goes where its column says (0 to 1), "
         f"the same head before training in brackets; {RULE}; {SIGNS}.\n"
-        f"  {meanings}; {BROAD_COLUMN}: {BROAD_MEANING}"
+        f"  {meanings}; {BROAD_COLUMN}: {BROAD_MEANING}" + _draw_line(reading)
     )
+
+
+def _draw_line(reading: Reading) -> str:
+    """The legend's line on the random sequences: which tokens they are drawn from, and what ± means."""
+    repeated = reading.results.sets.get(REPEATED)
+    if repeated is None:
+        return ""
+    return f"\n  random tokens: {repeated.draw_rule or 'every token drawn'}; {SPREAD}"
+
+
+# What the ± beside a figure read from random sequences means (`watch.measure.scores.spread`).
+SPREAD = (
+    "± is two standard errors of the mean over the sequences: the figure of all possible draws lies within it 19 "
+    "times in 20"
+)
 
 
 def _type_cell(reading: Reading, before: dict, kind: str, layer: int, head: int) -> str:
@@ -184,7 +200,10 @@ def type_lines(reading: Reading, since: dict[str, str] | None = None) -> str:
     for kind in (kind for kind in TYPES if kind in trained):
         heads = reading.typed.get(kind, [])
         if heads:
-            listed = ", ".join(f"{t.name} {t.score:.2f}{_untrained(before, kind, t.layer, t.head)}" for t in heads)
+            listed = ", ".join(
+                f"{t.name} {_figure(reading, kind, t.layer, t.head)}{_untrained(before, kind, t.layer, t.head)}"
+                for t in heads
+            )
             when = f", {since[kind]}" if since and kind in since else ""
             lines.append(f"{TYPES[kind].label} heads: {listed}{when}")
             continue
@@ -193,17 +212,26 @@ def type_lines(reading: Reading, since: dict[str, str] | None = None) -> str:
         bar = needed(float(before[kind][layer, head]) if kind in before else None)
         if value >= CLOSE * bar:
             lines.append(
-                f"no {TYPES[kind].label} head yet, but {head_name(layer, head)} is close: {value:.2f}, where a "
+                f"no {TYPES[kind].label} head yet, but {head_name(layer, head)} is close: "
+                f"{_figure(reading, kind, layer, head)}, where a "
                 f"type needs {bar:.2f}{_untrained(before, kind, layer, head)}"
             )
         else:
             lines.append(
-                f"no {TYPES[kind].label} head (best {head_name(layer, head)} {value:.2f}"
+                f"no {TYPES[kind].label} head (best {head_name(layer, head)} {_figure(reading, kind, layer, head)}"
                 f"{_untrained(before, kind, layer, head, bracket=False)})"
             )
     for kind in PROBE_KINDS.values():
         lines += kind.lines(reading)
     return "\n".join(lines)
+
+
+def _figure(reading: Reading, kind: str, layer: int, head: int) -> str:
+    """A head's score of a type, "0.41"; "0.952 ± 0.004" where the score has a spread (`{kind}_spread`: read from
+    random sequences, how far another draw of them could move it)."""
+    value = float(reading.type_scores[kind][layer, head])
+    spread = reading.results.head(f"{kind}_spread", layer, head)
+    return f"{value:.2f}" if spread is None else f"{value:.3f} ± {spread:.3f}"
 
 
 def _untrained(before: dict[str, torch.Tensor], kind: str, layer: int, head: int, *, bracket: bool = True) -> str:

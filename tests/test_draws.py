@@ -1,0 +1,100 @@
+"""What random-token probes draw, and how far another draw may move what they say: the rule that leaves out the
+tokens separating examples (and says so where it cannot know), and the spread beside every head score read from
+repeated tokens, which is the sequences' own scores' two standard errors."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from conftest import require_gpt2, tiny_model
+
+from data.induction import training_text
+from data.pronouns import training_text as pronoun_text
+from data.tokenizer import CharTokenizer, GPT2Tokenizer
+from watch.measure.probesets import REACH, REPEATED, ProbeSets, repeated_tokens, repeats_by_distance, token_pool
+from watch.measure.reading import score
+from watch.measure.scores import induction_targets
+
+# --- the rule -------------------------------------------------------------------------------------------
+
+
+def test_the_induction_corpus_newline_is_not_drawn_and_the_rule_says_why():
+    text = training_text(0, 200)
+    tokenizer = CharTokenizer.from_text(text)
+    pool = token_pool(torch.tensor(tokenizer.encode(text)).numpy(), tokenizer, "induction")
+    newline = tokenizer.encode("\n")[0]
+    assert newline not in pool.tokens and len(pool.tokens) == tokenizer.vocab_size - 1
+    assert pool.rule == "the newline (the induction corpus has one example a line) not drawn: it separates examples"
+    drawn = repeated_tokens(pool, 64)
+    assert newline not in {t for ids in drawn.ids for t in ids} and drawn.draw_rule == pool.rule
+
+
+def test_gpt2_end_of_text_is_never_drawn_nor_the_newline_of_the_pronoun_corpus():
+    require_gpt2()
+    text = pronoun_text(0, 50) + "<|endoftext|>"
+    tokenizer = GPT2Tokenizer.from_text(text)
+    tokens = torch.tensor(tokenizer.encode(text)).numpy()
+    newlines = {i for i, s in enumerate(tokenizer.token_strings(range(len(tokenizer.kept_ids)))) if "\n" in s}
+    assert tokenizer.eot_id in tokens and newlines
+
+    demo = token_pool(tokens, tokenizer, "pronouns")
+    assert tokenizer.eot_id not in demo.tokens and not newlines & set(demo.tokens)
+    assert demo.rule.startswith("end-of-text and the newline (the pronouns corpus has one example a line) not drawn")
+
+    own = token_pool(tokens, tokenizer, "my_notes.txt")  # a text of the user's own: end-of-text only
+    assert tokenizer.eot_id not in own.tokens and newlines <= set(own.tokens)
+    assert own.rule.startswith("end-of-text not drawn: it separates examples; the newline drawn like any token")
+
+
+def test_in_a_char_text_of_ones_own_the_newline_is_drawn_and_the_rule_says_the_tool_cannot_tell():
+    text = "To be, or not to be:\nthat is the question.\n"
+    tokenizer = CharTokenizer.from_text(text)
+    pool = token_pool(torch.tensor(tokenizer.encode(text)).numpy(), tokenizer, "hamlet.txt")
+    assert tokenizer.encode("\n")[0] in pool.tokens
+    assert pool.rule == (
+        "every token drawn, the newline too: in a text of your own the tool cannot tell whether it separates examples"
+    )
+    assert token_pool(None, CharTokenizer.from_text("abc")).rule == "every token drawn"
+
+
+# --- the spread -------------------------------------------------------------------------------------------
+
+
+def test_a_head_scores_spread_is_two_standard_errors_of_its_sequences_own_scores():
+    model = tiny_model(vocab_size=40, block_size=64)
+    for p in model.parameters():
+        torch.nn.init.normal_(p, std=0.3)
+    repeated = repeated_tokens(range(40), 64, sequences=12)
+    results = score(model, ProbeSets({REPEATED: repeated}))
+    _, patterns = model.forward_with_attention(torch.tensor(repeated.ids))
+    targets = induction_targets(torch.tensor(repeated.ids)).double()
+    for layer, pattern in enumerate(patterns):
+        # each sequence's own induction score: its weight on the targets, over its second copy's 32 queries
+        own = (pattern.double() * targets[:, None]).sum((-1, -2)) / 32  # [sequence, head]
+        expected = 2 * own.std(0) / math.sqrt(len(own))
+        torch.testing.assert_close(results.heads["induction_spread"][layer], expected)
+        torch.testing.assert_close(results.heads["induction"][layer], own.mean(0))
+    assert results.heads["duplicate_token_spread"].shape == (2, 2)
+
+
+def test_the_reach_by_distance_has_a_spread_for_each_distance():
+    model = tiny_model(vocab_size=40, block_size=64)
+    sets = ProbeSets({REACH: repeats_by_distance(range(40), 64, sequences=8)})
+    results = score(model, sets)
+    for d in (4, 8, 16):
+        spread = results.heads[f"induction_{d}_spread"]
+        assert spread.shape == (2, 2) and bool((spread > 0).all()) and bool(spread.isfinite().all())
+
+
+def test_one_sequence_has_no_spread_to_give():
+    results = score(
+        tiny_model(vocab_size=40, block_size=64), ProbeSets({REPEATED: repeated_tokens(range(40), 64, sequences=1)})
+    )
+    assert bool(results.heads["induction_spread"].isinf().all())
+
+
+@pytest.mark.parametrize("kind", [REPEATED])
+def test_the_set_says_which_draw_it_is(kind):
+    assert "draw 3" in repeated_tokens(range(40), 64, seed=3).about
