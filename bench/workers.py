@@ -223,12 +223,18 @@ def finetune(args: dict) -> dict:
     }
 
 
+# The draw of random sequences a demo's floors are judged on: not draw 0, which the watch shows while a run trains and
+# a recipe is tuned by, so that no floor is judged on the very sample it was tuned on.
+FLOOR_DRAW = 1
+
+
 def demo_floors(args: dict) -> dict:
     """A demo's floors, read from the checkpoint its run wrote, with the watch's own measures (what the run's
-    report prints, zero-ablation): for "default", the best pronoun head, where `she` looks in the demo
-    sentence and the continuation accuracy with and without that head; for "induction", the best induction
-    score, the in-context gain, the gain left with the top two induction heads removed, and the best
-    previous-token head of an earlier layer with the gain left without it."""
+    report prints, zero-ablation) on draw `args["draw"]` (FLOOR_DRAW) of the random sequences: for "default",
+    the best pronoun head, where `she` looks in the demo sentence and the continuation accuracy with and without
+    that head; for "induction", the best induction score and the in-context gain, each with its spread, the gain
+    left with the top two induction heads removed, and the best previous-token head of an earlier layer with the
+    gain left without it."""
     import torch
 
     from formats import load_model
@@ -241,7 +247,7 @@ def demo_floors(args: dict) -> dict:
 
     loaded = load_model(args["ckpt"], torch.device("cpu"))
     model, tokenizer, checkpoint = loaded.model, loaded.tokenizer, loaded.checkpoint
-    sets = checkpoint_sets(model, tokenizer, checkpoint, None)
+    sets = checkpoint_sets(model, tokenizer, checkpoint, None, draw=args.get("draw", FLOOR_DRAW))
     reading = checkpoint_reading(model, sets, checkpoint)
     numbers = reading.results.numbers
     if args["demo"] == "default":
@@ -270,11 +276,15 @@ def demo_floors(args: dict) -> dict:
         ablated = read_pass(model, sets, ablate=Ablation(list(heads)), kinds=(REPEATED,))
         return ablated.results.numbers["in_context_gain"]
 
+    best = top_heads(induction, 1)[0]
     found = {
-        "best_induction_head": top_heads(induction, 1)[0],
+        "best_induction_head": best,
         "induction": float(induction.max()),
+        "induction_spread": reading.results.head("induction_spread", *parse_head(best)),
         "gain": gain,
+        "gain_spread": numbers["in_context_gain_spread"],
         "gain_without_top_two": gain_without(first, second),
+        "draw": args.get("draw", FLOOR_DRAW),
     }
     earlier = reading.results.heads["previous_token"][: first[0]]  # the layers before the best induction head
     if not earlier.numel():  # the best induction head is in layer 0: no earlier layer to hold its partner
