@@ -191,7 +191,7 @@ def repeated_tokens(
         REPEATED,
         ids,
         all_logits=True,
-        about=f"{sequences} sequences of {length} random tokens repeated (from {len(pool)} tokens, draw {seed})",
+        about=f"{sequences} sequences of {length} random tokens repeated (from {len(pool)} tokens, seed {seed})",
         draw_rule=rule,
     )
 
