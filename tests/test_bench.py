@@ -189,3 +189,12 @@ def test_each_demo_run_is_timed_against_the_nanogpt_recipe_of_its_own_repeat():
     page = demos.render(doc)
     assert "| 1337 | 11.0 (10.0-12.0, n=2) | 0.125x (0.100-0.150, n=2) | L0H2 0.970 |" in page
     assert "1100 / 9.5 s" in page and "| 90% |" in page and "| 80% |" in page  # 1 - 0.3/3.0, 1 - 0.6/3.0
+
+
+def test_a_floor_read_from_random_sequences_holds_only_when_its_whole_spread_does():
+    from bench.demos import judged
+
+    assert judged(0.95, 0.004, 0.70) == "0.950 ± 0.004"
+    assert judged(0.71, 0.02, 0.70) == "0.710 ± 0.020 (within its spread)"  # another draw could fall below
+    assert judged(0.65, 0.02, 0.70) == "0.650 ± 0.020 (below)"
+    assert judged(0.81, None, 0.70) == "0.81"  # a result from before figures had a spread
