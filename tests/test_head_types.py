@@ -366,12 +366,14 @@ def test_what_removing_heads_cost_is_said_in_plain_words(old, new, words):
     before = reading(
         {"in_context_gain": old, "in_context_gain_spread": 0.05, "loss_first_copy": 4.0, "loss_second_copy": 4.0 - old}
     )
-    after = reading({"in_context_gain": new, "loss_first_copy": 4.1, "loss_second_copy": 4.1 - new})
+    after = reading(
+        {"in_context_gain": new, "in_context_gain_spread": 0.04, "loss_first_copy": 4.1, "loss_second_copy": 4.1 - new}
+    )
     found = AblationResult(["L1H3", "L0H0"], "top two by score", "induction", Ablation([(1, 3), (0, 0)]), after)
     line = ablation_lines(before, [found])
     assert line.startswith(
         f"removing L1H3 and L0H0 (the two highest induction scores) takes the in-context gain "
-        f"from {old:.3f} to {new:.3f} nats/token: {words} (first copy 4.00 -> 4.10"
+        f"from {old:.3f} ± 0.050 to {new:.3f} ± 0.040 nats/token: {words} (first copy 4.00 -> 4.10"
     )
     assert "-%" not in line and "removed" not in line  # no "-62% of it removed"
 

@@ -284,6 +284,12 @@ def show_heads(model, tokenizer, checkpoint: dict, args: argparse.Namespace, abl
     print(composition_lines(reading))
 
 
+def _best_spread(results, score: str) -> float | None:
+    """The spread of the best head's `score` (None where it has none)."""
+    best = results.best(score)
+    return results.per_head(f"{score}_spread").get(best[0]) if best is not None else None
+
+
 def heads_json(reading: Reading, found: list, mode: str, sets: ProbeSets) -> dict:
     """What `show_heads` prints, composition included, as one JSON object (None where a score was not measured)."""
     results, untrained = reading.results, reading.untrained
@@ -328,6 +334,7 @@ def heads_json(reading: Reading, found: list, mode: str, sets: ProbeSets) -> dic
                 "chosen_as": p.kind,
                 **{n: p.reading.results.numbers.get(n) for n in numbers},
                 "best_induction": (p.reading.results.best("induction") or (None, None))[1],
+                "best_induction_spread": _best_spread(p.reading.results, "induction"),
             }
             for p in found
         ],

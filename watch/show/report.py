@@ -254,7 +254,8 @@ def ablation_lines(reading: Reading, found: Sequence[AblationResult]) -> str:
             name = max(old, key=old.get) if old and new else None
             if name:
                 costs.append(
-                    f"takes the best {TYPES[fed].label} score from {old[name]:.3f} to {new[name]:.3f} ({name})"
+                    f"takes the best {TYPES[fed].label} score from {old[name]:.3f}{_pm(results, fed, name)} to "
+                    f"{new[name]:.3f}{_pm(after, fed, name)} ({name})"
                 )
         costs = [c for c in costs if c]
         if costs:
@@ -263,6 +264,12 @@ def ablation_lines(reading: Reading, found: Sequence[AblationResult]) -> str:
 
 
 NO_EFFECT, AN_EFFECT = 0.05, 0.2  # the share of a measure lost that counts as none, and as a real effect
+
+
+def _pm(results, score: str, head: str) -> str:
+    """ " ± 0.004" beside a head's score read from random sequences (its `{score}_spread`); "" for another."""
+    spread = results.per_head(f"{score}_spread").get(head)
+    return "" if spread is None else f" ± {spread:.3f}"
 
 
 def _change(key: str, before: dict, after: dict) -> str:
@@ -276,7 +283,8 @@ def _change(key: str, before: dict, after: dict) -> str:
         return f"{verb} the held-out loss from {old:.3f} to {new:.3f} nats ({old - new:+.3f})"
     if key != "in_context_gain":
         return _points(CONTINUATION, old, new)
-    text = f"takes the in-context gain from {old:.3f} to {new:.3f} nats/token"
+    spreads = [f" ± {n[f'{key}_spread']:.3f}" if f"{key}_spread" in n else "" for n in (before, after)]
+    text = f"takes the in-context gain from {old:.3f}{spreads[0]} to {new:.3f}{spreads[1]} nats/token"
     spread = before.get(f"{key}_spread")
     if old > 0 and (spread is None or old > spread):
         text += f": {_share_taken(old, new)}"
