@@ -243,6 +243,8 @@ def test_attention_watch_plugs_in_as_a_callback(tmp_path, capsys):
         "attention/top1@L0H0",
         "attention/top1@L0H1",
         "heads/induction@L0H1",
+        "heads/induction_spread@L0H1",  # beside each score read from random sequences, its spread
+        "heads/induction/best_spread",
         "heads/previous_token@L0H0",
         "heads/in_context_gain",
     ):
