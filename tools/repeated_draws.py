@@ -1,7 +1,8 @@
 """How much the repeated-token figures move when the random sequences are drawn again: for each of several draws
 (seeds 0, 1, ...; the watch reads draw 0), the best induction head's score, the best duplicate-token head's, the
 in-context gain on repeated tokens and the best induction head's score by distance, each with its spread, and what a
-pass over those sets costs, whole and quick (the part a pass between evaluations reads).
+pass over those sets costs, whole and quick (the part a pass between evaluations reads), beside a draw of
+another size (`--against`, 32 by default: the draw before it was 128).
 
     python tools/repeated_draws.py out/induction --draws 4
     python tools/repeated_draws.py out/induction --draws 4 --sequences 32
@@ -56,16 +57,22 @@ def figures(results) -> str:
     return "; ".join(out)
 
 
-def seconds(model, sets: ProbeSets, runs: int = 5) -> float:
-    """The median CPU time (every thread's) of a pass over `sets`, after one to warm up: on a shared machine the
-    wall-clock time says more about the other processes than about the pass."""
-    score(model, sets)
-    times = []
-    for _ in range(runs):
-        start = time.process_time()
-        score(model, sets)
-        times.append(time.process_time() - start)
-    return statistics.median(times)
+def timings(model, sets: dict[str, ProbeSets], rounds: int = 7) -> dict[str, float]:
+    """The median wall time of a pass over each of `sets`, the passes alternating round by round after one to warm
+    up, on one thread: on a shared machine the other processes move every figure, and alternating moves them alike,
+    so the ratios mean more than the times."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    for each in sets.values():
+        score(model, each)
+    times: dict[str, list[float]] = {name: [] for name in sets}
+    for _ in range(rounds):
+        for name, each in sets.items():
+            start = time.perf_counter()
+            score(model, each)
+            times[name].append(time.perf_counter() - start)
+    torch.set_num_threads(threads)
+    return {name: statistics.median(found) for name, found in times.items()}
 
 
 def main(argv: list[str]) -> int:
@@ -73,6 +80,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("out_dir", help="the run's folder (or its ckpt.pt)")
     parser.add_argument("--draws", type=int, default=4, help="how many draws (0, 1, ...; the watch reads draw 0)")
     parser.add_argument("--sequences", type=int, default=probesets.REPEATED_SEQUENCES, help="sequences in a draw")
+    parser.add_argument("--against", type=int, default=32, help="sequences of a draw to time beside it")
     args = parser.parse_args(argv)
     loaded = load_model(args.out_dir, torch.device("cpu"))
     model, tokenizer, checkpoint = loaded.model, loaded.tokenizer, loaded.checkpoint
@@ -87,9 +95,13 @@ def main(argv: list[str]) -> int:
         sets = draw(pool, block_size, seed, args.sequences)
         print(f"draw {seed}: {figures(score(model, sets))}")
     sets = draw(pool, block_size, 0, args.sequences)
-    whole, quick = seconds(model, sets), seconds(model, quick_sets(sets))
+    against = draw(pool, block_size, 0, args.against)
+    found = timings(model, {"whole": sets, "quick": quick_sets(sets), "against": against})
     about = "; ".join(s.about for s in quick_sets(sets).sets.values())
-    print(f"a pass over the repeated sets: {1000 * whole:.0f} ms of CPU whole, {1000 * quick:.0f} ms quick ({about})")
+    print(
+        f"a pass over the repeated sets: {1000 * found['whole']:.0f} ms whole ({args.against} sequences: "
+        f"{1000 * found['against']:.0f} ms), {1000 * found['quick']:.0f} ms quick ({about}); one thread"
+    )
     return 0
 
 
