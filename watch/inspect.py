@@ -23,7 +23,7 @@ from watch.measure.headtypes import BROAD, TYPE_SETS, TYPES
 from watch.measure.probesets import NO_TEXT, PRONOUN, REPEATED, REPEATED_MIN_LENGTH, TEXT, ProbeSets, from_file
 from watch.measure.pronouns import finite
 from watch.measure.proofs import head_means, proofs
-from watch.measure.reading import PROBE_KINDS, Reading, Source, read_pass, untrained_like, watch_sets
+from watch.measure.reading import PROBE_KINDS, Reading, Results, Source, read_pass, untrained_like, watch_sets
 from watch.show.heatmaps import HeatmapCanvas, head_titles, save_png, sentence_slug
 from watch.show.page import SentenceView, attention_page, write_page
 from watch.show.report import ablation_line, composition_lines, head_table, top_attended, type_labels, type_report
@@ -284,7 +284,7 @@ def show_heads(model, tokenizer, checkpoint: dict, args: argparse.Namespace, abl
     print(composition_lines(reading))
 
 
-def _best_spread(results, score: str) -> float | None:
+def _best_spread(results: Results, score: str) -> float | None:
     """The spread of the best head's `score` (None where it has none)."""
     best = results.best(score)
     return results.per_head(f"{score}_spread").get(best[0]) if best is not None else None

@@ -15,7 +15,7 @@ from watch.measure.headtypes import BROAD, BROAD_COLUMN, BROAD_MEANING, CLOSE, R
 from watch.measure.probesets import REPEATED
 from watch.measure.pronouns import ProbeReport
 from watch.measure.proofs import AblationResult
-from watch.measure.reading import PROBE_KINDS, Reading
+from watch.measure.reading import PROBE_KINDS, Reading, Results
 from watch.show.heatmaps import as_array
 
 COLUMNS = ("rank", "head", "referent", "distractor", "top-1", "ref (no sink)", "top-1 (no sink)")
@@ -266,7 +266,7 @@ def ablation_lines(reading: Reading, found: Sequence[AblationResult]) -> str:
 NO_EFFECT, AN_EFFECT = 0.05, 0.2  # the share of a measure lost that counts as none, and as a real effect
 
 
-def _pm(results, score: str, head: str) -> str:
+def _pm(results: Results, score: str, head: str) -> str:
     """ " ± 0.004" beside a head's score read from random sequences (its `{score}_spread`); "" for another."""
     spread = results.per_head(f"{score}_spread").get(head)
     return "" if spread is None else f" ± {spread:.3f}"
