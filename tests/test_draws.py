@@ -64,7 +64,8 @@ def test_in_a_char_text_of_ones_own_the_newline_is_drawn_and_the_rule_says_the_t
     pool = token_pool(torch.tensor(tokenizer.encode(text)).numpy(), tokenizer, "hamlet.txt")
     assert tokenizer.encode("\n")[0] in pool.tokens
     assert pool.rule == (
-        "every token drawn, the newline too: in a text of your own the tool cannot tell whether it separates examples"
+        "every token drawn, the newline too: the tool cannot tell whether it separates examples in the text this "
+        "model learned from"
     )
     assert token_pool(None, CharTokenizer.from_text("abc")).rule == "every token drawn"
 

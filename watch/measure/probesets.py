@@ -260,7 +260,7 @@ def token_pool(train_tokens: np.ndarray | None, tokenizer: Tokenizer, corpus: st
     if corpus in ONE_EXAMPLE_A_LINE and with_newline:
         left_out |= with_newline
         said.append(f"the newline (the {corpus} corpus has one example a line)")
-    unsure = "in a text of your own the tool cannot tell whether it separates examples"
+    unsure = "the tool cannot tell whether it separates examples in the text this model learned from"
     if not said:
         rule = f"every token drawn, the newline too: {unsure}" if with_newline else "every token drawn"
     else:
