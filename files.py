@@ -34,7 +34,7 @@ from contextlib import suppress
 from pathlib import Path, PureWindowsPath
 from typing import BinaryIO, NoReturn
 
-from errors import UserError
+from errors import UsageError, UserError
 
 
 def what_stands_at(path: Path, *, follow_links: bool = True) -> str | None:
@@ -354,6 +354,51 @@ def remove_dead_leftovers(path: str | Path) -> None:
             continue
         with suppress(OSError):  # not ours to remove after all (permissions): leave it
             _remove(leftover)
+
+
+# --- paths and names a user gives -------------------------------------------------------------------------
+
+NAME_MAX_BYTES = 255  # the longest file or folder name ext4, XFS, btrfs and APFS take (the bytes of its UTF-8)
+
+
+def path_setting(text: str, setting: str, *, may_be_empty: bool = False) -> str:
+    """The path that the setting `setting` (named as the user sees it: "--png_dir", "config key 'out_dir'") gives,
+    checked once for every path a command reads or writes: `~` expanded as a shell would (bash leaves it as it is
+    after `--key=`, and a config file never expands it), and a `UsageError` naming the setting for an empty path
+    (an unset shell variable: it would mean the folder the command runs in) and for a part longer than a file
+    name can be (the OS would refuse it halfway, as a traceback)."""
+    if text == "" and may_be_empty:
+        return text
+    if not text:
+        raise UsageError(
+            f"{setting} is an empty path (an unset shell variable?), which would mean the folder the command "
+            f"runs in; give a path"
+        )
+    if text.startswith("~"):
+        expanded = os.path.expanduser(text)
+        if expanded.startswith("~"):
+            user = text[1:].split("/", 1)[0]
+            raise UsageError(
+                f"{setting} starts with '~{user}', but {'no home folder is set' if not user else 'no such user is'} "
+                f"here; write the whole path (or ./{text} for a folder of that name)"
+            )
+        text = expanded
+    long_part = name_too_long(text)
+    if long_part is not None:
+        raise UsageError(f"{setting} {long_part}; shorten it")
+    return text
+
+
+def name_too_long(text: str) -> str | None:
+    """What is wrong with the longest part of the path `text` when it is longer than any file name can be."""
+    longest = max(re.split(r"[/\\]", text), key=lambda part: len(part.encode("utf-8", "surrogatepass")))
+    size = len(longest.encode("utf-8", "surrogatepass"))
+    if size <= NAME_MAX_BYTES:
+        return None
+    return (
+        f"has a part of {size} bytes ('{longest[:24]}...'), longer than the {NAME_MAX_BYTES} bytes a file or "
+        f"folder name can have"
+    )
 
 
 # --- names --------------------------------------------------------------------------------------------------

@@ -1943,6 +1943,85 @@ CASES = [
         1,
         ("cannot write the attention page", "a-file/page.html", "choose a writable path"),
     ),
+    # --- path settings: one check (files.path_setting) for every path either command takes ---------------------
+    *[
+        Case(
+            f"path-empty-{key.replace('_', '-')}",
+            f"an empty --{key} (an unset shell variable)",
+            "train",
+            lambda w, key=key: w.train(f"--{key}="),
+            2,
+            (f"config key '{key}' is an empty path", "unset shell variable"),
+        )
+        for key in ("out_dir", "log_dir", "data_dir")
+    ],
+    Case(
+        "path-empty-in-config",
+        "out_dir = '' in a config file",
+        "train",
+        lambda w: [w.file("empty-out.toml", 'out_dir = ""\n'), "--device=cpu"],
+        2,
+        ("config key 'out_dir' is an empty path",),
+    ),
+    Case(
+        "path-home-of-no-user",
+        "--out_dir=~nosuchuser/gw: a home folder that does not exist",
+        "train",
+        lambda w: w.train("--out_dir=~nosuchuser46/gw"),
+        2,
+        ("starts with '~nosuchuser46'", "no such user", "./~nosuchuser46/gw"),
+    ),
+    *[
+        Case(
+            f"path-part-too-long-{key.replace('_', '-')}",
+            f"--{key} with a part over 255 bytes",
+            "train",
+            lambda w, key=key: w.train(f"--{key}={w.root / ('x' * 300)}"),
+            2,
+            (f"config key '{key}' has a part of 300 bytes", "255 bytes"),
+        )
+        for key in ("out_dir", "dataset", "log_dir", "init_from", "data_dir")
+    ],
+    Case(
+        "path-part-too-long-run-name",
+        "--run_name of 300 bytes",
+        "train",
+        lambda w: w.train("--run_name=" + "é" * 150),
+        2,
+        ("config key 'run_name' has a part of 300 bytes",),
+    ),
+    *[
+        Case(
+            f"sample-path-empty-{key.replace('_', '-')}",
+            f"sample.py --{key}= (an unset shell variable)",
+            "sample",
+            lambda w, key=key: w.sample("--attention=the dog saw it", f"--{key}="),
+            2,
+            (f"--{key} is an empty path",),
+        )
+        for key in ("out_dir", "png_dir", "html")
+    ],
+    Case(
+        "sample-path-empty-export",
+        "sample.py --export tl '' (an unset shell variable)",
+        "sample",
+        lambda w: w.sample("--export", "tl", ""),
+        2,
+        ("--export tl is an empty path",),
+    ),
+    *[
+        Case(
+            f"sample-path-part-too-long-{key.replace('_', '-')}",
+            f"sample.py --{key} with a part over 255 bytes",
+            "sample",
+            lambda w, key=key: w.sample(
+                "--heads" if key == "text" else "--attention=the dog saw it", f"--{key}={w.root / ('y' * 256)}"
+            ),
+            2,
+            (f"--{key} has a part of 256 bytes",),
+        )
+        for key in ("out_dir", "init_from", "png_dir", "html", "text")
+    ],
     # --- training ---------------------------------------------------------------------------------------------
     Case(
         "diverged",

@@ -628,3 +628,35 @@ def test_a_long_text_is_read_and_tokenized_in_memory_a_small_multiple_of_its_siz
     run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert "one kind of token only ('a', 24,000,000 times)" in run.stderr, run.stderr
     assert int(run.stdout) < 8 * 24_000_000  # 16x before
+
+
+# --- 5, 6, 8. path settings: one check for every path either command takes ------------------------------------
+
+
+def test_a_tilde_means_the_home_folder_in_both_commands(tmp_path, monkeypatch):
+    """`files.path_setting` (every path setting of train.py and sample.py): bash leaves `~` as it is after
+    `--out_dir=`, so the commands expand it themselves; nothing named `~` appears where they run."""
+    from tests.commands import run_train, tiny_args
+
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    code, out, err = run_train(tiny_args(tmp_path, "--out_dir=~/gw", "--log_dir=~/runs"))
+    assert code == 0, err
+    assert (home / "gw" / "ckpt.pt").is_file() and (home / "runs" / "t").is_dir()
+    assert f"checkpoint {home / 'gw' / 'ckpt.pt'}" in out and "~" not in out
+    code, out, err = run_sample(["--out_dir=~/gw", "--device=cpu", "--max_new_tokens=3"])
+    assert code == 0, err
+    assert not (ROOT / "~").exists()
+
+
+@pytest.mark.parametrize("text", ["", "a/" + "x" * 256, "x" * 300 + "/b", "é" * 128, "~nosuchuser46/x"])
+@pytest.mark.parametrize("key", ["out_dir", "log_dir", "data_dir", "dataset", "init_from", "probes", "agreement"])
+def test_every_path_setting_is_checked_by_one_rule(key, text):
+    from errors import UsageError
+    from settings import MAY_BE_EMPTY, TrainConfig
+
+    if text == "" and key in MAY_BE_EMPTY:
+        return  # the corpus's own probes; dataset and init_from refuse '' in their own words (RULES)
+    with pytest.raises(UsageError, match=f"config key '{key}' (is an empty path|has a part of|starts with '~)"):
+        TrainConfig.from_keys(**{key: text})

@@ -35,7 +35,7 @@ from formats.huggingface import hub_name
 from formats.sources import describe, identify, load_model, model_name
 from model.config import CONFIG_KEYS, IMPORTED_FIELDS, MODEL_KEYS, GPTConfig
 from model.gpt import GPT
-from settings import RESUME, SCRATCH, TrainConfig, make_config, parse_command_line, read_toml
+from settings import RESUME, SCRATCH, TrainConfig, checked_paths, make_config, parse_command_line, read_toml
 from trainer.runtime import check_corpus_fits
 
 DEMO_CONFIG = corpora.REPO / "configs" / "pronouns.toml"
@@ -154,6 +154,7 @@ def resolve(argv: list[str], bases: str | None = None) -> Start:
     """Where the run of the command line `argv` (`[CONFIG.toml] [--key=value ...]`; `bases` is --help's word on
     the settings it starts from) starts: its settings, then its model (see the module's docstring)."""
     config_path, overrides = parse_command_line(argv, bases)  # --help prints and exits here
+    overrides |= checked_paths(overrides)  # before choosing settings reads the dataset or a checkpoint
     problem = utf8_value(config_path) if config_path else None
     if problem is not None:  # its name becomes the run's name, which checkpoints and logs record
         raise UsageError(f"the config file name {problem}; rename it to a UTF-8 name")
