@@ -31,6 +31,7 @@ import shutil
 import stat
 from collections.abc import Callable
 from contextlib import suppress
+from dataclasses import dataclass
 from pathlib import Path, PureWindowsPath
 from typing import BinaryIO, NoReturn
 
@@ -192,12 +193,49 @@ class _RecordingFile:
         return getattr(self.fh, name)
 
 
+@dataclass(frozen=True)
+class Mark:
+    """How a kind of file the tool writes is known again, so that writing one replaces only a file the tool wrote
+    there itself (the rule `--export` follows): `signs`, one of which every such file holds in its first bytes
+    (an attention page its generator line, a PNG its Software text). `what` names the kind, `fix` where else to
+    write one."""
+
+    what: str
+    signs: tuple[bytes, ...]
+    fix: str
+
+    def made(self, path: Path) -> bool:
+        try:
+            with open(path, "rb") as fh:
+                head = fh.read(64 * 1024)
+        except OSError:
+            return False
+        return any(sign in head for sign in self.signs)
+
+    def check(self, path: str | Path) -> Path:
+        """`path`, unless a file stands there that is not one of ours: a `UserError`, and it stays as it is."""
+        path = Path(path)
+        if what_stands_at(path, follow_links=False) is None and not self.made(path):
+            raise UserError(
+                f"{path} exists and is not {self.what} written earlier; it is left as it is: remove it or "
+                f"{self.fix} (gptwatch replaces only files it wrote)"
+            )
+        return path
+
+
 def replace_file(
-    path: str | Path, write: Callable[[BinaryIO], object], before_replace: Callable[[], object] | None = None
+    path: str | Path,
+    write: Callable[[BinaryIO], object],
+    before_replace: Callable[[], object] | None = None,
+    *,
+    mark: Mark | None = None,
 ) -> Path:
     """Writes `path` as a whole new file: `write(fh)` fills a `fresh_file`, renamed over `path` once on disk. An
-    error (or an interrupt) leaves `path` as it was and no temporary file; a failed write is raised as its OSError."""
+    error (or an interrupt) leaves `path` as it was and no temporary file; a failed write is raised as its OSError.
+    With a `mark`, a file already at `path` is replaced only when it bears that mark (`Mark.check`)."""
     path = Path(path)
+    if mark is not None:
+        mark.check(path)
     remove_dead_leftovers(path)
     fd, tmp = fresh_file(path)
     try:

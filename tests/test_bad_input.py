@@ -30,6 +30,7 @@ from conftest import Trained, train_tiny_checkpoints
 
 from data import corpora
 from tests.commands import ROOT, TEXT, run, tiny_args
+from watch.show.heatmaps import sentence_slug
 
 DOC = ROOT / "docs" / "errors.md"
 SECTIONS = {
@@ -1942,6 +1943,26 @@ CASES = [
         lambda w: w.sample("--attention=the dog and it", f"--html={w.file('a-file', 'x')}/page.html"),
         1,
         ("cannot write the attention page", "a-file/page.html", "choose a writable path"),
+    ),
+    # --- outputs: a file replaces only one the tool wrote there earlier (files.Mark) ----------------------------
+    Case(
+        "html-over-a-checkpoint",
+        "--html naming the checkpoint itself",
+        "sample",
+        lambda w: w.sample("--attention=the dog saw the ball and it", f"--html={w.out / 'ckpt.pt'}"),
+        1,
+        ("ckpt.pt exists and is not an attention page", "left as it is", "gptwatch replaces only files it wrote"),
+    ),
+    Case(
+        "png-over-a-file-of-the-same-name",
+        "--attention into a --png_dir holding a user's file under a heatmap's name",
+        "sample",
+        lambda w: (
+            w.file(f"png/{sentence_slug('the dog saw it')}_layer0.png", "my own notes\n"),
+            w.sample("--attention=the dog saw it", f"--png_dir={w.root / 'png'}"),
+        )[1],
+        1,
+        ("_layer0.png exists and is not a gptwatch heatmap", "choose another --png_dir"),
     ),
     # --- path settings: one check (files.path_setting) for every path either command takes ---------------------
     *[

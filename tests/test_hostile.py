@@ -660,3 +660,60 @@ def test_every_path_setting_is_checked_by_one_rule(key, text):
         return  # the corpus's own probes; dataset and init_from refuse '' in their own words (RULES)
     with pytest.raises(UsageError, match=f"config key '{key}' (is an empty path|has a part of|starts with '~)"):
         TrainConfig.from_keys(**{key: text})
+
+
+# --- 1, 3. outputs replace only what the tool wrote; names from user text are distinct and bounded -----------
+
+
+def test_images_of_different_sentences_never_share_a_file_and_a_sentence_replaces_only_its_own(
+    tmp_path, checkpoint_folder
+):
+    """`heatmaps.sentence_slug` (every PNG's name) and `files.Mark` (every PNG and page written): sentences that
+    differ only in punctuation or are written in another script get files of their own; the same sentence again
+    replaces its own images and page."""
+    from watch.show.heatmaps import sentence_slug
+
+    png = tmp_path / "png"
+    sentences = ["the dog.", "the dog", "the  dog", "the dog " * 3]  # one name each before: the_dog
+    for sentence in sentences:
+        code, _, err = run_sample([f"--out_dir={checkpoint_folder}", f"--attention={sentence}", f"--png_dir={png}"])
+        assert code == 0, err
+    names = sorted(p.name for p in png.iterdir())
+    assert len(names) == len(sentences) * 3  # the two layers and the focused head, for every sentence
+    other_scripts = ["the dog,", "Собака", "собака!", "犬", "猫", "x" * 400, "x" * 401]
+    slugs = {sentence_slug(text) for text in other_scripts}
+    assert len(slugs) == len(other_scripts) and max(len(slug.encode()) for slug in slugs) < 200
+    before = _contents(png)
+    code, _, err = run_sample([f"--out_dir={checkpoint_folder}", "--attention=the dog.", f"--png_dir={png}"])
+    assert code == 0, err
+    assert sorted(_contents(png)) == sorted(before)
+    page = tmp_path / "page.html"
+    for _ in range(2):
+        code, _, err = run_sample([f"--out_dir={checkpoint_folder}", "--attention=the dog", f"--html={page}"])
+        assert code == 0, err
+
+
+@pytest.mark.parametrize("content", [b"<!DOCTYPE html><p>my notes</p>", b"", b"\x89PNG\r\n\x1a\n not ours"])
+def test_a_file_the_tool_did_not_write_is_never_replaced_by_an_output(tmp_path, checkpoint_folder, content):
+    from watch.show.heatmaps import sentence_slug
+
+    theirs = {
+        "--html": tmp_path / "mine.html",
+        "--png_dir": tmp_path / "png" / f"{sentence_slug('the dog')}_layer0.png",
+    }
+    for option, path in theirs.items():
+        path.parent.mkdir(exist_ok=True)
+        path.write_bytes(content)
+        value = path if option == "--html" else path.parent
+        code, _, err = run_sample([f"--out_dir={checkpoint_folder}", "--attention=the dog", f"{option}={value}"])
+        assert code == 1 and "exists and is not" in err and "gptwatch replaces only files it wrote" in err, err
+        assert path.read_bytes() == content
+
+
+def test_a_sentence_keeps_its_whole_text_in_its_tensorboard_tag():
+    from watch.show.heatmaps import sentence_tag
+
+    texts = ["the dog.", "the dog,", "Собака", "a/b", "x" * 300, "ring\x07", "ring\\x07"]
+    assert len({sentence_tag(t) for t in texts}) == len(texts)
+    assert sentence_tag("the dog.") == "the dog." and sentence_tag("x" * 300) == "x" * 300
+    assert "\x07" not in sentence_tag("ring\x07")

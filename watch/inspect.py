@@ -24,7 +24,7 @@ from watch.measure.probesets import NO_TEXT, PRONOUN, REPEATED_MIN_LENGTH, TEXT,
 from watch.measure.pronouns import finite
 from watch.measure.proofs import head_means, proofs
 from watch.measure.reading import PROBE_KINDS, Reading, Source, read_pass, untrained_like, watch_sets
-from watch.show.heatmaps import HeatmapCanvas, head_titles, save_png, sentence_slug
+from watch.show.heatmaps import PNG, HeatmapCanvas, head_titles, save_png, sentence_slug, sentence_tag
 from watch.show.page import SentenceView, attention_page, write_page
 from watch.show.report import ablation_line, composition_lines, head_table, top_attended, type_labels, type_report
 from watch.show.tensorboard import TensorBoardWriter
@@ -135,6 +135,8 @@ def _write_heatmaps(
     images[f"{slug}_{name}.png"] = HeatmapCanvas(tokens, 1, highlight_query=query).draw(
         [patterns[focused[0]][focused[1]]], [f"{name}: most focused head for {tokens[query].strip()!r}"]
     )
+    for file_name in images:  # all checked before any is written: a refusal leaves the folder as it was
+        PNG.check(png_dir / file_name)
     try:
         for file_name, image in images.items():
             save_png(image, png_dir / file_name)
@@ -159,7 +161,7 @@ def _write_heatmaps(
     writer = TensorBoardWriter(log_dir, fix="the heatmaps are in the PNG files")
     for name, image in images.items():
         writer.add_image(
-            f"inspect/{slug}/{Path(name).stem.removeprefix(slug + '_')}",
+            f"inspect/{sentence_tag(args.attention)}/{Path(name).stem.removeprefix(slug + '_')}",
             image,
             checkpoint.get("step", 0),
             dataformats="HWC",
