@@ -25,8 +25,8 @@ from formats.sources import describe, identify
 from tests.commands import TEXT, one_line, run_sample
 from tests.random_checkpoints import make_checkpoint
 from watch.inspect import checkpoint_sets
-from watch.show.heatmaps import sentence_slug
 from watch.measure.reading import read
+from watch.show.heatmaps import sentence_slug
 
 __all__ = ["nanogpt"]  # the fixture, shared with tests/test_import.py
 
