@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from cli import ArgumentParser, run_cli
+from cli import ArgumentParser, run_cli, say
 from data.tokenizer import TokenizerError
 from errors import UsageError, warn
 from files import destination, path_setting, read_text, utf8_value
@@ -269,7 +269,7 @@ def load(args: argparse.Namespace, device: torch.device) -> Loaded:
             args.png_dir = str(Path("out") / name / "attention")
     loaded = load_model(source, device)
     if source.elsewhere:
-        print(describe(loaded), file=sys.stderr)
+        say(describe(loaded), file=sys.stderr)
     else:
         saved_settings(loaded.checkpoint, checkpoint_path(args.out_dir))
     return loaded
@@ -297,7 +297,7 @@ def main(argv: list[str]) -> int:
 
         target, text = args.export
         path = TARGETS[target].destination(text)  # a path naming nothing to write is refused before the model is read
-        print(export(load(args, torch.device("cpu")), TARGETS[target], path, args.out_dir))
+        say(*export(load(args, torch.device("cpu")), TARGETS[target], path, args.out_dir).splitlines())
         return 0
     device = pick_device(args.device)
     loaded = load(args, device)

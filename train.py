@@ -32,7 +32,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from cli import markdown_literal, run_cli
+from cli import for_terminal, markdown_literal, run_cli, say
 from data.tokenizer import Tokenizer, TokenizerError
 from errors import warn
 from model.gpt import evaluating
@@ -60,7 +60,7 @@ def main(argv: list[str]) -> int:
     rt = runtime.setup(cfg)
     try:
         if rt.is_main and start.line():
-            print(start.line())
+            say(start.line())
         # One run per out_dir: the processes of one torchrun job share it, and rank 0 speaks for them.
         with runtime.RunLock(cfg.out_dir) if rt.is_main else nullcontext() as lock:
             return train(start, rt, argv, lock)
@@ -75,19 +75,24 @@ def train(start: Start, rt: runtime.Runtime, argv: list[str], lock: runtime.RunL
         start = start.prepared(quiet=not rt.is_main)
         trainer = Trainer.from_start(start, rt, guard=lock.check if lock is not None else None)
         if trainer.state.step >= cfg.max_iters:
-            print(
+            say(
                 f"checkpoint is already at step {trainer.state.step} >= max_iters={cfg.max_iters}; "
                 f"raise --max_iters to train further"
             )
             return 0
         # the other processes train silently: the first speaks for them
-        result = fit_watched(trainer, argv, lock) if rt.is_main else trainer.fit()
+        # A resume under the checkpoint's own run name continues that TensorBoard run; anything else starts one.
+        continuing = start.checkpoint is not None and trainer.state.run_name == start.checkpoint.get("run_name")
+        result = fit_watched(trainer, argv, lock, continuing=continuing) if rt.is_main else trainer.fit()
     return 0 if result.completed else 128 + result.stopped_by
 
 
-def fit_watched(trainer: Trainer, argv: list[str], lock: runtime.RunLock | None) -> FitResult:
+def fit_watched(
+    trainer: Trainer, argv: list[str], lock: runtime.RunLock | None, *, continuing: bool = False
+) -> FitResult:
     """`trainer.fit()` with what a run shows: the terminal, TensorBoard (its own run folder, held as out_dir is:
-    `lock`) and the attention watch; then the HParams and the run's last lines."""
+    `lock`, and holding no other run's logs unless `continuing` the run that wrote them) and the attention watch;
+    then the HParams and the run's last lines."""
     from data.corpora import corpus_of
     from watch.callback import AttentionWatch
     from watch.show.tensorboard import TensorBoardWriter
@@ -102,7 +107,8 @@ def fit_watched(trainer: Trainer, argv: list[str], lock: runtime.RunLock | None)
         if not same
         else nullcontext()
     ):
-        print("TensorBoard: " + TENSORBOARD.format(shlex.quote(cfg.log_dir)))
+        runtime.check_run_folder(folder, Path(cfg.log_dir), continuing=continuing)
+        say("TensorBoard: " + TENSORBOARD.format(shlex.quote(cfg.log_dir)))
         writer = TensorBoardWriter(folder)  # its lock checked it writable
         try:
             corpus = corpus_of(cfg.dataset)  # probe files: --probes/--agreement, or the corpus's own
@@ -122,30 +128,35 @@ def fit_watched(trainer: Trainer, argv: list[str], lock: runtime.RunLock | None)
 
 def report_end(cfg: TrainConfig, result: FitResult, argv: list[str], prompt: str | None = None) -> None:
     """The run's last lines: how to resume a stopped run, TensorBoard, the files written, and a sample command
-    (with `prompt`, words this model knows). Every command here runs as printed (tests/test_hints.py)."""
+    (with `prompt`, words this model knows). Every command here runs as printed (tests/test_hints.py), and every
+    line goes through `cli.say`: a path or a prompt may hold what a terminal would act on."""
     if not result.completed:
         name = signal.Signals(result.stopped_by).name
         given = [a for a in argv if a.split("=")[0] != "--resume"]
-        print(
-            f"\n{name}: saved step {result.step} to {Path(cfg.out_dir) / 'ckpt.pt'}; resume with: "
+        say("")
+        say(
+            f"{name}: saved step {result.step} to {Path(cfg.out_dir) / 'ckpt.pt'}; resume with: "
             f"{shlex.join(['python', 'train.py', *given, '--resume'])}"
         )
-    print("open TensorBoard: " + TENSORBOARD.format(shlex.quote(cfg.log_dir)))
+    say("open TensorBoard: " + TENSORBOARD.format(shlex.quote(cfg.log_dir)))
     for what, path in result.files.items():
-        print(f"{what}: {path} (open it in a browser; it needs no network)")
+        say(f"{what}: {path} (open it in a browser; it needs no network)")
     command = ["python", "sample.py", f"--out_dir={cfg.out_dir}", *(["--prompt", prompt] if prompt else [])]
-    print(f"sample: {shlex.join(command)}")
+    say(f"sample: {shlex.join(command)}")
 
 
 def sample_prompt(watched: list[str], tokenizer: Tokenizer) -> str | None:
     """A prompt this model can read, for the sample command: the start of the first sentence the watch read (the
-    run's, or its choice from the held-out text) up to its last pronoun, else its first half; None when none."""
+    run's, or its choice from the held-out text) up to its last pronoun, else its first half, of printable
+    characters only; None when none."""
     from watch.measure.probesets import PRONOUN_WORD
 
     for text in watched:
         pronouns = [m for m in PRONOUN_WORD.finditer(text) if len(text[: m.start()].split()) >= 2]
         words = text.split()
         prompt = text[: pronouns[-1].end()] if pronouns else " ".join(words[: max(1, len(words) // 2)])
+        if for_terminal(prompt) != prompt:  # a command shown with escapes would not run as printed
+            continue
         try:
             if tokenizer.encode(prompt):
                 return prompt
@@ -172,12 +183,12 @@ class TrainingLog(Callback):
     def on_fit_start(self, trainer: Trainer) -> None:
         cfg, rt, m = trainer.cfg, trainer.runtime, trainer.model.config
         # Parameters without the positions, as GPT-2 counts its own.
-        print(
+        say(
             f"model: {parameter_count(m, positions=False) / 1e6:.2f}M parameters ({m.options()}, {m.n_layer} layers "
             f"x {m.n_head} heads x {m.n_embd} dims, block {cfg.model.block_size}); vocabulary {m.vocab_size}"
         )
         processes = f" x {rt.world_size} processes" if rt.distributed else ""
-        print(
+        say(
             f"device: {rt.device}{processes}, {trainer.tokens_per_step:,} tokens per step, "
             f"{torch.get_num_threads()} CPU threads"
         )
@@ -217,7 +228,7 @@ class TrainingLog(Callback):
             print(f"parameters identical on all {trainer.runtime.world_size} processes: {result.ranks_agree}")
         tokens_per_sec = result.steps * trainer.tokens_per_step / max(result.seconds, 1e-9)
         where = trainer.checkpoints.path if trainer.checkpoints is not None else "(not saved)"
-        print(
+        say(
             f"done: {result.steps} steps in {result.seconds:.1f} s ({tokens_per_sec:,.0f} tokens/s overall), "
             f"best val loss {result.best_val_loss:.4f}, checkpoint {where}"
         )

@@ -1964,6 +1964,25 @@ CASES = [
         1,
         ("_layer0.png exists and is not a gptwatch heatmap", "choose another --png_dir"),
     ),
+    # --- TensorBoard runs: a new run never joins another's lines (runtime.check_run_folder) ------------------------
+    Case(
+        "tensorboard-run-holds-another-run",
+        "--run_name of a TensorBoard run another training logged to",
+        "train",
+        lambda w: (w.file("runs/t/events.out.tfevents.1700000000.host.1.0", b"\x00"), w.train())[1],
+        1,
+        ("holds another run's logs", "choose another --run_name"),
+    ),
+    Case(
+        "tensorboard-run-inside-another-run",
+        "--run_name inside another run's per-head folder (exp/L0H0)",
+        "train",
+        lambda w: (w.file("runs/exp/events.out.tfevents.1700000000.host.1.0", b"\x00"), w.train("--run_name=exp/L0H0"))[
+            1
+        ],
+        1,
+        ("lies inside", "the folder of another run", "choose a --run_name outside it"),
+    ),
     # --- path settings: one check (files.path_setting) for every path either command takes ---------------------
     *[
         Case(

@@ -717,3 +717,67 @@ def test_a_sentence_keeps_its_whole_text_in_its_tensorboard_tag():
     assert len({sentence_tag(t) for t in texts}) == len(texts)
     assert sentence_tag("the dog.") == "the dog." and sentence_tag("x" * 300) == "x" * 300
     assert "\x07" not in sentence_tag("ring\x07")
+
+
+# --- 2, 7. a TensorBoard run folder holds one run; a run without a name gets one nobody else has ---------------
+
+
+def test_a_new_run_never_joins_another_runs_tensorboard_lines_but_a_resume_continues_its_own(tmp_path):
+    """`runtime.check_run_folder`, under the TensorBoard run's lock: a second run (another seed and out_dir) under
+    the same --run_name, or inside the first one's per-head folder, is refused before it logs anything; the first
+    run resumed under its own name goes on in its own folder."""
+    from tests.commands import run_train, tiny_args
+
+    code, _, err = run_train(tiny_args(tmp_path))
+    assert code == 0, err
+    runs = tmp_path / "runs"
+    before = _contents(runs)
+    for extra in (["--seed=7"], ["--seed=7", "--run_name=t/L0H0"]):
+        code, _, err = run_train(tiny_args(tmp_path, f"--out_dir={tmp_path / 'second'}", *extra))
+        assert code == 1 and err.count("\n") == 1 and "another run" in err, err
+        assert _contents(runs) == before
+    code, _, err = run_train(tiny_args(tmp_path, "--resume", "--max_iters=9"))
+    assert code == 0, err
+    assert len(list((runs / "t").glob("events.out.tfevents.*"))) == 2  # the run's own folder, a second file
+
+
+def test_default_run_names_differ_for_runs_started_in_the_same_second(monkeypatch):
+    """`runtime.default_run_name`: the time is not enough (a sweep starts its runs together); the process id
+    tells the runs on one machine apart, and the name stays short whatever the config or text is called."""
+    from trainer import runtime
+
+    monkeypatch.setattr(runtime.time, "strftime", lambda fmt: "20260101-120000")
+    names = set()
+    for pid in (4242, 4243):
+        monkeypatch.setattr(runtime.os, "getpid", lambda pid=pid: pid)
+        names.add(runtime.default_run_name("pronouns"))
+    assert len(names) == 2
+    assert len(runtime.default_run_name("x" * 250).encode()) < 140
+
+
+# --- 9. every status line through one function ------------------------------------------------------------------
+
+RAW = ("\x1b", "\x07", "\x9b", "\u202e", "\x00")  # what a terminal would act on, or shows as something else
+
+
+def test_status_lines_show_names_and_text_we_did_not_write_escaped(tmp_path):
+    """`cli.say` (every status line of both commands): a corpus whose name and text hold ESC, BEL, a C1 control
+    and the right-to-left override trains, and the settings line, `TensorBoard:`, `done:`, the page and the sample
+    command show them as escapes; `--heads` and `--attention` of that run too."""
+    from tests.commands import TINY, run_train
+
+    hostile = "x\x1b]0;owned\x07\u202e\x9b"
+    corpus = tmp_path / f"corpus{hostile}.txt"
+    corpus.write_text(TEXT.replace("the cat", f"the {hostile} cat"))
+    out = tmp_path / f"out{hostile}"
+    code, stdout, stderr = run_train(
+        [f"--dataset={corpus}", f"--data_dir={tmp_path / 'prep'}", f"--out_dir={out}", f"--log_dir={out}", *TINY]
+    )
+    assert code == 0, stderr
+    assert "settings chosen for" in stdout and "done:" in stdout and "sample: python sample.py" in stdout
+    for shown in (stdout, stderr):
+        assert not any(c in shown for c in RAW), repr(shown)
+    for look in (["--heads"], ["--attention=the dog saw the ball and it", f"--html={out / 'page.html'}"]):
+        code, stdout, stderr = run_sample([f"--out_dir={out}", "--device=cpu", *look])
+        assert code == 0, stderr
+        assert str(out) not in stdout and not any(c in stdout + stderr for c in RAW)

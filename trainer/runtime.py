@@ -205,6 +205,41 @@ def out_of_memory(cfg: TrainConfig) -> Iterator[None]:
         ) from None
 
 
+# --- a TensorBoard run of its own for every run -----------------------------------------------------------
+
+EVENTS = "events.out.tfevents.*"  # the files TensorBoard reads a run's points from
+
+
+def default_run_name(name: str) -> str:
+    """The TensorBoard run name of a run not given one: `name` (the config's or the text's, cut to a length any
+    folder takes), the time, and the process id, so that runs started in the same second, a parallel sweep, never
+    share a name."""
+    return f"{name[:100]}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+
+
+def check_run_folder(folder: Path, log_dir: Path, *, continuing: bool) -> None:
+    """A `UserError` when the run folder `folder` (inside `log_dir`) would mix this run's points with another run's
+    in one TensorBoard line: it, or a folder inside it, already holds event files and this run does not continue
+    the run that wrote them (a resume under the checkpoint's own run name does), or it lies inside a folder that
+    holds another run's (a run's per-head folders, RUN/L0H0, are runs of TensorBoard's too)."""
+    if not continuing:
+        found = next(folder.rglob(EVENTS), None) if folder.is_dir() else None
+        if found is not None:
+            raise UserError(
+                f"the TensorBoard run {folder} holds another run's logs ({found.name}), which this run's would "
+                f"join in the same lines; choose another --run_name (or leave it out for a new name), or move "
+                f"that folder away"
+            )
+    for above in folder.parents:
+        if next(above.glob(EVENTS), None) is not None:
+            raise UserError(
+                f"the TensorBoard run {folder} lies inside {above}, the folder of another run, whose lines it "
+                f"would join; choose a --run_name outside it"
+            )
+        if above == log_dir or above == above.parent:
+            return
+
+
 # --- one training run per out_dir, and per TensorBoard run folder (log_dir/run_name), at a time ----------
 
 

@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from cli import say
 from data import corpora
 from data.prepare import ModelVocabulary, Prepared, prepare, source_text
 from data.tokenizer import FULL_GPT2, Tokenizer, tokenizer_from_meta
@@ -85,7 +86,7 @@ class Start:
         cfg = self.cfg
         check_corpus_fits(cfg)
         if self.description is not None and not quiet:
-            print(f"fine-tuning {self.description}")
+            say(f"fine-tuning {self.description}")
         vocabulary = self.vocabulary or cfg.tokenizer
         data = prepare(cfg.dataset, vocabulary, cfg.data_dir, cfg.val_fraction, cfg.corpus_sentences, quiet=quiet)
         return dataclasses.replace(self, data=data)

@@ -9,6 +9,7 @@ import json
 import shlex
 from pathlib import Path
 
+from cli import say
 from data.corpora import corpus_of
 from data.prepare import find_prepared
 from data.probes import Probe
@@ -110,7 +111,7 @@ def show_attention(model, tokenizer, checkpoint: dict, args: argparse.Namespace,
     for n, pattern in enumerate(patterns):
         print(top_attended(pattern, tokens, query, k=3, layer=n))
     print(f"most focused head: {head_name(layer, head)}")
-    print(written)
+    say(written)
 
 
 def _write_heatmaps(
@@ -169,7 +170,7 @@ def _write_heatmaps(
     writer.close()
     if not writer.failed:
         # A shell comment after the command, so the whole line runs as printed.
-        print(
+        say(
             f"TensorBoard: tensorboard --logdir {shlex.quote(str(log_dir.parent))}  # run {run}, tab IMAGES, "
             f"tags inspect/..."
         )
@@ -189,7 +190,7 @@ def show_probes(model, tokenizer, _checkpoint: dict, args: argparse.Namespace, a
         print(json.dumps(finite(out), allow_nan=False))  # valid JSON: null where a number is nan
         return
     ablated = f", with {', '.join(ablation_names(ablate))} ablated" if ablate else ""
-    print(f"heads on {report.n_probes} probes from {args.probes}{ablated}:")
+    say(f"heads on {report.n_probes} probes from {args.probes}{ablated}:")
     print(head_table(report))
     if ablate and baseline.continuation_accuracy is not None:
         print(ablation_line(baseline.continuation_accuracy, report.continuation_accuracy, ablation_names(ablate)))
@@ -278,7 +279,7 @@ def show_heads(model, tokenizer, checkpoint: dict, args: argparse.Namespace, abl
         return
     about = "; ".join(s.about for s in sets.sets.values())
     removed = f", with {', '.join(reading.results.ablated)} removed ({args.ablation}-ablation)" if ablate else ""
-    print(f"head types of {args.out_dir}{removed} ({about}); the untrained model's scores in brackets:")
+    say(f"head types of {args.out_dir}{removed} ({about}); the untrained model's scores in brackets:")
     print(type_report(reading, found))
     print(composition_lines(reading))
 
