@@ -994,7 +994,7 @@ CASES = [
         "train",
         lambda w: w.train("--resume", "--block_size=64"),
         2,
-        ("--block_size=64 is larger than the 32", "--block_size=32"),
+        ("block_size is 64 (the checkpoint's: 32", "--block_size=32"),
     ),
     Case(
         "resume-other-model",
@@ -1002,7 +1002,7 @@ CASES = [
         "train",
         lambda w: w.train("--resume", "--n_layer=2"),
         2,
-        ("'n_layer' is 2 but the checkpoint was trained with 1",),
+        ("n_layer is 2 (the checkpoint's: 1)", "--n_layer=1"),
     ),
     Case(
         "resume-other-attn-only",
@@ -1010,7 +1010,7 @@ CASES = [
         "train",
         lambda w: w.train("--resume", "--attn_only=true"),
         2,
-        ("'attn_only' is True but the checkpoint was trained with False",),
+        ("attn_only is True (the checkpoint's: False)", "--attn_only=false"),
     ),
     Case(
         "resume-other-optimizer",
@@ -1018,7 +1018,7 @@ CASES = [
         "train",
         lambda w: w.train("--resume", "--optimizer=muon"),
         2,
-        ("'optimizer' is 'muon' but the checkpoint was trained with 'adamw'",),
+        ("optimizer is 'muon' (the checkpoint's: 'adamw')", "--optimizer=adamw"),
     ),
     Case(
         "resume-other-vocabulary",
@@ -1026,7 +1026,25 @@ CASES = [
         "train",
         lambda w: w.train("--resume", "--tokenizer=gpt2"),
         2,
-        ("vocabulary does not match",),
+        ("the vocabulary of this data, gpt2", "char of 28 tokens", "/corpus.txt --tokenizer=char"),
+        exact=False,  # the text the checkpoint recorded is in the folder its run trained in
+    ),
+    Case(
+        "resume-many-differences",
+        "--resume with another shape, block and tokenizer at once",
+        "train",
+        lambda w: w.train("--resume", "--n_layer=2", "--n_head=4", "--block_size=64", "--tokenizer=gpt2"),
+        2,
+        (
+            "4 settings differ",
+            "n_layer is 2 (the checkpoint's: 1)",
+            "n_head is 4 (the checkpoint's: 2)",
+            "block_size is 64 (the checkpoint's: 32",
+            "the vocabulary of this data, gpt2",
+            "/corpus.txt --tokenizer=char",
+            "--block_size=32 --n_layer=1 --n_head=2",
+        ),
+        exact=False,  # the text the checkpoint recorded is in the folder its run trained in
     ),
     Case(
         "resume-other-text",
@@ -1040,6 +1058,7 @@ CASES = [
         2,
         (
             "other.txt is not the text the checkpoint was trained on",
+            "--dataset=",
             "corpus.txt, sha256 be3d41fa7511",
             "start a new --out_dir",
         ),
@@ -1050,7 +1069,7 @@ CASES = [
         "train",
         lambda w: w.train("--resume", "--val_fraction=0.2"),
         2,
-        ("'val_fraction' is 0.2 but the checkpoint was trained with 0.1", "--val_fraction=0.1"),
+        ("val_fraction is 0.2 (the checkpoint's: 0.1", "--val_fraction=0.1"),
     ),
     Case(
         "resume-nan-weight",
