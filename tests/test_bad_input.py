@@ -135,6 +135,12 @@ _broken_tokenizer = _edited(lambda p: p.update(tokenizer={"name": "char", "chars
 _data_gone = _edited(lambda p: (p.pop("data", None), p["train_config"].update(data_dir="/nonexistent/prepared")))
 
 
+def _nanogpt(path: Path, good: bytes) -> None:
+    """What nanoGPT's train.py saves: its weights, sizes, step and config, and no gptwatch format."""
+    args = {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 32, "bias": True, "vocab_size": 65, "dropout": 0.0}
+    torch.save({"model": {}, "model_args": args, "iter_num": 0, "best_val_loss": 4.0, "config": {}}, path)
+
+
 def _nan_weights(checkpoint: dict) -> None:
     checkpoint["model"]["wte.weight"].view(-1)[:3] = float("nan")
 
@@ -1029,6 +1035,17 @@ CASES = [
         ("the vocabulary of this data, gpt2", "char of 28 tokens", "/corpus.txt --tokenizer=char"),
         exact=False,  # the text the checkpoint recorded is in the folder its run trained in
     ),
+    *[
+        Case(
+            f"resume-nanogpt-checkpoint{'-init-from' if how == '--init_from=resume' else ''}",
+            f"{how} from an intact nanoGPT checkpoint",
+            "train",
+            lambda w, how=how: w.train(how, f"--out_dir={w.checkpoint('nano', _nanogpt)}"),
+            1,
+            ("holds a nanoGPT model", "continues only a run gptwatch's train.py saved", "--init_from="),
+        )
+        for how in ("--resume", "--init_from=resume")
+    ],
     Case(
         "resume-many-differences",
         "--resume with another shape, block and tokenizer at once",

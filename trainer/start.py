@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -322,12 +323,20 @@ def _resuming(cfg: TrainConfig, found: dict) -> Start:
     continue it: `Start.resume`). `init_from`, when given, must name what it started from."""
     path, checkpoint = Path(cfg.out_dir) / CHECKPOINT, found.pop("checkpoint", None)
     if checkpoint is None:
+        source = identify(cfg.out_dir, model=False)
+        if source.elsewhere:
+            raise UserError(
+                f"{cfg.out_dir} holds a {source.format.title} model, and --resume (or --init_from=resume) continues "
+                f"only a run gptwatch's train.py saved; to train it further, fine-tune it: python train.py "
+                f"--init_from={shlex.quote(str(cfg.out_dir))} (without --resume; its checkpoint goes to a new "
+                f"out_dir)"
+            )
         if not path.exists():
             raise UserError(
                 f"--resume but there is no checkpoint at {path}; drop --resume to start a new "
                 f"run, or set --out_dir to the folder that holds ckpt.pt"
             )
-        checkpoint = load_checkpoint(path)
+        checkpoint = load_checkpoint(path, source.contents)
     model = validate(checkpoint, path, for_resume=True)  # a switch it does not record is off
     saved = saved_settings(checkpoint, path)  # checked as a config is: resuming needs its train_config
     started = saved.init_from if saved.fine_tunes else SCRATCH
