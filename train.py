@@ -81,18 +81,19 @@ def train(start: Start, rt: runtime.Runtime, argv: list[str], lock: runtime.RunL
             )
             return 0
         # the other processes train silently: the first speaks for them
-        # A resume under the checkpoint's own run name continues that TensorBoard run; anything else starts one.
-        continuing = start.checkpoint is not None and trainer.state.run_name == start.checkpoint.get("run_name")
-        result = fit_watched(trainer, argv, lock, continuing=continuing) if rt.is_main else trainer.fit()
+        # A resume continues its TensorBoard run; a folder from before runs recorded their out_dir in it is the
+        # resumed run's when the checkpoint records its name.
+        recorded = start.checkpoint is not None and trainer.state.run_name == start.checkpoint.get("run_name")
+        result = fit_watched(trainer, argv, lock, recorded=recorded) if rt.is_main else trainer.fit()
     return 0 if result.completed else 128 + result.stopped_by
 
 
 def fit_watched(
-    trainer: Trainer, argv: list[str], lock: runtime.RunLock | None, *, continuing: bool = False
+    trainer: Trainer, argv: list[str], lock: runtime.RunLock | None, *, recorded: bool = False
 ) -> FitResult:
     """`trainer.fit()` with what a run shows: the terminal, TensorBoard (its own run folder, held as out_dir is:
-    `lock`, and holding no other run's logs unless `continuing` the run that wrote them) and the attention watch;
-    then the HParams and the run's last lines."""
+    `lock`, and holding no other run's logs: `runtime.claim_run_folder`, `recorded` its say) and the attention
+    watch; then the HParams and the run's last lines."""
     from data.corpora import corpus_of
     from watch.callback import AttentionWatch
     from watch.show.tensorboard import TensorBoardWriter
@@ -107,7 +108,7 @@ def fit_watched(
         if not same
         else nullcontext()
     ):
-        runtime.check_run_folder(folder, Path(cfg.log_dir), continuing=continuing)
+        runtime.claim_run_folder(folder, Path(cfg.log_dir), cfg.out_dir, resuming=cfg.resume, recorded=recorded)
         say("TensorBoard: " + TENSORBOARD.format(shlex.quote(cfg.log_dir)))
         writer = TensorBoardWriter(folder)  # its lock checked it writable
         try:

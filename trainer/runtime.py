@@ -26,7 +26,7 @@ import torch.distributed as dist
 
 from data.corpora import GENERATED
 from errors import UsageError, UserError, is_out_of_memory, warn
-from files import process_alive, writable_folder
+from files import process_alive, replace_file, writable_folder
 from model.memory import parameter_count, shortfall
 from model.memory import size_text as _size
 from parsing import NotParsed, parse_int, parse_json, quoted
@@ -217,19 +217,16 @@ def default_run_name(name: str) -> str:
     return f"{name[:100]}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
 
 
-def check_run_folder(folder: Path, log_dir: Path, *, continuing: bool) -> None:
-    """A `UserError` when the run folder `folder` (inside `log_dir`) would mix this run's points with another run's
-    in one TensorBoard line: it, or a folder inside it, already holds event files and this run does not continue
-    the run that wrote them (a resume under the checkpoint's own run name does), or it lies inside a folder that
-    holds another run's (a run's per-head folders, RUN/L0H0, are runs of TensorBoard's too)."""
-    if not continuing:
-        found = next(folder.rglob(EVENTS), None) if folder.is_dir() else None
-        if found is not None:
-            raise UserError(
-                f"the TensorBoard run {folder} holds another run's logs ({found.name}), which this run's would "
-                f"join in the same lines; choose another --run_name (or leave it out for a new name), or move "
-                f"that folder away"
-            )
+OWNER = ".gptwatch-run"  # in a run folder: the out_dir of the run that logs there (TensorBoard reads no such file)
+
+
+def claim_run_folder(folder: Path, log_dir: Path, out_dir: str | Path, *, resuming: bool, recorded: bool) -> None:
+    """Makes the TensorBoard run folder `folder` (inside `log_dir`) this run's, or a `UserError` when this run's
+    points would join another run's lines there: the folder (or one inside it) holds event files that a run of
+    another out_dir wrote, or a new run's of this one (only a resume continues a run: `resuming`); or it lies inside
+    the folder of another run (a run's per-head folders, RUN/L0H0, are runs of TensorBoard's too). A folder written
+    before runs recorded their out_dir there is this run's when it is the one the checkpoint resumed records
+    (`recorded`)."""
     for above in folder.parents:
         if next(above.glob(EVENTS), None) is not None:
             raise UserError(
@@ -237,7 +234,29 @@ def check_run_folder(folder: Path, log_dir: Path, *, continuing: bool) -> None:
                 f"would join; choose a --run_name outside it"
             )
         if above == log_dir or above == above.parent:
-            return
+            break
+    found = next(folder.rglob(EVENTS), None) if folder.is_dir() else None
+    ours = str(Path(out_dir).resolve())
+    if found is not None:
+        owner = _run_owner(folder)
+        if not resuming or (owner != ours if owner is not None else not recorded):
+            raise UserError(
+                f"the TensorBoard run {folder} holds another run's logs ({found.name}), which this run's would "
+                f"join in the same lines; choose another --run_name (or leave it out for a new name), or move "
+                f"that folder away"
+            )
+    if _run_owner(folder) != ours:
+        with contextlib.suppress(OSError):  # a disk that fails here fails TensorBoard's writer next, with a warning
+            folder.mkdir(parents=True, exist_ok=True)
+            replace_file(folder / OWNER, lambda fh: fh.write(json.dumps({"out_dir": ours}).encode("utf-8")))
+
+
+def _run_owner(folder: Path) -> str | None:
+    try:
+        owner = parse_json((folder / OWNER).read_bytes())
+    except (OSError, NotParsed):
+        return None
+    return owner.get("out_dir") if isinstance(owner, dict) and isinstance(owner.get("out_dir"), str) else None
 
 
 # --- one training run per out_dir, and per TensorBoard run folder (log_dir/run_name), at a time ----------
