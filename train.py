@@ -77,7 +77,8 @@ def train(start: Start, rt: runtime.Runtime, argv: list[str], lock: runtime.RunL
         if trainer.state.step >= cfg.max_iters:
             say(
                 f"checkpoint is already at step {trainer.state.step} >= max_iters={cfg.max_iters}; "
-                f"raise --max_iters to train further"
+                f"raise --max_iters above {trainer.state.step} to train further, e.g. "
+                f"--max_iters={2 * trainer.state.step}"
             )
             return 0
         # the other processes train silently: the first speaks for them
@@ -117,7 +118,14 @@ def fit_watched(
             agreement = cfg.agreement or (corpus and corpus.agreement_path) or None
             page = Path(cfg.out_dir) / "attention.html"
             watch = AttentionWatch(writer, cfg.watch_sentences, probes, agreement, page=page, ablation=cfg.ablation)
-            sample = TextSample(writer, trainer.tokenizer, cfg.sample_prompt, cfg.sample_tokens, cfg.seed)
+            sample = TextSample(
+                writer,
+                trainer.tokenizer,
+                cfg.sample_prompt,
+                cfg.sample_tokens,
+                cfg.seed,
+                chosen="sample_prompt" in cfg.given,
+            )
             trainer.callbacks = [TrainingLog(writer), sample, watch]
             result = trainer.fit()
             log_hparams(writer, trainer.cfg, result)  # the trainer's settings: a fine-tune's model keys are its model's
@@ -144,6 +152,13 @@ def report_end(cfg: TrainConfig, result: FitResult, argv: list[str], prompt: str
         say(f"{what}: {path} (open it in a browser; it needs no network)")
     command = ["python", "sample.py", f"--out_dir={cfg.out_dir}", *(["--prompt", prompt] if prompt else [])]
     say(f"sample: {shlex.join(command)}")
+
+
+def known_token(tokenizer: Tokenizer) -> list[int]:
+    """One token every model of this tokenizer knows, to start a sample from: end-of-text for GPT-2's BPE (where its
+    documents start), else a space, else the first character."""
+    eot = getattr(tokenizer, "eot_id", None)
+    return [eot] if eot is not None else tokenizer.encode(" " if " " in tokenizer.chars else tokenizer.chars[0])
 
 
 def sample_prompt(watched: list[str], tokenizer: Tokenizer) -> str | None:
@@ -243,7 +258,11 @@ class TrainingLog(Callback):
 class TextSample(Callback):
     """A short sample of generated text in TensorBoard's Text tab at every evaluation."""
 
-    def __init__(self, writer: Any, tokenizer: Tokenizer, prompt: str, max_new_tokens: int, seed: int) -> None:
+    def __init__(
+        self, writer: Any, tokenizer: Tokenizer, prompt: str, max_new_tokens: int, seed: int, *, chosen: bool = True
+    ) -> None:
+        """`chosen`: the user set `prompt`; a default this model cannot read is replaced without a warning, by a
+        token it knows (a space, end-of-text, or its first character), as sample.py does."""
         self.writer = writer
         self.max_new_tokens = max_new_tokens
         self.seed = seed
@@ -254,6 +273,9 @@ class TextSample(Callback):
         try:
             self.prompt_ids = tokenizer.encode(prompt)
         except TokenizerError as exc:
+            if not chosen:
+                self.prompt_ids = known_token(tokenizer)
+                return
             warn(f"no text sample will be logged: sample_prompt {prompt[:40]!r} cannot be encoded ({exc})")
         else:
             if not self.prompt_ids:

@@ -1064,6 +1064,14 @@ CASES = [
         exact=False,  # the text the checkpoint recorded is in the folder its run trained in
     ),
     Case(
+        "resume-other-seed",
+        "--resume with another seed than the one the starting model was drawn with",
+        "train",
+        lambda w: w.train("--resume", "--seed=7"),
+        2,
+        ("seed is 7 (the checkpoint's: 1337", "untrained baselines", "--seed=1337"),
+    ),
+    Case(
         "resume-other-text",
         "--resume on another text with the same characters",
         "train",

@@ -421,6 +421,7 @@ def test_heads_on_a_block_1_model_blames_the_block_not_the_val_split(trained, tm
     assert code == 0, err
     assert "block_size 1 is below 16, too short for windows of held-out text" in out
     assert "too few for held-out text" not in out
+    assert "no head types: " in out and "head types of" not in out  # no header over an empty table
 
 
 # --- 9. parsers accept exactly what they can convert ------------------------------------------------------------
@@ -781,3 +782,32 @@ def test_status_lines_show_names_and_text_we_did_not_write_escaped(tmp_path):
         code, stdout, stderr = run_sample([f"--out_dir={out}", "--device=cpu", *look])
         assert code == 0, stderr
         assert str(out) not in stdout and not any(c in stdout + stderr for c in RAW)
+
+
+# --- 10, 12. messages that point the right way ---------------------------------------------------------------------
+
+
+def test_a_run_too_small_for_head_types_says_why_its_report_has_none(tmp_path):
+    """`headtypes.types_not_measurable`, for the end of a run as for `sample.py --heads`; and a sample prompt the
+    run chose itself (the default newline, for a text without one) never draws a warning."""
+    from tests.commands import run_train, tiny_args
+
+    (tmp_path / "corpus.txt").write_text(TEXT.replace("\n", " ") * 2)
+    code, out, err = run_train(tiny_args(tmp_path, "--block_size=8", "--sample_tokens=5"))
+    assert (code, err) == (0, "")
+    assert "no head types: block_size 8 is below 16" in out
+
+
+def test_a_resume_keeps_the_seed_its_baselines_were_drawn_from(trained, tmp_path):
+    """The checkpoint's seed stays the run's (its untrained baselines are that seed's model); another is refused."""
+    from tests.commands import run_train, tiny_args
+
+    checkpoint = _trained(trained)
+    checkpoint["train_config"]["seed"] = 7
+    (tmp_path / "out").mkdir()
+    torch.save(checkpoint, tmp_path / "out" / "ckpt.pt")
+    code, _, err = run_train(tiny_args(tmp_path, "--resume", "--seed=8", "--run_name=r"))
+    assert code == 2 and "seed is 8 (the checkpoint's: 7" in err and "--seed=7" in err
+    code, _, err = run_train(tiny_args(tmp_path, "--resume", "--run_name=r"))
+    assert code == 0, err
+    assert torch.load(tmp_path / "out" / "ckpt.pt", weights_only=True)["train_config"]["seed"] == 7

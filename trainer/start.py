@@ -107,9 +107,14 @@ class Start:
         return (
             f"settings chosen for {file_name} ({characters:,} characters): {cfg.tokenizer} tokenizer, {model}, "
             f"block {m.block_size}, {cfg.max_iters:,} steps of {cfg.batch_size * m.block_size:,} tokens, "
-            f"checkpoint in {cfg.out_dir}; change any with --key=value (e.g. --max_iters={2 * cfg.max_iters}), "
+            f"checkpoint in {cfg.out_dir}; change any with --key=value (e.g. --max_iters={2 * self._steps()}), "
             f"or give a config file to replace them all; every key: python train.py --help"
         )
+
+    def _steps(self) -> int:
+        """The steps this run ends at, or the resumed checkpoint's when that is further."""
+        done = self.checkpoint.get("step") if self.checkpoint is not None else None
+        return max(self.cfg.max_iters, done if isinstance(done, int) else 0)
 
     def model_config(self, vocab_size: int) -> GPTConfig:
         """The model the run trains, for data of `vocab_size` tokens (a model from elsewhere has its own)."""
@@ -346,7 +351,9 @@ def _resuming(cfg: TrainConfig, found: dict) -> Start:
             f"{started!r}; resume with --init_from={started} (or without init_from), or start a new "
             f"--out_dir"
         )
-    cfg = cfg.replaced(init_from=started)
+    # The seed drew the starting model, which the untrained baselines are drawn again from: the checkpoint's, unless
+    # the user gives another (a difference `check_resume_compatible` refuses).
+    cfg = cfg.replaced(init_from=started, **({} if "seed" in cfg.given else {"seed": saved.seed}))
     if not cfg.fine_tunes:
         return Start(cfg, **found, checkpoint=checkpoint)
     tokenizer = tokenizer_from_meta(checkpoint["tokenizer"])
@@ -482,6 +489,14 @@ def check_resume_compatible(
                     _flag("init_from", recorded.get("init_from", SCRATCH)),
                 )
             )
+    if "seed" in recorded and recorded["seed"] != cfg.seed:
+        found.append(
+            (
+                f"seed is {cfg.seed} (the checkpoint's: {recorded['seed']}; it drew the starting model, which the "
+                f"untrained baselines are drawn again from)",
+                f"--seed={recorded['seed']}",
+            )
+        )
     saved_optimizer = recorded.get("optimizer", "adamw")
     if saved_optimizer != cfg.optimizer:  # the optimizer states would not fit
         found.append(

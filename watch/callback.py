@@ -27,7 +27,7 @@ from tqdm import tqdm
 from errors import UserError, warn
 from watch.measure.composition import reads_from
 from watch.measure.heads import last_pronoun_pos
-from watch.measure.headtypes import TYPE_SETS, TYPES
+from watch.measure.headtypes import TYPE_SETS, TYPES, types_not_measurable
 from watch.measure.probesets import AGREEMENT, PRONOUN, SENTENCES, ProbeSets, held_out_sentences
 from watch.measure.proofs import AblationResult, agreement_ablations, best_pronoun_proof, proofs
 from watch.measure.reading import Reading, Source, quick_sets, read_pass, untrained_like, watch_sets
@@ -227,6 +227,8 @@ class AttentionWatch:
                     metrics[f"hparam/best_{kind}"] = top[1]
             numbers = reading.results.numbers
             metrics.update({f"hparam/{n}": numbers[n] for n in ("in_context_gain", "in_context_score") if n in numbers})
+        elif types_not_measurable(self.sets) is not None:  # say why the section is missing, as --heads does
+            print(f"\n{types_not_measurable(self.sets)}")
         if reading.before is not None and reading.types:
             table = report.before_table(reading)
             if table:

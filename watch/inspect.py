@@ -20,7 +20,7 @@ from parsing import NotParsed, is_whole_number, parse_int, quoted
 from watch.measure.capture import capture_attention
 from watch.measure.composition import composition_json, reads_from
 from watch.measure.heads import ablation_names, default_query, display_token, focused_head, head_name
-from watch.measure.headtypes import BROAD, TYPE_SETS, TYPES
+from watch.measure.headtypes import BROAD, TYPE_SETS, TYPES, types_not_measurable
 from watch.measure.probesets import NO_TEXT, PRONOUN, REPEATED_MIN_LENGTH, TEXT, ProbeSets, from_file
 from watch.measure.pronouns import finite
 from watch.measure.proofs import head_means, proofs
@@ -279,8 +279,11 @@ def show_heads(model, tokenizer, checkpoint: dict, args: argparse.Namespace, abl
         return
     about = "; ".join(s.about for s in sets.sets.values())
     removed = f", with {', '.join(reading.results.ablated)} removed ({args.ablation}-ablation)" if ablate else ""
-    say(f"head types of {args.out_dir}{removed} ({about}); the untrained model's scores in brackets:")
-    print(type_report(reading, found))
+    if types_not_measurable(sets) is not None:  # a header and an empty table would say nothing
+        say(f"{args.out_dir}{removed}: {types_not_measurable(sets)}")
+    else:
+        say(f"head types of {args.out_dir}{removed} ({about}); the untrained model's scores in brackets:")
+        print(type_report(reading, found))
     print(composition_lines(reading))
 
 
