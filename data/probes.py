@@ -127,8 +127,14 @@ class Probe:
             distractor_words = []
         continuation_pos, continuation_ids = _first_token_ids(tokenizer, ids, prefix, words)
         _, distractor_ids = _first_token_ids(tokenizer, ids, prefix, distractor_words)
-        if continuation_pos is None:
-            distractor_ids = []
+        # A first token both nouns' continuations begin with (a char model's "barked" and "bounced": b) tells
+        # neither apart: it counts for neither, and a probe left without one of its own is not measured on them.
+        shared = set(continuation_ids) & set(distractor_ids)
+        continuation_ids = [t for t in continuation_ids if t not in shared]
+        distractor_ids = [t for t in distractor_ids if t not in shared]
+        indistinct = continuation_pos is not None and not continuation_ids
+        if continuation_pos is None or not continuation_ids:
+            continuation_pos, continuation_ids, distractor_ids = None, [], []
 
         return AlignedProbe(
             probe=self,
@@ -140,6 +146,7 @@ class Probe:
             continuation_pos=continuation_pos,
             continuation_ids=continuation_ids,
             distractor_continuation_ids=distractor_ids,
+            indistinct=indistinct,
         )
 
 
@@ -243,6 +250,7 @@ class AlignedProbe:
     continuation_pos: int | None = None
     continuation_ids: list[int] = field(default_factory=list)
     distractor_continuation_ids: list[int] = field(default_factory=list)
+    indistinct: bool = False  # its continuations begin as the other noun's do: none is its own, so none is scored
 
 
 def _overlapping(spans: Sequence[Span], target: Span) -> list[int]:

@@ -399,6 +399,17 @@ LONG_PROBE = {
 }
 
 
+# Continuations whose first character is the same for both nouns, so a char model tells them apart by none.
+BARKED_BOWLED = {
+    "text": "a dog saw a ball and it ran",
+    "pronoun": "it",
+    "referent": "dog",
+    "distractor": "ball",
+    "continuations": ["barked"],
+    "distractor_continuations": ["bowled"],
+}
+
+
 @dataclass
 class Case:
     id: str
@@ -2225,6 +2236,14 @@ CASES = [
         0,
         ("the model before fine-tuning", "cannot be read again", "shown without it"),
         may_change=("ft/ckpt.pt",),
+    ),
+    Case(
+        "warn-probes-indistinct-continuations",
+        "--probes whose two nouns' continuations begin with the same character (char model: barked, bowled)",
+        "sample",
+        lambda w: w.sample(f"--probes={w.probes({**BARKED_BOWLED})}"),
+        0,
+        ("1 of 1 probes", "begin with the same tokens for both nouns", "not measurable"),
     ),
     Case(
         "warn-attention-run-name-escapes",

@@ -811,3 +811,28 @@ def test_a_resume_keeps_the_seed_its_baselines_were_drawn_from(trained, tmp_path
     code, _, err = run_train(tiny_args(tmp_path, "--resume", "--run_name=r"))
     assert code == 0, err
     assert torch.load(tmp_path / "out" / "ckpt.pt", weights_only=True)["train_config"]["seed"] == 7
+
+
+# --- 4. a measurement that cannot measure is never shown as a figure -------------------------------------------
+
+
+def test_figures_on_identical_windows_or_indistinct_continuations_are_not_measurable(trained, tmp_path):
+    """`reading.varied_windows` (every held-out window set) and `data.probes.Probe.align` (every probe's
+    continuations): one token repeated gives identical windows, whose spread would be 0 by construction; a
+    continuation first token both nouns share counts for neither, and a probe left without one is not scored."""
+    import json
+
+    trained.copy_to(tmp_path / "m")
+    same = tmp_path / "same.txt"
+    same.write_text("a" * 3000)
+    code, out, err = run_sample([f"--out_dir={tmp_path / 'm'}", "--device=cpu", "--heads", f"--text={same}"])
+    assert code == 0, err
+    assert "is the same" in out and "in-context score on held-out text" not in out
+    probe = {"text": "a dog saw a ball and it ran", "pronoun": "it", "referent": "dog", "distractor": "ball"}
+    for theirs, ours in ((["barked"], ["bowled"]), (["ran", "sat"], ["ran", "sat"])):
+        probes = tmp_path / "probes.jsonl"
+        probes.write_text(json.dumps({**probe, "continuations": theirs, "distractor_continuations": ours}) + "\n")
+        code, out, err = run_sample([f"--out_dir={tmp_path / 'm'}", "--device=cpu", f"--probes={probes}", "--json"])
+        assert code == 0 and "not measurable" in err
+        continuation = json.loads(out)["continuation"]
+        assert continuation["n"] == 0 and continuation["logit_diff"] is None
