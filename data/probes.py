@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -199,6 +200,9 @@ class AgreementProbe:
         return AlignedAgreement(self, ids[: position + 1], position, right[0], wrong[0], person)
 
 
+MAX_RECORDS = 10_000  # records a probe file may hold: the generated corpora's hold 256, the largest shipped 400
+
+
 def load_jsonl(path: str | Path, make: type[Probe] | type[AgreementProbe]) -> list:
     """The `make` records of a JSONL file, one object a line, blank lines skipped; its fields without a default
     are required. Problems raise UserError naming the line."""
@@ -206,6 +210,12 @@ def load_jsonl(path: str | Path, make: type[Probe] | type[AgreementProbe]) -> li
     fields = [f.name for f in dataclasses.fields(make) if f.name != "line"]
     required = [f.name for f in dataclasses.fields(make) if f.default is dataclasses.MISSING]
     lines = read_text(path, f"{kind} file", "give the path of a JSONL file").splitlines()
+    records = sum(1 for line in lines if line.strip())
+    if records > MAX_RECORDS:  # reading each costs a tokenization: 100,000 took minutes with nothing to show
+        raise UserError(
+            f"{path} holds {records:,} {kind}s, more than the {MAX_RECORDS:,} gptwatch reads (a head's scores settle "
+            f"after a few hundred); use a part of it, e.g. head -n {MAX_RECORDS} {shlex.quote(str(path))} > part.jsonl"
+        )
     items = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():

@@ -372,6 +372,21 @@ def _damaged_tiktoken_cache(ws: Workspace):
 
 
 @contextlib.contextmanager
+def _fifo_tiktoken_cache(ws: Workspace):
+    """TIKTOKEN_CACHE_DIR holding a named pipe under the name of GPT-2's BPE file: reading it would wait forever."""
+    import hashlib
+
+    from data import tokenizer
+
+    (ws.root / "tiktoken").mkdir()
+    ws.fifo(f"tiktoken/{hashlib.sha1(tokenizer.R50K_URL.encode()).hexdigest()}")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TIKTOKEN_CACHE_DIR", str(ws.root / "tiktoken"))
+        mp.setattr(tokenizer, "_CHECKED", set())
+        yield
+
+
+@contextlib.contextmanager
 def _link_as_the_lock(ws: Workspace):
     (ws.out / ".lock").symlink_to(ws.file("precious.txt", "someone's file\n"))
     yield
@@ -2018,6 +2033,24 @@ CASES = [
         )[1],
         1,
         ("_layer0.png exists and is not a gptwatch heatmap", "choose another --png_dir"),
+    ),
+    # --- reading: a bound on what is read, and nothing that blocks ------------------------------------------------
+    Case(
+        "probes-too-many",
+        "--probes file of 10,001 probes (reading each costs a tokenization)",
+        "sample",
+        lambda w: w.sample(f"--probes={w.probes(*[SHORT_PROBE] * 10_001)}"),
+        1,
+        ("holds 10,001 probes", "more than the 10,000 gptwatch reads", "head -n 10000"),
+    ),
+    Case(
+        "tiktoken-cache-fifo",
+        "a named pipe where the tiktoken cache's GPT-2 BPE file should be",
+        "sample",
+        lambda w: w.sample(out=w.root / "gpt2"),
+        1,
+        ("the tiktoken cache's", "is not a regular file", "move that away"),
+        setup=lambda w: _fifo_tiktoken_cache(w),
     ),
     # --- TensorBoard runs: a new run never joins another's lines (runtime.check_run_folder) ------------------------
     Case(

@@ -836,3 +836,18 @@ def test_figures_on_identical_windows_or_indistinct_continuations_are_not_measur
         assert code == 0 and "not measurable" in err
         continuation = json.loads(out)["continuation"]
         assert continuation["n"] == 0 and continuation["logit_diff"] is None
+
+
+# --- 11. nothing read that would block, and a bound on what is read ----------------------------------------------
+
+
+def test_a_pipe_planted_where_the_tool_reads_its_own_files_is_never_opened(tmp_path):
+    """The files a command reads that it wrote itself (a run folder's owner, an export's marker) are checked to be
+    regular files first, as every file a user names is (`files.regular_file`): opening a pipe would wait forever."""
+    from formats.huggingface import MARKER, is_earlier_export
+    from trainer import runtime
+
+    os.mkfifo(tmp_path / runtime.OWNER)
+    os.mkfifo(tmp_path / MARKER)
+    assert runtime._run_owner(tmp_path) is None  # returns at once: a blocked open would hang the test
+    assert not is_earlier_export(tmp_path)

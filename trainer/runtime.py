@@ -13,6 +13,7 @@ import errno
 import gc
 import json
 import os
+import secrets
 import socket
 import stat
 import sys
@@ -26,7 +27,7 @@ import torch.distributed as dist
 
 from data.corpora import GENERATED
 from errors import UsageError, UserError, is_out_of_memory, warn
-from files import process_alive, replace_file, writable_folder
+from files import process_alive, replace_file, what_stands_at, writable_folder
 from model.memory import parameter_count, shortfall
 from model.memory import size_text as _size
 from parsing import NotParsed, parse_int, parse_json, quoted
@@ -212,9 +213,9 @@ EVENTS = "events.out.tfevents.*"  # the files TensorBoard reads a run's points f
 
 def default_run_name(name: str) -> str:
     """The TensorBoard run name of a run not given one: `name` (the config's or the text's, cut to a length any
-    folder takes), the time, and the process id, so that runs started in the same second, a parallel sweep, never
-    share a name."""
-    return f"{name[:100]}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    folder takes), the time, the process id and a short random part, so that runs started in the same second (a
+    parallel sweep, or two runs of one program) never share a name."""
+    return f"{name[:100]}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{secrets.token_hex(2)}"
 
 
 OWNER = ".gptwatch-run"  # in a run folder: the out_dir of the run that logs there (TensorBoard reads no such file)
@@ -252,6 +253,8 @@ def claim_run_folder(folder: Path, log_dir: Path, out_dir: str | Path, *, resumi
 
 
 def _run_owner(folder: Path) -> str | None:
+    if what_stands_at(folder / OWNER, follow_links=False) is not None:  # none, or a pipe that would block a reader
+        return None
     try:
         owner = parse_json((folder / OWNER).read_bytes())
     except (OSError, NotParsed):
