@@ -211,7 +211,9 @@ class TrainConfig:
     )
     resume: bool = _opt(False, "continue from out_dir/ckpt.pt", group="run")
     log_dir: str = _opt("runs", "TensorBoard root folder", group="run")
-    run_name: str = _opt("", "TensorBoard run name ('' : derived from the config name and time)", group="run")
+    run_name: str = _opt(
+        "", "TensorBoard run name ('' : the config's name, the time, the process id and a random part)", group="run"
+    )
     seed: int = _opt(1337, "random seed for initialisation and batches", group="run")
     device: str = _opt("auto", "auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps", group="run")
     dtype: str = _opt("auto", "auto: bfloat16 autocast on CUDA, float32 elsewhere", DTYPES, "run")
