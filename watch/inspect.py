@@ -283,7 +283,7 @@ def show_heads(model, tokenizer, checkpoint: dict, args: argparse.Namespace, abl
         say(f"{args.out_dir}{removed}: {types_not_measurable(sets)}")
     else:
         say(f"head types of {args.out_dir}{removed} ({about}); the untrained model's scores in brackets:")
-        print(type_report(reading, found))
+        say(*type_report(reading, found).splitlines())  # its lines name the text read, a path we did not write
     print(composition_lines(reading))
 
 
