@@ -35,6 +35,7 @@ from tqdm import tqdm
 from cli import for_terminal, markdown_literal, run_cli, say
 from data.tokenizer import Tokenizer, TokenizerError
 from errors import warn
+from files import inside_name
 from model.gpt import evaluating
 from model.memory import parameter_count
 from settings import TrainConfig
@@ -71,6 +72,14 @@ def main(argv: list[str]) -> int:
 def train(start: Start, rt: runtime.Runtime, argv: list[str], lock: runtime.RunLock | None = None) -> int:
     """Trains the run `start` says; `lock` holds out_dir (rank 0), checked before every save."""
     cfg = start.cfg
+    # A run folder that is not this run's is refused now, before preparing data and building the model; TensorBoard
+    # takes it later, when the run has a name (a default one is new), under its lock (`fit_watched`).
+    name = cfg.run_name or (start.checkpoint or {}).get("run_name")
+    if rt.is_main and isinstance(name, str) and name and inside_name(name) is None:
+        recorded = start.checkpoint is not None and name == start.checkpoint.get("run_name")
+        runtime.check_run_folder(
+            Path(cfg.log_dir) / name, Path(cfg.log_dir), cfg.out_dir, resuming=cfg.resume, recorded=recorded
+        )
     with runtime.out_of_memory(cfg):
         start = start.prepared(quiet=not rt.is_main)
         trainer = Trainer.from_start(start, rt, guard=lock.check if lock is not None else None)

@@ -222,8 +222,19 @@ OWNER = ".gptwatch-run"  # in a run folder: the out_dir of the run that logs the
 
 
 def claim_run_folder(folder: Path, log_dir: Path, out_dir: str | Path, *, resuming: bool, recorded: bool) -> None:
-    """Makes the TensorBoard run folder `folder` (inside `log_dir`) this run's, or a `UserError` when this run's
-    points would join another run's lines there: the folder (or one inside it) holds event files that a run of
+    """Makes the TensorBoard run folder `folder` (inside `log_dir`) this run's, once `check_run_folder` finds it
+    may be: it records `out_dir` there."""
+    check_run_folder(folder, log_dir, out_dir, resuming=resuming, recorded=recorded)
+    ours = str(Path(out_dir).resolve())
+    if _run_owner(folder) != ours:
+        with contextlib.suppress(OSError):  # a disk that fails here fails TensorBoard's writer next, with a warning
+            folder.mkdir(parents=True, exist_ok=True)
+            replace_file(folder / OWNER, lambda fh: fh.write(json.dumps({"out_dir": ours}).encode("utf-8")))
+
+
+def check_run_folder(folder: Path, log_dir: Path, out_dir: str | Path, *, resuming: bool, recorded: bool) -> None:
+    """A `UserError` when this run's points would join another run's lines in the TensorBoard run folder `folder`
+    (inside `log_dir`): the folder (or one inside it) holds event files that a run of
     another out_dir wrote, or a new run's of this one (only a resume continues a run: `resuming`); or it lies inside
     the folder of another run (a run's per-head folders, RUN/L0H0, are runs of TensorBoard's too). A folder written
     before runs recorded their out_dir there is this run's when it is the one the checkpoint resumed records
@@ -246,10 +257,6 @@ def claim_run_folder(folder: Path, log_dir: Path, out_dir: str | Path, *, resumi
                 f"join in the same lines; choose another --run_name (or leave it out for a new name), or move "
                 f"that folder away"
             )
-    if _run_owner(folder) != ours:
-        with contextlib.suppress(OSError):  # a disk that fails here fails TensorBoard's writer next, with a warning
-            folder.mkdir(parents=True, exist_ok=True)
-            replace_file(folder / OWNER, lambda fh: fh.write(json.dumps({"out_dir": ours}).encode("utf-8")))
 
 
 def _run_owner(folder: Path) -> str | None:
