@@ -2024,6 +2024,14 @@ CASES = [
         ("ckpt.pt exists and is not an attention page", "left as it is", "gptwatch replaces only files it wrote"),
     ),
     Case(
+        "prev-checkpoint-over-a-users-file",
+        "a new run into an out_dir whose ckpt.prev.pt is a user's file (it would keep the earlier run there)",
+        "train",
+        lambda w: (w.file("out/ckpt.prev.pt", "my notes\n"), w.train())[1],
+        1,
+        ("ckpt.prev.pt exists and is not a gptwatch checkpoint", "choose another --out_dir"),
+    ),
+    Case(
         "png-over-a-file-of-the-same-name",
         "--attention into a --png_dir holding a user's file under a heatmap's name",
         "sample",

@@ -23,7 +23,7 @@ from data.batches import Batches
 from data.prepare import Prepared
 from errors import UserError, warn
 from files import clear_for_file, remove_dead_leftovers, writable_folder
-from formats.checkpoint import CHECKPOINT, Checkpoint, previous_path, save_checkpoint
+from formats.checkpoint import CHECKPOINT, EARLIER, Checkpoint, previous_path, save_checkpoint
 from formats.sources import identify, load_model
 from model.gpt import GPT, evaluating
 from settings import TrainConfig
@@ -108,6 +108,7 @@ class CheckpointWriter:
         clear_for_file(path, "this run's checkpoint", fix)
         if self.keep_previous:
             clear_for_file(previous_path(path), "the earlier run's checkpoint", fix, follow_links=False)
+            EARLIER.check(previous_path(path))  # it replaces only a checkpoint: found now, not at the first save
         remove_dead_leftovers(path)
 
     def save(self, checkpoint: Checkpoint, step: int) -> None:
