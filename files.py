@@ -10,6 +10,10 @@ Each check raises one `UserError` (or the `UsageError` a caller asks for) naming
   folders, never a file).
 - `inside_name`: a name meant to stay inside a folder (a run name) is relative, without '..'; `utf8_value`: text
   holds only characters UTF-8 can write.
+- `path_setting`: every path setting of both commands, once: `~` expanded, an empty path (an unset shell
+  variable) and a part longer than a file name (`name_too_long`) refused, naming the setting.
+- `Mark`: a file a writer replaces must be one the tool wrote there earlier (a page, a heatmap, a kept checkpoint),
+  known by what every such file holds near its start; anything else is left as it is.
 
 Every writer (`fresh_file`, `fresh_folder`, `replace_file`, `replace_folder`) stages its work in a new file or
 folder of a name nobody can guess, created exclusively beside its target, then renames it into place: a link
@@ -197,8 +201,8 @@ class _RecordingFile:
 class Mark:
     """How a kind of file the tool writes is known again, so that writing one replaces only a file the tool wrote
     there itself (the rule `--export` follows): `signs`, one of which every such file holds in its first bytes
-    (an attention page its generator line, a PNG its Software text). `what` names the kind, `fix` where else to
-    write one."""
+    (an attention page its generator line, a PNG its Software text, a checkpoint its format's name). `what` names
+    the kind, `fix` where else to write one."""
 
     what: str
     signs: tuple[bytes, ...]
