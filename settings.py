@@ -468,7 +468,10 @@ def saved_config(values: dict, where: str) -> TrainConfig:
     """The settings a checkpoint recorded (its train_config), checked as a config file's are: a value of the
     wrong type or out of range is a `UsageError` naming the key. Keys this version does not know (another
     version wrote them) are left out, and keys it lacks take their defaults."""
-    return TrainConfig.from_keys(**{key: _coerce(key, value, where) for key, value in values.items() if key in FIELDS})
+    values = {key: _coerce(key, value, where) for key, value in values.items() if key in FIELDS}
+    # An empty folder meant the one the run was started in, before such paths were refused: read it as that.
+    values |= {key: "." for key in PATH_KEYS if key not in MAY_BE_EMPTY and values.get(key) == ""}
+    return TrainConfig.from_keys(**values)
 
 
 def make_config(

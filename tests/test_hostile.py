@@ -851,3 +851,13 @@ def test_a_pipe_planted_where_the_tool_reads_its_own_files_is_never_opened(tmp_p
     os.mkfifo(tmp_path / MARKER)
     assert runtime._run_owner(tmp_path) is None  # returns at once: a blocked open would hang the test
     assert not is_earlier_export(tmp_path)
+
+
+def test_a_checkpoint_recorded_with_an_empty_folder_still_reads(trained, tmp_path):
+    """Before empty paths were refused, `--out_dir=` trained into the current folder and recorded ''; such a
+    checkpoint's settings read '' as that folder, '.'."""
+    checkpoint = _trained(trained)
+    checkpoint["train_config"].update(out_dir="", log_dir="")
+    torch.save(checkpoint, tmp_path / "ckpt.pt")
+    code, _, err = run_sample([f"--out_dir={tmp_path}", "--device=cpu", "--max_new_tokens=3"])
+    assert code == 0, err
