@@ -90,10 +90,10 @@ def train(start: Start, rt: runtime.Runtime, argv: list[str], lock: runtime.RunL
                 f"--max_iters={2 * trainer.state.step}"
             )
             return 0
-        # the other processes train silently: the first speaks for them
         # A resume continues its TensorBoard run; a folder from before runs recorded their out_dir in it is the
         # resumed run's when the checkpoint records its name.
         recorded = start.checkpoint is not None and trainer.state.run_name == start.checkpoint.get("run_name")
+        # the other processes train silently: the first speaks for them
         result = fit_watched(trainer, argv, lock, recorded=recorded) if rt.is_main else trainer.fit()
     return 0 if result.completed else 128 + result.stopped_by
 
