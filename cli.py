@@ -166,6 +166,14 @@ def for_terminal(text: str) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
+def say(*lines: object, file=None) -> None:
+    """Prints each of `lines` as one line, through `for_terminal`: every status line a command prints (the settings
+    chosen, the model read, `TensorBoard:`, `done:`, what was written, the sample command) goes through here, as
+    errors and warnings do through `run_cli`, since each may quote a name or a text we did not write."""
+    for line in lines:
+        print(for_terminal(str(line)), file=file if file is not None else sys.stdout)
+
+
 def markdown_literal(text: str) -> str:
     """`text` as a Markdown code block indented by four spaces, every line of it. Unlike a fenced block,
     which a line of ``` in the text would close, an indented block ends only at a line that is not

@@ -10,6 +10,10 @@ Each check raises one `UserError` (or the `UsageError` a caller asks for) naming
   folders, never a file).
 - `inside_name`: a name meant to stay inside a folder (a run name) is relative, without '..'; `utf8_value`: text
   holds only characters UTF-8 can write.
+- `path_setting`: every path setting of both commands, once: `~` expanded, an empty path (an unset shell
+  variable) and a part longer than a file name (`name_too_long`) refused, naming the setting.
+- `Mark`: a file a writer replaces must be one the tool wrote there earlier (a page, a heatmap, a kept checkpoint),
+  known by what every such file holds near its start; anything else is left as it is.
 
 Every writer (`fresh_file`, `fresh_folder`, `replace_file`, `replace_folder`) stages its work in a new file or
 folder of a name nobody can guess, created exclusively beside its target, then renames it into place: a link
@@ -31,10 +35,11 @@ import shutil
 import stat
 from collections.abc import Callable
 from contextlib import suppress
+from dataclasses import dataclass
 from pathlib import Path, PureWindowsPath
 from typing import BinaryIO, NoReturn
 
-from errors import UserError
+from errors import UsageError, UserError
 
 
 def what_stands_at(path: Path, *, follow_links: bool = True) -> str | None:
@@ -192,12 +197,49 @@ class _RecordingFile:
         return getattr(self.fh, name)
 
 
+@dataclass(frozen=True)
+class Mark:
+    """How a kind of file the tool writes is known again, so that writing one replaces only a file the tool wrote
+    there itself (the rule `--export` follows): `signs`, one of which every such file holds in its first bytes
+    (an attention page its generator line, a PNG its Software text, a checkpoint its format's name). `what` names
+    the kind, `fix` where else to write one."""
+
+    what: str
+    signs: tuple[bytes, ...]
+    fix: str
+
+    def made(self, path: Path) -> bool:
+        try:
+            with open(path, "rb") as fh:
+                head = fh.read(64 * 1024)
+        except OSError:
+            return False
+        return any(sign in head for sign in self.signs)
+
+    def check(self, path: str | Path) -> Path:
+        """`path`, unless a file stands there that is not one of ours: a `UserError`, and it stays as it is."""
+        path = Path(path)
+        if what_stands_at(path, follow_links=False) is None and not self.made(path):
+            raise UserError(
+                f"{path} exists and is not {self.what} written earlier; it is left as it is: remove it or "
+                f"{self.fix} (gptwatch replaces only files it wrote)"
+            )
+        return path
+
+
 def replace_file(
-    path: str | Path, write: Callable[[BinaryIO], object], before_replace: Callable[[], object] | None = None
+    path: str | Path,
+    write: Callable[[BinaryIO], object],
+    before_replace: Callable[[], object] | None = None,
+    *,
+    mark: Mark | None = None,
 ) -> Path:
     """Writes `path` as a whole new file: `write(fh)` fills a `fresh_file`, renamed over `path` once on disk. An
-    error (or an interrupt) leaves `path` as it was and no temporary file; a failed write is raised as its OSError."""
+    error (or an interrupt) leaves `path` as it was and no temporary file; a failed write is raised as its OSError.
+    With a `mark`, a file already at `path` is replaced only when it bears that mark (`Mark.check`)."""
     path = Path(path)
+    if mark is not None:
+        mark.check(path)
     remove_dead_leftovers(path)
     fd, tmp = fresh_file(path)
     try:
@@ -354,6 +396,51 @@ def remove_dead_leftovers(path: str | Path) -> None:
             continue
         with suppress(OSError):  # not ours to remove after all (permissions): leave it
             _remove(leftover)
+
+
+# --- paths and names a user gives -------------------------------------------------------------------------
+
+NAME_MAX_BYTES = 255  # the longest file or folder name ext4, XFS, btrfs and APFS take (the bytes of its UTF-8)
+
+
+def path_setting(text: str, setting: str, *, may_be_empty: bool = False) -> str:
+    """The path that the setting `setting` (named as the user sees it: "--png_dir", "config key 'out_dir'") gives,
+    checked once for every path a command reads or writes: `~` expanded as a shell would (bash leaves it as it is
+    after `--key=`, and a config file never expands it), and a `UsageError` naming the setting for an empty path
+    (an unset shell variable: it would mean the folder the command runs in) and for a part longer than a file
+    name can be (the OS would refuse it halfway, as a traceback)."""
+    if text == "" and may_be_empty:
+        return text
+    if not text:
+        raise UsageError(
+            f"{setting} is an empty path (an unset shell variable?), which would mean the folder the command "
+            f"runs in; give a path"
+        )
+    if text.startswith("~"):
+        expanded = os.path.expanduser(text)
+        if expanded.startswith("~"):
+            user = text[1:].split("/", 1)[0]
+            raise UsageError(
+                f"{setting} starts with '~{user}', but {'no home folder is set' if not user else 'no such user is'} "
+                f"here; write the whole path (or ./{text} for a folder of that name)"
+            )
+        text = expanded
+    long_part = name_too_long(text)
+    if long_part is not None:
+        raise UsageError(f"{setting} {long_part}; shorten it")
+    return text
+
+
+def name_too_long(text: str) -> str | None:
+    """What is wrong with the longest part of the path `text` when it is longer than any file name can be."""
+    longest = max(re.split(r"[/\\]", text), key=lambda part: len(part.encode("utf-8", "surrogatepass")))
+    size = len(longest.encode("utf-8", "surrogatepass"))
+    if size <= NAME_MAX_BYTES:
+        return None
+    return (
+        f"has a part of {size} bytes ('{longest[:24]}...'), longer than the {NAME_MAX_BYTES} bytes a file or "
+        f"folder name can have"
+    )
 
 
 # --- names --------------------------------------------------------------------------------------------------

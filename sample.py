@@ -25,10 +25,10 @@ from pathlib import Path
 
 import torch
 
-from cli import ArgumentParser, run_cli
+from cli import ArgumentParser, run_cli, say
 from data.tokenizer import TokenizerError
 from errors import UsageError, warn
-from files import destination, read_text, utf8_value
+from files import destination, path_setting, read_text, utf8_value
 from formats import Loaded, checkpoint_path, load_model
 from formats.checkpoint import saved_settings
 from formats.sources import TARGETS, describe, identify, model_name
@@ -125,6 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+PATH_OPTIONS = ("out_dir", "init_from", "png_dir", "html", "probes", "text")
 LOOKS = ("attention", "probes", "heads", "export")  # what to do with a checkpoint instead of sampling: one at most
 SAMPLING_OPTIONS = ("prompt", "num_samples", "max_new_tokens", "temperature", "top_k", "top_p", "seed", "no_cache")
 # (options, the modes they apply to, what to say when one is given in another mode)
@@ -268,7 +269,7 @@ def load(args: argparse.Namespace, device: torch.device) -> Loaded:
             args.png_dir = str(Path("out") / name / "attention")
     loaded = load_model(source, device)
     if source.elsewhere:
-        print(describe(loaded), file=sys.stderr)
+        say(describe(loaded), file=sys.stderr)
     else:
         saved_settings(loaded.checkpoint, checkpoint_path(args.out_dir))
     return loaded
@@ -281,6 +282,13 @@ def main(argv: list[str]) -> int:
         problem = utf8_value(value)
         if problem is not None:
             raise UsageError(f"--{name} {problem}; rename that file or folder to a UTF-8 name, or give another")
+    for name in PATH_OPTIONS:  # every path given, as train.py's are: `~` expanded, empty or too long refused
+        if getattr(args, name) is not None:
+            setattr(args, name, path_setting(getattr(args, name), f"--{name}"))
+    if args.export is not None:
+        args.export[1] = path_setting(args.export[1], f"--export {args.export[0]}")
+    if args.prompt.startswith("@"):
+        args.prompt = "@" + path_setting(args.prompt[1:], "--prompt @FILE")
     mode = check_mode(args, parser)
     if args.html is not None:
         args.html = str(destination(args.html, "--html", folder=False, fix="give a file path, e.g. page.html"))
@@ -289,7 +297,7 @@ def main(argv: list[str]) -> int:
 
         target, text = args.export
         path = TARGETS[target].destination(text)  # a path naming nothing to write is refused before the model is read
-        print(export(load(args, torch.device("cpu")), TARGETS[target], path, args.out_dir))
+        say(*export(load(args, torch.device("cpu")), TARGETS[target], path, args.out_dir).splitlines())
         return 0
     device = pick_device(args.device)
     loaded = load(args, device)

@@ -25,7 +25,7 @@ from cli import ArgumentParser
 from data.corpora import NAMES as CORPORA
 from data.tokenizer import TOKENIZERS
 from errors import UsageError
-from files import inside_name, read_text, utf8_value
+from files import inside_name, name_too_long, path_setting, read_text, utf8_value
 from model.config import CONFIG_KEYS, GPTConfig
 from parsing import TOO_DEEP, NotParsed, parse_int, parse_json, quoted
 
@@ -211,7 +211,9 @@ class TrainConfig:
     )
     resume: bool = _opt(False, "continue from out_dir/ckpt.pt", group="run")
     log_dir: str = _opt("runs", "TensorBoard root folder", group="run")
-    run_name: str = _opt("", "TensorBoard run name ('' : derived from the config name and time)", group="run")
+    run_name: str = _opt(
+        "", "TensorBoard run name ('' : the config's name, the time, the process id and a random part)", group="run"
+    )
     seed: int = _opt(1337, "random seed for initialisation and batches", group="run")
     device: str = _opt("auto", "auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps", group="run")
     dtype: str = _opt("auto", "auto: bfloat16 autocast on CUDA, float32 elsewhere", DTYPES, "run")
@@ -231,6 +233,8 @@ class TrainConfig:
             for name in names:
                 if not ok(getattr(self, name)):
                     raise UsageError(refusal.format(name, getattr(self, name)))
+        for name, value in checked_paths(self.to_dict()).items():
+            setattr(self, name, value)
         problem = inside_name(self.run_name) if self.run_name else None
         if problem is not None:  # TensorBoard writes log_dir/run_name, and nothing outside log_dir
             raise UsageError(
@@ -238,6 +242,8 @@ class TrainConfig:
                 f"such as 'a/b' is fine), not '..', '.', an empty part or an absolute path; "
                 f"got {self.run_name!r}"
             )
+        if name_too_long(self.run_name) is not None:
+            raise UsageError(f"config key 'run_name' {name_too_long(self.run_name)}; shorten it")
         if self.min_lr > self.learning_rate:  # the cosine "decay" would raise the learning rate
             raise UsageError(
                 f"config key 'min_lr' ({self.min_lr:g}) is above 'learning_rate' "
@@ -295,6 +301,22 @@ _TYPES = {**get_type_hints(TrainConfig), **get_type_hints(GPTConfig)}
 _TYPES = {name: _TYPES[name] for name in FIELDS}
 BOOLEAN_WORDS = dict.fromkeys(("1", "true", "yes", "on"), True) | dict.fromkeys(("0", "false", "no", "off"), False)
 _TYPE_WORDS = {int: "an integer", float: "a number", bool: "true or false", str: "a string", list: "a list"}
+
+
+# The settings that name a file or folder; a corpus name, a hub name, scratch or resume passes their check unchanged.
+# Empty, probes and agreement mean the corpus's own file; dataset and init_from are refused by RULES in their words.
+PATH_KEYS = ("dataset", "data_dir", "out_dir", "log_dir", "init_from", "probes", "agreement")
+MAY_BE_EMPTY = ("probes", "agreement", "dataset", "init_from")
+
+
+def checked_paths(values: dict[str, Any]) -> dict[str, Any]:
+    """The path settings among `values`, each through `files.path_setting`: `~` expanded; empty (where that means
+    nothing) or a part too long for a file name refused, naming the key."""
+    return {
+        key: path_setting(values[key], f"config key '{key}'", may_be_empty=key in MAY_BE_EMPTY)
+        for key in PATH_KEYS
+        if isinstance(values.get(key), str)
+    }
 
 
 def _check_value(name: str, value: Any) -> None:
@@ -446,7 +468,10 @@ def saved_config(values: dict, where: str) -> TrainConfig:
     """The settings a checkpoint recorded (its train_config), checked as a config file's are: a value of the
     wrong type or out of range is a `UsageError` naming the key. Keys this version does not know (another
     version wrote them) are left out, and keys it lacks take their defaults."""
-    return TrainConfig.from_keys(**{key: _coerce(key, value, where) for key, value in values.items() if key in FIELDS})
+    values = {key: _coerce(key, value, where) for key, value in values.items() if key in FIELDS}
+    # An empty folder meant the one the run was started in, before such paths were refused: read it as that.
+    values |= {key: "." for key in PATH_KEYS if key not in MAY_BE_EMPTY and values.get(key) == ""}
+    return TrainConfig.from_keys(**values)
 
 
 def make_config(

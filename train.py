@@ -32,9 +32,10 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from cli import markdown_literal, run_cli
+from cli import for_terminal, markdown_literal, run_cli, say
 from data.tokenizer import Tokenizer, TokenizerError
 from errors import warn
+from files import inside_name
 from model.gpt import evaluating
 from model.memory import parameter_count
 from settings import TrainConfig
@@ -60,7 +61,7 @@ def main(argv: list[str]) -> int:
     rt = runtime.setup(cfg)
     try:
         if rt.is_main and start.line():
-            print(start.line())
+            say(start.line())
         # One run per out_dir: the processes of one torchrun job share it, and rank 0 speaks for them.
         with runtime.RunLock(cfg.out_dir) if rt.is_main else nullcontext() as lock:
             return train(start, rt, argv, lock)
@@ -71,23 +72,38 @@ def main(argv: list[str]) -> int:
 def train(start: Start, rt: runtime.Runtime, argv: list[str], lock: runtime.RunLock | None = None) -> int:
     """Trains the run `start` says; `lock` holds out_dir (rank 0), checked before every save."""
     cfg = start.cfg
+    # A run folder that is not this run's is refused now, before preparing data and building the model; TensorBoard
+    # takes it later, when the run has a name (a default one is new), under its lock (`fit_watched`).
+    name = cfg.run_name or (start.checkpoint or {}).get("run_name")
+    if rt.is_main and isinstance(name, str) and name and inside_name(name) is None:
+        recorded = start.checkpoint is not None and name == start.checkpoint.get("run_name")
+        runtime.check_run_folder(
+            Path(cfg.log_dir) / name, Path(cfg.log_dir), cfg.out_dir, resuming=cfg.resume, recorded=recorded
+        )
     with runtime.out_of_memory(cfg):
         start = start.prepared(quiet=not rt.is_main)
         trainer = Trainer.from_start(start, rt, guard=lock.check if lock is not None else None)
         if trainer.state.step >= cfg.max_iters:
-            print(
+            say(
                 f"checkpoint is already at step {trainer.state.step} >= max_iters={cfg.max_iters}; "
-                f"raise --max_iters to train further"
+                f"raise --max_iters above {trainer.state.step} to train further, e.g. "
+                f"--max_iters={2 * trainer.state.step}"
             )
             return 0
+        # A resume continues its TensorBoard run; a folder from before runs recorded their out_dir in it is the
+        # resumed run's when the checkpoint records its name.
+        recorded = start.checkpoint is not None and trainer.state.run_name == start.checkpoint.get("run_name")
         # the other processes train silently: the first speaks for them
-        result = fit_watched(trainer, argv, lock) if rt.is_main else trainer.fit()
+        result = fit_watched(trainer, argv, lock, recorded=recorded) if rt.is_main else trainer.fit()
     return 0 if result.completed else 128 + result.stopped_by
 
 
-def fit_watched(trainer: Trainer, argv: list[str], lock: runtime.RunLock | None) -> FitResult:
+def fit_watched(
+    trainer: Trainer, argv: list[str], lock: runtime.RunLock | None, *, recorded: bool = False
+) -> FitResult:
     """`trainer.fit()` with what a run shows: the terminal, TensorBoard (its own run folder, held as out_dir is:
-    `lock`) and the attention watch; then the HParams and the run's last lines."""
+    `lock`, and holding no other run's logs: `runtime.claim_run_folder`, `recorded` its say) and the attention
+    watch; then the HParams and the run's last lines."""
     from data.corpora import corpus_of
     from watch.callback import AttentionWatch
     from watch.show.tensorboard import TensorBoardWriter
@@ -102,7 +118,8 @@ def fit_watched(trainer: Trainer, argv: list[str], lock: runtime.RunLock | None)
         if not same
         else nullcontext()
     ):
-        print("TensorBoard: " + TENSORBOARD.format(shlex.quote(cfg.log_dir)))
+        runtime.claim_run_folder(folder, Path(cfg.log_dir), cfg.out_dir, resuming=cfg.resume, recorded=recorded)
+        say("TensorBoard: " + TENSORBOARD.format(shlex.quote(cfg.log_dir)))
         writer = TensorBoardWriter(folder)  # its lock checked it writable
         try:
             corpus = corpus_of(cfg.dataset)  # probe files: --probes/--agreement, or the corpus's own
@@ -110,7 +127,14 @@ def fit_watched(trainer: Trainer, argv: list[str], lock: runtime.RunLock | None)
             agreement = cfg.agreement or (corpus and corpus.agreement_path) or None
             page = Path(cfg.out_dir) / "attention.html"
             watch = AttentionWatch(writer, cfg.watch_sentences, probes, agreement, page=page, ablation=cfg.ablation)
-            sample = TextSample(writer, trainer.tokenizer, cfg.sample_prompt, cfg.sample_tokens, cfg.seed)
+            sample = TextSample(
+                writer,
+                trainer.tokenizer,
+                cfg.sample_prompt,
+                cfg.sample_tokens,
+                cfg.seed,
+                chosen="sample_prompt" in cfg.given,
+            )
             trainer.callbacks = [TrainingLog(writer), sample, watch]
             result = trainer.fit()
             log_hparams(writer, trainer.cfg, result)  # the trainer's settings: a fine-tune's model keys are its model's
@@ -122,30 +146,42 @@ def fit_watched(trainer: Trainer, argv: list[str], lock: runtime.RunLock | None)
 
 def report_end(cfg: TrainConfig, result: FitResult, argv: list[str], prompt: str | None = None) -> None:
     """The run's last lines: how to resume a stopped run, TensorBoard, the files written, and a sample command
-    (with `prompt`, words this model knows). Every command here runs as printed (tests/test_hints.py)."""
+    (with `prompt`, words this model knows). Every command here runs as printed (tests/test_hints.py), and every
+    line goes through `cli.say`: a path or a prompt may hold what a terminal would act on."""
     if not result.completed:
         name = signal.Signals(result.stopped_by).name
         given = [a for a in argv if a.split("=")[0] != "--resume"]
-        print(
-            f"\n{name}: saved step {result.step} to {Path(cfg.out_dir) / 'ckpt.pt'}; resume with: "
+        say("")
+        say(
+            f"{name}: saved step {result.step} to {Path(cfg.out_dir) / 'ckpt.pt'}; resume with: "
             f"{shlex.join(['python', 'train.py', *given, '--resume'])}"
         )
-    print("open TensorBoard: " + TENSORBOARD.format(shlex.quote(cfg.log_dir)))
+    say("open TensorBoard: " + TENSORBOARD.format(shlex.quote(cfg.log_dir)))
     for what, path in result.files.items():
-        print(f"{what}: {path} (open it in a browser; it needs no network)")
+        say(f"{what}: {path} (open it in a browser; it needs no network)")
     command = ["python", "sample.py", f"--out_dir={cfg.out_dir}", *(["--prompt", prompt] if prompt else [])]
-    print(f"sample: {shlex.join(command)}")
+    say(f"sample: {shlex.join(command)}")
+
+
+def known_token(tokenizer: Tokenizer) -> list[int]:
+    """One token every model of this tokenizer knows, to start a sample from: end-of-text for GPT-2's BPE (where its
+    documents start), else a space, else the first character."""
+    eot = getattr(tokenizer, "eot_id", None)
+    return [eot] if eot is not None else tokenizer.encode(" " if " " in tokenizer.chars else tokenizer.chars[0])
 
 
 def sample_prompt(watched: list[str], tokenizer: Tokenizer) -> str | None:
     """A prompt this model can read, for the sample command: the start of the first sentence the watch read (the
-    run's, or its choice from the held-out text) up to its last pronoun, else its first half; None when none."""
+    run's, or its choice from the held-out text) up to its last pronoun, else its first half, of printable
+    characters only; None when none."""
     from watch.measure.probesets import PRONOUN_WORD
 
     for text in watched:
         pronouns = [m for m in PRONOUN_WORD.finditer(text) if len(text[: m.start()].split()) >= 2]
         words = text.split()
         prompt = text[: pronouns[-1].end()] if pronouns else " ".join(words[: max(1, len(words) // 2)])
+        if for_terminal(prompt) != prompt:  # a command shown with escapes would not run as printed
+            continue
         try:
             if tokenizer.encode(prompt):
                 return prompt
@@ -172,12 +208,12 @@ class TrainingLog(Callback):
     def on_fit_start(self, trainer: Trainer) -> None:
         cfg, rt, m = trainer.cfg, trainer.runtime, trainer.model.config
         # Parameters without the positions, as GPT-2 counts its own.
-        print(
+        say(
             f"model: {parameter_count(m, positions=False) / 1e6:.2f}M parameters ({m.options()}, {m.n_layer} layers "
             f"x {m.n_head} heads x {m.n_embd} dims, block {cfg.model.block_size}); vocabulary {m.vocab_size}"
         )
         processes = f" x {rt.world_size} processes" if rt.distributed else ""
-        print(
+        say(
             f"device: {rt.device}{processes}, {trainer.tokens_per_step:,} tokens per step, "
             f"{torch.get_num_threads()} CPU threads"
         )
@@ -217,7 +253,7 @@ class TrainingLog(Callback):
             print(f"parameters identical on all {trainer.runtime.world_size} processes: {result.ranks_agree}")
         tokens_per_sec = result.steps * trainer.tokens_per_step / max(result.seconds, 1e-9)
         where = trainer.checkpoints.path if trainer.checkpoints is not None else "(not saved)"
-        print(
+        say(
             f"done: {result.steps} steps in {result.seconds:.1f} s ({tokens_per_sec:,.0f} tokens/s overall), "
             f"best val loss {result.best_val_loss:.4f}, checkpoint {where}"
         )
@@ -231,7 +267,11 @@ class TrainingLog(Callback):
 class TextSample(Callback):
     """A short sample of generated text in TensorBoard's Text tab at every evaluation."""
 
-    def __init__(self, writer: Any, tokenizer: Tokenizer, prompt: str, max_new_tokens: int, seed: int) -> None:
+    def __init__(
+        self, writer: Any, tokenizer: Tokenizer, prompt: str, max_new_tokens: int, seed: int, *, chosen: bool = True
+    ) -> None:
+        """`chosen`: the user set `prompt`; a default this model cannot read is replaced without a warning, by a
+        token it knows (a space, end-of-text, or its first character), as sample.py does."""
         self.writer = writer
         self.max_new_tokens = max_new_tokens
         self.seed = seed
@@ -242,6 +282,9 @@ class TextSample(Callback):
         try:
             self.prompt_ids = tokenizer.encode(prompt)
         except TokenizerError as exc:
+            if not chosen:
+                self.prompt_ids = known_token(tokenizer)
+                return
             warn(f"no text sample will be logged: sample_prompt {prompt[:40]!r} cannot be encoded ({exc})")
         else:
             if not self.prompt_ids:

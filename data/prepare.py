@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from cli import say
 from data import corpora
 from data.tokenizer import (
     Tokenizer,
@@ -161,7 +162,7 @@ def prepare(
     _write(folder, meta, {"train.bin": train, "val.bin": val}, probes)
     if not quiet:
         whose = f"{tok.name}, of {fixed.model}" if fixed is not None else tokenizer
-        print(
+        say(
             f"prepared {label}: {len(train):,} train + {len(val):,} val tokens, "
             f"vocabulary {tok.vocab_size} ({whose}) -> {folder}"
         )

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -127,8 +128,14 @@ class Probe:
             distractor_words = []
         continuation_pos, continuation_ids = _first_token_ids(tokenizer, ids, prefix, words)
         _, distractor_ids = _first_token_ids(tokenizer, ids, prefix, distractor_words)
-        if continuation_pos is None:
-            distractor_ids = []
+        # A first token both nouns' continuations begin with (a char model's "barked" and "bounced": b) tells
+        # neither apart: it counts for neither, and a probe left without one of its own is not measured on them.
+        shared = set(continuation_ids) & set(distractor_ids)
+        continuation_ids = [t for t in continuation_ids if t not in shared]
+        distractor_ids = [t for t in distractor_ids if t not in shared]
+        indistinct = continuation_pos is not None and not continuation_ids
+        if continuation_pos is None or not continuation_ids:
+            continuation_pos, continuation_ids, distractor_ids = None, [], []
 
         return AlignedProbe(
             probe=self,
@@ -140,6 +147,7 @@ class Probe:
             continuation_pos=continuation_pos,
             continuation_ids=continuation_ids,
             distractor_continuation_ids=distractor_ids,
+            indistinct=indistinct,
         )
 
 
@@ -192,6 +200,9 @@ class AgreementProbe:
         return AlignedAgreement(self, ids[: position + 1], position, right[0], wrong[0], person)
 
 
+MAX_RECORDS = 10_000  # records a probe file may hold: the generated corpora's hold 256, the largest shipped 400
+
+
 def load_jsonl(path: str | Path, make: type[Probe] | type[AgreementProbe]) -> list:
     """The `make` records of a JSONL file, one object a line, blank lines skipped; its fields without a default
     are required. Problems raise UserError naming the line."""
@@ -199,6 +210,12 @@ def load_jsonl(path: str | Path, make: type[Probe] | type[AgreementProbe]) -> li
     fields = [f.name for f in dataclasses.fields(make) if f.name != "line"]
     required = [f.name for f in dataclasses.fields(make) if f.default is dataclasses.MISSING]
     lines = read_text(path, f"{kind} file", "give the path of a JSONL file").splitlines()
+    records = sum(1 for line in lines if line.strip())
+    if records > MAX_RECORDS:  # reading each costs a tokenization: 100,000 took minutes with nothing to show
+        raise UserError(
+            f"{path} holds {records:,} {kind}s, more than the {MAX_RECORDS:,} gptwatch reads (a head's scores settle "
+            f"after a few hundred); use a part of it, e.g. head -n {MAX_RECORDS} {shlex.quote(str(path))} > part.jsonl"
+        )
     items = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
@@ -243,6 +260,7 @@ class AlignedProbe:
     continuation_pos: int | None = None
     continuation_ids: list[int] = field(default_factory=list)
     distractor_continuation_ids: list[int] = field(default_factory=list)
+    indistinct: bool = False  # its continuations begin as the other noun's do: none is its own, so none is scored
 
 
 def _overlapping(spans: Sequence[Span], target: Span) -> list[int]:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from data.corpora import SHARED
 from errors import UserError
+from files import what_stands_at
 
 TOKENIZERS = ("char", "gpt2")  # what a training run builds from its corpus
 FULL_GPT2 = "gpt2-full"  # read from a model trained elsewhere, never built from a corpus
@@ -144,6 +145,13 @@ def gpt2_encoding():
         os.environ.get("DATA_GYM_CACHE_DIR", os.path.join(tempfile.gettempdir(), "data-gym-cache")),
     )
     path = os.path.join(cache_dir, hashlib.sha1(R50K_URL.encode()).hexdigest())
+    problem = what_stands_at(Path(path)) if cache_dir else None
+    if problem is not None and not problem.startswith(("missing", "unreadable")):  # a pipe would block its reader
+        raise UserError(
+            f"cannot load the GPT-2 BPE ({GPT2_ENCODING}): the tiktoken cache's {path} is {problem}, not the file "
+            f"of it; move that away so tiktoken downloads the file again, or set TIKTOKEN_CACHE_DIR to a good cache "
+            f"(now {cache})"
+        )
     try:
         intact = not cache_dir or path in _CHECKED or hashlib.sha256(Path(path).read_bytes()).hexdigest() == R50K_SHA256
     except OSError:  # absent (tiktoken downloads it) or unreadable: tiktoken says what is wrong

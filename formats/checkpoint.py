@@ -22,7 +22,7 @@ import torch
 
 from data.tokenizer import TOKENIZERS, TokenizerMetaError, tokenizer_from_meta
 from errors import UsageError, is_out_of_memory
-from files import cannot, clear_for_file, regular_file, replace_file, write_error, write_fix
+from files import Mark, cannot, clear_for_file, regular_file, replace_file, write_error, write_fix
 from formats.format import CheckpointError, Format, Loaded, Source, check_memory
 from model.config import ALWAYS_RECORDED, GPTConfig
 from model.gpt import GPT
@@ -423,6 +423,7 @@ def save_checkpoint(path: str | Path, checkpoint: Checkpoint | dict, keep_previo
             CheckpointError,
             follow_links=False,
         )
+        EARLIER.check(previous)
         previous.unlink(missing_ok=True)
         try:
             os.link(path, previous, follow_symlinks=False)
@@ -447,6 +448,11 @@ def save_checkpoint(path: str | Path, checkpoint: Checkpoint | dict, keep_previo
             f"cannot write checkpoint {path}: {write_error(exc, path)}{kept}; "
             f"{write_fix(exc, 'choose a writable --out_dir')}"
         ) from None
+
+
+# A checkpoint's format name, in the first bytes of every one train.py writes (its zip archive's data.pkl is stored
+# uncompressed, first): what `ckpt.prev.pt` must hold before a new run keeps the earlier run's checkpoint there.
+EARLIER = Mark("a gptwatch checkpoint", (FORMAT.encode(),), "choose another --out_dir")
 
 
 def previous_path(path: Path) -> Path:

@@ -30,7 +30,7 @@ import torch
 
 from data.tokenizer import EOT, GPT2Tokenizer, Tokenizer, TokenizerMetaError, tokenizer_from_meta
 from errors import UserError
-from files import cannot, destination, read_text, regular_file, replace_folder
+from files import cannot, destination, read_text, regular_file, replace_folder, what_stands_at
 from formats.checkpoint import read_torch
 from formats.export import Unsupported, check_positions, same_logits, write_failed
 from formats.format import CheckpointError, Format, Loaded, Parts, Source, check_fits, config_from, gpt2_bpe, imported
@@ -457,6 +457,8 @@ def is_earlier_export(path: Path) -> bool:
     file but those the marker lists (nothing a user added is replaced)."""
     try:
         names = {p.name for p in path.iterdir()}
+        if what_stands_at(path / MARKER, follow_links=False) is not None:  # a pipe or device would block the read
+            return False
         marker = parse_json((path / MARKER).read_bytes())
     except (OSError, ValueError):  # no folder, no marker, or a marker that is not JSON
         return False

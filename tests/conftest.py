@@ -124,7 +124,9 @@ def train_tiny_checkpoints(folder: Path) -> Trained:
 
     folder.mkdir(parents=True, exist_ok=True)
     for name, extra in (("out", []), ("gpt2", ["--tokenizer=gpt2"])):
-        code, _, err = run("train", tiny_args(folder, f"--out_dir={folder / name}", "--max_iters=2", *extra))
+        code, _, err = run(
+            "train", tiny_args(folder, f"--out_dir={folder / name}", f"--run_name=t-{name}", "--max_iters=2", *extra)
+        )
         assert code == 0, err
     return Trained(folder)
 

@@ -30,6 +30,7 @@ from conftest import Trained, train_tiny_checkpoints
 
 from data import corpora
 from tests.commands import ROOT, TEXT, run, tiny_args
+from watch.show.heatmaps import sentence_slug
 
 DOC = ROOT / "docs" / "errors.md"
 SECTIONS = {
@@ -132,6 +133,12 @@ _other_moments = _edited(_optimizer_moments_of_another_model)
 _broken_tokenizer = _edited(lambda p: p.update(tokenizer={"name": "char", "chars": 5}))
 # A checkpoint whose prepared data is gone: no record of it, and a data_dir that does not exist.
 _data_gone = _edited(lambda p: (p.pop("data", None), p["train_config"].update(data_dir="/nonexistent/prepared")))
+
+
+def _nanogpt(path: Path, good: bytes) -> None:
+    """What nanoGPT's train.py saves: its weights, sizes, step and config, and no gptwatch format."""
+    args = {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 32, "bias": True, "vocab_size": 65, "dropout": 0.0}
+    torch.save({"model": {}, "model_args": args, "iter_num": 0, "best_val_loss": 4.0, "config": {}}, path)
 
 
 def _nan_weights(checkpoint: dict) -> None:
@@ -365,6 +372,21 @@ def _damaged_tiktoken_cache(ws: Workspace):
 
 
 @contextlib.contextmanager
+def _fifo_tiktoken_cache(ws: Workspace):
+    """TIKTOKEN_CACHE_DIR holding a named pipe under the name of GPT-2's BPE file: reading it would wait forever."""
+    import hashlib
+
+    from data import tokenizer
+
+    (ws.root / "tiktoken").mkdir()
+    ws.fifo(f"tiktoken/{hashlib.sha1(tokenizer.R50K_URL.encode()).hexdigest()}")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TIKTOKEN_CACHE_DIR", str(ws.root / "tiktoken"))
+        mp.setattr(tokenizer, "_CHECKED", set())
+        yield
+
+
+@contextlib.contextmanager
 def _link_as_the_lock(ws: Workspace):
     (ws.out / ".lock").symlink_to(ws.file("precious.txt", "someone's file\n"))
     yield
@@ -389,6 +411,17 @@ LONG_PROBE = {
     "pronoun": "it",
     "referent": "ball",
     "distractor": "dog",
+}
+
+
+# Continuations whose first character is the same for both nouns, so a char model tells them apart by none.
+BARKED_BOWLED = {
+    "text": "a dog saw a ball and it ran",
+    "pronoun": "it",
+    "referent": "dog",
+    "distractor": "ball",
+    "continuations": ["barked"],
+    "distractor_continuations": ["bowled"],
 }
 
 
@@ -993,7 +1026,7 @@ CASES = [
         "train",
         lambda w: w.train("--resume", "--block_size=64"),
         2,
-        ("--block_size=64 is larger than the 32", "--block_size=32"),
+        ("block_size is 64 (the checkpoint's: 32", "--block_size=32"),
     ),
     Case(
         "resume-other-model",
@@ -1001,7 +1034,7 @@ CASES = [
         "train",
         lambda w: w.train("--resume", "--n_layer=2"),
         2,
-        ("'n_layer' is 2 but the checkpoint was trained with 1",),
+        ("n_layer is 2 (the checkpoint's: 1)", "--n_layer=1"),
     ),
     Case(
         "resume-other-attn-only",
@@ -1009,7 +1042,7 @@ CASES = [
         "train",
         lambda w: w.train("--resume", "--attn_only=true"),
         2,
-        ("'attn_only' is True but the checkpoint was trained with False",),
+        ("attn_only is True (the checkpoint's: False)", "--attn_only=false"),
     ),
     Case(
         "resume-other-optimizer",
@@ -1017,7 +1050,7 @@ CASES = [
         "train",
         lambda w: w.train("--resume", "--optimizer=muon"),
         2,
-        ("'optimizer' is 'muon' but the checkpoint was trained with 'adamw'",),
+        ("optimizer is 'muon' (the checkpoint's: 'adamw')", "--optimizer=adamw"),
     ),
     Case(
         "resume-other-vocabulary",
@@ -1025,7 +1058,44 @@ CASES = [
         "train",
         lambda w: w.train("--resume", "--tokenizer=gpt2"),
         2,
-        ("vocabulary does not match",),
+        ("the vocabulary of this data, gpt2", "char of 28 tokens", "/corpus.txt --tokenizer=char"),
+        exact=False,  # the text the checkpoint recorded is in the folder its run trained in
+    ),
+    *[
+        Case(
+            f"resume-nanogpt-checkpoint{'-init-from' if how == '--init_from=resume' else ''}",
+            f"{how} from an intact nanoGPT checkpoint",
+            "train",
+            lambda w, how=how: w.train(how, f"--out_dir={w.checkpoint('nano', _nanogpt)}"),
+            1,
+            ("holds a nanoGPT model", "continues only a run gptwatch's train.py saved", "--init_from="),
+        )
+        for how in ("--resume", "--init_from=resume")
+    ],
+    Case(
+        "resume-many-differences",
+        "--resume with another shape, block and tokenizer at once",
+        "train",
+        lambda w: w.train("--resume", "--n_layer=2", "--n_head=4", "--block_size=64", "--tokenizer=gpt2"),
+        2,
+        (
+            "4 settings differ",
+            "n_layer is 2 (the checkpoint's: 1)",
+            "n_head is 4 (the checkpoint's: 2)",
+            "block_size is 64 (the checkpoint's: 32",
+            "the vocabulary of this data, gpt2",
+            "/corpus.txt --tokenizer=char",
+            "--block_size=32 --n_layer=1 --n_head=2",
+        ),
+        exact=False,  # the text the checkpoint recorded is in the folder its run trained in
+    ),
+    Case(
+        "resume-other-seed",
+        "--resume with another seed than the one the starting model was drawn with",
+        "train",
+        lambda w: w.train("--resume", "--seed=7"),
+        2,
+        ("seed is 7 (the checkpoint's: 1337", "untrained baselines", "--seed=1337"),
     ),
     Case(
         "resume-other-text",
@@ -1039,6 +1109,7 @@ CASES = [
         2,
         (
             "other.txt is not the text the checkpoint was trained on",
+            "--dataset=",
             "corpus.txt, sha256 be3d41fa7511",
             "start a new --out_dir",
         ),
@@ -1049,7 +1120,7 @@ CASES = [
         "train",
         lambda w: w.train("--resume", "--val_fraction=0.2"),
         2,
-        ("'val_fraction' is 0.2 but the checkpoint was trained with 0.1", "--val_fraction=0.1"),
+        ("val_fraction is 0.2 (the checkpoint's: 0.1", "--val_fraction=0.1"),
     ),
     Case(
         "resume-nan-weight",
@@ -1943,6 +2014,150 @@ CASES = [
         1,
         ("cannot write the attention page", "a-file/page.html", "choose a writable path"),
     ),
+    # --- outputs: a file replaces only one the tool wrote there earlier (files.Mark) ----------------------------
+    Case(
+        "html-over-a-checkpoint",
+        "--html naming the checkpoint itself",
+        "sample",
+        lambda w: w.sample("--attention=the dog saw the ball and it", f"--html={w.out / 'ckpt.pt'}"),
+        1,
+        ("ckpt.pt exists and is not an attention page", "left as it is", "gptwatch replaces only files it wrote"),
+    ),
+    Case(
+        "prev-checkpoint-over-a-users-file",
+        "a new run into an out_dir whose ckpt.prev.pt is a user's file (it would keep the earlier run there)",
+        "train",
+        lambda w: (w.file("out/ckpt.prev.pt", "my notes\n"), w.train())[1],
+        1,
+        ("ckpt.prev.pt exists and is not a gptwatch checkpoint", "choose another --out_dir"),
+    ),
+    Case(
+        "png-over-a-file-of-the-same-name",
+        "--attention into a --png_dir holding a user's file under a heatmap's name",
+        "sample",
+        lambda w: (
+            w.file(f"png/{sentence_slug('the dog saw it')}_layer0.png", "my own notes\n"),
+            w.sample("--attention=the dog saw it", f"--png_dir={w.root / 'png'}"),
+        )[1],
+        1,
+        ("_layer0.png exists and is not a gptwatch heatmap", "choose another --png_dir"),
+    ),
+    # --- reading: a bound on what is read, and nothing that blocks ------------------------------------------------
+    Case(
+        "probes-too-many",
+        "--probes file of 10,001 probes (reading each costs a tokenization)",
+        "sample",
+        lambda w: w.sample(f"--probes={w.probes(*[SHORT_PROBE] * 10_001)}"),
+        1,
+        ("holds 10,001 probes", "more than the 10,000 gptwatch reads", "head -n 10000"),
+    ),
+    Case(
+        "tiktoken-cache-fifo",
+        "a named pipe where the tiktoken cache's GPT-2 BPE file should be",
+        "sample",
+        lambda w: w.sample(out=w.root / "gpt2"),
+        1,
+        ("the tiktoken cache's", "is not a regular file", "move that away"),
+        setup=lambda w: _fifo_tiktoken_cache(w),
+    ),
+    # --- TensorBoard runs: a new run never joins another's lines (runtime.check_run_folder) ------------------------
+    Case(
+        "tensorboard-run-holds-another-run",
+        "--run_name of a TensorBoard run another training logged to",
+        "train",
+        lambda w: (w.file("runs/t/events.out.tfevents.1700000000.host.1.0", b"\x00"), w.train())[1],
+        1,
+        ("holds another run's logs", "choose another --run_name"),
+    ),
+    Case(
+        "tensorboard-run-inside-another-run",
+        "--run_name inside another run's per-head folder (exp/L0H0)",
+        "train",
+        lambda w: (w.file("runs/exp/events.out.tfevents.1700000000.host.1.0", b"\x00"), w.train("--run_name=exp/L0H0"))[
+            1
+        ],
+        1,
+        ("lies inside", "the folder of another run", "choose a --run_name outside it"),
+    ),
+    # --- path settings: one check (files.path_setting) for every path either command takes ---------------------
+    *[
+        Case(
+            f"path-empty-{key.replace('_', '-')}",
+            f"an empty --{key} (an unset shell variable)",
+            "train",
+            lambda w, key=key: w.train(f"--{key}="),
+            2,
+            (f"config key '{key}' is an empty path", "unset shell variable"),
+        )
+        for key in ("out_dir", "log_dir", "data_dir")
+    ],
+    Case(
+        "path-empty-in-config",
+        "out_dir = '' in a config file",
+        "train",
+        lambda w: [w.file("empty-out.toml", 'out_dir = ""\n'), "--device=cpu"],
+        2,
+        ("config key 'out_dir' is an empty path",),
+    ),
+    Case(
+        "path-home-of-no-user",
+        "--out_dir=~nosuchuser/gw: a home folder that does not exist",
+        "train",
+        lambda w: w.train("--out_dir=~nosuchuser46/gw"),
+        2,
+        ("starts with '~nosuchuser46'", "no such user", "./~nosuchuser46/gw"),
+    ),
+    *[
+        Case(
+            f"path-part-too-long-{key.replace('_', '-')}",
+            f"--{key} with a part over 255 bytes",
+            "train",
+            lambda w, key=key: w.train(f"--{key}={w.root / ('x' * 300)}"),
+            2,
+            (f"config key '{key}' has a part of 300 bytes", "255 bytes"),
+        )
+        for key in ("out_dir", "dataset", "log_dir", "init_from", "data_dir")
+    ],
+    Case(
+        "path-part-too-long-run-name",
+        "--run_name of 300 bytes",
+        "train",
+        lambda w: w.train("--run_name=" + "é" * 150),
+        2,
+        ("config key 'run_name' has a part of 300 bytes",),
+    ),
+    *[
+        Case(
+            f"sample-path-empty-{key.replace('_', '-')}",
+            f"sample.py --{key}= (an unset shell variable)",
+            "sample",
+            lambda w, key=key: w.sample("--attention=the dog saw it", f"--{key}="),
+            2,
+            (f"--{key} is an empty path",),
+        )
+        for key in ("out_dir", "png_dir", "html")
+    ],
+    Case(
+        "sample-path-empty-export",
+        "sample.py --export tl '' (an unset shell variable)",
+        "sample",
+        lambda w: w.sample("--export", "tl", ""),
+        2,
+        ("--export tl is an empty path",),
+    ),
+    *[
+        Case(
+            f"sample-path-part-too-long-{key.replace('_', '-')}",
+            f"sample.py --{key} with a part over 255 bytes",
+            "sample",
+            lambda w, key=key: w.sample(
+                "--heads" if key == "text" else "--attention=the dog saw it", f"--{key}={w.root / ('y' * 256)}"
+            ),
+            2,
+            (f"--{key} has a part of 256 bytes",),
+        )
+        for key in ("out_dir", "init_from", "png_dir", "html", "text")
+    ],
     # --- training ---------------------------------------------------------------------------------------------
     Case(
         "diverged",
@@ -2062,6 +2277,14 @@ CASES = [
         0,
         ("the model before fine-tuning", "cannot be read again", "shown without it"),
         may_change=("ft/ckpt.pt",),
+    ),
+    Case(
+        "warn-probes-indistinct-continuations",
+        "--probes whose two nouns' continuations begin with the same character (char model: barked, bowled)",
+        "sample",
+        lambda w: w.sample(f"--probes={w.probes({**BARKED_BOWLED})}"),
+        0,
+        ("1 of 1 probes", "begin with the same tokens for both nouns", "not measurable"),
     ),
     Case(
         "warn-attention-run-name-escapes",

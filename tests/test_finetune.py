@@ -120,12 +120,12 @@ def interrupt_during_step_two(monkeypatch) -> None:
 def test_a_fine_tune_resumes_as_printed_and_ends_where_an_uninterrupted_one_ends(source, tmp_path, monkeypatch):
     """With the watch on, as train.py runs (a Hugging Face model's fine-tune: `test_init_from_resume_is_resume`)."""
     init_from = nanogpt_char(tmp_path) if source == "nanogpt" else gptwatch_with_a_sink_head(tmp_path)
-    code, out, err = train(tmp_path, f"--init_from={init_from}", f"--out_dir={tmp_path / 'straight'}")
+    code, out, err = train(tmp_path, f"--init_from={init_from}", f"--out_dir={tmp_path / 'straight'}", "--run_name=a")
     assert (code, err) == (0, "")
     assert f"fine-tuning {'nanoGPT' if source == 'nanogpt' else 'gptwatch'} checkpoint" in out
 
     interrupt_during_step_two(monkeypatch)
-    code, out, err = train(tmp_path, f"--init_from={init_from}", f"--out_dir={tmp_path / 'stopped'}")
+    code, out, err = train(tmp_path, f"--init_from={init_from}", f"--out_dir={tmp_path / 'stopped'}", "--run_name=b")
     monkeypatch.undo()
     assert code == 128 + signal.SIGINT and checkpoint(tmp_path / "stopped")["step"] == 3
     command = shlex.split(re.search(r"resume with: (.*)$", out, re.M)[1])
@@ -251,7 +251,7 @@ def test_data_is_prepared_with_the_models_vocabulary_and_cached_apart(tmp_path):
     each has its own prepared folder."""
     init_from = nanogpt_char(tmp_path, CHARS[::-1] + "XYZ")
     assert train(tmp_path, f"--init_from={init_from}")[0] == 0
-    assert train(tmp_path, f"--out_dir={tmp_path / 'scratch'}")[0] == 0
+    assert train(tmp_path, f"--out_dir={tmp_path / 'scratch'}", "--run_name=scratch")[0] == 0
     folders = sorted(p.name for p in (tmp_path / "prep").iterdir())
     assert len(folders) == 2 and any(re.match(r"corpus-char-[0-9a-f]{8}-", name) for name in folders)
     assert checkpoint(tmp_path / "out")["tokenizer"]["chars"] == CHARS[::-1] + "XYZ"
@@ -313,5 +313,5 @@ def test_resuming_compares_the_settings_a_model_from_elsewhere_brings(trained):
     ours = GPTConfig(**saved["model_config"])
     check_resume_compatible(cfg, saved, saved["tokenizer"], ours)
     saved["model_config"]["activation"] = "gelu_tanh"
-    with pytest.raises(UsageError, match="the checkpoint's model has activation='gelu_tanh' but this run's has 'gelu'"):
+    with pytest.raises(UsageError, match="the model's activation is 'gelu' \\(the checkpoint's: 'gelu_tanh'"):
         check_resume_compatible(cfg, saved, saved["tokenizer"], ours)

@@ -568,7 +568,7 @@ def test_the_first_and_last_evaluations_read_every_set_whole_and_those_between_w
 
     assert steps(lambda tag: tag == "heads/in_context_score") == [0, 10]
     assert steps(lambda tag: tag.startswith("heads/induction/best_at_")) == [0, 5, 10]
-    assert steps(lambda tag: tag.startswith("attention/the_cat")) == [0, 5, 10]
+    assert steps(lambda tag: tag.startswith("attention/the cat")) == [0, 5, 10]
 
 
 # --- sample.py --heads --------------------------------------------------------------------------------

@@ -421,6 +421,7 @@ def test_heads_on_a_block_1_model_blames_the_block_not_the_val_split(trained, tm
     assert code == 0, err
     assert "block_size 1 is below 16, too short for windows of held-out text" in out
     assert "too few for held-out text" not in out
+    assert "no head types: " in out and "head types of" not in out  # no header over an empty table
 
 
 # --- 9. parsers accept exactly what they can convert ------------------------------------------------------------
@@ -628,3 +629,235 @@ def test_a_long_text_is_read_and_tokenized_in_memory_a_small_multiple_of_its_siz
     run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert "one kind of token only ('a', 24,000,000 times)" in run.stderr, run.stderr
     assert int(run.stdout) < 8 * 24_000_000  # 16x before
+
+
+# --- 5, 6, 8. path settings: one check for every path either command takes ------------------------------------
+
+
+def test_a_tilde_means_the_home_folder_in_both_commands(tmp_path, monkeypatch):
+    """`files.path_setting` (every path setting of train.py and sample.py): bash leaves `~` as it is after
+    `--out_dir=`, so the commands expand it themselves; nothing named `~` appears where they run."""
+    from tests.commands import run_train, tiny_args
+
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    code, out, err = run_train(tiny_args(tmp_path, "--out_dir=~/gw", "--log_dir=~/runs"))
+    assert code == 0, err
+    assert (home / "gw" / "ckpt.pt").is_file() and (home / "runs" / "t").is_dir()
+    assert f"checkpoint {home / 'gw' / 'ckpt.pt'}" in out and "~" not in out
+    code, out, err = run_sample(["--out_dir=~/gw", "--device=cpu", "--max_new_tokens=3"])
+    assert code == 0, err
+    assert not (ROOT / "~").exists()
+
+
+@pytest.mark.parametrize("text", ["", "a/" + "x" * 256, "x" * 300 + "/b", "é" * 128, "~nosuchuser46/x"])
+@pytest.mark.parametrize("key", ["out_dir", "log_dir", "data_dir", "dataset", "init_from", "probes", "agreement"])
+def test_every_path_setting_is_checked_by_one_rule(key, text):
+    from errors import UsageError
+    from settings import MAY_BE_EMPTY, TrainConfig
+
+    if text == "" and key in MAY_BE_EMPTY:
+        return  # the corpus's own probes; dataset and init_from refuse '' in their own words (RULES)
+    with pytest.raises(UsageError, match=f"config key '{key}' (is an empty path|has a part of|starts with '~)"):
+        TrainConfig.from_keys(**{key: text})
+
+
+# --- 1, 3. outputs replace only what the tool wrote; names from user text are distinct and bounded -----------
+
+
+def test_images_of_different_sentences_never_share_a_file_and_a_sentence_replaces_only_its_own(
+    tmp_path, checkpoint_folder
+):
+    """`heatmaps.sentence_slug` (every PNG's name) and `files.Mark` (every PNG and page written): sentences that
+    differ only in punctuation or are written in another script get files of their own; the same sentence again
+    replaces its own images and page."""
+    from watch.show.heatmaps import sentence_slug
+
+    png = tmp_path / "png"
+    sentences = ["the dog.", "the dog", "the  dog", "the dog " * 3]  # one name each before: the_dog
+    for sentence in sentences:
+        code, _, err = run_sample([f"--out_dir={checkpoint_folder}", f"--attention={sentence}", f"--png_dir={png}"])
+        assert code == 0, err
+    names = sorted(p.name for p in png.iterdir())
+    assert len(names) == len(sentences) * 3  # the two layers and the focused head, for every sentence
+    other_scripts = ["the dog,", "Собака", "собака!", "犬", "猫", "x" * 400, "x" * 401]
+    slugs = {sentence_slug(text) for text in other_scripts}
+    assert len(slugs) == len(other_scripts) and max(len(slug.encode()) for slug in slugs) < 200
+    before = _contents(png)
+    code, _, err = run_sample([f"--out_dir={checkpoint_folder}", "--attention=the dog.", f"--png_dir={png}"])
+    assert code == 0, err
+    assert sorted(_contents(png)) == sorted(before)
+    page = tmp_path / "page.html"
+    for _ in range(2):
+        code, _, err = run_sample([f"--out_dir={checkpoint_folder}", "--attention=the dog", f"--html={page}"])
+        assert code == 0, err
+
+
+@pytest.mark.parametrize("content", [b"<!DOCTYPE html><p>my notes</p>", b"", b"\x89PNG\r\n\x1a\n not ours"])
+def test_a_file_the_tool_did_not_write_is_never_replaced_by_an_output(tmp_path, checkpoint_folder, content):
+    from watch.show.heatmaps import sentence_slug
+
+    theirs = {
+        "--html": tmp_path / "mine.html",
+        "--png_dir": tmp_path / "png" / f"{sentence_slug('the dog')}_layer0.png",
+    }
+    for option, path in theirs.items():
+        path.parent.mkdir(exist_ok=True)
+        path.write_bytes(content)
+        value = path if option == "--html" else path.parent
+        code, _, err = run_sample([f"--out_dir={checkpoint_folder}", "--attention=the dog", f"{option}={value}"])
+        assert code == 1 and "exists and is not" in err and "gptwatch replaces only files it wrote" in err, err
+        assert path.read_bytes() == content
+
+
+def test_a_sentence_keeps_its_whole_text_in_its_tensorboard_tag():
+    from watch.show.heatmaps import sentence_tag
+
+    texts = ["the dog.", "the dog,", "Собака", "a/b", "x" * 300, "ring\x07", "ring\\x07"]
+    assert len({sentence_tag(t) for t in texts}) == len(texts)
+    assert sentence_tag("the dog.") == "the dog." and sentence_tag("x" * 300) == "x" * 300
+    assert "\x07" not in sentence_tag("ring\x07")
+
+
+# --- 2, 7. a TensorBoard run folder holds one run; a run without a name gets one nobody else has ---------------
+
+
+def test_a_new_run_never_joins_another_runs_tensorboard_lines_but_a_resume_continues_its_own(tmp_path):
+    """`runtime.check_run_folder`, under the TensorBoard run's lock: a second run (another seed and out_dir) under
+    the same --run_name, or inside the first one's per-head folder, is refused before it logs anything; the first
+    run resumed under its own name goes on in its own folder."""
+    from tests.commands import run_train, tiny_args
+
+    code, _, err = run_train(tiny_args(tmp_path))
+    assert code == 0, err
+    runs = tmp_path / "runs"
+    before = _contents(runs)
+    for extra in (["--seed=7"], ["--seed=7", "--run_name=t/L0H0"]):
+        code, _, err = run_train(tiny_args(tmp_path, f"--out_dir={tmp_path / 'second'}", *extra))
+        assert code == 1 and err.count("\n") == 1 and "another run" in err, err
+        assert _contents(runs) == before
+    code, _, err = run_train(tiny_args(tmp_path, "--resume", "--max_iters=9"))
+    assert code == 0, err
+    assert len(list((runs / "t").glob("events.out.tfevents.*"))) == 2  # the run's own folder, a second file
+
+
+def test_default_run_names_differ_for_runs_started_in_the_same_second(monkeypatch):
+    """`runtime.default_run_name`: the time is not enough (a sweep starts its runs together); the process id
+    tells the runs on one machine apart, and the name stays short whatever the config or text is called."""
+    from trainer import runtime
+
+    monkeypatch.setattr(runtime.time, "strftime", lambda fmt: "20260101-120000")
+    names = set()
+    for pid in (4242, 4243):
+        monkeypatch.setattr(runtime.os, "getpid", lambda pid=pid: pid)
+        names.add(runtime.default_run_name("pronouns"))
+    assert len(names) == 2
+    assert len(runtime.default_run_name("x" * 250).encode()) < 140
+
+
+# --- 9. every status line through one function ------------------------------------------------------------------
+
+RAW = ("\x1b", "\x07", "\x9b", "\u202e", "\x00")  # what a terminal would act on, or shows as something else
+
+
+def test_status_lines_show_names_and_text_we_did_not_write_escaped(tmp_path):
+    """`cli.say` (every status line of both commands): a corpus whose name and text hold ESC, BEL, a C1 control
+    and the right-to-left override trains, and the settings line, `TensorBoard:`, `done:`, the page and the sample
+    command show them as escapes; `--heads` and `--attention` of that run too."""
+    from tests.commands import TINY, run_train
+
+    hostile = "x\x1b]0;owned\x07\u202e\x9b"
+    corpus = tmp_path / f"corpus{hostile}.txt"
+    corpus.write_text(TEXT.replace("the cat", f"the {hostile} cat"))
+    out = tmp_path / f"out{hostile}"
+    code, stdout, stderr = run_train(
+        [f"--dataset={corpus}", f"--data_dir={tmp_path / 'prep'}", f"--out_dir={out}", f"--log_dir={out}", *TINY]
+    )
+    assert code == 0, stderr
+    assert "settings chosen for" in stdout and "done:" in stdout and "sample: python sample.py" in stdout
+    for shown in (stdout, stderr):
+        assert not any(c in shown for c in RAW), repr(shown)
+    for look in (["--heads"], ["--attention=the dog saw the ball and it", f"--html={out / 'page.html'}"]):
+        code, stdout, stderr = run_sample([f"--out_dir={out}", "--device=cpu", *look])
+        assert code == 0, stderr
+        assert str(out) not in stdout and not any(c in stdout + stderr for c in RAW)
+
+
+# --- 10, 12. messages that point the right way ---------------------------------------------------------------------
+
+
+def test_a_run_too_small_for_head_types_says_why_its_report_has_none(tmp_path):
+    """`headtypes.types_not_measurable`, for the end of a run as for `sample.py --heads`; and a sample prompt the
+    run chose itself (the default newline, for a text without one) never draws a warning."""
+    from tests.commands import run_train, tiny_args
+
+    (tmp_path / "corpus.txt").write_text(TEXT.replace("\n", " ") * 2)
+    code, out, err = run_train(tiny_args(tmp_path, "--block_size=8", "--sample_tokens=5"))
+    assert (code, err) == (0, "")
+    assert "no head types: block_size 8 is below 16" in out
+
+
+def test_a_resume_keeps_the_seed_its_baselines_were_drawn_from(trained, tmp_path):
+    """The checkpoint's seed stays the run's (its untrained baselines are that seed's model); another is refused."""
+    from tests.commands import run_train, tiny_args
+
+    checkpoint = _trained(trained)
+    checkpoint["train_config"]["seed"] = 7
+    (tmp_path / "out").mkdir()
+    torch.save(checkpoint, tmp_path / "out" / "ckpt.pt")
+    code, _, err = run_train(tiny_args(tmp_path, "--resume", "--seed=8", "--run_name=r"))
+    assert code == 2 and "seed is 8 (the checkpoint's: 7" in err and "--seed=7" in err
+    code, _, err = run_train(tiny_args(tmp_path, "--resume", "--run_name=r"))
+    assert code == 0, err
+    assert torch.load(tmp_path / "out" / "ckpt.pt", weights_only=True)["train_config"]["seed"] == 7
+
+
+# --- 4. a measurement that cannot measure is never shown as a figure -------------------------------------------
+
+
+def test_figures_on_identical_windows_or_indistinct_continuations_are_not_measurable(trained, tmp_path):
+    """`reading.varied_windows` (every held-out window set) and `data.probes.Probe.align` (every probe's
+    continuations): one token repeated gives identical windows, whose spread would be 0 by construction; a
+    continuation first token both nouns share counts for neither, and a probe left without one is not scored."""
+    import json
+
+    trained.copy_to(tmp_path / "m")
+    same = tmp_path / "same.txt"
+    same.write_text("a" * 3000)
+    code, out, err = run_sample([f"--out_dir={tmp_path / 'm'}", "--device=cpu", "--heads", f"--text={same}"])
+    assert code == 0, err
+    assert "is the same" in out and "in-context score on held-out text" not in out
+    probe = {"text": "a dog saw a ball and it ran", "pronoun": "it", "referent": "dog", "distractor": "ball"}
+    for theirs, ours in ((["barked"], ["bowled"]), (["ran", "sat"], ["ran", "sat"])):
+        probes = tmp_path / "probes.jsonl"
+        probes.write_text(json.dumps({**probe, "continuations": theirs, "distractor_continuations": ours}) + "\n")
+        code, out, err = run_sample([f"--out_dir={tmp_path / 'm'}", "--device=cpu", f"--probes={probes}", "--json"])
+        assert code == 0 and "not measurable" in err
+        continuation = json.loads(out)["continuation"]
+        assert continuation["n"] == 0 and continuation["logit_diff"] is None
+
+
+# --- 11. nothing read that would block, and a bound on what is read ----------------------------------------------
+
+
+def test_a_pipe_planted_where_the_tool_reads_its_own_files_is_never_opened(tmp_path):
+    """The files a command reads that it wrote itself (a run folder's owner, an export's marker) are checked to be
+    regular files first, as every file a user names is (`files.regular_file`): opening a pipe would wait forever."""
+    from formats.huggingface import MARKER, is_earlier_export
+    from trainer import runtime
+
+    os.mkfifo(tmp_path / runtime.OWNER)
+    os.mkfifo(tmp_path / MARKER)
+    assert runtime._run_owner(tmp_path) is None  # returns at once: a blocked open would hang the test
+    assert not is_earlier_export(tmp_path)
+
+
+def test_a_checkpoint_recorded_with_an_empty_folder_still_reads(trained, tmp_path):
+    """Before empty paths were refused, `--out_dir=` trained into the current folder and recorded ''; such a
+    checkpoint's settings read '' as that folder, '.'."""
+    checkpoint = _trained(trained)
+    checkpoint["train_config"].update(out_dir="", log_dir="")
+    torch.save(checkpoint, tmp_path / "ckpt.pt")
+    code, _, err = run_sample([f"--out_dir={tmp_path}", "--device=cpu", "--max_new_tokens=3"])
+    assert code == 0, err

@@ -26,6 +26,7 @@ from tests.commands import TEXT, one_line, run_sample
 from tests.random_checkpoints import make_checkpoint
 from watch.inspect import checkpoint_sets
 from watch.measure.reading import read
+from watch.show.heatmaps import sentence_slug
 
 __all__ = ["nanogpt"]  # the fixture, shared with tests/test_import.py
 
@@ -110,7 +111,7 @@ def test_attention_heatmaps_go_under_out_and_its_name(source, tmp_path):
     out, _ = sample(f"--init_from={source}", "--attention=the dog saw it")
     kind = "nanogpt" if (source / "ckpt.pt").exists() else "huggingface"  # named for what it is, never its own folder
     folder = Path("out") / f"{kind}-{source.name}" / "attention"
-    assert f"heatmaps: {folder}/the_dog_saw_it_*.png" in out
+    assert f"heatmaps: {folder}/{sentence_slug('the dog saw it')}_*.png" in out
     assert sorted(p.name for p in (tmp_path / folder).iterdir())[0].startswith("the_dog_saw_it_")
     page = tmp_path / "page.html"
     out, _ = sample(f"--init_from={source}", "--attention=the dog saw it", f"--html={page}")

@@ -417,7 +417,7 @@ def test_non_finite_parameters_are_never_saved(tmp_path, monkeypatch):
 def test_a_new_run_keeps_the_previous_checkpoint_one_generation_back(tmp_path):
     assert run_train(tiny_args(tmp_path))[0] == 0
     first = (tmp_path / "out" / "ckpt.pt").read_bytes()
-    code, _, err = run_train(tiny_args(tmp_path, "--seed=2"))
+    code, _, err = run_train(tiny_args(tmp_path, "--seed=2", "--run_name=t2"))  # a TensorBoard run of its own
     assert code == 0 and err.startswith("warning: ") and "kept it as" in err
     assert (tmp_path / "out" / "ckpt.prev.pt").read_bytes() == first
     assert (tmp_path / "out" / "ckpt.pt").read_bytes() != first

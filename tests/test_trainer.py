@@ -235,7 +235,7 @@ def test_attention_watch_plugs_in_as_a_callback(tmp_path, capsys):
     trainer.callbacks = [watch]
     result = trainer.fit()
     # Heatmaps and the head table at evaluations; the scores also every watch_interval steps between them.
-    assert writer.figures["attention/the_dog_saw_the_ball_and_it_rolled/layer0"] == [0, 3, 6]
+    assert writer.figures["attention/the dog saw the ball and it rolled/layer0"] == [0, 3, 6]
     assert writer.texts["attention/heads"] == [0, 3, 6]
     for tag in (
         "attention/referent/best",

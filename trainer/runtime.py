@@ -13,6 +13,7 @@ import errno
 import gc
 import json
 import os
+import secrets
 import socket
 import stat
 import sys
@@ -26,7 +27,7 @@ import torch.distributed as dist
 
 from data.corpora import GENERATED
 from errors import UsageError, UserError, is_out_of_memory, warn
-from files import process_alive, writable_folder
+from files import process_alive, replace_file, what_stands_at, writable_folder
 from model.memory import parameter_count, shortfall
 from model.memory import size_text as _size
 from parsing import NotParsed, parse_int, parse_json, quoted
@@ -203,6 +204,69 @@ def out_of_memory(cfg: TrainConfig) -> Iterator[None]:
             f"ran out of memory ({' '.join(str(exc).split())[:120] or type(exc).__name__}); "
             f"{_keys_to_lower(cfg, training_bytes(cfg, vocab_size=1))}"
         ) from None
+
+
+# --- a TensorBoard run of its own for every run -----------------------------------------------------------
+
+EVENTS = "events.out.tfevents.*"  # the files TensorBoard reads a run's points from
+
+
+def default_run_name(name: str) -> str:
+    """The TensorBoard run name of a run not given one: `name` (the config's or the text's, cut to a length any
+    folder takes), the time, the process id and a short random part, so that runs started in the same second (a
+    parallel sweep, or two runs of one program) never share a name."""
+    return f"{name[:100]}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{secrets.token_hex(2)}"
+
+
+OWNER = ".gptwatch-run"  # in a run folder: the out_dir of the run that logs there (TensorBoard reads no such file)
+
+
+def claim_run_folder(folder: Path, log_dir: Path, out_dir: str | Path, *, resuming: bool, recorded: bool) -> None:
+    """Makes the TensorBoard run folder `folder` (inside `log_dir`) this run's, once `check_run_folder` finds it
+    may be: it records `out_dir` there."""
+    check_run_folder(folder, log_dir, out_dir, resuming=resuming, recorded=recorded)
+    ours = str(Path(out_dir).resolve())
+    if _run_owner(folder) != ours:
+        with contextlib.suppress(OSError):  # a disk that fails here fails TensorBoard's writer next, with a warning
+            folder.mkdir(parents=True, exist_ok=True)
+            replace_file(folder / OWNER, lambda fh: fh.write(json.dumps({"out_dir": ours}).encode("utf-8")))
+
+
+def check_run_folder(folder: Path, log_dir: Path, out_dir: str | Path, *, resuming: bool, recorded: bool) -> None:
+    """A `UserError` when this run's points would join another run's lines in the TensorBoard run folder `folder`
+    (inside `log_dir`): the folder (or one inside it) holds event files that a run of
+    another out_dir wrote, or a new run's of this one (only a resume continues a run: `resuming`); or it lies inside
+    the folder of another run (a run's per-head folders, RUN/L0H0, are runs of TensorBoard's too). A folder written
+    before runs recorded their out_dir there is this run's when it is the one the checkpoint resumed records
+    (`recorded`)."""
+    for above in folder.parents:
+        if next(above.glob(EVENTS), None) is not None:
+            raise UserError(
+                f"the TensorBoard run {folder} lies inside {above}, the folder of another run, whose lines it "
+                f"would join; choose a --run_name outside it"
+            )
+        if above == log_dir or above == above.parent:
+            break
+    found = next(folder.rglob(EVENTS), None) if folder.is_dir() else None
+    ours = str(Path(out_dir).resolve())
+    if found is not None:
+        owner = _run_owner(folder)
+        if not resuming or (owner != ours if owner is not None else not recorded):
+            raise UserError(
+                f"the TensorBoard run {folder} holds another run's logs ({found.name}), which this run's would "
+                f"join in the same lines; choose another --run_name (or leave it out for a new name), or move "
+                f"that folder away"
+            )
+
+
+def _run_owner(folder: Path) -> str | None:
+    if what_stands_at(folder / OWNER, follow_links=False) is not None:  # none, or a pipe that would block a reader
+        return None
+    try:
+        owner = parse_json((folder / OWNER).read_bytes())
+    except (OSError, NotParsed):
+        return None
+    return owner.get("out_dir") if isinstance(owner, dict) and isinstance(owner.get("out_dir"), str) else None
 
 
 # --- one training run per out_dir, and per TensorBoard run folder (log_dir/run_name), at a time ----------

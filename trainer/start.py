@@ -18,12 +18,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from cli import say
 from data import corpora
 from data.prepare import ModelVocabulary, Prepared, prepare, source_text
 from data.tokenizer import FULL_GPT2, Tokenizer, tokenizer_from_meta
@@ -35,7 +37,7 @@ from formats.huggingface import hub_name
 from formats.sources import describe, identify, load_model, model_name
 from model.config import CONFIG_KEYS, IMPORTED_FIELDS, MODEL_KEYS, GPTConfig
 from model.gpt import GPT
-from settings import RESUME, SCRATCH, TrainConfig, make_config, parse_command_line, read_toml
+from settings import RESUME, SCRATCH, TrainConfig, checked_paths, make_config, parse_command_line, read_toml
 from trainer.runtime import check_corpus_fits
 
 DEMO_CONFIG = corpora.REPO / "configs" / "pronouns.toml"
@@ -85,7 +87,7 @@ class Start:
         cfg = self.cfg
         check_corpus_fits(cfg)
         if self.description is not None and not quiet:
-            print(f"fine-tuning {self.description}")
+            say(f"fine-tuning {self.description}")
         vocabulary = self.vocabulary or cfg.tokenizer
         data = prepare(cfg.dataset, vocabulary, cfg.data_dir, cfg.val_fraction, cfg.corpus_sentences, quiet=quiet)
         return dataclasses.replace(self, data=data)
@@ -105,9 +107,14 @@ class Start:
         return (
             f"settings chosen for {file_name} ({characters:,} characters): {cfg.tokenizer} tokenizer, {model}, "
             f"block {m.block_size}, {cfg.max_iters:,} steps of {cfg.batch_size * m.block_size:,} tokens, "
-            f"checkpoint in {cfg.out_dir}; change any with --key=value (e.g. --max_iters={2 * cfg.max_iters}), "
+            f"checkpoint in {cfg.out_dir}; change any with --key=value (e.g. --max_iters={2 * self._steps()}), "
             f"or give a config file to replace them all; every key: python train.py --help"
         )
+
+    def _steps(self) -> int:
+        """The steps this run ends at, or the resumed checkpoint's when that is further."""
+        done = self.checkpoint.get("step") if self.checkpoint is not None else None
+        return max(self.cfg.max_iters, done if isinstance(done, int) else 0)
 
     def model_config(self, vocab_size: int) -> GPTConfig:
         """The model the run trains, for data of `vocab_size` tokens (a model from elsewhere has its own)."""
@@ -125,8 +132,7 @@ class Start:
         """Continues the checkpoint (read from `path`) in this run: refuses what this run's settings, its data and
         its model cannot continue, then puts back the weights, the optimizer's state and the random generators."""
         cfg, checkpoint, data = self.cfg, self.checkpoint, self.data
-        check_resume_compatible(cfg, checkpoint, data.tokenizer.to_meta(), model.config)
-        check_same_data(checkpoint, data_identity(cfg, data), path)
+        check_resume_compatible(cfg, checkpoint, data.tokenizer.to_meta(), model.config, data_identity(cfg, data), path)
         problem = inside_name(checkpoint["run_name"]) if not cfg.run_name else None
         if problem is not None:  # the resumed run would write its TensorBoard logs to log_dir/run_name
             raise CheckpointError(
@@ -154,6 +160,7 @@ def resolve(argv: list[str], bases: str | None = None) -> Start:
     """Where the run of the command line `argv` (`[CONFIG.toml] [--key=value ...]`; `bases` is --help's word on
     the settings it starts from) starts: its settings, then its model (see the module's docstring)."""
     config_path, overrides = parse_command_line(argv, bases)  # --help prints and exits here
+    overrides |= checked_paths(overrides)  # before choosing settings reads the dataset or a checkpoint
     problem = utf8_value(config_path) if config_path else None
     if problem is not None:  # its name becomes the run's name, which checkpoints and logs record
         raise UsageError(f"the config file name {problem}; rename it to a UTF-8 name")
@@ -321,12 +328,20 @@ def _resuming(cfg: TrainConfig, found: dict) -> Start:
     continue it: `Start.resume`). `init_from`, when given, must name what it started from."""
     path, checkpoint = Path(cfg.out_dir) / CHECKPOINT, found.pop("checkpoint", None)
     if checkpoint is None:
+        source = identify(cfg.out_dir, model=False)
+        if source.elsewhere:
+            raise UserError(
+                f"{cfg.out_dir} holds a {source.format.title} model, and --resume (or --init_from=resume) continues "
+                f"only a run gptwatch's train.py saved; to train it further, fine-tune it: python train.py "
+                f"--init_from={shlex.quote(str(cfg.out_dir))} (without --resume; its checkpoint goes to a new "
+                f"out_dir)"
+            )
         if not path.exists():
             raise UserError(
                 f"--resume but there is no checkpoint at {path}; drop --resume to start a new "
                 f"run, or set --out_dir to the folder that holds ckpt.pt"
             )
-        checkpoint = load_checkpoint(path)
+        checkpoint = load_checkpoint(path, source.contents)
     model = validate(checkpoint, path, for_resume=True)  # a switch it does not record is off
     saved = saved_settings(checkpoint, path)  # checked as a config is: resuming needs its train_config
     started = saved.init_from if saved.fine_tunes else SCRATCH
@@ -336,7 +351,9 @@ def _resuming(cfg: TrainConfig, found: dict) -> Start:
             f"{started!r}; resume with --init_from={started} (or without init_from), or start a new "
             f"--out_dir"
         )
-    cfg = cfg.replaced(init_from=started)
+    # The seed drew the starting model, which the untrained baselines are drawn again from: the checkpoint's, unless
+    # the user gives another (a difference `check_resume_compatible` refuses).
+    cfg = cfg.replaced(init_from=started, **({} if "seed" in cfg.given else {"seed": saved.seed}))
     if not cfg.fine_tunes:
         return Start(cfg, **found, checkpoint=checkpoint)
     tokenizer = tokenizer_from_meta(checkpoint["tokenizer"])
@@ -389,64 +406,120 @@ def data_identity(cfg: TrainConfig, data: Prepared) -> dict:
     }
 
 
-def check_same_data(checkpoint: dict, data: dict, path: Path) -> None:
-    """A UsageError when this run would train and validate on other data than the checkpoint's: another split
-    (val_fraction) or another text (its sha256), so the model would validate on text it trained on and its best
-    loss would not compare. Where the data lives (the file's path, data_dir) may change. A checkpoint from before
-    this was recorded is checked for its split only, with one warning."""
+def _vocabulary(meta: dict) -> str:
+    """A tokenizer's record in words: its name and size."""
+    size = len(meta.get("chars") or "") if meta.get("name") == "char" else len(meta.get("kept_ids") or []) or 50257
+    return f"{meta.get('name')} of {size:,} tokens"
+
+
+def _flag(key: str, value: Any) -> str:
+    return f"--{key}={str(value).lower() if isinstance(value, bool) else value}"
+
+
+def data_differences(checkpoint: dict, data: dict, path: Path) -> list[tuple[str, str]]:
+    """Where this run would train and validate on other data than the checkpoint's: another split (val_fraction)
+    or another text (its sha256), so the model would validate on text it trained on and its best loss would not
+    compare; as (what differs, the setting that resumes it). Where the data lives (the file's path, data_dir) may
+    change. A checkpoint from before the text was recorded is checked for its split only, with one warning."""
     saved = checkpoint.get("data") if isinstance(checkpoint.get("data"), dict) else None
     fraction = (saved or checkpoint["train_config"]).get("val_fraction")
+    found = []
     if isinstance(fraction, float) and fraction != data["val_fraction"]:
-        raise UsageError(
-            f"config key 'val_fraction' is {data['val_fraction']:g} but the checkpoint was trained with "
-            f"{fraction:g}: the new validation split would hold text the model trained on; resume with "
-            f"--val_fraction={fraction:g}, or start a new --out_dir"
+        found.append(
+            (
+                f"val_fraction is {data['val_fraction']:g} (the checkpoint's: {fraction:g}; another split would "
+                f"validate on text the model trained on)",
+                f"--val_fraction={fraction:g}",
+            )
         )
     if saved is None or not isinstance(saved.get("source_sha256"), str):
         warn(
             f"{path} does not record which text it was trained on (an older checkpoint), so resuming cannot check "
             f"that {data['source']} is that text; going on as if it were"
         )
-        return
+        return found
     if saved["source_sha256"] != data["source_sha256"]:
-        raise UsageError(
-            f"--dataset={data['dataset']} is not the text the checkpoint was trained on "
-            f"({saved.get('source')}, sha256 {saved['source_sha256'][:12]}; this one's is "
-            f"{data['source_sha256'][:12]}): its validation split would hold text the model trained on; "
-            f"resume with the same text, or start a new --out_dir"
+        found.append(
+            (
+                f"--dataset={data['dataset']} is not the text the checkpoint was trained on ({saved.get('source')}, "
+                f"sha256 {saved['source_sha256'][:12]}; this one's is {data['source_sha256'][:12]})",
+                f"--dataset={saved.get('source')}",
+            )
         )
+    return found
 
 
-def check_resume_compatible(cfg: TrainConfig, checkpoint: dict, tokenizer_meta: dict, model_config: GPTConfig) -> None:
-    """A UsageError naming the first setting that differs from the checkpoint's in a way resuming cannot absorb:
-    this run's, or that of the model it builds (`model_config`) which a model trained elsewhere brought."""
+def check_resume_compatible(
+    cfg: TrainConfig,
+    checkpoint: dict,
+    tokenizer_meta: dict,
+    model_config: GPTConfig,
+    data: dict | None = None,
+    path: Path | None = None,
+) -> None:
+    """One UsageError naming every setting that differs from the checkpoint's in a way resuming cannot absorb, each
+    with the checkpoint's value, and the settings that resume it: this run's, that of the model it builds
+    (`model_config`) which a model trained elsewhere brought, its vocabulary and, given `data` (`data_identity`),
+    its data (`data_differences`)."""
     theirs = GPTConfig(**checkpoint["model_config"])  # a switch it does not record (an older checkpoint) is off
+    recorded = checkpoint["train_config"]
+    found: list[tuple[str, str]] = []
     if cfg.model.block_size > theirs.block_size:  # a smaller one just trains on shorter windows
-        raise UsageError(
-            f"--block_size={cfg.model.block_size} is larger than the {theirs.block_size} the checkpoint "
-            f"was trained with; resume with --block_size={theirs.block_size} or start a new out_dir"
+        found.append(
+            (
+                f"block_size is {cfg.model.block_size} (the checkpoint's: {theirs.block_size}; a resumed run may "
+                f"only lower it)",
+                f"--block_size={theirs.block_size}",
+            )
         )
     for key in MODEL_KEYS:  # the vocabulary is checked through the tokenizer
         if getattr(theirs, key) != getattr(cfg.model, key):
-            raise UsageError(
-                f"config key '{key}' is {getattr(cfg.model, key)!r} but the checkpoint was trained with "
-                f"{getattr(theirs, key)!r}; use the same value to resume, or a new --out_dir"
+            found.append(
+                (
+                    f"{key} is {getattr(cfg.model, key)!r} (the checkpoint's: {getattr(theirs, key)!r})",
+                    _flag(key, getattr(theirs, key)),
+                )
             )
     for key in IMPORTED_FIELDS:  # query/key/value biases, GPT-2's GELU, padding rows: what init_from brought
         if getattr(theirs, key) != getattr(model_config, key):
-            raise UsageError(
-                f"the checkpoint's model has {key}={getattr(theirs, key)!r} but this run's has "
-                f"{getattr(model_config, key)!r}: they started from different models; resume with "
-                f"the init_from it was trained from, or start a new --out_dir"
+            found.append(
+                (
+                    f"the model's {key} is {getattr(model_config, key)!r} (the checkpoint's: "
+                    f"{getattr(theirs, key)!r}: it started from another model)",
+                    _flag("init_from", recorded.get("init_from", SCRATCH)),
+                )
             )
-    saved_optimizer = checkpoint["train_config"].get("optimizer", "adamw")
+    if "seed" in recorded and recorded["seed"] != cfg.seed:
+        found.append(
+            (
+                f"seed is {cfg.seed} (the checkpoint's: {recorded['seed']}; it drew the starting model, which the "
+                f"untrained baselines are drawn again from)",
+                f"--seed={recorded['seed']}",
+            )
+        )
+    saved_optimizer = recorded.get("optimizer", "adamw")
     if saved_optimizer != cfg.optimizer:  # the optimizer states would not fit
-        raise UsageError(
-            f"config key 'optimizer' is {cfg.optimizer!r} but the checkpoint was trained with "
-            f"{saved_optimizer!r}; use the same value to resume, or a new --out_dir"
+        found.append(
+            (
+                f"optimizer is {cfg.optimizer!r} (the checkpoint's: {saved_optimizer!r})",
+                _flag("optimizer", saved_optimizer),
+            )
         )
     if checkpoint["tokenizer"] != tokenizer_meta:
+        given = f"--dataset={recorded.get('dataset')} --tokenizer={recorded.get('tokenizer')}"
+        found.append(
+            (
+                f"the vocabulary of this data, {_vocabulary(tokenizer_meta)}, is not the checkpoint's, "
+                f"{_vocabulary(checkpoint['tokenizer'])} (of {given})",
+                given,
+            )
+        )
+    if data is not None:
+        found += data_differences(checkpoint, data, path or Path(cfg.out_dir) / CHECKPOINT)
+    if found:
+        differ = f"{len(found)} settings differ" if len(found) > 1 else "1 setting differs"
+        fixes = " ".join(dict.fromkeys(fix for _, fix in found))
         raise UsageError(
-            "the checkpoint's vocabulary does not match this data's; resume with the dataset and "
-            "tokenizer it was trained on, or start a new --out_dir"
+            f"cannot resume {path or 'the checkpoint'}: {differ} from the run it holds: "
+            f"{'; '.join(what for what, _ in found)}; resume with {fixes}, or start a new --out_dir"
         )

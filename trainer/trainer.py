@@ -23,12 +23,12 @@ from data.batches import Batches
 from data.prepare import Prepared
 from errors import UserError, warn
 from files import clear_for_file, remove_dead_leftovers, writable_folder
-from formats.checkpoint import CHECKPOINT, Checkpoint, previous_path, save_checkpoint
+from formats.checkpoint import CHECKPOINT, EARLIER, Checkpoint, previous_path, save_checkpoint
 from formats.sources import identify, load_model
 from model.gpt import GPT, evaluating
 from settings import TrainConfig
 from trainer.optim import divergence_fix, lr_at, make_optimizer, schedule_problem, set_lr
-from trainer.runtime import Runtime, check_training_fits, ranks_agree
+from trainer.runtime import Runtime, check_training_fits, default_run_name, ranks_agree
 from trainer.start import Start, data_identity
 
 
@@ -108,6 +108,7 @@ class CheckpointWriter:
         clear_for_file(path, "this run's checkpoint", fix)
         if self.keep_previous:
             clear_for_file(previous_path(path), "the earlier run's checkpoint", fix, follow_links=False)
+            EARLIER.check(previous_path(path))  # it replaces only a checkpoint: found now, not at the first save
         remove_dead_leftovers(path)
 
     def save(self, checkpoint: Checkpoint, step: int) -> None:
@@ -171,7 +172,7 @@ class Trainer:
         batches = Batches(data.splits(block), block, cfg.batch_size, runtime.device, cfg.seed, runtime.rank)
         model = (start.model if start.model is not None else GPT(model_cfg)).to(runtime.device)
         optimizer = make_optimizer(model, cfg, runtime.device)
-        state = TrainState(run_name=cfg.run_name or f"{start.name}-{time.strftime('%Y%m%d-%H%M%S')}")
+        state = TrainState(run_name=cfg.run_name or default_run_name(start.name))
         resumed = start.checkpoint
         if resumed is not None:  # `resolve` checked that it holds a run_name, step and best_val_loss
             start.resume(path, model, optimizer, batches)

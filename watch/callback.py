@@ -24,10 +24,11 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
+from cli import say
 from errors import UserError, warn
 from watch.measure.composition import reads_from
 from watch.measure.heads import last_pronoun_pos
-from watch.measure.headtypes import TYPE_SETS, TYPES
+from watch.measure.headtypes import TYPE_SETS, TYPES, types_not_measurable
 from watch.measure.probesets import AGREEMENT, PRONOUN, SENTENCES, ProbeSets, held_out_sentences
 from watch.measure.proofs import AblationResult, agreement_ablations, best_pronoun_proof, proofs
 from watch.measure.reading import Reading, Source, quick_sets, read_pass, untrained_like, watch_sets
@@ -216,18 +217,21 @@ class AttentionWatch:
             print(f"\n{view.text!r}: where {view.tokens[query].strip()!r} looks, layer {layer}:")
             print(report.top_attended(view.patterns[layer], view.tokens, query, k=3, layer=layer))
         if reading.agreement is not None:
-            print("\n" + report.agreement_lines(reading, agreement))
+            say("", *report.agreement_lines(reading, agreement).splitlines())
             metrics.update(agreement_metrics(reading, agreement))
         if reading.types:
             about = "; ".join(s.about for kind, s in self.sets.sets.items() if kind in TYPE_SETS)
-            print(f"\nhead types ({about}); the untrained model's scores in brackets:")
-            print(report.type_report(reading, [p for p in found if p is not removed], self.since(reading)))
+            # Through `cli.say`: the sets' words name the text they were read from, a path we did not write.
+            say("", f"head types ({about}); the untrained model's scores in brackets:")
+            say(*report.type_report(reading, [p for p in found if p is not removed], self.since(reading)).splitlines())
             for kind in (kind for kind, head_type in TYPES.items() if head_type.hparam):
                 top = reading.results.best(kind)
                 if top is not None:
                     metrics[f"hparam/best_{kind}"] = top[1]
             numbers = reading.results.numbers
             metrics.update({f"hparam/{n}": numbers[n] for n in ("in_context_gain", "in_context_score") if n in numbers})
+        elif types_not_measurable(self.sets) is not None:  # say why the section is missing, as --heads does
+            say("", types_not_measurable(self.sets))
         if reading.before is not None and reading.types:
             table = report.before_table(reading)
             if table:

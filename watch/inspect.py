@@ -9,6 +9,7 @@ import json
 import shlex
 from pathlib import Path
 
+from cli import say
 from data.corpora import corpus_of
 from data.prepare import find_prepared
 from data.probes import Probe
@@ -19,12 +20,12 @@ from parsing import NotParsed, is_whole_number, parse_int, quoted
 from watch.measure.capture import capture_attention
 from watch.measure.composition import composition_json, reads_from
 from watch.measure.heads import ablation_names, default_query, display_token, focused_head, head_name
-from watch.measure.headtypes import BROAD, TYPE_SETS, TYPES
+from watch.measure.headtypes import BROAD, TYPE_SETS, TYPES, types_not_measurable
 from watch.measure.probesets import NO_TEXT, PRONOUN, REPEATED, REPEATED_MIN_LENGTH, TEXT, ProbeSets, from_file
 from watch.measure.pronouns import finite
 from watch.measure.proofs import head_means, proofs
 from watch.measure.reading import PROBE_KINDS, Reading, Results, Source, read_pass, untrained_like, watch_sets
-from watch.show.heatmaps import HeatmapCanvas, head_titles, save_png, sentence_slug
+from watch.show.heatmaps import PNG, HeatmapCanvas, head_titles, save_png, sentence_slug, sentence_tag
 from watch.show.page import SentenceView, attention_page, write_page
 from watch.show.report import ablation_line, composition_lines, head_table, top_attended, type_labels, type_report
 from watch.show.tensorboard import TensorBoardWriter
@@ -110,7 +111,7 @@ def show_attention(model, tokenizer, checkpoint: dict, args: argparse.Namespace,
     for n, pattern in enumerate(patterns):
         print(top_attended(pattern, tokens, query, k=3, layer=n))
     print(f"most focused head: {head_name(layer, head)}")
-    print(written)
+    say(written)
 
 
 def _write_heatmaps(
@@ -135,6 +136,8 @@ def _write_heatmaps(
     images[f"{slug}_{name}.png"] = HeatmapCanvas(tokens, 1, highlight_query=query).draw(
         [patterns[focused[0]][focused[1]]], [f"{name}: most focused head for {tokens[query].strip()!r}"]
     )
+    for file_name in images:  # all checked before any is written: a refusal leaves the folder as it was
+        PNG.check(png_dir / file_name)
     try:
         for file_name, image in images.items():
             save_png(image, png_dir / file_name)
@@ -159,7 +162,7 @@ def _write_heatmaps(
     writer = TensorBoardWriter(log_dir, fix="the heatmaps are in the PNG files")
     for name, image in images.items():
         writer.add_image(
-            f"inspect/{slug}/{Path(name).stem.removeprefix(slug + '_')}",
+            f"inspect/{sentence_tag(args.attention)}/{Path(name).stem.removeprefix(slug + '_')}",
             image,
             checkpoint.get("step", 0),
             dataformats="HWC",
@@ -167,7 +170,7 @@ def _write_heatmaps(
     writer.close()
     if not writer.failed:
         # A shell comment after the command, so the whole line runs as printed.
-        print(
+        say(
             f"TensorBoard: tensorboard --logdir {shlex.quote(str(log_dir.parent))}  # run {run}, tab IMAGES, "
             f"tags inspect/..."
         )
@@ -187,7 +190,7 @@ def show_probes(model, tokenizer, _checkpoint: dict, args: argparse.Namespace, a
         print(json.dumps(finite(out), allow_nan=False))  # valid JSON: null where a number is nan
         return
     ablated = f", with {', '.join(ablation_names(ablate))} ablated" if ablate else ""
-    print(f"heads on {report.n_probes} probes from {args.probes}{ablated}:")
+    say(f"heads on {report.n_probes} probes from {args.probes}{ablated}:")
     print(head_table(report))
     if ablate and baseline.continuation_accuracy is not None:
         print(ablation_line(baseline.continuation_accuracy, report.continuation_accuracy, ablation_names(ablate)))
@@ -279,8 +282,11 @@ def show_heads(model, tokenizer, checkpoint: dict, args: argparse.Namespace, abl
         return
     about = "; ".join(s.about for s in sets.sets.values())
     removed = f", with {', '.join(reading.results.ablated)} removed ({args.ablation}-ablation)" if ablate else ""
-    print(f"head types of {args.out_dir}{removed} ({about}); the untrained model's scores in brackets:")
-    print(type_report(reading, found))
+    if types_not_measurable(sets) is not None:  # a header and an empty table would say nothing
+        say(f"{args.out_dir}{removed}: {types_not_measurable(sets)}")
+    else:
+        say(f"head types of {args.out_dir}{removed} ({about}); the untrained model's scores in brackets:")
+        say(*type_report(reading, found).splitlines())  # its lines name the text read, a path we did not write
     print(composition_lines(reading))
 
 

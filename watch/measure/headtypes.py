@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import torch
 
 from watch.measure.heads import head_name
-from watch.measure.probesets import PRONOUN, REPEATED, TEXT
+from watch.measure.probesets import PRONOUN, REPEATED, TEXT, ProbeSets
 from watch.measure.scores import Measure, at_offset, induction_targets, on_targets_with_spread, same_token, sink
 
 
@@ -134,6 +134,16 @@ TYPES: dict[str, HeadType] = {
     )
 }
 TYPE_SETS = tuple(dict.fromkeys(head_type.probe_set for head_type in TYPES.values()))  # the sets types are read on
+
+
+def types_not_measurable(sets: ProbeSets) -> str | None:
+    """Why no head can be given a type with `sets` (a `ProbeSets`: none of the sets a type is read on could be
+    made), in one line, for a report that leaves its head-type section out; None when some type can be read."""
+    if any(sets.get(kind) is not None for kind in TYPE_SETS):
+        return None
+    reasons = dict.fromkeys(sets.missing[kind] for kind in TYPE_SETS if kind in sets.missing)
+    return f"no head types: {'; '.join(reasons) or 'no held-out text to read them on'}"
+
 
 # `broad`, how evenly a head spreads its attention, stands beside the types (the type table's last column, a chart,
 # the JSON) and is never one: a head that spreads evenly is doing nothing in particular.

@@ -142,6 +142,12 @@ def from_file(
         warn(f"{unknown} of {len(read)} {what} in {path} use tokens outside the vocabulary and are left out")
     if too_long:
         warn(f"{too_long} of {len(read)} {what} in {path} are longer than block_size={block_size} and are left out")
+    indistinct = sum(getattr(item, "indistinct", False) for item in aligned)
+    if indistinct:  # `data.probes.Probe.align` left their continuations out: say so, never score them as 0
+        warn(
+            f"{indistinct} of {len(read)} {what} in {path} have continuations that begin with the same tokens for "
+            f"both nouns, which tell neither apart: their continuations are not measurable and are left out"
+        )
     return ProbeSet(
         kind,
         [item.ids for item in aligned],

@@ -224,6 +224,20 @@ def _reach_scalars(reading: Reading) -> dict[str, float | None]:
     return scalars | {f"heads/induction/best_at_{d:02d}_spread": spreads.get(d) for d in reach}
 
 
+def varied_windows(source: Source) -> ProbeSet | str:
+    """The held-out windows (`probesets.held_out_text`), unless every one is the same (a text of one token
+    repeated): a figure's spread over identical windows is 0 by construction, a certainty it does not have, so
+    nothing is measured on them."""
+    made = probesets.held_out_text(source.text, source.block_size, source=source.text_source)
+    if isinstance(made, ProbeSet) and len({tuple(ids) for ids in made.ids}) < 2:
+        return (
+            f"every window drawn from {source.text_source} is the same ({made.about}; one token repeated?): "
+            f"previous-token, sink, current-token, positional and broad scores and the in-context score are not "
+            f"measurable on it; give varied text"
+        )
+    return made
+
+
 def _text_lines(reading: Reading) -> list[str]:
     """The in-context score, with its spread and what it means."""
     numbers = reading.results.numbers
@@ -330,7 +344,7 @@ PROBE_KINDS: dict[str, ProbeKind] = {
         ),
         ProbeKind(
             TEXT,
-            make=lambda source: probesets.held_out_text(source.text, source.block_size, source=source.text_source),
+            make=varied_windows,
             quick=CUT,
             scores={
                 "broad": scores.broad,

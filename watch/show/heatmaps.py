@@ -8,6 +8,7 @@ same pixels on every machine. A run's pictures (`SentenceHeatmaps.images`, of a 
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 from collections.abc import Sequence
@@ -17,8 +18,10 @@ from pathlib import Path
 import numpy as np
 import torch
 from PIL import Image, ImageDraw, ImageFont
+from PIL.PngImagePlugin import PngInfo
 
-from files import replace_file
+from cli import for_terminal
+from files import Mark, replace_file
 from watch.measure.composition import KINDS, Composition
 from watch.measure.heads import display_token, head_name
 from watch.measure.reading import Reading
@@ -221,9 +224,23 @@ def head_titles(layer: int, n_head: int, best: str | None = None) -> list[str]:
 
 
 def sentence_slug(text: str, max_len: int = 40) -> str:
-    """A tag-safe name for a sentence, stable across steps so its images line up in TensorBoard."""
-    slug = re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_")[:max_len].rstrip("_")
-    return slug or "sentence"
+    """A file name's part for a sentence: its words (letters and digits of any script, joined by '_') up to
+    `max_len` characters, then a short hash of the whole text, so names stay short enough for any folder and two
+    sentences never share one ("the dog." and "the dog,", two sentences in another script)."""
+    words = re.sub(r"[\W_]+", "_", text.lower()).strip("_")[:max_len].rstrip("_")
+    return f"{words or 'sentence'}_{_short_hash(text)}"
+
+
+def sentence_tag(text: str) -> str:
+    """A sentence as TensorBoard shows it in a tag, stable across steps so its images line up: the whole sentence,
+    with what a display would act on escaped (`cli.for_terminal`) and then, as no two sentences may share a tag,
+    a short hash of the text."""
+    shown = for_terminal(text)
+    return shown if shown == text else f"{shown} #{_short_hash(text)}"
+
+
+def _short_hash(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:8]
 
 
 class SentenceHeatmaps:
@@ -237,11 +254,11 @@ class SentenceHeatmaps:
         highlights: dict[str, int] | None = None,
     ) -> None:
         seen: dict[str, int] = {}
-        self.sentences = []  # (slug, text, tokens); a slug seen before gets _2, _3, ...
+        self.sentences = []  # (tag's name, text, tokens); a sentence watched twice gets " (2)", " (3)", ...
         for text, tokens in sentences:
-            slug = sentence_slug(text)
-            seen[slug] = seen.get(slug, 0) + 1
-            self.sentences.append((slug if seen[slug] == 1 else f"{slug}_{seen[slug]}", text, tokens))
+            name = sentence_tag(text)
+            seen[name] = seen.get(name, 0) + 1
+            self.sentences.append((name if seen[name] == 1 else f"{name} ({seen[name]})", text, tokens))
         self.highlights = highlights or {}
         self.canvases: dict[str, HeatmapCanvas] = {}
 
@@ -281,12 +298,20 @@ class SentenceHeatmaps:
         return self.canvases[tag]
 
 
+# What every PNG written here says of itself, so that a later one replaces only an image of ours.
+SOFTWARE = "gptwatch"
+PNG = Mark("a gptwatch heatmap", (b"tEXtSoftware\x00" + SOFTWARE.encode(),), "choose another --png_dir")
+
+
 def save_png(image: np.ndarray, path: str | Path) -> Path:
-    """Writes an RGB array as a PNG (parent folders made) and returns the path."""
+    """Writes an RGB array as a PNG (parent folders made), over nothing or a heatmap written earlier (`PNG`), and
+    returns the path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     picture = Image.fromarray(np.asarray(image, dtype=np.uint8))
-    return replace_file(path, lambda fh: picture.save(fh, format="PNG"))
+    info = PngInfo()
+    info.add_text("Software", SOFTWARE)
+    return replace_file(path, lambda fh: picture.save(fh, format="PNG", pnginfo=info), mark=PNG)
 
 
 def composition_image(found: Composition, title: str) -> np.ndarray:

@@ -16,12 +16,22 @@ import numpy as np
 import torch
 
 from errors import UserError
-from files import clear_for_file, replace_file, write_error
+from files import Mark, clear_for_file, replace_file, write_error
 from watch.measure.heads import default_query, display_token, focused_head, head_name
 from watch.measure.headtypes import RULE, TYPES
 from watch.show.heatmaps import as_array
 
 DATA_ID = "attention-data"
+# How a page written earlier is known (a page from before the generator line by its data block), so that writing one
+# replaces only a page, never another file at its path (a checkpoint named by mistake).
+PAGE = Mark(
+    "an attention page",
+    (
+        b'<meta name="generator" content="gptwatch attention page">',
+        f'<script type="application/json" id="{DATA_ID}">'.encode(),
+    ),
+    "choose another path for the page",
+)
 # The page's markup, style and script, with {title}, {data_id}, {data} and {legend} to fill in.
 TEMPLATE = Path(__file__).with_name("page.html")
 
@@ -115,7 +125,7 @@ def write_page(path: str | Path, page: str) -> Path:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         clear_for_file(path, "the attention page", "choose another path", follow_links=False)
-        replace_file(path, lambda fh: fh.write(page.encode("utf-8")))
+        replace_file(path, lambda fh: fh.write(page.encode("utf-8")), mark=PAGE)
     except OSError as exc:
         blocker = next((p for p in path.parents if p.exists()), None)
         reason = f"{blocker} is a file, not a folder" if blocker and not blocker.is_dir() else write_error(exc, path)
