@@ -41,9 +41,8 @@ from settings import TrainConfig
 from trainer import runtime
 from trainer.start import Start, resolve
 from trainer.trainer import Callback, Evaluation, FitResult, StepResult, Trainer
-from watch.show.tensorboard import log_hparams, log_losses, log_step
+from watch.show.tensorboard import log_hparams, log_losses, log_step, tensorboard_command
 
-TENSORBOARD = "tensorboard --logdir {} --samples_per_plugin=images=200,text=200"
 BASES = (
     "With no CONFIG.toml: configs/pronouns.toml (the demo), unless --dataset names real text (a file, or "
     "shakespeare, tinystories, tinystories_lower): then settings chosen for that text, scaled to its size and to "
@@ -102,7 +101,8 @@ def fit_watched(trainer: Trainer, argv: list[str], lock: runtime.RunLock | None)
         if not same
         else nullcontext()
     ):
-        print("TensorBoard: " + TENSORBOARD.format(shlex.quote(cfg.log_dir)))
+        # The run's own folder: its heads apart from any other training's (--logdir of log_dir compares runs).
+        print("TensorBoard: " + tensorboard_command(folder))
         writer = TensorBoardWriter(folder)  # its lock checked it writable
         try:
             corpus = corpus_of(cfg.dataset)  # probe files: --probes/--agreement, or the corpus's own
@@ -116,13 +116,16 @@ def fit_watched(trainer: Trainer, argv: list[str], lock: runtime.RunLock | None)
             log_hparams(writer, trainer.cfg, result)  # the trainer's settings: a fine-tune's model keys are its model's
         finally:
             writer.close()  # keeps the TensorBoard events logged so far, also after an error
-    report_end(cfg, result, argv, sample_prompt(watch.texts, trainer.tokenizer))
+    report_end(cfg, result, argv, sample_prompt(watch.texts, trainer.tokenizer), folder)
     return result
 
 
-def report_end(cfg: TrainConfig, result: FitResult, argv: list[str], prompt: str | None = None) -> None:
-    """The run's last lines: how to resume a stopped run, TensorBoard, the files written, and a sample command
-    (with `prompt`, words this model knows). Every command here runs as printed (tests/test_hints.py)."""
+def report_end(
+    cfg: TrainConfig, result: FitResult, argv: list[str], prompt: str | None = None, run_folder: Path | None = None
+) -> None:
+    """The run's last lines: how to resume a stopped run, TensorBoard (the run's own folder, `run_folder`), the files
+    written, and a sample command (with `prompt`, words this model knows). Every command here runs as printed
+    (tests/test_hints.py)."""
     if not result.completed:
         name = signal.Signals(result.stopped_by).name
         given = [a for a in argv if a.split("=")[0] != "--resume"]
@@ -130,7 +133,7 @@ def report_end(cfg: TrainConfig, result: FitResult, argv: list[str], prompt: str
             f"\n{name}: saved step {result.step} to {Path(cfg.out_dir) / 'ckpt.pt'}; resume with: "
             f"{shlex.join(['python', 'train.py', *given, '--resume'])}"
         )
-    print("open TensorBoard: " + TENSORBOARD.format(shlex.quote(cfg.log_dir)))
+    print("open TensorBoard: " + tensorboard_command(run_folder or cfg.log_dir))
     for what, path in result.files.items():
         print(f"{what}: {path} (open it in a browser; it needs no network)")
     command = ["python", "sample.py", f"--out_dir={cfg.out_dir}", *(["--prompt", prompt] if prompt else [])]

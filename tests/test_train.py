@@ -36,7 +36,9 @@ def tiny_args(tmp_path, *extra):
 def test_training_lowers_the_loss_and_writes_checkpoint_and_logs(tmp_path, capsys):
     assert run_cli(train.main, tiny_args(tmp_path)) == 0
     out = capsys.readouterr().out
-    assert "tensorboard --logdir" in out and "--samples_per_plugin=images=200,text=200" in out
+    # TensorBoard opened on this run's own folder: its heads, and no other training's
+    run = tmp_path / "runs" / "t"
+    assert f"open TensorBoard: tensorboard --logdir {run} --samples_per_plugin=images=200,text=200" in out
 
     checkpoint = torch.load(tmp_path / "out" / "ckpt.pt", weights_only=True)
     assert checkpoint["step"] == 40 and checkpoint["model_config"]["n_layer"] == 2

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 from pathlib import Path
 
 from data.corpora import corpus_of
@@ -27,7 +26,7 @@ from watch.measure.reading import PROBE_KINDS, Reading, Source, read_pass, untra
 from watch.show.heatmaps import HeatmapCanvas, head_titles, save_png, sentence_slug
 from watch.show.page import SentenceView, attention_page, write_page
 from watch.show.report import ablation_line, composition_lines, head_table, top_attended, type_labels, type_report
-from watch.show.tensorboard import TensorBoardWriter
+from watch.show.tensorboard import TensorBoardWriter, tensorboard_command
 
 
 def _query_position(tokens: list[str], query: str | None) -> int:
@@ -167,10 +166,7 @@ def _write_heatmaps(
     writer.close()
     if not writer.failed:
         # A shell comment after the command, so the whole line runs as printed.
-        print(
-            f"TensorBoard: tensorboard --logdir {shlex.quote(str(log_dir.parent))}  # run {run}, tab IMAGES, "
-            f"tags inspect/..."
-        )
+        print(f"TensorBoard: {tensorboard_command(log_dir)}  # tab IMAGES, tags inspect/...")
     return png_dir
 
 
