@@ -210,7 +210,8 @@ def test_report_dict_markdown_and_table():
     assert not any(line.startswith("*") for line in table[3:6])
     # Aligned columns: every row of the table has the same width up to its last cell.
     assert len({line.index("L") for line in table[2:6]}) == 1
-    assert "first noun 67%" in table[-1] and "continuation accuracy 50%" in table[-1]
+    assert "first noun 67%" in table[-2] and "continuation accuracy 50%" in table[-2]
+    assert table[-1].startswith("how to read it: referent and distractor are the shares of the pronoun's attention")
 
 
 def test_top_attended():
