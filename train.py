@@ -176,7 +176,7 @@ class TrainingLog(Callback):
         self._tokens_since_log = 0
         self._flush_pending = False  # an evaluation's logs (from every callback) reach disk at the next step
         self._clock = RunClock()
-        self._last_line: dict[str, str] = {}  # the latest loss, lr and tokens/s, for the plain lines
+        self._last_line: dict[str, str] = {}  # the latest loss, lr and tokens/s logged (the bar's figures)
 
     def on_fit_start(self, trainer: Trainer) -> None:
         cfg, rt, m = trainer.cfg, trainer.runtime, trainer.model.config
@@ -227,9 +227,12 @@ class TrainingLog(Callback):
             self._say(estimate)
         if self.bar is not None:
             self.bar.update(1)
-        elif self._clock.is_tenth(result.step) and self._last_line:
-            figures = ", ".join(f"{name} {value}" for name, value in self._last_line.items())
-            self._say(f"step {result.step}/{trainer.cfg.max_iters}: {figures}{self._clock.left(result.step)}")
+        elif self._clock.is_tenth(result.step):
+            speed = f", {self._last_line['tok_s']} tokens/s" if self._last_line else ""
+            self._say(
+                f"step {result.step}/{trainer.cfg.max_iters}: loss {result.loss:.4f}, lr {result.lr:.2e}{speed}"
+                f"{self._clock.left(result.step)}"
+            )
 
     def _say(self, line: str) -> None:
         """A line above the bar (tqdm clears it, writes the line and draws it again), or a line."""
