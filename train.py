@@ -314,7 +314,12 @@ class RunClock:
         return step % tenth == 0 and step < self.max_iters
 
     def left(self, step: int) -> str:
-        return f", about {_duration(self.seconds_left(step))} left" if self.step_seconds is not None else ""
+        """ ", about 89 s left", at the pace of every step so far (a machine that got busier since the estimate
+        slows it); "" before the first estimate."""
+        if self.step_seconds is None or self.first_step is None:
+            return ""
+        self.step_seconds = (time.perf_counter() - self.first_step) / max(1, step - self.start_step - 1)
+        return f", about {_duration(self.seconds_left(step))} left"
 
 
 BUSY = 1.5  # the load average per CPU core above which the machine counts as busy

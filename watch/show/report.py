@@ -165,8 +165,12 @@ def type_legend(reading: Reading) -> str:
     return (
         f"how to read it: each score is the share of a head's attention that goes where its column says (0 to 1), "
         f"the same head before training in brackets; {RULE}; {SIGNS}.\n"
-        f"  {meanings}; {BROAD_COLUMN}: {BROAD_MEANING}"
+        f"  {meanings}; {BROAD_COLUMN}: {BROAD_MEANING}\n"
+        f"  every term of this report in plain words: {TERMS_PAGE}"
     )
+
+
+TERMS_PAGE = "docs/head-types.md#the-reports-words"
 
 
 def _type_cell(reading: Reading, before: dict, kind: str, layer: int, head: int) -> str:
