@@ -539,10 +539,28 @@ def test_a_pass_is_written_as_scalars_images_and_text(tmp_path):
     assert expected <= set(tags["scalars"])
     for layer, head in ((0, 0), (0, 1), (1, 0), (1, 1)):  # each head's scores in its own run, one colour each
         run = EventAccumulator(str(tmp_path / head_name(layer, head))).Reload()
-        assert {"attention/referent", "attention/top1", "attention/distractor"} <= set(run.Tags()["scalars"])
+        scores = {f"attention/{score}/L{layer}" for score in ("referent", "top1", "distractor")}  # chart per layer
+        assert scores <= set(run.Tags()["scalars"])
     best = events.Scalars("attention/referent/best")[0]
     assert best.step == 7 and best.value == pytest.approx(report.best.referent)
-    assert any(tag.startswith("attention/heads") for tag in tags["tensors"])
+    (table,) = events.Tensors("attention/heads/text_summary")
+    text = table.tensor_proto.string_val[0].decode()
+    # The table as the terminal prints it, in a code block: the Text tab breaks no cell of it ("L0H / 0").
+    rows = [line for line in text.splitlines() if line.startswith("    ")]
+    assert rows[0].split() == [
+        "rank",
+        "head",
+        "referent",
+        "distractor",
+        "top-1",
+        "ref",
+        "(no",
+        "sink)",
+        "top-1",
+        "(no",
+        "sink)",
+    ]
+    assert len(rows) == 2 + 4 and "how to read it:" in text
 
 
 def test_the_runs_own_scalars_go_beside_the_watchs():

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from cli import markdown_literal
 from errors import warn
 from files import write_error
 from watch.measure.composition import KINDS
@@ -375,16 +376,20 @@ def log_evaluation(
         _log_heads(writer, step, f"{BEFORE_TAG}/{kind}", values, best=True)
     for tag, image in images:
         writer.add_image(tag, image, step, dataformats="HWC")
+    # The tables as the terminal prints them, in code blocks: the Text tab gives a Markdown table's columns equal
+    # widths and breaks a cell anywhere to fit ("L0H / 0"), where a code block keeps each line whole.
     report = reading.pronouns
     if report is not None:
-        text = f"step {step}, best head **{report.best.name}**\n\n{head_table(report, markdown=True)}"
+        table, summary, legend = head_table(report).rsplit("\n", 2)  # the table's lines, then two lines of words
+        text = f"step {step}, best head **{report.best.name}**\n\n{markdown_literal(table)}\n\n{summary}\n\n{legend}"
         writer.add_text("attention/heads", text, step)
     if reading.types:
         lines = (type_legend(reading) + "\n" + type_lines(reading)).replace("\n", "  \n")  # Markdown line breaks
-        writer.add_text("heads/types", f"step {step}\n\n{type_table(reading, markdown=True)}\n\n{lines}", step)
+        writer.add_text("heads/types", f"step {step}\n\n{markdown_literal(type_table(reading))}\n\n{lines}", step)
     if fine_tune:
-        text = f"step {step}: {changes_line(reading)}\n\n{before_table(reading, markdown=True)}"
-        writer.add_text(f"heads/{BEFORE_TAG}", text.rstrip(), step)
+        table = before_table(reading)
+        text = f"step {step}: {changes_line(reading)}" + (f"\n\n{markdown_literal(table)}" if table else "")
+        writer.add_text(f"heads/{BEFORE_TAG}", text, step)
 
 
 def log_scores(writer: Any, step: int, reading: Reading) -> None:
