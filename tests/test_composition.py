@@ -220,8 +220,11 @@ def test_tensorboard_charts_what_each_head_reads_from_every_earlier_head_and_the
         assert [e.step for e in value] == [10, 20]
         assert value[0].value == pytest.approx(found.pairs[kind]["L0H1->L2H0"])
         assert events.Scalars(f"composition/{kind}/untrained_best")[0].value == pytest.approx(before.best(kind)[1])
-    assert len(charts["best pair of each kind, and the untrained model's"]) == 6
-    assert len(charts) == 1 + 3 * (2 + 2 * 2)  # the best pairs; per kind L1H0, L1H1 and L2H0, L2H1 from 2 layers
+        assert charts[f"{kind}-composition, the best pair and the untrained model's"] == [
+            f"composition/{kind}/best",
+            f"composition/{kind}/untrained_best",
+        ]
+    assert len(charts) == 3 * (1 + 2 + 2 * 2)  # per kind: the best pair; L1H0, L1H1; L2H0, L2H1 from 2 layers each
     assert events.Tags()["images"] == ["composition/matrix"]
 
 

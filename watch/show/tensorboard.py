@@ -259,11 +259,12 @@ CHARTS = {
         **{f"{kind.replace('_', '-')}{EVERY_HEAD}": [rf"heads/{kind}$"] for kind in (*TYPES, BROAD)},
         **_drawn_in("head types"),
     },
-    # How much each head reads what an earlier one writes (watch/measure/composition.py): a chart per kind and
-    # reading head, a line per earlier head; the best pair's score beside the untrained model's best, a flat line
-    # to read the rise against.
-    "composition": {
-        "best pair of each kind, and the untrained model's": [r"composition/[QKV]/(best|untrained_best)$"],
+    # How much each head reads what an earlier one writes (watch/measure/composition.py): per kind the best pair's
+    # score beside the untrained model's best, a flat line to read the rise against; then (`_composition_charts`) a
+    # chart per kind and reading head, a line per earlier head.
+    "composition": {  # a chart per kind: both its lines are the run's own, so they share its colour
+        f"{kind}-composition, the best pair and the untrained model's": [rf"composition/{kind}/(best|untrained_best)$"]
+        for kind in KINDS
     },
     "fine-tuning": {
         f"{kind.replace('_', '-')}: best head now and before fine-tuning": [
