@@ -556,7 +556,7 @@ def composition_lines(reading: Reading) -> str:
     untrained = reading.untrained.composition if reading.untrained is not None else None
     lines = [
         f"composition of the weights (Elhage et al. 2021): how much a head reads what an earlier head writes, 0 to 1 "
-        f"(L0H2->L1H1: L0H2's output read by L1H1 in its Q queries, K keys or V values), the {COMPOSITION_TOP} "
+        f"(L0H2->L1H1: L0H2's output as L1H1 reads it, in its queries Q, keys K or values V), the {COMPOSITION_TOP} "
         f"highest pairs of each kind; the untrained model's in brackets:"
     ]
     for kind in KINDS:
