@@ -97,3 +97,13 @@ def test_on_text_without_an_in_context_gain_a_removal_says_what_it_does_to_the_t
         "tokens: -0.088 nats/token); it makes the held-out loss worse by 0.031 nats/token, from 1.902 to 1.933"
     )
     assert nothing.endswith("it changes the held-out loss by nothing measurable (1.902 -> 1.905 nats/token)")
+
+
+def test_a_previous_token_heads_removal_says_how_much_the_induction_head_it_feeds_lost():
+    gain = {"in_context_gain": 2.74, "in_context_gain_spread": 0.05, "loss_first_copy": 4.45, "loss_second_copy": 1.71}
+    reading = _reading(gain)
+    reading.results.per_head = lambda score: {"L0H1": 0.1, "L1H1": 0.79} if score == "induction" else {}
+    removed = _removed(["L0H1"], "previous_token", {**gain, "in_context_gain": -0.276})
+    removed.reading.results.per_head = lambda score: {"L0H1": 0.1, "L1H1": 0.022}
+    (line,) = ablation_lines(reading, [removed]).splitlines()
+    assert line.endswith("; lowers the best induction score by 0.768, from 0.790 to 0.022 (L1H1)")

@@ -239,9 +239,8 @@ def ablation_lines(reading: Reading, found: Sequence[AblationResult]) -> str:
             old, new = ({n: v for n, v in r.per_head(fed).items() if n not in result.heads} for r in (results, after))
             name = max(old, key=old.get) if old and new else None
             if name:
-                costs.append(
-                    f"takes the best {TYPES[fed].label} score from {old[name]:.3f} to {new[name]:.3f} ({name})"
-                )
+                label = f"the best {TYPES[fed].label} score"
+                costs.append(f"{_moves('lowers', 'raises', label, old[name], new[name], '', 3)} ({name})")
         costs = [c for c in costs if c]
         if costs:
             why = _backed_up(result, found, results.numbers) + _less_than_alone(result, found, results.numbers)
@@ -297,7 +296,8 @@ def _moves(down: str, up: str, label: str, old: float, new: float, unit: str, de
     """ "shrinks the in-context gain by 3.830 nats/token, from 3.010 to -0.820": `down` when the figure falls, `up` when
     it rises, the amount always positive: the one way every removal line says how much."""
     verb = f"{down if new <= old else up}{f' {label}' if label else ''}"
-    return f"{verb} by {abs(new - old):.{decimals}f} {unit}, from {old:.{decimals}f} to {new:.{decimals}f}"
+    amount = f"{abs(new - old):.{decimals}f}" + (f" {unit}" if unit else "")
+    return f"{verb} by {amount}, from {old:.{decimals}f} to {new:.{decimals}f}"
 
 
 def _cost(result: AblationResult, before: dict) -> float | None:
