@@ -21,6 +21,7 @@ if __name__ == "__main__":  # before the imports below, so a Ctrl-C while torch 
     cli.report_interrupts_while_starting()
 
 # isort: split
+import os
 import shlex
 import signal
 import sys
@@ -42,9 +43,8 @@ from settings import TrainConfig
 from trainer import runtime
 from trainer.start import Start, resolve
 from trainer.trainer import Callback, Evaluation, FitResult, StepResult, Trainer
-from watch.show.tensorboard import log_hparams, log_losses, log_step
+from watch.show.tensorboard import log_hparams, log_losses, log_step, tensorboard_command
 
-TENSORBOARD = "tensorboard --logdir {} --samples_per_plugin=images=200,text=200"
 BASES = (
     "With no CONFIG.toml: configs/pronouns.toml (the demo), unless --dataset names real text (a file, or "
     "shakespeare, tinystories, tinystories_lower): then settings chosen for that text, scaled to its size and to "
@@ -119,7 +119,8 @@ def fit_watched(
         else nullcontext()
     ):
         runtime.claim_run_folder(folder, Path(cfg.log_dir), cfg.out_dir, resuming=cfg.resume, recorded=recorded)
-        say("TensorBoard: " + TENSORBOARD.format(shlex.quote(cfg.log_dir)))
+        # The run's own folder: its heads apart from any other training's (--logdir of log_dir compares runs).
+        say("TensorBoard: " + tensorboard_command(folder))
         writer = TensorBoardWriter(folder)  # its lock checked it writable
         try:
             corpus = corpus_of(cfg.dataset)  # probe files: --probes/--agreement, or the corpus's own
@@ -140,14 +141,17 @@ def fit_watched(
             log_hparams(writer, trainer.cfg, result)  # the trainer's settings: a fine-tune's model keys are its model's
         finally:
             writer.close()  # keeps the TensorBoard events logged so far, also after an error
-    report_end(cfg, result, argv, sample_prompt(watch.texts, trainer.tokenizer))
+    report_end(cfg, result, argv, sample_prompt(watch.texts, trainer.tokenizer), folder)
     return result
 
 
-def report_end(cfg: TrainConfig, result: FitResult, argv: list[str], prompt: str | None = None) -> None:
-    """The run's last lines: how to resume a stopped run, TensorBoard, the files written, and a sample command
-    (with `prompt`, words this model knows). Every command here runs as printed (tests/test_hints.py), and every
-    line goes through `cli.say`: a path or a prompt may hold what a terminal would act on."""
+def report_end(
+    cfg: TrainConfig, result: FitResult, argv: list[str], prompt: str | None = None, run_folder: Path | None = None
+) -> None:
+    """The run's last lines: how to resume a stopped run, TensorBoard (the run's own folder, `run_folder`), the files
+    written, and a sample command (with `prompt`, words this model knows). Every command here runs as printed
+    (tests/test_hints.py), and every line goes through `cli.say`: a path or a prompt may hold what a terminal would act
+    on."""
     if not result.completed:
         name = signal.Signals(result.stopped_by).name
         given = [a for a in argv if a.split("=")[0] != "--resume"]
@@ -156,7 +160,7 @@ def report_end(cfg: TrainConfig, result: FitResult, argv: list[str], prompt: str
             f"{name}: saved step {result.step} to {Path(cfg.out_dir) / 'ckpt.pt'}; resume with: "
             f"{shlex.join(['python', 'train.py', *given, '--resume'])}"
         )
-    say("open TensorBoard: " + TENSORBOARD.format(shlex.quote(cfg.log_dir)))
+    say("open TensorBoard: " + tensorboard_command(run_folder or cfg.log_dir))
     for what, path in result.files.items():
         say(f"{what}: {path} (open it in a browser; it needs no network)")
     command = ["python", "sample.py", f"--out_dir={cfg.out_dir}", *(["--prompt", prompt] if prompt else [])]
@@ -194,38 +198,47 @@ def sample_prompt(watched: list[str], tokenizer: Tokenizer) -> str | None:
 
 
 class TrainingLog(Callback):
-    """The terminal: the model and device at the start, a progress bar with loss, learning rate and tokens/s, every
+    """The terminal: the model and device at the start, how long the run will take on this machine, progress with
+    loss, learning rate and tokens/s (a bar on a terminal, a plain line every tenth of the run otherwise), every
     evaluation's losses, a summary at the end; and the same figures in TensorBoard's Scalars (`log_step`,
-    `log_losses`). `writer` is a `SummaryWriter` (or anything with its `add_scalar`/`flush`)."""
+    `log_losses`). `writer` is a `SummaryWriter` (or anything with its `add_scalar`/`flush`); `out` is where the
+    progress goes (stdout, so stderr carries only problems)."""
 
-    def __init__(self, writer: Any) -> None:
+    def __init__(self, writer: Any, out: Any = None) -> None:
         self.writer = writer
+        self.out = out if out is not None else sys.stdout
         self.bar: tqdm | None = None
         self._last_log = time.perf_counter()
         self._tokens_since_log = 0
         self._flush_pending = False  # an evaluation's logs (from every callback) reach disk at the next step
+        self._clock = RunClock()
+        self._last_line: dict[str, str] = {}  # the latest loss, lr and tokens/s logged (the bar's figures)
 
     def on_fit_start(self, trainer: Trainer) -> None:
         cfg, rt, m = trainer.cfg, trainer.runtime, trainer.model.config
         # Parameters without the positions, as GPT-2 counts its own.
         say(
             f"model: {parameter_count(m, positions=False) / 1e6:.2f}M parameters ({m.options()}, {m.n_layer} layers "
-            f"x {m.n_head} heads x {m.n_embd} dims, block {cfg.model.block_size}); vocabulary {m.vocab_size}"
+            f"x {m.n_head} heads x {m.n_embd} dims, block {cfg.model.block_size}); vocabulary {m.vocab_size}",
+            file=self.out,
         )
         processes = f" x {rt.world_size} processes" if rt.distributed else ""
         say(
             f"device: {rt.device}{processes}, {trainer.tokens_per_step:,} tokens per step, "
-            f"{torch.get_num_threads()} CPU threads"
+            f"{torch.get_num_threads()} CPU threads",
+            file=self.out,
         )
-        # The bar goes to stdout with the other progress lines, so stderr carries only problems.
-        self.bar = tqdm(
-            total=cfg.max_iters,
-            initial=trainer.state.step,
-            dynamic_ncols=True,
-            desc="train",
-            mininterval=0.5,
-            file=sys.stdout,
-        )
+        # A bar only where someone watches it redrawn: in a file or a pipe each redraw would be kept, kilobytes of them.
+        if self.out.isatty():
+            self.bar = tqdm(
+                total=cfg.max_iters,
+                initial=trainer.state.step,
+                dynamic_ncols=True,
+                desc="train",
+                mininterval=0.5,
+                file=self.out,
+            )
+        self._clock = RunClock(trainer.state.step, cfg)
         self._last_log, self._tokens_since_log = time.perf_counter(), 0
 
     def on_step(self, trainer: Trainer, result: StepResult) -> None:
@@ -237,13 +250,35 @@ class TrainingLog(Callback):
             now = time.perf_counter()
             tokens_per_sec = self._tokens_since_log / (now - self._last_log)
             self._last_log, self._tokens_since_log = now, 0
-            self.bar.set_postfix(loss=f"{result.loss:.4f}", lr=f"{result.lr:.2e}", tok_s=f"{tokens_per_sec:,.0f}")
+            self._last_line = {
+                "loss": f"{result.loss:.4f}",
+                "lr": f"{result.lr:.2e}",
+                "tok_s": f"{tokens_per_sec:,.0f}",
+            }
+            if self.bar is not None:
+                self.bar.set_postfix(self._last_line)
             log_step(self.writer, result.step, result.loss, result.lr, result.grad_norm, tokens_per_sec)
-        self.bar.update(1)
+        estimate = self._clock.stepped(result.step)
+        if estimate is not None:
+            self._say(estimate)
+        if self.bar is not None:
+            self.bar.update(1)
+        elif self._clock.is_tenth(result.step):
+            speed = f", {self._last_line['tok_s']} tokens/s" if self._last_line else ""
+            self._say(
+                f"step {result.step}/{trainer.cfg.max_iters}: loss {result.loss:.4f}, lr {result.lr:.2e}{speed}"
+                f"{self._clock.left(result.step)}"
+            )
+
+    def _say(self, line: str) -> None:
+        """A line above the bar (tqdm clears it, writes the line and draws it again), or a line."""
+        if self.bar is not None:
+            self.bar.write(line, file=self.out)
+        else:
+            print(line, file=self.out, flush=True)
 
     def on_evaluate(self, trainer: Trainer, evaluation: Evaluation) -> None:
-        line = f"step {evaluation.step}: train loss {evaluation.train_loss:.4f}, val loss {evaluation.val_loss:.4f}"
-        (self.bar.write if self.bar is not None else print)(line)
+        self._say(f"step {evaluation.step}: train loss {evaluation.train_loss:.4f}, val loss {evaluation.val_loss:.4f}")
         log_losses(self.writer, evaluation.step, evaluation.val_loss, evaluation.train_loss)
         self._flush_pending = True
 
@@ -255,13 +290,97 @@ class TrainingLog(Callback):
         where = trainer.checkpoints.path if trainer.checkpoints is not None else "(not saved)"
         say(
             f"done: {result.steps} steps in {result.seconds:.1f} s ({tokens_per_sec:,.0f} tokens/s overall), "
-            f"best val loss {result.best_val_loss:.4f}, checkpoint {where}"
+            f"best val loss {result.best_val_loss:.4f}, checkpoint {where}",
+            file=self.out,
         )
 
     def on_exit(self, trainer: Trainer) -> None:
         if self.bar is not None:
             self.bar.close()
             self.bar = None
+
+
+class RunClock:
+    """How long a run will take on this machine, from the pace of its first steps (watch passes between them
+    included) and what the evaluation at its start took; and whether the machine is busy, which slows every figure
+    that was measured on an idle one."""
+
+    def __init__(self, start_step: int = 0, cfg: TrainConfig | None = None) -> None:
+        self.start_step = start_step
+        self.max_iters = cfg.max_iters if cfg is not None else 0
+        self.eval_interval = cfg.eval_interval if cfg is not None else 0
+        # Steps enough to take in a watch pass or two, and few enough that the estimate comes among the first lines.
+        self.measure_steps = max(10, (cfg.watch_interval if cfg is not None else 0) + 1)
+        self.started = time.perf_counter()
+        self.first_step: float | None = None  # when the first step ended: an evaluation at the start comes before
+        self.step_seconds: float | None = None
+        self.evaluation_seconds = 0.0
+
+    def stepped(self, step: int) -> str | None:
+        """Notes step `step`'s end; once the first steps are timed, the estimate line (None before and after)."""
+        now = time.perf_counter()
+        if self.first_step is None:
+            self.first_step = now
+            return None
+        done = step - self.start_step - 1  # steps timed since the first one ended
+        if self.step_seconds is not None or done < self.measure_steps:
+            return None
+        self.step_seconds = (now - self.first_step) / done
+        # The first step's time less one step's: the evaluation at the start (0 s for a resumed run without one).
+        self.evaluation_seconds = max(0.0, self.first_step - self.started - self.step_seconds)
+        evaluations = self._evaluations_left(step) if self.evaluation_seconds else 0
+        took = f"{self.max_iters - step} steps at {1 / self.step_seconds:,.1f} a second" + (
+            f" and {evaluations} evaluation{'s' if evaluations > 1 else ''}" if evaluations else ""
+        )
+        line = f"about {_duration(self.seconds_left(step))} of training left here ({took}), then the report"
+        return line + busy_machine()
+
+    def seconds_left(self, step: int) -> float:
+        return (self.max_iters - step) * self.step_seconds + self._evaluations_left(step) * self.evaluation_seconds
+
+    def _evaluations_left(self, step: int) -> int:
+        if not self.eval_interval:
+            return 1
+        later = range(step + 1, self.max_iters + 1)
+        return sum(1 for s in later if s % self.eval_interval == 0 or s == self.max_iters)
+
+    def is_tenth(self, step: int) -> bool:
+        """Whether `step` ends a tenth of the run (where a run without a bar prints a line)."""
+        tenth = max(1, self.max_iters // 10)
+        return step % tenth == 0 and step < self.max_iters
+
+    def left(self, step: int) -> str:
+        """ ", about 89 s left", at the pace of every step so far (a machine that got busier since the estimate
+        slows it); "" before the first estimate."""
+        if self.step_seconds is None or self.first_step is None:
+            return ""
+        self.step_seconds = (time.perf_counter() - self.first_step) / max(1, step - self.start_step - 1)
+        return f", about {_duration(self.seconds_left(step))} left"
+
+
+BUSY = 1.5  # the load average per CPU core above which the machine counts as busy
+
+
+def busy_machine() -> str:
+    """ "; this machine is busy (load average 7.7 on 2 cores): ..." when other programs want more of the CPUs than
+    there are, which slows every step; "" otherwise, or where the load average cannot be read (Windows)."""
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return ""
+    cores = os.cpu_count() or 1
+    if load <= BUSY * cores:
+        return ""
+    return (
+        f"; this machine is busy (load average {load:.1f} on {cores} cores): other programs share its CPUs, so this "
+        f"takes longer than on an idle machine"
+    )
+
+
+def _duration(seconds: float) -> str:
+    """12.3 -> "12 s", 200 -> "3 min 20 s"."""
+    seconds = round(seconds)
+    return f"{seconds} s" if seconds < 120 else f"{seconds // 60} min {seconds % 60:02d} s"
 
 
 class TextSample(Callback):

@@ -22,7 +22,7 @@ from watch.measure.probesets import ProbeSets
 from watch.measure.reading import read_pass, untrained_like
 from watch.show.heatmaps import composition_image
 from watch.show.page import DATA_ID
-from watch.show.tensorboard import CHARTS, log_charts, log_scores
+from watch.show.tensorboard import TensorBoardWriter, log_charts, log_scores
 
 TL_TOL = 1e-5
 
@@ -192,34 +192,39 @@ def test_heads_reads_an_attention_only_model_with_relative_positions(tmp_path):
     assert (tmp_path / "page.html").stat().st_size > 0
 
 
-def test_tensorboard_gets_a_chart_per_kind_holding_every_pair_and_the_matrix_as_an_image(tmp_path):
+def test_tensorboard_charts_what_each_head_reads_from_every_earlier_head_and_the_matrix_as_an_image(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-    from torch.utils.tensorboard import SummaryWriter
 
     model = tiny_model(n_layer=3, n_head=2, n_embd=16)
     untrained = read_pass(untrained_like(model, 5), ProbeSets(), kinds=TYPE_SETS, compose=True)
     reading = read_pass(model, ProbeSets(), untrained=untrained, compose=True)
     found, before = reading.composition, reading.untrained.composition
     assert before.pairs == composition(untrained_like(model, 5)).pairs  # the untrained model of the seed
-    writer = SummaryWriter(str(tmp_path))
-    log_charts(writer, ProbeSets(), composition=True)
+    writer = TensorBoardWriter(tmp_path)
+    log_charts(writer, ProbeSets(), 3, 2)
     for step in (10, 20):
         log_scores(writer, step, reading)
     writer.add_image("composition/matrix", composition_image(found, "step 20"), 20, dataformats="HWC")
     writer.close()
     events = EventAccumulator(str(tmp_path), size_guidance={"tensors": 0, "scalars": 0, "images": 0})
     events.Reload()
-    categories, charts = custom_scalar_charts(events)
-    assert categories == ["composition"] and charts.keys() == CHARTS["composition"].keys()
-    n_pairs = 2 * 2 * 2 + 2 * 2  # L0 -> L1, L0 -> L2, L1 -> L2
+    categories, charts = custom_scalar_charts(events, tmp_path)
+    assert categories == ["composition"]
     for kind in KINDS:
-        every = charts[f"{kind}-composition, every pair"]
-        assert len(every) == n_pairs and f"composition/{kind}/L0H1_to_L2H0" in every
-        value = events.Scalars(f"composition/{kind}/L0H1_to_L2H0")
+        # A chart per reading head, a line per earlier head in that head's run (its colour), a layer at a time.
+        assert charts[f"{kind}-composition into L1H0"] == [f"L0H{h}/composition/{kind}/into_L1H0/L0" for h in (0, 1)]
+        assert charts[f"{kind}-composition into L2H0, from layer 1"] == [
+            f"L1H{h}/composition/{kind}/into_L2H0/L1" for h in (0, 1)
+        ]
+        value = EventAccumulator(str(tmp_path / "L0H1")).Reload().Scalars(f"composition/{kind}/into_L2H0/L0")
         assert [e.step for e in value] == [10, 20]
         assert value[0].value == pytest.approx(found.pairs[kind]["L0H1->L2H0"])
         assert events.Scalars(f"composition/{kind}/untrained_best")[0].value == pytest.approx(before.best(kind)[1])
-    assert len(charts["best pair of each kind, and the untrained model's"]) == 6
+        assert charts[f"{kind}-composition, the best pair and the untrained model's"] == [
+            f"composition/{kind}/best",
+            f"composition/{kind}/untrained_best",
+        ]
+    assert len(charts) == 3 * (1 + 2 + 2 * 2)  # per kind: the best pair; L1H0, L1H1; L2H0, L2H1 from 2 layers each
     assert events.Tags()["images"] == ["composition/matrix"]
 
 
@@ -241,10 +246,11 @@ def test_a_training_run_shows_composition_at_every_watch_point_and_its_matrix_at
     assert code == 0, err
     events = EventAccumulator(str(tmp_path / "runs" / "t"), size_guidance={"scalars": 0, "images": 0})
     events.Reload()
-    assert [e.step for e in events.Scalars("composition/K/L0H0_to_L1H1")] == [0, 2, 3, 4, 6]  # evaluations 0, 3, 6
+    writes = {head: EventAccumulator(str(tmp_path / "runs" / "t" / head)).Reload() for head in ("L0H0", "L0H1")}
+    assert [e.step for e in writes["L0H0"].Scalars("composition/K/into_L1H1/L0")] == [0, 2, 3, 4, 6]  # evals 0, 3, 6
     assert [e.step for e in events.Images("composition/matrix")] == [0, 3, 6]
     model = load_model(tmp_path / "out", torch.device("cpu")).model
-    assert events.Scalars("composition/V/L0H1_to_L1H0")[-1].value == pytest.approx(
+    assert writes["L0H1"].Scalars("composition/V/into_L1H0/L0")[-1].value == pytest.approx(
         composition(model).pairs["V"]["L0H1->L1H0"]
     )
     assert "\ncomposition of the weights (Elhage et al. 2021)" in out

@@ -272,7 +272,7 @@ def test_the_report_sets_each_head_beside_the_model_before_fine_tuning(tmp_path)
     assert "step 3: fine-tuning changed no head's type" in out  # at each evaluation too
     events = EventAccumulator(str(tmp_path / "runs" / "t")).Reload()
     head_run = EventAccumulator(str(tmp_path / "runs" / "t" / "L0H0")).Reload()  # L0H0's own run
-    assert "before_fine_tuning/sink" in head_run.Tags()["scalars"]
+    assert "before_fine_tuning/sink/L0" in head_run.Tags()["scalars"]
     assert "heads/before_fine_tuning/text_summary" in events.Tags()["tensors"]
     assert '"L0H0":"first-token (sink)"' in (tmp_path / "out" / "attention.html").read_text()
 

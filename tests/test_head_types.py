@@ -371,9 +371,11 @@ def test_what_removing_heads_cost_is_said_in_plain_words(old, new, words):
     )
     found = AblationResult(["L1H3", "L0H0"], "top two by score", "induction", Ablation([(1, 3), (0, 0)]), after)
     line = ablation_lines(before, [found])
+    verb = "shrinks" if new < old else "grows"  # the amount always positive: the verb says which way
     assert line.startswith(
-        f"removing L1H3 and L0H0 (the two highest induction scores) takes the in-context gain "
-        f"from {old:.3f} ± 0.050 to {new:.3f} ± 0.040 nats/token: {words} (first copy 4.00 -> 4.10"
+        f"removing L1H3 and L0H0 (the two highest induction scores) {verb} the in-context gain by "
+        f"{abs(old - new):.3f} nats/token, from {old:.3f} ± 0.050 to {new:.3f} ± 0.040: {words} "
+        f"(first copy 4.00 -> 4.10"
     )
     assert "-%" not in line and "removed" not in line  # no "-62% of it removed"
 

@@ -73,7 +73,8 @@ def test_every_command_a_run_on_ones_own_text_prints_runs_as_printed(tmp_path):
     kinds = {command.split()[1] if command.startswith("python") else "tensorboard" for command in found}
     assert kinds == {"train.py", "sample.py", "tensorboard"}, found
     for command in found:
-        if command.startswith("tensorboard"):
+        if command.startswith("tensorboard"):  # the run's own folder, and every image and text it logs
+            assert f"--logdir {tmp_path / 'runs'}/" in command and "--samples_per_plugin=" in command, command
             assert "http://" in serves(command), command
             continue
         done = run_printed(command)
@@ -85,7 +86,7 @@ def test_every_command_a_run_on_ones_own_text_prints_runs_as_printed(tmp_path):
     code, out, err = run_sample([f"--out_dir={tmp_path / 'out'}", "--attention", "the dog saw the ball and it"])
     assert (code, err) == (0, "")
     (tensorboard,) = commands(out)
-    assert "http://" in serves(tensorboard)
+    assert "--samples_per_plugin=" in tensorboard and "http://" in serves(tensorboard)
 
 
 def test_the_demos_sample_command_uses_a_prompt_it_knows(tmp_path):

@@ -1,4 +1,5 @@
-"""The report's words: one sign for "better" on every line, and heads that back each other up said so."""
+"""The report's words: one sign for "better" on every signed figure, removal lines that say what got worse and by how
+much, heads that back each other up said so, and every term of the pronoun table explained."""
 
 from __future__ import annotations
 
@@ -52,15 +53,57 @@ def test_a_head_whose_removal_alone_changes_nothing_is_said_to_be_backed_up_by_i
     ]
     alone, other, both = ablation_lines(reading, found).splitlines()
     assert re.search(
-        r"removing L0H3 .* from 1\.000 to 1\.000 \(\+0\.0 points\): no effect alone, because L0H0 "
-        r"does the same job .* removing L0H0 and L0H3 together loses 93% of it",
+        r"removing L0H3 .* leaves the continuation accuracy after the pronoun unchanged at 100\.0%: no effect alone, "
+        r"because L0H0 does the same job .* removing L0H0 and L0H3 together loses 93% of it",
         alone,
     )
+    assert other.endswith("lowers the continuation accuracy after the pronoun by 63.7 points, from 100.0% to 36.3%")
     assert "no effect alone" not in other and "no effect alone" not in both
 
 
-def test_a_head_that_matters_alone_gets_no_backup_line_and_loss_figures_count_nats_saved():
+def test_every_removal_line_says_what_got_worse_and_by_how_much_without_a_sign():
     reading = _reading({"text_loss": 2.0})
-    found = [_removed(["L0H1"], "sink", {"text_loss": 2.5}), _removed(["L0H1", "L1H0"], "sink", {"text_loss": 3.0})]
-    line = ablation_lines(reading, found).splitlines()[0]
-    assert line.endswith("raises the held-out loss from 2.000 to 2.500 nats (-0.500)")
+    found = [_removed(["L0H1"], "sink", {"text_loss": 2.5}), _removed(["L0H1", "L1H0"], "sink", {"text_loss": 2.01})]
+    alone, both = ablation_lines(reading, found).splitlines()
+    assert alone.endswith("makes the held-out loss worse by 0.500 nats/token, from 2.000 to 2.500")
+    assert both.endswith("changes the held-out loss by nothing measurable (2.000 -> 2.010 nats/token)")
+    assert "(-" not in alone + both and "(+" not in alone + both
+
+
+def test_a_pair_that_takes_less_of_the_gain_than_one_of_them_says_both_copies_got_worse():
+    """The induction demo's case: removing L1H1 alone takes all of the gain; removing it with L1H0 takes 75%, because
+    the first copy's loss rose too (the gain is the gap between the copies)."""
+    gain = {"in_context_gain": 2.74, "in_context_gain_spread": 0.05, "loss_first_copy": 4.45, "loss_second_copy": 1.71}
+    reading = _reading(gain)
+    alone = {"in_context_gain": -0.28, "loss_first_copy": 4.48, "loss_second_copy": 4.76}
+    both = {"in_context_gain": 0.68, "loss_first_copy": 6.36, "loss_second_copy": 5.68}
+    found = [_removed(["L1H1"], "induction", alone), _removed(["L1H1", "L1H0"], "induction", both)]
+    one, two = ablation_lines(reading, found).splitlines()
+    assert "shrinks the in-context gain by 3.020 nats/token, from 2.740 to -0.280: all of it and more" in one
+    assert "less than" not in one
+    assert "75% of it" in two and "less than removing L1H1 alone takes only because the first copy is predicted " in two
+    assert "(4.45 -> 6.36 nats, against 4.48 without L1H1 alone)" in two
+
+
+def test_on_text_without_an_in_context_gain_a_removal_says_what_it_does_to_the_text():
+    gain = {"in_context_gain": -0.088, "in_context_gain_spread": 0.1, "text_loss": 1.902}
+    found = [
+        _removed(["L0H3"], "previous_token", {"in_context_gain": -0.081, "text_loss": 1.933}),
+        _removed(["L0H2"], "previous_token", {"in_context_gain": -0.09, "text_loss": 1.905}),
+    ]
+    worse, nothing = ablation_lines(_reading(gain), found).splitlines()
+    assert worse == (
+        "removing L0H3 (previous-token head) finds no in-context gain to take (the model has none on repeated "
+        "tokens: -0.088 nats/token); it makes the held-out loss worse by 0.031 nats/token, from 1.902 to 1.933"
+    )
+    assert nothing.endswith("it changes the held-out loss by nothing measurable (1.902 -> 1.905 nats/token)")
+
+
+def test_a_previous_token_heads_removal_says_how_much_the_induction_head_it_feeds_lost():
+    gain = {"in_context_gain": 2.74, "in_context_gain_spread": 0.05, "loss_first_copy": 4.45, "loss_second_copy": 1.71}
+    reading = _reading(gain)
+    reading.results.per_head = lambda score: {"L0H1": 0.1, "L1H1": 0.79} if score == "induction" else {}
+    removed = _removed(["L0H1"], "previous_token", {**gain, "in_context_gain": -0.276})
+    removed.reading.results.per_head = lambda score: {"L0H1": 0.1, "L1H1": 0.022}
+    (line,) = ablation_lines(reading, [removed]).splitlines()
+    assert line.endswith("; lowers the best induction score by 0.768, from 0.790 to 0.022 (L1H1)")

@@ -1,6 +1,7 @@
 """End to end: a tiny training run, its checkpoint, TensorBoard logs, sampling, two processes, two nodes."""
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -36,7 +37,9 @@ def tiny_args(tmp_path, *extra):
 def test_training_lowers_the_loss_and_writes_checkpoint_and_logs(tmp_path, capsys):
     assert run_cli(train.main, tiny_args(tmp_path)) == 0
     out = capsys.readouterr().out
-    assert "tensorboard --logdir" in out and "--samples_per_plugin=images=200,text=200" in out
+    # TensorBoard opened on this run's own folder: its heads, and no other training's
+    run = tmp_path / "runs" / "t"
+    assert f"open TensorBoard: tensorboard --logdir {run} --samples_per_plugin=images=200,text=200" in out
 
     checkpoint = torch.load(tmp_path / "out" / "ckpt.pt", weights_only=True)
     assert checkpoint["step"] == 40 and checkpoint["model_config"]["n_layer"] == 2
@@ -50,6 +53,32 @@ def test_training_lowers_the_loss_and_writes_checkpoint_and_logs(tmp_path, capsy
     scalars = set(events.Tags()["scalars"])
     assert {"loss/train", "loss/val", "lr", "grad_norm", "throughput/tokens_per_sec"} <= scalars
     assert "sample/text_summary" in events.Tags()["tensors"]
+
+
+def test_output_to_a_file_gets_plain_lines_and_how_long_the_run_will_take_not_a_progress_bar(tmp_path):
+    """stdout redirected (a subprocess's pipe): no bar redrawn into it, a line every tenth of the run, and among the
+    first lines how long the run will take here; stderr empty on a clean run."""
+    code, out, err = commands.run("train", tiny_args(tmp_path, "--watch_interval=5"), subprocess_=True)
+    assert (code, err) == (0, "")
+    assert "\r" not in out and "it/s" not in out
+    lines = out.splitlines()
+    (estimate,) = [n for n, line in enumerate(lines) if "of training left here" in line]
+    assert estimate < 8 and re.search(
+        r"^about \d+ s of training left here \(\d+ steps at [\d.,]+ a second", lines[estimate]
+    )
+    progress = [line for line in lines if re.match(r"step \d+/40: loss ", line)]
+    assert [line.split("/")[0] for line in progress] == [f"step {n}" for n in range(4, 40, 4)]
+
+
+def test_a_busy_machine_is_named_with_its_load_average(monkeypatch):
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(os, "getloadavg", lambda: (7.7, 5.0, 2.0))
+    assert train.busy_machine() == (
+        "; this machine is busy (load average 7.7 on 2 cores): other programs share its CPUs, so this takes longer "
+        "than on an idle machine"
+    )
+    monkeypatch.setattr(os, "getloadavg", lambda: (2.1, 2.0, 2.0))  # a run's own two threads: not busy
+    assert train.busy_machine() == ""
 
 
 def test_sample_streams_text_from_the_checkpoint(tmp_path, capsys):

@@ -239,13 +239,13 @@ def test_attention_watch_plugs_in_as_a_callback(tmp_path, capsys):
     assert writer.texts["attention/heads"] == [0, 3, 6]
     for tag in (
         "attention/referent/best",
-        "attention/referent@L0H1",
-        "attention/top1@L0H0",
-        "attention/top1@L0H1",
-        "heads/induction@L0H1",
-        "heads/induction_spread@L0H1",  # beside each score read from random sequences, its spread
+        "attention/referent/L0@L0H1",
+        "attention/top1/L0@L0H0",
+        "attention/top1/L0@L0H1",
+        "heads/induction/L0@L0H1",
+        "heads/induction_spread/L0@L0H1",  # beside each score read from random sequences, its spread
         "heads/induction/best_spread",
-        "heads/previous_token@L0H0",
+        "heads/previous_token/L0@L0H0",
         "heads/in_context_gain",
     ):
         assert [step for step, _ in writer.scalars[tag]] == [0, 2, 3, 4, 6], tag

@@ -28,7 +28,11 @@ from watch.show.heatmaps import FUTURE, HeatmapCanvas, SentenceHeatmaps, colours
 from watch.show.report import head_table, top_attended
 from watch.show.tensorboard import (
     CHARTS,
+    PALETTE,
     TensorBoardWriter,
+    chart_group,
+    chart_groups,
+    chart_layout,
     log_charts,
     log_evaluation,
     log_losses,
@@ -206,7 +210,8 @@ def test_report_dict_markdown_and_table():
     assert not any(line.startswith("*") for line in table[3:6])
     # Aligned columns: every row of the table has the same width up to its last cell.
     assert len({line.index("L") for line in table[2:6]}) == 1
-    assert "first noun 67%" in table[-1] and "continuation accuracy 50%" in table[-1]
+    assert "first noun 67%" in table[-2] and "continuation accuracy 50%" in table[-2]
+    assert table[-1].startswith("how to read it: referent and distractor are the shares of the pronoun's attention")
 
 
 def test_top_attended():
@@ -529,10 +534,28 @@ def test_a_pass_is_written_as_scalars_images_and_text(tmp_path):
     assert expected <= set(tags["scalars"])
     for layer, head in ((0, 0), (0, 1), (1, 0), (1, 1)):  # each head's scores in its own run, one colour each
         run = EventAccumulator(str(tmp_path / head_name(layer, head))).Reload()
-        assert {"attention/referent", "attention/top1", "attention/distractor"} <= set(run.Tags()["scalars"])
+        scores = {f"attention/{score}/L{layer}" for score in ("referent", "top1", "distractor")}  # chart per layer
+        assert scores <= set(run.Tags()["scalars"])
     best = events.Scalars("attention/referent/best")[0]
     assert best.step == 7 and best.value == pytest.approx(report.best.referent)
-    assert any(tag.startswith("attention/heads") for tag in tags["tensors"])
+    (table,) = events.Tensors("attention/heads/text_summary")
+    text = table.tensor_proto.string_val[0].decode()
+    # The table as the terminal prints it, in a code block: the Text tab breaks no cell of it ("L0H / 0").
+    rows = [line for line in text.splitlines() if line.startswith("    ")]
+    assert rows[0].split() == [
+        "rank",
+        "head",
+        "referent",
+        "distractor",
+        "top-1",
+        "ref",
+        "(no",
+        "sink)",
+        "top-1",
+        "(no",
+        "sink)",
+    ]
+    assert len(rows) == 2 + 4 and "how to read it:" in text
 
 
 def test_the_runs_own_scalars_go_beside_the_watchs():
@@ -560,14 +583,14 @@ def test_the_runs_own_scalars_go_beside_the_watchs():
     ]
 
 
-def test_custom_scalars_put_every_head_on_one_chart(tmp_path):
+def test_custom_scalars_chart_every_head_a_layer_at_a_time(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     patterns, aligned = fake_probes()
     probes = pronoun_set(aligned)
     reading = read_results(read([capture_from_patterns(probes, patterns)], ProbeSets({PRONOUN: probes})))
     writer = TensorBoardWriter(tmp_path)
-    log_charts(writer, ProbeSets({PRONOUN: probes}))
+    log_charts(writer, ProbeSets({PRONOUN: probes}), 2, 2)
     log_scores(writer, 5, reading)
     for tag in ("loss/train", "loss/val", "loss/train_eval", "probes/agreement_accuracy"):
         writer.add_scalar(tag, 1.0, 5)
@@ -577,18 +600,36 @@ def test_custom_scalars_put_every_head_on_one_chart(tmp_path):
     assert not any(tag.startswith("attention/heads") for tag in events.Tags()["tensors"])  # no table: scalars only
     # The layout as TensorBoard reads it back, and the tags each chart draws (its regexes match tag starts).
     categories, charts = custom_scalar_charts(events, tmp_path)
-    assert categories == ["attention heads", "head types"]  # the pronoun probes measure the pronoun type too
-    heads = ["L0H0", "L0H1", "L1H0", "L1H1"]
-    # A line per head, named after it: TensorBoard gives each run its own colour.
-    assert {title: charts[title] for title in CHARTS["attention heads"]} == {
+    assert categories == ["attention heads", "head types", "composition"]  # pronoun probes measure that type too
+    # A line per head, named after it (TensorBoard gives each run its own colour), and a chart per layer, so that
+    # no two lines of a chart share one of TensorBoard's seven colours.
+    assert {title: charts[title] for title in charts if title in CHARTS["attention heads"] or "weight," in title} == {
         "referent weight and top-1 of the best head": ["attention/referent/best", "attention/top1/best"],
-        "referent weight, every head": [f"{h}/attention/referent" for h in heads],
-        "top-1, every head": [f"{h}/attention/top1" for h in heads],
+        "referent weight, layer 0": ["L0H0/attention/referent/L0", "L0H1/attention/referent/L0"],
+        "referent weight, layer 1": ["L1H0/attention/referent/L1", "L1H1/attention/referent/L1"],
         "training loss and accuracy": ["loss/train", "probes/agreement_accuracy"],
     }
-    assert charts["pronoun, every head"] == [f"{h}/heads/pronoun" for h in heads]
-    top1 = EventAccumulator(str(tmp_path / "L1H0")).Reload().Scalars("attention/top1")
+    assert charts["top-1, layer 1"] == ["L1H0/attention/top1/L1", "L1H1/attention/top1/L1"]
+    assert charts["pronoun, layer 0"] == ["L0H0/heads/pronoun/L0", "L0H1/heads/pronoun/L0"]
+    top1 = EventAccumulator(str(tmp_path / "L1H0")).Reload().Scalars("attention/top1/L1")
     assert top1[0].value == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(("n_layer", "n_head"), [(2, 4), (2, 2), (3, 12), (1, 7), (2, 8)])
+def test_no_chart_of_heads_holds_more_heads_than_tensorboard_has_colours(n_layer, n_head):
+    """TensorBoard colours runs by the order they started in, seven colours round: a chart's heads follow each other
+    in that order (a layer, or a run of a wider one) and are at most seven, so each has a colour of its own."""
+    groups = chart_groups(n_layer, n_head)
+    members = {group: [] for group in groups}
+    for layer in range(n_layer):
+        for head in range(n_head):
+            members[chart_group(layer, head, n_head)].append(layer * n_head + head)  # the order the runs start in
+    for order in members.values():
+        assert len(order) <= PALETTE and order == list(range(order[0], order[0] + len(order)))
+    assert sum(map(len, members.values())) == n_layer * n_head
+    assert chart_groups(1, 12) == {"L0H0-6": "layer 0, heads 0-6", "L0H7-11": "layer 0, heads 7-11"}
+    layout = chart_layout(ProbeSets(), n_layer, n_head)
+    assert all(not title.endswith(", every head") for charts in layout.values() for title in charts)
 
 
 def test_probes_and_sentences_that_do_not_fit_are_left_out_saying_so(tmp_path):

@@ -112,7 +112,8 @@ class AttentionWatch:
             self.untrained = read_pass(untrained, self.sets, kinds=TYPE_SETS, compose=True)  # the types' baseline
         if before is not None and "before" not in self.pending:
             self.before = read_pass(before, self.sets, untrained=self.untrained, kinds=TYPE_SETS)
-        log_charts(self.writer, self.sets, composition=model.config.n_layer > 1, fine_tuning=before is not None)
+        shape = model.config.n_layer, model.config.n_head
+        log_charts(self.writer, self.sets, *shape, fine_tuning=before is not None)
 
     def read(self, model: Any, sets: ProbeSets, step: int) -> Reading:
         """`model` read on `sets` against the baselines, with its composition; at the evaluation at step 0, the

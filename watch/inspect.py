@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 from pathlib import Path
 
 from cli import say
@@ -28,7 +27,7 @@ from watch.measure.reading import PROBE_KINDS, Reading, Results, Source, read_pa
 from watch.show.heatmaps import PNG, HeatmapCanvas, head_titles, save_png, sentence_slug, sentence_tag
 from watch.show.page import SentenceView, attention_page, write_page
 from watch.show.report import ablation_line, composition_lines, head_table, top_attended, type_labels, type_report
-from watch.show.tensorboard import TensorBoardWriter
+from watch.show.tensorboard import TensorBoardWriter, tensorboard_command
 
 
 def _query_position(tokens: list[str], query: str | None) -> int:
@@ -170,10 +169,7 @@ def _write_heatmaps(
     writer.close()
     if not writer.failed:
         # A shell comment after the command, so the whole line runs as printed.
-        say(
-            f"TensorBoard: tensorboard --logdir {shlex.quote(str(log_dir.parent))}  # run {run}, tab IMAGES, "
-            f"tags inspect/..."
-        )
+        say(f"TensorBoard: {tensorboard_command(log_dir)}  # tab IMAGES, tags inspect/...")
     return png_dir
 
 

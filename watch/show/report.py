@@ -49,9 +49,19 @@ def head_table(report: ProbeReport, *, markdown: bool = False, limit: int | None
         parts.append(f"logit diff {cont.logit_diff:+.2f}")
     if report.ablated:
         parts.append("ablated " + ", ".join(report.ablated))
-    return "\n".join(
-        [*_table(COLUMNS, rows, markdown, marked=[0], text_columns=(1,)), *([""] if markdown else []), "; ".join(parts)]
-    )
+    lines = [*_table(COLUMNS, rows, markdown, marked=[0], text_columns=(1,)), *([""] if markdown else [])]
+    return "\n".join([*lines, "; ".join(parts), *([""] if markdown else []), HEAD_TABLE_LEGEND])
+
+
+# Every term of the pronoun head table, once, in plain words (docs/head-types.md#the-reports-words says more).
+HEAD_TABLE_LEGEND = (
+    "how to read it: referent and distractor are the shares of the pronoun's attention on the noun it refers to and "
+    "on the other noun; top-1 how often the referent gets more of it than any other token; (no sink): the same "
+    "with the first token left out, where small models park attention they do not use (an attention sink); "
+    "continuation accuracy how often the model's likeliest next word fits the referent; logit diff how far, on "
+    "average, the model's score for the best word that fits the referent is above the best that fits the other noun "
+    "(+: the right one ahead)"
+)
 
 
 def _table(
@@ -156,7 +166,9 @@ def type_legend(reading: Reading) -> str:
     return (
         f"how to read it: each score is the share of a head's attention that goes where its column says (0 to 1), "
         f"the same head before training in brackets; {RULE}; {SIGNS}.\n"
-        f"  {meanings}; {BROAD_COLUMN}: {BROAD_MEANING}" + _draw_line(reading)
+        f"  {meanings}; {BROAD_COLUMN}: {BROAD_MEANING}"
+        + _draw_line(reading)
+        + f"\n  every term of this report in plain words: {TERMS_PAGE}"
     )
 
 
@@ -173,6 +185,9 @@ SPREAD = (
     "± is two standard errors of the mean over the sequences: the figure of all possible draws lies within it 19 "
     "times in 20"
 )
+
+
+TERMS_PAGE = "docs/head-types.md#the-reports-words"
 
 
 def _type_cell(reading: Reading, before: dict, kind: str, layer: int, head: int) -> str:
@@ -253,13 +268,12 @@ def ablation_lines(reading: Reading, found: Sequence[AblationResult]) -> str:
             old, new = ({n: v for n, v in r.per_head(fed).items() if n not in result.heads} for r in (results, after))
             name = max(old, key=old.get) if old and new else None
             if name:
-                costs.append(
-                    f"takes the best {TYPES[fed].label} score from {old[name]:.3f}{_pm(results, fed, name)} to "
-                    f"{new[name]:.3f}{_pm(after, fed, name)} ({name})"
-                )
+                label, spreads = f"the best {TYPES[fed].label} score", (_pm(results, fed, name), _pm(after, fed, name))
+                costs.append(f"{_moves('lowers', 'raises', label, old[name], new[name], '', 3, spreads)} ({name})")
         costs = [c for c in costs if c]
         if costs:
-            lines.append(f"{_removing(result)} {'; '.join(costs)}{_backed_up(result, found, results.numbers)}")
+            why = _backed_up(result, found, results.numbers) + _less_than_alone(result, found, results.numbers)
+            lines.append(f"{_removing(result)} {'; '.join(costs)}{why}")
     return "\n".join(lines)
 
 
@@ -273,21 +287,25 @@ def _pm(results: Results, score: str, head: str) -> str:
 
 
 def _change(key: str, before: dict, after: dict) -> str:
-    """What removing heads did to the measure `key`, in words: "takes the in-context gain from 3.01 to -0.82
-    nats/token: all of it and more (first copy ...)"; "" when it was not measured."""
+    """What removing heads did to the measure `key`, in words, always "by how much, from what to what": "shrinks the
+    in-context gain by 3.83 nats/token, from 3.01 to -0.82: all of it and more (first copy ...)"; "" when it was not
+    measured. A model with no in-context gain to lose is said to have none, and the held-out loss says what removing
+    the heads does to its text instead."""
     old, new = before.get(key), after.get(key)
     if old is None or new is None:
         return ""
     if key == "text_loss":
-        verb = "raises" if new >= old else "lowers"
-        return f"{verb} the held-out loss from {old:.3f} to {new:.3f} nats ({old - new:+.3f})"
+        return _loss_change(old, new)
     if key != "in_context_gain":
         return _points(CONTINUATION, old, new)
-    spreads = [f" ± {n[f'{key}_spread']:.3f}" if f"{key}_spread" in n else "" for n in (before, after)]
-    text = f"takes the in-context gain from {old:.3f}{spreads[0]} to {new:.3f}{spreads[1]} nats/token"
+    spreads = tuple(f" ± {n[f'{key}_spread']:.3f}" if f"{key}_spread" in n else "" for n in (before, after))
     spread = before.get(f"{key}_spread")
-    if old > 0 and (spread is None or old > spread):
-        text += f": {_share_taken(old, new)}"
+    if old <= 0 or (spread is not None and old <= spread):  # nothing to take: what the heads do for the text instead
+        text = f"finds no in-context gain to take (the model has none on repeated tokens: {old:.3f} nats/token)"
+        loss = _loss_change(before.get("text_loss"), after.get("text_loss"))
+        return text + (f"; it {loss}" if loss else "")
+    moved = _moves("shrinks", "grows", "the in-context gain", old, new, "nats/token", 3, spreads)
+    text = f"{moved}: {_share_taken(old, new)}"
     keys = ("loss_first_copy", "loss_second_copy")
     if all(k in before and k in after for k in keys):  # a removed copying head can leave the second copy worse
         text += (
@@ -295,6 +313,38 @@ def _change(key: str, before: dict, after: dict) -> str:
             f"{after[keys[1]]:.2f} nats)"
         )
     return text
+
+
+UNMEASURABLE = 0.01  # a change of the held-out loss below this share of it is said to be nothing measurable
+
+
+def _loss_change(old: float | None, new: float | None) -> str:
+    """ "makes the held-out loss worse by 0.500 nats/token, from 2.000 to 2.500": how much worse the model predicts
+    the next token of held-out text; a change below UNMEASURABLE of the loss is said to be none; "" when not
+    measured."""
+    if old is None or new is None:
+        return ""
+    if abs(new - old) < UNMEASURABLE * abs(old):
+        return f"changes the held-out loss by nothing measurable ({old:.3f} -> {new:.3f} nats/token)"
+    return _moves("makes the held-out loss better", "makes the held-out loss worse", "", old, new, "nats/token", 3)
+
+
+def _moves(
+    down: str,
+    up: str,
+    label: str,
+    old: float,
+    new: float,
+    unit: str,
+    decimals: int,
+    spreads: tuple[str, str] = ("", ""),
+) -> str:
+    """ "shrinks the in-context gain by 3.830 nats/token, from 3.010 ± 0.050 to -0.820 ± 0.040": `down` when the figure
+    falls, `up` when it rises, the amount always positive: the one way every removal line says how much; `spreads`
+    stand beside the figures read from random sequences."""
+    verb = f"{down if new <= old else up}{f' {label}' if label else ''}"
+    amount = f"{abs(new - old):.{decimals}f}" + (f" {unit}" if unit else "")
+    return f"{verb} by {amount}, from {old:.{decimals}f}{spreads[0]} to {new:.{decimals}f}{spreads[1]}"
 
 
 def _cost(result: AblationResult, before: dict) -> float | None:
@@ -328,6 +378,37 @@ def _backed_up(result: AblationResult, found: Sequence[AblationResult], before: 
         f": no effect alone, because {others} {'does' if len(group.heads) == 2 else 'do'} the same job and "
         f"make{'s' if len(group.heads) == 2 else ''} up for it; removing {names(group.heads)} together loses "
         f"{100 * _cost(group, before):.0f}% of it (the heads back each other up)"
+    )
+
+
+def _less_than_alone(result: AblationResult, found: Sequence[AblationResult], before: dict) -> str:
+    """For heads removed together that take less of the in-context gain than one of them removed alone: why. The gain
+    is the gap between the two copies' losses; without both heads the first copy is predicted worse too, so the gap
+    shrinks less even though the model does worse on both copies."""
+    together = _cost(result, before)
+    if len(result.heads) < 2 or together is None or (result.tested_on or ("",))[0] != "in_context_gain":
+        return ""
+    alone = [
+        (cost, r)
+        for r in found
+        if r.kind == result.kind and len(r.heads) == 1 and r.heads[0] in result.heads
+        if (cost := _cost(r, before)) is not None
+    ]
+    if not alone:
+        return ""
+    most, single = max(alone, key=lambda item: item[0])
+    first = "loss_first_copy"
+    old, new, new_alone = (
+        before.get(first),
+        result.reading.results.numbers.get(first),
+        single.reading.results.numbers.get(first),
+    )
+    if most - together < NO_EFFECT or None in (old, new, new_alone) or new - old <= new_alone - old:
+        return ""
+    return (
+        f"; less than removing {single.heads[0]} alone takes only because the first copy is predicted worse too "
+        f"({old:.2f} -> {new:.2f} nats, against {new_alone:.2f} without {single.heads[0]} alone): the gain is the gap "
+        f"between the copies, and without {names(result.heads)} both copies are predicted worse"
     )
 
 
@@ -379,10 +460,13 @@ def _share_taken(old: float, new: float) -> str:
 
 
 def _points(label: str, old: float | None, new: float | None) -> str:
-    """ "takes {label} from 0.996 to 0.086 (-91.0 points)" for a share; "" when either is not known."""
+    """ "lowers {label} by 91.0 points, from 99.6% to 8.6%" for a share; "" when either is not known."""
     if old is None or new is None:
         return ""
-    return f"takes {label} from {old:.3f} to {new:.3f} ({100 * (new - old):+.1f} points)"
+    if round(100 * (new - old), 1) == 0:
+        return f"leaves {label} unchanged at {_pct(old, 1)}"
+    verb = "lowers" if new < old else "raises"
+    return f"{verb} {label} by {abs(100 * (new - old)):.1f} points, from {_pct(old, 1)} to {_pct(new, 1)}"
 
 
 def _removing(result: AblationResult) -> str:
@@ -435,10 +519,9 @@ def agreement_lines(reading: Reading, ablations: Sequence[AblationResult]) -> st
         line = f"{_removing(ab)} {_points('agreement', a.accuracy, ab.reading.agreement.accuracy)}"
         top1 = ab.best_top1_left
         if top1 is not None and selective is not None:
-            line += (
-                f"; the best top-1 among the heads left is {100 * top1:.1f}% "
-                f"({100 * (top1 - selective.top1):+.1f} points)"
-            )
+            gap = 100 * (top1 - selective.top1)
+            than = f"{abs(gap):.1f} points {'below' if gap < 0 else 'above'}" if round(gap, 1) else "the same as"
+            line += f"; the best top-1 among the heads left is {100 * top1:.1f}% ({than} {selective.name}'s)"
         lines.append(line)
     return "\n".join(lines)
 
@@ -519,8 +602,9 @@ def composition_lines(reading: Reading) -> str:
         return ONE_LAYER_NOTE
     untrained = reading.untrained.composition if reading.untrained is not None else None
     lines = [
-        f"composition of the weights (Elhage et al. 2021), the {COMPOSITION_TOP} highest pairs of each kind; "
-        f"the untrained model's in brackets:"
+        f"composition of the weights (Elhage et al. 2021): how much a head reads what an earlier head writes, 0 to 1 "
+        f"(L0H2->L1H1: L0H2's output as L1H1 reads it, in its queries Q, keys K or values V), the {COMPOSITION_TOP} "
+        f"highest pairs of each kind; the untrained model's in brackets:"
     ]
     for kind in KINDS:
         before = untrained.pairs[kind] if untrained is not None else {}

@@ -8,6 +8,7 @@ where no score of a head is written (`TensorBoardWriter.head`).
 from __future__ import annotations
 
 import secrets
+import shlex
 import struct
 import threading
 import zlib
@@ -18,6 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from cli import markdown_literal
 from errors import warn
 from files import write_error
 from watch.measure.composition import KINDS
@@ -201,6 +203,12 @@ def _quiet_writer_threads() -> None:
     threading.excepthook = hook
 
 
+def tensorboard_command(log_dir: str | Path) -> str:
+    """The command that opens `log_dir` in TensorBoard, as every hint prints it: with as many images and texts per tag
+    as a run logs (TensorBoard keeps 10 otherwise). A run's own folder opens that run alone, its heads a colour each."""
+    return f"tensorboard --logdir {shlex.quote(str(log_dir))} --samples_per_plugin=images=200,text=200"
+
+
 # --- what a run writes -----------------------------------------------------------------------------------
 
 
@@ -242,18 +250,21 @@ def _drawn_in(category: str) -> dict[str, list[str]]:
 
 # TensorBoard's Custom Scalars tab: {category: {chart title: [tag regexes]}}. A regex matches the start of a tag; one
 # chart draws every matching tag of every run on one axis, a colour per run: a score of every head is one tag written
-# in each head's own run (`TensorBoardWriter.head`).
+# in each head's own run (`TensorBoardWriter.head`). A chart whose title ends in EVERY_HEAD is drawn once per group of
+# heads (`chart_groups`), so that no two of its lines share a colour; `chart_layout` says which.
+EVERY_HEAD = ", every head"
 CHARTS = {
     "attention heads": _drawn_in("attention heads"),
     "head types": {
-        **{f"{kind.replace('_', '-')}, every head": [rf"heads/{kind}$"] for kind in (*TYPES, BROAD)},
+        **{f"{kind.replace('_', '-')}{EVERY_HEAD}": [rf"heads/{kind}$"] for kind in (*TYPES, BROAD)},
         **_drawn_in("head types"),
     },
-    # Every pair of heads in different layers, one chart per kind (watch/measure/composition.py); the best pair's
-    # score beside the untrained model's best, a flat line to read the rise against.
-    "composition": {
-        **{f"{kind}-composition, every pair": [rf"composition/{kind}/L\d+H\d+_to_L\d+H\d+$"] for kind in KINDS},
-        "best pair of each kind, and the untrained model's": [r"composition/[QKV]/(best|untrained_best)$"],
+    # How much each head reads what an earlier one writes (watch/measure/composition.py): per kind the best pair's
+    # score beside the untrained model's best, a flat line to read the rise against; then (`_composition_charts`) a
+    # chart per kind and reading head, a line per earlier head.
+    "composition": {  # a chart per kind: both its lines are the run's own, so they share its colour
+        f"{kind}-composition, the best pair and the untrained model's": [rf"composition/{kind}/(best|untrained_best)$"]
+        for kind in KINDS
     },
     "fine-tuning": {
         f"{kind.replace('_', '-')}: best head now and before fine-tuning": [
@@ -264,21 +275,88 @@ CHARTS = {
     },
 }
 
+# TensorBoard colours runs from a palette of seven, in the order the runs started, and a head's run starts when the
+# first pass writes its scores, heads in order. So any seven heads that follow each other have seven colours: a layer,
+# or a run of seven heads of a wider layer.
+PALETTE = 7
+# Beyond this many heads, a composition chart per reading head and group of earlier heads is more charts than anyone
+# reads; the scores are still in the Scalars tab.
+COMPOSITION_CHARTS_MAX_HEADS = 16
 
-def log_charts(writer: Any, sets: ProbeSets, *, composition: bool = False, fine_tuning: bool = False) -> None:
-    """The Custom Scalars layout, written once, at the start of a run: every category that one of the run's probe
-    sets draws in (the head types' where a type is measured), with all its charts; the composition's with
-    `composition`, and with `fine_tuning` each type beside the model before fine-tuning."""
+
+def chart_group(layer: int, head: int, n_head: int) -> str:
+    """The group a head's lines are charted with, which ends the tags of its scores: its layer ("L0"), or in a layer of
+    more than PALETTE heads its run of up to PALETTE ("L0H7-11")."""
+    if n_head <= PALETTE:
+        return f"L{layer}"
+    first = head - head % PALETTE
+    return f"L{layer}H{first}-{min(first + PALETTE, n_head) - 1}"
+
+
+def chart_groups(n_layer: int, n_head: int) -> dict[str, str]:
+    """Every group of heads of a model, in order, with its words: {"L0": "layer 0", ...} or, in layers wider than
+    PALETTE, {"L0H0-6": "layer 0, heads 0-6", ...}."""
+    groups = {}
+    for layer in range(n_layer):
+        for head in range(0, n_head, PALETTE):
+            group = chart_group(layer, head, n_head)
+            heads = group.partition("H")[2]
+            groups[group] = f"layer {layer}" + (f", heads {heads}" if heads else "")
+    return groups
+
+
+def chart_layout(sets: ProbeSets, n_layer: int, n_head: int, *, fine_tuning: bool = False) -> dict:
+    """The Custom Scalars layout of a run of `n_layer` x `n_head` heads that reads `sets`: every category that one of
+    its probe sets draws in (the head types' where a type is measured), with all its charts, each chart of every head
+    drawn once per group of heads; the composition's with two layers or more; with `fine_tuning` each type beside the
+    model before fine-tuning. {category: {title: ["Multiline", tag regexes]}}"""
     drawn = {PROBE_KINDS[name].category for name in sets.sets if name in PROBE_KINDS}
     if any(kind in sets.sets for kind in TYPE_SETS):
         drawn |= {"head types", *(["fine-tuning"] if fine_tuning else [])}
-    if composition:
+    if n_layer > 1:
         drawn.add("composition")
-    layout = {  # each chart a line per matching tag
-        category: {title: ["Multiline", tags] for title, tags in charts.items()}
-        for category, charts in CHARTS.items()
-        if category in drawn
-    }
+    groups = chart_groups(n_layer, n_head)
+    layout = {}
+    for category, charts in CHARTS.items():
+        if category not in drawn:
+            continue
+        layout[category] = {}
+        for title, tags in charts.items():
+            if not title.endswith(EVERY_HEAD):
+                layout[category][title] = ["Multiline", tags]
+                continue
+            for group, words in groups.items():  # the tag in each head's run ends in its group (`_log_heads`)
+                layout[category][f"{title.removesuffix(EVERY_HEAD)}, {words}"] = [
+                    "Multiline",
+                    [f"{tag.removesuffix('$')}/{group}$" for tag in tags],
+                ]
+        if category == "composition" and n_layer * n_head <= COMPOSITION_CHARTS_MAX_HEADS:
+            layout[category].update(_composition_charts(n_layer, n_head))
+    return layout
+
+
+def _composition_charts(n_layer: int, n_head: int) -> dict:
+    """A chart per kind of composition and head of layer 1 or later: how much it reads from each earlier head, a
+    line each in the earlier head's colour (one chart per group of earlier heads)."""
+    groups = chart_groups(n_layer, n_head)
+    charts = {}
+    for kind in KINDS:
+        for layer in range(1, n_layer):
+            for head in range(n_head):
+                reader = head_name(layer, head)
+                earlier = [group for group in groups if int(group[1:].partition("H")[0]) < layer]
+                for group in earlier:
+                    source = "" if len(earlier) == 1 else f", from {groups[group]}"
+                    charts[f"{kind}-composition into {reader}{source}"] = [
+                        "Multiline",
+                        [rf"composition/{kind}/into_{reader}/{group}$"],
+                    ]
+    return charts
+
+
+def log_charts(writer: Any, sets: ProbeSets, n_layer: int, n_head: int, *, fine_tuning: bool = False) -> None:
+    """The Custom Scalars layout (`chart_layout`), written once, at the start of a run."""
+    layout = chart_layout(sets, n_layer, n_head, fine_tuning=fine_tuning)
     if layout:
         writer.add_custom_scalars(layout)
 
@@ -299,16 +377,20 @@ def log_evaluation(
         _log_heads(writer, step, f"{BEFORE_TAG}/{kind}", values, best=True)
     for tag, image in images:
         writer.add_image(tag, image, step, dataformats="HWC")
+    # The tables as the terminal prints them, in code blocks: the Text tab gives a Markdown table's columns equal
+    # widths and breaks a cell anywhere to fit ("L0H / 0"), where a code block keeps each line whole.
     report = reading.pronouns
     if report is not None:
-        text = f"step {step}, best head **{report.best.name}**\n\n{head_table(report, markdown=True)}"
+        table, summary, legend = head_table(report).rsplit("\n", 2)  # the table's lines, then two lines of words
+        text = f"step {step}, best head **{report.best.name}**\n\n{markdown_literal(table)}\n\n{summary}\n\n{legend}"
         writer.add_text("attention/heads", text, step)
     if reading.types:
         lines = (type_legend(reading) + "\n" + type_lines(reading)).replace("\n", "  \n")  # Markdown line breaks
-        writer.add_text("heads/types", f"step {step}\n\n{type_table(reading, markdown=True)}\n\n{lines}", step)
+        writer.add_text("heads/types", f"step {step}\n\n{markdown_literal(type_table(reading))}\n\n{lines}", step)
     if fine_tune:
-        text = f"step {step}: {changes_line(reading)}\n\n{before_table(reading, markdown=True)}"
-        writer.add_text(f"heads/{BEFORE_TAG}", text.rstrip(), step)
+        table = before_table(reading)
+        text = f"step {step}: {changes_line(reading)}" + (f"\n\n{markdown_literal(table)}" if table else "")
+        writer.add_text(f"heads/{BEFORE_TAG}", text, step)
 
 
 def log_scores(writer: Any, step: int, reading: Reading) -> None:
@@ -326,7 +408,7 @@ def log_scores(writer: Any, step: int, reading: Reading) -> None:
     found = reading.composition
     untrained = reading.untrained.composition if reading.untrained is not None and found is not None else None
     for kind in KINDS if found is not None else ():
-        scalars.update({f"composition/{kind}/{pair.replace('->', '_to_')}": v for pair, v in found.pairs[kind].items()})
+        log_composition(writer, step, kind, found.scores[kind])
         scalars[f"composition/{kind}/best"] = max(found.pairs[kind].values())
         if untrained is not None:
             scalars[f"composition/{kind}/untrained_best"] = max(untrained.pairs[kind].values())
@@ -354,11 +436,24 @@ def log_agreement(writer: Any, step: int, reading: Reading, ablations: Sequence[
         writer.add_text("probes/ablated_heads", f"step {step}, ablated: {text}", step)
 
 
+def log_composition(writer: Any, step: int, kind: str, scores: torch.Tensor) -> None:
+    """Every pair's composition of one kind, from `scores` [layer_from, head_from, layer_to, head_to]: what each head
+    of layer 1 or later reads from each earlier head, in the earlier head's run (composition/K/into_L1H3/L0 in run
+    L0H1: L0H1's output as L1H3's keys read it)."""
+    n_layer, n_head = scores.shape[0], scores.shape[1]
+    for layer in range(1, n_layer):
+        for head in range(n_head):
+            _log_heads(
+                writer, step, f"composition/{kind}/into_{head_name(layer, head)}", scores[:layer, :, layer, head]
+            )
+
+
 def _log_heads(writer: Any, step: int, tag: str, values: torch.Tensor, *, best: bool = False) -> None:
-    """A scalar per head from [layer, head] values: `tag` in each head's own run (`TensorBoardWriter.head`), and
-    {tag}/best, the highest, in the run's."""
+    """A scalar per head from [layer, head] values: {tag}/{group} in each head's own run (`TensorBoardWriter.head`;
+    the group, `chart_group`, is what its chart selects), and {tag}/best, the highest, in the run's."""
     for layer in range(values.shape[0]):
         for head in range(values.shape[1]):
-            writer.head(head_name(layer, head)).add_scalar(tag, values[layer, head].item(), step)
+            group = chart_group(layer, head, values.shape[1])
+            writer.head(head_name(layer, head)).add_scalar(f"{tag}/{group}", values[layer, head].item(), step)
     if best:
         writer.add_scalar(f"{tag}/best", values.max().item(), step)
