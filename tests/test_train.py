@@ -289,8 +289,14 @@ def test_a_warning_during_training_is_printed_above_the_progress_bar(tmp_path):
     import contextlib
     import io
 
+    class Terminal(io.StringIO):
+        """Output that says it is a terminal: a bar is drawn only where someone watches it redrawn."""
+
+        def isatty(self) -> bool:
+            return True
+
     long_sentence = "the dog saw the ball and it rolled away " * 3  # longer than the block: a warning
-    both = io.StringIO()
+    both = Terminal()
     with contextlib.redirect_stdout(both), contextlib.redirect_stderr(both):
         code = run_cli(train.main, tiny_args(tmp_path, f"--watch_sentences=[{long_sentence!r}]".replace("'", '"')))
     assert code == 0
