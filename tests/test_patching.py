@@ -1,0 +1,129 @@
+"""Activation patching, direct logit attribution and the logit lens (watch/measure/patching.py), on small random
+models whose weights are large enough that logits spread over several units."""
+
+import pytest
+import torch
+
+from data.tokenizer import build_tokenizer
+from errors import UserError
+from model.ablation import Patch
+from tests.commands import TEXT
+from watch.measure import patching
+from watch.measure.patching import Pair, analyse, pair_for, patched_diffs, record
+
+
+def random_model(arch: str = "gpt2", seed: int = 0, **sizes):
+    """A 2-layer, 4-head model over `TEXT`'s characters with weights of std 0.3 (norm gains around 1), in eval mode."""
+    from model import GPT, GPTConfig
+
+    tokenizer = build_tokenizer("char", TEXT)
+    torch.manual_seed(seed)
+    config = dict(vocab_size=tokenizer.vocab_size, block_size=32, n_layer=2, n_head=4, n_embd=32, arch=arch)
+    model = GPT(GPTConfig(**{**config, **sizes})).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.normal_(0.0, 0.3)
+            if name.endswith(("ln_1.weight", "ln_2.weight", "ln_f.weight")):
+                p.add_(1.0)
+    return model, tokenizer
+
+
+def a_pair(model, tokenizer, clean: str = "the dog saw it", corrupted: str = "the log saw it") -> Pair:
+    """The pair with answers the model's two greedy next tokens, or, where they agree, two fixed tokens."""
+    try:
+        return pair_for(model, tokenizer, clean, corrupted)
+    except UserError:
+        return pair_for(model, tokenizer, clean, corrupted, answer="a", wrong="e")
+
+
+@pytest.mark.parametrize(
+    "arch,sizes", [("gpt2", {}), ("gpt2", {"bias": True}), ("modern", {}), ("gpt2", {"attn_only": True})]
+)
+def test_attribution_and_its_bias_terms_add_up_to_the_clean_logit_difference(arch, sizes):
+    model, tokenizer = random_model(arch, **sizes)
+    found = analyse(model, a_pair(model, tokenizer))
+    parts = found.attribution
+    total = parts["heads"].sum() + parts["embeddings"] + parts["biases"] + parts["norm_bias"]
+    total += parts["mlps"].sum() if parts["mlps"] is not None else 0.0
+    assert abs(float(total) - found.clean_diff) < 1e-4, (float(total), found.clean_diff)
+    assert abs(found.clean_diff) > 0.01  # something to split
+
+
+def test_patching_a_prompt_into_itself_changes_nothing():
+    model, tokenizer = random_model()
+    pair = pair_for(model, tokenizer, "the dog saw it", "the dog saw it", answer="a", wrong="e")
+    both = record(model, torch.tensor([pair.clean, pair.corrupted]))
+    clean_diff = float(both.diff(pair)[0])
+    for part, diffs in patched_diffs(model, pair, both).items():
+        assert torch.allclose(diffs, torch.full_like(diffs, clean_diff), atol=1e-5), part
+    assert analyse(model, pair).heads.isnan().all()  # nothing to restore: no share is made up
+
+
+def test_the_residual_stream_entering_layer_0_restores_the_clean_run():
+    model, tokenizer = random_model()
+    pair = a_pair(model, tokenizer)
+    both = record(model, torch.tensor([pair.clean, pair.corrupted]))
+    T = len(pair.clean)
+    everywhere = Patch(residual={0: (torch.ones(1, T, dtype=torch.bool), both.resid[0][:1])})
+    patched = record(model, torch.tensor([pair.corrupted]), everywhere)
+    assert torch.allclose(patched.logits[0], both.logits[0], atol=1e-5)
+    # Position by position: the prompts differ at one character (position 4), and only there does it restore it all.
+    found = analyse(model, pair)
+    assert abs(float(found.residual[0, 4]) - 1.0) < 1e-5
+    others = torch.cat([found.residual[0, :4], found.residual[0, 5:]])
+    assert others.abs().max() < 1e-5
+
+
+def test_in_one_attention_only_layer_a_head_patched_everywhere_is_the_head_patched_at_the_last_position():
+    model, tokenizer = random_model(n_layer=1, attn_only=True)
+    found = analyse(model, a_pair(model, tokenizer))
+    # Other positions' outputs stay at their own positions: the last position's logits never see them.
+    assert found.positions[0, :, :-1].abs().max() < 1e-5
+    assert torch.allclose(found.positions[0, :, -1], found.heads[0], atol=1e-5)
+
+
+def test_each_part_has_its_shape_and_a_pattern_patched_is_not_an_output_patched():
+    model, tokenizer = random_model()
+    pair = a_pair(model, tokenizer)
+    found = analyse(model, pair)
+    # A head's pattern patched where the values are the corrupted run's is not its output patched: the two differ.
+    assert not torch.allclose(found.patterns, found.heads, atol=1e-3)
+    assert found.heads.shape == (2, 4) and found.positions.shape == (2, 4, len(pair.clean))
+    assert found.residual.shape == (2, len(pair.clean)) and found.patterns.shape == (2, 4)
+
+
+def test_the_patched_runs_give_the_same_figures_however_many_share_a_forward(monkeypatch):
+    model, tokenizer = random_model()
+    pair = a_pair(model, tokenizer)
+    one_batch = analyse(model, pair)
+    monkeypatch.setattr(patching, "PATCHED_ROWS", 7)
+    for part in patching.PARTS:
+        assert torch.allclose(getattr(analyse(model, pair), part), getattr(one_batch, part), atol=1e-6), part
+
+
+def test_the_logit_lens_after_the_last_layer_is_the_model_output():
+    model, tokenizer = random_model()
+    pair = a_pair(model, tokenizer)
+    found = analyse(model, pair)
+    with torch.no_grad():
+        logits = model(torch.tensor([pair.clean]))[0][0, -1]
+    rank, probability = found.lens[-1]
+    assert rank == int((logits > logits[pair.answer]).sum())
+    assert abs(probability - float(logits.softmax(-1)[pair.answer])) < 1e-5
+    assert len(found.lens) == model.config.n_layer
+
+
+@pytest.mark.parametrize(
+    "clean,corrupted,answer,wrong,message",
+    [
+        ("the dog", "the do", None, None, "the clean prompt has 7 tokens and the corrupted one 6"),
+        ("the dog", "the cat", "ab", "a", "--answer 'ab' is 2 tokens"),
+        ("the dog", "the cat", "a", "a", "the right and the wrong answer are the same token 'a'"),
+        ("", "", None, None, "each need at least one token"),
+    ],
+)
+def test_a_pair_that_cannot_be_patched_is_refused_in_one_line(clean, corrupted, answer, wrong, message):
+    model, tokenizer = random_model()
+    with pytest.raises(UserError, match=message) as raised:
+        pair_for(model, tokenizer, clean, corrupted, answer, wrong)
+    assert "\n" not in str(raised.value)
