@@ -127,3 +127,67 @@ def test_a_pair_that_cannot_be_patched_is_refused_in_one_line(clean, corrupted, 
     with pytest.raises(UserError, match=message) as raised:
         pair_for(model, tokenizer, clean, corrupted, answer, wrong)
     assert "\n" not in str(raised.value)
+
+
+# --- equal to TransformerLens -------------------------------------------------------------------------------------
+
+TL_TOL = 1e-4
+
+
+def transformer_lens_figures(hooked, pair: Pair) -> dict[str, torch.Tensor]:
+    """TransformerLens's own figures for `pair`: its patching helpers with the normalised logit difference as metric,
+    and the direct logit attribution of its cache (`stack_head_results` + `apply_ln_to_stack`, times the final norm's
+    weight, onto W_U[:, right] - W_U[:, wrong])."""
+    tl_patching = pytest.importorskip("transformer_lens.patching")
+    clean, corrupted = torch.tensor([pair.clean]), torch.tensor([pair.corrupted])
+    with torch.no_grad():
+        clean_logits, cache = hooked.run_with_cache(clean)
+        corrupted_logits = hooked(corrupted)
+
+    def diff(logits: torch.Tensor) -> torch.Tensor:
+        return logits[0, -1, pair.answer] - logits[0, -1, pair.wrong]
+
+    clean_diff, corrupted_diff = diff(clean_logits), diff(corrupted_logits)
+
+    def metric(logits: torch.Tensor) -> torch.Tensor:
+        return (diff(logits) - corrupted_diff) / (clean_diff - corrupted_diff)
+
+    quiet = dict(model=hooked, corrupted_tokens=corrupted, clean_cache=cache, patching_metric=metric)
+    direction = hooked.W_U[:, pair.answer] - hooked.W_U[:, pair.wrong]
+    heads = cache.apply_ln_to_stack(cache.stack_head_results(layer=-1, pos_slice=-1), layer=-1, pos_slice=-1)
+    mlps = torch.stack([cache[f"blocks.{layer}.hook_mlp_out"][:, -1] for layer in range(hooked.cfg.n_layers)])
+    mlps = cache.apply_ln_to_stack(mlps, layer=-1, pos_slice=-1)
+    n_layer, n_head = hooked.cfg.n_layers, hooked.cfg.n_heads
+    return {
+        "heads": tl_patching.get_act_patch_attn_head_out_all_pos(**quiet),
+        "positions": tl_patching.get_act_patch_attn_head_out_by_pos(**quiet).permute(0, 2, 1),  # [layer, head, pos]
+        "residual": tl_patching.get_act_patch_resid_pre(**quiet),
+        "patterns": tl_patching.get_act_patch_attn_head_pattern_all_pos(**quiet),
+        "attribution heads": ((heads[:, 0] * hooked.ln_final.w) @ direction).reshape(n_layer, n_head),
+        "attribution mlps": (mlps[:, 0] * hooked.ln_final.w) @ direction,
+    }
+
+
+def test_patching_and_attribution_equal_transformer_lens_on_a_model_of_the_demo_shape():
+    transformer_lens = pytest.importorskip(
+        "transformer_lens", reason="transformer-lens is optional: pip install -r requirements-interop.txt to test this"
+    )
+    if not hasattr(transformer_lens, "HookedTransformer"):
+        pytest.skip(
+            "this transformer-lens has no HookedTransformer (4.0 removed it); pip install -r requirements-interop.txt"
+        )
+    from formats.transformerlens import to_hooked_transformer
+
+    # The pronoun demo's shape (2 layers of 4 heads, 64 wide, biases) and its pair's (10 tokens, the last word differs).
+    model, tokenizer = random_model(n_embd=64, bias=True, seed=1)
+    pair = a_pair(model, tokenizer, "dog saw he", "dog saw it")
+    ours = analyse(model, pair)
+    theirs = transformer_lens_figures(to_hooked_transformer(model), pair)
+    figures = {
+        **{part: getattr(ours, part) for part in patching.PARTS},
+        "attribution heads": ours.attribution["heads"],
+        "attribution mlps": ours.attribution["mlps"],
+    }
+    for name, value in figures.items():
+        assert value.shape == theirs[name].shape, name
+        assert float((value - theirs[name].detach().double()).abs().max()) < TL_TOL, name
