@@ -191,3 +191,51 @@ def test_patching_and_attribution_equal_transformer_lens_on_a_model_of_the_demo_
     for name, value in figures.items():
         assert value.shape == theirs[name].shape, name
         assert float((value - theirs[name].detach().double()).abs().max()) < TL_TOL, name
+
+
+# --- sample.py --patch ------------------------------------------------------------------------------------------
+
+
+def test_sample_patch_json_holds_the_contract_and_the_table_names_the_heads(tmp_path):
+    import json
+
+    from tests.commands import run_sample
+    from tests.random_checkpoints import make_checkpoint
+
+    folder = make_checkpoint(tmp_path / "ckpt", "gpt2-char")
+    prompts = ["--patch", "the dog saw it", "the log saw it", "--answer", "a", "--wrong", "e"]
+    code, out, err = run_sample([f"--out_dir={folder}", *prompts, "--json"])
+    assert code == 0, err
+    found = json.loads(out)
+    assert len(found["clean_ids"]) == len(found["corrupted_ids"]) == 14
+    assert (found["answer"], found["wrong"]) == ("a", "e") and found["answer_id"] != found["wrong_id"]
+    assert set(found["patching"]) == {"heads", "positions", "residual", "patterns"}
+    assert set(found["patching"]["heads"]) == {f"L{layer}H{head}" for layer in range(2) for head in range(4)}
+    assert len(found["patching"]["positions"]["L0H0"]) == 14 and len(found["patching"]["residual"]["L1"]) == 14
+    assert abs(found["patching"]["residual"]["L0"][4] - 1.0) < 1e-5  # the one character that differs
+    assert set(found["attribution"]["mlps"]) == {"L0", "L1"} and len(found["logit_lens"]) == 2
+
+    code, out, err = run_sample([f"--out_dir={folder}", *prompts, f"--png_dir={tmp_path / 'maps'}"])
+    assert code == 0, err
+    assert "output patched" in out and "logit lens" in out
+    assert (tmp_path / "maps" / "the_dog_saw_it.png").is_file()
+
+
+def test_sample_patch_reads_pairs_from_a_jsonl_file_and_names_the_line_of_a_bad_one(tmp_path):
+    import json
+
+    from tests.commands import one_line, run_sample
+    from tests.random_checkpoints import make_checkpoint
+
+    folder = make_checkpoint(tmp_path / "ckpt", "gpt2-char")
+    pairs = tmp_path / "pairs.jsonl"
+    good = {"clean": "the dog saw it", "corrupted": "the log saw it", "answer": "a", "wrong": "e"}
+    pairs.write_text(json.dumps(good) + "\n\n" + json.dumps({**good, "clean": "the cat saw it"}) + "\n")
+    code, out, err = run_sample([f"--out_dir={folder}", "--patch", str(pairs), "--json"])
+    assert code == 0, err
+    found = json.loads(out)
+    assert len(found["pairs"]) == 2 and set(found["mean"]) == {"patching", "attribution"}
+
+    pairs.write_text(json.dumps(good) + "\n" + json.dumps({**good, "corrupted": "the log saw"}) + "\n")
+    code, _, err = run_sample([f"--out_dir={folder}", "--patch", str(pairs)])
+    assert code == 1 and "pairs.jsonl line 2: the clean prompt has 14 tokens and the corrupted one 11" in one_line(err)

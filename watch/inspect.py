@@ -1,6 +1,7 @@
 """Looking inside a checkpoint, for `sample.py`: `--attention` (heatmaps, or with `--html` an offline
-attention page), `--probes` (the pronoun head table) and `--heads` (what kind of head each head
-became, against the untrained model, and what removing them costs)."""
+attention page), `--probes` (the pronoun head table), `--heads` (what kind of head each head
+became, against the untrained model, and what removing them costs) and `--patch` (which heads carry
+a prompt's next token: activation patching, direct logit attribution and the logit lens)."""
 
 from __future__ import annotations
 
@@ -20,13 +21,22 @@ from watch.measure.capture import capture_attention
 from watch.measure.composition import composition_json, reads_from
 from watch.measure.heads import ablation_names, default_query, display_token, focused_head, head_name
 from watch.measure.headtypes import BROAD, TYPE_SETS, TYPES
+from watch.measure.patching import analyse, by_head, mean_of, pair_for, pairs_from_file, patching_json
 from watch.measure.probesets import NO_TEXT, PRONOUN, REPEATED_MIN_LENGTH, TEXT, ProbeSets, from_file
 from watch.measure.pronouns import finite
 from watch.measure.proofs import head_means, proofs
 from watch.measure.reading import PROBE_KINDS, Reading, Source, read_pass, untrained_like, watch_sets
-from watch.show.heatmaps import HeatmapCanvas, head_titles, save_png, sentence_slug
+from watch.show.heatmaps import HeatmapCanvas, grid_image, head_titles, save_png, sentence_slug
 from watch.show.page import SentenceView, attention_page, write_page
-from watch.show.report import ablation_line, composition_lines, head_table, top_attended, type_labels, type_report
+from watch.show.report import (
+    ablation_line,
+    composition_lines,
+    head_table,
+    patching_report,
+    top_attended,
+    type_labels,
+    type_report,
+)
 from watch.show.tensorboard import TensorBoardWriter
 
 
@@ -326,3 +336,73 @@ def heads_json(reading: Reading, found: list, mode: str, sets: ProbeSets) -> dic
         **composition_json(reading.composition, untrained.composition),
     }
     return finite(out)
+
+
+# --- activation patching ---------------------------------------------------------------------------------------
+
+
+def show_patch(model, tokenizer, checkpoint: dict, args: argparse.Namespace, _ablate: Ablation | None) -> None:
+    """Which heads carry a clean prompt's next token against a corrupted one's (`--patch CLEAN CORRUPTED`), or each
+    pair of a JSONL file's (`--patch FILE.jsonl`): the report and a heatmap per pair, or with --json one object."""
+    if len(args.patch) == 2:
+        pairs = [pair_for(model, tokenizer, *args.patch, args.answer, args.wrong)]
+    else:
+        if args.answer is not None or args.wrong is not None:
+            raise UsageError("--answer and --wrong go with --patch CLEAN CORRUPTED; a pairs file gives each pair's own")
+        pairs = pairs_from_file(model, tokenizer, args.patch[0])
+    found = [analyse(model, pair) for pair in pairs]
+    if args.json:
+        objects = [finite(patching_json(f, tokenizer)) for f in found]
+        if len(args.patch) == 2:
+            print(json.dumps(objects[0], allow_nan=False))
+            return
+        means = mean_of(found)
+        mlps = means["attribution mlps"]
+        mean = {
+            "patching": {"heads": by_head(means["heads"]), "patterns": by_head(means["patterns"])},
+            "attribution": {
+                "heads": by_head(means["attribution heads"]),
+                "mlps": {f"L{layer}": float(v) for layer, v in enumerate(mlps)} if mlps is not None else {},
+            },
+        }
+        print(json.dumps(finite({"pairs": objects, "mean": mean}), allow_nan=False))
+        return
+    png_dir = (
+        Path(args.png_dir)
+        if args.png_dir
+        else Path(args.out_dir if Path(args.out_dir).is_dir() else Path(args.out_dir).parent) / "patching"
+    )
+    for n, f in enumerate(found):
+        tokens = tokenizer.token_strings(f.pair.clean)
+        answer, wrong = tokenizer.decode([f.pair.answer]), tokenizer.decode([f.pair.wrong])
+        if n:
+            print()
+        print(f"clean:     {tokenizer.decode(f.pair.clean)!r} -> {answer!r}")
+        print(f"corrupted: {tokenizer.decode(f.pair.corrupted)!r} -> {wrong!r}")
+        print(patching_report(f, tokens, answer, wrong))
+        print(f"heatmap: {_write_patching_map(f, tokens, png_dir)}")
+
+
+def _write_patching_map(found, tokens: list[str], png_dir: Path) -> Path:
+    """The pair's patching map, layer x position and head x position, as a PNG in `png_dir`; its path."""
+    n_layer, n_head = found.heads.shape
+    image = grid_image(
+        [
+            ("residual stream entering each layer", found.residual.numpy(), [f"L{layer}" for layer in range(n_layer)]),
+            (
+                "each head's output, one position",
+                found.positions.reshape(n_layer * n_head, -1).numpy(),
+                [head_name(layer, head) for layer in range(n_layer) for head in range(n_head)],
+            ),
+        ],
+        tokens,
+        "patched from the clean run into the corrupted one: share of the logit difference brought back",
+        "share brought back",
+    )
+    path = png_dir / f"{sentence_slug(''.join(tokens))}.png"
+    try:
+        return save_png(image, path)
+    except OSError as exc:
+        raise UserError(
+            f"cannot write the patching map to {png_dir} ({write_error(exc, png_dir)}); choose a writable --png_dir"
+        ) from None

@@ -29,10 +29,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.nn as nn
 
+from data.probes import PatchPair, load_jsonl
 from data.tokenizer import Tokenizer
 from errors import UserError
 from model.ablation import Patch
@@ -142,6 +144,18 @@ def pair_for(
             f"--answer and --wrong, two different next tokens"
         )
     return Pair(clean_ids, corrupted_ids, answer_id, wrong_id)
+
+
+def pairs_from_file(model: nn.Module, tokenizer: Tokenizer, path: str | Path) -> list[Pair]:
+    """The pairs of a JSONL file of `PatchPair`s (data/probes.py), each checked as `pair_for` checks it; a problem is
+    one line naming the file's line."""
+    pairs = []
+    for item in load_jsonl(path, PatchPair):
+        try:
+            pairs.append(pair_for(model, tokenizer, item.clean, item.corrupted, item.answer, item.wrong))
+        except UserError as exc:
+            raise UserError(f"{path} line {item.line}: {exc}") from None
+    return pairs
 
 
 def one_token(tokenizer: Tokenizer, text: str, what: str) -> int:
@@ -340,3 +354,64 @@ def logit_lens(model: nn.Module, pair: Pair, both: Run) -> list[tuple[int, float
     probabilities = logits.softmax(-1)[:, pair.answer]
     ranks = (logits > logits[:, pair.answer : pair.answer + 1]).sum(-1)
     return [(int(rank), float(p)) for rank, p in zip(ranks, probabilities, strict=True)]
+
+
+# --- what it says, as numbers ------------------------------------------------------------------------------------
+
+
+def mean_of(found: list[Patching]) -> dict[str, torch.Tensor | None]:
+    """The figures of every head and MLP averaged over several pairs (of any lengths), by name: "heads" and
+    "patterns" (shares), "attribution heads" and "attribution mlps" (logits; None for an attention-only model)."""
+    means = {part: torch.stack([getattr(f, part) for f in found]).mean(0) for part in ("heads", "patterns")}
+    means["attribution heads"] = torch.stack([f.attribution["heads"] for f in found]).mean(0)
+    mlps = [f.attribution["mlps"] for f in found]
+    means["attribution mlps"] = torch.stack(mlps).mean(0) if mlps[0] is not None else None
+    return means
+
+
+def by_head(values: torch.Tensor) -> dict[str, float | list[float]]:
+    """[layer, head, ...] -> {"L0H0": value (or list), ...}."""
+    return {
+        head_name(layer, head): values[layer, head].tolist()
+        for layer in range(values.shape[0])
+        for head in range(values.shape[1])
+    }
+
+
+def patching_json(found: Patching, tokenizer: Tokenizer) -> dict:
+    """One pair's figures as `sample.py --patch --json` prints them (docs/patching.md); NaN where a share has no
+    meaning (the two runs' logit differences are the same)."""
+    pair, parts = found.pair, found.attribution
+    return {
+        "clean": tokenizer.decode(pair.clean),
+        "corrupted": tokenizer.decode(pair.corrupted),
+        "clean_ids": pair.clean,
+        "corrupted_ids": pair.corrupted,
+        "tokens": tokenizer.token_strings(pair.clean),
+        "corrupted_tokens": tokenizer.token_strings(pair.corrupted),
+        "answer": tokenizer.decode([pair.answer]),
+        "wrong": tokenizer.decode([pair.wrong]),
+        "answer_id": pair.answer,
+        "wrong_id": pair.wrong,
+        "clean_diff": found.clean_diff,
+        "corrupted_diff": found.corrupted_diff,
+        "patching": {
+            "heads": by_head(found.heads),
+            "positions": by_head(found.positions),
+            "residual": {f"L{layer}": found.residual[layer].tolist() for layer in range(found.residual.shape[0])},
+            "patterns": by_head(found.patterns),
+        },
+        "attribution": {
+            "heads": by_head(parts["heads"]),
+            "mlps": {f"L{layer}": float(v) for layer, v in enumerate(parts["mlps"])}
+            if parts["mlps"] is not None
+            else {},
+            "embeddings": parts["embeddings"],
+            "biases": parts["biases"],
+            "norm_bias": parts["norm_bias"],
+        },
+        "logit_lens": [
+            {"layer": layer, "rank": rank, "probability": probability}
+            for layer, (rank, probability) in enumerate(found.lens)
+        ],
+    }
