@@ -8,6 +8,13 @@ from data.tokenizer import build_tokenizer
 from errors import UserError
 from model.ablation import Patch
 from tests.commands import TEXT
+from tests.test_import import (
+    SHAKESPEARE_CHARS,
+    nanogpt,  # noqa: F401 (the fixture holding nanoGPT's model.py)
+    nanogpt_model,
+    save_meta,
+    save_nanogpt,
+)
 from watch.measure import patching
 from watch.measure.patching import Pair, analyse, pair_for, patched_diffs, record
 
@@ -239,3 +246,40 @@ def test_sample_patch_reads_pairs_from_a_jsonl_file_and_names_the_line_of_a_bad_
     pairs.write_text(json.dumps(good) + "\n" + json.dumps({**good, "corrupted": "the log saw"}) + "\n")
     code, _, err = run_sample([f"--out_dir={folder}", "--patch", str(pairs)])
     assert code == 1 and "pairs.jsonl line 2: the clean prompt has 14 tokens and the corrupted one 11" in one_line(err)
+
+
+def test_a_hugging_face_folder_gives_the_figures_of_the_checkpoint_it_was_exported_from(tmp_path):
+    import json
+
+    pytest.importorskip("transformers", reason="transformers is optional: pip install -r requirements-interop.txt")
+    from tests.commands import run_sample
+    from tests.random_checkpoints import make_checkpoint
+
+    folder = make_checkpoint(tmp_path / "ckpt", "gpt2-char")
+    code, _, err = run_sample([f"--out_dir={folder}", "--export", "hf", str(tmp_path / "hf")])
+    assert code == 0, err
+    prompts = ["--patch", "the dog saw it", "the log saw it", "--answer", "a", "--wrong", "e", "--json"]
+    figures = []
+    for model in (f"--out_dir={folder}", f"--init_from={tmp_path / 'hf'}"):
+        code, out, err = run_sample([model, *prompts])
+        assert code == 0, err
+        figures.append(json.loads(out))
+    ours, theirs = (f["patching"]["heads"] for f in figures)
+    assert max(abs(ours[name] - theirs[name]) for name in ours) < 1e-4
+
+
+def test_a_nanogpt_checkpoint_is_patched_like_any_other(tmp_path, request):
+    import json
+
+    from tests.commands import run_sample
+
+    theirs, args = nanogpt_model(request.getfixturevalue("nanogpt"), n_head=2)
+    path = save_nanogpt(theirs, args, tmp_path / "out-shakespeare-char")
+    save_meta(path.parent / "meta.pkl", SHAKESPEARE_CHARS)
+    code, out, err = run_sample(
+        [f"--init_from={path.parent}", "--patch", "ROMEO: hi", "JULIE: hi", "--answer", "a", "--wrong", "e", "--json"]
+    )
+    assert code == 0, err
+    found = json.loads(out)
+    assert set(found["patching"]["heads"]) == {"L0H0", "L0H1", "L1H0", "L1H1"}
+    assert found["clean_diff"] != found["corrupted_diff"]
