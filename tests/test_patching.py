@@ -16,7 +16,7 @@ from tests.test_import import (
     save_nanogpt,
 )
 from watch.measure import patching
-from watch.measure.patching import Pair, analyse, pair_for, patched_diffs, record
+from watch.measure.patching import Pair, analyse, clean_and_corrupted, every_part, pair_for, patched, record, watched
 
 
 def random_model(arch: str = "gpt2", seed: int = 0, **sizes):
@@ -59,21 +59,21 @@ def test_attribution_and_its_bias_terms_add_up_to_the_clean_logit_difference(arc
 def test_patching_a_prompt_into_itself_changes_nothing():
     model, tokenizer = random_model()
     pair = pair_for(model, tokenizer, "the dog saw it", "the dog saw it", answer="a", wrong="e")
-    both = record(model, torch.tensor([pair.clean, pair.corrupted]))
+    both, idx, last = clean_and_corrupted(model, [pair])
     clean_diff = float(both.diff(pair)[0])
-    for part, diffs in patched_diffs(model, pair, both).items():
-        assert torch.allclose(diffs, torch.full_like(diffs, clean_diff), atol=1e-5), part
+    diffs = patched(model, both, idx, last, every_part(2, 4, len(pair.clean), pair))
+    assert torch.allclose(diffs, torch.full_like(diffs, clean_diff), atol=1e-5)
     assert analyse(model, pair).heads.isnan().all()  # nothing to restore: no share is made up
 
 
 def test_the_residual_stream_entering_layer_0_restores_the_clean_run():
     model, tokenizer = random_model()
     pair = a_pair(model, tokenizer)
-    both = record(model, torch.tensor([pair.clean, pair.corrupted]))
+    both, idx, last = clean_and_corrupted(model, [pair])
     T = len(pair.clean)
     everywhere = Patch(residual={0: (torch.ones(1, T, dtype=torch.bool), both.resid[0][:1])})
-    patched = record(model, torch.tensor([pair.corrupted]), everywhere)
-    assert torch.allclose(patched.logits[0], both.logits[0], atol=1e-5)
+    restored = record(model, idx[1:], last[1:], everywhere)
+    assert torch.allclose(restored.logits[0], both.logits[0], atol=1e-5)
     # Position by position: the prompts differ at one character (position 4), and only there does it restore it all.
     found = analyse(model, pair)
     assert abs(float(found.residual[0, 4]) - 1.0) < 1e-5
@@ -283,3 +283,16 @@ def test_a_nanogpt_checkpoint_is_patched_like_any_other(tmp_path, request):
     found = json.loads(out)
     assert set(found["patching"]["heads"]) == {"L0H0", "L0H1", "L1H0", "L1H1"}
     assert found["clean_diff"] != found["corrupted_diff"]
+
+
+def test_what_the_watch_reads_of_several_pairs_of_any_lengths_is_the_mean_of_each_pairs_analysis():
+    model, tokenizer = random_model()
+    pairs = [
+        a_pair(model, tokenizer, "the dog saw it", "the log saw it"),
+        a_pair(model, tokenizer, "a cat", "a rat"),
+        a_pair(model, tokenizer, "the king and he", "the king and it"),
+    ]
+    each = [analyse(model, pair) for pair in pairs]
+    found = watched(model, pairs)
+    assert torch.allclose(found["patching"], torch.stack([f.heads for f in each]).mean(0), atol=1e-5)
+    assert torch.allclose(found["attribution"], torch.stack([f.attribution["heads"] for f in each]).mean(0), atol=1e-5)

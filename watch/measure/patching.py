@@ -26,7 +26,7 @@ heads' outputs `z` side by side, `ln_f` the last residual stream.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -134,7 +134,9 @@ def pair_for(
         )
     greedy = None
     if answer is None or wrong is None:
-        greedy = record(model, torch.tensor([clean_ids, corrupted_ids])).logits.argmax(-1).tolist()
+        device = next(model.parameters()).device
+        idx = torch.tensor([clean_ids, corrupted_ids], device=device)
+        greedy = record(model, idx, torch.full((2,), len(clean_ids) - 1, device=device)).logits.argmax(-1).tolist()
     answer_id = one_token(tokenizer, answer, "--answer") if answer is not None else greedy[0]
     wrong_id = one_token(tokenizer, wrong, "--wrong") if wrong is not None else greedy[1]
     if answer_id == wrong_id:
@@ -190,14 +192,63 @@ def recorded(model: nn.Module) -> Iterator[dict[str, list]]:
             hook.remove()
 
 
-def record(model: nn.Module, idx: torch.Tensor, patch: Patch | None = None) -> Run:
-    """One forward of `idx` [B, T] through the readable path (with `patch` applied), recorded."""
+def record(model: nn.Module, idx: torch.Tensor, last: torch.Tensor, patch: Patch | None = None) -> Run:
+    """One forward of `idx` [B, T] through the readable path (with `patch` applied), recorded, its logits read at
+    each row's `last` position [B] (a row may be right-padded after it: attention is causal)."""
     n_head = model.config.n_head
-    at = torch.full((idx.shape[0],), idx.shape[1] - 1, device=idx.device)
     with evaluating(model), recorded(model) as found:
-        logits, patterns = model.forward_with_attention(idx, logits_at=at, patch=patch)
+        logits, patterns = model.forward_with_attention(idx, logits_at=last, patch=patch)
     z = [merged.unflatten(-1, (n_head, -1)).transpose(1, 2) for merged in found["z"]]  # [B, T, H*d] -> [B, H, T, d]
     return Run(logits.float(), found["resid"], z, patterns, found["final"][0])
+
+
+def padded(sequences: Sequence[Sequence[int]], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids [N, T] right-padded with 0s, each sequence's last position [N])."""
+    idx = torch.zeros(len(sequences), max(len(ids) for ids in sequences), dtype=torch.long)
+    for row, ids in enumerate(sequences):
+        idx[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+    return idx.to(device), torch.tensor([len(ids) - 1 for ids in sequences], device=device)
+
+
+def clean_and_corrupted(model: nn.Module, pairs: Sequence[Pair]) -> tuple[Run, torch.Tensor, torch.Tensor]:
+    """Every pair's clean run (rows 0..P-1) and corrupted run (rows P..2P-1) in one forward: (that run, the ids,
+    each row's last position)."""
+    device = next(model.parameters()).device
+    idx, last = padded([p.clean for p in pairs] + [p.corrupted for p in pairs], device)
+    return record(model, idx, last), idx, last
+
+
+def shares_of(diffs: torch.Tensor, clean: torch.Tensor, corrupted: torch.Tensor) -> torch.Tensor:
+    """Logit differences [P, ...] of patched runs as shares of each pair's way from its corrupted difference (0) to
+    its clean one (1); NaN for a pair whose two differences are the same."""
+    spread = (clean - corrupted).view(-1, *[1] * (diffs.dim() - 1))
+    share = (diffs - corrupted.view_as(spread)) / spread
+    return share.where(spread.abs() > SAME_DIFF, torch.full_like(share, float("nan")))
+
+
+def patched(model: nn.Module, both: Run, idx: torch.Tensor, last: torch.Tensor, rows: Rows) -> torch.Tensor:
+    """The logit difference [R] of each patched run of `rows`, PATCHED_ROWS runs a forward. `both`, `idx` and `last`
+    are `clean_and_corrupted`'s: row r runs pair `rows.pair[r]`'s corrupted prompt with its clean run's parts put in
+    where `rows.z`, `rows.weights` and `rows.resid` say."""
+    n_pairs, n_layer = len(idx) // 2, model.config.n_layer
+    diffs = []
+    for start in range(0, len(rows.pair), PATCHED_ROWS):
+        chunk = slice(start, min(start + PATCHED_ROWS, len(rows.pair)))
+        clean = rows.pair[chunk]  # the clean row each patched run takes its parts from
+        heads = {
+            layer: HeadPatch(
+                *((rows.z[layer][chunk], both.z[layer][clean]) if rows.z else (None, None)),
+                *((rows.weights[layer][chunk], both.patterns[layer][clean]) if rows.weights else (None, None)),
+            )
+            for layer in range(n_layer)
+        }
+        residual = {layer: (rows.resid[layer][chunk], both.resid[layer][clean]) for layer in range(len(rows.resid))}
+        patch = Patch(heads=heads, residual=residual)
+        run = record(model, idx[n_pairs + clean], last[n_pairs + clean], patch)
+        diffs.append(
+            run.logits.gather(1, rows.answers[chunk, None])[:, 0] - run.logits.gather(1, rows.wrongs[chunk, None])[:, 0]
+        )
+    return torch.cat(diffs).double().cpu()
 
 
 # --- the three analyses ----------------------------------------------------------------------------------------
@@ -205,15 +256,19 @@ def record(model: nn.Module, idx: torch.Tensor, patch: Patch | None = None) -> R
 
 def analyse(model: nn.Module, pair: Pair) -> Patching:
     """Every figure of `pair`: the clean and corrupted runs (one forward), then every patched run, batched."""
-    device = next(model.parameters()).device
-    both = record(model, torch.tensor([pair.clean, pair.corrupted], device=device))
+    both, idx, last = clean_and_corrupted(model, [pair])
     clean_diff, corrupted_diff = (float(d) for d in both.diff(pair))
-    restored = patched_diffs(model, pair, both)
-    spread = clean_diff - corrupted_diff
-    shares = {
-        part: (diffs - corrupted_diff) / spread if abs(spread) > SAME_DIFF else torch.full_like(diffs, float("nan"))
-        for part, diffs in restored.items()
-    }
+    n_layer, n_head, T = model.config.n_layer, model.config.n_head, len(pair.clean)
+    shapes = {"heads": (n_layer, n_head), "positions": (n_layer, n_head, T), "residual": (n_layer, T)}
+    shapes["patterns"] = (n_layer, n_head)
+    rows = every_part(n_layer, n_head, T, pair)
+    flat = patched(model, both, idx, last, rows)
+    shares, start = {}, 0
+    for part, shape in shapes.items():
+        size = torch.Size(shape).numel()
+        diffs = flat[start : start + size].reshape(1, *shape)
+        shares[part] = shares_of(diffs, torch.tensor([clean_diff]), torch.tensor([corrupted_diff]))[0]
+        start += size
     return Patching(
         pair,
         clean_diff,
@@ -222,53 +277,55 @@ def analyse(model: nn.Module, pair: Pair) -> Patching:
         shares["positions"],
         shares["residual"],
         shares["patterns"],
-        attribution(model, pair, both),
+        {name: one_pair(value) for name, value in attribution(model, [pair], both, last).items()},
         logit_lens(model, pair, both),
     )
 
 
-def patched_diffs(model: nn.Module, pair: Pair, both: Run) -> dict[str, torch.Tensor]:
-    """The corrupted run's logit difference with each part of the clean run patched in, by part (`PARTS`): a batch
-    row per patched run, so that every row of a forward patches its own head, position or layer."""
-    n_layer, n_head, T = model.config.n_layer, model.config.n_head, len(pair.clean)
-    shapes = {"heads": (n_layer, n_head), "positions": (n_layer, n_head, T), "residual": (n_layer, T)}
-    shapes["patterns"] = (n_layer, n_head)
-    rows = sum(torch.Size(shape).numel() for shape in shapes.values())
-    masks = patch_masks(n_layer, n_head, T, rows)
-    corrupted = torch.tensor([pair.corrupted], device=both.logits.device)
-    diffs = []
-    for start in range(0, rows, PATCHED_ROWS):
-        chunk = slice(start, min(start + PATCHED_ROWS, rows))
-        n = chunk.stop - chunk.start
-        patch = Patch(
-            heads={
-                layer: HeadPatch(
-                    masks["z"][layer][chunk],
-                    both.z[layer][:1].expand(n, -1, -1, -1),
-                    masks["weights"][layer][chunk],
-                    both.patterns[layer][:1].expand(n, -1, -1, -1),
-                )
-                for layer in range(n_layer)
-            },
-            residual={
-                layer: (masks["resid"][layer][chunk], both.resid[layer][:1].expand(n, -1, -1))
-                for layer in range(n_layer)
-            },
-        )
-        diffs.append(record(model, corrupted.expand(n, -1), patch).diff(pair))
-    flat = torch.cat(diffs).cpu()
-    out, start = {}, 0
-    for part, shape in shapes.items():
-        size = torch.Size(shape).numel()
-        out[part] = flat[start : start + size].reshape(shape).double()
-        start += size
-    return out
+def one_pair(value: torch.Tensor | None) -> torch.Tensor | float | None:
+    """A figure of a batch of one pair, for that pair: a tensor of its own shape, or a number."""
+    if value is None:
+        return None
+    return float(value[0]) if value.dim() == 1 else value[0]
 
 
-def patch_masks(n_layer: int, n_head: int, T: int, rows: int) -> dict[str, list[torch.Tensor]]:
-    """Which row patches what, per layer: "z" [rows, H, T] (heads' outputs), "weights" [rows, H] (patterns), "resid"
-    [rows, T] (the residual stream entering the layer). Rows in `PARTS` order: each head at every position, each
-    head at each position, the residual stream at each layer and position, each head's pattern."""
+def watched(model: nn.Module, pairs: Sequence[Pair]) -> dict[str, torch.Tensor]:
+    """What the watch reads of several pairs (of any lengths) at every pass, each [layer, head] and averaged over
+    the pairs: "patching", the share of the logit difference each head's output brings back, patched from the clean
+    run at every position (pairs whose two differences are the same left out), and "attribution", each head's
+    direct logit attribution in the clean run. Two forwards, unless the patched runs exceed PATCHED_ROWS."""
+    both, idx, last = clean_and_corrupted(model, pairs)
+    n_pairs, n_layer, n_head = len(pairs), model.config.n_layer, model.config.n_head
+    answers = torch.tensor([p.answer for p in pairs], device=idx.device)
+    wrongs = torch.tensor([p.wrong for p in pairs], device=idx.device)
+    diffs = (
+        both.logits.gather(1, answers.repeat(2)[:, None])[:, 0] - both.logits.gather(1, wrongs.repeat(2)[:, None])[:, 0]
+    )
+    clean, corrupted = diffs[:n_pairs].double().cpu(), diffs[n_pairs:].double().cpu()
+    rows = each_head(n_layer, n_head, idx.shape[1], answers, wrongs)
+    shares = shares_of(patched(model, both, idx, last, rows).view(n_pairs, n_layer, n_head), clean, corrupted)
+    return {"patching": shares.nanmean(0), "attribution": attribution(model, pairs, both, last)["heads"].mean(0)}
+
+
+@dataclass(frozen=True)
+class Rows:
+    """The patched runs of a batch, row by row: `pair` [R], the pair whose clean run each row takes its parts from
+    (and whose corrupted prompt it runs); `answers`, `wrongs` [R], its answers; per layer, which of the clean run's
+    parts it takes: `z` [R, H, T] (heads' outputs), `weights` [R, H] (patterns), `resid` [R, T] (the residual stream
+    entering the layer); an empty list where no row takes that kind of part."""
+
+    pair: torch.Tensor
+    answers: torch.Tensor
+    wrongs: torch.Tensor
+    z: list[torch.Tensor]
+    weights: list[torch.Tensor]
+    resid: list[torch.Tensor]
+
+
+def every_part(n_layer: int, n_head: int, T: int, pair: Pair) -> Rows:
+    """The rows of one pair's full analysis, in `PARTS` order: each head at every position, each head at each
+    position, the residual stream at each layer and position, each head's pattern."""
+    rows = n_layer * n_head * (2 + T) + n_layer * T
     z = [torch.zeros(rows, n_head, T, dtype=torch.bool) for _ in range(n_layer)]
     weights = [torch.zeros(rows, n_head, dtype=torch.bool) for _ in range(n_layer)]
     resid = [torch.zeros(rows, T, dtype=torch.bool) for _ in range(n_layer)]
@@ -290,8 +347,21 @@ def patch_masks(n_layer: int, n_head: int, T: int, rows: int) -> dict[str, list[
         for head in range(n_head):
             weights[layer][row, head] = True
             row += 1
-    assert row == rows, (row, rows)
-    return {"z": z, "weights": weights, "resid": resid}
+    device_rows = torch.zeros(rows, dtype=torch.long)
+    return Rows(device_rows, device_rows + pair.answer, device_rows + pair.wrong, z, weights, resid)
+
+
+def each_head(n_layer: int, n_head: int, T: int, answers: torch.Tensor, wrongs: torch.Tensor) -> Rows:
+    """The rows of each pair's heads, each patched at every position: pair by pair, layer by layer, head by head."""
+    n_pairs, per_pair = len(answers), n_layer * n_head
+    row = torch.arange(n_pairs * per_pair)
+    layer_of, head_of = (row // n_head) % n_layer, row % n_head
+    z = [torch.zeros(len(row), n_head, T, dtype=torch.bool) for _ in range(n_layer)]
+    for layer in range(n_layer):
+        chosen = layer_of == layer
+        z[layer][chosen, head_of[chosen]] = True
+    pair = (row // per_pair).to(answers.device)
+    return Rows(pair, answers[pair], wrongs[pair], z, [], [])
 
 
 def final_scale(model: nn.Module, final: torch.Tensor) -> torch.Tensor:
@@ -304,43 +374,49 @@ def final_scale(model: nn.Module, final: torch.Tensor) -> torch.Tensor:
     return (centred.pow(2).mean(-1, keepdim=True) + norm.eps).sqrt()
 
 
-def attribution(model: nn.Module, pair: Pair, both: Run) -> dict[str, torch.Tensor | float | None]:
-    """The clean run's direct logit attribution at the last position, in logits: every head's `z · W_O` (no output
-    bias), every MLP, the embeddings, the output biases and the final norm's bias, which add up to the clean logit
-    difference."""
-    cfg = model.config
+def attribution(
+    model: nn.Module, pairs: Sequence[Pair], both: Run, last: torch.Tensor
+) -> dict[str, torch.Tensor | None]:
+    """Each pair's direct logit attribution in its clean run (rows 0..P-1 of `both`) at its last position, in
+    logits: "heads" [P, layer, head], each head's `z · W_O` (no output bias); "mlps" [P, layer] (None without MLPs);
+    "embeddings", "biases" (the output projections'), "norm_bias" (the final norm's), each [P]. They add up to each
+    pair's clean logit difference."""
+    n_pairs = len(pairs)
+    rows, at = torch.arange(n_pairs, device=last.device), last[:n_pairs]
     with torch.no_grad():
-        direction = model.lm_head.weight[pair.answer] - model.lm_head.weight[pair.wrong]  # [d]
-        final = both.final[:1]  # [1, d]
-        scale = final_scale(model, final)
-        weight = model.ln_f.weight if model.ln_f.weight is not None else torch.ones_like(direction)
-        centre = model.ln_f.weight is not None
+        W_U = model.lm_head.weight
+        direction = (W_U[[p.answer for p in pairs]] - W_U[[p.wrong for p in pairs]])[:, None]  # [P, 1, d]
+        scale = final_scale(model, both.final[:n_pairs])[:, None]  # [P, 1, 1]
+        norm = model.ln_f
 
         def logits_of(part: torch.Tensor) -> torch.Tensor:
-            """Parts [..., d] of the last stream, through the final norm as the stream went, onto `direction`."""
-            if centre:
-                part = part - part.mean(-1, keepdim=True)
-            return (part / scale.squeeze(0) * weight) @ direction
+            """Parts [P, n, d] of the last streams, through the final norm as each stream went, onto `direction`:
+            [P, n]."""
+            if norm.weight is not None:  # LayerNorm centres; RMSNorm does not
+                part = (part - part.mean(-1, keepdim=True)) * norm.weight
+            return ((part / scale) * direction).sum(-1)
 
-        heads, mlps, biases = [], [], torch.zeros_like(direction)
+        heads, mlps = [], []
+        biases = torch.zeros_like(both.final[:n_pairs])
         for layer, block in enumerate(model.blocks):
+            cfg = model.config
             W_O = block.attn.out_proj.weight.view(cfg.n_embd, cfg.n_head, cfg.head_dim)  # [d, H, head_dim]
-            z = both.z[layer][0, :, -1]  # [H, head_dim]
-            results = torch.einsum("hk,dhk->hd", z, W_O)  # each head's write into the stream [H, d]
-            bias = block.attn.out_proj.bias if block.attn.out_proj.bias is not None else torch.zeros_like(direction)
+            z = both.z[layer][rows, :, at]  # [P, H, head_dim]
+            results = torch.einsum("phk,dhk->phd", z, W_O)  # each head's write into the stream [P, H, d]
+            bias = block.attn.out_proj.bias if block.attn.out_proj.bias is not None else torch.zeros_like(biases[0])
             heads.append(logits_of(results))
             biases = biases + bias
             if block.mlp is not None:
-                entering_mlp = both.resid[layer][0, -1] + results.sum(0) + bias
-                after = both.resid[layer + 1][0, -1] if layer + 1 < cfg.n_layer else final[0]
-                mlps.append(logits_of(after - entering_mlp))
-        norm_bias = float(model.ln_f.bias @ direction) if model.ln_f.bias is not None else 0.0
+                entering_mlp = both.resid[layer][rows, at] + results.sum(1) + bias
+                after = both.resid[layer + 1][rows, at] if layer + 1 < cfg.n_layer else both.final[:n_pairs]
+                mlps.append(logits_of((after - entering_mlp)[:, None])[:, 0])
+        norm_bias = (direction[:, 0] * norm.bias).sum(-1) if norm.bias is not None else torch.zeros(n_pairs)
         return {
-            "heads": torch.stack(heads).double().cpu(),
-            "mlps": torch.stack(mlps).double().cpu() if mlps else None,
-            "embeddings": float(logits_of(both.resid[0][0, -1])),
-            "biases": float(logits_of(biases)),
-            "norm_bias": norm_bias,
+            "heads": torch.stack(heads, 1).double().cpu(),
+            "mlps": torch.stack(mlps, 1).double().cpu() if mlps else None,
+            "embeddings": logits_of(both.resid[0][rows, at][:, None])[:, 0].double().cpu(),
+            "biases": logits_of(biases[:, None])[:, 0].double().cpu(),
+            "norm_bias": norm_bias.double().cpu(),
         }
 
 
