@@ -34,14 +34,18 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
-from data.probes import PatchPair, load_jsonl
-from data.tokenizer import Tokenizer
+from data.probes import PatchPair, Probe, load_jsonl
+from data.pronouns import PRONOUNS_OF
+from data.tokenizer import Tokenizer, TokenizerError
 from errors import UserError
 from model.ablation import Patch
 from model.attention import HeadPatch
 from model.gpt import evaluating
 from watch.measure.heads import head_name
+from watch.measure.probesets import ProbeSet
 
+PAIRS = "pairs"  # the kind of probe set the watch patches (`watch.measure.reading.PROBE_KINDS`)
+WATCHED_PAIRS = 16  # pairs a watch pass patches: its figures are means over them
 PATCHED_ROWS = 512  # patched runs one forward takes: the demo's pair needs 116, GPT-2 small's of 10 tokens 1,872
 PARTS = ("heads", "positions", "residual", "patterns")  # what is patched, in the order the rows are batched
 SAME_DIFF = 1e-6  # clean and corrupted logit differences closer than this leave nothing to restore
@@ -158,6 +162,63 @@ def pairs_from_file(model: nn.Module, tokenizer: Tokenizer, path: str | Path) ->
         except UserError as exc:
             raise UserError(f"{path} line {item.line}: {exc}") from None
     return pairs
+
+
+# --- the watch's pairs: the pronoun demo's and repeated tokens -------------------------------------------------------
+
+
+def pronoun_pairs(probes: ProbeSet, tokenizer: Tokenizer, most: int = WATCHED_PAIRS) -> ProbeSet | str:
+    """Pairs made of pronoun probes: the clean prompt is a probe's text up to its pronoun ("The big dog fetched the
+    big ball and she"), the corrupted one the same with a pronoun that can only mean the other noun ("... and it");
+    the right answer is the first token of a word the referent does (" dug"), the wrong one of a word the other
+    noun does (" bounced"). The first `most` probes that make such a pair, or why none does."""
+    pairs = []
+    for item in probes.items:
+        other = other_pronoun(item.probe)
+        if other is None or not item.continuation_ids or not item.distractor_continuation_ids:
+            continue
+        try:
+            swapped = tokenizer.encode(" " + other)
+            pronoun = tokenizer.encode(" " + item.probe.pronoun)
+        except TokenizerError:
+            continue
+        clean = item.ids[: item.pronoun_pos + 1]
+        answer, wrong = item.continuation_ids[0], item.distractor_continuation_ids[0]
+        if pronoun != clean[-1:] or len(swapped) != 1 or answer == wrong:  # one token each, as patching needs
+            continue
+        pairs.append(Pair(clean, clean[:-1] + swapped, answer, wrong))
+        if len(pairs) == most:
+            break
+    if not pairs:
+        return "no pronoun probe makes a pair to patch (a one-token pronoun, another one for the other noun)"
+    return ProbeSet(PAIRS, [p.clean for p in pairs], pairs, about=f"{len(pairs)} pronoun pairs, the pronoun swapped")
+
+
+def other_pronoun(probe: Probe) -> str | None:
+    """The pronoun that can refer to the probe's other noun and not to its referent (from the pronoun demo's nouns),
+    or for nouns the demo does not know, he for she and she for he."""
+    mine, theirs = PRONOUNS_OF.get(probe.referent.lower()), PRONOUNS_OF.get(probe.distractor.lower())
+    if mine is not None and theirs is not None:
+        return next((pronoun for pronoun in theirs if pronoun not in mine), None)
+    return {"he": "she", "she": "he"}.get(probe.pronoun.lower())
+
+
+def repeat_pairs(pool: Sequence[int], block_size: int, most: int = WATCHED_PAIRS // 2) -> ProbeSet | str:
+    """Pairs of repeated random tokens (seeded): the clean prompt is L tokens followed by their first L/2 again, whose
+    right answer is the token that came next the first time; the corrupted one has other tokens for its first copy,
+    and its wrong answer is what came next in that copy. An induction head carries the answer."""
+    length = min(20, 2 * block_size // 3)
+    if length < 4 or len(set(pool)) < 2:
+        return f"block_size {block_size} or the vocabulary is too small for repeated-token pairs"
+    tokens = torch.tensor(sorted(set(pool)))
+    generator = torch.Generator().manual_seed(0)
+    pairs, half = [], length // 2
+    while len(pairs) < most:
+        first, other = (tokens[torch.randint(len(tokens), (length,), generator=generator)].tolist() for _ in range(2))
+        if first[half] != other[half]:
+            pairs.append(Pair(first + first[:half], other + first[:half], first[half], other[half]))
+    about = f"{most} repeated-token pairs ({length} random tokens then their first {half} again)"
+    return ProbeSet(PAIRS, [p.clean for p in pairs], pairs, about=about)
 
 
 def one_token(tokenizer: Tokenizer, text: str, what: str) -> int:

@@ -245,6 +245,7 @@ def _drawn_in(category: str) -> dict[str, list[str]]:
 # in each head's own run (`TensorBoardWriter.head`).
 CHARTS = {
     "attention heads": _drawn_in("attention heads"),
+    "patching": _drawn_in("patching"),  # which head carries the answer, over training
     "head types": {
         **{f"{kind.replace('_', '-')}, every head": [rf"heads/{kind}$"] for kind in (*TYPES, BROAD)},
         **_drawn_in("head types"),
