@@ -296,3 +296,55 @@ def test_what_the_watch_reads_of_several_pairs_of_any_lengths_is_the_mean_of_eac
     found = watched(model, pairs)
     assert torch.allclose(found["patching"], torch.stack([f.heads for f in each]).mean(0), atol=1e-5)
     assert torch.allclose(found["attribution"], torch.stack([f.attribution["heads"] for f in each]).mean(0), atol=1e-5)
+
+
+# --- the pairs the watch patches ------------------------------------------------------------------------------
+
+
+def test_repeated_token_pairs_differ_in_their_first_copy_and_answer_with_what_came_next_there():
+    made = patching.repeat_pairs(list(range(40)), block_size=64)
+    assert len(made) == 8 and made.kind == patching.PAIRS
+    for pair in made.items:
+        half = 10
+        assert pair.clean[20:] == pair.clean[:half] == pair.corrupted[20:]  # the second copy: the clean first's start
+        assert pair.corrupted[:20] != pair.clean[:20] and len(pair.clean) == len(pair.corrupted) == 30
+        assert (pair.answer, pair.wrong) == (pair.clean[half], pair.corrupted[half]) and pair.answer != pair.wrong
+    assert "too small" in patching.repeat_pairs(list(range(40)), block_size=4)
+
+
+def test_pronoun_probes_make_pairs_whose_pronoun_can_only_mean_the_other_noun(tmp_path):
+    import json
+
+    from conftest import require_gpt2
+
+    from data.probes import Probe
+    from watch.measure.probesets import PRONOUN, from_file
+
+    require_gpt2()
+    tokenizer = build_tokenizer("gpt2", TEXT)
+    probes = tmp_path / "probes.jsonl"
+    record = {"text": "the dog saw the ball and it rolled away", "pronoun": "it", "referent": "ball"}
+    record |= {"distractor": "dog", "continuations": ["rolled"], "distractor_continuations": ["waved"]}
+    probes.write_text(json.dumps(record) + "\n")
+    made = patching.pronoun_pairs(from_file(PRONOUN, Probe, probes, tokenizer, 32), tokenizer)
+    (pair,) = made.items
+    assert tokenizer.decode(pair.clean) == "the dog saw the ball and it"
+    assert tokenizer.decode(pair.corrupted) == "the dog saw the ball and he"  # a dog is he or she, a ball only it
+    assert tokenizer.decode([pair.answer]) == " rolled" and tokenizer.decode([pair.wrong]) == " waved"
+
+
+def test_sample_heads_names_the_head_that_carries_the_answer_and_gives_each_heads_share(tmp_path):
+    import json
+
+    from tests.commands import run_sample
+    from tests.random_checkpoints import make_checkpoint
+
+    folder = make_checkpoint(tmp_path / "ckpt", "gpt2-char")
+    code, out, err = run_sample([f"--out_dir={folder}", "--heads"])
+    assert code == 0, err
+    assert "carries the answer most" in out and "8 repeated-token pairs" in out
+    code, out, err = run_sample([f"--out_dir={folder}", "--heads", "--json"])
+    heads = json.loads(out)["heads"]
+    assert all(
+        isinstance(head["patching"], float) and isinstance(head["attribution"], float) for head in heads.values()
+    )

@@ -314,6 +314,9 @@ def heads_json(reading: Reading, found: list, mode: str, sets: ProbeSets) -> dic
             "positional_offset": int(reading.offsets[layer, head]) if reading.offsets is not None else None,
             "type": head_type.kind,
             "type_label": TYPES[head_type.kind].label if head_type.kind else None,
+            # activation patching on the watch's pairs: the share of the answer it carries, its direct attribution
+            "patching": results.head("patching", layer, head),
+            "attribution": results.head("attribution", layer, head),
             "untrained": scores_of(untrained, layer, head),
         }
     out = {
