@@ -217,7 +217,7 @@ def repeat_pairs(pool: Sequence[int], block_size: int, most: int = WATCHED_PAIRS
         first, other = (tokens[torch.randint(len(tokens), (length,), generator=generator)].tolist() for _ in range(2))
         if first[half] != other[half]:
             pairs.append(Pair(first + first[:half], other + first[:half], first[half], other[half]))
-    about = f"{most} repeated-token pairs ({length} random tokens then their first {half} again)"
+    about = f"{most} repeated-token pairs, {length} random tokens then their first {half} again"
     return ProbeSet(PAIRS, [p.clean for p in pairs], pairs, about=about)
 
 
