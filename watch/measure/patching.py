@@ -19,6 +19,9 @@ next token) minus that of the wrong one (the corrupted prompt's), at the last po
 - **The logit lens** reads the residual stream after each layer as if it were the last (final norm, unembedding):
   the right answer's rank there (0: the top token) and its probability.
 
+`analyse` gives all of it for one pair (`sample.py --patch`); `watched`, what the watch logs at every pass, gives
+each head's share and attribution averaged over many pairs (`PAIRS`, made by `pronoun_pairs` or `repeat_pairs`).
+
 The two runs are recorded through the readable path (`GPT.forward_with_attention`) with forward pre-hooks on the
 modules that receive what is read: `ln_1` receives the residual stream entering a layer, the output projection the
 heads' outputs `z` side by side, `ln_f` the last residual stream.
@@ -46,7 +49,7 @@ from watch.measure.probesets import ProbeSet
 
 PAIRS = "pairs"  # the kind of probe set the watch patches (`watch.measure.reading.PROBE_KINDS`)
 WATCHED_PAIRS = 16  # pairs a watch pass patches: its figures are means over them
-PATCHED_ROWS = 512  # patched runs one forward takes: the demo's pair needs 116, GPT-2 small's of 10 tokens 1,872
+PATCHED_ROWS = 512  # patched runs one forward takes: the demo's pair needs 116, GPT-2 small's of 10 tokens 1,848
 PARTS = ("heads", "positions", "residual", "patterns")  # what is patched, in the order the rows are batched
 SAME_DIFF = 1e-6  # clean and corrupted logit differences closer than this leave nothing to restore
 
@@ -64,9 +67,9 @@ class Pair:
 
 @dataclass(frozen=True)
 class Run:
-    """What one run of a batch of prompts leaves, read at the last position: `logits` [B, vocab]; per layer the
+    """What one run of a batch of prompts leaves: `logits` [B, vocab] at each row's last position; per layer the
     residual stream entering it, `resid` [B, T, d], the heads' outputs `z` [B, H, T, head_dim] and the `patterns`
-    [B, H, T, T]; `final` [B, d], the residual stream the final norm receives."""
+    [B, H, T, T]; `final` [B, d], the residual stream the final norm receives at each row's last position."""
 
     logits: torch.Tensor
     resid: list[torch.Tensor]
@@ -291,24 +294,23 @@ def patched(model: nn.Module, both: Run, idx: torch.Tensor, last: torch.Tensor, 
     """The logit difference [R] of each patched run of `rows`, PATCHED_ROWS runs a forward. `both`, `idx` and `last`
     are `clean_and_corrupted`'s: row r runs pair `rows.pair[r]`'s corrupted prompt with its clean run's parts put in
     where `rows.z`, `rows.weights` and `rows.resid` say."""
-    n_pairs, n_layer = len(idx) // 2, model.config.n_layer
+    n_pairs, n_layer, device = len(idx) // 2, model.config.n_layer, idx.device
     diffs = []
     for start in range(0, len(rows.pair), PATCHED_ROWS):
         chunk = slice(start, min(start + PATCHED_ROWS, len(rows.pair)))
-        clean = rows.pair[chunk]  # the clean row each patched run takes its parts from
+        clean = rows.pair[chunk].to(device)  # the clean row each patched run takes its parts from
+        z, weights, resid = ([masks[chunk].to(device) for masks in kind] for kind in (rows.z, rows.weights, rows.resid))
         heads = {
             layer: HeadPatch(
-                *((rows.z[layer][chunk], both.z[layer][clean]) if rows.z else (None, None)),
-                *((rows.weights[layer][chunk], both.patterns[layer][clean]) if rows.weights else (None, None)),
+                *((z[layer], both.z[layer][clean]) if z else (None, None)),
+                *((weights[layer], both.patterns[layer][clean]) if weights else (None, None)),
             )
             for layer in range(n_layer)
         }
-        residual = {layer: (rows.resid[layer][chunk], both.resid[layer][clean]) for layer in range(len(rows.resid))}
-        patch = Patch(heads=heads, residual=residual)
-        run = record(model, idx[n_pairs + clean], last[n_pairs + clean], patch)
-        diffs.append(
-            run.logits.gather(1, rows.answers[chunk, None])[:, 0] - run.logits.gather(1, rows.wrongs[chunk, None])[:, 0]
-        )
+        residual = {layer: (resid[layer], both.resid[layer][clean]) for layer in range(len(resid))}
+        run = record(model, idx[n_pairs + clean], last[n_pairs + clean], Patch(heads=heads, residual=residual))
+        answers, wrongs = rows.answers[chunk, None].to(device), rows.wrongs[chunk, None].to(device)
+        diffs.append(run.logits.gather(1, answers)[:, 0] - run.logits.gather(1, wrongs)[:, 0])
     return torch.cat(diffs).double().cpu()
 
 
@@ -408,8 +410,8 @@ def every_part(n_layer: int, n_head: int, T: int, pair: Pair) -> Rows:
         for head in range(n_head):
             weights[layer][row, head] = True
             row += 1
-    device_rows = torch.zeros(rows, dtype=torch.long)
-    return Rows(device_rows, device_rows + pair.answer, device_rows + pair.wrong, z, weights, resid)
+    only = torch.zeros(rows, dtype=torch.long)  # every row patches the one pair
+    return Rows(only, only + pair.answer, only + pair.wrong, z, weights, resid)
 
 
 def each_head(n_layer: int, n_head: int, T: int, answers: torch.Tensor, wrongs: torch.Tensor) -> Rows:
@@ -471,7 +473,7 @@ def attribution(
                 entering_mlp = both.resid[layer][rows, at] + results.sum(1) + bias
                 after = both.resid[layer + 1][rows, at] if layer + 1 < cfg.n_layer else both.final[:n_pairs]
                 mlps.append(logits_of((after - entering_mlp)[:, None])[:, 0])
-        norm_bias = (direction[:, 0] * norm.bias).sum(-1) if norm.bias is not None else torch.zeros(n_pairs)
+        norm_bias = (direction[:, 0] * norm.bias).sum(-1) if norm.bias is not None else torch.zeros(n_pairs)  # [P]
         return {
             "heads": torch.stack(heads, 1).double().cpu(),
             "mlps": torch.stack(mlps, 1).double().cpu() if mlps else None,
