@@ -1619,6 +1619,14 @@ CASES = [
         ("--patch takes two prompts (CLEAN CORRUPTED) or one JSONL file of pairs, got 3",),
     ),
     Case(
+        "sample-patch-one-prompt",
+        "--patch with one prompt that is not a file",
+        "sample",
+        lambda w: w.sample("--patch", "the dog saw it"),
+        2,
+        ("--patch 'the dog saw it' is one prompt and no file", "--patch CLEAN CORRUPTED"),
+    ),
+    Case(
         "sample-answer-alone",
         "--answer without --patch",
         "sample",

@@ -352,6 +352,11 @@ def show_patch(model, tokenizer, checkpoint: dict, args: argparse.Namespace, _ab
     else:
         if args.answer is not None or args.wrong is not None:
             raise UsageError("--answer and --wrong go with --patch CLEAN CORRUPTED; a pairs file gives each pair's own")
+        if not Path(args.patch[0]).exists():  # most likely a prompt whose twin was left out
+            raise UsageError(
+                f"--patch {args.patch[0]!r} is one prompt and no file; give two prompts, --patch CLEAN CORRUPTED, or "
+                f"the path of a JSONL file of pairs"
+            )
         pairs = pairs_from_file(model, tokenizer, args.patch[0])
     found = [analyse(model, pair) for pair in pairs]
     if args.json:
