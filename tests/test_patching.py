@@ -348,3 +348,15 @@ def test_sample_heads_names_the_head_that_carries_the_answer_and_gives_each_head
     assert all(
         isinstance(head["patching"], float) and isinstance(head["attribution"], float) for head in heads.values()
     )
+
+
+def test_the_attention_page_shows_the_patching_map_of_the_first_pair(tmp_path):
+    from tests.commands import run_sample
+    from tests.random_checkpoints import make_checkpoint
+
+    folder = make_checkpoint(tmp_path / "ckpt", "gpt2-char")
+    page = tmp_path / "page.html"
+    code, _, err = run_sample([f"--out_dir={folder}", "--attention", "the dog saw it", "--html", str(page)])
+    assert code == 0, err
+    html = page.read_text()
+    assert html.count('<figure><img alt="Activation patching: ') == 1 and "data:image/png;base64," in html

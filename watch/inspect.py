@@ -21,12 +21,20 @@ from watch.measure.capture import capture_attention
 from watch.measure.composition import composition_json, reads_from
 from watch.measure.heads import ablation_names, default_query, display_token, focused_head, head_name
 from watch.measure.headtypes import BROAD, TYPE_SETS, TYPES
-from watch.measure.patching import analyse, by_head, mean_of, pair_for, pairs_from_file, patching_json
+from watch.measure.patching import (
+    analyse,
+    by_head,
+    first_analysis,
+    mean_of,
+    pair_for,
+    pairs_from_file,
+    patching_json,
+)
 from watch.measure.probesets import NO_TEXT, PRONOUN, REPEATED_MIN_LENGTH, TEXT, ProbeSets, from_file
 from watch.measure.pronouns import finite
 from watch.measure.proofs import head_means, proofs
 from watch.measure.reading import PROBE_KINDS, Reading, Source, read_pass, untrained_like, watch_sets
-from watch.show.heatmaps import HeatmapCanvas, grid_image, head_titles, save_png, sentence_slug
+from watch.show.heatmaps import HeatmapCanvas, head_titles, patching_figure, patching_map, save_png, sentence_slug
 from watch.show.page import SentenceView, attention_page, write_page
 from watch.show.report import (
     ablation_line,
@@ -80,7 +88,9 @@ def show_attention(model, tokenizer, checkpoint: dict, args: argparse.Namespace,
         view = SentenceView(text, tokens, patterns, query=query)
         step = f" at step {checkpoint['step']}" if "step" in checkpoint else ""
         ablated = f", with {', '.join(ablation_names(ablate))} ablated" if ablate else ""
-        reading = checkpoint_reading(model, checkpoint_sets(model, tokenizer, checkpoint, None), checkpoint)
+        sets = checkpoint_sets(model, tokenizer, checkpoint, None)
+        reading = checkpoint_reading(model, sets, checkpoint)
+        found = first_analysis(model, sets)
         page = write_page(
             args.html,
             attention_page(
@@ -88,6 +98,7 @@ def show_attention(model, tokenizer, checkpoint: dict, args: argparse.Namespace,
                 f"Attention of {args.out_dir}{step}{ablated}",
                 type_labels(reading),
                 reads_from(reading.composition, reading.untrained.composition),
+                [patching_figure(found, tokenizer)] if found is not None else [],
             ),
         )
         written = f"attention page: {page} (open it in a browser; it needs no network)"
@@ -392,21 +403,8 @@ def show_patch(model, tokenizer, checkpoint: dict, args: argparse.Namespace, _ab
 
 
 def _write_patching_map(found, tokens: list[str], png_dir: Path) -> Path:
-    """The pair's patching map, layer x position and head x position, as a PNG in `png_dir`; its path."""
-    n_layer, n_head = found.heads.shape
-    image = grid_image(
-        [
-            ("residual stream entering each layer", found.residual.numpy(), [f"L{layer}" for layer in range(n_layer)]),
-            (
-                "each head's output, one position",
-                found.positions.reshape(n_layer * n_head, -1).numpy(),
-                [head_name(layer, head) for layer in range(n_layer) for head in range(n_head)],
-            ),
-        ],
-        tokens,
-        "patched from the clean run into the corrupted one: share of the logit difference brought back",
-        "share brought back",
-    )
+    """The pair's patching map (`patching_map`) as a PNG in `png_dir`; its path."""
+    image = patching_map(found, tokens)
     path = png_dir / f"{sentence_slug(''.join(tokens))}.png"
     try:
         return save_png(image, path)

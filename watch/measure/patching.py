@@ -45,7 +45,7 @@ from model.ablation import Patch
 from model.attention import HeadPatch
 from model.gpt import evaluating
 from watch.measure.heads import head_name
-from watch.measure.probesets import ProbeSet
+from watch.measure.probesets import ProbeSet, ProbeSets
 
 PAIRS = "pairs"  # the kind of probe set the watch patches (`watch.measure.reading.PROBE_KINDS`)
 WATCHED_PAIRS = 16  # pairs a watch pass patches: its figures are means over them
@@ -343,6 +343,12 @@ def analyse(model: nn.Module, pair: Pair) -> Patching:
         {name: one_pair(value) for name, value in attribution(model, [pair], both, last).items()},
         logit_lens(model, pair, both),
     )
+
+
+def first_analysis(model: nn.Module, sets: ProbeSets) -> Patching | None:
+    """The whole analysis of the first of the pairs the watch patches (for the attention page), None without any."""
+    pairs = sets.get(PAIRS)
+    return analyse(model, pairs.items[0]) if pairs is not None and len(pairs) else None
 
 
 def one_pair(value: torch.Tensor | None) -> torch.Tensor | float | None:

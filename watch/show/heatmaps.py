@@ -18,9 +18,11 @@ import numpy as np
 import torch
 from PIL import Image, ImageDraw, ImageFont
 
+from data.tokenizer import Tokenizer
 from files import replace_file
 from watch.measure.composition import KINDS, Composition
 from watch.measure.heads import display_token, head_name
+from watch.measure.patching import Patching
 from watch.measure.reading import Reading
 
 ANNOTATE_MAX_TOKENS = 16  # beyond this, numbers in cells no longer fit
@@ -341,6 +343,35 @@ def composition_image(found: Composition, title: str) -> np.ndarray:
     if title:
         draw.text((image.width // 2, 6), title, fill=INK, font=font(15), anchor="mt")
     return np.asarray(image)
+
+
+def patching_map(found: Patching, tokens: Sequence[str]) -> np.ndarray:
+    """A pair's patching map: the residual stream patched entering each layer (layer x position) and each head's
+    output patched at one position (head x position), as shares of the logit difference brought back."""
+    n_layer, n_head = found.heads.shape
+    panels = [
+        ("residual stream entering each layer", found.residual.numpy(), [f"L{layer}" for layer in range(n_layer)]),
+        (
+            "each head's output, one position",
+            found.positions.reshape(n_layer * n_head, -1).numpy(),
+            [head_name(layer, head) for layer in range(n_layer) for head in range(n_head)],
+        ),
+    ]
+    title = "patched from the clean run into the corrupted one: share of the logit difference brought back"
+    return grid_image(panels, tokens, title, "share brought back")
+
+
+def patching_figure(found: Patching, tokenizer: Tokenizer) -> tuple[str, np.ndarray]:
+    """(caption, image) of a pair's patching map, for the attention page."""
+    pair, decode = found.pair, tokenizer.decode
+    best = found.carriers()
+    carried = f"; {best[0][0]} carries {best[0][1]:.2f} of it" if best else ""
+    caption = (
+        f"Activation patching: {decode(pair.clean)!r} -> {decode([pair.answer])!r} against {decode(pair.corrupted)!r} "
+        f"-> {decode([pair.wrong])!r}, each part of the clean run copied into the corrupted one alone; the share of "
+        f"the logit difference it brings back{carried} (python sample.py --patch CLEAN CORRUPTED)"
+    )
+    return caption, patching_map(found, tokenizer.token_strings(pair.clean))
 
 
 def grid_image(
