@@ -229,7 +229,7 @@ class SelfAttention(nn.Module):
     def _merge(self, context: torch.Tensor, ablation: HeadAblation | HeadPatch | None) -> torch.Tensor:
         """context [B, H, T, head_dim] -> [B, T, d_out], the heads side by side, through the output projection.
         `ablation` replaces the output of the heads it removes before the heads are mixed: that is how a head is
-        ablated."""
+        ablated, and, a `HeadPatch`, how a head's output is patched from another run."""
         if ablation is not None:
             context = ablation.apply(context)
         out = context.transpose(-3, -2).flatten(-2)  # [B, T, H * head_dim]
