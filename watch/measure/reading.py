@@ -389,6 +389,8 @@ PROBE_KINDS: dict[str, ProbeKind] = {
             },
             # When a head becomes the one that carries the answer, beside when its attention formed.
             charts={
+                # The best head's share alone first, which TensorBoard's outlier scaling cannot clip.
+                "share of the answer the best head's output carries": [r"patching/share/best$"],
                 "share of the answer each head's output carries (activation patching)": [r"patching/share$"],
                 "direct logit attribution of each head (logits)": [r"patching/attribution$"],
             },
