@@ -5,6 +5,8 @@ python sample.py --out_dir=out --prompt @prompt.txt
 python sample.py --out_dir=out --attention "The dog fetched the ball and she was happy" [--html page.html]
 python sample.py --out_dir=out --probes probes.jsonl [--ablate L1H2] [--json]
 python sample.py --out_dir=out --heads [--text FILE] [--ablate L1H2] [--ablation=mean] [--json]
+python sample.py --out_dir=out --patch "The dog saw the ball and she" "The dog saw the ball and it" [--json]
+python sample.py --out_dir=out --patch pairs.jsonl       # clean/corrupted pairs of your own (docs/patching.md)
 python sample.py --out_dir=out --export tl model.tl.pt    # TransformerLens; both need requirements-interop.txt
 python sample.py --out_dir=out --export hf model-hf       # Hugging Face transformers
 python sample.py --init_from=gpt2 --heads [--text FILE]  # a model trained elsewhere, in every mode above
@@ -72,8 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
     look.add_argument(
         "--png_dir",
         default=None,
-        help="where --attention writes PNGs (default: OUT_DIR/attention; for "
-        "a model from --init_from, out/KIND-NAME/attention)",
+        help="where --attention and --patch write PNGs (default: OUT_DIR/attention, OUT_DIR/patching; for "
+        "a model from --init_from, out/KIND-NAME/attention, out/KIND-NAME/patching)",
     )
     look.add_argument(
         "--html",
@@ -87,6 +89,27 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="what kind of head each head became (previous-token, induction, ...), against the "
         "untrained model, and what removing them costs (default: %(default)s)",
+    )
+    look.add_argument(
+        "--patch",
+        nargs="+",
+        metavar="TEXT",
+        default=None,
+        help="--patch CLEAN CORRUPTED: which heads carry the clean prompt's next token (activation patching, direct "
+        "logit attribution, the logit lens; docs/patching.md); two prompts of as many tokens, or --patch FILE.jsonl "
+        "of such pairs",
+    )
+    look.add_argument(
+        "--answer",
+        metavar="TOKEN",
+        default=None,
+        help="with --patch: the right answer, one token (default: the clean prompt's greedy next token)",
+    )
+    look.add_argument(
+        "--wrong",
+        metavar="TOKEN",
+        default=None,
+        help="with --patch: the wrong answer, one token (default: the corrupted prompt's greedy next token)",
     )
     look.add_argument(
         "--text",
@@ -126,17 +149,33 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 PATH_OPTIONS = ("out_dir", "init_from", "png_dir", "html", "probes", "text")
-LOOKS = ("attention", "probes", "heads", "export")  # what to do with a checkpoint instead of sampling: one at most
+LOOKS = (
+    "attention",
+    "probes",
+    "heads",
+    "patch",
+    "export",
+)  # what to do with a checkpoint instead of sampling: one at most
 SAMPLING_OPTIONS = ("prompt", "num_samples", "max_new_tokens", "temperature", "top_k", "top_p", "seed", "no_cache")
 # (options, the modes they apply to, what to say when one is given in another mode)
 MODE_RULES = (
     (SAMPLING_OPTIONS, ("sample",), "--{name} applies to sampling text, which --{mode} does not do; drop --{name}"),
     (
         ("device", "ablate"),
-        ("sample", "attention", "probes", "heads"),
+        ("sample", "attention", "probes", "heads", "patch"),
         "--{name} does not apply to --export, which converts the whole model on the CPU; drop --{name}",
     ),
-    (("query", "png_dir"), ("attention",), "--{name} applies only to --attention; drop it, or add --attention TEXT"),
+    (("query",), ("attention",), "--{name} applies only to --attention; drop it, or add --attention TEXT"),
+    (
+        ("png_dir",),
+        ("attention", "patch"),
+        "--png_dir applies only to --attention and --patch; drop it, or add one of them",
+    ),
+    (
+        ("answer", "wrong"),
+        ("patch",),
+        "--{name} applies only to --patch; drop it, or add --patch CLEAN CORRUPTED",
+    ),
     (
         ("html",),
         ("attention",),
@@ -145,8 +184,8 @@ MODE_RULES = (
     ),
     (
         ("json",),
-        ("attention", "probes", "heads"),
-        "--json applies only to --attention, --probes and --heads; drop it, or add one of them",
+        ("attention", "probes", "heads", "patch"),
+        "--json applies only to --attention, --probes, --heads and --patch; drop it, or add one of them",
     ),
     (("text", "ablation"), ("heads",), "--{name} applies only to --heads; drop it, or add --heads"),
 )
@@ -170,6 +209,15 @@ def check_mode(args: argparse.Namespace, parser: argparse.ArgumentParser) -> str
         for name in names:
             if mode not in modes and getattr(args, name) != parser.get_default(name):
                 raise UsageError(message.format(name=name, mode=mode))
+    if mode == "patch" and args.ablate:
+        raise UsageError(
+            "--ablate does not apply to --patch, which compares two whole runs of the model; drop --ablate"
+        )
+    if mode == "patch" and len(args.patch) > 2:
+        raise UsageError(
+            f"--patch takes two prompts (CLEAN CORRUPTED) or one JSONL file of pairs, got {len(args.patch)} values; "
+            f"quote each prompt"
+        )
     if args.png_dir is not None and args.html is not None:
         raise UsageError(
             "--png_dir is where --attention writes PNGs, which --html replaces by one page; drop one of them"
@@ -264,9 +312,10 @@ def load(args: argparse.Namespace, device: torch.device) -> Loaded:
     else:
         source = identify(args.init_from)
         args.out_dir = args.init_from  # the name every report shows
-        if source.elsewhere and args.attention is not None and args.png_dir is None and args.html is None:
+        pictures = "attention" if args.attention is not None else "patching" if args.patch is not None else None
+        if source.elsewhere and pictures and args.png_dir is None and args.html is None:
             name = source.hub or f"{source.format.name}-{model_name(args.init_from)}"
-            args.png_dir = str(Path("out") / name / "attention")
+            args.png_dir = str(Path("out") / name / pictures)
     loaded = load_model(source, device)
     if source.elsewhere:
         say(describe(loaded), file=sys.stderr)

@@ -203,7 +203,28 @@ class AgreementProbe:
 MAX_RECORDS = 10_000  # records a probe file may hold: the generated corpora's hold 256, the largest shipped 400
 
 
-def load_jsonl(path: str | Path, make: type[Probe] | type[AgreementProbe]) -> list:
+@dataclass
+class PatchPair:
+    """A clean and a corrupted prompt for activation patching (watch/measure/patching.py), which must encode to as
+    many tokens, and, optionally, the right and the wrong answer, each one token (by default the greedy next tokens
+    of the clean and of the corrupted prompt)."""
+
+    what = "pair"
+    clean: str
+    corrupted: str
+    answer: str | None = None
+    wrong: str | None = None
+    line: int | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        _require_words(self, ("clean", "corrupted"))
+        for name in ("answer", "wrong"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not value):
+                raise UserError(f'field {name!r} must be a non-empty string (one token, e.g. " dug"), got {value!r}')
+
+
+def load_jsonl(path: str | Path, make: type[Probe] | type[AgreementProbe] | type[PatchPair]) -> list:
     """The `make` records of a JSONL file, one object a line, blank lines skipped; its fields without a default
     are required. Problems raise UserError naming the line."""
     kind = make.what

@@ -5,13 +5,19 @@ mean output over some text, so the layers after it still see an output of the us
 direction and only what the head does differently from token to token is removed. `GPT.forward`,
 `GPT.forward_with_attention` and `GPT.generate` take an `Ablation` as `ablate=`; each attention
 layer applies its own part of it before the heads are mixed (`GPT.head_ablations`).
+
+Activation patching replaces a part of one run by the same part of another: a `Patch` puts the clean run's
+heads' outputs, attention patterns or residual stream into the corrupted run (watch/measure/patching.py). It is
+given to `GPT.forward_with_attention` as `patch=`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
+
+from model.attention import HeadPatch
 
 
 @dataclass(frozen=True)
@@ -37,3 +43,20 @@ class Ablation:
         for layer, head in self.heads:
             out.setdefault(layer, []).append(head)
         return out
+
+
+@dataclass(frozen=True)
+class Patch:
+    """Parts of another run put in place of this run's, batch row by batch row: `heads[layer]`, the heads' outputs or
+    patterns a layer takes from it (a `HeadPatch`), and `residual[layer]`, (where [B, T] bool, values [B, T, d]):
+    the residual stream entering the layer, replaced where `where` is True."""
+
+    heads: dict[int, HeadPatch] = field(default_factory=dict)
+    residual: dict[int, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
+
+    def entering(self, layer: int, x: torch.Tensor) -> torch.Tensor:
+        """The residual stream x [B, T, d] entering `layer`, patched where this patch says."""
+        if layer not in self.residual:
+            return x
+        where, values = self.residual[layer]
+        return torch.where(where.unsqueeze(-1), values.to(x.dtype), x)

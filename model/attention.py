@@ -54,6 +54,34 @@ class HeadAblation:
         return out + (removed * self.fill.to(context.dtype)).unsqueeze(1)  # + [H, 1, head_dim]
 
 
+@dataclass(frozen=True)
+class HeadPatch:
+    """Activation patching in one layer (model/ablation.py's `Patch`): some heads' output, or their attention weights,
+    taken from another run of the same tokens' length, batch row by batch row. Where `z_from` [B, H, T] is True, a
+    head's output at that position is replaced by `z` [B, H, T, head_dim], the other run's; where `weights_from`
+    [B, H] is True, the head's whole pattern is replaced by `weights` [B, H, T, T]. Either pair may be None. Like a
+    `HeadAblation`, it replaces what chosen heads produce before the heads are mixed."""
+
+    z_from: torch.Tensor | None = None
+    z: torch.Tensor | None = None
+    weights_from: torch.Tensor | None = None
+    weights: torch.Tensor | None = None
+
+    def apply(self, context: torch.Tensor) -> torch.Tensor:
+        """context [B, H, T, head_dim] with the patched heads' outputs replaced."""
+        if self.z_from is None:
+            return context
+        return torch.where(self.z_from.unsqueeze(-1), self.z.to(context.dtype), context)
+
+    def apply_to_weights(self, attention_weights: torch.Tensor) -> torch.Tensor:
+        """attention_weights [B, H, T, T] with the patched heads' patterns replaced."""
+        if self.weights_from is None:
+            return attention_weights
+        return torch.where(
+            self.weights_from[..., None, None], self.weights.to(attention_weights.dtype), attention_weights
+        )
+
+
 # The scores get POSITION_BIAS_SCALE x position_bias: the table is kept in units of 1/16 of a logit. A head
 # needs a bias of several logits to prefer one distance, while the weights around it are about 0.02, and
 # AdamW moves every parameter by about the learning rate a step, whatever its size: a table in plain logits
@@ -133,10 +161,11 @@ class SelfAttention(nn.Module):
     # --- the readable path ----------------------------------------------------------
 
     def forward_with_weights(
-        self, x: torch.Tensor, *, ablation: HeadAblation | None = None
+        self, x: torch.Tensor, *, ablation: HeadAblation | HeadPatch | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The layer written out step by step; also returns the attention weights, [batch, head, query_pos,
-        key_pos] ([head, query_pos, key_pos] when the input was unbatched)."""
+        key_pos] ([head, query_pos, key_pos] when the input was unbatched). `ablation` removes heads, or patches
+        them (`HeadPatch`: their outputs or their weights taken from another run)."""
         queries, keys, values = self._project(x)  # each [B, H, T, d_k]
         T, d_k = keys.shape[-2:]
 
@@ -147,6 +176,8 @@ class SelfAttention(nn.Module):
         if self.position_bias is not None:  # each head's preference for each distance, in logits
             scaled_scores = scaled_scores + self.relative_bias(T).to(scaled_scores.dtype)  # + [H, T, T]
         attention_weights = torch.softmax(scaled_scores, dim=-1)  # [B, H, T, T]
+        if isinstance(ablation, HeadPatch):  # activation patching of patterns: where these heads look, from another run
+            attention_weights = ablation.apply_to_weights(attention_weights)
         mixed = attention_weights
         if self.training and self.dropout > 0:
             mixed = F.dropout(attention_weights, p=self.dropout)
@@ -195,10 +226,10 @@ class SelfAttention(nn.Module):
         distance = positions[start:, None] - positions  # [query, key]
         return POSITION_BIAS_SCALE * self.position_bias[:, distance.clamp(min=0)]
 
-    def _merge(self, context: torch.Tensor, ablation: HeadAblation | None) -> torch.Tensor:
+    def _merge(self, context: torch.Tensor, ablation: HeadAblation | HeadPatch | None) -> torch.Tensor:
         """context [B, H, T, head_dim] -> [B, T, d_out], the heads side by side, through the output projection.
         `ablation` replaces the output of the heads it removes before the heads are mixed: that is how a head is
-        ablated."""
+        ablated, and, a `HeadPatch`, how a head's output is patched from another run."""
         if ablation is not None:
             context = ablation.apply(context)
         out = context.transpose(-3, -2).flatten(-2)  # [B, T, H * head_dim]

@@ -26,8 +26,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import model.sampling as sampling
-from model.ablation import Ablation
-from model.attention import HeadAblation, SelfAttention
+from model.ablation import Ablation, Patch
+from model.attention import HeadAblation, HeadPatch, SelfAttention
 from model.config import GPTConfig
 
 LN_EPS = 1e-5  # LayerNorm's epsilon, GPT-2's (the exporters tell TransformerLens and transformers this one)
@@ -101,7 +101,7 @@ class Block(nn.Module):
         return x
 
     def forward_with_weights(
-        self, x: torch.Tensor, ablation: HeadAblation | None = None
+        self, x: torch.Tensor, ablation: HeadAblation | HeadPatch | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """`forward` through the readable path, which also returns the layer's attention pattern [B, H, T, T]."""
         attended, pattern = self.attn.forward_with_weights(self.ln_1(x), ablation=ablation)
@@ -180,14 +180,25 @@ class GPT(nn.Module):
         return (self.lm_head(x) if all_logits else self.lm_head(x[:, -1:, :])), None
 
     def forward_with_attention(
-        self, idx: torch.Tensor, *, ablate: Ablation | None = None, logits_at: torch.Tensor | None = None
+        self,
+        idx: torch.Tensor,
+        *,
+        ablate: Ablation | None = None,
+        logits_at: torch.Tensor | None = None,
+        patch: Patch | None = None,
     ) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """The readable path through every layer: (logits at every position, one attention pattern [batch, head,
         query_pos, key_pos] per layer). With `logits_at` ([batch] positions), the logits [batch, vocab] at those
-        positions only: the output head over every position is most of the work when a caller reads one row each."""
+        positions only: the output head over every position is most of the work when a caller reads one row each.
+        `patch` puts parts of another run in place of this one's (activation patching, model/ablation.py)."""
         x = self._embed(idx)
         patterns = []
-        for block, ablation in zip(self.blocks, self.head_ablations(ablate, idx.device), strict=True):
+        for layer, (block, ablation) in enumerate(
+            zip(self.blocks, self.head_ablations(ablate, idx.device), strict=True)
+        ):
+            if patch is not None:
+                x = patch.entering(layer, x)
+                ablation = patch.heads.get(layer, ablation)
             x, pattern = block.forward_with_weights(x, ablation)
             patterns.append(pattern)
         if logits_at is not None:

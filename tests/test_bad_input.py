@@ -55,7 +55,9 @@ class Workspace:
         return args
 
     def sample(self, *extra: str, out: Path | str | None = None) -> list[str]:
-        looks = any(a.startswith(("--attention", "--probes", "--heads", "--export")) for a in extra)  # no text
+        looks = any(
+            a.startswith(("--attention", "--probes", "--heads", "--patch", "--export")) for a in extra
+        )  # no text
         exports = "--export" in extra  # converts on the CPU, and refuses --device
         return [
             f"--out_dir={out or self.out}",
@@ -1652,7 +1654,64 @@ CASES = [
         "sample",
         lambda w: w.sample("--json"),
         2,
-        ("--json applies only to --attention, --probes and --heads",),
+        ("--json applies only to --attention, --probes, --heads and --patch",),
+    ),
+    # --- sample.py --patch -------------------------------------------------------------------------------------
+    Case(
+        "sample-patch-unequal-lengths",
+        "--patch prompts of different token lengths",
+        "sample",
+        lambda w: w.sample("--patch", "the dog saw it", "the dog saw"),
+        1,
+        ("the clean prompt has 14 tokens and the corrupted one 11", "as many tokens"),
+    ),
+    Case(
+        "sample-patch-answer-not-one-token",
+        "--answer of two tokens",
+        "sample",
+        lambda w: w.sample("--patch", "the dog saw it", "the log saw it", "--answer", "ab"),
+        1,
+        ("--answer 'ab' is 2 tokens", "a single token"),
+    ),
+    Case(
+        "sample-patch-same-answer",
+        "--answer and --wrong the same token",
+        "sample",
+        lambda w: w.sample("--patch", "the dog saw it", "the log saw it", "--answer", "a", "--wrong", "a"),
+        1,
+        ("the right and the wrong answer are the same token 'a'",),
+    ),
+    Case(
+        "sample-patch-too-many",
+        "--patch with three prompts",
+        "sample",
+        lambda w: w.sample("--patch", "a", "b", "c"),
+        2,
+        ("--patch takes two prompts (CLEAN CORRUPTED) or one JSONL file of pairs, got 3",),
+    ),
+    Case(
+        "sample-patch-one-prompt",
+        "--patch with one prompt that is not a file",
+        "sample",
+        lambda w: w.sample("--patch", "the dog saw it"),
+        2,
+        ("--patch 'the dog saw it' is one prompt and no file", "--patch CLEAN CORRUPTED"),
+    ),
+    Case(
+        "sample-answer-alone",
+        "--answer without --patch",
+        "sample",
+        lambda w: w.sample("--answer", "a"),
+        2,
+        ("--answer applies only to --patch",),
+    ),
+    Case(
+        "sample-patch-pairs-bad-line",
+        "a pairs file whose line lacks its corrupted prompt",
+        "sample",
+        lambda w: w.sample("--patch", w.file("pairs.jsonl", '{"clean": "the dog saw it"}\n')),
+        1,
+        ("pairs.jsonl line 1: missing field(s) 'corrupted'",),
     ),
     # --- sample.py --init_from: a model trained elsewhere ----------------------------------------------------
     Case(

@@ -29,11 +29,12 @@ from errors import UserError, warn
 from watch.measure.composition import reads_from
 from watch.measure.heads import last_pronoun_pos
 from watch.measure.headtypes import TYPE_SETS, TYPES, types_not_measurable
+from watch.measure.patching import first_analysis
 from watch.measure.probesets import AGREEMENT, PRONOUN, SENTENCES, ProbeSets, held_out_sentences
 from watch.measure.proofs import AblationResult, agreement_ablations, best_pronoun_proof, proofs
 from watch.measure.reading import Reading, Source, quick_sets, read_pass, untrained_like, watch_sets
 from watch.show import report
-from watch.show.heatmaps import SentenceHeatmaps
+from watch.show.heatmaps import SentenceHeatmaps, patching_figure
 from watch.show.page import SentenceView, attention_page, write_page
 from watch.show.tensorboard import log_charts, log_evaluation, log_scores
 
@@ -187,10 +188,16 @@ class AttentionWatch:
                         f"Attention at step {result.step}: {self.page.parent}",
                         report.type_labels(reading),
                         reads_from(reading.composition, reading.untrained.composition),
+                        self.patching_figures(trainer),
                     ),
                 )
             except UserError as exc:
                 warn(f"no attention page: {exc}")
+
+    def patching_figures(self, trainer: Any) -> list[tuple[str, Any]]:
+        """The patching map of the first pair the watch patches, for the attention page ([] without pairs)."""
+        found = first_analysis(trainer.model, self.sets)
+        return [patching_figure(found, trainer.tokenizer)] if found is not None else []
 
     # --- the report at the end ------------------------------------------------------------------
 

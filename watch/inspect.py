@@ -1,6 +1,7 @@
 """Looking inside a checkpoint, for `sample.py`: `--attention` (heatmaps, or with `--html` an offline
-attention page), `--probes` (the pronoun head table) and `--heads` (what kind of head each head
-became, against the untrained model, and what removing them costs)."""
+attention page), `--probes` (the pronoun head table), `--heads` (what kind of head each head
+became, against the untrained model, and what removing them costs) and `--patch` (which heads carry
+a prompt's next token: activation patching, direct logit attribution and the logit lens)."""
 
 from __future__ import annotations
 
@@ -20,13 +21,31 @@ from watch.measure.capture import capture_attention
 from watch.measure.composition import composition_json, reads_from
 from watch.measure.heads import ablation_names, default_query, display_token, focused_head, head_name
 from watch.measure.headtypes import BROAD, TYPE_SETS, TYPES, types_not_measurable
+from watch.measure.patching import analyse, by_head, first_analysis, mean_of, pair_for, pairs_from_file, patching_json
 from watch.measure.probesets import NO_TEXT, PRONOUN, REPEATED, REPEATED_MIN_LENGTH, TEXT, ProbeSets, from_file
 from watch.measure.pronouns import finite
 from watch.measure.proofs import head_means, proofs
 from watch.measure.reading import PROBE_KINDS, Reading, Results, Source, read_pass, untrained_like, watch_sets
-from watch.show.heatmaps import PNG, HeatmapCanvas, head_titles, save_png, sentence_slug, sentence_tag
+from watch.show.heatmaps import (
+    PNG,
+    HeatmapCanvas,
+    head_titles,
+    patching_figure,
+    patching_map,
+    save_png,
+    sentence_slug,
+    sentence_tag,
+)
 from watch.show.page import SentenceView, attention_page, write_page
-from watch.show.report import ablation_line, composition_lines, head_table, top_attended, type_labels, type_report
+from watch.show.report import (
+    ablation_line,
+    composition_lines,
+    head_table,
+    patching_report,
+    top_attended,
+    type_labels,
+    type_report,
+)
 from watch.show.tensorboard import TensorBoardWriter, tensorboard_command
 
 
@@ -70,7 +89,9 @@ def show_attention(model, tokenizer, checkpoint: dict, args: argparse.Namespace,
         view = SentenceView(text, tokens, patterns, query=query)
         step = f" at step {checkpoint['step']}" if "step" in checkpoint else ""
         ablated = f", with {', '.join(ablation_names(ablate))} ablated" if ablate else ""
-        reading = checkpoint_reading(model, checkpoint_sets(model, tokenizer, checkpoint, None), checkpoint)
+        sets = checkpoint_sets(model, tokenizer, checkpoint, None)
+        reading = checkpoint_reading(model, sets, checkpoint)
+        found = first_analysis(model, sets)
         page = write_page(
             args.html,
             attention_page(
@@ -78,6 +99,7 @@ def show_attention(model, tokenizer, checkpoint: dict, args: argparse.Namespace,
                 f"Attention of {args.out_dir}{step}{ablated}",
                 type_labels(reading),
                 reads_from(reading.composition, reading.untrained.composition),
+                [patching_figure(found, tokenizer)] if found is not None else [],
             ),
         )
         written = f"attention page: {page} (open it in a browser; it needs no network)"
@@ -319,6 +341,9 @@ def heads_json(reading: Reading, found: list, mode: str, sets: ProbeSets) -> dic
             "positional_offset": int(reading.offsets[layer, head]) if reading.offsets is not None else None,
             "type": head_type.kind,
             "type_label": TYPES[head_type.kind].label if head_type.kind else None,
+            # activation patching on the watch's pairs: the share of the answer it carries, its direct attribution
+            "patching": results.head("patching", layer, head),
+            "attribution": results.head("attribution", layer, head),
             "untrained": scores_of(untrained, layer, head),
         }
     out = {
@@ -343,3 +368,65 @@ def heads_json(reading: Reading, found: list, mode: str, sets: ProbeSets) -> dic
         **composition_json(reading.composition, untrained.composition),
     }
     return finite(out)
+
+
+# --- activation patching ---------------------------------------------------------------------------------------
+
+
+def show_patch(model, tokenizer, checkpoint: dict, args: argparse.Namespace, _ablate: Ablation | None) -> None:
+    """Which heads carry a clean prompt's next token against a corrupted one's (`--patch CLEAN CORRUPTED`), or each
+    pair of a JSONL file's (`--patch FILE.jsonl`): the report and a heatmap per pair, or with --json one object."""
+    if len(args.patch) == 2:
+        pairs = [pair_for(model, tokenizer, *args.patch, args.answer, args.wrong)]
+    else:
+        if args.answer is not None or args.wrong is not None:
+            raise UsageError("--answer and --wrong go with --patch CLEAN CORRUPTED; a pairs file gives each pair's own")
+        if not Path(args.patch[0]).exists():  # most likely a prompt whose twin was left out
+            raise UsageError(
+                f"--patch {args.patch[0]!r} is one prompt and no file; give two prompts, --patch CLEAN CORRUPTED, or "
+                f"the path of a JSONL file of pairs"
+            )
+        pairs = pairs_from_file(model, tokenizer, args.patch[0])
+    found = [analyse(model, pair) for pair in pairs]
+    if args.json:
+        objects = [finite(patching_json(f, tokenizer)) for f in found]
+        if len(args.patch) == 2:
+            print(json.dumps(objects[0], allow_nan=False))
+            return
+        means = mean_of(found)
+        mlps = means["attribution mlps"]
+        mean = {
+            "patching": {"heads": by_head(means["heads"]), "patterns": by_head(means["patterns"])},
+            "attribution": {
+                "heads": by_head(means["attribution heads"]),
+                "mlps": {f"L{layer}": float(v) for layer, v in enumerate(mlps)} if mlps is not None else {},
+            },
+        }
+        print(json.dumps(finite({"pairs": objects, "mean": mean}), allow_nan=False))
+        return
+    png_dir = (
+        Path(args.png_dir)
+        if args.png_dir
+        else Path(args.out_dir if Path(args.out_dir).is_dir() else Path(args.out_dir).parent) / "patching"
+    )
+    for n, f in enumerate(found):
+        tokens = tokenizer.token_strings(f.pair.clean)
+        answer, wrong = tokenizer.decode([f.pair.answer]), tokenizer.decode([f.pair.wrong])
+        if n:
+            print()
+        print(f"clean:     {tokenizer.decode(f.pair.clean)!r} -> {answer!r}")
+        print(f"corrupted: {tokenizer.decode(f.pair.corrupted)!r} -> {wrong!r}")
+        print(patching_report(f, tokens, answer, wrong))
+        print(f"heatmap: {_write_patching_map(f, tokens, png_dir)}")
+
+
+def _write_patching_map(found, tokens: list[str], png_dir: Path) -> Path:
+    """The pair's patching map (`patching_map`) as a PNG in `png_dir`; its path."""
+    image = patching_map(found, tokens)
+    path = png_dir / f"{sentence_slug(''.join(tokens))}.png"
+    try:
+        return save_png(image, path)
+    except OSError as exc:
+        raise UserError(
+            f"cannot write the patching map to {png_dir} ({write_error(exc, png_dir)}); choose a writable --png_dir"
+        ) from None

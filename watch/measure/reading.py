@@ -31,11 +31,12 @@ import torch.nn as nn
 from data.probes import AgreementProbe, Probe
 from data.tokenizer import Tokenizer
 from model.ablation import Ablation
-from watch.measure import probesets, scores
+from watch.measure import patching, probesets, scores
 from watch.measure.capture import Capture, captures, sentence_patterns
 from watch.measure.composition import Composition, composition
 from watch.measure.heads import ablation_names, head_name, parse_head
 from watch.measure.headtypes import CLOSE, TYPES, TypedHead, best_offset, head_types, heads_of, needed, type_scores
+from watch.measure.patching import PAIRS
 from watch.measure.probesets import AGREEMENT, PRONOUN, REACH, REPEATED, SENTENCES, TEXT, ProbeSet, ProbeSets
 from watch.measure.pronouns import AgreementStats, ContinuationStats, HeadStats, ProbeReport, baselines, name_readers
 from watch.measure.scores import Measure
@@ -135,6 +136,7 @@ class Source:
     texts: Sequence[str] = ()  # the sentences to show
     corpus: str | None = None  # the training text's name or path: what separates its examples (`token_pool`)
     draw: int = 0  # which draw of random sequences (`probesets.draw_seed`): the watch reads draw 0
+    made: dict = field(default_factory=dict, repr=False)  # the files' sets, made once however many kinds read them
 
     @cached_property
     def pool(self) -> probesets.TokenPool:
@@ -144,7 +146,9 @@ class Source:
     def file(self, kind: str, records: type) -> ProbeSet | None:
         """The `kind` set of the file of `records` given for it; None when none is."""
         path = self.files.get(kind)
-        return probesets.from_file(kind, records, path, self.tokenizer, self.block_size) if path else None
+        if path and kind not in self.made:
+            self.made[kind] = probesets.from_file(kind, records, path, self.tokenizer, self.block_size)
+        return self.made.get(kind)
 
 
 @dataclass(frozen=True)
@@ -165,6 +169,9 @@ class ProbeKind:
     # Its charts in TensorBoard's Custom Scalars, {title: [tag regexes]}, in the category `category`.
     charts: dict[str, list[str]] = field(default_factory=dict)
     category: str = ""
+    # What it reads by running the model more than once ({score: [layer, head]}): activation patching runs each
+    # clean prompt's parts into its corrupted twin. A set of such a kind is read this way instead of captured.
+    runs: Callable[[nn.Module, ProbeSet], dict[str, torch.Tensor]] | None = None
 
 
 def _best_reach(reading: Reading) -> tuple[str, dict[int, float]]:
@@ -284,6 +291,24 @@ def _figure(numbers: dict, name: str, sign: int) -> tuple[str, bool]:
     return figure, spread is not None and abs(value) <= spread
 
 
+def _patching_lines(reading: Reading) -> list[str]:
+    """Which head carries the answer on the patched pairs, with its share and its direct attribution."""
+    best = reading.results.best("patching")
+    if best is None:
+        return []
+    name, share = best
+    layer, head = (int(n) for n in name[1:].split("H"))
+    logits = float(reading.results.heads["attribution"][layer, head])
+    pairs = reading.results.sets.get(PAIRS)
+    typed = reading.types.get(name)
+    kind = f" ({TYPES[typed.kind].label} head)" if typed is not None and typed.kind is not None else ""
+    return [
+        f"{name}{kind} carries the answer most: its output, patched from each clean prompt into its corrupted "
+        f"twin, brings back {share:.2f} of the logit difference (mean over {pairs.about}); its direct attribution "
+        f"{logits:+.2f} logits"
+    ]
+
+
 def _pronoun_scalars(reading: Reading) -> dict[str, float | torch.Tensor | None]:
     """Every head's weights from the pronoun and its top-1, the best head's, and what the model predicts next."""
     report = reading.pronouns
@@ -398,6 +423,30 @@ PROBE_KINDS: dict[str, ProbeKind] = {
             },
         ),
         ProbeKind(
+            PAIRS,
+            # The pronoun probes' pairs where there are pronoun probes, else pairs of repeated random tokens.
+            make=lambda source: (
+                patching.pronoun_pairs(source.file(PRONOUN, Probe), source.tokenizer)
+                if source.file(PRONOUN, Probe) is not None
+                else patching.repeat_pairs(source.pool.tokens, source.block_size)
+            ),
+            runs=lambda model, probe_set: patching.watched(model, probe_set.items),
+            lines=_patching_lines,
+            scalars=lambda reading: {
+                "patching/share": reading.results.heads.get("patching"),
+                "patching/attribution": reading.results.heads.get("attribution"),
+                "patching/share/best": (reading.results.best("patching") or (None, None))[1],
+            },
+            # When a head becomes the one that carries the answer, beside when its attention formed.
+            charts={
+                # The best head's share alone first, which TensorBoard's outlier scaling cannot clip.
+                "share of the answer the best head's output carries": [r"patching/share/best$"],
+                "share of the answer a head's output carries (activation patching), every head": [r"patching/share$"],
+                "direct logit attribution (logits), every head": [r"patching/attribution$"],
+            },
+            category="patching",
+        ),
+        ProbeKind(
             SENTENCES,
             make=lambda source: (
                 probesets.sentences(source.texts, source.tokenizer, source.block_size) if source.texts else None
@@ -449,8 +498,13 @@ def score(
     """Captures each probe set of `sets` (only `kinds`, if given) once and reads every score of its kind and of the
     head types measured on it; `ablate` removes heads for the whole pass."""
     chosen = [s for kind, s in sets.sets.items() if kinds is None or kind in kinds]
-    results = read((capture for probe_set in chosen for capture in captures(model, probe_set, ablate)), sets)
+    captured = [s for s in chosen if PROBE_KINDS[s.kind].runs is None]
+    results = read((capture for probe_set in captured for capture in captures(model, probe_set, ablate)), sets)
     results.ablated = ablation_names(ablate)
+    for probe_set in chosen if ablate is None else ():  # what removing heads costs is read from the captures alone
+        runs = PROBE_KINDS[probe_set.kind].runs
+        for name, values in (runs(model, probe_set) if runs is not None else {}).items():
+            results.heads[name], results.counts[name] = values, len(probe_set)
     return results
 
 

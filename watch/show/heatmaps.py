@@ -21,9 +21,11 @@ from PIL import Image, ImageDraw, ImageFont
 from PIL.PngImagePlugin import PngInfo
 
 from cli import for_terminal
+from data.tokenizer import Tokenizer
 from files import Mark, replace_file
 from watch.measure.composition import KINDS, Composition
 from watch.measure.heads import display_token, head_name
+from watch.measure.patching import Patching
 from watch.measure.reading import Reading
 
 ANNOTATE_MAX_TOKENS = 16  # beyond this, numbers in cells no longer fit
@@ -365,4 +367,75 @@ def composition_image(found: Composition, title: str) -> np.ndarray:
     colour_bar(image, draw, image.width - bar_w + 12, TOP + TITLE_H, 120, "composition score", None)
     if title:
         draw.text((image.width // 2, 6), title, fill=INK, font=font(15), anchor="mt")
+    return np.asarray(image)
+
+
+def patching_map(found: Patching, tokens: Sequence[str]) -> np.ndarray:
+    """A pair's patching map: the residual stream patched entering each layer (layer x position) and each head's
+    output patched at one position (head x position), as shares of the logit difference brought back."""
+    n_layer, n_head = found.heads.shape
+    panels = [
+        ("residual stream entering each layer", found.residual.numpy(), [f"L{layer}" for layer in range(n_layer)]),
+        (
+            "each head's output, one position",
+            found.positions.reshape(n_layer * n_head, -1).numpy(),
+            [head_name(layer, head) for layer in range(n_layer) for head in range(n_head)],
+        ),
+    ]
+    title = "patched from the clean run into the corrupted one: share of the logit difference brought back"
+    return grid_image(panels, tokens, title, "share brought back")
+
+
+def patching_figure(found: Patching, tokenizer: Tokenizer) -> tuple[str, np.ndarray]:
+    """(caption, image) of a pair's patching map, for the attention page."""
+    pair, decode = found.pair, tokenizer.decode
+    best = found.carriers()
+    carried = f"; {best[0][0]} carries {best[0][1]:.2f} of it" if best else ""
+    caption = (
+        f"Activation patching: {decode(pair.clean)!r} -> {decode([pair.answer])!r} against {decode(pair.corrupted)!r} "
+        f"-> {decode([pair.wrong])!r}, each part of the clean run copied into the corrupted one alone; the share of "
+        f"the logit difference it brings back{carried} (python sample.py --patch CLEAN CORRUPTED)"
+    )
+    return caption, patching_map(found, tokenizer.token_strings(pair.clean))
+
+
+def grid_image(
+    panels: Sequence[tuple[str, np.ndarray, Sequence[str]]], columns: Sequence[str], title: str, bar_name: str
+) -> np.ndarray:
+    """Panels of values [rows, columns] side by side in the attention heatmaps' colours, one colour bar for all: each
+    panel (its title, its values, its row labels) over the same column labels (a prompt's tokens, say). Values are
+    coloured from 0 to 1 (below 0 as 0, above 1 as 1); the numbers in the cells are the values themselves."""
+    labels = [display_token(t) for t in columns]
+    label_font, title_font, number_font = font(12), font(14), font(10)
+    n_cols = len(labels)
+    cell = 30 if n_cols <= ANNOTATE_MAX_TOKENS else max(6, min(20, 560 // n_cols))
+    widest_row = max(int(label_font.getlength(t)) for _, _, rows in panels for t in rows)
+    below = max(int(label_font.getlength(t)) for t in labels) + 12
+    n_rows = max(values.shape[0] for _, values, _ in panels)
+    left, bar_w = widest_row + 12, 80
+    panel_w = left + n_cols * cell + 24
+    width = max(len(panels) * panel_w + bar_w, int(font(15).getlength(title)) + 20)
+    height = max(TOP + TITLE_H + n_rows * cell + below + 8, TOP + TITLE_H + 140)
+    image = Image.new("RGB", (width, height), "white")
+    draw = ImageDraw.Draw(image)
+    for n, (name, values, rows) in enumerate(panels):
+        x0, y0 = n * panel_w + left, TOP + TITLE_H
+        image.paste(Image.fromarray(_cells(np.clip(values, 0.0, 1.0), cell)), (x0, y0))
+        draw.text((x0 + n_cols * cell // 2, y0 - 6), name, fill=INK, font=title_font, anchor="md")
+        for r, text in enumerate(rows):
+            draw.text((x0 - 4, y0 + r * cell + cell // 2), text, fill=INK, font=label_font, anchor="rm")
+        for c, text in enumerate(labels):
+            image.paste(_turned(text, 12), (x0 + c * cell + cell // 2 - 7, y0 + values.shape[0] * cell + 4))
+        if n_cols <= ANNOTATE_MAX_TOKENS:
+            for r, c in zip(*np.nonzero(np.abs(values) >= 0.005), strict=True):
+                text = f"{values[r, c]:.2f}".replace("0.", ".", 1)
+                draw.text(
+                    (x0 + c * cell + cell // 2, y0 + r * cell + cell // 2),
+                    text,
+                    fill="black" if values[r, c] > 0.55 else "white",
+                    font=number_font,
+                    anchor="mm",
+                )
+    colour_bar(image, draw, image.width - bar_w + 12, TOP + TITLE_H, 120, bar_name, None)
+    draw.text((image.width // 2, 6), title, fill=INK, font=font(15), anchor="mt")
     return np.asarray(image)

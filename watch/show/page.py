@@ -5,7 +5,9 @@ Content-Security-Policy forbids loading anything else, so the file opens from di
 
 from __future__ import annotations
 
+import base64
 import html
+import io
 import json
 import re
 from collections.abc import Sequence
@@ -14,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from PIL import Image
 
 from errors import UserError
 from files import Mark, clear_for_file, replace_file, write_error
@@ -32,7 +35,7 @@ PAGE = Mark(
     ),
     "choose another path for the page",
 )
-# The page's markup, style and script, with {title}, {data_id}, {data} and {legend} to fill in.
+# The page's markup, style and script, with {title}, {data_id}, {data}, {legend} and {figures} to fill in.
 TEMPLATE = Path(__file__).with_name("page.html")
 
 
@@ -80,11 +83,16 @@ def _float32_rows(pattern: torch.Tensor) -> list[list[list[float]]]:
 
 
 def attention_page(
-    views: Sequence[SentenceView], title: str, labels: dict[str, str] | None = None, reads: dict | None = None
+    views: Sequence[SentenceView],
+    title: str,
+    labels: dict[str, str] | None = None,
+    reads: dict | None = None,
+    figures: Sequence[tuple[str, np.ndarray]] = (),
 ) -> str:
     """The page as one HTML string. It embeds as JSON each sentence's weights[layer][head][query_pos][key_pos <=
     query_pos], the heads' types by name (`labels`: "L1H3": "induction") and the heads each head reads from by
-    composition (`reads`: `watch.measure.composition.reads_from`), shown for a selected head."""
+    composition (`reads`: `watch.measure.composition.reads_from`), shown for a selected head; then `figures`, each
+    (caption, RGB image) shown below as an inline PNG (the patching map)."""
     if not views:
         raise ValueError("an attention page needs at least one sentence")
     sentences = [
@@ -102,9 +110,21 @@ def attention_page(
     # Inside <script>, "</script>" or "<!--" in a token must not end the block.
     data = data.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     values = {"title": html.escape(title), "data_id": DATA_ID, "data": data, "legend": html.escape(legend(labels))}
+    values["figures"] = "".join(_figure(caption, image) for caption, image in figures)
     return re.sub(
-        r"\{(title|data_id|data|legend)\}", lambda match: values[match.group(1)], TEMPLATE.read_text(encoding="utf-8")
+        r"\{(title|data_id|data|legend|figures)\}",
+        lambda match: values[match.group(1)],
+        TEMPLATE.read_text(encoding="utf-8"),
     )
+
+
+def _figure(caption: str, image: np.ndarray) -> str:
+    """An RGB image as a <figure> holding it as an inline PNG (the page loads nothing from anywhere else)."""
+    buffer = io.BytesIO()
+    Image.fromarray(np.asarray(image, dtype=np.uint8)).save(buffer, format="PNG")
+    encoded = base64.b64encode(buffer.getvalue()).decode("ascii")
+    text = html.escape(caption)
+    return f'<figure><img alt="{text}" src="data:image/png;base64,{encoded}"><figcaption>{text}</figcaption></figure>'
 
 
 def legend(labels: dict[str, str] | None) -> str:

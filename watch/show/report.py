@@ -12,6 +12,7 @@ import torch
 from watch.measure.composition import KINDS, ONE_LAYER_NOTE, pair_name
 from watch.measure.heads import display_token, head_name
 from watch.measure.headtypes import BROAD, BROAD_COLUMN, BROAD_MEANING, CLOSE, RULE, TYPES, needed
+from watch.measure.patching import Patching
 from watch.measure.probesets import REPEATED
 from watch.measure.pronouns import ProbeReport
 from watch.measure.proofs import AblationResult
@@ -622,4 +623,65 @@ def composition_lines(reading: Reading) -> str:
             + f": K-composition {value:.2f}"
             + (f", untrained {was:.2f}" if was is not None else "")
         )
+    return "\n".join(lines)
+
+
+def patching_report(found: Patching, tokens: Sequence[str], answer: str, wrong: str) -> str:
+    """One pair's activation patching, attribution and logit lens for a learner: which heads carry the answer, in
+    words and with their share, then every head's figures, the residual stream, the attribution and the lens."""
+    shown = [repr(display_token(t, space_mark="")) for t in tokens]
+    carriers = found.carriers()
+    lines = [
+        f"right answer {answer!r}, wrong {wrong!r}: the logit difference is {found.clean_diff:+.2f} on the clean "
+        f"prompt, {found.corrupted_diff:+.2f} on the corrupted one",
+        "patching copies one part of the clean run into the corrupted run: 1.00 brings the clean difference all back,"
+        " 0.00 none of it",
+    ]
+    if torch.isnan(found.heads).all():
+        lines.append("both prompts give the same logit difference: patching has nothing to bring back")
+    elif carriers:
+        for name, share in carriers[:3]:
+            layer, head = (int(n) for n in name[1:].split("H"))
+            pos = int(found.positions[layer, head].argmax())
+            lines.append(
+                f"{name} carries it: its output alone brings back {share:.2f} of the difference, most of it at "
+                f"{shown[pos]} ({float(found.positions[layer, head, pos]):.2f}); where it looks alone "
+                f"(its pattern) {float(found.patterns[layer, head]):.2f}"
+            )
+    else:
+        best = max(found.heads.flatten().tolist())
+        lines.append(f"no head alone carries it: the most any head's output brings back is {best:.2f}")
+    rows = [
+        [
+            head_name(layer, head),
+            f"{float(found.heads[layer, head]):+.2f}",
+            f"{float(found.patterns[layer, head]):+.2f}",
+            f"{float(found.attribution['heads'][layer, head]):+.2f}",
+        ]
+        for layer in range(found.heads.shape[0])
+        for head in range(found.heads.shape[1])
+    ]
+    lines += _table(
+        ["head", "output patched", "pattern patched", "direct attribution (logits)"], rows, False, text_columns=(0,)
+    )
+    for layer in range(found.residual.shape[0]):
+        carried = [f"{shown[pos]} {float(v):.2f}" for pos, v in enumerate(found.residual[layer]) if abs(v) >= 0.1]
+        lines.append(f"residual stream entering layer {layer}: carried at {', '.join(carried) or 'no one position'}")
+    parts = {
+        head_name(*divmod(i, found.heads.shape[1])): float(v)
+        for i, v in enumerate(found.attribution["heads"].flatten())
+    }
+    if found.attribution["mlps"] is not None:
+        parts.update({f"MLP{layer}": float(v) for layer, v in enumerate(found.attribution["mlps"])})
+    parts["embeddings"] = float(found.attribution["embeddings"])
+    largest = sorted(parts.items(), key=lambda item: -abs(item[1]))[:5]
+    lines.append(
+        "direct logit attribution (clean run, what each part writes, through the final norm, onto right minus "
+        "wrong): " + ", ".join(f"{name} {value:+.2f}" for name, value in largest)
+    )
+    lens = "; ".join(
+        f"after layer {layer}: rank {rank + 1} (p {probability:.2f})"
+        for layer, (rank, probability) in enumerate(found.lens)
+    )
+    lines.append(f"logit lens, {answer!r} read from the residual stream as if it were the last: {lens}")
     return "\n".join(lines)

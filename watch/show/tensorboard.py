@@ -255,6 +255,7 @@ def _drawn_in(category: str) -> dict[str, list[str]]:
 EVERY_HEAD = ", every head"
 CHARTS = {
     "attention heads": _drawn_in("attention heads"),
+    "patching": _drawn_in("patching"),  # which head carries the answer, over training
     "head types": {
         **{f"{kind.replace('_', '-')}{EVERY_HEAD}": [rf"heads/{kind}$"] for kind in (*TYPES, BROAD)},
         **_drawn_in("head types"),

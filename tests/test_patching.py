@@ -1,0 +1,362 @@
+"""Activation patching, direct logit attribution and the logit lens (watch/measure/patching.py), on small random
+models whose weights are large enough that logits spread over several units."""
+
+import pytest
+import torch
+
+from data.tokenizer import build_tokenizer
+from errors import UserError
+from model.ablation import Patch
+from tests.commands import TEXT
+from tests.test_import import (
+    SHAKESPEARE_CHARS,
+    nanogpt,  # noqa: F401 (the fixture holding nanoGPT's model.py)
+    nanogpt_model,
+    save_meta,
+    save_nanogpt,
+)
+from watch.measure import patching
+from watch.measure.patching import Pair, analyse, clean_and_corrupted, every_part, pair_for, patched, record, watched
+
+
+def random_model(arch: str = "gpt2", seed: int = 0, **sizes):
+    """A 2-layer, 4-head model over `TEXT`'s characters with weights of std 0.3 (norm gains around 1), in eval mode."""
+    from model import GPT, GPTConfig
+
+    tokenizer = build_tokenizer("char", TEXT)
+    torch.manual_seed(seed)
+    config = dict(vocab_size=tokenizer.vocab_size, block_size=32, n_layer=2, n_head=4, n_embd=32, arch=arch)
+    model = GPT(GPTConfig(**{**config, **sizes})).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.normal_(0.0, 0.3)
+            if name.endswith(("ln_1.weight", "ln_2.weight", "ln_f.weight")):
+                p.add_(1.0)
+    return model, tokenizer
+
+
+def a_pair(model, tokenizer, clean: str = "the dog saw it", corrupted: str = "the log saw it") -> Pair:
+    """The pair with answers the model's two greedy next tokens, or, where they agree, two fixed tokens."""
+    try:
+        return pair_for(model, tokenizer, clean, corrupted)
+    except UserError:
+        return pair_for(model, tokenizer, clean, corrupted, answer="a", wrong="e")
+
+
+@pytest.mark.parametrize(
+    "arch,sizes", [("gpt2", {}), ("gpt2", {"bias": True}), ("modern", {}), ("gpt2", {"attn_only": True})]
+)
+def test_attribution_and_its_bias_terms_add_up_to_the_clean_logit_difference(arch, sizes):
+    model, tokenizer = random_model(arch, **sizes)
+    found = analyse(model, a_pair(model, tokenizer))
+    parts = found.attribution
+    total = parts["heads"].sum() + parts["embeddings"] + parts["biases"] + parts["norm_bias"]
+    total += parts["mlps"].sum() if parts["mlps"] is not None else 0.0
+    assert abs(float(total) - found.clean_diff) < 1e-4, (float(total), found.clean_diff)
+    assert abs(found.clean_diff) > 0.01  # something to split
+
+
+def test_patching_a_prompt_into_itself_changes_nothing():
+    model, tokenizer = random_model()
+    pair = pair_for(model, tokenizer, "the dog saw it", "the dog saw it", answer="a", wrong="e")
+    both, idx, last = clean_and_corrupted(model, [pair])
+    clean_diff = float(both.diff(pair)[0])
+    diffs = patched(model, both, idx, last, every_part(2, 4, len(pair.clean), pair))
+    assert torch.allclose(diffs, torch.full_like(diffs, clean_diff), atol=1e-5)
+    assert analyse(model, pair).heads.isnan().all()  # nothing to restore: no share is made up
+
+
+def test_the_residual_stream_entering_layer_0_restores_the_clean_run():
+    model, tokenizer = random_model()
+    pair = a_pair(model, tokenizer)
+    both, idx, last = clean_and_corrupted(model, [pair])
+    T = len(pair.clean)
+    everywhere = Patch(residual={0: (torch.ones(1, T, dtype=torch.bool), both.resid[0][:1])})
+    restored = record(model, idx[1:], last[1:], everywhere)
+    assert torch.allclose(restored.logits[0], both.logits[0], atol=1e-5)
+    # Position by position: the prompts differ at one character (position 4), and only there does it restore it all.
+    found = analyse(model, pair)
+    assert abs(float(found.residual[0, 4]) - 1.0) < 1e-5
+    others = torch.cat([found.residual[0, :4], found.residual[0, 5:]])
+    assert others.abs().max() < 1e-5
+
+
+def test_in_one_attention_only_layer_a_head_patched_everywhere_is_the_head_patched_at_the_last_position():
+    model, tokenizer = random_model(n_layer=1, attn_only=True)
+    found = analyse(model, a_pair(model, tokenizer))
+    # Other positions' outputs stay at their own positions: the last position's logits never see them.
+    assert found.positions[0, :, :-1].abs().max() < 1e-5
+    assert torch.allclose(found.positions[0, :, -1], found.heads[0], atol=1e-5)
+
+
+def test_each_part_has_its_shape_and_a_pattern_patched_is_not_an_output_patched():
+    model, tokenizer = random_model()
+    pair = a_pair(model, tokenizer)
+    found = analyse(model, pair)
+    # A head's pattern patched where the values are the corrupted run's is not its output patched: the two differ.
+    assert not torch.allclose(found.patterns, found.heads, atol=1e-3)
+    assert found.heads.shape == (2, 4) and found.positions.shape == (2, 4, len(pair.clean))
+    assert found.residual.shape == (2, len(pair.clean)) and found.patterns.shape == (2, 4)
+
+
+def test_the_patched_runs_give_the_same_figures_however_many_share_a_forward(monkeypatch):
+    model, tokenizer = random_model()
+    pair = a_pair(model, tokenizer)
+    one_batch = analyse(model, pair)
+    monkeypatch.setattr(patching, "PATCHED_ROWS", 7)
+    for part in patching.PARTS:
+        assert torch.allclose(getattr(analyse(model, pair), part), getattr(one_batch, part), atol=1e-6), part
+
+
+def test_the_logit_lens_after_the_last_layer_is_the_model_output():
+    model, tokenizer = random_model()
+    pair = a_pair(model, tokenizer)
+    found = analyse(model, pair)
+    with torch.no_grad():
+        logits = model(torch.tensor([pair.clean]))[0][0, -1]
+    rank, probability = found.lens[-1]
+    assert rank == int((logits > logits[pair.answer]).sum())
+    assert abs(probability - float(logits.softmax(-1)[pair.answer])) < 1e-5
+    assert len(found.lens) == model.config.n_layer
+
+
+@pytest.mark.parametrize(
+    "clean,corrupted,answer,wrong,message",
+    [
+        ("the dog", "the do", None, None, "the clean prompt has 7 tokens and the corrupted one 6"),
+        ("the dog", "the cat", "ab", "a", "--answer 'ab' is 2 tokens"),
+        ("the dog", "the cat", "a", "a", "the right and the wrong answer are the same token 'a'"),
+        ("", "", None, None, "each need at least one token"),
+    ],
+)
+def test_a_pair_that_cannot_be_patched_is_refused_in_one_line(clean, corrupted, answer, wrong, message):
+    model, tokenizer = random_model()
+    with pytest.raises(UserError, match=message) as raised:
+        pair_for(model, tokenizer, clean, corrupted, answer, wrong)
+    assert "\n" not in str(raised.value)
+
+
+# --- equal to TransformerLens -------------------------------------------------------------------------------------
+
+TL_TOL = 1e-4
+
+
+def transformer_lens_figures(hooked, pair: Pair) -> dict[str, torch.Tensor]:
+    """TransformerLens's own figures for `pair`: its patching helpers with the normalised logit difference as metric,
+    and the direct logit attribution of its cache (`stack_head_results` + `apply_ln_to_stack`, times the final norm's
+    weight, onto W_U[:, right] - W_U[:, wrong])."""
+    tl_patching = pytest.importorskip("transformer_lens.patching")
+    clean, corrupted = torch.tensor([pair.clean]), torch.tensor([pair.corrupted])
+    with torch.no_grad():
+        clean_logits, cache = hooked.run_with_cache(clean)
+        corrupted_logits = hooked(corrupted)
+
+    def diff(logits: torch.Tensor) -> torch.Tensor:
+        return logits[0, -1, pair.answer] - logits[0, -1, pair.wrong]
+
+    clean_diff, corrupted_diff = diff(clean_logits), diff(corrupted_logits)
+
+    def metric(logits: torch.Tensor) -> torch.Tensor:
+        return (diff(logits) - corrupted_diff) / (clean_diff - corrupted_diff)
+
+    quiet = dict(model=hooked, corrupted_tokens=corrupted, clean_cache=cache, patching_metric=metric)
+    direction = hooked.W_U[:, pair.answer] - hooked.W_U[:, pair.wrong]
+    heads = cache.apply_ln_to_stack(cache.stack_head_results(layer=-1, pos_slice=-1), layer=-1, pos_slice=-1)
+    mlps = torch.stack([cache[f"blocks.{layer}.hook_mlp_out"][:, -1] for layer in range(hooked.cfg.n_layers)])
+    mlps = cache.apply_ln_to_stack(mlps, layer=-1, pos_slice=-1)
+    n_layer, n_head = hooked.cfg.n_layers, hooked.cfg.n_heads
+    return {
+        "heads": tl_patching.get_act_patch_attn_head_out_all_pos(**quiet),
+        "positions": tl_patching.get_act_patch_attn_head_out_by_pos(**quiet).permute(0, 2, 1),  # [layer, head, pos]
+        "residual": tl_patching.get_act_patch_resid_pre(**quiet),
+        "patterns": tl_patching.get_act_patch_attn_head_pattern_all_pos(**quiet),
+        "attribution heads": ((heads[:, 0] * hooked.ln_final.w) @ direction).reshape(n_layer, n_head),
+        "attribution mlps": (mlps[:, 0] * hooked.ln_final.w) @ direction,
+    }
+
+
+def test_patching_and_attribution_equal_transformer_lens_on_a_model_of_the_demo_shape():
+    transformer_lens = pytest.importorskip(
+        "transformer_lens", reason="transformer-lens is optional: pip install -r requirements-interop.txt to test this"
+    )
+    if not hasattr(transformer_lens, "HookedTransformer"):
+        pytest.skip(
+            "this transformer-lens has no HookedTransformer (4.0 removed it); pip install -r requirements-interop.txt"
+        )
+    from formats.transformerlens import to_hooked_transformer
+
+    # The pronoun demo's shape (2 layers of 4 heads, 64 wide, biases) and its pair's (10 tokens, the last word differs).
+    model, tokenizer = random_model(n_embd=64, bias=True, seed=1)
+    pair = a_pair(model, tokenizer, "dog saw he", "dog saw it")
+    ours = analyse(model, pair)
+    theirs = transformer_lens_figures(to_hooked_transformer(model), pair)
+    figures = {
+        **{part: getattr(ours, part) for part in patching.PARTS},
+        "attribution heads": ours.attribution["heads"],
+        "attribution mlps": ours.attribution["mlps"],
+    }
+    for name, value in figures.items():
+        assert value.shape == theirs[name].shape, name
+        assert float((value - theirs[name].detach().double()).abs().max()) < TL_TOL, name
+
+
+# --- sample.py --patch ------------------------------------------------------------------------------------------
+
+
+def test_sample_patch_json_holds_the_contract_and_the_table_names_the_heads(tmp_path):
+    import json
+
+    from tests.commands import run_sample
+    from tests.random_checkpoints import make_checkpoint
+
+    folder = make_checkpoint(tmp_path / "ckpt", "gpt2-char")
+    prompts = ["--patch", "the dog saw it", "the log saw it", "--answer", "a", "--wrong", "e"]
+    code, out, err = run_sample([f"--out_dir={folder}", *prompts, "--json"])
+    assert code == 0, err
+    found = json.loads(out)
+    assert len(found["clean_ids"]) == len(found["corrupted_ids"]) == 14
+    assert (found["answer"], found["wrong"]) == ("a", "e") and found["answer_id"] != found["wrong_id"]
+    assert set(found["patching"]) == {"heads", "positions", "residual", "patterns"}
+    assert set(found["patching"]["heads"]) == {f"L{layer}H{head}" for layer in range(2) for head in range(4)}
+    assert len(found["patching"]["positions"]["L0H0"]) == 14 and len(found["patching"]["residual"]["L1"]) == 14
+    assert abs(found["patching"]["residual"]["L0"][4] - 1.0) < 1e-5  # the one character that differs
+    assert set(found["attribution"]["mlps"]) == {"L0", "L1"} and len(found["logit_lens"]) == 2
+
+    code, out, err = run_sample([f"--out_dir={folder}", *prompts, f"--png_dir={tmp_path / 'maps'}"])
+    assert code == 0, err
+    assert "output patched" in out and "logit lens" in out
+    assert len(list((tmp_path / "maps").glob("the_dog_saw_it_*.png"))) == 1
+
+
+def test_sample_patch_reads_pairs_from_a_jsonl_file_and_names_the_line_of_a_bad_one(tmp_path):
+    import json
+
+    from tests.commands import one_line, run_sample
+    from tests.random_checkpoints import make_checkpoint
+
+    folder = make_checkpoint(tmp_path / "ckpt", "gpt2-char")
+    pairs = tmp_path / "pairs.jsonl"
+    good = {"clean": "the dog saw it", "corrupted": "the log saw it", "answer": "a", "wrong": "e"}
+    pairs.write_text(json.dumps(good) + "\n\n" + json.dumps({**good, "clean": "the cat saw it"}) + "\n")
+    code, out, err = run_sample([f"--out_dir={folder}", "--patch", str(pairs), "--json"])
+    assert code == 0, err
+    found = json.loads(out)
+    assert len(found["pairs"]) == 2 and set(found["mean"]) == {"patching", "attribution"}
+
+    pairs.write_text(json.dumps(good) + "\n" + json.dumps({**good, "corrupted": "the log saw"}) + "\n")
+    code, _, err = run_sample([f"--out_dir={folder}", "--patch", str(pairs)])
+    assert code == 1 and "pairs.jsonl line 2: the clean prompt has 14 tokens and the corrupted one 11" in one_line(err)
+
+
+def test_a_hugging_face_folder_gives_the_figures_of_the_checkpoint_it_was_exported_from(tmp_path):
+    import json
+
+    pytest.importorskip("transformers", reason="transformers is optional: pip install -r requirements-interop.txt")
+    from tests.commands import run_sample
+    from tests.random_checkpoints import make_checkpoint
+
+    folder = make_checkpoint(tmp_path / "ckpt", "gpt2-char")
+    code, _, err = run_sample([f"--out_dir={folder}", "--export", "hf", str(tmp_path / "hf")])
+    assert code == 0, err
+    prompts = ["--patch", "the dog saw it", "the log saw it", "--answer", "a", "--wrong", "e", "--json"]
+    figures = []
+    for model in (f"--out_dir={folder}", f"--init_from={tmp_path / 'hf'}"):
+        code, out, err = run_sample([model, *prompts])
+        assert code == 0, err
+        figures.append(json.loads(out))
+    ours, theirs = (f["patching"]["heads"] for f in figures)
+    assert max(abs(ours[name] - theirs[name]) for name in ours) < 1e-4
+
+
+def test_a_nanogpt_checkpoint_is_patched_like_any_other(tmp_path, request):
+    import json
+
+    from tests.commands import run_sample
+
+    theirs, args = nanogpt_model(request.getfixturevalue("nanogpt"), n_head=2)
+    path = save_nanogpt(theirs, args, tmp_path / "out-shakespeare-char")
+    save_meta(path.parent / "meta.pkl", SHAKESPEARE_CHARS)
+    code, out, err = run_sample(
+        [f"--init_from={path.parent}", "--patch", "ROMEO: hi", "JULIE: hi", "--answer", "a", "--wrong", "e", "--json"]
+    )
+    assert code == 0, err
+    found = json.loads(out)
+    assert set(found["patching"]["heads"]) == {"L0H0", "L0H1", "L1H0", "L1H1"}
+    assert found["clean_diff"] != found["corrupted_diff"]
+
+
+def test_what_the_watch_reads_of_several_pairs_of_any_lengths_is_the_mean_of_each_pairs_analysis():
+    model, tokenizer = random_model()
+    pairs = [
+        a_pair(model, tokenizer, "the dog saw it", "the log saw it"),
+        a_pair(model, tokenizer, "a cat", "a rat"),
+        a_pair(model, tokenizer, "the king and he", "the king and it"),
+    ]
+    each = [analyse(model, pair) for pair in pairs]
+    found = watched(model, pairs)
+    assert torch.allclose(found["patching"], torch.stack([f.heads for f in each]).mean(0), atol=1e-5)
+    assert torch.allclose(found["attribution"], torch.stack([f.attribution["heads"] for f in each]).mean(0), atol=1e-5)
+
+
+# --- the pairs the watch patches ------------------------------------------------------------------------------
+
+
+def test_repeated_token_pairs_differ_in_their_first_copy_and_answer_with_what_came_next_there():
+    made = patching.repeat_pairs(list(range(40)), block_size=64)
+    assert len(made) == 8 and made.kind == patching.PAIRS
+    for pair in made.items:
+        half = 10
+        assert pair.clean[20:] == pair.clean[:half] == pair.corrupted[20:]  # the second copy: the clean first's start
+        assert pair.corrupted[:20] != pair.clean[:20] and len(pair.clean) == len(pair.corrupted) == 30
+        assert (pair.answer, pair.wrong) == (pair.clean[half], pair.corrupted[half]) and pair.answer != pair.wrong
+    assert "too small" in patching.repeat_pairs(list(range(40)), block_size=4)
+
+
+def test_pronoun_probes_make_pairs_whose_pronoun_can_only_mean_the_other_noun(tmp_path):
+    import json
+
+    from conftest import require_gpt2
+
+    from data.probes import Probe
+    from watch.measure.probesets import PRONOUN, from_file
+
+    require_gpt2()
+    tokenizer = build_tokenizer("gpt2", TEXT)
+    probes = tmp_path / "probes.jsonl"
+    record = {"text": "the dog saw the ball and it rolled away", "pronoun": "it", "referent": "ball"}
+    record |= {"distractor": "dog", "continuations": ["rolled"], "distractor_continuations": ["waved"]}
+    probes.write_text(json.dumps(record) + "\n")
+    made = patching.pronoun_pairs(from_file(PRONOUN, Probe, probes, tokenizer, 32), tokenizer)
+    (pair,) = made.items
+    assert tokenizer.decode(pair.clean) == "the dog saw the ball and it"
+    assert tokenizer.decode(pair.corrupted) == "the dog saw the ball and he"  # a dog is he or she, a ball only it
+    assert tokenizer.decode([pair.answer]) == " rolled" and tokenizer.decode([pair.wrong]) == " waved"
+
+
+def test_sample_heads_names_the_head_that_carries_the_answer_and_gives_each_heads_share(tmp_path):
+    import json
+
+    from tests.commands import run_sample
+    from tests.random_checkpoints import make_checkpoint
+
+    folder = make_checkpoint(tmp_path / "ckpt", "gpt2-char")
+    code, out, err = run_sample([f"--out_dir={folder}", "--heads"])
+    assert code == 0, err
+    assert "carries the answer most" in out and "8 repeated-token pairs" in out
+    code, out, err = run_sample([f"--out_dir={folder}", "--heads", "--json"])
+    heads = json.loads(out)["heads"]
+    assert all(
+        isinstance(head["patching"], float) and isinstance(head["attribution"], float) for head in heads.values()
+    )
+
+
+def test_the_attention_page_shows_the_patching_map_of_the_first_pair(tmp_path):
+    from tests.commands import run_sample
+    from tests.random_checkpoints import make_checkpoint
+
+    folder = make_checkpoint(tmp_path / "ckpt", "gpt2-char")
+    page = tmp_path / "page.html"
+    code, _, err = run_sample([f"--out_dir={folder}", "--attention", "the dog saw it", "--html", str(page)])
+    assert code == 0, err
+    html = page.read_text()
+    assert html.count('<figure><img alt="Activation patching: ') == 1 and "data:image/png;base64," in html
