@@ -461,34 +461,8 @@ def check_resume_compatible(
     with the checkpoint's value, and the settings that resume it: this run's, that of the model it builds
     (`model_config`) which a model trained elsewhere brought, its vocabulary and, given `data` (`data_identity`),
     its data (`data_differences`)."""
-    theirs = GPTConfig(**checkpoint["model_config"])  # a switch it does not record (an older checkpoint) is off
     recorded = checkpoint["train_config"]
-    found: list[tuple[str, str]] = []
-    if cfg.model.block_size > theirs.block_size:  # a smaller one just trains on shorter windows
-        found.append(
-            (
-                f"block_size is {cfg.model.block_size} (the checkpoint's: {theirs.block_size}; a resumed run may "
-                f"only lower it)",
-                f"--block_size={theirs.block_size}",
-            )
-        )
-    for key in MODEL_KEYS:  # the vocabulary is checked through the tokenizer
-        if getattr(theirs, key) != getattr(cfg.model, key):
-            found.append(
-                (
-                    f"{key} is {getattr(cfg.model, key)!r} (the checkpoint's: {getattr(theirs, key)!r})",
-                    _flag(key, getattr(theirs, key)),
-                )
-            )
-    for key in IMPORTED_FIELDS:  # query/key/value biases, GPT-2's GELU, padding rows: what init_from brought
-        if getattr(theirs, key) != getattr(model_config, key):
-            found.append(
-                (
-                    f"the model's {key} is {getattr(model_config, key)!r} (the checkpoint's: "
-                    f"{getattr(theirs, key)!r}: it started from another model)",
-                    _flag("init_from", recorded.get("init_from", SCRATCH)),
-                )
-            )
+    found = _model_differences(cfg, GPTConfig(**checkpoint["model_config"]), model_config, recorded)
     if "seed" in recorded and recorded["seed"] != cfg.seed:
         found.append(
             (
@@ -523,3 +497,37 @@ def check_resume_compatible(
             f"cannot resume {path or 'the checkpoint'}: {differ} from the run it holds: "
             f"{'; '.join(what for what, _ in found)}; resume with {fixes}, or start a new --out_dir"
         )
+
+
+def _model_differences(
+    cfg: TrainConfig, theirs: GPTConfig, model_config: GPTConfig, recorded: dict
+) -> list[tuple[str, str]]:
+    """What differs from the checkpoint's model (`theirs`; a switch an older checkpoint does not record is off), each
+    with the flag that resumes it: the block, this run's model settings, and what a model trained elsewhere brought."""
+    found: list[tuple[str, str]] = []
+    if cfg.model.block_size > theirs.block_size:  # a smaller one just trains on shorter windows
+        found.append(
+            (
+                f"block_size is {cfg.model.block_size} (the checkpoint's: {theirs.block_size}; a resumed run may "
+                f"only lower it)",
+                f"--block_size={theirs.block_size}",
+            )
+        )
+    for key in MODEL_KEYS:  # the vocabulary is checked through the tokenizer
+        if getattr(theirs, key) != getattr(cfg.model, key):
+            found.append(
+                (
+                    f"{key} is {getattr(cfg.model, key)!r} (the checkpoint's: {getattr(theirs, key)!r})",
+                    _flag(key, getattr(theirs, key)),
+                )
+            )
+    for key in IMPORTED_FIELDS:  # query/key/value biases, GPT-2's GELU, padding rows: what init_from brought
+        if getattr(theirs, key) != getattr(model_config, key):
+            found.append(
+                (
+                    f"the model's {key} is {getattr(model_config, key)!r} (the checkpoint's: "
+                    f"{getattr(theirs, key)!r}: it started from another model)",
+                    _flag("init_from", recorded.get("init_from", SCRATCH)),
+                )
+            )
+    return found
