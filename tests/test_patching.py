@@ -285,7 +285,9 @@ def test_a_nanogpt_checkpoint_is_patched_like_any_other(tmp_path, request):
     assert found["clean_diff"] != found["corrupted_diff"]
 
 
-def test_what_the_watch_reads_of_several_pairs_of_any_lengths_is_the_mean_of_each_pairs_analysis():
+def test_what_the_watch_reads_of_several_pairs_of_any_lengths_is_the_share_of_their_mean():
+    """Each pair's analysis brings back `share x gap` of its own gap; the watch's share is what they bring back
+    together over their gaps together, and its attribution the mean of theirs."""
     model, tokenizer = random_model()
     pairs = [
         a_pair(model, tokenizer, "the dog saw it", "the log saw it"),
@@ -293,9 +295,35 @@ def test_what_the_watch_reads_of_several_pairs_of_any_lengths_is_the_mean_of_eac
         a_pair(model, tokenizer, "the king and he", "the king and it"),
     ]
     each = [analyse(model, pair) for pair in pairs]
+    gaps = torch.tensor([f.clean_diff - f.corrupted_diff for f in each], dtype=torch.float64)
+    assert gaps.mean() > 2 * gaps.std() / 3**0.5  # the greedy answers: the model tells the prompts apart
     found = watched(model, pairs)
-    assert torch.allclose(found["patching"], torch.stack([f.heads for f in each]).mean(0), atol=1e-5)
+    brought_back = torch.stack([f.heads.double() * gap for f, gap in zip(each, gaps, strict=True)])
+    assert torch.allclose(found["patching"], brought_back.sum(0) / gaps.sum(), atol=1e-5)
+    assert (found["patching_spread"] > 0).all()
     assert torch.allclose(found["attribution"], torch.stack([f.attribution["heads"] for f in each]).mean(0), atol=1e-5)
+
+
+def test_a_pair_whose_two_differences_nearly_agree_cannot_swamp_the_share():
+    """Three pairs where a head brings back half of each gap, and one pair whose gap is 0.001: the share of the
+    mean stays 0.5, where the mean of each pair's share would be thrown far off by dividing by 0.001."""
+    gaps = torch.tensor([4.0, 5.0, 6.0, 0.001], dtype=torch.float64)
+    brought_back = (gaps * 0.5).view(4, 1, 1).clone()
+    brought_back[3] = 0.2  # noise on the pair with no gap: a share of 200 on its own
+    share, spread = patching.share_of_mean(brought_back, gaps)
+    assert abs(float(share) - (7.5 + 0.2) / 15.001) < 1e-9 and float(share) < 0.6
+    assert float(spread) < 0.2
+    assert float((brought_back[:, 0, 0] / gaps).mean()) > 50  # what the mean of the pairs' shares would say
+
+
+def test_no_head_carries_an_answer_the_model_does_not_yet_prefer():
+    """Gaps that straddle 0 (an untrained model on the watch's pairs): the mean gap is within its spread, so no share
+    is measured, and the report says why instead of naming a head."""
+    gaps = torch.tensor([0.3, -0.2, 0.1, -0.15], dtype=torch.float64)
+    share, spread = patching.share_of_mean(torch.randn(4, 2, 2, dtype=torch.float64), gaps)
+    assert share.isnan().all() and spread.isnan().all()
+    negative = torch.tensor([-3.0, -4.0, -5.0], dtype=torch.float64)  # the model prefers the wrong answers
+    assert patching.share_of_mean(torch.ones(3, 1, 1, dtype=torch.float64), negative)[0].isnan().all()
 
 
 # --- the pairs the watch patches ------------------------------------------------------------------------------
@@ -333,7 +361,7 @@ def test_pronoun_probes_make_pairs_whose_pronoun_can_only_mean_the_other_noun(tm
     assert tokenizer.decode([pair.answer]) == " rolled" and tokenizer.decode([pair.wrong]) == " waved"
 
 
-def test_sample_heads_names_the_head_that_carries_the_answer_and_gives_each_heads_share(tmp_path):
+def test_sample_heads_on_an_untrained_model_says_no_head_carries_an_answer_yet(tmp_path):
     import json
 
     from tests.commands import run_sample
@@ -342,12 +370,30 @@ def test_sample_heads_names_the_head_that_carries_the_answer_and_gives_each_head
     folder = make_checkpoint(tmp_path / "ckpt", "gpt2-char")
     code, out, err = run_sample([f"--out_dir={folder}", "--heads"])
     assert code == 0, err
-    assert "carries the answer most" in out and "8 repeated-token pairs" in out
+    assert "no head carries an answer on 8 repeated-token pairs" in out and "carries the answer most" not in out
     code, out, err = run_sample([f"--out_dir={folder}", "--heads", "--json"])
     heads = json.loads(out)["heads"]
-    assert all(
-        isinstance(head["patching"], float) and isinstance(head["attribution"], float) for head in heads.values()
-    )
+    assert all(head["patching"] is None and isinstance(head["attribution"], float) for head in heads.values())
+
+
+def test_on_the_trained_induction_demo_the_induction_head_carries_the_answer_with_its_spread():
+    """The head whose attention copies (the best induction score) is the head whose output carries the answer on the
+    watch's repeated-token pairs, most of it, and the share's spread is small beside it."""
+    from test_draws import draw, induction_demo
+
+    from watch.measure.heads import parse_head
+    from watch.measure.probesets import token_pool
+    from watch.measure.reading import score
+
+    model, tokenizer = induction_demo()
+    pool = token_pool(None, tokenizer, "induction")
+    sets = draw(pool, model.config.block_size, 0)
+    sets.add(patching.PAIRS, patching.repeat_pairs(pool.tokens, model.config.block_size))
+    results = score(model, sets)
+    head, share = results.best("patching")
+    assert head == results.best("induction")[0]
+    spread = results.head("patching_spread", *parse_head(head))
+    assert share > 0.5 and 0 < spread < share / 2
 
 
 def test_the_attention_page_shows_the_patching_map_of_the_first_pair(tmp_path):

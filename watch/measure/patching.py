@@ -360,9 +360,9 @@ def one_pair(value: torch.Tensor | None) -> torch.Tensor | float | None:
 
 def watched(model: nn.Module, pairs: Sequence[Pair]) -> dict[str, torch.Tensor]:
     """What the watch reads of several pairs (of any lengths) at every pass, each [layer, head] and averaged over
-    the pairs: "patching", the share of the logit difference each head's output brings back, patched from the clean
-    run at every position (pairs whose two differences are the same left out), and "attribution", each head's
-    direct logit attribution in the clean run. Two forwards, unless the patched runs exceed PATCHED_ROWS."""
+    the pairs: "patching", the share of the pairs' mean logit difference each head's output brings back, patched
+    from the clean run at every position, and its spread, "patching_spread" (`share_of_mean`), and "attribution",
+    each head's direct logit attribution in the clean run. Two forwards, unless the patched runs exceed PATCHED_ROWS."""
     both, idx, last = clean_and_corrupted(model, pairs)
     n_pairs, n_layer, n_head = len(pairs), model.config.n_layer, model.config.n_head
     answers = torch.tensor([p.answer for p in pairs], device=idx.device)
@@ -372,8 +372,30 @@ def watched(model: nn.Module, pairs: Sequence[Pair]) -> dict[str, torch.Tensor]:
     )
     clean, corrupted = diffs[:n_pairs].double().cpu(), diffs[n_pairs:].double().cpu()
     rows = each_head(n_layer, n_head, idx.shape[1], answers, wrongs)
-    shares = shares_of(patched(model, both, idx, last, rows).view(n_pairs, n_layer, n_head), clean, corrupted)
-    return {"patching": shares.nanmean(0), "attribution": attribution(model, pairs, both, last)["heads"].mean(0)}
+    brought_back = patched(model, both, idx, last, rows).view(n_pairs, n_layer, n_head) - corrupted.view(-1, 1, 1)
+    share, spread = share_of_mean(brought_back, clean - corrupted)
+    heads = attribution(model, pairs, both, last)["heads"].mean(0)
+    return {"patching": share, "patching_spread": spread, "attribution": heads}
+
+
+def share_of_mean(brought_back: torch.Tensor, gap: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each head's share [layer, head] of the pairs' mean logit difference, from what patching brings back of each
+    pair's gap [P, layer, head] and the gaps [P] (clean minus corrupted), and its spread, two standard errors over
+    the pairs (the delta method). The share of the mean, as TransformerLens's batch metric is, not the mean of each
+    pair's share: a pair whose two differences are nearly equal would divide by nearly 0 and swamp the rest. NaN
+    both where the mean gap is not above its own spread: the model does not yet tell the clean prompts from the
+    corrupted ones (early in training), so there is no answer for a head to carry."""
+    n, mean_gap = len(gap), gap.mean()
+    share = brought_back.mean(0) / mean_gap
+    if n < 2:  # one pair: its share, without a spread
+        measured = bool(mean_gap > SAME_DIFF)
+        return share if measured else torch.full_like(share, float("nan")), torch.full_like(share, float("nan"))
+    gap_spread = 2 * gap.std() / n**0.5
+    residuals = brought_back - share * gap.view(-1, 1, 1)  # what the share leaves unexplained, pair by pair
+    spread = 2 * residuals.std(0) / (n**0.5 * mean_gap.abs())
+    if mean_gap <= max(float(gap_spread), SAME_DIFF):
+        return torch.full_like(share, float("nan")), torch.full_like(share, float("nan"))
+    return share, spread
 
 
 @dataclass(frozen=True)

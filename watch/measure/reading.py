@@ -291,22 +291,43 @@ def _figure(numbers: dict, name: str, sign: int) -> tuple[str, bool]:
     return figure, spread is not None and abs(value) <= spread
 
 
+NO_ANSWER = (
+    "the model does not prefer the clean prompts' answers over the corrupted ones' by more than the spread of that "
+    "preference over the pairs"
+)
+
+
 def _patching_lines(reading: Reading) -> list[str]:
     """Which head carries the answer on the patched pairs, with its share and its direct attribution."""
-    best = reading.results.best("patching")
+    best, pairs = reading.results.best("patching"), reading.results.sets.get(PAIRS)
     if best is None:
-        return []
+        measured = pairs is not None and "patching" in reading.results.heads
+        # Early in training: no answer yet for a head to carry (`patching.share_of_mean`).
+        return [f"no head carries an answer on {pairs.about} yet: {NO_ANSWER}"] if measured else []
     name, share = best
-    layer, head = (int(n) for n in name[1:].split("H"))
+    layer, head = parse_head(name)
     logits = float(reading.results.heads["attribution"][layer, head])
-    pairs = reading.results.sets.get(PAIRS)
+    spread = reading.results.head("patching_spread", layer, head)
     typed = reading.types.get(name)
     kind = f" ({TYPES[typed.kind].label} head)" if typed is not None and typed.kind is not None else ""
+    share_text = f"{share:.2f}" if spread is None else f"{share:.2f} ± {spread:.2f}"
     return [
         f"{name}{kind} carries the answer most: its output, patched from each clean prompt into its corrupted "
-        f"twin, brings back {share:.2f} of the logit difference (mean over {pairs.about}); its direct attribution "
+        f"twin, brings back {share_text} of the logit difference (over {pairs.about}); its direct attribution "
         f"{logits:+.2f} logits"
     ]
+
+
+def _patching_scalars(reading: Reading) -> dict[str, float | torch.Tensor | None]:
+    """Every head's share and direct attribution, and the best share with its spread (None before there is one)."""
+    best = reading.results.best("patching")
+    spread = reading.results.head("patching_spread", *parse_head(best[0])) if best is not None else None
+    return {
+        "patching/share": reading.results.heads.get("patching"),
+        "patching/attribution": reading.results.heads.get("attribution"),
+        "patching/share/best": best[1] if best is not None else None,
+        "patching/share/best_spread": spread,
+    }
 
 
 def _pronoun_scalars(reading: Reading) -> dict[str, float | torch.Tensor | None]:
@@ -432,11 +453,7 @@ PROBE_KINDS: dict[str, ProbeKind] = {
             ),
             runs=lambda model, probe_set: patching.watched(model, probe_set.items),
             lines=_patching_lines,
-            scalars=lambda reading: {
-                "patching/share": reading.results.heads.get("patching"),
-                "patching/attribution": reading.results.heads.get("attribution"),
-                "patching/share/best": (reading.results.best("patching") or (None, None))[1],
-            },
+            scalars=_patching_scalars,
             # When a head becomes the one that carries the answer, beside when its attention formed.
             charts={
                 # The best head's share alone first, which TensorBoard's outlier scaling cannot clip.

@@ -454,7 +454,10 @@ def _log_heads(writer: Any, step: int, tag: str, values: torch.Tensor, *, best: 
     the group, `chart_group`, is what its chart selects), and {tag}/best, the highest, in the run's."""
     for layer in range(values.shape[0]):
         for head in range(values.shape[1]):
+            if torch.isnan(values[layer, head]):  # not measured at this pass: a gap in its line, not a point
+                continue
             group = chart_group(layer, head, values.shape[1])
             writer.head(head_name(layer, head)).add_scalar(f"{tag}/{group}", values[layer, head].item(), step)
-    if best:
-        writer.add_scalar(f"{tag}/best", values.max().item(), step)
+    measured = values[~values.isnan()]
+    if best and len(measured):
+        writer.add_scalar(f"{tag}/best", measured.max().item(), step)
