@@ -370,7 +370,7 @@ def test_sample_heads_on_an_untrained_model_says_no_head_carries_an_answer_yet(t
     folder = make_checkpoint(tmp_path / "ckpt", "gpt2-char")
     code, out, err = run_sample([f"--out_dir={folder}", "--heads"])
     assert code == 0, err
-    assert "no head carries an answer on 8 repeated-token pairs" in out and "carries the answer most" not in out
+    assert "no head carries an answer yet on 8 repeated-token pairs" in out and "carries the answer most" not in out
     code, out, err = run_sample([f"--out_dir={folder}", "--heads", "--json"])
     heads = json.loads(out)["heads"]
     assert all(head["patching"] is None and isinstance(head["attribution"], float) for head in heads.values())

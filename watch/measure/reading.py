@@ -303,7 +303,7 @@ def _patching_lines(reading: Reading) -> list[str]:
     if best is None:
         measured = pairs is not None and "patching" in reading.results.heads
         # Early in training: no answer yet for a head to carry (`patching.share_of_mean`).
-        return [f"no head carries an answer on {pairs.about} yet: {NO_ANSWER}"] if measured else []
+        return [f"no head carries an answer yet on {pairs.about}: {NO_ANSWER}"] if measured else []
     name, share = best
     layer, head = parse_head(name)
     logits = float(reading.results.heads["attribution"][layer, head])
