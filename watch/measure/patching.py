@@ -387,14 +387,13 @@ def share_of_mean(brought_back: torch.Tensor, gap: torch.Tensor) -> tuple[torch.
     corrupted ones (early in training), so there is no answer for a head to carry."""
     n, mean_gap = len(gap), gap.mean()
     share = brought_back.mean(0) / mean_gap
+    not_measured = torch.full_like(share, float("nan"))
     if n < 2:  # one pair: its share, without a spread
-        measured = bool(mean_gap > SAME_DIFF)
-        return share if measured else torch.full_like(share, float("nan")), torch.full_like(share, float("nan"))
-    gap_spread = 2 * gap.std() / n**0.5
+        return (share if mean_gap > SAME_DIFF else not_measured), not_measured
     residuals = brought_back - share * gap.view(-1, 1, 1)  # what the share leaves unexplained, pair by pair
     spread = 2 * residuals.std(0) / (n**0.5 * mean_gap.abs())
-    if mean_gap <= max(float(gap_spread), SAME_DIFF):
-        return torch.full_like(share, float("nan")), torch.full_like(share, float("nan"))
+    if mean_gap <= max(float(2 * gap.std() / n**0.5), SAME_DIFF):
+        return not_measured, not_measured
     return share, spread
 
 

@@ -452,12 +452,12 @@ def log_composition(writer: Any, step: int, kind: str, scores: torch.Tensor) -> 
 def _log_heads(writer: Any, step: int, tag: str, values: torch.Tensor, *, best: bool = False) -> None:
     """A scalar per head from [layer, head] values: {tag}/{group} in each head's own run (`TensorBoardWriter.head`;
     the group, `chart_group`, is what its chart selects), and {tag}/best, the highest, in the run's."""
+    missing = values.isnan()  # not measured at this pass: a gap in its line, not a point
     for layer in range(values.shape[0]):
         for head in range(values.shape[1]):
-            if torch.isnan(values[layer, head]):  # not measured at this pass: a gap in its line, not a point
+            if missing[layer, head]:
                 continue
             group = chart_group(layer, head, values.shape[1])
             writer.head(head_name(layer, head)).add_scalar(f"{tag}/{group}", values[layer, head].item(), step)
-    measured = values[~values.isnan()]
-    if best and len(measured):
-        writer.add_scalar(f"{tag}/best", measured.max().item(), step)
+    if best and not missing.all():
+        writer.add_scalar(f"{tag}/best", values[~missing].max().item(), step)
