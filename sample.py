@@ -14,7 +14,7 @@ python sample.py --init_from=gpt2 --heads [--text FILE]  # a model trained elsew
 
 from __future__ import annotations
 
-import cli
+from common import cli
 
 if __name__ == "__main__":  # before the imports below, so a Ctrl-C while torch loads is one line
     cli.report_interrupts_while_starting()
@@ -27,15 +27,15 @@ from pathlib import Path
 
 import torch
 
-from cli import ArgumentParser, run_cli, say
+from common.cli import ArgumentParser, run_cli, say
+from common.errors import UsageError, warn
+from common.files import destination, path_setting, read_text, utf8_value
+from common.settings import DEVICES, pick_device
 from data.tokenizer import TokenizerError
-from errors import UsageError, warn
-from files import destination, path_setting, read_text, utf8_value
 from formats import Loaded, checkpoint_path, load_model
 from formats.checkpoint import saved_settings
 from formats.sources import TARGETS, describe, identify, model_name
 from model.ablation import Ablation
-from settings import DEVICES, pick_device
 
 
 def build_parser() -> argparse.ArgumentParser:

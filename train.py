@@ -15,7 +15,7 @@ sample (`TextSample`) and the attention (`watch.callback`).
 
 from __future__ import annotations
 
-import cli
+from common import cli
 
 if __name__ == "__main__":  # before the imports below, so a Ctrl-C while torch loads is one line
     cli.report_interrupts_while_starting()
@@ -33,13 +33,13 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from cli import for_terminal, markdown_literal, run_cli, say
+from common.cli import for_terminal, markdown_literal, run_cli, say
+from common.errors import warn
+from common.files import inside_name
+from common.settings import TrainConfig
 from data.tokenizer import Tokenizer, TokenizerError
-from errors import warn
-from files import inside_name
 from model.gpt import evaluating
 from model.memory import parameter_count
-from settings import TrainConfig
 from trainer import runtime
 from trainer.start import Start, resolve
 from trainer.trainer import Callback, Evaluation, FitResult, StepResult, Trainer

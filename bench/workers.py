@@ -28,7 +28,7 @@ def peak(args: dict) -> dict:
     on CUDA, where training runs under bf16 autocast (TF32 stays off for the fp32 figure)."""
     import torch
 
-    from settings import pick_device
+    from common.settings import pick_device
 
     device = pick_device("auto")
     # A 2048 matmul keeps a CPU busy; a GPU needs bigger ones to reach its peak.
@@ -111,8 +111,8 @@ class SyntheticBatches:
 
 def _trainer(config: str, overrides: list[str], synthetic: bool):
     """The Trainer train.py would build for `config` (on random tokens when `synthetic`)."""
+    from common.settings import load_config
     from model.gpt import GPT
-    from settings import load_config
     from trainer import runtime
     from trainer.optim import make_optimizer
     from trainer.start import starting_from
@@ -193,8 +193,8 @@ def finetune(args: dict) -> dict:
     its vocabulary. Median time of a step after `warmup` untimed ones."""
     import torch
 
+    from common.settings import load_config
     from formats import load_model
-    from settings import load_config
     from trainer import runtime
     from trainer.optim import make_optimizer
     from trainer.trainer import Trainer

@@ -12,8 +12,8 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from errors import UserError
-from files import replace_file, write_error
+from common.errors import UserError
+from common.files import replace_file, write_error
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"  # corpora and the BPE cache that sit beside the repository, when present

@@ -21,7 +21,10 @@ from pathlib import Path
 
 import numpy as np
 
-from cli import say
+from common.cli import say
+from common.errors import UserError, warn
+from common.files import read_text, replace_folder, what_stands_at, write_error
+from common.parsing import NotParsed, parse_json
 from data import corpora
 from data.tokenizer import (
     Tokenizer,
@@ -32,9 +35,6 @@ from data.tokenizer import (
     preview,
     tokenizer_from_meta,
 )
-from errors import UserError, warn
-from files import read_text, replace_folder, what_stands_at, write_error
-from parsing import NotParsed, parse_json
 
 META_FORMAT = 2  # 2: meta.json carries checksums of itself and of the token files
 SPLITS = ("train", "val")

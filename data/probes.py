@@ -17,10 +17,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from common.errors import UserError
+from common.files import read_text
+from common.parsing import NotParsed, parse_json
 from data.tokenizer import Tokenizer
-from errors import UserError
-from files import read_text
-from parsing import NotParsed, parse_json
 
 Span = tuple[int, int]
 

@@ -19,9 +19,9 @@ from collections.abc import Iterator, Sequence
 from itertools import islice
 from pathlib import Path
 
+from common.errors import UserError
+from common.files import what_stands_at
 from data.corpora import SHARED
-from errors import UserError
-from files import what_stands_at
 
 TOKENIZERS = ("char", "gpt2")  # what a training run builds from its corpus
 FULL_GPT2 = "gpt2-full"  # read from a model trained elsewhere, never built from a corpus

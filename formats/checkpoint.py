@@ -20,14 +20,14 @@ from typing import Any
 
 import torch
 
+from common.errors import UsageError, is_out_of_memory
+from common.files import Mark, cannot, clear_for_file, regular_file, replace_file, write_error, write_fix
+from common.settings import FIELDS, TrainConfig, saved_config
 from data.tokenizer import TOKENIZERS, TokenizerMetaError, tokenizer_from_meta
-from errors import UsageError, is_out_of_memory
-from files import Mark, cannot, clear_for_file, regular_file, replace_file, write_error, write_fix
 from formats.format import CheckpointError, Format, Loaded, Source, check_memory
 from model.config import ALWAYS_RECORDED, GPTConfig
 from model.gpt import GPT
 from model.memory import parameter_count, size_text
-from settings import FIELDS, TrainConfig, saved_config
 
 FORMAT = "gptwatch-checkpoint"
 FORMAT_VERSION = 1

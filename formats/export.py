@@ -12,8 +12,8 @@ from pathlib import Path
 
 import torch
 
-from errors import UserError
-from files import remove_dead_leftovers, what_stands_at, writable_folder, write_error, write_fix
+from common.errors import UserError
+from common.files import remove_dead_leftovers, what_stands_at, writable_folder, write_error, write_fix
 from formats.format import Format, Loaded
 from model.config import GPTConfig
 from model.gpt import GPT

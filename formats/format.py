@@ -16,8 +16,8 @@ from pathlib import Path
 
 import torch
 
+from common.errors import UserError
 from data.tokenizer import FullGPT2Tokenizer, Tokenizer
-from errors import UserError
 from model.config import GPTConfig
 from model.gpt import GPT
 from model.memory import parameter_count, shortfall, size_text

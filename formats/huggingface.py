@@ -28,9 +28,10 @@ from types import ModuleType
 
 import torch
 
+from common.errors import UserError
+from common.files import cannot, destination, read_text, regular_file, replace_folder, what_stands_at
+from common.parsing import NotParsed, parse_json
 from data.tokenizer import EOT, GPT2Tokenizer, Tokenizer, TokenizerMetaError, tokenizer_from_meta
-from errors import UserError
-from files import cannot, destination, read_text, regular_file, replace_folder, what_stands_at
 from formats.checkpoint import read_torch
 from formats.export import Unsupported, check_positions, same_logits, write_failed
 from formats.format import CheckpointError, Format, Loaded, Parts, Source, check_fits, config_from, gpt2_bpe, imported
@@ -38,7 +39,6 @@ from formats.layout import RMS_EPS, gpt2_layout, qwen3_layout, read_state, read_
 from model.attention import ROTARY_BASE
 from model.config import GPTConfig
 from model.gpt import GPT, LN_EPS
-from parsing import NotParsed, parse_json
 
 # The optional libraries live in requirements-interop.txt, not requirements.txt: together they add about half a
 # gigabyte and seconds of import time that training and watching never need. A conversion imports them through

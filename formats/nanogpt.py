@@ -12,8 +12,8 @@ from pathlib import Path
 
 import torch
 
+from common.files import read_bytes
 from data.tokenizer import CharTokenizer, TokenizerMetaError
-from files import read_bytes
 from formats.checkpoint import checkpoint_path
 from formats.format import CheckpointError, Format, Loaded, Parts, Source, config_from, gpt2_bpe, imported
 from formats.layout import read_state

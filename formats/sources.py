@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from errors import UsageError, warn
+from common.errors import UsageError, warn
 from formats.checkpoint import CHECKPOINT, GPTWATCH, checkpoint_path, is_torch_archive, read_torch
 from formats.format import CheckpointError, Loaded, Source
 from formats.huggingface import CONFIG, HUB_MODELS, HUGGINGFACE, LOCAL_FOLDER_HELP, hub_name

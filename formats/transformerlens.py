@@ -14,8 +14,8 @@ from typing import Any
 
 import torch
 
-from errors import UserError
-from files import destination, replace_file
+from common.errors import UserError
+from common.files import destination, replace_file
 from formats.checkpoint import is_torch_archive, read_torch
 from formats.export import check_positions, same_logits, write_failed
 from formats.format import CheckpointError, Format, Loaded

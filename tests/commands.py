@@ -70,7 +70,7 @@ def run(
         return proc.returncode, proc.stdout, proc.stderr
     import sample
     import train
-    from cli import run_cli
+    from common.cli import run_cli
 
     main = {"train": train.main, "sample": sample.main}[program]
     out, err = io.StringIO(), io.StringIO()

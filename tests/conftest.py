@@ -38,8 +38,8 @@ def shared_file(relative: str) -> Path:
 
 def require_gpt2() -> None:
     """Skip, saying why, when GPT-2's BPE ranks cannot be loaded here."""
+    from common.errors import UserError
     from data.tokenizer import gpt2_encoding
-    from errors import UserError
 
     try:
         gpt2_encoding()

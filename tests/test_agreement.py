@@ -11,11 +11,11 @@ import torch
 from conftest import require_gpt2
 
 import train
-from cli import run_cli
+from common.cli import run_cli
+from common.errors import UserError
+from common.settings import load_config
 from data.probes import AgreementProbe, Probe, load_jsonl
 from data.tokenizer import CharTokenizer, GPT2Tokenizer
-from errors import UserError
-from settings import load_config
 from trainer import runtime
 from trainer.start import starting_from
 from trainer.trainer import Trainer

@@ -260,7 +260,7 @@ class _FillingFile:
 def _disk_full(mp: pytest.MonkeyPatch) -> None:
     """Every file written whole (`files.replace_file`: a checkpoint, an export) fills the disk after 1000 bytes:
     torch.save meets the error inside its zip writer, which reports it as a RuntimeError about file positions."""
-    import files
+    from common import files
 
     mp.setattr(files, "open", lambda fd, mode: _FillingFile(open(fd, mode), room=1000), raising=False)
 
@@ -2412,8 +2412,8 @@ def test_real_process_prints_one_line_and_exits(case_id, trained, tmp_path):
 def test_debug_lets_the_exception_and_its_traceback_through(tmp_path):
     import sample
     import train
-    from cli import run_cli
-    from errors import UsageError, UserError
+    from common.cli import run_cli
+    from common.errors import UsageError, UserError
 
     with pytest.raises(UsageError, match="'n_layer' must be a positive integer"):
         run_cli(train.main, [*tiny_args(tmp_path, "--n_layer=0"), "--debug"])

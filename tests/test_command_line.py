@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from errors import UsageError
+from common.errors import UsageError
 from sample import build_parser, check_mode
 
 

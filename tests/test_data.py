@@ -152,7 +152,7 @@ TAMPERING = {
 
 @pytest.mark.parametrize("damage,problem", TAMPERING.values(), ids=TAMPERING.keys())
 def test_a_tampered_cache_is_rebuilt_from_the_source_saying_why(tmp_path, damage, problem):
-    from errors import GptwatchWarning
+    from common.errors import GptwatchWarning
     from tests.commands import TEXT
 
     src = tmp_path / "story.txt"
@@ -226,7 +226,7 @@ def test_a_cache_folder_that_is_a_link_is_rebuilt_without_touching_what_it_point
     ],
 )
 def test_text_that_cannot_teach_anything_is_refused(tmp_path, content, problem):
-    from errors import UserError
+    from common.errors import UserError
 
     src = tmp_path / "story.txt"
     src.write_bytes(content)
@@ -236,7 +236,7 @@ def test_text_that_cannot_teach_anything_is_refused(tmp_path, content, problem):
 
 
 def test_a_named_pipe_is_refused_without_waiting_for_a_writer(tmp_path):
-    from errors import UserError
+    from common.errors import UserError
 
     pipe = tmp_path / "story.txt"
     os.mkfifo(pipe)
@@ -263,7 +263,7 @@ def test_a_byte_order_mark_is_not_part_of_the_text(tmp_path):
 )
 def test_a_split_too_short_names_the_fix_that_works(tmp_path, val_fraction, problem):
     """A long enough text with a bad split is told which --val_fraction to use, and that value works."""
-    from errors import UserError
+    from common.errors import UserError
     from tests.commands import TEXT
 
     src = tmp_path / "story.txt"
@@ -295,8 +295,8 @@ def test_a_downloaded_corpus_is_repaired_and_checked_before_it_is_kept(tmp_path,
     import hashlib
     import urllib.request
 
+    from common.errors import UserError
     from data import corpora
-    from errors import UserError
 
     lower = corpora.CORPORA["tinystories_lower"]
     # UTF-8 read as cp1252, then lower-cased upstream: the quotes and dashes of the original.

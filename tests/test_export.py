@@ -89,7 +89,7 @@ def test_relative_positions_are_refused_by_both_targets_naming_the_part(tmp_path
 
 
 def test_which_paths_an_export_may_take(tmp_path):
-    from errors import UserError
+    from common.errors import UserError
 
     tl, hf = TARGETS["tl"], TARGETS["hf"]
     check_path(tmp_path / "new" / "model.tl.pt", tl)  # a new file in a folder that can be made

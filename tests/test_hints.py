@@ -141,7 +141,7 @@ def test_a_prompt_the_model_cannot_read_names_words_it_can_and_they_work(trained
 
 def test_the_command_a_missing_checkpoint_suggests_trains_into_that_folder(tmp_path):
     """Running it is a whole demo run, so it is parsed here, as train.py parses it."""
-    from settings import parse_command_line
+    from common.settings import parse_command_line
 
     folder = tmp_path / "my run"
     code, _, err = run_sample([f"--out_dir={folder}"])

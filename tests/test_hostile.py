@@ -17,14 +17,14 @@ from pathlib import Path
 import pytest
 import torch
 
-import files
-from cli import for_terminal, markdown_literal
-from files import destination, fresh_file, fresh_folder, os_error_of, replace_file
+from common import files
+from common.cli import for_terminal, markdown_literal
+from common.files import destination, fresh_file, fresh_folder, os_error_of, replace_file
+from common.parsing import NotParsed, parse_int
 from formats import CheckpointError, load_checkpoint, validate
 from formats.checkpoint import save_checkpoint, saved_settings
 from model.config import MAX_BLOCK_SIZE, GPTConfig
 from model.gpt import GPT
-from parsing import NotParsed, parse_int
 from tests.commands import ROOT, TEXT, run_sample
 from tests.random_checkpoints import make_checkpoint
 
@@ -462,8 +462,8 @@ def test_head_names_hold_ascii_digits_only(name):
     ],
 )
 def test_a_list_on_the_command_line_that_is_not_toml_says_why(value, words):
-    from errors import UsageError
-    from settings import parse_cli_value
+    from common.errors import UsageError
+    from common.settings import parse_cli_value
 
     with pytest.raises(UsageError, match=re.escape(words)) as refused:
         parse_cli_value("watch_sentences", value)
@@ -480,8 +480,8 @@ def test_a_list_on_the_command_line_that_is_not_toml_says_why(value, words):
     ],
 )
 def test_what_the_launcher_sets_is_read_as_a_launcher_sets_it(monkeypatch, env, words):
-    from errors import UsageError
-    from settings import TrainConfig
+    from common.errors import UsageError
+    from common.settings import TrainConfig
     from trainer.runtime import setup
 
     for name, value in env.items():
@@ -498,13 +498,13 @@ def test_the_start_up_hook_speaks_only_for_the_commands_and_not_under_debug(monk
     or sample.py is the program (the cases startup-interrupted-* run them); any other exception, `--debug`, or
     another program importing them keeps Python's own report. Importing `cli` changes nothing: the hook is set
     only when a command calls it."""
-    import cli
+    from common import cli
 
     imported = subprocess.run(
         [
             sys.executable,
             "-c",
-            "import sys; hook = sys.excepthook; import cli, train, sample; print(sys.excepthook is hook)",
+            "import sys; hook = sys.excepthook; import common.cli, train, sample; print(sys.excepthook is hook)",
         ],
         cwd=ROOT,
         capture_output=True,
@@ -620,7 +620,7 @@ def test_a_long_text_is_read_and_tokenized_in_memory_a_small_multiple_of_its_siz
     path = tmp_path / "a.txt"
     path.write_bytes(b"a" * 24_000_000)
     code = (
-        "import resource, sys; from errors import UserError; from data.prepare import prepare\n"
+        "import resource, sys; from common.errors import UserError; from data.prepare import prepare\n"
         "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
         f"try: prepare({str(path)!r}, 'char', data_dir={str(tmp_path / 'prep')!r}, quiet=True)\n"
         "except UserError as exc: print(exc, file=sys.stderr)\n"
@@ -654,8 +654,8 @@ def test_a_tilde_means_the_home_folder_in_both_commands(tmp_path, monkeypatch):
 @pytest.mark.parametrize("text", ["", "a/" + "x" * 256, "x" * 300 + "/b", "é" * 128, "~nosuchuser46/x"])
 @pytest.mark.parametrize("key", ["out_dir", "log_dir", "data_dir", "dataset", "init_from", "probes", "agreement"])
 def test_every_path_setting_is_checked_by_one_rule(key, text):
-    from errors import UsageError
-    from settings import MAY_BE_EMPTY, TrainConfig
+    from common.errors import UsageError
+    from common.settings import MAY_BE_EMPTY, TrainConfig
 
     if text == "" and key in MAY_BE_EMPTY:
         return  # the corpus's own probes; dataset and init_from refuse '' in their own words (RULES)

@@ -30,8 +30,8 @@ import pytest
 import torch
 from conftest import SHARED, require_gpt2
 
+from common.errors import GptwatchWarning, UsageError, UserError
 from data.tokenizer import CharTokenizer, FullGPT2Tokenizer, TokenizerMetaError, tokenizer_from_meta
-from errors import GptwatchWarning, UsageError, UserError
 from formats import huggingface, load_model
 from formats.checkpoint import GPTWATCH
 from formats.format import CheckpointError

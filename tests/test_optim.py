@@ -4,7 +4,7 @@ import pytest
 import torch
 from conftest import tiny_model
 
-from settings import TrainConfig
+from common.settings import TrainConfig
 from trainer.optim import (
     AdamW,
     Muon,

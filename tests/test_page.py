@@ -9,8 +9,8 @@ import pytest
 import torch
 from conftest import tiny_model
 
+from common.errors import UserError
 from data.tokenizer import CharTokenizer
-from errors import UserError
 from tests.chromium import Browser, find_chromium
 from tests.commands import run_sample, run_train, tiny_args
 from watch.measure.capture import capture_attention

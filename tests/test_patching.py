@@ -4,8 +4,8 @@ models whose weights are large enough that logits spread over several units."""
 import pytest
 import torch
 
+from common.errors import UserError
 from data.tokenizer import build_tokenizer
-from errors import UserError
 from model.ablation import Patch
 from tests.commands import TEXT
 from tests.test_import import (

@@ -6,10 +6,10 @@ import re
 import pytest
 from conftest import shared_file
 
+from common.errors import UserError
 from data import pronouns as P
 from data.probes import Probe, load_jsonl
 from data.tokenizer import CharTokenizer, GPT2Tokenizer, TokenizerError
-from errors import UserError
 
 TINYSTORIES_PROBES = "data/probes/tinystories.jsonl"
 

@@ -6,7 +6,7 @@ import pytest
 from conftest import require_gpt2
 
 import train
-from cli import run_cli
+from common.cli import run_cli
 
 
 @pytest.fixture(scope="module")

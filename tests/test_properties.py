@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from common.errors import UsageError
+from common.settings import FIELDS, TrainConfig, load_config, read_toml
 from data.tokenizer import EOT, CharTokenizer, GPT2Tokenizer, TokenizerError
-from errors import UsageError
-from settings import FIELDS, TrainConfig, load_config, read_toml
 
 FEW = settings(max_examples=30, deadline=None)
 MANY = settings(max_examples=150, deadline=None)

@@ -4,10 +4,10 @@ is one line naming the keys to lower."""
 import pytest
 import torch
 
-from errors import UserError
+from common.errors import UserError
+from common.settings import TrainConfig
 from model.gpt import GPT
 from model.memory import available_memory
-from settings import TrainConfig
 from trainer import runtime
 
 MIB = 1 << 20

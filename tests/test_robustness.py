@@ -21,12 +21,12 @@ import pytest
 import torch
 from conftest import Trained
 
+from common.errors import UserError
+from common.settings import load_config
 from data.batches import Batches
-from errors import UserError
 from formats import checkpoint as ckpt_mod
 from formats.checkpoint import FORMAT, FORMAT_VERSION, CheckpointError, load_checkpoint, save_checkpoint
 from model import GPT
-from settings import load_config
 from tests.commands import ROOT, TEXT, one_line, run, run_train, tiny_args
 from trainer import optim, runtime
 from trainer.start import starting_from
@@ -610,7 +610,7 @@ class _ClosedPipe(io.StringIO):
 def test_a_closed_pipe_does_not_stop_training(tmp_path):
     """`python train.py | head -1`: the run goes on past the closed pipe, trains to the end and saves."""
     import train
-    from cli import run_cli
+    from common.cli import run_cli
 
     err = io.StringIO()
     with contextlib.redirect_stdout(_ClosedPipe()) as out, contextlib.redirect_stderr(err):
@@ -646,7 +646,7 @@ def test_sighup_with_the_terminal_gone_saves_and_exits_129(tmp_path):
 
 
 def test_under_nohup_sighup_is_left_ignored():
-    from cli import stop_signals
+    from common.cli import stop_signals
 
     previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
     try:
@@ -710,7 +710,7 @@ def test_links_planted_in_out_dir_are_replaced_never_followed(trained, tmp_path,
 
 
 def test_replace_file_replaces_a_link_and_leaves_its_target(tmp_path):
-    from files import replace_file
+    from common.files import replace_file
 
     target = tmp_path / "target.txt"
     target.write_text("keep me")
@@ -742,7 +742,7 @@ def test_a_diverged_run_leaves_the_last_sane_state_which_resumes(trained, tmp_pa
 
 
 def test_saves_skipped_while_the_loss_is_blown_up_are_reported_once_it_recovers(tmp_path, monkeypatch):
-    from errors import GptwatchWarning
+    from common.errors import GptwatchWarning
 
     real = Trainer.mean_loss
 

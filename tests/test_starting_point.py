@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import shared_file
 
-from settings import make_config
+from common.settings import make_config
 from tests.commands import TEXT, TINY, run_train
 from trainer.start import BLOCK, DEMO_CONFIG, SIZES, STEPS, out_dir_for, resolve, settings_for_text
 

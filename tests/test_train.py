@@ -11,7 +11,7 @@ import torch
 
 import sample
 import train
-from cli import run_cli
+from common.cli import run_cli
 from tests import commands
 from tests.commands import ROOT
 
@@ -128,7 +128,7 @@ def test_sample_streams_text_from_the_checkpoint(tmp_path, capsys):
 
 
 def test_gradient_accumulation_keeps_tokens_per_step(tmp_path):
-    from settings import load_config
+    from common.settings import load_config
     from trainer import runtime
     from trainer.start import starting_from
     from trainer.trainer import Trainer

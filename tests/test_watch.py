@@ -12,10 +12,10 @@ import pytest
 import torch
 from conftest import custom_scalar_charts, tiny_model
 
+from common.errors import UserError
 from data.probes import AlignedProbe
 from data.probes import Probe as ProbeRecord  # the JSONL record; `Probe` below stands in for it by hand
 from data.tokenizer import CharTokenizer
-from errors import UserError
 from model.ablation import Ablation
 from model.gpt import GPT
 from watch.measure import capture as capture_module
@@ -677,8 +677,8 @@ def test_a_tensorboard_writer_that_cannot_write_warns_once_and_goes_on(tmp_path,
     import time
     import warnings
 
-    from errors import GptwatchWarning
-    from files import mount_point
+    from common.errors import GptwatchWarning
+    from common.files import mount_point
     from watch.show.tensorboard import TensorBoardWriter
 
     def append(self, filename, file_content, binary_mode=False):

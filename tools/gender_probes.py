@@ -59,8 +59,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from cli import run_cli
-from errors import UsageError, UserError
+from common.cli import run_cli
+from common.errors import UsageError, UserError
 
 FEMALE, MALE = "female", "male"
 PRONOUN = {FEMALE: "she", MALE: "he"}

@@ -45,17 +45,17 @@ if __name__ == "__main__":  # run as a script: the repository root holds the pac
 
 import torch  # noqa: E402
 
-from cli import run_cli  # noqa: E402
-from data.corpora import corpus_of  # noqa: E402
-from data.probes import AgreementProbe, AlignedProbe, Probe  # noqa: E402
-from data.tokenizer import Tokenizer, TokenizerError  # noqa: E402
-from errors import UsageError, UserError
-from formats import load_model  # noqa: E402
-from model.gpt import evaluating  # noqa: E402
-from parsing import (
+from common.cli import run_cli  # noqa: E402
+from common.errors import UsageError, UserError
+from common.parsing import (
     NotParsed,
     parse_json,  # noqa: E402
 )
+from data.corpora import corpus_of  # noqa: E402
+from data.probes import AgreementProbe, AlignedProbe, Probe  # noqa: E402
+from data.tokenizer import Tokenizer, TokenizerError  # noqa: E402
+from formats import load_model  # noqa: E402
+from model.gpt import evaluating  # noqa: E402
 from watch.measure.capture import captures  # noqa: E402
 from watch.measure.probesets import AGREEMENT, PRONOUN, ProbeSet, ProbeSets, from_file  # noqa: E402
 from watch.measure.pronouns import AgreementStats, HeadStats, ProbeReport, baselines  # noqa: E402

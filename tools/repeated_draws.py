@@ -23,9 +23,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
-from cli import run_cli  # noqa: E402
+from common.cli import run_cli  # noqa: E402
+from common.errors import UsageError  # noqa: E402
 from data.prepare import find_prepared  # noqa: E402
-from errors import UsageError  # noqa: E402
 from formats import load_model  # noqa: E402
 from watch.measure import probesets  # noqa: E402
 from watch.measure.probesets import REACH, REPEATED, ProbeSets, draw_seed  # noqa: E402

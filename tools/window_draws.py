@@ -18,10 +18,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
-from cli import run_cli  # noqa: E402
+from common.cli import run_cli  # noqa: E402
+from common.errors import UsageError
+from common.files import read_text  # noqa: E402
 from data.prepare import find_prepared  # noqa: E402
-from errors import UsageError
-from files import read_text  # noqa: E402
 from formats import load_model  # noqa: E402
 from watch.measure.probesets import TEXT, ProbeSets, held_out_text  # noqa: E402
 from watch.measure.reading import score  # noqa: E402

@@ -22,8 +22,8 @@ from collections import defaultdict
 import torch
 import torch.nn as nn
 
+from common.settings import TrainConfig
 from model.gpt import is_matrix
-from settings import TrainConfig
 
 
 class EagerOptimizer:

@@ -25,13 +25,13 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from common.errors import UsageError, UserError, is_out_of_memory, warn
+from common.files import process_alive, replace_file, what_stands_at, writable_folder
+from common.parsing import NotParsed, parse_int, parse_json, quoted
+from common.settings import TrainConfig, pick_device
 from data.corpora import GENERATED
-from errors import UsageError, UserError, is_out_of_memory, warn
-from files import process_alive, replace_file, what_stands_at, writable_folder
 from model.memory import parameter_count, shortfall
 from model.memory import size_text as _size
-from parsing import NotParsed, parse_int, parse_json, quoted
-from settings import TrainConfig, pick_device
 
 try:
     import fcntl

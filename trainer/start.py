@@ -25,19 +25,19 @@ from typing import Any
 
 import torch
 
-from cli import say
+from common.cli import say
+from common.errors import UsageError, UserError, warn
+from common.files import inside_name, utf8_value
+from common.settings import RESUME, SCRATCH, TrainConfig, checked_paths, make_config, parse_command_line, read_toml
 from data import corpora
 from data.prepare import ModelVocabulary, Prepared, prepare, source_text
 from data.tokenizer import FULL_GPT2, Tokenizer, tokenizer_from_meta
-from errors import UsageError, UserError, warn
-from files import inside_name, utf8_value
 from formats.checkpoint import CHECKPOINT, checkpoint_path, load_checkpoint, load_weights, saved_settings, validate
 from formats.format import CheckpointError
 from formats.huggingface import hub_name
 from formats.sources import describe, identify, load_model, model_name
 from model.config import CONFIG_KEYS, IMPORTED_FIELDS, MODEL_KEYS, GPTConfig
 from model.gpt import GPT
-from settings import RESUME, SCRATCH, TrainConfig, checked_paths, make_config, parse_command_line, read_toml
 from trainer.runtime import check_corpus_fits
 
 DEMO_CONFIG = corpora.REPO / "configs" / "pronouns.toml"

@@ -18,15 +18,15 @@ from typing import Any
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from cli import handling, stop_signals
+from common.cli import handling, stop_signals
+from common.errors import UserError, warn
+from common.files import clear_for_file, remove_dead_leftovers, writable_folder
+from common.settings import TrainConfig
 from data.batches import Batches
 from data.prepare import Prepared
-from errors import UserError, warn
-from files import clear_for_file, remove_dead_leftovers, writable_folder
 from formats.checkpoint import CHECKPOINT, EARLIER, Checkpoint, previous_path, save_checkpoint
 from formats.sources import identify, load_model
 from model.gpt import GPT, evaluating
-from settings import TrainConfig
 from trainer.optim import divergence_fix, lr_at, make_optimizer, schedule_problem, set_lr
 from trainer.runtime import Runtime, check_training_fits, default_run_name, ranks_agree
 from trainer.start import Start, data_identity

@@ -24,8 +24,8 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from cli import say
-from errors import UserError, warn
+from common.cli import say
+from common.errors import UserError, warn
 from watch.measure.composition import reads_from
 from watch.measure.heads import last_pronoun_pos
 from watch.measure.headtypes import TYPE_SETS, TYPES, types_not_measurable

@@ -9,14 +9,14 @@ import argparse
 import json
 from pathlib import Path
 
-from cli import say
+from common.cli import say
+from common.errors import UsageError, UserError, warn
+from common.files import inside_name, read_text, write_error
+from common.parsing import NotParsed, is_whole_number, parse_int, quoted
 from data.corpora import corpus_of
 from data.prepare import find_prepared
 from data.probes import Probe
-from errors import UsageError, UserError, warn
-from files import inside_name, read_text, write_error
 from model.ablation import Ablation
-from parsing import NotParsed, is_whole_number, parse_int, quoted
 from watch.measure.capture import capture_attention
 from watch.measure.composition import composition_json, reads_from
 from watch.measure.heads import ablation_names, default_query, display_token, focused_head, head_name

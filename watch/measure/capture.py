@@ -23,7 +23,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from errors import UserError
+from common.errors import UserError
 from model.ablation import Ablation
 from model.gpt import evaluating
 from watch.measure.probesets import SENTENCES, ProbeSet

@@ -10,9 +10,9 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import torch
 
-from cli import for_terminal
+from common.cli import for_terminal
+from common.parsing import parse_int, quoted
 from model.ablation import Ablation
-from parsing import parse_int, quoted
 
 _HEAD = re.compile(r"L([0-9]+)H([0-9]+)", re.IGNORECASE)  # ASCII digits: what parse_int reads
 _FORM = "L<layer>H<head>, e.g. L1H3 (zero-based)"

@@ -37,10 +37,10 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
+from common.errors import UserError
 from data.probes import PatchPair, Probe, load_jsonl
 from data.pronouns import PRONOUNS_OF
 from data.tokenizer import Tokenizer, TokenizerError
-from errors import UserError
 from model.ablation import Patch
 from model.attention import HeadPatch
 from model.gpt import evaluating

@@ -21,10 +21,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from common.errors import UserError, warn
 from data.corpora import ONE_EXAMPLE_A_LINE
 from data.probes import load_jsonl
 from data.tokenizer import Tokenizer, TokenizerError
-from errors import UserError, warn
 from watch.measure.heads import PRONOUNS
 
 PRONOUN, AGREEMENT, REPEATED, REACH, TEXT, SENTENCES = "pronoun", "agreement", "repeated", "reach", "text", "sentences"

@@ -20,9 +20,9 @@ import torch
 from PIL import Image, ImageDraw, ImageFont
 from PIL.PngImagePlugin import PngInfo
 
-from cli import for_terminal
+from common.cli import for_terminal
+from common.files import Mark, replace_file
 from data.tokenizer import Tokenizer
-from files import Mark, replace_file
 from watch.measure.composition import KINDS, Composition
 from watch.measure.heads import display_token, head_name
 from watch.measure.patching import Patching

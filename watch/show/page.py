@@ -18,8 +18,8 @@ import numpy as np
 import torch
 from PIL import Image
 
-from errors import UserError
-from files import Mark, clear_for_file, replace_file, write_error
+from common.errors import UserError
+from common.files import Mark, clear_for_file, replace_file, write_error
 from watch.measure.heads import default_query, display_token, focused_head, head_name
 from watch.measure.headtypes import RULE, TYPES
 from watch.show.heatmaps import as_array

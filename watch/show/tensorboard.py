@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from cli import markdown_literal
-from errors import warn
-from files import write_error
+from common.cli import markdown_literal
+from common.errors import warn
+from common.files import write_error
 from watch.measure.composition import KINDS
 from watch.measure.heads import head_name
 from watch.measure.headtypes import BROAD, TYPE_SETS, TYPES

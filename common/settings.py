@@ -21,13 +21,13 @@ from typing import Any, ClassVar, get_type_hints
 
 import torch
 
-from cli import ArgumentParser
+from common.cli import ArgumentParser
+from common.errors import UsageError
+from common.files import inside_name, name_too_long, path_setting, read_text, utf8_value
+from common.parsing import TOO_DEEP, NotParsed, parse_int, parse_json, quoted
 from data.corpora import NAMES as CORPORA
 from data.tokenizer import TOKENIZERS
-from errors import UsageError
-from files import inside_name, name_too_long, path_setting, read_text, utf8_value
 from model.config import CONFIG_KEYS, GPTConfig
-from parsing import TOO_DEEP, NotParsed, parse_int, parse_json, quoted
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
 SCRATCH, RESUME = "scratch", "resume"  # init_from's two words; anything else names a model to start from

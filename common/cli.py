@@ -1,5 +1,5 @@
 """What the two commands share: how text we did not write is shown, and how a command ends: `run_cli` turns a
-`UserError` (errors.py) into one line on stderr and an exit status (1, or 2 for usage, as shells expect), and each
+`UserError` (common/errors.py) into one line on stderr and an exit status (1, or 2 for usage, as shells expect), and each
 warning into one `warning: ...` line; everything else is a bug and keeps its traceback.
 
 This module imports nothing but the standard library, so the commands import it before torch: a Ctrl-C while
@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 from contextlib import contextmanager, suppress
 from typing import NoReturn
 
-from errors import GptwatchWarning, UsageError, UserError
+from common.errors import GptwatchWarning, UsageError, UserError
 
 
 class ArgumentParser(argparse.ArgumentParser):

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path, PureWindowsPath
 from typing import BinaryIO, NoReturn
 
-from errors import UsageError, UserError
+from common.errors import UsageError, UserError
 
 
 def what_stands_at(path: Path, *, follow_links: bool = True) -> str | None:
