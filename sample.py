@@ -35,7 +35,7 @@ from data.tokenizer import TokenizerError
 from formats import Loaded, checkpoint_path, load_model
 from formats.checkpoint import saved_settings
 from formats.sources import TARGETS, describe, identify, model_name
-from model.ablation import Ablation
+from model.hooks import Edits
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -272,7 +272,7 @@ def prompt_ids(tokenizer, args: argparse.Namespace, parser: argparse.ArgumentPar
 
 
 def stream_samples(
-    model, tokenizer, ids: list[int], args: argparse.Namespace, device: torch.device, ablate: Ablation | None = None
+    model, tokenizer, ids: list[int], args: argparse.Namespace, device: torch.device, edits: Edits | None = None
 ) -> None:
     """Prints each sample as it is generated. Only the new tokens are decoded (a long prompt is decoded once),
     and they are held back while they end inside a character: BPE pieces can split one across tokens."""
@@ -288,7 +288,7 @@ def stream_samples(
             top_p=args.top_p,
             generator=generator,
             use_cache=not args.no_cache,
-            ablate=ablate or None,
+            edits=edits,
         )
         for token in stream:
             pending.append(int(token[0, 0]))
@@ -360,7 +360,8 @@ def main(argv: list[str]) -> int:
         raise UsageError(f"--ablate: {exc}") from None
 
     if mode == "sample":
-        stream_samples(model, tokenizer, prompt_ids(tokenizer, args, parser), args, device, ablate)
+        edits = ablate.edits() if ablate else None
+        stream_samples(model, tokenizer, prompt_ids(tokenizer, args, parser), args, device, edits)
         return 0
     from watch import inspect
 

@@ -32,7 +32,7 @@ from watch.measure.headtypes import TYPE_SETS, TYPES, types_not_measurable
 from watch.measure.patching import first_analysis
 from watch.measure.probesets import AGREEMENT, PRONOUN, SENTENCES, ProbeSets, held_out_sentences
 from watch.measure.proofs import AblationResult, agreement_ablations, best_pronoun_proof, proofs
-from watch.measure.reading import Reading, Source, quick_sets, read_pass, untrained_like, watch_sets
+from watch.measure.reading import Materials, Reading, quick_sets, read_pass, untrained_like, watch_sets
 from watch.show import report
 from watch.show.heatmaps import SentenceHeatmaps, patching_figure
 from watch.show.page import SentenceView, attention_page, write_page
@@ -78,7 +78,7 @@ class AttentionWatch:
         if not self.texts and val is not None:
             self.texts = held_out_sentences(val, trainer.tokenizer, model.config.block_size)
         self.sets = watch_sets(
-            Source(
+            Materials(
                 trainer.tokenizer,
                 model.config.block_size,
                 train_tokens=data.tokens("train") if data is not None else None,

@@ -16,16 +16,24 @@ from common.parsing import NotParsed, is_whole_number, parse_int, quoted
 from data.corpora import corpus_of
 from data.prepare import find_prepared
 from data.probes import Probe
-from model.ablation import Ablation
 from watch.measure.capture import capture_attention
 from watch.measure.composition import composition_json, reads_from
-from watch.measure.heads import ablation_names, default_query, display_token, focused_head, head_name
+from watch.measure.heads import Ablation, ablation_names, default_query, display_token, focused_head, head_name
 from watch.measure.headtypes import BROAD, TYPE_SETS, TYPES, types_not_measurable
-from watch.measure.patching import analyse, by_head, first_analysis, mean_of, pair_for, pairs_from_file, patching_json
+from watch.measure.patching import (
+    MIN_GAP,
+    analyse,
+    first_analysis,
+    mean_json,
+    mean_over,
+    pair_for,
+    pairs_from_file,
+    patching_json,
+)
 from watch.measure.probesets import NO_TEXT, PRONOUN, REPEATED, REPEATED_MIN_LENGTH, TEXT, ProbeSets, from_file
 from watch.measure.pronouns import finite
 from watch.measure.proofs import head_means, proofs
-from watch.measure.reading import PROBE_KINDS, Reading, Results, Source, read_pass, untrained_like, watch_sets
+from watch.measure.reading import PROBE_KINDS, Materials, Reading, Results, read_pass, untrained_like, watch_sets
 from watch.show.heatmaps import (
     PNG,
     HeatmapCanvas,
@@ -41,6 +49,7 @@ from watch.show.report import (
     ablation_line,
     composition_lines,
     head_table,
+    mean_report,
     patching_report,
     top_attended,
     type_labels,
@@ -253,7 +262,7 @@ def checkpoint_sets(model, tokenizer, checkpoint: dict, text_file: str | None, d
     )
     probes = next((path for path in candidates if path is not None and path.is_file()), None)
     sets = watch_sets(
-        Source(
+        Materials(
             tokenizer,
             model.config.block_size,
             train_tokens=prepared.tokens("train") if prepared is not None else None,
@@ -389,21 +398,20 @@ def show_patch(model, tokenizer, checkpoint: dict, args: argparse.Namespace, _ab
             )
         pairs = pairs_from_file(model, tokenizer, args.patch[0])
     found = [analyse(model, pair) for pair in pairs]
+    if len(found) == 1 and not found[0].measured:  # one pair, and nothing for a part to carry
+        f, answer = found[0], tokenizer.decode([found[0].pair.answer])
+        raise UserError(
+            f"the model prefers {answer!r} over {tokenizer.decode([f.pair.wrong])!r} by {f.clean_diff:+.4f} logits "
+            f"after the clean prompt and {f.corrupted_diff:+.4f} after the corrupted one: that is not a difference "
+            f"of at least {MIN_GAP} logits for a part of the model to carry; choose prompts whose next words the "
+            f"model tells apart, or --answer and --wrong it tells apart"
+        )
     if args.json:
         objects = [finite(patching_json(f, tokenizer)) for f in found]
         if len(args.patch) == 2:
             print(json.dumps(objects[0], allow_nan=False))
             return
-        means = mean_of(found)
-        mlps = means["attribution mlps"]
-        mean = {
-            "patching": {"heads": by_head(means["heads"]), "patterns": by_head(means["patterns"])},
-            "attribution": {
-                "heads": by_head(means["attribution heads"]),
-                "mlps": {f"L{layer}": float(v) for layer, v in enumerate(mlps)} if mlps is not None else {},
-            },
-        }
-        print(json.dumps(finite({"pairs": objects, "mean": mean}), allow_nan=False))
+        print(json.dumps(finite({"pairs": objects, "mean": mean_json(mean_over(found))}), allow_nan=False))
         return
     png_dir = (
         Path(args.png_dir)
@@ -418,7 +426,11 @@ def show_patch(model, tokenizer, checkpoint: dict, args: argparse.Namespace, _ab
         print(f"clean:     {tokenizer.decode(f.pair.clean)!r} -> {answer!r}")
         print(f"corrupted: {tokenizer.decode(f.pair.corrupted)!r} -> {wrong!r}")
         print(patching_report(f, tokens, answer, wrong))
-        print(f"heatmap: {_write_patching_map(f, tokens, png_dir)}")
+        if f.measured:  # a pair the model does not tell apart has no map to draw
+            print(f"heatmap: {_write_patching_map(f, tokens, png_dir)}")
+    if len(found) > 1:
+        print()
+        print(mean_report(mean_over(found)))
 
 
 def _write_patching_map(found, tokens: list[str], png_dir: Path) -> Path:

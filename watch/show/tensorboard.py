@@ -28,6 +28,7 @@ from watch.measure.headtypes import BROAD, TYPE_SETS, TYPES
 from watch.measure.probesets import ProbeSets
 from watch.measure.proofs import AblationResult
 from watch.measure.reading import PROBE_KINDS, Reading
+from watch.show.kinds import SHOWN
 from watch.show.report import before_table, changes_line, head_table, type_legend, type_lines, type_table
 
 
@@ -243,9 +244,10 @@ BEFORE_TAG = "before_fine_tuning"  # before_fine_tuning/{type} in each head's ru
 
 
 def _drawn_in(category: str) -> dict[str, list[str]]:
-    """The charts the kinds of probe set draw in `category` (`ProbeKind.charts`), in the registry's order."""
-    kinds = [kind for kind in PROBE_KINDS.values() if kind.category == category]
-    return {title: tags for kind in kinds for title, tags in kind.charts.items()}
+    """The charts the kinds of probe set draw in `category` (`watch.show.kinds.Shown.charts`), in the registry's
+    order."""
+    kinds = [shown for shown in SHOWN.values() if shown.category == category]
+    return {title: tags for shown in kinds for title, tags in shown.charts.items()}
 
 
 # TensorBoard's Custom Scalars tab: {category: {chart title: [tag regexes]}}. A regex matches the start of a tag; one
@@ -311,7 +313,7 @@ def chart_layout(sets: ProbeSets, n_layer: int, n_head: int, *, fine_tuning: boo
     its probe sets draws in (the head types' where a type is measured), with all its charts, each chart of every head
     drawn once per group of heads; the composition's with two layers or more; with `fine_tuning` each type beside the
     model before fine-tuning. {category: {title: ["Multiline", tag regexes]}}"""
-    drawn = {PROBE_KINDS[name].category for name in sets.sets if name in PROBE_KINDS}
+    drawn = {SHOWN[name].category for name in sets.sets if name in SHOWN}
     if any(kind in sets.sets for kind in TYPE_SETS):
         drawn |= {"head types", *(["fine-tuning"] if fine_tuning else [])}
     if n_layer > 1:
@@ -396,8 +398,9 @@ def log_evaluation(
 
 def log_scores(writer: Any, step: int, reading: Reading) -> None:
     """Every head's type scores, each in the head's own run, with the best in the run's; what each kind of probe set
-    gives (`ProbeKind.numbers` and `.scalars`); and every pair's Q-, K- and V-composition (composition/K/L0H1_to_L1H3:
-    TensorBoard allows no ">" in a tag) with per kind the best pair's score beside the untrained model's best."""
+    gives (`ProbeKind.numbers`, and `Shown.scalars`: watch/show/kinds.py); and every pair's Q-, K- and
+    V-composition (composition/K/L0H1_to_L1H3: TensorBoard allows no ">" in a tag) with per kind the best pair's
+    score beside the untrained model's best."""
     for kind, values in reading.type_scores.items():
         _log_heads(writer, step, f"heads/{kind}", values, best=True)
     if reading.offsets is not None:
@@ -405,7 +408,7 @@ def log_scores(writer: Any, step: int, reading: Reading) -> None:
     scalars = {}
     for kind in PROBE_KINDS.values():
         scalars.update({f"heads/{name}": reading.results.numbers.get(name) for name in kind.numbers})
-        scalars.update(kind.scalars(reading))
+        scalars.update(SHOWN[kind.name].scalars(reading))
     found = reading.composition
     untrained = reading.untrained.composition if reading.untrained is not None and found is not None else None
     for kind in KINDS if found is not None else ():
