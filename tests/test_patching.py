@@ -91,6 +91,10 @@ def test_in_one_attention_only_layer_a_head_patched_everywhere_is_the_head_patch
     # Other positions' outputs stay at their own positions: the last position's logits never see them.
     assert shares["positions"][0, :, :-1].abs().max() < 1e-5
     assert torch.allclose(shares["positions"][0, :, -1], shares["heads"][0], atol=1e-5)
+    # Not so their values: the last position reads them. A query is read only at its own position.
+    assert shares["values_by_position"][0, :, :-1].abs().max() > 1e-3
+    assert shares["queries_by_position"][0, :, :-1].abs().max() < 1e-5
+    assert torch.allclose(shares["queries_by_position"][0, :, -1], shares["queries"][0], atol=1e-5)
 
 
 def test_each_part_has_its_shape_and_a_pattern_patched_is_not_an_output_patched():
@@ -100,7 +104,13 @@ def test_each_part_has_its_shape_and_a_pattern_patched_is_not_an_output_patched(
     # A head's pattern patched where the values are the corrupted run's is not its output patched: the two differ.
     assert not torch.allclose(shares["patterns"], shares["heads"], atol=1e-3)
     shapes = {part: tuple(value.shape) for part, value in shares.items()}
-    assert shapes == {"heads": (2, 4), "patterns": (2, 4), "positions": (2, 4, T), "residual": (2, T)}
+    assert shapes == {
+        **{part: (2, 4) for part in ("heads", "patterns", "queries", "keys", "values")},
+        **{part: (2, 4, T) for part in ("positions", "queries_by_position", "keys_by_position", "values_by_position")},
+        "residual": (2, T),
+        "mlps": (2,),
+        "mlps_by_position": (2, T),
+    }
 
 
 def test_the_patched_runs_give_the_same_figures_however_many_share_a_forward(monkeypatch):
@@ -170,11 +180,28 @@ def transformer_lens_figures(hooked, pair: Pair) -> dict[str, torch.Tensor]:
     mlps = torch.stack([cache[f"blocks.{layer}.hook_mlp_out"][:, -1] for layer in range(hooked.cfg.n_layers)])
     mlps = cache.apply_ln_to_stack(mlps, layer=-1, pos_slice=-1)
     n_layer, n_head = hooked.cfg.n_layers, hooked.cfg.n_heads
+
+    def whole_layer(corrupted_activation, index, clean_activation):  # index = [layer]: every position at once
+        return clean_activation
+
+    mlps_patched = tl_patching.generic_activation_patch(
+        **quiet, patch_setter=whole_layer, activation_name="mlp_out", index_axis_names=("layer",)
+    )
+    by_position = {  # TransformerLens lays these out [layer, pos, head]; ours [layer, head, pos]
+        name: getattr(tl_patching, f"get_act_patch_attn_head_{site}_by_pos")(**quiet).permute(0, 2, 1)
+        for name, site in (("positions", "out"), ("queries_by_position", "q"), ("keys_by_position", "k"))
+        + (("values_by_position", "v"),)
+    }
     return {
         "heads": tl_patching.get_act_patch_attn_head_out_all_pos(**quiet),
-        "positions": tl_patching.get_act_patch_attn_head_out_by_pos(**quiet).permute(0, 2, 1),  # [layer, head, pos]
+        **by_position,
         "residual": tl_patching.get_act_patch_resid_pre(**quiet),
         "patterns": tl_patching.get_act_patch_attn_head_pattern_all_pos(**quiet),
+        "queries": tl_patching.get_act_patch_attn_head_q_all_pos(**quiet),
+        "keys": tl_patching.get_act_patch_attn_head_k_all_pos(**quiet),
+        "values": tl_patching.get_act_patch_attn_head_v_all_pos(**quiet),
+        "mlps": mlps_patched,
+        "mlps_by_position": tl_patching.get_act_patch_mlp_out(**quiet),
         "attribution heads": ((heads[:, 0] * hooked.ln_final.w) @ direction).reshape(n_layer, n_head),
         "attribution mlps": (mlps[:, 0] * hooked.ln_final.w) @ direction,
     }
@@ -225,6 +252,8 @@ def test_sample_patch_json_holds_the_contract_and_the_table_names_the_heads(tmp_
     heads = {f"L{layer}H{head}" for layer in range(2) for head in range(4)}
     by_head = [part for part, what in patching.PARTS.items() if what.axes == patching.LAYER_HEAD]
     assert all(set(found["patching"][part]) == heads for part in by_head)
+    assert {"queries", "keys", "values"} <= set(by_head) and set(found["patching"]["mlps"]) == {"MLP0", "MLP1"}
+    assert len(found["patching"]["keys_by_position"]["L0H0"]) == len(found["patching"]["mlps_by_position"]["L1"]) == 14
     assert found["measured"] is True and found["logit_lens"][-1]["rank"] >= 1  # rank 1: the top token
     assert len(found["patching"]["positions"]["L0H0"]) == 14 and len(found["patching"]["residual"]["L1"]) == 14
     assert abs(found["patching"]["residual"]["L0"][4] - 1.0) < 1e-5  # the one character that differs
@@ -336,6 +365,7 @@ def test_what_the_watch_reads_of_several_pairs_of_any_lengths_is_the_share_of_th
     mean = patching.mean_over(each)
     assert torch.allclose(mean.shares["heads"], found["patching"], atol=1e-5)
     assert torch.allclose(mean.spreads["heads"], found["patching_spread"], atol=1e-5)
+    assert torch.allclose(mean.spreads["keys"], found["patching_keys_spread"], atol=1e-5)
 
 
 def test_a_pair_whose_two_differences_nearly_agree_cannot_swamp_the_share():

@@ -11,10 +11,10 @@ put in at their sites, row by row (`patched`, the one patching function; `paths.
 
 - **Activation patching** takes one part of the clean run into the corrupted run and asks how much of the clean logit
   difference comes back: 0 is the corrupted run's, 1 the clean run's, as TransformerLens's patching helpers report it
-  with that metric. The parts (`PARTS`, each a site and the axes it is patched along): each head's output `z`, at
-  every position and at each position alone; each head's pattern; the residual stream entering each layer at each
-  position. Every patched run of a pair goes through the model in one batch (`PATCHED_ROWS` rows at most per
-  forward).
+  with that metric. The parts (`PARTS`, each a site and the axes it is patched along): each head's output `z`, its
+  queries, keys and values, at every position and at each position alone; each head's pattern; the residual stream
+  entering each layer at each position; each MLP's output, everywhere and at each position. Every patched run of a
+  pair goes through the model in one batch (`PATCHED_ROWS` rows at most per forward).
 - **Direct logit attribution** splits the clean run's last residual stream into what each part wrote (the embeddings,
   each head's `z · W_O` without the output bias, the output biases, each MLP) and puts each through the final norm
   as the whole stream went through it (centred, divided by the whole stream's scale, times the norm's weight) and
@@ -52,7 +52,7 @@ from watch.measure.probesets import ProbeSet, ProbeSets
 
 PAIRS = "pairs"  # the kind of probe set the watch patches (`watch.measure.reading.PROBE_KINDS`)
 WATCHED_PAIRS = 16  # pairs a watch pass patches: its figures are means over them
-PATCHED_ROWS = 512  # patched runs one forward takes: the demo's pair needs 116, GPT-2 small's of 10 tokens 1,848
+PATCHED_ROWS = 512  # patched runs one forward takes: the demo's pair needs about 400, GPT-2 small's of 10 tokens 6,000
 MIN_GAP = 0.01  # logits: one pair is patched when its clean difference is at least this above its corrupted one
 
 
@@ -66,7 +66,7 @@ class Part(NamedTuple):
 
 
 # Every part, as TransformerLens's helpers lay them out: get_act_patch_attn_head_out_all_pos is "heads", ..._by_pos
-# "positions" [layer, head, pos], get_act_patch_resid_pre "residual", ...
+# "positions" [layer, head, pos], get_act_patch_resid_pre "residual", get_act_patch_attn_head_q_all_pos "queries", ...
 # A part with the axes (layer, head) is a column of the report's head table; one with the axis (layer) alone, a line.
 LAYER_HEAD, BY_POSITION = ("layer", "head"), ("layer", "head", "pos")
 PARTS = {
@@ -74,8 +74,16 @@ PARTS = {
     "positions": Part("z", BY_POSITION, "output at one position"),
     "residual": Part("resid_pre", ("layer", "pos"), "residual stream entering the layer"),
     "patterns": Part("pattern", LAYER_HEAD, "pattern"),
+    "queries": Part("q", LAYER_HEAD, "queries"),
+    "keys": Part("k", LAYER_HEAD, "keys"),
+    "values": Part("v", LAYER_HEAD, "values"),
+    "queries_by_position": Part("q", BY_POSITION, "queries at one position"),
+    "keys_by_position": Part("k", BY_POSITION, "keys at one position"),
+    "values_by_position": Part("v", BY_POSITION, "values at one position"),
+    "mlps": Part("mlp_out", ("layer",), "MLP's output"),
+    "mlps_by_position": Part("mlp_out", ("layer", "pos"), "MLP's output at one position"),
 }
-WATCHED_PARTS = ("heads",)  # what the watch patches at every pass
+WATCHED_PARTS = ("heads", "queries", "keys", "values", "mlps")  # what the watch patches at every pass
 # Each part's figures as the watch's results name them: "patching" (the heads' outputs), "patching_queries", ...; a
 # part of the axis (layer) alone one number a layer, "patching_mlps0", ...
 WATCHED_NAMES = {part: "patching" if part == "heads" else f"patching_{part}" for part in WATCHED_PARTS}
