@@ -7,6 +7,7 @@ python sample.py --out_dir=out --probes probes.jsonl [--ablate L1H2] [--json]
 python sample.py --out_dir=out --heads [--text FILE] [--ablate L1H2] [--ablation=mean] [--json]
 python sample.py --out_dir=out --patch "The dog saw the ball and she" "The dog saw the ball and it" [--json]
 python sample.py --out_dir=out --patch pairs.jsonl       # clean/corrupted pairs of your own (docs/patching.md)
+python sample.py --out_dir=out --patch pairs.jsonl --paths   # and which head feeds which (path patching)
 python sample.py --out_dir=out --export tl model.tl.pt    # TransformerLens; both need requirements-interop.txt
 python sample.py --out_dir=out --export hf model-hf       # Hugging Face transformers
 python sample.py --init_from=gpt2 --heads [--text FILE]  # a model trained elsewhere, in every mode above
@@ -112,6 +113,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --patch: the wrong answer, one token (default: the corrupted prompt's greedy next token)",
     )
     look.add_argument(
+        "--paths",
+        action="store_true",
+        help="with --patch: also which head feeds which (path patching: each head's output into each later head's "
+        "queries, keys and values, each MLP and the logits), printed and drawn as a graph (default: %(default)s)",
+    )
+    look.add_argument(
         "--text",
         metavar="FILE",
         default=None,
@@ -172,7 +179,7 @@ MODE_RULES = (
         "--png_dir applies only to --attention and --patch; drop it, or add one of them",
     ),
     (
-        ("answer", "wrong"),
+        ("answer", "wrong", "paths"),
         ("patch",),
         "--{name} applies only to --patch; drop it, or add --patch CLEAN CORRUPTED",
     ),

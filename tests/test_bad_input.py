@@ -1736,6 +1736,14 @@ CASES = [
         ("--patch 'the dog saw it' is one prompt and no file", "--patch CLEAN CORRUPTED"),
     ),
     Case(
+        "sample-paths-alone",
+        "--paths without --patch",
+        "sample",
+        lambda w: w.sample("--paths"),
+        2,
+        ("--paths applies only to --patch",),
+    ),
+    Case(
         "sample-answer-alone",
         "--answer without --patch",
         "sample",

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 from common.cli import say
@@ -30,10 +31,12 @@ from watch.measure.patching import (
     pairs_from_file,
     patching_json,
 )
+from watch.measure.paths import path_patching
 from watch.measure.probesets import NO_TEXT, PRONOUN, REPEATED, REPEATED_MIN_LENGTH, TEXT, ProbeSets, from_file
 from watch.measure.pronouns import finite
 from watch.measure.proofs import head_means, proofs
 from watch.measure.reading import PROBE_KINDS, Materials, Reading, Results, read_pass, untrained_like, watch_sets
+from watch.show.circuit import circuit_figure, circuit_image
 from watch.show.heatmaps import (
     PNG,
     HeatmapCanvas,
@@ -51,6 +54,7 @@ from watch.show.report import (
     head_table,
     mean_report,
     patching_report,
+    paths_report,
     top_attended,
     type_labels,
     type_report,
@@ -108,7 +112,7 @@ def show_attention(model, tokenizer, checkpoint: dict, args: argparse.Namespace,
                 f"Attention of {args.out_dir}{step}{ablated}",
                 type_labels(reading),
                 reads_from(reading.composition, reading.untrained.composition),
-                [patching_figure(found, tokenizer)] if found is not None else [],
+                ([patching_figure(found, tokenizer)] if found is not None else []) + circuit_figure(reading),
             ),
         )
         written = f"attention page: {page} (open it in a browser; it needs no network)"
@@ -406,12 +410,13 @@ def show_patch(model, tokenizer, checkpoint: dict, args: argparse.Namespace, _ab
             f"of at least {MIN_GAP} logits for a part of the model to carry; choose prompts whose next words the "
             f"model tells apart, or --answer and --wrong it tells apart"
         )
+    found_paths = path_patching(model, pairs) if args.paths else None  # every pair together, as the watch reads them
     if args.json:
         objects = [finite(patching_json(f, tokenizer)) for f in found]
-        if len(args.patch) == 2:
-            print(json.dumps(objects[0], allow_nan=False))
-            return
-        print(json.dumps(finite({"pairs": objects, "mean": mean_json(mean_over(found))}), allow_nan=False))
+        out = objects[0] if len(args.patch) == 2 else {"pairs": objects, "mean": mean_json(mean_over(found))}
+        if found_paths is not None:
+            out["paths"] = [asdict(path) for path in found_paths]
+        print(json.dumps(finite(out), allow_nan=False))
         return
     png_dir = (
         Path(args.png_dir)
@@ -431,6 +436,14 @@ def show_patch(model, tokenizer, checkpoint: dict, args: argparse.Namespace, _ab
     if len(found) > 1:
         print()
         print(mean_report(mean_over(found)))
+    if found_paths is not None:
+        print()
+        print(paths_report(found_paths))
+        labels = type_labels(checkpoint_reading(model, checkpoint_sets(model, tokenizer, checkpoint, None), checkpoint))
+        cfg = model.config
+        title = f"which head feeds which on {len(pairs)} pair{'s' if len(pairs) > 1 else ''} (path patching)"
+        image = circuit_image(found_paths, cfg.n_layer, cfg.n_head, labels, title)
+        print(f"graph: {save_png(image, png_dir / f'{sentence_slug(tokenizer.decode(pairs[0].clean))}_paths.png')}")
 
 
 def _write_patching_map(found, tokens: list[str], png_dir: Path) -> Path:

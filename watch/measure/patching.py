@@ -346,7 +346,7 @@ class Rows:
 def patched(model: nn.Module, both: Runs, rows: Rows, *, record: Sequence[str] = ()) -> tuple[torch.Tensor, Cache]:
     """The logit difference [R] of each patched run of `rows` (PATCHED_ROWS a forward), and the sites `record` names,
     recorded from those runs (rows in order). Row r runs pair `rows.pair[r]`'s corrupted prompt."""
-    n_pairs, diffs, recorded = len(both.pairs), [], Cache()
+    n_pairs, diffs, recorded = len(both.pairs), [torch.zeros(0, dtype=torch.float64)], Cache()
     for start in range(0, len(rows.pair), PATCHED_ROWS):
         chunk = slice(start, min(start + PATCHED_ROWS, len(rows.pair)))
         corrupted = (n_pairs + rows.pair[chunk]).to(both.idx.device)

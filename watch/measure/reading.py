@@ -31,12 +31,13 @@ import torch.nn as nn
 
 from data.probes import AgreementProbe, Probe
 from data.tokenizer import Tokenizer
-from watch.measure import patching, probesets, scores
+from watch.measure import patching, paths, probesets, scores
 from watch.measure.capture import Capture, captures, sentence_patterns
 from watch.measure.composition import Composition, composition
 from watch.measure.heads import Ablation, ablation_names, head_name
 from watch.measure.headtypes import TYPES, TypedHead, best_offset, head_types, heads_of, type_scores
 from watch.measure.patching import PAIRS
+from watch.measure.paths import PATHS
 from watch.measure.probesets import AGREEMENT, PRONOUN, REACH, REPEATED, SENTENCES, TEXT, ProbeSet, ProbeSets
 from watch.measure.pronouns import AgreementStats, ContinuationStats, HeadStats, ProbeReport, baselines, name_readers
 from watch.measure.scores import Measure
@@ -55,6 +56,7 @@ class Results:
     sets: ProbeSets
     forwards: int
     ablated: list[str] = field(default_factory=list)
+    paths: list[paths.Path] = field(default_factory=list)  # which head feeds which, where the pass read the paths
 
     def head(self, score: str, layer: int, head: int) -> float | None:
         """One head's score, None when it was not measured."""
@@ -136,6 +138,7 @@ class Materials:
     texts: Sequence[str] = ()  # the sentences to show
     corpus: str | None = None  # the training text's name or path: what separates its examples (`token_pool`)
     draw: int = 0  # which draw of random sequences (`probesets.draw_seed`): the watch reads draw 0
+    paths: bool = True  # whether path patching reads which head feeds which on the pairs (`watch/measure/paths.py`)
     made: dict = field(default_factory=dict, repr=False)  # the files' sets, made once however many kinds read them
 
     @cached_property
@@ -184,11 +187,15 @@ def varied_windows(materials: Materials) -> ProbeSet | str:
 
 
 def watched_pairs(materials: Materials) -> ProbeSet | str:
-    """The pronoun probes' pairs where there are pronoun probes, else pairs of repeated random tokens."""
-    probes = materials.file(PRONOUN, Probe)
-    if probes is not None:
-        return patching.pronoun_pairs(probes, materials.tokenizer)
-    return patching.repeat_pairs(materials.pool.tokens, materials.block_size)
+    """The pronoun probes' pairs where there are pronoun probes, else pairs of repeated random tokens (made once)."""
+    if PAIRS not in materials.made:
+        probes = materials.file(PRONOUN, Probe)
+        materials.made[PAIRS] = (
+            patching.pronoun_pairs(probes, materials.tokenizer)
+            if probes is not None
+            else patching.repeat_pairs(materials.pool.tokens, materials.block_size)
+        )
+    return materials.made[PAIRS]
 
 
 PROBE_KINDS: dict[str, ProbeKind] = {
@@ -264,6 +271,18 @@ PROBE_KINDS: dict[str, ProbeKind] = {
         ),
         ProbeKind(PAIRS, make=watched_pairs, runs=lambda model, probe_set: patching.watched(model, probe_set.items)),
         ProbeKind(
+            PATHS,
+            # The pronoun pairs the watch patches, where it has them; else repeated tokens made for K-composition.
+            make=lambda materials: (
+                None
+                if not materials.paths
+                else paths.on_pairs(watched_pairs(materials))
+                if materials.file(PRONOUN, Probe) is not None
+                else paths.previous_token_pairs(materials.pool.tokens, materials.block_size)
+            ),
+            runs=lambda model, probe_set: {PATHS: paths.path_patching(model, probe_set.items)},
+        ),
+        ProbeKind(
             SENTENCES,
             make=lambda materials: (
                 probesets.sentences(materials.texts, materials.tokenizer, materials.block_size)
@@ -323,7 +342,9 @@ def measure(
     for probe_set in chosen if ablate is None else ():  # what removing heads costs is read from the captures alone
         runs = PROBE_KINDS[probe_set.kind].runs
         for name, values in (runs(model, probe_set) if runs is not None else {}).items():
-            if values.dim():  # a score of each head
+            if isinstance(values, list):  # path patching's paths
+                results.paths = values
+            elif values.dim():  # a score of each head
                 results.heads[name] = values
             else:
                 results.numbers[name] = float(values)

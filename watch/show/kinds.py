@@ -14,6 +14,7 @@ from watch.measure import probesets
 from watch.measure.heads import parse_head, with_spread
 from watch.measure.headtypes import CLOSE, TYPES, needed
 from watch.measure.patching import LAYER_HEAD, PAIRS, PARTS, WATCHED_NAMES, WATCHED_PARTS
+from watch.measure.paths import PATHS
 from watch.measure.probesets import AGREEMENT, PRONOUN, REACH, REPEATED, SENTENCES, TEXT
 from watch.measure.reading import PROBE_KINDS, PRONOUN_WEIGHTS, Reading
 
@@ -200,6 +201,40 @@ def _patching_scalars(reading: Reading) -> Scalars:
     }
 
 
+STRONGEST_PATHS = 6  # paths named in the report; TensorBoard and the JSON have them all
+
+
+def _paths_lines(reading: Reading) -> list[str]:
+    """The strongest paths measured above their spread, or why none is."""
+    found, pairs = reading.results.paths, reading.results.sets.get(PATHS)
+    if not found:
+        return []
+    if not any(path.measured for path in found):
+        return [f"no path carries an answer yet on {pairs.about}: {NO_ANSWER}"]
+    clear = sorted((path for path in found if path.clear), key=lambda path: -path.share)
+    named = ", ".join(f"{path.name} {with_spread(path.share, path.spread, 2)}" for path in clear[:STRONGEST_PATHS])
+    return [
+        f"which head feeds which (path patching over {pairs.about}: a sender's output into one receiver's queries q, "
+        f"keys k or values v, an MLP or the logits alone), the strongest paths: {named or 'none above its spread'}"
+    ]
+
+
+def path_scalars(reading: Reading) -> Scalars:
+    """Every path's share in its sender's run, by receiver and input (paths/k/into_L1H1, paths/mlp/into_MLP0,
+    paths/logits), as composition is logged; and the strongest share in the run's own."""
+    found = reading.results.paths
+    if not found:
+        return {}
+    n_layer, n_head = reading.results.heads["patching"].shape if "patching" in reading.results.heads else (0, 0)
+    scalars: Scalars = {}
+    for path in found:
+        tag = "paths/logits" if path.input == "logits" else f"paths/{path.input}/into_{path.receiver}"
+        values = scalars.setdefault(tag, torch.full((n_layer, n_head), float("nan")))
+        values[parse_head(path.sender)] = path.share
+    measured = [path.share for path in found if path.measured]
+    return scalars | {"paths/strongest": max(measured) if measured else None}
+
+
 def _pronoun_scalars(reading: Reading) -> Scalars:
     """Every head's weights from the pronoun and its top-1, the best head's, and what the model predicts next."""
     report = reading.pronouns
@@ -261,6 +296,13 @@ SHOWN: dict[str, Shown] = {
             "direct logit attribution (logits), every head": [r"patching/attribution$"],
         },
         category="patching",
+    ),
+    PATHS: Shown(
+        lines=_paths_lines,
+        scalars=path_scalars,
+        # Then a chart per receiver and input, a line per sender (`watch.show.tensorboard.chart_layout`).
+        charts={"the strongest path's share": [r"paths/strongest$"]},
+        category="paths",
     ),
     SENTENCES: Shown(),  # a pass keeps their patterns: the heatmaps and the attention page show them
 }

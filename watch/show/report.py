@@ -13,6 +13,7 @@ from watch.measure.composition import KINDS, ONE_LAYER_NOTE, pair_name
 from watch.measure.heads import display_token, head_name, plus_minus, with_spread
 from watch.measure.headtypes import BROAD, BROAD_COLUMN, BROAD_MEANING, CLOSE, RULE, TYPES, needed
 from watch.measure.patching import LAYER_HEAD, PARTS, Mean, Patching
+from watch.measure.paths import Path
 from watch.measure.probesets import REPEATED
 from watch.measure.pronouns import ProbeReport
 from watch.measure.proofs import AblationResult
@@ -721,3 +722,26 @@ def mean_report(mean: Mean) -> str:
         share = with_spread(float(mean.shares[part][layer, head]), float(mean.spreads[part][layer, head]), 2)
         lines.append(f"patching a head's {PARTS[part].words} brings back the most at {head_name(layer, head)}: {share}")
     return "\n".join(lines + _layer_lines(mean.shares, mean.spreads))
+
+
+def paths_report(found: Sequence[Path]) -> str:
+    """Path patching for a learner: into each receiver, the path that brings back the most (above its spread); then
+    every path measured above its spread, strongest first."""
+    if not any(path.measured for path in found):
+        return "paths: not measured: the model does not tell the clean prompts from the corrupted ones"
+    lines = [
+        "paths (path patching): a sender head's output, from the clean run, into one receiver alone: a later head's "
+        "queries q, keys k or values v, an MLP's input, or the logits directly; the share of the logit difference "
+        "it brings back (± two standard errors over the pairs, where there are several)"
+    ]
+    clear = sorted((path for path in found if path.clear), key=lambda path: -path.share)
+    strongest: dict[str, Path] = {}
+    for path in clear:
+        strongest.setdefault(path.receiver, path)
+    for receiver, path in strongest.items():
+        lines.append(
+            f"into {receiver}: most from {path.sender} ({path.input}) {with_spread(path.share, path.spread, 2)}"
+        )
+    rest = ", ".join(f"{path.name} {with_spread(path.share, path.spread, 2)}" for path in clear)
+    lines.append(f"every path above its spread, strongest first: {rest or 'none'}")
+    return "\n".join(lines)
