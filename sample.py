@@ -7,6 +7,7 @@ python sample.py --out_dir=out --probes probes.jsonl [--ablate L1H2] [--json]
 python sample.py --out_dir=out --heads [--text FILE] [--ablate L1H2] [--ablation=mean] [--json]
 python sample.py --out_dir=out --patch "The dog saw the ball and she" "The dog saw the ball and it" [--json]
 python sample.py --out_dir=out --patch pairs.jsonl       # clean/corrupted pairs of your own (docs/patching.md)
+python sample.py --out_dir=out --patch pairs.jsonl --paths   # and which head feeds which (path patching)
 python sample.py --out_dir=out --export tl model.tl.pt    # TransformerLens; both need requirements-interop.txt
 python sample.py --out_dir=out --export hf model-hf       # Hugging Face transformers
 python sample.py --init_from=gpt2 --heads [--text FILE]  # a model trained elsewhere, in every mode above
@@ -35,7 +36,7 @@ from data.tokenizer import TokenizerError
 from formats import Loaded, checkpoint_path, load_model
 from formats.checkpoint import saved_settings
 from formats.sources import TARGETS, describe, identify, model_name
-from model.ablation import Ablation
+from model.hooks import Edits
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -112,6 +113,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --patch: the wrong answer, one token (default: the corrupted prompt's greedy next token)",
     )
     look.add_argument(
+        "--paths",
+        action="store_true",
+        help="with --patch: also which head feeds which (path patching: each head's output into each later head's "
+        "queries, keys and values, each MLP and the logits), printed and drawn as a graph (default: %(default)s)",
+    )
+    look.add_argument(
         "--text",
         metavar="FILE",
         default=None,
@@ -172,7 +179,7 @@ MODE_RULES = (
         "--png_dir applies only to --attention and --patch; drop it, or add one of them",
     ),
     (
-        ("answer", "wrong"),
+        ("answer", "wrong", "paths"),
         ("patch",),
         "--{name} applies only to --patch; drop it, or add --patch CLEAN CORRUPTED",
     ),
@@ -272,7 +279,7 @@ def prompt_ids(tokenizer, args: argparse.Namespace, parser: argparse.ArgumentPar
 
 
 def stream_samples(
-    model, tokenizer, ids: list[int], args: argparse.Namespace, device: torch.device, ablate: Ablation | None = None
+    model, tokenizer, ids: list[int], args: argparse.Namespace, device: torch.device, edits: Edits | None = None
 ) -> None:
     """Prints each sample as it is generated. Only the new tokens are decoded (a long prompt is decoded once),
     and they are held back while they end inside a character: BPE pieces can split one across tokens."""
@@ -288,7 +295,7 @@ def stream_samples(
             top_p=args.top_p,
             generator=generator,
             use_cache=not args.no_cache,
-            ablate=ablate or None,
+            edits=edits,
         )
         for token in stream:
             pending.append(int(token[0, 0]))
@@ -360,7 +367,8 @@ def main(argv: list[str]) -> int:
         raise UsageError(f"--ablate: {exc}") from None
 
     if mode == "sample":
-        stream_samples(model, tokenizer, prompt_ids(tokenizer, args, parser), args, device, ablate)
+        edits = ablate.edits() if ablate else None
+        stream_samples(model, tokenizer, prompt_ids(tokenizer, args, parser), args, device, edits)
         return 0
     from watch import inspect
 

@@ -127,7 +127,15 @@ def fit_watched(
             probes = cfg.probes or trainer.data.probes_path or (corpus and corpus.probes_path) or None
             agreement = cfg.agreement or (corpus and corpus.agreement_path) or None
             page = Path(cfg.out_dir) / "attention.html"
-            watch = AttentionWatch(writer, cfg.watch_sentences, probes, agreement, page=page, ablation=cfg.ablation)
+            watch = AttentionWatch(
+                writer,
+                cfg.watch_sentences,
+                probes,
+                agreement,
+                page=page,
+                ablation=cfg.ablation,
+                paths=cfg.watch_paths,
+            )
             sample = TextSample(
                 writer,
                 trainer.tokenizer,

@@ -30,7 +30,7 @@ from formats.sources import identify  # noqa: E402
 from watch.inspect import checkpoint_sets  # noqa: E402
 from watch.measure.patching import PAIRS, analyse, pair_for, watched  # noqa: E402
 from watch.measure.probesets import ProbeSets  # noqa: E402
-from watch.measure.reading import quick_sets, score  # noqa: E402
+from watch.measure.reading import measure, quick_sets  # noqa: E402
 
 CLEAN, CORRUPTED = "The big dog fetched the big ball and she", "The big dog fetched the big ball and it"
 
@@ -80,7 +80,7 @@ def main() -> None:
     passes = {name: ([], []) for name in chosen}
     for _ in range(args.repeats):  # taking turns, so each meets the same machine
         for name, probe_sets in chosen.items():
-            walls, cpus = timed(lambda probe_sets=probe_sets: score(model, probe_sets), 1)
+            walls, cpus = timed(lambda probe_sets=probe_sets: measure(model, probe_sets), 1)
             passes[name][0].extend(walls)
             passes[name][1].extend(cpus)
     for name, (walls, cpus) in passes.items():

@@ -238,9 +238,8 @@ def demo_floors(args: dict) -> dict:
     import torch
 
     from formats import load_model
-    from model.ablation import Ablation
     from watch.inspect import checkpoint_reading, checkpoint_sets
-    from watch.measure.heads import last_pronoun_pos, parse_head
+    from watch.measure.heads import Ablation, last_pronoun_pos, parse_head
     from watch.measure.probesets import REPEATED
     from watch.measure.proofs import best_pronoun_proof, proofs, top_heads
     from watch.measure.reading import read_pass

@@ -185,6 +185,12 @@ class TrainConfig:
         "curve of each head (scalars only; 0: only at evaluations)",
         group="eval",
     )
+    watch_paths: bool = _opt(
+        True,
+        "path patching at every watch pass: which head feeds which, a graph and its scalars in TensorBoard "
+        "(false: a cheaper pass without it)",
+        group="eval",
+    )
     sample_tokens: int = _opt(200, "tokens in the text sample logged at each evaluation (0: none)", group="eval")
     sample_prompt: str = _opt("\n", "prompt of that sample", group="eval")
     probes: str = _opt("", "JSONL probe file for attention metrics ('' : the corpus's own, if any)", group="eval")

@@ -461,4 +461,4 @@ def previous_path(path: Path) -> Path:
 
 
 # Any file no other format recognises is taken for a checkpoint: its reader says what is wrong with it.
-GPTWATCH = Format("gptwatch", "gptwatch", file=lambda path, contents: True, load=load_gptwatch)
+GPTWATCH = Format("gptwatch", "gptwatch", is_file_of=lambda path, contents: True, load=load_gptwatch)

@@ -43,8 +43,8 @@ class Format:
     elsewhere: bool = False  # its models were trained elsewhere: told what they are when read; fine-tuned, new runs
     # Reading. Whether a folder is one; whether a file is one, from its path and, for a PyTorch file, its contents
     # (read once, for every format to look at; None for any other file).
-    folder: Callable[[Path], bool] | None = None
-    file: Callable[[Path, object], bool] | None = None
+    is_folder_of: Callable[[Path], bool] | None = None
+    is_file_of: Callable[[Path, object], bool] | None = None
     load: Callable[[Source, torch.device, float | None], Loaded] | None = None  # (source, device, dropout)
     describe: Callable[[dict], str] | None = None  # what was read, in words, from its record (elsewhere only)
     # Writing, as the export target `sample.py --export TARGET PATH`: TARGET; the file or folder PATH names (checked

@@ -508,7 +508,9 @@ HUGGINGFACE = Format(
     "huggingface",
     "Hugging Face",
     elsewhere=True,
-    folder=lambda path: (path / CONFIG).exists() or (path / CONFIG).is_symlink(),  # what it holds: read_folder checks
+    is_folder_of=lambda path: (
+        (path / CONFIG).exists() or (path / CONFIG).is_symlink()
+    ),  # what it holds: read_folder checks
     load=load,
     describe=describe,
     target="hf",

@@ -1,7 +1,7 @@
 """nanoGPT checkpoints: the `ckpt.pt` its train.py writes, with the character vocabulary of its `meta.pkl` when it
 has one (else GPT-2's BPE), read into a gptwatch model that computes the same function. nanoGPT saves only tensors
 and plain values, so `torch.load(weights_only=True)` reads it; its MLP uses the exact GELU, as gptwatch's does.
-Its file is named as gptwatch's is, ckpt.pt: what it holds tells them apart (`NANOGPT.file`).
+Its file is named as gptwatch's is, ckpt.pt: what it holds tells them apart (`NANOGPT.is_file_of`).
 """
 
 from __future__ import annotations
@@ -142,4 +142,4 @@ def describe(record: dict) -> str:
     return f"nanoGPT checkpoint {record['path']}" + (f" (iteration {iteration})" if iteration is not None else "")
 
 
-NANOGPT = Format("nanogpt", "nanoGPT", elsewhere=True, file=is_nanogpt, load=load, describe=describe)
+NANOGPT = Format("nanogpt", "nanoGPT", elsewhere=True, is_file_of=is_nanogpt, load=load, describe=describe)

@@ -47,7 +47,7 @@ def identify(source: str | Path, *, model: bool = True) -> Source:
             f"same name; to fetch that one, give its repository, {HUB_MODELS[name][0]}"
         )
     if path.is_dir():
-        found = next((known for known in FORMATS if known.folder is not None and known.folder(path)), None)
+        found = next((known for known in FORMATS if known.is_folder_of is not None and known.is_folder_of(path)), None)
         if found is not None:
             return Source(found, path)
         if model and not (path / CHECKPOINT).exists():
@@ -57,7 +57,7 @@ def identify(source: str | Path, *, model: bool = True) -> Source:
             )
     file = checkpoint_path(path)  # the path is kept as given: a reader names what is wrong there (a folder as ckpt.pt)
     contents = read_torch(file) if file.is_file() and is_torch_archive(file) else None
-    found = next(known for known in FORMATS if known.file is not None and known.file(file, contents))
+    found = next(known for known in FORMATS if known.is_file_of is not None and known.is_file_of(file, contents))
     return Source(found, path, contents=contents)
 
 

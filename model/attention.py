@@ -19,6 +19,10 @@ With `relative_positions`, each head also has a learned bias for each distance b
 `position_bias` [head, distance], added to the scaled scores (Shaw et al. 2018; T5's relative bias,
 without its buckets): POSITION_BIAS_SCALE * position_bias[head, query_pos - key_pos].
 
+The readable path passes the queries, keys, values, weights and each head's output through named sites
+(`hook_q`, ..., `hook_z`: model/hooks.py), where an analysis reads them or puts others in their place; a site
+does nothing unless something is attached to it, and the fast path has none.
+
 Names: inside the layer the softmax's output is `attention_weights`, as in the chapter, and a
 head's width is the chapter's `d_k`; everywhere else that width is `head_dim`, and a
 `[head, query_pos, key_pos]` (or `[batch, head, ...]`) tensor of weights is a *pattern*,
@@ -28,91 +32,12 @@ TransformerLens's word.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-
-@dataclass(frozen=True)
-class HeadAblation:
-    """One layer's part of an `Ablation` (model/ablation.py), as `GPT.head_ablations` makes it.
-    `keep` [n_head] is 1 for a head that stays and 0 for one removed; a removed head's output is
-    replaced by zeros (zero-ablation, `fill` None) or by `fill` [n_head, head_dim], its mean output
-    over some text (mean-ablation)."""
-
-    keep: torch.Tensor
-    fill: torch.Tensor | None = None
-
-    def apply(self, context: torch.Tensor) -> torch.Tensor:
-        """context [B, H, T, head_dim] (or [H, T, head_dim]), every head's output, with the removed heads replaced."""
-        out = context * self.keep.view(-1, 1, 1).to(context.dtype)
-        if self.fill is None:
-            return out
-        removed = (1 - self.keep).view(-1, 1).to(context.dtype)  # [H, 1]
-        return out + (removed * self.fill.to(context.dtype)).unsqueeze(1)  # + [H, 1, head_dim]
-
-
-@dataclass(frozen=True)
-class HeadPatch:
-    """Activation patching in one layer (model/ablation.py's `Patch`): some heads' output, or their attention weights,
-    taken from another run of the same tokens' length, batch row by batch row. Where `z_from` [B, H, T] is True, a
-    head's output at that position is replaced by `z` [B, H, T, head_dim], the other run's; where `weights_from`
-    [B, H] is True, the head's whole pattern is replaced by `weights` [B, H, T, T]. Either pair may be None. Like a
-    `HeadAblation`, it replaces what chosen heads produce before the heads are mixed."""
-
-    z_from: torch.Tensor | None = None
-    z: torch.Tensor | None = None
-    weights_from: torch.Tensor | None = None
-    weights: torch.Tensor | None = None
-
-    def apply(self, context: torch.Tensor) -> torch.Tensor:
-        """context [B, H, T, head_dim] with the patched heads' outputs replaced."""
-        if self.z_from is None:
-            return context
-        return torch.where(self.z_from.unsqueeze(-1), self.z.to(context.dtype), context)
-
-    def apply_to_weights(self, attention_weights: torch.Tensor) -> torch.Tensor:
-        """attention_weights [B, H, T, T] with the patched heads' patterns replaced."""
-        if self.weights_from is None:
-            return attention_weights
-        return torch.where(
-            self.weights_from[..., None, None], self.weights.to(attention_weights.dtype), attention_weights
-        )
-
-
-# The scores get POSITION_BIAS_SCALE x position_bias: the table is kept in units of 1/16 of a logit. A head
-# needs a bias of several logits to prefer one distance, while the weights around it are about 0.02, and
-# AdamW moves every parameter by about the learning rate a step, whatever its size: a table in plain logits
-# (scale 1) takes a thousand steps to get there, and a 2-layer attention-only model's previous-token and
-# induction heads formed 2-3x later, or not within 3,000 steps. Scales 8 and 16 both work; 16 earliest.
-POSITION_BIAS_SCALE = 16
-ROTARY_BASE = 10000  # feature pair i turns by position x ROTARY_BASE^(-2i / head_dim), as in RoFormer
-
-
-class Rotary(nn.Module):
-    """Rotary position embedding: rotates pairs of query/key features by an
-    angle proportional to the position, so q·k depends on relative distance."""
-
-    def __init__(self, head_dim: int, max_len: int) -> None:
-        super().__init__()
-        if head_dim % 2:
-            raise ValueError(f"rotary embeddings need an even head size, got {head_dim}")
-        inv_freq = 1.0 / ROTARY_BASE ** (torch.arange(0, head_dim, 2).float() / head_dim)
-        angles = torch.outer(torch.arange(max_len).float(), inv_freq)  # [max_len, head_dim/2]
-        self.register_buffer("cos", angles.cos(), persistent=False)
-        self.register_buffer("sin", angles.sin(), persistent=False)
-
-    def forward(self, x: torch.Tensor, start: int = 0) -> torch.Tensor:
-        """x [..., T, head_dim] rotated as positions start, start + 1, ...: from 0, but where sampling
-        continues a sequence whose earlier positions it holds (model/sampling.py)."""
-        T = x.shape[-2]
-        cos = self.cos[start : start + T].to(x.dtype)
-        sin = self.sin[start : start + T].to(x.dtype)
-        x1, x2 = x[..., 0::2], x[..., 1::2]
-        rotated = torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
-        return rotated.flatten(-2)
+from model.hooks import Site
 
 
 class SelfAttention(nn.Module):
@@ -157,16 +82,16 @@ class SelfAttention(nn.Module):
         self.rotary = Rotary(self.head_dim, max_len) if rotary else None
         # A bias per head and distance (query_pos - key_pos: 0 to max_len - 1), zero at first: no distance preferred.
         self.position_bias = nn.Parameter(torch.zeros(n_head, max_len)) if relative_positions else None
+        # Where the readable path shows what an analysis reads (model/hooks.py); the fast path skips them.
+        self.hook_q, self.hook_k, self.hook_v, self.hook_pattern, self.hook_z = (Site() for _ in range(5))
 
     # --- the readable path ----------------------------------------------------------
 
-    def forward_with_weights(
-        self, x: torch.Tensor, *, ablation: HeadAblation | HeadPatch | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward_with_weights(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The layer written out step by step; also returns the attention weights, [batch, head, query_pos,
-        key_pos] ([head, query_pos, key_pos] when the input was unbatched). `ablation` removes heads, or patches
-        them (`HeadPatch`: their outputs or their weights taken from another run)."""
-        queries, keys, values = self._project(x)  # each [B, H, T, d_k]
+        key_pos] ([head, query_pos, key_pos] when the input was unbatched). What an analysis reads passes through
+        the sites `hook_q`, `hook_k`, `hook_v`, `hook_pattern` and `hook_z` (model/hooks.py)."""
+        queries, keys, values = self._project(x, self.hook_q, self.hook_k, self.hook_v)  # each [B, H, T, d_k]
         T, d_k = keys.shape[-2:]
 
         attention_scores = queries @ keys.transpose(-2, -1)  # [B, H, T, T]
@@ -175,19 +100,17 @@ class SelfAttention(nn.Module):
         scaled_scores = attention_scores / math.sqrt(d_k)
         if self.position_bias is not None:  # each head's preference for each distance, in logits
             scaled_scores = scaled_scores + self.relative_bias(T).to(scaled_scores.dtype)  # + [H, T, T]
-        attention_weights = torch.softmax(scaled_scores, dim=-1)  # [B, H, T, T]
-        if isinstance(ablation, HeadPatch):  # activation patching of patterns: where these heads look, from another run
-            attention_weights = ablation.apply_to_weights(attention_weights)
+        attention_weights = self.hook_pattern(torch.softmax(scaled_scores, dim=-1))  # [B, H, T, T]
         mixed = attention_weights
         if self.training and self.dropout > 0:
             mixed = F.dropout(attention_weights, p=self.dropout)
         context = mixed @ values  # [B, H, T, d_k]
 
-        return self.resid_dropout(self._merge(context, ablation)), attention_weights
+        return self.resid_dropout(self._merge(context, self.hook_z)), attention_weights
 
     # --- the fast path: training and evaluation ------------------------------------------
 
-    def forward(self, x: torch.Tensor, *, ablation: HeadAblation | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         """The same function as `forward_with_weights`, with score, mask, softmax and mix fused into one call
         that never materialises the weights."""
         queries, keys, values = self._project(x)  # each [B, H, T, d_k]
@@ -199,18 +122,22 @@ class SelfAttention(nn.Module):
             future = torch.triu(torch.ones(T, T, device=x.device), diagonal=1).bool()
             mask = self.relative_bias(T).masked_fill(future, float("-inf")).to(queries.dtype)  # [H, T, T]
             context = F.scaled_dot_product_attention(queries, keys, values, attn_mask=mask, dropout_p=dropout)
-        return self.resid_dropout(self._merge(context, ablation))
+        return self.resid_dropout(self._merge(context))
 
     # --- shared by the paths ---------------------------------------------------------------
 
-    def _project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _project(self, x: torch.Tensor, *sites: Site) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """x [B, T, d_in] -> queries, keys, values, each [B, H, T, head_dim], each head its own slice of the
-        features; then the "modern" options, QK-norm and rotary positions (neither for "gpt2"). The chapter's
-        unbatched x [T, d_in] gives [H, T, head_dim], and every step after works on either."""
+        features, each through its site when `sites` are given (the readable path's); then the "modern" options,
+        QK-norm and rotary positions (neither for "gpt2"). The chapter's unbatched x [T, d_in] gives
+        [H, T, head_dim], and every step after works on either."""
         if x.dim() not in (2, 3):
             raise ValueError(f"SelfAttention expects [batch, seq, dim] or [seq, dim], got shape {tuple(x.shape)}")
         shape = (*x.shape[:-1], self.n_head, self.head_dim)  # [B, T, H, head_dim]
-        queries, keys, values = (W(x).view(shape).transpose(-3, -2) for W in (self.W_query, self.W_key, self.W_value))
+        projected = [W(x).view(shape) for W in (self.W_query, self.W_key, self.W_value)]
+        if sites:  # the readable path: each through its site
+            projected = [site(p) for site, p in zip(sites, projected, strict=True)]
+        queries, keys, values = (p.transpose(-3, -2) for p in projected)
         if self.qk_norm:  # bounds the logits, which lets a higher learning rate stay stable
             queries = F.rms_norm(queries, (self.head_dim,))
             keys = F.rms_norm(keys, (self.head_dim,))
@@ -226,11 +153,46 @@ class SelfAttention(nn.Module):
         distance = positions[start:, None] - positions  # [query, key]
         return POSITION_BIAS_SCALE * self.position_bias[:, distance.clamp(min=0)]
 
-    def _merge(self, context: torch.Tensor, ablation: HeadAblation | HeadPatch | None) -> torch.Tensor:
-        """context [B, H, T, head_dim] -> [B, T, d_out], the heads side by side, through the output projection.
-        `ablation` replaces the output of the heads it removes before the heads are mixed: that is how a head is
-        ablated, and, a `HeadPatch`, how a head's output is patched from another run."""
-        if ablation is not None:
-            context = ablation.apply(context)
-        out = context.transpose(-3, -2).flatten(-2)  # [B, T, H * head_dim]
+    def _merge(self, context: torch.Tensor, site: Site | None = None) -> torch.Tensor:
+        """context [B, H, T, head_dim] -> [B, T, d_out], the heads side by side (through `site` on the readable path:
+        where a head is removed or patched), through the output projection."""
+        heads = context.transpose(-3, -2)  # [B, T, H, head_dim]
+        if site is not None:
+            heads = site(heads)
+        out = heads.flatten(-2)  # [B, T, H * head_dim]
         return self.out_proj(out) if self.out_proj is not None else out
+
+
+# --- positions --------------------------------------------------------------------------------
+
+# The scores get POSITION_BIAS_SCALE x position_bias: the table is kept in units of 1/16 of a logit. A head
+# needs a bias of several logits to prefer one distance, while the weights around it are about 0.02, and
+# AdamW moves every parameter by about the learning rate a step, whatever its size: a table in plain logits
+# (scale 1) takes a thousand steps to get there, and a 2-layer attention-only model's previous-token and
+# induction heads formed 2-3x later, or not within 3,000 steps. Scales 8 and 16 both work; 16 earliest.
+POSITION_BIAS_SCALE = 16
+ROTARY_BASE = 10000  # feature pair i turns by position x ROTARY_BASE^(-2i / head_dim), as in RoFormer
+
+
+class Rotary(nn.Module):
+    """Rotary position embedding: rotates pairs of query/key features by an
+    angle proportional to the position, so q·k depends on relative distance."""
+
+    def __init__(self, head_dim: int, max_len: int) -> None:
+        super().__init__()
+        if head_dim % 2:
+            raise ValueError(f"rotary embeddings need an even head size, got {head_dim}")
+        inv_freq = 1.0 / ROTARY_BASE ** (torch.arange(0, head_dim, 2).float() / head_dim)
+        angles = torch.outer(torch.arange(max_len).float(), inv_freq)  # [max_len, head_dim/2]
+        self.register_buffer("cos", angles.cos(), persistent=False)
+        self.register_buffer("sin", angles.sin(), persistent=False)
+
+    def forward(self, x: torch.Tensor, start: int = 0) -> torch.Tensor:
+        """x [..., T, head_dim] rotated as positions start, start + 1, ...: from 0, but where sampling
+        continues a sequence whose earlier positions it holds (model/sampling.py)."""
+        T = x.shape[-2]
+        cos = self.cos[start : start + T].to(x.dtype)
+        sin = self.sin[start : start + T].to(x.dtype)
+        x1, x2 = x[..., 0::2], x[..., 1::2]
+        rotated = torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
+        return rotated.flatten(-2)

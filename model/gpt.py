@@ -10,15 +10,16 @@ Two options change either: `attn_only` (blocks of attention alone, the toy model
 layer, `model/attention.py`, instead of the position table).
 
 Data takes one of the two paths of `SelfAttention` through it: `forward` (training and evaluation) or
-`forward_with_attention` (the readable path, returning every layer's attention pattern). Sampling
-(`model/sampling.py`) reads the same weights through a step of its own, built for speed.
+`forward_with_attention` (the readable path, returning every layer's attention pattern). Only the readable path
+has named sites (model/hooks.py), where an analysis reads activations or puts others in their place:
+`run_with_cache`. Sampling (`model/sampling.py`) reads the same weights through a step of its own, built for speed.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
 import torch
@@ -26,9 +27,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import model.sampling as sampling
-from model.ablation import Ablation, Patch
-from model.attention import HeadAblation, HeadPatch, SelfAttention
+from model.attention import SelfAttention
 from model.config import GPTConfig
+from model.hooks import Cache, Edits, Site, attached
 
 LN_EPS = 1e-5  # LayerNorm's epsilon, GPT-2's (the exporters tell TransformerLens and transformers this one)
 
@@ -93,22 +94,25 @@ class Block(nn.Module):
         )
         self.ln_2 = None if config.attn_only else Norm(config.n_embd, config)
         self.mlp = None if config.attn_only else MLP(config)
+        # Where the readable path shows the residual stream and the MLP's output (model/hooks.py).
+        self.hook_resid_pre, self.hook_resid_mid, self.hook_resid_post = Site(), Site(), Site()
+        self.hook_mlp_out = None if config.attn_only else Site()
 
-    def forward(self, x: torch.Tensor, ablation: HeadAblation | None = None) -> torch.Tensor:
-        x = x + self.attn(self.ln_1(x), ablation=ablation)
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x))
         if self.mlp is not None:
             x = x + self.mlp(self.ln_2(x))
         return x
 
-    def forward_with_weights(
-        self, x: torch.Tensor, ablation: HeadAblation | HeadPatch | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """`forward` through the readable path, which also returns the layer's attention pattern [B, H, T, T]."""
-        attended, pattern = self.attn.forward_with_weights(self.ln_1(x), ablation=ablation)
-        x = x + attended
+    def forward_with_weights(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """`forward` through the readable path, which also returns the layer's attention pattern [B, H, T, T], past
+        the block's sites."""
+        x = self.hook_resid_pre(x)
+        attended, pattern = self.attn.forward_with_weights(self.ln_1(x))
+        x = self.hook_resid_mid(x + attended)
         if self.mlp is not None:
-            x = x + self.mlp(self.ln_2(x))
-        return x, pattern
+            x = x + self.hook_mlp_out(self.mlp(self.ln_2(x)))
+        return self.hook_resid_post(x), pattern
 
 
 class GPT(nn.Module):
@@ -159,19 +163,14 @@ class GPT(nn.Module):
     # --- training, evaluation, watching ------------------------------------------------
 
     def forward(
-        self,
-        idx: torch.Tensor,
-        targets: torch.Tensor | None = None,
-        *,
-        ablate: Ablation | None = None,
-        all_logits: bool = False,
+        self, idx: torch.Tensor, targets: torch.Tensor | None = None, *, all_logits: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """idx [B, T] token ids -> (logits, loss). With targets, logits cover every position and loss is the mean
         cross-entropy; without, only the last position goes through the head (all a sampler needs) unless
         `all_logits` is set."""
         x = self._embed(idx)
-        for block, ablation in zip(self.blocks, self.head_ablations(ablate, idx.device), strict=True):
-            x = block(x, ablation)
+        for block in self.blocks:
+            x = block(x)
         x = self.ln_f(x)
         if targets is not None:
             logits = self.lm_head(x)
@@ -180,30 +179,33 @@ class GPT(nn.Module):
         return (self.lm_head(x) if all_logits else self.lm_head(x[:, -1:, :])), None
 
     def forward_with_attention(
-        self,
-        idx: torch.Tensor,
-        *,
-        ablate: Ablation | None = None,
-        logits_at: torch.Tensor | None = None,
-        patch: Patch | None = None,
+        self, idx: torch.Tensor, *, logits_at: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """The readable path through every layer: (logits at every position, one attention pattern [batch, head,
         query_pos, key_pos] per layer). With `logits_at` ([batch] positions), the logits [batch, vocab] at those
-        positions only: the output head over every position is most of the work when a caller reads one row each.
-        `patch` puts parts of another run in place of this one's (activation patching, model/ablation.py)."""
+        positions only: the output head over every position is most of the work when a caller reads one row each."""
         x = self._embed(idx)
         patterns = []
-        for layer, (block, ablation) in enumerate(
-            zip(self.blocks, self.head_ablations(ablate, idx.device), strict=True)
-        ):
-            if patch is not None:
-                x = patch.entering(layer, x)
-                ablation = patch.heads.get(layer, ablation)
-            x, pattern = block.forward_with_weights(x, ablation)
+        for block in self.blocks:
+            x, pattern = block.forward_with_weights(x)
             patterns.append(pattern)
         if logits_at is not None:
             x = x[torch.arange(x.shape[0], device=x.device), logits_at]
         return self.lm_head(self.ln_f(x)), patterns
+
+    def run_with_cache(
+        self,
+        idx: torch.Tensor,
+        names: Iterable[str] = (),
+        *,
+        edits: Edits | None = None,
+        logits_at: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, Cache]:
+        """`forward_with_attention`'s logits, evaluating, with `edits` acting at their sites and the sites `names`
+        recorded in the cache returned (TransformerLens's `run_with_hooks` and `run_with_cache` in one)."""
+        with evaluating(self), attached(self, edits, names) as cache:
+            logits, _ = self.forward_with_attention(idx, logits_at=logits_at)
+        return logits, cache
 
     def _embed(self, idx: torch.Tensor) -> torch.Tensor:
         T = idx.shape[1]
@@ -217,29 +219,9 @@ class GPT(nn.Module):
             x = x + self.wpe(torch.arange(T, device=idx.device))
         return self.drop(x)
 
-    def head_ablations(self, ablate: Ablation | None, device: torch.device) -> list[HeadAblation | None]:
-        """What each layer removes (None: nothing), for `ablate` as `forward` takes it."""
-        ablations: list[HeadAblation | None] = [None] * self.config.n_layer
-        if ablate is None:
-            return ablations
-        if not isinstance(ablate, Ablation):
-            raise TypeError(
-                f"ablate takes a model.ablation.Ablation, e.g. Ablation([(1, 0)]) for L1H0; got {type(ablate).__name__}"
-            )
-        for layer, heads in ablate.by_layer().items():
-            if not 0 <= layer < self.config.n_layer or any(not 0 <= h < self.config.n_head for h in heads):
-                raise ValueError(
-                    f"cannot ablate layer {layer} heads {heads}: the model has "
-                    f"{self.config.n_layer} layers of {self.config.n_head} heads (L0H0 first)"
-                )
-            keep = torch.ones(self.config.n_head, device=device)
-            keep[heads] = 0.0
-            fill = ablate.means[layer].to(device) if ablate.means is not None else None
-            ablations[layer] = HeadAblation(keep, fill)
-        return ablations
-
     # Sampling (model/sampling.py): idx [B, T] -> [B, T + max_new_tokens], or each new token [B, 1] as soon as
-    # it is sampled. Options: temperature (0 is greedy), top_k, top_p, generator, use_cache (default True), ablate.
+    # it is sampled. Options: temperature (0 is greedy), top_k, top_p, generator, use_cache (default True),
+    # edits (model/hooks.py: a removed head's output, say).
     generate = sampling.generate
     generate_stream = sampling.generate_stream
 

@@ -25,7 +25,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from model.attention import HeadAblation
+from model.hooks import Edit, Edits, site_name
 
 
 class LayerCache:
@@ -69,7 +69,7 @@ class KVCache:
         self.positions = None if model.wpe is None else model.wpe.weight
         self.final_norm = norm_function(model.ln_f)
         self.layers = [LayerCache(block, batch, model.config.block_size, self.tokens) for block in model.blocks]
-        self.no_ablations = [None] * len(self.layers)
+        self.no_edits = [None] * len(self.layers)
         self.length = 0
 
     def advance(self, n: int) -> None:
@@ -82,10 +82,12 @@ class KVCache:
         self.advance(-self.length)
 
 
-def decode(model: nn.Module, idx: torch.Tensor, cache: KVCache, ablations: list | None = None) -> torch.Tensor:
+def decode(
+    model: nn.Module, idx: torch.Tensor, cache: KVCache, z_edits: list[Edit | None] | None = None
+) -> torch.Tensor:
     """Logits [B, vocab] for the position after idx [B, T], whose tokens follow the `cache.length` positions the
-    cache holds; adds them to the cache. `ablations` (from `GPT.head_ablations`, one per layer) removes heads
-    as `GPT.forward`'s `ablate` does."""
+    cache holds; adds them to the cache. `z_edits` (one per layer, `head_output_edits`) act on the heads' outputs as
+    the readable path's `hook_z` edits do."""
     B, T = idx.shape
     start = cache.length
     if start + T > model.config.block_size:
@@ -94,8 +96,8 @@ def decode(model: nn.Module, idx: torch.Tensor, cache: KVCache, ablations: list 
     if cache.positions is not None:
         x = x + cache.positions[start : start + T]
     x = x.view(B * T, -1)
-    for layer, ablation in zip(cache.layers, ablations or cache.no_ablations, strict=True):
-        x = attention_step(layer, x, ablation)  # x + attn(ln_1(x))
+    for layer, edit in zip(cache.layers, z_edits or cache.no_edits, strict=True):
+        x = attention_step(layer, x, edit)  # x + attn(ln_1(x))
         if layer.mlp is not None:
             fc_t, fc_bias, proj_t, proj_bias = layer.mlp
             x = linear(layer.activation(linear(layer.ln_2(x), fc_t, fc_bias)), proj_t, proj_bias, x)  # x + mlp(ln_2(x))
@@ -103,10 +105,10 @@ def decode(model: nn.Module, idx: torch.Tensor, cache: KVCache, ablations: list 
     return torch.mm(cache.final_norm(x.view(B, T, -1)[:, -1]), cache.tokens.t())
 
 
-def attention_step(layer: LayerCache, x: torch.Tensor, ablation: HeadAblation | None = None) -> torch.Tensor:
+def attention_step(layer: LayerCache, x: torch.Tensor, z_edit: Edit | None = None) -> torch.Tensor:
     """x + SelfAttention(ln_1(x)) for rows x [B * T, n_embd]: T new positions of each of the layer's B sequences
-    after the `layer.length` it holds, which they attend to too and join. `ablation` replaces the output of the
-    heads it removes, as in `SelfAttention.forward`."""
+    after the `layer.length` it holds, which they attend to too and join. `z_edit` acts on the heads' outputs
+    [B, T, H, D], as at the readable path's `hook_z`."""
     B, start = layer.batch, layer.length
     T = x.shape[0] // B
     H, D = layer.heads
@@ -131,9 +133,10 @@ def attention_step(layer: LayerCache, x: torch.Tensor, ablation: HeadAblation | 
             future = torch.triu(torch.ones(shape, device=x.device), diagonal=start + 1).bool()
             mask = mask.masked_fill(future, float("-inf"))
         context = F.scaled_dot_product_attention(queries, keys, values, attn_mask=mask.to(queries.dtype))
-    if ablation is not None:
-        context = ablation.apply(context)
-    rows = context.view(B, H * D) if T == 1 else context.transpose(1, 2).reshape(B * T, H * D)
+    if z_edit is not None:
+        rows = z_edit(context.transpose(1, 2)).reshape(B * T, H * D)
+    else:
+        rows = context.view(B, H * D) if T == 1 else context.transpose(1, 2).reshape(B * T, H * D)
     return linear(rows, *layer.out_proj, x)
 
 
@@ -180,13 +183,14 @@ def generate_stream(
     top_p: float | None = None,
     generator: torch.Generator | None = None,
     use_cache: bool = True,
-    ablate=None,
+    edits: Edits | None = None,
 ) -> Iterator[torch.Tensor]:
-    """Yields each new token, [B, 1], as soon as it is sampled, with the heads in `ablate` removed (as
-    `GPT.forward` takes it). temperature 0 is greedy. When the context outgrows block_size, the model keeps the
-    most recent half block and goes on (re-encoding those tokens once), so with or without the cache it sees
-    exactly the same context, and the cache saves work on all but one token in every half block."""
-    tokens = _sampled(model, idx, max_new_tokens, temperature, top_k, top_p, generator, use_cache, ablate)
+    """Yields each new token, [B, 1], as soon as it is sampled, with `edits` acting at their sites (model/hooks.py;
+    with the cache, those of the heads' outputs only: a head removed). temperature 0 is greedy. When the context
+    outgrows block_size, the model keeps the most recent half block and goes on (re-encoding those tokens once), so
+    with or without the cache it sees exactly the same context, and the cache saves work on all but one token in
+    every half block."""
+    tokens = _sampled(model, idx, max_new_tokens, temperature, top_k, top_p, generator, use_cache, edits)
     while True:
         with sampling_mode():  # around each token only: the caller's code between tokens runs as usual
             token = next(tokens, None)
@@ -211,7 +215,7 @@ def _sampled(
     top_p: float | None = None,
     generator: torch.Generator | None = None,
     use_cache: bool = True,
-    ablate=None,
+    edits: Edits | None = None,
 ) -> Iterator[torch.Tensor]:
     if idx.dim() != 2 or idx.shape[1] == 0:
         raise ValueError("generate needs a non-empty prompt shaped [batch, tokens]")
@@ -219,14 +223,17 @@ def _sampled(
     keep = max(1, block // 2)
     context = idx[:, -block:]
     cache = KVCache(model, idx.shape[0]) if use_cache else None
-    ablations = model.head_ablations(ablate, idx.device) if ablate else None
+    z_edits = head_output_edits(model, edits) if edits and use_cache else None
     vocab = model.config.vocab_used or model.config.vocab_size  # rows beyond it pad the vocabulary: never sampled
     pending = context  # tokens not yet in the cache
     for _ in range(max_new_tokens):
-        if cache is None:
-            logits = model(context, ablate=ablate)[0][:, -1]
+        if cache is None and edits:  # the readable path, where every site is
+            last = torch.full((context.shape[0],), context.shape[1] - 1, device=context.device)
+            logits = model.run_with_cache(context, edits=edits, logits_at=last)[0]
+        elif cache is None:
+            logits = model(context)[0][:, -1]
         else:
-            logits = decode(model, pending, cache, ablations)
+            logits = decode(model, pending, cache, z_edits)
         next_token = sample_next(logits[:, :vocab], temperature, top_k, top_p, generator)
         yield next_token
         context = torch.cat([context, next_token], dim=1)
@@ -236,6 +243,19 @@ def _sampled(
             pending = context
             if cache is not None:
                 cache.reset()
+
+
+def head_output_edits(model: nn.Module, edits: Edits) -> list[Edit | None]:
+    """Each layer's edit of its heads' outputs (`hook_z`), for `decode`; a ValueError for an edit elsewhere, which
+    the cached step has no site for."""
+    names = [site_name("z", layer) for layer in range(model.config.n_layer)]
+    elsewhere = sorted(set(edits) - set(names))
+    if elsewhere:
+        raise ValueError(
+            f"sampling with the KV cache edits heads' outputs (hook_z) only, not {', '.join(elsewhere)}; "
+            f"give use_cache=False"
+        )
+    return [edits.get(name) for name in names]
 
 
 @contextmanager

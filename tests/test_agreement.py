@@ -23,7 +23,7 @@ from watch.callback import AttentionWatch
 from watch.measure.capture import capture_from_patterns
 from watch.measure.probesets import AGREEMENT, ProbeSet, ProbeSets, from_file
 from watch.measure.pronouns import HeadStats, ProbeReport, name_readers
-from watch.measure.reading import read, read_results
+from watch.measure.reading import interpret, tally
 
 WOMEN, MEN = ["ann", "eve", "may"], ["bob", "tim", "ted"]
 PLACES = ["out", "home", "up", "in"]
@@ -126,7 +126,7 @@ def test_name_weights_on_a_hand_built_pattern(tmp_path):
         layers[1][0, last, last] = 0.1
         patterns.append(layers)
     contexts_set = agreement_set(items)
-    results = read([capture_from_patterns(contexts_set, patterns)], ProbeSets({AGREEMENT: contexts_set}))
+    results = tally([capture_from_patterns(contexts_set, patterns)], ProbeSets({AGREEMENT: contexts_set}))
     weights = results.per_head("name_reading")
     assert weights["L1H0"] == pytest.approx(0.9)
     uniform = sum(3 / len(item.ids) for item in items) / len(items)  # every other row: uniform over the past
@@ -155,10 +155,10 @@ def test_agreement_counts_the_pronoun_the_model_prefers():
     patterns = [
         [torch.tril(torch.ones(1, len(i.ids), len(i.ids))) / torch.arange(1, len(i.ids) + 1)[:, None]] for i in items
     ]
-    results = read(
+    results = tally(
         [capture_from_patterns(contexts_set, patterns, [logits] * len(items))], ProbeSets({AGREEMENT: contexts_set})
     )
-    stats = read_results(results).agreement
+    stats = interpret(results).agreement
     assert stats.accuracy == 0.5 and stats.n_correct == 6
     assert stats.by_mention == {"first": 0.5, "second": 0.5}
     assert stats.share == pytest.approx(0.5)  # sigmoid(+1) and sigmoid(-1) in equal numbers

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from model import SelfAttention
-from model.attention import POSITION_BIAS_SCALE, HeadAblation
+from model.attention import POSITION_BIAS_SCALE
+from model.hooks import attached, removed_heads
 
 
 def explanation_formula(x: torch.Tensor, attn: SelfAttention) -> torch.Tensor:
@@ -60,14 +61,15 @@ def test_the_unbatched_form_is_a_batch_of_one_on_both_paths(options):
         with torch.no_grad():
             attn.position_bias.normal_(0.0, 0.1)
     x = torch.randn(9, 16)
-    for removed in ({}, {"ablation": HeadAblation(torch.tensor([1.0, 0.0]), torch.randn(2, 8))}):
-        readable, weights = attn.forward_with_weights(x, **removed)
-        batched, batched_weights = attn.forward_with_weights(x.unsqueeze(0), **removed)
+    torch.testing.assert_close(attn(x), attn(x.unsqueeze(0))[0])
+    torch.testing.assert_close(attn(x), attn.forward_with_weights(x)[0], atol=1e-5, rtol=1e-5)
+    for removed in ({}, {"hook_z": removed_heads([1], torch.randn(2, 8))}):  # the sites see either form too
+        with attached(attn, removed):
+            readable, weights = attn.forward_with_weights(x)
+            batched, batched_weights = attn.forward_with_weights(x.unsqueeze(0))
         assert readable.shape == (9, 16) and weights.shape == (2, 9, 9)  # [head, query_pos, key_pos]
         torch.testing.assert_close(readable, batched[0])
         torch.testing.assert_close(weights, batched_weights[0])
-        torch.testing.assert_close(attn(x, **removed), attn(x.unsqueeze(0), **removed)[0])
-        torch.testing.assert_close(attn(x, **removed), readable, atol=1e-5, rtol=1e-5)
 
 
 def test_weights_rows_sum_to_one_and_nothing_above_the_diagonal():
@@ -92,21 +94,39 @@ def test_causal_a_later_token_never_changes_an_earlier_output(path):
 def test_zero_ablation_zeroes_exactly_one_heads_contribution():
     attn = SelfAttention(8, 8, n_head=2, out_proj=False)
     x = torch.randn(1, 5, 8)
-    out = attn(x, ablation=HeadAblation(torch.tensor([1.0, 0.0])))
+    with attached(attn, {"hook_z": removed_heads([1])}):  # the readable path's site of the heads' outputs
+        out = attn.forward_with_weights(x)[0]
     assert (out[..., 4:] == 0).all()
     torch.testing.assert_close(out[..., :4], attn(x)[..., :4])
 
 
-@pytest.mark.parametrize("path", ["fast", "readable"])
-def test_mean_ablation_puts_the_mean_in_place_of_exactly_one_head(path):
+def test_mean_ablation_puts_the_mean_in_place_of_exactly_one_head():
     attn = SelfAttention(8, 8, n_head=2, out_proj=False)
     x = torch.randn(1, 5, 8)
     fill = torch.arange(8.0).view(2, 4)  # head 1's stand-in output: 4, 5, 6, 7 at every position
-    ablation = HeadAblation(torch.tensor([1.0, 0.0]), fill)
-    run = attn if path == "fast" else (lambda t, **kw: attn.forward_with_weights(t, **kw)[0])
-    out = run(x, ablation=ablation)
+    with attached(attn, {"hook_z": removed_heads([1], fill)}):
+        out = attn.forward_with_weights(x)[0]
     assert torch.equal(out[..., 4:], fill[1].expand(1, 5, 4))
-    torch.testing.assert_close(out[..., :4], run(x)[..., :4])
+    torch.testing.assert_close(out[..., :4], attn.forward_with_weights(x)[0][..., :4])
+
+
+def test_a_site_is_bare_after_its_run_and_records_what_the_path_passes_on():
+    """The sites do nothing unless something is attached (the fast and readable paths agree), record what they pass
+    on in TransformerLens's layouts, and are bare again afterwards, also when the run fails."""
+    torch.manual_seed(0)
+    attn = SelfAttention(8, 8, n_head=2).eval()
+    x = torch.randn(3, 5, 8)
+    with attached(attn, record=["hook_q", "hook_pattern", "hook_z"]) as cache:
+        out, weights = attn.forward_with_weights(x)
+    assert cache["hook_q"].shape == cache["hook_z"].shape == (3, 5, 2, 4)  # [batch, pos, head, d_head]
+    assert torch.equal(cache["hook_pattern"], weights)
+    torch.testing.assert_close(attn.out_proj(cache["hook_z"].flatten(-2)), out)
+    with pytest.raises(RuntimeError), attached(attn, {"hook_z": lambda z: z[..., :1]}):
+        attn.forward_with_weights(x)  # a wrong edit fails inside; the site is cleared all the same
+    assert all(site.edit is None and site.cache is None for site in (attn.hook_q, attn.hook_z, attn.hook_pattern))
+    with pytest.raises(ValueError, match="no site hook_y in this model; its sites: hook_q, hook_k"):
+        with attached(attn, record=["hook_y"]):
+            pass
 
 
 def test_bad_input_shapes_are_named():

@@ -24,7 +24,7 @@ from watch.measure.probesets import (
     repeats_by_distance,
     token_pool,
 )
-from watch.measure.reading import score
+from watch.measure.reading import measure
 from watch.measure.scores import induction_targets
 
 # --- the rule -------------------------------------------------------------------------------------------
@@ -78,7 +78,7 @@ def test_a_head_scores_spread_is_two_standard_errors_of_its_sequences_own_scores
     for p in model.parameters():
         torch.nn.init.normal_(p, std=0.3)
     repeated = repeated_tokens(range(40), 64, sequences=12)
-    results = score(model, ProbeSets({REPEATED: repeated}))
+    results = measure(model, ProbeSets({REPEATED: repeated}))
     _, patterns = model.forward_with_attention(torch.tensor(repeated.ids))
     targets = induction_targets(torch.tensor(repeated.ids)).double()
     for layer, pattern in enumerate(patterns):
@@ -93,14 +93,14 @@ def test_a_head_scores_spread_is_two_standard_errors_of_its_sequences_own_scores
 def test_the_reach_by_distance_has_a_spread_for_each_distance():
     model = tiny_model(vocab_size=40, block_size=64)
     sets = ProbeSets({REACH: repeats_by_distance(range(40), 64, sequences=8)})
-    results = score(model, sets)
+    results = measure(model, sets)
     for d in (4, 8, 16):
         spread = results.heads[f"induction_{d}_spread"]
         assert spread.shape == (2, 2) and bool((spread > 0).all()) and bool(spread.isfinite().all())
 
 
 def test_one_sequence_has_no_spread_to_give():
-    results = score(
+    results = measure(
         tiny_model(vocab_size=40, block_size=64), ProbeSets({REPEATED: repeated_tokens(range(40), 64, sequences=1)})
     )
     assert bool(results.heads["induction_spread"].isinf().all())
@@ -141,7 +141,7 @@ def test_another_draw_lands_within_the_first_draws_spread():
     model, tokenizer = induction_demo()
     pool = token_pool(None, tokenizer, "induction")  # the vocabulary, less the newline
     assert len(pool.tokens) == tokenizer.vocab_size - 1
-    first, second = (score(model, draw(pool, model.config.block_size, number)) for number in (0, 1))
+    first, second = (measure(model, draw(pool, model.config.block_size, number)) for number in (0, 1))
     head, value = first.best("induction")
     assert value > 0.9  # an induction head, scored on sequences without a line break in them
     spread = first.head("induction_spread", *parse_head(head))

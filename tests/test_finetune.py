@@ -28,7 +28,7 @@ from formats.checkpoint import save_checkpoint
 from model.config import GPTConfig
 from model.gpt import GPT
 from tests.commands import TEXT, one_line, run, tiny_args
-from watch.measure.reading import read_results
+from watch.measure.reading import interpret
 from watch.show.report import before_table, changed_heads, changes_line, type_labels
 
 CPU = torch.device("cpu")
@@ -288,8 +288,8 @@ def test_the_heads_whose_type_fine_tuning_changed_are_named_marked_and_labelled(
         untrained.heads[name] = torch.full_like(untrained.heads[name], 0.05)
     before.heads["sink"][0, 3] = 0.05  # L0H3 was no sink before fine-tuning
     before.heads["previous_token"][0, 6] = 0.9  # L0H6 (uniform now) was a previous-token head
-    base = read_results(untrained)
-    now = read_results(now, base, before=read_results(before, base))
+    base = interpret(untrained)
+    now = interpret(now, base, before=interpret(before, base))
     assert changed_heads(now) == ["L0H3", "L0H6"]
     assert changes_line(now) == (
         "fine-tuning changed the type of 2 of 7 heads: L0H3 - -> first-token (sink), L0H6 previous-token -> -"

@@ -12,10 +12,9 @@ import torch
 from conftest import tiny_model
 
 from data.tokenizer import CharTokenizer
-from model.ablation import Ablation
 from watch.inspect import heads_json
 from watch.measure.capture import capture_attention, capture_from_patterns
-from watch.measure.heads import ablation_for
+from watch.measure.heads import Ablation, ablation_for
 from watch.measure.headtypes import TYPE_MIN, TYPE_SETS, TYPES, best_offset, heads_of
 from watch.measure.patching import PAIRS
 from watch.measure.probesets import (
@@ -39,12 +38,12 @@ from watch.measure.reading import (
     PROBE_KINDS,
     WHOLE,
     Results,
+    interpret,
+    measure,
     measures,
     quick_sets,
-    read,
     read_pass,
-    read_results,
-    score,
+    tally,
 )
 from watch.measure.scores import icl_positions
 from watch.show.report import ablation_lines, type_legend, type_lines, type_table
@@ -86,7 +85,7 @@ def hand_results():
     layer = torch.stack(list(PATTERNS.values()))  # [head, T, T]
     logits = [torch.zeros(T, 20), torch.zeros(T, 20)]
     captured = [capture_from_patterns(s, [[layer], [layer]], logits) for s in (repeated, text)]
-    return read(captured, ProbeSets({REPEATED: repeated, TEXT: text}))
+    return tally(captured, ProbeSets({REPEATED: repeated, TEXT: text}))
 
 
 def by_head(results, score_name: str) -> dict[str, float]:
@@ -205,7 +204,7 @@ def test_a_real_models_scores_are_the_formulas(arch):
         torch.nn.init.normal_(p, std=0.3)
     repeated = repeated_tokens(range(40), 32, sequences=6)
     text = held_out_text(torch.randint(0, 40, (200,), generator=torch.Generator().manual_seed(3)).numpy(), 32, pairs=2)
-    results = score(model, ProbeSets({REPEATED: repeated, TEXT: text}))
+    results = measure(model, ProbeSets({REPEATED: repeated, TEXT: text}))
     expected = reference(model, repeated, text)
     for name in ("previous_token", "induction", "duplicate_token"):
         torch.testing.assert_close(results.heads[name], expected[name], atol=1e-5, rtol=1e-4)
@@ -270,7 +269,7 @@ def test_a_type_needs_its_score_and_three_times_the_untrained_one():
         untrained.heads[name] = torch.full_like(untrained.heads[name], 0.05)
 
     def types():
-        return read_results(results, read_results(untrained)).types
+        return interpret(results, interpret(untrained)).types
 
     assert {name: t.kind for name, t in types().items()} == {
         "L0H0": "previous_token",
@@ -295,7 +294,7 @@ def test_a_pronoun_head_is_a_type_by_the_same_rule():
     # current-token head at 0.5, against 0.1 and 0.2 untrained: 3x 0.2 is 0.6, more than the 0.5 it has.
     results.heads["referent"] = torch.tensor([[0.0, 0.0, 0.0, 0.0, 0.5, 0.0, 0.9]], dtype=torch.float64)
     untrained.heads["referent"] = torch.tensor([[0.1, 0.1, 0.1, 0.1, 0.2, 0.1, 0.1]], dtype=torch.float64)
-    reading = read_results(results, read_results(untrained))
+    reading = interpret(results, interpret(untrained))
     assert reading.types["L0H6"].kind == "pronoun" and reading.types["L0H4"].kind == "current_token"
     table = type_table(reading)
     assert table.splitlines()[0].split()[-3:] == ["pronoun", "spread", "out"] and "0.90 (0.10)" in table
@@ -310,7 +309,7 @@ def test_every_head_type_record_reaches_the_table_the_legend_the_charts_and_the_
     results, untrained = hand_results(), hand_results()
     for r in (results, untrained):  # the pronoun type's score, as the pronoun probes give it
         r.heads["referent"] = torch.full((1, len(PATTERNS)), 0.1, dtype=torch.float64)
-    reading = read_results(results, read_results(untrained, is_untrained=True))
+    reading = interpret(results, interpret(untrained, is_untrained=True))
     header, legend = type_table(reading).splitlines()[0], type_legend(reading)
     found = heads_json(reading, [], "zero", results.sets)["heads"]["L0H0"]
     given = {name for kind in PROBE_KINDS.values() for name in (*kind.numbers, *kind.scores)}
@@ -342,10 +341,10 @@ def test_a_head_close_to_a_type_says_so_with_its_figure_and_the_untrained_one():
         untrained.heads[name] = torch.full_like(untrained.heads[name], 0.06)
     results.heads["sink"][0, 3] = 0.3  # the sink head, below the 0.4 a type needs
     results.heads["duplicate_token"][0, 2] = 0.05  # the duplicate-token head, far below it
-    lines = type_lines(read_results(results, read_results(untrained)))
+    lines = type_lines(interpret(results, interpret(untrained)))
     assert "no first-token (sink) head yet, but L0H3 is close: 0.30, where a type needs 0.40 (untrained 0.06)" in lines
     assert "no duplicate-token head (best L0H3 0.167 ± 0.000, untrained 0.06)" in lines  # far from it: no "yet"
-    legend = type_legend(read_results(results, read_results(untrained)))
+    legend = type_legend(interpret(results, interpret(untrained)))
     assert "at least 0.4 and at least 3x the same head's in the untrained model" in legend
     assert "pronoun" not in legend  # no probes here: no pronoun column either
 
@@ -362,7 +361,7 @@ def test_a_head_close_to_a_type_says_so_with_its_figure_and_the_untrained_one():
 )
 def test_what_removing_heads_cost_is_said_in_plain_words(old, new, words):
     def reading(numbers):
-        return read_results(Results({}, numbers, {}, [], ProbeSets(), 0))
+        return interpret(Results({}, numbers, {}, [], ProbeSets(), 0))
 
     before = reading(
         {"in_context_gain": old, "in_context_gain_spread": 0.05, "loss_first_copy": 4.0, "loss_second_copy": 4.0 - old}
@@ -388,7 +387,7 @@ def test_redrawing_the_held_out_windows_moves_each_figure_less_than_its_spread()
     for p in model.parameters():
         torch.nn.init.normal_(p, std=0.3)
     tokens = torch.randint(0, 40, (30_000,), generator=torch.Generator().manual_seed(1)).numpy()
-    draws = [score(model, ProbeSets({TEXT: held_out_text(tokens, 64, seed=seed)})) for seed in range(5)]
+    draws = [measure(model, ProbeSets({TEXT: held_out_text(tokens, 64, seed=seed)})) for seed in range(5)]
     scores = [(r.numbers["in_context_score"], r.numbers["in_context_score_spread"]) for r in draws]
     assert len({round(value, 6) for value, _ in scores}) == 5  # the draws differ
     assert not (any(v > s for v, s in scores) and any(v < -s for v, s in scores)), scores
@@ -408,12 +407,12 @@ def test_removing_a_head_changes_only_what_comes_after_it():
     for p in model.parameters():
         torch.nn.init.normal_(p, std=0.3)
     sets = ProbeSets({REPEATED: repeated_tokens(range(40), 32, sequences=4)})
-    plain = score(model, sets)
-    last = score(model, sets, ablate=Ablation([(1, 0)]))  # the last layer: no head's pattern can change
+    plain = measure(model, sets)
+    last = measure(model, sets, ablate=Ablation([(1, 0)]))  # the last layer: no head's pattern can change
     for name, values in plain.heads.items():
         torch.testing.assert_close(values, last.heads[name])
     assert last.numbers["in_context_gain"] != pytest.approx(plain.numbers["in_context_gain"], abs=1e-6)
-    first = score(model, sets, ablate=Ablation([(0, 1)]))  # layer 0's own patterns stay; layer 1 sees the change
+    first = measure(model, sets, ablate=Ablation([(0, 1)]))  # layer 0's own patterns stay; layer 1 sees the change
     torch.testing.assert_close(first.heads["induction"][0], plain.heads["induction"][0])
     assert not torch.allclose(first.heads["induction"][1], plain.heads["induction"][1])
     assert first.ablated == ["L0H1"]
@@ -438,7 +437,7 @@ def test_mean_ablation_puts_each_heads_mean_output_in_its_place():
     zero = ablation_for(["L0H1"], 2, 2)
     assert zero.heads == removed.heads and zero.mode == "zero"
     sets = ProbeSets({TEXT: text})
-    zero_loss, mean_loss = (score(model, sets, ablation).numbers["text_loss"] for ablation in (zero, removed))
+    zero_loss, mean_loss = (measure(model, sets, ablation).numbers["text_loss"] for ablation in (zero, removed))
     assert zero_loss != pytest.approx(mean_loss, abs=1e-6)
     with pytest.raises(ValueError, match="mean-ablation needs held-out text"):  # sets without the text
         proofs(model, ProbeSets(), read_pass(model, sets), "mean")

@@ -10,7 +10,7 @@ import torch
 from watch.measure.capture import capture_from_patterns
 from watch.measure.probesets import REACH, REPEATED, ProbeSets, repeated_tokens, repeats_by_distance
 from watch.measure.proofs import AblationResult, where_it_looks
-from watch.measure.reading import read
+from watch.measure.reading import tally
 from watch.show.report import route_lines
 
 
@@ -48,13 +48,13 @@ def test_a_head_that_looks_where_an_induction_head_does_scores_one_at_every_dist
         capture_from_patterns(sets.get(REPEATED), _looking_back(sets.get(REPEATED).ids, lambda q: 31), logits),
         capture_from_patterns(sets.get(REACH), _looking_back(sets.get(REACH).ids, induction_reach)),
     ]
-    results = read(captured, sets)
+    results = tally(captured, sets)
     assert results.reach()["L0H0"] == pytest.approx({4: 1.0, 8: 1.0, 16: 1.0, 32: 1.0})
 
     # A head that copies only from close by: 3 tokens back is where an induction head looks in a repeat of 4.
     captured[0] = capture_from_patterns(sets.get(REPEATED), _looking_back(sets.get(REPEATED).ids, lambda q: 3), logits)
     captured[1] = capture_from_patterns(sets.get(REACH), _looking_back(sets.get(REACH).ids, lambda q: 3))
-    reach = read(captured, sets).reach()["L0H0"]
+    reach = tally(captured, sets).reach()["L0H0"]
     assert reach[4] == pytest.approx(1.0) and max(reach[8], reach[16], reach[32]) < 0.05  # chance repeats only
 
 

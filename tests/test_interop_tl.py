@@ -15,7 +15,7 @@ from tests.random_checkpoints import KINDS, make_checkpoint
 from watch.measure.capture import capture_attention, capture_from_patterns
 from watch.measure.probesets import REPEATED, ProbeSets, held_out_text, repeated_tokens, token_pool
 from watch.measure.probesets import TEXT as TEXT_SET
-from watch.measure.reading import read, read_results, score, untrained_like
+from watch.measure.reading import interpret, measure, tally, untrained_like
 
 transformer_lens = pytest.importorskip(
     "transformer_lens", reason="transformer-lens is optional: pip install -r requirements-interop.txt to test this"
@@ -122,8 +122,8 @@ def test_head_type_scores_from_transformer_lens_patterns_equal_gptwatch(checkpoi
     sets.add(TEXT_SET, held_out_text(tokenizer.encode(TEXT), block))
     assert set(sets.sets) == {REPEATED, TEXT_SET}, sets.missing
 
-    ours = score(model, sets)
-    theirs = read(tl_captures(to_hooked_transformer(model), sets), sets)
+    ours = measure(model, sets)
+    theirs = tally(tl_captures(to_hooked_transformer(model), sets), sets)
     assert set(theirs.heads) == set(ours.heads) and len(ours.heads) >= 10
     for name, values in ours.heads.items():
         assert torch.equal(values.isnan(), theirs.heads[name].isnan()), name
@@ -131,8 +131,8 @@ def test_head_type_scores_from_transformer_lens_patterns_equal_gptwatch(checkpoi
     assert set(theirs.numbers) == set(ours.numbers)
     for name, value in ours.numbers.items():
         assert abs(value - theirs.numbers[name]) < LOGITS_TOL, name
-    untrained = read_results(score(untrained_like(model, 0), sets))
-    assert read_results(theirs, untrained).types == read_results(ours, untrained).types
+    untrained = interpret(measure(untrained_like(model, 0), sets))
+    assert interpret(theirs, untrained).types == interpret(ours, untrained).types
 
 
 def test_the_python_entry_point_runs_on_the_model_device_and_keeps_the_tokenizer_ids(tmp_path):

@@ -7,9 +7,10 @@ from conftest import tiny_model
 
 import model.sampling as sampling
 from model import GPT, GPTConfig, KVCache, sample_next
-from model.ablation import Ablation
+from model.hooks import site_name
 from model.memory import parameter_count
-from model.sampling import decode
+from model.sampling import decode, head_output_edits
+from watch.measure.heads import Ablation
 
 
 @pytest.mark.parametrize("arch", ["gpt2", "modern"])
@@ -52,12 +53,14 @@ def test_ablating_a_head_changes_the_output_and_bad_heads_are_named():
     model = tiny_model()
     idx = torch.randint(0, 50, (1, 8))
     plain, _ = model(idx, all_logits=True)
-    ablated, _ = model(idx, all_logits=True, ablate=Ablation([(1, 0)]))
+    ablated, _ = model.run_with_cache(idx, edits=Ablation([(1, 0)]).edits())
     assert not torch.allclose(plain, ablated)
-    with pytest.raises(ValueError, match="2 layers of 2 heads"):
-        model(idx, ablate=Ablation([(2, 0)]))
-    with pytest.raises(TypeError, match="takes a model.ablation.Ablation"):
-        model(idx, ablate={1: [0]})
+    with pytest.raises(ValueError, match="no site blocks.2.attn.hook_z in this model"):
+        model.run_with_cache(idx, edits=Ablation([(2, 0)]).edits())
+    with pytest.raises(ValueError, match="cannot remove head 2: the layer has heads 0 to 1"):
+        model.run_with_cache(idx, edits=Ablation([(1, 2)]).edits())
+    with pytest.raises(ValueError, match="no site 1 in this model"):
+        model.run_with_cache(idx, edits={1: [0]})
 
 
 def test_config_rejects_impossible_sizes():
@@ -130,21 +133,21 @@ def decisive(options: dict) -> "GPT":  # noqa: F821
     return model
 
 
-def ablation(kind: str) -> Ablation | None:
-    """Heads L0H1 and L1H0 removed the `kind` way (zeros, or a mean output of each head), or None."""
+def edits(kind: str) -> dict | None:
+    """Heads L0H1 and L1H0 removed the `kind` way (zeros, or a mean output of each head), as edits of the heads'
+    outputs (model/hooks.py), or None."""
     if kind == "none":
         return None
     means = {layer: torch.randn(2, 8, generator=torch.Generator().manual_seed(layer)) for layer in (0, 1)}
-    return Ablation([(0, 1), (1, 0)], means if kind == "mean" else None)
+    return Ablation([(0, 1), (1, 0)], means if kind == "mean" else None).edits()
 
 
-@pytest.mark.parametrize("kind", ABLATIONS)
 @pytest.mark.parametrize("options", MODELS.values(), ids=MODELS)
-def test_the_readable_path_gives_the_same_logits(options, kind):
+def test_the_readable_path_gives_the_same_logits(options):
     model = decisive(options)
     idx = torch.randint(0, 50, (2, 16))
-    fast, _ = model(idx, all_logits=True, ablate=ablation(kind))
-    readable, patterns = model.forward_with_attention(idx, ablate=ablation(kind))
+    fast, _ = model(idx, all_logits=True)
+    readable, patterns = model.forward_with_attention(idx)
     torch.testing.assert_close(fast, readable, atol=1e-5, rtol=1e-5)
     assert [p.shape for p in patterns] == [(2, 2, 16, 16)] * 2
 
@@ -164,10 +167,12 @@ def test_cached_decoding_matches_the_full_forward_pass(options, kind, chunks):
     # Sampling runs a prompt, then one token at a time, through the cached step (model/sampling.py's decode);
     # after every call it must give the logits the full forward pass gives there, and leave in the cache
     # exactly the keys and values that pass computes.
+    # With heads removed, the reference is the readable path with the same edits of the heads' outputs.
     model = decisive(options)
     tokens = torch.randint(0, 50, (2, 16))
-    full, _ = model(tokens, all_logits=True, ablate=ablation(kind))
-    cache, removed = KVCache(model, batch=2), model.head_ablations(ablation(kind), tokens.device)
+    streams = [site_name("resid_pre", layer) for layer in range(2)]
+    full, entering = model.run_with_cache(tokens, streams, edits=edits(kind))
+    cache, removed = KVCache(model, batch=2), head_output_edits(model, edits(kind) or {})
     got, start = [], 0
     with torch.inference_mode():
         for n in chunks:
@@ -176,13 +181,11 @@ def test_cached_decoding_matches_the_full_forward_pass(options, kind, chunks):
     ends = torch.tensor(chunks).cumsum(0) - 1
     torch.testing.assert_close(torch.stack(got, dim=1), full[:, ends], atol=1e-5, rtol=1e-5)
     assert cache.length == 16
-    x = model._embed(tokens)
     for layer, block in enumerate(model.blocks):
-        _, keys, values = block.attn._project(block.ln_1(x))
+        _, keys, values = block.attn._project(block.ln_1(entering[streams[layer]]))
         held = cache.layers[layer].slot[:, : cache.length].transpose(1, 3)  # [B, H, 2, positions, head_dim]
         torch.testing.assert_close(held[:, :, 0], keys, atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(held[:, :, 1], values, atol=1e-5, rtol=1e-5)
-        x = block(x, removed[layer])
 
 
 def greedy(model: "GPT", prompt: torch.Tensor, new_tokens: int, monkeypatch, **options):  # noqa: F821
@@ -205,8 +208,8 @@ LENGTHS = [(1, 40), (5, 1), (5, 10), (5, 40), (16, 40)]
 def test_greedy_text_is_the_same_with_and_without_the_kv_cache(options, kind, prompt_length, new_tokens, monkeypatch):
     model = decisive(options)
     prompt = torch.randint(0, 50, (2, prompt_length))
-    cached, cached_logits = greedy(model, prompt, new_tokens, monkeypatch, ablate=ablation(kind))
-    plain, plain_logits = greedy(model, prompt, new_tokens, monkeypatch, ablate=ablation(kind), use_cache=False)
+    cached, cached_logits = greedy(model, prompt, new_tokens, monkeypatch, edits=edits(kind))
+    plain, plain_logits = greedy(model, prompt, new_tokens, monkeypatch, edits=edits(kind), use_cache=False)
     assert cached.shape == (2, prompt_length + new_tokens)
     assert torch.equal(cached, plain)
     torch.testing.assert_close(cached_logits, plain_logits, atol=1e-5, rtol=1e-5)
@@ -258,12 +261,14 @@ def test_ablated_generation_changes_the_text_and_is_the_same_with_and_without_kv
     for p in model.parameters():
         torch.nn.init.normal_(p, std=0.3)
     prompt = torch.randint(0, 50, (2, 5))
-    ablate = Ablation([(0, 0), (0, 1), (1, 1)])
+    removed = Ablation([(0, 0), (0, 1), (1, 1)]).edits()
     plain = model.generate(prompt, new_tokens, temperature=0)
-    cached = model.generate(prompt, new_tokens, temperature=0, ablate=ablate)
-    uncached = model.generate(prompt, new_tokens, temperature=0, ablate=ablate, use_cache=False)
+    cached = model.generate(prompt, new_tokens, temperature=0, edits=removed)
+    uncached = model.generate(prompt, new_tokens, temperature=0, edits=removed, use_cache=False)
     assert torch.equal(cached, uncached)
     assert not torch.equal(cached, plain)
+    with pytest.raises(ValueError, match="with the KV cache edits heads' outputs .hook_z. only"):
+        model.generate(prompt, 2, edits={"blocks.0.hook_resid_pre": lambda x: x})
 
 
 def test_sampling_draws_each_token_with_its_probability():

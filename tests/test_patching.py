@@ -6,7 +6,7 @@ import torch
 
 from common.errors import UserError
 from data.tokenizer import build_tokenizer
-from model.ablation import Patch
+from model.hooks import site_name, where
 from tests.commands import TEXT
 from tests.test_import import (
     SHAKESPEARE_CHARS,
@@ -16,7 +16,7 @@ from tests.test_import import (
     save_nanogpt,
 )
 from watch.measure import patching
-from watch.measure.patching import Pair, analyse, clean_and_corrupted, every_part, pair_for, patched, record, watched
+from watch.measure.patching import PARTS, Pair, analyse, pair_for, part_rows, patched, runs, sizes_of, watched
 
 
 def random_model(arch: str = "gpt2", seed: int = 0, **sizes):
@@ -36,11 +36,14 @@ def random_model(arch: str = "gpt2", seed: int = 0, **sizes):
 
 
 def a_pair(model, tokenizer, clean: str = "the dog saw it", corrupted: str = "the log saw it") -> Pair:
-    """The pair with answers the model's two greedy next tokens, or, where they agree, two fixed tokens."""
+    """The pair with answers the model's two greedy next tokens, or, where they agree, two fixed tokens, the one the
+    clean prompt prefers more than the corrupted one does as the right answer (so the pair is measured)."""
     try:
         return pair_for(model, tokenizer, clean, corrupted)
     except UserError:
-        return pair_for(model, tokenizer, clean, corrupted, answer="a", wrong="e")
+        pair = pair_for(model, tokenizer, clean, corrupted, answer="a", wrong="e")
+    clean_diff, corrupted_diff = (float(d[0]) for d in runs(model, [pair]).gaps)
+    return pair if clean_diff > corrupted_diff else Pair(pair.clean, pair.corrupted, pair.wrong, pair.answer)
 
 
 @pytest.mark.parametrize(
@@ -58,45 +61,56 @@ def test_attribution_and_its_bias_terms_add_up_to_the_clean_logit_difference(arc
 
 def test_patching_a_prompt_into_itself_changes_nothing():
     model, tokenizer = random_model()
-    pair = pair_for(model, tokenizer, "the dog saw it", "the dog saw it", answer="a", wrong="e")
-    both, idx, last = clean_and_corrupted(model, [pair])
-    clean_diff = float(both.diff(pair)[0])
-    diffs = patched(model, both, idx, last, every_part(2, 4, len(pair.clean), pair))
+    ids = tokenizer.encode("the dog saw it")
+    pair = Pair(ids, ids, *tokenizer.encode("ae"))  # pair_for refuses such a pair: the mechanism is tested here
+    both = runs(model, [pair])
+    clean_diff = float(both.gaps[0][0])
+    diffs, _ = patched(model, both, part_rows(list(PARTS), sizes_of(model, len(ids)), both.cache, 1)[0])
     assert torch.allclose(diffs, torch.full_like(diffs, clean_diff), atol=1e-5)
-    assert analyse(model, pair).heads.isnan().all()  # nothing to restore: no share is made up
+    found = analyse(model, pair)
+    assert not found.measured and all(share.isnan().all() for share in found.shares.values())  # none made up
 
 
 def test_the_residual_stream_entering_layer_0_restores_the_clean_run():
     model, tokenizer = random_model()
     pair = a_pair(model, tokenizer)
-    both, idx, last = clean_and_corrupted(model, [pair])
-    T = len(pair.clean)
-    everywhere = Patch(residual={0: (torch.ones(1, T, dtype=torch.bool), both.resid[0][:1])})
-    restored = record(model, idx[1:], last[1:], everywhere)
-    assert torch.allclose(restored.logits[0], both.logits[0], atol=1e-5)
+    both = runs(model, [pair])
+    everywhere = {site_name("resid_pre", 0): where(torch.tensor(True), both.cache["resid_pre", 0][:1])}
+    restored, _ = model.run_with_cache(both.idx[1:], edits=everywhere, logits_at=both.last[1:])
+    assert torch.allclose(restored[0], both.logits[0], atol=1e-5)
     # Position by position: the prompts differ at one character (position 4), and only there does it restore it all.
-    found = analyse(model, pair)
-    assert abs(float(found.residual[0, 4]) - 1.0) < 1e-5
-    others = torch.cat([found.residual[0, :4], found.residual[0, 5:]])
+    residual = analyse(model, pair).shares["residual"]
+    assert abs(float(residual[0, 4]) - 1.0) < 1e-5
+    others = torch.cat([residual[0, :4], residual[0, 5:]])
     assert others.abs().max() < 1e-5
 
 
 def test_in_one_attention_only_layer_a_head_patched_everywhere_is_the_head_patched_at_the_last_position():
     model, tokenizer = random_model(n_layer=1, attn_only=True)
-    found = analyse(model, a_pair(model, tokenizer))
+    shares = analyse(model, a_pair(model, tokenizer)).shares
     # Other positions' outputs stay at their own positions: the last position's logits never see them.
-    assert found.positions[0, :, :-1].abs().max() < 1e-5
-    assert torch.allclose(found.positions[0, :, -1], found.heads[0], atol=1e-5)
+    assert shares["positions"][0, :, :-1].abs().max() < 1e-5
+    assert torch.allclose(shares["positions"][0, :, -1], shares["heads"][0], atol=1e-5)
+    # Not so their values: the last position reads them. A query is read only at its own position.
+    assert shares["values_by_position"][0, :, :-1].abs().max() > 1e-3
+    assert shares["queries_by_position"][0, :, :-1].abs().max() < 1e-5
+    assert torch.allclose(shares["queries_by_position"][0, :, -1], shares["queries"][0], atol=1e-5)
 
 
 def test_each_part_has_its_shape_and_a_pattern_patched_is_not_an_output_patched():
     model, tokenizer = random_model()
     pair = a_pair(model, tokenizer)
-    found = analyse(model, pair)
+    shares, T = analyse(model, pair).shares, len(pair.clean)
     # A head's pattern patched where the values are the corrupted run's is not its output patched: the two differ.
-    assert not torch.allclose(found.patterns, found.heads, atol=1e-3)
-    assert found.heads.shape == (2, 4) and found.positions.shape == (2, 4, len(pair.clean))
-    assert found.residual.shape == (2, len(pair.clean)) and found.patterns.shape == (2, 4)
+    assert not torch.allclose(shares["patterns"], shares["heads"], atol=1e-3)
+    shapes = {part: tuple(value.shape) for part, value in shares.items()}
+    assert shapes == {
+        **{part: (2, 4) for part in ("heads", "patterns", "queries", "keys", "values")},
+        **{part: (2, 4, T) for part in ("positions", "queries_by_position", "keys_by_position", "values_by_position")},
+        "residual": (2, T),
+        "mlps": (2,),
+        "mlps_by_position": (2, T),
+    }
 
 
 def test_the_patched_runs_give_the_same_figures_however_many_share_a_forward(monkeypatch):
@@ -104,8 +118,9 @@ def test_the_patched_runs_give_the_same_figures_however_many_share_a_forward(mon
     pair = a_pair(model, tokenizer)
     one_batch = analyse(model, pair)
     monkeypatch.setattr(patching, "PATCHED_ROWS", 7)
+    chunked = analyse(model, pair)
     for part in patching.PARTS:
-        assert torch.allclose(getattr(analyse(model, pair), part), getattr(one_batch, part), atol=1e-6), part
+        assert torch.allclose(chunked.shares[part], one_batch.shares[part], atol=1e-6), part
 
 
 def test_the_logit_lens_after_the_last_layer_is_the_model_output():
@@ -115,7 +130,7 @@ def test_the_logit_lens_after_the_last_layer_is_the_model_output():
     with torch.no_grad():
         logits = model(torch.tensor([pair.clean]))[0][0, -1]
     rank, probability = found.lens[-1]
-    assert rank == int((logits > logits[pair.answer]).sum())
+    assert rank == 1 + int((logits > logits[pair.answer]).sum())  # rank 1: the top token
     assert abs(probability - float(logits.softmax(-1)[pair.answer])) < 1e-5
     assert len(found.lens) == model.config.n_layer
 
@@ -165,11 +180,28 @@ def transformer_lens_figures(hooked, pair: Pair) -> dict[str, torch.Tensor]:
     mlps = torch.stack([cache[f"blocks.{layer}.hook_mlp_out"][:, -1] for layer in range(hooked.cfg.n_layers)])
     mlps = cache.apply_ln_to_stack(mlps, layer=-1, pos_slice=-1)
     n_layer, n_head = hooked.cfg.n_layers, hooked.cfg.n_heads
+
+    def whole_layer(corrupted_activation, index, clean_activation):  # index = [layer]: every position at once
+        return clean_activation
+
+    mlps_patched = tl_patching.generic_activation_patch(
+        **quiet, patch_setter=whole_layer, activation_name="mlp_out", index_axis_names=("layer",)
+    )
+    by_position = {  # TransformerLens lays these out [layer, pos, head]; ours [layer, head, pos]
+        name: getattr(tl_patching, f"get_act_patch_attn_head_{site}_by_pos")(**quiet).permute(0, 2, 1)
+        for name, site in (("positions", "out"), ("queries_by_position", "q"), ("keys_by_position", "k"))
+        + (("values_by_position", "v"),)
+    }
     return {
         "heads": tl_patching.get_act_patch_attn_head_out_all_pos(**quiet),
-        "positions": tl_patching.get_act_patch_attn_head_out_by_pos(**quiet).permute(0, 2, 1),  # [layer, head, pos]
+        **by_position,
         "residual": tl_patching.get_act_patch_resid_pre(**quiet),
         "patterns": tl_patching.get_act_patch_attn_head_pattern_all_pos(**quiet),
+        "queries": tl_patching.get_act_patch_attn_head_q_all_pos(**quiet),
+        "keys": tl_patching.get_act_patch_attn_head_k_all_pos(**quiet),
+        "values": tl_patching.get_act_patch_attn_head_v_all_pos(**quiet),
+        "mlps": mlps_patched,
+        "mlps_by_position": tl_patching.get_act_patch_mlp_out(**quiet),
         "attribution heads": ((heads[:, 0] * hooked.ln_final.w) @ direction).reshape(n_layer, n_head),
         "attribution mlps": (mlps[:, 0] * hooked.ln_final.w) @ direction,
     }
@@ -191,7 +223,7 @@ def test_patching_and_attribution_equal_transformer_lens_on_a_model_of_the_demo_
     ours = analyse(model, pair)
     theirs = transformer_lens_figures(to_hooked_transformer(model), pair)
     figures = {
-        **{part: getattr(ours, part) for part in patching.PARTS},
+        **ours.shares,
         "attribution heads": ours.attribution["heads"],
         "attribution mlps": ours.attribution["mlps"],
     }
@@ -216,8 +248,13 @@ def test_sample_patch_json_holds_the_contract_and_the_table_names_the_heads(tmp_
     found = json.loads(out)
     assert len(found["clean_ids"]) == len(found["corrupted_ids"]) == 14
     assert (found["answer"], found["wrong"]) == ("a", "e") and found["answer_id"] != found["wrong_id"]
-    assert set(found["patching"]) == {"heads", "positions", "residual", "patterns"}
-    assert set(found["patching"]["heads"]) == {f"L{layer}H{head}" for layer in range(2) for head in range(4)}
+    assert set(found["patching"]) == set(patching.PARTS)  # every part (docs/patching.md)
+    heads = {f"L{layer}H{head}" for layer in range(2) for head in range(4)}
+    by_head = [part for part, what in patching.PARTS.items() if what.axes == patching.LAYER_HEAD]
+    assert all(set(found["patching"][part]) == heads for part in by_head)
+    assert {"queries", "keys", "values"} <= set(by_head) and set(found["patching"]["mlps"]) == {"MLP0", "MLP1"}
+    assert len(found["patching"]["keys_by_position"]["L0H0"]) == len(found["patching"]["mlps_by_position"]["L1"]) == 14
+    assert found["measured"] is True and found["logit_lens"][-1]["rank"] >= 1  # rank 1: the top token
     assert len(found["patching"]["positions"]["L0H0"]) == 14 and len(found["patching"]["residual"]["L1"]) == 14
     assert abs(found["patching"]["residual"]["L0"][4] - 1.0) < 1e-5  # the one character that differs
     assert set(found["attribution"]["mlps"]) == {"L0", "L1"} and len(found["logit_lens"]) == 2
@@ -241,7 +278,20 @@ def test_sample_patch_reads_pairs_from_a_jsonl_file_and_names_the_line_of_a_bad_
     code, out, err = run_sample([f"--out_dir={folder}", "--patch", str(pairs), "--json"])
     assert code == 0, err
     found = json.loads(out)
-    assert len(found["pairs"]) == 2 and set(found["mean"]) == {"patching", "attribution"}
+    assert len(found["pairs"]) == 2
+    assert set(found["mean"]) == {
+        "patching",
+        "patching_spread",
+        "measured",
+        "pairs",
+        "mean_gap",
+        "mean_gap_spread",
+        "attribution",
+    }
+    # The one rule for several pairs: the share of their mean difference, each with its spread; no by-position part
+    # (pairs of different lengths have no common positions).
+    everywhere = {part for part, what in patching.PARTS.items() if "pos" not in what.axes}
+    assert set(found["mean"]["patching"]) == set(found["mean"]["patching_spread"]) == everywhere
 
     pairs.write_text(json.dumps(good) + "\n" + json.dumps({**good, "corrupted": "the log saw"}) + "\n")
     code, _, err = run_sample([f"--out_dir={folder}", "--patch", str(pairs)])
@@ -274,15 +324,18 @@ def test_a_nanogpt_checkpoint_is_patched_like_any_other(tmp_path, request):
     from tests.commands import run_sample
 
     theirs, args = nanogpt_model(request.getfixturevalue("nanogpt"), n_head=2)
+    with torch.no_grad():  # weights large enough that the two prompts' logit differences differ
+        for p in theirs.parameters():
+            p.normal_(0.0, 0.3, generator=torch.Generator().manual_seed(p.numel()))
     path = save_nanogpt(theirs, args, tmp_path / "out-shakespeare-char")
     save_meta(path.parent / "meta.pkl", SHAKESPEARE_CHARS)
     code, out, err = run_sample(
-        [f"--init_from={path.parent}", "--patch", "ROMEO: hi", "JULIE: hi", "--answer", "a", "--wrong", "e", "--json"]
+        [f"--init_from={path.parent}", "--patch", "ROMEO: hi", "JULIE: hi", "--answer", "e", "--wrong", "a", "--json"]
     )
     assert code == 0, err
     found = json.loads(out)
     assert set(found["patching"]["heads"]) == {"L0H0", "L0H1", "L1H0", "L1H1"}
-    assert found["clean_diff"] != found["corrupted_diff"]
+    assert found["measured"] and abs(found["clean_diff"] - found["corrupted_diff"]) >= patching.MIN_GAP
 
 
 def test_what_the_watch_reads_of_several_pairs_of_any_lengths_is_the_share_of_their_mean():
@@ -298,10 +351,21 @@ def test_what_the_watch_reads_of_several_pairs_of_any_lengths_is_the_share_of_th
     gaps = torch.tensor([f.clean_diff - f.corrupted_diff for f in each], dtype=torch.float64)
     assert gaps.mean() > 2 * gaps.std() / 3**0.5  # the greedy answers: the model tells the prompts apart
     found = watched(model, pairs)
-    brought_back = torch.stack([f.heads.double() * gap for f, gap in zip(each, gaps, strict=True)])
-    assert torch.allclose(found["patching"], brought_back.sum(0) / gaps.sum(), atol=1e-5)
-    assert (found["patching_spread"] > 0).all()
+    for part, name in patching.WATCHED_NAMES.items():
+        brought_back = torch.stack([f.shares[part].double() * gap for f, gap in zip(each, gaps, strict=True)])
+        share = brought_back.sum(0) / gaps.sum()
+        if patching.PARTS[part].axes == ("layer",):  # one number a layer
+            share = torch.stack([found[f"{name}{layer}"] for layer in range(2)]) - share
+            assert share.abs().max() < 1e-5
+        else:
+            assert torch.allclose(found[name], share, atol=1e-5), part
+            assert (found[f"{name}_spread"] > 0).all()
     assert torch.allclose(found["attribution"], torch.stack([f.attribution["heads"] for f in each]).mean(0), atol=1e-5)
+    # `sample.py --patch FILE` takes the same rule: the share of the pairs' mean, with the same spread.
+    mean = patching.mean_over(each)
+    assert torch.allclose(mean.shares["heads"], found["patching"], atol=1e-5)
+    assert torch.allclose(mean.spreads["heads"], found["patching_spread"], atol=1e-5)
+    assert torch.allclose(mean.spreads["keys"], found["patching_keys_spread"], atol=1e-5)
 
 
 def test_a_pair_whose_two_differences_nearly_agree_cannot_swamp_the_share():
@@ -383,13 +447,13 @@ def test_on_the_trained_induction_demo_the_induction_head_carries_the_answer_wit
 
     from watch.measure.heads import parse_head
     from watch.measure.probesets import token_pool
-    from watch.measure.reading import score
+    from watch.measure.reading import measure
 
     model, tokenizer = induction_demo()
     pool = token_pool(None, tokenizer, "induction")
     sets = draw(pool, model.config.block_size, 0)
     sets.add(patching.PAIRS, patching.repeat_pairs(pool.tokens, model.config.block_size))
-    results = score(model, sets)
+    results = measure(model, sets)
     head, share = results.best("patching")
     assert head == results.best("induction")[0]
     spread = results.head("patching_spread", *parse_head(head))

@@ -25,7 +25,7 @@ from formats.sources import describe, identify
 from tests.commands import TEXT, one_line, run_sample
 from tests.random_checkpoints import make_checkpoint
 from watch.inspect import checkpoint_sets
-from watch.measure.reading import read
+from watch.measure.reading import tally
 from watch.show.heatmaps import sentence_slug
 
 __all__ = ["nanogpt"]  # the fixture, shared with tests/test_import.py
@@ -194,7 +194,7 @@ def test_head_type_scores_equal_transformer_lens_on_the_exported_model(which, tm
 
     loaded = load_model(identify(source), CPU)
     sets = checkpoint_sets(loaded.model, loaded.tokenizer, loaded.checkpoint, str(text))
-    theirs = read(tl_captures(hooked, sets), sets)
+    theirs = tally(tl_captures(hooked, sets), sets)
     compared = 0
     for name, ours in report["heads"].items():
         layer, head = (int(n) for n in name[1:].split("H"))

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 from watch.measure.probesets import REPEATED, TEXT
 from watch.measure.proofs import AblationResult
-from watch.measure.reading import PROBE_KINDS
+from watch.show.kinds import SHOWN
 from watch.show.report import SIGNS, ablation_lines
 
 
@@ -31,7 +31,7 @@ def test_every_signed_in_context_figure_counts_nats_saved():
             "in_context_score_spread": 0.02,
         }
     )
-    (gain,), (score,) = (PROBE_KINDS[kind].lines(reading) for kind in (REPEATED, TEXT))
+    (gain,), (score,) = (SHOWN[kind].lines(reading) for kind in (REPEATED, TEXT))
     assert "+0.056 ± 0.010 nats/token: the second copy is predicted 0.056 nats better" in gain
     assert "+0.221 ± 0.020 nats: later in the context, tokens are predicted 0.221 nats better" in score
     assert "Olsson et al.'s late-minus-early loss, -0.221" in score  # the published score, named as such

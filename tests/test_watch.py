@@ -16,14 +16,13 @@ from common.errors import UserError
 from data.probes import AlignedProbe
 from data.probes import Probe as ProbeRecord  # the JSONL record; `Probe` below stands in for it by hand
 from data.tokenizer import CharTokenizer
-from model.ablation import Ablation
 from model.gpt import GPT
 from watch.measure import capture as capture_module
 from watch.measure.capture import capture_attention, capture_from_patterns, captures
-from watch.measure.heads import ablation_for, display_token, head_name, parse_head
+from watch.measure.heads import Ablation, ablation_for, display_token, head_name, parse_head
 from watch.measure.probesets import PRONOUN, SENTENCES, ProbeSet, ProbeSets, from_file, sentences
 from watch.measure.pronouns import ContinuationStats, HeadStats, ProbeReport, baselines
-from watch.measure.reading import read, read_pass, read_results, score
+from watch.measure.reading import interpret, measure, read_pass, tally
 from watch.show.heatmaps import FUTURE, HeatmapCanvas, SentenceHeatmaps, colours, head_titles, save_png
 from watch.show.report import head_table, top_attended
 from watch.show.tensorboard import (
@@ -75,7 +74,7 @@ def pronoun_set(aligned: list[AlignedProbe]) -> ProbeSet:
 def head_stats(patterns: list[list[torch.Tensor]], aligned: list[AlignedProbe]) -> dict[str, HeadStats]:
     """Every head's pronoun scores, read from a capture made of these hand-built patterns."""
     probes = pronoun_set(aligned)
-    return read_results(read([capture_from_patterns(probes, patterns)], ProbeSets({PRONOUN: probes}))).pronouns.heads
+    return interpret(tally([capture_from_patterns(probes, patterns)], ProbeSets({PRONOUN: probes}))).pronouns.heads
 
 
 def fake_probes() -> tuple[list[list[torch.Tensor]], list[AlignedProbe]]:
@@ -168,9 +167,9 @@ def test_chunked_captures_add_up_to_the_same_scores(monkeypatch):
     for p in model.parameters():
         torch.nn.init.normal_(p, std=0.3)
     sets = ProbeSets({PRONOUN: pronoun_set(model_probes())})
-    whole = score(model, sets)
+    whole = measure(model, sets)
     monkeypatch.setattr(capture_module, "BATCH_WEIGHTS", 2 * 2 * 2 * 12 * 12)  # two probes a forward
-    chunked = score(model, sets)
+    chunked = measure(model, sets)
     assert (whole.forwards, chunked.forwards) == (1, 3)
     for name, values in whole.heads.items():
         torch.testing.assert_close(values, chunked.heads[name], atol=1e-6, rtol=1e-5, equal_nan=True)
@@ -372,7 +371,7 @@ def test_continuation_accuracy_and_ablation():
     assert ablated.continuation.logit_diff != pytest.approx(plain.continuation.logit_diff, abs=1e-7, rel=0)
     assert ablation_for(["L0H1"], 2, 2) == Ablation([(0, 1)]) and ablation_for([], 2, 2) is None
     with pytest.raises(ValueError):
-        score(model, sets, ablate=Ablation([(2, 0)]))
+        measure(model, sets, ablate=Ablation([(2, 0)]))
 
 
 # --- heatmaps ----------------------------------------------------------------------------------
@@ -588,7 +587,7 @@ def test_custom_scalars_chart_every_head_a_layer_at_a_time(tmp_path):
 
     patterns, aligned = fake_probes()
     probes = pronoun_set(aligned)
-    reading = read_results(read([capture_from_patterns(probes, patterns)], ProbeSets({PRONOUN: probes})))
+    reading = interpret(tally([capture_from_patterns(probes, patterns)], ProbeSets({PRONOUN: probes})))
     writer = TensorBoardWriter(tmp_path)
     log_charts(writer, ProbeSets({PRONOUN: probes}), 2, 2)
     log_scores(writer, 5, reading)

@@ -29,7 +29,7 @@ from data.prepare import find_prepared  # noqa: E402
 from formats import load_model  # noqa: E402
 from watch.measure import probesets  # noqa: E402
 from watch.measure.probesets import REACH, REPEATED, ProbeSets, draw_seed  # noqa: E402
-from watch.measure.reading import quick_sets, score  # noqa: E402
+from watch.measure.reading import measure, quick_sets  # noqa: E402
 
 FIGURES = ("induction", "duplicate_token")
 
@@ -64,12 +64,12 @@ def timings(model, sets: dict[str, ProbeSets], rounds: int = 7) -> dict[str, flo
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     for each in sets.values():
-        score(model, each)
+        measure(model, each)
     times: dict[str, list[float]] = {name: [] for name in sets}
     for _ in range(rounds):
         for name, each in sets.items():
             start = time.perf_counter()
-            score(model, each)
+            measure(model, each)
             times[name].append(time.perf_counter() - start)
     torch.set_num_threads(threads)
     return {name: statistics.median(found) for name, found in times.items()}
@@ -93,7 +93,7 @@ def main(argv: list[str]) -> int:
     block_size = model.config.block_size
     for seed in range(args.draws):
         sets = draw(pool, block_size, seed, args.sequences)
-        print(f"draw {seed}: {figures(score(model, sets))}")
+        print(f"draw {seed}: {figures(measure(model, sets))}")
     sets = draw(pool, block_size, 0, args.sequences)
     against = draw(pool, block_size, 0, args.against)
     found = timings(model, {"whole": sets, "quick": quick_sets(sets), "against": against})

@@ -24,7 +24,7 @@ from common.files import read_text  # noqa: E402
 from data.prepare import find_prepared  # noqa: E402
 from formats import load_model  # noqa: E402
 from watch.measure.probesets import TEXT, ProbeSets, held_out_text  # noqa: E402
-from watch.measure.reading import score  # noqa: E402
+from watch.measure.reading import measure  # noqa: E402
 
 TEXT_SCORES = ("previous_token", "sink", "current_token", "broad", *(f"positional_{k}" for k in range(2, 9)))
 
@@ -50,7 +50,7 @@ def main(argv: list[str]) -> int:
         windows = held_out_text(tokens, model.config.block_size, seed=seed)
         if isinstance(windows, str):
             raise UsageError(windows)
-        results = score(model, ProbeSets({TEXT: windows}))
+        results = measure(model, ProbeSets({TEXT: windows}))
         draws.append(results)
         value, spread = results.numbers["in_context_score"], results.numbers["in_context_score_spread"]
         verdict = (

@@ -32,8 +32,9 @@ from watch.measure.headtypes import TYPE_SETS, TYPES, types_not_measurable
 from watch.measure.patching import first_analysis
 from watch.measure.probesets import AGREEMENT, PRONOUN, SENTENCES, ProbeSets, held_out_sentences
 from watch.measure.proofs import AblationResult, agreement_ablations, best_pronoun_proof, proofs
-from watch.measure.reading import Reading, Source, quick_sets, read_pass, untrained_like, watch_sets
+from watch.measure.reading import Materials, Reading, quick_sets, read_pass, untrained_like, watch_sets
 from watch.show import report
+from watch.show.circuit import circuit_figure
 from watch.show.heatmaps import SentenceHeatmaps, patching_figure
 from watch.show.page import SentenceView, attention_page, write_page
 from watch.show.tensorboard import log_charts, log_evaluation, log_scores
@@ -52,12 +53,14 @@ class AttentionWatch:
         *,
         page: str | Path | None = None,
         ablation: str = "zero",
+        paths: bool = True,
     ) -> None:
         self.writer = writer
         self.texts = list(sentences)
         self.probes, self.agreement = probes, agreement
         self.page = Path(page) if page is not None else None
         self.ablation = ablation
+        self.paths = paths  # whether each pass reads which head feeds which (watch/measure/paths.py)
         self.sets = ProbeSets()
         self.quick = self.between = self.sets  # what the passes between the whole ones read (`quick_sets`)
         self.shown: list[tuple[str, list[str]]] = []  # the watched sentences as shown: (text, its tokens)
@@ -78,7 +81,7 @@ class AttentionWatch:
         if not self.texts and val is not None:
             self.texts = held_out_sentences(val, trainer.tokenizer, model.config.block_size)
         self.sets = watch_sets(
-            Source(
+            Materials(
                 trainer.tokenizer,
                 model.config.block_size,
                 train_tokens=data.tokens("train") if data is not None else None,
@@ -86,6 +89,7 @@ class AttentionWatch:
                 files={PRONOUN: self.probes, AGREEMENT: self.agreement},
                 texts=self.texts,
                 corpus=getattr(trainer.cfg, "dataset", None),
+                paths=self.paths,
             )
         )
         self.quick = quick_sets(self.sets)
@@ -188,7 +192,7 @@ class AttentionWatch:
                         f"Attention at step {result.step}: {self.page.parent}",
                         report.type_labels(reading),
                         reads_from(reading.composition, reading.untrained.composition),
-                        self.patching_figures(trainer),
+                        self.patching_figures(trainer) + circuit_figure(reading),
                     ),
                 )
             except UserError as exc:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 from common.cli import say
@@ -16,16 +17,26 @@ from common.parsing import NotParsed, is_whole_number, parse_int, quoted
 from data.corpora import corpus_of
 from data.prepare import find_prepared
 from data.probes import Probe
-from model.ablation import Ablation
 from watch.measure.capture import capture_attention
 from watch.measure.composition import composition_json, reads_from
-from watch.measure.heads import ablation_names, default_query, display_token, focused_head, head_name
+from watch.measure.heads import Ablation, ablation_names, default_query, display_token, focused_head, head_name
 from watch.measure.headtypes import BROAD, TYPE_SETS, TYPES, types_not_measurable
-from watch.measure.patching import analyse, by_head, first_analysis, mean_of, pair_for, pairs_from_file, patching_json
+from watch.measure.patching import (
+    MIN_GAP,
+    analyse,
+    first_analysis,
+    mean_json,
+    mean_over,
+    pair_for,
+    pairs_from_file,
+    patching_json,
+)
+from watch.measure.paths import path_patching
 from watch.measure.probesets import NO_TEXT, PRONOUN, REPEATED, REPEATED_MIN_LENGTH, TEXT, ProbeSets, from_file
 from watch.measure.pronouns import finite
 from watch.measure.proofs import head_means, proofs
-from watch.measure.reading import PROBE_KINDS, Reading, Results, Source, read_pass, untrained_like, watch_sets
+from watch.measure.reading import PROBE_KINDS, Materials, Reading, Results, read_pass, untrained_like, watch_sets
+from watch.show.circuit import circuit_figure, circuit_image
 from watch.show.heatmaps import (
     PNG,
     HeatmapCanvas,
@@ -41,7 +52,9 @@ from watch.show.report import (
     ablation_line,
     composition_lines,
     head_table,
+    mean_report,
     patching_report,
+    paths_report,
     top_attended,
     type_labels,
     type_report,
@@ -99,7 +112,7 @@ def show_attention(model, tokenizer, checkpoint: dict, args: argparse.Namespace,
                 f"Attention of {args.out_dir}{step}{ablated}",
                 type_labels(reading),
                 reads_from(reading.composition, reading.untrained.composition),
-                [patching_figure(found, tokenizer)] if found is not None else [],
+                ([patching_figure(found, tokenizer)] if found is not None else []) + circuit_figure(reading),
             ),
         )
         written = f"attention page: {page} (open it in a browser; it needs no network)"
@@ -253,7 +266,7 @@ def checkpoint_sets(model, tokenizer, checkpoint: dict, text_file: str | None, d
     )
     probes = next((path for path in candidates if path is not None and path.is_file()), None)
     sets = watch_sets(
-        Source(
+        Materials(
             tokenizer,
             model.config.block_size,
             train_tokens=prepared.tokens("train") if prepared is not None else None,
@@ -389,21 +402,21 @@ def show_patch(model, tokenizer, checkpoint: dict, args: argparse.Namespace, _ab
             )
         pairs = pairs_from_file(model, tokenizer, args.patch[0])
     found = [analyse(model, pair) for pair in pairs]
+    if len(found) == 1 and not found[0].measured:  # one pair, and nothing for a part to carry
+        f, answer = found[0], tokenizer.decode([found[0].pair.answer])
+        raise UserError(
+            f"the model prefers {answer!r} over {tokenizer.decode([f.pair.wrong])!r} by {f.clean_diff:+.4f} logits "
+            f"after the clean prompt and {f.corrupted_diff:+.4f} after the corrupted one: that is not a difference "
+            f"of at least {MIN_GAP} logits for a part of the model to carry; choose prompts whose next words the "
+            f"model tells apart, or --answer and --wrong it tells apart"
+        )
+    found_paths = path_patching(model, pairs) if args.paths else None  # every pair together, as the watch reads them
     if args.json:
         objects = [finite(patching_json(f, tokenizer)) for f in found]
-        if len(args.patch) == 2:
-            print(json.dumps(objects[0], allow_nan=False))
-            return
-        means = mean_of(found)
-        mlps = means["attribution mlps"]
-        mean = {
-            "patching": {"heads": by_head(means["heads"]), "patterns": by_head(means["patterns"])},
-            "attribution": {
-                "heads": by_head(means["attribution heads"]),
-                "mlps": {f"L{layer}": float(v) for layer, v in enumerate(mlps)} if mlps is not None else {},
-            },
-        }
-        print(json.dumps(finite({"pairs": objects, "mean": mean}), allow_nan=False))
+        out = objects[0] if len(args.patch) == 2 else {"pairs": objects, "mean": mean_json(mean_over(found))}
+        if found_paths is not None:
+            out["paths"] = [asdict(path) for path in found_paths]
+        print(json.dumps(finite(out), allow_nan=False))
         return
     png_dir = (
         Path(args.png_dir)
@@ -418,7 +431,19 @@ def show_patch(model, tokenizer, checkpoint: dict, args: argparse.Namespace, _ab
         print(f"clean:     {tokenizer.decode(f.pair.clean)!r} -> {answer!r}")
         print(f"corrupted: {tokenizer.decode(f.pair.corrupted)!r} -> {wrong!r}")
         print(patching_report(f, tokens, answer, wrong))
-        print(f"heatmap: {_write_patching_map(f, tokens, png_dir)}")
+        if f.measured:  # a pair the model does not tell apart has no map to draw
+            print(f"heatmap: {_write_patching_map(f, tokens, png_dir)}")
+    if len(found) > 1:
+        print()
+        print(mean_report(mean_over(found)))
+    if found_paths is not None:
+        print()
+        print(paths_report(found_paths))
+        labels = type_labels(checkpoint_reading(model, checkpoint_sets(model, tokenizer, checkpoint, None), checkpoint))
+        cfg = model.config
+        title = f"which head feeds which on {len(pairs)} pair{'s' if len(pairs) > 1 else ''} (path patching)"
+        image = circuit_image(found_paths, cfg.n_layer, cfg.n_head, labels, title)
+        print(f"graph: {save_png(image, png_dir / f'{sentence_slug(tokenizer.decode(pairs[0].clean))}_paths.png')}")
 
 
 def _write_patching_map(found, tokens: list[str], png_dir: Path) -> Path:

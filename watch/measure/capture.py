@@ -1,5 +1,6 @@
 """One capture: a probe set run through the model's readable path, keeping every layer's attention
-pattern `[batch, head, query_pos, key_pos]` and the next-token logits the set asks for. Every
+pattern `[batch, head, query_pos, key_pos]` (each layer's `hook_pattern` site, model/hooks.py) and the next-token
+logits the set asks for. Every
 score in `watch/measure/scores.py` is a function of a capture; nothing else runs the model to watch it.
 The pass (`watch.measure.reading.read`) reads every score from the captures, and keeps the watched sentences'
 patterns (`sentence_patterns`) for the heatmaps and the attention page.
@@ -24,8 +25,8 @@ import torch
 import torch.nn as nn
 
 from common.errors import UserError
-from model.ablation import Ablation
-from model.gpt import evaluating
+from model.hooks import site_name
+from watch.measure.heads import Ablation
 from watch.measure.probesets import SENTENCES, ProbeSet
 
 # Attention weights one forward may hold (every layer's [batch, head, T, T]): 128 MB of float32.
@@ -98,18 +99,19 @@ def captures(model: nn.Module, probe_set: ProbeSet, ablate: Ablation | None = No
     inputs = [
         constant(probe_set, f"inputs on {device}", rows, partial(_inputs, probe_set, rows, device)) for rows in chunks
     ]
-    with evaluating(model):
-        for rows, (idx, at, lengths) in zip(chunks, inputs, strict=True):
-            logits, patterns = model.forward_with_attention(idx, ablate=ablate, logits_at=at)
-            read = probe_set.all_logits or probe_set.logits_at is not None
-            yield Capture(
-                probe_set,
-                rows,
-                idx.cpu(),
-                lengths,
-                [p.detach().float().cpu() for p in patterns],
-                logits.detach().float().cpu() if read else None,
-            )
+    names = [site_name("pattern", layer) for layer in range(model.config.n_layer)]
+    edits = ablate.edits() if ablate is not None else None
+    for rows, (idx, at, lengths) in zip(chunks, inputs, strict=True):
+        logits, cache = model.run_with_cache(idx, names, edits=edits, logits_at=at)
+        read = probe_set.all_logits or probe_set.logits_at is not None
+        yield Capture(
+            probe_set,
+            rows,
+            idx.cpu(),
+            lengths,
+            [cache[name].float().cpu() for name in names],
+            logits.float().cpu() if read else None,
+        )
 
 
 def _inputs(

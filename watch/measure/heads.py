@@ -1,18 +1,20 @@
-"""Head names in TransformerLens's style ("L1H3" is layer 1, head 3, both zero-based), the heads
-to remove by name, and how every view labels tokens and picks the query and head it shows first.
-Readers (`report`) and drawers (`heatmaps`, `page`) alike take their labels from here."""
+"""Head names in TransformerLens's style ("L1H3" is layer 1, head 3, both zero-based), the heads to remove by name
+(an `Ablation`, which the model is told as edits of its heads' outputs: model/hooks.py), and how every view labels
+tokens and picks the query and head it shows first. Readers (`report`) and drawers (`heatmaps`, `page`) alike take
+their labels from here."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from common.cli import for_terminal
 from common.parsing import parse_int, quoted
-from model.ablation import Ablation
+from model.hooks import Edits, removed_heads, site_name
 
 _HEAD = re.compile(r"L([0-9]+)H([0-9]+)", re.IGNORECASE)  # ASCII digits: what parse_int reads
 _FORM = "L<layer>H<head>, e.g. L1H3 (zero-based)"
@@ -45,6 +47,33 @@ def parse_head(text: str, n_layer: int | None = None, n_head: int | None = None)
                 f"head {text.strip()!r} names {what} {value}, but {whose} are 0..{count - 1}; expected L0H0 to {last}"
             )
     return layer, head
+
+
+@dataclass(frozen=True)
+class Ablation:
+    """Heads removed, as (layer, head) pairs counted from zero (kept sorted, each once), and what takes the place of
+    each one's output: zeros when `means` is None (zero-ablation), else `means` {layer: [n_head, head_dim]}, each head's
+    mean output over some text (mean-ablation), so the layers after it still see an output of the usual size and
+    direction and only what the head does differently from token to token is removed."""
+
+    heads: tuple[tuple[int, int], ...]  # any iterable of pairs is taken, and kept as this
+    means: dict[int, torch.Tensor] | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "heads", tuple(sorted({(int(layer), int(head)) for layer, head in self.heads})))
+
+    @property
+    def mode(self) -> str:
+        """ "zero" or "mean": what replaces a removed head's output."""
+        return "zero" if self.means is None else "mean"
+
+    def edits(self) -> Edits:
+        """How the model is told: an edit of each such layer's heads' outputs (`hook_z`)."""
+        by_layer: dict[int, list[int]] = {}
+        for layer, head in self.heads:
+            by_layer.setdefault(layer, []).append(head)
+        means = self.means or {}
+        return {site_name("z", layer): removed_heads(heads, means.get(layer)) for layer, heads in by_layer.items()}
 
 
 def ablation_for(
@@ -108,3 +137,14 @@ def focused_head(patterns: Sequence[torch.Tensor], query: int) -> tuple[int, int
             if weight > best_weight:
                 best, best_weight = (layer, head), weight
     return best
+
+
+def with_spread(value: float, spread: float | None = None, digits: int = 3, *, signed: bool = False) -> str:
+    """A figure as every view writes it: "0.412 ± 0.021" (with `signed`, "+0.412 ± 0.021"), without "± ..." where it
+    has no spread."""
+    return (f"{value:+.{digits}f}" if signed else f"{value:.{digits}f}") + plus_minus(spread, digits)
+
+
+def plus_minus(spread: float | None, digits: int = 3) -> str:
+    """ " ± 0.021" beside a figure; "" where there is no spread (None or NaN)."""
+    return "" if spread is None or spread != spread else f" ± {spread:.{digits}f}"

@@ -5,34 +5,39 @@ the big ball and she" → " dug"; "... and it" → " bounced").
 The figure everything is measured by is the *logit difference*: the logit of the right answer (the clean prompt's
 next token) minus that of the wrong one (the corrupted prompt's), at the last position.
 
-- **Activation patching** runs the corrupted prompt with one part of the clean run put in its place (a `Patch`,
-  model/ablation.py) and asks how much of the clean logit difference comes back: 0 is the corrupted run's, 1 the
-  clean run's, as TransformerLens's patching helpers report it with that metric. The parts: each head's output `z`
-  (before the output projection) at every position, and at each position alone; the residual stream entering each
-  layer at each position (`resid_pre`); each head's attention pattern. Every patched run of a pair goes through the
-  model in one batch (`PATCHED_ROWS` rows at most per forward).
+Everything is read through the model's named sites (model/hooks.py): one run of every clean and corrupted prompt
+records them all (`runs`), and a patched run is a corrupted prompt run again with some of another run's activations
+put in at their sites, row by row (`patched`, the one patching function; `paths.py` builds on it too).
+
+- **Activation patching** takes one part of the clean run into the corrupted run and asks how much of the clean logit
+  difference comes back: 0 is the corrupted run's, 1 the clean run's, as TransformerLens's patching helpers report it
+  with that metric. The parts (`PARTS`, each a site and the axes it is patched along): each head's output `z`, its
+  queries, keys and values, at every position and at each position alone; each head's pattern; the residual stream
+  entering each layer at each position; each MLP's output, everywhere and at each position. Every patched run of a
+  pair goes through the model in one batch (`PATCHED_ROWS` rows at most per forward).
 - **Direct logit attribution** splits the clean run's last residual stream into what each part wrote (the embeddings,
   each head's `z · W_O` without the output bias, the output biases, each MLP) and puts each through the final norm
   as the whole stream went through it (centred, divided by the whole stream's scale, times the norm's weight) and
   onto the answer's direction `W_U[right] - W_U[wrong]`: logits each part adds to the difference. The parts and the
   final norm's bias add up to the clean logit difference.
 - **The logit lens** reads the residual stream after each layer as if it were the last (final norm, unembedding):
-  the right answer's rank there (0: the top token) and its probability.
+  the right answer's rank there (1: the top token) and its probability.
 
-`analyse` gives all of it for one pair (`sample.py --patch`); `watched`, what the watch logs at every pass, gives
-each head's share and attribution averaged over many pairs (`PAIRS`, made by `pronoun_pairs` or `repeat_pairs`).
-
-The two runs are recorded through the readable path (`GPT.forward_with_attention`) with forward pre-hooks on the
-modules that receive what is read: `ln_1` receives the residual stream entering a layer, the output projection the
-heads' outputs `z` side by side, `ln_f` the last residual stream.
+One rule for a share, however many pairs (`share_of_mean`): the share of the pairs' mean logit difference, with its
+spread, and none while that mean is not above its spread (one pair: not at least MIN_GAP) — the model does not tell
+the clean prompts from the corrupted ones, so there is no answer for a part to carry. `analyse` gives every figure of
+one pair (`sample.py --patch`), `mean_over` the rule over several (`--patch FILE`), and `watched`, what the watch
+logs at every pass, the shares of `WATCHED_PARTS` over its pairs (`PAIRS`, made by `pronoun_pairs` or
+`repeat_pairs`) and each head's attribution.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 import torch.nn as nn
@@ -41,17 +46,47 @@ from common.errors import UserError
 from data.probes import PatchPair, Probe, load_jsonl
 from data.pronouns import PRONOUNS_OF
 from data.tokenizer import Tokenizer, TokenizerError
-from model.ablation import Patch
-from model.attention import HeadPatch
-from model.gpt import evaluating
+from model.hooks import HEAD_SITES, Cache, Edit, site_name, sites
 from watch.measure.heads import head_name
 from watch.measure.probesets import ProbeSet, ProbeSets
 
 PAIRS = "pairs"  # the kind of probe set the watch patches (`watch.measure.reading.PROBE_KINDS`)
 WATCHED_PAIRS = 16  # pairs a watch pass patches: its figures are means over them
-PATCHED_ROWS = 512  # patched runs one forward takes: the demo's pair needs 116, GPT-2 small's of 10 tokens 1,848
-PARTS = ("heads", "positions", "residual", "patterns")  # what is patched, in the order the rows are batched
-SAME_DIFF = 1e-6  # clean and corrupted logit differences closer than this leave nothing to restore
+PATCHED_ROWS = 512  # patched runs one forward takes: the demo's pair needs about 400, GPT-2 small's of 10 tokens 6,000
+MIN_GAP = 0.01  # logits: one pair is patched when its clean difference is at least this above its corrupted one
+
+
+class Part(NamedTuple):
+    """What is patched: the kind of a site (`model.hooks.site_name`), the axes it is patched along (one share for each
+    index of them), and what it is, in the reports' words."""
+
+    site: str
+    axes: tuple[str, ...]
+    words: str
+
+
+# Every part, as TransformerLens's helpers lay them out: get_act_patch_attn_head_out_all_pos is "heads", ..._by_pos
+# "positions" [layer, head, pos], get_act_patch_resid_pre "residual", get_act_patch_attn_head_q_all_pos "queries", ...
+# A part with the axes (layer, head) is a column of the report's head table; one with the axis (layer) alone, a line.
+LAYER_HEAD, BY_POSITION = ("layer", "head"), ("layer", "head", "pos")
+PARTS = {
+    "heads": Part("z", LAYER_HEAD, "output"),
+    "positions": Part("z", BY_POSITION, "output at one position"),
+    "residual": Part("resid_pre", ("layer", "pos"), "residual stream entering the layer"),
+    "patterns": Part("pattern", LAYER_HEAD, "pattern"),
+    "queries": Part("q", LAYER_HEAD, "queries"),
+    "keys": Part("k", LAYER_HEAD, "keys"),
+    "values": Part("v", LAYER_HEAD, "values"),
+    "queries_by_position": Part("q", BY_POSITION, "queries at one position"),
+    "keys_by_position": Part("k", BY_POSITION, "keys at one position"),
+    "values_by_position": Part("v", BY_POSITION, "values at one position"),
+    "mlps": Part("mlp_out", ("layer",), "MLP's output"),
+    "mlps_by_position": Part("mlp_out", ("layer", "pos"), "MLP's output at one position"),
+}
+WATCHED_PARTS = ("heads", "queries", "keys", "values", "mlps")  # what the watch patches at every pass
+# Each part's figures as the watch's results name them: "patching" (the heads' outputs), "patching_queries", ...; a
+# part of the axis (layer) alone one number a layer, "patching_mlps0", ...
+WATCHED_NAMES = {part: "patching" if part == "heads" else f"patching_{part}" for part in WATCHED_PARTS}
 
 
 @dataclass(frozen=True)
@@ -66,49 +101,35 @@ class Pair:
 
 
 @dataclass(frozen=True)
-class Run:
-    """What one run of a batch of prompts leaves: `logits` [B, vocab] at each row's last position; per layer the
-    residual stream entering it, `resid` [B, T, d], the heads' outputs `z` [B, H, T, head_dim] and the `patterns`
-    [B, H, T, T]; `final` [B, d], the residual stream the final norm receives at each row's last position."""
-
-    logits: torch.Tensor
-    resid: list[torch.Tensor]
-    z: list[torch.Tensor]
-    patterns: list[torch.Tensor]
-    final: torch.Tensor
-
-    def diff(self, pair: Pair) -> torch.Tensor:
-        """The logit difference [B], right answer minus wrong."""
-        return self.logits[:, pair.answer] - self.logits[:, pair.wrong]
-
-
-@dataclass(frozen=True)
 class Patching:
-    """One pair's figures. Shares are normalised: 0 the corrupted run's logit difference, 1 the clean run's (NaN
-    when the two are the same). `heads` [layer, head] patched at every position; `positions` [layer, head, pos];
-    `residual` [layer, pos]; `patterns` [layer, head]; `attribution` {"heads": [layer, head], "mlps": [layer] (None
-    for an attention-only model), "embeddings", "biases", "norm_bias"} in logits; `lens` [(rank, probability)] of the
-    right answer after each layer."""
+    """One pair's figures. `shares[part]` for each of `PARTS` the model has, shaped by the part's axes: 0 the
+    corrupted run's logit difference, 1 the clean run's, NaN when the pair is not measured (`measured`);
+    `brought_back[part]`, what each part brings back in logits (patched minus corrupted), which means over pairs read;
+    `attribution` {"heads": [layer, head], "mlps": [layer] (None for an attention-only model), "embeddings", "biases",
+    "norm_bias"} in logits; `lens` [(rank, probability)] of the right answer after each layer."""
 
     pair: Pair
     clean_diff: float
     corrupted_diff: float
-    heads: torch.Tensor
-    positions: torch.Tensor
-    residual: torch.Tensor
-    patterns: torch.Tensor
+    shares: dict[str, torch.Tensor]
+    brought_back: dict[str, torch.Tensor]
     attribution: dict[str, torch.Tensor | float | None]
     lens: list[tuple[int, float]]
+
+    @property
+    def measured(self) -> bool:
+        """Whether the model tells the pair's prompts apart enough for a share to mean anything (`MIN_GAP`)."""
+        return self.clean_diff - self.corrupted_diff >= MIN_GAP
 
     def carriers(self, least: float = 0.1) -> list[tuple[str, float]]:
         """The heads whose output, patched at every position, brings back at least `least` of the clean difference,
         highest share first."""
-        n_layer, n_head = self.heads.shape
+        heads = self.shares["heads"]
         found = [
-            (head_name(layer, head), float(self.heads[layer, head]))
-            for layer in range(n_layer)
-            for head in range(n_head)
-            if self.heads[layer, head] >= least
+            (head_name(layer, head), float(heads[layer, head]))
+            for layer in range(heads.shape[0])
+            for head in range(heads.shape[1])
+            if heads[layer, head] >= least
         ]
         return sorted(found, key=lambda item: -item[1])
 
@@ -123,9 +144,11 @@ def pair_for(
     corrupted: str,
     answer: str | None = None,
     wrong: str | None = None,
+    names: tuple[str, str] = ("--answer", "--wrong"),
 ) -> Pair:
     """The pair of these texts, its answers the tokens given (each must be one token) or else the greedy next tokens
-    of the clean and of the corrupted prompt. `UserError`, in one line, for what cannot be patched."""
+    of the clean and of the corrupted prompt. `UserError`, in one line, for what cannot be patched, naming the answers
+    as `names` (the options, or a pairs file's fields)."""
     clean_ids, corrupted_ids = tokenizer.encode(clean), tokenizer.encode(corrupted)
     if not clean_ids or not corrupted_ids:
         raise UserError("the clean and the corrupted prompt each need at least one token; give two non-empty texts")
@@ -133,6 +156,11 @@ def pair_for(
         raise UserError(
             f"the clean prompt has {len(clean_ids)} tokens and the corrupted one {len(corrupted_ids)}; patching "
             f"copies position by position, so change words for words of as many tokens"
+        )
+    if clean_ids == corrupted_ids:
+        raise UserError(
+            "the clean and the corrupted prompt are the same tokens: no part of one run differs from the other's to "
+            "patch; change the word the answer depends on in the corrupted one"
         )
     if len(clean_ids) > model.config.block_size:
         raise UserError(
@@ -143,14 +171,15 @@ def pair_for(
     if answer is None or wrong is None:
         device = next(model.parameters()).device
         idx = torch.tensor([clean_ids, corrupted_ids], device=device)
-        greedy = record(model, idx, torch.full((2,), len(clean_ids) - 1, device=device)).logits.argmax(-1).tolist()
-    answer_id = one_token(tokenizer, answer, "--answer") if answer is not None else greedy[0]
-    wrong_id = one_token(tokenizer, wrong, "--wrong") if wrong is not None else greedy[1]
+        greedy = model.run_with_cache(idx)[0][:, -1].argmax(-1).tolist()
+    answer_id = one_token(tokenizer, answer, names[0]) if answer is not None else greedy[0]
+    wrong_id = one_token(tokenizer, wrong, names[1]) if wrong is not None else greedy[1]
     if answer_id == wrong_id:
         shown = tokenizer.decode([answer_id])
+        how = " (the model's greedy next token after both prompts)" if answer is None and wrong is None else ""
         raise UserError(
-            f"the right and the wrong answer are the same token {shown!r}: nothing to tell apart; give "
-            f"--answer and --wrong, two different next tokens"
+            f"the right and the wrong answer are the same token {shown!r}{how}: nothing to tell apart; give "
+            f"{names[0]} and {names[1]}, two different next tokens"
         )
     return Pair(clean_ids, corrupted_ids, answer_id, wrong_id)
 
@@ -161,7 +190,8 @@ def pairs_from_file(model: nn.Module, tokenizer: Tokenizer, path: str | Path) ->
     pairs = []
     for item in load_jsonl(path, PatchPair):
         try:
-            pairs.append(pair_for(model, tokenizer, item.clean, item.corrupted, item.answer, item.wrong))
+            fields = ('its "answer"', 'its "wrong"')  # a file's pair names its answers in fields, not options
+            pairs.append(pair_for(model, tokenizer, item.clean, item.corrupted, item.answer, item.wrong, fields))
         except UserError as exc:
             raise UserError(f"{path} line {item.line}: {exc}") from None
     return pairs
@@ -225,8 +255,11 @@ def repeat_pairs(pool: Sequence[int], block_size: int, most: int = WATCHED_PAIRS
 
 
 def one_token(tokenizer: Tokenizer, text: str, what: str) -> int:
-    """The id of `text`, which must encode to exactly one token."""
-    ids = tokenizer.encode(text)
+    """The id of `text`, which must encode to exactly one token; `what` names where it was given."""
+    try:
+        ids = tokenizer.encode(text)
+    except TokenizerError as exc:
+        raise UserError(f"{what} {text!r}: {exc}") from None
     if len(ids) != 1:
         pieces = ", ".join(repr(tokenizer.decode([i])) for i in ids)
         raise UserError(
@@ -236,82 +269,161 @@ def one_token(tokenizer: Tokenizer, text: str, what: str) -> int:
     return ids[0]
 
 
-# --- running and recording -----------------------------------------------------------------------------------
+# --- the runs, and the one patching function ---------------------------------------------------------------------
 
 
-@contextmanager
-def recorded(model: nn.Module) -> Iterator[dict[str, list]]:
-    """Inside, each forward's residual streams entering the layers ("resid"), the heads' outputs ("z") and the
-    stream the final norm receives ("final"), kept as the modules receive them."""
-    found: dict[str, list] = {"resid": [], "z": [], "final": []}
-    keep = lambda name: lambda module, args: found[name].append(args[0])  # noqa: E731 (a hook per kind)
-    hooks = [model.ln_f.register_forward_pre_hook(keep("final"))]
-    for block in model.blocks:
-        hooks.append(block.ln_1.register_forward_pre_hook(keep("resid")))
-        hooks.append(block.attn.out_proj.register_forward_pre_hook(keep("z")))
-    try:
-        yield found
-    finally:
-        for hook in hooks:
-            hook.remove()
+@dataclass(frozen=True)
+class Runs:
+    """Every pair's clean run (rows 0..P-1) and corrupted run (rows P..2P-1), in one forward: the ids `idx` [2P, T]
+    (right-padded: attention is causal, so the padding is never read), each row's `last` position [2P], the `logits`
+    there [2P, vocab] and every site recorded, `cache`."""
+
+    pairs: Sequence[Pair]
+    idx: torch.Tensor
+    last: torch.Tensor
+    logits: torch.Tensor
+    cache: Cache
+
+    def diffs(self, logits: torch.Tensor | None = None, pair_of_row: torch.Tensor | None = None) -> torch.Tensor:
+        """The logit difference of each row of `logits` (these runs' own by default), right answer minus wrong, of
+        the pair `pair_of_row` says (by default pair r for rows r and P + r), in float64 on the CPU."""
+        logits = self.logits if logits is None else logits
+        if pair_of_row is None:
+            pair_of_row = torch.arange(len(self.pairs)).repeat(2)
+        answers = torch.tensor([p.answer for p in self.pairs])[pair_of_row]
+        wrongs = torch.tensor([p.wrong for p in self.pairs])[pair_of_row]
+        rows = torch.arange(len(logits))
+        found = logits.detach().double().cpu()
+        return found[rows, answers] - found[rows, wrongs]
+
+    @property
+    def gaps(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(each pair's clean logit difference, its corrupted one), each [P]."""
+        both = self.diffs()
+        return both[: len(self.pairs)], both[len(self.pairs) :]
 
 
-def record(model: nn.Module, idx: torch.Tensor, last: torch.Tensor, patch: Patch | None = None) -> Run:
-    """One forward of `idx` [B, T] through the readable path (with `patch` applied), recorded, its logits read at
-    each row's `last` position [B] (a row may be right-padded after it: attention is causal)."""
-    n_head = model.config.n_head
-    with evaluating(model), recorded(model) as found:
-        logits, patterns = model.forward_with_attention(idx, logits_at=last, patch=patch)
-    z = [merged.unflatten(-1, (n_head, -1)).transpose(1, 2) for merged in found["z"]]  # [B, T, H*d] -> [B, H, T, d]
-    return Run(logits.float(), found["resid"], z, patterns, found["final"][0])
-
-
-def padded(sequences: Sequence[Sequence[int]], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """(ids [N, T] right-padded with 0s, each sequence's last position [N])."""
+def runs(model: nn.Module, pairs: Sequence[Pair]) -> Runs:
+    """Every pair's clean and corrupted prompt run once, every site of the model recorded."""
+    device = next(model.parameters()).device
+    sequences = [p.clean for p in pairs] + [p.corrupted for p in pairs]
     idx = torch.zeros(len(sequences), max(len(ids) for ids in sequences), dtype=torch.long)
     for row, ids in enumerate(sequences):
         idx[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
-    return idx.to(device), torch.tensor([len(ids) - 1 for ids in sequences], device=device)
+    idx, last = idx.to(device), torch.tensor([len(ids) - 1 for ids in sequences], device=device)
+    logits, cache = model.run_with_cache(idx, sites(model), logits_at=last)
+    return Runs(pairs, idx, last, logits, cache)
 
 
-def clean_and_corrupted(model: nn.Module, pairs: Sequence[Pair]) -> tuple[Run, torch.Tensor, torch.Tensor]:
-    """Every pair's clean run (rows 0..P-1) and corrupted run (rows P..2P-1) in one forward: (that run, the ids,
-    each row's last position)."""
-    device = next(model.parameters()).device
-    idx, last = padded([p.clean for p in pairs] + [p.corrupted for p in pairs], device)
-    return record(model, idx, last), idx, last
+@dataclass
+class Rows:
+    """Patched runs, row by row: `pair` [R], the pair whose corrupted prompt each row runs, and what each takes in at
+    each site, `takes[site]`: a list of (where [R, ...] bool, the cache it takes from, the row of that cache for each
+    row [R]), put in in that order."""
+
+    pair: torch.Tensor
+    takes: dict[str, list[tuple[torch.Tensor, Cache, torch.Tensor]]]
+
+    def edits(self, chunk: slice) -> dict[str, Edit]:
+        """The edits that run `chunk` of these rows."""
+
+        def edit(parts: list[tuple[torch.Tensor, torch.Tensor]]) -> Edit:
+            def put(x: torch.Tensor) -> torch.Tensor:
+                for where, values in parts:
+                    x = torch.where(where.to(x.device), values.to(x.dtype), x)
+                return x
+
+            return put
+
+        return {
+            site: edit(
+                [(where[chunk], source[site][rows[chunk].to(source[site].device)]) for where, source, rows in takes]
+            )
+            for site, takes in self.takes.items()
+        }
 
 
-def shares_of(diffs: torch.Tensor, clean: torch.Tensor, corrupted: torch.Tensor) -> torch.Tensor:
-    """Logit differences [P, ...] of patched runs as shares of each pair's way from its corrupted difference (0) to
-    its clean one (1); NaN for a pair whose two differences are the same."""
-    spread = (clean - corrupted).view(-1, *[1] * (diffs.dim() - 1))
-    share = (diffs - corrupted.view_as(spread)) / spread
-    return share.where(spread.abs() > SAME_DIFF, torch.full_like(share, float("nan")))
-
-
-def patched(model: nn.Module, both: Run, idx: torch.Tensor, last: torch.Tensor, rows: Rows) -> torch.Tensor:
-    """The logit difference [R] of each patched run of `rows`, PATCHED_ROWS runs a forward. `both`, `idx` and `last`
-    are `clean_and_corrupted`'s: row r runs pair `rows.pair[r]`'s corrupted prompt with its clean run's parts put in
-    where `rows.z`, `rows.weights` and `rows.resid` say."""
-    n_pairs, n_layer, device = len(idx) // 2, model.config.n_layer, idx.device
-    diffs = []
+def patched(model: nn.Module, both: Runs, rows: Rows, *, record: Sequence[str] = ()) -> tuple[torch.Tensor, Cache]:
+    """The logit difference [R] of each patched run of `rows` (PATCHED_ROWS a forward), and the sites `record` names,
+    recorded from those runs (rows in order). Row r runs pair `rows.pair[r]`'s corrupted prompt."""
+    n_pairs, diffs, recorded = len(both.pairs), [torch.zeros(0, dtype=torch.float64)], Cache()
     for start in range(0, len(rows.pair), PATCHED_ROWS):
         chunk = slice(start, min(start + PATCHED_ROWS, len(rows.pair)))
-        clean = rows.pair[chunk].to(device)  # the clean row each patched run takes its parts from
-        z, weights, resid = ([masks[chunk].to(device) for masks in kind] for kind in (rows.z, rows.weights, rows.resid))
-        heads = {
-            layer: HeadPatch(
-                *((z[layer], both.z[layer][clean]) if z else (None, None)),
-                *((weights[layer], both.patterns[layer][clean]) if weights else (None, None)),
-            )
-            for layer in range(n_layer)
-        }
-        residual = {layer: (resid[layer], both.resid[layer][clean]) for layer in range(len(resid))}
-        run = record(model, idx[n_pairs + clean], last[n_pairs + clean], Patch(heads=heads, residual=residual))
-        answers, wrongs = rows.answers[chunk, None].to(device), rows.wrongs[chunk, None].to(device)
-        diffs.append(run.logits.gather(1, answers)[:, 0] - run.logits.gather(1, wrongs)[:, 0])
-    return torch.cat(diffs).double().cpu()
+        corrupted = (n_pairs + rows.pair[chunk]).to(both.idx.device)
+        logits, cache = model.run_with_cache(
+            both.idx[corrupted], record, edits=rows.edits(chunk), logits_at=both.last[corrupted]
+        )
+        diffs.append(both.diffs(logits, rows.pair[chunk]))
+        for name, value in cache.items():
+            recorded[name] = torch.cat([recorded[name], value]) if name in recorded else value
+    return torch.cat(diffs), recorded
+
+
+def mask_axes(kind: str) -> tuple[str, ...]:
+    """The axes of a site's activation a part picks along, after the batch's; the activation's last axis is taken
+    whole (a head's features, the model's width, or a pattern row's keys)."""
+    if kind == "pattern":
+        return ("head", "pos")  # [batch, head, query_pos, key_pos]
+    return ("pos", "head") if kind in HEAD_SITES else ("pos",)
+
+
+def part_rows(parts: Sequence[str], sizes: dict[str, int], source: Cache, n_pairs: int) -> tuple[Rows, list[slice]]:
+    """The patched runs of `parts` for `n_pairs` pairs, in one batch: for each part, pair by pair, one row for each
+    index of its axes, taking that index of its site from the pair's row of `source` (the clean runs: rows 0..P-1);
+    and the rows of each part."""
+    counts = [n_pairs * math.prod(sizes[a] for a in PARTS[part].axes) for part in parts]
+    total, spans, start = sum(counts), [], 0
+    pair, takes = torch.zeros(total, dtype=torch.long), {}
+    for part, count in zip(parts, counts, strict=True):
+        kind, axes, _ = PARTS[part]
+        shape = [sizes[a] for a in axes]
+        n = math.prod(shape)
+        coords = dict(zip(axes, torch.unravel_index(torch.arange(n), shape), strict=True))
+        span = slice(start, start + count)
+        pair[span] = torch.arange(n_pairs).repeat_interleave(n)
+        for layer in range(sizes["layer"]):
+            chosen = (coords["layer"] == layer).nonzero()[:, 0]
+            where = torch.zeros(n, *(sizes[a] for a in mask_axes(kind)), 1, dtype=torch.bool)
+            where[(chosen, *(coords[a][chosen] if a in axes else slice(None) for a in mask_axes(kind)))] = True
+            whole = torch.zeros(total, *where.shape[1:], dtype=torch.bool)
+            whole[span] = where.repeat(n_pairs, *[1] * (where.dim() - 1))
+            takes.setdefault(site_name(kind, layer), []).append((whole, source, pair))
+        spans.append(span)
+        start += count
+    return Rows(pair, takes), spans
+
+
+def sizes_of(model: nn.Module, length: int) -> dict[str, int]:
+    return {"layer": model.config.n_layer, "head": model.config.n_head, "pos": length}
+
+
+def parts_of(model: nn.Module, parts: Sequence[str]) -> list[str]:
+    """`parts`, less those whose site the model lacks (an attention-only model has no MLPs)."""
+    return [part for part in parts if site_name(PARTS[part].site, 0) in sites(model)]
+
+
+def share_of_mean(brought_back: torch.Tensor, gap: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The share [...] of the pairs' mean logit difference each part carries, from what patching it brings back of
+    each pair's gap [P, ...] and the gaps [P] (clean minus corrupted), and its spread, two standard errors over the
+    pairs (the delta method). The share of the mean, as TransformerLens's batch metric is, not the mean of each
+    pair's share: a pair whose two differences are nearly equal would divide by nearly 0 and swamp the rest. NaN
+    both where the mean gap is not above its own spread (for one pair: below MIN_GAP): the model does not tell the
+    clean prompts from the corrupted ones (early in training, say), so there is no answer for a part to carry."""
+    n, mean_gap = len(gap), gap.mean()
+    axes = [1] * (brought_back.dim() - 1)
+    share = brought_back.mean(0) / mean_gap
+    not_measured = torch.full_like(share, float("nan"))
+    if n < 2:  # one pair: its share, without a spread
+        return (share if mean_gap >= MIN_GAP else not_measured), not_measured
+    if mean_gap <= max(gap_spread(gap), MIN_GAP / n):
+        return not_measured, not_measured
+    residuals = brought_back - share * gap.view(-1, *axes)  # what the share leaves unexplained, pair by pair
+    return share, 2 * residuals.std(0) / (n**0.5 * mean_gap.abs())
+
+
+def gap_spread(gap: torch.Tensor) -> float:
+    """The spread of the pairs' mean gap: two standard errors (infinite for one pair)."""
+    return float(2 * gap.std() / len(gap) ** 0.5) if len(gap) > 1 else math.inf
 
 
 # --- the three analyses ----------------------------------------------------------------------------------------
@@ -319,36 +431,25 @@ def patched(model: nn.Module, both: Run, idx: torch.Tensor, last: torch.Tensor, 
 
 def analyse(model: nn.Module, pair: Pair) -> Patching:
     """Every figure of `pair`: the clean and corrupted runs (one forward), then every patched run, batched."""
-    both, idx, last = clean_and_corrupted(model, [pair])
-    clean_diff, corrupted_diff = (float(d) for d in both.diff(pair))
-    n_layer, n_head, T = model.config.n_layer, model.config.n_head, len(pair.clean)
-    shapes = {"heads": (n_layer, n_head), "positions": (n_layer, n_head, T), "residual": (n_layer, T)}
-    shapes["patterns"] = (n_layer, n_head)
-    rows = every_part(n_layer, n_head, T, pair)
-    flat = patched(model, both, idx, last, rows)
-    shares, start = {}, 0
-    for part, shape in shapes.items():
-        size = torch.Size(shape).numel()
-        diffs = flat[start : start + size].reshape(1, *shape)
-        shares[part] = shares_of(diffs, torch.tensor([clean_diff]), torch.tensor([corrupted_diff]))[0]
-        start += size
+    both = runs(model, [pair])
+    parts = parts_of(model, PARTS)
+    sizes = sizes_of(model, len(pair.clean))
+    rows, spans = part_rows(parts, sizes, both.cache, 1)
+    diffs, _ = patched(model, both, rows)
+    clean, corrupted = both.gaps
+    shares, brought_back = {}, {}
+    for part, span in zip(parts, spans, strict=True):
+        brought_back[part] = (diffs[span] - corrupted).view(*(sizes[a] for a in PARTS[part].axes))
+        shares[part] = share_of_mean(brought_back[part][None], clean - corrupted)[0]
     return Patching(
         pair,
-        clean_diff,
-        corrupted_diff,
-        shares["heads"],
-        shares["positions"],
-        shares["residual"],
-        shares["patterns"],
-        {name: one_pair(value) for name, value in attribution(model, [pair], both, last).items()},
-        logit_lens(model, pair, both),
+        float(clean),
+        float(corrupted),
+        shares,
+        brought_back,
+        {name: one_pair(value) for name, value in attribution(model, both).items()},
+        logit_lens(model, both),
     )
-
-
-def first_analysis(model: nn.Module, sets: ProbeSets) -> Patching | None:
-    """The whole analysis of the first of the pairs the watch patches (for the attention page), None without any."""
-    pairs = sets.get(PAIRS)
-    return analyse(model, pairs.items[0]) if pairs is not None and len(pairs) else None
 
 
 def one_pair(value: torch.Tensor | None) -> torch.Tensor | float | None:
@@ -358,100 +459,72 @@ def one_pair(value: torch.Tensor | None) -> torch.Tensor | float | None:
     return float(value[0]) if value.dim() == 1 else value[0]
 
 
+def first_analysis(model: nn.Module, sets: ProbeSets) -> Patching | None:
+    """The whole analysis of the first of the pairs the watch patches (for the attention page), None without any."""
+    pairs = sets.get(PAIRS)
+    return analyse(model, pairs.items[0]) if pairs is not None and len(pairs) else None
+
+
 def watched(model: nn.Module, pairs: Sequence[Pair]) -> dict[str, torch.Tensor]:
-    """What the watch reads of several pairs (of any lengths) at every pass, each [layer, head] and averaged over
-    the pairs: "patching", the share of the pairs' mean logit difference each head's output brings back, patched
-    from the clean run at every position, and its spread, "patching_spread" (`share_of_mean`), and "attribution",
-    each head's direct logit attribution in the clean run. Two forwards, unless the patched runs exceed PATCHED_ROWS."""
-    both, idx, last = clean_and_corrupted(model, pairs)
-    n_pairs, n_layer, n_head = len(pairs), model.config.n_layer, model.config.n_head
-    answers = torch.tensor([p.answer for p in pairs], device=idx.device)
-    wrongs = torch.tensor([p.wrong for p in pairs], device=idx.device)
-    diffs = (
-        both.logits.gather(1, answers.repeat(2)[:, None])[:, 0] - both.logits.gather(1, wrongs.repeat(2)[:, None])[:, 0]
-    )
-    clean, corrupted = diffs[:n_pairs].double().cpu(), diffs[n_pairs:].double().cpu()
-    rows = each_head(n_layer, n_head, idx.shape[1], answers, wrongs)
-    brought_back = patched(model, both, idx, last, rows).view(n_pairs, n_layer, n_head) - corrupted.view(-1, 1, 1)
-    share, spread = share_of_mean(brought_back, clean - corrupted)
-    heads = attribution(model, pairs, both, last)["heads"].mean(0)
-    return {"patching": share, "patching_spread": spread, "attribution": heads}
-
-
-def share_of_mean(brought_back: torch.Tensor, gap: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Each head's share [layer, head] of the pairs' mean logit difference, from what patching brings back of each
-    pair's gap [P, layer, head] and the gaps [P] (clean minus corrupted), and its spread, two standard errors over
-    the pairs (the delta method). The share of the mean, as TransformerLens's batch metric is, not the mean of each
-    pair's share: a pair whose two differences are nearly equal would divide by nearly 0 and swamp the rest. NaN
-    both where the mean gap is not above its own spread: the model does not yet tell the clean prompts from the
-    corrupted ones (early in training), so there is no answer for a head to carry."""
-    n, mean_gap = len(gap), gap.mean()
-    share = brought_back.mean(0) / mean_gap
-    not_measured = torch.full_like(share, float("nan"))
-    if n < 2:  # one pair: its share, without a spread
-        return (share if mean_gap > SAME_DIFF else not_measured), not_measured
-    residuals = brought_back - share * gap.view(-1, 1, 1)  # what the share leaves unexplained, pair by pair
-    spread = 2 * residuals.std(0) / (n**0.5 * mean_gap.abs())
-    if mean_gap <= max(float(2 * gap.std() / n**0.5), SAME_DIFF):
-        return not_measured, not_measured
-    return share, spread
+    """What the watch reads of several pairs (of any lengths) at every pass: for each of `WATCHED_PARTS`, patched
+    from the clean run at every position, the share of the pairs' mean logit difference it brings back and its
+    spread (`share_of_mean`), by `WATCHED_NAMES` ("patching" and "patching_spread" for the heads' outputs,
+    [layer, head]; one number a layer for the MLPs, "patching_mlps0", ...); and "attribution", each head's direct
+    logit attribution in the clean run averaged over the pairs. Two forwards, unless the patched runs exceed
+    PATCHED_ROWS."""
+    both = runs(model, pairs)
+    parts = parts_of(model, WATCHED_PARTS)
+    rows, spans = part_rows(parts, sizes_of(model, both.idx.shape[1]), both.cache, len(pairs))
+    diffs, _ = patched(model, both, rows)
+    clean, corrupted = both.gaps
+    found = {"attribution": attribution(model, both)["heads"].mean(0)}
+    for part, span in zip(parts, spans, strict=True):
+        brought_back = diffs[span].view(len(pairs), -1, *([model.config.n_head] if "head" in PARTS[part].axes else []))
+        share, spread = share_of_mean(
+            brought_back - corrupted.view(-1, *[1] * (brought_back.dim() - 1)), clean - corrupted
+        )
+        if share.dim() == 2:  # [layer, head]
+            found[WATCHED_NAMES[part]], found[f"{WATCHED_NAMES[part]}_spread"] = share, spread
+        else:  # one number a layer: "patching_mlps0", ...
+            for layer in range(len(share)):
+                found[f"{WATCHED_NAMES[part]}{layer}"] = share[layer]
+                found[f"{WATCHED_NAMES[part]}{layer}_spread"] = spread[layer]
+    return found
 
 
 @dataclass(frozen=True)
-class Rows:
-    """The patched runs of a batch, row by row: `pair` [R], the pair whose clean run each row takes its parts from
-    (and whose corrupted prompt it runs); `answers`, `wrongs` [R], its answers; per layer, which of the clean run's
-    parts it takes: `z` [R, H, T] (heads' outputs), `weights` [R, H] (patterns), `resid` [R, T] (the residual stream
-    entering the layer); an empty list where no row takes that kind of part."""
+class Mean:
+    """The figures of several pairs together: `shares[part]` and `spreads[part]` for the parts every pair has (those
+    patched at every position), by `share_of_mean`; `attribution` {"heads", "mlps"}, the pairs' mean (logits); the
+    pairs' mean gap and its spread, and whether it is measured."""
 
-    pair: torch.Tensor
-    answers: torch.Tensor
-    wrongs: torch.Tensor
-    z: list[torch.Tensor]
-    weights: list[torch.Tensor]
-    resid: list[torch.Tensor]
+    shares: dict[str, torch.Tensor]
+    spreads: dict[str, torch.Tensor]
+    attribution: dict[str, torch.Tensor | None]
+    gap: float
+    gap_spread: float
+    pairs: int
 
-
-def every_part(n_layer: int, n_head: int, T: int, pair: Pair) -> Rows:
-    """The rows of one pair's full analysis, in `PARTS` order: each head at every position, each head at each
-    position, the residual stream at each layer and position, each head's pattern."""
-    rows = n_layer * n_head * (2 + T) + n_layer * T
-    z = [torch.zeros(rows, n_head, T, dtype=torch.bool) for _ in range(n_layer)]
-    weights = [torch.zeros(rows, n_head, dtype=torch.bool) for _ in range(n_layer)]
-    resid = [torch.zeros(rows, T, dtype=torch.bool) for _ in range(n_layer)]
-    row = 0
-    for layer in range(n_layer):  # heads, at every position
-        for head in range(n_head):
-            z[layer][row, head, :] = True
-            row += 1
-    for layer in range(n_layer):  # heads, at each position
-        for head in range(n_head):
-            for pos in range(T):
-                z[layer][row, head, pos] = True
-                row += 1
-    for layer in range(n_layer):  # the residual stream, at each layer and position
-        for pos in range(T):
-            resid[layer][row, pos] = True
-            row += 1
-    for layer in range(n_layer):  # patterns
-        for head in range(n_head):
-            weights[layer][row, head] = True
-            row += 1
-    only = torch.zeros(rows, dtype=torch.long)  # every row patches the one pair
-    return Rows(only, only + pair.answer, only + pair.wrong, z, weights, resid)
+    @property
+    def measured(self) -> bool:
+        return bool(self.shares) and not all(bool(share.isnan().all()) for share in self.shares.values())
 
 
-def each_head(n_layer: int, n_head: int, T: int, answers: torch.Tensor, wrongs: torch.Tensor) -> Rows:
-    """The rows of each pair's heads, each patched at every position: pair by pair, layer by layer, head by head."""
-    n_pairs, per_pair = len(answers), n_layer * n_head
-    row = torch.arange(n_pairs * per_pair)
-    layer_of, head_of = (row // n_head) % n_layer, row % n_head
-    z = [torch.zeros(len(row), n_head, T, dtype=torch.bool) for _ in range(n_layer)]
-    for layer in range(n_layer):
-        chosen = layer_of == layer
-        z[layer][chosen, head_of[chosen]] = True
-    pair = (row // per_pair).to(answers.device)
-    return Rows(pair, answers[pair], wrongs[pair], z, [], [])
+def mean_over(found: Sequence[Patching]) -> Mean:
+    """`found`'s pairs together, by the one rule (`share_of_mean`)."""
+    gaps = torch.tensor([f.clean_diff - f.corrupted_diff for f in found], dtype=torch.float64)
+    shares, spreads = {}, {}
+    for part in (p for p in found[0].shares if "pos" not in PARTS[p].axes):
+        shares[part], spreads[part] = share_of_mean(torch.stack([f.brought_back[part] for f in found]), gaps)
+    mlps = [f.attribution["mlps"] for f in found]
+    attributed = {
+        "heads": torch.stack([f.attribution["heads"] for f in found]).mean(0),
+        "mlps": torch.stack(mlps).mean(0) if mlps[0] is not None else None,
+    }
+    return Mean(shares, spreads, attributed, float(gaps.mean()), gap_spread(gaps), len(found))
+
+
+# --- attribution and the logit lens, read from the clean runs -----------------------------------------------------
 
 
 def final_scale(model: nn.Module, final: torch.Tensor) -> torch.Tensor:
@@ -464,20 +537,18 @@ def final_scale(model: nn.Module, final: torch.Tensor) -> torch.Tensor:
     return (centred.pow(2).mean(-1, keepdim=True) + norm.eps).sqrt()
 
 
-def attribution(
-    model: nn.Module, pairs: Sequence[Pair], both: Run, last: torch.Tensor
-) -> dict[str, torch.Tensor | None]:
-    """Each pair's direct logit attribution in its clean run (rows 0..P-1 of `both`) at its last position, in
-    logits: "heads" [P, layer, head], each head's `z · W_O` (no output bias); "mlps" [P, layer] (None without MLPs);
-    "embeddings", "biases" (the output projections'), "norm_bias" (the final norm's), each [P]. They add up to each
-    pair's clean logit difference."""
-    n_pairs = len(pairs)
-    rows, at = torch.arange(n_pairs, device=last.device), last[:n_pairs]
+def attribution(model: nn.Module, both: Runs) -> dict[str, torch.Tensor | None]:
+    """Each pair's direct logit attribution in its clean run at its last position, in logits: "heads" [P, layer,
+    head], each head's `z · W_O` (no output bias); "mlps" [P, layer] (None without MLPs); "embeddings", "biases" (the
+    output projections'), "norm_bias" (the final norm's), each [P]. They add up to each pair's clean logit
+    difference."""
+    cfg, pairs, cache = model.config, both.pairs, both.cache
+    rows, at = torch.arange(len(pairs), device=both.last.device), both.last[: len(pairs)]
     with torch.no_grad():
         W_U = model.lm_head.weight
         direction = (W_U[[p.answer for p in pairs]] - W_U[[p.wrong for p in pairs]])[:, None]  # [P, 1, d]
-        scale = final_scale(model, both.final[:n_pairs])[:, None]  # [P, 1, 1]
-        norm = model.ln_f
+        final = cache["resid_post", cfg.n_layer - 1][rows, at]
+        scale, norm = final_scale(model, final)[:, None], model.ln_f  # [P, 1, 1]
 
         def logits_of(part: torch.Tensor) -> torch.Tensor:
             """Parts [P, n, d] of the last streams, through the final norm as each stream went, onto `direction`:
@@ -486,57 +557,45 @@ def attribution(
                 part = (part - part.mean(-1, keepdim=True)) * norm.weight
             return ((part / scale) * direction).sum(-1)
 
-        heads, mlps = [], []
-        biases = torch.zeros_like(both.final[:n_pairs])
+        heads, mlps, biases = [], [], torch.zeros_like(final)
         for layer, block in enumerate(model.blocks):
-            cfg = model.config
             W_O = block.attn.out_proj.weight.view(cfg.n_embd, cfg.n_head, cfg.head_dim)  # [d, H, head_dim]
-            z = both.z[layer][rows, :, at]  # [P, H, head_dim]
-            results = torch.einsum("phk,dhk->phd", z, W_O)  # each head's write into the stream [P, H, d]
-            bias = block.attn.out_proj.bias if block.attn.out_proj.bias is not None else torch.zeros_like(biases[0])
+            results = torch.einsum("phk,dhk->phd", cache["z", layer][rows, at], W_O)  # each head's write [P, H, d]
             heads.append(logits_of(results))
-            biases = biases + bias
+            if block.attn.out_proj.bias is not None:
+                biases = biases + block.attn.out_proj.bias
             if block.mlp is not None:
-                entering_mlp = both.resid[layer][rows, at] + results.sum(1) + bias
-                after = both.resid[layer + 1][rows, at] if layer + 1 < cfg.n_layer else both.final[:n_pairs]
-                mlps.append(logits_of((after - entering_mlp)[:, None])[:, 0])
-        norm_bias = (direction[:, 0] * norm.bias).sum(-1) if norm.bias is not None else torch.zeros(n_pairs)  # [P]
+                mlps.append(logits_of(cache["mlp_out", layer][rows, at][:, None])[:, 0])
+        norm_bias = (direction[:, 0] * norm.bias).sum(-1) if norm.bias is not None else torch.zeros(len(pairs))
         return {
             "heads": torch.stack(heads, 1).double().cpu(),
             "mlps": torch.stack(mlps, 1).double().cpu() if mlps else None,
-            "embeddings": logits_of(both.resid[0][rows, at][:, None])[:, 0].double().cpu(),
+            "embeddings": logits_of(cache["resid_pre", 0][rows, at][:, None])[:, 0].double().cpu(),
             "biases": logits_of(biases[:, None])[:, 0].double().cpu(),
             "norm_bias": norm_bias.double().cpu(),
         }
 
 
-def logit_lens(model: nn.Module, pair: Pair, both: Run) -> list[tuple[int, float]]:
-    """The right answer's rank (0: the top token) and probability when the clean run's residual stream after each
-    layer is read as if it were the last."""
-    n_layer = model.config.n_layer
-    streams = [both.resid[layer][0, -1] for layer in range(1, n_layer)] + [both.final[0]]
+def logit_lens(model: nn.Module, both: Runs) -> list[tuple[int, float]]:
+    """The first pair's right answer's rank (1: the top token) and probability when its clean run's residual stream
+    after each layer is read as if it were the last."""
+    answer, last = both.pairs[0].answer, int(both.last[0])
+    streams = torch.stack([both.cache["resid_post", layer][0, last] for layer in range(model.config.n_layer)])
     with torch.no_grad():
-        logits = model.lm_head(model.ln_f(torch.stack(streams))).float()  # [layer, vocab]
-    probabilities = logits.softmax(-1)[:, pair.answer]
-    ranks = (logits > logits[:, pair.answer : pair.answer + 1]).sum(-1)
+        logits = model.lm_head(model.ln_f(streams)).float()  # [layer, vocab]
+    probabilities = logits.softmax(-1)[:, answer]
+    ranks = 1 + (logits > logits[:, answer : answer + 1]).sum(-1)
     return [(int(rank), float(p)) for rank, p in zip(ranks, probabilities, strict=True)]
 
 
 # --- what it says, as numbers ------------------------------------------------------------------------------------
 
 
-def mean_of(found: list[Patching]) -> dict[str, torch.Tensor | None]:
-    """The figures of every head and MLP averaged over several pairs (of any lengths), by name: "heads" and
-    "patterns" (shares), "attribution heads" and "attribution mlps" (logits; None for an attention-only model)."""
-    means = {part: torch.stack([getattr(f, part) for f in found]).mean(0) for part in ("heads", "patterns")}
-    means["attribution heads"] = torch.stack([f.attribution["heads"] for f in found]).mean(0)
-    mlps = [f.attribution["mlps"] for f in found]
-    means["attribution mlps"] = torch.stack(mlps).mean(0) if mlps[0] is not None else None
-    return means
-
-
-def by_head(values: torch.Tensor) -> dict[str, float | list[float]]:
-    """[layer, head, ...] -> {"L0H0": value (or list), ...}."""
+def by_name(values: torch.Tensor) -> dict[str, float | list[float]]:
+    """[layer, head, ...] -> {"L0H0": value (or list), ...}; [layer] -> {"MLP0": value}; [layer, pos] (no head
+    axis: a part of the stream) -> {"L0": [value, ...]}."""
+    if values.dim() == 1:
+        return {f"MLP{layer}": float(value) for layer, value in enumerate(values)}
     return {
         head_name(layer, head): values[layer, head].tolist()
         for layer in range(values.shape[0])
@@ -544,9 +603,19 @@ def by_head(values: torch.Tensor) -> dict[str, float | list[float]]:
     }
 
 
+def part_json(part: str, values: torch.Tensor) -> dict:
+    """One part's figures by name: heads as "L0H0" (a list by position where it has one), MLPs as "MLP0", the
+    residual stream and MLPs by position as "L0": [value, ...]."""
+    if "head" in PARTS[part].axes:
+        return by_name(values)
+    if "pos" in PARTS[part].axes:
+        return {f"L{layer}": values[layer].tolist() for layer in range(values.shape[0])}
+    return by_name(values)
+
+
 def patching_json(found: Patching, tokenizer: Tokenizer) -> dict:
-    """One pair's figures as `sample.py --patch --json` prints them (docs/patching.md); NaN where a share has no
-    meaning (the two runs' logit differences are the same)."""
+    """One pair's figures as `sample.py --patch --json` prints them (docs/patching.md); NaN where a share is not
+    measured (`Patching.measured`)."""
     pair, parts = found.pair, found.attribution
     return {
         "clean": tokenizer.decode(pair.clean),
@@ -561,14 +630,10 @@ def patching_json(found: Patching, tokenizer: Tokenizer) -> dict:
         "wrong_id": pair.wrong,
         "clean_diff": found.clean_diff,
         "corrupted_diff": found.corrupted_diff,
-        "patching": {
-            "heads": by_head(found.heads),
-            "positions": by_head(found.positions),
-            "residual": {f"L{layer}": found.residual[layer].tolist() for layer in range(found.residual.shape[0])},
-            "patterns": by_head(found.patterns),
-        },
+        "measured": found.measured,
+        "patching": {part: part_json(part, values) for part, values in found.shares.items()},
         "attribution": {
-            "heads": by_head(parts["heads"]),
+            "heads": by_name(parts["heads"]),
             "mlps": {f"L{layer}": float(v) for layer, v in enumerate(parts["mlps"])}
             if parts["mlps"] is not None
             else {},
@@ -580,4 +645,22 @@ def patching_json(found: Patching, tokenizer: Tokenizer) -> dict:
             {"layer": layer, "rank": rank, "probability": probability}
             for layer, (rank, probability) in enumerate(found.lens)
         ],
+    }
+
+
+def mean_json(mean: Mean) -> dict:
+    """Several pairs' figures together, as `sample.py --patch FILE --json` prints them beside each pair's."""
+    return {
+        "patching": {part: part_json(part, share) for part, share in mean.shares.items()},
+        "patching_spread": {part: part_json(part, spread) for part, spread in mean.spreads.items()},
+        "measured": mean.measured,
+        "pairs": mean.pairs,
+        "mean_gap": mean.gap,
+        "mean_gap_spread": mean.gap_spread,
+        "attribution": {
+            "heads": by_name(mean.attribution["heads"]),
+            "mlps": {f"L{layer}": float(v) for layer, v in enumerate(mean.attribution["mlps"])}
+            if mean.attribution["mlps"] is not None
+            else {},
+        },
     }

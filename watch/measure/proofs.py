@@ -1,4 +1,4 @@
-"""Proof by ablation: remove heads (an `Ablation`, model/ablation.py) and see what the model loses, an
+"""Proof by ablation: remove heads (an `Ablation`, watch/measure/heads.py) and see what the model loses, an
 `AblationResult` read on what each kind of head is tested on (its type's `tested_on`).
 
 Two ways to remove a head:
@@ -23,40 +23,25 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-from model.ablation import Ablation
-from model.gpt import evaluating
+from model.hooks import site_name
 from watch.measure.capture import capture_attention
-from watch.measure.heads import ablation_for, head_name
+from watch.measure.heads import Ablation, ablation_for, head_name
 from watch.measure.headtypes import TYPE_SETS, TYPES
 from watch.measure.probesets import AGREEMENT, PRONOUN, REPEATED, TEXT, ProbeSet, ProbeSets
 from watch.measure.reading import Reading, read_pass
 
 
 def head_means(model: nn.Module, text: ProbeSet) -> dict[int, torch.Tensor]:
-    """Each layer's heads' mean output over `text`: {layer: [n_head, head_dim]}, read where the heads'
-    outputs enter the output projection."""
-    cfg = model.config
-    sums = {layer: torch.zeros(cfg.n_head, cfg.head_dim, dtype=torch.float64) for layer in range(cfg.n_layer)}
-    count = 0
-
-    def record(layer: int):
-        def hook(module: nn.Module, inputs: tuple) -> None:
-            merged = inputs[0].detach().double().cpu()  # [B, T, n_head * head_dim]
-            sums[layer] += merged.reshape(-1, cfg.n_head, cfg.head_dim).sum(0)
-
-        return hook
-
-    handles = [block.attn.out_proj.register_forward_pre_hook(record(layer)) for layer, block in enumerate(model.blocks)]
-    device = next(model.parameters()).device
-    try:
-        with evaluating(model):
-            for ids in text.ids:
-                model(torch.tensor([ids], device=device))
-                count += len(ids)
-    finally:
-        for handle in handles:
-            handle.remove()
-    return {layer: (total / count).float() for layer, total in sums.items()}
+    """Each layer's heads' mean output over `text`: {layer: [n_head, head_dim]}, read at each layer's `hook_z`."""
+    names = [site_name("z", layer) for layer in range(model.config.n_layer)]
+    sums = [torch.zeros(model.config.n_head, model.config.head_dim, dtype=torch.float64) for _ in names]
+    device, count = next(model.parameters()).device, 0
+    for ids in text.ids:
+        _, cache = model.run_with_cache(torch.tensor([ids], device=device), names)
+        for total, name in zip(sums, names, strict=True):
+            total += cache[name][0].double().sum(0).cpu()  # [T, H, head_dim] summed over positions
+        count += len(ids)
+    return {layer: (total / count).float() for layer, total in enumerate(sums)}
 
 
 @dataclass(frozen=True)

@@ -1,20 +1,21 @@
 """The pass: what the watch runs the model on, what it reads from it, and what that says.
 
 Every kind of probe set is one record, a `ProbeKind`, in one registry, `PROBE_KINDS`: how its set is made for a run
-or a checkpoint (`watch/measure/probesets.py` makes it), what the passes between evaluations read of it, its
-scores, its lines in the head report, its TensorBoard scalars and charts, and its numbers in the JSON. The pass, its
-reading, the report and TensorBoard iterate the registry, so a new kind is one record here (and, for a file of a
-new shape, its line's record in `data/probes.py`).
+or a checkpoint (`watch/measure/probesets.py` makes it), what the passes between evaluations read of it, its scores
+and its numbers in the JSON. How each kind is shown (its lines in the head report, its TensorBoard scalars and
+charts) is its record beside the views, `watch.show.kinds.SHOWN`. A new kind is one record in each (and, for a file
+of a new shape, its line's record in `data/probes.py`).
 
-A pass (`score`) runs each probe set through the model once (`watch/measure/capture.py`) and reads every score of its
-kind and of the head types measured on it (`watch/measure/headtypes.py`) from those captures into one `Results`,
-with the attention patterns of the watched sentences. Its `Reading` (`read_results`) adds what those numbers say:
-the pronoun head table, pronoun agreement and the heads that read the name, every head's type scores and, against
-the untrained model, its type; how the heads compose, from the weights; and the baselines it was read against (the
-untrained model, and for a fine-tune the model before fine-tuning). The views all read the same `Reading`, so none
-of them derives it again: the report (`watch/show/report.py`), TensorBoard (`watch/show/tensorboard.py`, which writes
-the heatmaps `watch/show/heatmaps.py` draws of the patterns), the attention page, `sample.py` and the proofs by
-ablation.
+A pass, `read_pass`: `measure` runs each probe set through the model once (`watch/measure/capture.py`, the model's
+named sites: model/hooks.py) and `tally` adds up every score of its kind and of the head types measured on it
+(`watch/measure/headtypes.py`, functions of a capture in `watch/measure/scores.py`) into one `Results`, with the
+attention patterns of the watched sentences; a kind read by running the model more than once (activation patching:
+`runs`) adds its figures. `interpret` makes the `Reading`: what those numbers say (the pronoun head table, pronoun
+agreement and the heads that read the name, every head's type scores and, against the untrained model, its type;
+how the heads compose, from the weights; and the baselines it was read against: the untrained model, and for a
+fine-tune the model before fine-tuning). The views all read the same `Reading`, so none of them derives it again:
+the report (`watch/show/report.py`), TensorBoard (`watch/show/tensorboard.py`), the heatmaps and the attention page,
+`sample.py` and the proofs by ablation.
 """
 
 from __future__ import annotations
@@ -30,13 +31,13 @@ import torch.nn as nn
 
 from data.probes import AgreementProbe, Probe
 from data.tokenizer import Tokenizer
-from model.ablation import Ablation
-from watch.measure import patching, probesets, scores
+from watch.measure import patching, paths, probesets, scores
 from watch.measure.capture import Capture, captures, sentence_patterns
 from watch.measure.composition import Composition, composition
-from watch.measure.heads import ablation_names, head_name, parse_head
-from watch.measure.headtypes import CLOSE, TYPES, TypedHead, best_offset, head_types, heads_of, needed, type_scores
+from watch.measure.heads import Ablation, ablation_names, head_name
+from watch.measure.headtypes import TYPES, TypedHead, best_offset, head_types, heads_of, type_scores
 from watch.measure.patching import PAIRS
+from watch.measure.paths import PATHS
 from watch.measure.probesets import AGREEMENT, PRONOUN, REACH, REPEATED, SENTENCES, TEXT, ProbeSet, ProbeSets
 from watch.measure.pronouns import AgreementStats, ContinuationStats, HeadStats, ProbeReport, baselines, name_readers
 from watch.measure.scores import Measure
@@ -55,6 +56,7 @@ class Results:
     sets: ProbeSets
     forwards: int
     ablated: list[str] = field(default_factory=list)
+    paths: list[paths.Path] = field(default_factory=list)  # which head feeds which, where the pass read the paths
 
     def head(self, score: str, layer: int, head: int) -> float | None:
         """One head's score, None when it was not measured."""
@@ -124,7 +126,7 @@ PRONOUN_WEIGHTS = ("referent", "distractor", "top1")  # what a head's weight fro
 
 
 @dataclass
-class Source:
+class Materials:
     """What a run or a checkpoint makes its probe sets from (`watch_sets`)."""
 
     tokenizer: Tokenizer
@@ -136,6 +138,7 @@ class Source:
     texts: Sequence[str] = ()  # the sentences to show
     corpus: str | None = None  # the training text's name or path: what separates its examples (`token_pool`)
     draw: int = 0  # which draw of random sequences (`probesets.draw_seed`): the watch reads draw 0
+    paths: bool = True  # whether path patching reads which head feeds which on the pairs (`watch/measure/paths.py`)
     made: dict = field(default_factory=dict, repr=False)  # the files' sets, made once however many kinds read them
 
     @cached_property
@@ -153,195 +156,46 @@ class Source:
 
 @dataclass(frozen=True)
 class ProbeKind:
-    """One kind of probe set, and all that the watch does with it (`PROBE_KINDS`)."""
+    """One kind of probe set, and what the watch measures on it (`PROBE_KINDS`); how it is shown is its record in
+    `watch.show.kinds.SHOWN`."""
 
     name: str
     # Its set for a run or a checkpoint, or why there is none (a reason, said in reports; None: not asked for).
-    make: Callable[[Source], ProbeSet | str | None]
+    make: Callable[[Materials], ProbeSet | str | None]
     # What a pass between the whole ones reads of it (`quick_sets`): all of it (WHOLE), its first QUICK_TOKENS tokens
     # (CUT), or nothing every watch_interval steps and all of it at evaluations (AT_EVALUATIONS).
     quick: str = WHOLE
-    scores: dict[str, Measure] = field(default_factory=dict)  # read from each capture of it, by name (`read`)
+    scores: dict[str, Measure] = field(default_factory=dict)  # read from each capture of it, by name (`tally`)
     numbers: tuple[str, ...] = ()  # its numbers in `sample.py --heads --json`, and in TensorBoard as heads/{name}
-    lines: Callable[[Reading], list[str]] = lambda reading: []  # its lines in the head report, after the types'
-    # Its other TensorBoard scalars by tag: a number goes in the run's own run, [layer, head] in each head's run.
-    scalars: Callable[[Reading], dict[str, float | torch.Tensor | None]] = lambda reading: {}
-    # Its charts in TensorBoard's Custom Scalars, {title: [tag regexes]}, in the category `category`.
-    charts: dict[str, list[str]] = field(default_factory=dict)
-    category: str = ""
-    # What it reads by running the model more than once ({score: [layer, head]}): activation patching runs each
-    # clean prompt's parts into its corrupted twin. A set of such a kind is read this way instead of captured.
+    # What it reads by running the model more than once ({score: [layer, head], or a number}): activation patching
+    # runs each clean prompt's parts into its corrupted twin. A set of such a kind is read this way, not captured.
     runs: Callable[[nn.Module, ProbeSet], dict[str, torch.Tensor]] | None = None
 
 
-def _best_reach(reading: Reading) -> tuple[str, dict[int, float]]:
-    """The best induction head and its score by distance to the earlier copy, where the pass read the repeats by
-    distance (`REACH`) beside the repeated tokens ({} otherwise: a quick pass reads only the longest)."""
-    best = reading.results.best("induction")
-    reach = reading.reach.get(best[0], {}) if best is not None else {}
-    return (best[0], reach) if len(reach) > 1 else ("", {})
-
-
-def _repeated_lines(reading: Reading) -> list[str]:
-    """How far back the best induction head copies, and the in-context gain, with its spread and what it means."""
-    lines = []
-    best, reach = _best_reach(reading)
-    if reach and max(reach.values()) >= CLOSE * needed(None):  # some distance copies
-        far, near = reach[max(reach)], max(reach.values())
-        shape = (
-            " (it copies from close by more than from far: the longest distances are the weakest)"
-            if far < 0.75 * near
-            else ""
-        )
-        spreads = reading.results.reach_spreads().get(best, {})
-        by_distance = ", ".join(
-            f"{d} tokens {value:.3f}" + (f" ± {spreads[d]:.3f}" if d in spreads else "") for d, value in reach.items()
-        )
-        lines.append(f"{best}'s induction score by distance to the earlier copy: {by_distance}{shape}")
-    numbers = reading.results.numbers
-    if "in_context_gain" in numbers:
-        then = reading.untrained.results.numbers if reading.untrained is not None else {}
-        better = "better" if numbers["in_context_gain"] > 0 else "worse"
-        meaning = f"the second copy is predicted {{size:.3f}} nats {better} than the first"
-        lines.append(
-            f"in-context gain on repeated random tokens: {_measured(numbers, 'in_context_gain', meaning)} "
-            f"(first copy {numbers['loss_first_copy']:.3f}, second {numbers['loss_second_copy']:.3f}"
-            f"{_then(then, 'in_context_gain')})"
-        )
-    return lines
-
-
-def _spread_scalars(reading: Reading) -> dict[str, float | torch.Tensor | None]:
-    """Beside each head type read from the repeated tokens, its spread: every head's (heads/{type}_spread) and the
-    best head's (heads/{type}/best_spread, beside heads/{type}/best)."""
-    scalars = {}
-    for name in (name for name, head_type in TYPES.items() if head_type.probe_set == REPEATED):
-        spreads, best = reading.results.heads.get(f"{name}_spread"), reading.results.best(name)
-        if spreads is not None and best is not None:
-            scalars[f"heads/{name}_spread"] = spreads
-            scalars[f"heads/{name}/best_spread"] = reading.results.head(f"{name}_spread", *parse_head(best[0]))
-    return scalars
-
-
-def _reach_scalars(reading: Reading) -> dict[str, float | None]:
-    """The best induction head's score at each distance, and its spread."""
-    best, reach = _best_reach(reading)
-    spreads = reading.results.reach_spreads().get(best, {})
-    scalars = {f"heads/induction/best_at_{d:02d}": value for d, value in reach.items()}
-    return scalars | {f"heads/induction/best_at_{d:02d}_spread": spreads.get(d) for d in reach}
-
-
-def varied_windows(source: Source) -> ProbeSet | str:
+def varied_windows(materials: Materials) -> ProbeSet | str:
     """The held-out windows (`probesets.held_out_text`), unless every one is the same (a text of one token
     repeated): a figure's spread over identical windows is 0 by construction, a certainty it does not have, so
     nothing is measured on them."""
-    made = probesets.held_out_text(source.text, source.block_size, source=source.text_source)
+    made = probesets.held_out_text(materials.text, materials.block_size, source=materials.text_source)
     if isinstance(made, ProbeSet) and len({tuple(ids) for ids in made.ids}) < 2:
         return (
-            f"every window drawn from {source.text_source} is the same ({made.about}; one token repeated?): "
+            f"every window drawn from {materials.text_source} is the same ({made.about}; one token repeated?): "
             f"previous-token, sink, current-token, positional and broad scores and the in-context score are not "
             f"measurable on it; give varied text"
         )
     return made
 
 
-def _text_lines(reading: Reading) -> list[str]:
-    """The in-context score, with its spread and what it means."""
-    numbers = reading.results.numbers
-    if "in_context_score" not in numbers:
-        return []
-    then = reading.untrained.results.numbers if reading.untrained is not None else {}
-    text = reading.results.sets.get(TEXT)
-    length = len(text.ids[0])
-    early, late = probesets.icl_positions(length)
-    where = (
-        f"tokens {late.start}-{late.stop - 1} of a {length}-token context "
-        f"against the same tokens at {early.start}-{early.start + late.stop - late.start - 1}"
-    )
-    score = numbers["in_context_score"]
-    meaning = f"later in the context, tokens are predicted {{size:.3f}} nats {'better' if score < 0 else 'worse'}"
-    # Olsson et al.'s score is the late loss minus the early one (below 0 is better): shown as nats saved.
-    measured, was = _measured(numbers, "in_context_score", meaning, "nats", -1), _then(then, "in_context_score", -1)
-    return [
-        f"in-context score on held-out text: {measured} ({where}, {len(text.ids) // 2} pairs of windows"
-        f"{was}; Olsson et al.'s late-minus-early loss, {score:+.3f})"
-    ]
-
-
-def _measured(numbers: dict, name: str, meaning: str, unit: str = "nats/token", sign: int = 1) -> str:
-    """ "+0.12 ± 0.03 nats/token: the second copy is ...", or "no measurable effect, +0.02 ± 0.05 nats/token"
-    when the figure (times `sign`) lies inside its spread."""
-    figure, inside = _figure(numbers, name, sign)
-    if inside:
-        return f"no measurable effect, {figure} {unit}"
-    return f"{figure} {unit}: {meaning.format(size=abs(numbers[name]))}"
-
-
-def _then(then: dict, name: str, sign: int = 1) -> str:
-    if name not in then:
-        return ""
-    figure, inside = _figure(then, name, sign)
-    return f"; untrained {figure}" + (", no measurable effect" if inside else "")
-
-
-def _figure(numbers: dict, name: str, sign: int) -> tuple[str, bool]:
-    """("+0.12 ± 0.03", whether the figure lies inside its spread)."""
-    value, spread = sign * numbers[name], numbers.get(f"{name}_spread")
-    figure = f"{value:+.3f}" + (f" ± {spread:.3f}" if spread is not None else "")
-    return figure, spread is not None and abs(value) <= spread
-
-
-NO_ANSWER = (
-    "the model does not prefer the clean prompts' answers over the corrupted ones' by more than the spread of that "
-    "preference over the pairs"
-)
-
-
-def _patching_lines(reading: Reading) -> list[str]:
-    """Which head carries the answer on the patched pairs, with its share and its direct attribution."""
-    best, pairs = reading.results.best("patching"), reading.results.sets.get(PAIRS)
-    if best is None:
-        measured = pairs is not None and "patching" in reading.results.heads
-        # Early in training: no answer yet for a head to carry (`patching.share_of_mean`).
-        return [f"no head carries an answer yet on {pairs.about}: {NO_ANSWER}"] if measured else []
-    name, share = best
-    layer, head = parse_head(name)
-    logits = float(reading.results.heads["attribution"][layer, head])
-    spread = reading.results.head("patching_spread", layer, head)
-    typed = reading.types.get(name)
-    kind = f" ({TYPES[typed.kind].label} head)" if typed is not None and typed.kind is not None else ""
-    share_text = f"{share:.2f}" if spread is None else f"{share:.2f} ± {spread:.2f}"
-    return [
-        f"{name}{kind} carries the answer most: its output, patched from each clean prompt into its corrupted "
-        f"twin, brings back {share_text} of the logit difference (over {pairs.about}); its direct attribution "
-        f"{logits:+.2f} logits"
-    ]
-
-
-def _patching_scalars(reading: Reading) -> dict[str, float | torch.Tensor | None]:
-    """Every head's share and direct attribution, and the best share with its spread (None before there is one)."""
-    best = reading.results.best("patching")
-    spread = reading.results.head("patching_spread", *parse_head(best[0])) if best is not None else None
-    return {
-        "patching/share": reading.results.heads.get("patching"),
-        "patching/attribution": reading.results.heads.get("attribution"),
-        "patching/share/best": best[1] if best is not None else None,
-        "patching/share/best_spread": spread,
-    }
-
-
-def _pronoun_scalars(reading: Reading) -> dict[str, float | torch.Tensor | None]:
-    """Every head's weights from the pronoun and its top-1, the best head's, and what the model predicts next."""
-    report = reading.pronouns
-    if report is None:
-        return {}
-    best = ("referent", "distractor", "top1", "referent_no_sink", "top1_no_sink")
-    return {
-        **{f"attention/{weight}": reading.results.heads[weight] for weight in PRONOUN_WEIGHTS},
-        **{f"attention/{score}/best": getattr(report.best, score) for score in best},
-        "probes/continuation_accuracy": report.continuation.accuracy,
-        "probes/logit_diff": report.continuation.logit_diff,
-    }
+def watched_pairs(materials: Materials) -> ProbeSet | str:
+    """The pronoun probes' pairs where there are pronoun probes, else pairs of repeated random tokens (made once)."""
+    if PAIRS not in materials.made:
+        probes = materials.file(PRONOUN, Probe)
+        materials.made[PAIRS] = (
+            patching.pronoun_pairs(probes, materials.tokenizer)
+            if probes is not None
+            else patching.repeat_pairs(materials.pool.tokens, materials.block_size)
+        )
+    return materials.made[PAIRS]
 
 
 PROBE_KINDS: dict[str, ProbeKind] = {
@@ -349,8 +203,8 @@ PROBE_KINDS: dict[str, ProbeKind] = {
     for kind in (
         ProbeKind(
             REPEATED,
-            make=lambda source: probesets.repeated_tokens(
-                source.pool, source.block_size, seed=probesets.draw_seed(source.draw, REPEATED)
+            make=lambda materials: probesets.repeated_tokens(
+                materials.pool, materials.block_size, seed=probesets.draw_seed(materials.draw, REPEATED)
             ),
             quick=CUT,
             scores={
@@ -361,16 +215,11 @@ PROBE_KINDS: dict[str, ProbeKind] = {
                 "in_context_gain_squares": scores.mean_of(scores.gains, squared=True),
             },
             numbers=("in_context_gain", "in_context_gain_spread", "loss_first_copy", "loss_second_copy"),
-            lines=_repeated_lines,
-            scalars=_spread_scalars,
-            # The phase change: the induction score and the in-context gain jump together.
-            charts={"induction and in-context gain": [r"heads/induction/best$", r"heads/in_context_gain$"]},
-            category="head types",
         ),
         ProbeKind(
             REACH,
-            make=lambda source: probesets.repeats_by_distance(
-                source.pool, source.block_size, seed=probesets.draw_seed(source.draw, REACH)
+            make=lambda materials: probesets.repeats_by_distance(
+                materials.pool, materials.block_size, seed=probesets.draw_seed(materials.draw, REACH)
             ),
             quick=AT_EVALUATIONS,
             # Induction where the earlier copy is d tokens back.
@@ -381,12 +230,6 @@ PROBE_KINDS: dict[str, ProbeKind] = {
                     f"induction_{d}", f"induction targets at {d}", partial(scores.reach_targets, distance=d)
                 ).items()
             },
-            # Its line in the report, how far back the best induction head copies, comes before the in-context gain:
-            # the repeated tokens' lines say both (`_repeated_lines`).
-            scalars=_reach_scalars,
-            # Whether the best induction head copies from far back as well as from close by.
-            charts={"best induction head's score by distance to the earlier copy": [r"heads/induction/best_at_\d+$"]},
-            category="head types",
         ),
         ProbeKind(
             TEXT,
@@ -401,12 +244,10 @@ PROBE_KINDS: dict[str, ProbeKind] = {
                 "text_loss": scores.mean_of(scores.next_token_losses),
             },
             numbers=("in_context_score", "in_context_score_spread", "text_loss"),
-            lines=_text_lines,
-            scalars=lambda reading: {"heads/broad": reading.results.heads.get("broad")},
         ),
         ProbeKind(
             PRONOUN,
-            make=lambda source: source.file(PRONOUN, Probe),
+            make=lambda materials: materials.file(PRONOUN, Probe),
             scores={
                 **{weight: scores.pronoun_score(weight) for weight in PRONOUN_WEIGHTS},
                 **{f"{weight}_no_sink": scores.pronoun_score(weight, no_sink=True) for weight in PRONOUN_WEIGHTS},
@@ -416,21 +257,10 @@ PROBE_KINDS: dict[str, ProbeKind] = {
                 "distractor_rate": partial(scores.argmax_among, whose="distractor"),
                 "logit_diff": scores.logit_diff,
             },
-            scalars=_pronoun_scalars,
-            charts={
-                # The best head's own line first: alone on its chart, no outlier setting can clip its climb.
-                "referent weight and top-1 of the best head": [r"attention/(referent|top1)/best$"],
-                "referent weight, every head": [r"attention/referent$"],
-                "top-1, every head": [r"attention/top1$"],
-                # The training loss (logged every log_interval steps) rather than the validation loss (5 points in
-                # the demo, which smoothing bends out of shape), and every accuracy the probes report.
-                "training loss and accuracy": [r"loss/train$", r"probes/.*accuracy"],
-            },
-            category="attention heads",
         ),
         ProbeKind(
             AGREEMENT,
-            make=lambda source: source.file(AGREEMENT, AgreementProbe),
+            make=lambda materials: materials.file(AGREEMENT, AgreementProbe),
             scores={
                 "agreement_accuracy": scores.right_word(),
                 "agreement_accuracy_first_mention": scores.right_word("first"),
@@ -438,47 +268,38 @@ PROBE_KINDS: dict[str, ProbeKind] = {
                 "agreement_share": scores.right_share,
                 "name_reading": scores.name_reading,
             },
-            # Each figure of the whole model: agreement, over every context and by mention, and its share.
-            scalars=lambda reading: {
-                f"probes/{n}": reading.results.numbers.get(n) for n in PROBE_KINDS[AGREEMENT].scores
-            },
         ),
+        ProbeKind(PAIRS, make=watched_pairs, runs=lambda model, probe_set: patching.watched(model, probe_set.items)),
         ProbeKind(
-            PAIRS,
-            # The pronoun probes' pairs where there are pronoun probes, else pairs of repeated random tokens.
-            make=lambda source: (
-                patching.pronoun_pairs(source.file(PRONOUN, Probe), source.tokenizer)
-                if source.file(PRONOUN, Probe) is not None
-                else patching.repeat_pairs(source.pool.tokens, source.block_size)
+            PATHS,
+            # The pronoun pairs the watch patches, where it has them; else repeated tokens made for K-composition.
+            make=lambda materials: (
+                None
+                if not materials.paths
+                else paths.on_pairs(watched_pairs(materials))
+                if materials.file(PRONOUN, Probe) is not None
+                else paths.previous_token_pairs(materials.pool.tokens, materials.block_size)
             ),
-            runs=lambda model, probe_set: patching.watched(model, probe_set.items),
-            lines=_patching_lines,
-            scalars=_patching_scalars,
-            # When a head becomes the one that carries the answer, beside when its attention formed.
-            charts={
-                # The best head's share alone first, which TensorBoard's outlier scaling cannot clip.
-                "share of the answer the best head's output carries": [r"patching/share/best$"],
-                "share of the answer a head's output carries (activation patching), every head": [r"patching/share$"],
-                "direct logit attribution (logits), every head": [r"patching/attribution$"],
-            },
-            category="patching",
+            runs=lambda model, probe_set: {PATHS: paths.path_patching(model, probe_set.items)},
         ),
         ProbeKind(
             SENTENCES,
-            make=lambda source: (
-                probesets.sentences(source.texts, source.tokenizer, source.block_size) if source.texts else None
+            make=lambda materials: (
+                probesets.sentences(materials.texts, materials.tokenizer, materials.block_size)
+                if materials.texts
+                else None
             ),
-            quick=AT_EVALUATIONS,  # a pass keeps their patterns (`read`): the heatmaps and the attention page
+            quick=AT_EVALUATIONS,  # a pass keeps their patterns (`tally`): the heatmaps and the attention page
         ),
     )
 }
 
 
-def watch_sets(source: Source) -> ProbeSets:
-    """Every probe set a run or a checkpoint is watched on, each made from `source` as its kind says."""
+def watch_sets(materials: Materials) -> ProbeSets:
+    """Every probe set a run or a checkpoint is watched on, each made from `materials` as its kind says."""
     sets = ProbeSets()
     for kind in PROBE_KINDS.values():
-        sets.add(kind.name, kind.make(source))
+        sets.add(kind.name, kind.make(materials))
     return sets
 
 
@@ -509,25 +330,31 @@ def untrained_like(model: nn.Module, seed: int) -> nn.Module:
     return fresh.to(next(model.parameters()).device).eval()
 
 
-def score(
+def measure(
     model: nn.Module, sets: ProbeSets, ablate: Ablation | None = None, kinds: tuple[str, ...] | None = None
 ) -> Results:
     """Captures each probe set of `sets` (only `kinds`, if given) once and reads every score of its kind and of the
     head types measured on it; `ablate` removes heads for the whole pass."""
     chosen = [s for kind, s in sets.sets.items() if kinds is None or kind in kinds]
     captured = [s for s in chosen if PROBE_KINDS[s.kind].runs is None]
-    results = read((capture for probe_set in captured for capture in captures(model, probe_set, ablate)), sets)
+    results = tally((capture for probe_set in captured for capture in captures(model, probe_set, ablate)), sets)
     results.ablated = ablation_names(ablate)
     for probe_set in chosen if ablate is None else ():  # what removing heads costs is read from the captures alone
         runs = PROBE_KINDS[probe_set.kind].runs
         for name, values in (runs(model, probe_set) if runs is not None else {}).items():
-            results.heads[name], results.counts[name] = values, len(probe_set)
+            if isinstance(values, list):  # path patching's paths
+                results.paths = values
+            elif values.dim():  # a score of each head
+                results.heads[name] = values
+            else:
+                results.numbers[name] = float(values)
+            results.counts[name] = len(probe_set)
     return results
 
 
-def read(captured: Iterable[Capture], sets: ProbeSets) -> Results:
+def tally(captured: Iterable[Capture], sets: ProbeSets) -> Results:
     """Every score of each capture's kind and of the head types measured on it, added up over the captures, and the
-    watched sentences' patterns: the `Results` of a pass. Captures made by hand (`capture_from_patterns`) are read
+    watched sentences' patterns: the `Results` of a pass. Captures made by hand (`capture_from_patterns`) are tallied
     the same way."""
     totals: dict[str, tuple] = {}
     patterns: list[list[torch.Tensor]] = []
@@ -535,8 +362,8 @@ def read(captured: Iterable[Capture], sets: ProbeSets) -> Results:
     for capture in captured:
         forwards += 1
         kind = capture.probe_set.kind
-        for name, measure in measures(kind).items():
-            total, count = measure(capture)
+        for name, score in measures(kind).items():
+            total, count = score(capture)
             before = totals.get(name)
             totals[name] = (total, count) if before is None else (before[0] + total, before[1] + count)
         if kind == SENTENCES:
@@ -579,10 +406,10 @@ def read_pass(
     compose, from the weights: what the watch and `sample.py` show. Removing heads leaves the weights as they are,
     and for GPT-2 it takes seconds, so the proofs do without it."""
     found = composition(model) if compose else None
-    return read_results(score(model, sets, ablate, kinds), untrained, found, before, is_untrained=is_untrained)
+    return interpret(measure(model, sets, ablate, kinds), untrained, found, before, is_untrained=is_untrained)
 
 
-def read_results(
+def interpret(
     results: Results,
     untrained: Reading | None = None,
     composition: Composition | None = None,

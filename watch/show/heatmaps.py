@@ -373,12 +373,13 @@ def composition_image(found: Composition, title: str) -> np.ndarray:
 def patching_map(found: Patching, tokens: Sequence[str]) -> np.ndarray:
     """A pair's patching map: the residual stream patched entering each layer (layer x position) and each head's
     output patched at one position (head x position), as shares of the logit difference brought back."""
-    n_layer, n_head = found.heads.shape
+    shares = found.shares
+    n_layer, n_head = shares["heads"].shape
     panels = [
-        ("residual stream entering each layer", found.residual.numpy(), [f"L{layer}" for layer in range(n_layer)]),
+        ("residual stream entering each layer", shares["residual"].numpy(), [f"L{layer}" for layer in range(n_layer)]),
         (
             "each head's output, one position",
-            found.positions.reshape(n_layer * n_head, -1).numpy(),
+            shares["positions"].reshape(n_layer * n_head, -1).numpy(),
             [head_name(layer, head) for layer in range(n_layer) for head in range(n_head)],
         ),
     ]

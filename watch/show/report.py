@@ -10,14 +10,16 @@ import numpy as np
 import torch
 
 from watch.measure.composition import KINDS, ONE_LAYER_NOTE, pair_name
-from watch.measure.heads import display_token, head_name
+from watch.measure.heads import display_token, head_name, plus_minus, with_spread
 from watch.measure.headtypes import BROAD, BROAD_COLUMN, BROAD_MEANING, CLOSE, RULE, TYPES, needed
-from watch.measure.patching import Patching
+from watch.measure.patching import LAYER_HEAD, PARTS, Mean, Patching
+from watch.measure.paths import Path
 from watch.measure.probesets import REPEATED
 from watch.measure.pronouns import ProbeReport
 from watch.measure.proofs import AblationResult
-from watch.measure.reading import PROBE_KINDS, Reading, Results
+from watch.measure.reading import Reading, Results
 from watch.show.heatmaps import as_array
+from watch.show.kinds import SHOWN
 
 COLUMNS = ("rank", "head", "referent", "distractor", "top-1", "ref (no sink)", "top-1 (no sink)")
 
@@ -209,7 +211,7 @@ SIGNS = "in every signed figure below, + is better (nats/token saved, accuracy p
 
 def type_lines(reading: Reading, since: dict[str, str] | None = None) -> str:
     """One line per head type: its heads (since when, from `since`), or how close the best head came; then the
-    lines of each kind of probe set (`watch.measure.reading.ProbeKind.lines`)."""
+    lines of each kind of probe set (`watch.show.kinds.SHOWN`)."""
     trained = reading.type_scores
     before = reading.untrained.type_scores if reading.untrained is not None else {}
     lines = []
@@ -217,7 +219,7 @@ def type_lines(reading: Reading, since: dict[str, str] | None = None) -> str:
         heads = reading.typed.get(kind, [])
         if heads:
             listed = ", ".join(
-                f"{t.name} {_figure(reading, kind, t.layer, t.head)}{_untrained(before, kind, t.layer, t.head)}"
+                f"{t.name} {_type_figure(reading, kind, t.layer, t.head)}{_untrained(before, kind, t.layer, t.head)}"
                 for t in heads
             )
             when = f", {since[kind]}" if since and kind in since else ""
@@ -229,25 +231,24 @@ def type_lines(reading: Reading, since: dict[str, str] | None = None) -> str:
         if value >= CLOSE * bar:
             lines.append(
                 f"no {TYPES[kind].label} head yet, but {head_name(layer, head)} is close: "
-                f"{_figure(reading, kind, layer, head)}, where a "
+                f"{_type_figure(reading, kind, layer, head)}, where a "
                 f"type needs {bar:.2f}{_untrained(before, kind, layer, head)}"
             )
         else:
             lines.append(
-                f"no {TYPES[kind].label} head (best {head_name(layer, head)} {_figure(reading, kind, layer, head)}"
+                f"no {TYPES[kind].label} head (best {head_name(layer, head)} {_type_figure(reading, kind, layer, head)}"
                 f"{_untrained(before, kind, layer, head, bracket=False)})"
             )
-    for kind in PROBE_KINDS.values():
-        lines += kind.lines(reading)
+    for shown in SHOWN.values():
+        lines += shown.lines(reading)
     return "\n".join(lines)
 
 
-def _figure(reading: Reading, kind: str, layer: int, head: int) -> str:
+def _type_figure(reading: Reading, kind: str, layer: int, head: int) -> str:
     """A head's score of a type, "0.41"; "0.952 ± 0.004" where the score has a spread (`{kind}_spread`: read from
     random sequences, how far another draw of them could move it)."""
-    value = float(reading.type_scores[kind][layer, head])
     spread = reading.results.head(f"{kind}_spread", layer, head)
-    return f"{value:.2f}" if spread is None else f"{value:.3f} ± {spread:.3f}"
+    return with_spread(float(reading.type_scores[kind][layer, head]), spread, 2 if spread is None else 3)
 
 
 def _untrained(before: dict[str, torch.Tensor], kind: str, layer: int, head: int, *, bracket: bool = True) -> str:
@@ -284,7 +285,7 @@ NO_EFFECT, AN_EFFECT = 0.05, 0.2  # the share of a measure lost that counts as n
 def _pm(results: Results, score: str, head: str) -> str:
     """ " ± 0.004" beside a head's score read from random sequences (its `{score}_spread`); "" for another."""
     spread = results.per_head(f"{score}_spread").get(head)
-    return "" if spread is None else f" ± {spread:.3f}"
+    return plus_minus(spread)
 
 
 def _change(key: str, before: dict, after: dict) -> str:
@@ -299,7 +300,7 @@ def _change(key: str, before: dict, after: dict) -> str:
         return _loss_change(old, new)
     if key != "in_context_gain":
         return _points(CONTINUATION, old, new)
-    spreads = tuple(f" ± {n[f'{key}_spread']:.3f}" if f"{key}_spread" in n else "" for n in (before, after))
+    spreads = tuple(plus_minus(n.get(f"{key}_spread")) for n in (before, after))
     spread = before.get(f"{key}_spread")
     if old <= 0 or (spread is not None and old <= spread):  # nothing to take: what the heads do for the text instead
         text = f"finds no in-context gain to take (the model has none on repeated tokens: {old:.3f} nats/token)"
@@ -628,48 +629,50 @@ def composition_lines(reading: Reading) -> str:
 
 def patching_report(found: Patching, tokens: Sequence[str], answer: str, wrong: str) -> str:
     """One pair's activation patching, attribution and logit lens for a learner: which heads carry the answer, in
-    words and with their share, then every head's figures, the residual stream, the attribution and the lens."""
+    words and with their share, then every head's figures, a line for each of its inputs and the MLPs, the residual
+    stream, the attribution and the lens."""
     shown = [repr(display_token(t, space_mark="")) for t in tokens]
-    carriers = found.carriers()
+    shares = found.shares
+    heads = shares["heads"]
     lines = [
         f"right answer {answer!r}, wrong {wrong!r}: the logit difference is {found.clean_diff:+.2f} on the clean "
         f"prompt, {found.corrupted_diff:+.2f} on the corrupted one",
         "patching copies one part of the clean run into the corrupted run: 1.00 brings the clean difference all back,"
         " 0.00 none of it",
     ]
-    if torch.isnan(found.heads).all():
-        lines.append("both prompts give the same logit difference: patching has nothing to bring back")
-    elif carriers:
-        for name, share in carriers[:3]:
-            layer, head = (int(n) for n in name[1:].split("H"))
-            pos = int(found.positions[layer, head].argmax())
-            lines.append(
-                f"{name} carries it: its output alone brings back {share:.2f} of the difference, most of it at "
-                f"{shown[pos]} ({float(found.positions[layer, head, pos]):.2f}); where it looks alone "
-                f"(its pattern) {float(found.patterns[layer, head]):.2f}"
-            )
-    else:
-        best = max(found.heads.flatten().tolist())
-        lines.append(f"no head alone carries it: the most any head's output brings back is {best:.2f}")
+    if not found.measured:
+        lines.append(
+            "not measured: the clean prompt's difference is not above the corrupted one's by enough for a part to "
+            "carry (docs/patching.md)"
+        )
+        return "\n".join(lines)
+    carriers = found.carriers()
+    for name, share in carriers[:3]:
+        layer, head = (int(n) for n in name[1:].split("H"))
+        pos = int(shares["positions"][layer, head].argmax())
+        lines.append(
+            f"{name} carries it: its output alone brings back {share:.2f} of the difference, most of it at "
+            f"{shown[pos]} ({float(shares['positions'][layer, head, pos]):.2f}); where it looks alone "
+            f"(its pattern) {float(shares['patterns'][layer, head]):.2f}"
+        )
+    if not carriers:
+        lines.append(f"no head alone carries it: the most any head's output brings back is {float(heads.max()):.2f}")
+    columns = [part for part in shares if PARTS[part].axes == LAYER_HEAD]  # the output, pattern, queries, ...
     rows = [
-        [
-            head_name(layer, head),
-            f"{float(found.heads[layer, head]):+.2f}",
-            f"{float(found.patterns[layer, head]):+.2f}",
-            f"{float(found.attribution['heads'][layer, head]):+.2f}",
-        ]
-        for layer in range(found.heads.shape[0])
-        for head in range(found.heads.shape[1])
+        [head_name(layer, head)]
+        + [f"{float(shares[part][layer, head]):+.2f}" for part in columns]
+        + [f"{float(found.attribution['heads'][layer, head]):+.2f}"]
+        for layer in range(heads.shape[0])
+        for head in range(heads.shape[1])
     ]
-    lines += _table(
-        ["head", "output patched", "pattern patched", "direct attribution (logits)"], rows, False, text_columns=(0,)
-    )
-    for layer in range(found.residual.shape[0]):
-        carried = [f"{shown[pos]} {float(v):.2f}" for pos, v in enumerate(found.residual[layer]) if abs(v) >= 0.1]
+    words = ["head", *(PARTS[part].words + (" patched" if part == "heads" else "") for part in columns)]
+    lines += _table([*words, "direct attribution (logits)"], rows, False, text_columns=(0,))
+    lines += _layer_lines(shares)
+    for layer in range(shares["residual"].shape[0]):
+        carried = [f"{shown[pos]} {float(v):.2f}" for pos, v in enumerate(shares["residual"][layer]) if abs(v) >= 0.1]
         lines.append(f"residual stream entering layer {layer}: carried at {', '.join(carried) or 'no one position'}")
     parts = {
-        head_name(*divmod(i, found.heads.shape[1])): float(v)
-        for i, v in enumerate(found.attribution["heads"].flatten())
+        head_name(*divmod(i, heads.shape[1])): float(v) for i, v in enumerate(found.attribution["heads"].flatten())
     }
     if found.attribution["mlps"] is not None:
         parts.update({f"MLP{layer}": float(v) for layer, v in enumerate(found.attribution["mlps"])})
@@ -680,8 +683,65 @@ def patching_report(found: Patching, tokens: Sequence[str], answer: str, wrong: 
         "wrong): " + ", ".join(f"{name} {value:+.2f}" for name, value in largest)
     )
     lens = "; ".join(
-        f"after layer {layer}: rank {rank + 1} (p {probability:.2f})"
+        f"after layer {layer}: rank {rank} (p {probability:.2f})"
         for layer, (rank, probability) in enumerate(found.lens)
     )
-    lines.append(f"logit lens, {answer!r} read from the residual stream as if it were the last: {lens}")
+    lines.append(
+        f"logit lens, {answer!r} read from the residual stream as if it were the last (rank 1: its top token): {lens}"
+    )
+    return "\n".join(lines)
+
+
+def _layer_lines(shares: dict[str, torch.Tensor], spreads: dict[str, torch.Tensor] | None = None) -> list[str]:
+    """A line for each part patched a layer at a time (each MLP's output): its shares, highest first (with its spread,
+    where there is one)."""
+    lines = []
+    for part in (part for part in shares if PARTS[part].axes == ("layer",)):
+        values = shares[part].tolist()
+        spread = spreads[part].tolist() if spreads and part in spreads else [None] * len(values)
+        order = sorted(range(len(values)), key=lambda layer: -values[layer])
+        listed = ", ".join(f"MLP{layer} {with_spread(values[layer], spread[layer], 2)}" for layer in order)
+        lines.append(f"each {PARTS[part].words}, patched at every position: {listed}")
+    return lines
+
+
+def mean_report(mean: Mean) -> str:
+    """Several pairs together, by the one rule: the share of their mean logit difference each part carries, with its
+    spread, or why none is measured."""
+    gap = f"{with_spread(mean.gap, mean.gap_spread, 2, signed=True)} logits"
+    if not mean.measured:
+        return (
+            f"all {mean.pairs} pairs together: the mean gap between the clean and the corrupted difference is {gap}, "
+            f"not above its spread: no share is measured (the model does not tell the clean prompts from the "
+            f"corrupted ones)"
+        )
+    lines = [f"all {mean.pairs} pairs together (the share of their mean logit difference, mean gap {gap}):"]
+    for part in (part for part in mean.shares if PARTS[part].axes == LAYER_HEAD):
+        values = torch.nan_to_num(mean.shares[part], nan=float("-inf"))
+        layer, head = divmod(int(values.argmax()), values.shape[1])
+        share = with_spread(float(mean.shares[part][layer, head]), float(mean.spreads[part][layer, head]), 2)
+        lines.append(f"patching a head's {PARTS[part].words} brings back the most at {head_name(layer, head)}: {share}")
+    return "\n".join(lines + _layer_lines(mean.shares, mean.spreads))
+
+
+def paths_report(found: Sequence[Path]) -> str:
+    """Path patching for a learner: into each receiver, the path that brings back the most (above its spread); then
+    every path measured above its spread, strongest first."""
+    if not any(path.measured for path in found):
+        return "paths: not measured: the model does not tell the clean prompts from the corrupted ones"
+    lines = [
+        "paths (path patching): a sender head's output, from the clean run, into one receiver alone: a later head's "
+        "queries q, keys k or values v, an MLP's input, or the logits directly; the share of the logit difference "
+        "it brings back (± two standard errors over the pairs, where there are several)"
+    ]
+    clear = sorted((path for path in found if path.clear), key=lambda path: -path.share)
+    strongest: dict[str, Path] = {}
+    for path in clear:
+        strongest.setdefault(path.receiver, path)
+    for receiver, path in strongest.items():
+        lines.append(
+            f"into {receiver}: most from {path.sender} ({path.input}) {with_spread(path.share, path.spread, 2)}"
+        )
+    rest = ", ".join(f"{path.name} {with_spread(path.share, path.spread, 2)}" for path in clear)
+    lines.append(f"every path above its spread, strongest first: {rest or 'none'}")
     return "\n".join(lines)

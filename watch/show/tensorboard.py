@@ -28,6 +28,8 @@ from watch.measure.headtypes import BROAD, TYPE_SETS, TYPES
 from watch.measure.probesets import ProbeSets
 from watch.measure.proofs import AblationResult
 from watch.measure.reading import PROBE_KINDS, Reading
+from watch.show.circuit import circuit_of
+from watch.show.kinds import SHOWN
 from watch.show.report import before_table, changes_line, head_table, type_legend, type_lines, type_table
 
 
@@ -243,9 +245,10 @@ BEFORE_TAG = "before_fine_tuning"  # before_fine_tuning/{type} in each head's ru
 
 
 def _drawn_in(category: str) -> dict[str, list[str]]:
-    """The charts the kinds of probe set draw in `category` (`ProbeKind.charts`), in the registry's order."""
-    kinds = [kind for kind in PROBE_KINDS.values() if kind.category == category]
-    return {title: tags for kind in kinds for title, tags in kind.charts.items()}
+    """The charts the kinds of probe set draw in `category` (`watch.show.kinds.Shown.charts`), in the registry's
+    order."""
+    kinds = [shown for shown in SHOWN.values() if shown.category == category]
+    return {title: tags for shown in kinds for title, tags in shown.charts.items()}
 
 
 # TensorBoard's Custom Scalars tab: {category: {chart title: [tag regexes]}}. A regex matches the start of a tag; one
@@ -256,6 +259,7 @@ EVERY_HEAD = ", every head"
 CHARTS = {
     "attention heads": _drawn_in("attention heads"),
     "patching": _drawn_in("patching"),  # which head carries the answer, over training
+    "paths": _drawn_in("paths"),  # which head feeds which: the circuit forming
     "head types": {
         **{f"{kind.replace('_', '-')}{EVERY_HEAD}": [rf"heads/{kind}$"] for kind in (*TYPES, BROAD)},
         **_drawn_in("head types"),
@@ -311,7 +315,7 @@ def chart_layout(sets: ProbeSets, n_layer: int, n_head: int, *, fine_tuning: boo
     its probe sets draws in (the head types' where a type is measured), with all its charts, each chart of every head
     drawn once per group of heads; the composition's with two layers or more; with `fine_tuning` each type beside the
     model before fine-tuning. {category: {title: ["Multiline", tag regexes]}}"""
-    drawn = {PROBE_KINDS[name].category for name in sets.sets if name in PROBE_KINDS}
+    drawn = {SHOWN[name].category for name in sets.sets if name in SHOWN}
     if any(kind in sets.sets for kind in TYPE_SETS):
         drawn |= {"head types", *(["fine-tuning"] if fine_tuning else [])}
     if n_layer > 1:
@@ -331,27 +335,46 @@ def chart_layout(sets: ProbeSets, n_layer: int, n_head: int, *, fine_tuning: boo
                     "Multiline",
                     [f"{tag.removesuffix('$')}/{group}$" for tag in tags],
                 ]
-        if category == "composition" and n_layer * n_head <= COMPOSITION_CHARTS_MAX_HEADS:
-            layout[category].update(_composition_charts(n_layer, n_head))
+        if n_layer * n_head <= COMPOSITION_CHARTS_MAX_HEADS:
+            if category == "composition":
+                layout[category].update(_into_charts("composition", "{}-composition into", KINDS, n_layer, n_head))
+            if category == "paths":
+                layout[category].update(_into_charts("paths", "path through the {} of", PATH_INPUTS, n_layer, n_head))
+                layout[category].update(_path_charts(n_layer, n_head))
     return layout
 
 
-def _composition_charts(n_layer: int, n_head: int) -> dict:
-    """A chart per kind of composition and head of layer 1 or later: how much it reads from each earlier head, a
-    line each in the earlier head's colour (one chart per group of earlier heads)."""
+PATH_INPUTS = {"q": "queries", "k": "keys", "v": "values"}
+
+
+def _into_charts(prefix: str, title: str, kinds: Sequence[str] | dict, n_layer: int, n_head: int) -> dict:
+    """A chart per kind and head of layer 1 or later: how much it reads from each earlier head, a line each in the
+    earlier head's colour (one chart per group of earlier heads): composition (`{prefix}` composition) or paths."""
     groups = chart_groups(n_layer, n_head)
     charts = {}
-    for kind in KINDS:
+    for kind in kinds:
         for layer in range(1, n_layer):
             for head in range(n_head):
                 reader = head_name(layer, head)
                 earlier = [group for group in groups if int(group[1:].partition("H")[0]) < layer]
                 for group in earlier:
                     source = "" if len(earlier) == 1 else f", from {groups[group]}"
-                    charts[f"{kind}-composition into {reader}{source}"] = [
-                        "Multiline",
-                        [rf"composition/{kind}/into_{reader}/{group}$"],
-                    ]
+                    words = title.format(kinds[kind] if isinstance(kinds, dict) else kind)
+                    charts[f"{words} {reader}{source}"] = ["Multiline", [rf"{prefix}/{kind}/into_{reader}/{group}$"]]
+    return charts
+
+
+def _path_charts(n_layer: int, n_head: int) -> dict:
+    """The paths into each MLP and straight to the logits, a line per sender (one chart per group of senders)."""
+    charts = {}
+    for group, words in chart_groups(n_layer, n_head).items():
+        for layer in range(n_layer):
+            if int(group[1:].partition("H")[0]) <= layer:
+                charts[f"path into MLP{layer}'s input, from {words}"] = [
+                    "Multiline",
+                    [rf"paths/mlp/into_MLP{layer}/{group}$"],
+                ]
+        charts[f"path straight to the logits, from {words}"] = ["Multiline", [rf"paths/logits/{group}$"]]
     return charts
 
 
@@ -396,8 +419,9 @@ def log_evaluation(
 
 def log_scores(writer: Any, step: int, reading: Reading) -> None:
     """Every head's type scores, each in the head's own run, with the best in the run's; what each kind of probe set
-    gives (`ProbeKind.numbers` and `.scalars`); and every pair's Q-, K- and V-composition (composition/K/L0H1_to_L1H3:
-    TensorBoard allows no ">" in a tag) with per kind the best pair's score beside the untrained model's best."""
+    gives (`ProbeKind.numbers`, and `Shown.scalars`: watch/show/kinds.py); and every pair's Q-, K- and
+    V-composition (composition/K/L0H1_to_L1H3: TensorBoard allows no ">" in a tag) with per kind the best pair's
+    score beside the untrained model's best."""
     for kind, values in reading.type_scores.items():
         _log_heads(writer, step, f"heads/{kind}", values, best=True)
     if reading.offsets is not None:
@@ -405,7 +429,7 @@ def log_scores(writer: Any, step: int, reading: Reading) -> None:
     scalars = {}
     for kind in PROBE_KINDS.values():
         scalars.update({f"heads/{name}": reading.results.numbers.get(name) for name in kind.numbers})
-        scalars.update(kind.scalars(reading))
+        scalars.update(SHOWN[kind.name].scalars(reading))
     found = reading.composition
     untrained = reading.untrained.composition if reading.untrained is not None and found is not None else None
     for kind in KINDS if found is not None else ():
@@ -418,6 +442,9 @@ def log_scores(writer: Any, step: int, reading: Reading) -> None:
             _log_heads(writer, step, tag, value)
         elif value is not None:
             writer.add_scalar(tag, value, step)
+    circuit = circuit_of(reading, f"which head feeds which at step {step} (path patching)")
+    if circuit is not None:  # at every pass: the Images tab's slider plays the circuit forming
+        writer.add_image("paths/circuit", circuit, step, dataformats="HWC")
 
 
 def log_agreement(writer: Any, step: int, reading: Reading, ablations: Sequence[AblationResult]) -> None:

@@ -1,0 +1,168 @@
+"""Which head feeds which: path patching (Wang et al. 2022, the IOI circuit), on the pairs activation patching
+reads (`watch/measure/patching.py`), in its denoising direction, through the same named sites and the same one
+patching function.
+
+For each *sender* head and each pair:
+1. the corrupted prompt runs with the sender's output `z` (every position) taken from the clean run and every other
+   head's output frozen at its corrupted value, the MLPs recomputed; what each receiver reads is recorded;
+2. the corrupted prompt runs again, everything recomputed, but for one *receiver*'s input, taken from run 1:
+   - a head of a later layer: its queries, keys or values alone (its slice of `hook_q`, `hook_k` or `hook_v`, what
+     its layer norm and projection make of the stream run 1 left there: TransformerLens's `hook_q_input` with
+     `use_split_qkv_input`);
+   - an MLP of the sender's layer or later: its input, the stream after its layer's attention in run 1 (its output,
+     `hook_mlp_out`, as run 1 made it, is that input's);
+3. the share of the clean logit difference that brings back: 0 the corrupted run's, 1 the clean run's.
+The logits are a receiver too: the sender's clean output added alone to the corrupted run's final residual stream
+(its change, `(z_clean - z_corrupted) · W_O` at the last position), through the final norm and the unembedding.
+
+Over several pairs a path's share is the share of the pairs' mean difference, with its spread, and none while the
+mean is not above its spread: `patching.share_of_mean`, the rule every share follows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+
+from model.hooks import site_name
+from watch.measure.heads import head_name
+from watch.measure.patching import WATCHED_PAIRS, Pair, Rows, Runs, patched, runs, share_of_mean
+from watch.measure.probesets import ProbeSet
+
+PATHS = "paths"  # the kind of probe set the watch reads paths on: the pairs it patches (`watch.measure.reading`)
+INPUTS = ("q", "k", "v")  # what a receiving head reads a sender through: its queries, keys or values
+NOISE = 0.01  # a share below this is not called a path, whatever its spread (one pair has none)
+
+
+@dataclass(frozen=True)
+class Path:
+    """One path's figures: from `sender` ("L0H1") to `receiver` ("L1H1", "MLP0" or "logits") through `input` ("q",
+    "k", "v", "mlp" or "logits"): the `share` of the clean logit difference it brings back, and its `spread` (NaN for
+    one pair, or while no share is measured)."""
+
+    sender: str
+    receiver: str
+    input: str
+    share: float
+    spread: float
+
+    @property
+    def name(self) -> str:
+        """ "L0H1->L1H1 k": the sender's output read by the receiver, through this input."""
+        return f"{self.sender}->{self.receiver} {self.input}"
+
+    @property
+    def measured(self) -> bool:
+        return self.share == self.share
+
+    @property
+    def clear(self) -> bool:
+        """Measured, above its spread (a path the pairs show, not one their draw could have made up) and above
+        NOISE."""
+        return self.measured and self.share > max(NOISE, self.spread if self.spread == self.spread else 0.0)
+
+
+def receivers(model: nn.Module, layer: int) -> list[tuple[str, str, str, int | None]]:
+    """What reads a sender of `layer`, in order: (receiver, input, site, head) for each head of a later layer and each
+    of its three inputs, then each MLP of this layer or later (head None)."""
+    cfg, found = model.config, []
+    for later in range(layer + 1, cfg.n_layer):
+        for head in range(cfg.n_head):
+            found += [(head_name(later, head), kind, site_name(kind, later), head) for kind in INPUTS]
+    if model.blocks[0].mlp is not None:
+        found += [(f"MLP{m}", "mlp", site_name("mlp_out", m), None) for m in range(layer, cfg.n_layer)]
+    return found
+
+
+def path_patching(model: nn.Module, pairs: Sequence[Pair]) -> list[Path]:
+    """Every path of the model with its share over `pairs`: sender by sender (layer by layer, head by head), each
+    sender's receivers in order (`receivers`), then the logits."""
+    cfg = model.config
+    both = runs(model, pairs)
+    n_pairs, senders = len(pairs), [(layer, head) for layer in range(cfg.n_layer) for head in range(cfg.n_head)]
+    frozen = sender_runs(model, both, senders)
+    edges = [(s, *receiver) for s, (layer, _) in enumerate(senders) for receiver in receivers(model, layer)]
+    pair = torch.arange(n_pairs).repeat_interleave(len(edges))  # row p * E + e: pair p, edge e
+    sender = torch.tensor([s for s, *_ in edges]).repeat(n_pairs)
+    wheres: dict[str, torch.Tensor] = {}
+    for e, (_, _, _, site, head) in enumerate(edges):
+        if site not in wheres:
+            shape = (len(pair), 1, cfg.n_head, 1) if head is not None else (len(pair), 1, 1)
+            wheres[site] = torch.zeros(shape, dtype=torch.bool)
+        wheres[site][e :: len(edges), :, head if head is not None else slice(None)] = True
+    source = pair * len(senders) + sender  # the row of step 1 each row takes its receiver's input from
+    diffs, _ = patched(model, both, Rows(pair, {site: [(where, frozen, source)] for site, where in wheres.items()}))
+    clean, corrupted = both.gaps
+    through = diffs.view(n_pairs, len(edges)) - corrupted[:, None]
+    direct = direct_to_logits(model, both, senders) - corrupted[:, None]  # [P, sender]
+    shares, spreads = share_of_mean(torch.cat([through, direct], 1), clean - corrupted)
+    names = [(s, head_name(*senders[s]), receiver, kind) for s, receiver, kind, _, _ in edges]
+    names += [(s, head_name(*at), "logits", "logits") for s, at in enumerate(senders)]
+    found = sorted(zip(names, shares.tolist(), spreads.tolist(), strict=True), key=lambda item: item[0][0])
+    return [Path(*name[1:], share, spread) for name, share, spread in found]
+
+
+def sender_runs(model: nn.Module, both: Runs, senders: Sequence[tuple[int, int]]):
+    """Step 1 for every pair and sender (row pair * S + sender): the corrupted prompt with every head's output frozen
+    at its corrupted value but the sender's, taken from the clean run; the cache of what the receivers read."""
+    cfg, n_pairs = model.config, len(both.pairs)
+    pair = torch.arange(n_pairs).repeat_interleave(len(senders))
+    sender = torch.arange(len(senders)).repeat(n_pairs)
+    takes = {}
+    for layer in range(cfg.n_layer):
+        mine = torch.zeros(len(pair), 1, cfg.n_head, 1, dtype=torch.bool)
+        for s, (at, head) in enumerate(senders):
+            if at == layer:
+                mine[sender == s, :, head] = True
+        everywhere = torch.ones(len(pair), 1, 1, 1, dtype=torch.bool)
+        takes[site_name("z", layer)] = [(everywhere, both.cache, n_pairs + pair), (mine, both.cache, pair)]
+    record = [site_name(kind, layer) for layer in range(cfg.n_layer) for kind in INPUTS]
+    record += [site_name("mlp_out", layer) for layer in range(cfg.n_layer) if model.blocks[layer].mlp is not None]
+    return patched(model, both, Rows(pair, takes), record=record)[1]
+
+
+def direct_to_logits(model: nn.Module, both: Runs, senders: Sequence[tuple[int, int]]) -> torch.Tensor:
+    """The logit difference [P, sender] when each sender's clean output is added alone to the corrupted run's final
+    residual stream at its last position, through the final norm and the unembedding."""
+    cfg, n_pairs = model.config, len(both.pairs)
+    clean, corrupted = torch.arange(n_pairs), n_pairs + torch.arange(n_pairs)
+    final = both.cache["resid_post", cfg.n_layer - 1][corrupted, both.last[corrupted]]  # [P, d]
+    rows = []
+    with torch.no_grad():
+        for layer, head in senders:
+            z = both.cache["z", layer]
+            change = z[clean, both.last[clean], head] - z[corrupted, both.last[corrupted], head]  # [P, head_dim]
+            W_O = model.blocks[layer].attn.out_proj.weight.view(cfg.n_embd, cfg.n_head, cfg.head_dim)[:, head]
+            rows.append(model.lm_head(model.ln_f(final + change @ W_O.T)))  # [P, vocab]
+    logits = torch.stack(rows, 1)  # [P, sender, vocab]
+    pair_of = torch.arange(n_pairs).repeat_interleave(len(senders))
+    return both.diffs(logits.reshape(n_pairs * len(senders), -1), pair_of).view(n_pairs, len(senders))
+
+
+def on_pairs(pairs: ProbeSet | str | None) -> ProbeSet | str | None:
+    """The pronoun pairs the watch patches as the set its paths are read on (or why there is none)."""
+    return ProbeSet(PATHS, pairs.ids, pairs.items, about=pairs.about) if isinstance(pairs, ProbeSet) else pairs
+
+
+def previous_token_pairs(pool: Sequence[int], block_size: int, most: int = WATCHED_PAIRS) -> ProbeSet | str:
+    """Pairs of repeated random tokens (seeded) whose two prompts differ in one token: the clean prompt is L distinct
+    tokens followed by their first L/2 again, whose right answer is the token that came next the first time; the
+    corrupted one has another token just before that answer in its first copy, so nothing earlier is followed by the
+    last token any more. The answer stays where it was, and only where to find it changes: what an induction head's
+    keys read from a previous-token head (K-composition), which path patching then shows. The wrong answer is a token
+    neither prompt holds."""
+    length = min(20, 2 * block_size // 3)
+    tokens = torch.tensor(sorted(set(pool)))
+    if length < 4 or len(tokens) < length + 2:
+        return f"block_size {block_size} or the vocabulary is too small for pairs of {length} distinct tokens repeated"
+    generator, half, pairs = torch.Generator().manual_seed(0), length // 2, []
+    while len(pairs) < most:
+        order = tokens[torch.randperm(len(tokens), generator=generator)].tolist()
+        first, (other, wrong) = order[:length], order[length : length + 2]
+        corrupted = first[: half - 1] + [other] + first[half:]
+        pairs.append(Pair(first + first[:half], corrupted + first[:half], first[half], wrong))
+    about = f"{most} pairs of {length} repeated random tokens, the token before the answer changed in the corrupted one"
+    return ProbeSet(PATHS, [p.clean for p in pairs], pairs, about=about)
