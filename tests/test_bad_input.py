@@ -2257,6 +2257,19 @@ CASES = [
         may_change=("new/.lock",),
     ),
     Case(
+        "warn-run-folder-replaced",
+        "--run_name of a TensorBoard run whose training stopped before it saved a checkpoint",
+        "train",
+        lambda w: (
+            w.file("runs/t/events.out.tfevents.1700000000.host.1.0", b"\x00"),
+            w.file("runs/t/.gptwatch-run", '{"run": "0123456789abcdef", "saved": false}'),
+            w.train(f"--out_dir={w.root / 'new'}"),
+        )[2],
+        0,
+        ("stopped before it saved a checkpoint", "this run's logs replace them"),
+        may_change=("runs/t/*",),
+    ),
+    Case(
         "warn-damaged-cache",
         "prepared data damaged on disk (train.bin cut short)",
         "train",

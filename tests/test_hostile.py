@@ -756,6 +756,80 @@ def test_default_run_names_differ_for_runs_started_in_the_same_second(monkeypatc
     assert len(runtime.default_run_name("x" * 250).encode()) < 140
 
 
+def test_the_run_folder_follows_its_run_when_the_project_moves(tmp_path, monkeypatch):
+    """`runtime.check_run_folder`: a run folder records the id of the run that logs there, not where its files were,
+    so a project trained with relative folders and then moved resumes into its own folder; another run under the
+    same name is still refused there."""
+    from tests.commands import run_train, tiny_args
+
+    project = tmp_path / "proj"
+    project.mkdir()
+    monkeypatch.chdir(project)
+    relative = ["--out_dir=out", "--log_dir=runs", "--data_dir=prep"]
+    code, _, err = run_train(tiny_args(project, *relative))
+    assert code == 0, err
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "proj").rename(tmp_path / "proj2")
+    monkeypatch.chdir(tmp_path / "proj2")
+    code, _, err = run_train(tiny_args(tmp_path / "proj2", *relative, "--resume", "--max_iters=9"))
+    assert code == 0, err
+    assert len(list(Path("runs/t").glob("events.out.tfevents.*"))) == 2
+    code, _, err = run_train(tiny_args(tmp_path / "proj2", *relative, "--out_dir=other"))
+    assert code == 1 and "holds another run's logs" in err, err
+
+
+@pytest.mark.parametrize("claim", [None, b'{"out_dir": "/a/folder/since/moved"}', b"{not json", "its own"])
+def test_a_claim_is_never_stricter_than_none_for_the_run_that_logged_there(tmp_path, claim):
+    """`runtime.check_run_folder`: the run that logged in a folder resumes there whatever the folder records of it,
+    nothing, a claim of an older version, a damaged one or its own, when its checkpoint records the folder's name."""
+    from trainer import runtime
+
+    folder = tmp_path / "runs" / "t"
+    folder.mkdir(parents=True)
+    (folder / "events.out.tfevents.1.host.1.0").write_bytes(b"\0")
+    if claim == "its own":
+        runtime.RunFolder(folder, "ours", saved=True).record()
+    elif claim is not None:
+        (folder / runtime.OWNER).write_bytes(claim)
+    assert runtime.check_run_folder(folder, tmp_path / "runs", "ours", recorded=True) is False
+    with pytest.raises(files.UserError, match="holds another run's logs"):
+        runtime.check_run_folder(folder, tmp_path / "runs", "new", recorded=False)
+
+
+def test_a_start_that_saved_no_checkpoint_keeps_no_run_name(tmp_path):
+    """`runtime.RunFolder`: a run records in its folder that it has saved, before its first checkpoint is written.
+    A run that stopped before that (a learning rate that diverges at once, a probe file it cannot read; a kill -9
+    leaves the same) left nothing to resume: the next run under its name replaces its logs, with a warning, and a run
+    that had saved keeps its name."""
+    from tests.commands import run_train, tiny_args
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("{not json\n")
+    for name, failing in (("lr", ["--learning_rate=1e6", "--grad_clip=0"]), ("probes", [f"--probes={bad}"])):
+        args = [f"--run_name={name}", f"--out_dir={tmp_path / name}"]
+        code, _, err = run_train(tiny_args(tmp_path, *args, *failing))
+        assert code == 1 and "error: " in err and not (tmp_path / name / "ckpt.pt").exists(), err
+        runs = tmp_path / "runs" / name
+        assert next(runs.rglob("events.out.tfevents.*"), None) is not None  # its logs stay until a run replaces them
+        code, _, err = run_train(tiny_args(tmp_path, *args))
+        assert code == 0 and "stopped before it saved a checkpoint" in err, err
+        assert len(list(runs.glob("events.out.tfevents.*"))) == 1  # the new run's alone
+        code, _, err = run_train(tiny_args(tmp_path, *args, "--seed=3"))
+        assert code == 1 and "holds another run's logs" in err, err
+
+
+def test_a_run_that_diverged_after_saving_resumes_at_a_lower_learning_rate(tmp_path):
+    """The run resumed is the same run at any learning rate: its folder records the run, not its settings."""
+    from tests.commands import run_train, tiny_args
+
+    code, _, err = run_train(tiny_args(tmp_path))
+    assert code == 0, err
+    code, _, err = run_train(tiny_args(tmp_path, "--resume", "--max_iters=12", "--learning_rate=1e6", "--grad_clip=0"))
+    assert code == 1 and "resume from it with a lower --learning_rate" in err, err
+    code, _, err = run_train(tiny_args(tmp_path, "--resume", "--max_iters=12", "--learning_rate=1e-4"))
+    assert code == 0, err
+
+
 # --- 9. every status line through one function ------------------------------------------------------------------
 
 RAW = ("\x1b", "\x07", "\x9b", "\u202e", "\x00")  # what a terminal would act on, or shows as something else
