@@ -901,7 +901,7 @@ def test_figures_on_identical_windows_or_indistinct_continuations_are_not_measur
     same.write_text("a" * 3000)
     code, out, err = run_sample([f"--out_dir={tmp_path / 'm'}", "--device=cpu", "--heads", f"--text={same}"])
     assert code == 0, err
-    assert "is the same" in out and "in-context score on held-out text" not in out
+    assert "only 1 different pair of 32-token windows" in out and "in-context score on held-out text" not in out
     probe = {"text": "a dog saw a ball and it ran", "pronoun": "it", "referent": "dog", "distractor": "ball"}
     for theirs, ours in ((["barked"], ["bowled"]), (["ran", "sat"], ["ran", "sat"])):
         probes = tmp_path / "probes.jsonl"
@@ -910,6 +910,34 @@ def test_figures_on_identical_windows_or_indistinct_continuations_are_not_measur
         assert code == 0 and "not measurable" in err
         continuation = json.loads(out)["continuation"]
         assert continuation["n"] == 0 and continuation["logit_diff"] is None
+
+
+@pytest.mark.parametrize(
+    ("which", "text", "pairs"),
+    [("char", "ab" * 3000, 2), ("char", "abc" * 2000, 3), ("gpt2", " dog cat" * 1000, 2), ("gpt2", " the" * 3000, 1)],
+)
+def test_a_text_that_repeats_itself_is_a_few_windows_and_gets_no_spread(trained, tmp_path, which, text, pairs):
+    """`probesets.held_out_text` draws each pair of windows once, and `reading.varied_windows` measures nothing on
+    fewer pairs than a spread needs: the 256 places drawn in a periodic text are its period's few windows, over
+    which any spread is 0.000 by construction. Characters or BPE tokens alike."""
+    trained.copy_to(tmp_path / "m", which)
+    path = tmp_path / "periodic.txt"
+    path.write_text(text)
+    code, out, err = run_sample([f"--out_dir={tmp_path / 'm'}", "--device=cpu", "--heads", f"--text={path}"])
+    assert code == 0, err
+    assert f"only {pairs} different pair" in out and "fewer than the 10 a spread needs" in out, out
+    assert "in-context score on held-out text" not in out and not re.search(r"± 0\.0+\b", out)  # no spread of 0
+
+
+def test_a_run_on_a_text_that_repeats_itself_reports_no_figure_without_a_spread(tmp_path):
+    """The end of training reads the val split through the same check: a corpus of 'ab' repeated is two windows."""
+    from tests.commands import run_train, tiny_args
+
+    (tmp_path / "corpus.txt").write_text("ab" * 3000)
+    code, out, err = run_train(tiny_args(tmp_path))
+    assert code == 0, err
+    assert "only 2 different pairs of 32-token windows can be drawn from the val split" in out, out
+    assert "in-context score on held-out text" not in out and not re.search(r"± 0\.0+\b", out)  # no spread of 0
 
 
 # --- 11. nothing read that would block, and a bound on what is read ----------------------------------------------

@@ -194,15 +194,13 @@ def _repeated_lines(reading: Reading) -> list[str]:
             else ""
         )
         spreads = reading.results.reach_spreads().get(best, {})
-        by_distance = ", ".join(
-            f"{d} tokens {value:.3f}" + (f" ± {spreads[d]:.3f}" if d in spreads else "") for d, value in reach.items()
-        )
+        by_distance = ", ".join(f"{d} tokens {scores.with_spread(value, spreads.get(d))}" for d, value in reach.items())
         lines.append(f"{best}'s induction score by distance to the earlier copy: {by_distance}{shape}")
     numbers = reading.results.numbers
     if "in_context_gain" in numbers:
         then = reading.untrained.results.numbers if reading.untrained is not None else {}
         better = "better" if numbers["in_context_gain"] > 0 else "worse"
-        meaning = f"the second copy is predicted {{size:.3f}} nats {better} than the first"
+        meaning = f"the second copy is predicted {{size}} nats {better} than the first"
         lines.append(
             f"in-context gain on repeated random tokens: {_measured(numbers, 'in_context_gain', meaning)} "
             f"(first copy {numbers['loss_first_copy']:.3f}, second {numbers['loss_second_copy']:.3f}"
@@ -232,15 +230,18 @@ def _reach_scalars(reading: Reading) -> dict[str, float | None]:
 
 
 def varied_windows(source: Source) -> ProbeSet | str:
-    """The held-out windows (`probesets.held_out_text`), unless every one is the same (a text of one token
-    repeated): a figure's spread over identical windows is 0 by construction, a certainty it does not have, so
-    nothing is measured on them."""
+    """The held-out windows (`probesets.held_out_text`, distinct pairs of them), unless there are fewer pairs than a
+    spread needs (`probesets.MIN_DRAWS`): a text that repeats itself ('ab' * 3000, one token repeated) has only a few,
+    however many places are drawn, and a spread over so few would claim a certainty it does not have, so nothing is
+    measured on them."""
     made = probesets.held_out_text(source.text, source.block_size, source=source.text_source)
-    if isinstance(made, ProbeSet) and len({tuple(ids) for ids in made.ids}) < 2:
+    pairs = len(made.ids) // 2 if isinstance(made, ProbeSet) else probesets.MIN_DRAWS
+    if pairs < probesets.MIN_DRAWS:
         return (
-            f"every window drawn from {source.text_source} is the same ({made.about}; one token repeated?): "
-            f"previous-token, sink, current-token, positional and broad scores and the in-context score are not "
-            f"measurable on it; give varied text"
+            f"only {pairs} different pair{'s' if pairs > 1 else ''} of {len(made.ids[0])}-token windows can be "
+            f"drawn from {source.text_source} (a text that repeats itself?), fewer than the "
+            f"{probesets.MIN_DRAWS} a spread needs: previous-token, sink, current-token, positional and broad "
+            f"scores and the in-context score are not measurable on it; give a longer, varied text"
         )
     return made
 
@@ -259,7 +260,7 @@ def _text_lines(reading: Reading) -> list[str]:
         f"against the same tokens at {early.start}-{early.start + late.stop - late.start - 1}"
     )
     score = numbers["in_context_score"]
-    meaning = f"later in the context, tokens are predicted {{size:.3f}} nats {'better' if score < 0 else 'worse'}"
+    meaning = f"later in the context, tokens are predicted {{size}} nats {'better' if score < 0 else 'worse'}"
     # Olsson et al.'s score is the late loss minus the early one (below 0 is better): shown as nats saved.
     measured, was = _measured(numbers, "in_context_score", meaning, "nats", -1), _then(then, "in_context_score", -1)
     return [
@@ -274,7 +275,7 @@ def _measured(numbers: dict, name: str, meaning: str, unit: str = "nats/token", 
     figure, inside = _figure(numbers, name, sign)
     if inside:
         return f"no measurable effect, {figure} {unit}"
-    return f"{figure} {unit}: {meaning.format(size=abs(numbers[name]))}"
+    return f"{figure} {unit}: {meaning.format(size=figure.split(' ± ')[0].lstrip('+-'))}"  # at the figure's places
 
 
 def _then(then: dict, name: str, sign: int = 1) -> str:
@@ -287,8 +288,7 @@ def _then(then: dict, name: str, sign: int = 1) -> str:
 def _figure(numbers: dict, name: str, sign: int) -> tuple[str, bool]:
     """("+0.12 ± 0.03", whether the figure lies inside its spread)."""
     value, spread = sign * numbers[name], numbers.get(f"{name}_spread")
-    figure = f"{value:+.3f}" + (f" ± {spread:.3f}" if spread is not None else "")
-    return figure, spread is not None and abs(value) <= spread
+    return scores.with_spread(value, spread, sign=True), spread is not None and abs(value) <= spread
 
 
 NO_ANSWER = (

@@ -250,6 +250,15 @@ def spread(mean: float, mean_square: float, count: int) -> float:
     return 2 * math.sqrt(variance / count)
 
 
+def with_spread(value: float, spread: float | None, places: int = 3, *, sign: bool = False) -> str:
+    """ "0.952 ± 0.004": a figure beside its spread, or alone (None), at `places` decimals, or at as many more as show
+    the spread's first digit: a spread below 0.0005 is not "± 0.000", which would say that every draw agrees."""
+    if spread is not None and 0 < spread < 0.5 * 10**-places:
+        places = -math.floor(math.log10(spread))
+    figure = f"{value:{'+' if sign else ''}.{places}f}"
+    return figure if spread is None else f"{figure} ± {spread:.{places}f}"
+
+
 # --- pronoun probes: the pronoun's row ---------------------------------------------------------------
 
 

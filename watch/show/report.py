@@ -17,6 +17,7 @@ from watch.measure.probesets import REPEATED
 from watch.measure.pronouns import ProbeReport
 from watch.measure.proofs import AblationResult
 from watch.measure.reading import PROBE_KINDS, Reading, Results
+from watch.measure.scores import with_spread
 from watch.show.heatmaps import as_array
 
 COLUMNS = ("rank", "head", "referent", "distractor", "top-1", "ref (no sink)", "top-1 (no sink)")
@@ -247,7 +248,7 @@ def _figure(reading: Reading, kind: str, layer: int, head: int) -> str:
     random sequences, how far another draw of them could move it)."""
     value = float(reading.type_scores[kind][layer, head])
     spread = reading.results.head(f"{kind}_spread", layer, head)
-    return f"{value:.2f}" if spread is None else f"{value:.3f} ± {spread:.3f}"
+    return f"{value:.2f}" if spread is None else with_spread(value, spread)
 
 
 def _untrained(before: dict[str, torch.Tensor], kind: str, layer: int, head: int, *, bracket: bool = True) -> str:
