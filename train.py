@@ -45,6 +45,7 @@ from trainer.start import Start, resolve
 from trainer.trainer import Callback, Evaluation, FitResult, StepResult, Trainer
 from watch.show.tensorboard import log_hparams, log_losses, log_step, tensorboard_command
 
+INTERRUPTED = "interrupted; the last checkpoint saved, if any, is intact"  # a Ctrl-C that reaches `run_cli`
 BASES = (
     "With no CONFIG.toml: configs/pronouns.toml (the demo), unless --dataset names real text (a file, or "
     "shakespeare, tinystories, tinystories_lower): then settings chosen for that text, scaled to its size and to "
@@ -431,4 +432,4 @@ class TextSample(Callback):
 
 if __name__ == "__main__":
     # A closed pipe or terminal (`python train.py | head -1`, an ssh drop) must not stop a run that can go on.
-    sys.exit(run_cli(main, sys.argv[1:], survive_closed_output=True))
+    sys.exit(run_cli(main, sys.argv[1:], survive_closed_output=True, interrupted=INTERRUPTED))

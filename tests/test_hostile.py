@@ -20,7 +20,7 @@ import torch
 from common import files
 from common.cli import for_terminal, markdown_literal
 from common.files import destination, fresh_file, fresh_folder, os_error_of, replace_file
-from common.parsing import NotParsed, parse_int
+from common.parsing import NotParsed, parse_int, parse_json
 from formats import CheckpointError, load_checkpoint, validate
 from formats.checkpoint import save_checkpoint, saved_settings
 from model.config import MAX_BLOCK_SIZE, GPTConfig
@@ -444,6 +444,39 @@ def test_a_number_too_long_for_any_setting_says_so_not_pythons_limit():
     assert "set_int_max_str_digits" not in str(refused.value)
 
 
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ('{"a": 1, "a": 2}', "the key 'a' is given twice; keep one"),
+        (
+            '{\n  "n_layer": 2,\n  "b": {"n_layer": 1},\n  "n_layer": 3\n}',
+            "the key 'n_layer' is given twice (at line 4)",
+        ),
+    ],
+)
+def test_a_key_given_twice_in_one_json_object_is_refused_naming_its_line(text, said):
+    """`parsing.parse_json`, which reads every JSON file (probe lines, a model's config.json, the tool's own
+    records): JSON readers keep either of two values of one key, so which the writer meant is unknown. The same key
+    in two objects is fine."""
+    with pytest.raises(NotParsed, match=re.escape(said)):
+        parse_json(text)
+    assert parse_json('[{"k": 1}, {"k": 2}]') == [{"k": 1}, {"k": 2}]
+
+
+@pytest.mark.parametrize("text", ["1e-400", "-2.5e-999", "1_0e-4_00"])
+def test_a_number_too_small_for_a_float_is_not_read_as_zero(text, tmp_path):
+    """`settings._float`, for the command line and config files: float() reads these as 0, which no one wrote."""
+    from common.errors import UsageError
+    from common.settings import parse_cli_value, read_toml
+
+    with pytest.raises(UsageError, match=f"{re.escape(text)} is too small for a 64-bit float, which reads it as 0"):
+        parse_cli_value("learning_rate", text)
+    (tmp_path / "c.toml").write_text(f"min_lr = {text}\n")
+    with pytest.raises(UsageError, match="too small for a 64-bit float"):
+        read_toml(tmp_path / "c.toml")
+    assert parse_cli_value("weight_decay", "0e-400") == 0.0  # a zero written as one is one
+
+
 @pytest.mark.parametrize("name", ["L٣H0", "L0H²", "L0H" + "1" * 5000, "L 0H0"])
 def test_head_names_hold_ascii_digits_only(name):
     from watch.measure.heads import parse_head
@@ -493,37 +526,37 @@ def test_what_the_launcher_sets_is_read_as_a_launcher_sets_it(monkeypatch, env, 
 # --- 10. Ctrl-C while a command starts ---------------------------------------------------------------------------
 
 
-def test_the_start_up_hook_speaks_only_for_the_commands_and_not_under_debug(monkeypatch, capsys):
-    """`cli.report_interrupts_while_starting`: an uncaught KeyboardInterrupt is one line (exit 130) when train.py
-    or sample.py is the program (the cases startup-interrupted-* run them); any other exception, `--debug`, or
-    another program importing them keeps Python's own report. Importing `cli` changes nothing: the hook is set
-    only when a command calls it."""
+def test_a_ctrl_c_while_a_command_starts_raises_nothing_and_exits_in_one_line(monkeypatch, capsys):
+    """`cli.report_interrupts_while_starting`: until `run_cli` starts the command, a Ctrl-C raises nothing that an
+    import could catch and turn into another error (startup-interrupt-caught-by-a-library): it prints one line and
+    exits 130. Under --debug, or where Ctrl-C is ignored (a job started in the background), it changes nothing, and
+    importing the commands sets nothing; once `run_cli` runs, Ctrl-C is a KeyboardInterrupt again."""
     from common import cli
 
-    imported = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "import sys; hook = sys.excepthook; import common.cli, train, sample; print(sys.excepthook is hook)",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
+    probe = (
+        "import signal, common.cli, train, sample; print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)"
     )
+    imported = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True)
     assert imported.stdout.strip() == "True", imported.stderr
-    reported = []
-    monkeypatch.setattr(sys, "excepthook", lambda *exc: reported.append(exc[0]))
-    cli.report_interrupts_while_starting()
-    report = sys.excepthook
-    monkeypatch.setattr(cli.os, "_exit", lambda code: reported.append(code))
-    report(KeyboardInterrupt, KeyboardInterrupt(), None)  # pytest is the program here
-    monkeypatch.setattr(sys.modules["__main__"], "__file__", "/somewhere/train.py", raising=False)
-    report(ValueError, ValueError(), None)
-    report(KeyboardInterrupt, KeyboardInterrupt(), None)
-    monkeypatch.setattr(sys, "argv", ["train.py", "--debug"])
-    report(KeyboardInterrupt, KeyboardInterrupt(), None)
-    assert reported == [KeyboardInterrupt, ValueError, 130, KeyboardInterrupt]
-    assert capsys.readouterr().err == cli.INTERRUPTED + "\n"
+    exits = []
+    monkeypatch.setattr(cli.os, "_exit", exits.append)
+    previous = signal.getsignal(signal.SIGINT)
+    try:
+        for argv, kept in ((["train.py", "--debug"], True), (["train.py"], False)):
+            monkeypatch.setattr(sys, "argv", argv)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            cli.report_interrupts_while_starting()
+            assert (signal.getsignal(signal.SIGINT) is signal.default_int_handler) == kept
+        signal.getsignal(signal.SIGINT)(signal.SIGINT, None)  # a Ctrl-C while the command imports
+        assert exits == [130] and capsys.readouterr().err == cli.INTERRUPTED + "\n"
+        seen = []
+        assert cli.run_cli(lambda argv: seen.append(signal.getsignal(signal.SIGINT)), []) == 0
+        assert seen == [signal.default_int_handler]
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        cli.report_interrupts_while_starting()
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 # --- 11. what reaches a terminal is shown, never obeyed ---------------------------------------------------------
@@ -951,7 +984,7 @@ def test_a_pipe_planted_where_the_tool_reads_its_own_files_is_never_opened(tmp_p
 
     os.mkfifo(tmp_path / runtime.OWNER)
     os.mkfifo(tmp_path / MARKER)
-    assert runtime._run_owner(tmp_path) is None  # returns at once: a blocked open would hang the test
+    assert runtime._run_claim(tmp_path) == {}  # returns at once: a blocked open would hang the test
     assert not is_earlier_export(tmp_path)
 
 

@@ -784,6 +784,12 @@ CASES = [
         ("LlamaForCausalLM", "only GPT-2-family models (GPT2LMHeadModel) and nanoGPT checkpoints"),
     ),
     Case(
+        "import-model-type-spelt-otherwise",
+        'a GPT2LMHeadModel whose config.json says "model_type": "gpt-2"',
+        _edited_config(model_type="gpt-2"),
+        ('"model_type": "gpt-2" of a GPT2LMHeadModel', '"model_type": "gpt2"; if it is one, write that there'),
+    ),
+    Case(
         "import-inverse-layer-scaling",
         "GPT2Config scale_attn_by_inverse_layer_idx",
         _edited_config(scale_attn_by_inverse_layer_idx=True),
