@@ -370,7 +370,7 @@ def parse_cli_value(key: str, text: str) -> Any:
         if expected is int:
             return parse_int(text)
         if expected is float:
-            return _float(text, f"config key '{key}' {where}")
+            return number(text, f"config key '{key}' {where}")
         if expected is list:  # written in TOML
             return _coerce(key, parse_json(f"v = {text}", tomllib.loads)["v"], where)
     except NotParsed as exc:
@@ -388,10 +388,14 @@ def parse_cli_value(key: str, text: str) -> Any:
     return text
 
 
-def _float(text: str, where: str) -> float:
-    """`text` as a number, as float() reads it; one too small for a 64-bit float, which float() reads as 0 (1e-400),
-    a UsageError saying so, naming `where` it was given: a setting would otherwise get 0 for it."""
-    value = float(text)
+def number(text: str, where: str) -> float:
+    """`text` as a number, as float() reads it, for the setting `where` names; text that is none, or a number too
+    small for a 64-bit float (which float() reads as 0: 1e-400), a UsageError saying so: the setting would otherwise
+    get 0 for it. Both commands' numbers, on the command line and in config files, are read here."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise UsageError(f"{where} must be a number; got {quoted(text)}") from None
     if value == 0 and re.search(r"[1-9]", re.split(r"[eE]", text)[0]):
         raise UsageError(
             f"{where}: {text} is too small for a 64-bit float, which reads it as 0; give 0 or a number of at least "
@@ -404,7 +408,7 @@ def read_toml(path: str | Path) -> dict:
     path = Path(path)
     text = read_text(path, "config file", "give the path of a .toml file (see configs/)", UsageError)
     try:
-        raw = parse_json(text, functools.partial(tomllib.loads, parse_float=lambda t: _float(t, f"config file {path}")))
+        raw = parse_json(text, functools.partial(tomllib.loads, parse_float=lambda t: number(t, f"config file {path}")))
     except NotParsed as exc:
         where = str(exc)
         if "line" not in where and where != TOO_DEEP:  # "at end of document": the error is on the last line

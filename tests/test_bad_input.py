@@ -1375,6 +1375,22 @@ CASES = [
         ("--top_p must be in (0, 1]",),
     ),
     Case(
+        "sample-top-p-underflow",
+        "--top_p=1e-400 (float() reads it as 0)",
+        "sample",
+        lambda w: w.sample("--top_p=1e-400"),
+        2,
+        ("--top_p: 1e-400 is too small for a 64-bit float, which reads it as 0",),
+    ),
+    Case(
+        "sample-temperature-not-a-number",
+        "--temperature=warm",
+        "sample",
+        lambda w: w.sample("--temperature=warm"),
+        2,
+        ("--temperature must be a number; got 'warm'",),
+    ),
+    Case(
         "sample-seed-out-of-range",
         "a seed no generator accepts",
         "sample",

@@ -465,7 +465,8 @@ def test_a_key_given_twice_in_one_json_object_is_refused_naming_its_line(text, s
 
 @pytest.mark.parametrize("text", ["1e-400", "-2.5e-999", "1_0e-4_00"])
 def test_a_number_too_small_for_a_float_is_not_read_as_zero(text, tmp_path):
-    """`settings._float`, for the command line and config files: float() reads these as 0, which no one wrote."""
+    """`settings.number`, for both commands' numbers on the command line and in config files: float() reads these as 0,
+    which no one wrote."""
     from common.errors import UsageError
     from common.settings import parse_cli_value, read_toml
 

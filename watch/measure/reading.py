@@ -239,7 +239,7 @@ def varied_windows(source: Source) -> ProbeSet | str:
     if pairs < probesets.MIN_DRAWS:
         return (
             f"only {pairs} different pair{'s' if pairs > 1 else ''} of {len(made.ids[0])}-token windows can be "
-            f"drawn from {source.text_source} (a text that repeats itself?), fewer than the "
+            f"drawn from {source.text_source} (a short text, or one that repeats itself), fewer than the "
             f"{probesets.MIN_DRAWS} a spread needs: previous-token, sink, current-token, positional and broad "
             f"scores and the in-context score are not measurable on it; give a longer, varied text"
         )
