@@ -22,6 +22,7 @@ if __name__ == "__main__":  # before the imports below, so a Ctrl-C while torch 
 
 # isort: split
 import argparse
+import functools
 import math
 import sys
 from pathlib import Path
@@ -31,7 +32,7 @@ import torch
 from common.cli import ArgumentParser, run_cli, say
 from common.errors import UsageError, warn
 from common.files import destination, path_setting, read_text, utf8_value
-from common.settings import DEVICES, pick_device
+from common.settings import DEVICES, number, pick_device
 from data.tokenizer import TokenizerError
 from formats import Loaded, checkpoint_path, load_model
 from formats.checkpoint import saved_settings
@@ -56,10 +57,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--max_new_tokens", type=int, default=200, help="tokens to generate per sample (default: %(default)s)"
     )
     p.add_argument(
-        "--temperature", type=float, default=0.8, help="0 is greedy; higher is more random (default: %(default)s)"
+        "--temperature",
+        type=functools.partial(number, where="--temperature"),
+        default=0.8,
+        help="0 is greedy; higher is more random (default: %(default)s)",
     )
     p.add_argument("--top_k", type=int, default=None, help="sample only from the k most likely tokens")
-    p.add_argument("--top_p", type=float, default=None, help="sample from the smallest set with this much probability")
+    p.add_argument(
+        "--top_p",
+        type=functools.partial(number, where="--top_p"),
+        default=None,
+        help="sample from the smallest set with this much probability",
+    )
     p.add_argument("--seed", type=int, default=1337, help="random seed (default: %(default)s)")
     p.add_argument("--device", default="auto", help=", ".join(DEVICES) + " (or cuda:N) (default: %(default)s)")
     p.add_argument(

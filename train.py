@@ -45,6 +45,7 @@ from trainer.start import Start, resolve
 from trainer.trainer import Callback, Evaluation, FitResult, StepResult, Trainer
 from watch.show.tensorboard import log_hparams, log_losses, log_step, tensorboard_command
 
+INTERRUPTED = "interrupted; the last checkpoint saved, if any, is intact"  # a Ctrl-C that reaches `run_cli`
 BASES = (
     "With no CONFIG.toml: configs/pronouns.toml (the demo), unless --dataset names real text (a file, or "
     "shakespeare, tinystories, tinystories_lower): then settings chosen for that text, scaled to its size and to "
@@ -74,12 +75,11 @@ def train(start: Start, rt: runtime.Runtime, argv: list[str], lock: runtime.RunL
     cfg = start.cfg
     # A run folder that is not this run's is refused now, before preparing data and building the model; TensorBoard
     # takes it later, when the run has a name (a default one is new), under its lock (`fit_watched`).
-    name = cfg.run_name or (start.checkpoint or {}).get("run_name")
+    resumed = start.checkpoint or {}
+    name = cfg.run_name or resumed.get("run_name")
     if rt.is_main and isinstance(name, str) and name and inside_name(name) is None:
-        recorded = start.checkpoint is not None and name == start.checkpoint.get("run_name")
-        runtime.check_run_folder(
-            Path(cfg.log_dir) / name, Path(cfg.log_dir), cfg.out_dir, resuming=cfg.resume, recorded=recorded
-        )
+        recorded = name == resumed.get("run_name")
+        runtime.check_run_folder(Path(cfg.log_dir) / name, Path(cfg.log_dir), resumed.get("run_id"), recorded=recorded)
     with runtime.out_of_memory(cfg):
         start = start.prepared(quiet=not rt.is_main)
         trainer = Trainer.from_start(start, rt, guard=lock.check if lock is not None else None)
@@ -102,8 +102,8 @@ def fit_watched(
     trainer: Trainer, argv: list[str], lock: runtime.RunLock | None, *, recorded: bool = False
 ) -> FitResult:
     """`trainer.fit()` with what a run shows: the terminal, TensorBoard (its own run folder, held as out_dir is:
-    `lock`, and holding no other run's logs: `runtime.claim_run_folder`, `recorded` its say) and the attention
-    watch; then the HParams and the run's last lines."""
+    `lock`, and holding no other run's logs: `runtime.claim_run_folder`, `recorded` its say; the folder learns when
+    the run first saves) and the attention watch; then the HParams and the run's last lines."""
     from data.corpora import corpus_of
     from watch.callback import AttentionWatch
     from watch.show.tensorboard import TensorBoardWriter
@@ -118,7 +118,10 @@ def fit_watched(
         if not same
         else nullcontext()
     ):
-        runtime.claim_run_folder(folder, Path(cfg.log_dir), cfg.out_dir, resuming=cfg.resume, recorded=recorded)
+        saved = trainer.checkpoints is not None and trainer.checkpoints.saved_step is not None
+        claim = runtime.claim_run_folder(
+            folder, Path(cfg.log_dir), trainer.state.run_id, recorded=recorded, saved=saved
+        )
         # The run's own folder: its heads apart from any other training's (--logdir of log_dir compares runs).
         say("TensorBoard: " + tensorboard_command(folder))
         writer = TensorBoardWriter(folder)  # its lock checked it writable
@@ -144,7 +147,7 @@ def fit_watched(
                 cfg.seed,
                 chosen="sample_prompt" in cfg.given,
             )
-            trainer.callbacks = [TrainingLog(writer), sample, watch]
+            trainer.callbacks = [claim, TrainingLog(writer), sample, watch]
             result = trainer.fit()
             log_hparams(writer, trainer.cfg, result)  # the trainer's settings: a fine-tune's model keys are its model's
         finally:
@@ -437,4 +440,4 @@ class TextSample(Callback):
 
 if __name__ == "__main__":
     # A closed pipe or terminal (`python train.py | head -1`, an ssh drop) must not stop a run that can go on.
-    sys.exit(run_cli(main, sys.argv[1:], survive_closed_output=True))
+    sys.exit(run_cli(main, sys.argv[1:], survive_closed_output=True, interrupted=INTERRUPTED))

@@ -97,17 +97,24 @@ class SurvivingStream:
         return getattr(self.stream, name)
 
 
-def run_cli(main: Callable[[list[str]], int | None], argv: list[str], *, survive_closed_output: bool = False) -> int:
-    """Runs `main(argv)`; a `UserError` becomes one line on stderr and its exit status, a Ctrl-C that reaches it
-    exit status 130, and each warning one `warning: ...` line. SIGTERM and SIGHUP (`stop_signals`) unwind like
-    Ctrl-C, as `SystemExit(128 + signal)`: every `finally` runs, so nothing half-written is left (training takes
-    them over while it runs, to save first; only the main thread can handle signals). `--debug` anywhere in argv
-    keeps the full traceback instead. With `survive_closed_output`, stdout and stderr never raise."""
+def run_cli(
+    main: Callable[[list[str]], int | None],
+    argv: list[str],
+    *,
+    survive_closed_output: bool = False,
+    interrupted: str = "interrupted",
+) -> int:
+    """Runs `main(argv)`; a `UserError` becomes one line on stderr and its exit status, a Ctrl-C that reaches it the
+    line `error: {interrupted}` (what the command can say of its files then) and exit status 130, and each warning
+    one `warning: ...` line. SIGTERM and SIGHUP (`stop_signals`) unwind like Ctrl-C, as `SystemExit(128 + signal)`:
+    every `finally` runs, so nothing half-written is left (training takes them over while it runs, to save first;
+    only the main thread can handle signals). `--debug` anywhere in argv keeps the full traceback instead. With
+    `survive_closed_output`, stdout and stderr never raise."""
     if survive_closed_output:
         saved = sys.stdout, sys.stderr
         sys.stdout, sys.stderr = SurvivingStream(sys.stdout), SurvivingStream(sys.stderr)
         try:
-            return run_cli(main, argv)
+            return run_cli(main, argv, interrupted=interrupted)
         finally:
             sys.stdout.flush()
             sys.stderr.flush()
@@ -123,6 +130,8 @@ def run_cli(main: Callable[[list[str]], int | None], argv: list[str], *, survive
         if threading.current_thread() is threading.main_thread()
         else []
     )
+    if unwinding and signal.getsignal(signal.SIGINT) is _stop_while_starting:  # the command starts: Ctrl-C unwinds
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     with warnings.catch_warnings():
         plain = warnings.showwarning
 
@@ -146,7 +155,7 @@ def run_cli(main: Callable[[list[str]], int | None], argv: list[str], *, survive
         except KeyboardInterrupt:
             if debug:
                 raise
-            print("error: interrupted; the last checkpoint saved, if any, is intact", file=sys.stderr)
+            print(f"error: {interrupted}", file=sys.stderr)
             return 130
 
 
@@ -189,18 +198,16 @@ INTERRUPTED = "error: interrupted while starting; nothing was written"
 
 
 def report_interrupts_while_starting() -> None:
-    """Makes an interrupt that nothing caught (a Ctrl-C while torch loads, before `run_cli` runs) print
-    `INTERRUPTED` and exit with status 130, as `run_cli` does for any Ctrl-C; train.py and sample.py call it
-    before importing anything heavy. With `--debug`, and for every other exception, Python's own report is kept."""
-    python_report = sys.excepthook
+    """Until `run_cli` starts the command, a Ctrl-C prints `INTERRUPTED` and exits at once with status 130, as
+    `run_cli` does for any Ctrl-C; train.py and sample.py call it before importing anything heavy. The signal
+    raises nothing while they import: an interrupt raised inside a library's import can be caught there and turn into
+    another error later (numpy imported a second time: "cannot load module more than once per process"), or into
+    none. With `--debug`, Python's own KeyboardInterrupt and traceback are kept; an ignored Ctrl-C (a job started in
+    the background) stays ignored."""
+    if "--debug" not in sys.argv and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _stop_while_starting)
 
-    def report(kind, value, traceback) -> None:
-        main = os.path.basename(getattr(sys.modules.get("__main__"), "__file__", None) or "")
-        # Only for the commands themselves: a program that imports one of them keeps Python's report.
-        if issubclass(kind, KeyboardInterrupt) and main in ("train.py", "sample.py") and "--debug" not in sys.argv:
-            print(INTERRUPTED, file=sys.stderr, flush=True)
-            os._exit(130)  # as `run_cli` exits on a Ctrl-C; nothing has been written that needs flushing
-        else:
-            python_report(kind, value, traceback)
 
-    sys.excepthook = report
+def _stop_while_starting(signum: int, frame: object) -> None:
+    print(INTERRUPTED, file=sys.stderr, flush=True)
+    os._exit(130)  # nothing has been written that needs flushing

@@ -40,11 +40,51 @@ def parse_int(text: str) -> int:
 TOO_DEEP = "its brackets are nested too deeply to read"
 
 
-def parse_json(text: str | bytes, load: Callable = json.loads) -> object:
-    """`load(text)` (JSON, or TOML with `tomllib.loads`), every way it can fail a `NotParsed`: bad syntax, or nesting
-    too deep for Python's recursion."""
+class _Twice(ValueError):
+    """A key given twice in one JSON object."""
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    if len({key for key, _ in pairs}) < len(pairs):
+        raise _Twice
+    return dict(pairs)
+
+
+def _json(text: str | bytes) -> object:
+    return json.loads(text, object_pairs_hook=_unique_keys)
+
+
+# In valid JSON: a string, and the colon after it when it is a key; or a bracket.
+JSON_TOKENS = re.compile(r'("(?:[^"\\]|\\.)*")(\s*:)?|[{}\[\]]')
+
+
+def _given_twice(text: str) -> tuple[str, int]:
+    """The first key of valid JSON `text` given twice in one object, and the line of its second mention."""
+    keys: list[set | None] = []  # of each object or list open at this point: the keys its object has (None: a list)
+    for token in JSON_TOKENS.finditer(text):
+        if token[0] in ("{", "["):
+            keys.append(set() if token[0] == "{" else None)
+        elif token[0] in ("}", "]"):
+            keys.pop()
+        elif token[2] and keys[-1] is not None:
+            key = json.loads(token[1])
+            if key in keys[-1]:
+                return key, text.count("\n", 0, token.start()) + 1
+            keys[-1].add(key)
+    raise ValueError("no key is given twice")
+
+
+def parse_json(text: str | bytes, load: Callable = _json) -> object:
+    """`load(text)` (JSON, or TOML with `tomllib.loads`), every way it can fail a `NotParsed`: bad syntax, nesting too
+    deep for Python's recursion, or a key given twice in one JSON object (JSON readers keep either value, so which
+    one the writer meant is unknown; TOML refuses it itself)."""
     try:
         return load(text)
+    except _Twice:
+        shown = text.decode(json.detect_encoding(text)) if isinstance(text, bytes) else text
+        key, line = _given_twice(shown)
+        where = f" (at line {line})" if "\n" in shown.strip() else ""  # one line: its caller names the file's line
+        raise NotParsed(f"the key {quoted(key)} is given twice{where}; keep one") from None
     except json.JSONDecodeError as exc:
         where = f"at column {exc.colno}" if exc.lineno == 1 else f"at line {exc.lineno}, column {exc.colno}"
         raise NotParsed(f"{exc.msg} {where}") from None

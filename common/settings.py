@@ -14,6 +14,7 @@ import difflib
 import functools
 import math
 import re
+import shlex
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -375,7 +376,7 @@ def parse_cli_value(key: str, text: str) -> Any:
         if expected is int:
             return parse_int(text)
         if expected is float:
-            return float(text)
+            return number(text, f"config key '{key}' {where}")
         if expected is list:  # written in TOML
             return _coerce(key, parse_json(f"v = {text}", tomllib.loads)["v"], where)
     except NotParsed as exc:
@@ -393,15 +394,36 @@ def parse_cli_value(key: str, text: str) -> Any:
     return text
 
 
+def number(text: str, where: str) -> float:
+    """`text` as a number, as float() reads it, for the setting `where` names; text that is none, or a number too
+    small for a 64-bit float (which float() reads as 0: 1e-400), a UsageError saying so: the setting would otherwise
+    get 0 for it. Both commands' numbers, on the command line and in config files, are read here."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise UsageError(f"{where} must be a number; got {quoted(text)}") from None
+    if value == 0 and re.search(r"[1-9]", re.split(r"[eE]", text)[0]):
+        raise UsageError(
+            f"{where}: {text} is too small for a 64-bit float, which reads it as 0; give 0 or a number of at least "
+            f"1e-300"
+        )
+    return value
+
+
 def read_toml(path: str | Path) -> dict:
     path = Path(path)
     text = read_text(path, "config file", "give the path of a .toml file (see configs/)", UsageError)
     try:
-        raw = parse_json(text, tomllib.loads)
+        raw = parse_json(text, functools.partial(tomllib.loads, parse_float=lambda t: number(t, f"config file {path}")))
     except NotParsed as exc:
         where = str(exc)
         if "line" not in where and where != TOO_DEEP:  # "at end of document": the error is on the last line
             where += f" (line {max(1, len(text.splitlines()))})"
+        if path.suffix != ".toml":  # `train.py corpus.txt`: a text to train on, given where a config file goes
+            raise UsageError(
+                f"{path} is not a TOML config file ({where}); to train on it, give it as "
+                f"--dataset={shlex.quote(str(path))} (a config file is a .toml file of key = value lines)"
+            ) from None
         raise UsageError(f"config file {path} is not valid TOML: {where}; fix the syntax there") from None
     values = {}
     for key, value in raw.items():
@@ -488,7 +510,13 @@ def make_config(
     whichever set each key. The keys of the file count as given by the user (`TrainConfig.given`) when they
     `chosen` it, not when it is a default."""
     from_file = read_toml(path) if path is not None else {}
-    cfg = TrainConfig.from_keys(**{**(base or {}), **from_file, **overrides})
+    keys = {**(base or {}), **from_file, **overrides}
+    if keys.get("init_from") == RESUME and keys.get("resume") is False:  # a resume and a new run at once
+        raise UsageError(
+            f"config key 'init_from' is {RESUME!r}, which continues out_dir's checkpoint as --resume does, but "
+            f"'resume' is false; drop one of the two"
+        )
+    cfg = TrainConfig.from_keys(**keys)
     cfg.given = frozenset(overrides) | (frozenset(from_file) if chosen else frozenset())
     return cfg
 

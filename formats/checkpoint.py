@@ -100,6 +100,9 @@ class Checkpoint:
     step: int = _entry(_step_count)  # the optimizer steps done
     best_val_loss: float = _for_resume((float, int), lambda value: "'best_val_loss' is nan" if value != value else None)
     run_name: str = _for_resume(str)
+    run_id: str | None = _entry(  # the run's identity (`trainer.runtime.new_run_id`); None in older checkpoints
+        lambda name, value: None if value is None or isinstance(value, str) else f"{name!r} is not text", resume=True
+    )
     eval_step: int | None = _entry(  # the step of the last evaluation, if any
         lambda name, value: None if value is None or _is_step(value) else f"{name!r} is not a step", resume=True
     )

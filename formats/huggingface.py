@@ -153,8 +153,14 @@ def gpt_config(hf: dict, where: Path) -> GPTConfig:
         raise CheckpointError(
             f'{where} has no model_type (a GPT-2-family config.json says "model_type": "gpt2"); {USE_CONFIG}'
         )
-    if model_type != "gpt2" or not set(classes) <= set(READ_CLASSES):
-        found = ", ".join(classes) if classes else f"model_type {model_type!r}"
+    other = [name for name in classes if name not in READ_CLASSES]
+    if model_type != "gpt2" and classes and not other:  # GPT-2's own classes, the model_type spelt another way
+        raise CheckpointError(
+            f'{where} says "model_type": {json.dumps(model_type)} of a {classes[0]}, whose config.json says '
+            f'"model_type": "gpt2"; if it is one, write that there'
+        )
+    if model_type != "gpt2" or other:
+        found = ", ".join(other) if other else f"model_type {model_type!r}"
         raise CheckpointError(
             f"{where} describes a {found}, not a GPT-2-family model; gptwatch reads only "
             f"GPT-2-family models ({READ_CLASSES[0]}) and nanoGPT checkpoints"

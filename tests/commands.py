@@ -73,9 +73,10 @@ def run(
     from common.cli import run_cli
 
     main = {"train": train.main, "sample": sample.main}[program]
+    said = {"interrupted": train.INTERRUPTED} if program == "train" else {}  # as each command's __main__ calls it
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = run_cli(main, list(args))
+        code = run_cli(main, list(args), **said)
     return code, out.getvalue(), err.getvalue()
 
 

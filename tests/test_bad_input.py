@@ -275,15 +275,23 @@ def _little_memory(mp: pytest.MonkeyPatch) -> None:
     mp.setattr("model.memory.available_memory", lambda device: 64 * 2**20)
 
 
-def _torch_interrupted(ws: Workspace) -> dict[str, str]:
+def _torch_interrupted(ws: Workspace, *, caught: bool = False) -> dict[str, str]:
     """An environment in which importing torch is interrupted by Ctrl-C (a SIGINT the import sends itself),
-    as when a user presses it while a command starts."""
+    as when a user presses it while a command starts; `caught`: the import catches the interrupt and fails later
+    with another error, as numpy's does."""
     package = ws.root / "interrupting" / "torch"
     package.mkdir(parents=True)
-    (package / "__init__.py").write_text(
-        "import os, signal, time\nos.kill(os.getpid(), signal.SIGINT)\ntime.sleep(30)\n"
-    )
+    sent = "os.kill(os.getpid(), signal.SIGINT)\ntime.sleep(30)"
+    if caught:
+        sent = (
+            f"try:\n    {sent.replace(chr(10), chr(10) + '    ')}\nexcept BaseException:\n    pass\nraise ImportError"
+        )
+    (package / "__init__.py").write_text(f"import os, signal, time\n{sent}\n")
     return {"PYTHONPATH": str(package.parent)}
+
+
+def _interrupt(*args, **kwargs) -> None:
+    raise KeyboardInterrupt
 
 
 def _log_dir_full(mp: pytest.MonkeyPatch) -> None:
@@ -408,6 +416,7 @@ def _hub_offline(ws: Workspace):
 
 AGREEMENT_LINE = json.dumps({"text": "the king and", "pronoun": "he"}) + "\n"
 SHORT_PROBE = {"text": "cat and dog it", "pronoun": "it", "referent": "cat", "distractor": "dog"}
+TEXT_TWICE = '{"text": "x", ' + json.dumps(SHORT_PROBE)[1:] + "\n"  # a probe line whose "text" comes twice
 LONG_PROBE = {
     "text": "the dog saw the ball and it rolled away and the cat saw it",
     "pronoun": "it",
@@ -708,6 +717,22 @@ CASES = [
         ("not valid TOML", "line 2", "fix the syntax"),
     ),
     Case(
+        "toml-is-a-text",
+        "train.py corpus.txt: a text to train on where the config file goes",
+        "train",
+        lambda w: w.train(config=str(w.root / "corpus.txt")),
+        2,
+        ("corpus.txt is not a TOML config file", "--dataset="),
+    ),
+    Case(
+        "toml-float-underflow",
+        "learning_rate = 1e-400 in a config file (float() reads it as 0)",
+        "train",
+        lambda w: w.train(config=w.file("c.toml", "learning_rate = 1e-400\n")),
+        2,
+        ("1e-400 is too small for a 64-bit float, which reads it as 0",),
+    ),
+    Case(
         "toml-table",
         "a [table] in the TOML file",
         "train",
@@ -868,6 +893,14 @@ CASES = [
         ("'n_layer' on the command line must be an integer; got '²'",),
     ),
     Case(
+        "cli-float-underflow",
+        "--learning_rate=1e-400 (float() reads it as 0)",
+        "train",
+        lambda w: w.train("--learning_rate=1e-400"),
+        2,
+        ("'learning_rate' on the command line: 1e-400 is too small for a 64-bit float", "reads it as 0"),
+    ),
+    Case(
         "modern-odd-head-size",
         "--arch=modern with heads of an odd size (16 wide, 16 heads)",
         "train",
@@ -949,6 +982,30 @@ CASES = [
         lambda w: w.train("--resume", f"--out_dir={w.root / 'empty'}"),
         1,
         ("--resume but there is no checkpoint", "drop --resume"),
+    ),
+    Case(
+        "resume-init-from-missing",
+        "--init_from=resume (nanoGPT's word for --resume) without a checkpoint",
+        "train",
+        lambda w: w.train("--init_from=resume", f"--out_dir={w.root / 'empty'}"),
+        1,
+        ("init_from is 'resume' but there is no checkpoint", "set init_from to scratch"),
+    ),
+    Case(
+        "resume-init-from-missing-toml",
+        'init_from = "resume" in a config file, without a checkpoint',
+        "train",
+        lambda w: w.train(f"--out_dir={w.root / 'empty'}", config=w.file("r.toml", 'init_from = "resume"\n')),
+        1,
+        ("init_from is 'resume' but there is no checkpoint", "set init_from to scratch"),
+    ),
+    Case(
+        "resume-init-from-and-resume-false",
+        "--init_from=resume --resume=false",
+        "train",
+        lambda w: w.train("--init_from=resume", "--resume=false"),
+        2,
+        ("'init_from' is 'resume'", "'resume' is false", "drop one of the two"),
     ),
     Case(
         "resume-truncated",
@@ -1316,6 +1373,22 @@ CASES = [
         lambda w: w.sample("--top_p=1.5"),
         2,
         ("--top_p must be in (0, 1]",),
+    ),
+    Case(
+        "sample-top-p-underflow",
+        "--top_p=1e-400 (float() reads it as 0)",
+        "sample",
+        lambda w: w.sample("--top_p=1e-400"),
+        2,
+        ("--top_p: 1e-400 is too small for a 64-bit float, which reads it as 0",),
+    ),
+    Case(
+        "sample-temperature-not-a-number",
+        "--temperature=warm",
+        "sample",
+        lambda w: w.sample("--temperature=warm"),
+        2,
+        ("--temperature must be a number; got 'warm'",),
     ),
     Case(
         "sample-seed-out-of-range",
@@ -1992,6 +2065,14 @@ CASES = [
         ("probes.jsonl line 1: not valid JSON", "nested too deeply"),
     ),
     Case(
+        "probes-duplicate-key",
+        "a probe line that gives one key twice (JSON readers keep either value)",
+        "sample",
+        lambda w: w.sample(f"--probes={w.file('probes.jsonl', TEXT_TWICE)}"),
+        1,
+        ("probes.jsonl line 1", "the key 'text' is given twice"),
+    ),
+    Case(
         "sample-probe-same-word",
         "a probe whose referent is its distractor",
         "sample",
@@ -2059,6 +2140,24 @@ CASES = [
         130,
         ("interrupted while starting", "nothing was written"),
         env=_torch_interrupted,
+    ),
+    Case(
+        "startup-interrupt-caught-by-a-library",
+        "Ctrl-C while sample.py starts, inside an import that catches it (numpy's then fails a second import)",
+        "sample",
+        lambda w: w.sample(),
+        130,
+        ("interrupted while starting", "nothing was written"),
+        env=lambda w: _torch_interrupted(w, caught=True),
+    ),
+    Case(
+        "sample-interrupted",
+        "Ctrl-C while sample.py samples, which writes nothing",
+        "sample",
+        lambda w: w.sample(),
+        130,
+        ("interrupted",),
+        patch=lambda mp: mp.setattr("sample.stream_samples", _interrupt),
     ),
     Case(
         "checkpoint-path-directory",
@@ -2301,6 +2400,19 @@ CASES = [
         ("pid 999999999", "taking it over"),
         setup=_lock_left_by_a_killed_run,
         may_change=("new/.lock",),
+    ),
+    Case(
+        "warn-run-folder-replaced",
+        "--run_name of a TensorBoard run whose training stopped before it saved a checkpoint",
+        "train",
+        lambda w: (
+            w.file("runs/t/events.out.tfevents.1700000000.host.1.0", b"\x00"),
+            w.file("runs/t/.gptwatch-run", '{"run": "0123456789abcdef", "saved": false}'),
+            w.train(f"--out_dir={w.root / 'new'}"),
+        )[2],
+        0,
+        ("stopped before it saved a checkpoint", "this run's logs replace them"),
+        may_change=("runs/t/*",),
     ),
     Case(
         "warn-damaged-cache",

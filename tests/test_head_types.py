@@ -14,7 +14,7 @@ from conftest import tiny_model
 from data.tokenizer import CharTokenizer
 from watch.inspect import heads_json
 from watch.measure.capture import capture_attention, capture_from_patterns
-from watch.measure.heads import Ablation, ablation_for
+from watch.measure.heads import Ablation, ablation_for, with_spread
 from watch.measure.headtypes import TYPE_MIN, TYPE_SETS, TYPES, best_offset, heads_of
 from watch.measure.patching import PAIRS
 from watch.measure.probesets import (
@@ -29,6 +29,7 @@ from watch.measure.probesets import (
     held_out_text,
     repeated_length,
     repeated_tokens,
+    repeats_by_distance,
     token_pool,
 )
 from watch.measure.proofs import AblationResult, head_means, proofs
@@ -399,6 +400,39 @@ def test_redrawing_the_held_out_windows_moves_each_figure_less_than_its_spread()
         assert float(values.max(0).values.sub(values.min(0).values).max()) < 0.02, name
 
 
+def test_a_sequence_drawn_twice_counts_once():
+    """`probesets.distinct`: every set of random draws holds each draw once, so a spread counts what is independent:
+    a periodic text's windows are its period's few pairs, whatever the places drawn; a vocabulary of two tokens has 16
+    first repeats of 4 tokens, and the repeats by distance keep one row of each; 40 tokens never repeat a sequence."""
+    import numpy as np
+
+    text = held_out_text(np.array([1, 2, 3] * 500), 32)
+    pairs = {tuple(first + partner) for first, partner in zip(text.ids[0::2], text.ids[1::2], strict=True)}
+    assert len(text) == 6 and len(pairs) == 3
+    assert text.about.startswith("6 windows of 32 tokens")
+    reach = repeats_by_distance([7, 8], 64)
+    firsts = [tuple(row[:8]) for row in reach.ids]
+    assert len(firsts) == len(set(firsts)) == len(reach.items) <= 16
+    assert reach.about.startswith(f"{len(reach)} rows")
+    assert len(repeated_tokens(range(40), 32)) == 128  # nothing drawn twice, nothing left out
+
+
+@pytest.mark.parametrize(
+    ("value", "spread", "sign", "shown"),
+    [
+        (0.95213, 0.0043, False, "0.952 ± 0.004"),
+        (0.41, None, False, "0.410"),
+        (-9.85e-5, 2.65e-5, True, "-0.00010 ± 0.00003"),
+        (0.0123, 0.0004, True, "+0.0123 ± 0.0004"),
+        (1.5, 0.0005, False, "1.500 ± 0.001"),
+    ],
+)
+def test_a_spread_is_shown_to_its_first_digit_never_as_zero(value, spread, sign, shown):
+    """`heads.with_spread`, the one way a figure is written beside its spread: a spread too small for three decimals
+    is shown to its first digit, the figure to the same places, so no report says "± 0.000" of draws that differ."""
+    assert with_spread(value, spread, signed=sign) == shown
+
+
 # --- ablation ----------------------------------------------------------------------------------------
 
 
@@ -584,7 +618,8 @@ def test_sample_prints_the_head_types_and_their_json(trained, tmp_path):
     code, out, err = run_sample([f"--out_dir={trained.char}", "--heads", f"--text={text}"])
     assert (code, err) == (0, "")
     assert "untrained model's scores in brackets" in out and "in-context gain on repeated random tokens" in out
-    assert "L0H1" in out and f"94 windows of 32 tokens at random places in {text}" in out
+    # One line said three times: of the 47 places a pair of windows fits, 35 differ, and a pair drawn twice is one.
+    assert "L0H1" in out and f"70 windows of 32 tokens at random places in {text}" in out
     code, out, _ = run_sample([f"--out_dir={trained.char}", "--heads", f"--text={text}", "--json"])
     report = json.loads(out)
     assert set(report["heads"]) == {"L0H0", "L0H1"}

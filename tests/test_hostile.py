@@ -20,7 +20,7 @@ import torch
 from common import files
 from common.cli import for_terminal, markdown_literal
 from common.files import destination, fresh_file, fresh_folder, os_error_of, replace_file
-from common.parsing import NotParsed, parse_int
+from common.parsing import NotParsed, parse_int, parse_json
 from formats import CheckpointError, load_checkpoint, validate
 from formats.checkpoint import save_checkpoint, saved_settings
 from model.config import MAX_BLOCK_SIZE, GPTConfig
@@ -444,6 +444,40 @@ def test_a_number_too_long_for_any_setting_says_so_not_pythons_limit():
     assert "set_int_max_str_digits" not in str(refused.value)
 
 
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ('{"a": 1, "a": 2}', "the key 'a' is given twice; keep one"),
+        (
+            '{\n  "n_layer": 2,\n  "b": {"n_layer": 1},\n  "n_layer": 3\n}',
+            "the key 'n_layer' is given twice (at line 4)",
+        ),
+    ],
+)
+def test_a_key_given_twice_in_one_json_object_is_refused_naming_its_line(text, said):
+    """`parsing.parse_json`, which reads every JSON file (probe lines, a model's config.json, the tool's own
+    records): JSON readers keep either of two values of one key, so which the writer meant is unknown. The same key
+    in two objects is fine."""
+    with pytest.raises(NotParsed, match=re.escape(said)):
+        parse_json(text)
+    assert parse_json('[{"k": 1}, {"k": 2}]') == [{"k": 1}, {"k": 2}]
+
+
+@pytest.mark.parametrize("text", ["1e-400", "-2.5e-999", "1_0e-4_00"])
+def test_a_number_too_small_for_a_float_is_not_read_as_zero(text, tmp_path):
+    """`settings.number`, for both commands' numbers on the command line and in config files: float() reads these as 0,
+    which no one wrote."""
+    from common.errors import UsageError
+    from common.settings import parse_cli_value, read_toml
+
+    with pytest.raises(UsageError, match=f"{re.escape(text)} is too small for a 64-bit float, which reads it as 0"):
+        parse_cli_value("learning_rate", text)
+    (tmp_path / "c.toml").write_text(f"min_lr = {text}\n")
+    with pytest.raises(UsageError, match="too small for a 64-bit float"):
+        read_toml(tmp_path / "c.toml")
+    assert parse_cli_value("weight_decay", "0e-400") == 0.0  # a zero written as one is one
+
+
 @pytest.mark.parametrize("name", ["L٣H0", "L0H²", "L0H" + "1" * 5000, "L 0H0"])
 def test_head_names_hold_ascii_digits_only(name):
     from watch.measure.heads import parse_head
@@ -493,37 +527,37 @@ def test_what_the_launcher_sets_is_read_as_a_launcher_sets_it(monkeypatch, env, 
 # --- 10. Ctrl-C while a command starts ---------------------------------------------------------------------------
 
 
-def test_the_start_up_hook_speaks_only_for_the_commands_and_not_under_debug(monkeypatch, capsys):
-    """`cli.report_interrupts_while_starting`: an uncaught KeyboardInterrupt is one line (exit 130) when train.py
-    or sample.py is the program (the cases startup-interrupted-* run them); any other exception, `--debug`, or
-    another program importing them keeps Python's own report. Importing `cli` changes nothing: the hook is set
-    only when a command calls it."""
+def test_a_ctrl_c_while_a_command_starts_raises_nothing_and_exits_in_one_line(monkeypatch, capsys):
+    """`cli.report_interrupts_while_starting`: until `run_cli` starts the command, a Ctrl-C raises nothing that an
+    import could catch and turn into another error (startup-interrupt-caught-by-a-library): it prints one line and
+    exits 130. Under --debug, or where Ctrl-C is ignored (a job started in the background), it changes nothing, and
+    importing the commands sets nothing; once `run_cli` runs, Ctrl-C is a KeyboardInterrupt again."""
     from common import cli
 
-    imported = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "import sys; hook = sys.excepthook; import common.cli, train, sample; print(sys.excepthook is hook)",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
+    probe = (
+        "import signal, common.cli, train, sample; print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)"
     )
+    imported = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True)
     assert imported.stdout.strip() == "True", imported.stderr
-    reported = []
-    monkeypatch.setattr(sys, "excepthook", lambda *exc: reported.append(exc[0]))
-    cli.report_interrupts_while_starting()
-    report = sys.excepthook
-    monkeypatch.setattr(cli.os, "_exit", lambda code: reported.append(code))
-    report(KeyboardInterrupt, KeyboardInterrupt(), None)  # pytest is the program here
-    monkeypatch.setattr(sys.modules["__main__"], "__file__", "/somewhere/train.py", raising=False)
-    report(ValueError, ValueError(), None)
-    report(KeyboardInterrupt, KeyboardInterrupt(), None)
-    monkeypatch.setattr(sys, "argv", ["train.py", "--debug"])
-    report(KeyboardInterrupt, KeyboardInterrupt(), None)
-    assert reported == [KeyboardInterrupt, ValueError, 130, KeyboardInterrupt]
-    assert capsys.readouterr().err == cli.INTERRUPTED + "\n"
+    exits = []
+    monkeypatch.setattr(cli.os, "_exit", exits.append)
+    previous = signal.getsignal(signal.SIGINT)
+    try:
+        for argv, kept in ((["train.py", "--debug"], True), (["train.py"], False)):
+            monkeypatch.setattr(sys, "argv", argv)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            cli.report_interrupts_while_starting()
+            assert (signal.getsignal(signal.SIGINT) is signal.default_int_handler) == kept
+        signal.getsignal(signal.SIGINT)(signal.SIGINT, None)  # a Ctrl-C while the command imports
+        assert exits == [130] and capsys.readouterr().err == cli.INTERRUPTED + "\n"
+        seen = []
+        assert cli.run_cli(lambda argv: seen.append(signal.getsignal(signal.SIGINT)), []) == 0
+        assert seen == [signal.default_int_handler]
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        cli.report_interrupts_while_starting()
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 # --- 11. what reaches a terminal is shown, never obeyed ---------------------------------------------------------
@@ -756,6 +790,80 @@ def test_default_run_names_differ_for_runs_started_in_the_same_second(monkeypatc
     assert len(runtime.default_run_name("x" * 250).encode()) < 140
 
 
+def test_the_run_folder_follows_its_run_when_the_project_moves(tmp_path, monkeypatch):
+    """`runtime.check_run_folder`: a run folder records the id of the run that logs there, not where its files were,
+    so a project trained with relative folders and then moved resumes into its own folder; another run under the
+    same name is still refused there."""
+    from tests.commands import run_train, tiny_args
+
+    project = tmp_path / "proj"
+    project.mkdir()
+    monkeypatch.chdir(project)
+    relative = ["--out_dir=out", "--log_dir=runs", "--data_dir=prep"]
+    code, _, err = run_train(tiny_args(project, *relative))
+    assert code == 0, err
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "proj").rename(tmp_path / "proj2")
+    monkeypatch.chdir(tmp_path / "proj2")
+    code, _, err = run_train(tiny_args(tmp_path / "proj2", *relative, "--resume", "--max_iters=9"))
+    assert code == 0, err
+    assert len(list(Path("runs/t").glob("events.out.tfevents.*"))) == 2
+    code, _, err = run_train(tiny_args(tmp_path / "proj2", *relative, "--out_dir=other"))
+    assert code == 1 and "holds another run's logs" in err, err
+
+
+@pytest.mark.parametrize("claim", [None, b'{"out_dir": "/a/folder/since/moved"}', b"{not json", "its own"])
+def test_a_claim_is_never_stricter_than_none_for_the_run_that_logged_there(tmp_path, claim):
+    """`runtime.check_run_folder`: the run that logged in a folder resumes there whatever the folder records of it,
+    nothing, a claim of an older version, a damaged one or its own, when its checkpoint records the folder's name."""
+    from trainer import runtime
+
+    folder = tmp_path / "runs" / "t"
+    folder.mkdir(parents=True)
+    (folder / "events.out.tfevents.1.host.1.0").write_bytes(b"\0")
+    if claim == "its own":
+        runtime.RunFolder(folder, "ours", saved=True).record()
+    elif claim is not None:
+        (folder / runtime.OWNER).write_bytes(claim)
+    assert runtime.check_run_folder(folder, tmp_path / "runs", "ours", recorded=True) is False
+    with pytest.raises(files.UserError, match="holds another run's logs"):
+        runtime.check_run_folder(folder, tmp_path / "runs", "new", recorded=False)
+
+
+def test_a_start_that_saved_no_checkpoint_keeps_no_run_name(tmp_path):
+    """`runtime.RunFolder`: a run records in its folder that it has saved, before its first checkpoint is written.
+    A run that stopped before that (a learning rate that diverges at once, a probe file it cannot read; a kill -9
+    leaves the same) left nothing to resume: the next run under its name replaces its logs, with a warning, and a run
+    that had saved keeps its name."""
+    from tests.commands import run_train, tiny_args
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("{not json\n")
+    for name, failing in (("lr", ["--learning_rate=1e6", "--grad_clip=0"]), ("probes", [f"--probes={bad}"])):
+        args = [f"--run_name={name}", f"--out_dir={tmp_path / name}"]
+        code, _, err = run_train(tiny_args(tmp_path, *args, *failing))
+        assert code == 1 and "error: " in err and not (tmp_path / name / "ckpt.pt").exists(), err
+        runs = tmp_path / "runs" / name
+        assert next(runs.rglob("events.out.tfevents.*"), None) is not None  # its logs stay until a run replaces them
+        code, _, err = run_train(tiny_args(tmp_path, *args))
+        assert code == 0 and "stopped before it saved a checkpoint" in err, err
+        assert len(list(runs.glob("events.out.tfevents.*"))) == 1  # the new run's alone
+        code, _, err = run_train(tiny_args(tmp_path, *args, "--seed=3"))
+        assert code == 1 and "holds another run's logs" in err, err
+
+
+def test_a_run_that_diverged_after_saving_resumes_at_a_lower_learning_rate(tmp_path):
+    """The run resumed is the same run at any learning rate: its folder records the run, not its settings."""
+    from tests.commands import run_train, tiny_args
+
+    code, _, err = run_train(tiny_args(tmp_path))
+    assert code == 0, err
+    code, _, err = run_train(tiny_args(tmp_path, "--resume", "--max_iters=12", "--learning_rate=1e6", "--grad_clip=0"))
+    assert code == 1 and "resume from it with a lower --learning_rate" in err, err
+    code, _, err = run_train(tiny_args(tmp_path, "--resume", "--max_iters=12", "--learning_rate=1e-4"))
+    assert code == 0, err
+
+
 # --- 9. every status line through one function ------------------------------------------------------------------
 
 RAW = ("\x1b", "\x07", "\x9b", "\u202e", "\x00")  # what a terminal would act on, or shows as something else
@@ -827,7 +935,7 @@ def test_figures_on_identical_windows_or_indistinct_continuations_are_not_measur
     same.write_text("a" * 3000)
     code, out, err = run_sample([f"--out_dir={tmp_path / 'm'}", "--device=cpu", "--heads", f"--text={same}"])
     assert code == 0, err
-    assert "is the same" in out and "in-context score on held-out text" not in out
+    assert "only 1 different pair of 32-token windows" in out and "in-context score on held-out text" not in out
     probe = {"text": "a dog saw a ball and it ran", "pronoun": "it", "referent": "dog", "distractor": "ball"}
     for theirs, ours in ((["barked"], ["bowled"]), (["ran", "sat"], ["ran", "sat"])):
         probes = tmp_path / "probes.jsonl"
@@ -836,6 +944,34 @@ def test_figures_on_identical_windows_or_indistinct_continuations_are_not_measur
         assert code == 0 and "not measurable" in err
         continuation = json.loads(out)["continuation"]
         assert continuation["n"] == 0 and continuation["logit_diff"] is None
+
+
+@pytest.mark.parametrize(
+    ("which", "text", "pairs"),
+    [("char", "ab" * 3000, 2), ("char", "abc" * 2000, 3), ("gpt2", " dog cat" * 1000, 2), ("gpt2", " the" * 3000, 1)],
+)
+def test_a_text_that_repeats_itself_is_a_few_windows_and_gets_no_spread(trained, tmp_path, which, text, pairs):
+    """`probesets.held_out_text` draws each pair of windows once, and `reading.varied_windows` measures nothing on
+    fewer pairs than a spread needs: the 256 places drawn in a periodic text are its period's few windows, over
+    which any spread is 0.000 by construction. Characters or BPE tokens alike."""
+    trained.copy_to(tmp_path / "m", which)
+    path = tmp_path / "periodic.txt"
+    path.write_text(text)
+    code, out, err = run_sample([f"--out_dir={tmp_path / 'm'}", "--device=cpu", "--heads", f"--text={path}"])
+    assert code == 0, err
+    assert f"only {pairs} different pair" in out and "fewer than the 10 a spread needs" in out, out
+    assert "in-context score on held-out text" not in out and not re.search(r"± 0\.0+\b", out)  # no spread of 0
+
+
+def test_a_run_on_a_text_that_repeats_itself_reports_no_figure_without_a_spread(tmp_path):
+    """The end of training reads the val split through the same check: a corpus of 'ab' repeated is two windows."""
+    from tests.commands import run_train, tiny_args
+
+    (tmp_path / "corpus.txt").write_text("ab" * 3000)
+    code, out, err = run_train(tiny_args(tmp_path))
+    assert code == 0, err
+    assert "only 2 different pairs of 32-token windows can be drawn from the val split" in out, out
+    assert "in-context score on held-out text" not in out and not re.search(r"± 0\.0+\b", out)  # no spread of 0
 
 
 # --- 11. nothing read that would block, and a bound on what is read ----------------------------------------------
@@ -849,7 +985,7 @@ def test_a_pipe_planted_where_the_tool_reads_its_own_files_is_never_opened(tmp_p
 
     os.mkfifo(tmp_path / runtime.OWNER)
     os.mkfifo(tmp_path / MARKER)
-    assert runtime._run_owner(tmp_path) is None  # returns at once: a blocked open would hang the test
+    assert runtime._run_claim(tmp_path) == {}  # returns at once: a blocked open would hang the test
     assert not is_earlier_export(tmp_path)
 
 

@@ -435,6 +435,19 @@ def save_meta_beside(path: Path) -> Path:
     return path
 
 
+def test_a_nanogpt_model_on_a_text_that_repeats_itself_gets_no_spread(nanogpt, tmp_path):
+    """`sample.py --init_from=ckpt.pt --heads --text` reads held-out windows as for gptwatch's own models: 'abc'
+    repeated is three pairs of windows, fewer than a spread needs, and says so instead of a figure "± 0.000"."""
+    from tests.commands import run_sample
+
+    path = save_meta_beside(save_nanogpt(*nanogpt_model(nanogpt), tmp_path / "out"))
+    text = tmp_path / "abc.txt"
+    text.write_text("abc" * 2000)
+    code, out, err = run_sample([f"--init_from={path}", "--device=cpu", "--heads", f"--text={text}"])
+    assert code == 0, err
+    assert "only 3 different pairs of 32-token windows" in out and not re.search(r"± 0\.0+\b", out), out
+
+
 def test_a_nanogpt_bpe_checkpoint_pads_its_vocabulary_and_never_samples_the_padding(nanogpt, tmp_path):
     """No meta.pkl: GPT-2's BPE, 50,257 tokens in nanoGPT's 50,304 rows. The padding rows are made the most
     likely here, and still greedy and sampled tokens stay below 50,257."""
@@ -769,6 +782,12 @@ CASES = [
         "a Hugging Face folder of another architecture (Llama)",
         _edited_config(model_type="llama", architectures=["LlamaForCausalLM"]),
         ("LlamaForCausalLM", "only GPT-2-family models (GPT2LMHeadModel) and nanoGPT checkpoints"),
+    ),
+    Case(
+        "import-model-type-spelt-otherwise",
+        'a GPT2LMHeadModel whose config.json says "model_type": "gpt-2"',
+        _edited_config(model_type="gpt-2"),
+        ('"model_type": "gpt-2" of a GPT2LMHeadModel', '"model_type": "gpt2"; if it is one, write that there'),
     ),
     Case(
         "import-inverse-layer-scaling",

@@ -218,27 +218,63 @@ def default_run_name(name: str) -> str:
     return f"{name[:100]}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{secrets.token_hex(2)}"
 
 
-OWNER = ".gptwatch-run"  # in a run folder: the out_dir of the run that logs there (TensorBoard reads no such file)
+OWNER = ".gptwatch-run"  # in a run folder: which run logs there, and whether it has saved a checkpoint yet
 
 
-def claim_run_folder(folder: Path, log_dir: Path, out_dir: str | Path, *, resuming: bool, recorded: bool) -> None:
-    """Makes the TensorBoard run folder `folder` (inside `log_dir`) this run's, once `check_run_folder` finds it
-    may be: it records `out_dir` there."""
-    check_run_folder(folder, log_dir, out_dir, resuming=resuming, recorded=recorded)
-    ours = str(Path(out_dir).resolve())
-    if _run_owner(folder) != ours:
+def new_run_id() -> str:
+    """The identity of a new run, recorded in its checkpoint and in its TensorBoard run folder (`claim_run_folder`):
+    a resume continues the run its checkpoint records wherever its folders have moved since, and nothing else does."""
+    return secrets.token_hex(8)
+
+
+@dataclass
+class RunFolder:
+    """A TensorBoard run folder as `claim_run_folder` made it this run's: `run`, the run's id (None for a run
+    resumed from a checkpoint that records none), and whether the run has saved a checkpoint yet. Until it has,
+    the folder holds nothing a resume could continue, and the next run under its name takes it over; the trainer's
+    `on_save`, before each save, records that it has."""
+
+    folder: Path
+    run: str | None
+    saved: bool
+
+    def on_save(self, trainer: object) -> None:
+        if not self.saved:
+            self.saved = True
+            self.record()
+
+    def record(self) -> None:
         with contextlib.suppress(OSError):  # a disk that fails here fails TensorBoard's writer next, with a warning
-            folder.mkdir(parents=True, exist_ok=True)
-            replace_file(folder / OWNER, lambda fh: fh.write(json.dumps({"out_dir": ours}).encode("utf-8")))
+            self.folder.mkdir(parents=True, exist_ok=True)
+            claim = json.dumps({"run": self.run, "saved": self.saved}).encode("utf-8")
+            replace_file(self.folder / OWNER, lambda fh: fh.write(claim))
 
 
-def check_run_folder(folder: Path, log_dir: Path, out_dir: str | Path, *, resuming: bool, recorded: bool) -> None:
+def claim_run_folder(folder: Path, log_dir: Path, run: str | None, *, recorded: bool, saved: bool) -> RunFolder:
+    """Makes the TensorBoard run folder `folder` (inside `log_dir`) the run `run`'s, once `check_run_folder` finds
+    it may be: the logs of a run that stopped before saving anything are removed, with a warning, and the folder
+    records the run and whether it has `saved` a checkpoint (a resumed run has)."""
+    if check_run_folder(folder, log_dir, run, recorded=recorded):
+        for events in list(folder.rglob(EVENTS)):
+            events.unlink()
+        warn(
+            f"{folder} held the TensorBoard logs of a run that stopped before it saved a checkpoint, so "
+            f"nothing can resume it; this run's logs replace them"
+        )
+    claim = RunFolder(folder, run, saved)
+    claim.record()
+    return claim
+
+
+def check_run_folder(folder: Path, log_dir: Path, run: str | None, *, recorded: bool) -> bool:
     """A `UserError` when this run's points would join another run's lines in the TensorBoard run folder `folder`
-    (inside `log_dir`): the folder (or one inside it) holds event files that a run of
-    another out_dir wrote, or a new run's of this one (only a resume continues a run: `resuming`); or it lies inside
-    the folder of another run (a run's per-head folders, RUN/L0H0, are runs of TensorBoard's too). A folder written
-    before runs recorded their out_dir there is this run's when it is the one the checkpoint resumed records
-    (`recorded`)."""
+    (inside `log_dir`): the folder (or one inside it) holds event files that another run wrote, which saved a
+    checkpoint; or it lies inside the folder of another run (a run's per-head folders, RUN/L0H0, are runs of
+    TensorBoard's too). The run `run` (its id: a resume's is its checkpoint's, a new run's is new) writes on in the
+    folder that records it, and in one written before runs recorded themselves there (or by a run of a checkpoint
+    that records no id) when the checkpoint it resumes records this name (`recorded`). Returns whether the folder
+    holds only the logs of a run that stopped before saving a checkpoint (killed, diverged, or refused a
+    file before it trained), which keep no name: this run may take them over."""
     for above in folder.parents:
         if next(above.glob(EVENTS), None) is not None:
             raise UserError(
@@ -248,25 +284,29 @@ def check_run_folder(folder: Path, log_dir: Path, out_dir: str | Path, *, resumi
         if above == log_dir or above == above.parent:
             break
     found = next(folder.rglob(EVENTS), None) if folder.is_dir() else None
-    ours = str(Path(out_dir).resolve())
-    if found is not None:
-        owner = _run_owner(folder)
-        if not resuming or (owner != ours if owner is not None else not recorded):
-            raise UserError(
-                f"the TensorBoard run {folder} holds another run's logs ({found.name}), which this run's would "
-                f"join in the same lines; choose another --run_name (or leave it out for a new name), or move "
-                f"that folder away"
-            )
+    claim = _run_claim(folder) if found is not None else {}
+    owner = claim.get("run") if isinstance(claim.get("run"), str) else None
+    if found is None or (owner is not None and owner == run):
+        return False
+    if owner is not None and claim.get("saved") is False:
+        return True
+    if owner is None and recorded:
+        return False
+    raise UserError(
+        f"the TensorBoard run {folder} holds another run's logs ({found.name}), which this run's would "
+        f"join in the same lines; choose another --run_name, or move that folder away"
+    )
 
 
-def _run_owner(folder: Path) -> str | None:
+def _run_claim(folder: Path) -> dict:
+    """What the run folder records of the run that logs there ({} when nothing readable)."""
     if what_stands_at(folder / OWNER, follow_links=False) is not None:  # none, or a pipe that would block a reader
-        return None
+        return {}
     try:
-        owner = parse_json((folder / OWNER).read_bytes())
+        claim = parse_json((folder / OWNER).read_bytes())
     except (OSError, NotParsed):
-        return None
-    return owner.get("out_dir") if isinstance(owner, dict) and isinstance(owner.get("out_dir"), str) else None
+        return {}
+    return claim if isinstance(claim, dict) else {}
 
 
 # --- one training run per out_dir, and per TensorBoard run folder (log_dir/run_name), at a time ----------

@@ -193,7 +193,7 @@ def _base_settings(config_path: str | None, overrides: dict[str, Any]) -> tuple[
     text = source_text(dataset, 0)[0]  # read as preparing reads it: the same error, before anything is printed
     name = corpora.text_name(dataset)
     shape, tokenizer, source, checkpoint = None, overrides.get("tokenizer"), None, None
-    if overrides.get("resume"):
+    if overrides.get("resume") or init_from == RESUME:
         path = Path(overrides.get("out_dir") or out_dir_for(name)) / CHECKPOINT
         with contextlib.suppress(UserError):  # resuming says why there is no readable one, later
             checkpoint = load_checkpoint(path)
@@ -337,9 +337,14 @@ def _resuming(cfg: TrainConfig, found: dict) -> Start:
                 f"out_dir)"
             )
         if not path.exists():
+            asked, drop = (
+                (f"init_from is {RESUME!r}", f"set init_from to {SCRATCH}")
+                if cfg.init_from == RESUME
+                else ("--resume", "drop --resume")
+            )
             raise UserError(
-                f"--resume but there is no checkpoint at {path}; drop --resume to start a new "
-                f"run, or set --out_dir to the folder that holds ckpt.pt"
+                f"{asked} but there is no checkpoint at {path}; {drop} to start a new run, or set --out_dir to "
+                f"the folder that holds ckpt.pt"
             )
         checkpoint = load_checkpoint(path, source.contents)
     model = validate(checkpoint, path, for_resume=True)  # a switch it does not record is off

@@ -28,7 +28,7 @@ from formats.checkpoint import CHECKPOINT, EARLIER, Checkpoint, previous_path, s
 from formats.sources import identify, load_model
 from model.gpt import GPT, evaluating
 from trainer.optim import divergence_fix, lr_at, make_optimizer, schedule_problem, set_lr
-from trainer.runtime import Runtime, check_training_fits, default_run_name, ranks_agree
+from trainer.runtime import Runtime, check_training_fits, default_run_name, new_run_id, ranks_agree
 from trainer.start import Start, data_identity
 
 
@@ -77,6 +77,7 @@ class Callback:
     def on_step(self, trainer: Trainer, result: StepResult) -> None: ...
     def on_evaluate(self, trainer: Trainer, evaluation: Evaluation) -> None: ...
     def on_watch(self, trainer: Trainer, step: int) -> None: ...  # every watch_interval steps between evaluations
+    def on_save(self, trainer: Trainer) -> None: ...  # before each checkpoint is written
     def on_fit_end(self, trainer: Trainer, result: FitResult) -> None: ...  # completed, or stopped by a signal
     def on_exit(self, trainer: Trainer) -> None: ...  # always last, also when fit() raises
 
@@ -89,6 +90,7 @@ class TrainState:
     step: int = 0
     best_val_loss: float = math.inf
     eval_step: int | None = None  # step of the last evaluation: a resumed run does not repeat it
+    run_id: str | None = None  # new for a new run; a resumed run's is its checkpoint's (None in older ones)
 
 
 class CheckpointWriter:
@@ -172,7 +174,7 @@ class Trainer:
         batches = Batches(data.splits(block), block, cfg.batch_size, runtime.device, cfg.seed, runtime.rank)
         model = (start.model if start.model is not None else GPT(model_cfg)).to(runtime.device)
         optimizer = make_optimizer(model, cfg, runtime.device)
-        state = TrainState(run_name=cfg.run_name or default_run_name(start.name))
+        state = TrainState(run_name=cfg.run_name or default_run_name(start.name), run_id=new_run_id())
         resumed = start.checkpoint
         if resumed is not None:  # `resolve` checked that it holds a run_name, step and best_val_loss
             start.resume(path, model, optimizer, batches)
@@ -181,6 +183,7 @@ class Trainer:
                 resumed["step"],
                 resumed["best_val_loss"],
                 eval_step=resumed.get("eval_step", resumed["step"]),
+                run_id=resumed.get("run_id"),
             )
         if checkpoints is not None:
             checkpoints.saved_step = state.step if resumed is not None else None
@@ -338,10 +341,12 @@ class Trainer:
             step=self.state.step,
             best_val_loss=self.state.best_val_loss,
             run_name=self.state.run_name,
+            run_id=self.state.run_id,
             eval_step=self.state.eval_step,
             rng={"torch": torch.get_rng_state(), "batches": self.batches.generator.get_state()},
             data=data_identity(self.cfg, self.data) if self.data is not None else None,
         )
+        self._emit("on_save", self)
         self.checkpoints.save(checkpoint, self.state.step)
 
     def _diverged(self, what: str, value: object) -> UserError:

@@ -5,6 +5,7 @@ their labels from here."""
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -141,10 +142,19 @@ def focused_head(patterns: Sequence[torch.Tensor], query: int) -> tuple[int, int
 
 def with_spread(value: float, spread: float | None = None, digits: int = 3, *, signed: bool = False) -> str:
     """A figure as every view writes it: "0.412 ± 0.021" (with `signed`, "+0.412 ± 0.021"), without "± ..." where it
-    has no spread."""
+    has no spread (None or NaN), at `digits` decimals or at as many more as show the spread's first digit: a spread
+    below 0.0005 is not "± 0.000", which would say that every draw agrees."""
+    digits = _places(spread, digits)
     return (f"{value:+.{digits}f}" if signed else f"{value:.{digits}f}") + plus_minus(spread, digits)
 
 
 def plus_minus(spread: float | None, digits: int = 3) -> str:
     """ " ± 0.021" beside a figure; "" where there is no spread (None or NaN)."""
-    return "" if spread is None or spread != spread else f" ± {spread:.{digits}f}"
+    return "" if spread is None or spread != spread else f" ± {spread:.{_places(spread, digits)}f}"
+
+
+def _places(spread: float | None, digits: int) -> int:
+    """`digits`, or as many decimals as show the first digit of a smaller spread."""
+    if spread is None or not 0 < spread < 0.5 * 10**-digits:
+        return digits
+    return -math.floor(math.log10(spread))

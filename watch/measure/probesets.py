@@ -46,6 +46,24 @@ def draw_seed(draw: int, kind: str) -> int:
     return REPEATED_SEED + 2 * draw + (kind == REACH)
 
 
+def distinct(rows: list[list[int]], key_length: int | None = None) -> list[list[int]]:
+    """`rows` in the order drawn, less each that repeats an earlier one (in its first `key_length` tokens, when
+    given): a row drawn again is no new draw, and a spread that counted it twice would claim a certainty the draws
+    do not have. A periodic text's windows are a few rows, whatever the number of places drawn."""
+    seen: set[tuple[int, ...]] = set()
+    kept = []
+    for row in rows:
+        key = tuple(row[:key_length])
+        if key not in seen:
+            seen.add(key)
+            kept.append(row)
+    return kept
+
+
+# The fewest distinct draws (held-out pairs of windows) a figure's spread is read from: over fewer, two standard errors
+# understate it, and over two or three windows of a periodic text they are 0.000 by construction.
+MIN_DRAWS = 10
+
 # Held-out tokens an evaluation reads: enough that drawing the windows again moves the in-context score by less
 # than its spread.
 TEXT_TOKENS = 16384
@@ -192,12 +210,12 @@ def repeated_tokens(
         return "the vocabulary has fewer than 2 tokens to draw repeated random tokens from"
     draws = torch.randint(len(pool), (sequences, length), generator=torch.Generator().manual_seed(seed))
     first = pool[draws]
-    ids = torch.cat([first, first], dim=1).tolist()
+    ids = distinct(torch.cat([first, first], dim=1).tolist())
     return ProbeSet(
         REPEATED,
         ids,
         all_logits=True,
-        about=f"{sequences} sequences of {length} random tokens repeated (from {len(pool)} tokens, seed {seed})",
+        about=f"{len(ids)} sequences of {length} random tokens repeated (from {len(pool)} tokens, seed {seed})",
         draw_rule=rule,
     )
 
@@ -227,11 +245,14 @@ def repeats_by_distance(
         draws = pool[torch.randint(len(pool), (sequences, distance), generator=generator)].tolist()
         for row, drawn in zip(rows, draws, strict=True):
             row += drawn + drawn
+    # The first repeat's score reads its own tokens alone, so rows that start with the same one are one draw of it (a
+    # tiny vocabulary has few); keeping one of them keeps every later repeat, read after it, distinct too.
+    rows = distinct(rows, key_length=2 * distances[0])
     return ProbeSet(
         REACH,
         rows,
-        items=[tuple(segments)] * sequences,
-        about=f"{sequences} rows of random tokens repeated at distances {', '.join(map(str, distances))}",
+        items=[tuple(segments)] * len(rows),
+        about=f"{len(rows)} rows of random tokens repeated at distances {', '.join(map(str, distances))}",
         draw_rule=rule,
     )
 
@@ -327,17 +348,15 @@ def held_out_text(
         pairs = max(2, TEXT_TOKENS // (2 * length))
     pairs = min(pairs, places)
     starts = np.random.default_rng(seed).choice(places, size=pairs, replace=False)
-    ids = [
-        tokens[start + shift : start + shift + length].astype(np.int64).tolist()
-        for start in starts
-        for shift in (0, offset)
-    ]
+    # A pair is the window and its partner, which starts `offset` on: the tokens from its start to its partner's end.
+    spans = distinct([tokens[start : start + offset + length].astype(np.int64).tolist() for start in starts])
+    ids = [span[shift : shift + length] for span in spans for shift in (0, offset)]
     return ProbeSet(
         TEXT,
         ids,
         all_logits=True,
         group=2,
-        about=f"{2 * pairs} windows of {length} tokens at random places in {source}",
+        about=f"{len(ids)} windows of {length} tokens at random places in {source}",
     )
 
 

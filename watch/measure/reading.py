@@ -173,15 +173,18 @@ class ProbeKind:
 
 
 def varied_windows(materials: Materials) -> ProbeSet | str:
-    """The held-out windows (`probesets.held_out_text`), unless every one is the same (a text of one token
-    repeated): a figure's spread over identical windows is 0 by construction, a certainty it does not have, so
-    nothing is measured on them."""
+    """The held-out windows (`probesets.held_out_text`, distinct pairs of them), unless there are fewer pairs than a
+    spread needs (`probesets.MIN_DRAWS`): a text that repeats itself ('ab' * 3000, one token repeated) has only a few,
+    however many places are drawn, and a spread over so few would claim a certainty it does not have, so nothing is
+    measured on them."""
     made = probesets.held_out_text(materials.text, materials.block_size, source=materials.text_source)
-    if isinstance(made, ProbeSet) and len({tuple(ids) for ids in made.ids}) < 2:
+    pairs = len(made.ids) // 2 if isinstance(made, ProbeSet) else probesets.MIN_DRAWS
+    if pairs < probesets.MIN_DRAWS:
         return (
-            f"every window drawn from {materials.text_source} is the same ({made.about}; one token repeated?): "
-            f"previous-token, sink, current-token, positional and broad scores and the in-context score are not "
-            f"measurable on it; give varied text"
+            f"only {pairs} different pair{'s' if pairs > 1 else ''} of {len(made.ids[0])}-token windows can be "
+            f"drawn from {materials.text_source} (a short text, or one that repeats itself), fewer than the "
+            f"{probesets.MIN_DRAWS} a spread needs: previous-token, sink, current-token, positional and broad "
+            f"scores and the in-context score are not measurable on it; give a longer, varied text"
         )
     return made
 

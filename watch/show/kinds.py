@@ -57,7 +57,7 @@ def _repeated_lines(reading: Reading) -> list[str]:
     if "in_context_gain" in numbers:
         then = reading.untrained.results.numbers if reading.untrained is not None else {}
         better = "better" if numbers["in_context_gain"] > 0 else "worse"
-        meaning = f"the second copy is predicted {{size:.3f}} nats {better} than the first"
+        meaning = f"the second copy is predicted {{size}} nats {better} than the first"
         lines.append(
             f"in-context gain on repeated random tokens: {measured(numbers, 'in_context_gain', meaning)} "
             f"(first copy {numbers['loss_first_copy']:.3f}, second {numbers['loss_second_copy']:.3f}"
@@ -100,7 +100,7 @@ def _text_lines(reading: Reading) -> list[str]:
         f"against the same tokens at {early.start}-{early.start + late.stop - late.start - 1}"
     )
     score = numbers["in_context_score"]
-    meaning = f"later in the context, tokens are predicted {{size:.3f}} nats {'better' if score < 0 else 'worse'}"
+    meaning = f"later in the context, tokens are predicted {{size}} nats {'better' if score < 0 else 'worse'}"
     # Olsson et al.'s score is the late loss minus the early one (below 0 is better): shown as nats saved.
     figure, was = measured(numbers, "in_context_score", meaning, "nats", -1), _then(then, "in_context_score", -1)
     return [
@@ -115,7 +115,7 @@ def measured(numbers: dict, name: str, meaning: str, unit: str = "nats/token", s
     figure, inside = _signed(numbers, name, sign)
     if inside:
         return f"no measurable effect, {figure} {unit}"
-    return f"{figure} {unit}: {meaning.format(size=abs(numbers[name]))}"
+    return f"{figure} {unit}: {meaning.format(size=figure.split(' ± ')[0].lstrip('+-'))}"  # at the figure's places
 
 
 def _then(then: dict, name: str, sign: int = 1) -> str:
