@@ -1,6 +1,7 @@
-"""What the two commands share: how text we did not write is shown, and how a command ends: `run_cli` turns a
-`UserError` (common/errors.py) into one line on stderr and an exit status (1, or 2 for usage, as shells expect), and each
-warning into one `warning: ...` line; everything else is a bug and keeps its traceback.
+"""What the two commands share: how text we did not write is shown, how long work says how far it has got
+(`progress`), and how a command ends: `run_cli` turns a `UserError` (common/errors.py) into one line on stderr and
+an exit status (1, or 2 for usage, as shells expect), and each warning into one `warning: ...` line; everything else
+is a bug and keeps its traceback.
 
 This module imports nothing but the standard library, so the commands import it before torch: a Ctrl-C while
 torch loads is then one line too (`report_interrupts_while_starting`).
@@ -15,12 +16,15 @@ import re
 import signal
 import sys
 import threading
+import time
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
-from typing import NoReturn
+from typing import NoReturn, TypeVar
 
 from common.errors import GptwatchWarning, UsageError, UserError
+
+T = TypeVar("T")
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -172,6 +176,71 @@ def say(*lines: object, file=None) -> None:
     errors and warnings do through `run_cli`, since each may quote a name or a text we did not write."""
     for line in lines:
         print(for_terminal(str(line)), file=file if file is not None else sys.stdout)
+
+
+def duration(seconds: float) -> str:
+    """12.3 -> "12 s", 200 -> "3 min 20 s"."""
+    seconds = round(seconds)
+    return f"{seconds} s" if seconds < 120 else f"{seconds // 60} min {seconds % 60:02d} s"
+
+
+# --- long work is never silent -------------------------------------------------------------------------------
+
+
+def progress(
+    items: Sequence[T],
+    what: str,
+    *,
+    after: float = 2.0,
+    every: float = 60.0,
+    clock: Callable[[], float] = time.monotonic,
+) -> Iterator[T]:
+    """Yields `items`, saying on stderr how far the work has got once it has run `after` seconds (quick work says
+    nothing): a bar on a terminal (tqdm), else a line then and every `every` seconds, with the time left at the
+    pace so far. A clock of its own keeps the word coming while one item takes long."""
+    shown = _Progress(what, len(items), after, every, clock)
+    ticking = threading.Thread(target=shown.tick_until_done, daemon=True)
+    ticking.start()
+    try:
+        for item in items:
+            yield item
+            shown.show(done=1)
+    finally:
+        shown.finished.set()
+        ticking.join()
+        if shown.bar is not None:
+            shown.bar.close()
+
+
+class _Progress:
+    def __init__(self, what: str, total: int, after: float, every: float, clock: Callable[[], float]) -> None:
+        self.what, self.total, self.every, self.clock, self.bar = what, total, every, clock, None
+        self.done, self.start, self.due = 0, clock(), after  # due: how far into the work the next word is due
+        self.finished, self.lock = threading.Event(), threading.Lock()
+
+    def tick_until_done(self) -> None:
+        while not self.finished.wait(0.5):
+            self.show()
+
+    def show(self, done: int = 0) -> None:
+        with self.lock:
+            self.done += done
+            seconds = self.clock() - self.start
+            if seconds < self.due:
+                return
+            if sys.stderr.isatty():
+                if self.bar is None:
+                    from tqdm import tqdm
+
+                    self.bar = tqdm(
+                        total=self.total, desc=for_terminal(self.what), file=sys.stderr, leave=False, dynamic_ncols=True
+                    )
+                self.bar.n = self.done
+                self.bar.refresh()
+                return
+            left = f", about {duration(seconds / self.done * (self.total - self.done))} left" if self.done else ""
+            say(f"{self.what}: {self.done} of {self.total} done in {duration(seconds)}{left}", file=sys.stderr)
+            self.due = seconds + self.every
 
 
 def markdown_literal(text: str) -> str:

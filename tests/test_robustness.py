@@ -683,30 +683,51 @@ def test_a_preparation_killed_mid_write_leaves_nothing_behind(tmp_path):
 # --- paths that escape: nothing written outside the folders named, never through a link --------------
 
 
-def test_links_planted_in_out_dir_are_replaced_never_followed(trained, tmp_path, monkeypatch):
-    """Links planted under every name a run writes in out_dir, after it started: the files they point to
-    stay as they were, and the run's files replace the links."""
-    out = tmp_path / "out"
-    trained.copy_to(out)
-    earlier = (out / "ckpt.pt").read_bytes()
-    names = ("attention.html", "ckpt.prev.pt", f".ckpt.pt.tmp-{os.getpid()}")
-    victims = {name: tmp_path / f"victim-{n}.txt" for n, name in enumerate(names)}
+def _plant_links_at_the_first_step(out: Path, names: tuple[str, ...], monkeypatch) -> list[Path]:
+    """Links under `names` in out_dir, planted once the run has started (at its first step, nothing saved yet), each
+    to a file of someone else's: those files."""
+    victims = {name: out.parent / f"victim-{n}.txt" for n, name in enumerate(names)}
     original = Batches.train
 
     def plant_links(self):
         for name, victim in victims.items():
-            if not victim.exists():  # once, at the first step: the run has started, nothing is saved yet
+            if not victim.exists():
                 victim.write_text("someone else's file\n")
                 (out / name).symlink_to(victim)
         return original(self)
 
     monkeypatch.setattr(Batches, "train", plant_links)
+    return list(victims.values())
+
+
+def test_links_planted_in_out_dir_are_never_followed_nor_replaced(trained, tmp_path, monkeypatch):
+    """Links planted after the run started where its page goes and under a staging name: the files they point to
+    stay as they were, the links stay links (a run replaces only files it wrote), and the run goes on; the page is
+    one warning."""
+    out = tmp_path / "out"
+    trained.copy_to(out)
+    earlier = (out / "ckpt.pt").read_bytes()
+    victims = _plant_links_at_the_first_step(out, ("attention.html", f".ckpt.pt.tmp-{os.getpid()}"), monkeypatch)
     code, _, err = run_train(tiny_args(tmp_path, "--ckpt_interval=1", '--watch_sentences=["the dog saw it"]'))
     assert code == 0 and "kept it as" in err
-    assert all(victim.read_text() == "someone else's file\n" for victim in victims.values())
-    assert not (out / "attention.html").is_symlink() and "<html" in (out / "attention.html").read_text()
-    assert not (out / "ckpt.prev.pt").is_symlink() and (out / "ckpt.prev.pt").read_bytes() == earlier
+    assert "no attention page: " in err and "attention.html is a symbolic link" in err and "never followed" in err
+    assert all(victim.read_text() == "someone else's file\n" for victim in victims)
+    assert (out / "attention.html").is_symlink() and (out / "ckpt.prev.pt").read_bytes() == earlier
     assert load_checkpoint(out)["step"] == 6
+
+
+def test_a_link_planted_where_the_earlier_run_is_kept_stops_the_run_and_keeps_that_run(trained, tmp_path, monkeypatch):
+    """A link at ckpt.prev.pt, planted after the run started: the first save, which would keep the earlier run
+    there, stops the run with one line instead; the earlier run is still ckpt.pt, and the link and its file are as
+    they were."""
+    out = tmp_path / "out"
+    trained.copy_to(out)
+    earlier = (out / "ckpt.pt").read_bytes()
+    [victim] = _plant_links_at_the_first_step(out, ("ckpt.prev.pt",), monkeypatch)
+    code, _, err = run_train(tiny_args(tmp_path, "--ckpt_interval=1"))
+    assert code == 1 and "ckpt.prev.pt is a symbolic link, where the earlier run's checkpoint goes" in one_line(err)
+    assert victim.read_text() == "someone else's file\n" and (out / "ckpt.prev.pt").is_symlink()
+    assert (out / "ckpt.pt").read_bytes() == earlier
 
 
 def test_replace_file_replaces_a_link_and_leaves_its_target(tmp_path):
@@ -753,7 +774,9 @@ def test_saves_skipped_while_the_loss_is_blown_up_are_reported_once_it_recovers(
     monkeypatch.setattr(Trainer, "mean_loss", state_loss)
     saved = []
     monkeypatch.setattr(
-        CheckpointWriter, "save", lambda self, checkpoint, step: saved.append(step) or setattr(self, "saved_step", step)
+        CheckpointWriter,
+        "save",
+        lambda self, checkpoint, step: saved.append(step) or setattr(self, "saved_step", step),
     )
     with pytest.warns(
         GptwatchWarning,

@@ -20,11 +20,11 @@ from torch.nn.parallel import DistributedDataParallel
 
 from common.cli import handling, stop_signals
 from common.errors import UserError, warn
-from common.files import clear_for_file, remove_dead_leftovers, writable_folder
+from common.files import remove_dead_leftovers, writable_folder
 from common.settings import TrainConfig
 from data.batches import Batches
 from data.prepare import Prepared
-from formats.checkpoint import CHECKPOINT, EARLIER, Checkpoint, previous_path, save_checkpoint
+from formats.checkpoint import CHECKPOINT, CHECKPOINT_FILE, Checkpoint, previous_path, save_checkpoint
 from formats.sources import identify, load_model
 from model.gpt import GPT, evaluating
 from trainer.optim import divergence_fix, lr_at, make_optimizer, schedule_problem, set_lr
@@ -93,10 +93,11 @@ class TrainState:
 
 class CheckpointWriter:
     """A run's saves to `path`. Made before the run starts, it finds now, not at the first save, what would keep
-    it from writing there (or to ckpt.prev.pt), and removes temporary files of a killed save. The first save of a
-    run that did not `resume` keeps the checkpoint it replaces (an earlier run's) as ckpt.prev.pt, so a new run never
-    silently destroys the last one; only at that first save, so a run that fails before saving leaves everything in
-    place. `guard`, when given, raises before a save when this run may no longer write there (`RunLock.check`)."""
+    it from writing there (or to ckpt.prev.pt: anything but a checkpoint, `CHECKPOINT_FILE`), and removes temporary
+    files of a killed save. The first save of a run that did not `resume` keeps the checkpoint it replaces (an
+    earlier run's) as ckpt.prev.pt, so a new run never silently destroys the last one; only at that first save, so a
+    run that fails before saving leaves everything in place. `guard`, when given, raises before a save when this
+    run may no longer write there (`RunLock.check`)."""
 
     def __init__(self, path: Path, *, resume: bool, guard: Callable[[], None] | None = None) -> None:
         self.path = path
@@ -104,11 +105,9 @@ class CheckpointWriter:
         self.saved_step: int | None = None  # step of the checkpoint on disk from this run (or the one resumed)
         self.guard = guard
         writable_folder(path.parent, "out_dir")
-        fix = "move it away or choose another --out_dir"
-        clear_for_file(path, "this run's checkpoint", fix)
-        if self.keep_previous:
-            clear_for_file(previous_path(path), "the earlier run's checkpoint", fix, follow_links=False)
-            EARLIER.check(previous_path(path))  # it replaces only a checkpoint: found now, not at the first save
+        CHECKPOINT_FILE.check(path, "choose another --out_dir", "this run's checkpoint")
+        if self.keep_previous:  # it replaces only a checkpoint: found now, not at the first save
+            CHECKPOINT_FILE.check(previous_path(path), "choose another --out_dir", "the earlier run's checkpoint")
         remove_dead_leftovers(path)
 
     def save(self, checkpoint: Checkpoint, step: int) -> None:
