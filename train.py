@@ -152,7 +152,7 @@ def report_end(
     written, and a sample command (with `prompt`, words this model knows). Every command here runs as printed
     (tests/test_hints.py), and every line goes through `cli.say`: a path or a prompt may hold what a terminal would act
     on."""
-    if not result.completed:
+    if not result.completed and result.saved_step == result.step:  # else a warning said why it was not saved
         name = signal.Signals(result.stopped_by).name
         given = [a for a in argv if a.split("=")[0] != "--resume"]
         say("")
@@ -287,7 +287,7 @@ class TrainingLog(Callback):
         if result.ranks_agree is not None:
             print(f"parameters identical on all {trainer.runtime.world_size} processes: {result.ranks_agree}")
         tokens_per_sec = result.steps * trainer.tokens_per_step / max(result.seconds, 1e-9)
-        where = trainer.checkpoints.path if trainer.checkpoints is not None else "(not saved)"
+        where = trainer.checkpoints.path if result.saved_step == result.step else "(not saved)"
         say(
             f"done: {result.steps} steps in {result.seconds:.1f} s ({tokens_per_sec:,.0f} tokens/s overall), "
             f"best val loss {result.best_val_loss:.4f}, checkpoint {where}",

@@ -14,6 +14,7 @@ import errno
 import json
 import os
 import re
+import signal
 import sys
 import tempfile
 from collections.abc import Callable
@@ -363,6 +364,20 @@ def _lock_disk_full(mp: pytest.MonkeyPatch) -> None:
     mp.setattr("trainer.runtime.RunLock._create", full)
 
 
+def _ctrl_c_at_the_first_step(mp: pytest.MonkeyPatch) -> None:
+    """Training stopped by Ctrl-C right after its first step, as its stop handler stops it."""
+    from trainer.trainer import Trainer
+
+    mp.setattr(Trainer, "_loop", lambda self, received, result, started: (self.step(), signal.SIGINT)[1])
+
+
+@contextlib.contextmanager
+def _two_earlier_runs(ws: Workspace):
+    """out/ holding an earlier run in ckpt.pt and another kept before it in ckpt.prev.pt."""
+    (ws.out / "ckpt.prev.pt").write_bytes((ws.out / "ckpt.pt").read_bytes())
+    yield
+
+
 def _link_named(name: str):
     """A symbolic link at `name` (under the workspace) to a file of someone else's."""
 
@@ -472,10 +487,11 @@ class Case:
     setup: Callable[[Workspace], AbstractContextManager] | None = None  # held while the command runs
     may_change: tuple[str, ...] = ()  # for a warning: files (globs under the workspace) it may rewrite
     env: Callable[[Workspace], dict[str, str]] | None = None  # the environment of a real process, run as one
+    warning: bool = False  # a warning whatever the exit status (a run stopped by a signal exits 128 + its number)
 
     @property
     def kind(self) -> str:
-        return "warning" if self.code == 0 else "error"
+        return "warning" if self.code == 0 or self.warning else "error"
 
 
 CASES = [
@@ -2354,6 +2370,17 @@ CASES = [
         0,
         ("held an earlier run", "kept it as"),
         may_change=("out/ckpt.pt",),
+    ),
+    Case(
+        "warn-interrupted-start-keeps-earlier-runs",
+        "Ctrl-C right after a new run's first step, into an out_dir holding two earlier runs (ckpt.pt, ckpt.prev.pt)",
+        "train",
+        lambda w: w.train(),
+        130,
+        ("stopped at step 1, before this run's first checkpoint", "not saved", "ckpt.prev.pt stay as they were"),
+        patch=_ctrl_c_at_the_first_step,
+        setup=_two_earlier_runs,
+        warning=True,
     ),
     Case(
         "warn-stale-lock",

@@ -318,6 +318,37 @@ def _wait_for(condition, proc: subprocess.Popen, what: str, timeout: float = 90)
         time.sleep(0.05)
 
 
+def test_restarts_stopped_right_after_their_first_step_never_push_the_trained_run_out(trained, tmp_path):
+    """out/ holds a trained run. Three new runs into it, each stopped (Ctrl-C, SIGTERM, SIGHUP) as soon as it
+    prints its first step, before any checkpoint of its own: the first is saved, keeping the trained run as
+    ckpt.prev.pt; the others are not, since that would push the trained run out. Each says in one line what was
+    kept where."""
+    out = tmp_path / "out"
+    trained.copy_to(out)
+    trained_run = (out / "ckpt.pt").read_bytes()
+    first_restart = None
+    for seed, signum in ((11, signal.SIGINT), (12, signal.SIGTERM), (13, signal.SIGHUP)):
+        args = tiny_args(
+            tmp_path, "--max_iters=1000000", "--eval_interval=1000000", f"--seed={seed}", f"--run_name=r{seed}"
+        )
+        proc, lines = _start(args)
+        try:
+            _wait_for(lambda lines=lines: any(line.startswith("step 0:") for line in lines), proc, "its first step")
+            proc.send_signal(signum)
+            err = _finish(proc)
+        finally:
+            proc.kill()
+        assert proc.returncode == 128 + signum and err.count("\n") == 1, err
+        assert (out / "ckpt.prev.pt").read_bytes() == trained_run
+        if first_restart is None:
+            assert f"held an earlier run (this one has no --resume); kept it as {out / 'ckpt.prev.pt'}" in err
+            first_restart = (out / "ckpt.pt").read_bytes()
+            assert first_restart != trained_run and load_checkpoint(out)["step"] >= 1
+        else:
+            assert "before this run's first checkpoint: not saved, so that the earlier runs'" in err, err
+            assert (out / "ckpt.pt").read_bytes() == first_restart and "saved step" not in "".join(lines)
+
+
 def test_sigterm_finishes_the_step_saves_and_exits_143(tmp_path):
     args = tiny_args(tmp_path, "--max_iters=1000000", "--eval_interval=1000000")
     proc, lines = _start(args)
@@ -776,7 +807,7 @@ def test_saves_skipped_while_the_loss_is_blown_up_are_reported_once_it_recovers(
     monkeypatch.setattr(
         CheckpointWriter,
         "save",
-        lambda self, checkpoint, step: saved.append(step) or setattr(self, "saved_step", step),
+        lambda self, checkpoint, step, stopped=False: saved.append(step) or setattr(self, "saved_step", step),
     )
     with pytest.warns(
         GptwatchWarning,
