@@ -187,18 +187,21 @@ def duration(seconds: float) -> str:
 # --- long work is never silent -------------------------------------------------------------------------------
 
 
+PROGRESS_AFTER = 2.0  # seconds of work after which it says how far it has got
+
+
 def progress(
     items: Sequence[T],
     what: str,
     *,
-    after: float = 2.0,
+    after: float | None = None,
     every: float = 60.0,
     clock: Callable[[], float] = time.monotonic,
 ) -> Iterator[T]:
-    """Yields `items`, saying on stderr how far the work has got once it has run `after` seconds (quick work says
-    nothing): a bar on a terminal (tqdm), else a line then and every `every` seconds, with the time left at the
-    pace so far. A clock of its own keeps the word coming while one item takes long."""
-    shown = _Progress(what, len(items), after, every, clock)
+    """Yields `items`, saying on stderr how far the work has got once it has run `after` seconds (`PROGRESS_AFTER`;
+    quick work says nothing): a bar on a terminal (tqdm), else a line then and every `every` seconds, with the time
+    left at the pace so far. A clock of its own keeps the word coming while one item takes long."""
+    shown = _Progress(what, len(items), PROGRESS_AFTER if after is None else after, every, clock)
     ticking = threading.Thread(target=shown.tick_until_done, daemon=True)
     ticking.start()
     try:
@@ -210,6 +213,13 @@ def progress(
         ticking.join()
         if shown.bar is not None:
             shown.bar.close()
+
+
+@contextmanager
+def working(what: str) -> Iterator[None]:
+    """`progress` for work that is one long step (a pass whose parts are not counted): the time it has taken."""
+    for _ in progress([None], what):
+        yield
 
 
 class _Progress:
@@ -226,7 +236,7 @@ class _Progress:
         with self.lock:
             self.done += done
             seconds = self.clock() - self.start
-            if seconds < self.due:
+            if seconds < self.due or self.done == self.total:  # not yet, or nothing left to wait for
                 return
             if sys.stderr.isatty():
                 if self.bar is None:
@@ -238,8 +248,11 @@ class _Progress:
                 self.bar.n = self.done
                 self.bar.refresh()
                 return
-            left = f", about {duration(seconds / self.done * (self.total - self.done))} left" if self.done else ""
-            say(f"{self.what}: {self.done} of {self.total} done in {duration(seconds)}{left}", file=sys.stderr)
+            said = f"{duration(seconds)} so far"
+            if self.total > 1:
+                left = f", about {duration(seconds / self.done * (self.total - self.done))} left" if self.done else ""
+                said = f"{self.done} of {self.total} done in {duration(seconds)}{left}"
+            say(f"{self.what}: {said}", file=sys.stderr)
             self.due = seconds + self.every
 
 

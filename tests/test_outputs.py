@@ -203,3 +203,15 @@ def test_progress_is_silent_for_quick_work_and_speaks_once_work_runs_long():
     lines = err.getvalue().splitlines()
     assert len(lines) == 1, lines  # after two seconds, once: the next is a minute on
     assert re.fullmatch(r"patching 4 pairs \\x1b\[2J: [12] of 4 done in 2 s, about \d s left", lines[0])
+
+
+def test_a_pairs_file_says_how_far_patching_has_got(checkpoint_folder, tmp_path, monkeypatch):
+    """--patch FILE goes through `progress` (here with no wait before the first word): a line on stderr, the JSON
+    alone on stdout."""
+    monkeypatch.setattr("common.cli.PROGRESS_AFTER", 0.0)
+    pairs = tmp_path / "pairs.jsonl"
+    pair = {"clean": "the dog saw it", "corrupted": "the log saw it", "answer": "a", "wrong": "e"}
+    pairs.write_text("".join(json.dumps({**pair, "wrong": wrong}) + "\n" for wrong in "eoi"))
+    code, out, err = run_sample([f"--out_dir={checkpoint_folder}", "--patch", str(pairs), "--json"])
+    assert code == 0 and len(json.loads(out)["pairs"]) == 3
+    assert re.match(r"patching 3 pairs: [012] of 3 done in \d+ s", err), err

@@ -324,7 +324,9 @@ class RunLock:
         self.say_takeover = say_takeover
         self._fd: int | None = None
         self._made: list[Path] = []  # the folders this lock made: a run that wrote nothing there leaves none
-        self._started = time.strftime("%Y-%m-%d %H:%M:%S")
+        command = " ".join(["python", *sys.argv])
+        owner = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+        self._content = LOCK.header + json.dumps({**owner, "command": command}).encode("utf-8")[1:]  # the whole file
 
     def __enter__(self) -> RunLock:
         self._made = missing_folders(self.folder)
@@ -423,13 +425,6 @@ class RunLock:
             with open(self.path, "xb") as fh:  # "x": only where nothing stands, not even a link
                 fh.write(self._content)
         return True
-
-    @property
-    def _content(self) -> bytes:
-        """What the lock says of its owner, after `LOCK.header`: the pid, host, start time and command."""
-        command = " ".join(["python", *sys.argv])
-        info = {"pid": os.getpid(), "host": socket.gethostname(), "started": self._started, "command": command}
-        return LOCK.header + json.dumps(info).encode("utf-8")[1:]
 
     def _lock(self, fd: int) -> None:
         if fcntl is not None:

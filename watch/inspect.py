@@ -10,7 +10,7 @@ import json
 import sys
 from pathlib import Path
 
-from common.cli import progress, say
+from common.cli import progress, say, working
 from common.errors import UsageError, UserError, warn
 from common.files import inside_name, read_text, write_files
 from common.parsing import NotParsed, is_whole_number, parse_int, quoted
@@ -90,9 +90,10 @@ def show_attention(model, tokenizer, checkpoint: dict, args: argparse.Namespace,
         view = SentenceView(text, tokens, patterns, query=query)
         step = f" at step {checkpoint['step']}" if "step" in checkpoint else ""
         ablated = f", with {', '.join(ablation_names(ablate))} ablated" if ablate else ""
-        sets = checkpoint_sets(model, tokenizer, checkpoint, None)
-        reading = checkpoint_reading(model, sets, checkpoint)
-        found = first_analysis(model, sets)
+        with working(f"reading {args.out_dir} for the page"):  # on a large model, a minute or more
+            sets = checkpoint_sets(model, tokenizer, checkpoint, None)
+            reading = checkpoint_reading(model, sets, checkpoint)
+            found = first_analysis(model, sets)
         page = write_page(
             args.html,
             attention_page(
@@ -105,7 +106,8 @@ def show_attention(model, tokenizer, checkpoint: dict, args: argparse.Namespace,
         )
         written.append(f"attention page: {page} (open it in a browser; it needs no network)")
     if args.png_dir is not None:
-        written += _write_heatmaps(checkpoint, args, tokens, patterns, query, (layer, head), ablation_names(ablate))
+        removed = sorted(set(ablation_names(ablate)))  # a set of heads, however given
+        written += _write_heatmaps(checkpoint, args, tokens, patterns, query, (layer, head), removed)
     if args.json:
         print(
             json.dumps(
@@ -286,8 +288,9 @@ def show_heads(model, tokenizer, checkpoint: dict, args: argparse.Namespace, abl
         )
     if ablate and args.ablation == "mean":
         ablate = Ablation(ablate.heads, head_means(model, sets.get(TEXT)))
-    reading = checkpoint_reading(model, sets, checkpoint, ablate)  # the composition: of the weights, as they are
-    found = proofs(model, sets, reading, args.ablation) if not ablate else []
+    with working(f"measuring the heads of {args.out_dir}"):  # on a large model, many passes
+        reading = checkpoint_reading(model, sets, checkpoint, ablate)  # the composition: of the weights, as they are
+        found = proofs(model, sets, reading, args.ablation) if not ablate else []
     if args.json:
         print(json.dumps(heads_json(reading, found, args.ablation, sets), allow_nan=False))
         return
