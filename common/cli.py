@@ -188,20 +188,14 @@ def duration(seconds: float) -> str:
 
 
 PROGRESS_AFTER = 2.0  # seconds of work after which it says how far it has got
+PROGRESS_EVERY = 60.0  # seconds between its plain lines
 
 
-def progress(
-    items: Sequence[T],
-    what: str,
-    *,
-    after: float | None = None,
-    every: float = 60.0,
-    clock: Callable[[], float] = time.monotonic,
-) -> Iterator[T]:
-    """Yields `items`, saying on stderr how far the work has got once it has run `after` seconds (`PROGRESS_AFTER`;
-    quick work says nothing): a bar on a terminal (tqdm), else a line then and every `every` seconds, with the time
+def progress(items: Sequence[T], what: str, *, clock: Callable[[], float] = time.monotonic) -> Iterator[T]:
+    """Yields `items`, saying on stderr how far the work has got once it has run `PROGRESS_AFTER` seconds (quick work
+    says nothing): a bar on a terminal (tqdm), else a line then and every `PROGRESS_EVERY` seconds, with the time
     left at the pace so far. A clock of its own keeps the word coming while one item takes long."""
-    shown = _Progress(what, len(items), PROGRESS_AFTER if after is None else after, every, clock)
+    shown = _Progress(what, len(items), clock)
     ticking = threading.Thread(target=shown.tick_until_done, daemon=True)
     ticking.start()
     try:
@@ -223,9 +217,9 @@ def working(what: str) -> Iterator[None]:
 
 
 class _Progress:
-    def __init__(self, what: str, total: int, after: float, every: float, clock: Callable[[], float]) -> None:
-        self.what, self.total, self.every, self.clock, self.bar = what, total, every, clock, None
-        self.done, self.start, self.due = 0, clock(), after  # due: how far into the work the next word is due
+    def __init__(self, what: str, total: int, clock: Callable[[], float]) -> None:
+        self.what, self.total, self.clock, self.bar = what, total, clock, None
+        self.done, self.start, self.due = 0, clock(), PROGRESS_AFTER  # due: how far into the work the next word is
         self.finished, self.lock = threading.Event(), threading.Lock()
 
     def tick_until_done(self) -> None:
@@ -242,9 +236,7 @@ class _Progress:
                 if self.bar is None:
                     from tqdm import tqdm
 
-                    self.bar = tqdm(
-                        total=self.total, desc=for_terminal(self.what), file=sys.stderr, leave=False, dynamic_ncols=True
-                    )
+                    self.bar = tqdm(total=self.total, desc=for_terminal(self.what), file=sys.stderr, leave=False)
                 self.bar.n = self.done
                 self.bar.refresh()
                 return
@@ -253,7 +245,7 @@ class _Progress:
                 left = f", about {duration(seconds / self.done * (self.total - self.done))} left" if self.done else ""
                 said = f"{self.done} of {self.total} done in {duration(seconds)}{left}"
             say(f"{self.what}: {said}", file=sys.stderr)
-            self.due = seconds + self.every
+            self.due = seconds + PROGRESS_EVERY
 
 
 def markdown_literal(text: str) -> str:

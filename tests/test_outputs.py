@@ -191,14 +191,15 @@ def test_a_look_whose_write_fails_leaves_no_folder_behind(checkpoint_folder, tmp
 # --- long work says how far it has got ----------------------------------------------------------------------------
 
 
-def test_progress_is_silent_for_quick_work_and_speaks_once_work_runs_long():
+def test_progress_is_silent_for_quick_work_and_speaks_once_work_runs_long(monkeypatch):
+    monkeypatch.setattr("common.cli.PROGRESS_AFTER", 2.0)
     now = [0.0]
     err = io.StringIO()
     with redirect_stderr(err):
-        assert list(progress(range(3), "quick", after=2.0, clock=lambda: now[0])) == [0, 1, 2]
+        assert list(progress(range(3), "quick", clock=lambda: now[0])) == [0, 1, 2]
     assert err.getvalue() == ""
     with redirect_stderr(err):
-        for _ in progress(range(4), "patching 4 pairs \x1b[2J", after=2.0, every=60.0, clock=lambda: now[0]):
+        for _ in progress(range(4), "patching 4 pairs \x1b[2J", clock=lambda: now[0]):
             now[0] += 1.0  # each item a second
     lines = err.getvalue().splitlines()
     assert len(lines) == 1, lines  # after two seconds, once: the next is a minute on
