@@ -36,6 +36,7 @@ from common.settings import DEVICES, number, pick_device
 from data.tokenizer import TokenizerError
 from formats import Loaded, checkpoint_path, load_model
 from formats.checkpoint import saved_settings
+from formats.format import Source
 from formats.sources import TARGETS, describe, identify, model_name
 from model.hooks import Edits
 
@@ -85,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--png_dir",
         default=None,
         help="where --attention and --patch write PNGs (default: OUT_DIR/attention, OUT_DIR/patching; for "
-        "a model from --init_from, out/KIND-NAME/attention, out/KIND-NAME/patching)",
+        "a model from --init_from, out/KIND-NAME/attention, out/KIND-NAME/patching; with --json, none unless given)",
     )
     look.add_argument(
         "--html",
@@ -149,7 +150,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="zero this head's output (repeatable), e.g. L1H2 (default: %(default)s)",
     )
     look.add_argument(
-        "--json", action="store_true", help="print machine-readable JSON instead of tables (default: %(default)s)"
+        "--json",
+        action="store_true",
+        help="print machine-readable JSON instead of the report; files only where --png_dir or --html name them "
+        "(default: %(default)s)",
     )
     out = p.add_argument_group("carrying a model out (pip install -r requirements-interop.txt)")
     out.add_argument(
@@ -317,27 +321,42 @@ def stream_samples(
     sys.stdout.flush()
 
 
-def load(args: argparse.Namespace, device: torch.device) -> Loaded:
+def load(args: argparse.Namespace, device: torch.device, mode: str = "export") -> Loaded:
     """The model and tokenizer of --out_dir (default: out; every setting a checkpoint records is checked, whichever
-    a mode reads) or --init_from. A model trained elsewhere says on stderr what it is, and its heatmaps go to
-    out/KIND-NAME/attention (out/gpt2/attention for a hub model): no run of it is here to put them beside, and
-    nothing is written into another model's folder."""
+    a mode reads) or --init_from, and where `mode`'s heatmaps go (`png_folder`). A model trained elsewhere says on
+    stderr what it is."""
     if args.init_from is None:
         args.out_dir = args.out_dir or "out"
         source = identify(args.out_dir, model=False)
     else:
         source = identify(args.init_from)
         args.out_dir = args.init_from  # the name every report shows
-        pictures = "attention" if args.attention is not None else "patching" if args.patch is not None else None
-        if source.elsewhere and pictures and args.png_dir is None and args.html is None:
-            name = source.hub or f"{source.format.name}-{model_name(args.init_from)}"
-            args.png_dir = str(Path("out") / name / pictures)
+    args.png_dir = png_folder(args, mode, source)
     loaded = load_model(source, device)
     if source.elsewhere:
         say(describe(loaded), file=sys.stderr)
     else:
         saved_settings(loaded.checkpoint, checkpoint_path(args.out_dir))
     return loaded
+
+
+# The looks that draw heatmaps, and the folder beside the checkpoint they go to unless --png_dir says where.
+PICTURES = {"attention": "attention", "patch": "patching"}
+
+
+def png_folder(args: argparse.Namespace, mode: str, source: Source) -> str | None:
+    """Where `mode` writes its heatmaps as PNGs, one rule for every look; None where it writes none. --png_dir,
+    where given; else, for --attention and --patch, a folder beside the checkpoint (for a model trained elsewhere,
+    out/KIND-NAME/..., out/gpt2/... for a hub model: nothing is written into another model's folder), unless
+    --json asks for JSON instead of the report (it writes only what is named) or --html for a page instead."""
+    if mode not in PICTURES or args.html is not None or args.png_dir is not None:
+        return args.png_dir
+    if args.json:
+        return None
+    if source.elsewhere:
+        return str(Path("out") / (source.hub or f"{source.format.name}-{model_name(args.init_from)}") / PICTURES[mode])
+    folder = Path(args.out_dir)
+    return str((folder if folder.is_dir() else folder.parent) / PICTURES[mode])
 
 
 def main(argv: list[str]) -> int:
@@ -365,7 +384,7 @@ def main(argv: list[str]) -> int:
         say(*export(load(args, torch.device("cpu")), TARGETS[target], path, args.out_dir).splitlines())
         return 0
     device = pick_device(args.device)
-    loaded = load(args, device)
+    loaded = load(args, device, mode)
     model, tokenizer = loaded.model, loaded.tokenizer
     validate(args, tokenizer.vocab_size)
     from watch.measure.heads import ablation_for

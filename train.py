@@ -33,7 +33,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from common.cli import for_terminal, markdown_literal, run_cli, say
+from common.cli import duration, for_terminal, markdown_literal, run_cli, say
 from common.errors import warn
 from common.files import inside_name
 from common.settings import TrainConfig
@@ -163,7 +163,7 @@ def report_end(
     written, and a sample command (with `prompt`, words this model knows). Every command here runs as printed
     (tests/test_hints.py), and every line goes through `cli.say`: a path or a prompt may hold what a terminal would act
     on."""
-    if not result.completed:
+    if not result.completed and result.saved_step == result.step:  # else a warning said why it was not saved
         name = signal.Signals(result.stopped_by).name
         given = [a for a in argv if a.split("=")[0] != "--resume"]
         say("")
@@ -298,7 +298,7 @@ class TrainingLog(Callback):
         if result.ranks_agree is not None:
             print(f"parameters identical on all {trainer.runtime.world_size} processes: {result.ranks_agree}")
         tokens_per_sec = result.steps * trainer.tokens_per_step / max(result.seconds, 1e-9)
-        where = trainer.checkpoints.path if trainer.checkpoints is not None else "(not saved)"
+        where = trainer.checkpoints.path if result.saved_step == result.step else "(not saved)"
         say(
             f"done: {result.steps} steps in {result.seconds:.1f} s ({tokens_per_sec:,.0f} tokens/s overall), "
             f"best val loss {result.best_val_loss:.4f}, checkpoint {where}",
@@ -343,7 +343,7 @@ class RunClock:
         took = f"{self.max_iters - step} steps at {1 / self.step_seconds:,.1f} a second" + (
             f" and {evaluations} evaluation{'s' if evaluations > 1 else ''}" if evaluations else ""
         )
-        line = f"about {_duration(self.seconds_left(step))} of training left here ({took}), then the report"
+        line = f"about {duration(self.seconds_left(step))} of training left here ({took}), then the report"
         return line + busy_machine()
 
     def seconds_left(self, step: int) -> float:
@@ -366,7 +366,7 @@ class RunClock:
         if self.step_seconds is None or self.first_step is None:
             return ""
         self.step_seconds = (time.perf_counter() - self.first_step) / max(1, step - self.start_step - 1)
-        return f", about {_duration(self.seconds_left(step))} left"
+        return f", about {duration(self.seconds_left(step))} left"
 
 
 BUSY = 1.5  # the load average per CPU core above which the machine counts as busy
@@ -386,12 +386,6 @@ def busy_machine() -> str:
         f"; this machine is busy (load average {load:.1f} on {cores} cores): other programs share its CPUs, so this "
         f"takes longer than on an idle machine"
     )
-
-
-def _duration(seconds: float) -> str:
-    """12.3 -> "12 s", 200 -> "3 min 20 s"."""
-    seconds = round(seconds)
-    return f"{seconds} s" if seconds < 120 else f"{seconds // 60} min {seconds % 60:02d} s"
 
 
 class TextSample(Callback):

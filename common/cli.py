@@ -1,6 +1,7 @@
-"""What the two commands share: how text we did not write is shown, and how a command ends: `run_cli` turns a
-`UserError` (common/errors.py) into one line on stderr and an exit status (1, or 2 for usage, as shells expect), and
-each warning into one `warning: ...` line; everything else is a bug and keeps its traceback.
+"""What the two commands share: how text we did not write is shown, how long work says how far it has got
+(`progress`), and how a command ends: `run_cli` turns a `UserError` (common/errors.py) into one line on stderr and
+an exit status (1, or 2 for usage, as shells expect), and each warning into one `warning: ...` line; everything else
+is a bug and keeps its traceback.
 
 This module imports nothing but the standard library, so the commands import it before torch: a Ctrl-C while
 torch loads is then one line too (`report_interrupts_while_starting`).
@@ -15,12 +16,15 @@ import re
 import signal
 import sys
 import threading
+import time
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
-from typing import NoReturn
+from typing import NoReturn, TypeVar
 
 from common.errors import GptwatchWarning, UsageError, UserError
+
+T = TypeVar("T")
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -181,6 +185,76 @@ def say(*lines: object, file=None) -> None:
     errors and warnings do through `run_cli`, since each may quote a name or a text we did not write."""
     for line in lines:
         print(for_terminal(str(line)), file=file if file is not None else sys.stdout)
+
+
+def duration(seconds: float) -> str:
+    """12.3 -> "12 s", 200 -> "3 min 20 s"."""
+    seconds = round(seconds)
+    return f"{seconds} s" if seconds < 120 else f"{seconds // 60} min {seconds % 60:02d} s"
+
+
+# --- long work is never silent -------------------------------------------------------------------------------
+
+
+PROGRESS_AFTER = 2.0  # seconds of work after which it says how far it has got
+PROGRESS_EVERY = 60.0  # seconds between its plain lines
+
+
+def progress(items: Sequence[T], what: str, *, clock: Callable[[], float] = time.monotonic) -> Iterator[T]:
+    """Yields `items`, saying on stderr how far the work has got once it has run `PROGRESS_AFTER` seconds (quick work
+    says nothing): a bar on a terminal (tqdm), else a line then and every `PROGRESS_EVERY` seconds, with the time
+    left at the pace so far. A clock of its own keeps the word coming while one item takes long."""
+    shown = _Progress(what, len(items), clock)
+    ticking = threading.Thread(target=shown.tick_until_done, daemon=True)
+    ticking.start()
+    try:
+        for item in items:
+            yield item
+            shown.show(done=1)
+    finally:
+        shown.finished.set()
+        ticking.join()
+        if shown.bar is not None:
+            shown.bar.close()
+
+
+@contextmanager
+def working(what: str) -> Iterator[None]:
+    """`progress` for work that is one long step (a pass whose parts are not counted): the time it has taken."""
+    for _ in progress([None], what):
+        yield
+
+
+class _Progress:
+    def __init__(self, what: str, total: int, clock: Callable[[], float]) -> None:
+        self.what, self.total, self.clock, self.bar = what, total, clock, None
+        self.done, self.start, self.due = 0, clock(), PROGRESS_AFTER  # due: how far into the work the next word is
+        self.finished, self.lock = threading.Event(), threading.Lock()
+
+    def tick_until_done(self) -> None:
+        while not self.finished.wait(0.5):
+            self.show()
+
+    def show(self, done: int = 0) -> None:
+        with self.lock:
+            self.done += done
+            seconds = self.clock() - self.start
+            if seconds < self.due or self.done == self.total:  # not yet, or nothing left to wait for
+                return
+            if sys.stderr.isatty():
+                if self.bar is None:
+                    from tqdm import tqdm
+
+                    self.bar = tqdm(total=self.total, desc=for_terminal(self.what), file=sys.stderr, leave=False)
+                self.bar.n = self.done
+                self.bar.refresh()
+                return
+            said = f"{duration(seconds)} so far"
+            if self.total > 1:
+                left = f", about {duration(seconds / self.done * (self.total - self.done))} left" if self.done else ""
+                said = f"{self.done} of {self.total} done in {duration(seconds)}{left}"
+            say(f"{self.what}: {said}", file=sys.stderr)
+            self.due = seconds + PROGRESS_EVERY
 
 
 def markdown_literal(text: str) -> str:

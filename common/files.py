@@ -4,7 +4,6 @@ Each check raises one `UserError` (or the `UsageError` a caller asks for) naming
 
 - `regular_file`: the path is a regular file (not missing, not a folder, not a pipe or device, which would block a
   reader or never end); `read_bytes` / `read_text` read one (text as UTF-8, a byte-order mark dropped).
-- `clear_for_file`: nothing but a regular file stands where a file is about to be written.
 - `writable_folder`: a folder exists, or can be made, and files can be created in it.
 - `destination`: the path a user gave for a file or folder to write, with a name of its own ('.' and 'out/' name
   folders, never a file).
@@ -12,8 +11,10 @@ Each check raises one `UserError` (or the `UsageError` a caller asks for) naming
   holds only characters UTF-8 can write.
 - `path_setting`: every path setting of both commands, once: `~` expanded, an empty path (an unset shell
   variable) and a part longer than a file name (`name_too_long`) refused, naming the setting.
-- `Mark`: a file a writer replaces must be one the tool wrote there earlier (a page, a heatmap, a kept checkpoint),
-  known by what every such file holds near its start; anything else is left as it is.
+- `Kind`: whose a file is, known by the header its writer put at a fixed place (never a search through it): a
+  command replaces only a file of the kind it writes (a page, a heatmap, a checkpoint and ckpt.prev.pt, an
+  export, the run lock); a file of the user's, a link or a folder there is left as it is. `write_files` is the one
+  way a command writes its outputs: all checked, then each written whole, and no folder left by a failure.
 
 Every writer (`fresh_file`, `fresh_folder`, `replace_file`, `replace_folder`) stages its work in a new file or
 folder of a name nobody can guess, created exclusively beside its target, then renames it into place: a link
@@ -127,18 +128,6 @@ def read_text(path: str | Path, what: str, fix: str, error: type[UserError] = Us
         ) from None
 
 
-def clear_for_file(
-    path: str | Path, what: str, fix: str, error: type[UserError] = UserError, *, follow_links: bool = True
-) -> Path:
-    """`path`, once nothing but a file, a link (`replace_file` replaces it) or nothing stands there: a folder or a
-    pipe in its place is `error` now, not a failure halfway."""
-    path = Path(path)
-    problem = what_stands_at(path, follow_links=follow_links)
-    if problem is not None and not problem.startswith("missing") and problem != "a symbolic link":
-        raise error(f"{path} is {problem}, where {what} goes; {fix}")
-    return path
-
-
 def writable_folder(folder: str | Path, key: str) -> Path:
     folder = Path(folder)
     try:
@@ -197,49 +186,96 @@ class _RecordingFile:
         return getattr(self.fh, name)
 
 
+# --- whose a file is: known by the header its writer puts at a fixed place ---------------------------------
+
+HEAD_BYTES = 64 * 1024  # how far into a file a kind's header may lie
+
+
 @dataclass(frozen=True)
-class Mark:
-    """How a kind of file the tool writes is known again, so that writing one replaces only a file the tool wrote
-    there itself (the rule `--export` follows): `signs`, one of which every such file holds in its first bytes
-    (an attention page its generator line, a PNG its Software text, a checkpoint its format's name). `what` names
-    the kind, `fix` where else to write one."""
+class Kind:
+    """A kind of file the commands write, known again by a header its writer puts at a fixed place, so that writing
+    one replaces only a file the tool wrote there itself: `bears(first_bytes)` reads it there (a page's first line,
+    a PNG's text chunk, a checkpoint's first key), never searching, so a file that merely mentions a header is not
+    one. `header`: what `write_files` writes first (nothing, where the format's own writer puts it). `what` names
+    the kind."""
 
     what: str
-    signs: tuple[bytes, ...]
-    fix: str
+    bears: Callable[[bytes], bool]
+    header: bytes = b""
 
-    def made(self, path: Path) -> bool:
-        try:
-            with open(path, "rb") as fh:
-                head = fh.read(64 * 1024)
-        except OSError:
-            return False
-        return any(sign in head for sign in self.signs)
+    @classmethod
+    def starting(cls, what: str, header: bytes) -> Kind:
+        return cls(what, lambda head: head.startswith(header), header)
 
-    def check(self, path: str | Path) -> Path:
-        """`path`, unless a file stands there that is not one of ours: a `UserError`, and it stays as it is."""
+    def check(self, path: str | Path, fix: str, where: str | None = None) -> Path:
+        """`path`, when a file of this kind may be written there: nothing stands there, or a regular file with this
+        kind's header. Anything else (a file of the user's, a link, a folder, a pipe) is left as it is and never
+        followed: a `UserError` naming `fix` (and `where`, what goes there)."""
         path = Path(path)
-        if what_stands_at(path, follow_links=False) is None and not self.made(path):
+        problem = what_stands_at(path, follow_links=False)
+        if problem is None and not self.bears(read_head(path)):
             raise UserError(
-                f"{path} exists and is not {self.what} written earlier; it is left as it is: remove it or "
-                f"{self.fix} (gptwatch replaces only files it wrote)"
+                f"{path} exists and is not {self.what} written earlier; it is left as it is: remove it or {fix} "
+                f"(gptwatch replaces only files it wrote)"
+            )
+        if problem is not None and not problem.startswith("missing"):
+            never = ", never followed or replaced" if problem == "a symbolic link" else ""
+            raise UserError(
+                f"{path} is {problem}, where {where or self.what} goes; it is left as it is{never}: move it away or "
+                f"{fix}"
             )
         return path
+
+
+def missing_folders(folder: Path) -> list[Path]:
+    """`folder` and its parents that do not exist yet, outermost first: what making it makes."""
+    return [path for path in reversed([folder, *folder.parents]) if not path.exists()]
+
+
+def remove_empty(folders: list[Path]) -> None:
+    """Removes `folders` that a command made (`missing_folders`) and left empty, innermost first."""
+    for folder in reversed(folders):
+        with suppress(OSError):
+            folder.rmdir()  # only when empty
+
+
+def read_head(path: Path) -> bytes:
+    """The first `HEAD_BYTES` of a regular file (b"" when it cannot be read), where every header lies."""
+    with suppress(OSError), open(path, "rb") as fh:
+        return fh.read(HEAD_BYTES)
+    return b""
+
+
+def write_files(files: dict[Path, Callable[[BinaryIO], object]], kind: Kind, what: str, option: str) -> list[Path]:
+    """The one way a command writes its outputs: every path checked first (`Kind.check`: a refusal leaves every
+    path as it was), then each written whole (`replace_file`), after `kind.header`. Folders are made as needed; a
+    write that fails is one `UserError` ("cannot write {what} (why); choose a writable {option}"), and the folders
+    it made are removed again, so a failed command leaves no empty folder."""
+    for path in files:
+        kind.check(path, f"choose another {option}")
+    made: list[Path] = []
+    try:
+        for path, write in files.items():
+            made += missing_folders(path.parent)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            replace_file(path, lambda fh, write=write: (fh.write(kind.header), write(fh)))
+    except OSError as exc:
+        remove_empty(made)
+        blocker = next((p for p in Path(path).parents if p.exists()), None)
+        why = f"{blocker} is a file, not a folder" if blocker and not blocker.is_dir() else write_error(exc, path)
+        raise UserError(f"cannot write {what} ({why}); {write_fix(exc, f'choose a writable {option}')}") from None
+    return list(files)
 
 
 def replace_file(
     path: str | Path,
     write: Callable[[BinaryIO], object],
     before_replace: Callable[[], object] | None = None,
-    *,
-    mark: Mark | None = None,
 ) -> Path:
     """Writes `path` as a whole new file: `write(fh)` fills a `fresh_file`, renamed over `path` once on disk. An
     error (or an interrupt) leaves `path` as it was and no temporary file; a failed write is raised as its OSError.
-    With a `mark`, a file already at `path` is replaced only when it bears that mark (`Mark.check`)."""
+    Outputs go through `write_files`, which first checks whose file stands there."""
     path = Path(path)
-    if mark is not None:
-        mark.check(path)
     remove_dead_leftovers(path)
     fd, tmp = fresh_file(path)
     try:
@@ -313,20 +349,23 @@ def _raise_os_error_of(exc: Exception, recorded: OSError | None = None) -> NoRet
 
 def os_error_of(exc: BaseException) -> OSError | None:
     """The OSError behind `exc`: itself, one it was raised from, or one a library described in its own words
-    (safetensors: "IoError(Os { code: 28, kind: StorageFull, ... })")."""
+    (safetensors: "IoError(Os { code: 28, kind: StorageFull, ... })"). A write cut short that lost its errno (numpy's
+    `tofile`: "12924 requested and 0 written") is a full disk: what cuts a write to a file short."""
     seen = exc
     while seen is not None:
-        if isinstance(seen, OSError):
+        if isinstance(seen, OSError) and seen.errno is not None:
             return seen
         seen = seen.__cause__ or seen.__context__
     text = str(exc)
     code = re.search(r"\bOs \{ code: ([0-9]{1,4}),", text)
     if code is not None:
         return OSError(int(code[1]), os.strerror(int(code[1])))
+    if re.search(r"\b[0-9]+ requested and [0-9]+ written\b", text):
+        return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
     for number in _FULL:
         if os.strerror(number) in text:
             return OSError(number, os.strerror(number))
-    return None
+    return exc if isinstance(exc, OSError) else None
 
 
 _FULL = (errno.ENOSPC, errno.EDQUOT)

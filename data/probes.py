@@ -210,6 +210,11 @@ class PatchPair:
     of the clean and of the corrupted prompt)."""
 
     what = "pair"
+    # Patching a pair runs the model on a row for every head, position and layer (in batches): about a second a pair
+    # on a small CPU model, longer on a larger one. So a part to try is a few hundred pairs (minutes); the cap,
+    # 10,000, takes hours.
+    cost = "; each pair takes about a second on a small CPU model (longer on a larger one), so 10,000 take hours"
+    part = 300
     clean: str
     corrupted: str
     answer: str | None = None
@@ -233,9 +238,10 @@ def load_jsonl(path: str | Path, make: type[Probe] | type[AgreementProbe] | type
     lines = read_text(path, f"{kind} file", "give the path of a JSONL file").splitlines()
     records = sum(1 for line in lines if line.strip())
     if records > MAX_RECORDS:  # reading each costs a tokenization: 100,000 took minutes with nothing to show
+        cost, part = getattr(make, "cost", ""), getattr(make, "part", MAX_RECORDS)
         raise UserError(
-            f"{path} holds {records:,} {kind}s, more than the {MAX_RECORDS:,} gptwatch reads (a head's scores settle "
-            f"after a few hundred); use a part of it, e.g. head -n {MAX_RECORDS} {shlex.quote(str(path))} > part.jsonl"
+            f"{path} holds {records:,} {kind}s, more than the {MAX_RECORDS:,} gptwatch reads{cost} (a head's scores "
+            f"settle after a few hundred); use a part of it, e.g. head -n {part} {shlex.quote(str(path))} > part.jsonl"
         )
     items = []
     for number, line in enumerate(lines, start=1):

@@ -13,6 +13,7 @@ import pickle
 import re
 import shlex
 import shutil
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -21,7 +22,7 @@ from typing import Any
 import torch
 
 from common.errors import UsageError, is_out_of_memory
-from common.files import Mark, cannot, clear_for_file, regular_file, replace_file, write_error, write_fix
+from common.files import Kind, cannot, regular_file, replace_file, write_error, write_fix
 from common.settings import FIELDS, TrainConfig, saved_config
 from data.tokenizer import TOKENIZERS, TokenizerMetaError, tokenizer_from_meta
 from formats.format import CheckpointError, Format, Loaded, Source, check_memory
@@ -408,25 +409,19 @@ def load_bytes(config: GPTConfig) -> dict[str, int]:
 
 
 def save_checkpoint(path: str | Path, checkpoint: Checkpoint | dict, keep_previous: str | Path | None = None) -> None:
-    """Atomically replaces `path` with `checkpoint` (train.py's `Checkpoint`, or the dict a tool writes: a model
-    without what resuming needs). With `keep_previous`, the checkpoint being replaced survives under that name
-    (hard-linked just before the swap, so `path` itself is never missing)."""
+    """Atomically replaces `path` (nothing, or a checkpoint: `CHECKPOINT_FILE`) with `checkpoint` (train.py's
+    `Checkpoint`, or the dict a tool writes: a model without what resuming needs). With `keep_previous`, the
+    checkpoint being replaced survives under that name (hard-linked just before the swap, so `path` itself is never
+    missing), over nothing or a checkpoint."""
     path = Path(path)
     if isinstance(checkpoint, Checkpoint):
         checkpoint = checkpoint.contents()
-    contents = {"format": FORMAT, "format_version": FORMAT_VERSION, **checkpoint}
+    contents = {"format": FORMAT, "format_version": FORMAT_VERSION, **checkpoint}  # "format" first: its header
 
     def keep() -> None:  # a hard link (what stands there replaced, never followed), or a copy where there are none
         if keep_previous is None or not path.exists():
             return
-        previous = clear_for_file(
-            keep_previous,
-            "the earlier run's checkpoint",
-            "move it away or choose another --out_dir",
-            CheckpointError,
-            follow_links=False,
-        )
-        EARLIER.check(previous)
+        previous = CHECKPOINT_FILE.check(keep_previous, "choose another --out_dir", "the earlier run's checkpoint")
         previous.unlink(missing_ok=True)
         try:
             os.link(path, previous, follow_symlinks=False)
@@ -434,9 +429,9 @@ def save_checkpoint(path: str | Path, checkpoint: Checkpoint | dict, keep_previo
             with open(path, "rb") as source:  # streamed: a checkpoint can be large
                 replace_file(previous, lambda fh: shutil.copyfileobj(source, fh))
 
+    CHECKPOINT_FILE.check(path, "choose another --out_dir", "the checkpoint")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        clear_for_file(path, "the checkpoint", "move it away or choose another --out_dir", CheckpointError)
         # replace_file leaves no half-written temporary file, also on a second Ctrl-C mid-save
         replace_file(path, lambda fh: torch.save(contents, fh), before_replace=keep)
         with contextlib.suppress(OSError):  # makes the rename itself durable; not every platform opens a folder
@@ -453,9 +448,23 @@ def save_checkpoint(path: str | Path, checkpoint: Checkpoint | dict, keep_previo
         ) from None
 
 
-# A checkpoint's format name, in the first bytes of every one train.py writes (its zip archive's data.pkl is stored
-# uncompressed, first): what `ckpt.prev.pt` must hold before a new run keeps the earlier run's checkpoint there.
-EARLIER = Mark("a gptwatch checkpoint", (FORMAT.encode(),), "choose another --out_dir")
+def torch_file(what: str, name: str) -> Kind:
+    """The kind of a PyTorch file whose first key is "format" and its value `name` (a checkpoint, an export), read
+    where torch.save puts it: at the start of the archive's first record, data.pkl, which it stores uncompressed."""
+    pickled = pickle.dumps({"format": name, "format_version": 0}, protocol=torch.serialization.DEFAULT_PROTOCOL)
+    expected = pickled[: pickled.index(name.encode()) + len(name)]
+
+    def bears(head: bytes) -> bool:
+        if len(head) < 30 or not head.startswith(ZIP_MAGIC):
+            return False
+        method, (name_size, extra_size) = struct.unpack_from("<H", head, 8)[0], struct.unpack_from("<HH", head, 26)
+        record, data = head[30 : 30 + name_size], head[30 + name_size + extra_size :]
+        return method == 0 and record.endswith(b"/data.pkl") and data.startswith(expected)
+
+    return Kind(what, bears)
+
+
+CHECKPOINT_FILE = torch_file("a gptwatch checkpoint", FORMAT)
 
 
 def previous_path(path: Path) -> Path:

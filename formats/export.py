@@ -41,10 +41,10 @@ def export(loaded: Loaded, target: Format, path: Path, source: str) -> str:
 
 
 def check_path(path: Path, target: Format) -> None:
-    """`path` can take the export: nothing, a link (replaced, not followed), or what `target` may replace there."""
+    """`path` can take the export: nothing, or what `target` may replace there (its own earlier export; never a
+    link, as at every output)."""
     problem = what_stands_at(path, follow_links=False)
-    # nothing there, or a link, is no problem; what else stands there (a file, a folder, a pipe), the target judges
-    if problem is None or not (problem == "a symbolic link" or problem.startswith("missing")):
+    if problem is None or not problem.startswith("missing"):  # what stands there (a file, a link), the target judges
         target.check_path(path, problem)
     try:
         writable_folder(path.parent, "export")

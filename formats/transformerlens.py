@@ -16,9 +16,9 @@ import torch
 
 from common.errors import UserError
 from common.files import destination, replace_file
-from formats.checkpoint import is_torch_archive, read_torch
+from formats.checkpoint import torch_file
 from formats.export import check_positions, same_logits, write_failed
-from formats.format import CheckpointError, Format, Loaded
+from formats.format import Format, Loaded
 from formats.huggingface import REQUIREMENTS, MissingDependency, fill, hf_activation, library
 from formats.layout import RMS_EPS, hooked_layout, written
 from model.attention import ROTARY_BASE
@@ -118,22 +118,10 @@ def check_export_file(path: Path, problem: str | None) -> None:
         raise UserError(
             f"{path} is a directory, where --export tl writes one file; give a file path, e.g. {path / 'model.tl.pt'}"
         )
-    if problem is not None:
-        raise UserError(f"{path} is {problem}, where --export tl writes its file; choose another path")
-    if not is_earlier_export(path):
-        raise UserError(
-            f"{path} exists and is not an earlier --export tl file; remove it or choose another "
-            f"path (an export replaces only its own earlier file)"
-        )
+    EXPORT_FILE.check(path, "choose another path", "--export tl's file")
 
 
-def is_earlier_export(path: Path) -> bool:
-    """Whether `path` holds what `--export tl` wrote, which a new export may replace."""
-    try:
-        saved = read_torch(path) if is_torch_archive(path) else None
-    except CheckpointError:  # unreadable, damaged, or holding objects: not an export to replace silently
-        return False
-    return isinstance(saved, dict) and saved.get("format") == EXPORT_FORMAT
+EXPORT_FILE = torch_file("an --export tl file", EXPORT_FORMAT)  # known by its first key, as a checkpoint is
 
 
 def write(loaded: Loaded, model: GPT, path: Path, record: dict) -> tuple[str, str, str]:

@@ -28,6 +28,14 @@ def _seed():
     torch.manual_seed(0)
 
 
+@pytest.fixture(autouse=True)
+def _no_progress_lines(monkeypatch):
+    """Long work says how far it has got once it has run `cli.PROGRESS_AFTER` seconds, so whether a command run here
+    prints such a line would depend on how busy the machine is; the tests compare stderr exactly, so they see none
+    unless they ask for them (tests/test_outputs.py)."""
+    monkeypatch.setattr("common.cli.PROGRESS_AFTER", float("inf"))
+
+
 def shared_file(relative: str) -> Path:
     """A file from ../shared, or skip the test saying what is missing."""
     path = SHARED / relative

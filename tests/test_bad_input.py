@@ -14,6 +14,7 @@ import errno
 import json
 import os
 import re
+import signal
 import sys
 import tempfile
 from collections.abc import Callable
@@ -315,18 +316,21 @@ def _another_run_holds_out(ws: Workspace):
             "started": "2025-01-01 12:00:00",
             "command": "python train.py configs/pronouns.toml",
         }
-        lock.path.write_text(json.dumps(owner))
+        lock.path.write_bytes(_lock_file(owner))
         yield
+
+
+def _lock_file(owner: dict) -> bytes:
+    """A run lock as train.py writes one: its header, then what it says of its owner."""
+    from trainer.runtime import LOCK
+
+    return LOCK.header + json.dumps(owner).encode()[1:]
 
 
 @contextlib.contextmanager
 def _lock_left_by_a_killed_run(ws: Workspace):
-    ws.file(
-        "new/.lock",
-        json.dumps(
-            {"pid": 999999999, "host": "this-host", "started": "2025-01-01 12:00:00", "command": "python train.py"}
-        ),
-    )
+    owner = {"pid": 999999999, "host": "this-host", "started": "2025-01-01 12:00:00", "command": "python train.py"}
+    ws.file("new/.lock", _lock_file(owner))
     yield
 
 
@@ -347,13 +351,56 @@ def _another_run_logs_to_the_run_name(ws: Workspace):
 
     with RunLock(ws.root / "runs" / "t") as lock:
         owner = {"pid": 4242, "host": "other-host", "started": "2025-01-01 12:00:00", "command": "python train.py"}
-        lock.path.write_text(json.dumps(owner))
+        lock.path.write_bytes(_lock_file(owner))
         yield
 
 
 @contextlib.contextmanager
 def _nested_lock_left_by_a_killed_run(ws: Workspace):
-    ws.file("new/.lock", "[" * DEEP)
+    from trainer.runtime import LOCK
+
+    ws.file("new/.lock", LOCK.header + b"[" * DEEP)
+    yield
+
+
+def _lock_disk_full(mp: pytest.MonkeyPatch) -> None:
+    """The disk is full where the run lock is written (simulated: writing it fails as a full disk's writes do)."""
+
+    def full(self, fd: int, staged: Path) -> bool:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    mp.setattr("trainer.runtime.RunLock._create", full)
+
+
+def _ctrl_c_at_the_first_step(mp: pytest.MonkeyPatch) -> None:
+    """Training stopped by Ctrl-C right after its first step, as its stop handler stops it."""
+    from trainer.trainer import Trainer
+
+    mp.setattr(Trainer, "_loop", lambda self, received, result, started: (self.step(), signal.SIGINT)[1])
+
+
+@contextlib.contextmanager
+def _two_earlier_runs(ws: Workspace):
+    """out/ holding an earlier run in ckpt.pt and another kept before it in ckpt.prev.pt."""
+    (ws.out / "ckpt.prev.pt").write_bytes((ws.out / "ckpt.pt").read_bytes())
+    yield
+
+
+def _link_named(name: str):
+    """A symbolic link at `name` (under the workspace) to a file of someone else's."""
+
+    @contextlib.contextmanager
+    def setup(ws: Workspace):
+        (ws.root / name).parent.mkdir(parents=True, exist_ok=True)
+        (ws.root / name).symlink_to(ws.file("precious.txt", "someone's file\n"))
+        yield
+
+    return setup
+
+
+@contextlib.contextmanager
+def _users_file_as_the_lock(ws: Workspace):
+    ws.file("out/.lock", '{"note": "the lock of my own script"}\n')
     yield
 
 
@@ -449,10 +496,11 @@ class Case:
     setup: Callable[[Workspace], AbstractContextManager] | None = None  # held while the command runs
     may_change: tuple[str, ...] = ()  # for a warning: files (globs under the workspace) it may rewrite
     env: Callable[[Workspace], dict[str, str]] | None = None  # the environment of a real process, run as one
+    warning: bool = False  # a warning whatever the exit status (a run stopped by a signal exits 128 + its number)
 
     @property
     def kind(self) -> str:
-        return "warning" if self.code == 0 else "error"
+        return "warning" if self.code == 0 or self.warning else "error"
 
 
 CASES = [
@@ -1914,7 +1962,7 @@ CASES = [
         "sample",
         lambda w: w.sample("--export", "tl", str(w.out / "ckpt.pt")),
         1,
-        ("exists and is not an earlier --export tl file", "remove it or choose another path"),
+        ("exists and is not an --export tl file written earlier", "remove it or choose another path"),
     ),
     Case(
         "export-unwritable",
@@ -2191,8 +2239,17 @@ CASES = [
         "train",
         lambda w: w.train(),
         1,
-        ("cannot open the run lock", "link"),
+        ("is a symbolic link, where the run lock goes", "never followed or replaced", "move it away"),
         setup=_link_as_the_lock,
+    ),
+    Case(
+        "out-dir-lock-users-file",
+        "a file of the user's named .lock in out_dir (not a run lock train.py wrote)",
+        "train",
+        lambda w: w.train(),
+        1,
+        (".lock exists and is not a gptwatch run lock", "left as it is", "choose another --out_dir"),
+        setup=_users_file_as_the_lock,
     ),
     Case(
         "checkpoint-prev-directory",
@@ -2246,6 +2303,61 @@ CASES = [
         1,
         ("_layer0.png exists and is not a gptwatch heatmap", "choose another --png_dir"),
     ),
+    Case(
+        "html-over-project-source",
+        "--html naming a copy of the project's watch/show/page.py, which holds the page's header (not first)",
+        "sample",
+        lambda w: w.sample(
+            "--attention=the dog saw it", f"--html={w.file('page.py', (ROOT / 'watch/show/page.py').read_text())}"
+        ),
+        1,
+        ("page.py exists and is not an attention page", "left as it is", "gptwatch replaces only files it wrote"),
+    ),
+    Case(
+        "prev-checkpoint-over-a-note-naming-the-format",
+        "a new run into an out_dir whose ckpt.prev.pt is a user's note that names the checkpoint format",
+        "train",
+        lambda w: (w.file("out/ckpt.prev.pt", "my notes on the gptwatch-checkpoint format\n"), w.train())[1],
+        1,
+        ("ckpt.prev.pt exists and is not a gptwatch checkpoint", "left as it is"),
+    ),
+    Case(
+        "prev-checkpoint-link",
+        "a new run into an out_dir whose ckpt.prev.pt is a symbolic link",
+        "train",
+        lambda w: w.train(),
+        1,
+        ("ckpt.prev.pt is a symbolic link", "earlier run's checkpoint", "never followed or replaced"),
+        setup=_link_named("out/ckpt.prev.pt"),
+    ),
+    Case(
+        "html-link",
+        "--html naming a symbolic link",
+        "sample",
+        lambda w: w.sample("--attention=the dog saw it", f"--html={w.root / 'page.html'}"),
+        1,
+        ("page.html is a symbolic link, where an attention page goes", "never followed or replaced"),
+        setup=_link_named("page.html"),
+    ),
+    Case(
+        "png-link",
+        "--attention into a --png_dir holding a symbolic link under a heatmap's name",
+        "sample",
+        lambda w: w.sample("--attention=the dog saw it", f"--png_dir={w.root / 'png'}"),
+        1,
+        ("_layer0.png is a symbolic link, where a gptwatch heatmap goes", "choose another --png_dir"),
+        setup=_link_named(f"png/{sentence_slug('the dog saw it')}_layer0.png"),
+    ),
+    Case(
+        "lock-disk-full",
+        "disk full where the run lock is written (simulated: writing it fails)",
+        "train",
+        lambda w: w.train(f"--out_dir={w.root / 'new'}"),
+        1,
+        ("cannot write the run lock", "No space left on device on the disk mounted at", "free disk space"),
+        patch=_lock_disk_full,
+        exact=False,
+    ),
     # --- reading: a bound on what is read, and nothing that blocks ------------------------------------------------
     Case(
         "probes-too-many",
@@ -2254,6 +2366,19 @@ CASES = [
         lambda w: w.sample(f"--probes={w.probes(*[SHORT_PROBE] * 10_001)}"),
         1,
         ("holds 10,001 probes", "more than the 10,000 gptwatch reads", "head -n 10000"),
+    ),
+    Case(
+        "patch-pairs-too-many",
+        "--patch file of 10,001 pairs (each pair patches the model head by head: about a second)",
+        "sample",
+        lambda w: w.sample(
+            "--patch",
+            w.file(
+                "pairs.jsonl", (json.dumps({"clean": "the dog saw it", "corrupted": "the log saw it"}) + "\n") * 10_001
+            ),
+        ),
+        1,
+        ("holds 10,001 pairs", "about a second", "10,000 take hours", "head -n 300"),
     ),
     Case(
         "tiktoken-cache-fifo",
@@ -2390,6 +2515,17 @@ CASES = [
         0,
         ("held an earlier run", "kept it as"),
         may_change=("out/ckpt.pt",),
+    ),
+    Case(
+        "warn-interrupted-start-keeps-earlier-runs",
+        "Ctrl-C right after a new run's first step, into an out_dir holding two earlier runs (ckpt.pt, ckpt.prev.pt)",
+        "train",
+        lambda w: w.train(),
+        130,
+        ("stopped at step 1, before this run's first checkpoint", "not saved", "ckpt.prev.pt stay as they were"),
+        patch=_ctrl_c_at_the_first_step,
+        setup=_two_earlier_runs,
+        warning=True,
     ),
     Case(
         "warn-stale-lock",

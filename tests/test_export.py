@@ -102,7 +102,7 @@ def test_which_paths_an_export_may_take(tmp_path):
     for target, path, words in (
         ("hf", tmp_path / "full", "not empty"),
         ("hf", tmp_path / "file.txt", "is a file"),
-        ("tl", tmp_path / "file.txt", "not an earlier --export tl file"),
+        ("tl", tmp_path / "file.txt", "not an --export tl file written earlier"),
         ("tl", tmp_path / "full", "is a directory"),
         ("tl", tmp_path / "file.txt" / "m.pt", "cannot write"),
     ):

@@ -4,6 +4,7 @@ Mounting needs root; where the test cannot mount one it is skipped, saying why. 
 full disk of tests/test_bad_input.py runs everywhere.)
 """
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -97,3 +98,43 @@ def test_a_full_disk_during_an_export_is_one_line_naming_the_disk_and_leaves_not
         f"disk mounted at {small_disk}; free disk space or choose another path\n"
     )
     assert list(small_disk.iterdir()) == []
+
+
+def _fill(disk: Path) -> None:
+    """Every byte of `disk` taken, by one file."""
+    with contextlib.suppress(OSError), open(disk / "filler", "wb") as fh:
+        while True:
+            fh.write(b"\0" * 4096)
+            fh.flush()
+
+
+@pytest.mark.parametrize("small_disk", ["256k"], indirect=True)
+def test_a_full_disk_where_the_run_lock_goes_is_one_line_and_leaves_no_folder(trained, tmp_path, small_disk):
+    """out_dir (a new run, and a resume) or log_dir on a full disk: the run lock cannot be written, which is one
+    line naming the disk, and no folder the run made is left behind."""
+    trained.copy_to(small_disk / "run")
+    _fill(small_disk)
+    for where, lock, option in (
+        ([f"--out_dir={small_disk / 'new'}"], small_disk / "new" / ".lock", "--out_dir"),
+        ([f"--out_dir={small_disk / 'run'}", "--resume"], small_disk / "run" / ".lock", "--out_dir"),
+        ([f"--log_dir={small_disk / 'logs'}"], small_disk / "logs" / "t" / ".lock", "--run_name"),
+    ):
+        code, _, err = run_train(tiny_args(tmp_path, *where))
+        assert code == 1 and one_line(err) == (
+            f"error: cannot write the run lock {lock} (No space left on device on the disk mounted at {small_disk}); "
+            f"free disk space or choose another {option}\n"
+        )
+        assert sorted(p.name for p in small_disk.iterdir()) == ["filler", "run"]
+        assert sorted(p.name for p in (small_disk / "run").iterdir()) == ["ckpt.pt"]
+
+
+@pytest.mark.parametrize("small_disk", ["16k"], indirect=True)
+def test_a_data_dir_on_a_full_disk_says_the_disk_is_full(tmp_path, small_disk):
+    """numpy writes the prepared tokens itself and reports a full disk as a count ("5616 requested and 0 written"),
+    without its errno: the message still says the disk is full, and where."""
+    _fill(small_disk)
+    code, _, err = run_train(tiny_args(tmp_path, f"--data_dir={small_disk / 'prep'}"))
+    assert code == 1 and one_line(err) == (
+        f"error: cannot write prepared data to {small_disk / 'prep'} (No space left on device on the disk mounted at "
+        f"{small_disk}); free disk space or choose a writable --data_dir\n"
+    )

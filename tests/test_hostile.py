@@ -25,7 +25,7 @@ from formats import CheckpointError, load_checkpoint, validate
 from formats.checkpoint import save_checkpoint, saved_settings
 from model.config import MAX_BLOCK_SIZE, GPTConfig
 from model.gpt import GPT
-from tests.commands import ROOT, TEXT, run_sample
+from tests.commands import ROOT, TEXT, one_line, run_sample
 from tests.random_checkpoints import make_checkpoint
 
 DEAD = 999_999_999  # a pid no process has
@@ -72,8 +72,9 @@ def _export(target: str, path: Path | str, checkpoint: Path) -> tuple[int, str, 
 
 @pytest.mark.parametrize("target", ["tl", "hf"])
 def test_an_export_never_writes_through_links_planted_beside_or_at_it(tmp_path, checkpoint_folder, target):
-    """Links under the old predictable staging names (`.<name>.tmp-<pid>`) and at the destination itself: the
-    files they point to stay as they were, and the export is a real file or folder, not a link."""
+    """A link at the destination itself is refused, left as it is with the file it points to (as at every output:
+    never followed or replaced); links under the old predictable staging names (`.<name>.tmp-<pid>`) are never
+    written through, and the export is a real file or folder."""
     pytest.importorskip("transformer_lens" if target == "tl" else "transformers")
     victim = tmp_path / "victim.txt"
     victim.write_text("someone else's file\n")
@@ -83,6 +84,10 @@ def test_an_export_never_writes_through_links_planted_beside_or_at_it(tmp_path, 
         (out / name).symlink_to(victim)
     (out / "model").symlink_to(victim)
     code, _, err = _export(target, out / "model", checkpoint_folder)
+    assert code == 1 and "model is a symbolic link" in one_line(err)
+    assert (out / "model").is_symlink() and victim.read_text() == "someone else's file\n"
+    (out / "model").unlink()
+    code, _, err = _export(target, out / "model", checkpoint_folder)
     assert code == 0, err
     assert victim.read_text() == "someone else's file\n"
     assert not (out / "model").is_symlink() and (
@@ -90,14 +95,14 @@ def test_an_export_never_writes_through_links_planted_beside_or_at_it(tmp_path, 
     )
 
 
-def test_export_hf_to_a_link_to_an_empty_folder_replaces_the_link_and_leaves_nothing_stray(tmp_path, checkpoint_folder):
+def test_export_hf_to_a_link_to_an_empty_folder_leaves_the_link_and_the_folder(tmp_path, checkpoint_folder):
     pytest.importorskip("transformers")
     (tmp_path / "empty").mkdir()
     (tmp_path / "linkdir").symlink_to(tmp_path / "empty")
     code, _, err = _export("hf", tmp_path / "linkdir", checkpoint_folder)
-    assert code == 0, err
+    assert code == 1 and "linkdir is a symbolic link" in one_line(err)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["empty", "linkdir"]
-    assert list((tmp_path / "empty").iterdir()) == [] and not (tmp_path / "linkdir").is_symlink()
+    assert list((tmp_path / "empty").iterdir()) == [] and (tmp_path / "linkdir").is_symlink()
 
 
 def test_tensorboard_logs_never_write_through_links_planted_under_its_usual_names(tmp_path):

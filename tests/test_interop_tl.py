@@ -152,4 +152,4 @@ def test_an_earlier_export_is_replaced_and_a_foreign_file_is_not(tmp_path):
         code, _, err = run_sample([f"--out_dir={folder}", "--export", "tl", str(path)])
         assert code == 0, err
     code, _, err = run_sample([f"--out_dir={folder}", "--export", "tl", str(folder / "ckpt.pt")])
-    assert code == 1 and "is not an earlier --export tl file" in err
+    assert code == 1 and "is not an --export tl file written earlier" in err

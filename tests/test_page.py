@@ -15,7 +15,7 @@ from tests.chromium import Browser, find_chromium
 from tests.commands import run_sample, run_train, tiny_args
 from watch.measure.capture import capture_attention
 from watch.measure.heads import focused_head
-from watch.show.page import DATA_ID, SentenceView, attention_page, write_page
+from watch.show.page import DATA_ID, PAGE, SentenceView, attention_page, write_page
 
 TEXTS = ["the dog saw a cat. it ran.", 'a <cat> & "dog" </script>']
 
@@ -88,7 +88,7 @@ def test_a_chosen_head_and_query_are_kept_and_a_bad_path_is_one_clear_error(tmp_
     blocker.write_text("x")
     with pytest.raises(UserError, match="cannot write the attention page .*a-file/page.html"):
         write_page(blocker / "page.html", attention_page([view], "t"))
-    assert write_page(tmp_path / "new" / "page.html", "<p>").read_text() == "<p>"
+    assert write_page(tmp_path / "new" / "page.html", "<p>").read_bytes() == PAGE.header + b"<p>"  # its first line
 
 
 def test_training_and_sample_write_the_page(tmp_path):

@@ -318,6 +318,37 @@ def _wait_for(condition, proc: subprocess.Popen, what: str, timeout: float = 90)
         time.sleep(0.05)
 
 
+def test_restarts_stopped_right_after_their_first_step_never_push_the_trained_run_out(trained, tmp_path):
+    """out/ holds a trained run. Three new runs into it, each stopped (Ctrl-C, SIGTERM, SIGHUP) as soon as it
+    prints its first step, before any checkpoint of its own: the first is saved, keeping the trained run as
+    ckpt.prev.pt; the others are not, since that would push the trained run out. Each says in one line what was
+    kept where."""
+    out = tmp_path / "out"
+    trained.copy_to(out)
+    trained_run = (out / "ckpt.pt").read_bytes()
+    first_restart = None
+    for seed, signum in ((11, signal.SIGINT), (12, signal.SIGTERM), (13, signal.SIGHUP)):
+        args = tiny_args(
+            tmp_path, "--max_iters=1000000", "--eval_interval=1000000", f"--seed={seed}", f"--run_name=r{seed}"
+        )
+        proc, lines = _start(args)
+        try:
+            _wait_for(lambda lines=lines: any(line.startswith("step 0:") for line in lines), proc, "its first step")
+            proc.send_signal(signum)
+            err = _finish(proc)
+        finally:
+            proc.kill()
+        assert proc.returncode == 128 + signum and err.count("\n") == 1, err
+        assert (out / "ckpt.prev.pt").read_bytes() == trained_run
+        if first_restart is None:
+            assert f"held an earlier run (this one has no --resume); kept it as {out / 'ckpt.prev.pt'}" in err
+            first_restart = (out / "ckpt.pt").read_bytes()
+            assert first_restart != trained_run and load_checkpoint(out)["step"] >= 1
+        else:
+            assert "before this run's first checkpoint: not saved, so that the earlier runs'" in err, err
+            assert (out / "ckpt.pt").read_bytes() == first_restart and "saved step" not in "".join(lines)
+
+
 def test_sigterm_finishes_the_step_saves_and_exits_143(tmp_path):
     args = tiny_args(tmp_path, "--max_iters=1000000", "--eval_interval=1000000")
     proc, lines = _start(args)
@@ -683,30 +714,51 @@ def test_a_preparation_killed_mid_write_leaves_nothing_behind(tmp_path):
 # --- paths that escape: nothing written outside the folders named, never through a link --------------
 
 
-def test_links_planted_in_out_dir_are_replaced_never_followed(trained, tmp_path, monkeypatch):
-    """Links planted under every name a run writes in out_dir, after it started: the files they point to
-    stay as they were, and the run's files replace the links."""
-    out = tmp_path / "out"
-    trained.copy_to(out)
-    earlier = (out / "ckpt.pt").read_bytes()
-    names = ("attention.html", "ckpt.prev.pt", f".ckpt.pt.tmp-{os.getpid()}")
-    victims = {name: tmp_path / f"victim-{n}.txt" for n, name in enumerate(names)}
+def _plant_links_at_the_first_step(out: Path, names: tuple[str, ...], monkeypatch) -> list[Path]:
+    """Links under `names` in out_dir, planted once the run has started (at its first step, nothing saved yet), each
+    to a file of someone else's: those files."""
+    victims = {name: out.parent / f"victim-{n}.txt" for n, name in enumerate(names)}
     original = Batches.train
 
     def plant_links(self):
         for name, victim in victims.items():
-            if not victim.exists():  # once, at the first step: the run has started, nothing is saved yet
+            if not victim.exists():
                 victim.write_text("someone else's file\n")
                 (out / name).symlink_to(victim)
         return original(self)
 
     monkeypatch.setattr(Batches, "train", plant_links)
+    return list(victims.values())
+
+
+def test_links_planted_in_out_dir_are_never_followed_nor_replaced(trained, tmp_path, monkeypatch):
+    """Links planted after the run started where its page goes and under a staging name: the files they point to
+    stay as they were, the links stay links (a run replaces only files it wrote), and the run goes on; the page is
+    one warning."""
+    out = tmp_path / "out"
+    trained.copy_to(out)
+    earlier = (out / "ckpt.pt").read_bytes()
+    victims = _plant_links_at_the_first_step(out, ("attention.html", f".ckpt.pt.tmp-{os.getpid()}"), monkeypatch)
     code, _, err = run_train(tiny_args(tmp_path, "--ckpt_interval=1", '--watch_sentences=["the dog saw it"]'))
     assert code == 0 and "kept it as" in err
-    assert all(victim.read_text() == "someone else's file\n" for victim in victims.values())
-    assert not (out / "attention.html").is_symlink() and "<html" in (out / "attention.html").read_text()
-    assert not (out / "ckpt.prev.pt").is_symlink() and (out / "ckpt.prev.pt").read_bytes() == earlier
+    assert "no attention page: " in err and "attention.html is a symbolic link" in err and "never followed" in err
+    assert all(victim.read_text() == "someone else's file\n" for victim in victims)
+    assert (out / "attention.html").is_symlink() and (out / "ckpt.prev.pt").read_bytes() == earlier
     assert load_checkpoint(out)["step"] == 6
+
+
+def test_a_link_planted_where_the_earlier_run_is_kept_stops_the_run_and_keeps_that_run(trained, tmp_path, monkeypatch):
+    """A link at ckpt.prev.pt, planted after the run started: the first save, which would keep the earlier run
+    there, stops the run with one line instead; the earlier run is still ckpt.pt, and the link and its file are as
+    they were."""
+    out = tmp_path / "out"
+    trained.copy_to(out)
+    earlier = (out / "ckpt.pt").read_bytes()
+    [victim] = _plant_links_at_the_first_step(out, ("ckpt.prev.pt",), monkeypatch)
+    code, _, err = run_train(tiny_args(tmp_path, "--ckpt_interval=1"))
+    assert code == 1 and "ckpt.prev.pt is a symbolic link, where the earlier run's checkpoint goes" in one_line(err)
+    assert victim.read_text() == "someone else's file\n" and (out / "ckpt.prev.pt").is_symlink()
+    assert (out / "ckpt.pt").read_bytes() == earlier
 
 
 def test_replace_file_replaces_a_link_and_leaves_its_target(tmp_path):
@@ -753,7 +805,9 @@ def test_saves_skipped_while_the_loss_is_blown_up_are_reported_once_it_recovers(
     monkeypatch.setattr(Trainer, "mean_loss", state_loss)
     saved = []
     monkeypatch.setattr(
-        CheckpointWriter, "save", lambda self, checkpoint, step: saved.append(step) or setattr(self, "saved_step", step)
+        CheckpointWriter,
+        "save",
+        lambda self, checkpoint, step, stopped=False: saved.append(step) or setattr(self, "saved_step", step),
     )
     with pytest.warns(
         GptwatchWarning,

@@ -13,6 +13,7 @@ import torch
 from conftest import custom_scalar_charts, tiny_model
 
 from common.errors import UserError
+from common.files import write_files
 from data.probes import AlignedProbe
 from data.probes import Probe as ProbeRecord  # the JSONL record; `Probe` below stands in for it by hand
 from data.tokenizer import CharTokenizer
@@ -23,7 +24,7 @@ from watch.measure.heads import Ablation, ablation_for, display_token, head_name
 from watch.measure.probesets import PRONOUN, SENTENCES, ProbeSet, ProbeSets, from_file, sentences
 from watch.measure.pronouns import ContinuationStats, HeadStats, ProbeReport, baselines
 from watch.measure.reading import interpret, measure, read_pass, tally
-from watch.show.heatmaps import FUTURE, HeatmapCanvas, SentenceHeatmaps, colours, head_titles, save_png
+from watch.show.heatmaps import FUTURE, PNG, HeatmapCanvas, SentenceHeatmaps, colours, head_titles, png_of
 from watch.show.report import head_table, top_attended
 from watch.show.tensorboard import (
     CHARTS,
@@ -404,7 +405,7 @@ def test_head_image_labels_mask_and_numbers(tmp_path):
     assert cell_colour(canvas, image, 0, 0, 0) == tuple(colours(np.array(1.0)))
     assert cell_colour(canvas, image, 0, 4, 2) == tuple(colours(np.array(0.2)))
     assert len(canvas.numbers[0]) == 5 * 6 // 2 and canvas.numbers[0][(4, 4)] == ".20"  # one per visible cell
-    path = save_png(image, tmp_path / "figs" / "head.png")
+    [path] = write_files({tmp_path / "figs" / "head.png": png_of(image)}, PNG, "the heatmap", "--png_dir")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert np.array_equal(np.asarray(Image.open(path).convert("RGB")), image)
 

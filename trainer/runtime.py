@@ -18,7 +18,7 @@ import socket
 import stat
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,7 +26,19 @@ import torch
 import torch.distributed as dist
 
 from common.errors import UsageError, UserError, is_out_of_memory, warn
-from common.files import process_alive, replace_file, what_stands_at, writable_folder
+from common.files import (
+    Kind,
+    cannot,
+    fresh_file,
+    missing_folders,
+    process_alive,
+    remove_empty,
+    replace_file,
+    what_stands_at,
+    writable_folder,
+    write_error,
+    write_fix,
+)
 from common.parsing import NotParsed, parse_int, parse_json, quoted
 from common.settings import TrainConfig, pick_device
 from data.corpora import GENERATED
@@ -312,14 +324,11 @@ def _run_claim(folder: Path) -> dict:
 # --- one training run per out_dir, and per TensorBoard run folder (log_dir/run_name), at a time ----------
 
 
-# Two runs saving into one out_dir would each replace the other's checkpoint, and each would keep the other's as
-# ckpt.prev.pt, destroying the user's earlier run; two runs logging into one TensorBoard run folder would interleave
-# their event files, and TensorBoard would drop one run's points. So a run holds an exclusive `fcntl.flock` on
-# `FOLDER/.lock` for as long as it lives, which the kernel drops when the process ends however it ends (kill -9
-# included), on a file that names its owner (pid, host, start time, command), so a second run can say who is using
-# the folder. A lock file left by a run that was killed is held by nobody: the next run takes it over. A run whose
-# folder is deleted under it, or whose lock file is replaced by another run's, finds out before its next save
-# (`check`) and stops rather than write over the other run's checkpoint.
+# How a lock file is known (its first bytes, written with it): only such a file is ever taken over or removed.
+LOCK = Kind.starting("a gptwatch run lock", b'{"gptwatch": "run lock", ')
+NO_FOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+
 class RunLock:
     """`with RunLock(out_dir):` holds out_dir for one run; a `UserError` names the run that holds it.
 
@@ -328,9 +337,11 @@ class RunLock:
     would interleave their event files, and TensorBoard would drop one run's points. So a run holds an exclusive
     `fcntl.flock` on `folder/.lock` for as long as it lives, which the kernel drops when the process ends however it
     ends (kill -9 included), on a file that names its owner (pid, host, start time, command) so a second run can say
-    who is using the folder. A lock file left by a run that was killed is held by nobody: the next run takes it over
-    and says whose it was. A run whose folder is deleted under it, or whose lock file is replaced, finds out before
-    its next save (`check`) and stops rather than write over another run's checkpoint.
+    who is using the folder, after the header it is known by (`LOCK`): a `.lock` of the user's is never written or
+    removed. A lock file left by a run that was killed is held by nobody: the next run takes it over and says whose
+    it was. A disk too full for the lock is one `UserError`. A run whose folder is deleted under it, or whose lock
+    file is replaced, finds out before its next save (`check`) and stops rather than write over another run's
+    checkpoint.
 
     `key` is the
     setting that names the folder, `what` the folder in words and `option` the setting that picks another one;
@@ -352,35 +363,47 @@ class RunLock:
         self.option = option or f"--{key}"
         self.say_takeover = say_takeover
         self._fd: int | None = None
-        self._made = False  # whether this lock made the folder: a run that wrote nothing there leaves none
+        self._made: list[Path] = []  # the folders this lock made: a run that wrote nothing there leaves none
+        command = " ".join(["python", *sys.argv])
+        owner = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+        self._content = LOCK.header + json.dumps({**owner, "command": command}).encode("utf-8")[1:]  # the whole file
 
     def __enter__(self) -> RunLock:
-        self._made = not self.folder.exists()
+        self._made = missing_folders(self.folder)
         writable_folder(self.folder, self.key)
-        while True:
-            fd = self._open()
-            try:
-                self._lock(fd)
-            except BaseException:
-                os.close(fd)
-                raise
-            if self._is_current(fd):
-                break
-            os.close(fd)  # the owner removed the file between our open and our lock: try again
-        previous = _owner(fd)
-        if previous and self.say_takeover:
-            warn(f"{self.path} was left by a run that has ended ({_describe(previous)}); taking it over")
-        info = {
-            "pid": os.getpid(),
-            "host": socket.gethostname(),
-            "started": time.strftime("%Y-%m-%d %H:%M:%S"),
-            "command": " ".join(["python", *sys.argv]),
-        }
-        os.ftruncate(fd, 0)
-        os.lseek(fd, 0, os.SEEK_SET)
-        os.write(fd, json.dumps(info).encode("utf-8"))
+        try:
+            while True:
+                fd, created = self._open()
+                try:
+                    self._lock(fd)
+                except BaseException:
+                    os.close(fd)
+                    raise
+                if self._is_current(fd):
+                    break
+                os.close(fd)  # the owner removed the file between our open and our lock: try again
+        except BaseException:
+            remove_empty(self._made)  # a run that could not start leaves no trace
+            raise
         self._fd = fd
+        if not created:  # a lock left by a run that has ended: ours now
+            previous = _owner(fd)
+            if self.say_takeover:
+                warn(f"{self.path} was left by a run that has ended ({_describe(previous)}); taking it over")
+            content = self._content
+            self._written(lambda: (os.lseek(fd, 0, os.SEEK_SET), os.write(fd, content), os.ftruncate(fd, len(content))))
         return self
+
+    def _written(self, write: Callable[[], object]) -> object:
+        """`write()`; its OSError (a full disk) one `UserError`, with this lock released."""
+        try:
+            return write()
+        except OSError as exc:
+            self.__exit__()
+            raise UserError(
+                f"cannot write the run lock {self.path} ({write_error(exc, self.path)}); "
+                f"{write_fix(exc, f'choose another {self.option}')}"
+            ) from None
 
     def check(self) -> None:
         """A `UserError` when the lock file was deleted with the folder, or replaced (another run took it over)."""
@@ -399,30 +422,49 @@ class RunLock:
         try:
             if self._is_current(self._fd):
                 self.path.unlink()
-                if self._made:
-                    self.folder.rmdir()  # only when empty: a run that stopped before writing leaves no trace
+                remove_empty(self._made)  # a run that stopped before writing leaves no trace
         except OSError:
             pass  # the folder holds files, went away or became read-only: the kernel still drops the lock below
         finally:
             os.close(self._fd)
             self._fd = None
 
-    def _open(self) -> int:
+    def _open(self) -> tuple[int, bool]:
+        """The lock file open, and whether this run made it: a new one is made whole, its owner written, under a
+        name of its own, then linked into place (never an empty lock, which could be a file of the user's). One that
+        stands there is opened only when it is a lock (`LOCK`): a file of the user's or a link is left as it is."""
+        LOCK.check(self.path, f"choose another {self.option}", "the run lock")
+        created = False
+        if not os.path.lexists(self.path):
+            fd, staged = fresh_file(self.path)
+            try:
+                created = self._written(lambda: self._create(fd, staged))
+            finally:
+                os.close(fd)
+                staged.unlink(missing_ok=True)
         try:
-            flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
-            fd = os.open(self.path, flags, 0o644)
+            fd = os.open(self.path, os.O_RDWR | NO_FOLLOW | getattr(os, "O_NONBLOCK", 0))
         except OSError as exc:
-            raise UserError(
-                f"cannot open the run lock {self.path} ({exc.strerror or exc}); if it is a link or "
-                f"a folder, move it away, or choose another {self.option}"
-            ) from None
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise UserError(f"{cannot('open the run lock', self.path, exc)}; choose another {self.option}") from None
+        if not stat.S_ISREG(os.fstat(fd).st_mode) or not LOCK.bears(os.read(fd, len(LOCK.header))):
             os.close(fd)
             raise UserError(
-                f"{self.path} is not a regular file, so it cannot lock {self.what} for this run; move it "
-                f"away, or choose another {self.option}"
+                f"{self.path} is not a run lock, so it cannot lock {self.what} for this run; move it away, or choose "
+                f"another {self.option}"
             )
-        return fd
+        return fd, created
+
+    def _create(self, fd: int, staged: Path) -> bool:
+        """Whether this run made the lock file, from `staged` (open as `fd`): False when another run made it first."""
+        os.write(fd, self._content)
+        try:
+            os.link(staged, self.path)
+        except FileExistsError:
+            return False  # another run made it meanwhile: open theirs
+        except OSError:  # a filesystem without hard links: made in place, its owner written at once
+            with open(self.path, "xb") as fh:  # "x": only where nothing stands, not even a link
+                fh.write(self._content)
+        return True
 
     def _lock(self, fd: int) -> None:
         if fcntl is not None:

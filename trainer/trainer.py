@@ -8,6 +8,7 @@ in as callbacks: objects with some of the hooks of `Callback`.
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -20,11 +21,11 @@ from torch.nn.parallel import DistributedDataParallel
 
 from common.cli import handling, stop_signals
 from common.errors import UserError, warn
-from common.files import clear_for_file, remove_dead_leftovers, writable_folder
+from common.files import remove_dead_leftovers, writable_folder
 from common.settings import TrainConfig
 from data.batches import Batches
 from data.prepare import Prepared
-from formats.checkpoint import CHECKPOINT, EARLIER, Checkpoint, previous_path, save_checkpoint
+from formats.checkpoint import CHECKPOINT, CHECKPOINT_FILE, Checkpoint, previous_path, save_checkpoint
 from formats.sources import identify, load_model
 from model.gpt import GPT, evaluating
 from trainer.optim import divergence_fix, lr_at, make_optimizer, schedule_problem, set_lr
@@ -56,6 +57,7 @@ class FitResult:
     best_val_loss: float = math.inf
     evaluations: list[Evaluation] = field(default_factory=list)
     stopped_by: int | None = None  # the signal that stopped the run early, if one did
+    saved_step: int | None = None  # the step of this run's checkpoint on disk, if it saved one
     ranks_agree: bool | None = None  # with several processes: are their parameters identical?
     metrics: dict[str, float] = field(default_factory=dict)  # final numbers callbacks add, for hparams
     files: dict[str, Path] = field(default_factory=dict)  # what callbacks wrote at the end, e.g. {"page": path}
@@ -95,10 +97,13 @@ class TrainState:
 
 class CheckpointWriter:
     """A run's saves to `path`. Made before the run starts, it finds now, not at the first save, what would keep
-    it from writing there (or to ckpt.prev.pt), and removes temporary files of a killed save. The first save of a
-    run that did not `resume` keeps the checkpoint it replaces (an earlier run's) as ckpt.prev.pt, so a new run never
-    silently destroys the last one; only at that first save, so a run that fails before saving leaves everything in
-    place. `guard`, when given, raises before a save when this run may no longer write there (`RunLock.check`)."""
+    it from writing there (or to ckpt.prev.pt: anything but a checkpoint, `CHECKPOINT_FILE`), and removes temporary
+    files of a killed save. The first save of a run that did not `resume` keeps the checkpoint it replaces (an
+    earlier run's) as ckpt.prev.pt, so a new run never silently destroys the last one; only at that first save, so a
+    run that fails before saving leaves everything in place. A run stopped (Ctrl-C, SIGTERM, SIGHUP) before that
+    first save is saved only where that pushes no earlier run out (nothing stands at ckpt.prev.pt), so restarts
+    interrupted one after another never lose a trained run; otherwise it says what stays where. `guard`, when
+    given, raises before a save when this run may no longer write there (`RunLock.check`)."""
 
     def __init__(self, path: Path, *, resume: bool, guard: Callable[[], None] | None = None) -> None:
         self.path = path
@@ -106,17 +111,22 @@ class CheckpointWriter:
         self.saved_step: int | None = None  # step of the checkpoint on disk from this run (or the one resumed)
         self.guard = guard
         writable_folder(path.parent, "out_dir")
-        fix = "move it away or choose another --out_dir"
-        clear_for_file(path, "this run's checkpoint", fix)
-        if self.keep_previous:
-            clear_for_file(previous_path(path), "the earlier run's checkpoint", fix, follow_links=False)
-            EARLIER.check(previous_path(path))  # it replaces only a checkpoint: found now, not at the first save
+        CHECKPOINT_FILE.check(path, "choose another --out_dir", "this run's checkpoint")
+        if self.keep_previous:  # it replaces only a checkpoint: found now, not at the first save
+            CHECKPOINT_FILE.check(previous_path(path), "choose another --out_dir", "the earlier run's checkpoint")
         remove_dead_leftovers(path)
 
-    def save(self, checkpoint: Checkpoint, step: int) -> None:
+    def save(self, checkpoint: Checkpoint, step: int, *, stopped: bool = False) -> None:
+        """Saves `checkpoint` of `step`; `stopped`: a stop signal ended the run, and this is its last save."""
         if self.guard is not None:
             self.guard()
         previous = previous_path(self.path) if self.keep_previous else None
+        if previous is not None and stopped and os.path.lexists(previous):
+            warn(
+                f"stopped at step {step}, before this run's first checkpoint: not saved, so that the earlier runs' "
+                f"{self.path} and {previous} stay as they were"
+            )
+            return
         save_checkpoint(self.path, checkpoint, keep_previous=previous)
         if previous is not None:
             self.keep_previous = False
@@ -271,7 +281,8 @@ class Trainer:
                 result.stopped_by = self._loop(received, result, started)
             result.seconds = time.perf_counter() - started
             result.step, result.best_val_loss = self.state.step, self.state.best_val_loss
-            self.save(final=True)
+            self.save(final=True, stopped=result.stopped_by is not None)
+            result.saved_step = self.checkpoints.saved_step if self.checkpoints is not None else None
             if self.runtime.distributed:
                 result.ranks_agree = ranks_agree(self.model)
             self._emit("on_fit_end", self, result)
@@ -303,11 +314,12 @@ class Trainer:
             if received:
                 return received[0]
 
-    def save(self, *, final: bool = False) -> None:
+    def save(self, *, final: bool = False, stopped: bool = False) -> None:
         """Writes out_dir/ckpt.pt atomically (rank 0 only), and only a state that has not diverged: never one
         whose weights are inf or nan (that stops the run), nor one whose loss has blown up. Such a save is skipped,
         so the checkpoint on disk stays the last sane state; at the end of fit (`final`) the run stops with an
-        error instead. A run that comes back down says what was not saved."""
+        error instead. A run that comes back down says what was not saved. `stopped`: a stop signal ended the run
+        (`CheckpointWriter.save`)."""
         if self.checkpoints is None:
             return
         if not all(bool(torch.isfinite(p).all()) for p in self.model.parameters()):
@@ -347,7 +359,7 @@ class Trainer:
             data=data_identity(self.cfg, self.data) if self.data is not None else None,
         )
         self._emit("on_save", self)
-        self.checkpoints.save(checkpoint, self.state.step)
+        self.checkpoints.save(checkpoint, self.state.step, stopped=stopped)
 
     def _diverged(self, what: str, value: object) -> UserError:
         saved = self.checkpoints.saved_step if self.checkpoints is not None else None

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from common.cli import say
+from common.cli import progress, say, working
 from common.errors import UsageError, UserError, warn
-from common.files import inside_name, read_text, write_error
+from common.files import inside_name, read_text, write_files
 from common.parsing import NotParsed, is_whole_number, parse_int, quoted
 from data.corpora import corpus_of
 from data.prepare import find_prepared
@@ -43,7 +44,7 @@ from watch.show.heatmaps import (
     head_titles,
     patching_figure,
     patching_map,
-    save_png,
+    png_of,
     sentence_slug,
     sentence_tag,
 )
@@ -97,14 +98,15 @@ def show_attention(model, tokenizer, checkpoint: dict, args: argparse.Namespace,
     patterns = capture_attention(model, [ids], ablate)[0]
     query = _query_position(tokens, args.query)
     layer, head = focused_head(patterns, query)
-
+    written: list[str] = []
     if args.html:
         view = SentenceView(text, tokens, patterns, query=query)
         step = f" at step {checkpoint['step']}" if "step" in checkpoint else ""
         ablated = f", with {', '.join(ablation_names(ablate))} ablated" if ablate else ""
-        sets = checkpoint_sets(model, tokenizer, checkpoint, None)
-        reading = checkpoint_reading(model, sets, checkpoint)
-        found = first_analysis(model, sets)
+        with working(f"reading {args.out_dir} for the page"):  # on a large model, a minute or more
+            sets = checkpoint_sets(model, tokenizer, checkpoint, None)
+            reading = checkpoint_reading(model, sets, checkpoint)
+            found = first_analysis(model, sets)
         page = write_page(
             args.html,
             attention_page(
@@ -115,7 +117,10 @@ def show_attention(model, tokenizer, checkpoint: dict, args: argparse.Namespace,
                 ([patching_figure(found, tokenizer)] if found is not None else []) + circuit_figure(reading),
             ),
         )
-        written = f"attention page: {page} (open it in a browser; it needs no network)"
+        written.append(f"attention page: {page} (open it in a browser; it needs no network)")
+    if args.png_dir is not None:
+        removed = sorted(set(ablation_names(ablate)))  # a set of heads, however given
+        written += _write_heatmaps(checkpoint, args, tokens, patterns, query, (layer, head), removed)
     if args.json:
         print(
             json.dumps(
@@ -135,83 +140,73 @@ def show_attention(model, tokenizer, checkpoint: dict, args: argparse.Namespace,
                 allow_nan=False,
             )
         )
+        say(*written, file=sys.stderr)  # stdout holds the JSON alone
         return
-    if not args.html:
-        png_dir = _write_heatmaps(checkpoint, args, tokens, patterns, query, (layer, head))
-        written = f"heatmaps: {png_dir}/{sentence_slug(text)}_*.png"
-
-    print("tokens: " + " | ".join(display_token(t, space_mark="") for t in tokens))
-    print(f"where {tokens[query].strip()!r} (position {query}) looks, top 3 per head:")
+    say("tokens: " + " | ".join(display_token(t, space_mark="") for t in tokens))
+    say(f"where {tokens[query].strip()!r} (position {query}) looks, top 3 per head:")
     for n, pattern in enumerate(patterns):
-        print(top_attended(pattern, tokens, query, k=3, layer=n))
-    print(f"most focused head: {head_name(layer, head)}")
-    say(written)
+        say(*top_attended(pattern, tokens, query, k=3, layer=n).splitlines())
+    say(f"most focused head: {head_name(layer, head)}", *written)
 
 
 def _write_heatmaps(
-    checkpoint: dict, args: argparse.Namespace, tokens: list[str], patterns: list, query: int, focused: tuple[int, int]
-) -> Path:
-    """PNGs of every layer and of the focused head; returns their folder. They are also added to the checkpoint's
-    TensorBoard run, under inspect/, when that run's folder is here. Both its parts come from the checkpoint, so
-    nothing else is written: no folder is made, and a run name that would lead outside its log_dir ('..', an
-    absolute path) is not followed."""
-    png_dir = (
-        Path(args.png_dir)
-        if args.png_dir
-        else Path(args.out_dir if Path(args.out_dir).is_dir() else Path(args.out_dir).parent) / "attention"
-    )
-    slug = sentence_slug(args.attention)
+    checkpoint: dict,
+    args: argparse.Namespace,
+    tokens: list[str],
+    patterns: list,
+    query: int,
+    focused: tuple[int, int],
+    removed: list[str],
+) -> list[str]:
+    """PNGs of every layer and of the focused head in --png_dir, named for all that makes them differ: the
+    sentence, the heads `removed` and the query. They are also added to the checkpoint's TensorBoard run, under
+    inspect/ and a tag of the same parts, when that run's folder is here. Both its parts come from the checkpoint,
+    so nothing else is written: no folder is made, and a run name that would lead outside its log_dir ('..', an
+    absolute path) is not followed. Returns the lines saying where they went."""
+    png_dir = Path(args.png_dir)
+    without = f", without {', '.join(removed)}" if removed else ""
+    # The hash in the slug tells every set of heads apart; the words, cut short, say which to a reader.
+    slug = sentence_slug(args.attention, *removed) + (f"_without_{'_'.join(removed)}"[:60] if removed else "")
     name = head_name(*focused)
     layers = HeatmapCanvas(tokens, len(patterns[0]))  # every layer has as many heads: one canvas draws them all
     images = {
-        f"{slug}_layer{n}.png": layers.draw(list(p), head_titles(n, len(p)), f"layer {n}")
-        for n, p in enumerate(patterns)
+        f"layer{n}": layers.draw(list(p), head_titles(n, len(p)), f"layer {n}{without}") for n, p in enumerate(patterns)
     }
-    images[f"{slug}_{name}.png"] = HeatmapCanvas(tokens, 1, highlight_query=query).draw(
-        [patterns[focused[0]][focused[1]]], [f"{name}: most focused head for {tokens[query].strip()!r}"]
+    images[f"{name}_query{query}"] = HeatmapCanvas(tokens, 1, highlight_query=query).draw(
+        [patterns[focused[0]][focused[1]]], [f"{name}: most focused head for {tokens[query].strip()!r}{without}"]
     )
-    for file_name in images:  # all checked before any is written: a refusal leaves the folder as it was
-        PNG.check(png_dir / file_name)
-    try:
-        for file_name, image in images.items():
-            save_png(image, png_dir / file_name)
-    except OSError as exc:
-        raise UserError(
-            f"cannot write the heatmaps to {png_dir} ({write_error(exc, png_dir)}); choose a writable --png_dir"
-        ) from None
+    files = {png_dir / f"{slug}_{part}.png": png_of(image) for part, image in images.items()}
+    written = [f"heatmaps: {png_dir}/{slug}_*.png"]
+    write_files(files, PNG, f"the heatmaps to {png_dir}", "--png_dir")
     config = checkpoint.get("train_config")
     run = checkpoint.get("run_name")
     root = config.get("log_dir", "runs") if isinstance(config, dict) else None
     if not isinstance(run, str) or not run or not isinstance(root, str):
-        return png_dir
+        return written
     if inside_name(run) is not None:
         warn(
             f"the heatmaps are not added to TensorBoard: the checkpoint's run name {run!r} {inside_name(run)}, "
             f"so it would lead outside its log_dir; they are in the PNG files"
         )
-        return png_dir
+        return written
     log_dir = Path(root) / run
     if not log_dir.is_dir():  # the run's logs are not here (another machine, or removed): nothing to add to
-        return png_dir
+        return written
     writer = TensorBoardWriter(log_dir, fix="the heatmaps are in the PNG files")
-    for name, image in images.items():
-        writer.add_image(
-            f"inspect/{sentence_tag(args.attention)}/{Path(name).stem.removeprefix(slug + '_')}",
-            image,
-            checkpoint.get("step", 0),
-            dataformats="HWC",
-        )
+    tag = f"inspect/{sentence_tag(args.attention)}" + (f" without {' '.join(removed)}" if removed else "")
+    for part, image in images.items():
+        writer.add_image(f"{tag}/{part}", image, checkpoint.get("step", 0), dataformats="HWC")
     writer.close()
-    if not writer.failed:
-        # A shell comment after the command, so the whole line runs as printed.
-        say(f"TensorBoard: {tensorboard_command(log_dir)}  # tab IMAGES, tags inspect/...")
-    return png_dir
+    if not writer.failed:  # a shell comment after the command, so the whole line runs as printed
+        written.append(f"TensorBoard: {tensorboard_command(log_dir)}  # tab IMAGES, tags inspect/...")
+    return written
 
 
 def show_probes(model, tokenizer, _checkpoint: dict, args: argparse.Namespace, ablate: Ablation | None) -> None:
     sets = ProbeSets({PRONOUN: from_file(PRONOUN, Probe, args.probes, tokenizer, model.config.block_size, strict=True)})
-    report = read_pass(model, sets, ablate=ablate).pronouns
-    baseline = read_pass(model, sets).pronouns if ablate else report
+    passes = [ablate, None] if ablate else [None]  # with heads removed, then (for the change) without
+    read = [read_pass(model, sets, ablate=heads).pronouns for heads in progress(passes, f"reading {args.probes}")]
+    report, baseline = read[0], read[-1]
     if report is None:
         raise UserError(f"{args.probes} holds no probe this model can score; check its words against the vocabulary")
     if args.json:
@@ -222,9 +217,9 @@ def show_probes(model, tokenizer, _checkpoint: dict, args: argparse.Namespace, a
         return
     ablated = f", with {', '.join(ablation_names(ablate))} ablated" if ablate else ""
     say(f"heads on {report.n_probes} probes from {args.probes}{ablated}:")
-    print(head_table(report))
+    say(*head_table(report).splitlines())
     if ablate and baseline.continuation_accuracy is not None:
-        print(ablation_line(baseline.continuation_accuracy, report.continuation_accuracy, ablation_names(ablate)))
+        say(ablation_line(baseline.continuation_accuracy, report.continuation_accuracy, ablation_names(ablate)))
 
 
 # --- head types -----------------------------------------------------------------------------------
@@ -306,8 +301,9 @@ def show_heads(model, tokenizer, checkpoint: dict, args: argparse.Namespace, abl
         )
     if ablate and args.ablation == "mean":
         ablate = Ablation(ablate.heads, head_means(model, sets.get(TEXT)))
-    reading = checkpoint_reading(model, sets, checkpoint, ablate)  # the composition: of the weights, as they are
-    found = proofs(model, sets, reading, args.ablation) if not ablate else []
+    with working(f"measuring the heads of {args.out_dir}"):  # on a large model, many passes
+        reading = checkpoint_reading(model, sets, checkpoint, ablate)  # the composition: of the weights, as they are
+        found = proofs(model, sets, reading, args.ablation) if not ablate else []
     if args.json:
         print(json.dumps(heads_json(reading, found, args.ablation, sets), allow_nan=False))
         return
@@ -318,7 +314,7 @@ def show_heads(model, tokenizer, checkpoint: dict, args: argparse.Namespace, abl
     else:
         say(f"head types of {args.out_dir}{removed} ({about}); the untrained model's scores in brackets:")
         say(*type_report(reading, found).splitlines())  # its lines name the text read, a path we did not write
-    print(composition_lines(reading))
+    say(*composition_lines(reading).splitlines())
 
 
 def _best_spread(results: Results, score: str) -> float | None:
@@ -401,7 +397,8 @@ def show_patch(model, tokenizer, checkpoint: dict, args: argparse.Namespace, _ab
                 f"the path of a JSONL file of pairs"
             )
         pairs = pairs_from_file(model, tokenizer, args.patch[0])
-    found = [analyse(model, pair) for pair in pairs]
+    what = f"patching {len(pairs):,} pairs" if len(pairs) > 1 else "patching the pair"
+    found = [analyse(model, pair) for pair in progress(pairs, what)]
     if len(found) == 1 and not found[0].measured:  # one pair, and nothing for a part to carry
         f, answer = found[0], tokenizer.decode([found[0].pair.answer])
         raise UserError(
@@ -410,49 +407,64 @@ def show_patch(model, tokenizer, checkpoint: dict, args: argparse.Namespace, _ab
             f"of at least {MIN_GAP} logits for a part of the model to carry; choose prompts whose next words the "
             f"model tells apart, or --answer and --wrong it tells apart"
         )
-    found_paths = path_patching(model, pairs) if args.paths else None  # every pair together, as the watch reads them
+    found_paths = None
+    if args.paths:  # every pair together, as the watch reads them
+        with working(f"path patching {len(pairs):,} pair{'s' if len(pairs) > 1 else ''}"):
+            found_paths = path_patching(model, pairs)
+    graph = _circuit(model, tokenizer, checkpoint, pairs, found_paths) if args.png_dir is not None else None
+    maps, drawn = _write_patching_maps(found, tokenizer, args.png_dir, graph)
     if args.json:
+        say(*(f"heatmap: {path}" for path in maps), file=sys.stderr)  # stdout holds the JSON alone
         objects = [finite(patching_json(f, tokenizer)) for f in found]
         out = objects[0] if len(args.patch) == 2 else {"pairs": objects, "mean": mean_json(mean_over(found))}
         if found_paths is not None:
             out["paths"] = [asdict(path) for path in found_paths]
         print(json.dumps(finite(out), allow_nan=False))
         return
-    png_dir = (
-        Path(args.png_dir)
-        if args.png_dir
-        else Path(args.out_dir if Path(args.out_dir).is_dir() else Path(args.out_dir).parent) / "patching"
-    )
-    for n, f in enumerate(found):
+    for n, (f, path) in enumerate(zip(found, maps, strict=True)):
         tokens = tokenizer.token_strings(f.pair.clean)
         answer, wrong = tokenizer.decode([f.pair.answer]), tokenizer.decode([f.pair.wrong])
         if n:
-            print()
-        print(f"clean:     {tokenizer.decode(f.pair.clean)!r} -> {answer!r}")
-        print(f"corrupted: {tokenizer.decode(f.pair.corrupted)!r} -> {wrong!r}")
-        print(patching_report(f, tokens, answer, wrong))
-        if f.measured:  # a pair the model does not tell apart has no map to draw
-            print(f"heatmap: {_write_patching_map(f, tokens, png_dir)}")
+            say("")
+        say(f"clean:     {tokenizer.decode(f.pair.clean)!r} -> {answer!r}")
+        say(f"corrupted: {tokenizer.decode(f.pair.corrupted)!r} -> {wrong!r}")
+        say(*patching_report(f, tokens, answer, wrong).splitlines())
+        if path is not None:  # a pair the model does not tell apart has no map
+            say(f"heatmap: {path}")
     if len(found) > 1:
-        print()
-        print(mean_report(mean_over(found)))
+        say("", *mean_report(mean_over(found)).splitlines())
     if found_paths is not None:
-        print()
-        print(paths_report(found_paths))
+        say("", *paths_report(found_paths).splitlines())
+        if drawn is not None:
+            say(f"graph: {drawn}")
+
+
+def _circuit(model, tokenizer, checkpoint: dict, pairs: list, found: list | None):
+    """The graph of the paths `found` on `pairs` (None without them), its heads labelled with their types."""
+    if found is None:
+        return None
+    with working("reading the heads' types for the graph"):
         labels = type_labels(checkpoint_reading(model, checkpoint_sets(model, tokenizer, checkpoint, None), checkpoint))
-        cfg = model.config
-        title = f"which head feeds which on {len(pairs)} pair{'s' if len(pairs) > 1 else ''} (path patching)"
-        image = circuit_image(found_paths, cfg.n_layer, cfg.n_head, labels, title)
-        print(f"graph: {save_png(image, png_dir / f'{sentence_slug(tokenizer.decode(pairs[0].clean))}_paths.png')}")
+    title = f"which head feeds which on {len(pairs)} pair{'s' if len(pairs) > 1 else ''} (path patching)"
+    return circuit_image(found, model.config.n_layer, model.config.n_head, labels, title)
 
 
-def _write_patching_map(found, tokens: list[str], png_dir: Path) -> Path:
-    """The pair's patching map (`patching_map`) as a PNG in `png_dir`; its path."""
-    image = patching_map(found, tokens)
-    path = png_dir / f"{sentence_slug(''.join(tokens))}.png"
-    try:
-        return save_png(image, path)
-    except OSError as exc:
-        raise UserError(
-            f"cannot write the patching map to {png_dir} ({write_error(exc, png_dir)}); choose a writable --png_dir"
-        ) from None
+def _write_patching_maps(found: list, tokenizer, png_dir: str | None, graph=None) -> tuple[list, Path | None]:
+    """Each measured pair's patching map (`patching_map`) as a PNG in `png_dir`, named for all of the pair (its prompts
+    and answers), and the paths' `graph` beside the first pair's: their paths, in the pairs' order (None for a pair not
+    measured, and none without `png_dir`). Each map is drawn as it is written."""
+    if png_dir is None:
+        return [None] * len(found), None
+    paths, files = [], {}
+    for f in found:
+        tokens = tokenizer.token_strings(f.pair.clean)
+        name = sentence_slug("".join(tokens), f.pair.corrupted, f.pair.answer, f.pair.wrong)
+        paths.append(Path(png_dir) / f"{name}.png" if f.measured else None)
+        if f.measured:
+            files[paths[-1]] = lambda fh, f=f, tokens=tokens: png_of(patching_map(f, tokens))(fh)
+    first = found[0].pair
+    drawn = Path(png_dir) / f"{sentence_slug(tokenizer.decode(first.clean), len(found), 'paths')}_paths.png"
+    if graph is not None:
+        files[drawn] = png_of(graph)
+    write_files(files, PNG, f"the patching maps to {png_dir}", "--png_dir")
+    return paths, drawn if graph is not None else None

@@ -9,11 +9,14 @@ same pixels on every machine. A run's pictures (`SentenceHeatmaps.images`, of a 
 from __future__ import annotations
 
 import hashlib
+import io
 import math
 import re
-from collections.abc import Sequence
+import struct
+from collections.abc import Callable, Sequence
 from functools import cache
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import torch
@@ -21,7 +24,7 @@ from PIL import Image, ImageDraw, ImageFont
 from PIL.PngImagePlugin import PngInfo
 
 from common.cli import for_terminal
-from common.files import Mark, replace_file
+from common.files import Kind
 from data.tokenizer import Tokenizer
 from watch.measure.composition import KINDS, Composition
 from watch.measure.heads import display_token, head_name
@@ -225,12 +228,13 @@ def head_titles(layer: int, n_head: int, best: str | None = None) -> list[str]:
     return [f"{name} (best)" if name == best else name for name in names]
 
 
-def sentence_slug(text: str, max_len: int = 40) -> str:
+def sentence_slug(text: str, *more: object, max_len: int = 40) -> str:
     """A file name's part for a sentence: its words (letters and digits of any script, joined by '_') up to
-    `max_len` characters, then a short hash of the whole text, so names stay short enough for any folder and two
-    sentences never share one ("the dog." and "the dog,", two sentences in another script)."""
+    `max_len` characters, then a short hash of the whole text and of `more`, whatever else makes the output
+    different (a pair's corrupted prompt and answers), so names stay short enough for any folder and two outputs
+    never share one ("the dog." and "the dog,", two sentences in another script, two pairs of one clean prompt)."""
     words = re.sub(r"[\W_]+", "_", text.lower()).strip("_")[:max_len].rstrip("_")
-    return f"{words or 'sentence'}_{_short_hash(text)}"
+    return f"{words or 'sentence'}_{_short_hash(chr(0).join(map(str, (text, *more))))}"
 
 
 def sentence_tag(text: str) -> str:
@@ -300,20 +304,28 @@ class SentenceHeatmaps:
         return self.canvases[tag]
 
 
-# What every PNG written here says of itself, so that a later one replaces only an image of ours.
-SOFTWARE = "gptwatch"
-PNG = Mark("a gptwatch heatmap", (b"tEXtSoftware\x00" + SOFTWARE.encode(),), "choose another --png_dir")
+SOFTWARE = "gptwatch"  # the Software text every PNG written here carries: how a later write knows it
 
 
-def save_png(image: np.ndarray, path: str | Path) -> Path:
-    """Writes an RGB array as a PNG (parent folders made), over nothing or a heatmap written earlier (`PNG`), and
-    returns the path."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+def _has_our_text(head: bytes) -> bool:
+    """Whether a PNG's first bytes hold the text Software = gptwatch among the chunks before its pixels, as a PNG
+    reader (Pillow's) reads them there, never searched for."""
+    try:
+        with Image.open(io.BytesIO(head), formats=["PNG"]) as image:
+            return image.info.get("Software") == SOFTWARE
+    except (OSError, SyntaxError, ValueError, struct.error):  # no PNG, or one cut short before its pixels
+        return False
+
+
+PNG = Kind("a gptwatch heatmap", _has_our_text)
+
+
+def png_of(image: np.ndarray) -> Callable[[BinaryIO], object]:
+    """What writes an RGB array as a PNG carrying the Software text `PNG` knows it by (`files.write_files`)."""
     picture = Image.fromarray(np.asarray(image, dtype=np.uint8))
     info = PngInfo()
     info.add_text("Software", SOFTWARE)
-    return replace_file(path, lambda fh: picture.save(fh, format="PNG", pnginfo=info), mark=PNG)
+    return lambda fh: picture.save(fh, format="PNG", pnginfo=info)
 
 
 def composition_image(found: Composition, title: str) -> np.ndarray:

@@ -19,22 +19,14 @@ import torch
 from PIL import Image
 
 from common.errors import UserError
-from common.files import Mark, clear_for_file, replace_file, write_error
+from common.files import Kind, write_files
 from watch.measure.heads import default_query, display_token, focused_head, head_name
 from watch.measure.headtypes import RULE, TYPES
 from watch.show.heatmaps import as_array
 
 DATA_ID = "attention-data"
-# How a page written earlier is known (a page from before the generator line by its data block), so that writing one
-# replaces only a page, never another file at its path (a checkpoint named by mistake).
-PAGE = Mark(
-    "an attention page",
-    (
-        b'<meta name="generator" content="gptwatch attention page">',
-        f'<script type="application/json" id="{DATA_ID}">'.encode(),
-    ),
-    "choose another path for the page",
-)
+# The first line of every page written here, put there by `write_page`: what a later write knows a page by.
+PAGE = Kind.starting("an attention page", b"<!-- written by gptwatch: an attention page -->\n")
 # The page's markup, style and script, with {title}, {data_id}, {data}, {legend} and {figures} to fill in.
 TEMPLATE = Path(__file__).with_name("page.html")
 
@@ -140,14 +132,7 @@ def legend(labels: dict[str, str] | None) -> str:
 
 
 def write_page(path: str | Path, page: str) -> Path:
-    """Writes the page (parent folders made, a link there replaced); a path that cannot be written is a UserError."""
+    """Writes the page (parent folders made) under its first line `PAGE`, over nothing or a page written earlier;
+    a path that cannot be written is a UserError."""
     path = Path(path)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        clear_for_file(path, "the attention page", "choose another path", follow_links=False)
-        replace_file(path, lambda fh: fh.write(page.encode("utf-8")), mark=PAGE)
-    except OSError as exc:
-        blocker = next((p for p in path.parents if p.exists()), None)
-        reason = f"{blocker} is a file, not a folder" if blocker and not blocker.is_dir() else write_error(exc, path)
-        raise UserError(f"cannot write the attention page {path} ({reason}); choose a writable path") from None
-    return path
+    return write_files({path: lambda fh: fh.write(page.encode("utf-8"))}, PAGE, f"the attention page {path}", "path")[0]
