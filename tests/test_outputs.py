@@ -90,7 +90,9 @@ def test_html_never_replaces_the_projects_own_source(checkpoint_folder, tmp_path
 def test_pairs_that_share_a_clean_prompt_never_share_a_heatmap(checkpoint_folder, tmp_path):
     pairs = tmp_path / "pairs.jsonl"
     pair = {"clean": "the dog saw it", "corrupted": "the log saw it", "answer": "a", "wrong": "e"}
-    others = [{**pair, "corrupted": "the cog saw it"}, {**pair, "wrong": "o"}]
+    # Two more with the same clean prompt: another corrupted one, another wrong answer (each measured: a pair the model
+    # does not tell apart has no map).
+    others = [{**pair, "corrupted": "the dot saw it"}, {**pair, "wrong": "i"}]
     pairs.write_text("".join(json.dumps(p) + "\n" for p in (pair, *others)))
     maps = tmp_path / "maps"
     code, out, err = run_sample([f"--out_dir={checkpoint_folder}", "--patch", str(pairs), f"--png_dir={maps}"])

@@ -414,7 +414,8 @@ def show_patch(model, tokenizer, checkpoint: dict, args: argparse.Namespace, _ab
     graph = _circuit(model, tokenizer, checkpoint, pairs, found_paths) if args.png_dir is not None else None
     maps, drawn = _write_patching_maps(found, tokenizer, args.png_dir, graph)
     if args.json:
-        say(*(f"heatmap: {path}" for path in maps), file=sys.stderr)  # stdout holds the JSON alone
+        shown = [f"heatmap: {path}" for path in maps if path is not None] + ([f"graph: {drawn}"] if drawn else [])
+        say(*shown, file=sys.stderr)  # stdout holds the JSON alone
         objects = [finite(patching_json(f, tokenizer)) for f in found]
         out = objects[0] if len(args.patch) == 2 else {"pairs": objects, "mean": mean_json(mean_over(found))}
         if found_paths is not None:
