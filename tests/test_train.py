@@ -1,5 +1,6 @@
 """End to end: a tiny training run, its checkpoint, TensorBoard logs, sampling, two processes, two nodes."""
 
+import contextlib
 import os
 import re
 import socket
@@ -13,7 +14,6 @@ import sample
 import train
 from common.cli import run_cli
 from tests import commands
-from tests.commands import ROOT
 
 # A run long enough to learn something: 40 steps of a 2-layer model on tests.commands's corpus.
 LEARNING = (
@@ -157,26 +157,21 @@ def test_two_cpu_processes_end_with_identical_parameters(tmp_path):
 
     prepare(str(tmp_path / "corpus.txt"), "char", tmp_path / "prep", quiet=True)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--nproc_per_node=2",
-            "--master_addr=127.0.0.1",
-            f"--master_port={free_port()}",
-            "train.py",
-            *args,
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        env=env,
-    )
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
-    assert "parameters identical on all 2 processes: True" in proc.stdout
-    assert "x 2 processes, 512 tokens per step" in proc.stdout  # same as one process with grad_accum=2
+    launch = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node=2",
+        "--master_addr=127.0.0.1",
+        f"--master_port={free_port()}",
+        "train.py",
+        *args,
+    ]
+    with commands.started(launch, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) as proc:
+        out, err = proc.communicate(timeout=commands.PATIENCE)
+    assert proc.returncode == 0, out[-2000:] + err[-4000:]
+    assert "parameters identical on all 2 processes: True" in out
+    assert "x 2 processes, 512 tokens per step" in out  # same as one process with grad_accum=2
 
 
 @pytest.mark.skipif(not torch.distributed.is_available(), reason="torch built without distributed")
@@ -200,15 +195,14 @@ def test_two_nodes_meet_through_c10d_rendezvous(tmp_path):
         "train.py",
         *args,
     ]
-    nodes = [
-        subprocess.Popen(launch, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-        for _ in range(2)
-    ]
-    try:
-        results = [node.communicate(timeout=240) for node in nodes]
-    finally:
-        for node in nodes:
-            node.kill()
+    with contextlib.ExitStack() as stack:
+        nodes = [
+            stack.enter_context(
+                commands.started(launch, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+            )
+            for _ in range(2)
+        ]
+        results = [node.communicate(timeout=commands.PATIENCE) for node in nodes]
     for node, (out, err) in zip(nodes, results, strict=True):
         assert node.returncode == 0, out[-2000:] + err[-4000:]
     outputs = [out for out, _ in results]
