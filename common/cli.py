@@ -1,6 +1,6 @@
 """What the two commands share: how text we did not write is shown, and how a command ends: `run_cli` turns a
-`UserError` (common/errors.py) into one line on stderr and an exit status (1, or 2 for usage, as shells expect), and each
-warning into one `warning: ...` line; everything else is a bug and keeps its traceback.
+`UserError` (common/errors.py) into one line on stderr and an exit status (1, or 2 for usage, as shells expect), and
+each warning into one `warning: ...` line; everything else is a bug and keeps its traceback.
 
 This module imports nothing but the standard library, so the commands import it before torch: a Ctrl-C while
 torch loads is then one line too (`report_interrupts_while_starting`).
