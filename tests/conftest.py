@@ -119,23 +119,35 @@ def _children_peak() -> int:
     return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
 
 
+_heaviest: list[tuple[int, str]] = []  # the largest peak of a test's own process so far, and that test
+
+
 @pytest.fixture(autouse=True)
 def _within_a_laptops_memory(request):
     """A test that peaks above LAPTOP_MEMORY resident fails, saying by how much: the test's own process (where its
     peak can be read per test: Linux), or a process the test started (its peak, when it is the largest so far)."""
     measured, children = _reset_peak_memory(), _children_peak()
     yield
-    started = _children_peak()
-    peaks = {
-        "its process": _peak_memory() if measured else None,
-        "a process it started": started > children and started,
-    }
+    started, peak = _children_peak(), _peak_memory() if measured else None
+    if peak is not None:
+        _heaviest[:] = [max([*_heaviest, (peak, request.node.nodeid)])]
+    peaks = {"its process": peak, "a process it started": started > children and started}
     over = {who: peak for who, peak in peaks.items() if peak and peak > LAPTOP_MEMORY}
     if over:
         said = ", ".join(f"{who} {peak / 2**30:.1f} GiB" for who, peak in over.items())
         pytest.fail(
             f"{request.node.nodeid} peaked above the {LAPTOP_MEMORY / 2**30:.0f} GiB resident a test may take on a "
             f"laptop ({said}): use smaller shapes where the check does not depend on size, batch, or free"
+        )
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """At the end: the most memory a test took, so that a change that makes one heavier is seen."""
+    if _heaviest:
+        peak, test = _heaviest[0]
+        terminalreporter.write_line(
+            f"peak memory: {peak / 2**30:.1f} GiB resident ({test}); the largest process a test started "
+            f"{_children_peak() / 2**30:.1f} GiB; each at most {LAPTOP_MEMORY / 2**30:.0f} GiB"
         )
 
 
