@@ -509,6 +509,7 @@ def test_the_start_up_hook_speaks_only_for_the_commands_and_not_under_debug(monk
         cwd=ROOT,
         capture_output=True,
         text=True,
+        timeout=PATIENCE,
     )
     assert imported.stdout.strip() == "True", imported.stderr
     reported = []
