@@ -15,10 +15,11 @@ sample (`TextSample`) and the attention (`watch.callback`).
 
 from __future__ import annotations
 
-from common import cli
+from common import cli, cores
 
 if __name__ == "__main__":  # before the imports below, so a Ctrl-C while torch loads is one line
     cli.report_interrupts_while_starting()
+    cores.look_before_torch_loads()  # OpenMP reads how its threads wait once, as torch loads
 
 # isort: split
 import os
@@ -234,9 +235,10 @@ class TrainingLog(Callback):
             file=self.out,
         )
         processes = f" x {rt.world_size} processes" if rt.distributed else ""
+        threads = torch.get_num_threads()
         say(
             f"device: {rt.device}{processes}, {trainer.tokens_per_step:,} tokens per step, "
-            f"{torch.get_num_threads()} CPU threads",
+            f"{threads} CPU thread{'s' if threads > 1 else ''}{rt.threads_note}",
             file=self.out,
         )
         # A bar only where someone watches it redrawn: in a file or a pipe each redraw would be kept, kilobytes of them.

@@ -225,7 +225,12 @@ class TrainConfig:
     device: str = _opt("auto", "auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps", group="run")
     dtype: str = _opt("auto", "auto: bfloat16 autocast on CUDA, float32 elsewhere", DTYPES, "run")
     compile: bool = _opt(False, "torch.compile the model (slow start, faster steps)", group="run")
-    threads: int = _opt(0, "CPU threads for torch (0: torch's default)", group="run")
+    threads: int = _opt(
+        0,
+        "CPU threads for torch (0: torch's default, a thread per core; on a machine other programs keep busy, the "
+        "cores they leave free when the run starts)",
+        group="run",
+    )
 
     # The keys the user set, in a config file they named or on the command line (`make_config` records them): a
     # model to fine-tune (`init_from`) decides every model key not among them. Not a setting itself.

@@ -6,8 +6,10 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,6 +36,11 @@ TEXT = "".join(
 )
 
 
+# How long a test waits for a process, or for one to reach the state it needs, before calling it hung: minutes, as
+# a machine under load can be tens of times slower than an idle one. Nothing waits for a fixed time instead.
+PATIENCE = 600
+
+
 def tiny_args(tmp_path: Path, *extra: str) -> list[str]:
     """A config file of our own (so a default config does not leak in), a corpus, and every folder in tmp_path."""
     config = tmp_path / "tiny.toml"
@@ -53,14 +60,53 @@ def tiny_args(tmp_path: Path, *extra: str) -> list[str]:
     ]
 
 
+# Python, made to restore the signals that stop a command to their defaults and then to become the command.
+_AS_FROM_A_TERMINAL = (
+    "import os, signal, sys\n"
+    "for name in ('SIGINT', 'SIGTERM', 'SIGHUP'):\n"
+    "    signal.signal(getattr(signal, name), signal.SIG_DFL)\n"
+    "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])\n"
+)
+
+
+def python(*args: str) -> list[str]:
+    """The command line of `python ARGS` started as a terminal starts it: Ctrl-C, SIGTERM and a hang-up stop it,
+    whatever the test runner ignores. A runner may ignore some (`nohup` SIGHUP, a shell's background job SIGINT), and
+    a process inherits what its parent ignores, across exec too; so a test that sends one, or that needs the command
+    to behave as a user's would, starts it through this."""
+    if os.name == "nt":  # no SIGHUP, and exec starts a new process there: as it is
+        return [sys.executable, *args]
+    return [sys.executable, "-S", "-c", _AS_FROM_A_TERMINAL, *args]
+
+
+@contextlib.contextmanager
+def started(command: list[str], **popen) -> Iterator[subprocess.Popen]:
+    """`subprocess.Popen(command, **popen)` in a session of its own, stopped with everything it started (a shell's
+    command) on the way out, whatever the test's outcome: asked first (SIGTERM: a launcher then stops its workers,
+    which torchrun starts in sessions of their own), then made to."""
+    proc = subprocess.Popen(command, cwd=popen.pop("cwd", ROOT), start_new_session=True, **popen)
+    try:
+        yield proc
+    finally:
+        for stop in (signal.SIGTERM, signal.SIGKILL):
+            with contextlib.suppress(ProcessLookupError):  # none of it left
+                os.killpg(proc.pid, stop)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=30)
+
+
 def run(
-    program: str, args: list[str], subprocess_: bool = False, timeout: float = 120, env: dict[str, str] | None = None
+    program: str,
+    args: list[str],
+    subprocess_: bool = False,
+    timeout: float = PATIENCE,
+    env: dict[str, str] | None = None,
 ) -> tuple[int, str, str]:
-    """(exit status, stdout, stderr) of `python {program}.py ARGS`; as a subprocess with `env` added to its
-    environment, if given."""
+    """(exit status, stdout, stderr) of `python {program}.py ARGS`; as a subprocess (`python`) with `env` added to
+    its environment, if given."""
     if subprocess_ or env is not None:
         proc = subprocess.run(
-            [sys.executable, f"{program}.py", *args],
+            python(f"{program}.py", *args),
             cwd=ROOT,
             capture_output=True,
             text=True,

@@ -1,9 +1,12 @@
-"""Test setup: offline tiktoken, fixed seeds, the repository on sys.path; and what many tests
-share: `tiny_model`, a small GPT built in one line, and `trained`, tiny checkpoints trained once
-per test session."""
+"""Test setup: offline tiktoken, fixed seeds, the repository on sys.path; two checks on every test, that it
+leaves no process running and stays within a laptop's memory; and what many tests share: `tiny_model`, a small
+GPT built in one line, and `trained`, tiny checkpoints trained once per test session."""
 
+import contextlib
 import os
+import resource
 import shutil
+import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +37,126 @@ def _no_progress_lines(monkeypatch):
     prints such a line would depend on how busy the machine is; the tests compare stderr exactly, so they see none
     unless they ask for them (tests/test_outputs.py)."""
     monkeypatch.setattr("common.cli.PROGRESS_AFTER", float("inf"))
+
+
+# --- every test: no process left behind, and a laptop's memory ----------------------------------------------
+
+# Every process the suite starts inherits this mark, and keeps it when its parent has gone (a launcher killed
+# before its workers, a shell before its command), so what a test leaves running is found however deep it is.
+MARK = "GPTWATCH_TEST_SESSION"
+os.environ[MARK] = str(os.getpid())
+
+
+def _marked_processes() -> dict[int, str]:
+    """{pid: command line} of the running processes that carry this session's mark (Linux's /proc; {} elsewhere)."""
+    mark = f"{MARK}={os.environ[MARK]}".encode()
+    found = {}
+    for name in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            environ = Path(f"/proc/{name}/environ").read_bytes()  # empty once it has exited (a zombie)
+            command = Path(f"/proc/{name}/cmdline").read_bytes()
+        except OSError:  # gone meanwhile, or another user's
+            continue
+        if mark in environ.split(b"\0"):
+            found[int(name)] = command.replace(b"\0", b" ").decode(errors="replace").strip()
+    return found
+
+
+def _children_so_far() -> int:
+    """Grows whenever a child process of this one has been waited for (its page faults are added up here)."""
+    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_minflt
+
+
+def _maybe_children() -> bool:
+    """Whether this process may have a child now (alive, or ended and not yet waited for): Linux lists each
+    thread's children; where it does not, maybe."""
+    lists = list(Path("/proc/self/task").glob("*/children"))
+    for path in lists:
+        with contextlib.suppress(OSError):  # a thread that has ended meanwhile
+            if path.read_text().strip():
+                return True
+    return not lists
+
+
+@pytest.fixture(autouse=True)
+def _no_process_left_behind(request):
+    """A test that starts a process ends it, pass or fail. One still running when the test is over is killed here
+    and fails the test, named with its command line."""
+    reaped = _children_so_far()
+    before = set(_marked_processes()) if _maybe_children() else set()  # one a wider fixture keeps for its tests
+    yield
+    if _children_so_far() == reaped and not _maybe_children():  # started none: most tests, checked at no cost
+        return
+    left = {pid: command for pid, command in _marked_processes().items() if pid not in before}
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)  # one of ours: leave no zombie
+        except (ProcessLookupError, ChildProcessError):
+            pass
+    if left:
+        running = "; ".join(f"pid {pid}: {command[:300]}" for pid, command in left.items())
+        pytest.fail(f"{request.node.nodeid} left {len(left)} process(es) running, killed now: {running}")
+
+
+LAPTOP_MEMORY = 4 * 2**30  # the most resident memory a test may take, so the suite runs on a 16 GB laptop
+
+
+def _peak_memory() -> int | None:
+    """This process's peak resident memory since the last `_reset_peak_memory` (Linux's VmHWM), in bytes."""
+    try:
+        status = Path("/proc/self/status").read_text()
+    except OSError:
+        return None
+    return next((int(line.split()[1]) * 1024 for line in status.splitlines() if line.startswith("VmHWM:")), None)
+
+
+def _reset_peak_memory() -> bool:
+    """Sets the peak back to the memory resident now (Linux 4.0 on); False where that cannot be done."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        return False
+    return True
+
+
+def _children_peak() -> int:
+    """The largest peak resident memory of any process this one started and waited for, in bytes."""
+    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
+
+
+_heaviest: list[tuple[int, str]] = []  # the largest peak of a test's own process so far, and that test
+
+
+@pytest.fixture(autouse=True)
+def _within_a_laptops_memory(request):
+    """A test that peaks above LAPTOP_MEMORY resident fails, saying by how much: the test's own process (where its
+    peak can be read per test: Linux), or a process the test started (its peak, when it is the largest so far)."""
+    measured, children = _reset_peak_memory(), _children_peak()
+    yield
+    started, peak = _children_peak(), _peak_memory() if measured else None
+    if peak is not None:
+        _heaviest[:] = [max([*_heaviest, (peak, request.node.nodeid)])]
+    peaks = {"its process": peak, "a process it started": started > children and started}
+    over = {who: peak for who, peak in peaks.items() if peak and peak > LAPTOP_MEMORY}
+    if over:
+        said = ", ".join(f"{who} {peak / 2**30:.1f} GiB" for who, peak in over.items())
+        pytest.fail(
+            f"{request.node.nodeid} peaked above the {LAPTOP_MEMORY / 2**30:.0f} GiB resident a test may take on a "
+            f"laptop ({said}): use smaller shapes where the check does not depend on size, batch, or free"
+        )
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """At the end: the most memory a test took, so that a change that makes one heavier is seen."""
+    if _heaviest:
+        peak, test = _heaviest[0]
+        terminalreporter.write_line(
+            f"peak memory: {peak / 2**30:.1f} GiB resident ({test}); the largest process a test started "
+            f"{_children_peak() / 2**30:.1f} GiB; each at most {LAPTOP_MEMORY / 2**30:.0f} GiB"
+        )
 
 
 def shared_file(relative: str) -> Path:

@@ -5,7 +5,7 @@ output read back, random-token batches, the training step it times, --set.
 import pytest
 import torch
 
-from bench import nanogpt, report, run, workers
+from bench import busy, nanogpt, report, run, workers
 from bench.harness import spread
 
 
@@ -198,3 +198,18 @@ def test_a_floor_read_from_random_sequences_holds_only_when_its_whole_spread_doe
     assert judged(0.71, 0.02, 0.70) == "0.710 ± 0.020 (within its spread)"  # another draw could fall below
     assert judged(0.65, 0.02, 0.70) == "0.650 ± 0.020 (below)"
     assert judged(0.81, None, 0.70) == "0.81"  # a result from before figures had a spread
+
+
+def test_the_busy_machine_ratios_pair_each_run_with_the_same_repeat_of_the_other():
+    raw = {
+        ("A", "idle"): [{"wall_s": 8.0}, {"wall_s": 10.0}],
+        ("B", "idle"): [{"wall_s": 8.0}, {"wall_s": 9.0}],
+        ("A", "busy"): [{"wall_s": 80.0, "device": "2 CPU threads"}, {"wall_s": 100.0, "device": "2 CPU threads"}],
+        ("B", "busy"): [{"wall_s": 16.0, "device": "1 CPU thread (...)"}, {"error": "exited 1"}],
+    }
+    summary = busy.summarise(raw)
+    assert summary["busy / idle"]["A"]["values"] == [10.0, 10.0]
+    assert summary["busy / idle"]["B"]["values"] == [2.0]  # the failed repeat is left out, not paired with another
+    assert summary["B / A"]["busy"]["values"] == [0.2] and summary["B / A"]["idle"]["values"] == [1.0, 0.9]
+    assert summary["wall_s"]["A busy"]["median"] == 90.0
+    assert summary["threads beside it"] == {"A": "2 CPU threads", "B": "1 CPU thread (...)"}

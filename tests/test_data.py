@@ -176,7 +176,7 @@ def test_two_preparations_of_the_same_text_at_once_both_succeed(tmp_path, monkey
     import sys
 
     import data.prepare as p
-    from tests.commands import ROOT, TEXT
+    from tests.commands import PATIENCE, ROOT, TEXT
 
     src, data_dir = tmp_path / "story.txt", tmp_path / "prep"
     src.write_text(TEXT)
@@ -188,7 +188,7 @@ def test_two_preparations_of_the_same_text_at_once_both_succeed(tmp_path, monkey
 
     def the_other_preparation_first(meta):
         monkeypatch.setattr(p, "_meta_checksum", original)
-        subprocess.run([sys.executable, "-c", other], check=True)
+        subprocess.run([sys.executable, "-c", other], check=True, timeout=PATIENCE)
         return original(meta)
 
     monkeypatch.setattr(p, "_meta_checksum", the_other_preparation_first)

@@ -11,7 +11,7 @@ import pytest
 from formats.export import Unsupported, check_path
 from formats.sources import TARGETS
 from model.config import GPTConfig
-from tests.commands import ROOT, one_line, run_sample
+from tests.commands import PATIENCE, ROOT, one_line, run_sample
 from tests.random_checkpoints import make_checkpoint
 
 HEAVY = ("transformer_lens", "transformers", "tokenizers")
@@ -29,7 +29,9 @@ def test_importing_the_project_imports_neither_library():
         "watch.inspect",
     ]
     code = f"import sys; import {', '.join(modules)}; print([m for m in sys.modules if m.split('.')[0] in {HEAVY!r}])"
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True, timeout=PATIENCE
+    ).stdout
     assert out.strip() == "[]"
 
 

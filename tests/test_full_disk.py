@@ -7,13 +7,12 @@ full disk of tests/test_bad_input.py runs everywhere.)
 import contextlib
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from formats import load_checkpoint
-from tests.commands import ROOT, one_line, run_sample, run_train, tiny_args
+from tests.commands import one_line, run, run_sample, run_train, tiny_args
 
 
 @pytest.fixture
@@ -56,9 +55,9 @@ def test_a_full_log_dir_is_one_warning_and_training_goes_on(tmp_path, small_disk
     """TensorBoard writes from a background thread; its failure must not print that thread's traceback,
     nor a second one from the main thread, nor stop the run."""
     args = tiny_args(tmp_path, f"--log_dir={small_disk}", '--watch_sentences=["the dog saw it"]')
-    done = subprocess.run([sys.executable, "train.py", *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    assert done.stderr == (
+    code, _, err = run("train", args, subprocess_=True)  # the writer thread's failure, as a real process shows it
+    assert code == 0, err
+    assert err == (
         f"warning: cannot write TensorBoard logs to {small_disk / 't'} (No space left on device "
         f"on the disk mounted at {small_disk}); going on without them: free disk space or choose "
         f"another --log_dir\n"

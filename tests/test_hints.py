@@ -17,7 +17,7 @@ import pytest
 from conftest import require_gpt2
 
 from data.batches import Batches
-from tests.commands import ROOT, TEXT, TINY, run_sample, run_train
+from tests.commands import PATIENCE, ROOT, TEXT, TINY, run_sample, run_train, started
 
 COMMAND = re.compile(r"(?:^|: )((?:python|tensorboard) \S.*)$")
 
@@ -27,28 +27,21 @@ def commands(out: str) -> list[str]:
     return [match[1] for line in out.splitlines() if (match := COMMAND.search(line))]
 
 
-def run_printed(command: str, timeout: float = 300) -> subprocess.CompletedProcess:
+def run_printed(command: str, timeout: float = PATIENCE) -> subprocess.CompletedProcess:
     """The command as a user pastes it into a shell, in the repository."""
     return subprocess.run(["bash", "-c", command], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
 
 
-def serves(command: str, timeout: float = 120) -> str:
+def serves(command: str, timeout: float = PATIENCE) -> str:
     """Starts a printed TensorBoard command and stops it once it says where it serves; its output so far."""
     if shutil.which("tensorboard") is None:
         pytest.skip("the tensorboard command is not on PATH (pip install tensorboard puts it there)")
-    process = subprocess.Popen(
-        ["bash", "-c", command], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
-    )
     seen, deadline = b"", time.monotonic() + timeout
-    try:
+    with started(["bash", "-c", command], stdout=subprocess.PIPE, stderr=subprocess.STDOUT) as process:
         while b"http://" not in seen and time.monotonic() < deadline and process.poll() is None:
             ready, _, _ = select.select([process.stdout], [], [], 1.0)
             if ready:
                 seen += os.read(process.stdout.fileno(), 1 << 16)
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-        process.wait(timeout=30)
     return seen.decode(errors="replace")
 
 

@@ -25,7 +25,7 @@ from formats import CheckpointError, load_checkpoint, validate
 from formats.checkpoint import save_checkpoint, saved_settings
 from model.config import MAX_BLOCK_SIZE, GPTConfig
 from model.gpt import GPT
-from tests.commands import ROOT, TEXT, one_line, run_sample
+from tests.commands import PATIENCE, ROOT, TEXT, one_line, run_sample
 from tests.random_checkpoints import make_checkpoint
 
 DEAD = 999_999_999  # a pid no process has
@@ -542,7 +542,7 @@ def test_a_ctrl_c_while_a_command_starts_raises_nothing_and_exits_in_one_line(mo
     probe = (
         "import signal, common.cli, train, sample; print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)"
     )
-    imported = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True)
+    imported = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=PATIENCE)
     assert imported.stdout.strip() == "True", imported.stderr
     exits = []
     monkeypatch.setattr(cli.os, "_exit", exits.append)
@@ -665,7 +665,7 @@ def test_a_long_text_is_read_and_tokenized_in_memory_a_small_multiple_of_its_siz
         "except UserError as exc: print(exc, file=sys.stderr)\n"
         "print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024)"
     )
-    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=PATIENCE)
     assert "one kind of token only ('a', 24,000,000 times)" in run.stderr, run.stderr
     assert int(run.stdout) < 8 * 24_000_000  # 16x before
 

@@ -3,6 +3,9 @@ computes the same function: logits within 1e-4, every layer's `hook_pattern` wit
 head-type scores read from its cache within 1e-5 of gptwatch's own. Every checkpoint kind exports
 (tests/random_checkpoints.py: both architectures, biases or none, char and BPE), and so do trained ones."""
 
+from collections.abc import Iterator
+from dataclasses import replace
+
 import pytest
 import torch
 from conftest import require_gpt2
@@ -12,8 +15,8 @@ from formats import load_model
 from formats.transformerlens import quiet_deprecation, to_hooked_transformer
 from tests.commands import TEXT, run_sample
 from tests.random_checkpoints import KINDS, make_checkpoint
-from watch.measure.capture import capture_attention, capture_from_patterns
-from watch.measure.probesets import REPEATED, ProbeSets, held_out_text, repeated_tokens, token_pool
+from watch.measure.capture import Capture, capture_attention, capture_from_patterns
+from watch.measure.probesets import REPEATED, ProbeSet, ProbeSets, held_out_text, repeated_tokens, token_pool
 from watch.measure.probesets import TEXT as TEXT_SET
 from watch.measure.reading import interpret, measure, tally, untrained_like
 
@@ -88,26 +91,35 @@ def test_the_exported_file_loads_in_transformer_lens_and_computes_the_same(check
     assert saved["tokenizer"] == load_model(checkpoint, torch.device("cpu")).tokenizer.to_meta()
 
 
-def tl_captures(hooked, sets: ProbeSets) -> list:
-    """Captures of each probe set built from TransformerLens's cache (hook_pattern, logits), not gptwatch's:
-    one run_with_cache per sequence length."""
-    out = []
+def tl_captures(hooked, sets: ProbeSets, batch: int = 16) -> Iterator[Capture]:
+    """Captures of each probe set built from TransformerLens's cache (hook_pattern, logits), not gptwatch's: `batch`
+    sequences at a time (whole groups of the set), one run_with_cache per sequence length among them. `read` adds
+    the captures up, as it adds up gptwatch's own few-sequence captures, so the logits of a large vocabulary at
+    every position are held for a few sequences at a time (GPT-2's 50,257 for 256 windows of 64 tokens: 3.3 GB)."""
     for probe_set in sets.sets.values():
-        patterns, logits = [None] * len(probe_set), [None] * len(probe_set)
-        for length in {len(ids) for ids in probe_set.ids}:
-            rows = [i for i, ids in enumerate(probe_set.ids) if len(ids) == length]
-            with torch.no_grad():
-                batch_logits, cache = hooked.run_with_cache(
-                    torch.tensor([probe_set.ids[i] for i in rows]),
-                    names_filter=lambda name: name.endswith("hook_pattern"),
-                )
-            for n, row in enumerate(rows):
-                patterns[row] = [cache[f"blocks.{layer}.attn.hook_pattern"][n] for layer in range(hooked.cfg.n_layers)]
-                # Every position's, or those of the one position a set reads (a context's last, say).
-                one = probe_set.logits_at is not None and not probe_set.all_logits
-                logits[row] = batch_logits[n, probe_set.logits_at[row] or 0] if one else batch_logits[n]
-        out.append(capture_from_patterns(probe_set, patterns, logits))
-    return out
+        step = max(probe_set.group, batch // probe_set.group * probe_set.group)
+        for start in range(0, len(probe_set), step):
+            rows = slice(start, start + step)
+            at = probe_set.logits_at[rows] if probe_set.logits_at is not None else None
+            part = replace(probe_set, ids=probe_set.ids[rows], items=probe_set.items[rows], logits_at=at, constants={})
+            yield _tl_capture(hooked, part)
+
+
+def _tl_capture(hooked, probe_set: ProbeSet) -> Capture:
+    patterns, logits = [None] * len(probe_set), [None] * len(probe_set)
+    for length in {len(ids) for ids in probe_set.ids}:
+        rows = [i for i, ids in enumerate(probe_set.ids) if len(ids) == length]
+        with torch.no_grad():
+            batch_logits, cache = hooked.run_with_cache(
+                torch.tensor([probe_set.ids[i] for i in rows]),
+                names_filter=lambda name: name.endswith("hook_pattern"),
+            )
+        for n, row in enumerate(rows):
+            patterns[row] = [cache[f"blocks.{layer}.attn.hook_pattern"][n] for layer in range(hooked.cfg.n_layers)]
+            # Every position's, or those of the one position a set reads (a context's last, say).
+            one = probe_set.logits_at is not None and not probe_set.all_logits
+            logits[row] = batch_logits[n, probe_set.logits_at[row] or 0] if one else batch_logits[n]
+    return capture_from_patterns(probe_set, patterns, logits)
 
 
 @pytest.mark.parametrize(

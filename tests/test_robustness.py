@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -27,7 +28,7 @@ from data.batches import Batches
 from formats import checkpoint as ckpt_mod
 from formats.checkpoint import FORMAT, FORMAT_VERSION, CheckpointError, load_checkpoint, save_checkpoint
 from model import GPT
-from tests.commands import ROOT, TEXT, one_line, run, run_train, tiny_args
+from tests.commands import PATIENCE, ROOT, TEXT, one_line, python, run, run_train, tiny_args
 from trainer import optim, runtime
 from trainer.start import starting_from
 from trainer.trainer import CheckpointWriter, FitResult, Trainer
@@ -285,36 +286,42 @@ def test_resume_with_a_shorter_block_size_trains_on(tmp_path):
 # --- signals and kill -9, in a real process --------------------------------------------------------
 
 
-def _start(args: list[str]) -> tuple[subprocess.Popen, list[str]]:
-    """train.py in a process whose stdout lines arrive in the returned list while it runs."""
+@contextlib.contextmanager
+def _running(args: list[str], *, read_lines: bool = True):
+    """train.py ARGS in a process started as from a terminal (`commands.python`), whose stdout lines arrive in
+    `proc.lines` while it runs (with `read_lines`; else the test reads stdout itself). Killed on the way out if it
+    is still running, whatever the test's outcome."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(
-        [sys.executable, "train.py", *args],
-        cwd=ROOT,
-        env=env,
-        text=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        python("train.py", *args), cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
-    lines: list[str] = []
-    proc.reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
-    proc.reader.start()
-    return proc, lines
+    proc.lines = []
+    if read_lines:
+        proc.reader = threading.Thread(target=lambda: proc.lines.extend(proc.stdout), daemon=True)
+        proc.reader.start()
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
 
 
 def _finish(proc: subprocess.Popen) -> str:
     """Waits for the process and its stdout reader; returns its stderr."""
-    proc.wait(timeout=60)
-    proc.reader.join(timeout=10)
+    proc.wait(timeout=PATIENCE)
+    proc.reader.join(timeout=PATIENCE)
     return proc.stderr.read()
 
 
-def _wait_for(condition, proc: subprocess.Popen, what: str, timeout: float = 90) -> None:
+def _wait_for(condition, proc: subprocess.Popen, what: str, timeout: float = PATIENCE) -> None:
+    """Waits until `condition()` holds: the state the test needs, however slow the machine; fails if the process
+    ends first or is still not there after `timeout` seconds."""
     deadline = time.monotonic() + timeout
     while not condition():
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
-            pytest.fail(f"train.py never got to {what} (exit {proc.poll()}): {proc.stderr.read()[-2000:]}")
+            pytest.fail(f"train.py never got to {what} (exit {proc.wait()}): {proc.stderr.read()[-2000:]}")
         time.sleep(0.05)
 
 
@@ -331,13 +338,11 @@ def test_restarts_stopped_right_after_their_first_step_never_push_the_trained_ru
         args = tiny_args(
             tmp_path, "--max_iters=1000000", "--eval_interval=1000000", f"--seed={seed}", f"--run_name=r{seed}"
         )
-        proc, lines = _start(args)
-        try:
-            _wait_for(lambda lines=lines: any(line.startswith("step 0:") for line in lines), proc, "its first step")
+        with _running(args) as proc:
+            _wait_for(_said(proc, "step 0:"), proc, "its first step")
             proc.send_signal(signum)
             err = _finish(proc)
-        finally:
-            proc.kill()
+            lines = proc.lines
         assert proc.returncode == 128 + signum and err.count("\n") == 1, err
         assert (out / "ckpt.prev.pt").read_bytes() == trained_run
         if first_restart is None:
@@ -349,14 +354,19 @@ def test_restarts_stopped_right_after_their_first_step_never_push_the_trained_ru
             assert (out / "ckpt.pt").read_bytes() == first_restart and "saved step" not in "".join(lines)
 
 
+def _said(proc: subprocess.Popen, start: str) -> Callable[[], bool]:
+    """Whether the process has printed a line that starts with `start`."""
+    return lambda: any(line.startswith(start) for line in proc.lines)
+
+
 def test_sigterm_finishes_the_step_saves_and_exits_143(tmp_path):
     args = tiny_args(tmp_path, "--max_iters=1000000", "--eval_interval=1000000")
-    proc, lines = _start(args)
-    _wait_for(lambda: any(line.startswith("step 0:") for line in lines), proc, "training")
-    time.sleep(0.3)
-    proc.send_signal(signal.SIGTERM)
-    err = _finish(proc)
-    out = "".join(lines)
+    with _running(args) as proc:
+        # Its first evaluation: training has taken the signals over, so the step under way finishes and is saved.
+        _wait_for(_said(proc, "step 0:"), proc, "training")
+        proc.send_signal(signal.SIGTERM)
+        err = _finish(proc)
+    out = "".join(proc.lines)
     assert proc.returncode == 128 + signal.SIGTERM == 143, err
     assert err == ""
     hint = re.search(r"SIGTERM: saved step (\d+) to .*; resume with: python train.py .* --resume$", out, re.M)
@@ -371,12 +381,12 @@ def test_sigterm_finishes_the_step_saves_and_exits_143(tmp_path):
 
 def test_kill_9_loses_at_most_ckpt_interval_steps(tmp_path):
     args = tiny_args(tmp_path, "--max_iters=1000000", "--eval_interval=1000000", "--ckpt_interval=2")
-    proc, _ = _start(args)
     checkpoint_file = tmp_path / "out" / "ckpt.pt"
-    _wait_for(checkpoint_file.exists, proc, "its first checkpoint")
-    time.sleep(0.3)
-    proc.kill()
-    _finish(proc)
+    with _running(args) as proc:
+        # Its estimate comes after the first steps timed: a dozen checkpoints written, and one due every other step.
+        _wait_for(_said(proc, "about "), proc, "saving a checkpoint every other step")
+        proc.kill()
+        _finish(proc)
     checkpoint = load_checkpoint(checkpoint_file)  # complete, whatever moment the kill came
     assert checkpoint["step"] > 0 and checkpoint["step"] % 2 == 0
     # The killed run's lock file is left behind but held by nobody: the next run takes it over and says so.
@@ -475,23 +485,17 @@ def test_a_second_run_into_the_same_out_dir_is_refused_and_destroys_nothing(trai
     trained.copy_to(out)
     earlier = (out / "ckpt.pt").read_bytes()
 
-    first, lines = _start(tiny_args(tmp_path, "--max_iters=1000000", "--eval_interval=1000000", "--seed=2"))
-    _wait_for(lambda: any(line.startswith("step 0:") for line in lines), first, "training")
-    second = subprocess.run(
-        [sys.executable, "train.py", *tiny_args(tmp_path, "--seed=3")],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert second.returncode == 1
-    message = one_line(second.stderr)
-    assert f"out_dir {out} is in use by another training run (pid {first.pid} on " in message
-    assert "wait for it to finish or stop it, or choose another --out_dir" in message
-    assert (out / "ckpt.pt").read_bytes() == earlier and not (out / "ckpt.prev.pt").exists()
+    with _running(tiny_args(tmp_path, "--max_iters=1000000", "--eval_interval=1000000", "--seed=2")) as first:
+        _wait_for(_said(first, "step 0:"), first, "training")
+        code, _, err = run("train", tiny_args(tmp_path, "--seed=3"), subprocess_=True)
+        assert code == 1
+        message = one_line(err)
+        assert f"out_dir {out} is in use by another training run (pid {first.pid} on " in message
+        assert "wait for it to finish or stop it, or choose another --out_dir" in message
+        assert (out / "ckpt.pt").read_bytes() == earlier and not (out / "ckpt.prev.pt").exists()
 
-    first.send_signal(signal.SIGTERM)
-    assert _finish(first).count("\n") == 1 and first.returncode == 143  # its one warning: the earlier run kept
+        first.send_signal(signal.SIGTERM)
+        assert _finish(first).count("\n") == 1 and first.returncode == 143  # its one warning: the earlier run kept
     assert (out / "ckpt.prev.pt").read_bytes() == earlier
     assert not (out / ".lock").exists()
     code, _, err = run_train(
@@ -652,22 +656,15 @@ def test_a_closed_pipe_does_not_stop_training(tmp_path):
 
 
 def test_sighup_with_the_terminal_gone_saves_and_exits_129(tmp_path):
-    """An ssh drop: stdout goes dead (writes fail) and SIGHUP arrives; the run saves where it stopped."""
+    """An ssh drop: stdout goes dead (writes fail) and SIGHUP arrives; the run saves where it stopped. The run starts
+    as from a terminal, where SIGHUP is not ignored (under `nohup` it is, and the run rightly goes on)."""
     args = tiny_args(tmp_path, "--max_iters=1000000", "--eval_interval=1000000", "--ckpt_interval=1")
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen(
-        [sys.executable, "train.py", *args],
-        cwd=ROOT,
-        env=env,
-        text=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    assert proc.stdout.readline().startswith("prepared ")
-    proc.stdout.close()  # every later write to stdout fails with EPIPE
-    _wait_for((tmp_path / "out" / "ckpt.pt").exists, proc, "its first checkpoint")
-    proc.send_signal(signal.SIGHUP)
-    proc.wait(timeout=60)
+    with _running(args, read_lines=False) as proc:
+        assert proc.stdout.readline().startswith("prepared ")
+        proc.stdout.close()  # every later write to stdout fails with EPIPE
+        _wait_for((tmp_path / "out" / "ckpt.pt").exists, proc, "its first checkpoint")
+        proc.send_signal(signal.SIGHUP)
+        proc.wait(timeout=PATIENCE)
     err = proc.stderr.read()
     assert (proc.returncode, err) == (128 + signal.SIGHUP, ""), err[-2000:]
     step = load_checkpoint(tmp_path / "out")["step"]
@@ -698,7 +695,7 @@ def test_a_preparation_killed_mid_write_leaves_nothing_behind(tmp_path):
         f"p.prepare({str(corpus)!r}, 'char', {str(data_dir)!r})"
     )
     proc = subprocess.Popen([sys.executable, "-c", script])
-    assert proc.wait(timeout=60) == -signal.SIGKILL
+    assert proc.wait(timeout=PATIENCE) == -signal.SIGKILL
     [staging] = data_dir.iterdir()  # the token files written, meta.json not yet
     assert f".tmp-{proc.pid}-" in staging.name and (staging / "train.bin").stat().st_size > 0
     live = data_dir / staging.name.replace(f"tmp-{proc.pid}-", f"tmp-{os.getppid()}-")

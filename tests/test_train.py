@@ -1,5 +1,6 @@
 """End to end: a tiny training run, its checkpoint, TensorBoard logs, sampling, two processes, two nodes."""
 
+import contextlib
 import os
 import re
 import socket
@@ -11,9 +12,11 @@ import torch
 
 import sample
 import train
+from common import cores
 from common.cli import run_cli
+from common.settings import TrainConfig
 from tests import commands
-from tests.commands import ROOT
+from trainer import runtime
 
 # A run long enough to learn something: 40 steps of a 2-layer model on tests.commands's corpus.
 LEARNING = (
@@ -79,6 +82,76 @@ def test_a_busy_machine_is_named_with_its_load_average(monkeypatch):
     )
     monkeypatch.setattr(os, "getloadavg", lambda: (2.1, 2.0, 2.0))  # a run's own two threads: not busy
     assert train.busy_machine() == ""
+
+
+# user nice system idle iowait irq softirq steal, in clock ticks: cpu0 busy 3 of 3 ticks (steal counts, the hypervisor
+# gave it to another machine), cpu1 waited for a disk (idle), cpu2 busy but not a core this process may use.
+STAT_BEFORE = (
+    "cpu  0 0 0 0 0 0 0 0 0 0\ncpu0 100 0 50 900 0 0 0 0 0 0\ncpu1 10 0 5 900 40 0 0 0 0 0\ncpu2 0 0 0 0 0 0 0 0 0 0\n"
+)
+STAT_AFTER = (
+    "cpu  9 9 9 9 9 9 9 9 9 9\ncpu0 102 0 50 900 0 0 0 1 0 0\ncpu1 10 0 5 901 42 0 0 0 0 0\ncpu2 3 0 0 0 0 0 0 0 0 0\n"
+)
+
+
+def test_the_cores_other_programs_keep_busy_are_read_from_two_looks_at_proc_stat():
+    assert cores.cpu_times(STAT_BEFORE, {0, 1}) == {0: (150, 1050), 1: (15, 955)}
+    assert cores.busy_cores(STAT_BEFORE, STAT_AFTER, {0, 1}) == 1.0  # cpu0 whole, cpu1 not at all; cpu2 not ours
+    assert cores.busy_cores(STAT_BEFORE, STAT_AFTER, {0, 1, 2}) == 2.0
+
+
+@pytest.fixture
+def cores_at_start(monkeypatch):
+    """Sets what `common.cores` saw as the run started, and torch's threads back as they were afterwards."""
+    threads = torch.get_num_threads()
+    yield lambda seen: monkeypatch.setattr(cores, "_at_start", seen)
+    torch.set_num_threads(threads)
+
+
+def test_on_a_busy_machine_a_run_takes_the_cores_left_free_and_says_so_first(tmp_path, cores_at_start, capsys):
+    torch.set_num_threads(2)  # torch's default on 2 cores
+    cores_at_start(cores.Cores(usable=2, busy=1.9))
+    assert run_cli(train.main, commands.tiny_args(tmp_path)) == 0
+    device = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("device: "))
+    assert device.endswith(
+        ", 1 CPU thread (other programs kept 1.9 of its 2 cores busy as it started; --threads=N to choose)"
+    )
+    assert torch.get_num_threads() == 1
+
+
+@pytest.mark.parametrize(
+    "seen, threads, expected",
+    [
+        (None, 0, 2),  # idle: torch's default, as before
+        (cores.Cores(usable=2, busy=0.6), 0, 1),  # one core busy: the other
+        (cores.Cores(usable=2, busy=0.4), 0, 2),  # less than half a core: idle
+        (cores.Cores(usable=2, busy=3.0), 0, 1),  # busier than its cores: one thread still
+        (cores.Cores(usable=2, busy=2.0), 2, 2),  # a `threads` setting wins
+    ],
+)
+def test_the_threads_are_torchs_default_unless_other_programs_keep_cores_busy(cores_at_start, seen, threads, expected):
+    torch.set_num_threads(2)
+    cores_at_start(seen)
+    rt = runtime.setup(TrainConfig(threads=threads))
+    assert torch.get_num_threads() == expected and bool(rt.threads_note) == (expected < 2 and not threads)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/stat"), reason="the cores are read from Linux's /proc/stat")
+def test_the_cores_are_looked_at_before_torch_loads_unless_the_environment_says(monkeypatch):
+    """OpenMP reads OMP_WAIT_POLICY once, as torch loads: set to PASSIVE there on a busy machine, its waiting threads
+    sleep rather than spin on the cores other programs need."""
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    monkeypatch.setattr(cores, "_at_start", None)
+    monkeypatch.setattr(cores, "busy_cores", lambda before, after, cpus: len(cpus) - 0.9)  # all but one busy
+    cores.look_before_torch_loads()
+    assert os.environ["OMP_WAIT_POLICY"] == "PASSIVE" and cores.threads(8) == (1, cores._at_start.note())
+
+    monkeypatch.setattr(cores, "_at_start", None)
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")  # torchrun's, or the user's: theirs
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    cores.look_before_torch_loads()
+    assert os.environ["OMP_WAIT_POLICY"] == "ACTIVE" and cores.threads(8) == (8, "")
 
 
 def test_sample_streams_text_from_the_checkpoint(tmp_path, capsys):
@@ -157,26 +230,21 @@ def test_two_cpu_processes_end_with_identical_parameters(tmp_path):
 
     prepare(str(tmp_path / "corpus.txt"), "char", tmp_path / "prep", quiet=True)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--nproc_per_node=2",
-            "--master_addr=127.0.0.1",
-            f"--master_port={free_port()}",
-            "train.py",
-            *args,
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        env=env,
-    )
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
-    assert "parameters identical on all 2 processes: True" in proc.stdout
-    assert "x 2 processes, 512 tokens per step" in proc.stdout  # same as one process with grad_accum=2
+    launch = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node=2",
+        "--master_addr=127.0.0.1",
+        f"--master_port={free_port()}",
+        "train.py",
+        *args,
+    ]
+    with commands.started(launch, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) as proc:
+        out, err = proc.communicate(timeout=commands.PATIENCE)
+    assert proc.returncode == 0, out[-2000:] + err[-4000:]
+    assert "parameters identical on all 2 processes: True" in out
+    assert "x 2 processes, 512 tokens per step" in out  # same as one process with grad_accum=2
 
 
 @pytest.mark.skipif(not torch.distributed.is_available(), reason="torch built without distributed")
@@ -200,15 +268,14 @@ def test_two_nodes_meet_through_c10d_rendezvous(tmp_path):
         "train.py",
         *args,
     ]
-    nodes = [
-        subprocess.Popen(launch, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-        for _ in range(2)
-    ]
-    try:
-        results = [node.communicate(timeout=240) for node in nodes]
-    finally:
-        for node in nodes:
-            node.kill()
+    with contextlib.ExitStack() as stack:
+        nodes = [
+            stack.enter_context(
+                commands.started(launch, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+            )
+            for _ in range(2)
+        ]
+        results = [node.communicate(timeout=commands.PATIENCE) for node in nodes]
     for node, (out, err) in zip(nodes, results, strict=True):
         assert node.returncode == 0, out[-2000:] + err[-4000:]
     outputs = [out for out, _ in results]

@@ -18,6 +18,7 @@ from data.probes import AlignedProbe
 from data.probes import Probe as ProbeRecord  # the JSONL record; `Probe` below stands in for it by hand
 from data.tokenizer import CharTokenizer
 from model.gpt import GPT
+from tests.commands import PATIENCE
 from watch.measure import capture as capture_module
 from watch.measure.capture import capture_attention, capture_from_patterns, captures
 from watch.measure.heads import Ablation, ablation_for, display_token, head_name, parse_head
@@ -692,7 +693,7 @@ def test_a_tensorboard_writer_that_cannot_write_warns_once_and_goes_on(tmp_path,
         writer = TensorBoardWriter(tmp_path / "run")
         writer.add_scalar("loss", 1.0, 0)
         writer.add_scalar("loss", 1.0, 1)  # a new step sends the last one's scalars to the thread
-        deadline = time.monotonic() + 30  # the thread writes (and fails) on its own
+        deadline = time.monotonic() + PATIENCE  # the thread writes (and fails) on its own
         while any(type(t).__name__ == "_AsyncWriterThread" for t in threading.enumerate()):
             assert time.monotonic() < deadline, "TensorBoard's writer thread never met the full disk"
             time.sleep(0.01)

@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from common import cores
 from common.errors import UsageError, UserError, is_out_of_memory, warn
 from common.files import (
     Kind,
@@ -58,6 +59,7 @@ class Runtime:
     rank: int = 0
     local_rank: int = 0
     world_size: int = 1
+    threads_note: str = ""  # why it runs on fewer CPU threads than torch's default, if it does
 
     @property
     def distributed(self) -> bool:
@@ -74,17 +76,10 @@ class Runtime:
 
 
 def setup(cfg: TrainConfig) -> Runtime:
-    """Picks the device; under torchrun, joins the process group (nccl on CUDA, gloo on CPU). torchrun sets
-    WORLD_SIZE, RANK and LOCAL_RANK for each process it starts ((1, 0, 0) without it); a value that is no whole
-    number, or that no launcher sets (a rank beyond the world), is a UsageError."""
-    if cfg.threads:
-        cpus = os.cpu_count() or 1
-        if cfg.threads > cpus:  # far more threads than CPUs only slows torch down, or fails to start them
-            raise UsageError(
-                f"--threads={cfg.threads} but this machine has {cpus} CPUs; use at most {cpus}, "
-                f"or 0 for torch's default"
-            )
-        torch.set_num_threads(cfg.threads)
+    """Sets the CPU threads (`_set_threads`) and picks the device; under torchrun, joins the process group (nccl on
+    CUDA, gloo on CPU). torchrun sets WORLD_SIZE, RANK and LOCAL_RANK for each process it starts ((1, 0, 0) without
+    it); a value that is no whole number, or that no launcher sets (a rank beyond the world), is a UsageError."""
+    threads_note = _set_threads(cfg)
     numbers = []
     for name, default in (("WORLD_SIZE", "1"), ("RANK", "0"), ("LOCAL_RANK", "0")):
         text = os.environ.get(name, default)
@@ -119,7 +114,25 @@ def setup(cfg: TrainConfig) -> Runtime:
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
     bfloat16 = cfg.dtype == "bfloat16" or (cfg.dtype == "auto" and device.type == "cuda")
-    return Runtime(device, torch.bfloat16 if bfloat16 else None, rank, local_rank, world_size)
+    return Runtime(device, torch.bfloat16 if bfloat16 else None, rank, local_rank, world_size, threads_note)
+
+
+def _set_threads(cfg: TrainConfig) -> str:
+    """Sets torch's CPU threads: `threads` when set, else fewer than torch's default where other programs kept cores
+    busy as the run started (`common.cores`); returns why it took fewer, in words ("" when it did not)."""
+    if cfg.threads:
+        cpus = os.cpu_count() or 1
+        if cfg.threads > cpus:  # far more threads than CPUs only slows torch down, or fails to start them
+            raise UsageError(
+                f"--threads={cfg.threads} but this machine has {cpus} CPUs; use at most {cpus}, "
+                f"or 0 for torch's default"
+            )
+        torch.set_num_threads(cfg.threads)
+        return ""
+    threads, why = cores.threads(torch.get_num_threads())
+    if why:
+        torch.set_num_threads(threads)
+    return why
 
 
 def teardown(rt: Runtime) -> None:
