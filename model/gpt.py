@@ -179,14 +179,16 @@ class GPT(nn.Module):
         return (self.lm_head(x) if all_logits else self.lm_head(x[:, -1:, :])), None
 
     def forward_with_attention(
-        self, idx: torch.Tensor, *, logits_at: torch.Tensor | None = None
+        self, idx: torch.Tensor, *, logits_at: torch.Tensor | None = None, start_at_layer: int = 0
     ) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """The readable path through every layer: (logits at every position, one attention pattern [batch, head,
         query_pos, key_pos] per layer). With `logits_at` ([batch] positions), the logits [batch, vocab] at those
-        positions only: the output head over every position is most of the work when a caller reads one row each."""
-        x = self._embed(idx)
+        positions only: the output head over every position is most of the work when a caller reads one row each.
+        With `start_at_layer` (TransformerLens's), `idx` is the residual stream entering that block [batch, pos,
+        d_model], and the blocks before it are not run (nor give a pattern)."""
+        x = self._embed(idx) if start_at_layer == 0 else idx
         patterns = []
-        for block in self.blocks:
+        for block in self.blocks[start_at_layer:]:
             x, pattern = block.forward_with_weights(x)
             patterns.append(pattern)
         if logits_at is not None:
@@ -200,11 +202,12 @@ class GPT(nn.Module):
         *,
         edits: Edits | None = None,
         logits_at: torch.Tensor | None = None,
+        start_at_layer: int = 0,
     ) -> tuple[torch.Tensor, Cache]:
         """`forward_with_attention`'s logits, evaluating, with `edits` acting at their sites and the sites `names`
         recorded in the cache returned (TransformerLens's `run_with_hooks` and `run_with_cache` in one)."""
         with evaluating(self), attached(self, edits, names) as cache:
-            logits, _ = self.forward_with_attention(idx, logits_at=logits_at)
+            logits, _ = self.forward_with_attention(idx, logits_at=logits_at, start_at_layer=start_at_layer)
         return logits, cache
 
     def _embed(self, idx: torch.Tensor) -> torch.Tensor:
@@ -230,13 +233,15 @@ class GPT(nn.Module):
 def evaluating(model: nn.Module) -> Iterator[nn.Module]:
     """`model` run for evaluation inside: eval mode (no dropout) and no gradients; every submodule's own flag
     restored after, so it can run in the middle of training."""
-    # Per-module flags, not one model-wide flag: a caller may have frozen part of
-    # the model in eval mode on purpose.
-    modes = [(module, module.training) for module in model.modules()]
-    model.eval()
+    # Per-module flags, not one model-wide flag: a caller may have frozen part of the model in eval mode on purpose.
+    # Only those that were training are touched: an analysis runs the model many times inside one pass, already in
+    # eval mode, and setting every module's flag costs about a microsecond each time.
+    training = [module for module in model.modules() if module.training]
+    for module in training:
+        module.training = False
     try:
         with torch.no_grad():
             yield model
     finally:
-        for module, training in modes:
-            module.training = training
+        for module in training:
+            module.training = True

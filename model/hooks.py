@@ -79,14 +79,14 @@ def attached(model: nn.Module, edits: Edits | None = None, record: Iterable[str]
     unknown = sorted(str(name) for name in (set(edits) | record) - set(found))
     if unknown:
         raise ValueError(f"no site {', '.join(unknown)} in this model; its sites: {', '.join(found)}")
-    cache = Cache()
-    for name, site in found.items():
-        site.name, site.edit, site.cache = name, edits.get(name), cache if name in record else None
+    cache, used = Cache(), set(edits) | record  # every other site stays bare, as it is outside
+    for name in used:
+        found[name].name, found[name].edit, found[name].cache = name, edits.get(name), cache if name in record else None
     try:
         yield cache
     finally:
-        for site in found.values():
-            site.edit = site.cache = None
+        for name in used:
+            found[name].edit = found[name].cache = None
 
 
 def where(mask: torch.Tensor, values: torch.Tensor) -> Edit:

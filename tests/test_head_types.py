@@ -16,7 +16,7 @@ from watch.inspect import heads_json
 from watch.measure.capture import capture_attention, capture_from_patterns
 from watch.measure.heads import Ablation, ablation_for, with_spread
 from watch.measure.headtypes import TYPE_MIN, TYPE_SETS, TYPES, best_offset, heads_of
-from watch.measure.patching import PAIRS
+from watch.measure.patching import PATHS
 from watch.measure.probesets import (
     PRONOUN,
     QUICK_TOKENS,
@@ -36,6 +36,7 @@ from watch.measure.proofs import AblationResult, head_means, proofs
 from watch.measure.reading import (
     AT_EVALUATIONS,
     CUT,
+    HALF,
     PROBE_KINDS,
     WHOLE,
     Results,
@@ -333,7 +334,7 @@ def test_a_pass_reads_the_scores_of_each_kind_of_probe_set_and_of_the_types_meas
     assert {f"positional_{k}" for k in range(2, 9)} <= set(text)  # the positional type's offsets
     assert {"induction", "duplicate_token", "loss_first_copy"} <= set(measures(REPEATED)) and "induction" not in text
     assert {"referent", "continuation_accuracy"} <= set(measures(PRONOUN)) and measures(SENTENCES) == {}
-    assert {kind.quick for kind in PROBE_KINDS.values()} == {WHOLE, CUT, AT_EVALUATIONS}
+    assert {kind.quick for kind in PROBE_KINDS.values()} == {WHOLE, CUT, HALF, AT_EVALUATIONS}
 
 
 def test_a_head_close_to_a_type_says_so_with_its_figure_and_the_untrained_one():
@@ -595,7 +596,7 @@ def test_the_first_and_last_evaluations_read_every_set_whole_and_those_between_w
     for step in (0, 5, 10):
         watch.on_evaluate(trainer, SimpleNamespace(step=step))
     assert passes == [watch.sets, watch.between, watch.sets]
-    assert set(watch.between.sets) == set(watch.sets.sets) == {REPEATED, REACH, TEXT, SENTENCES, PAIRS}
+    assert set(watch.between.sets) == set(watch.sets.sets) == {REPEATED, REACH, TEXT, SENTENCES, PATHS}
     assert len(watch.between.get(TEXT)) < len(watch.sets.get(TEXT))
     assert all(watch.between.get(kind) is watch.sets.get(kind) for kind in (REACH, SENTENCES))
 

@@ -350,7 +350,7 @@ def test_what_the_watch_reads_of_several_pairs_of_any_lengths_is_the_share_of_th
     each = [analyse(model, pair) for pair in pairs]
     gaps = torch.tensor([f.clean_diff - f.corrupted_diff for f in each], dtype=torch.float64)
     assert gaps.mean() > 2 * gaps.std() / 3**0.5  # the greedy answers: the model tells the prompts apart
-    found = watched(model, pairs)
+    found = watched(model, runs(model, pairs))[0]
     for part, name in patching.WATCHED_NAMES.items():
         brought_back = torch.stack([f.shares[part].double() * gap for f, gap in zip(each, gaps, strict=True)])
         share = brought_back.sum(0) / gaps.sum()
@@ -393,15 +393,22 @@ def test_no_head_carries_an_answer_the_model_does_not_yet_prefer():
 # --- the pairs the watch patches ------------------------------------------------------------------------------
 
 
-def test_repeated_token_pairs_differ_in_their_first_copy_and_answer_with_what_came_next_there():
+def test_repeated_token_pairs_differ_only_in_the_token_before_the_answer():
+    """The clean prompt: 20 distinct tokens, then their first 10 again, the answer the token that followed the 10th
+    the first time. The corrupted one changes only the 10th token of the first copy: the answer stays where it was,
+    and nothing earlier is followed by the last token any more. The wrong answer is a token neither prompt holds."""
     made = patching.repeat_pairs(list(range(40)), block_size=64)
-    assert len(made) == 8 and made.kind == patching.PAIRS
+    assert len(made) == 16 and made.kind == patching.PAIRS
     for pair in made.items:
         half = 10
-        assert pair.clean[20:] == pair.clean[:half] == pair.corrupted[20:]  # the second copy: the clean first's start
-        assert pair.corrupted[:20] != pair.clean[:20] and len(pair.clean) == len(pair.corrupted) == 30
-        assert (pair.answer, pair.wrong) == (pair.clean[half], pair.corrupted[half]) and pair.answer != pair.wrong
+        assert len(set(pair.clean[:20])) == 20 and pair.clean[20:] == pair.clean[:half] == pair.corrupted[20:]
+        changed = [i for i in range(30) if pair.clean[i] != pair.corrupted[i]]
+        assert changed == [half - 1] and pair.corrupted[half - 1] not in pair.clean
+        assert pair.answer == pair.clean[half] == pair.corrupted[half]
+        assert pair.wrong not in pair.clean + pair.corrupted
     assert "too small" in patching.repeat_pairs(list(range(40)), block_size=4)
+    assert len(patching.repeat_pairs(list(range(12)), block_size=64).items[0].clean) == 15  # 10 distinct tokens
+    assert "too small" in patching.repeat_pairs(list(range(5)), block_size=64)
 
 
 def test_pronoun_probes_make_pairs_whose_pronoun_can_only_mean_the_other_noun(tmp_path):
@@ -434,17 +441,21 @@ def test_sample_heads_on_an_untrained_model_says_no_head_carries_an_answer_yet(t
     folder = make_checkpoint(tmp_path / "ckpt", "gpt2-char")
     code, out, err = run_sample([f"--out_dir={folder}", "--heads"])
     assert code == 0, err
-    assert "no head carries an answer yet on 8 repeated-token pairs" in out and "carries the answer most" not in out
+    assert out.count("no head carries an answer yet on 16 pairs of 20 repeated random tokens") == 2  # nor a path
+    assert "carries the answer most" not in out
     code, out, err = run_sample([f"--out_dir={folder}", "--heads", "--json"])
     heads = json.loads(out)["heads"]
     assert all(head["patching"] is None and isinstance(head["attribution"], float) for head in heads.values())
 
 
-def test_on_the_trained_induction_demo_the_induction_head_carries_the_answer_with_its_spread():
-    """The head whose attention copies (the best induction score) is the head whose output carries the answer on the
-    watch's repeated-token pairs, most of it, and the share's spread is small beside it."""
+def test_on_the_trained_induction_demo_the_circuit_carries_the_answer_through_the_induction_heads_keys():
+    """The watch's repeated-token pairs change only the token before the answer in the first copy. On the trained
+    induction demo the previous-token head carries the answer: it alone reads the changed token where the answer is
+    found; and the head whose keys carry the most of it is an induction head, its keys more than its values:
+    K-composition, each share with a spread small beside it."""
     from test_draws import draw, induction_demo
 
+    from watch.measure.capture import capture_attention
     from watch.measure.heads import parse_head
     from watch.measure.probesets import token_pool
     from watch.measure.reading import measure
@@ -454,10 +465,13 @@ def test_on_the_trained_induction_demo_the_induction_head_carries_the_answer_wit
     sets = draw(pool, model.config.block_size, 0)
     sets.add(patching.PAIRS, patching.repeat_pairs(pool.tokens, model.config.block_size))
     results = measure(model, sets)
+    layer_0 = capture_attention(model, [pool.tokens[:40]])[0][0]  # where layer 0's heads look from each token
+    previous = max(range(2), key=lambda h: float(layer_0[h].diagonal(-1).mean()))  # the previous-token head
     head, share = results.best("patching")
-    assert head == results.best("induction")[0]
-    spread = results.head("patching_spread", *parse_head(head))
-    assert share > 0.5 and 0 < spread < share / 2
+    assert head == f"L0H{previous}" and share > 0.9 and results.head("patching_spread", *parse_head(head)) < 0.05
+    keys, spread = results.best("patching_keys"), results.per_head("patching_keys_spread")
+    assert keys[0] == results.best("induction")[0] and keys[1] > spread[keys[0]]
+    assert keys[1] > results.per_head("patching_values")[keys[0]]
 
 
 def test_the_attention_page_shows_the_patching_map_of_the_first_pair(tmp_path):

@@ -6,6 +6,7 @@ import torch
 
 from tests.test_patching import a_pair, random_model
 from watch.measure import paths as paths_module
+from watch.measure.patching import runs
 from watch.measure.paths import path_patching, receivers
 
 TL_TOL = 1e-4
@@ -95,7 +96,7 @@ def test_path_patching_equals_transformer_lens_hooks_on_the_exported_model(sizes
 
     model, tokenizer = random_model(seed=1, n_embd=32, **sizes)
     pair = a_pair(model, tokenizer, "the dog saw he", "the dog saw it")
-    ours = {path.name: path.share for path in path_patching(model, [pair])}
+    ours = {path.name: path.share for path in path_patching(model, runs(model, [pair]))}
     theirs = transformer_lens_paths(to_hooked_transformer(model), pair)
     assert set(ours) == set(theirs)
     worst = max(abs(ours[name] - theirs[name]) for name in ours)
@@ -123,9 +124,9 @@ def test_the_paths_give_the_same_figures_however_many_share_a_forward(monkeypatc
 
     model, tokenizer = random_model()
     pair = a_pair(model, tokenizer)
-    whole = path_patching(model, [pair])
+    whole = path_patching(model, runs(model, [pair]))
     monkeypatch.setattr(patching, "PATCHED_ROWS", 5)
-    for one, other in zip(whole, path_patching(model, [pair]), strict=True):
+    for one, other in zip(whole, path_patching(model, runs(model, [pair])), strict=True):
         assert one.name == other.name and abs(one.share - other.share) < 1e-6
 
 
@@ -134,7 +135,7 @@ def test_a_path_through_nothing_the_pair_changes_brings_nothing_back():
     three paths and its direct path add up to what patching its output brings back when no other head sits between."""
     model, tokenizer = random_model(n_layer=1, attn_only=True)
     pair = a_pair(model, tokenizer)
-    found = path_patching(model, [pair])
+    found = path_patching(model, runs(model, [pair]))
     assert {path.receiver for path in found} == {"logits"}  # one layer, no MLP: the logits alone
     from watch.measure.patching import analyse
 
@@ -154,18 +155,17 @@ def test_on_the_induction_demo_the_previous_token_head_feeds_each_induction_head
     from test_draws import induction_demo
 
     from watch.measure import patching
-    from watch.measure.paths import previous_token_pairs
     from watch.measure.probesets import token_pool
 
     model, tokenizer = induction_demo()
-    pairs = previous_token_pairs(token_pool(None, tokenizer, "induction").tokens, model.config.block_size)
-    found = path_patching(model, pairs.items)
+    pairs = patching.repeat_pairs(token_pool(None, tokenizer, "induction").tokens, model.config.block_size)
+    found = path_patching(model, runs(model, pairs.items))
     previous_token = "L0H1"  # the demo's previous-token head (tests/test_draws.py reads its types)
     for receiver in ("L1H0", "L1H1"):  # its two induction heads
         into = [path for path in found if path.receiver == receiver]
         strongest = max(into, key=lambda path: path.share)
         assert (strongest.sender, strongest.input) == (previous_token, "k") and strongest.clear, strongest
-    shares = patching.watched(model, pairs.items)
+    shares = patching.watched(model, runs(model, pairs.items))[0]
     keys, values, queries = (shares[f"patching_{part}"][1] for part in ("keys", "values", "queries"))
     assert (keys > values).all() and (keys > queries.abs()).all()
 
@@ -184,8 +184,9 @@ def test_every_pass_logs_the_circuit_and_each_paths_share_in_its_senders_run(tmp
     model, tokenizer = induction_demo()
     materials = dict(train_tokens=None, corpus="induction")
     sets = watch_sets(Materials(tokenizer, model.config.block_size, **materials))
-    assert PATHS in sets.sets and "the token before the answer changed" in sets.get(PATHS).about
-    reading = read_pass(model, sets, kinds=("pairs", PATHS))
+    assert PATHS in sets.sets and "pairs" not in sets.sets  # the pairs, read with their paths
+    assert "the token before the answer changed" in sets.get(PATHS).about
+    reading = read_pass(model, sets, kinds=(PATHS,))
     writer = TensorBoardWriter(tmp_path)
     for step in (25, 50):
         log_scores(writer, step, reading)
@@ -196,10 +197,12 @@ def test_every_pass_logs_the_circuit_and_each_paths_share_in_its_senders_run(tmp
     sender = EventAccumulator(str(tmp_path / "L0H1")).Reload()
     k_into = {path.receiver: path.share for path in reading.results.paths if path.input == "k"}
     assert sender.Scalars("paths/k/into_L1H0/L0")[0].value == pytest.approx(k_into["L1H0"])
-    charts = chart_layout(sets, 2, 2)["paths"]
+    charts = chart_layout(sets, 2, 2)["patching"]
     assert "path through the keys of L1H0" in charts and "path straight to the logits, from layer 0" in charts
-    # A run told to leave the paths out reads none.
-    assert PATHS not in watch_sets(Materials(tokenizer, model.config.block_size, **materials, paths=False)).sets
+    # A run told to leave the paths out patches the same pairs and reads no path.
+    plain = watch_sets(Materials(tokenizer, model.config.block_size, **materials, paths=False))
+    assert PATHS not in plain.sets and plain.get("pairs").items == sets.get(PATHS).items
+    assert "path through the keys of L1H0" not in chart_layout(plain, 2, 2)["patching"]
 
 
 # --- sample.py --patch --paths ----------------------------------------------------------------------------------

@@ -30,6 +30,7 @@ from watch.measure.composition import reads_from
 from watch.measure.heads import last_pronoun_pos
 from watch.measure.headtypes import TYPE_SETS, TYPES, types_not_measurable
 from watch.measure.patching import first_analysis
+from watch.measure.paths import worth_reading
 from watch.measure.probesets import AGREEMENT, PRONOUN, SENTENCES, ProbeSets, held_out_sentences
 from watch.measure.proofs import AblationResult, agreement_ablations, best_pronoun_proof, proofs
 from watch.measure.reading import Materials, Reading, quick_sets, read_pass, untrained_like, watch_sets
@@ -89,7 +90,7 @@ class AttentionWatch:
                 files={PRONOUN: self.probes, AGREEMENT: self.agreement},
                 texts=self.texts,
                 corpus=getattr(trainer.cfg, "dataset", None),
-                paths=self.paths,
+                paths=self.paths and worth_reading(model),
             )
         )
         self.quick = quick_sets(self.sets)

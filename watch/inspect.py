@@ -31,8 +31,9 @@ from watch.measure.patching import (
     pair_for,
     pairs_from_file,
     patching_json,
+    runs,
 )
-from watch.measure.paths import path_patching
+from watch.measure.paths import path_patching, worth_reading
 from watch.measure.probesets import NO_TEXT, PRONOUN, REPEATED, REPEATED_MIN_LENGTH, TEXT, ProbeSets, from_file
 from watch.measure.pronouns import finite
 from watch.measure.proofs import head_means, proofs
@@ -270,6 +271,7 @@ def checkpoint_sets(model, tokenizer, checkpoint: dict, text_file: str | None, d
             files={PRONOUN: probes},
             corpus=config.get("dataset") if isinstance(config.get("dataset"), str) else None,
             draw=draw,
+            paths=worth_reading(model),
         )
     )
     if text is None and not settings and "imported" in checkpoint:  # trained elsewhere: no run, so no val split
@@ -410,7 +412,7 @@ def show_patch(model, tokenizer, checkpoint: dict, args: argparse.Namespace, _ab
     found_paths = None
     if args.paths:  # every pair together, as the watch reads them
         with working(f"path patching {len(pairs):,} pair{'s' if len(pairs) > 1 else ''}"):
-            found_paths = path_patching(model, pairs)
+            found_paths = path_patching(model, runs(model, pairs))
     graph = _circuit(model, tokenizer, checkpoint, pairs, found_paths) if args.png_dir is not None else None
     maps, drawn = _write_patching_maps(found, tokenizer, args.png_dir, graph)
     if args.json:

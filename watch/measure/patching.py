@@ -51,8 +51,10 @@ from watch.measure.heads import head_name
 from watch.measure.probesets import ProbeSet, ProbeSets
 
 PAIRS = "pairs"  # the kind of probe set the watch patches (`watch.measure.reading.PROBE_KINDS`)
+PATHS = "paths"  # the same pairs where the watch reads the paths too (`watch/measure/paths.py`), and the paths
 WATCHED_PAIRS = 16  # pairs a watch pass patches: its figures are means over them
 PATCHED_ROWS = 512  # patched runs one forward takes: the demo's pair needs about 400, GPT-2 small's of 10 tokens 6,000
+NO_LAYER = 1 << 30  # beyond any layer: a row that changes nothing yet
 MIN_GAP = 0.01  # logits: one pair is patched when its clean difference is at least this above its corrupted one
 
 
@@ -236,21 +238,24 @@ def other_pronoun(probe: Probe) -> str | None:
     return {"he": "she", "she": "he"}.get(probe.pronoun.lower())
 
 
-def repeat_pairs(pool: Sequence[int], block_size: int, most: int = WATCHED_PAIRS // 2) -> ProbeSet | str:
-    """Pairs of repeated random tokens (seeded): the clean prompt is L tokens followed by their first L/2 again, whose
-    right answer is the token that came next the first time; the corrupted one has other tokens for its first copy,
-    and its wrong answer is what came next in that copy. An induction head carries the answer."""
-    length = min(20, 2 * block_size // 3)
-    if length < 4 or len(set(pool)) < 2:
-        return f"block_size {block_size} or the vocabulary is too small for repeated-token pairs"
+def repeat_pairs(pool: Sequence[int], block_size: int, most: int = WATCHED_PAIRS) -> ProbeSet | str:
+    """Pairs of repeated random tokens (seeded) whose prompts differ in one token: the clean prompt is L distinct
+    tokens followed by their first L/2 again, whose right answer is the token that came next the first time; the
+    corrupted one has another token just before that answer in its first copy, so no earlier token follows the last
+    one any more. The answer stays where it was, and only where to find it changes: what an induction head's keys
+    read from a previous-token head (K-composition), so patching its keys, and the path into them, carry the answer.
+    The wrong answer is a token neither prompt holds."""
     tokens = torch.tensor(sorted(set(pool)))
-    generator = torch.Generator().manual_seed(0)
-    pairs, half = [], length // 2
+    length = min(20, 2 * block_size // 3, len(tokens) - 2)  # distinct tokens, and two more for the changes
+    if length < 4:
+        return f"block_size {block_size} or the vocabulary is too small for repeated-token pairs"
+    generator, half, pairs = torch.Generator().manual_seed(0), length // 2, []
     while len(pairs) < most:
-        first, other = (tokens[torch.randint(len(tokens), (length,), generator=generator)].tolist() for _ in range(2))
-        if first[half] != other[half]:
-            pairs.append(Pair(first + first[:half], other + first[:half], first[half], other[half]))
-    about = f"{most} repeated-token pairs, {length} random tokens then their first {half} again"
+        order = tokens[torch.randperm(len(tokens), generator=generator)].tolist()
+        first, (other, wrong) = order[:length], order[length : length + 2]
+        corrupted = first[: half - 1] + [other] + first[half:]
+        pairs.append(Pair(first + first[:half], corrupted + first[:half], first[half], wrong))
+    about = f"{most} pairs of {length} repeated random tokens, the token before the answer changed in the corrupted one"
     return ProbeSet(PAIRS, [p.clean for p in pairs], pairs, about=about)
 
 
@@ -327,36 +332,95 @@ class Rows:
     def edits(self, chunk: slice) -> dict[str, Edit]:
         """The edits that run `chunk` of these rows."""
 
-        def edit(parts: list[tuple[torch.Tensor, torch.Tensor]]) -> Edit:
+        def edit(site: str, takes: list) -> Edit | None:
+            found = []  # each take's rows that take anything, what they take, and where
+            for where, source, rows in takes:
+                active = where[chunk].flatten(1).any(1).nonzero()[:, 0]
+                if len(active):
+                    values = source[site][rows[chunk][active].to(source[site].device)]
+                    found.append((active, where[chunk][active], values))
+
             def put(x: torch.Tensor) -> torch.Tensor:
-                for where, values in parts:
-                    x = torch.where(where.to(x.device), values.to(x.dtype), x)
+                x = x.clone()
+                for active, where, values in found:
+                    x[active] = torch.where(where.to(x.device), values.to(x.dtype), x[active])
                 return x
 
-            return put
+            return put if found else None
 
-        return {
-            site: edit(
-                [(where[chunk], source[site][rows[chunk].to(source[site].device)]) for where, source, rows in takes]
-            )
-            for site, takes in self.takes.items()
+        edits = {site: edit(site, takes) for site, takes in self.takes.items()}
+        return {site: put for site, put in edits.items() if put is not None}
+
+    def first_layers(self) -> torch.Tensor:
+        """[R]: the first layer each row changes anything at (its takes' sites' layers; for an MLP's output, the layer
+        after, into whose stream it goes: `patched` adds it there)."""
+        first = torch.full((len(self.pair),), NO_LAYER, dtype=torch.long)
+        for site, takes in self.takes.items():
+            # "blocks.{layer}....": an MLP's output is the last the block adds, so the run can start after it
+            layer = int(site.split(".")[1]) + site.endswith("hook_mlp_out")
+            for where, _, _ in takes:
+                touched = where.flatten(1).any(1)
+                first[touched] = first[touched].clamp(max=layer)
+        return first.masked_fill(first == NO_LAYER, 0)  # a row that changes nothing runs whole
+
+    def reordered(self, order: torch.Tensor) -> Rows:
+        """These rows in the order `order` gives."""
+        takes = {
+            site: [(where[order], source, rows[order]) for where, source, rows in found]
+            for site, found in self.takes.items()
         }
+        return Rows(self.pair[order], takes)
+
+    def then(self, other: Rows) -> Rows:
+        """These rows, then `other`'s, in one batch (`other`'s begin at len(self.pair)): each take padded with rows
+        that take nothing."""
+        takes: dict[str, list] = {}
+        for batch, before, after in ((self, 0, len(other.pair)), (other, len(self.pair), 0)):
+            for site, found in batch.takes.items():
+                for where, source, rows in found:
+                    pads = [torch.zeros(n, *where.shape[1:], dtype=torch.bool) for n in (before, after)]
+                    rows = torch.cat([rows.new_zeros(before), rows, rows.new_zeros(after)])
+                    takes.setdefault(site, []).append((torch.cat([pads[0], where, pads[1]]), source, rows))
+        return Rows(torch.cat([self.pair, other.pair]), takes)
 
 
 def patched(model: nn.Module, both: Runs, rows: Rows, *, record: Sequence[str] = ()) -> tuple[torch.Tensor, Cache]:
     """The logit difference [R] of each patched run of `rows` (PATCHED_ROWS a forward), and the sites `record` names,
-    recorded from those runs (rows in order). Row r runs pair `rows.pair[r]`'s corrupted prompt."""
+    recorded from those runs (rows in order). Row r runs pair `rows.pair[r]`'s corrupted prompt. Without `record`, a
+    row that changes nothing before layer l starts there, from the corrupted run's stream entering it (the blocks
+    before it would compute what the corrupted run did): most of path patching's rows, half of patching's."""
     n_pairs, diffs, recorded = len(both.pairs), [torch.zeros(0, dtype=torch.float64)], Cache()
+    first = rows.first_layers() if not record else torch.zeros(len(rows.pair), dtype=torch.long)
+    order = torch.argsort(first, stable=True)
+    rows, first = rows.reordered(order), first[order]
     for start in range(0, len(rows.pair), PATCHED_ROWS):
         chunk = slice(start, min(start + PATCHED_ROWS, len(rows.pair)))
-        corrupted = (n_pairs + rows.pair[chunk]).to(both.idx.device)
-        logits, cache = model.run_with_cache(
-            both.idx[corrupted], record, edits=rows.edits(chunk), logits_at=both.last[corrupted]
-        )
-        diffs.append(both.diffs(logits, rows.pair[chunk]))
-        for name, value in cache.items():
-            recorded[name] = torch.cat([recorded[name], value]) if name in recorded else value
-    return torch.cat(diffs), recorded
+        for layer in first[chunk].unique().tolist():  # a forward for each layer the chunk's rows start at
+            part = slice(
+                chunk.start + int((first[chunk] < layer).sum()), chunk.start + int((first[chunk] <= layer).sum())
+            )
+            corrupted = (n_pairs + rows.pair[part]).to(both.idx.device)
+            start_from = both.idx[corrupted] if layer == 0 else stream_entering(model, both, rows, part, layer)
+            logits, cache = model.run_with_cache(
+                start_from, record, edits=rows.edits(part), logits_at=both.last[corrupted], start_at_layer=layer
+            )
+            diffs.append(both.diffs(logits, rows.pair[part]))
+            for name, value in cache.items():
+                recorded[name] = torch.cat([recorded[name], value]) if name in recorded else value
+    return torch.cat(diffs)[torch.argsort(order)], recorded
+
+
+def stream_entering(model: nn.Module, both: Runs, rows: Rows, part: slice, layer: int) -> torch.Tensor:
+    """The stream entering block `layer` (past the last block: the final norm's input) for rows `part`: the corrupted
+    run's, with what the rows put in the previous block's MLP output in place of the corrupted run's."""
+    corrupted = len(both.pairs) + rows.pair[part]
+    stream = both.cache["resid_post", layer - 1][corrupted]
+    site = site_name("mlp_out", layer - 1)
+    edit = rows.edits(part).get(site)
+    if edit is not None:
+        before = both.cache[site][corrupted]
+        stream = stream + (edit(before) - before)
+    return stream
 
 
 def mask_axes(kind: str) -> tuple[str, ...]:
@@ -461,21 +525,23 @@ def one_pair(value: torch.Tensor | None) -> torch.Tensor | float | None:
 
 def first_analysis(model: nn.Module, sets: ProbeSets) -> Patching | None:
     """The whole analysis of the first of the pairs the watch patches (for the attention page), None without any."""
-    pairs = sets.get(PAIRS)
+    pairs = sets.get(PAIRS) or sets.get(PATHS)
     return analyse(model, pairs.items[0]) if pairs is not None and len(pairs) else None
 
 
-def watched(model: nn.Module, pairs: Sequence[Pair]) -> dict[str, torch.Tensor]:
-    """What the watch reads of several pairs (of any lengths) at every pass: for each of `WATCHED_PARTS`, patched
-    from the clean run at every position, the share of the pairs' mean logit difference it brings back and its
-    spread (`share_of_mean`), by `WATCHED_NAMES` ("patching" and "patching_spread" for the heads' outputs,
-    [layer, head]; one number a layer for the MLPs, "patching_mlps0", ...); and "attribution", each head's direct
-    logit attribution in the clean run averaged over the pairs. Two forwards, unless the patched runs exceed
-    PATCHED_ROWS."""
-    both = runs(model, pairs)
-    parts = parts_of(model, WATCHED_PARTS)
+def watched(
+    model: nn.Module, both: Runs, more: Rows | None = None, record: Sequence[str] = ()
+) -> tuple[dict[str, torch.Tensor], Cache]:
+    """What the watch reads of several pairs (of any lengths, `both` their runs) at every pass: for each of
+    `WATCHED_PARTS`, patched from the clean run at every position, the share of the pairs' mean logit difference it
+    brings back and its spread (`share_of_mean`), by `WATCHED_NAMES` ("patching" and "patching_spread" for the heads'
+    outputs, [layer, head]; one number a layer for the MLPs, "patching_mlps0", ...); and "attribution", each head's
+    direct logit attribution in the clean run averaged over the pairs. One forward, unless the patched runs exceed
+    PATCHED_ROWS, which also runs the rows `more` and gives what they leave at the sites `record` names."""
+    pairs, parts = both.pairs, parts_of(model, WATCHED_PARTS)
     rows, spans = part_rows(parts, sizes_of(model, both.idx.shape[1]), both.cache, len(pairs))
-    diffs, _ = patched(model, both, rows)
+    first = len(rows.pair)
+    diffs, recorded = patched(model, both, rows.then(more) if more is not None else rows, record=record)
     clean, corrupted = both.gaps
     found = {"attribution": attribution(model, both)["heads"].mean(0)}
     for part, span in zip(parts, spans, strict=True):
@@ -489,7 +555,7 @@ def watched(model: nn.Module, pairs: Sequence[Pair]) -> dict[str, torch.Tensor]:
             for layer in range(len(share)):
                 found[f"{WATCHED_NAMES[part]}{layer}"] = share[layer]
                 found[f"{WATCHED_NAMES[part]}{layer}_spread"] = spread[layer]
-    return found
+    return found, Cache({name: values[first:] for name, values in recorded.items()})
 
 
 @dataclass(frozen=True)

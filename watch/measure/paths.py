@@ -27,14 +27,21 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-from model.hooks import site_name
+from model.hooks import Cache, site_name
+from watch.measure import patching
 from watch.measure.heads import head_name
-from watch.measure.patching import WATCHED_PAIRS, Pair, Rows, Runs, patched, runs, share_of_mean
-from watch.measure.probesets import ProbeSet
+from watch.measure.patching import PATHS, Pair, Rows, Runs, patched, runs, share_of_mean
 
-PATHS = "paths"  # the kind of probe set the watch reads paths on: the pairs it patches (`watch.measure.reading`)
 INPUTS = ("q", "k", "v")  # what a receiving head reads a sender through: its queries, keys or values
 NOISE = 0.01  # a share below this is not called a path, whatever its spread (one pair has none)
+# The most heads a model may have for a pass to read its paths: beyond, every pass would run thousands of rows a pair
+# (GPT-2 small's 144 heads: about 2,400 a sender); `sample.py --patch FILE --paths` reads them on pairs of one's own.
+MAX_HEADS = 64
+
+
+def worth_reading(model: nn.Module) -> bool:
+    """Whether a pass reads the model's paths: a model of at most MAX_HEADS heads."""
+    return model.config.n_layer * model.config.n_head <= MAX_HEADS
 
 
 @dataclass(frozen=True)
@@ -77,24 +84,34 @@ def receivers(model: nn.Module, layer: int) -> list[tuple[str, str, str, int | N
     return found
 
 
-def path_patching(model: nn.Module, pairs: Sequence[Pair]) -> list[Path]:
-    """Every path of the model with its share over `pairs`: sender by sender (layer by layer, head by head), each
-    sender's receivers in order (`receivers`), then the logits."""
-    cfg = model.config
-    both = runs(model, pairs)
-    n_pairs, senders = len(pairs), [(layer, head) for layer in range(cfg.n_layer) for head in range(cfg.n_head)]
-    frozen = sender_runs(model, both, senders)
+def path_patching(
+    model: nn.Module,
+    both: Runs,
+    senders: Sequence[tuple[int, int]] | None = None,
+    frozen: tuple[Cache, Sequence[tuple[int, int]]] | None = None,
+) -> list[Path]:
+    """Every path from `senders` (every head by default) with its share over the pairs `both` ran: sender by sender,
+    each sender's receivers in order (`receivers`), then the logits. `frozen`: step 1 already run (`sender_rows`) for
+    those senders among others, the cache it left and the senders it ran."""
+    cfg, n_pairs = model.config, len(both.pairs)
+    if senders is None:
+        senders = [(layer, head) for layer in range(cfg.n_layer) for head in range(cfg.n_head)]
+    if not senders:
+        return []
+    if frozen is None:
+        frozen = patched(model, both, sender_rows(model, both, senders), record=receiver_sites(model))[1], senders
+    cache, ran = frozen
     edges = [(s, *receiver) for s, (layer, _) in enumerate(senders) for receiver in receivers(model, layer)]
     pair = torch.arange(n_pairs).repeat_interleave(len(edges))  # row p * E + e: pair p, edge e
-    sender = torch.tensor([s for s, *_ in edges]).repeat(n_pairs)
+    sender = torch.tensor([ran.index(senders[s]) for s, *_ in edges], dtype=torch.long).repeat(n_pairs)
     wheres: dict[str, torch.Tensor] = {}
     for e, (_, _, _, site, head) in enumerate(edges):
         if site not in wheres:
             shape = (len(pair), 1, cfg.n_head, 1) if head is not None else (len(pair), 1, 1)
             wheres[site] = torch.zeros(shape, dtype=torch.bool)
         wheres[site][e :: len(edges), :, head if head is not None else slice(None)] = True
-    source = pair * len(senders) + sender  # the row of step 1 each row takes its receiver's input from
-    diffs, _ = patched(model, both, Rows(pair, {site: [(where, frozen, source)] for site, where in wheres.items()}))
+    source = pair * len(ran) + sender  # the row of step 1 each row takes its receiver's input from
+    diffs, _ = patched(model, both, Rows(pair, {site: [(where, cache, source)] for site, where in wheres.items()}))
     clean, corrupted = both.gaps
     through = diffs.view(n_pairs, len(edges)) - corrupted[:, None]
     direct = direct_to_logits(model, both, senders) - corrupted[:, None]  # [P, sender]
@@ -105,9 +122,9 @@ def path_patching(model: nn.Module, pairs: Sequence[Pair]) -> list[Path]:
     return [Path(*name[1:], share, spread) for name, share, spread in found]
 
 
-def sender_runs(model: nn.Module, both: Runs, senders: Sequence[tuple[int, int]]):
+def sender_rows(model: nn.Module, both: Runs, senders: Sequence[tuple[int, int]]) -> Rows:
     """Step 1 for every pair and sender (row pair * S + sender): the corrupted prompt with every head's output frozen
-    at its corrupted value but the sender's, taken from the clean run; the cache of what the receivers read."""
+    at its corrupted value but the sender's, taken from the clean run."""
     cfg, n_pairs = model.config, len(both.pairs)
     pair = torch.arange(n_pairs).repeat_interleave(len(senders))
     sender = torch.arange(len(senders)).repeat(n_pairs)
@@ -119,9 +136,14 @@ def sender_runs(model: nn.Module, both: Runs, senders: Sequence[tuple[int, int]]
                 mine[sender == s, :, head] = True
         everywhere = torch.ones(len(pair), 1, 1, 1, dtype=torch.bool)
         takes[site_name("z", layer)] = [(everywhere, both.cache, n_pairs + pair), (mine, both.cache, pair)]
-    record = [site_name(kind, layer) for layer in range(cfg.n_layer) for kind in INPUTS]
-    record += [site_name("mlp_out", layer) for layer in range(cfg.n_layer) if model.blocks[layer].mlp is not None]
-    return patched(model, both, Rows(pair, takes), record=record)[1]
+    return Rows(pair, takes)
+
+
+def receiver_sites(model: nn.Module) -> list[str]:
+    """The sites a receiver reads a sender through: each layer's queries, keys and values, and each MLP's output."""
+    cfg = model.config
+    found = [site_name(kind, layer) for layer in range(cfg.n_layer) for kind in INPUTS]
+    return found + [site_name("mlp_out", layer) for layer in range(cfg.n_layer) if model.blocks[layer].mlp is not None]
 
 
 def direct_to_logits(model: nn.Module, both: Runs, senders: Sequence[tuple[int, int]]) -> torch.Tensor:
@@ -142,27 +164,15 @@ def direct_to_logits(model: nn.Module, both: Runs, senders: Sequence[tuple[int, 
     return both.diffs(logits.reshape(n_pairs * len(senders), -1), pair_of).view(n_pairs, len(senders))
 
 
-def on_pairs(pairs: ProbeSet | str | None) -> ProbeSet | str | None:
-    """The pronoun pairs the watch patches as the set its paths are read on (or why there is none)."""
-    return ProbeSet(PATHS, pairs.ids, pairs.items, about=pairs.about) if isinstance(pairs, ProbeSet) else pairs
-
-
-def previous_token_pairs(pool: Sequence[int], block_size: int, most: int = WATCHED_PAIRS) -> ProbeSet | str:
-    """Pairs of repeated random tokens (seeded) whose two prompts differ in one token: the clean prompt is L distinct
-    tokens followed by their first L/2 again, whose right answer is the token that came next the first time; the
-    corrupted one has another token just before that answer in its first copy, so nothing earlier is followed by the
-    last token any more. The answer stays where it was, and only where to find it changes: what an induction head's
-    keys read from a previous-token head (K-composition), which path patching then shows. The wrong answer is a token
-    neither prompt holds."""
-    length = min(20, 2 * block_size // 3)
-    tokens = torch.tensor(sorted(set(pool)))
-    if length < 4 or len(tokens) < length + 2:
-        return f"block_size {block_size} or the vocabulary is too small for pairs of {length} distinct tokens repeated"
-    generator, half, pairs = torch.Generator().manual_seed(0), length // 2, []
-    while len(pairs) < most:
-        order = tokens[torch.randperm(len(tokens), generator=generator)].tolist()
-        first, (other, wrong) = order[:length], order[length : length + 2]
-        corrupted = first[: half - 1] + [other] + first[half:]
-        pairs.append(Pair(first + first[:half], corrupted + first[:half], first[half], wrong))
-    about = f"{most} pairs of {length} repeated random tokens, the token before the answer changed in the corrupted one"
-    return ProbeSet(PATHS, [p.clean for p in pairs], pairs, about=about)
+def watched(model: nn.Module, pairs: Sequence[Pair], *, read_paths: bool = True) -> dict:
+    """What the watch reads of its pairs at every pass: activation patching's figures (`patching.watched`), and with
+    `read_paths` the paths (PATHS) from the heads whose output carries a share above its spread and NOISE: the
+    senders Wang et al. follow, those activation patching finds. A head whose whole output carries nothing has no
+    path that does, short of paths that cancel; the same runs serve both."""
+    both = runs(model, pairs)
+    if not read_paths:
+        return patching.watched(model, both)[0]
+    found = patching.watched(model, both)[0]
+    clear = found["patching"] > torch.nan_to_num(found["patching_spread"], nan=0.0).clamp(min=NOISE)
+    found[PATHS] = path_patching(model, both, [(int(layer), int(head)) for layer, head in clear.nonzero()])
+    return found

@@ -31,6 +31,7 @@ import torch.nn as nn
 
 from data.probes import AgreementProbe, Probe
 from data.tokenizer import Tokenizer
+from model.gpt import evaluating
 from watch.measure import patching, paths, probesets, scores
 from watch.measure.capture import Capture, captures, sentence_patterns
 from watch.measure.composition import Composition, composition
@@ -121,7 +122,9 @@ class Reading:
 
 # --- the kinds of probe set ------------------------------------------------------------------------------
 
-WHOLE, CUT, AT_EVALUATIONS = "whole", "cut", "at evaluations"  # what the passes between the whole ones read of a set
+# What the passes between the whole ones read of a set: all of it, its first QUICK_TOKENS tokens, its first half (the
+# pairs patching runs many times over), or nothing every watch_interval steps and all of it at evaluations.
+WHOLE, CUT, HALF, AT_EVALUATIONS = "whole", "cut", "half", "at evaluations"
 PRONOUN_WEIGHTS = ("referent", "distractor", "top1")  # what a head's weight from the pronoun says (`pronoun_score`)
 
 
@@ -162,9 +165,7 @@ class ProbeKind:
     name: str
     # Its set for a run or a checkpoint, or why there is none (a reason, said in reports; None: not asked for).
     make: Callable[[Materials], ProbeSet | str | None]
-    # What a pass between the whole ones reads of it (`quick_sets`): all of it (WHOLE), its first QUICK_TOKENS tokens
-    # (CUT), or nothing every watch_interval steps and all of it at evaluations (AT_EVALUATIONS).
-    quick: str = WHOLE
+    quick: str = WHOLE  # what a pass between the whole ones reads of it (`quick_sets`)
     scores: dict[str, Measure] = field(default_factory=dict)  # read from each capture of it, by name (`tally`)
     numbers: tuple[str, ...] = ()  # its numbers in `sample.py --heads --json`, and in TensorBoard as heads/{name}
     # What it reads by running the model more than once ({score: [layer, head], or a number}): activation patching
@@ -189,16 +190,18 @@ def varied_windows(materials: Materials) -> ProbeSet | str:
     return made
 
 
-def watched_pairs(materials: Materials) -> ProbeSet | str:
-    """The pronoun probes' pairs where there are pronoun probes, else pairs of repeated random tokens (made once)."""
-    if PAIRS not in materials.made:
-        probes = materials.file(PRONOUN, Probe)
-        materials.made[PAIRS] = (
-            patching.pronoun_pairs(probes, materials.tokenizer)
-            if probes is not None
-            else patching.repeat_pairs(materials.pool.tokens, materials.block_size)
-        )
-    return materials.made[PAIRS]
+def watched_pairs(materials: Materials, kind: str) -> ProbeSet | str | None:
+    """The pairs the watch patches, read as `kind`: PATHS (patching and the paths) where the run reads paths, else
+    PAIRS; None for the other kind. The pronoun probes' pairs where there are pronoun probes, else pairs of repeated
+    random tokens."""
+    if kind != (PATHS if materials.paths else PAIRS):
+        return None
+    probes = materials.file(PRONOUN, Probe)
+    if probes is not None:
+        made = patching.pronoun_pairs(probes, materials.tokenizer)
+    else:
+        made = patching.repeat_pairs(materials.pool.tokens, materials.block_size)
+    return replace(made, kind=kind) if isinstance(made, ProbeSet) else made
 
 
 PROBE_KINDS: dict[str, ProbeKind] = {
@@ -272,18 +275,17 @@ PROBE_KINDS: dict[str, ProbeKind] = {
                 "name_reading": scores.name_reading,
             },
         ),
-        ProbeKind(PAIRS, make=watched_pairs, runs=lambda model, probe_set: patching.watched(model, probe_set.items)),
         ProbeKind(
+            PAIRS,
+            make=partial(watched_pairs, kind=PAIRS),
+            quick=HALF,
+            runs=lambda model, probe_set: paths.watched(model, probe_set.items, read_paths=False),
+        ),
+        ProbeKind(  # the same pairs, where the run reads the paths too (watch_paths): the same runs serve both
             PATHS,
-            # The pronoun pairs the watch patches, where it has them; else repeated tokens made for K-composition.
-            make=lambda materials: (
-                None
-                if not materials.paths
-                else paths.on_pairs(watched_pairs(materials))
-                if materials.file(PRONOUN, Probe) is not None
-                else paths.previous_token_pairs(materials.pool.tokens, materials.block_size)
-            ),
-            runs=lambda model, probe_set: {PATHS: paths.path_patching(model, probe_set.items)},
+            make=partial(watched_pairs, kind=PATHS),
+            quick=HALF,
+            runs=lambda model, probe_set: paths.watched(model, probe_set.items),
         ),
         ProbeKind(
             SENTENCES,
@@ -313,8 +315,9 @@ def quick_sets(sets: ProbeSets, *, evaluation: bool = False) -> ProbeSets:
     kept = {}
     for name, probe_set in sets.sets.items():
         quick = PROBE_KINDS[name].quick
-        if quick == CUT:
-            kept[name] = probe_set.cut(probesets.QUICK_TOKENS)
+        if quick in (CUT, HALF):
+            half = len(probe_set) // 2 * len(probe_set.ids[0])
+            kept[name] = probe_set.cut(probesets.QUICK_TOKENS if quick == CUT else half)
         elif quick == WHOLE or evaluation:
             kept[name] = probe_set
     return ProbeSets(kept, dict(sets.missing))
@@ -409,7 +412,9 @@ def read_pass(
     compose, from the weights: what the watch and `sample.py` show. Removing heads leaves the weights as they are,
     and for GPT-2 it takes seconds, so the proofs do without it."""
     found = composition(model) if compose else None
-    return interpret(measure(model, sets, ablate, kinds), untrained, found, before, is_untrained=is_untrained)
+    with evaluating(model):  # once for the pass's many runs
+        results = measure(model, sets, ablate, kinds)
+    return interpret(results, untrained, found, before, is_untrained=is_untrained)
 
 
 def interpret(

@@ -78,7 +78,7 @@ def circuit_image(found: Sequence[Path], n_layer: int, n_head: int, labels: dict
 def circuit_of(reading: Reading, title: str) -> np.ndarray | None:
     """The graph of the paths a pass read (None where it read none), its heads labelled with their types."""
     found = reading.results.paths
-    if not found:
+    if "paths" not in reading.results.counts:  # not read (none read, no sender carrying anything: an empty graph)
         return None
     n_layer, n_head = reading.results.heads["patching"].shape
     return circuit_image(found, n_layer, n_head, type_labels(reading), title)

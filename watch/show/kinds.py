@@ -142,7 +142,7 @@ LAYER_PARTS = [part for part in WATCHED_PARTS if PARTS[part].axes == ("layer",)]
 def _patching_lines(reading: Reading) -> list[str]:
     """Which head carries the answer on the patched pairs, with its share and its direct attribution; then, of every
     other part the watch patches, where patching it brings back the most."""
-    results, pairs = reading.results, reading.results.sets.get(PAIRS)
+    results, pairs = reading.results, patched_pairs(reading)
     best = results.best("patching")
     if best is None:
         was_measured = pairs is not None and "patching" in results.heads
@@ -204,13 +204,19 @@ def _patching_scalars(reading: Reading) -> Scalars:
 STRONGEST_PATHS = 6  # paths named in the report; TensorBoard and the JSON have them all
 
 
+def patched_pairs(reading: Reading):
+    """The pairs the pass patched (read as PATHS where it read the paths too), or None."""
+    sets = reading.results.sets
+    return sets.get(PATHS) or sets.get(PAIRS)
+
+
 def _paths_lines(reading: Reading) -> list[str]:
     """The strongest paths measured above their spread, or why none is."""
-    found, pairs = reading.results.paths, reading.results.sets.get(PATHS)
-    if not found:
+    found, pairs = reading.results.paths, patched_pairs(reading)
+    if PATHS not in reading.results.counts:  # not read
         return []
-    if not any(path.measured for path in found):
-        return [f"no path carries an answer yet on {pairs.about}: {NO_ANSWER}"]
+    if not any(path.measured for path in found):  # no sender, or no share
+        return [f"no head carries an answer yet on {pairs.about}, so no path does: {NO_ANSWER}"]
     clear = sorted((path for path in found if path.clear), key=lambda path: -path.share)
     named = ", ".join(f"{path.name} {with_spread(path.share, path.spread, 2)}" for path in clear[:STRONGEST_PATHS])
     return [
@@ -249,6 +255,16 @@ def _pronoun_scalars(reading: Reading) -> Scalars:
     }
 
 
+# When a head becomes the one that carries the answer, beside when its attention formed.
+PATCHING_CHARTS = {
+    # The best head's share alone first, which TensorBoard's outlier scaling cannot clip.
+    "share of the answer the best head's output carries": [r"patching/share/best$"],
+    "share of the answer a head's output carries (activation patching), every head": [r"patching/share$"],
+    **{f"share a head's {PARTS[part].words} carry, every head": [rf"patching/{part}$"] for part in HEAD_PARTS},
+    **{f"share each {PARTS[part].words} carries": [rf"patching/{part}/MLP\d+$"] for part in LAYER_PARTS},
+    "direct logit attribution (logits), every head": [r"patching/attribution$"],
+}
+
 SHOWN: dict[str, Shown] = {
     REPEATED: Shown(
         lines=_repeated_lines,
@@ -283,26 +299,14 @@ SHOWN: dict[str, Shown] = {
         # Each figure of the whole model: agreement, over every context and by mention, and its share.
         scalars=lambda reading: {f"probes/{n}": reading.results.numbers.get(n) for n in PROBE_KINDS[AGREEMENT].scores},
     ),
-    PAIRS: Shown(
-        lines=_patching_lines,
-        scalars=_patching_scalars,
-        # When a head becomes the one that carries the answer, beside when its attention formed.
-        charts={
-            # The best head's share alone first, which TensorBoard's outlier scaling cannot clip.
-            "share of the answer the best head's output carries": [r"patching/share/best$"],
-            "share of the answer a head's output carries (activation patching), every head": [r"patching/share$"],
-            **{f"share a head's {PARTS[part].words} carry, every head": [rf"patching/{part}$"] for part in HEAD_PARTS},
-            **{f"share each {PARTS[part].words} carries": [rf"patching/{part}/MLP\d+$"] for part in LAYER_PARTS},
-            "direct logit attribution (logits), every head": [r"patching/attribution$"],
-        },
-        category="patching",
-    ),
+    PAIRS: Shown(lines=_patching_lines, scalars=_patching_scalars, charts=PATCHING_CHARTS, category="patching"),
+    # The same pairs where the run reads the paths too: both kinds' lines, scalars and charts, in one category (the
+    # charts of each receiver: `watch.show.tensorboard.chart_layout`).
     PATHS: Shown(
-        lines=_paths_lines,
-        scalars=path_scalars,
-        # Then a chart per receiver and input, a line per sender (`watch.show.tensorboard.chart_layout`).
-        charts={"the strongest path's share": [r"paths/strongest$"]},
-        category="paths",
+        lines=lambda reading: _patching_lines(reading) + _paths_lines(reading),
+        scalars=lambda reading: _patching_scalars(reading) | path_scalars(reading),
+        charts={**PATCHING_CHARTS, "the strongest path's share": [r"paths/strongest$"]},
+        category="patching",
     ),
     SENTENCES: Shown(),  # a pass keeps their patterns: the heatmaps and the attention page show them
 }

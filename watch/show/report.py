@@ -239,8 +239,9 @@ def type_lines(reading: Reading, since: dict[str, str] | None = None) -> str:
                 f"no {TYPES[kind].label} head (best {head_name(layer, head)} {_type_figure(reading, kind, layer, head)}"
                 f"{_untrained(before, kind, layer, head, bracket=False)})"
             )
-    for shown in SHOWN.values():
-        lines += shown.lines(reading)
+    for name, shown in SHOWN.items():
+        if name in reading.results.sets.sets:  # the kinds the pass read
+            lines += shown.lines(reading)
     return "\n".join(lines)
 
 

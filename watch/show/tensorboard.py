@@ -25,6 +25,7 @@ from common.files import write_error
 from watch.measure.composition import KINDS
 from watch.measure.heads import head_name
 from watch.measure.headtypes import BROAD, TYPE_SETS, TYPES
+from watch.measure.paths import PATHS
 from watch.measure.probesets import ProbeSets
 from watch.measure.proofs import AblationResult
 from watch.measure.reading import PROBE_KINDS, Reading
@@ -259,7 +260,6 @@ EVERY_HEAD = ", every head"
 CHARTS = {
     "attention heads": _drawn_in("attention heads"),
     "patching": _drawn_in("patching"),  # which head carries the answer, over training
-    "paths": _drawn_in("paths"),  # which head feeds which: the circuit forming
     "head types": {
         **{f"{kind.replace('_', '-')}{EVERY_HEAD}": [rf"heads/{kind}$"] for kind in (*TYPES, BROAD)},
         **_drawn_in("head types"),
@@ -338,7 +338,7 @@ def chart_layout(sets: ProbeSets, n_layer: int, n_head: int, *, fine_tuning: boo
         if n_layer * n_head <= COMPOSITION_CHARTS_MAX_HEADS:
             if category == "composition":
                 layout[category].update(_into_charts("composition", "{}-composition into", KINDS, n_layer, n_head))
-            if category == "paths":
+            if category == "patching" and PATHS in sets.sets:
                 layout[category].update(_into_charts("paths", "path through the {} of", PATH_INPUTS, n_layer, n_head))
                 layout[category].update(_path_charts(n_layer, n_head))
     return layout
@@ -429,7 +429,8 @@ def log_scores(writer: Any, step: int, reading: Reading) -> None:
     scalars = {}
     for kind in PROBE_KINDS.values():
         scalars.update({f"heads/{name}": reading.results.numbers.get(name) for name in kind.numbers})
-        scalars.update(SHOWN[kind.name].scalars(reading))
+        if kind.name in reading.results.sets.sets:  # the kinds the pass read
+            scalars.update(SHOWN[kind.name].scalars(reading))
     found = reading.composition
     untrained = reading.untrained.composition if reading.untrained is not None and found is not None else None
     for kind in KINDS if found is not None else ():
