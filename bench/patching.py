@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from formats import load_model  # noqa: E402
 from formats.sources import identify  # noqa: E402
 from watch.inspect import checkpoint_sets  # noqa: E402
-from watch.measure.patching import PAIRS, analyse, pair_for, runs, watched  # noqa: E402
+from watch.measure.patching import PAIRS, analyse, pair_for, watched  # noqa: E402
 from watch.measure.probesets import ProbeSets  # noqa: E402
 from watch.measure.reading import measure, quick_sets  # noqa: E402
 
@@ -72,7 +72,7 @@ def main() -> None:
     print(
         line(
             f"a watch pass's pairs ({pairs.about})",
-            *timed(lambda: watched(model, runs(model, pairs.items))[0], args.repeats),
+            *timed(lambda: watched(model, pairs.items), args.repeats),
         )
     )
     without = ProbeSets({kind: s for kind, s in sets.sets.items() if kind != PAIRS})

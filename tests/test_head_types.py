@@ -16,7 +16,7 @@ from watch.inspect import heads_json
 from watch.measure.capture import capture_attention, capture_from_patterns
 from watch.measure.heads import Ablation, ablation_for, with_spread
 from watch.measure.headtypes import TYPE_MIN, TYPE_SETS, TYPES, best_offset, heads_of
-from watch.measure.patching import PATHS
+from watch.measure.patching import PAIRS, PATHS
 from watch.measure.probesets import (
     PRONOUN,
     QUICK_TOKENS,
@@ -596,7 +596,7 @@ def test_the_first_and_last_evaluations_read_every_set_whole_and_those_between_w
     for step in (0, 5, 10):
         watch.on_evaluate(trainer, SimpleNamespace(step=step))
     assert passes == [watch.sets, watch.between, watch.sets]
-    assert set(watch.between.sets) == set(watch.sets.sets) == {REPEATED, REACH, TEXT, SENTENCES, PATHS}
+    assert set(watch.between.sets) == set(watch.sets.sets) == {REPEATED, REACH, TEXT, SENTENCES, PAIRS, PATHS}
     assert len(watch.between.get(TEXT)) < len(watch.sets.get(TEXT))
     assert all(watch.between.get(kind) is watch.sets.get(kind) for kind in (REACH, SENTENCES))
 

@@ -350,7 +350,7 @@ def test_what_the_watch_reads_of_several_pairs_of_any_lengths_is_the_share_of_th
     each = [analyse(model, pair) for pair in pairs]
     gaps = torch.tensor([f.clean_diff - f.corrupted_diff for f in each], dtype=torch.float64)
     assert gaps.mean() > 2 * gaps.std() / 3**0.5  # the greedy answers: the model tells the prompts apart
-    found = watched(model, runs(model, pairs))[0]
+    found = watched(model, pairs)
     for part, name in patching.WATCHED_NAMES.items():
         brought_back = torch.stack([f.shares[part].double() * gap for f, gap in zip(each, gaps, strict=True)])
         share = brought_back.sum(0) / gaps.sum()

@@ -165,7 +165,7 @@ def test_on_the_induction_demo_the_previous_token_head_feeds_each_induction_head
         into = [path for path in found if path.receiver == receiver]
         strongest = max(into, key=lambda path: path.share)
         assert (strongest.sender, strongest.input) == (previous_token, "k") and strongest.clear, strongest
-    shares = patching.watched(model, runs(model, pairs.items))[0]
+    shares = patching.watched(model, pairs.items)
     keys, values, queries = (shares[f"patching_{part}"][1] for part in ("keys", "values", "queries"))
     assert (keys > values).all() and (keys > queries.abs()).all()
 
@@ -184,9 +184,9 @@ def test_every_pass_logs_the_circuit_and_each_paths_share_in_its_senders_run(tmp
     model, tokenizer = induction_demo()
     materials = dict(train_tokens=None, corpus="induction")
     sets = watch_sets(Materials(tokenizer, model.config.block_size, **materials))
-    assert PATHS in sets.sets and "pairs" not in sets.sets  # the pairs, read with their paths
+    assert sets.get(PATHS).items == sets.get("pairs").items  # the pairs patching reads, read again for the paths
     assert "the token before the answer changed" in sets.get(PATHS).about
-    reading = read_pass(model, sets, kinds=(PATHS,))
+    reading = read_pass(model, sets, kinds=("pairs", PATHS))
     writer = TensorBoardWriter(tmp_path)
     for step in (25, 50):
         log_scores(writer, step, reading)
@@ -201,7 +201,7 @@ def test_every_pass_logs_the_circuit_and_each_paths_share_in_its_senders_run(tmp
     assert "path through the keys of L1H0" in charts and "path straight to the logits, from layer 0" in charts
     # A run told to leave the paths out patches the same pairs and reads no path.
     plain = watch_sets(Materials(tokenizer, model.config.block_size, **materials, paths=False))
-    assert PATHS not in plain.sets and plain.get("pairs").items == sets.get(PATHS).items
+    assert PATHS not in plain.sets and plain.get("pairs").items == sets.get("pairs").items
     assert "path through the keys of L1H0" not in chart_layout(plain, 2, 2)["patching"]
 
 

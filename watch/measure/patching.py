@@ -371,18 +371,6 @@ class Rows:
         }
         return Rows(self.pair[order], takes)
 
-    def then(self, other: Rows) -> Rows:
-        """These rows, then `other`'s, in one batch (`other`'s begin at len(self.pair)): each take padded with rows
-        that take nothing."""
-        takes: dict[str, list] = {}
-        for batch, before, after in ((self, 0, len(other.pair)), (other, len(self.pair), 0)):
-            for site, found in batch.takes.items():
-                for where, source, rows in found:
-                    pads = [torch.zeros(n, *where.shape[1:], dtype=torch.bool) for n in (before, after)]
-                    rows = torch.cat([rows.new_zeros(before), rows, rows.new_zeros(after)])
-                    takes.setdefault(site, []).append((torch.cat([pads[0], where, pads[1]]), source, rows))
-        return Rows(torch.cat([self.pair, other.pair]), takes)
-
 
 def patched(model: nn.Module, both: Runs, rows: Rows, *, record: Sequence[str] = ()) -> tuple[torch.Tensor, Cache]:
     """The logit difference [R] of each patched run of `rows` (PATCHED_ROWS a forward), and the sites `record` names,
@@ -525,23 +513,19 @@ def one_pair(value: torch.Tensor | None) -> torch.Tensor | float | None:
 
 def first_analysis(model: nn.Module, sets: ProbeSets) -> Patching | None:
     """The whole analysis of the first of the pairs the watch patches (for the attention page), None without any."""
-    pairs = sets.get(PAIRS) or sets.get(PATHS)
+    pairs = sets.get(PAIRS)
     return analyse(model, pairs.items[0]) if pairs is not None and len(pairs) else None
 
 
-def watched(
-    model: nn.Module, both: Runs, more: Rows | None = None, record: Sequence[str] = ()
-) -> tuple[dict[str, torch.Tensor], Cache]:
-    """What the watch reads of several pairs (of any lengths, `both` their runs) at every pass: for each of
-    `WATCHED_PARTS`, patched from the clean run at every position, the share of the pairs' mean logit difference it
-    brings back and its spread (`share_of_mean`), by `WATCHED_NAMES` ("patching" and "patching_spread" for the heads'
-    outputs, [layer, head]; one number a layer for the MLPs, "patching_mlps0", ...); and "attribution", each head's
-    direct logit attribution in the clean run averaged over the pairs. One forward, unless the patched runs exceed
-    PATCHED_ROWS, which also runs the rows `more` and gives what they leave at the sites `record` names."""
-    pairs, parts = both.pairs, parts_of(model, WATCHED_PARTS)
+def watched(model: nn.Module, pairs: Sequence[Pair]) -> dict[str, torch.Tensor]:
+    """What the watch reads of several pairs (of any lengths) at every pass: for each of `WATCHED_PARTS`, patched from
+    the clean run at every position, the share of the pairs' mean logit difference it brings back and its spread
+    (`share_of_mean`), by `WATCHED_NAMES` ("patching" and "patching_spread" for the heads' outputs, [layer, head]; one
+    number a layer for the MLPs, "patching_mlps0", ...); and "attribution", each head's direct logit attribution in
+    the clean run averaged over the pairs. A forward for each layer the patched runs start at (`patched`)."""
+    both, parts = runs(model, pairs), parts_of(model, WATCHED_PARTS)
     rows, spans = part_rows(parts, sizes_of(model, both.idx.shape[1]), both.cache, len(pairs))
-    first = len(rows.pair)
-    diffs, recorded = patched(model, both, rows.then(more) if more is not None else rows, record=record)
+    diffs, _ = patched(model, both, rows)
     clean, corrupted = both.gaps
     found = {"attribution": attribution(model, both)["heads"].mean(0)}
     for part, span in zip(parts, spans, strict=True):
@@ -555,7 +539,7 @@ def watched(
             for layer in range(len(share)):
                 found[f"{WATCHED_NAMES[part]}{layer}"] = share[layer]
                 found[f"{WATCHED_NAMES[part]}{layer}_spread"] = spread[layer]
-    return found, Cache({name: values[first:] for name, values in recorded.items()})
+    return found
 
 
 @dataclass(frozen=True)

@@ -22,15 +22,16 @@ mean is not above its spread: `patching.share_of_mean`, the rule every share fol
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn as nn
 
-from model.hooks import Cache, site_name
+from model.hooks import site_name
 from watch.measure import patching
 from watch.measure.heads import head_name
 from watch.measure.patching import PATHS, Pair, Rows, Runs, patched, runs, share_of_mean
+from watch.measure.probesets import ProbeSet
 
 INPUTS = ("q", "k", "v")  # what a receiving head reads a sender through: its queries, keys or values
 NOISE = 0.01  # a share below this is not called a path, whatever its spread (one pair has none)
@@ -84,34 +85,26 @@ def receivers(model: nn.Module, layer: int) -> list[tuple[str, str, str, int | N
     return found
 
 
-def path_patching(
-    model: nn.Module,
-    both: Runs,
-    senders: Sequence[tuple[int, int]] | None = None,
-    frozen: tuple[Cache, Sequence[tuple[int, int]]] | None = None,
-) -> list[Path]:
+def path_patching(model: nn.Module, both: Runs, senders: Sequence[tuple[int, int]] | None = None) -> list[Path]:
     """Every path from `senders` (every head by default) with its share over the pairs `both` ran: sender by sender,
-    each sender's receivers in order (`receivers`), then the logits. `frozen`: step 1 already run (`sender_rows`) for
-    those senders among others, the cache it left and the senders it ran."""
+    each sender's receivers in order (`receivers`), then the logits."""
     cfg, n_pairs = model.config, len(both.pairs)
     if senders is None:
         senders = [(layer, head) for layer in range(cfg.n_layer) for head in range(cfg.n_head)]
     if not senders:
         return []
-    if frozen is None:
-        frozen = patched(model, both, sender_rows(model, both, senders), record=receiver_sites(model))[1], senders
-    cache, ran = frozen
+    frozen = patched(model, both, sender_rows(model, both, senders), record=receiver_sites(model))[1]
     edges = [(s, *receiver) for s, (layer, _) in enumerate(senders) for receiver in receivers(model, layer)]
     pair = torch.arange(n_pairs).repeat_interleave(len(edges))  # row p * E + e: pair p, edge e
-    sender = torch.tensor([ran.index(senders[s]) for s, *_ in edges], dtype=torch.long).repeat(n_pairs)
+    sender = torch.tensor([s for s, *_ in edges], dtype=torch.long).repeat(n_pairs)
     wheres: dict[str, torch.Tensor] = {}
     for e, (_, _, _, site, head) in enumerate(edges):
         if site not in wheres:
             shape = (len(pair), 1, cfg.n_head, 1) if head is not None else (len(pair), 1, 1)
             wheres[site] = torch.zeros(shape, dtype=torch.bool)
         wheres[site][e :: len(edges), :, head if head is not None else slice(None)] = True
-    source = pair * len(ran) + sender  # the row of step 1 each row takes its receiver's input from
-    diffs, _ = patched(model, both, Rows(pair, {site: [(where, cache, source)] for site, where in wheres.items()}))
+    source = pair * len(senders) + sender  # the row of step 1 each row takes its receiver's input from
+    diffs, _ = patched(model, both, Rows(pair, {site: [(where, frozen, source)] for site, where in wheres.items()}))
     clean, corrupted = both.gaps
     through = diffs.view(n_pairs, len(edges)) - corrupted[:, None]
     direct = direct_to_logits(model, both, senders) - corrupted[:, None]  # [P, sender]
@@ -164,15 +157,16 @@ def direct_to_logits(model: nn.Module, both: Runs, senders: Sequence[tuple[int, 
     return both.diffs(logits.reshape(n_pairs * len(senders), -1), pair_of).view(n_pairs, len(senders))
 
 
-def watched(model: nn.Module, pairs: Sequence[Pair], *, read_paths: bool = True) -> dict:
-    """What the watch reads of its pairs at every pass: activation patching's figures (`patching.watched`), and with
-    `read_paths` the paths (PATHS) from the heads whose output carries a share above its spread and NOISE: the
-    senders Wang et al. follow, those activation patching finds. A head whose whole output carries nothing has no
-    path that does, short of paths that cancel; the same runs serve both."""
-    both = runs(model, pairs)
-    if not read_paths:
-        return patching.watched(model, both)[0]
-    found = patching.watched(model, both)[0]
+def watched(model: nn.Module, pairs: Sequence[Pair], found: dict[str, torch.Tensor]) -> list[Path]:
+    """The paths the watch reads of its pairs at every pass: from the heads whose output carries a share above its
+    spread (and NOISE) in `found`, activation patching's figures of the same pairs (`patching.watched`'s, read first
+    in the same pass; of these pairs when not there). Those are the senders Wang et al. follow, those activation
+    patching finds: a head whose whole output carries nothing has no path that does, short of paths that cancel."""
+    found = found if "patching" in found else patching.watched(model, pairs)
     clear = found["patching"] > torch.nan_to_num(found["patching_spread"], nan=0.0).clamp(min=NOISE)
-    found[PATHS] = path_patching(model, both, [(int(layer), int(head)) for layer, head in clear.nonzero()])
-    return found
+    return path_patching(model, runs(model, pairs), [(int(layer), int(head)) for layer, head in clear.nonzero()])
+
+
+def on(pairs: ProbeSet | str) -> ProbeSet | str:
+    """The watch's pairs as the set its paths are read on (or why there are none)."""
+    return replace(pairs, kind=PATHS) if isinstance(pairs, ProbeSet) else pairs

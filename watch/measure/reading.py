@@ -37,8 +37,7 @@ from watch.measure.capture import Capture, captures, sentence_patterns
 from watch.measure.composition import Composition, composition
 from watch.measure.heads import Ablation, ablation_names, head_name
 from watch.measure.headtypes import TYPES, TypedHead, best_offset, head_types, heads_of, type_scores
-from watch.measure.patching import PAIRS
-from watch.measure.paths import PATHS
+from watch.measure.patching import PAIRS, PATHS
 from watch.measure.probesets import AGREEMENT, PRONOUN, REACH, REPEATED, SENTENCES, TEXT, ProbeSet, ProbeSets
 from watch.measure.pronouns import AgreementStats, ContinuationStats, HeadStats, ProbeReport, baselines, name_readers
 from watch.measure.scores import Measure
@@ -170,7 +169,8 @@ class ProbeKind:
     numbers: tuple[str, ...] = ()  # its numbers in `sample.py --heads --json`, and in TensorBoard as heads/{name}
     # What it reads by running the model more than once ({score: [layer, head], or a number}): activation patching
     # runs each clean prompt's parts into its corrupted twin. A set of such a kind is read this way, not captured.
-    runs: Callable[[nn.Module, ProbeSet], dict[str, torch.Tensor]] | None = None
+    # What the pass found so far ({score: [layer, head]}) is given too: path patching follows patching's heads.
+    runs: Callable[[nn.Module, ProbeSet, dict], dict[str, torch.Tensor]] | None = None
 
 
 def varied_windows(materials: Materials) -> ProbeSet | str:
@@ -190,18 +190,17 @@ def varied_windows(materials: Materials) -> ProbeSet | str:
     return made
 
 
-def watched_pairs(materials: Materials, kind: str) -> ProbeSet | str | None:
-    """The pairs the watch patches, read as `kind`: PATHS (patching and the paths) where the run reads paths, else
-    PAIRS; None for the other kind. The pronoun probes' pairs where there are pronoun probes, else pairs of repeated
-    random tokens."""
-    if kind != (PATHS if materials.paths else PAIRS):
-        return None
-    probes = materials.file(PRONOUN, Probe)
-    if probes is not None:
-        made = patching.pronoun_pairs(probes, materials.tokenizer)
-    else:
-        made = patching.repeat_pairs(materials.pool.tokens, materials.block_size)
-    return replace(made, kind=kind) if isinstance(made, ProbeSet) else made
+def watched_pairs(materials: Materials) -> ProbeSet | str:
+    """The pronoun probes' pairs where there are pronoun probes, else pairs of repeated random tokens (made once: the
+    paths read the same)."""
+    if PAIRS not in materials.made:
+        probes = materials.file(PRONOUN, Probe)
+        materials.made[PAIRS] = (
+            patching.pronoun_pairs(probes, materials.tokenizer)
+            if probes is not None
+            else patching.repeat_pairs(materials.pool.tokens, materials.block_size)
+        )
+    return materials.made[PAIRS]
 
 
 PROBE_KINDS: dict[str, ProbeKind] = {
@@ -277,15 +276,15 @@ PROBE_KINDS: dict[str, ProbeKind] = {
         ),
         ProbeKind(
             PAIRS,
-            make=partial(watched_pairs, kind=PAIRS),
+            make=watched_pairs,
             quick=HALF,
-            runs=lambda model, probe_set: paths.watched(model, probe_set.items, read_paths=False),
+            runs=lambda model, probe_set, found: patching.watched(model, probe_set.items),
         ),
-        ProbeKind(  # the same pairs, where the run reads the paths too (watch_paths): the same runs serve both
+        ProbeKind(  # the same pairs, where the run reads the paths (watch_paths), after their patching
             PATHS,
-            make=partial(watched_pairs, kind=PATHS),
+            make=lambda materials: paths.on(watched_pairs(materials)) if materials.paths else None,
             quick=HALF,
-            runs=lambda model, probe_set: paths.watched(model, probe_set.items),
+            runs=lambda model, probe_set, found: {PATHS: paths.watched(model, probe_set.items, found)},
         ),
         ProbeKind(
             SENTENCES,
@@ -347,7 +346,7 @@ def measure(
     results.ablated = ablation_names(ablate)
     for probe_set in chosen if ablate is None else ():  # what removing heads costs is read from the captures alone
         runs = PROBE_KINDS[probe_set.kind].runs
-        for name, values in (runs(model, probe_set) if runs is not None else {}).items():
+        for name, values in (runs(model, probe_set, results.heads) if runs is not None else {}).items():
             if isinstance(values, list):  # path patching's paths
                 results.paths = values
             elif values.dim():  # a score of each head

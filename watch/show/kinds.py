@@ -142,7 +142,7 @@ LAYER_PARTS = [part for part in WATCHED_PARTS if PARTS[part].axes == ("layer",)]
 def _patching_lines(reading: Reading) -> list[str]:
     """Which head carries the answer on the patched pairs, with its share and its direct attribution; then, of every
     other part the watch patches, where patching it brings back the most."""
-    results, pairs = reading.results, patched_pairs(reading)
+    results, pairs = reading.results, reading.results.sets.get(PAIRS)
     best = results.best("patching")
     if best is None:
         was_measured = pairs is not None and "patching" in results.heads
@@ -204,15 +204,9 @@ def _patching_scalars(reading: Reading) -> Scalars:
 STRONGEST_PATHS = 6  # paths named in the report; TensorBoard and the JSON have them all
 
 
-def patched_pairs(reading: Reading):
-    """The pairs the pass patched (read as PATHS where it read the paths too), or None."""
-    sets = reading.results.sets
-    return sets.get(PATHS) or sets.get(PAIRS)
-
-
 def _paths_lines(reading: Reading) -> list[str]:
     """The strongest paths measured above their spread, or why none is."""
-    found, pairs = reading.results.paths, patched_pairs(reading)
+    found, pairs = reading.results.paths, reading.results.sets.get(PATHS)
     if PATHS not in reading.results.counts:  # not read
         return []
     if not any(path.measured for path in found):  # no sender, or no share
@@ -300,12 +294,11 @@ SHOWN: dict[str, Shown] = {
         scalars=lambda reading: {f"probes/{n}": reading.results.numbers.get(n) for n in PROBE_KINDS[AGREEMENT].scores},
     ),
     PAIRS: Shown(lines=_patching_lines, scalars=_patching_scalars, charts=PATCHING_CHARTS, category="patching"),
-    # The same pairs where the run reads the paths too: both kinds' lines, scalars and charts, in one category (the
-    # charts of each receiver: `watch.show.tensorboard.chart_layout`).
+    # Then a chart per receiver and input, a line per sender (`watch.show.tensorboard.chart_layout`).
     PATHS: Shown(
-        lines=lambda reading: _patching_lines(reading) + _paths_lines(reading),
-        scalars=lambda reading: _patching_scalars(reading) | path_scalars(reading),
-        charts={**PATCHING_CHARTS, "the strongest path's share": [r"paths/strongest$"]},
+        lines=_paths_lines,
+        scalars=path_scalars,
+        charts={"the strongest path's share": [r"paths/strongest$"]},
         category="patching",
     ),
     SENTENCES: Shown(),  # a pass keeps their patterns: the heatmaps and the attention page show them
