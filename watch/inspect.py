@@ -24,6 +24,7 @@ from watch.measure.heads import Ablation, ablation_names, default_query, display
 from watch.measure.headtypes import BROAD, TYPE_SETS, TYPES, types_not_measurable
 from watch.measure.patching import (
     MIN_GAP,
+    PATHS,
     analyse,
     first_analysis,
     mean_json,
@@ -309,7 +310,7 @@ def show_heads(model, tokenizer, checkpoint: dict, args: argparse.Namespace, abl
     if args.json:
         print(json.dumps(heads_json(reading, found, args.ablation, sets), allow_nan=False))
         return
-    about = "; ".join(s.about for s in sets.sets.values())
+    about = "; ".join(s.about for kind, s in sets.sets.items() if kind != PATHS)  # the paths read the pairs again
     removed = f", with {', '.join(reading.results.ablated)} removed ({args.ablation}-ablation)" if ablate else ""
     if types_not_measurable(sets) is not None:  # a header and an empty table would say nothing
         say(f"{args.out_dir}{removed}: {types_not_measurable(sets)}")
