@@ -234,7 +234,9 @@ def test_the_watch_logs_agreement_and_ablation_at_each_evaluation(watched, capsy
     assert list(accuracy) == list(range(0, 301, 25))  # every watch point, evaluations included
     assert accuracy[300] >= 0.9 > accuracy[0]
     assert {0, 150, 300} <= {step for step, _ in writer.scalars["probes/agreement_accuracy_first_mention"]}
-    assert [step for step, _ in writer.scalars["attention/top1/most_selective"]] == [0, 150, 300]
+    # Every agreement figure under one name in TensorBoard (probes/NAME) and the HParams (hparam/NAME).
+    assert [step for step, _ in writer.scalars["probes/most_selective_top1"]] == [0, 150, 300]
+    assert result.metrics["hparam/most_selective_top1"] == dict(writer.scalars["probes/most_selective_top1"])[300]
     # The heads that read the name do the work: without them the model is back to guessing.
     without = dict(writer.scalars["probes/agreement_accuracy_without_name_readers"])
     assert without[300] <= accuracy[300] - 0.25

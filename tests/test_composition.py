@@ -212,9 +212,14 @@ def test_tensorboard_charts_what_each_head_reads_from_every_earlier_head_and_the
     assert categories == ["composition"]
     for kind in KINDS:
         # A chart per reading head, a line per earlier head in that head's run (its colour), a layer at a time.
-        assert charts[f"{kind}-composition into L1H0"] == [f"L0H{h}/composition/{kind}/into_L1H0/L0" for h in (0, 1)]
+        # Beside them the run's flat line at 1, the most a composition score can be (it keeps every line whole).
+        assert charts[f"{kind}-composition into L1H0"] == [
+            *(f"L0H{h}/composition/{kind}/into_L1H0/L0" for h in (0, 1)),
+            "reference/all",
+        ]
         assert charts[f"{kind}-composition into L2H0, from layer 1"] == [
-            f"L1H{h}/composition/{kind}/into_L2H0/L1" for h in (0, 1)
+            *(f"L1H{h}/composition/{kind}/into_L2H0/L1" for h in (0, 1)),
+            "reference/all",
         ]
         value = EventAccumulator(str(tmp_path / "L0H1")).Reload().Scalars(f"composition/{kind}/into_L2H0/L0")
         assert [e.step for e in value] == [10, 20]
@@ -223,6 +228,7 @@ def test_tensorboard_charts_what_each_head_reads_from_every_earlier_head_and_the
         assert charts[f"{kind}-composition, the best pair and the untrained model's"] == [
             f"composition/{kind}/best",
             f"composition/{kind}/untrained_best",
+            "reference/all",
         ]
     assert len(charts) == 3 * (1 + 2 + 2 * 2)  # per kind: the best pair; L1H0, L1H1; L2H0, L2H1 from 2 layers each
     assert events.Tags()["images"] == ["composition/matrix"]
@@ -236,7 +242,7 @@ def test_the_page_lists_the_heads_a_head_reads_from_highest_first():
     assert (first, value) == ("L0H0", 1.0) and second[:2] == ["L0H1", 0.0] and 0 < was < 1
 
 
-def test_a_training_run_shows_composition_at_every_watch_point_and_its_matrix_at_evaluations(tmp_path):
+def test_a_training_run_shows_composition_and_its_matrix_at_every_watch_point(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     text = "the dog and it"
@@ -248,7 +254,7 @@ def test_a_training_run_shows_composition_at_every_watch_point_and_its_matrix_at
     events.Reload()
     writes = {head: EventAccumulator(str(tmp_path / "runs" / "t" / head)).Reload() for head in ("L0H0", "L0H1")}
     assert [e.step for e in writes["L0H0"].Scalars("composition/K/into_L1H1/L0")] == [0, 2, 3, 4, 6]  # evals 0, 3, 6
-    assert [e.step for e in events.Images("composition/matrix")] == [0, 3, 6]
+    assert [e.step for e in events.Images("composition/matrix")] == [0, 2, 3, 4, 6]  # with the heatmaps, every pass
     model = load_model(tmp_path / "out", torch.device("cpu")).model
     assert writes["L0H1"].Scalars("composition/V/into_L1H0/L0")[-1].value == pytest.approx(
         composition(model).pairs["V"]["L0H1->L1H0"]

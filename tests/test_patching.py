@@ -483,4 +483,6 @@ def test_the_attention_page_shows_the_patching_map_of_the_first_pair(tmp_path):
     code, _, err = run_sample([f"--out_dir={folder}", "--attention", "the dog saw it", "--html", str(page)])
     assert code == 0, err
     html = page.read_text()
-    assert html.count('<figure><img alt="Activation patching: ') == 1 and "data:image/png;base64," in html
+    # The caption says which pair it is: not the sentence above it.
+    assert html.count('<figure><img alt="Activation patching on one pair, the first of the watch&#x27;s ') == 1
+    assert "(not the sentence above)" in html and "data:image/png;base64," in html

@@ -197,12 +197,15 @@ def test_every_pass_logs_the_circuit_and_each_paths_share_in_its_senders_run(tmp
     sender = EventAccumulator(str(tmp_path / "L0H1")).Reload()
     k_into = {path.receiver: path.share for path in reading.results.paths if path.input == "k"}
     assert sender.Scalars("paths/k/into_L1H0/L0")[0].value == pytest.approx(k_into["L1H0"])
-    charts = chart_layout(sets, 2, 2)["patching"]
+    # The category says what its charts were measured on: the pairs.
+    charts = chart_layout(sets, 2, 2)[f"patching, over {sets.get(PATHS).about}"]
     assert "path through the keys of L1H0" in charts and "path straight to the logits, from layer 0" in charts
     # A run told to leave the paths out patches the same pairs and reads no path.
     plain = watch_sets(Materials(tokenizer, model.config.block_size, **materials, paths=False))
     assert PATHS not in plain.sets and plain.get("pairs").items == sets.get("pairs").items
-    assert "path through the keys of L1H0" not in chart_layout(plain, 2, 2)["patching"]
+    assert (
+        "path through the keys of L1H0" not in chart_layout(plain, 2, 2)[f"patching, over {plain.get('pairs').about}"]
+    )
 
 
 # --- sample.py --patch --paths ----------------------------------------------------------------------------------
@@ -224,5 +227,5 @@ def test_sample_patch_paths_prints_the_paths_draws_the_graph_and_gives_them_in_t
     assert len(found) == 4 * (4 * 3 + 2 + 1) + 4 * (1 + 1)  # layer-0 senders: 4 heads x q/k/v, 2 MLPs, the logits
     code, out, err = run_sample([f"--out_dir={folder}", *prompts, f"--png_dir={tmp_path / 'maps'}"])
     assert code == 0, err
-    assert "paths (path patching)" in out and "every path above its spread" in out
+    assert "which head feeds which (path patching over the pair: " in out and "the strongest paths: " in out
     assert len(list((tmp_path / "maps").glob("*_paths.png"))) == 1

@@ -86,7 +86,8 @@ def test_plain_sampling_streams_what_the_models_own_generate_gives(source):
 
 def test_heads_without_text_measures_what_repeated_tokens_give_and_says_to_give_text(source):
     out, _ = sample(f"--init_from={source}", "--heads")
-    assert out.startswith(f"head types of {source} (128 sequences of 32 random tokens repeated")
+    # Each column named beside the set it is read from.
+    assert out.startswith(f"head types of {source} (duplicate, induction: 128 sequences of 32 random tokens repeated")
     assert "(no held-out text: a model trained elsewhere brings no val split; give --text FILE" in out
     report = json.loads(sample(f"--init_from={source}", "--heads", "--json")[0])
     heads = report["heads"]

@@ -30,6 +30,7 @@ from watch.show.report import head_table, top_attended
 from watch.show.tensorboard import (
     CHARTS,
     PALETTE,
+    REFERENCES,
     TensorBoardWriter,
     chart_group,
     chart_groups,
@@ -187,7 +188,7 @@ def fake_report() -> ProbeReport:
     return ProbeReport(head_stats(patterns, aligned), len(aligned), baselines(aligned), continuation)
 
 
-def test_report_dict_markdown_and_table():
+def test_report_dict_and_table():
     report = fake_report()
     data = report.to_dict()
     json.dumps(data, allow_nan=False)  # JSON-able, no NaN
@@ -197,16 +198,9 @@ def test_report_dict_markdown_and_table():
     assert data["continuation_accuracy"] == 0.5
     assert data["baselines"]["first_noun"] == pytest.approx(2 / 3)
 
-    md = head_table(report, markdown=True).splitlines()
-    assert md[0].startswith("| rank | head |")
-    ranked = [line.split("|")[2].strip() for line in md[2:6]]
-    assert ranked == ["**L1H0**", "L0H1", "L1H1", "L0H0"]
-
     table = head_table(report).splitlines()
-    # One formatter: the Markdown rows hold exactly the cells of the terminal's rows.
-    for md_row, text_row in zip(md[2:6], table[2:6], strict=True):
-        cells = [c.strip().strip("*") for c in md_row.strip("|").split("|")]
-        assert text_row.lstrip("* ").split() == " ".join(cells).split()
+    ranked = [line.lstrip("* ").split()[1] for line in table[2:6]]
+    assert ranked == ["L1H0", "L0H1", "L1H1", "L0H0"]
     assert table[2].startswith("*") and "L1H0" in table[2]
     assert not any(line.startswith("*") for line in table[3:6])
     # Aligned columns: every row of the table has the same width up to its last cell.
@@ -543,19 +537,8 @@ def test_a_pass_is_written_as_scalars_images_and_text(tmp_path):
     text = table.tensor_proto.string_val[0].decode()
     # The table as the terminal prints it, in a code block: the Text tab breaks no cell of it ("L0H / 0").
     rows = [line for line in text.splitlines() if line.startswith("    ")]
-    assert rows[0].split() == [
-        "rank",
-        "head",
-        "referent",
-        "distractor",
-        "top-1",
-        "ref",
-        "(no",
-        "sink)",
-        "top-1",
-        "(no",
-        "sink)",
-    ]
+    # ref > dis: the referent against the other noun alone, said in the column's name (`top1` in tags and the JSON).
+    assert rows[0].split() == "rank head referent distractor ref > dis ref (no sink) ref > dis (no sink)".split()
     assert len(rows) == 2 + 4 and "how to read it:" in text
 
 
@@ -593,7 +576,7 @@ def test_custom_scalars_chart_every_head_a_layer_at_a_time(tmp_path):
     writer = TensorBoardWriter(tmp_path)
     log_charts(writer, ProbeSets({PRONOUN: probes}), 2, 2)
     log_scores(writer, 5, reading)
-    for tag in ("loss/train", "loss/val", "loss/train_eval", "probes/agreement_accuracy"):
+    for tag in ("loss/train", "loss/val", "loss/train_eval", "probes/continuation_accuracy"):
         writer.add_scalar(tag, 1.0, 5)
     writer.close()
     events = EventAccumulator(str(tmp_path), size_guidance={"tensors": 0, "scalars": 0})
@@ -604,16 +587,48 @@ def test_custom_scalars_chart_every_head_a_layer_at_a_time(tmp_path):
     assert categories == ["attention heads", "head types", "composition"]  # pronoun probes measure that type too
     # A line per head, named after it (TensorBoard gives each run its own colour), and a chart per layer, so that
     # no two lines of a chart share one of TensorBoard's seven colours.
+    # The run's own lines a chart each (they share its colour); beside every chart of shares, the run's flat line at
+    # 1, which keeps TensorBoard's outlier scaling from clipping the line that climbs highest.
     assert {title: charts[title] for title in charts if title in CHARTS["attention heads"] or "weight," in title} == {
-        "referent weight and top-1 of the best head": ["attention/referent/best", "attention/top1/best"],
-        "referent weight, layer 0": ["L0H0/attention/referent/L0", "L0H1/attention/referent/L0"],
-        "referent weight, layer 1": ["L1H0/attention/referent/L1", "L1H1/attention/referent/L1"],
-        "training loss and accuracy": ["loss/train", "probes/agreement_accuracy"],
+        "referent weight of the best head": ["attention/referent/best", "reference/all"],
+        "ref > dis of the best head (how often the referent outweighs the other noun)": [
+            "attention/top1/best",
+            "reference/all",
+        ],
+        "referent weight, layer 0": ["L0H0/attention/referent/L0", "L0H1/attention/referent/L0", "reference/all"],
+        "referent weight, layer 1": ["L1H0/attention/referent/L1", "L1H1/attention/referent/L1", "reference/all"],
+        "training loss (nats/token)": ["loss/train"],
+        "continuation accuracy": ["probes/continuation_accuracy", "reference/all"],
     }
-    assert charts["top-1, layer 1"] == ["L1H0/attention/top1/L1", "L1H1/attention/top1/L1"]
-    assert charts["pronoun, layer 0"] == ["L0H0/heads/pronoun/L0", "L0H1/heads/pronoun/L0"]
+    assert charts["ref > dis, layer 1"] == ["L1H0/attention/top1/L1", "L1H1/attention/top1/L1", "reference/all"]
+    assert charts["pronoun, layer 0"] == [
+        "L0H0/heads/pronoun/L0",
+        "L0H1/heads/pronoun/L0",
+        "reference/all",
+        "reference/type_needs",
+    ]
     top1 = EventAccumulator(str(tmp_path / "L1H0")).Reload().Scalars("attention/top1/L1")
     assert top1[0].value == pytest.approx(1.0)
+
+
+def test_every_chart_shows_the_line_that_climbs_highest_whole_with_tensorboards_default_scaling(tmp_path):
+    """TensorBoard's default scaling leaves the top and bottom 5% of a chart's points out of its scale, so the head
+    that becomes the type late in a run would run off the top of its chart; the run's flat line at 1 beside every
+    chart of shares keeps it whole (`tests/chart_scale.py` scales a chart as TensorBoard's page does)."""
+    from tests.chart_scale import clipped, scale, smoothed
+
+    writer = TensorBoardWriter(tmp_path)
+    log_charts(writer, ProbeSets({PRONOUN: pronoun_set(fake_probes()[1])}), 2, 4)
+    climbing = [0.1 + 0.8 * (step / 20) ** 4 for step in range(21)]  # L1H1 becomes a pronoun head at the end
+    for step, value in enumerate(climbing):
+        for head in range(4):
+            writer.head(f"L1H{head}").add_scalar("attention/referent/L1", value if head == 1 else 0.1, step)
+        for tag, reference in REFERENCES.items():
+            writer.add_scalar(tag, reference, step)
+    writer.close()
+    assert clipped(tmp_path) == {}
+    # The same lines without it: the climbing head runs off the top.
+    assert max(smoothed(climbing)) > scale([climbing, *[[0.1] * len(climbing)] * 3])[1]
 
 
 @pytest.mark.parametrize(("n_layer", "n_head"), [(2, 4), (2, 2), (3, 12), (1, 7), (2, 8)])

@@ -25,6 +25,7 @@ from data.prepare import find_prepared  # noqa: E402
 from formats import load_model  # noqa: E402
 from watch.measure.probesets import TEXT, ProbeSets, held_out_text  # noqa: E402
 from watch.measure.reading import measure  # noqa: E402
+from watch.show.kinds import shown  # noqa: E402
 
 TEXT_SCORES = ("previous_token", "sink", "current_token", "broad", *(f"positional_{k}" for k in range(2, 9)))
 
@@ -52,14 +53,15 @@ def main(argv: list[str]) -> int:
             raise UsageError(windows)
         results = measure(model, ProbeSets({TEXT: windows}))
         draws.append(results)
-        value, spread = results.numbers["in_context_score"], results.numbers["in_context_score_spread"]
+        # In nats saved later in the context, + better, as every view shows it (`watch.show.kinds.shown`).
+        value, spread = shown(results.numbers)["in_context_score"], results.numbers["in_context_score_spread"]
         verdict = (
             "no measurable effect"
             if abs(value) <= spread
-            else f"later tokens predicted {'better' if value < 0 else 'worse'}"
+            else f"later tokens predicted {'better' if value > 0 else 'worse'}"
         )
         print(f"draw {seed}: in-context score {value:+.3f} ± {spread:.3f} nats ({windows.about}): {verdict}")
-    values = [r.numbers["in_context_score"] for r in draws]
+    values = [shown(r.numbers)["in_context_score"] for r in draws]
     smallest = min(r.numbers["in_context_score_spread"] for r in draws)
     print(
         f"range over {len(draws)} draws: {min(values):+.3f} to {max(values):+.3f} "

@@ -29,16 +29,16 @@ from common.errors import UserError, warn
 from watch.measure.composition import reads_from
 from watch.measure.heads import last_pronoun_pos
 from watch.measure.headtypes import TYPE_SETS, TYPES, types_not_measurable
-from watch.measure.patching import first_analysis
 from watch.measure.paths import worth_reading
 from watch.measure.probesets import AGREEMENT, PRONOUN, SENTENCES, ProbeSets, held_out_sentences
 from watch.measure.proofs import AblationResult, agreement_ablations, best_pronoun_proof, proofs
 from watch.measure.reading import Materials, Reading, quick_sets, read_pass, untrained_like, watch_sets
 from watch.show import report
 from watch.show.circuit import circuit_figure
-from watch.show.heatmaps import SentenceHeatmaps, patching_figure
+from watch.show.heatmaps import SentenceHeatmaps, patching_figures
+from watch.show.kinds import shown
 from watch.show.page import SentenceView, attention_page, write_page
-from watch.show.tensorboard import log_charts, log_evaluation, log_scores
+from watch.show.tensorboard import agreement_figures, log_charts, log_evaluation, log_scores
 
 
 class AttentionWatch:
@@ -93,9 +93,11 @@ class AttentionWatch:
                 paths=self.paths and worth_reading(model),
             )
         )
-        self.quick = quick_sets(self.sets)
-        self.between = quick_sets(self.sets, evaluation=True)
         sentences, probes = self.sets.get(SENTENCES), self.sets.get(PRONOUN)
+        self.quick = quick_sets(self.sets)
+        if sentences is not None:  # the heatmaps at every pass: TensorBoard's slider plays the attention forming
+            self.quick.add(SENTENCES, sentences)
+        self.between = quick_sets(self.sets, evaluation=True)
         if sentences is not None:
             self.shown = [
                 (text, trainer.tokenizer.token_strings(ids))
@@ -148,7 +150,10 @@ class AttentionWatch:
         return reading
 
     def on_watch(self, trainer: Any, step: int) -> None:
-        log_scores(self.writer, step, self.read(trainer.model, self.quick, step))
+        reading = self.read(trainer.model, self.quick, step)
+        log_scores(self.writer, step, reading)
+        for tag, image in self.heatmaps.images(step, reading):
+            self.writer.add_image(tag, image, step, dataformats="HWC")
 
     def since(self, reading: Reading) -> dict[str, str]:
         """{type: "L0H1 since step 500 (2,048,000 tokens)"}: since when each type's best head in `reading` has
@@ -193,16 +198,11 @@ class AttentionWatch:
                         f"Attention at step {result.step}: {self.page.parent}",
                         report.type_labels(reading),
                         reads_from(reading.composition, reading.untrained.composition),
-                        self.patching_figures(trainer) + circuit_figure(reading),
+                        patching_figures(trainer.model, self.sets, trainer.tokenizer) + circuit_figure(reading),
                     ),
                 )
             except UserError as exc:
                 warn(f"no attention page: {exc}")
-
-    def patching_figures(self, trainer: Any) -> list[tuple[str, Any]]:
-        """The patching map of the first pair the watch patches, for the attention page ([] without pairs)."""
-        found = first_analysis(trainer.model, self.sets)
-        return [patching_figure(found, trainer.tokenizer)] if found is not None else []
 
     # --- the report at the end ------------------------------------------------------------------
 
@@ -219,7 +219,7 @@ class AttentionWatch:
             base = pronouns.continuation_accuracy
             after = removed.reading.results.numbers.get("continuation_accuracy") if removed is not None else None
             if base is not None and after is not None:
-                print(report.ablation_line(base, after, [best.name]))
+                print(report.ablation_line(base, after, [best.name], pronouns.continuation.n))
                 metrics.update({"hparam/continuation_accuracy": base, "hparam/continuation_accuracy_ablated": after})
             metrics.update({"hparam/best_head_referent": best.referent, "hparam/best_head_top1": best.top1})
         for view in self.views(reading):
@@ -231,17 +231,16 @@ class AttentionWatch:
             print(report.top_attended(view.patterns[layer], view.tokens, query, k=3, layer=layer))
         if reading.agreement is not None:
             say("", *report.agreement_lines(reading, agreement).splitlines())
-            metrics.update(agreement_metrics(reading, agreement))
+            metrics.update({f"hparam/{n}": v for n, v in agreement_figures(reading, agreement).items()})
         if reading.types:
-            about = "; ".join(s.about for kind, s in self.sets.sets.items() if kind in TYPE_SETS)
             # Through `cli.say`: the sets' words name the text they were read from, a path we did not write.
-            say("", f"head types ({about}); the untrained model's scores in brackets:")
+            say("", f"head types ({report.measured_on(self.sets)}); the untrained model's scores in brackets:")
             say(*report.type_report(reading, [p for p in found if p is not removed], self.since(reading)).splitlines())
             for kind in (kind for kind, head_type in TYPES.items() if head_type.hparam):
                 top = reading.results.best(kind)
                 if top is not None:
                     metrics[f"hparam/best_{kind}"] = top[1]
-            numbers = reading.results.numbers
+            numbers = shown(reading.results.numbers)
             metrics.update({f"hparam/{n}": numbers[n] for n in ("in_context_gain", "in_context_score") if n in numbers})
         elif types_not_measurable(self.sets) is not None:  # say why the section is missing, as --heads does
             say("", types_not_measurable(self.sets))
@@ -261,26 +260,10 @@ class AttentionWatch:
         marked = {}
         if pronouns is not None:
             best = pronouns.best
-            note = (
-                f"best head on {pronouns.n_probes} probes (referent {best.referent:.2f}, top-1 {100 * best.top1:.0f}%)"
-            )
+            figures = f"referent {best.referent:.2f}, ref > dis {100 * best.top1:.0f}%"
+            note = f"best head on {pronouns.n_probes} probes ({figures})"
             marked = {"best": (best.layer, best.head), "note": note}
         return [
             SentenceView(text, tokens, patterns, **marked)
             for (text, tokens), patterns in zip(self.shown, reading.results.patterns, strict=True)
         ]
-
-
-def agreement_metrics(reading: Reading, ablations: Sequence[AblationResult]) -> dict[str, float]:
-    """Agreement and what removing its heads costs, for TensorBoard's HParams."""
-    a = reading.agreement
-    out = {"hparam/agreement_accuracy": a.accuracy, "hparam/agreement_share": a.share}
-    out.update({f"hparam/agreement_accuracy_{m}_mention": v for m, v in a.by_mention.items()})
-    if reading.pronouns is not None:
-        out["hparam/most_selective_top1"] = reading.pronouns.most_selective.top1
-    for ab in ablations:
-        out[f"hparam/agreement_accuracy_without_{ab.kind}"] = ab.reading.agreement.accuracy
-        top1 = ab.best_top1_left
-        if top1 is not None:
-            out[f"hparam/most_selective_top1_without_{ab.kind}"] = top1
-    return out

@@ -24,9 +24,7 @@ from watch.measure.heads import Ablation, ablation_names, default_query, display
 from watch.measure.headtypes import BROAD, TYPE_SETS, TYPES, types_not_measurable
 from watch.measure.patching import (
     MIN_GAP,
-    PATHS,
     analyse,
-    first_analysis,
     mean_json,
     mean_over,
     pair_for,
@@ -44,20 +42,21 @@ from watch.show.heatmaps import (
     PNG,
     HeatmapCanvas,
     head_titles,
-    patching_figure,
+    patching_figures,
     patching_map,
     png_of,
     sentence_slug,
     sentence_tag,
 )
+from watch.show.kinds import paths_lines, shown
 from watch.show.page import SentenceView, attention_page, write_page
 from watch.show.report import (
     ablation_line,
     composition_lines,
     head_table,
     mean_report,
+    measured_on,
     patching_report,
-    paths_report,
     top_attended,
     type_labels,
     type_report,
@@ -108,7 +107,7 @@ def show_attention(model, tokenizer, checkpoint: dict, args: argparse.Namespace,
         with working(f"reading {args.out_dir} for the page"):  # on a large model, a minute or more
             sets = checkpoint_sets(model, tokenizer, checkpoint, None)
             reading = checkpoint_reading(model, sets, checkpoint)
-            found = first_analysis(model, sets)
+            figures = patching_figures(model, sets, tokenizer) + circuit_figure(reading)
         page = write_page(
             args.html,
             attention_page(
@@ -116,7 +115,7 @@ def show_attention(model, tokenizer, checkpoint: dict, args: argparse.Namespace,
                 f"Attention of {args.out_dir}{step}{ablated}",
                 type_labels(reading),
                 reads_from(reading.composition, reading.untrained.composition),
-                ([patching_figure(found, tokenizer)] if found is not None else []) + circuit_figure(reading),
+                figures,
             ),
         )
         written.append(f"attention page: {page} (open it in a browser; it needs no network)")
@@ -221,7 +220,8 @@ def show_probes(model, tokenizer, _checkpoint: dict, args: argparse.Namespace, a
     say(f"heads on {report.n_probes} probes from {args.probes}{ablated}:")
     say(*head_table(report).splitlines())
     if ablate and baseline.continuation_accuracy is not None:
-        say(ablation_line(baseline.continuation_accuracy, report.continuation_accuracy, ablation_names(ablate)))
+        n = report.continuation.n
+        say(ablation_line(baseline.continuation_accuracy, report.continuation_accuracy, ablation_names(ablate), n))
 
 
 # --- head types -----------------------------------------------------------------------------------
@@ -310,12 +310,11 @@ def show_heads(model, tokenizer, checkpoint: dict, args: argparse.Namespace, abl
     if args.json:
         print(json.dumps(heads_json(reading, found, args.ablation, sets), allow_nan=False))
         return
-    about = "; ".join(s.about for kind, s in sets.sets.items() if kind != PATHS)  # the paths read the pairs again
     removed = f", with {', '.join(reading.results.ablated)} removed ({args.ablation}-ablation)" if ablate else ""
     if types_not_measurable(sets) is not None:  # a header and an empty table would say nothing
         say(f"{args.out_dir}{removed}: {types_not_measurable(sets)}")
     else:
-        say(f"head types of {args.out_dir}{removed} ({about}); the untrained model's scores in brackets:")
+        say(f"head types of {args.out_dir}{removed} ({measured_on(sets)}); the untrained model's scores in brackets:")
         say(*type_report(reading, found).splitlines())  # its lines name the text read, a path we did not write
     say(*composition_lines(reading).splitlines())
 
@@ -361,8 +360,8 @@ def heads_json(reading: Reading, found: list, mode: str, sets: ProbeSets) -> dic
         }
     out = {
         "heads": heads,
-        **{n: results.numbers.get(n) for n in numbers},
-        "untrained": {n: untrained.results.numbers.get(n) for n in numbers},
+        **{n: shown(results.numbers).get(n) for n in numbers},  # the in-context score as nats saved, as every view
+        "untrained": {n: shown(untrained.results.numbers).get(n) for n in numbers},
         "ablated": results.ablated,
         "ablation": mode,
         "probe_sets": {kind: s.about for kind, s in sets.sets.items()},
@@ -372,7 +371,7 @@ def heads_json(reading: Reading, found: list, mode: str, sets: ProbeSets) -> dic
             {
                 "heads": p.heads,
                 "chosen_as": p.kind,
-                **{n: p.reading.results.numbers.get(n) for n in numbers},
+                **{n: shown(p.reading.results.numbers).get(n) for n in numbers},
                 "best_induction": (p.reading.results.best("induction") or (None, None))[1],
                 "best_induction_spread": _best_spread(p.reading.results, "induction"),
             }
@@ -438,7 +437,7 @@ def show_patch(model, tokenizer, checkpoint: dict, args: argparse.Namespace, _ab
     if len(found) > 1:
         say("", *mean_report(mean_over(found)).splitlines())
     if found_paths is not None:
-        say("", *paths_report(found_paths).splitlines())
+        say("", *paths_lines(found_paths, f"the {len(pairs)} pairs" if len(pairs) > 1 else "the pair"))
         if drawn is not None:
             say(f"graph: {drawn}")
 

@@ -28,7 +28,8 @@ from common.files import Kind
 from data.tokenizer import Tokenizer
 from watch.measure.composition import KINDS, Composition
 from watch.measure.heads import display_token, head_name
-from watch.measure.patching import Patching
+from watch.measure.patching import PAIRS, PATHS, Patching, first_analysis
+from watch.measure.probesets import ProbeSets
 from watch.measure.reading import Reading
 
 ANNOTATE_MAX_TOKENS = 16  # beyond this, numbers in cells no longer fit
@@ -88,11 +89,14 @@ def _matrix(pattern: torch.Tensor | np.ndarray, n_tokens: int) -> np.ndarray:
 
 
 class HeatmapCanvas:
-    """Heatmaps of one sentence's attention, one panel per head: the labels, axis titles and colour bar are drawn
-    once, and `draw` paints the cells, their numbers and the titles over a copy of that. What it last drew stays
-    readable: `numbers[panel][(query, key)]` (the text in a cell) and `titles`."""
+    """Heatmaps of one sentence's attention, one panel per head (in `columns` columns; by default as square a grid as
+    they make): the labels, axis titles and colour bar are drawn once, and `draw` paints the cells, their numbers and
+    the titles over a copy of that. What it last drew stays readable: `numbers[panel][(query, key)]` (the text in a
+    cell) and `titles`."""
 
-    def __init__(self, tokens: Sequence[str], n_panels: int, *, highlight_query: int | None = None) -> None:
+    def __init__(
+        self, tokens: Sequence[str], n_panels: int, *, highlight_query: int | None = None, columns: int | None = None
+    ) -> None:
         self.tokens = list(tokens)
         self.n_panels = n_panels
         n = len(self.tokens)
@@ -107,7 +111,7 @@ class HeatmapCanvas:
         widest = max(int(font(self.label_size).getlength(self.labels[i])) for i in self.ticks)
         self.side = side = self.cell * n
         self.left = self.below = widest + 26  # the labels (turned below), then room for "query" and "key"
-        self.cols = math.ceil(math.sqrt(self.n_panels))
+        self.cols = columns or math.ceil(math.sqrt(self.n_panels))
         self.rows = math.ceil(self.n_panels / self.cols)
         self.panel_w = self.left + side + 16
         self.panel_h = TITLE_H + side + self.below + 12  # a gap before the next row's titles
@@ -126,33 +130,13 @@ class HeatmapCanvas:
     def _background(self) -> Image.Image:
         image = Image.new("RGB", (self.width, self.height), "white")
         draw = ImageDraw.Draw(image)
-        label_font, axis_font = font(self.label_size), font(self.label_size + 1)
+        key = "key (attended to)" + ("; · a space before it" if any(t.startswith("·") for t in self.labels) else "")
+        labels = [label if i in self.ticks else "" for i, label in enumerate(self.labels)]
         for panel in range(self.n_panels):
-            x0, y0 = self._origin(panel)
-            for i in self.ticks:
-                centre = i * self.cell + self.cell // 2
-                draw.text((x0 - 4, y0 + centre), self.labels[i], fill=INK, font=label_font, anchor="rm")
-                image.paste(
-                    _turned(self.labels[i], self.label_size),
-                    (x0 + centre - self.label_size // 2 - 1, y0 + self.side + 4),
-                )
-            draw.text(
-                (x0 + self.side // 2, y0 + self.below + self.side - 2),
-                "key (attended to)",
-                fill=INK,
-                font=axis_font,
-                anchor="md",
-            )
-            image.paste(_turned("query", self.label_size + 1), (x0 - self.left + 2, y0 + self.side // 2 - 20))
-        colour_bar(
-            image,
-            draw,
-            self.width - self.bar_w + 12,
-            TOP + TITLE_H,
-            max(60, min(self.rows * self.panel_h - TITLE_H - self.below, 400)),
-            "attention weight",
-            -45,
-        )
+            at = (*self._origin(panel), self.left, self.below, self.cell)
+            _label(image, at, (labels, labels), (key, "query"), self.label_size)
+        height = max(60, min(self.rows * self.panel_h - TITLE_H - self.below, 400))
+        colour_bar(image, draw, self.width - self.bar_w + 12, TOP + TITLE_H, height, "attention weight", -45)
         return image
 
     def draw(
@@ -166,7 +150,7 @@ class HeatmapCanvas:
             )
         image = self.background.copy()
         draw = ImageDraw.Draw(image)
-        title_font, number_font = font(self.label_size + 2), font(max(8, self.label_size - 1))
+        title_font = font(self.label_size + 2)
         self.numbers, self.titles = [], list(titles)
         n = len(self.tokens)
         for panel, (pattern, title) in enumerate(zip(patterns, titles, strict=True)):
@@ -175,20 +159,11 @@ class HeatmapCanvas:
             image.paste(Image.fromarray(_cells(values, self.cell)), (x0, y0))
             draw.text((x0 + self.side // 2, y0 - 6), title, fill=INK, font=title_font, anchor="md")
             numbers = {}
-            if n <= ANNOTATE_MAX_TOKENS:
-                for q, k in zip(*np.tril_indices(n), strict=True):
-                    value = values[q, k]  # ".88" fits a small cell; none below NUMBER_MIN_WEIGHT, or for NaN
-                    text = ("1" if value >= 0.995 else f"{value:.2f}"[1:]) if value >= NUMBER_MIN_WEIGHT else ""
-                    numbers[(int(q), int(k))] = text
-                    if text:
-                        ink = "black" if values[q, k] > 0.55 else "white"  # dark on the bright end
-                        draw.text(
-                            (x0 + k * self.cell + self.cell // 2, y0 + q * self.cell + self.cell // 2),
-                            text,
-                            fill=ink,
-                            font=number_font,
-                            anchor="mm",
-                        )
+            for q, k in zip(*np.tril_indices(n), strict=True) if n <= ANNOTATE_MAX_TOKENS else ():
+                value = values[q, k]  # ".88" fits a small cell; none below NUMBER_MIN_WEIGHT, or for NaN
+                text = ("1" if value >= 0.995 else f"{value:.2f}"[1:]) if value >= NUMBER_MIN_WEIGHT else ""
+                numbers[(int(q), int(k))] = text
+            _write(draw, (x0, y0, self.cell), numbers, values, max(8, self.label_size - 1))
             self.numbers.append(numbers)
             if self.highlight is not None:
                 y = y0 + self.highlight * self.cell
@@ -198,6 +173,34 @@ class HeatmapCanvas:
         if suptitle:
             draw.text((self.width // 2, 6), suptitle, fill=INK, font=font(15), anchor="mt")
         return np.asarray(image)
+
+
+def _label(
+    image: Image.Image, at: tuple[int, ...], labels: tuple[Sequence[str], ...], names: tuple | None, size: int
+) -> None:
+    """A panel's labels, `at` (x0, y0, left, below, cell) its cells' top-left corner, the room left of and below them
+    and a cell's size: each row's at its left, each column's written upwards below it (`labels`: the rows', the
+    columns'; "" for none), and `names`, the columns' and the rows', along them."""
+    (x0, y0, left, below, cell), (rows, columns), draw = at, labels, ImageDraw.Draw(image)
+    bottom = y0 + len(rows) * cell
+    for r, text in enumerate(rows):
+        draw.text((x0 - 4, y0 + r * cell + cell // 2), text, fill=INK, font=font(size), anchor="rm")
+    for c, text in enumerate(columns):
+        image.paste(_turned(text, size), (x0 + c * cell + cell // 2 - size // 2 - 1, bottom + 4))
+    if names:
+        middle = x0 + len(columns) * cell // 2
+        draw.text((middle, bottom + below - 2), names[0], fill=INK, font=font(size + 1), anchor="md")
+        image.paste(_turned(names[1], size + 1), (x0 - left + 2, y0 + max(0, (bottom - y0) // 2 - 30)))
+
+
+def _write(draw: ImageDraw.ImageDraw, at: tuple[int, int, int], texts: dict, values: np.ndarray, size: int) -> None:
+    """Each cell's text ({(row, column): text}) at its centre, `at` (x0, y0, cell) the cells' top-left corner and a
+    cell's size: black on the bright end of the colours, white on the dark."""
+    x0, y0, cell = at
+    for (r, c), text in texts.items():
+        if text:
+            centre = (x0 + c * cell + cell // 2, y0 + r * cell + cell // 2)
+            draw.text(centre, text, fill="black" if values[r, c] > 0.55 else "white", font=font(size), anchor="mm")
 
 
 def colour_bar(
@@ -275,16 +278,9 @@ class SentenceHeatmaps:
         best = reading.pronouns.best if reading.pronouns is not None else None
         for (slug, text, tokens), layers in zip(self.sentences, reading.results.patterns, strict=True):
             for layer, pattern in enumerate(layers):
-                tag, n_head = f"attention/{slug}/layer{layer}", pattern.shape[0]
-                titles = head_titles(layer, n_head, best.name if best else None)
-                out.append(
-                    (
-                        tag,
-                        self._canvas(tag, text, tokens, n_head).draw(
-                            list(pattern), titles, f"layer {layer}, step {step}"
-                        ),
-                    )
-                )
+                tag, titles = f"attention/{slug}/layer{layer}", head_titles(layer, len(pattern), best and best.name)
+                canvas = self._canvas(tag, text, tokens, len(pattern))
+                out.append((tag, canvas.draw(list(pattern), titles, f"layer {layer}, step {step}")))
             if best is not None:
                 tag = f"attention/{slug}/best_head"
                 title = f"best head {best.name} (referent {best.referent:.2f}), step {step}"
@@ -300,7 +296,9 @@ class SentenceHeatmaps:
 
     def _canvas(self, tag: str, text: str, tokens: Sequence[str], n_panels: int) -> HeatmapCanvas:
         if tag not in self.canvases:
-            self.canvases[tag] = HeatmapCanvas(tokens, n_panels, highlight_query=self.highlights.get(text))
+            # One panel under another: the Images tab fits an image to its card's width, where a grid of four would
+            # be drawn at half its size, too small to read.
+            self.canvases[tag] = HeatmapCanvas(tokens, n_panels, highlight_query=self.highlights.get(text), columns=1)
         return self.canvases[tag]
 
 
@@ -336,50 +334,16 @@ def composition_image(found: Composition, title: str) -> np.ndarray:
     n_layer, n_head = found.scores["K"].shape[:2]
     writers, readers = (n_layer - 1) * n_head, n_layer * n_head
     later = torch.arange(n_head, readers)[None, :] // n_head > torch.arange(writers)[:, None] // n_head
+    names = [head_name(layer, head) for layer in range(n_layer) for head in range(n_head)]
     panels = [
-        found.scores[kind].reshape(readers, readers)[:writers, n_head:].where(later, float("nan")).numpy()
+        (
+            f"{kind}-composition",
+            found.scores[kind].reshape(readers, readers)[:writers, n_head:].where(later, float("nan")).numpy(),
+            names[:writers],
+        )
         for kind in KINDS
     ]
-    names = [head_name(layer, head) for layer in range(n_layer) for head in range(n_head)]
-    row_labels, column_labels = names[:writers], names[n_head:]
-    n_rows, n_cols = len(row_labels), len(column_labels)
-    annotate = max(n_rows, n_cols) <= ANNOTATE_MAX_TOKENS
-    cell = 30 if annotate else max(4, min(20, 480 // max(n_rows, n_cols)))
-    label_font, axis_font, title_font = font(12), font(13), font(14)
-    widest = max(int(label_font.getlength(t)) for t in (*row_labels, *column_labels))
-    left, below, bar_w = widest + 26, widest + 26, 80
-    panel_w = left + n_cols * cell + 16
-    height = TOP + TITLE_H + n_rows * cell + below + 8
-    width = max(len(panels) * panel_w + bar_w, int(font(15).getlength(title)) + 20)  # room for the title
-    image = Image.new("RGB", (width, max(height, TOP + TITLE_H + 140)), "white")
-    draw = ImageDraw.Draw(image)
-    number_font = font(11)
-    for n, (values, kind) in enumerate(zip(panels, KINDS, strict=True)):
-        x0, y0 = n * panel_w + left, TOP + TITLE_H
-        image.paste(Image.fromarray(_cells(values, cell)), (x0, y0))
-        draw.text((x0 + n_cols * cell // 2, y0 - 6), f"{kind}-composition", fill=INK, font=title_font, anchor="md")
-        for r, text in enumerate(row_labels):
-            draw.text((x0 - 4, y0 + r * cell + cell // 2), text, fill=INK, font=label_font, anchor="rm")
-        for c, text in enumerate(column_labels):
-            image.paste(_turned(text, 12), (x0 + c * cell + cell // 2 - 7, y0 + n_rows * cell + 4))
-        draw.text(
-            (x0 + n_cols * cell // 2, y0 + n_rows * cell + below - 2), "reads", fill=INK, font=axis_font, anchor="md"
-        )
-        image.paste(_turned("writes", 13), (x0 - left + 2, y0 + max(0, n_rows * cell // 2 - 30)))
-        if annotate:
-            for r, c in zip(*np.nonzero(~np.isnan(values)), strict=True):
-                text = f"{values[r, c]:.2f}".removeprefix("0")
-                draw.text(
-                    (x0 + c * cell + cell // 2, y0 + r * cell + cell // 2),
-                    text,
-                    fill="black" if values[r, c] > 0.55 else "white",
-                    font=number_font,
-                    anchor="mm",
-                )
-    colour_bar(image, draw, image.width - bar_w + 12, TOP + TITLE_H, 120, "composition score", None)
-    if title:
-        draw.text((image.width // 2, 6), title, fill=INK, font=font(15), anchor="mt")
-    return np.asarray(image)
+    return grid_image(panels, names[n_head:], title, "composition score", axes=("reads", "writes"))
 
 
 def patching_map(found: Patching, tokens: Sequence[str]) -> np.ndarray:
@@ -395,60 +359,64 @@ def patching_map(found: Patching, tokens: Sequence[str]) -> np.ndarray:
             [head_name(layer, head) for layer in range(n_layer) for head in range(n_head)],
         ),
     ]
-    title = "patched from the clean run into the corrupted one: share of the logit difference brought back"
-    return grid_image(panels, tokens, title, "share brought back")
+    title = "patched from the clean run into the corrupted one: share of the logit difference brought back (· a space)"
+    return grid_image(panels, [display_token(t) for t in tokens], title, "share brought back")
 
 
-def patching_figure(found: Patching, tokenizer: Tokenizer) -> tuple[str, np.ndarray]:
-    """(caption, image) of a pair's patching map, for the attention page."""
-    pair, decode = found.pair, tokenizer.decode
+def patching_figures(model: torch.nn.Module, sets: ProbeSets, tokenizer: Tokenizer) -> list[tuple[str, np.ndarray]]:
+    """The attention page's patching map: (caption, image) of the first of the pairs the watch patches, which the
+    caption names, with the share of its logit difference the head that carries most of it brings back; [] without
+    pairs."""
+    found = first_analysis(model, sets)
+    if found is None:
+        return []
+    pair, decode, about = found.pair, tokenizer.decode, (sets.get(PAIRS) or sets.get(PATHS)).about
     best = found.carriers()
-    carried = f"; {best[0][0]} carries {best[0][1]:.2f} of it" if best else ""
+    carried = f"; on this pair {best[0][0]}'s output carries {best[0][1]:.2f} of it" if best else ""
     caption = (
-        f"Activation patching: {decode(pair.clean)!r} -> {decode([pair.answer])!r} against {decode(pair.corrupted)!r} "
-        f"-> {decode([pair.wrong])!r}, each part of the clean run copied into the corrupted one alone; the share of "
-        f"the logit difference it brings back{carried} (python sample.py --patch CLEAN CORRUPTED)"
+        f"Activation patching on one pair, the first of the watch's {about} (not the sentence above): "
+        f"{decode(pair.clean)!r} -> {decode([pair.answer])!r} against {decode(pair.corrupted)!r} -> "
+        f"{decode([pair.wrong])!r}, each part of the clean run copied into the corrupted one alone; the share of the "
+        f"logit difference it brings back{carried} (python sample.py --patch CLEAN CORRUPTED)"
     )
-    return caption, patching_map(found, tokenizer.token_strings(pair.clean))
+    return [(caption, patching_map(found, tokenizer.token_strings(pair.clean)))]
 
 
 def grid_image(
-    panels: Sequence[tuple[str, np.ndarray, Sequence[str]]], columns: Sequence[str], title: str, bar_name: str
+    panels: Sequence[tuple[str, np.ndarray, Sequence[str]]],
+    columns: Sequence[str],
+    title: str,
+    bar_name: str,
+    axes: tuple[str, str] | None = None,
 ) -> np.ndarray:
     """Panels of values [rows, columns] side by side in the attention heatmaps' colours, one colour bar for all: each
-    panel (its title, its values, its row labels) over the same column labels (a prompt's tokens, say). Values are
-    coloured from 0 to 1 (below 0 as 0, above 1 as 1); the numbers in the cells are the values themselves."""
-    labels = [display_token(t) for t in columns]
-    label_font, title_font, number_font = font(12), font(14), font(10)
-    n_cols = len(labels)
-    cell = 30 if n_cols <= ANNOTATE_MAX_TOKENS else max(6, min(20, 560 // n_cols))
+    panel (its title, its values, its row labels) over the same column labels (a prompt's tokens, say), with `axes`
+    (the columns' name, the rows') written along them. Values are coloured from 0 to 1 (below 0 as 0, above 1 as 1,
+    NaN blank); the numbers in the cells are the values themselves."""
+    label_font, title_font = font(12), font(14)
+    n_cols, n_rows = len(columns), max(values.shape[0] for _, values, _ in panels)
+    cell = 30 if max(n_cols, n_rows) <= ANNOTATE_MAX_TOKENS else max(6, min(20, 560 // max(n_cols, n_rows)))
     widest_row = max(int(label_font.getlength(t)) for _, _, rows in panels for t in rows)
-    below = max(int(label_font.getlength(t)) for t in labels) + 12
-    n_rows = max(values.shape[0] for _, values, _ in panels)
-    left, bar_w = widest_row + 12, 80
+    below = max(int(label_font.getlength(t)) for t in columns) + (26 if axes else 12)
+    left, bar_w = widest_row + (26 if axes else 12), 80
     panel_w = left + n_cols * cell + 24
     width = max(len(panels) * panel_w + bar_w, int(font(15).getlength(title)) + 20)
-    height = max(TOP + TITLE_H + n_rows * cell + below + 8, TOP + TITLE_H + 140)
-    image = Image.new("RGB", (width, height), "white")
+    image = Image.new("RGB", (width, max(TOP + TITLE_H + n_rows * cell + below + 8, TOP + TITLE_H + 140)), "white")
     draw = ImageDraw.Draw(image)
     for n, (name, values, rows) in enumerate(panels):
         x0, y0 = n * panel_w + left, TOP + TITLE_H
         image.paste(Image.fromarray(_cells(np.clip(values, 0.0, 1.0), cell)), (x0, y0))
         draw.text((x0 + n_cols * cell // 2, y0 - 6), name, fill=INK, font=title_font, anchor="md")
-        for r, text in enumerate(rows):
-            draw.text((x0 - 4, y0 + r * cell + cell // 2), text, fill=INK, font=label_font, anchor="rm")
-        for c, text in enumerate(labels):
-            image.paste(_turned(text, 12), (x0 + c * cell + cell // 2 - 7, y0 + values.shape[0] * cell + 4))
-        if n_cols <= ANNOTATE_MAX_TOKENS:
-            for r, c in zip(*np.nonzero(np.abs(values) >= 0.005), strict=True):
-                text = f"{values[r, c]:.2f}".replace("0.", ".", 1)
-                draw.text(
-                    (x0 + c * cell + cell // 2, y0 + r * cell + cell // 2),
-                    text,
-                    fill="black" if values[r, c] > 0.55 else "white",
-                    font=number_font,
-                    anchor="mm",
-                )
+        _label(image, (x0, y0, left, below, cell), (rows, columns), axes, 12)
+        if max(n_cols, n_rows) <= ANNOTATE_MAX_TOKENS:
+            shown = zip(*np.nonzero(np.abs(values) >= 0.005), strict=True)
+            _write(
+                draw,
+                (x0, y0, cell),
+                {(r, c): f"{values[r, c]:.2f}".replace("0.", ".", 1) for r, c in shown},
+                values,
+                10,
+            )
     colour_bar(image, draw, image.width - bar_w + 12, TOP + TITLE_H, 120, bar_name, None)
     draw.text((image.width // 2, 6), title, fill=INK, font=font(15), anchor="mt")
     return np.asarray(image)

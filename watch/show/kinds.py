@@ -60,8 +60,9 @@ def _repeated_lines(reading: Reading) -> list[str]:
         meaning = f"the second copy is predicted {{size}} nats {better} than the first"
         lines.append(
             f"in-context gain on repeated random tokens: {measured(numbers, 'in_context_gain', meaning)} "
-            f"(first copy {numbers['loss_first_copy']:.3f}, second {numbers['loss_second_copy']:.3f}"
-            f"{_then(then, 'in_context_gain')})"
+            f"(first copy {numbers['loss_first_copy']:.3f}, second {numbers['loss_second_copy']:.3f} nats/token: "
+            f"a model that learnt text bets on text, so on random tokens it can lose more than a uniform guess would, "
+            f"the log of its vocabulary's size{_then(then, 'in_context_gain')})"
         )
     return lines
 
@@ -88,10 +89,10 @@ def _reach_scalars(reading: Reading) -> Scalars:
 
 def _text_lines(reading: Reading) -> list[str]:
     """The in-context score, with its spread and what it means."""
-    numbers = reading.results.numbers
+    numbers = shown(reading.results.numbers)
     if "in_context_score" not in numbers:
         return []
-    then = reading.untrained.results.numbers if reading.untrained is not None else {}
+    then = shown(reading.untrained.results.numbers) if reading.untrained is not None else {}
     text = reading.results.sets.get(TEXT)
     length = len(text.ids[0])
     early, late = probesets.icl_positions(length)
@@ -99,35 +100,44 @@ def _text_lines(reading: Reading) -> list[str]:
         f"tokens {late.start}-{late.stop - 1} of a {length}-token context "
         f"against the same tokens at {early.start}-{early.start + late.stop - late.start - 1}"
     )
-    score = numbers["in_context_score"]
-    meaning = f"later in the context, tokens are predicted {{size}} nats {'better' if score < 0 else 'worse'}"
-    # Olsson et al.'s score is the late loss minus the early one (below 0 is better): shown as nats saved.
-    figure, was = measured(numbers, "in_context_score", meaning, "nats", -1), _then(then, "in_context_score", -1)
+    better = "better" if numbers["in_context_score"] > 0 else "worse"
+    meaning = f"later in the context, tokens are predicted {{size}} nats {better}"
     return [
-        f"in-context score on held-out text: {figure} ({where}, {len(text.ids) // 2} pairs of windows"
-        f"{was}; Olsson et al.'s late-minus-early loss, {score:+.3f})"
+        f"in-context score on held-out text: {measured(numbers, 'in_context_score', meaning, 'nats')} ({where}, "
+        f"{len(text.ids) // 2} pairs of windows{_then(then, 'in_context_score')}; the negative of Olsson et al.'s "
+        f"late-minus-early loss, {-numbers['in_context_score']:+.3f})"
     ]
 
 
-def measured(numbers: dict, name: str, meaning: str, unit: str = "nats/token", sign: int = 1) -> str:
+# The in-context score as every view shows it (the report, TensorBoard, the HParams, the JSON): nats saved later in the
+# context, + better as every signed figure is, where the pass reads Olsson et al.'s late-minus-early loss.
+SAVED = ("in_context_score",)
+
+
+def shown(numbers: dict[str, float]) -> dict[str, float]:
+    """The model's numbers as every view shows them: those of `SAVED` turned to nats saved."""
+    return {name: -value if name in SAVED else value for name, value in numbers.items()}
+
+
+def measured(numbers: dict, name: str, meaning: str, unit: str = "nats/token") -> str:
     """ "+0.12 ± 0.03 nats/token: the second copy is ...", or "no measurable effect, +0.02 ± 0.05 nats/token"
-    when the figure (times `sign`) lies inside its spread."""
-    figure, inside = _signed(numbers, name, sign)
+    when the figure lies inside its spread."""
+    figure, inside = _signed(numbers, name)
     if inside:
         return f"no measurable effect, {figure} {unit}"
     return f"{figure} {unit}: {meaning.format(size=figure.split(' ± ')[0].lstrip('+-'))}"  # at the figure's places
 
 
-def _then(then: dict, name: str, sign: int = 1) -> str:
+def _then(then: dict, name: str) -> str:
     if name not in then:
         return ""
-    figure, inside = _signed(then, name, sign)
+    figure, inside = _signed(then, name)
     return f"; untrained {figure}" + (", no measurable effect" if inside else "")
 
 
-def _signed(numbers: dict, name: str, sign: int) -> tuple[str, bool]:
+def _signed(numbers: dict, name: str) -> tuple[str, bool]:
     """("+0.12 ± 0.03", whether the figure lies inside its spread)."""
-    value, spread = sign * numbers[name], numbers.get(f"{name}_spread")
+    value, spread = numbers[name], numbers.get(f"{name}_spread")
     return with_spread(value, spread, signed=True), spread is not None and abs(value) <= spread
 
 
@@ -137,6 +147,16 @@ NO_ANSWER = (
 )
 HEAD_PARTS = [part for part in WATCHED_PARTS if PARTS[part].axes == LAYER_HEAD and part != "heads"]
 LAYER_PARTS = [part for part in WATCHED_PARTS if PARTS[part].axes == ("layer",)]  # one figure a layer: MLPs
+
+
+def carries(name: str, share: str, over: str) -> str:
+    """The one way every view says which head carries an answer, and what that was measured on (`over`: "on this
+    pair", "over 16 pronoun pairs, ..."): "L0H0 carries the answer most on this pair: its output, patched from the
+    clean run into the corrupted one, brings back 0.65 of the logit difference"."""
+    return (
+        f"{name} carries the answer most {over}: its output, patched from the clean run into the corrupted one, "
+        f"brings back {share} of the logit difference"
+    )
 
 
 def _patching_lines(reading: Reading) -> list[str]:
@@ -152,10 +172,10 @@ def _patching_lines(reading: Reading) -> list[str]:
     layer, head = parse_head(name)
     typed = reading.types.get(name)
     kind = f" ({TYPES[typed.kind].label} head)" if typed is not None and typed.kind is not None else ""
+    figure = with_spread(share, results.head("patching_spread", layer, head), 2)
     lines = [
-        f"{name}{kind} carries the answer most: its output, patched from each clean prompt into its corrupted twin, "
-        f"brings back {with_spread(share, results.head('patching_spread', layer, head), 2)} of the logit difference "
-        f"(over {pairs.about}); its direct attribution {float(results.heads['attribution'][layer, head]):+.2f} logits"
+        f"{carries(name + kind, figure, f'over {pairs.about}')}; its direct attribution, the mean over the pairs, "
+        f"{float(results.heads['attribution'][layer, head]):+.2f} logits"
     ]
     others = []
     for part in HEAD_PARTS:
@@ -204,19 +224,25 @@ def _patching_scalars(reading: Reading) -> Scalars:
 STRONGEST_PATHS = 6  # paths named in the report; TensorBoard and the JSON have them all
 
 
-def _paths_lines(reading: Reading) -> list[str]:
-    """The strongest paths measured above their spread, or why none is."""
-    found, pairs = reading.results.paths, reading.results.sets.get(PATHS)
-    if PATHS not in reading.results.counts:  # not read
-        return []
+def paths_lines(found: list, about: str) -> list[str]:
+    """The strongest paths measured above their spread over the pairs `about` names, or why none is: the watch's line
+    and `sample.py --patch --paths`'s."""
     if not any(path.measured for path in found):  # no sender, or no share
-        return [f"no head carries an answer yet on {pairs.about}, so no path does: {NO_ANSWER}"]
+        return [f"no head carries an answer yet on {about}, so no path does: {NO_ANSWER}"]
     clear = sorted((path for path in found if path.clear), key=lambda path: -path.share)
     named = ", ".join(f"{path.name} {with_spread(path.share, path.spread, 2)}" for path in clear[:STRONGEST_PATHS])
     return [
-        f"which head feeds which (path patching over {pairs.about}: a sender's output into one receiver's queries q, "
-        f"keys k or values v, an MLP or the logits alone), the strongest paths: {named or 'none above its spread'}"
+        f"which head feeds which (path patching over {about}: a sender's output into one receiver's queries q, "
+        f"keys k or values v, an MLP or the logits alone, the share of the logit difference it brings back, ± two "
+        f"standard errors over the pairs where there are several), the strongest paths: "
+        f"{named or 'none above its spread'}"
     ]
+
+
+def _paths_lines(reading: Reading) -> list[str]:
+    """The paths a pass read, in the report (none where it read none)."""
+    read = PATHS in reading.results.counts
+    return paths_lines(reading.results.paths, reading.results.sets.get(PATHS).about) if read else []
 
 
 def path_scalars(reading: Reading) -> Scalars:
@@ -251,20 +277,22 @@ def _pronoun_scalars(reading: Reading) -> Scalars:
 
 # When a head becomes the one that carries the answer, beside when its attention formed.
 PATCHING_CHARTS = {
-    # The best head's share alone first, which TensorBoard's outlier scaling cannot clip.
     "share of the answer the best head's output carries": [r"patching/share/best$"],
     "share of the answer a head's output carries (activation patching), every head": [r"patching/share$"],
     **{f"share a head's {PARTS[part].words} carry, every head": [rf"patching/{part}$"] for part in HEAD_PARTS},
     **{f"share each {PARTS[part].words} carries": [rf"patching/{part}/MLP\d+$"] for part in LAYER_PARTS},
-    "direct logit attribution (logits), every head": [r"patching/attribution$"],
 }
 
 SHOWN: dict[str, Shown] = {
     REPEATED: Shown(
         lines=_repeated_lines,
         scalars=_spread_scalars,
-        # The phase change: the induction score and the in-context gain jump together.
-        charts={"induction and in-context gain": [r"heads/induction/best$", r"heads/in_context_gain$"]},
+        # The phase change: the induction score and the in-context gain jump together (a chart each: one run's lines
+        # share its colour).
+        charts={
+            "induction, the best head": [r"heads/induction/best$"],
+            "in-context gain on repeated random tokens (nats/token)": [r"heads/in_context_gain$", r"reference/none$"],
+        },
         category="head types",
     ),
     REACH: Shown(
@@ -279,19 +307,24 @@ SHOWN: dict[str, Shown] = {
     PRONOUN: Shown(
         scalars=_pronoun_scalars,
         charts={
-            # The best head's own line first: alone on its chart, no outlier setting can clip its climb.
-            "referent weight and top-1 of the best head": [r"attention/(referent|top1)/best$"],
+            # The best head's own lines first, each on a chart of its own: the run's lines share its colour.
+            "referent weight of the best head": [r"attention/referent/best$"],
+            "ref > dis of the best head (how often the referent outweighs the other noun)": [r"attention/top1/best$"],
             "referent weight, every head": [r"attention/referent$"],
-            "top-1, every head": [r"attention/top1$"],
+            "ref > dis, every head": [r"attention/top1$"],
             # The training loss (logged every log_interval steps) rather than the validation loss (5 points in the
-            # demo, which smoothing bends out of shape), and every accuracy the probes report.
-            "training loss and accuracy": [r"loss/train$", r"probes/.*accuracy"],
+            # demo, which smoothing bends out of shape), beside the untrained model's loss on held-out text, where it
+            # starts.
+            "training loss (nats/token)": [r"loss/train$", r"reference/untrained_loss$"],
+            "continuation accuracy": [r"probes/continuation_accuracy$"],
         },
         category="attention heads",
     ),
     AGREEMENT: Shown(
         # Each figure of the whole model: agreement, over every context and by mention, and its share.
         scalars=lambda reading: {f"probes/{n}": reading.results.numbers.get(n) for n in PROBE_KINDS[AGREEMENT].scores},
+        charts={"agreement accuracy": [r"probes/agreement_accuracy$"]},
+        category="agreement",
     ),
     PAIRS: Shown(lines=_patching_lines, scalars=_patching_scalars, charts=PATCHING_CHARTS, category="patching"),
     # Then a chart per receiver and input, a line per sender (`watch.show.tensorboard.chart_layout`).

@@ -4,33 +4,33 @@ attends to most, what fine-tuning changed and how the heads compose."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
 import torch
 
 from watch.measure.composition import KINDS, ONE_LAYER_NOTE, pair_name
-from watch.measure.heads import display_token, head_name, plus_minus, with_spread
+from watch.measure.heads import display_token, head_name, with_spread
 from watch.measure.headtypes import BROAD, BROAD_COLUMN, BROAD_MEANING, CLOSE, RULE, TYPES, needed
-from watch.measure.patching import LAYER_HEAD, PARTS, Mean, Patching
-from watch.measure.paths import Path
-from watch.measure.probesets import REPEATED
+from watch.measure.patching import LAYER_HEAD, PARTS, Mean, Patching, by_name
+from watch.measure.probesets import REPEATED, TEXT, ProbeSets
 from watch.measure.pronouns import ProbeReport
 from watch.measure.proofs import AblationResult
 from watch.measure.reading import Reading, Results
 from watch.show.heatmaps import as_array
-from watch.show.kinds import SHOWN
+from watch.show.kinds import SHOWN, carries
 
-COLUMNS = ("rank", "head", "referent", "distractor", "top-1", "ref (no sink)", "top-1 (no sink)")
+COLUMNS = ("rank", "head", "referent", "distractor", "ref > dis", "ref (no sink)", "ref > dis (no sink)")
 
 
-def head_table(report: ProbeReport, *, markdown: bool = False, limit: int | None = None) -> str:
-    """The heads ranked best first, the best marked, then one line of the probe count, the baselines and the
-    continuation accuracy. `limit` keeps only the first rows (that line still covers all probes)."""
+def head_table(report: ProbeReport, *, limit: int | None = None) -> str:
+    """The heads ranked best first, the best marked and any removed said so, then one line of the probe count, the
+    baselines and the continuation accuracy. `limit` keeps only the first rows (that line still covers all probes)."""
     rows = [
         [
             str(rank),
-            s.name,
+            s.name + (" (removed)" if s.name in report.ablated else ""),
             _num(s.referent),
             _num(s.distractor),
             _pct(s.top1, 1),
@@ -52,41 +52,29 @@ def head_table(report: ProbeReport, *, markdown: bool = False, limit: int | None
         parts.append(f"logit diff {cont.logit_diff:+.2f}")
     if report.ablated:
         parts.append("ablated " + ", ".join(report.ablated))
-    lines = [*_table(COLUMNS, rows, markdown, marked=[0], text_columns=(1,)), *([""] if markdown else [])]
-    return "\n".join([*lines, "; ".join(parts), *([""] if markdown else []), HEAD_TABLE_LEGEND])
+    return "\n".join([*_table(COLUMNS, rows, marked=[0], text=(1,)), "; ".join(parts), HEAD_TABLE_LEGEND])
 
 
-# Every term of the pronoun head table, once, in plain words (docs/head-types.md#the-reports-words says more).
+# Every term of the pronoun table, once, in plain words (docs/head-types.md#the-reports-words says more).
 HEAD_TABLE_LEGEND = (
     "how to read it: referent and distractor are the shares of the pronoun's attention on the noun it refers to and "
-    "on the other noun; top-1 how often the referent gets more of it than any other token; (no sink): the same "
-    "with the first token left out, where small models park attention they do not use (an attention sink); "
-    "continuation accuracy how often the model's likeliest next word fits the referent; logit diff how far, on "
-    "average, the model's score for the best word that fits the referent is above the best that fits the other noun "
-    "(+: the right one ahead)"
+    "on the other noun; ref > dis how often the referent gets more of it than the distractor (than that one other "
+    "noun, not than every token); (no sink): the same with the first token left out, where small models park "
+    "attention they do not use (an attention sink); chance, first noun, nearest noun: the ref > dis of a head that "
+    "guesses, of one that always looks at the first noun, at the nearest; continuation accuracy how often the "
+    "model's likeliest next word fits the referent; logit diff how far, on average, the model's score for the best "
+    "word that fits the referent is above the best that fits the other noun (+: the right one ahead)"
 )
 
 
 def _table(
-    columns: Sequence[str],
-    rows: list[list[str]],
-    markdown: bool,
-    *,
-    marked: Sequence[int] = (),
-    text_columns: Sequence[int] = (),
+    columns: Sequence[str], rows: list[list[str]], *, marked: Sequence[int] = (), text: Sequence[int] = ()
 ) -> list[str]:
-    """A table's lines: Markdown (the `marked` rows' first name in bold), or plain text with the marked rows starred,
-    names (`text_columns`) left-aligned and numbers right-aligned so their decimal points line up."""
-    if markdown:
-        align = "|" + "|".join(":---" if i in text_columns else "---:" for i in range(len(columns))) + "|"
-        name = text_columns[0] if text_columns else None
-        body = [
-            [f"**{c}**" if r in marked and i == name else c for i, c in enumerate(row)] for r, row in enumerate(rows)
-        ]
-        return ["| " + " | ".join(columns) + " |", align, *["| " + " | ".join(row) + " |" for row in body]]
+    """A table's lines, the `marked` rows starred, names (the `text` columns) left-aligned and numbers right-aligned
+    so their decimal points line up."""
     table = [["", *columns], *[["*" if r in marked else "", *row] for r, row in enumerate(rows)]]
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
-    left = {0, *(i + 1 for i in text_columns)}
+    left = {0, *(i + 1 for i in text)}
 
     def line(cells: list[str]) -> str:
         out = [c.ljust(widths[i]) if i in left else c.rjust(widths[i]) for i, c in enumerate(cells)]
@@ -98,9 +86,9 @@ def _table(
 CONTINUATION = "the continuation accuracy after the pronoun"
 
 
-def ablation_line(before: float, after: float, heads: Sequence[str]) -> str:
-    """What removing `heads` does to the continuation accuracy, in one line."""
-    return f"removing {names(heads)} {_points(CONTINUATION, before, after)}"
+def ablation_line(before: float, after: float, heads: Sequence[str], n: int | None = None) -> str:
+    """What removing `heads` does to the continuation accuracy over `n` probes, in one line."""
+    return f"removing {names(heads)} {_points(CONTINUATION, before, after, n)}"
 
 
 def names(heads: Sequence[str]) -> str:
@@ -143,24 +131,34 @@ def _columns(reading: Reading) -> list[str]:
     return [kind for kind, t in TYPES.items() if kind in reading.type_scores or t.probe_set in missing]
 
 
-def type_table(reading: Reading, *, markdown: bool = False) -> str:
+def type_table(reading: Reading) -> str:
     """Every head's type and type scores, each with the untrained model's in brackets; "n/a" where a
-    score could not be measured (no held-out text, a block too short for repeated tokens)."""
-    before = reading.untrained.type_scores if reading.untrained is not None else {}
-    kinds = _columns(reading)
+    score could not be measured (no held-out text, a block too short for repeated tokens); a removed head said so."""
+    kinds, removed = _columns(reading), reading.results.ablated
     rows = []
     for name, t in reading.types.items():
         broad = reading.results.head(BROAD, t.layer, t.head)
         rows.append(
             [
-                name,
+                name + (" (removed)" if name in removed else ""),
                 _label(t.kind),
-                *(_type_cell(reading, before, kind, t.layer, t.head) for kind in kinds),
+                *(_type_cell(reading, kind, t.layer, t.head) for kind in kinds),
                 "n/a" if broad is None else f"{broad:.2f}",
             ]
         )
     columns = ("head", "type", *(TYPES[kind].column for kind in kinds), BROAD_COLUMN)
-    return "\n".join(_table(columns, rows, markdown, text_columns=(0, 1)))
+    return "\n".join(_table(columns, rows, text=(0, 1)))
+
+
+def measured_on(sets: ProbeSets) -> str:
+    """Which probe set each column of the type table is read from, for the table's header: "previous, first token,
+    itself, k back, spread out: 512 windows of 32 tokens ...; duplicate, induction: 128 sequences ..."."""
+    parts = []
+    for kind, probe_set in sets.sets.items():
+        columns = [t.column for t in TYPES.values() if t.probe_set == kind] + ([BROAD_COLUMN] if kind == TEXT else [])
+        if columns:
+            parts.append(f"{', '.join(columns)}: {probe_set.about}")
+    return "; ".join(parts)
 
 
 def type_legend(reading: Reading) -> str:
@@ -183,43 +181,47 @@ def _draw_line(reading: Reading) -> str:
     return f"\n  random tokens: {repeated.draw_rule or 'every token drawn'}; {SPREAD}"
 
 
-# What the ± beside a figure read from random sequences means (`watch.measure.scores.spread`).
+# What the ± beside a figure means (`watch.measure.scores.spread`; a share of probes: `_share_spread`).
 SPREAD = (
-    "± is two standard errors of the mean over the sequences: the figure of all possible draws lies within it 19 "
-    "times in 20"
+    "± is two standard errors of the mean over the sequences (of a share of probes: over the probes): the figure of "
+    "all possible draws lies within it 19 times in 20"
 )
 
 
 TERMS_PAGE = "docs/head-types.md#the-reports-words"
 
 
-def _type_cell(reading: Reading, before: dict, kind: str, layer: int, head: int) -> str:
+def _type_cell(reading: Reading, kind: str, layer: int, head: int) -> str:
     """ "0.91 (0.05)": a head's score of one type and, in brackets, the untrained model's."""
     if kind not in reading.type_scores:
         return "n/a"
     value = f"{float(reading.type_scores[kind][layer, head]):.2f}"
-    if kind in before:
-        value += f" ({float(before[kind][layer, head]):.2f})"
+    then = reading.untrained.type_scores if reading.untrained is not None else {}
+    if kind in then:
+        value += f" ({float(then[kind][layer, head]):.2f})"
     if kind == "positional" and reading.offsets is not None:
         value += f" k={int(reading.offsets[layer, head])}"
     return value
 
 
-# The one sign convention of every signed figure in the report: in-context figures count nats saved.
-SIGNS = "in every signed figure below, + is better (nats/token saved, accuracy points gained)"
+# The one sign convention of every signed figure in the report, and the unit of a loss.
+SIGNS = (
+    "in every signed figure below, + is better (nats/token saved, accuracy points gained); a nat is the unit of a "
+    "loss, the natural logarithm of 1/(the probability given to the right token): 0.69 nats less is twice the "
+    "probability"
+)
 
 
 def type_lines(reading: Reading, since: dict[str, str] | None = None) -> str:
     """One line per head type: its heads (since when, from `since`), or how close the best head came; then the
     lines of each kind of probe set (`watch.show.kinds.SHOWN`)."""
-    trained = reading.type_scores
-    before = reading.untrained.type_scores if reading.untrained is not None else {}
+    trained, then = reading.type_scores, reading.untrained
     lines = []
     for kind in (kind for kind in TYPES if kind in trained):
         heads = reading.typed.get(kind, [])
         if heads:
             listed = ", ".join(
-                f"{t.name} {_type_figure(reading, kind, t.layer, t.head)}{_untrained(before, kind, t.layer, t.head)}"
+                f"{t.name} {_type_figure(reading, kind, t.layer, t.head)}{_untrained(reading, kind, t.layer, t.head)}"
                 for t in heads
             )
             when = f", {since[kind]}" if since and kind in since else ""
@@ -227,17 +229,17 @@ def type_lines(reading: Reading, since: dict[str, str] | None = None) -> str:
             continue
         layer, head = divmod(int(torch.nan_to_num(trained[kind], nan=-1.0).argmax()), trained[kind].shape[1])
         value = float(trained[kind][layer, head])
-        bar = needed(float(before[kind][layer, head]) if kind in before else None)
+        bar = needed(float(then.type_scores[kind][layer, head]) if then and kind in then.type_scores else None)
+        figure = _type_figure(reading, kind, layer, head)
         if value >= CLOSE * bar:
             lines.append(
-                f"no {TYPES[kind].label} head yet, but {head_name(layer, head)} is close: "
-                f"{_type_figure(reading, kind, layer, head)}, where a "
-                f"type needs {bar:.2f}{_untrained(before, kind, layer, head)}"
+                f"no {TYPES[kind].label} head yet, but {head_name(layer, head)} is close: {figure}, where a type "
+                f"needs {bar:.2f}{_untrained(reading, kind, layer, head)}"
             )
         else:
             lines.append(
-                f"no {TYPES[kind].label} head (best {head_name(layer, head)} {_type_figure(reading, kind, layer, head)}"
-                f"{_untrained(before, kind, layer, head, bracket=False)})"
+                f"no {TYPES[kind].label} head (best {head_name(layer, head)} {figure}"
+                f"{_untrained(reading, kind, layer, head, bracket=False)})"
             )
     for name, shown in SHOWN.items():
         if name in reading.results.sets.sets:  # the kinds the pass read
@@ -252,10 +254,13 @@ def _type_figure(reading: Reading, kind: str, layer: int, head: int) -> str:
     return with_spread(float(reading.type_scores[kind][layer, head]), spread, 2 if spread is None else 3)
 
 
-def _untrained(before: dict[str, torch.Tensor], kind: str, layer: int, head: int, *, bracket: bool = True) -> str:
-    if kind not in before:
+def _untrained(reading: Reading, kind: str, layer: int, head: int, *, bracket: bool = True) -> str:
+    """ " (untrained 0.05)", or ", untrained 0.050 ± 0.003" with `bracket` False: the same head's score in the untrained
+    model, with its spread where it has one; "" where the pass was read against none."""
+    then = reading.untrained
+    if then is None or kind not in then.type_scores:
         return ""
-    value = f"untrained {float(before[kind][layer, head]):.2f}"
+    value = f"untrained {_type_figure(then, kind, layer, head)}"
     return f" ({value})" if bracket else f", {value}"
 
 
@@ -265,17 +270,20 @@ def ablation_lines(reading: Reading, found: Sequence[AblationResult]) -> str:
     lines = []
     for result in (r for r in found if r.kind != "copying"):  # those make up `route_lines`
         after, tested = result.reading.results, result.tested_on
-        costs = [_change(tested[0], results.numbers, after.numbers)] if tested else []
+        costs = [_change(tested[0], results, after)] if tested else []
         fed = TYPES[result.kind].feeds if result.kind in TYPES else None
         if fed is not None:  # a circuit: the best head left of the type its heads feed, before and after
             old, new = ({n: v for n, v in r.per_head(fed).items() if n not in result.heads} for r in (results, after))
             name = max(old, key=old.get) if old and new else None
             if name:
-                label, spreads = f"the best {TYPES[fed].label} score", (_pm(results, fed, name), _pm(after, fed, name))
-                costs.append(f"{_moves('lowers', 'raises', label, old[name], new[name], '', 3, spreads)} ({name})")
+                spreads = tuple(r.per_head(f"{fed}_spread").get(name) for r in (results, after))
+                label = f"the best {TYPES[fed].label} score"
+                costs.append(
+                    f"{_moves(('lowers {}', 'raises {}'), label, old[name], new[name], '', 3, spreads)} ({name})"
+                )
         costs = [c for c in costs if c]
         if costs:
-            why = _backed_up(result, found, results.numbers) + _less_than_alone(result, found, results.numbers)
+            why = _backed_up(result, found, results) + _less_than_alone(result, found, results)
             lines.append(f"{_removing(result)} {'; '.join(costs)}{why}")
     return "\n".join(lines)
 
@@ -283,38 +291,47 @@ def ablation_lines(reading: Reading, found: Sequence[AblationResult]) -> str:
 NO_EFFECT, AN_EFFECT = 0.05, 0.2  # the share of a measure lost that counts as none, and as a real effect
 
 
-def _pm(results: Results, score: str, head: str) -> str:
-    """ " ± 0.004" beside a head's score read from random sequences (its `{score}_spread`); "" for another."""
-    spread = results.per_head(f"{score}_spread").get(head)
-    return plus_minus(spread)
+def _share_spread(share: float | None, n: int | None) -> float | None:
+    """Two standard errors of a share of `n` probes, of (hits + 1) / (n + 2) in place of the share, so that 256 of 256
+    is not taken for a certainty; None without a count."""
+    if share is None or not n:
+        return None
+    smoothed = (share * n + 1) / (n + 2)
+    return 2 * math.sqrt(smoothed * (1 - smoothed) / n)
 
 
-def _change(key: str, before: dict, after: dict) -> str:
+def _spread_of(results: Results, key: str) -> float | None:
+    """The spread of the model's figure `key`: its own (`{key}_spread`, read from random sequences or windows), that
+    of a share of probes for an accuracy, or None (the held-out loss has none)."""
+    if f"{key}_spread" in results.numbers:
+        return results.numbers[f"{key}_spread"]
+    return _share_spread(results.numbers.get(key), results.counts.get(key)) if key.endswith("accuracy") else None
+
+
+def _change(key: str, before: Results, after: Results) -> str:
     """What removing heads did to the measure `key`, in words, always "by how much, from what to what": "shrinks the
     in-context gain by 3.83 nats/token, from 3.01 to -0.82: all of it and more (first copy ...)"; "" when it was not
     measured. A model with no in-context gain to lose is said to have none, and the held-out loss says what removing
     the heads does to its text instead."""
-    old, new = before.get(key), after.get(key)
+    old, new = before.numbers.get(key), after.numbers.get(key)
     if old is None or new is None:
         return ""
     if key == "text_loss":
         return _loss_change(old, new)
+    spreads = (_spread_of(before, key), _spread_of(after, key))
     if key != "in_context_gain":
-        return _points(CONTINUATION, old, new)
-    spreads = tuple(plus_minus(n.get(f"{key}_spread")) for n in (before, after))
-    spread = before.get(f"{key}_spread")
-    if old <= 0 or (spread is not None and old <= spread):  # nothing to take: what the heads do for the text instead
+        return _moves(("lowers {}", "raises {}"), CONTINUATION, old, new, "", 1, spreads, percent=True)
+    if old <= 0 or (spreads[0] is not None and old <= spreads[0]):  # nothing to take: what it does to text instead
         text = f"finds no in-context gain to take (the model has none on repeated tokens: {old:.3f} nats/token)"
-        loss = _loss_change(before.get("text_loss"), after.get("text_loss"))
+        loss = _loss_change(before.numbers.get("text_loss"), after.numbers.get("text_loss"))
         return text + (f"; it {loss}" if loss else "")
-    moved = _moves("shrinks", "grows", "the in-context gain", old, new, "nats/token", 3, spreads)
-    text = f"{moved}: {_share_taken(old, new)}"
+    text = _moves(("shrinks {}", "grows {}"), "the in-context gain", old, new, "nats/token", 3, spreads)
+    if not text.startswith("changes"):  # a change beyond the spreads: how much of the gain it is
+        text += f": {_share_taken(old, new, spreads)}"
     keys = ("loss_first_copy", "loss_second_copy")
-    if all(k in before and k in after for k in keys):  # a removed copying head can leave the second copy worse
-        text += (
-            f" (first copy {before[keys[0]]:.2f} -> {after[keys[0]]:.2f}, second {before[keys[1]]:.2f} -> "
-            f"{after[keys[1]]:.2f} nats)"
-        )
+    if all(k in before.numbers and k in after.numbers for k in keys):  # a removed copying head can worsen both copies
+        (first, second), (first_after, second_after) = ([r.numbers[k] for k in keys] for r in (before, after))
+        text += f" (first copy {first:.2f} -> {first_after:.2f}, second {second:.2f} -> {second_after:.2f} nats)"
     return text
 
 
@@ -323,47 +340,68 @@ UNMEASURABLE = 0.01  # a change of the held-out loss below this share of it is s
 
 def _loss_change(old: float | None, new: float | None) -> str:
     """ "makes the held-out loss worse by 0.500 nats/token, from 2.000 to 2.500": how much worse the model predicts
-    the next token of held-out text; a change below UNMEASURABLE of the loss is said to be none; "" when not
-    measured."""
+    the next token of held-out text; a change below UNMEASURABLE of the loss, which has no spread, is said to be
+    none; "" when not measured."""
     if old is None or new is None:
         return ""
     if abs(new - old) < UNMEASURABLE * abs(old):
-        return f"changes the held-out loss by nothing measurable ({old:.3f} -> {new:.3f} nats/token)"
-    return _moves("makes the held-out loss better", "makes the held-out loss worse", "", old, new, "nats/token", 3)
+        return (
+            f"changes the held-out loss by nothing measurable (less than {UNMEASURABLE:.0%} of it, the rule for a "
+            f"figure without a spread: {old:.3f} -> {new:.3f} nats/token)"
+        )
+    return _moves(("makes {} better", "makes {} worse"), "the held-out loss", old, new, "nats/token", 3)
 
 
 def _moves(
-    down: str,
-    up: str,
+    verbs: tuple[str, str],
     label: str,
     old: float,
     new: float,
     unit: str,
     decimals: int,
-    spreads: tuple[str, str] = ("", ""),
+    spreads: tuple[float | None, float | None] = (None, None),
+    *,
+    percent: bool = False,
 ) -> str:
-    """ "shrinks the in-context gain by 3.830 nats/token, from 3.010 ± 0.050 to -0.820 ± 0.040": `down` when the figure
-    falls, `up` when it rises, the amount always positive: the one way every removal line says how much; `spreads`
-    stand beside the figures read from random sequences."""
-    verb = f"{down if new <= old else up}{f' {label}' if label else ''}"
-    amount = f"{abs(new - old):.{decimals}f}" + (f" {unit}" if unit else "")
-    return f"{verb} by {amount}, from {old:.{decimals}f}{spreads[0]} to {new:.{decimals}f}{spreads[1]}"
+    """ "shrinks the in-context gain by 3.830 nats/token, from 3.010 ± 0.050 to -0.820 ± 0.040": the first of `verbs`
+    when the figure falls, the second when it rises, the amount always positive, each figure with its spread: the one
+    way every removal line says how much (a share in points, with `percent`). A change not above the spread of the
+    difference of the two (their spreads added in quadrature) is "changes {label} by nothing measurable"."""
+    scale = 100 if percent else 1
+    was, now = (
+        with_spread(scale * v, None if e is None else scale * e, decimals) + ("%" if percent else "")
+        for v, e in zip((old, new), spreads, strict=True)
+    )
+    noise = math.hypot(*(e or 0.0 for e in spreads))
+    if round(scale * abs(new - old), decimals) == 0 or abs(new - old) <= noise:
+        return f"changes {label} by nothing measurable ({was} -> {now}{', within their spreads' if noise else ''})"
+    amount = f"{scale * abs(new - old):.{decimals}f} {'points' if percent else unit}".rstrip()
+    return f"{verbs[new > old].format(label)} by {amount}, from {was} to {now}"
 
 
-def _cost(result: AblationResult, before: dict) -> float | None:
-    """The share of what a kind of head is tested on that removing `result.heads` lost (0: nothing)."""
+def _cost(result: AblationResult, before: Results) -> tuple[float, float | None] | None:
+    """The share of what a kind of head is tested on that removing `result.heads` lost (0: nothing), with its spread
+    (from the spreads of the figures before and after; None where they have none)."""
     key, higher = result.tested_on or (None, True)
-    old, new = before.get(key), result.reading.results.numbers.get(key)
+    after = result.reading.results
+    old, new = before.numbers.get(key), after.numbers.get(key)
     if old is None or new is None or old == 0:
         return None
-    return (old - new) / abs(old) if higher else (new - old) / abs(old)
+    lost = (old - new) / abs(old) if higher else (new - old) / abs(old)
+    spreads = _spread_of(before, key), _spread_of(after, key)
+    return lost, None if None in spreads else math.hypot(spreads[1] / old, new * spreads[0] / old**2)
 
 
-def _backed_up(result: AblationResult, found: Sequence[AblationResult], before: dict) -> str:
+def _percent(cost: tuple[float, float | None]) -> str:
+    """ "93 ± 4%": a share lost, with its spread."""
+    return with_spread(100 * cost[0], None if cost[1] is None else 100 * cost[1], 0) + "%"
+
+
+def _backed_up(result: AblationResult, found: Sequence[AblationResult], before: Results) -> str:
     """For a head whose removal alone changes nothing while removing it with others of its kind does: that the
     heads back each other up, in plain words, with what removing them together costs."""
     alone = _cost(result, before)
-    if len(result.heads) != 1 or alone is None or abs(alone) >= NO_EFFECT:
+    if len(result.heads) != 1 or alone is None or abs(alone[0]) >= NO_EFFECT:
         return ""
     together = [
         g
@@ -371,20 +409,21 @@ def _backed_up(result: AblationResult, found: Sequence[AblationResult], before: 
         if g.kind == result.kind
         and len(g.heads) > 1
         and result.heads[0] in g.heads
-        and (_cost(g, before) or 0.0) >= AN_EFFECT
+        and (_cost(g, before) or (0.0,))[0] >= AN_EFFECT
     ]
     if not together:
         return ""
     group = together[0]
     others = names([h for h in group.heads if h != result.heads[0]])
     return (
-        f": no effect alone, because {others} {'does' if len(group.heads) == 2 else 'do'} the same job and "
+        f": no effect alone (less than {NO_EFFECT:.0%} of it), because {others} "
+        f"{'does' if len(group.heads) == 2 else 'do'} the same job and "
         f"make{'s' if len(group.heads) == 2 else ''} up for it; removing {names(group.heads)} together loses "
-        f"{100 * _cost(group, before):.0f}% of it (the heads back each other up)"
+        f"{_percent(_cost(group, before))} of it (the heads back each other up)"
     )
 
 
-def _less_than_alone(result: AblationResult, found: Sequence[AblationResult], before: dict) -> str:
+def _less_than_alone(result: AblationResult, found: Sequence[AblationResult], before: Results) -> str:
     """For heads removed together that take less of the in-context gain than one of them removed alone: why. The gain
     is the gap between the two copies' losses; without both heads the first copy is predicted worse too, so the gap
     shrinks less even though the model does worse on both copies."""
@@ -392,7 +431,7 @@ def _less_than_alone(result: AblationResult, found: Sequence[AblationResult], be
     if len(result.heads) < 2 or together is None or (result.tested_on or ("",))[0] != "in_context_gain":
         return ""
     alone = [
-        (cost, r)
+        (cost[0], r)
         for r in found
         if r.kind == result.kind and len(r.heads) == 1 and r.heads[0] in result.heads
         if (cost := _cost(r, before)) is not None
@@ -402,11 +441,11 @@ def _less_than_alone(result: AblationResult, found: Sequence[AblationResult], be
     most, single = max(alone, key=lambda item: item[0])
     first = "loss_first_copy"
     old, new, new_alone = (
-        before.get(first),
+        before.numbers.get(first),
         result.reading.results.numbers.get(first),
         single.reading.results.numbers.get(first),
     )
-    if most - together < NO_EFFECT or None in (old, new, new_alone) or new - old <= new_alone - old:
+    if most - together[0] < NO_EFFECT or None in (old, new, new_alone) or new - old <= new_alone - old:
         return ""
     return (
         f"; less than removing {single.heads[0]} alone takes only because the first copy is predicted worse too "
@@ -429,17 +468,17 @@ def route_lines(reading: Reading, found: Sequence[AblationResult]) -> list[str]:
     copying = [p for p in found if p.kind == "copying"]
     if not copying:
         return []
-    gain = reading.results.numbers["in_context_gain"]
-    taken = sorted(((_cost(p, reading.results.numbers), p.heads[0], p.looks) for p in copying), reverse=True)
-    carriers = [t for t in taken if t[0] >= AN_EFFECT][:3] or taken[:1]
+    numbers = reading.results.numbers
+    gain = with_spread(numbers["in_context_gain"], numbers.get("in_context_gain_spread"), 2)
+    taken = sorted(((_cost(p, reading.results), p.heads[0], p.looks) for p in copying), key=lambda t: -t[0][0])
+    carriers = [t for t in taken if t[0][0] >= AN_EFFECT][:3] or taken[:1]
     lines = [
-        f"no induction head, yet the second copy is predicted {gain:.2f} nats better than the first: the "
+        f"no induction head, yet the second copy is predicted {gain} nats better than the first: the "
         f"model copies by another route. The heads that carry the gain (each removed alone), and where they "
         f"look from the second copy:"
     ]
     lines += [
-        f"  {name}: removing it takes {100 * share:.0f}% of the gain; it looks {looks}"
-        for share, name, looks in carriers
+        f"  {name}: removing it takes {_percent(cost)} of the gain; it looks {looks}" for cost, name, looks in carriers
     ]
     lines.append(
         "the textbook circuit (a previous-token head feeding an induction head in the next layer) usually "
@@ -448,28 +487,29 @@ def route_lines(reading: Reading, found: Sequence[AblationResult]) -> list[str]:
     return lines
 
 
-def _share_taken(old: float, new: float) -> str:
-    """How much of a positive figure `old` removing heads took away, when it became `new`, in words."""
+def _share_taken(old: float, new: float, spreads: tuple[float | None, float | None]) -> str:
+    """How much of a positive figure `old` removing heads took away, when it became `new`, in words, a share with its
+    spread."""
     taken = (old - new) / old
     if taken > 1.05:
         return "all of it and more"
     if taken >= 0.95:
         return "all of it"
+    spread = None if None in spreads else math.hypot(spreads[1] / old, new * spreads[0] / old**2)
     if taken >= 0.05:
-        return f"{100 * taken:.0f}% of it"
+        return f"{_percent((taken, spread))} of it"
     if taken > -0.05:
         return "almost none of it"
-    return f"none of it; it grows by {100 * -taken:.0f}%"
+    return f"none of it; it grows by {_percent((-taken, spread))}"
 
 
-def _points(label: str, old: float | None, new: float | None) -> str:
-    """ "lowers {label} by 91.0 points, from 99.6% to 8.6%" for a share; "" when either is not known."""
+def _points(label: str, old: float | None, new: float | None, n: int | None = None) -> str:
+    """ "lowers {label} by 91.0 points, from 99.6 ± 0.8% to 8.6 ± 3.5%" for a share of `n` probes (each with its
+    spread, `_share_spread`); "" when either is not known."""
     if old is None or new is None:
         return ""
-    if round(100 * (new - old), 1) == 0:
-        return f"leaves {label} unchanged at {_pct(old, 1)}"
-    verb = "lowers" if new < old else "raises"
-    return f"{verb} {label} by {abs(100 * (new - old)):.1f} points, from {_pct(old, 1)} to {_pct(new, 1)}"
+    spreads = (_share_spread(old, n), _share_spread(new, n))
+    return _moves(("lowers {}", "raises {}"), label, old, new, "", 1, spreads, percent=True)
 
 
 def _removing(result: AblationResult) -> str:
@@ -515,16 +555,16 @@ def agreement_lines(reading: Reading, ablations: Sequence[AblationResult]) -> st
     selective = reading.pronouns.most_selective if reading.pronouns is not None else None
     if selective is not None:
         lines.append(
-            f"most selective head at the pronoun: {selective.name}, top-1 {100 * selective.top1:.1f}% "
+            f"most selective head at the pronoun: {selective.name}, ref > dis {100 * selective.top1:.1f}% "
             f"(referent {selective.referent:.3f}, distractor {selective.distractor:.3f})"
         )
     for ab in ablations:
-        line = f"{_removing(ab)} {_points('agreement', a.accuracy, ab.reading.agreement.accuracy)}"
+        line = f"{_removing(ab)} {_points('agreement', a.accuracy, ab.reading.agreement.accuracy, a.n)}"
         top1 = ab.best_top1_left
         if top1 is not None and selective is not None:
             gap = 100 * (top1 - selective.top1)
             than = f"{abs(gap):.1f} points {'below' if gap < 0 else 'above'}" if round(gap, 1) else "the same as"
-            line += f"; the best top-1 among the heads left is {100 * top1:.1f}% ({than} {selective.name}'s)"
+            line += f"; the best ref > dis among the heads left is {100 * top1:.1f}% ({than} {selective.name}'s)"
         lines.append(line)
     return "\n".join(lines)
 
@@ -541,7 +581,7 @@ def changed_heads(reading: Reading) -> list[str]:
     return [name for name, head in reading.types.items() if head.kind != reading.before.types[name].kind]
 
 
-def before_table(reading: Reading, *, markdown: bool = False) -> str:
+def before_table(reading: Reading) -> str:
     """The heads with a type before fine-tuning or now (changed ones marked): each type before and now, and each
     type score as "before -> now"; "" when no head has a type, before or now."""
     before = reading.before
@@ -562,7 +602,7 @@ def before_table(reading: Reading, *, markdown: bool = False) -> str:
     if not rows:
         return ""
     columns = ("head", "before fine-tuning", "now", *(TYPES[kind].label for kind in kinds))
-    return "\n".join(_table(columns, rows, markdown, marked=marked, text_columns=(0, 1, 2)))
+    return "\n".join(_table(columns, rows, marked=marked, text=(0, 1, 2)))
 
 
 def changes_line(reading: Reading) -> str:
@@ -604,10 +644,12 @@ def composition_lines(reading: Reading) -> str:
     if found is None:
         return ONE_LAYER_NOTE
     untrained = reading.untrained.composition if reading.untrained is not None else None
+    example = max(found.pairs["K"], key=found.pairs["K"].get)  # a pair of this model's, to read the names by
+    writer, reader = example.split("->")
     lines = [
         f"composition of the weights (Elhage et al. 2021): how much a head reads what an earlier head writes, 0 to 1 "
-        f"(L0H2->L1H1: L0H2's output as L1H1 reads it, in its queries Q, keys K or values V), the {COMPOSITION_TOP} "
-        f"highest pairs of each kind; the untrained model's in brackets:"
+        f"({example}: {writer}'s output as {reader} reads it, in its queries Q, keys K or values V), the "
+        f"{COMPOSITION_TOP} highest pairs of each kind; the untrained model's in brackets:"
     ]
     for kind in KINDS:
         before = untrained.pairs[kind] if untrained is not None else {}
@@ -647,16 +689,15 @@ def patching_report(found: Patching, tokens: Sequence[str], answer: str, wrong: 
             "carry (docs/patching.md)"
         )
         return "\n".join(lines)
-    carriers = found.carriers()
-    for name, share in carriers[:3]:
+    for n, (name, share) in enumerate(found.carriers()[:3]):
         layer, head = (int(n) for n in name[1:].split("H"))
         pos = int(shares["positions"][layer, head].argmax())
+        said = carries(name, f"{share:.2f}", "on this pair") if n == 0 else f"then {name}: {share:.2f}"
         lines.append(
-            f"{name} carries it: its output alone brings back {share:.2f} of the difference, most of it at "
-            f"{shown[pos]} ({float(shares['positions'][layer, head, pos]):.2f}); where it looks alone "
-            f"(its pattern) {float(shares['patterns'][layer, head]):.2f}"
+            f"{said}, most of it at {shown[pos]} ({float(shares['positions'][layer, head, pos]):.2f}); where it looks "
+            f"alone (its pattern) {float(shares['patterns'][layer, head]):.2f}"
         )
-    if not carriers:
+    if not found.carriers():
         lines.append(f"no head alone carries it: the most any head's output brings back is {float(heads.max()):.2f}")
     columns = [part for part in shares if PARTS[part].axes == LAYER_HEAD]  # the output, pattern, queries, ...
     rows = [
@@ -667,21 +708,18 @@ def patching_report(found: Patching, tokens: Sequence[str], answer: str, wrong: 
         for head in range(heads.shape[1])
     ]
     words = ["head", *(PARTS[part].words + (" patched" if part == "heads" else "") for part in columns)]
-    lines += _table([*words, "direct attribution (logits)"], rows, False, text_columns=(0,))
+    lines += _table([*words, "direct attribution (logits)"], rows, text=(0,))
     lines += _layer_lines(shares)
     for layer in range(shares["residual"].shape[0]):
         carried = [f"{shown[pos]} {float(v):.2f}" for pos, v in enumerate(shares["residual"][layer]) if abs(v) >= 0.1]
         lines.append(f"residual stream entering layer {layer}: carried at {', '.join(carried) or 'no one position'}")
-    parts = {
-        head_name(*divmod(i, heads.shape[1])): float(v) for i, v in enumerate(found.attribution["heads"].flatten())
-    }
-    if found.attribution["mlps"] is not None:
-        parts.update({f"MLP{layer}": float(v) for layer, v in enumerate(found.attribution["mlps"])})
-    parts["embeddings"] = float(found.attribution["embeddings"])
+    attributed = found.attribution
+    mlps = by_name(attributed["mlps"]) if attributed["mlps"] is not None else {}
+    parts = {**by_name(attributed["heads"]), **mlps, "embeddings": float(attributed["embeddings"])}
     largest = sorted(parts.items(), key=lambda item: -abs(item[1]))[:5]
     lines.append(
-        "direct logit attribution (clean run, what each part writes, through the final norm, onto right minus "
-        "wrong): " + ", ".join(f"{name} {value:+.2f}" for name, value in largest)
+        "direct logit attribution on this pair (clean run, what each part writes, through the final norm, onto right "
+        "minus wrong): " + ", ".join(f"{name} {value:+.2f}" for name, value in largest)
     )
     lens = "; ".join(
         f"after layer {layer}: rank {rank} (p {probability:.2f})"
@@ -721,28 +759,10 @@ def mean_report(mean: Mean) -> str:
         values = torch.nan_to_num(mean.shares[part], nan=float("-inf"))
         layer, head = divmod(int(values.argmax()), values.shape[1])
         share = with_spread(float(mean.shares[part][layer, head]), float(mean.spreads[part][layer, head]), 2)
-        lines.append(f"patching a head's {PARTS[part].words} brings back the most at {head_name(layer, head)}: {share}")
+        if part == "heads":
+            lines.append(carries(head_name(layer, head), share, f"over the {mean.pairs} pairs"))
+        else:
+            lines.append(
+                f"patching a head's {PARTS[part].words} brings back the most at {head_name(layer, head)}: {share}"
+            )
     return "\n".join(lines + _layer_lines(mean.shares, mean.spreads))
-
-
-def paths_report(found: Sequence[Path]) -> str:
-    """Path patching for a learner: into each receiver, the path that brings back the most (above its spread); then
-    every path measured above its spread, strongest first."""
-    if not any(path.measured for path in found):
-        return "paths: not measured: the model does not tell the clean prompts from the corrupted ones"
-    lines = [
-        "paths (path patching): a sender head's output, from the clean run, into one receiver alone: a later head's "
-        "queries q, keys k or values v, an MLP's input, or the logits directly; the share of the logit difference "
-        "it brings back (± two standard errors over the pairs, where there are several)"
-    ]
-    clear = sorted((path for path in found if path.clear), key=lambda path: -path.share)
-    strongest: dict[str, Path] = {}
-    for path in clear:
-        strongest.setdefault(path.receiver, path)
-    for receiver, path in strongest.items():
-        lines.append(
-            f"into {receiver}: most from {path.sender} ({path.input}) {with_spread(path.share, path.spread, 2)}"
-        )
-    rest = ", ".join(f"{path.name} {with_spread(path.share, path.spread, 2)}" for path in clear)
-    lines.append(f"every path above its spread, strongest first: {rest or 'none'}")
-    return "\n".join(lines)

@@ -24,13 +24,14 @@ from common.errors import warn
 from common.files import write_error
 from watch.measure.composition import KINDS
 from watch.measure.heads import head_name
-from watch.measure.headtypes import BROAD, TYPE_SETS, TYPES
+from watch.measure.headtypes import BROAD, TYPE_MIN, TYPE_SETS, TYPES
+from watch.measure.patching import PAIRS
 from watch.measure.paths import PATHS
 from watch.measure.probesets import ProbeSets
 from watch.measure.proofs import AblationResult
 from watch.measure.reading import PROBE_KINDS, Reading
 from watch.show.circuit import circuit_of
-from watch.show.kinds import SHOWN
+from watch.show.kinds import SHOWN, shown
 from watch.show.report import before_table, changes_line, head_table, type_legend, type_lines, type_table
 
 
@@ -122,16 +123,10 @@ class TensorBoardWriter:
             picture = Summary.Image(height=height, width=width, colorspace=3, encoded_image_string=png_bytes(image))
             self._writer.file_writer.add_summary(Summary(value=[Summary.Value(tag=tag, image=picture)]), global_step)
 
-        if (
-            dataformats == "HWC"
-            and isinstance(image, np.ndarray)
-            and image.dtype == np.uint8
-            and image.ndim == 3
-            and image.shape[2] == 3
-        ):
-            self._guard(write_png)
-        else:
-            self._guard(lambda: self._writer.add_image(tag, image, global_step, dataformats=dataformats))
+        ours = dataformats == "HWC" and getattr(image, "dtype", None) == np.uint8 and image.shape[2:] == (3,)
+        self._guard(
+            write_png if ours else lambda: self._writer.add_image(tag, image, global_step, dataformats=dataformats)
+        )
 
     def __getattr__(self, name: str) -> Any:
         """The writer's method `name` (add_scalar, add_text, add_custom_scalars, ...), guarded (`_guard`)."""
@@ -259,11 +254,13 @@ def _drawn_in(category: str) -> dict[str, list[str]]:
 EVERY_HEAD = ", every head"
 CHARTS = {
     "attention heads": _drawn_in("attention heads"),
-    "patching": _drawn_in("patching"),  # which head carries the answer, over training
+    "agreement": _drawn_in("agreement"),
     "head types": {
-        **{f"{kind.replace('_', '-')}{EVERY_HEAD}": [rf"heads/{kind}$"] for kind in (*TYPES, BROAD)},
+        **{f"{kind.replace('_', '-')}{EVERY_HEAD}": [rf"heads/{kind}$", r"reference/type_needs$"] for kind in TYPES},
+        f"{BROAD}{EVERY_HEAD}": [rf"heads/{BROAD}$"],
         **_drawn_in("head types"),
     },
+    "patching": _drawn_in("patching"),  # which head carries the answer, over training
     # How much each head reads what an earlier one writes (watch/measure/composition.py): per kind the best pair's
     # score beside the untrained model's best, a flat line to read the rise against; then (`_composition_charts`) a
     # chart per kind and reading head, a line per earlier head.
@@ -279,6 +276,13 @@ CHARTS = {
         for kind in TYPES
     },
 }
+# Flat lines of the run's own, written at every pass, that charts draw beside their own lines, so that TensorBoard's
+# default outlier scaling, which leaves the top and bottom 5% of a chart's points out of its scale, never clips the line
+# that climbs highest: 1, the most a share can be, on every chart of shares (all but those of NOT_SHARES, in nats);
+# and where a chart names one, 0, the score a type needs at least (`watch.measure.headtypes.RULE`) or the untrained
+# model's held-out loss (`log_scores`).
+REFERENCES = {"reference/all": 1.0, "reference/none": 0.0, "reference/type_needs": TYPE_MIN}
+NOT_SHARES = ("loss/", "heads/in_context")
 
 # TensorBoard colours runs from a palette of seven, in the order the runs started, and a head's run starts when the
 # first pass writes its scores, heads in order. So any seven heads that follow each other have seven colours: a layer,
@@ -328,53 +332,62 @@ def chart_layout(sets: ProbeSets, n_layer: int, n_head: int, *, fine_tuning: boo
         layout[category] = {}
         for title, tags in charts.items():
             if not title.endswith(EVERY_HEAD):
-                layout[category][title] = ["Multiline", tags]
+                layout[category][title] = ["Multiline", list(tags)]
                 continue
             for group, words in groups.items():  # the tag in each head's run ends in its group (`_log_heads`)
                 layout[category][f"{title.removesuffix(EVERY_HEAD)}, {words}"] = [
                     "Multiline",
-                    [f"{tag.removesuffix('$')}/{group}$" for tag in tags],
+                    [tag if tag.startswith("reference/") else f"{tag.removesuffix('$')}/{group}$" for tag in tags],
                 ]
-        if n_layer * n_head <= COMPOSITION_CHARTS_MAX_HEADS:
+        if n_layer * n_head <= COMPOSITION_CHARTS_MAX_HEADS:  # what each head, MLP or the logits read from each
+            heads = [(layer, head_name(layer, head)) for layer in range(1, n_layer) for head in range(n_head)]
+            readers = {}
             if category == "composition":
-                layout[category].update(_into_charts("composition", "{}-composition into", KINDS, n_layer, n_head))
+                readers = {
+                    f"{kind}-composition into {name}": (f"composition/{kind}/into_{name}", layer - 1)
+                    for kind in KINDS
+                    for layer, name in heads
+                }
             if category == "patching" and PATHS in sets.sets:
-                layout[category].update(_into_charts("paths", "path through the {} of", PATH_INPUTS, n_layer, n_head))
-                layout[category].update(_path_charts(n_layer, n_head))
-    return layout
+                readers = {
+                    **{
+                        f"path through the {words} of {name}": (f"paths/{kind}/into_{name}", layer - 1)
+                        for kind, words in PATH_INPUTS.items()
+                        for layer, name in heads
+                    },
+                    **{
+                        f"path into MLP{layer}'s input": (f"paths/mlp/into_MLP{layer}", layer)
+                        for layer in range(n_layer)
+                    },
+                    "path straight to the logits": ("paths/logits", n_layer - 1),
+                }
+            layout[category].update(_reader_charts(groups, readers))
+    for charts in layout.values():
+        for _, tags in charts.values():
+            if not any(tag.startswith(NOT_SHARES) for tag in tags):
+                tags.append(r"reference/all$")
+    pairs = sets.get(PATHS) or sets.get(PAIRS)  # the patching category says what it was measured on
+    return {
+        f"{category}, over {pairs.about}" if category == "patching" else category: charts
+        for category, charts in layout.items()
+    }
 
 
 PATH_INPUTS = {"q": "queries", "k": "keys", "v": "values"}
 
 
-def _into_charts(prefix: str, title: str, kinds: Sequence[str] | dict, n_layer: int, n_head: int) -> dict:
-    """A chart per kind and head of layer 1 or later: how much it reads from each earlier head, a line each in the
-    earlier head's colour (one chart per group of earlier heads): composition (`{prefix}` composition) or paths."""
-    groups = chart_groups(n_layer, n_head)
+def _reader_charts(groups: dict[str, str], readers: dict[str, tuple[str, int]]) -> dict:
+    """A chart per reader, {its title: (its tag, the last layer it reads from)}: how much it reads from each earlier
+    head (by composition, or a path), a line each in the earlier head's colour, one chart per group of earlier heads
+    (`chart_groups`)."""
     charts = {}
-    for kind in kinds:
-        for layer in range(1, n_layer):
-            for head in range(n_head):
-                reader = head_name(layer, head)
-                earlier = [group for group in groups if int(group[1:].partition("H")[0]) < layer]
-                for group in earlier:
-                    source = "" if len(earlier) == 1 else f", from {groups[group]}"
-                    words = title.format(kinds[kind] if isinstance(kinds, dict) else kind)
-                    charts[f"{words} {reader}{source}"] = ["Multiline", [rf"{prefix}/{kind}/into_{reader}/{group}$"]]
-    return charts
-
-
-def _path_charts(n_layer: int, n_head: int) -> dict:
-    """The paths into each MLP and straight to the logits, a line per sender (one chart per group of senders)."""
-    charts = {}
-    for group, words in chart_groups(n_layer, n_head).items():
-        for layer in range(n_layer):
-            if int(group[1:].partition("H")[0]) <= layer:
-                charts[f"path into MLP{layer}'s input, from {words}"] = [
-                    "Multiline",
-                    [rf"paths/mlp/into_MLP{layer}/{group}$"],
-                ]
-        charts[f"path straight to the logits, from {words}"] = ["Multiline", [rf"paths/logits/{group}$"]]
+    for title, (tag, last) in readers.items():
+        earlier = [group for group in groups if int(group[1:].partition("H")[0]) <= last]
+        for group in earlier:
+            charts[title + ("" if len(earlier) == 1 else f", from {groups[group]}")] = [
+                "Multiline",
+                [rf"{tag}/{group}$"],
+            ]
     return charts
 
 
@@ -419,16 +432,19 @@ def log_evaluation(
 
 def log_scores(writer: Any, step: int, reading: Reading) -> None:
     """Every head's type scores, each in the head's own run, with the best in the run's; what each kind of probe set
-    gives (`ProbeKind.numbers`, and `Shown.scalars`: watch/show/kinds.py); and every pair's Q-, K- and
+    gives (`ProbeKind.numbers`, as the views show them, and `Shown.scalars`: watch/show/kinds.py); the flat lines the
+    charts draw beside theirs (`REFERENCES`); and every pair's Q-, K- and
     V-composition (composition/K/L0H1_to_L1H3: TensorBoard allows no ">" in a tag) with per kind the best pair's
     score beside the untrained model's best."""
     for kind, values in reading.type_scores.items():
         _log_heads(writer, step, f"heads/{kind}", values, best=True)
     if reading.offsets is not None:
         _log_heads(writer, step, "heads/positional_offset", reading.offsets)
-    scalars = {}
+    scalars, numbers = dict(REFERENCES), shown(reading.results.numbers)
+    if reading.untrained is not None:
+        scalars["reference/untrained_loss"] = reading.untrained.results.numbers.get("text_loss")
     for kind in PROBE_KINDS.values():
-        scalars.update({f"heads/{name}": reading.results.numbers.get(name) for name in kind.numbers})
+        scalars.update({f"heads/{name}": numbers.get(name) for name in kind.numbers})
         if kind.name in reading.results.sets.sets:  # the kinds the pass read
             scalars.update(SHOWN[kind.name].scalars(reading))
     found = reading.composition
@@ -448,18 +464,30 @@ def log_scores(writer: Any, step: int, reading: Reading) -> None:
         writer.add_image("paths/circuit", circuit, step, dataformats="HWC")
 
 
-def log_agreement(writer: Any, step: int, reading: Reading, ablations: Sequence[AblationResult]) -> None:
-    """The most selective head's top-1 and what removing it, or the name readers, costs, as scalars
-    (under probes/agreement_... and attention/top1/most_selective...), and the removed heads as text."""
-    if reading.agreement is None:
-        return
+def agreement_figures(reading: Reading, ablations: Sequence[AblationResult]) -> dict[str, float]:
+    """Agreement, the ref > dis of the head most selective at the pronoun, and what removing the heads that carry
+    agreement (`ablations`) costs each: the HParams' figures, hparam/NAME, and TensorBoard's, probes/NAME; {} without
+    agreement contexts."""
+    a = reading.agreement
+    if a is None:
+        return {}
+    out = {"agreement_accuracy": a.accuracy, "agreement_share": a.share}
+    out.update({f"agreement_accuracy_{m}_mention": v for m, v in a.by_mention.items()})
     if reading.pronouns is not None:
-        writer.add_scalar("attention/top1/most_selective", reading.pronouns.most_selective.top1, step)
+        out["most_selective_top1"] = reading.pronouns.most_selective.top1
     for ab in ablations:
-        writer.add_scalar(f"probes/agreement_accuracy_without_{ab.kind}", ab.reading.agreement.accuracy, step)
-        top1 = ab.best_top1_left
-        if top1 is not None:
-            writer.add_scalar(f"attention/top1/most_selective_without_{ab.kind}", top1, step)
+        out[f"agreement_accuracy_without_{ab.kind}"] = ab.reading.agreement.accuracy
+        if ab.best_top1_left is not None:
+            out[f"most_selective_top1_without_{ab.kind}"] = ab.best_top1_left
+    return out
+
+
+def log_agreement(writer: Any, step: int, reading: Reading, ablations: Sequence[AblationResult]) -> None:
+    """The agreement figures a pass's own scalars do not hold (`agreement_figures`: the most selective head's, what
+    removing heads costs) as scalars probes/NAME, and the removed heads as text."""
+    for name, value in agreement_figures(reading, ablations).items():
+        if name not in reading.results.numbers:  # those the pass read are written with its scalars
+            writer.add_scalar(f"probes/{name}", value, step)
     if ablations:
         text = "; ".join(f"{ab.kind.replace('_', ' ')}: {', '.join(ab.heads)}" for ab in ablations)
         writer.add_text("probes/ablated_heads", f"step {step}, ablated: {text}", step)
