@@ -38,7 +38,7 @@ from common.cli import duration, for_terminal, markdown_literal, run_cli, say
 from common.errors import warn
 from common.files import inside_name
 from common.settings import TrainConfig
-from data.tokenizer import Tokenizer, TokenizerError
+from data.tokenizer import Tokenizer, TokenizerError, known_token
 from model.gpt import evaluating
 from model.memory import parameter_count
 from trainer import runtime
@@ -177,13 +177,6 @@ def report_end(
         say(f"{what}: {path} (open it in a browser; it needs no network)")
     command = ["python", "sample.py", f"--out_dir={cfg.out_dir}", *(["--prompt", prompt] if prompt else [])]
     say(f"sample: {shlex.join(command)}")
-
-
-def known_token(tokenizer: Tokenizer) -> list[int]:
-    """One token every model of this tokenizer knows, to start a sample from: end-of-text for GPT-2's BPE (where its
-    documents start), else a space, else the first character."""
-    eot = getattr(tokenizer, "eot_id", None)
-    return [eot] if eot is not None else tokenizer.encode(" " if " " in tokenizer.chars else tokenizer.chars[0])
 
 
 def sample_prompt(watched: list[str], tokenizer: Tokenizer) -> str | None:

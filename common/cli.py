@@ -61,14 +61,14 @@ def add_options(
     groups: dict[str, str],
     arguments: Callable[[Field], dict],
 ) -> argparse.ArgumentParser:
-    """`parser` with an option `--NAME` for each of `options` (`option` fields), its help its meaning, read as
+    """`parser` with an option `--NAME` for each of `options` (`option` fields), explained by its meaning and read as
     `arguments(field)` says, and listed by --help under the title `groups` gives its first field and the fields after
     it (before any: the parser's own options). Both commands build their options here."""
     group = parser
     for each in options:
         if each.name in groups:
             group = parser.add_argument_group(groups[each.name])
-        group.add_argument(f"--{each.name}", help=each.metadata["help"], **arguments(each))
+        group.add_argument(f"--{each.name}", **{"help": each.metadata["help"], **arguments(each)})
     return parser
 
 
