@@ -41,6 +41,7 @@ from pathlib import Path, PureWindowsPath
 from typing import BinaryIO, NoReturn
 
 from common.errors import UsageError, UserError
+from common.parsing import NotParsed, parse_json
 
 
 def what_stands_at(path: Path, *, follow_links: bool = True) -> str | None:
@@ -237,6 +238,18 @@ def remove_empty(folders: list[Path]) -> None:
     for folder in reversed(folders):
         with suppress(OSError):
             folder.rmdir()  # only when empty
+
+
+def read_record(path: Path) -> dict:
+    """The JSON object a command wrote in a small file of its own (a run folder's owner, an export's marker); {} when
+    none is readable there: no file, a link or a pipe (which would block its reader), or no JSON object."""
+    if what_stands_at(path, follow_links=False) is not None:
+        return {}
+    try:
+        record = parse_json(path.read_bytes())
+    except (OSError, NotParsed):
+        return {}
+    return record if isinstance(record, dict) else {}
 
 
 def read_head(path: Path) -> bytes:

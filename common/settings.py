@@ -271,7 +271,7 @@ _TYPE_WORDS = {int: "an integer", float: "a number", bool: "true or false", str:
 
 
 # The settings that name a file or folder; a corpus name, a hub name, scratch or resume passes their check unchanged.
-# Empty, probes and agreement mean the corpus's own file; dataset and init_from are refused by RULES in their words.
+# Empty, probes and agreement mean the corpus's own file; dataset and init_from are refused by their `check`.
 PATH_KEYS = ("dataset", "data_dir", "out_dir", "log_dir", "init_from", "probes", "agreement")
 MAY_BE_EMPTY = ("probes", "agreement", "dataset", "init_from")
 

@@ -29,7 +29,7 @@ from types import ModuleType
 import torch
 
 from common.errors import UserError
-from common.files import cannot, destination, read_text, regular_file, replace_folder, what_stands_at
+from common.files import cannot, destination, read_record, read_text, regular_file, replace_folder
 from common.parsing import NotParsed, parse_json
 from data.tokenizer import EOT, GPT2Tokenizer, Tokenizer, TokenizerMetaError, tokenizer_from_meta
 from formats.checkpoint import read_torch
@@ -463,12 +463,10 @@ def is_earlier_export(path: Path) -> bool:
     file but those the marker lists (nothing a user added is replaced)."""
     try:
         names = {p.name for p in path.iterdir()}
-        if what_stands_at(path / MARKER, follow_links=False) is not None:  # a pipe or device would block the read
-            return False
-        marker = parse_json((path / MARKER).read_bytes())
-    except (OSError, ValueError):  # no folder, no marker, or a marker that is not JSON
+    except OSError:
         return False
-    files = marker.get("files") if isinstance(marker, dict) and marker.get("format") == EXPORT_FORMAT else None
+    marker = read_record(path / MARKER)
+    files = marker.get("files") if marker.get("format") == EXPORT_FORMAT else None
     return isinstance(files, list) and names <= {MARKER, *map(str, files)}
 
 
