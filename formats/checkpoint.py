@@ -155,15 +155,6 @@ def read_torch(path: Path, kind: str = "checkpoint") -> object:
         raise CheckpointError(f"{path} is not a readable {kind}; it may be truncated or corrupt: {fix}") from None
 
 
-def is_torch_archive(path: Path) -> bool:
-    """Whether `path` starts as the zip archive torch.save writes (nothing else reaches an unpickler)."""
-    try:
-        with path.open("rb") as fh:
-            return fh.read(len(ZIP_MAGIC)) == ZIP_MAGIC
-    except OSError:
-        return False
-
-
 # --- reading a checkpoint ------------------------------------------------------------------------------------
 
 

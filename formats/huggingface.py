@@ -512,9 +512,7 @@ HUGGINGFACE = Format(
     "huggingface",
     "Hugging Face",
     elsewhere=True,
-    is_folder_of=lambda path: (
-        (path / CONFIG).exists() or (path / CONFIG).is_symlink()
-    ),  # what it holds: read_folder checks
+    is_folder_of=lambda path: os.path.lexists(path / CONFIG),  # what it holds: read_folder checks
     load=load,
     describe=describe,
     target="hf",
