@@ -44,8 +44,16 @@ from model.hooks import Edits
 
 # What sample.py does: sample text, or one of the looks (`LOOKS`: a look inside the checkpoint, or carrying it out).
 LOOKS = ("attention", "probes", "heads", "patch", "export")
-MODES = ("sample", *LOOKS)
-SAMPLING, RUNNING = ("sample",), MODES[:-1]  # RUNNING: every mode that runs the model on --device
+SAMPLING = ("prompt", "num_samples", "max_new_tokens", "temperature", "top_k", "top_p", "seed", "no_cache")
+# The options each mode takes besides those every mode takes (--out_dir, --init_from and its own).
+TAKES = {
+    "sample": (*SAMPLING, "device", "ablate"),
+    "attention": ("device", "ablate", "query", "png_dir", "html", "json"),
+    "probes": ("device", "ablate", "json"),
+    "heads": ("device", "ablate", "text", "ablation", "json"),
+    "patch": ("device", "png_dir", "answer", "wrong", "paths", "json"),
+    "export": (),
+}
 # How to ask for a look, for an option that needs it; what a mode does instead of what an option would change.
 ASK = {"attention": "--attention TEXT", "patch": "--patch CLEAN CORRUPTED", "heads": "--heads"}
 INSTEAD = {"export": "converts the whole model on the CPU", "patch": "compares two whole runs of the model"}
@@ -58,8 +66,9 @@ SHARE = (lambda v: v is None or 0 < v <= 1, "--{} must be in (0, 1], got {}")
 
 @dataclass
 class Options:
-    """sample.py's options, in --help's order (`GROUPS`): each its meaning and the modes it applies to (`modes`; any
-    when not given), its rule (`check`) and, where argparse's own would not do, its `metavar` or `nargs`."""
+    """sample.py's options, in --help's order (`GROUPS`): each its meaning, its rule (`check`), where argparse's own
+    would not do its `metavar` or `nargs`, and where its mode would ignore it, what to say (`ignored`; else the words
+    `ignored` finds for the modes that take it, `TAKES`)."""
 
     out_dir: str | None = option(None, "folder holding ckpt.pt (or the path of a .pt file) (default: out)")
     init_from: str | None = option(
@@ -69,34 +78,28 @@ class Options:
         "model.safetensors, or a nanoGPT ckpt.pt (or its out_dir)",
         metavar="SOURCE",
     )
-    prompt: str = option("\n", "text to continue (default: a newline); @FILE reads it from a file", modes=SAMPLING)
-    num_samples: int = option(1, "how many samples", modes=SAMPLING, check=COUNT)
-    max_new_tokens: int = option(200, "tokens to generate per sample", modes=SAMPLING, check=COUNT)
-    temperature: float = option(0.8, "0 is greedy; higher is more random", modes=SAMPLING, check=TEMPERATURE)
-    top_k: int | None = option(None, "sample only from the k most likely tokens", modes=SAMPLING)
-    top_p: float | None = option(
-        None, "sample from the smallest set with this much probability", modes=SAMPLING, check=SHARE
-    )
-    seed: int = option(1337, "random seed", modes=SAMPLING, check=SEED)
-    device: str = option("auto", ", ".join(DEVICES) + " (or cuda:N)", modes=RUNNING)
-    no_cache: bool = option(False, "recompute the whole context for every token", modes=SAMPLING)
+    prompt: str = option("\n", "text to continue (default: a newline); @FILE reads it from a file")
+    num_samples: int = option(1, "how many samples", check=COUNT)
+    max_new_tokens: int = option(200, "tokens to generate per sample", check=COUNT)
+    temperature: float = option(0.8, "0 is greedy; higher is more random", check=TEMPERATURE)
+    top_k: int | None = option(None, "sample only from the k most likely tokens")
+    top_p: float | None = option(None, "sample from the smallest set with this much probability", check=SHARE)
+    seed: int = option(1337, "random seed", check=SEED)
+    device: str = option("auto", ", ".join(DEVICES) + " (or cuda:N)")
+    no_cache: bool = option(False, "recompute the whole context for every token")
     attention: str | None = option(None, "heatmaps of TEXT's attention (PNG and TensorBoard)", metavar="TEXT")
     query: str | None = option(
-        None,
-        "token whose attention --attention prints: a word or a position (default: last pronoun)",
-        modes=("attention",),
+        None, "token whose attention --attention prints: a word or a position (default: last pronoun)"
     )
     png_dir: str | None = option(
         None,
         "where --attention and --patch write PNGs (default: OUT_DIR/attention, OUT_DIR/patching; for "
         "a model from --init_from, out/KIND-NAME/attention, out/KIND-NAME/patching; with --json, none unless given)",
-        modes=("attention", "patch"),
     )
     html: str | None = option(
         None,
         "with --attention: write an offline attention page (one HTML file) instead of PNGs",
         metavar="FILE.html",
-        modes=("attention",),
         ignored="--html needs --attention TEXT, the sentence to show, e.g. "
         '--attention "The dog saw the ball and it" --html page.html',
     )
@@ -118,42 +121,30 @@ class Options:
         None,
         "with --patch: the right answer, one token (default: the clean prompt's greedy next token)",
         metavar="TOKEN",
-        modes=("patch",),
     )
     wrong: str | None = option(
         None,
         "with --patch: the wrong answer, one token (default: the corrupted prompt's greedy next token)",
         metavar="TOKEN",
-        modes=("patch",),
     )
     paths: bool = option(
         False,
         "with --patch: also which head feeds which (path patching: each head's output into each later head's "
         "queries, keys and values, each MLP and the logits), printed and drawn as a graph",
-        modes=("patch",),
     )
     text: str | None = option(
         None,
         "with --heads: held-out text to score on (default: the run's val split, if its prepared data is still here)",
         metavar="FILE",
-        modes=("heads",),
     )
     ablation: str = option(
         "zero",
         "with --heads: how a head is removed, its output set to 0 or to its mean over held-out text",
         ("zero", "mean"),
-        modes=("heads",),
     )
-    ablate: list = option(
-        [],
-        "zero this head's output (repeatable), e.g. L1H2",
-        metavar="LlHh",
-        modes=("sample", "attention", "probes", "heads"),
-    )
+    ablate: list = option([], "zero this head's output (repeatable), e.g. L1H2", metavar="LlHh")
     json: bool = option(
-        False,
-        "print machine-readable JSON instead of the report; files only where --png_dir or --html name them",
-        modes=("attention", "probes", "heads", "patch"),
+        False, "print machine-readable JSON instead of the report; files only where --png_dir or --html name them"
     )
     export: list[str] | None = option(
         None,
@@ -188,12 +179,12 @@ def reading(option: Field) -> dict:
     return {"default": default_of(option), "help": option.metadata["help"] + said, **how, **shown}
 
 
-def ignored(option: Field, mode: str) -> str:
-    """The refusal of `option` in `mode`, which would ignore it."""
-    name, modes = option.name, option.metadata["modes"]
+def ignored(option: Field, modes: list[str], mode: str) -> str:
+    """The refusal of `option`, which applies to `modes` only, in `mode`."""
+    name = option.name
     if "ignored" in option.metadata:
         return option.metadata["ignored"]
-    if modes == SAMPLING:
+    if modes == ["sample"]:
         return f"--{name} applies to sampling text, which --{mode} does not do; drop --{name}"
     if "sample" in modes:
         return f"--{name} does not apply to --{mode}, which {INSTEAD[mode]}; drop --{name}"
@@ -218,8 +209,9 @@ def check_mode(args: argparse.Namespace) -> str:
             f"e.g. --export tl model.tl.pt"
         )
     for each in OPTIONS:
-        if mode not in each.metadata.get("modes", MODES) and getattr(args, each.name) != default_of(each):
-            raise UsageError(ignored(each, mode))
+        modes = [taking for taking, names in TAKES.items() if each.name in names]  # none: every mode takes it
+        if modes and mode not in modes and getattr(args, each.name) != default_of(each):
+            raise UsageError(ignored(each, modes, mode))
     if mode == "patch" and len(args.patch) > 2:
         raise UsageError(
             f"--patch takes two prompts (CLEAN CORRUPTED) or one JSONL file of pairs, got {len(args.patch)} values; "

@@ -261,21 +261,15 @@ def settings_for_text(
         if tokens * (1 - val_fraction) * EPOCHS >= STEPS * per_step
         else max(MIN_STEPS, _round(tokens * (1 - val_fraction) * EPOCHS / per_step, 50))
     )
-    out.update(
+    out.update(  # the other keys keep their built-in defaults
         batch_size=BATCH,
         max_iters=steps,
         learning_rate=3e-3,
         min_lr=3e-4,
         warmup_iters=min(100, steps // 10),
-        lr_decay_iters=0,
-        weight_decay=0.1,
-        beta2=0.99,
-        grad_clip=1.0,
         eval_interval=max(50, _round(steps / 8, 50)),
-        eval_iters=20,
         log_interval=25,
         watch_interval=max(10, _round(steps / 80, 5)),
-        sample_tokens=200,
         sample_prompt=sample_prompt,
         out_dir=out_dir_for(name),
     )
