@@ -76,10 +76,12 @@ def train(start: Start, rt: runtime.Runtime, argv: list[str], lock: runtime.RunL
     cfg = start.cfg
     # A run folder that is not this run's is refused now, before preparing data and building the model; TensorBoard
     # takes it later, when the run has a name (a default one is new), under its lock (`fit_watched`).
+    # A resume continues its TensorBoard run; a folder from before runs recorded their out_dir in it is the resumed
+    # run's when the checkpoint records its name.
     resumed = start.checkpoint or {}
     name = cfg.run_name or resumed.get("run_name")
+    recorded = bool(resumed) and name == resumed.get("run_name")
     if rt.is_main and isinstance(name, str) and name and inside_name(name) is None:
-        recorded = name == resumed.get("run_name")
         runtime.check_run_folder(Path(cfg.log_dir) / name, Path(cfg.log_dir), resumed.get("run_id"), recorded=recorded)
     with runtime.out_of_memory(cfg):
         start = start.prepared(quiet=not rt.is_main)
@@ -91,9 +93,6 @@ def train(start: Start, rt: runtime.Runtime, argv: list[str], lock: runtime.RunL
                 f"--max_iters={2 * trainer.state.step}"
             )
             return 0
-        # A resume continues its TensorBoard run; a folder from before runs recorded their out_dir in it is the
-        # resumed run's when the checkpoint records its name.
-        recorded = start.checkpoint is not None and trainer.state.run_name == start.checkpoint.get("run_name")
         # the other processes train silently: the first speaks for them
         result = fit_watched(trainer, argv, lock, recorded=recorded) if rt.is_main else trainer.fit()
     return 0 if result.completed else 128 + result.stopped_by
