@@ -77,10 +77,12 @@ def cannot(action: str, path: Path, exc: OSError) -> str:
     return f"cannot {action} {path} ({exc.strerror or exc})"
 
 
-def read_bytes(path: str | Path, what: str, fix: str, error: type[UserError] = UserError) -> bytes:
+def read_bytes(path: str | Path, what: str, fix: str, error: type[UserError] = UserError, *, size: int = -1) -> bytes:
+    """The bytes of a user's regular file (`size` of them at most, where its start is all a reader needs)."""
     path = regular_file(path, what, fix, error)
     try:
-        return path.read_bytes()
+        with path.open("rb") as fh:
+            return fh.read(size)
     except OSError as exc:
         raise error(f"{cannot('read ' + what, path, exc)}; check its permissions") from None
     except MemoryError:
