@@ -461,8 +461,24 @@ def check_resume_compatible(
     with the checkpoint's value, and the settings that resume it: this run's, that of the model it builds
     (`model_config`) which a model trained elsewhere brought, its vocabulary and, given `data` (`data_identity`),
     its data (`data_differences`)."""
-    recorded = checkpoint["train_config"]
-    found = _model_differences(cfg, GPTConfig(**checkpoint["model_config"]), model_config, recorded)
+    recorded, theirs = checkpoint["train_config"], GPTConfig(**checkpoint["model_config"])
+    # The model: the block, this run's model settings, and what a model trained elsewhere brought (a switch an older
+    # checkpoint does not record is off).
+    found: list[tuple[str, str]] = []
+    if cfg.model.block_size > theirs.block_size:  # a smaller one just trains on shorter windows
+        block, why = theirs.block_size, "; a resumed run may only lower it"
+        found.append(_differs("block_size", cfg.model.block_size, block, f"--block_size={block}", why))
+    for key in MODEL_KEYS:  # the vocabulary is checked through the tokenizer
+        ours, saved = getattr(cfg.model, key), getattr(theirs, key)
+        if saved != ours:
+            found.append(_differs(key, repr(ours), repr(saved), _flag(key, saved)))
+    started = _flag("init_from", recorded.get("init_from", SCRATCH))
+    for key in IMPORTED_FIELDS:  # query/key/value biases, GPT-2's GELU, padding rows: what init_from brought
+        ours, saved = getattr(model_config, key), getattr(theirs, key)
+        if saved != ours:
+            found.append(
+                _differs(f"the model's {key}", repr(ours), repr(saved), started, ": it started from another model")
+            )
     if "seed" in recorded and recorded["seed"] != cfg.seed:
         why = "; it drew the starting model, which the untrained baselines are drawn again from"
         found.append(_differs("seed", cfg.seed, recorded["seed"], f"--seed={recorded['seed']}", why))
@@ -487,26 +503,3 @@ def check_resume_compatible(
             f"cannot resume {path or 'the checkpoint'}: {differ} from the run it holds: "
             f"{'; '.join(what for what, _ in found)}; resume with {fixes}, or start a new --out_dir"
         )
-
-
-def _model_differences(
-    cfg: TrainConfig, theirs: GPTConfig, model_config: GPTConfig, recorded: dict
-) -> list[tuple[str, str]]:
-    """What differs from the checkpoint's model (`theirs`; a switch an older checkpoint does not record is off), each
-    with the flag that resumes it: the block, this run's model settings, and what a model trained elsewhere brought."""
-    found: list[tuple[str, str]] = []
-    if cfg.model.block_size > theirs.block_size:  # a smaller one just trains on shorter windows
-        block, why = theirs.block_size, "; a resumed run may only lower it"
-        found.append(_differs("block_size", cfg.model.block_size, block, f"--block_size={block}", why))
-    for key in MODEL_KEYS:  # the vocabulary is checked through the tokenizer
-        ours, saved = getattr(cfg.model, key), getattr(theirs, key)
-        if saved != ours:
-            found.append(_differs(key, repr(ours), repr(saved), _flag(key, saved)))
-    started = _flag("init_from", recorded.get("init_from", SCRATCH))
-    for key in IMPORTED_FIELDS:  # query/key/value biases, GPT-2's GELU, padding rows: what init_from brought
-        ours, saved = getattr(model_config, key), getattr(theirs, key)
-        if saved != ours:
-            found.append(
-                _differs(f"the model's {key}", repr(ours), repr(saved), started, ": it started from another model")
-            )
-    return found
