@@ -380,20 +380,17 @@ def hf_tokenizer(tokenizer: Tokenizer):
     transformers = library("transformers", "a Hugging Face tokenizer", "tokenizers")
     tokenizers = library("tokenizers", "a Hugging Face tokenizer")
     if isinstance(tokenizer, GPT2Tokenizer):
-        return transformers.PreTrainedTokenizerFast(
-            tokenizer_object=gpt2_backend(tokenizer, tokenizers),
-            eos_token=EOT,
-            bos_token=EOT,
-            pad_token=EOT,
-            clean_up_tokenization_spaces=False,
-        )
-    # A CharTokenizer: a BPE without merges, normalizer or pre-tokenizer, each character (spaces too) its own token,
-    # at gptwatch's id. `<unk>` stays the BPE model's own: declared to transformers it would become an added token,
-    # matched in text, where gptwatch reads "<unk>" as five characters.
-    vocab = {c: i for i, c in enumerate(tokenizer.chars)} | {"<unk>": len(tokenizer.chars)}
-    backend = tokenizers.Tokenizer(tokenizers.models.BPE(vocab=vocab, merges=[], unk_token="<unk>", fuse_unk=False))
-    backend.decoder = tokenizers.decoders.Fuse()  # characters joined as they are, no spaces between
-    return transformers.PreTrainedTokenizerFast(tokenizer_object=backend, clean_up_tokenization_spaces=False)
+        backend = gpt2_backend(tokenizer, tokenizers)
+        special = dict(eos_token=EOT, bos_token=EOT, pad_token=EOT)
+    else:
+        # A CharTokenizer: a BPE without merges, normalizer or pre-tokenizer, each character (spaces too) its own
+        # token, at gptwatch's id. `<unk>` stays the BPE model's own: declared to transformers it would become an added
+        # token, matched in text, where gptwatch reads "<unk>" as five characters.
+        vocab = {c: i for i, c in enumerate(tokenizer.chars)} | {"<unk>": len(tokenizer.chars)}
+        backend = tokenizers.Tokenizer(tokenizers.models.BPE(vocab=vocab, merges=[], unk_token="<unk>", fuse_unk=False))
+        backend.decoder = tokenizers.decoders.Fuse()  # characters joined as they are, no spaces between
+        special = {}
+    return transformers.PreTrainedTokenizerFast(tokenizer_object=backend, **special, clean_up_tokenization_spaces=False)
 
 
 def gpt2_backend(tokenizer: GPT2Tokenizer, tokenizers):
