@@ -212,10 +212,7 @@ class TrainingLog(Callback):
         self.writer = writer
         self.out = out if out is not None else sys.stdout
         self.bar: tqdm | None = None
-        self._last_log = time.perf_counter()
-        self._tokens_since_log = 0
         self._flush_pending = False  # an evaluation's logs (from every callback) reach disk at the next step
-        self._clock = RunClock()
         self._last_line: dict[str, str] = {}  # the latest loss, lr and tokens/s logged (the bar's figures)
 
     def on_fit_start(self, trainer: Trainer) -> None:
@@ -243,6 +240,7 @@ class TrainingLog(Callback):
                 mininterval=0.5,
                 file=self.out,
             )
+        # How long the run will take, and the tokens since the last logged step: from the first step on.
         self._clock = RunClock(trainer.state.step, cfg)
         self._last_log, self._tokens_since_log = time.perf_counter(), 0
 
@@ -310,12 +308,12 @@ class RunClock:
     included) and what the evaluation at its start took; and whether the machine is busy, which slows every figure
     that was measured on an idle one."""
 
-    def __init__(self, start_step: int = 0, cfg: TrainConfig | None = None) -> None:
+    def __init__(self, start_step: int, cfg: TrainConfig) -> None:
         self.start_step = start_step
-        self.max_iters = cfg.max_iters if cfg is not None else 0
-        self.eval_interval = cfg.eval_interval if cfg is not None else 0
+        self.max_iters = cfg.max_iters
+        self.eval_interval = cfg.eval_interval
         # Steps enough to take in a watch pass or two, and few enough that the estimate comes among the first lines.
-        self.measure_steps = max(10, (cfg.watch_interval if cfg is not None else 0) + 1)
+        self.measure_steps = max(10, cfg.watch_interval + 1)
         self.started = time.perf_counter()
         self.first_step: float | None = None  # when the first step ended: an evaluation at the start comes before
         self.step_seconds: float | None = None
