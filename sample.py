@@ -22,196 +22,179 @@ if __name__ == "__main__":  # before the imports below, so a Ctrl-C while torch 
 
 # isort: split
 import argparse
-import functools
 import math
 import sys
+from dataclasses import Field, dataclass, fields
+from functools import partial
 from pathlib import Path
+from typing import get_args, get_type_hints
 
 import torch
 
-from common.cli import ArgumentParser, run_cli, say
+from common.cli import ArgumentParser, add_options, check_options, default_of, option, run_cli, say
 from common.errors import UsageError, warn
 from common.files import destination, path_setting, read_text, utf8_value
 from common.settings import DEVICES, number, pick_device
-from data.tokenizer import TokenizerError
+from data.tokenizer import TokenizerError, known_token
 from formats import Loaded, checkpoint_path, load_model
 from formats.checkpoint import saved_settings
 from formats.format import Source
 from formats.sources import TARGETS, describe, identify, model_name
 from model.hooks import Edits
 
+# What sample.py does: sample text, or one of the looks (`LOOKS`: a look inside the checkpoint, or carrying it out).
+LOOKS = ("attention", "probes", "heads", "patch", "export")
+SAMPLING = ("prompt", "num_samples", "max_new_tokens", "temperature", "top_k", "top_p", "seed", "no_cache")
+# The options each mode takes besides those every mode takes (--out_dir, --init_from and its own).
+TAKES = {
+    "sample": (*SAMPLING, "device", "ablate"),
+    "attention": ("device", "ablate", "query", "png_dir", "html", "json"),
+    "probes": ("device", "ablate", "json"),
+    "heads": ("device", "ablate", "text", "ablation", "json"),
+    "patch": ("device", "png_dir", "answer", "wrong", "paths", "json"),
+    "export": (),
+}
+# How to ask for a look, for an option that needs it; what a mode does instead of what an option would change.
+ASK = {"attention": "--attention TEXT", "patch": "--patch CLEAN CORRUPTED", "heads": "--heads"}
+INSTEAD = {"export": "converts the whole model on the CPU", "patch": "compares two whole runs of the model"}
+# The values sampling takes (`cli.check_options`); --top_k's depend on the model (`validate`).
+COUNT = (lambda v: v > 0, "--{} must be positive, got {}")
+SEED = (lambda v: 0 <= v < 2**32, "--{} must be between 0 and 2**32 - 1, got {}")  # as train.py accepts
+TEMPERATURE = (lambda v: 0 <= v < math.inf, "--{} must be a number >= 0 (0 is greedy), got {}")  # refuses nan
+SHARE = (lambda v: v is None or 0 < v <= 1, "--{} must be in (0, 1], got {}")
 
-def build_parser() -> argparse.ArgumentParser:
-    p = ArgumentParser("sample.py", description="Sample from a trained checkpoint, or inspect its attention.")
-    p.add_argument("--out_dir", default=None, help="folder holding ckpt.pt (or the path of a .pt file) (default: out)")
-    p.add_argument(
-        "--init_from",
-        metavar="SOURCE",
-        default=None,
-        help="a model trained elsewhere, instead of --out_dir: a Hugging Face GPT-2-family name (gpt2, "
+
+@dataclass
+class Options:
+    """sample.py's options, in --help's order (`GROUPS`): each its meaning, its rule (`check`), where argparse's own
+    would not do its `metavar` or `nargs`, and where its mode would ignore it, what to say (`ignored`; else the words
+    `ignored` finds for the modes that take it, `TAKES`)."""
+
+    out_dir: str | None = option(None, "folder holding ckpt.pt (or the path of a .pt file) (default: out)")
+    init_from: str | None = option(
+        None,
+        "a model trained elsewhere, instead of --out_dir: a Hugging Face GPT-2-family name (gpt2, "
         "gpt2-medium, gpt2-large, gpt2-xl, distilgpt2), a folder holding its config.json and "
         "model.safetensors, or a nanoGPT ckpt.pt (or its out_dir)",
+        metavar="SOURCE",
     )
-    p.add_argument("--prompt", default="\n", help="text to continue (default: a newline); @FILE reads it from a file")
-    p.add_argument("--num_samples", type=int, default=1, help="how many samples (default: %(default)s)")
-    p.add_argument(
-        "--max_new_tokens", type=int, default=200, help="tokens to generate per sample (default: %(default)s)"
+    prompt: str = option("\n", "text to continue (default: a newline); @FILE reads it from a file")
+    num_samples: int = option(1, "how many samples", check=COUNT)
+    max_new_tokens: int = option(200, "tokens to generate per sample", check=COUNT)
+    temperature: float = option(0.8, "0 is greedy; higher is more random", check=TEMPERATURE)
+    top_k: int | None = option(None, "sample only from the k most likely tokens")
+    top_p: float | None = option(None, "sample from the smallest set with this much probability", check=SHARE)
+    seed: int = option(1337, "random seed", check=SEED)
+    device: str = option("auto", ", ".join(DEVICES) + " (or cuda:N)")
+    no_cache: bool = option(False, "recompute the whole context for every token")
+    attention: str | None = option(None, "heatmaps of TEXT's attention (PNG and TensorBoard)", metavar="TEXT")
+    query: str | None = option(
+        None, "token whose attention --attention prints: a word or a position (default: last pronoun)"
     )
-    p.add_argument(
-        "--temperature",
-        type=functools.partial(number, where="--temperature"),
-        default=0.8,
-        help="0 is greedy; higher is more random (default: %(default)s)",
-    )
-    p.add_argument("--top_k", type=int, default=None, help="sample only from the k most likely tokens")
-    p.add_argument(
-        "--top_p",
-        type=functools.partial(number, where="--top_p"),
-        default=None,
-        help="sample from the smallest set with this much probability",
-    )
-    p.add_argument("--seed", type=int, default=1337, help="random seed (default: %(default)s)")
-    p.add_argument("--device", default="auto", help=", ".join(DEVICES) + " (or cuda:N) (default: %(default)s)")
-    p.add_argument(
-        "--no_cache", action="store_true", help="recompute the whole context for every token (default: %(default)s)"
-    )
-    look = p.add_argument_group("looking inside")
-    look.add_argument("--attention", metavar="TEXT", help="heatmaps of TEXT's attention (PNG and TensorBoard)")
-    look.add_argument(
-        "--query",
-        default=None,
-        help="token whose attention --attention prints: a word or a position (default: last pronoun)",
-    )
-    look.add_argument(
-        "--png_dir",
-        default=None,
-        help="where --attention and --patch write PNGs (default: OUT_DIR/attention, OUT_DIR/patching; for "
+    png_dir: str | None = option(
+        None,
+        "where --attention and --patch write PNGs (default: OUT_DIR/attention, OUT_DIR/patching; for "
         "a model from --init_from, out/KIND-NAME/attention, out/KIND-NAME/patching; with --json, none unless given)",
     )
-    look.add_argument(
-        "--html",
+    html: str | None = option(
+        None,
+        "with --attention: write an offline attention page (one HTML file) instead of PNGs",
         metavar="FILE.html",
-        default=None,
-        help="with --attention: write an offline attention page (one HTML file) instead of PNGs",
+        ignored="--html needs --attention TEXT, the sentence to show, e.g. "
+        '--attention "The dog saw the ball and it" --html page.html',
     )
-    look.add_argument("--probes", metavar="FILE.jsonl", help="print the head table for a probe file")
-    look.add_argument(
-        "--heads",
-        action="store_true",
-        help="what kind of head each head became (previous-token, induction, ...), against the "
-        "untrained model, and what removing them costs (default: %(default)s)",
+    probes: str | None = option(None, "print the head table for a probe file", metavar="FILE.jsonl")
+    heads: bool = option(
+        False,
+        "what kind of head each head became (previous-token, induction, ...), against the "
+        "untrained model, and what removing them costs",
     )
-    look.add_argument(
-        "--patch",
-        nargs="+",
-        metavar="TEXT",
-        default=None,
-        help="--patch CLEAN CORRUPTED: which heads carry the clean prompt's next token (activation patching, direct "
+    patch: list[str] | None = option(
+        None,
+        "--patch CLEAN CORRUPTED: which heads carry the clean prompt's next token (activation patching, direct "
         "logit attribution, the logit lens; docs/patching.md); two prompts of as many tokens, or --patch FILE.jsonl "
         "of such pairs",
+        metavar="TEXT",
+        nargs="+",
     )
-    look.add_argument(
-        "--answer",
+    answer: str | None = option(
+        None,
+        "with --patch: the right answer, one token (default: the clean prompt's greedy next token)",
         metavar="TOKEN",
-        default=None,
-        help="with --patch: the right answer, one token (default: the clean prompt's greedy next token)",
     )
-    look.add_argument(
-        "--wrong",
+    wrong: str | None = option(
+        None,
+        "with --patch: the wrong answer, one token (default: the corrupted prompt's greedy next token)",
         metavar="TOKEN",
-        default=None,
-        help="with --patch: the wrong answer, one token (default: the corrupted prompt's greedy next token)",
     )
-    look.add_argument(
-        "--paths",
-        action="store_true",
-        help="with --patch: also which head feeds which (path patching: each head's output into each later head's "
-        "queries, keys and values, each MLP and the logits), printed and drawn as a graph (default: %(default)s)",
+    paths: bool = option(
+        False,
+        "with --patch: also which head feeds which (path patching: each head's output into each later head's "
+        "queries, keys and values, each MLP and the logits), printed and drawn as a graph",
     )
-    look.add_argument(
-        "--text",
+    text: str | None = option(
+        None,
+        "with --heads: held-out text to score on (default: the run's val split, if its prepared data is still here)",
         metavar="FILE",
-        default=None,
-        help="with --heads: held-out text to score on (default: the run's val split, if its prepared "
-        "data is still here)",
     )
-    look.add_argument(
-        "--ablation",
-        choices=("zero", "mean"),
-        default="zero",
-        help="with --heads: how a head is removed, its output set to 0 or to its mean over held-out "
-        "text (default: %(default)s)",
+    ablation: str = option(
+        "zero",
+        "with --heads: how a head is removed, its output set to 0 or to its mean over held-out text",
+        ("zero", "mean"),
     )
-    look.add_argument(
-        "--ablate",
-        metavar="LlHh",
-        action="append",
-        default=[],
-        help="zero this head's output (repeatable), e.g. L1H2 (default: %(default)s)",
+    ablate: list = option([], "zero this head's output (repeatable), e.g. L1H2", metavar="LlHh")
+    json: bool = option(
+        False, "print machine-readable JSON instead of the report; files only where --png_dir or --html name them"
     )
-    look.add_argument(
-        "--json",
-        action="store_true",
-        help="print machine-readable JSON instead of the report; files only where --png_dir or --html name them "
-        "(default: %(default)s)",
-    )
-    out = p.add_argument_group("carrying a model out (pip install -r requirements-interop.txt)")
-    out.add_argument(
-        "--export",
-        nargs=2,
-        metavar=("TARGET", "PATH"),
-        default=None,
-        help="write the model for another library, computing the same function: 'tl FILE' for "
+    export: list[str] | None = option(
+        None,
+        "write the model for another library, computing the same function: 'tl FILE' for "
         "TransformerLens (a HookedTransformer's config and state dict), 'hf FOLDER' for Hugging Face "
         "transformers (a save_pretrained folder with a tokenizer giving this model's token ids)",
+        metavar=("TARGET", "PATH"),
+        nargs=2,
     )
-    return p
 
 
+OPTIONS = fields(Options)
+GROUPS = {"attention": "looking inside", "export": "carrying a model out (pip install -r requirements-interop.txt)"}
+TYPES = get_type_hints(Options)
 PATH_OPTIONS = ("out_dir", "init_from", "png_dir", "html", "probes", "text")
-LOOKS = (
-    "attention",
-    "probes",
-    "heads",
-    "patch",
-    "export",
-)  # what to do with a checkpoint instead of sampling: one at most
-SAMPLING_OPTIONS = ("prompt", "num_samples", "max_new_tokens", "temperature", "top_k", "top_p", "seed", "no_cache")
-# (options, the modes they apply to, what to say when one is given in another mode)
-MODE_RULES = (
-    (SAMPLING_OPTIONS, ("sample",), "--{name} applies to sampling text, which --{mode} does not do; drop --{name}"),
-    (
-        ("device", "ablate"),
-        ("sample", "attention", "probes", "heads", "patch"),
-        "--{name} does not apply to --export, which converts the whole model on the CPU; drop --{name}",
-    ),
-    (("query",), ("attention",), "--{name} applies only to --attention; drop it, or add --attention TEXT"),
-    (
-        ("png_dir",),
-        ("attention", "patch"),
-        "--png_dir applies only to --attention and --patch; drop it, or add one of them",
-    ),
-    (
-        ("answer", "wrong", "paths"),
-        ("patch",),
-        "--{name} applies only to --patch; drop it, or add --patch CLEAN CORRUPTED",
-    ),
-    (
-        ("html",),
-        ("attention",),
-        "--html needs --attention TEXT, the sentence to show, e.g. "
-        '--attention "The dog saw the ball and it" --html page.html',
-    ),
-    (
-        ("json",),
-        ("attention", "probes", "heads", "patch"),
-        "--json applies only to --attention, --probes, --heads and --patch; drop it, or add one of them",
-    ),
-    (("text", "ablation"), ("heads",), "--{name} applies only to --heads; drop it, or add --heads"),
-)
 
 
-def check_mode(args: argparse.Namespace, parser: argparse.ArgumentParser) -> str:
+def build_parser() -> argparse.ArgumentParser:
+    parser = ArgumentParser("sample.py", description="Sample from a trained checkpoint, or inspect its attention.")
+    return add_options(parser, OPTIONS, GROUPS, reading)
+
+
+def reading(option: Field) -> dict:
+    """How argparse reads an option: by its type (a switch, a repeatable option, a number), with its default, said
+    in --help unless its meaning says it, and what its metadata says of it."""
+    kind = next((t for t in get_args(TYPES[option.name]) if t is not type(None)), TYPES[option.name])
+    how = {"action": "store_true"} if kind is bool else {"action": "append"} if kind is list else {}
+    if kind in (int, float):
+        how["type"] = int if kind is int else partial(number, where=f"--{option.name}")
+    shown = {key: option.metadata[key] for key in ("choices", "metavar", "nargs") if option.metadata.get(key)}
+    said = "" if default_of(option) is None or "(default:" in option.metadata["help"] else " (default: %(default)s)"
+    return {"default": default_of(option), "help": option.metadata["help"] + said, **how, **shown}
+
+
+def ignored(option: Field, modes: list[str], mode: str) -> str:
+    """The refusal of `option`, which applies to `modes` only, in `mode`."""
+    name = option.name
+    if "ignored" in option.metadata:
+        return option.metadata["ignored"]
+    if modes == ["sample"]:
+        return f"--{name} applies to sampling text, which --{mode} does not do; drop --{name}"
+    if "sample" in modes:
+        return f"--{name} does not apply to --{mode}, which {INSTEAD[mode]}; drop --{name}"
+    if len(modes) > 1:
+        looks = ", ".join(f"--{look}" for look in modes[:-1]) + f" and --{modes[-1]}"
+        return f"--{name} applies only to {looks}; drop it, or add one of them"
+    return f"--{name} applies only to --{modes[0]}; drop it, or add {ASK[modes[0]]}"
+
+
+def check_mode(args: argparse.Namespace) -> str:
     """ "sample" or one of LOOKS; a UsageError for an option that this mode would ignore."""
     looks = [name for name in LOOKS if getattr(args, name) not in (None, False)]
     if len(looks) > 1:
@@ -225,14 +208,10 @@ def check_mode(args: argparse.Namespace, parser: argparse.ArgumentParser) -> str
             f"--export {args.export[0]}: unknown target; give tl (TransformerLens) or hf (Hugging Face), "
             f"e.g. --export tl model.tl.pt"
         )
-    for names, modes, message in MODE_RULES:
-        for name in names:
-            if mode not in modes and getattr(args, name) != parser.get_default(name):
-                raise UsageError(message.format(name=name, mode=mode))
-    if mode == "patch" and args.ablate:
-        raise UsageError(
-            "--ablate does not apply to --patch, which compares two whole runs of the model; drop --ablate"
-        )
+    for each in OPTIONS:
+        modes = [taking for taking, names in TAKES.items() if each.name in names]  # none: every mode takes it
+        if modes and mode not in modes and getattr(args, each.name) != default_of(each):
+            raise UsageError(ignored(each, modes, mode))
     if mode == "patch" and len(args.patch) > 2:
         raise UsageError(
             f"--patch takes two prompts (CLEAN CORRUPTED) or one JSONL file of pairs, got {len(args.patch)} values; "
@@ -251,23 +230,12 @@ def check_mode(args: argparse.Namespace, parser: argparse.ArgumentParser) -> str
 
 
 def validate(args: argparse.Namespace, vocab_size: int) -> None:
-    for name, ok, rule in (
-        ("max_new_tokens", args.max_new_tokens > 0, "must be positive"),
-        ("seed", 0 <= args.seed < 2**32, "must be between 0 and 2**32 - 1"),  # as train.py accepts
-        ("num_samples", args.num_samples > 0, "must be positive"),
-        ("temperature", 0 <= args.temperature < math.inf, "must be a number >= 0 (0 is greedy)"),  # refuses nan
-        (
-            "top_k",
-            args.top_k is None or 0 < args.top_k <= vocab_size,
-            f"must be between 1 and the vocabulary size {vocab_size}",
-        ),
-        ("top_p", args.top_p is None or 0 < args.top_p <= 1, "must be in (0, 1]"),
-    ):
-        if not ok:
-            raise UsageError(f"--{name} {rule}, got {getattr(args, name)}")
+    check_options(OPTIONS, args)
+    if args.top_k is not None and not 0 < args.top_k <= vocab_size:
+        raise UsageError(f"--top_k must be between 1 and the vocabulary size {vocab_size}, got {args.top_k}")
 
 
-def prompt_ids(tokenizer, args: argparse.Namespace, parser: argparse.ArgumentParser) -> list[int]:
+def prompt_ids(tokenizer, args: argparse.Namespace) -> list[int]:
     """The prompt's token ids. Without --prompt, the default (a newline) when this model knows it; else, with
     one warning, end-of-text for GPT-2's BPE (where its documents start), or a space (else the first character)
     for a character vocabulary."""
@@ -279,11 +247,10 @@ def prompt_ids(tokenizer, args: argparse.Namespace, parser: argparse.ArgumentPar
     try:
         return tokenizer.encode(prompt)
     except TokenizerError:
-        if args.prompt != parser.get_default("prompt"):
+        if args.prompt != Options.prompt:
             raise
-    eot = getattr(tokenizer, "eot_id", None)
-    ids = [eot] if eot is not None else tokenizer.encode(" " if " " in tokenizer.chars else tokenizer.chars[0])
-    shown = "end-of-text" if eot is not None else repr(tokenizer.decode(ids))
+    ids = known_token(tokenizer)
+    shown = "end-of-text" if getattr(tokenizer, "eot_id", None) is not None else repr(tokenizer.decode(ids))
     warn(
         f"no --prompt given, and this model never saw a newline (the default prompt); starting from {shown} "
         f"instead: give --prompt TEXT to choose"
@@ -360,8 +327,7 @@ def png_folder(args: argparse.Namespace, mode: str, source: Source) -> str | Non
 
 
 def main(argv: list[str]) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    args = build_parser().parse_args(argv)
     for name, value in vars(args).items():  # a file name's byte that is not UTF-8 is refused before anything is read
         problem = utf8_value(value)
         if problem is not None:
@@ -373,7 +339,7 @@ def main(argv: list[str]) -> int:
         args.export[1] = path_setting(args.export[1], f"--export {args.export[0]}")
     if args.prompt.startswith("@"):
         args.prompt = "@" + path_setting(args.prompt[1:], "--prompt @FILE")
-    mode = check_mode(args, parser)
+    mode = check_mode(args)
     if args.html is not None:
         args.html = str(destination(args.html, "--html", folder=False, fix="give a file path, e.g. page.html"))
     if mode == "export":
@@ -396,7 +362,7 @@ def main(argv: list[str]) -> int:
 
     if mode == "sample":
         edits = ablate.edits() if ablate else None
-        stream_samples(model, tokenizer, prompt_ids(tokenizer, args, parser), args, device, edits)
+        stream_samples(model, tokenizer, prompt_ids(tokenizer, args), args, device, edits)
         return 0
     from watch import inspect
 

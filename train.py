@@ -38,7 +38,7 @@ from common.cli import duration, for_terminal, markdown_literal, run_cli, say
 from common.errors import warn
 from common.files import inside_name
 from common.settings import TrainConfig
-from data.tokenizer import Tokenizer, TokenizerError
+from data.tokenizer import Tokenizer, TokenizerError, known_token
 from model.gpt import evaluating
 from model.memory import parameter_count
 from trainer import runtime
@@ -76,10 +76,12 @@ def train(start: Start, rt: runtime.Runtime, argv: list[str], lock: runtime.RunL
     cfg = start.cfg
     # A run folder that is not this run's is refused now, before preparing data and building the model; TensorBoard
     # takes it later, when the run has a name (a default one is new), under its lock (`fit_watched`).
+    # A resume continues its TensorBoard run; a folder from before runs recorded their out_dir in it is the resumed
+    # run's when the checkpoint records its name.
     resumed = start.checkpoint or {}
     name = cfg.run_name or resumed.get("run_name")
+    recorded = bool(resumed) and name == resumed.get("run_name")
     if rt.is_main and isinstance(name, str) and name and inside_name(name) is None:
-        recorded = name == resumed.get("run_name")
         runtime.check_run_folder(Path(cfg.log_dir) / name, Path(cfg.log_dir), resumed.get("run_id"), recorded=recorded)
     with runtime.out_of_memory(cfg):
         start = start.prepared(quiet=not rt.is_main)
@@ -91,9 +93,6 @@ def train(start: Start, rt: runtime.Runtime, argv: list[str], lock: runtime.RunL
                 f"--max_iters={2 * trainer.state.step}"
             )
             return 0
-        # A resume continues its TensorBoard run; a folder from before runs recorded their out_dir in it is the
-        # resumed run's when the checkpoint records its name.
-        recorded = start.checkpoint is not None and trainer.state.run_name == start.checkpoint.get("run_name")
         # the other processes train silently: the first speaks for them
         result = fit_watched(trainer, argv, lock, recorded=recorded) if rt.is_main else trainer.fit()
     return 0 if result.completed else 128 + result.stopped_by
@@ -179,13 +178,6 @@ def report_end(
     say(f"sample: {shlex.join(command)}")
 
 
-def known_token(tokenizer: Tokenizer) -> list[int]:
-    """One token every model of this tokenizer knows, to start a sample from: end-of-text for GPT-2's BPE (where its
-    documents start), else a space, else the first character."""
-    eot = getattr(tokenizer, "eot_id", None)
-    return [eot] if eot is not None else tokenizer.encode(" " if " " in tokenizer.chars else tokenizer.chars[0])
-
-
 def sample_prompt(watched: list[str], tokenizer: Tokenizer) -> str | None:
     """A prompt this model can read, for the sample command: the start of the first sentence the watch read (the
     run's, or its choice from the held-out text) up to its last pronoun, else its first half, of printable
@@ -220,10 +212,7 @@ class TrainingLog(Callback):
         self.writer = writer
         self.out = out if out is not None else sys.stdout
         self.bar: tqdm | None = None
-        self._last_log = time.perf_counter()
-        self._tokens_since_log = 0
         self._flush_pending = False  # an evaluation's logs (from every callback) reach disk at the next step
-        self._clock = RunClock()
         self._last_line: dict[str, str] = {}  # the latest loss, lr and tokens/s logged (the bar's figures)
 
     def on_fit_start(self, trainer: Trainer) -> None:
@@ -251,6 +240,7 @@ class TrainingLog(Callback):
                 mininterval=0.5,
                 file=self.out,
             )
+        # How long the run will take, and the tokens since the last logged step: from the first step on.
         self._clock = RunClock(trainer.state.step, cfg)
         self._last_log, self._tokens_since_log = time.perf_counter(), 0
 
@@ -318,12 +308,12 @@ class RunClock:
     included) and what the evaluation at its start took; and whether the machine is busy, which slows every figure
     that was measured on an idle one."""
 
-    def __init__(self, start_step: int = 0, cfg: TrainConfig | None = None) -> None:
+    def __init__(self, start_step: int, cfg: TrainConfig) -> None:
         self.start_step = start_step
-        self.max_iters = cfg.max_iters if cfg is not None else 0
-        self.eval_interval = cfg.eval_interval if cfg is not None else 0
+        self.max_iters = cfg.max_iters
+        self.eval_interval = cfg.eval_interval
         # Steps enough to take in a watch pass or two, and few enough that the estimate comes among the first lines.
-        self.measure_steps = max(10, (cfg.watch_interval if cfg is not None else 0) + 1)
+        self.measure_steps = max(10, cfg.watch_interval + 1)
         self.started = time.perf_counter()
         self.first_step: float | None = None  # when the first step ended: an evaluation at the start comes before
         self.step_seconds: float | None = None

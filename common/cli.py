@@ -1,7 +1,8 @@
-"""What the two commands share: how text we did not write is shown, how long work says how far it has got
-(`progress`), and how a command ends: `run_cli` turns a `UserError` (common/errors.py) into one line on stderr and
-an exit status (1, or 2 for usage, as shells expect), and each warning into one `warning: ...` line; everything else
-is a bug and keeps its traceback.
+"""What the two commands share: their options (each an `option`, a field of the dataclass of the command's settings,
+which `add_options` turns into an argparse option and `check_options` checks), how text we did not write is shown,
+how long work says how far it has got (`progress`), and how a command ends: `run_cli` turns a `UserError`
+(common/errors.py) into one line on stderr and an exit status (1, or 2 for usage, as shells expect), and each
+warning into one `warning: ...` line; everything else is a bug and keeps its traceback.
 
 This module imports nothing but the standard library, so the commands import it before torch: a Ctrl-C while
 torch loads is then one line too (`report_interrupts_while_starting`).
@@ -20,7 +21,8 @@ import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
-from typing import NoReturn, TypeVar
+from dataclasses import MISSING, Field, field
+from typing import Any, NoReturn, TypeVar
 
 from common.errors import GptwatchWarning, UsageError, UserError
 
@@ -38,6 +40,46 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{message}; see python {self.prog} --help")
+
+
+def option(default: Any, help: str = "", choices: tuple[str, ...] | None = None, **more: Any) -> Any:
+    """An option of a command, as a field of the dataclass of its settings: its default, its meaning (`help`, which
+    --help shows), the values it may take (`choices`) and whatever `more` the command reads of it."""
+    metadata = {"help": help, "choices": choices, **more}
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+def default_of(option: Field) -> Any:
+    return option.default_factory() if option.default is MISSING else option.default
+
+
+def add_options(
+    parser: argparse.ArgumentParser,
+    options: Iterable[Field],
+    groups: dict[str, str],
+    arguments: Callable[[Field], dict],
+) -> argparse.ArgumentParser:
+    """`parser` with an option `--NAME` for each of `options` (`option` fields), explained by its meaning and read as
+    `arguments(field)` says, and listed by --help under the title `groups` gives its first field and the fields after
+    it (before any: the parser's own options). Both commands build their options here."""
+    group = parser
+    for each in options:
+        if each.name in groups:
+            group = parser.add_argument_group(groups[each.name])
+        group.add_argument(f"--{each.name}", **{"help": each.metadata["help"], **arguments(each)})
+    return parser
+
+
+def check_options(options: Iterable[Field], settings: object) -> None:
+    """A `UsageError` for the first of `options` whose value in `settings` breaks its rule, its `check`: (whether a
+    value is good, the refusal of one that is not, of the option's name and its value)."""
+    for each in options:
+        good, refusal = each.metadata.get("check") or (None, "")
+        value = getattr(settings, each.name)
+        if good is not None and not good(value):
+            raise UsageError(refusal.format(each.name, value))
 
 
 def _one_line(text: object) -> str:

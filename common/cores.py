@@ -40,10 +40,6 @@ class Cores:
 _at_start: Cores | None = None  # what `look_before_torch_loads` saw, when the cores were busy
 
 
-def usable_cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
 def cpu_times(stat: str, cpus: set[int]) -> dict[int, tuple[int, int]]:
     """{cpu: (busy, total)} clock ticks of each of `cpus` since boot, from the text of Linux's /proc/stat. Waiting for
     a disk counts as idle; time a hypervisor gave to another machine (steal) as busy: it was not this one's."""

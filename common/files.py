@@ -41,6 +41,7 @@ from pathlib import Path, PureWindowsPath
 from typing import BinaryIO, NoReturn
 
 from common.errors import UsageError, UserError
+from common.parsing import NotParsed, parse_json
 
 
 def what_stands_at(path: Path, *, follow_links: bool = True) -> str | None:
@@ -76,10 +77,12 @@ def cannot(action: str, path: Path, exc: OSError) -> str:
     return f"cannot {action} {path} ({exc.strerror or exc})"
 
 
-def read_bytes(path: str | Path, what: str, fix: str, error: type[UserError] = UserError) -> bytes:
+def read_bytes(path: str | Path, what: str, fix: str, error: type[UserError] = UserError, *, size: int = -1) -> bytes:
+    """The bytes of a user's regular file (`size` of them at most, where its start is all a reader needs)."""
     path = regular_file(path, what, fix, error)
     try:
-        return path.read_bytes()
+        with path.open("rb") as fh:
+            return fh.read(size)
     except OSError as exc:
         raise error(f"{cannot('read ' + what, path, exc)}; check its permissions") from None
     except MemoryError:
@@ -237,6 +240,18 @@ def remove_empty(folders: list[Path]) -> None:
     for folder in reversed(folders):
         with suppress(OSError):
             folder.rmdir()  # only when empty
+
+
+def read_record(path: Path) -> dict:
+    """The JSON object a command wrote in a small file of its own (a run folder's owner, an export's marker); {} when
+    none is readable there: no file, a link or a pipe (which would block its reader), or no JSON object."""
+    if what_stands_at(path, follow_links=False) is not None:
+        return {}
+    try:
+        record = parse_json(path.read_bytes())
+    except (OSError, NotParsed):
+        return {}
+    return record if isinstance(record, dict) else {}
 
 
 def read_head(path: Path) -> bytes:

@@ -11,18 +11,18 @@ import argparse
 import copy
 import dataclasses
 import difflib
-import functools
 import math
 import re
 import shlex
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import Field, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar, get_type_hints
 
 import torch
 
-from common.cli import ArgumentParser
+from common.cli import ArgumentParser, add_options, check_options, default_of, option
 from common.errors import UsageError
 from common.files import inside_name, name_too_long, path_setting, read_text, utf8_value
 from common.parsing import TOO_DEEP, NotParsed, parse_int, parse_json, quoted
@@ -60,176 +60,132 @@ def pick_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def _opt(default: Any, help: str, choices: tuple[str, ...] | None = None, group: str = "") -> Any:
-    meta = {"help": help, "choices": choices, "group": group}
-    if isinstance(default, list):
-        return field(default_factory=lambda: list(default), metadata=meta)
-    return field(default=default, metadata=meta)
-
-
-# The values each key takes: (keys, whether a value is one, the refusal of one that is not, of the key and value).
-RULES = (
-    (
-        ("device",),
-        DEVICE_NAME.fullmatch,
-        f"config key 'device' must be one of {', '.join(DEVICES)} or cuda:N; got {{1!r}}",
-    ),
-    (
-        ("init_from",),
-        str.strip,
-        f"config key 'init_from' is empty; give {SCRATCH}, {RESUME}, a Hugging Face GPT-2 "
-        f"name (e.g. gpt2) or the path of a model to fine-tune",
-    ),
-    (
-        ("dataset",),
-        str.strip,
-        f"config key 'dataset' is empty; give a corpus name ({', '.join(CORPORA)}) or the path of a UTF-8 text file",
-    ),
-    (
-        (
-            "batch_size",
-            "grad_accum",
-            "max_iters",
-            "eval_interval",
-            "eval_iters",
-            "log_interval",
-            "corpus_sentences",
-            "muon_ns_steps",
-        ),
-        lambda v: v > 0,
-        "config key '{}' must be a positive integer; got {}",
-    ),
-    (
-        (
-            "warmup_iters",
-            "lr_decay_iters",
-            "weight_decay",
-            "grad_clip",
-            "ckpt_interval",
-            "sample_tokens",
-            "threads",
-            "min_lr",
-            "watch_interval",
-        ),
-        lambda v: v >= 0,
-        "config key '{}' must be >= 0; got {}",
-    ),
-    # what every generator it seeds accepts, with room for per-rank offsets
-    (("seed",), lambda v: 0 <= v < 2**32, "config key '{}' must be between 0 and 2**32 - 1; got {}"),
-    (("learning_rate", "muon_lr"), lambda v: v > 0, "config keys 'learning_rate' and 'muon_lr' must be > 0"),
-    (("val_fraction",), lambda v: 0 < v < 1, "config key '{}' must be between 0 and 1; got {}"),
-    (("beta1", "beta2"), lambda v: 0 <= v < 1, "config key '{}' must be in [0, 1); got {}"),
-    (
-        ("watch_sentences",),
-        lambda v: all(isinstance(s, str) and s.strip() for s in v),
-        "config key '{}' must be a list of non-empty strings",
-    ),
+# The values keys take, as each key's `check` (`cli.check_options`): whether a value is one, and the refusal of one
+# that is not, of the key and the value.
+DEVICE = (DEVICE_NAME.fullmatch, f"config key 'device' must be one of {', '.join(DEVICES)} or cuda:N; got {{1!r}}")
+MODEL_SOURCE = (
+    str.strip,
+    f"config key 'init_from' is empty; give {SCRATCH}, {RESUME}, a Hugging Face GPT-2 "
+    f"name (e.g. gpt2) or the path of a model to fine-tune",
+)
+TEXT = (
+    str.strip,
+    f"config key 'dataset' is empty; give a corpus name ({', '.join(CORPORA)}) or the path of a UTF-8 text file",
+)
+POSITIVE = (lambda v: v > 0, "config key '{}' must be a positive integer; got {}")
+NOT_NEGATIVE = (lambda v: v >= 0, "config key '{}' must be >= 0; got {}")
+# what every generator it seeds accepts, with room for per-rank offsets
+SEED = (lambda v: 0 <= v < 2**32, "config key '{}' must be between 0 and 2**32 - 1; got {}")
+RATE = (lambda v: v > 0, "config keys 'learning_rate' and 'muon_lr' must be > 0")
+FRACTION = (lambda v: 0 < v < 1, "config key '{}' must be between 0 and 1; got {}")
+BETA = (lambda v: 0 <= v < 1, "config key '{}' must be in [0, 1); got {}")
+SENTENCES = (
+    lambda v: all(isinstance(s, str) and s.strip() for s in v),
+    "config key '{}' must be a list of non-empty strings",
 )
 
 
 @dataclass
 class TrainConfig:
     # data
-    dataset: str = _opt("pronouns", f"named corpus ({', '.join(CORPORA)}) or a path to a UTF-8 text file", group="data")
-    tokenizer: str = _opt("char", "char (characters of the corpus) or gpt2 (GPT-2 BPE, compacted)", TOKENIZERS, "data")
-    val_fraction: float = _opt(0.1, "share of the corpus held out for validation (the tail)", group="data")
-    data_dir: str = _opt("data/prepared", "where prepared token files are cached", group="data")
-    corpus_sentences: int = _opt(
-        30000, "sentences (lines) generated for a generated corpus: pronouns, induction", group="data"
+    dataset: str = option("pronouns", f"named corpus ({', '.join(CORPORA)}) or a path to a UTF-8 text file", check=TEXT)
+    tokenizer: str = option("char", "char (characters of the corpus) or gpt2 (GPT-2 BPE, compacted)", TOKENIZERS)
+    val_fraction: float = option(0.1, "share of the corpus held out for validation (the tail)", check=FRACTION)
+    data_dir: str = option("data/prepared", "where prepared token files are cached")
+    corpus_sentences: int = option(
+        30000, "sentences (lines) generated for a generated corpus: pronouns, induction", check=POSITIVE
     )
     # model
-    init_from: str = _opt(
+    init_from: str = option(
         SCRATCH,
         "scratch (a new model of the sizes below), resume (the same as --resume), or "
         "a model to fine-tune: a Hugging Face GPT-2 name (gpt2, gpt2-medium, gpt2-large, gpt2-xl, "
         "distilgpt2), a folder holding a GPT2LMHeadModel, a nanoGPT ckpt.pt or its out_dir, or a "
         "gptwatch checkpoint (a new run from its weights). That model decides the model keys and "
         "the tokenizer: any given must agree with it; a smaller block_size crops it",
-        group="model",
+        check=MODEL_SOURCE,
     )
     model: GPTConfig = field(default_factory=GPTConfig)  # its keys: model/config.py
     # optimisation
-    optimizer: str = _opt(
-        "adamw", "adamw, or muon (Muon on hidden matrices, AdamW on the rest)", ("adamw", "muon"), "optim"
-    )
-    batch_size: int = _opt(12, "sequences per micro-batch (per process)", group="optim")
-    grad_accum: int = _opt(1, "micro-batches per optimizer step, summed over all processes", group="optim")
-    max_iters: int = _opt(2000, "optimizer steps", group="optim")
-    learning_rate: float = _opt(1e-3, "peak learning rate", group="optim")
-    min_lr: float = _opt(1e-4, "learning-rate floor at the end of the cosine decay", group="optim")
-    warmup_iters: int = _opt(100, "steps of linear warm-up", group="optim")
-    lr_decay_iters: int = _opt(0, "step where the cosine reaches min_lr (0: max_iters)", group="optim")
-    weight_decay: float = _opt(
+    optimizer: str = option("adamw", "adamw, or muon (Muon on hidden matrices, AdamW on the rest)", ("adamw", "muon"))
+    batch_size: int = option(12, "sequences per micro-batch (per process)", check=POSITIVE)
+    grad_accum: int = option(1, "micro-batches per optimizer step, summed over all processes", check=POSITIVE)
+    max_iters: int = option(2000, "optimizer steps", check=POSITIVE)
+    learning_rate: float = option(1e-3, "peak learning rate", check=RATE)
+    min_lr: float = option(1e-4, "learning-rate floor at the end of the cosine decay", check=NOT_NEGATIVE)
+    warmup_iters: int = option(100, "steps of linear warm-up", check=NOT_NEGATIVE)
+    lr_decay_iters: int = option(0, "step where the cosine reaches min_lr (0: max_iters)", check=NOT_NEGATIVE)
+    weight_decay: float = option(
         0.1,
         "AdamW weight decay, on the matrices AdamW trains: with optimizer = muon, the blocks' hidden matrices get none",
-        group="optim",
+        check=NOT_NEGATIVE,
     )
-    beta1: float = _opt(0.9, "AdamW beta1", group="optim")
-    beta2: float = _opt(0.99, "AdamW beta2", group="optim")
-    grad_clip: float = _opt(1.0, "clip the gradient norm to this (0: off)", group="optim")
-    muon_lr: float = _opt(0.02, "Muon learning rate for hidden matrices (optimizer = muon)", group="optim")
-    muon_ns_steps: int = _opt(5, "Newton-Schulz iterations that orthogonalise each Muon update", group="optim")
-    muon_dtype: str = _opt(
+    beta1: float = option(0.9, "AdamW beta1", check=BETA)
+    beta2: float = option(0.99, "AdamW beta2", check=BETA)
+    grad_clip: float = option(1.0, "clip the gradient norm to this (0: off)", check=NOT_NEGATIVE)
+    muon_lr: float = option(0.02, "Muon learning rate for hidden matrices (optimizer = muon)", check=RATE)
+    muon_ns_steps: int = option(5, "Newton-Schulz iterations that orthogonalise each Muon update", check=POSITIVE)
+    muon_dtype: str = option(
         "auto",
         "precision of those iterations; auto: bfloat16 on CUDA and on CPUs with "
         "bfloat16 matmul units (AVX512-BF16, AMX), float32 elsewhere",
         DTYPES,
-        "optim",
     )
     # evaluation and logging
-    eval_interval: int = _opt(250, "steps between evaluations", group="eval")
-    eval_iters: int = _opt(20, "batches per split in each evaluation", group="eval")
-    log_interval: int = _opt(10, "steps between progress-bar and TensorBoard updates", group="eval")
-    watch_interval: int = _opt(
+    eval_interval: int = option(250, "steps between evaluations", check=POSITIVE)
+    eval_iters: int = option(20, "batches per split in each evaluation", check=POSITIVE)
+    log_interval: int = option(10, "steps between progress-bar and TensorBoard updates", check=POSITIVE)
+    watch_interval: int = option(
         25,
         "steps between head scores in TensorBoard (head types, probes), a cheap dense "
         "curve of each head (scalars only; 0: only at evaluations)",
-        group="eval",
+        check=NOT_NEGATIVE,
     )
-    watch_paths: bool = _opt(
+    watch_paths: bool = option(
         True,
         "path patching at every watch pass: which head feeds which, a graph and its scalars in TensorBoard "
         "(false: a cheaper pass without it)",
-        group="eval",
     )
-    sample_tokens: int = _opt(200, "tokens in the text sample logged at each evaluation (0: none)", group="eval")
-    sample_prompt: str = _opt("\n", "prompt of that sample", group="eval")
-    probes: str = _opt("", "JSONL probe file for attention metrics ('' : the corpus's own, if any)", group="eval")
-    agreement: str = _opt(
+    sample_tokens: int = option(
+        200, "tokens in the text sample logged at each evaluation (0: none)", check=NOT_NEGATIVE
+    )
+    sample_prompt: str = option("\n", "prompt of that sample")
+    probes: str = option("", "JSONL probe file for attention metrics ('' : the corpus's own, if any)")
+    agreement: str = option(
         "",
         "JSONL file of single-person contexts for pronoun agreement and head ablation ('' : the corpus's own, if any)",
-        group="eval",
     )
-    watch_sentences: list = _opt([], "sentences whose attention heatmaps are logged at each evaluation", group="eval")
-    ablation: str = _opt(
+    watch_sentences: list = option(
+        [], "sentences whose attention heatmaps are logged at each evaluation", check=SENTENCES
+    )
+    ablation: str = option(
         "zero",
         "how the end-of-run report removes a head: zero (its output becomes 0) or mean "
         "(its mean output over held-out text)",
         ("zero", "mean"),
-        "eval",
     )
     # checkpoints and runs
-    out_dir: str = _opt("out", "folder for ckpt.pt", group="run")
-    ckpt_interval: int = _opt(
+    out_dir: str = option("out", "folder for ckpt.pt")
+    ckpt_interval: int = option(
         0,
         "also checkpoint every N steps, so a crash or kill -9 loses at most N steps "
         "(0: only at evaluations that improve val loss, on Ctrl-C/SIGTERM, and at the end)",
-        group="run",
+        check=NOT_NEGATIVE,
     )
-    resume: bool = _opt(False, "continue from out_dir/ckpt.pt", group="run")
-    log_dir: str = _opt("runs", "TensorBoard root folder", group="run")
-    run_name: str = _opt(
-        "", "TensorBoard run name ('' : the config's name, the time, the process id and a random part)", group="run"
+    resume: bool = option(False, "continue from out_dir/ckpt.pt")
+    log_dir: str = option("runs", "TensorBoard root folder")
+    run_name: str = option(
+        "", "TensorBoard run name ('' : the config's name, the time, the process id and a random part)"
     )
-    seed: int = _opt(1337, "random seed for initialisation and batches", group="run")
-    device: str = _opt("auto", "auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps", group="run")
-    dtype: str = _opt("auto", "auto: bfloat16 autocast on CUDA, float32 elsewhere", DTYPES, "run")
-    compile: bool = _opt(False, "torch.compile the model (slow start, faster steps)", group="run")
-    threads: int = _opt(
+    seed: int = option(1337, "random seed for initialisation and batches", check=SEED)
+    device: str = option("auto", "auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps", check=DEVICE)
+    dtype: str = option("auto", "auto: bfloat16 autocast on CUDA, float32 elsewhere", DTYPES)
+    compile: bool = option(False, "torch.compile the model (slow start, faster steps)")
+    threads: int = option(
         0,
         "CPU threads for torch (0: torch's default, a thread per core; on a machine other programs keep busy, the "
         "cores they leave free when the run starts)",
-        group="run",
+        check=NOT_NEGATIVE,
     )
 
     # The keys the user set, in a config file they named or on the command line (`make_config` records them): a
@@ -241,10 +197,7 @@ class TrainConfig:
             self.resume = True
         for name, value in self.to_dict(every=True).items():
             _check_value(name, value)
-        for names, ok, refusal in RULES:
-            for name in names:
-                if not ok(getattr(self, name)):
-                    raise UsageError(refusal.format(name, getattr(self, name)))
+        check_options(dataclasses.fields(self), self)
         for name, value in checked_paths(self.to_dict()).items():
             setattr(self, name, value)
         problem = inside_name(self.run_name) if self.run_name else None
@@ -309,6 +262,8 @@ FIELDS = {
     for f in dataclasses.fields(TrainConfig)
     for g in ([g for g in dataclasses.fields(GPTConfig) if g.name in CONFIG_KEYS] if f.name == "model" else [f])
 }
+# The groups --help lists the keys in, each by its first key.
+GROUPS = {"dataset": "data", "init_from": "model", "optimizer": "optim", "eval_interval": "eval", "out_dir": "run"}
 _TYPES = {**get_type_hints(TrainConfig), **get_type_hints(GPTConfig)}
 _TYPES = {name: _TYPES[name] for name in FIELDS}
 BOOLEAN_WORDS = dict.fromkeys(("1", "true", "yes", "on"), True) | dict.fromkeys(("0", "false", "no", "off"), False)
@@ -316,7 +271,7 @@ _TYPE_WORDS = {int: "an integer", float: "a number", bool: "true or false", str:
 
 
 # The settings that name a file or folder; a corpus name, a hub name, scratch or resume passes their check unchanged.
-# Empty, probes and agreement mean the corpus's own file; dataset and init_from are refused by RULES in their words.
+# Empty, probes and agreement mean the corpus's own file; dataset and init_from are refused by their `check`.
 PATH_KEYS = ("dataset", "data_dir", "out_dir", "log_dir", "init_from", "probes", "agreement")
 MAY_BE_EMPTY = ("probes", "agreement", "dataset", "init_from")
 
@@ -419,7 +374,7 @@ def read_toml(path: str | Path) -> dict:
     path = Path(path)
     text = read_text(path, "config file", "give the path of a .toml file (see configs/)", UsageError)
     try:
-        raw = parse_json(text, functools.partial(tomllib.loads, parse_float=lambda t: number(t, f"config file {path}")))
+        raw = parse_json(text, partial(tomllib.loads, parse_float=lambda t: number(t, f"config file {path}")))
     except NotParsed as exc:
         where = str(exc)
         if "line" not in where and where != TOO_DEEP:  # "at end of document": the error is on the last line
@@ -460,7 +415,7 @@ def parse_command_line(argv: list[str], bases: str | None = None) -> tuple[str |
     parser = ArgumentParser(
         "train.py",
         usage="python %(prog)s [CONFIG.toml] [--key=value ...]",
-        formatter_class=functools.partial(_KeyEqualsDefault, max_help_position=30),
+        formatter_class=partial(_KeyEqualsDefault, max_help_position=30),
         description=(
             "Trains a GPT. "
             + (f"{bases} " if bases else "")
@@ -470,20 +425,11 @@ def parse_command_line(argv: list[str], bases: str | None = None) -> tuple[str |
         ),
     )
     parser.add_argument("config", nargs="*", metavar="CONFIG.toml", help="a flat TOML file of the keys below")
-    groups = {}
-    for f in FIELDS.values():
-        group = f.metadata.get("group", "model")
-        if group not in groups:
-            groups[group] = parser.add_argument_group(group)
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-        # No default here: only what the command line gives may win over the config file.
-        groups[group].add_argument(
-            f"--{f.name}",
-            type=functools.partial(parse_cli_value, f.name),
-            default=argparse.SUPPRESS,
-            metavar=repr(default),
-            help=f.metadata["help"],
-        )
+
+    def reading(key: Field) -> dict:  # no default: only what the command line gives may win over the config file
+        return dict(type=partial(parse_cli_value, key.name), default=argparse.SUPPRESS, metavar=repr(default_of(key)))
+
+    add_options(parser, FIELDS.values(), GROUPS, reading)
     argv = [f"{arg}=true" if arg.startswith("--") and _TYPES.get(arg[2:]) is bool else arg for arg in argv]
     args, unknown = parser.parse_known_intermixed_args(argv)
     if unknown and unknown[0].startswith("--"):

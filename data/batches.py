@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 
 
+@dataclass(eq=False)
 class Batches:
     """Draws (x, y) pairs from `splits` ("train" and "val" ids, each at least block_size + 2 long, as
     `Prepared.splits` gives them): y is x shifted one token left.
@@ -15,22 +18,16 @@ class Batches:
     evaluation scores the same windows and the numbers compare across steps.
     """
 
-    def __init__(
-        self,
-        splits: dict[str, np.ndarray],
-        block_size: int,
-        batch_size: int,
-        device: torch.device,
-        seed: int,
-        rank: int = 0,
-    ) -> None:
-        self.splits = splits
-        self.block_size = block_size
-        self.batch_size = batch_size
-        self.device = device
-        self.eval_seed = seed + 10_000
-        self.generator = torch.Generator().manual_seed(seed + 1000 * rank)
-        self._offsets = np.arange(block_size + 1)
+    splits: dict[str, np.ndarray]
+    block_size: int
+    batch_size: int
+    device: torch.device
+    seed: int
+    rank: int = 0
+
+    def __post_init__(self) -> None:
+        self.generator = torch.Generator().manual_seed(self.seed + 1000 * self.rank)
+        self._offsets = np.arange(self.block_size + 1)
 
     def _draw(self, split: str, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         tokens = self.splits[split]
@@ -45,6 +42,6 @@ class Batches:
         return self._draw("train", self.generator)
 
     def eval_batches(self, split: str, count: int):
-        generator = torch.Generator().manual_seed(self.eval_seed)
+        generator = torch.Generator().manual_seed(self.seed + 10_000)
         for _ in range(count):
             yield self._draw(split, generator)

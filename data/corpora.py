@@ -31,6 +31,13 @@ class Corpus:
     sha256: str = ""  # of the repaired download, when it must be exactly `filename`
 
 
+def cp1252_repairs(texts: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    """The repairs of UTF-8 text that was read as cp1252 and then lower-cased: each character of `texts`' strings as
+    it reads so, and the text it is put back as (its key there); the longest first, as a shorter one can begin one."""
+    misread = [(c.encode().decode("cp1252", "ignore").lower(), text) for text, chars in texts.items() for c in chars]
+    return tuple(sorted(misread, key=lambda repair: -len(repair[0])))
+
+
 CORPORA = {
     "shakespeare": Corpus(
         "tinyshakespeare.txt",
@@ -55,21 +62,8 @@ CORPORA = {
         "TinyStories, lower case (Eldan & Li 2023, CDLA-Sharing-1.0)",
         probes_path=REPO / "data/probes/gender-lower.jsonl",
         agreement_path=REPO / "data/probes/gender-lower-agreement.jsonl",
-        repairs=(
-            ("\u00e2\u20ac\u0153", '"'),
-            ("\u00e2\u20ac\u2122", "'"),
-            ("\u00e2\u20ac\u201c", "-"),
-            ("\u00e2\u20ac\u201d", "-"),
-            ("\u00e2\u20ac\u02dc", "'"),
-            ("\u00e2\u20ac\u00a6", "..."),
-            ("\u00e2\u20ac", '"'),
-            ("\u00e2\u00ab", '"'),
-            ("\u00e2\u00bb", '"'),
-            ("\u00e2\u00a1", ""),
-            ("\u00e3\u00b1", "n"),
-            ("\u00e3\u00a1", "a"),
-            ("\u00e3\u00a9", "e"),
-            ("\u00e3\u00b3", "o"),
+        repairs=cp1252_repairs(
+            {'"': "“”«»", "'": "’‘", "-": "–—", "...": "…", "": "¡", "n": "ñ", "a": "á", "e": "é", "o": "ó"}
         ),
         sha256="6737f9146562643f5520682bab0e2f02a9ae0066c4d38f9bc55d639c46c22647",
     ),

@@ -25,10 +25,15 @@ from data.tokenizer import Tokenizer
 Span = tuple[int, int]
 
 
-def _word_spans(text: str, word: str) -> list[Span]:
-    """Whole-word, case-insensitive occurrences of `word` in `text`."""
+def _word_spans(text: str, name: str, word: str) -> list[Span]:
+    """Whole-word, case-insensitive occurrences of `word` (the record's `name`) in `text`; a UserError when none."""
     pattern = re.compile(rf"(?<!\w){re.escape(word)}(?!\w)", re.IGNORECASE)
-    return [m.span() for m in pattern.finditer(text)]
+    spans = [m.span() for m in pattern.finditer(text)]
+    if not spans:
+        raise UserError(
+            f"{name} {word!r} does not occur as a whole word in the text {text!r}; fix the word or the text"
+        )
+    return spans
 
 
 def _require_words(record: object, names: Sequence[str]) -> None:
@@ -86,16 +91,11 @@ class Probe:
                     f"give the character offset where {word!r} starts in the text"
                 )
             return offset
-        every = _word_spans(self.text, word)
-        spans = [s for s in every if avoid is None or s != avoid]
-        if every and not spans:
+        spans = [s for s in _word_spans(self.text, name, word) if avoid is None or s != avoid]
+        if not spans:
             raise UserError(
                 f"{name} {word!r} is the same word as the referent, and occurs only once in the text "
                 f"{self.text!r}; name a different noun as the {name}, or repeat the word in the text"
-            )
-        if not spans:
-            raise UserError(
-                f"{name} {word!r} does not occur as a whole word in the text {self.text!r}; fix the word or the text"
             )
         if name == "pronoun":
             # The pronoun follows its candidates; "it" before them is another use of the word.
@@ -180,11 +180,8 @@ class AgreementProbe:
                 raise UserError(f"field {name!r} must be a string, got {getattr(self, name)!r}")
         if self.frame is not None and (isinstance(self.frame, bool) or not isinstance(self.frame, int)):
             raise UserError(f"field 'frame' must be an integer, got {self.frame!r}")
-        if self.person is not None and not _word_spans(self.text, self.person):
-            raise UserError(
-                f"person {self.person!r} does not occur as a whole word in the text {self.text!r}; "
-                f"fix the word or the text"
-            )
+        if self.person is not None:
+            _word_spans(self.text, "person", self.person)
 
     def align(self, tokenizer: Tokenizer) -> AlignedAgreement:
         """Token positions of an agreement context; text the tokenizer cannot encode raises its TokenizerError."""
@@ -196,7 +193,7 @@ class AgreementProbe:
                 f"agreement context {self.text!r}: {self.pronoun!r} and {self.wrong!r} do not start "
                 f"with different tokens after the same context; end the text before the pronoun"
             )
-        person = _overlapping(spans, _word_spans(self.text, self.person)[0]) if self.person else []
+        person = _overlapping(spans, _word_spans(self.text, "person", self.person)[0]) if self.person else []
         return AlignedAgreement(self, ids[: position + 1], position, right[0], wrong[0], person)
 
 

@@ -271,6 +271,13 @@ class FullGPT2Tokenizer(GPT2Tokenizer):
 Tokenizer = CharTokenizer | GPT2Tokenizer  # FullGPT2Tokenizer is a GPT2Tokenizer
 
 
+def known_token(tokenizer: Tokenizer) -> list[int]:
+    """One token every model of this tokenizer knows, to start a sample from: end-of-text for GPT-2's BPE (where its
+    documents start), else a space, else the first character."""
+    eot = getattr(tokenizer, "eot_id", None)
+    return [eot] if eot is not None else tokenizer.encode(" " if " " in tokenizer.chars else tokenizer.chars[0])
+
+
 def build_tokenizer(name: str, text: str) -> Tokenizer:
     """A tokenizer whose vocabulary covers `text` (the training corpus)."""
     if name not in TOKENIZERS:

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from common.errors import UsageError, is_out_of_memory
-from common.files import Kind, cannot, regular_file, replace_file, write_error, write_fix
+from common.files import Kind, cannot, read_bytes, replace_file, write_error, write_fix
 from common.settings import FIELDS, TrainConfig, saved_config
 from data.tokenizer import TOKENIZERS, TokenizerMetaError, tokenizer_from_meta
 from formats.format import CheckpointError, Format, Loaded, Source, check_memory
@@ -155,15 +155,6 @@ def read_torch(path: Path, kind: str = "checkpoint") -> object:
         raise CheckpointError(f"{path} is not a readable {kind}; it may be truncated or corrupt: {fix}") from None
 
 
-def is_torch_archive(path: Path) -> bool:
-    """Whether `path` starts as the zip archive torch.save writes (nothing else reaches an unpickler)."""
-    try:
-        with path.open("rb") as fh:
-            return fh.read(len(ZIP_MAGIC)) == ZIP_MAGIC
-    except OSError:
-        return False
-
-
 # --- reading a checkpoint ------------------------------------------------------------------------------------
 
 
@@ -171,20 +162,13 @@ def load_checkpoint(path: str | Path, contents: object = None) -> dict:
     """A checkpoint's contents (or `contents`, read already), refused unless this trainer wrote it (`validate` checks
     its structure)."""
     folder = Path(path) if Path(path).suffix != ".pt" else Path(path).parent  # where train.py would write it
-    path = regular_file(
-        checkpoint_path(path),
-        "checkpoint",
-        "point --out_dir at the folder that holds the "
-        f"ckpt.pt train.py wrote, or train one there first: python train.py "
-        f"--out_dir={shlex.quote(str(folder))}",
-        CheckpointError,
+    path = checkpoint_path(path)
+    fix = (
+        "point --out_dir at the folder that holds the ckpt.pt train.py wrote, or train one there first: python "
+        f"train.py --out_dir={shlex.quote(str(folder))}"
     )
+    head = read_bytes(path, "checkpoint", fix, CheckpointError, size=len(ZIP_MAGIC))
     if contents is None:
-        try:
-            with path.open("rb") as fh:
-                head = fh.read(len(ZIP_MAGIC))
-        except OSError as exc:
-            raise CheckpointError(f"{cannot('read checkpoint', path, exc)}; check its permissions") from None
         if not head:
             raise CheckpointError(
                 f"{path} is empty (0 bytes), perhaps from an interrupted copy; use an earlier copy or retrain"

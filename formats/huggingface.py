@@ -29,7 +29,7 @@ from types import ModuleType
 import torch
 
 from common.errors import UserError
-from common.files import cannot, destination, read_text, regular_file, replace_folder, what_stands_at
+from common.files import cannot, destination, read_record, read_text, regular_file, replace_folder
 from common.parsing import NotParsed, parse_json
 from data.tokenizer import EOT, GPT2Tokenizer, Tokenizer, TokenizerMetaError, tokenizer_from_meta
 from formats.checkpoint import read_torch
@@ -380,20 +380,17 @@ def hf_tokenizer(tokenizer: Tokenizer):
     transformers = library("transformers", "a Hugging Face tokenizer", "tokenizers")
     tokenizers = library("tokenizers", "a Hugging Face tokenizer")
     if isinstance(tokenizer, GPT2Tokenizer):
-        return transformers.PreTrainedTokenizerFast(
-            tokenizer_object=gpt2_backend(tokenizer, tokenizers),
-            eos_token=EOT,
-            bos_token=EOT,
-            pad_token=EOT,
-            clean_up_tokenization_spaces=False,
-        )
-    # A CharTokenizer: a BPE without merges, normalizer or pre-tokenizer, each character (spaces too) its own token,
-    # at gptwatch's id. `<unk>` stays the BPE model's own: declared to transformers it would become an added token,
-    # matched in text, where gptwatch reads "<unk>" as five characters.
-    vocab = {c: i for i, c in enumerate(tokenizer.chars)} | {"<unk>": len(tokenizer.chars)}
-    backend = tokenizers.Tokenizer(tokenizers.models.BPE(vocab=vocab, merges=[], unk_token="<unk>", fuse_unk=False))
-    backend.decoder = tokenizers.decoders.Fuse()  # characters joined as they are, no spaces between
-    return transformers.PreTrainedTokenizerFast(tokenizer_object=backend, clean_up_tokenization_spaces=False)
+        backend = gpt2_backend(tokenizer, tokenizers)
+        special = dict(eos_token=EOT, bos_token=EOT, pad_token=EOT)
+    else:
+        # A CharTokenizer: a BPE without merges, normalizer or pre-tokenizer, each character (spaces too) its own
+        # token, at gptwatch's id. `<unk>` stays the BPE model's own: declared to transformers it would become an added
+        # token, matched in text, where gptwatch reads "<unk>" as five characters.
+        vocab = {c: i for i, c in enumerate(tokenizer.chars)} | {"<unk>": len(tokenizer.chars)}
+        backend = tokenizers.Tokenizer(tokenizers.models.BPE(vocab=vocab, merges=[], unk_token="<unk>", fuse_unk=False))
+        backend.decoder = tokenizers.decoders.Fuse()  # characters joined as they are, no spaces between
+        special = {}
+    return transformers.PreTrainedTokenizerFast(tokenizer_object=backend, **special, clean_up_tokenization_spaces=False)
 
 
 def gpt2_backend(tokenizer: GPT2Tokenizer, tokenizers):
@@ -463,12 +460,10 @@ def is_earlier_export(path: Path) -> bool:
     file but those the marker lists (nothing a user added is replaced)."""
     try:
         names = {p.name for p in path.iterdir()}
-        if what_stands_at(path / MARKER, follow_links=False) is not None:  # a pipe or device would block the read
-            return False
-        marker = parse_json((path / MARKER).read_bytes())
-    except (OSError, ValueError):  # no folder, no marker, or a marker that is not JSON
+    except OSError:
         return False
-    files = marker.get("files") if isinstance(marker, dict) and marker.get("format") == EXPORT_FORMAT else None
+    marker = read_record(path / MARKER)
+    files = marker.get("files") if marker.get("format") == EXPORT_FORMAT else None
     return isinstance(files, list) and names <= {MARKER, *map(str, files)}
 
 
@@ -514,9 +509,7 @@ HUGGINGFACE = Format(
     "huggingface",
     "Hugging Face",
     elsewhere=True,
-    is_folder_of=lambda path: (
-        (path / CONFIG).exists() or (path / CONFIG).is_symlink()
-    ),  # what it holds: read_folder checks
+    is_folder_of=lambda path: os.path.lexists(path / CONFIG),  # what it holds: read_folder checks
     load=load,
     describe=describe,
     target="hf",

@@ -15,7 +15,8 @@ from pathlib import Path
 import torch
 
 from common.errors import UsageError, warn
-from formats.checkpoint import CHECKPOINT, GPTWATCH, checkpoint_path, is_torch_archive, read_torch
+from common.files import read_head
+from formats.checkpoint import CHECKPOINT, GPTWATCH, ZIP_MAGIC, checkpoint_path, read_torch
 from formats.format import CheckpointError, Loaded, Source
 from formats.huggingface import CONFIG, HUB_MODELS, HUGGINGFACE, LOCAL_FOLDER_HELP, hub_name
 from formats.nanogpt import NANOGPT
@@ -56,7 +57,7 @@ def identify(source: str | Path, *, model: bool = True) -> Source:
                 f"(a gptwatch or nanoGPT checkpoint); give one of those, or the file itself"
             )
     file = checkpoint_path(path)  # the path is kept as given: a reader names what is wrong there (a folder as ckpt.pt)
-    contents = read_torch(file) if file.is_file() and is_torch_archive(file) else None
+    contents = read_torch(file) if file.is_file() and read_head(file).startswith(ZIP_MAGIC) else None
     found = next(known for known in FORMATS if known.is_file_of is not None and known.is_file_of(file, contents))
     return Source(found, path, contents=contents)
 

@@ -11,8 +11,9 @@ records it: nothing else lists the model's options. Each field's metadata:
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from dataclasses import asdict, dataclass, fields
+
+from common.cli import option
 
 ARCHITECTURES = ("gpt2", "modern")
 ACTIVATIONS = ("gelu", "gelu_tanh")  # the exact (erf) GELU, or GPT-2's tanh approximation of it
@@ -25,33 +26,26 @@ def _shown(value: object) -> object:
     return f"a number of {len(str(value)):,} digits" if isinstance(value, int) and abs(value) >= 10**24 else value
 
 
-def _option(default: Any, help: str = "", *, always: bool = False, shown: str = "", choices: tuple = ()) -> Any:
-    return field(default=default, metadata={"help": help, "always": always, "shown": shown, "choices": choices})
-
-
 @dataclass
 class GPTConfig:
     """The model's sizes and options; `validate` is the one place their rules live."""
 
-    vocab_size: int | None = _option(None, always=True)  # None: not known yet (a training config's model)
-    arch: str = _option(
-        "gpt2",
-        "gpt2 (classic, for teaching) or modern (rotary, QK-norm, RMSNorm, ReLU²)",
-        always=True,
-        choices=ARCHITECTURES,
+    vocab_size: int | None = option(None, always=True)  # None: not known yet (a training config's model)
+    arch: str = option(
+        "gpt2", "gpt2 (classic, for teaching) or modern (rotary, QK-norm, RMSNorm, ReLU²)", ARCHITECTURES, always=True
     )
-    n_layer: int = _option(4, "transformer blocks", always=True)
-    n_head: int = _option(4, "attention heads per block", always=True)
-    n_embd: int = _option(128, "embedding width (a multiple of n_head)", always=True)
-    block_size: int = _option(64, "context length in tokens", always=True)
-    dropout: float = _option(0.0, "dropout probability", always=True)
-    bias: bool = _option(False, "biases in norms, projections and MLPs", always=True)
-    attn_only: bool = _option(
+    n_layer: int = option(4, "transformer blocks", always=True)
+    n_head: int = option(4, "attention heads per block", always=True)
+    n_embd: int = option(128, "embedding width (a multiple of n_head)", always=True)
+    block_size: int = option(64, "context length in tokens", always=True)
+    dropout: float = option(0.0, "dropout probability", always=True)
+    bias: bool = option(False, "biases in norms, projections and MLPs", always=True)
+    attn_only: bool = option(
         False,
         "blocks of attention alone, without MLPs (the attention-only toy models of Elhage et al. 2021)",
         shown="attention only",
     )
-    relative_positions: bool = _option(
+    relative_positions: bool = option(
         False,
         "arch gpt2: positions as a learned bias per head and distance in each "
         "attention layer (Shaw et al. 2018, T5), not GPT-2's table of learned "
@@ -59,9 +53,9 @@ class GPTConfig:
         shown="relative positions",
     )
     # What only a model trained elsewhere brings (GPT-2's weights, nanoGPT's): no config key sets them.
-    qkv_bias: bool = _option(False)  # biases in the query, key and value projections
-    activation: str = _option("gelu")  # the MLP's GELU: "gelu" (exact) or "gelu_tanh" (GPT-2's approximation)
-    vocab_used: int | None = _option(None)  # rows from here on pad the vocabulary: no token, never sampled
+    qkv_bias: bool = option(False)  # biases in the query, key and value projections
+    activation: str = option("gelu")  # the MLP's GELU: "gelu" (exact) or "gelu_tanh" (GPT-2's approximation)
+    vocab_used: int | None = option(None)  # rows from here on pad the vocabulary: no token, never sampled
 
     def __post_init__(self) -> None:
         self.validate()
@@ -138,9 +132,8 @@ class GPTConfig:
 
     def options(self) -> str:
         """The architecture and the switches that are on, in words: "gpt2, attention only, relative positions"."""
-        return ", ".join(
-            [self.arch, *(f.metadata["shown"] for f in fields(self) if f.metadata["shown"] and getattr(self, f.name))]
-        )
+        switches = [f.metadata.get("shown") for f in fields(self) if getattr(self, f.name)]
+        return ", ".join([self.arch, *filter(None, switches)])
 
     def to_dict(self) -> dict:
         """Every setting a checkpoint records: those `always` recorded, the others only where they differ from
@@ -151,7 +144,7 @@ class GPTConfig:
 
 
 _DEFAULTS = {f.name: f.default for f in fields(GPTConfig)}
-ALWAYS_RECORDED = tuple(f.name for f in fields(GPTConfig) if f.metadata["always"])
+ALWAYS_RECORDED = tuple(f.name for f in fields(GPTConfig) if f.metadata.get("always"))
 CONFIG_KEYS = tuple(f.name for f in fields(GPTConfig) if f.metadata["help"])  # what a training config sets
 IMPORTED_FIELDS = tuple(f.name for f in fields(GPTConfig) if f.name not in (*CONFIG_KEYS, "vocab_size"))
 # What a model decides whatever run trains it: resumed, or fine-tuned, it keeps them (a smaller block_size crops its

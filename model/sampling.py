@@ -173,24 +173,13 @@ def norm_function(norm: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
 # --- the loop ---------------------------------------------------------------------------------------
 
 
-def generate_stream(
-    model: nn.Module,
-    idx: torch.Tensor,
-    max_new_tokens: int,
-    *,
-    temperature: float = 1.0,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    generator: torch.Generator | None = None,
-    use_cache: bool = True,
-    edits: Edits | None = None,
-) -> Iterator[torch.Tensor]:
-    """Yields each new token, [B, 1], as soon as it is sampled, with `edits` acting at their sites (model/hooks.py;
-    with the cache, those of the heads' outputs only: a head removed). temperature 0 is greedy. When the context
-    outgrows block_size, the model keeps the most recent half block and goes on (re-encoding those tokens once), so
-    with or without the cache it sees exactly the same context, and the cache saves work on all but one token in
-    every half block."""
-    tokens = _sampled(model, idx, max_new_tokens, temperature, top_k, top_p, generator, use_cache, edits)
+def generate_stream(model: nn.Module, idx: torch.Tensor, max_new_tokens: int, **options) -> Iterator[torch.Tensor]:
+    """Yields each new token, [B, 1], as soon as it is sampled. The options (`_sampled`'s): temperature (0 is greedy),
+    top_k, top_p, generator, use_cache (default True), and edits acting at their sites (model/hooks.py; with the
+    cache, those of the heads' outputs only: a head removed). When the context outgrows block_size, the model keeps
+    the most recent half block and goes on (re-encoding those tokens once), so with or without the cache it sees
+    exactly the same context, and the cache saves work on all but one token in every half block."""
+    tokens = _sampled(model, idx, max_new_tokens, **options)
     while True:
         with sampling_mode():  # around each token only: the caller's code between tokens runs as usual
             token = next(tokens, None)
@@ -199,17 +188,16 @@ def generate_stream(
         yield token
 
 
-def generate(model: nn.Module, idx: torch.Tensor, max_new_tokens: int, **kwargs) -> torch.Tensor:
+def generate(model: nn.Module, idx: torch.Tensor, max_new_tokens: int, **options) -> torch.Tensor:
     """idx [B, T] -> [B, T + max_new_tokens]; see `generate_stream` for options."""
-    with sampling_mode():
-        new = list(_sampled(model, idx, max_new_tokens, **kwargs))
-    return torch.cat([idx, *new], dim=1)
+    return torch.cat([idx, *generate_stream(model, idx, max_new_tokens, **options)], dim=1)
 
 
 def _sampled(
     model: nn.Module,
     idx: torch.Tensor,
     max_new_tokens: int,
+    *,
     temperature: float = 1.0,
     top_k: int | None = None,
     top_p: float | None = None,

@@ -10,8 +10,7 @@ from sample import build_parser, check_mode
 
 
 def mode_of(*argv: str) -> str:
-    parser = build_parser()
-    return check_mode(parser.parse_args(list(argv)), parser)
+    return check_mode(build_parser().parse_args(list(argv)))
 
 
 @pytest.mark.parametrize("argv", [["--temp=1"], ["--temp", "1"], ["--num=2"], ["--atten=the dog"], ["--top", "3"]])

@@ -697,7 +697,7 @@ def test_every_path_setting_is_checked_by_one_rule(key, text):
     from common.settings import MAY_BE_EMPTY, TrainConfig
 
     if text == "" and key in MAY_BE_EMPTY:
-        return  # the corpus's own probes; dataset and init_from refuse '' in their own words (RULES)
+        return  # the corpus's own probes; dataset and init_from refuse '' in their own words (their `check`)
     with pytest.raises(UsageError, match=f"config key '{key}' (is an empty path|has a part of|starts with '~)"):
         TrainConfig.from_keys(**{key: text})
 
@@ -985,12 +985,13 @@ def test_a_run_on_a_text_that_repeats_itself_reports_no_figure_without_a_spread(
 def test_a_pipe_planted_where_the_tool_reads_its_own_files_is_never_opened(tmp_path):
     """The files a command reads that it wrote itself (a run folder's owner, an export's marker) are checked to be
     regular files first, as every file a user names is (`files.regular_file`): opening a pipe would wait forever."""
+    from common.files import read_record
     from formats.huggingface import MARKER, is_earlier_export
     from trainer import runtime
 
     os.mkfifo(tmp_path / runtime.OWNER)
     os.mkfifo(tmp_path / MARKER)
-    assert runtime._run_claim(tmp_path) == {}  # returns at once: a blocked open would hang the test
+    assert read_record(tmp_path / runtime.OWNER) == {}  # returns at once: a blocked open would hang the test
     assert not is_earlier_export(tmp_path)
 
 

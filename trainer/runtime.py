@@ -33,9 +33,9 @@ from common.files import (
     fresh_file,
     missing_folders,
     process_alive,
+    read_record,
     remove_empty,
     replace_file,
-    what_stands_at,
     writable_folder,
     write_error,
     write_fix,
@@ -309,7 +309,7 @@ def check_run_folder(folder: Path, log_dir: Path, run: str | None, *, recorded: 
         if above == log_dir or above == above.parent:
             break
     found = next(folder.rglob(EVENTS), None) if folder.is_dir() else None
-    claim = _run_claim(folder) if found is not None else {}
+    claim = read_record(folder / OWNER) if found is not None else {}
     owner = claim.get("run") if isinstance(claim.get("run"), str) else None
     if found is None or (owner is not None and owner == run):
         return False
@@ -321,17 +321,6 @@ def check_run_folder(folder: Path, log_dir: Path, run: str | None, *, recorded: 
         f"the TensorBoard run {folder} holds another run's logs ({found.name}), which this run's would "
         f"join in the same lines; choose another --run_name, or move that folder away"
     )
-
-
-def _run_claim(folder: Path) -> dict:
-    """What the run folder records of the run that logs there ({} when nothing readable)."""
-    if what_stands_at(folder / OWNER, follow_links=False) is not None:  # none, or a pipe that would block a reader
-        return {}
-    try:
-        claim = parse_json((folder / OWNER).read_bytes())
-    except (OSError, NotParsed):
-        return {}
-    return claim if isinstance(claim, dict) else {}
 
 
 # --- one training run per out_dir, and per TensorBoard run folder (log_dir/run_name), at a time ----------

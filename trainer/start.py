@@ -261,21 +261,15 @@ def settings_for_text(
         if tokens * (1 - val_fraction) * EPOCHS >= STEPS * per_step
         else max(MIN_STEPS, _round(tokens * (1 - val_fraction) * EPOCHS / per_step, 50))
     )
-    out.update(
+    out.update(  # the other keys keep their built-in defaults
         batch_size=BATCH,
         max_iters=steps,
         learning_rate=3e-3,
         min_lr=3e-4,
         warmup_iters=min(100, steps // 10),
-        lr_decay_iters=0,
-        weight_decay=0.1,
-        beta2=0.99,
-        grad_clip=1.0,
         eval_interval=max(50, _round(steps / 8, 50)),
-        eval_iters=20,
         log_interval=25,
         watch_interval=max(10, _round(steps / 80, 5)),
-        sample_tokens=200,
         sample_prompt=sample_prompt,
         out_dir=out_dir_for(name),
     )
@@ -421,6 +415,12 @@ def _flag(key: str, value: Any) -> str:
     return f"--{key}={str(value).lower() if isinstance(value, bool) else value}"
 
 
+def _differs(what: str, ours: object, theirs: object, fix: str, why: str = "") -> tuple[str, str]:
+    """A setting that differs from the checkpoint's, in words (`why` it matters after the checkpoint's value), and
+    the setting that resumes it."""
+    return f"{what} is {ours} (the checkpoint's: {theirs}{why})", fix
+
+
 def data_differences(checkpoint: dict, data: dict, path: Path) -> list[tuple[str, str]]:
     """Where this run would train and validate on other data than the checkpoint's: another split (val_fraction)
     or another text (its sha256), so the model would validate on text it trained on and its best loss would not
@@ -430,13 +430,8 @@ def data_differences(checkpoint: dict, data: dict, path: Path) -> list[tuple[str
     fraction = (saved or checkpoint["train_config"]).get("val_fraction")
     found = []
     if isinstance(fraction, float) and fraction != data["val_fraction"]:
-        found.append(
-            (
-                f"val_fraction is {data['val_fraction']:g} (the checkpoint's: {fraction:g}; another split would "
-                f"validate on text the model trained on)",
-                f"--val_fraction={fraction:g}",
-            )
-        )
+        ours, why = f"{data['val_fraction']:g}", "; another split would validate on text the model trained on"
+        found.append(_differs("val_fraction", ours, f"{fraction:g}", f"--val_fraction={fraction:g}", why))
     if saved is None or not isinstance(saved.get("source_sha256"), str):
         warn(
             f"{path} does not record which text it was trained on (an older checkpoint), so resuming cannot check "
@@ -466,24 +461,30 @@ def check_resume_compatible(
     with the checkpoint's value, and the settings that resume it: this run's, that of the model it builds
     (`model_config`) which a model trained elsewhere brought, its vocabulary and, given `data` (`data_identity`),
     its data (`data_differences`)."""
-    recorded = checkpoint["train_config"]
-    found = _model_differences(cfg, GPTConfig(**checkpoint["model_config"]), model_config, recorded)
+    recorded, theirs = checkpoint["train_config"], GPTConfig(**checkpoint["model_config"])
+    # The model: the block, this run's model settings, and what a model trained elsewhere brought (a switch an older
+    # checkpoint does not record is off).
+    found: list[tuple[str, str]] = []
+    if cfg.model.block_size > theirs.block_size:  # a smaller one just trains on shorter windows
+        block, why = theirs.block_size, "; a resumed run may only lower it"
+        found.append(_differs("block_size", cfg.model.block_size, block, f"--block_size={block}", why))
+    for key in MODEL_KEYS:  # the vocabulary is checked through the tokenizer
+        ours, saved = getattr(cfg.model, key), getattr(theirs, key)
+        if saved != ours:
+            found.append(_differs(key, repr(ours), repr(saved), _flag(key, saved)))
+    started = _flag("init_from", recorded.get("init_from", SCRATCH))
+    for key in IMPORTED_FIELDS:  # query/key/value biases, GPT-2's GELU, padding rows: what init_from brought
+        ours, saved = getattr(model_config, key), getattr(theirs, key)
+        if saved != ours:
+            found.append(
+                _differs(f"the model's {key}", repr(ours), repr(saved), started, ": it started from another model")
+            )
     if "seed" in recorded and recorded["seed"] != cfg.seed:
-        found.append(
-            (
-                f"seed is {cfg.seed} (the checkpoint's: {recorded['seed']}; it drew the starting model, which the "
-                f"untrained baselines are drawn again from)",
-                f"--seed={recorded['seed']}",
-            )
-        )
-    saved_optimizer = recorded.get("optimizer", "adamw")
-    if saved_optimizer != cfg.optimizer:  # the optimizer states would not fit
-        found.append(
-            (
-                f"optimizer is {cfg.optimizer!r} (the checkpoint's: {saved_optimizer!r})",
-                _flag("optimizer", saved_optimizer),
-            )
-        )
+        why = "; it drew the starting model, which the untrained baselines are drawn again from"
+        found.append(_differs("seed", cfg.seed, recorded["seed"], f"--seed={recorded['seed']}", why))
+    saved = recorded.get("optimizer", "adamw")
+    if saved != cfg.optimizer:  # the optimizer states would not fit
+        found.append(_differs("optimizer", repr(cfg.optimizer), repr(saved), _flag("optimizer", saved)))
     if checkpoint["tokenizer"] != tokenizer_meta:
         given = f"--dataset={recorded.get('dataset')} --tokenizer={recorded.get('tokenizer')}"
         found.append(
@@ -502,37 +503,3 @@ def check_resume_compatible(
             f"cannot resume {path or 'the checkpoint'}: {differ} from the run it holds: "
             f"{'; '.join(what for what, _ in found)}; resume with {fixes}, or start a new --out_dir"
         )
-
-
-def _model_differences(
-    cfg: TrainConfig, theirs: GPTConfig, model_config: GPTConfig, recorded: dict
-) -> list[tuple[str, str]]:
-    """What differs from the checkpoint's model (`theirs`; a switch an older checkpoint does not record is off), each
-    with the flag that resumes it: the block, this run's model settings, and what a model trained elsewhere brought."""
-    found: list[tuple[str, str]] = []
-    if cfg.model.block_size > theirs.block_size:  # a smaller one just trains on shorter windows
-        found.append(
-            (
-                f"block_size is {cfg.model.block_size} (the checkpoint's: {theirs.block_size}; a resumed run may "
-                f"only lower it)",
-                f"--block_size={theirs.block_size}",
-            )
-        )
-    for key in MODEL_KEYS:  # the vocabulary is checked through the tokenizer
-        if getattr(theirs, key) != getattr(cfg.model, key):
-            found.append(
-                (
-                    f"{key} is {getattr(cfg.model, key)!r} (the checkpoint's: {getattr(theirs, key)!r})",
-                    _flag(key, getattr(theirs, key)),
-                )
-            )
-    for key in IMPORTED_FIELDS:  # query/key/value biases, GPT-2's GELU, padding rows: what init_from brought
-        if getattr(theirs, key) != getattr(model_config, key):
-            found.append(
-                (
-                    f"the model's {key} is {getattr(model_config, key)!r} (the checkpoint's: "
-                    f"{getattr(theirs, key)!r}: it started from another model)",
-                    _flag("init_from", recorded.get("init_from", SCRATCH)),
-                )
-            )
-    return found

@@ -12,7 +12,7 @@ import os
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -86,7 +86,7 @@ class Callback:
 
 @dataclass
 class TrainState:
-    """Where a run stands; all of it goes into the checkpoint."""
+    """Where a run stands; all of it goes into the checkpoint, under the names of its fields."""
 
     run_name: str
     step: int = 0
@@ -350,29 +350,21 @@ class Trainer:
             model_config=self.model.config.to_dict(),
             train_config=self.cfg.to_dict(),
             tokenizer=self.tokenizer.to_meta() if self.tokenizer is not None else None,
-            step=self.state.step,
-            best_val_loss=self.state.best_val_loss,
-            run_name=self.state.run_name,
-            run_id=self.state.run_id,
-            eval_step=self.state.eval_step,
             rng={"torch": torch.get_rng_state(), "batches": self.batches.generator.get_state()},
             data=data_identity(self.cfg, self.data) if self.data is not None else None,
+            **asdict(self.state),
         )
         self._emit("on_save", self)
         self.checkpoints.save(checkpoint, self.state.step, stopped=stopped)
 
     def _diverged(self, what: str, value: object) -> UserError:
         saved = self.checkpoints.saved_step if self.checkpoints is not None else None
-        fix = divergence_fix(self.cfg)
-        if saved is None:
-            return UserError(
-                f"{what} became {value} at step {self.state.step}; training stopped before any "
-                f"checkpoint was saved; try {fix}"
-            )
+        stopped = "before any checkpoint was saved; try"
+        if saved is not None:
+            path = self.checkpoints.path
+            stopped = f"with {path} left at step {saved}, the last state whose loss was sane; resume from it with"
         return UserError(
-            f"{what} became {value} at step {self.state.step}; training stopped with "
-            f"{self.checkpoints.path} left at step {saved}, the last state whose loss was sane; resume "
-            f"from it with {fix}"
+            f"{what} became {value} at step {self.state.step}; training stopped {stopped} {divergence_fix(self.cfg)}"
         )
 
     def _emit(self, hook: str, *args: Any) -> None:
