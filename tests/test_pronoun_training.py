@@ -70,3 +70,27 @@ def test_the_head_table_names_the_pronoun_head(demo, capsys):
     assert run_cli(sample.main, [f"--out_dir={demo / 'out'}", "--heads"]) == 0
     out = capsys.readouterr().out
     assert f"pronoun heads: {best} " in out and "how to read it:" in out
+
+
+def test_the_watch_follows_the_pronoun_heads_output_into_the_first_mlp(demo):
+    """A pass reads the paths from the heads whose output carries the answer into the inputs that carry it (queries,
+    keys, values, MLPs: their own patching's figures, read first in the same pass), and finds every path that reading
+    every head's into every input finds: here the pronoun head's output goes on through MLP0."""
+    import torch
+
+    from formats import load_model
+    from watch.inspect import checkpoint_sets
+    from watch.measure.patching import PAIRS, runs
+    from watch.measure.paths import path_patching
+    from watch.measure.reading import read_pass
+
+    loaded = load_model(demo / "out" / "ckpt.pt", torch.device("cpu"))
+    model = loaded.model.eval()
+    sets = checkpoint_sets(model, loaded.tokenizer, loaded.checkpoint, None)
+    watched = {path.name: path for path in read_pass(model, sets, kinds=(PAIRS, "paths")).results.paths}
+    every = path_patching(model, runs(model, sets.get(PAIRS).items))
+    assert len(watched) < len(every)
+    clear = [path for path in every if path.clear]
+    assert any(path.receiver == "MLP0" for path in clear), clear
+    for path in clear:
+        assert watched[path.name].share == pytest.approx(path.share, abs=1e-9), path.name

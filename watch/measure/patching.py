@@ -465,12 +465,17 @@ def share_of_mean(brought_back: torch.Tensor, gap: torch.Tensor) -> tuple[torch.
     axes = [1] * (brought_back.dim() - 1)
     share = brought_back.mean(0) / mean_gap
     not_measured = torch.full_like(share, float("nan"))
-    if n < 2:  # one pair: its share, without a spread
-        return (share if mean_gap >= MIN_GAP else not_measured), not_measured
-    if mean_gap <= max(gap_spread(gap), MIN_GAP / n):
+    if not gap_measured(gap):
         return not_measured, not_measured
+    if n < 2:  # one pair: its share, without a spread
+        return share, not_measured
     residuals = brought_back - share * gap.view(-1, *axes)  # what the share leaves unexplained, pair by pair
     return share, 2 * residuals.std(0) / (n**0.5 * mean_gap.abs())
+
+
+def gap_measured(gap: torch.Tensor) -> bool:
+    """Whether the pairs' mean gap [P] is above its spread (one pair's: at least MIN_GAP): what a share needs."""
+    return bool(gap.mean() >= MIN_GAP) if len(gap) < 2 else bool(gap.mean() > max(gap_spread(gap), MIN_GAP / len(gap)))
 
 
 def gap_spread(gap: torch.Tensor) -> float:
@@ -525,8 +530,9 @@ def watched(model: nn.Module, pairs: Sequence[Pair]) -> dict[str, torch.Tensor]:
     the clean run averaged over the pairs. A forward for each layer the patched runs start at (`patched`)."""
     both, parts = runs(model, pairs), parts_of(model, WATCHED_PARTS)
     rows, spans = part_rows(parts, sizes_of(model, both.idx.shape[1]), both.cache, len(pairs))
-    diffs, _ = patched(model, both, rows)
     clean, corrupted = both.gaps
+    # No share is measured while the model does not tell the prompts apart (early in training): no runs are patched.
+    diffs = patched(model, both, rows)[0] if gap_measured(clean - corrupted) else torch.zeros(len(rows.pair))
     found = {"attribution": attribution(model, both)["heads"].mean(0)}
     for part, span in zip(parts, spans, strict=True):
         brought_back = diffs[span].view(len(pairs), -1, *([model.config.n_head] if "head" in PARTS[part].axes else []))

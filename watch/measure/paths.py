@@ -21,7 +21,7 @@ mean is not above its spread: `patching.share_of_mean`, the rule every share fol
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 
 import torch
@@ -30,7 +30,7 @@ import torch.nn as nn
 from model.hooks import site_name
 from watch.measure import patching
 from watch.measure.heads import head_name
-from watch.measure.patching import PATHS, Pair, Rows, Runs, patched, runs, share_of_mean
+from watch.measure.patching import PATHS, WATCHED_NAMES, Pair, Rows, Runs, patched, runs, share_of_mean
 from watch.measure.probesets import ProbeSet
 
 INPUTS = ("q", "k", "v")  # what a receiving head reads a sender through: its queries, keys or values
@@ -85,30 +85,46 @@ def receivers(model: nn.Module, layer: int) -> list[tuple[str, str, str, int | N
     return found
 
 
-def path_patching(model: nn.Module, both: Runs, senders: Sequence[tuple[int, int]] | None = None) -> list[Path]:
+def path_patching(
+    model: nn.Module,
+    both: Runs,
+    senders: Sequence[tuple[int, int]] | None = None,
+    read: Collection[tuple[str, str]] | None = None,
+) -> list[Path]:
     """Every path from `senders` (every head by default) with its share over the pairs `both` ran: sender by sender,
-    each sender's receivers in order (`receivers`), then the logits."""
+    each sender's receivers in order (`receivers`; only the (receiver, input) pairs `read` names, if given), then
+    the logits."""
     cfg, n_pairs = model.config, len(both.pairs)
     if senders is None:
         senders = [(layer, head) for layer in range(cfg.n_layer) for head in range(cfg.n_head)]
     if not senders:
         return []
-    frozen = patched(model, both, sender_rows(model, both, senders), record=receiver_sites(model))[1]
-    edges = [(s, *receiver) for s, (layer, _) in enumerate(senders) for receiver in receivers(model, layer)]
-    pair = torch.arange(n_pairs).repeat_interleave(len(edges))  # row p * E + e: pair p, edge e
-    sender = torch.tensor([s for s, *_ in edges], dtype=torch.long).repeat(n_pairs)
-    wheres: dict[str, torch.Tensor] = {}
-    for e, (_, _, _, site, head) in enumerate(edges):
-        if site not in wheres:
-            shape = (len(pair), 1, cfg.n_head, 1) if head is not None else (len(pair), 1, 1)
-            wheres[site] = torch.zeros(shape, dtype=torch.bool)
-        wheres[site][e :: len(edges), :, head if head is not None else slice(None)] = True
-    source = pair * len(senders) + sender  # the row of step 1 each row takes its receiver's input from
-    diffs, _ = patched(model, both, Rows(pair, {site: [(where, frozen, source)] for site, where in wheres.items()}))
+    edges = [
+        (s, *receiver)
+        for s, (layer, _) in enumerate(senders)
+        for receiver in receivers(model, layer)
+        if read is None or receiver[:2] in read
+    ]
+    through = torch.zeros(n_pairs, 0, dtype=torch.float64)
+    if edges:
+        feeding = sorted({s for s, *_ in edges})  # step 1 runs for the senders that have a receiver to read them
+        frozen = patched(
+            model, both, sender_rows(model, both, [senders[s] for s in feeding]), record=receiver_sites(model)
+        )[1]
+        pair = torch.arange(n_pairs).repeat_interleave(len(edges))  # row p * E + e: pair p, edge e
+        sender = torch.tensor([feeding.index(s) for s, *_ in edges], dtype=torch.long).repeat(n_pairs)
+        wheres: dict[str, torch.Tensor] = {}
+        for e, (_, _, _, site, head) in enumerate(edges):
+            if site not in wheres:
+                shape = (len(pair), 1, cfg.n_head, 1) if head is not None else (len(pair), 1, 1)
+                wheres[site] = torch.zeros(shape, dtype=torch.bool)
+            wheres[site][e :: len(edges), :, head if head is not None else slice(None)] = True
+        source = pair * len(feeding) + sender  # the row of step 1 each row takes its receiver's input from
+        diffs, _ = patched(model, both, Rows(pair, {site: [(where, frozen, source)] for site, where in wheres.items()}))
+        through = diffs.view(n_pairs, len(edges))
     clean, corrupted = both.gaps
-    through = diffs.view(n_pairs, len(edges)) - corrupted[:, None]
-    direct = direct_to_logits(model, both, senders) - corrupted[:, None]  # [P, sender]
-    shares, spreads = share_of_mean(torch.cat([through, direct], 1), clean - corrupted)
+    direct = direct_to_logits(model, both, senders)  # [P, sender]
+    shares, spreads = share_of_mean(torch.cat([through, direct], 1) - corrupted[:, None], clean - corrupted)
     names = [(s, head_name(*senders[s]), receiver, kind) for s, receiver, kind, _, _ in edges]
     names += [(s, head_name(*at), "logits", "logits") for s, at in enumerate(senders)]
     found = sorted(zip(names, shares.tolist(), spreads.tolist(), strict=True), key=lambda item: item[0][0])
@@ -157,14 +173,32 @@ def direct_to_logits(model: nn.Module, both: Runs, senders: Sequence[tuple[int, 
     return both.diffs(logits.reshape(n_pairs * len(senders), -1), pair_of).view(n_pairs, len(senders))
 
 
-def watched(model: nn.Module, pairs: Sequence[Pair], found: dict[str, torch.Tensor]) -> list[Path]:
-    """The paths the watch reads of its pairs at every pass: from the heads whose output carries a share above its
-    spread (and NOISE) in `found`, activation patching's figures of the same pairs (`patching.watched`'s, read first
-    in the same pass; of these pairs when not there). Those are the senders Wang et al. follow, those activation
-    patching finds: a head whose whole output carries nothing has no path that does, short of paths that cancel."""
+def watched(model: nn.Module, pairs: Sequence[Pair], found: dict[str, torch.Tensor | float]) -> list[Path]:
+    """The paths the watch reads of its pairs at every pass, as Wang et al. follow a circuit: from the heads whose
+    output carries a share above its spread (and NOISE) in `found`, activation patching's figures of the same pairs
+    (`patching.watched`'s, read first in the same pass; of these pairs when not there), into the head inputs (queries,
+    keys, values) and MLPs whose patching carries one too. A head whose whole output carries nothing has no path that
+    does, nor has an input that carries nothing a path into it, short of paths that cancel; the pass reads a few
+    paths where every path would take it several times as long."""
     found = found if "patching" in found else patching.watched(model, pairs)
-    clear = found["patching"] > torch.nan_to_num(found["patching_spread"], nan=0.0).clamp(min=NOISE)
-    return path_patching(model, runs(model, pairs), [(int(layer), int(head)) for layer, head in clear.nonzero()])
+    senders = [(int(layer), int(head)) for layer, head in carrying(found, "patching").nonzero()]
+    read = {
+        (head_name(int(layer), int(head)), kind)
+        for kind, part in zip(INPUTS, ("queries", "keys", "values"), strict=True)
+        for layer, head in carrying(found, WATCHED_NAMES[part]).nonzero()
+    }
+    read |= {
+        (f"MLP{layer}", "mlp")
+        for layer in range(model.config.n_layer)
+        if f"{WATCHED_NAMES['mlps']}{layer}" in found and carrying(found, f"{WATCHED_NAMES['mlps']}{layer}")
+    }
+    return path_patching(model, runs(model, pairs), senders, read)
+
+
+def carrying(found: dict[str, torch.Tensor | float], name: str) -> torch.Tensor:
+    """Where the share `found[name]` is above its spread and NOISE: the rule a path's `clear` follows."""
+    spread = torch.nan_to_num(torch.as_tensor(found[f"{name}_spread"]), nan=0.0)
+    return torch.as_tensor(found[name]) > spread.clamp(min=NOISE)
 
 
 def on(pairs: ProbeSet | str) -> ProbeSet | str:

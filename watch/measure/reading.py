@@ -346,7 +346,9 @@ def measure(
     results.ablated = ablation_names(ablate)
     for probe_set in chosen if ablate is None else ():  # what removing heads costs is read from the captures alone
         runs = PROBE_KINDS[probe_set.kind].runs
-        for name, values in (runs(model, probe_set, results.heads) if runs is not None else {}).items():
+        for name, values in (
+            runs(model, probe_set, {**results.numbers, **results.heads}) if runs is not None else {}
+        ).items():
             if isinstance(values, list):  # path patching's paths
                 results.paths = values
             elif values.dim():  # a score of each head
