@@ -234,9 +234,10 @@ def test_attention_watch_plugs_in_as_a_callback(tmp_path, capsys):
     watch = AttentionWatch(writer, [text], probes, page=tmp_path / "out" / "attention.html")
     trainer.callbacks = [watch]
     result = trainer.fit()
-    # The head table at evaluations; the scores and the heatmaps (a slider of the attention forming) also every
-    # watch_interval steps between them.
-    assert writer.figures["attention/the dog saw the ball and it rolled/layer0"] == [0, 2, 3, 4, 6]
+    # The head table and every layer's heatmaps at evaluations; the scores and the best head's heatmap (a slider of
+    # the head that matters forming) also every watch_interval steps between them.
+    assert writer.figures["attention/the dog saw the ball and it rolled/layer0"] == [0, 3, 6]
+    assert writer.figures["attention/the dog saw the ball and it rolled/best_head"] == [0, 2, 3, 4, 6]
     assert writer.texts["attention/heads"] == [0, 3, 6]
     for tag in (
         "attention/referent/best",

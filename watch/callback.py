@@ -95,7 +95,7 @@ class AttentionWatch:
         )
         sentences, probes = self.sets.get(SENTENCES), self.sets.get(PRONOUN)
         self.quick = quick_sets(self.sets)
-        if sentences is not None:  # the heatmaps at every pass: TensorBoard's slider plays the attention forming
+        if sentences is not None and probes is not None:  # the best head's heatmaps at every pass: the slider plays it
             self.quick.add(SENTENCES, sentences)
         self.between = quick_sets(self.sets, evaluation=True)
         if sentences is not None:
@@ -152,7 +152,7 @@ class AttentionWatch:
     def on_watch(self, trainer: Any, step: int) -> None:
         reading = self.read(trainer.model, self.quick, step)
         log_scores(self.writer, step, reading)
-        for tag, image in self.heatmaps.images(step, reading):
+        for tag, image in self.heatmaps.images(step, reading, every_layer=False):
             self.writer.add_image(tag, image, step, dataformats="HWC")
 
     def since(self, reading: Reading) -> dict[str, str]:

@@ -271,13 +271,16 @@ class SentenceHeatmaps:
         self.highlights = highlights or {}
         self.canvases: dict[str, HeatmapCanvas] = {}
 
-    def images(self, step: int, reading: Reading) -> list[tuple[str, np.ndarray]]:
+    def images(self, step: int, reading: Reading, *, every_layer: bool = True) -> list[tuple[str, np.ndarray]]:
         """The images of a pass's reading: `reading.results.patterns[sentence][layer]` [head, query_pos, key_pos]
-        for the sentences, and `reading.composition` beside the untrained model's."""
+        for the sentences, and `reading.composition` beside the untrained model's. Without `every_layer` (the passes
+        between evaluations), of the sentences the best head's alone: the head that matters, as it forms, for an
+        eighth of the drawing and compressing every layer's grids cost."""
         out = []
         best = reading.pronouns.best if reading.pronouns is not None else None
-        for (slug, text, tokens), layers in zip(self.sentences, reading.results.patterns, strict=True):
-            for layer, pattern in enumerate(layers):
+        drawn = zip(self.sentences, reading.results.patterns, strict=True) if every_layer or best else ()
+        for (slug, text, tokens), layers in drawn:  # between evaluations, read for a best head alone
+            for layer, pattern in enumerate(layers if every_layer else ()):
                 tag, titles = f"attention/{slug}/layer{layer}", head_titles(layer, len(pattern), best and best.name)
                 canvas = self._canvas(tag, text, tokens, len(pattern))
                 out.append((tag, canvas.draw(list(pattern), titles, f"layer {layer}, step {step}")))
