@@ -40,12 +40,8 @@ def head_table(report: ProbeReport, *, limit: int | None = None) -> str:
         for rank, s in enumerate(report.ranked()[:limit], start=1)
     ]
     baseline, cont = report.baselines, report.continuation
-    parts = [
-        f"{report.n_probes} probes",
-        f"chance {_pct(baseline['chance'])}",
-        f"first noun {_pct(baseline['first_noun'])}",
-        f"nearest noun {_pct(baseline['nearest_noun'])}",
-    ]
+    parts = [f"{report.n_probes} probes"]
+    parts += [f"{name.replace('_', ' ')} {_pct(baseline[name])}" for name in ("chance", "first_noun", "nearest_noun")]
     if cont.n:
         parts.append(f"continuation accuracy {_pct(cont.accuracy)} ({cont.n_correct}/{cont.n})")
     if cont.logit_diff is not None:
@@ -164,21 +160,14 @@ def measured_on(sets: ProbeSets) -> str:
 def type_legend(reading: Reading) -> str:
     """How to read the type table, in a few lines: what its numbers are, the rule for a type, each column."""
     meanings = "; ".join(f"{TYPES[kind].column}: {TYPES[kind].meaning}" for kind in _columns(reading))
+    repeated = reading.results.sets.get(REPEATED)  # the random sequences: which tokens they are drawn from
     return (
         f"how to read it: each score is the share of a head's attention that goes where its column says (0 to 1), "
         f"the same head before training in brackets; {RULE}; {SIGNS}.\n"
         f"  {meanings}; {BROAD_COLUMN}: {BROAD_MEANING}"
-        + _draw_line(reading)
+        + (f"\n  random tokens: {repeated.draw_rule or 'every token drawn'}; {SPREAD}" if repeated is not None else "")
         + f"\n  every term of this report in plain words: {TERMS_PAGE}"
     )
-
-
-def _draw_line(reading: Reading) -> str:
-    """The legend's line on the random sequences: which tokens they are drawn from, and what ± means."""
-    repeated = reading.results.sets.get(REPEATED)
-    if repeated is None:
-        return ""
-    return f"\n  random tokens: {repeated.draw_rule or 'every token drawn'}; {SPREAD}"
 
 
 # What the ± beside a figure means (`watch.measure.scores.spread`; a share of probes: `_share_spread`).
