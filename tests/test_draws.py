@@ -149,5 +149,5 @@ def test_another_draw_lands_within_the_first_draws_spread():
     gain, gain_spread = first.numbers["in_context_gain"], first.numbers["in_context_gain_spread"]
     assert gain > 3 and abs(second.numbers["in_context_gain"] - gain) <= gain_spread
     for d, at in first.reach()[head].items():
-        both = first.reach_spreads()[head][d] + second.reach_spreads()[head][d]
+        both = first.reach("_spread")[head][d] + second.reach("_spread")[head][d]
         assert abs(second.reach()[head][d] - at) <= both, d

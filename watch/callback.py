@@ -26,7 +26,6 @@ from tqdm import tqdm
 
 from common.cli import say
 from common.errors import UserError, warn
-from watch.measure.composition import reads_from
 from watch.measure.heads import last_pronoun_pos
 from watch.measure.headtypes import TYPE_SETS, TYPES, types_not_measurable
 from watch.measure.paths import worth_reading
@@ -34,10 +33,9 @@ from watch.measure.probesets import AGREEMENT, PRONOUN, SENTENCES, ProbeSets, he
 from watch.measure.proofs import AblationResult, agreement_ablations, best_pronoun_proof, proofs
 from watch.measure.reading import Materials, Reading, quick_sets, read_pass, untrained_like, watch_sets
 from watch.show import report
-from watch.show.circuit import circuit_figure
-from watch.show.heatmaps import SentenceHeatmaps, patching_figures
+from watch.show.heatmaps import SentenceHeatmaps
 from watch.show.kinds import shown
-from watch.show.page import SentenceView, attention_page, write_page
+from watch.show.page import SentenceView, reading_page, write_page
 from watch.show.tensorboard import agreement_figures, log_charts, log_evaluation, log_scores
 
 
@@ -95,10 +93,10 @@ class AttentionWatch:
         )
         sentences, probes = self.sets.get(SENTENCES), self.sets.get(PRONOUN)
         self.quick = quick_sets(self.sets)
-        if sentences is not None and probes is not None:  # the best head's heatmaps at every pass: the slider plays it
-            self.quick.add(SENTENCES, sentences)
         self.between = quick_sets(self.sets, evaluation=True)
         if sentences is not None:
+            if probes is not None:  # the best head's heatmaps at every pass: TensorBoard's slider plays it forming
+                self.quick.add(SENTENCES, sentences)
             self.shown = [
                 (text, trainer.tokenizer.token_strings(ids))
                 for text, ids in zip(sentences.items, sentences.ids, strict=True)
@@ -191,16 +189,9 @@ class AttentionWatch:
         result.metrics.update(self.report(trainer.model, reading, ablations))
         if self.page is not None and reading.results.patterns:
             try:
-                result.files["attention page"] = write_page(
-                    self.page,
-                    attention_page(
-                        self.views(reading),
-                        f"Attention at step {result.step}: {self.page.parent}",
-                        report.type_labels(reading),
-                        reads_from(reading.composition, reading.untrained.composition),
-                        patching_figures(trainer.model, self.sets, trainer.tokenizer) + circuit_figure(reading),
-                    ),
-                )
+                title = f"Attention at step {result.step}: {self.page.parent}"
+                page = reading_page(self.views(reading), title, reading, trainer.model, self.sets, trainer.tokenizer)
+                result.files["attention page"] = write_page(self.page, page)
             except UserError as exc:
                 warn(f"no attention page: {exc}")
 

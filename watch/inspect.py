@@ -19,7 +19,7 @@ from data.corpora import corpus_of
 from data.prepare import find_prepared
 from data.probes import Probe
 from watch.measure.capture import capture_attention
-from watch.measure.composition import composition_json, reads_from
+from watch.measure.composition import composition_json
 from watch.measure.heads import Ablation, ablation_names, default_query, display_token, focused_head, head_name
 from watch.measure.headtypes import BROAD, TYPE_SETS, TYPES, types_not_measurable
 from watch.measure.patching import (
@@ -36,20 +36,19 @@ from watch.measure.paths import path_patching, worth_reading
 from watch.measure.probesets import NO_TEXT, PRONOUN, REPEATED, REPEATED_MIN_LENGTH, TEXT, ProbeSets, from_file
 from watch.measure.pronouns import finite
 from watch.measure.proofs import head_means, proofs
-from watch.measure.reading import PROBE_KINDS, Materials, Reading, Results, read_pass, untrained_like, watch_sets
-from watch.show.circuit import circuit_figure, circuit_image
+from watch.measure.reading import PROBE_KINDS, Materials, Reading, read_pass, untrained_like, watch_sets
+from watch.show.circuit import circuit_image
 from watch.show.heatmaps import (
     PNG,
     HeatmapCanvas,
     head_titles,
-    patching_figures,
     patching_map,
     png_of,
     sentence_slug,
     sentence_tag,
 )
 from watch.show.kinds import paths_lines, shown
-from watch.show.page import SentenceView, attention_page, write_page
+from watch.show.page import SentenceView, reading_page, write_page
 from watch.show.report import (
     ablation_line,
     composition_lines,
@@ -107,40 +106,23 @@ def show_attention(model, tokenizer, checkpoint: dict, args: argparse.Namespace,
         with working(f"reading {args.out_dir} for the page"):  # on a large model, a minute or more
             sets = checkpoint_sets(model, tokenizer, checkpoint, None)
             reading = checkpoint_reading(model, sets, checkpoint)
-            figures = patching_figures(model, sets, tokenizer) + circuit_figure(reading)
-        page = write_page(
-            args.html,
-            attention_page(
-                [view],
-                f"Attention of {args.out_dir}{step}{ablated}",
-                type_labels(reading),
-                reads_from(reading.composition, reading.untrained.composition),
-                figures,
-            ),
-        )
+            page = reading_page([view], f"Attention of {args.out_dir}{step}{ablated}", reading, model, sets, tokenizer)
+        page = write_page(args.html, page)
         written.append(f"attention page: {page} (open it in a browser; it needs no network)")
     if args.png_dir is not None:
         removed = sorted(set(ablation_names(ablate)))  # a set of heads, however given
         written += _write_heatmaps(checkpoint, args, tokens, patterns, query, (layer, head), removed)
     if args.json:
-        print(
-            json.dumps(
-                finite(
-                    {
-                        "text": text,
-                        "tokens": tokens,
-                        "query_pos": query,
-                        "focused_head": head_name(layer, head),
-                        "ablated": ablation_names(ablate),
-                        # [layer][head][query_pos][key_pos]
-                        "patterns": [
-                            [[[round(float(w), 6) for w in row] for row in h] for h in p.tolist()] for p in patterns
-                        ],
-                    }
-                ),
-                allow_nan=False,
-            )
-        )
+        weights = [[[[round(float(w), 6) for w in row] for row in h] for h in p.tolist()] for p in patterns]
+        out = {
+            "text": text,
+            "tokens": tokens,
+            "query_pos": query,
+            "focused_head": head_name(layer, head),
+            "ablated": ablation_names(ablate),
+            "patterns": weights,  # [layer][head][query_pos][key_pos]
+        }
+        print(json.dumps(finite(out), allow_nan=False))
         say(*written, file=sys.stderr)  # stdout holds the JSON alone
         return
     say("tokens: " + " | ".join(display_token(t, space_mark="") for t in tokens))
@@ -319,12 +301,6 @@ def show_heads(model, tokenizer, checkpoint: dict, args: argparse.Namespace, abl
     say(*composition_lines(reading).splitlines())
 
 
-def _best_spread(results: Results, score: str) -> float | None:
-    """The spread of the best head's `score` (None where it has none)."""
-    best = results.best(score)
-    return results.per_head(f"{score}_spread").get(best[0]) if best is not None else None
-
-
 def heads_json(reading: Reading, found: list, mode: str, sets: ProbeSets) -> dict:
     """What `show_heads` prints, composition included, as one JSON object (None where a score was not measured)."""
     results, untrained = reading.results, reading.untrained
@@ -339,7 +315,7 @@ def heads_json(reading: Reading, found: list, mode: str, sets: ProbeSets) -> dic
         out.update({kind: float(r.type_scores[kind][layer, head]) if kind in r.type_scores else None for kind in read})
         # beside each score read from random sequences, its spread (two standard errors over the sequences)
         out.update({f"{kind}_spread": r.results.head(f"{kind}_spread", layer, head) for kind in spread})
-        reach, spreads = r.reach.get(head_name(layer, head), {}), r.results.reach_spreads().get(head_name(layer, head))
+        reach, spreads = r.reach.get(head_name(layer, head), {}), r.results.reach("_spread").get(head_name(layer, head))
         out["induction_by_distance"] = {str(distance): value for distance, value in reach.items()}
         out["induction_by_distance_spread"] = {str(distance): value for distance, value in (spreads or {}).items()}
         return out
@@ -373,7 +349,7 @@ def heads_json(reading: Reading, found: list, mode: str, sets: ProbeSets) -> dic
                 "chosen_as": p.kind,
                 **{n: shown(p.reading.results.numbers).get(n) for n in numbers},
                 "best_induction": (p.reading.results.best("induction") or (None, None))[1],
-                "best_induction_spread": _best_spread(p.reading.results, "induction"),
+                "best_induction_spread": p.reading.results.best_spread("induction"),
             }
             for p in found
         ],

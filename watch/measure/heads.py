@@ -145,12 +145,8 @@ def with_spread(value: float, spread: float | None = None, digits: int = 3, *, s
     has no spread (None or NaN), at `digits` decimals or at as many more as show the spread's first digit: a spread
     below 0.0005 is not "± 0.000", which would say that every draw agrees."""
     digits = _places(spread, digits)
-    return (f"{value:+.{digits}f}" if signed else f"{value:.{digits}f}") + plus_minus(spread, digits)
-
-
-def plus_minus(spread: float | None, digits: int = 3) -> str:
-    """ " ± 0.021" beside a figure; "" where there is no spread (None or NaN)."""
-    return "" if spread is None or spread != spread else f" ± {spread:.{_places(spread, digits)}f}"
+    figure = f"{value:+.{digits}f}" if signed else f"{value:.{digits}f}"
+    return figure if spread is None or spread != spread else f"{figure} ± {spread:.{digits}f}"
 
 
 def _places(spread: float | None, digits: int) -> int:

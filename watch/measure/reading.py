@@ -88,10 +88,6 @@ class Results:
                 found.setdefault(head, {})[d] = value
         return found
 
-    def reach_spreads(self) -> dict[str, dict[int, float]]:
-        """The spread of each of `reach`'s scores."""
-        return self.reach("_spread")
-
     def best(self, score: str) -> tuple[str, float] | None:
         """The head with the highest score (earliest first on ties), and the score."""
         found = self.per_head(score)
@@ -99,6 +95,11 @@ class Results:
             return None
         name = max(found, key=found.get)  # the first of equal highest: max keeps the earliest
         return name, found[name]
+
+    def best_spread(self, score: str) -> float | None:
+        """The spread of the best head's `score` (None where it has none)."""
+        best = self.best(score)
+        return self.per_head(f"{score}_spread").get(best[0]) if best is not None else None
 
 
 @dataclass(frozen=True)
@@ -431,22 +432,17 @@ def interpret(
     typed_scores = type_scores(results.heads)
     baseline = typed_scores if is_untrained else untrained.type_scores if untrained is not None else {}
     types = head_types(typed_scores, baseline)
-    typed = {kind: heads_of(types, kind) for kind in TYPES}
-    offsets = best_offset(results.heads)[1]
-    reach = results.reach()
-    agreement = agreement_stats(results)
-    name_weights = results.per_head("name_reading")
     reading = Reading(
         results,
         probe_report(results),
-        agreement,
-        name_readers(name_weights),
+        agreement_stats(results),
+        name_readers(results.per_head("name_reading")),
         typed_scores,
-        offsets,
+        best_offset(results.heads)[1],
         types,
-        typed,
+        {kind: heads_of(types, kind) for kind in TYPES},
         composition,
-        reach,
+        results.reach(),
         untrained,
         before,
     )
@@ -459,21 +455,14 @@ def probe_report(results: Results) -> ProbeReport | None:
     if probes is None or "referent" not in results.heads or not len(probes):
         return None
     n, n_no_sink = results.counts["referent"], results.counts.get("referent_no_sink", 0)
-    n_layer, n_head = results.heads["referent"].shape
-    heads = {}
     names = ("referent", "distractor", "top1", "referent_no_sink", "distractor_no_sink", "top1_no_sink")
-    for layer in range(n_layer):
-        for head in range(n_head):
-            v = {name: results.head(name, layer, head) for name in names}  # None where no probe counted
-            heads[head_name(layer, head)] = HeadStats(
-                layer,
-                head,
-                *(v[name] for name in names),
-                n,
-                round(v["top1"] * n),
-                n_no_sink,
-                round(v["top1_no_sink"] * n_no_sink) if v["top1_no_sink"] is not None else 0,
-            )
+    heads = {}
+    for layer, head in np.ndindex(results.heads["referent"].shape):
+        v = {name: results.head(name, layer, head) for name in names}  # None where no probe counted
+        top1_no_sink = round(v["top1_no_sink"] * n_no_sink) if v["top1_no_sink"] is not None else 0
+        heads[head_name(layer, head)] = HeadStats(
+            layer, head, *v.values(), n, round(v["top1"] * n), n_no_sink, top1_no_sink
+        )
     numbers, counts = results.numbers, results.counts
     continuation = ContinuationStats(
         numbers.get("continuation_accuracy"),

@@ -64,9 +64,8 @@ def circuit_image(found: Sequence[Path], n_layer: int, n_head: int, labels: dict
         if name in labels:
             draw.text((x, y + 10), labels[name], fill=INK, font=font(10), anchor="mm")
     draw.text((width // 2, 8), title, fill=INK, font=font(14), anchor="mt")
-    legend = [(f"{WORDS[kind]}", colour) for kind, colour in COLOURS.items() if kind != "mlp" or mlps]
     x = GAP
-    for words, colour in legend:
+    for words, colour in ((WORDS[kind], colour) for kind, colour in COLOURS.items() if kind != "mlp" or mlps):
         draw.line([(x, 36), (x + 24, 36)], fill=colour, width=4)
         draw.text((x + 30, 36), words, fill=INK, font=font(11), anchor="lm")
         x += 40 + int(font(11).getlength(words))

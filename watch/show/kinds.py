@@ -50,7 +50,7 @@ def _repeated_lines(reading: Reading) -> list[str]:
             if far < 0.75 * near
             else ""
         )
-        spreads = reading.results.reach_spreads().get(best, {})
+        spreads = reading.results.reach("_spread").get(best, {})
         by_distance = ", ".join(f"{d} tokens {with_spread(value, spreads.get(d))}" for d, value in reach.items())
         lines.append(f"{best}'s induction score by distance to the earlier copy: {by_distance}{shape}")
     numbers = reading.results.numbers
@@ -72,17 +72,17 @@ def _spread_scalars(reading: Reading) -> Scalars:
     best head's (heads/{type}/best_spread, beside heads/{type}/best)."""
     scalars = {}
     for name in (name for name, head_type in TYPES.items() if head_type.probe_set == REPEATED):
-        spreads, best = reading.results.heads.get(f"{name}_spread"), reading.results.best(name)
-        if spreads is not None and best is not None:
+        spreads = reading.results.heads.get(f"{name}_spread")
+        if spreads is not None and reading.results.best(name) is not None:
             scalars[f"heads/{name}_spread"] = spreads
-            scalars[f"heads/{name}/best_spread"] = reading.results.head(f"{name}_spread", *parse_head(best[0]))
+            scalars[f"heads/{name}/best_spread"] = reading.results.best_spread(name)
     return scalars
 
 
 def _reach_scalars(reading: Reading) -> Scalars:
     """The best induction head's score at each distance, and its spread."""
     best, reach = _best_reach(reading)
-    spreads = reading.results.reach_spreads().get(best, {})
+    spreads = reading.results.reach("_spread").get(best, {})
     scalars = {f"heads/induction/best_at_{d:02d}": value for d, value in reach.items()}
     return scalars | {f"heads/induction/best_at_{d:02d}_spread": spreads.get(d) for d in reach}
 
@@ -181,7 +181,7 @@ def _patching_lines(reading: Reading) -> list[str]:
     for part in HEAD_PARTS:
         found = results.best(WATCHED_NAMES[part])
         if found is not None:
-            spread = results.head(f"{WATCHED_NAMES[part]}_spread", *parse_head(found[0]))
+            spread = results.best_spread(WATCHED_NAMES[part])
             others.append(f"{found[0]}'s {PARTS[part].words} {with_spread(found[1], spread, 2)}")
     for part in LAYER_PARTS:
         for layer, (value, spread) in _per_layer(results.numbers, part).items():
@@ -205,7 +205,6 @@ def _patching_scalars(reading: Reading) -> Scalars:
     head's output share with its spread (None before there is one)."""
     results = reading.results
     best = results.best("patching")
-    spread = results.head("patching_spread", *parse_head(best[0])) if best is not None else None
     layers = {
         f"patching/{part}/MLP{layer}": value
         for part in LAYER_PARTS
@@ -216,7 +215,7 @@ def _patching_scalars(reading: Reading) -> Scalars:
         **{f"patching/{part}": results.heads.get(WATCHED_NAMES[part]) for part in HEAD_PARTS},
         "patching/attribution": results.heads.get("attribution"),
         "patching/share/best": best[1] if best is not None else None,
-        "patching/share/best_spread": spread,
+        "patching/share/best_spread": results.best_spread("patching"),
         **layers,
     }
 

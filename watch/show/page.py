@@ -20,9 +20,14 @@ from PIL import Image
 
 from common.errors import UserError
 from common.files import Kind, write_files
+from watch.measure.composition import reads_from
 from watch.measure.heads import default_query, display_token, focused_head, head_name
 from watch.measure.headtypes import RULE, TYPES
-from watch.show.heatmaps import as_array
+from watch.measure.probesets import ProbeSets
+from watch.measure.reading import Reading
+from watch.show.circuit import circuit_figure
+from watch.show.heatmaps import as_array, patching_figures
+from watch.show.report import type_labels
 
 DATA_ID = "attention-data"
 # The first line of every page written here, put there by `write_page`: what a later write knows a page by.
@@ -108,6 +113,16 @@ def attention_page(
         lambda match: values[match.group(1)],
         TEMPLATE.read_text(encoding="utf-8"),
     )
+
+
+def reading_page(
+    views: Sequence[SentenceView], title: str, reading: Reading, model: torch.nn.Module, sets: ProbeSets, tokenizer
+) -> str:
+    """The page of a pass's `reading` of `model` on `sets`: its heads' types, what each reads from by composition,
+    the patching map of the first of the pairs and the circuit the paths draw."""
+    figures = patching_figures(model, sets, tokenizer) + circuit_figure(reading)
+    reads = reads_from(reading.composition, reading.untrained.composition)
+    return attention_page(views, title, type_labels(reading), reads, figures)
 
 
 def _figure(caption: str, image: np.ndarray) -> str:

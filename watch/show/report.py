@@ -40,12 +40,8 @@ def head_table(report: ProbeReport, *, limit: int | None = None) -> str:
         for rank, s in enumerate(report.ranked()[:limit], start=1)
     ]
     baseline, cont = report.baselines, report.continuation
-    parts = [
-        f"{report.n_probes} probes",
-        f"chance {_pct(baseline['chance'])}",
-        f"first noun {_pct(baseline['first_noun'])}",
-        f"nearest noun {_pct(baseline['nearest_noun'])}",
-    ]
+    parts = [f"{report.n_probes} probes"]
+    parts += [f"{name.replace('_', ' ')} {_pct(baseline[name])}" for name in ("chance", "first_noun", "nearest_noun")]
     if cont.n:
         parts.append(f"continuation accuracy {_pct(cont.accuracy)} ({cont.n_correct}/{cont.n})")
     if cont.logit_diff is not None:
@@ -164,21 +160,14 @@ def measured_on(sets: ProbeSets) -> str:
 def type_legend(reading: Reading) -> str:
     """How to read the type table, in a few lines: what its numbers are, the rule for a type, each column."""
     meanings = "; ".join(f"{TYPES[kind].column}: {TYPES[kind].meaning}" for kind in _columns(reading))
+    repeated = reading.results.sets.get(REPEATED)  # the random sequences: which tokens they are drawn from
     return (
         f"how to read it: each score is the share of a head's attention that goes where its column says (0 to 1), "
         f"the same head before training in brackets; {RULE}; {SIGNS}.\n"
         f"  {meanings}; {BROAD_COLUMN}: {BROAD_MEANING}"
-        + _draw_line(reading)
+        + (f"\n  random tokens: {repeated.draw_rule or 'every token drawn'}; {SPREAD}" if repeated is not None else "")
         + f"\n  every term of this report in plain words: {TERMS_PAGE}"
     )
-
-
-def _draw_line(reading: Reading) -> str:
-    """The legend's line on the random sequences: which tokens they are drawn from, and what ± means."""
-    repeated = reading.results.sets.get(REPEATED)
-    if repeated is None:
-        return ""
-    return f"\n  random tokens: {repeated.draw_rule or 'every token drawn'}; {SPREAD}"
 
 
 # What the ± beside a figure means (`watch.measure.scores.spread`; a share of probes: `_share_spread`).
@@ -278,9 +267,7 @@ def ablation_lines(reading: Reading, found: Sequence[AblationResult]) -> str:
             if name:
                 spreads = tuple(r.per_head(f"{fed}_spread").get(name) for r in (results, after))
                 label = f"the best {TYPES[fed].label} score"
-                costs.append(
-                    f"{_moves(('lowers {}', 'raises {}'), label, old[name], new[name], '', 3, spreads)} ({name})"
-                )
+                costs.append(f"{_moves(label, old[name], new[name], 3, spreads)} ({name})")
         costs = [c for c in costs if c]
         if costs:
             why = _backed_up(result, found, results) + _less_than_alone(result, found, results)
@@ -320,12 +307,12 @@ def _change(key: str, before: Results, after: Results) -> str:
         return _loss_change(old, new)
     spreads = (_spread_of(before, key), _spread_of(after, key))
     if key != "in_context_gain":
-        return _moves(("lowers {}", "raises {}"), CONTINUATION, old, new, "", 1, spreads, percent=True)
+        return _moves(CONTINUATION, old, new, 1, spreads, percent=True)
     if old <= 0 or (spreads[0] is not None and old <= spreads[0]):  # nothing to take: what it does to text instead
         text = f"finds no in-context gain to take (the model has none on repeated tokens: {old:.3f} nats/token)"
         loss = _loss_change(before.numbers.get("text_loss"), after.numbers.get("text_loss"))
         return text + (f"; it {loss}" if loss else "")
-    text = _moves(("shrinks {}", "grows {}"), "the in-context gain", old, new, "nats/token", 3, spreads)
+    text = _moves("the in-context gain", old, new, 3, spreads, "nats/token", ("shrinks {}", "grows {}"))
     if not text.startswith("changes"):  # a change beyond the spreads: how much of the gain it is
         text += f": {_share_taken(old, new, spreads)}"
     keys = ("loss_first_copy", "loss_second_copy")
@@ -349,17 +336,17 @@ def _loss_change(old: float | None, new: float | None) -> str:
             f"changes the held-out loss by nothing measurable (less than {UNMEASURABLE:.0%} of it, the rule for a "
             f"figure without a spread: {old:.3f} -> {new:.3f} nats/token)"
         )
-    return _moves(("makes {} better", "makes {} worse"), "the held-out loss", old, new, "nats/token", 3)
+    return _moves("the held-out loss", old, new, 3, (None, None), "nats/token", ("makes {} better", "makes {} worse"))
 
 
 def _moves(
-    verbs: tuple[str, str],
     label: str,
     old: float,
     new: float,
-    unit: str,
     decimals: int,
     spreads: tuple[float | None, float | None] = (None, None),
+    unit: str = "",
+    verbs: tuple[str, str] = ("lowers {}", "raises {}"),
     *,
     percent: bool = False,
 ) -> str:
@@ -509,7 +496,7 @@ def _points(label: str, old: float | None, new: float | None, n: int | None = No
     if old is None or new is None:
         return ""
     spreads = (_share_spread(old, n), _share_spread(new, n))
-    return _moves(("lowers {}", "raises {}"), label, old, new, "", 1, spreads, percent=True)
+    return _moves(label, old, new, 1, spreads, percent=True)
 
 
 def _removing(result: AblationResult) -> str:

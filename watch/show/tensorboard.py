@@ -325,6 +325,25 @@ def chart_layout(sets: ProbeSets, n_layer: int, n_head: int, *, fine_tuning: boo
     if n_layer > 1:
         drawn.add("composition")
     groups = chart_groups(n_layer, n_head)
+    heads = [(layer, head_name(layer, head)) for layer in range(1, n_layer) for head in range(n_head)]
+    readers = {  # what each head, MLP or the logits read from each earlier head: a chart each, a line per head
+        "composition": {
+            f"{kind}-composition into {name}": (f"composition/{kind}/into_{name}", layer - 1)
+            for kind in KINDS
+            for layer, name in heads
+        },
+        "patching": {
+            **{
+                f"path through the {words} of {name}": (f"paths/{kind}/into_{name}", layer - 1)
+                for kind, words in PATH_INPUTS.items()
+                for layer, name in heads
+            },
+            **{f"path into MLP{layer}'s input": (f"paths/mlp/into_MLP{layer}", layer) for layer in range(n_layer)},
+            "path straight to the logits": ("paths/logits", n_layer - 1),
+        }
+        if PATHS in sets.sets
+        else {},
+    }
     layout = {}
     for category, charts in CHARTS.items():
         if category not in drawn:
@@ -339,29 +358,12 @@ def chart_layout(sets: ProbeSets, n_layer: int, n_head: int, *, fine_tuning: boo
                     "Multiline",
                     [tag if tag.startswith("reference/") else f"{tag.removesuffix('$')}/{group}$" for tag in tags],
                 ]
-        if n_layer * n_head <= COMPOSITION_CHARTS_MAX_HEADS:  # what each head, MLP or the logits read from each
-            heads = [(layer, head_name(layer, head)) for layer in range(1, n_layer) for head in range(n_head)]
-            readers = {}
-            if category == "composition":
-                readers = {
-                    f"{kind}-composition into {name}": (f"composition/{kind}/into_{name}", layer - 1)
-                    for kind in KINDS
-                    for layer, name in heads
-                }
-            if category == "patching" and PATHS in sets.sets:
-                readers = {
-                    **{
-                        f"path through the {words} of {name}": (f"paths/{kind}/into_{name}", layer - 1)
-                        for kind, words in PATH_INPUTS.items()
-                        for layer, name in heads
-                    },
-                    **{
-                        f"path into MLP{layer}'s input": (f"paths/mlp/into_MLP{layer}", layer)
-                        for layer in range(n_layer)
-                    },
-                    "path straight to the logits": ("paths/logits", n_layer - 1),
-                }
-            layout[category].update(_reader_charts(groups, readers))
+        if n_layer * n_head <= COMPOSITION_CHARTS_MAX_HEADS:
+            for title, (tag, last) in readers.get(category, {}).items():  # a chart per group of earlier heads
+                earlier = [group for group in groups if int(group[1:].partition("H")[0]) <= last]
+                for group in earlier:
+                    chart = title + ("" if len(earlier) == 1 else f", from {groups[group]}")
+                    layout[category][chart] = ["Multiline", [rf"{tag}/{group}$"]]
     for charts in layout.values():
         for _, tags in charts.values():
             if not any(tag.startswith(NOT_SHARES) for tag in tags):
@@ -374,21 +376,6 @@ def chart_layout(sets: ProbeSets, n_layer: int, n_head: int, *, fine_tuning: boo
 
 
 PATH_INPUTS = {"q": "queries", "k": "keys", "v": "values"}
-
-
-def _reader_charts(groups: dict[str, str], readers: dict[str, tuple[str, int]]) -> dict:
-    """A chart per reader, {its title: (its tag, the last layer it reads from)}: how much it reads from each earlier
-    head (by composition, or a path), a line each in the earlier head's colour, one chart per group of earlier heads
-    (`chart_groups`)."""
-    charts = {}
-    for title, (tag, last) in readers.items():
-        earlier = [group for group in groups if int(group[1:].partition("H")[0]) <= last]
-        for group in earlier:
-            charts[title + ("" if len(earlier) == 1 else f", from {groups[group]}")] = [
-                "Multiline",
-                [rf"{tag}/{group}$"],
-            ]
-    return charts
 
 
 def log_charts(writer: Any, sets: ProbeSets, n_layer: int, n_head: int, *, fine_tuning: bool = False) -> None:
@@ -434,8 +421,8 @@ def log_scores(writer: Any, step: int, reading: Reading) -> None:
     """Every head's type scores, each in the head's own run, with the best in the run's; what each kind of probe set
     gives (`ProbeKind.numbers`, as the views show them, and `Shown.scalars`: watch/show/kinds.py); the flat lines the
     charts draw beside theirs (`REFERENCES`); and every pair's Q-, K- and
-    V-composition (composition/K/L0H1_to_L1H3: TensorBoard allows no ">" in a tag) with per kind the best pair's
-    score beside the untrained model's best."""
+    V-composition, in the earlier head's run (composition/K/into_L1H3/L0 in run L0H1: L0H1's output as L1H3's keys
+    read it), with per kind the best pair's score beside the untrained model's best."""
     for kind, values in reading.type_scores.items():
         _log_heads(writer, step, f"heads/{kind}", values, best=True)
     if reading.offsets is not None:
@@ -450,7 +437,12 @@ def log_scores(writer: Any, step: int, reading: Reading) -> None:
     found = reading.composition
     untrained = reading.untrained.composition if reading.untrained is not None and found is not None else None
     for kind in KINDS if found is not None else ():
-        log_composition(writer, step, kind, found.scores[kind])
+        scores = found.scores[kind]  # [layer_from, head_from, layer_to, head_to]
+        for layer, head in np.ndindex(scores.shape[2:]):
+            if layer:  # what a head of layer 1 or later reads from each earlier head, in the earlier head's run
+                _log_heads(
+                    writer, step, f"composition/{kind}/into_{head_name(layer, head)}", scores[:layer, :, layer, head]
+                )
         scalars[f"composition/{kind}/best"] = max(found.pairs[kind].values())
         if untrained is not None:
             scalars[f"composition/{kind}/untrained_best"] = max(untrained.pairs[kind].values())
@@ -491,18 +483,6 @@ def log_agreement(writer: Any, step: int, reading: Reading, ablations: Sequence[
     if ablations:
         text = "; ".join(f"{ab.kind.replace('_', ' ')}: {', '.join(ab.heads)}" for ab in ablations)
         writer.add_text("probes/ablated_heads", f"step {step}, ablated: {text}", step)
-
-
-def log_composition(writer: Any, step: int, kind: str, scores: torch.Tensor) -> None:
-    """Every pair's composition of one kind, from `scores` [layer_from, head_from, layer_to, head_to]: what each head
-    of layer 1 or later reads from each earlier head, in the earlier head's run (composition/K/into_L1H3/L0 in run
-    L0H1: L0H1's output as L1H3's keys read it)."""
-    n_layer, n_head = scores.shape[0], scores.shape[1]
-    for layer in range(1, n_layer):
-        for head in range(n_head):
-            _log_heads(
-                writer, step, f"composition/{kind}/into_{head_name(layer, head)}", scores[:layer, :, layer, head]
-            )
 
 
 def _log_heads(writer: Any, step: int, tag: str, values: torch.Tensor, *, best: bool = False) -> None:
