@@ -98,6 +98,8 @@ class Start:
         if self.text is None:
             return None
         file_name, characters = self.text
+        done = self.checkpoint.get("step") if self.checkpoint is not None else None
+        steps = max(self.cfg.max_iters, done if isinstance(done, int) else 0)  # or the resumed checkpoint's, if further
         cfg, m = self.cfg, self.cfg.model
         model = (
             f"model shape from {self.shape_from}"
@@ -107,14 +109,9 @@ class Start:
         return (
             f"settings chosen for {file_name} ({characters:,} characters): {cfg.tokenizer} tokenizer, {model}, "
             f"block {m.block_size}, {cfg.max_iters:,} steps of {cfg.batch_size * m.block_size:,} tokens, "
-            f"checkpoint in {cfg.out_dir}; change any with --key=value (e.g. --max_iters={2 * self._steps()}), "
+            f"checkpoint in {cfg.out_dir}; change any with --key=value (e.g. --max_iters={2 * steps}), "
             f"or give a config file to replace them all; every key: python train.py --help"
         )
-
-    def _steps(self) -> int:
-        """The steps this run ends at, or the resumed checkpoint's when that is further."""
-        done = self.checkpoint.get("step") if self.checkpoint is not None else None
-        return max(self.cfg.max_iters, done if isinstance(done, int) else 0)
 
     def model_config(self, vocab_size: int) -> GPTConfig:
         """The model the run trains, for data of `vocab_size` tokens (a model from elsewhere has its own)."""
