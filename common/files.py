@@ -16,7 +16,7 @@ Each check raises one `UserError` (or the `UsageError` a caller asks for) naming
   export, the run lock); a file of the user's, a link or a folder there is left as it is. `write_files` is the one
   way a command writes its outputs: all checked, then each written whole, and no folder left by a failure.
 
-Every writer (`fresh_file`, `replace_file`, `replace_folder`) stages its work in a new file or
+Every writer (`fresh_file`, `fresh_folder`, `replace_file`, `replace_folder`) stages its work in a new file or
 folder of a name nobody can guess, created exclusively beside its target, then renames it into place: a link
 planted under any name is replaced, never written through, and a reader never sees half a file. What a process
 that has ended left half-written (named `...tmp-<pid>...`) is removed by `remove_dead_leftovers`; what a live
@@ -166,6 +166,10 @@ def fresh_file(path: str | Path) -> tuple[int, Path]:
     return _fresh(Path(path), lambda tmp: os.open(tmp, _NEW_FILE, 0o666))
 
 
+def fresh_folder(path: str | Path) -> Path:
+    return _fresh(Path(path), lambda tmp: tmp.mkdir(0o777))[1]  # mkdir never follows a link
+
+
 class _RecordingFile:
     """A file whose failed writes are remembered: a library that writes through it may report the OSError
     as something else (torch.save's zip writer: a RuntimeError about file positions)."""
@@ -308,14 +312,13 @@ def replace_file(
 
 
 def replace_folder(folder: Path, write: Callable[[Path], object], last: str) -> None:
-    """Writes `folder` as a whole new folder: `write(staging)` fills a new folder beside it, renamed to `folder` when no
+    """Writes `folder` as a whole new folder: `write(staging)` fills a `fresh_folder`, renamed to `folder` when no
     folder stands there. Into a folder that stands (one the caller has checked may be replaced) the new files are
     moved one by one, `last` (a marker saying the folder is complete) last, and its other files are removed: it
     keeps its place, permissions and mount (it may be the one the command runs in)."""
     remove_dead_leftovers(folder)
     existing = what_stands_at(folder, follow_links=False) == "a directory"
-    # on the disk `folder` is on; mkdir never follows a link
-    staging = _fresh(folder / folder.name if existing else folder, lambda tmp: tmp.mkdir(0o777))[1]
+    staging = fresh_folder(folder / folder.name if existing else folder)  # on the disk `folder` is on
     try:
         try:
             write(staging)
