@@ -57,7 +57,7 @@ TAKES = {
 # How to ask for a look, for an option that needs it; what a mode does instead of what an option would change.
 ASK = {"attention": "--attention TEXT", "patch": "--patch CLEAN CORRUPTED", "heads": "--heads"}
 INSTEAD = {"export": "converts the whole model on the CPU", "patch": "compares two whole runs of the model"}
-# The values sampling takes (`cli.check_options`); --top_k's depend on the model (`validate`).
+# The values sampling takes (`cli.check_options`); --top_k's depend on the model (`main`).
 COUNT = (lambda v: v > 0, "--{} must be positive, got {}")
 SEED = (lambda v: 0 <= v < 2**32, "--{} must be between 0 and 2**32 - 1, got {}")  # as train.py accepts
 TEMPERATURE = (lambda v: 0 <= v < math.inf, "--{} must be a number >= 0 (0 is greedy), got {}")  # refuses nan
@@ -229,12 +229,6 @@ def check_mode(args: argparse.Namespace) -> str:
     return mode
 
 
-def validate(args: argparse.Namespace, vocab_size: int) -> None:
-    check_options(OPTIONS, args)
-    if args.top_k is not None and not 0 < args.top_k <= vocab_size:
-        raise UsageError(f"--top_k must be between 1 and the vocabulary size {vocab_size}, got {args.top_k}")
-
-
 def prompt_ids(tokenizer, args: argparse.Namespace) -> list[int]:
     """The prompt's token ids. Without --prompt, the default (a newline) when this model knows it; else, with
     one warning, end-of-text for GPT-2's BPE (where its documents start), or a space (else the first character)
@@ -352,7 +346,9 @@ def main(argv: list[str]) -> int:
     device = pick_device(args.device)
     loaded = load(args, device, mode)
     model, tokenizer = loaded.model, loaded.tokenizer
-    validate(args, tokenizer.vocab_size)
+    check_options(OPTIONS, args)
+    if args.top_k is not None and not 0 < args.top_k <= tokenizer.vocab_size:
+        raise UsageError(f"--top_k must be between 1 and the vocabulary size {tokenizer.vocab_size}, got {args.top_k}")
     from watch.measure.heads import ablation_for
 
     try:

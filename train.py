@@ -129,13 +129,12 @@ def fit_watched(
             corpus = corpus_of(cfg.dataset)  # probe files: --probes/--agreement, or the corpus's own
             probes = cfg.probes or trainer.data.probes_path or (corpus and corpus.probes_path) or None
             agreement = cfg.agreement or (corpus and corpus.agreement_path) or None
-            page = Path(cfg.out_dir) / "attention.html"
             watch = AttentionWatch(
                 writer,
                 cfg.watch_sentences,
                 probes,
                 agreement,
-                page=page,
+                page=Path(cfg.out_dir) / "attention.html",
                 ablation=cfg.ablation,
                 paths=cfg.watch_paths,
             )
@@ -342,8 +341,6 @@ class RunClock:
         return (self.max_iters - step) * self.step_seconds + self._evaluations_left(step) * self.evaluation_seconds
 
     def _evaluations_left(self, step: int) -> int:
-        if not self.eval_interval:
-            return 1
         later = range(step + 1, self.max_iters + 1)
         return sum(1 for s in later if s % self.eval_interval == 0 or s == self.max_iters)
 

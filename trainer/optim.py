@@ -193,10 +193,9 @@ class Muon(EagerOptimizer, torch.optim.Optimizer):
             for shape, params in by_shape.items():
                 grads = []
                 for p in params:
-                    state = self.state[p]
-                    if "momentum_buffer" not in state:
-                        state["momentum_buffer"] = torch.zeros_like(p)
-                    buf = state["momentum_buffer"]
+                    if "momentum_buffer" not in self.state[p]:
+                        self.state[p]["momentum_buffer"] = torch.zeros_like(p)
+                    buf = self.state[p]["momentum_buffer"]
                     buf.mul_(MOMENTUM).add_(p.grad)
                     grads.append(p.grad.add(buf, alpha=MOMENTUM))  # Nesterov: looks ahead along the momentum
                 update = orthogonalise(torch.stack(grads), group["ns_steps"], self.dtype)

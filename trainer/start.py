@@ -98,6 +98,8 @@ class Start:
         if self.text is None:
             return None
         file_name, characters = self.text
+        done = self.checkpoint.get("step") if self.checkpoint is not None else None
+        steps = max(self.cfg.max_iters, done if isinstance(done, int) else 0)  # or the resumed checkpoint's, if further
         cfg, m = self.cfg, self.cfg.model
         model = (
             f"model shape from {self.shape_from}"
@@ -107,14 +109,9 @@ class Start:
         return (
             f"settings chosen for {file_name} ({characters:,} characters): {cfg.tokenizer} tokenizer, {model}, "
             f"block {m.block_size}, {cfg.max_iters:,} steps of {cfg.batch_size * m.block_size:,} tokens, "
-            f"checkpoint in {cfg.out_dir}; change any with --key=value (e.g. --max_iters={2 * self._steps()}), "
+            f"checkpoint in {cfg.out_dir}; change any with --key=value (e.g. --max_iters={2 * steps}), "
             f"or give a config file to replace them all; every key: python train.py --help"
         )
-
-    def _steps(self) -> int:
-        """The steps this run ends at, or the resumed checkpoint's when that is further."""
-        done = self.checkpoint.get("step") if self.checkpoint is not None else None
-        return max(self.cfg.max_iters, done if isinstance(done, int) else 0)
 
     def model_config(self, vocab_size: int) -> GPTConfig:
         """The model the run trains, for data of `vocab_size` tokens (a model from elsewhere has its own)."""
@@ -415,10 +412,14 @@ def _flag(key: str, value: Any) -> str:
     return f"--{key}={str(value).lower() if isinstance(value, bool) else value}"
 
 
-def _differs(what: str, ours: object, theirs: object, fix: str, why: str = "") -> tuple[str, str]:
-    """A setting that differs from the checkpoint's, in words (`why` it matters after the checkpoint's value), and
-    the setting that resumes it."""
-    return f"{what} is {ours} (the checkpoint's: {theirs}{why})", fix
+def _differs(
+    found: list[tuple[str, str]], what: str, ours: Any, saved: Any, fix: str | None = None, why: str = "", shown=repr
+) -> None:
+    """Adds to `found` a setting that differs from the checkpoint's (`saved`), in words (`shown`, and `why` it matters
+    after the checkpoint's value), and the setting that resumes it (`fix`, else `saved` as a flag); nothing when
+    they agree."""
+    if ours != saved:
+        found.append((f"{what} is {shown(ours)} (the checkpoint's: {shown(saved)}{why})", fix or _flag(what, saved)))
 
 
 def data_differences(checkpoint: dict, data: dict, path: Path) -> list[tuple[str, str]]:
@@ -429,9 +430,11 @@ def data_differences(checkpoint: dict, data: dict, path: Path) -> list[tuple[str
     saved = checkpoint.get("data") if isinstance(checkpoint.get("data"), dict) else None
     fraction = (saved or checkpoint["train_config"]).get("val_fraction")
     found = []
-    if isinstance(fraction, float) and fraction != data["val_fraction"]:
-        ours, why = f"{data['val_fraction']:g}", "; another split would validate on text the model trained on"
-        found.append(_differs("val_fraction", ours, f"{fraction:g}", f"--val_fraction={fraction:g}", why))
+    why = "; another split would validate on text the model trained on"
+    if isinstance(fraction, float):
+        _differs(
+            found, "val_fraction", data["val_fraction"], fraction, f"--val_fraction={fraction:g}", why, "{:g}".format
+        )
     if saved is None or not isinstance(saved.get("source_sha256"), str):
         warn(
             f"{path} does not record which text it was trained on (an older checkpoint), so resuming cannot check "
@@ -439,13 +442,11 @@ def data_differences(checkpoint: dict, data: dict, path: Path) -> list[tuple[str
         )
         return found
     if saved["source_sha256"] != data["source_sha256"]:
-        found.append(
-            (
-                f"--dataset={data['dataset']} is not the text the checkpoint was trained on ({saved.get('source')}, "
-                f"sha256 {saved['source_sha256'][:12]}; this one's is {data['source_sha256'][:12]})",
-                f"--dataset={saved.get('source')}",
-            )
+        what = (
+            f"--dataset={data['dataset']} is not the text the checkpoint was trained on ({saved.get('source')}, "
+            f"sha256 {saved['source_sha256'][:12]}; this one's is {data['source_sha256'][:12]})"
         )
+        found.append((what, f"--dataset={saved.get('source')}"))
     return found
 
 
@@ -466,34 +467,24 @@ def check_resume_compatible(
     # checkpoint does not record is off).
     found: list[tuple[str, str]] = []
     if cfg.model.block_size > theirs.block_size:  # a smaller one just trains on shorter windows
-        block, why = theirs.block_size, "; a resumed run may only lower it"
-        found.append(_differs("block_size", cfg.model.block_size, block, f"--block_size={block}", why))
+        why = "; a resumed run may only lower it"
+        _differs(found, "block_size", cfg.model.block_size, theirs.block_size, why=why, shown=str)
     for key in MODEL_KEYS:  # the vocabulary is checked through the tokenizer
-        ours, saved = getattr(cfg.model, key), getattr(theirs, key)
-        if saved != ours:
-            found.append(_differs(key, repr(ours), repr(saved), _flag(key, saved)))
-    started = _flag("init_from", recorded.get("init_from", SCRATCH))
+        _differs(found, key, getattr(cfg.model, key), getattr(theirs, key))
+    started, why = _flag("init_from", recorded.get("init_from", SCRATCH)), ": it started from another model"
     for key in IMPORTED_FIELDS:  # query/key/value biases, GPT-2's GELU, padding rows: what init_from brought
-        ours, saved = getattr(model_config, key), getattr(theirs, key)
-        if saved != ours:
-            found.append(
-                _differs(f"the model's {key}", repr(ours), repr(saved), started, ": it started from another model")
-            )
-    if "seed" in recorded and recorded["seed"] != cfg.seed:
-        why = "; it drew the starting model, which the untrained baselines are drawn again from"
-        found.append(_differs("seed", cfg.seed, recorded["seed"], f"--seed={recorded['seed']}", why))
-    saved = recorded.get("optimizer", "adamw")
-    if saved != cfg.optimizer:  # the optimizer states would not fit
-        found.append(_differs("optimizer", repr(cfg.optimizer), repr(saved), _flag("optimizer", saved)))
+        _differs(found, f"the model's {key}", getattr(model_config, key), getattr(theirs, key), started, why)
+    why = "; it drew the starting model, which the untrained baselines are drawn again from"
+    _differs(found, "seed", cfg.seed, recorded.get("seed", cfg.seed), why=why, shown=str)
+    # the optimizer states would not fit
+    _differs(found, "optimizer", cfg.optimizer, recorded.get("optimizer", "adamw"))
     if checkpoint["tokenizer"] != tokenizer_meta:
         given = f"--dataset={recorded.get('dataset')} --tokenizer={recorded.get('tokenizer')}"
-        found.append(
-            (
-                f"the vocabulary of this data, {_vocabulary(tokenizer_meta)}, is not the checkpoint's, "
-                f"{_vocabulary(checkpoint['tokenizer'])} (of {given})",
-                given,
-            )
+        what = (
+            f"the vocabulary of this data, {_vocabulary(tokenizer_meta)}, is not the checkpoint's, "
+            f"{_vocabulary(checkpoint['tokenizer'])} (of {given})"
         )
+        found.append((what, given))
     if data is not None:
         found += data_differences(checkpoint, data, path or Path(cfg.out_dir) / CHECKPOINT)
     if found:
