@@ -489,24 +489,28 @@ def gap_spread(gap: torch.Tensor) -> float:
 def analyse(model: nn.Module, pair: Pair) -> Patching:
     """Every figure of `pair`: the clean and corrupted runs (one forward), then every patched run, batched."""
     both = runs(model, [pair])
-    parts = parts_of(model, PARTS)
-    sizes = sizes_of(model, len(pair.clean))
-    rows, spans = part_rows(parts, sizes, both.cache, 1)
-    diffs, _ = patched(model, both, rows)
     clean, corrupted = both.gaps
-    shares, brought_back = {}, {}
-    for part, span in zip(parts, spans, strict=True):
-        brought_back[part] = (diffs[span] - corrupted).view(*(sizes[a] for a in PARTS[part].axes))
-        shares[part] = share_of_mean(brought_back[part][None], clean - corrupted)[0]
-    return Patching(
-        pair,
-        float(clean),
-        float(corrupted),
-        shares,
-        brought_back,
-        {name: one_pair(value) for name, value in attribution(model, both).items()},
-        logit_lens(model, both),
-    )
+    brought_back = {part: found[0] for part, found in brought_back_by(model, both, parts_of(model, PARTS)).items()}
+    shares = {part: share_of_mean(found[None], clean - corrupted)[0] for part, found in brought_back.items()}
+    attributed = {name: one_pair(value) for name, value in attribution(model, both).items()}
+    return Patching(pair, float(clean), float(corrupted), shares, brought_back, attributed, logit_lens(model, both))
+
+
+def brought_back_by(
+    model: nn.Module, both: Runs, parts: Sequence[str], *, measured_only: bool = False
+) -> dict[str, torch.Tensor]:
+    """What patching each of `parts` from the clean runs brings back of each pair's logit difference, [P, *its axes]
+    (patched minus corrupted), every patched run in one batch. With `measured_only`, zeros and no run while the pairs'
+    mean gap is not above its spread: no share is measured then (early in training), so the watch patches nothing."""
+    sizes, (clean, corrupted) = sizes_of(model, both.idx.shape[1]), both.gaps
+    rows, spans = part_rows(parts, sizes, both.cache, len(both.pairs))
+    skip = measured_only and not gap_measured(clean - corrupted)
+    diffs = torch.zeros(len(rows.pair), dtype=torch.float64) if skip else patched(model, both, rows)[0]
+    shapes = {part: [sizes[a] for a in PARTS[part].axes] for part in parts}
+    return {
+        part: diffs[span].view(len(both.pairs), *shapes[part]) - corrupted.view(-1, *[1] * len(shapes[part]))
+        for part, span in zip(parts, spans, strict=True)
+    }
 
 
 def one_pair(value: torch.Tensor | None) -> torch.Tensor | float | None:
@@ -528,17 +532,11 @@ def watched(model: nn.Module, pairs: Sequence[Pair]) -> dict[str, torch.Tensor]:
     (`share_of_mean`), by `WATCHED_NAMES` ("patching" and "patching_spread" for the heads' outputs, [layer, head]; one
     number a layer for the MLPs, "patching_mlps0", ...); and "attribution", each head's direct logit attribution in
     the clean run averaged over the pairs. A forward for each layer the patched runs start at (`patched`)."""
-    both, parts = runs(model, pairs), parts_of(model, WATCHED_PARTS)
-    rows, spans = part_rows(parts, sizes_of(model, both.idx.shape[1]), both.cache, len(pairs))
+    both = runs(model, pairs)
     clean, corrupted = both.gaps
-    # No share is measured while the model does not tell the prompts apart (early in training): no runs are patched.
-    diffs = patched(model, both, rows)[0] if gap_measured(clean - corrupted) else torch.zeros(len(rows.pair))
     found = {"attribution": attribution(model, both)["heads"].mean(0)}
-    for part, span in zip(parts, spans, strict=True):
-        brought_back = diffs[span].view(len(pairs), -1, *([model.config.n_head] if "head" in PARTS[part].axes else []))
-        share, spread = share_of_mean(
-            brought_back - corrupted.view(-1, *[1] * (brought_back.dim() - 1)), clean - corrupted
-        )
+    for part, brought_back in brought_back_by(model, both, parts_of(model, WATCHED_PARTS), measured_only=True).items():
+        share, spread = share_of_mean(brought_back, clean - corrupted)
         if share.dim() == 2:  # [layer, head]
             found[WATCHED_NAMES[part]], found[f"{WATCHED_NAMES[part]}_spread"] = share, spread
         else:  # one number a layer: "patching_mlps0", ...
@@ -662,9 +660,7 @@ def by_name(values: torch.Tensor) -> dict[str, float | list[float]]:
 def part_json(part: str, values: torch.Tensor) -> dict:
     """One part's figures by name: heads as "L0H0" (a list by position where it has one), MLPs as "MLP0", the
     residual stream and MLPs by position as "L0": [value, ...]."""
-    if "head" in PARTS[part].axes:
-        return by_name(values)
-    if "pos" in PARTS[part].axes:
+    if "pos" in PARTS[part].axes and "head" not in PARTS[part].axes:
         return {f"L{layer}": values[layer].tolist() for layer in range(values.shape[0])}
     return by_name(values)
 
@@ -689,10 +685,7 @@ def patching_json(found: Patching, tokenizer: Tokenizer) -> dict:
         "measured": found.measured,
         "patching": {part: part_json(part, values) for part, values in found.shares.items()},
         "attribution": {
-            "heads": by_name(parts["heads"]),
-            "mlps": {f"L{layer}": float(v) for layer, v in enumerate(parts["mlps"])}
-            if parts["mlps"] is not None
-            else {},
+            **attribution_json(parts),
             "embeddings": parts["embeddings"],
             "biases": parts["biases"],
             "norm_bias": parts["norm_bias"],
@@ -713,10 +706,11 @@ def mean_json(mean: Mean) -> dict:
         "pairs": mean.pairs,
         "mean_gap": mean.gap,
         "mean_gap_spread": mean.gap_spread,
-        "attribution": {
-            "heads": by_name(mean.attribution["heads"]),
-            "mlps": {f"L{layer}": float(v) for layer, v in enumerate(mean.attribution["mlps"])}
-            if mean.attribution["mlps"] is not None
-            else {},
-        },
+        "attribution": attribution_json(mean.attribution),
     }
+
+
+def attribution_json(attributed: dict) -> dict:
+    """The heads' attribution by name ("L0H0") and the MLPs' by layer ("L0"; none without MLPs)."""
+    mlps = attributed["mlps"] if attributed["mlps"] is not None else []
+    return {"heads": by_name(attributed["heads"]), "mlps": {f"L{layer}": float(v) for layer, v in enumerate(mlps)}}
