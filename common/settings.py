@@ -470,11 +470,3 @@ def make_config(
     cfg = TrainConfig.from_keys(**keys)
     cfg.given = frozenset(overrides) | (frozenset(from_file) if chosen else frozenset())
     return cfg
-
-
-def load_config(path: str | Path | None, overrides: list[str]) -> TrainConfig:
-    """What `train.py PATH OVERRIDES...` trains with, for callers holding the two apart (tests, bench/)."""
-    config, values = parse_command_line(overrides)
-    if config is not None:
-        raise UsageError(f"unexpected argument {config!r}; overrides look like --key=value")
-    return make_config(path, values)
