@@ -61,27 +61,27 @@ def pick_device(name: str) -> torch.device:
 
 
 # The values keys take, as each key's `check` (`cli.check_options`): whether a value is one, and the refusal of one
-# that is not, of the key and the value.
-DEVICE = (DEVICE_NAME.fullmatch, f"config key 'device' must be one of {', '.join(DEVICES)} or cuda:N; got {{1!r}}")
+# that is not, of the key as the command names it (config key 'x', --x) and the value. sample.py's options share them.
+DEVICE = (DEVICE_NAME.fullmatch, f"{{0}} must be one of {', '.join(DEVICES)} or cuda:N; got {{1!r}}")
 MODEL_SOURCE = (
     str.strip,
-    f"config key 'init_from' is empty; give {SCRATCH}, {RESUME}, a Hugging Face GPT-2 "
+    f"{{}} is empty; give {SCRATCH}, {RESUME}, a Hugging Face GPT-2 "
     f"name (e.g. gpt2) or the path of a model to fine-tune",
 )
 TEXT = (
     str.strip,
-    f"config key 'dataset' is empty; give a corpus name ({', '.join(CORPORA)}) or the path of a UTF-8 text file",
+    f"{{}} is empty; give a corpus name ({', '.join(CORPORA)}) or the path of a UTF-8 text file",
 )
-POSITIVE = (lambda v: v > 0, "config key '{}' must be a positive integer; got {}")
-NOT_NEGATIVE = (lambda v: v >= 0, "config key '{}' must be >= 0; got {}")
+POSITIVE = (lambda v: v > 0, "{} must be a positive integer; got {}")
+NOT_NEGATIVE = (lambda v: v >= 0, "{} must be >= 0; got {}")
 # what every generator it seeds accepts, with room for per-rank offsets
-SEED = (lambda v: 0 <= v < 2**32, "config key '{}' must be between 0 and 2**32 - 1; got {}")
+SEED = (lambda v: 0 <= v < 2**32, "{} must be between 0 and 2**32 - 1; got {}")
 RATE = (lambda v: v > 0, "config keys 'learning_rate' and 'muon_lr' must be > 0")
-FRACTION = (lambda v: 0 < v < 1, "config key '{}' must be between 0 and 1; got {}")
-BETA = (lambda v: 0 <= v < 1, "config key '{}' must be in [0, 1); got {}")
+FRACTION = (lambda v: 0 < v < 1, "{} must be between 0 and 1; got {}")
+BETA = (lambda v: 0 <= v < 1, "{} must be in [0, 1); got {}")
 SENTENCES = (
     lambda v: all(isinstance(s, str) and s.strip() for s in v),
-    "config key '{}' must be a list of non-empty strings",
+    "{} must be a list of non-empty strings",
 )
 
 
@@ -197,7 +197,7 @@ class TrainConfig:
             self.resume = True
         for name, value in self.to_dict(every=True).items():
             _check_value(name, value)
-        check_options(dataclasses.fields(self), self)
+        check_options(dataclasses.fields(self), self, "config key '{}'")
         for name, value in checked_paths(self.to_dict()).items():
             setattr(self, name, value)
         problem = inside_name(self.run_name) if self.run_name else None

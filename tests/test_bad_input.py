@@ -1369,7 +1369,7 @@ CASES = [
         "sample",
         lambda w: w.sample("--max_new_tokens=0"),
         2,
-        ("--max_new_tokens must be positive",),
+        ("--max_new_tokens must be a positive integer; got",),
     ),
     Case(
         "sample-negative-tokens",
@@ -1377,7 +1377,7 @@ CASES = [
         "sample",
         lambda w: w.sample("--max_new_tokens=-5"),
         2,
-        ("--max_new_tokens must be positive",),
+        ("--max_new_tokens must be a positive integer; got",),
     ),
     Case(
         "sample-negative-temperature",
@@ -1444,7 +1444,7 @@ CASES = [
         "sample",
         lambda w: w.sample("--seed=-1"),
         2,
-        ("--seed must be between 0 and 2**32 - 1",),
+        ("--seed must be between 0 and 2**32 - 1; got -1",),
     ),
     Case(
         "sample-prompt-file-missing",
