@@ -276,9 +276,7 @@ def write_files(files: dict[Path, Callable[[BinaryIO], object]], kind: Kind, wha
             replace_file(path, lambda fh, write=write: (fh.write(kind.header), write(fh)))
     except OSError as exc:
         remove_empty(made)
-        blocker = next((p for p in Path(path).parents if p.exists()), None)
-        why = f"{blocker} is a file, not a folder" if blocker and not blocker.is_dir() else write_error(exc, path)
-        raise UserError(f"cannot write {what} ({why}); {write_fix(exc, f'choose a writable {option}')}") from None
+        raise UserError(cannot_write(what, path, exc, f"choose a writable {option}")) from None
     return list(files)
 
 
@@ -386,12 +384,18 @@ def os_error_of(exc: BaseException) -> OSError | None:
 _FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
-def write_fix(exc: OSError, fix: str) -> str:
-    return f"free disk space or {fix}" if exc.errno in _FULL else fix
+def cannot_write(what: str, path: str | Path, exc: OSError, fix: str) -> str:
+    """The one-line refusal of a write of `what` at `path` that failed with `exc`: why, then `fix`, after freeing
+    space when space is what is missing."""
+    return f"cannot write {what} ({write_error(exc, path)}); {'free disk space or ' if exc.errno in _FULL else ''}{fix}"
 
 
 def write_error(exc: OSError, path: str | Path) -> str:
-    """Why a write at `path` failed; a full disk (or quota) named by its mount point: where space is missing."""
+    """Why a write at `path` failed: a file where a folder of it should be, by name; a full disk (or quota) named by
+    its mount point, where space is missing."""
+    blocker = next((p for p in Path(path).parents if p.exists()), None)
+    if blocker is not None and not blocker.is_dir():
+        return f"{blocker} is a file, not a folder"
     if exc.errno not in _FULL:
         return exc.strerror or str(exc)
     return f"{os.strerror(exc.errno)} on the disk mounted at {mount_point(path)}"

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from common.errors import UsageError, is_out_of_memory
-from common.files import Kind, cannot, read_bytes, replace_file, write_error, write_fix
+from common.files import Kind, cannot, cannot_write, read_bytes, replace_file
 from common.settings import FIELDS, TrainConfig, saved_config
 from data.tokenizer import TOKENIZERS, TokenizerMetaError, tokenizer_from_meta
 from formats.format import CheckpointError, Format, Loaded, Source, check_memory
@@ -427,8 +427,7 @@ def save_checkpoint(path: str | Path, checkpoint: Checkpoint | dict, keep_previo
     except OSError as exc:
         kept = "; the previous checkpoint is intact" if path.is_file() else ""
         raise CheckpointError(
-            f"cannot write checkpoint {path}: {write_error(exc, path)}{kept}; "
-            f"{write_fix(exc, 'choose a writable --out_dir')}"
+            cannot_write(f"checkpoint {path}", path, exc, "choose a writable --out_dir") + kept
         ) from None
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from common.errors import UserError
-from common.files import remove_dead_leftovers, what_stands_at, writable_folder, write_error, write_fix
+from common.files import cannot_write, remove_dead_leftovers, what_stands_at, writable_folder
 from formats.format import Format, Loaded
 from model.config import GPTConfig
 from model.gpt import GPT
@@ -86,4 +86,4 @@ def same_logits(model: GPT, run: Callable[[torch.Tensor], torch.Tensor], batch: 
 
 
 def write_failed(path: Path, exc: OSError, what: str) -> UserError:
-    return UserError(f"cannot write {what} {path}: {write_error(exc, path)}; {write_fix(exc, 'choose another path')}")
+    return UserError(cannot_write(f"{what} {path}", path, exc, "choose another path"))

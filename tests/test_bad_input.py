@@ -2159,7 +2159,7 @@ CASES = [
         "train",
         lambda w: w.train(f"--data_dir={w.file('a-file', 'x')}/prep"),
         1,
-        ("cannot write prepared data", "--data_dir"),
+        ("cannot write prepared data", "a-file is a file, not a folder", "--data_dir"),
     ),
     Case(
         "disk-full",

@@ -30,6 +30,7 @@ from common.errors import UsageError, UserError, is_out_of_memory, warn
 from common.files import (
     Kind,
     cannot,
+    cannot_write,
     fresh_file,
     missing_folders,
     process_alive,
@@ -37,8 +38,6 @@ from common.files import (
     remove_empty,
     replace_file,
     writable_folder,
-    write_error,
-    write_fix,
 )
 from common.parsing import NotParsed, parse_int, parse_json, quoted
 from common.settings import TrainConfig, pick_device
@@ -403,8 +402,7 @@ class RunLock:
         except OSError as exc:
             self.__exit__()
             raise UserError(
-                f"cannot write the run lock {self.path} ({write_error(exc, self.path)}); "
-                f"{write_fix(exc, f'choose another {self.option}')}"
+                cannot_write(f"the run lock {self.path}", self.path, exc, f"choose another {self.option}")
             ) from None
 
     def check(self) -> None:
