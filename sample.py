@@ -33,7 +33,7 @@ import torch
 
 from common.cli import ArgumentParser, add_options, check_options, default_of, option, run_cli, say
 from common.errors import UsageError, warn
-from common.files import destination, path_setting, read_text, utf8_value
+from common.files import check_utf8, destination, path_setting, read_text
 from common.settings import DEVICES, POSITIVE, SEED, number, pick_device
 from data.tokenizer import TokenizerError, known_token
 from formats import Loaded, checkpoint_path, load_model
@@ -321,9 +321,7 @@ def png_folder(args: argparse.Namespace, mode: str, source: Source) -> str | Non
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     for name, value in vars(args).items():  # a file name's byte that is not UTF-8 is refused before anything is read
-        problem = utf8_value(value)
-        if problem is not None:
-            raise UsageError(f"--{name} {problem}; rename that file or folder to a UTF-8 name, or give another")
+        check_utf8(value, f"--{name}", "rename that file or folder to a UTF-8 name, or give another")
     for name in PATH_OPTIONS:  # every path given, as train.py's are: `~` expanded, empty or too long refused
         if getattr(args, name) is not None:
             setattr(args, name, path_setting(getattr(args, name), f"--{name}"))

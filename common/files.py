@@ -7,7 +7,7 @@ Each check raises one `UserError` (or the `UsageError` a caller asks for) naming
 - `writable_folder`: a folder exists, or can be made, and files can be created in it.
 - `destination`: the path a user gave for a file or folder to write, with a name of its own ('.' and 'out/' name
   folders, never a file).
-- `inside_name`: a name meant to stay inside a folder (a run name) is relative, without '..'; `utf8_value`: text
+- `inside_name`: a name meant to stay inside a folder (a run name) is relative, without '..'; `check_utf8`: text
   holds only characters UTF-8 can write.
 - `path_setting`: every path setting of both commands, once: `~` expanded, an empty path (an unset shell
   variable) and a part longer than a file name (`name_too_long`) refused, naming the setting.
@@ -524,14 +524,14 @@ def _shown(c: str) -> str:
     return f"\\u{ord(c):04x}" if 0xD800 <= ord(c) <= 0xDFFF else c
 
 
-def utf8_value(value: object) -> str | None:
-    """None when `value` (a name, a path, or a setting's value: a string, or each string of a list) can be written
-    as UTF-8, as every name and path a run records must be; otherwise what is wrong. A byte of a file name that is
-    not UTF-8 reaches Python as a lone surrogate (U+DC80..U+DCFF), which no file, checkpoint or log can hold."""
+def check_utf8(value: object, named: str, fix: str) -> None:
+    """A `UsageError` naming `value` as `named` (a setting, an option) and saying `fix`, unless `value` (a name, a
+    path, or a setting's value: a string, or each string of a list) can be written as UTF-8, as every name and path a
+    run records must be. A byte of a file name that is not UTF-8 reaches Python as a lone surrogate (U+DC80..U+DCFF),
+    which no file, checkpoint or log can hold."""
     for text in value if isinstance(value, list) else [value]:
         bad = [c for c in text if 0xD800 <= ord(c) <= 0xDFFF] if isinstance(text, str) else []
         if bad:
             first = _shown(bad[0])
             what = f"the byte {first}, which is not UTF-8" if first.startswith("\\x") else f"{first}, a lone surrogate"
-            return f"'{''.join(_shown(c) for c in text)}' holds {what}"
-    return None
+            raise UsageError(f"{named} '{''.join(_shown(c) for c in text)}' holds {what}; {fix}")

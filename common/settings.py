@@ -24,7 +24,7 @@ import torch
 
 from common.cli import ArgumentParser, add_options, check_options, default_of, option
 from common.errors import UsageError
-from common.files import inside_name, name_too_long, path_setting, read_text, utf8_value
+from common.files import check_utf8, inside_name, name_too_long, path_setting, read_text
 from common.parsing import TOO_DEEP, NotParsed, parse_int, parse_json, quoted
 from data.corpora import NAMES as CORPORA
 from data.tokenizer import TOKENIZERS
@@ -297,12 +297,8 @@ def _check_value(name: str, value: Any) -> None:
         raise UsageError(
             f"config key '{name}' holds a NUL character (\\u0000), which no name or path can hold; remove it"
         )
-    problem = utf8_value(value)
-    if problem is not None:  # a file name's byte that is not UTF-8: refused before anything is written
-        raise UsageError(
-            f"config key '{name}' {problem}, so no checkpoint or log could record it; rename that file "
-            f"or folder to a UTF-8 name, or choose another"
-        )
+    # a file name's byte that is not UTF-8: refused before anything is written
+    check_utf8(value, f"config key '{name}'", "rename that file or folder to a UTF-8 name, or choose another")
 
 
 def _unknown_key(key: str, where: str) -> UsageError:
