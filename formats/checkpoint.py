@@ -222,12 +222,8 @@ def validate(checkpoint: dict, path: str | Path, *, for_resume: bool = False) ->
         raise unusable(path, problem)
     # Weights (and, to resume, optimizer moments) that are nan or inf would sample garbage, or make every
     # resumed step nan: a run that diverged never saves them, so such a file was damaged or made elsewhere.
-    found = not_finite({key: checkpoint[key] for key in ("model", "optimizer")[: 1 + for_resume]}, "")
-    if found is not None:
-        raise CheckpointError(
-            f"{path} holds numbers that are not finite ({found}); it comes from a run that "
-            f"diverged, or is damaged: use an earlier checkpoint (ckpt.prev.pt?) or retrain"
-        )
+    fix = "use an earlier checkpoint (ckpt.prev.pt?) or retrain"
+    check_finite({key: checkpoint[key] for key in ("model", "optimizer")[: 1 + for_resume]}, path, fix)
     return config
 
 
@@ -273,22 +269,20 @@ def _structure_problem(checkpoint: dict, for_resume: bool) -> str | None:
     return None
 
 
-def not_finite(tensors: dict, where: str) -> str | None:
-    """The first tensor (nested dicts and lists searched) holding nan or inf, in words; None when all are finite."""
+def check_finite(tensors: dict, path: str | Path, fix: str, prefix: str = "") -> None:
+    """A `CheckpointError` naming the first tensor (nested dicts and lists searched, their names joined after
+    `prefix`) holding nan or inf, as read from `path`, and saying `fix`."""
     for name, value in tensors.items():
-        if isinstance(value, dict):
-            found = not_finite(value, f"{where}{name}.")
-        elif isinstance(value, (list, tuple)):
-            found = not_finite(dict(enumerate(value)), f"{where}{name}.")
+        if isinstance(value, (dict, list, tuple)):
+            check_finite(value if isinstance(value, dict) else dict(enumerate(value)), path, fix, f"{prefix}{name}.")
         elif isinstance(value, torch.Tensor) and value.is_floating_point() and not bool(torch.isfinite(value).all()):
             bad = int((~torch.isfinite(value)).sum())
             kinds = "/".join(k for k, f in (("nan", torch.isnan), ("inf", torch.isinf)) if bool(f(value).any()))
-            found = f"{where}{name} holds {bad:,} {kinds} value{'s' if bad > 1 else ''} of {value.numel():,}"
-        else:
-            found = None
-        if found is not None:
-            return found
-    return None
+            raise CheckpointError(
+                f"{path} holds numbers that are not finite ({prefix}{name} holds {bad:,} {kinds} "
+                f"value{'s' if bad > 1 else ''} of {value.numel():,}); it comes from a run that diverged, or is "
+                f"damaged: {fix}"
+            )
 
 
 def load_weights(model: GPT, weights: dict, path: str | Path) -> None:
