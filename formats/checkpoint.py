@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from common.errors import UsageError, is_out_of_memory
+from common.errors import UsageError, out_of_memory
 from common.files import Kind, cannot, cannot_write, read_bytes, replace_file
 from common.settings import FIELDS, TrainConfig, saved_config
 from data.tokenizer import TOKENIZERS, TokenizerMetaError, tokenizer_from_meta
@@ -359,17 +359,15 @@ def load_gptwatch(source: Source, device: torch.device, dropout: float | None = 
             f"free; use a machine with more memory, or the ckpt.pt that train.py wrote if this one was edited"
         ),
     )
-    try:
+    with out_of_memory(
+        lambda exc: CheckpointError(
+            f"{path}: its model ({config.to_dict()}) does not fit in the memory of {device} "
+            f"here; use --device=cpu, or a machine with more memory"
+        )
+    ):
         model = GPT(config)
         load_weights(model, checkpoint["model"], path)
         model.to(device).eval()
-    except (MemoryError, RuntimeError) as exc:
-        if not is_out_of_memory(exc):
-            raise
-        raise CheckpointError(
-            f"{path}: its model ({config.to_dict()}) does not fit in the memory of {device} "
-            f"here; use --device=cpu, or a machine with more memory"
-        ) from None
     return Loaded(model, tokenizer, checkpoint)
 
 

@@ -18,15 +18,15 @@ import socket
 import stat
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
-from common import cores
-from common.errors import UsageError, UserError, is_out_of_memory, warn
+from common import cores, errors
+from common.errors import UsageError, UserError, warn
 from common.files import (
     Kind,
     cannot,
@@ -216,18 +216,14 @@ def _keys_to_lower(cfg: TrainConfig, need: dict[str, int]) -> str:
     )
 
 
-@contextlib.contextmanager
-def out_of_memory(cfg: TrainConfig) -> Iterator[None]:
+def out_of_memory(cfg: TrainConfig) -> contextlib.AbstractContextManager:
     """An allocation that fails inside becomes one line naming the keys to lower."""
-    try:
-        yield
-    except (MemoryError, RuntimeError) as exc:
-        if not is_out_of_memory(exc):
-            raise
-        raise UserError(
+    return errors.out_of_memory(
+        lambda exc: UserError(
             f"ran out of memory ({' '.join(str(exc).split())[:120] or type(exc).__name__}); "
             f"{_keys_to_lower(cfg, training_bytes(cfg, vocab_size=1))}"
-        ) from None
+        )
+    )
 
 
 # --- a TensorBoard run of its own for every run -----------------------------------------------------------
