@@ -28,7 +28,7 @@ from data.tokenizer import TOKENIZERS, TokenizerMetaError, tokenizer_from_meta
 from formats.format import CheckpointError, Format, Loaded, Source, check_memory
 from model.config import ALWAYS_RECORDED, GPTConfig
 from model.gpt import GPT
-from model.memory import parameter_count, size_text
+from model.memory import parameter_count
 
 FORMAT = "gptwatch-checkpoint"
 FORMAT_VERSION = 1
@@ -349,16 +349,9 @@ def load_gptwatch(source: Source, device: torch.device, dropout: float | None = 
             f"{path}: its tokenizer has {tokenizer.vocab_size} tokens but its model_config "
             f"{tokens}; use the ckpt.pt that train.py wrote"
         )
-    check_memory(
-        load_bytes(config),
-        device,
-        lambda where, counted, free: (
-            f"{path}: its model (block_size {config.block_size:,}, n_layer {config.n_layer}, n_embd {config.n_embd}) "
-            f"needs at least {size_text(sum(counted.values()))} of memory on {where.type} "
-            f"({', '.join(f'{what} {size_text(n)}' for what, n in counted.items() if n)}), and {size_text(free)} is "
-            f"free; use a machine with more memory, or the ckpt.pt that train.py wrote if this one was edited"
-        ),
-    )
+    sizes = f"block_size {config.block_size:,}, n_layer {config.n_layer}, n_embd {config.n_embd}"
+    fix = "use a machine with more memory, or the ckpt.pt that train.py wrote if this one was edited"
+    check_memory(load_bytes(config), device, f"{path}: its model ({sizes})", fix)
     with out_of_memory(
         lambda exc: CheckpointError(
             f"{path}: its model ({config.to_dict()}) does not fit in the memory of {device} "
