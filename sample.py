@@ -33,8 +33,8 @@ import torch
 
 from common.cli import ArgumentParser, add_options, check_options, default_of, option, run_cli, say
 from common.errors import UsageError, warn
-from common.files import destination, path_setting, read_text, utf8_value
-from common.settings import DEVICES, number, pick_device
+from common.files import check_utf8, destination, path_setting, read_text
+from common.settings import DEVICES, POSITIVE, SEED, number, pick_device
 from data.tokenizer import TokenizerError, known_token
 from formats import Loaded, checkpoint_path, load_model
 from formats.checkpoint import saved_settings
@@ -57,11 +57,9 @@ TAKES = {
 # How to ask for a look, for an option that needs it; what a mode does instead of what an option would change.
 ASK = {"attention": "--attention TEXT", "patch": "--patch CLEAN CORRUPTED", "heads": "--heads"}
 INSTEAD = {"export": "converts the whole model on the CPU", "patch": "compares two whole runs of the model"}
-# The values sampling takes (`cli.check_options`); --top_k's depend on the model (`main`).
-COUNT = (lambda v: v > 0, "--{} must be positive, got {}")
-SEED = (lambda v: 0 <= v < 2**32, "--{} must be between 0 and 2**32 - 1, got {}")  # as train.py accepts
-TEMPERATURE = (lambda v: 0 <= v < math.inf, "--{} must be a number >= 0 (0 is greedy), got {}")  # refuses nan
-SHARE = (lambda v: v is None or 0 < v <= 1, "--{} must be in (0, 1], got {}")
+# The values sampling takes besides train.py's POSITIVE and SEED (`cli.check_options`); --top_k's depend on the model.
+TEMPERATURE = (lambda v: 0 <= v < math.inf, "{} must be a number >= 0 (0 is greedy), got {}")  # refuses nan
+SHARE = (lambda v: v is None or 0 < v <= 1, "{} must be in (0, 1], got {}")
 
 
 @dataclass
@@ -79,8 +77,8 @@ class Options:
         metavar="SOURCE",
     )
     prompt: str = option("\n", "text to continue (default: a newline); @FILE reads it from a file")
-    num_samples: int = option(1, "how many samples", check=COUNT)
-    max_new_tokens: int = option(200, "tokens to generate per sample", check=COUNT)
+    num_samples: int = option(1, "how many samples", check=POSITIVE)
+    max_new_tokens: int = option(200, "tokens to generate per sample", check=POSITIVE)
     temperature: float = option(0.8, "0 is greedy; higher is more random", check=TEMPERATURE)
     top_k: int | None = option(None, "sample only from the k most likely tokens")
     top_p: float | None = option(None, "sample from the smallest set with this much probability", check=SHARE)
@@ -323,9 +321,7 @@ def png_folder(args: argparse.Namespace, mode: str, source: Source) -> str | Non
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     for name, value in vars(args).items():  # a file name's byte that is not UTF-8 is refused before anything is read
-        problem = utf8_value(value)
-        if problem is not None:
-            raise UsageError(f"--{name} {problem}; rename that file or folder to a UTF-8 name, or give another")
+        check_utf8(value, f"--{name}", "rename that file or folder to a UTF-8 name, or give another")
     for name in PATH_OPTIONS:  # every path given, as train.py's are: `~` expanded, empty or too long refused
         if getattr(args, name) is not None:
             setattr(args, name, path_setting(getattr(args, name), f"--{name}"))
@@ -346,7 +342,7 @@ def main(argv: list[str]) -> int:
     device = pick_device(args.device)
     loaded = load(args, device, mode)
     model, tokenizer = loaded.model, loaded.tokenizer
-    check_options(OPTIONS, args)
+    check_options(OPTIONS, args, "--{}")
     if args.top_k is not None and not 0 < args.top_k <= tokenizer.vocab_size:
         raise UsageError(f"--top_k must be between 1 and the vocabulary size {tokenizer.vocab_size}, got {args.top_k}")
     from watch.measure.heads import ablation_for

@@ -162,3 +162,14 @@ def machine_info() -> dict:
         "load_avg_start": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None,
         "commit": git_commit(),
     }
+
+
+def load_config(path: str | Path | None, overrides: list[str]):
+    """What `train.py PATH OVERRIDES...` trains with (a `TrainConfig`), for callers holding the two apart."""
+    from common.errors import UsageError
+    from common.settings import make_config, parse_command_line
+
+    config, values = parse_command_line(overrides)
+    if config is not None:
+        raise UsageError(f"unexpected argument {config!r}; overrides look like --key=value")
+    return make_config(path, values)

@@ -108,7 +108,7 @@ def train_ours(config: str, out_dir: str, settings: Settings, *extra: str) -> di
     result = {"command": shlex.join(["python", *command[1:]]), "wall_s": run.wall_s, "max_rss_mb": run.max_rss_mb}
     if run.returncode != 0:
         return {**result, "error": f"train.py exited with status {run.returncode}"}
-    from common.settings import load_config
+    from bench.harness import load_config
 
     cfg = load_config(REPO / config, command[3:])
     evals = _logged_evaluations(log_dir / name, run.started_at)
@@ -343,8 +343,8 @@ def _check_overrides(configs: list[str], overrides: list[str]) -> None:
     """A bad --set is refused here, in one line, rather than in every child."""
     if not overrides:
         return
+    from bench.harness import load_config
     from common.errors import UsageError
-    from common.settings import load_config
 
     for config in configs:
         try:

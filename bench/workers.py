@@ -111,7 +111,7 @@ class SyntheticBatches:
 
 def _trainer(config: str, overrides: list[str], synthetic: bool):
     """The Trainer train.py would build for `config` (on random tokens when `synthetic`)."""
-    from common.settings import load_config
+    from bench.harness import load_config
     from model.gpt import GPT
     from trainer import runtime
     from trainer.optim import make_optimizer
@@ -193,7 +193,7 @@ def finetune(args: dict) -> dict:
     its vocabulary. Median time of a step after `warmup` untimed ones."""
     import torch
 
-    from common.settings import load_config
+    from bench.harness import load_config
     from formats import load_model
     from trainer import runtime
     from trainer.optim import make_optimizer

@@ -72,14 +72,14 @@ def add_options(
     return parser
 
 
-def check_options(options: Iterable[Field], settings: object) -> None:
+def check_options(options: Iterable[Field], settings: object, named: str) -> None:
     """A `UsageError` for the first of `options` whose value in `settings` breaks its rule, its `check`: (whether a
-    value is good, the refusal of one that is not, of the option's name and its value)."""
+    value is good, the refusal of one that is not, of the option's name, as `named` words it, and its value)."""
     for each in options:
         good, refusal = each.metadata.get("check") or (None, "")
         value = getattr(settings, each.name)
         if good is not None and not good(value):
-            raise UsageError(refusal.format(each.name, value))
+            raise UsageError(refusal.format(named.format(each.name), value))
 
 
 def _one_line(text: object) -> str:

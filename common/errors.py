@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import sys
 import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 
 class UserError(Exception):
@@ -32,11 +34,15 @@ def warn(message: str) -> None:
     warnings.warn(message, GptwatchWarning, stacklevel=2)
 
 
-def is_out_of_memory(exc: BaseException) -> bool:
-    """Whether `exc` is an allocation that failed (on the CPU or a GPU), which the places that allocate a
-    model turn into one line naming what to lower, rather than a bug's traceback."""
-    torch = sys.modules.get("torch")  # a failed allocation of torch's means torch is loaded
-    if isinstance(exc, MemoryError) or isinstance(exc, getattr(torch, "OutOfMemoryError", ())):
-        return True
-    words = ("not enough memory", "out of memory", "can't allocate memory")
-    return isinstance(exc, RuntimeError) and any(said in str(exc) for said in words)
+@contextmanager
+def out_of_memory(refusal: Callable[[BaseException], UserError]) -> Iterator[None]:
+    """An allocation that fails inside (on the CPU or a GPU) becomes `refusal(its exception)`: where a model is
+    allocated, one line naming what to lower, rather than a bug's traceback."""
+    try:
+        yield
+    except (MemoryError, RuntimeError) as exc:
+        torch = sys.modules.get("torch")  # a failed allocation of torch's means torch is loaded
+        words = ("not enough memory", "out of memory", "can't allocate memory")
+        if isinstance(exc, (MemoryError, getattr(torch, "OutOfMemoryError", ()))) or any(w in str(exc) for w in words):
+            raise refusal(exc) from None
+        raise

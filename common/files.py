@@ -7,7 +7,7 @@ Each check raises one `UserError` (or the `UsageError` a caller asks for) naming
 - `writable_folder`: a folder exists, or can be made, and files can be created in it.
 - `destination`: the path a user gave for a file or folder to write, with a name of its own ('.' and 'out/' name
   folders, never a file).
-- `inside_name`: a name meant to stay inside a folder (a run name) is relative, without '..'; `utf8_value`: text
+- `inside_name`: a name meant to stay inside a folder (a run name) is relative, without '..'; `check_utf8`: text
   holds only characters UTF-8 can write.
 - `path_setting`: every path setting of both commands, once: `~` expanded, an empty path (an unset shell
   variable) and a part longer than a file name (`name_too_long`) refused, naming the setting.
@@ -276,9 +276,7 @@ def write_files(files: dict[Path, Callable[[BinaryIO], object]], kind: Kind, wha
             replace_file(path, lambda fh, write=write: (fh.write(kind.header), write(fh)))
     except OSError as exc:
         remove_empty(made)
-        blocker = next((p for p in Path(path).parents if p.exists()), None)
-        why = f"{blocker} is a file, not a folder" if blocker and not blocker.is_dir() else write_error(exc, path)
-        raise UserError(f"cannot write {what} ({why}); {write_fix(exc, f'choose a writable {option}')}") from None
+        raise UserError(cannot_write(what, path, exc, f"choose a writable {option}")) from None
     return list(files)
 
 
@@ -386,12 +384,18 @@ def os_error_of(exc: BaseException) -> OSError | None:
 _FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
-def write_fix(exc: OSError, fix: str) -> str:
-    return f"free disk space or {fix}" if exc.errno in _FULL else fix
+def cannot_write(what: str, path: str | Path, exc: OSError, fix: str) -> str:
+    """The one-line refusal of a write of `what` at `path` that failed with `exc`: why, then `fix`, after freeing
+    space when space is what is missing."""
+    return f"cannot write {what} ({write_error(exc, path)}); {'free disk space or ' if exc.errno in _FULL else ''}{fix}"
 
 
 def write_error(exc: OSError, path: str | Path) -> str:
-    """Why a write at `path` failed; a full disk (or quota) named by its mount point: where space is missing."""
+    """Why a write at `path` failed: a file where a folder of it should be, by name; a full disk (or quota) named by
+    its mount point, where space is missing."""
+    blocker = next((p for p in Path(path).parents if p.exists()), None)
+    if blocker is not None and not blocker.is_dir():
+        return f"{blocker} is a file, not a folder"
     if exc.errno not in _FULL:
         return exc.strerror or str(exc)
     return f"{os.strerror(exc.errno)} on the disk mounted at {mount_point(path)}"
@@ -520,14 +524,14 @@ def _shown(c: str) -> str:
     return f"\\u{ord(c):04x}" if 0xD800 <= ord(c) <= 0xDFFF else c
 
 
-def utf8_value(value: object) -> str | None:
-    """None when `value` (a name, a path, or a setting's value: a string, or each string of a list) can be written
-    as UTF-8, as every name and path a run records must be; otherwise what is wrong. A byte of a file name that is
-    not UTF-8 reaches Python as a lone surrogate (U+DC80..U+DCFF), which no file, checkpoint or log can hold."""
+def check_utf8(value: object, named: str, fix: str) -> None:
+    """A `UsageError` naming `value` as `named` (a setting, an option) and saying `fix`, unless `value` (a name, a
+    path, or a setting's value: a string, or each string of a list) can be written as UTF-8, as every name and path a
+    run records must be. A byte of a file name that is not UTF-8 reaches Python as a lone surrogate (U+DC80..U+DCFF),
+    which no file, checkpoint or log can hold."""
     for text in value if isinstance(value, list) else [value]:
         bad = [c for c in text if 0xD800 <= ord(c) <= 0xDFFF] if isinstance(text, str) else []
         if bad:
             first = _shown(bad[0])
             what = f"the byte {first}, which is not UTF-8" if first.startswith("\\x") else f"{first}, a lone surrogate"
-            return f"'{''.join(_shown(c) for c in text)}' holds {what}"
-    return None
+            raise UsageError(f"{named} '{''.join(_shown(c) for c in text)}' holds {what}; {fix}")

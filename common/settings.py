@@ -24,7 +24,7 @@ import torch
 
 from common.cli import ArgumentParser, add_options, check_options, default_of, option
 from common.errors import UsageError
-from common.files import inside_name, name_too_long, path_setting, read_text, utf8_value
+from common.files import check_utf8, inside_name, name_too_long, path_setting, read_text
 from common.parsing import TOO_DEEP, NotParsed, parse_int, parse_json, quoted
 from data.corpora import NAMES as CORPORA
 from data.tokenizer import TOKENIZERS
@@ -61,27 +61,27 @@ def pick_device(name: str) -> torch.device:
 
 
 # The values keys take, as each key's `check` (`cli.check_options`): whether a value is one, and the refusal of one
-# that is not, of the key and the value.
-DEVICE = (DEVICE_NAME.fullmatch, f"config key 'device' must be one of {', '.join(DEVICES)} or cuda:N; got {{1!r}}")
+# that is not, of the key as the command names it (config key 'x', --x) and the value. sample.py's options share them.
+DEVICE = (DEVICE_NAME.fullmatch, f"{{0}} must be one of {', '.join(DEVICES)} or cuda:N; got {{1!r}}")
 MODEL_SOURCE = (
     str.strip,
-    f"config key 'init_from' is empty; give {SCRATCH}, {RESUME}, a Hugging Face GPT-2 "
+    f"{{}} is empty; give {SCRATCH}, {RESUME}, a Hugging Face GPT-2 "
     f"name (e.g. gpt2) or the path of a model to fine-tune",
 )
 TEXT = (
     str.strip,
-    f"config key 'dataset' is empty; give a corpus name ({', '.join(CORPORA)}) or the path of a UTF-8 text file",
+    f"{{}} is empty; give a corpus name ({', '.join(CORPORA)}) or the path of a UTF-8 text file",
 )
-POSITIVE = (lambda v: v > 0, "config key '{}' must be a positive integer; got {}")
-NOT_NEGATIVE = (lambda v: v >= 0, "config key '{}' must be >= 0; got {}")
+POSITIVE = (lambda v: v > 0, "{} must be a positive integer; got {}")
+NOT_NEGATIVE = (lambda v: v >= 0, "{} must be >= 0; got {}")
 # what every generator it seeds accepts, with room for per-rank offsets
-SEED = (lambda v: 0 <= v < 2**32, "config key '{}' must be between 0 and 2**32 - 1; got {}")
+SEED = (lambda v: 0 <= v < 2**32, "{} must be between 0 and 2**32 - 1; got {}")
 RATE = (lambda v: v > 0, "config keys 'learning_rate' and 'muon_lr' must be > 0")
-FRACTION = (lambda v: 0 < v < 1, "config key '{}' must be between 0 and 1; got {}")
-BETA = (lambda v: 0 <= v < 1, "config key '{}' must be in [0, 1); got {}")
+FRACTION = (lambda v: 0 < v < 1, "{} must be between 0 and 1; got {}")
+BETA = (lambda v: 0 <= v < 1, "{} must be in [0, 1); got {}")
 SENTENCES = (
     lambda v: all(isinstance(s, str) and s.strip() for s in v),
-    "config key '{}' must be a list of non-empty strings",
+    "{} must be a list of non-empty strings",
 )
 
 
@@ -197,7 +197,7 @@ class TrainConfig:
             self.resume = True
         for name, value in self.to_dict(every=True).items():
             _check_value(name, value)
-        check_options(dataclasses.fields(self), self)
+        check_options(dataclasses.fields(self), self, "config key '{}'")
         for name, value in checked_paths(self.to_dict()).items():
             setattr(self, name, value)
         problem = inside_name(self.run_name) if self.run_name else None
@@ -297,12 +297,8 @@ def _check_value(name: str, value: Any) -> None:
         raise UsageError(
             f"config key '{name}' holds a NUL character (\\u0000), which no name or path can hold; remove it"
         )
-    problem = utf8_value(value)
-    if problem is not None:  # a file name's byte that is not UTF-8: refused before anything is written
-        raise UsageError(
-            f"config key '{name}' {problem}, so no checkpoint or log could record it; rename that file "
-            f"or folder to a UTF-8 name, or choose another"
-        )
+    # a file name's byte that is not UTF-8: refused before anything is written
+    check_utf8(value, f"config key '{name}'", "rename that file or folder to a UTF-8 name, or choose another")
 
 
 def _unknown_key(key: str, where: str) -> UsageError:
@@ -470,11 +466,3 @@ def make_config(
     cfg = TrainConfig.from_keys(**keys)
     cfg.given = frozenset(overrides) | (frozenset(from_file) if chosen else frozenset())
     return cfg
-
-
-def load_config(path: str | Path | None, overrides: list[str]) -> TrainConfig:
-    """What `train.py PATH OVERRIDES...` trains with, for callers holding the two apart (tests, bench/)."""
-    config, values = parse_command_line(overrides)
-    if config is not None:
-        raise UsageError(f"unexpected argument {config!r}; overrides look like --key=value")
-    return make_config(path, values)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from common.errors import UserError
-from common.files import replace_file, write_error
+from common.files import cannot_write, replace_file
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"  # corpora and the BPE cache that sit beside the repository, when present
@@ -112,8 +112,7 @@ def corpus_path(name: str) -> Path:
         replace_file(target, lambda fh: fh.write(data))
     except OSError as exc:
         raise UserError(
-            f"cannot save the downloaded corpus as {target} ({write_error(exc, target)}); free disk "
-            f"space, or save it there yourself"
+            cannot_write(f"the downloaded corpus to {target}", target, exc, "save it there yourself")
         ) from None
     return target
 

@@ -23,7 +23,7 @@ import numpy as np
 
 from common.cli import say
 from common.errors import UserError, warn
-from common.files import read_text, replace_folder, what_stands_at, write_error
+from common.files import cannot_write, read_text, replace_folder, what_stands_at
 from common.parsing import NotParsed, parse_json
 from data import corpora
 from data.tokenizer import (
@@ -298,8 +298,7 @@ def _write(folder: Path, meta: dict, splits: dict[str, np.ndarray], probes: list
         if _first_intact([(folder, wanted)]) is not None:
             return  # a preparation of the same text running beside this one wrote the folder first
         raise UserError(
-            f"cannot write prepared data to {folder.parent} ({write_error(exc, folder.parent)}); free "
-            f"disk space or choose a writable --data_dir"
+            cannot_write(f"prepared data to {folder.parent}", folder.parent, exc, "choose a writable --data_dir")
         ) from None
 
 

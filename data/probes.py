@@ -36,10 +36,25 @@ def _word_spans(text: str, name: str, word: str) -> list[Span]:
     return spans
 
 
-def _require_words(record: object, names: Sequence[str]) -> None:
-    for name in names:
-        if not isinstance(getattr(record, name), str) or not getattr(record, name).strip():
-            raise UserError(f"field {name!r} must be a non-empty string")
+# What a record's field may hold, by its annotation: (whether a value is one, in words). A word is never blank; a
+# word left out is None, and an answer may be a space.
+_FIELD_RULES = {
+    "str": (lambda v: isinstance(v, str) and v.strip(), "a non-empty string"),
+    "str | None": (lambda v: v is None or isinstance(v, str) and v != "", "a non-empty string"),
+    "int | None": (lambda v: v is None or type(v) is int, "an integer"),
+    "list[str] | None": (
+        lambda v: v is None or isinstance(v, list) and all(isinstance(w, str) and w.strip() for w in v),
+        "a list of non-empty words",
+    ),
+}
+
+
+def _check_fields(record: object) -> None:
+    """A UserError for the first field of `record` (a dataclass read from a file) that its annotation refuses."""
+    for each in dataclasses.fields(record):
+        good, words = _FIELD_RULES[each.type]
+        if not good(getattr(record, each.name)):
+            raise UserError(f"field {each.name!r} must be {words}, got {getattr(record, each.name)!r}")
 
 
 @dataclass
@@ -59,13 +74,7 @@ class Probe:
     line: int | None = field(default=None, compare=False)  # where a probe file holds it, for messages
 
     def __post_init__(self) -> None:
-        _require_words(self, ("text", "pronoun", "referent", "distractor"))
-        for name in ("continuations", "distractor_continuations"):
-            value = getattr(self, name)
-            if value is not None and (
-                not isinstance(value, list) or not all(isinstance(w, str) and w.strip() for w in value)
-            ):
-                raise UserError(f"{name} must be a list of non-empty words, got {value!r}")
+        _check_fields(self)
         self.referent_offset = self._place("referent")
         self.distractor_offset = self._place("distractor", avoid=self.span("referent"))
         nouns_end = max(self.span("referent")[1], self.span("distractor")[1])
@@ -82,8 +91,6 @@ class Probe:
     def _place(self, name: str, after: int = 0, avoid: Span | None = None) -> int:
         word, offset = getattr(self, name), getattr(self, f"{name}_offset")
         if offset is not None:
-            if isinstance(offset, bool) or not isinstance(offset, int):
-                raise UserError(f"{name}_offset must be an integer, got {offset!r}")
             found = self.text[offset : offset + len(word)] if offset >= 0 else ""
             if found.lower() != word.lower():
                 raise UserError(
@@ -170,16 +177,11 @@ class AgreementProbe:
     line: int | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
-        _require_words(self, ("text", "pronoun", "wrong"))
+        _check_fields(self)
         if self.pronoun.strip().lower() == self.wrong.strip().lower():
             raise UserError(
                 f"'pronoun' and 'wrong' are both {self.pronoun!r}; 'wrong' is the pronoun that does not agree"
             )
-        for name in ("person", "mention", "gender", "kind"):
-            if getattr(self, name) is not None and not isinstance(getattr(self, name), str):
-                raise UserError(f"field {name!r} must be a string, got {getattr(self, name)!r}")
-        if self.frame is not None and (isinstance(self.frame, bool) or not isinstance(self.frame, int)):
-            raise UserError(f"field 'frame' must be an integer, got {self.frame!r}")
         if self.person is not None:
             _word_spans(self.text, "person", self.person)
 
@@ -219,11 +221,7 @@ class PatchPair:
     line: int | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
-        _require_words(self, ("clean", "corrupted"))
-        for name in ("answer", "wrong"):
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, str) or not value):
-                raise UserError(f'field {name!r} must be a non-empty string (one token, e.g. " dug"), got {value!r}')
+        _check_fields(self)
 
 
 def load_jsonl(path: str | Path, make: type[Probe] | type[AgreementProbe] | type[PatchPair]) -> list:

@@ -21,14 +21,14 @@ from typing import Any
 
 import torch
 
-from common.errors import UsageError, is_out_of_memory
-from common.files import Kind, cannot, read_bytes, replace_file, write_error, write_fix
+from common.errors import UsageError, out_of_memory
+from common.files import Kind, cannot, cannot_write, read_bytes, replace_file
 from common.settings import FIELDS, TrainConfig, saved_config
 from data.tokenizer import TOKENIZERS, TokenizerMetaError, tokenizer_from_meta
 from formats.format import CheckpointError, Format, Loaded, Source, check_memory
 from model.config import ALWAYS_RECORDED, GPTConfig
 from model.gpt import GPT
-from model.memory import parameter_count, size_text
+from model.memory import parameter_count
 
 FORMAT = "gptwatch-checkpoint"
 FORMAT_VERSION = 1
@@ -222,12 +222,8 @@ def validate(checkpoint: dict, path: str | Path, *, for_resume: bool = False) ->
         raise unusable(path, problem)
     # Weights (and, to resume, optimizer moments) that are nan or inf would sample garbage, or make every
     # resumed step nan: a run that diverged never saves them, so such a file was damaged or made elsewhere.
-    found = not_finite({key: checkpoint[key] for key in ("model", "optimizer")[: 1 + for_resume]}, "")
-    if found is not None:
-        raise CheckpointError(
-            f"{path} holds numbers that are not finite ({found}); it comes from a run that "
-            f"diverged, or is damaged: use an earlier checkpoint (ckpt.prev.pt?) or retrain"
-        )
+    fix = "use an earlier checkpoint (ckpt.prev.pt?) or retrain"
+    check_finite({key: checkpoint[key] for key in ("model", "optimizer")[: 1 + for_resume]}, path, fix)
     return config
 
 
@@ -273,22 +269,20 @@ def _structure_problem(checkpoint: dict, for_resume: bool) -> str | None:
     return None
 
 
-def not_finite(tensors: dict, where: str) -> str | None:
-    """The first tensor (nested dicts and lists searched) holding nan or inf, in words; None when all are finite."""
+def check_finite(tensors: dict, path: str | Path, fix: str, prefix: str = "") -> None:
+    """A `CheckpointError` naming the first tensor (nested dicts and lists searched, their names joined after
+    `prefix`) holding nan or inf, as read from `path`, and saying `fix`."""
     for name, value in tensors.items():
-        if isinstance(value, dict):
-            found = not_finite(value, f"{where}{name}.")
-        elif isinstance(value, (list, tuple)):
-            found = not_finite(dict(enumerate(value)), f"{where}{name}.")
+        if isinstance(value, (dict, list, tuple)):
+            check_finite(value if isinstance(value, dict) else dict(enumerate(value)), path, fix, f"{prefix}{name}.")
         elif isinstance(value, torch.Tensor) and value.is_floating_point() and not bool(torch.isfinite(value).all()):
             bad = int((~torch.isfinite(value)).sum())
             kinds = "/".join(k for k, f in (("nan", torch.isnan), ("inf", torch.isinf)) if bool(f(value).any()))
-            found = f"{where}{name} holds {bad:,} {kinds} value{'s' if bad > 1 else ''} of {value.numel():,}"
-        else:
-            found = None
-        if found is not None:
-            return found
-    return None
+            raise CheckpointError(
+                f"{path} holds numbers that are not finite ({prefix}{name} holds {bad:,} {kinds} "
+                f"value{'s' if bad > 1 else ''} of {value.numel():,}); it comes from a run that diverged, or is "
+                f"damaged: {fix}"
+            )
 
 
 def load_weights(model: GPT, weights: dict, path: str | Path) -> None:
@@ -355,27 +349,18 @@ def load_gptwatch(source: Source, device: torch.device, dropout: float | None = 
             f"{path}: its tokenizer has {tokenizer.vocab_size} tokens but its model_config "
             f"{tokens}; use the ckpt.pt that train.py wrote"
         )
-    check_memory(
-        load_bytes(config),
-        device,
-        lambda where, counted, free: (
-            f"{path}: its model (block_size {config.block_size:,}, n_layer {config.n_layer}, n_embd {config.n_embd}) "
-            f"needs at least {size_text(sum(counted.values()))} of memory on {where.type} "
-            f"({', '.join(f'{what} {size_text(n)}' for what, n in counted.items() if n)}), and {size_text(free)} is "
-            f"free; use a machine with more memory, or the ckpt.pt that train.py wrote if this one was edited"
-        ),
-    )
-    try:
+    sizes = f"block_size {config.block_size:,}, n_layer {config.n_layer}, n_embd {config.n_embd}"
+    fix = "use a machine with more memory, or the ckpt.pt that train.py wrote if this one was edited"
+    check_memory(load_bytes(config), device, f"{path}: its model ({sizes})", fix)
+    with out_of_memory(
+        lambda exc: CheckpointError(
+            f"{path}: its model ({config.to_dict()}) does not fit in the memory of {device} "
+            f"here; use --device=cpu, or a machine with more memory"
+        )
+    ):
         model = GPT(config)
         load_weights(model, checkpoint["model"], path)
         model.to(device).eval()
-    except (MemoryError, RuntimeError) as exc:
-        if not is_out_of_memory(exc):
-            raise
-        raise CheckpointError(
-            f"{path}: its model ({config.to_dict()}) does not fit in the memory of {device} "
-            f"here; use --device=cpu, or a machine with more memory"
-        ) from None
     return Loaded(model, tokenizer, checkpoint)
 
 
@@ -427,8 +412,7 @@ def save_checkpoint(path: str | Path, checkpoint: Checkpoint | dict, keep_previo
     except OSError as exc:
         kept = "; the previous checkpoint is intact" if path.is_file() else ""
         raise CheckpointError(
-            f"cannot write checkpoint {path}: {write_error(exc, path)}{kept}; "
-            f"{write_fix(exc, 'choose a writable --out_dir')}"
+            cannot_write(f"checkpoint {path}", path, exc, "choose a writable --out_dir") + kept
         ) from None
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from common.errors import UserError
-from common.files import remove_dead_leftovers, what_stands_at, writable_folder, write_error, write_fix
+from common.files import remove_dead_leftovers, what_stands_at, writable_folder
 from formats.format import Format, Loaded
 from model.config import GPTConfig
 from model.gpt import GPT
@@ -83,7 +83,3 @@ def same_logits(model: GPT, run: Callable[[torch.Tensor], torch.Tensor], batch: 
             f"{TOLERANCE:g}); nothing was written. Please report this with the checkpoint's model_config"
         )
     return f"max |logit difference| from the checkpoint {diff:.2g} on {batch} random sequences of {length} tokens"
-
-
-def write_failed(path: Path, exc: OSError, what: str) -> UserError:
-    return UserError(f"cannot write {what} {path}: {write_error(exc, path)}; {write_fix(exc, 'choose another path')}")

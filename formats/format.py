@@ -134,21 +134,19 @@ def gpt2_bpe(config: GPTConfig, too_few: Callable[[int], str]) -> Tokenizer:
 def check_fits(config: GPTConfig, what: str, device: torch.device) -> None:
     """`check_memory` for a model from elsewhere: its float32 weights alone, before anything is downloaded."""
     n = parameter_count(config)  # float32, as gptwatch runs a model from elsewhere
-    check_memory(
-        {"weights": n * 4},
-        device,
-        lambda where, _, free: (
-            f"{what} has {n:,} parameters, which need at least {size_text(n * 4)} of memory (float32), and "
-            f"{size_text(free)} is free on {where.type}; use a smaller model, or a machine with more memory"
-        ),
-    )
+    fix = "use a smaller model, or a machine with more memory"
+    check_memory({"float32 weights": n * 4}, device, f"{what} ({n:,} parameters)", fix)
 
 
-def check_memory(need: dict[str, int], device: torch.device, refusal: Callable[[torch.device, dict, int], str]) -> None:
-    """Refuses, before anything is allocated, a model needing the bytes `need` (by what holds them) on the CPU, where
-    it is built, and on `device`, where it runs and samples: `refusal(where, counted, free)` says why."""
+def check_memory(need: dict[str, int], device: torch.device, what: str, fix: str) -> None:
+    """Refuses, before anything is allocated, the model `what` needing the bytes `need` (by what holds them) on the
+    CPU, where it is built, and on `device`, where it runs and samples; `fix` is what to do instead."""
     for where in dict.fromkeys((torch.device("cpu"), device)):
         counted = need if where == device else {k: n for k, n in need.items() if k != "sampling cache"}
         free = shortfall(sum(counted.values()), where)
         if free is not None:
-            raise CheckpointError(refusal(where, counted, free))
+            raise CheckpointError(
+                f"{what} needs at least {size_text(sum(counted.values()))} of memory on {where.type} "
+                f"({', '.join(f'{part} {size_text(n)}' for part, n in counted.items() if n)}), and "
+                f"{size_text(free)} is free; {fix}"
+            )

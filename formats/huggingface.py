@@ -29,11 +29,11 @@ from types import ModuleType
 import torch
 
 from common.errors import UserError
-from common.files import cannot, destination, read_record, read_text, regular_file, replace_folder
+from common.files import cannot, cannot_write, destination, read_record, read_text, regular_file, replace_folder
 from common.parsing import NotParsed, parse_json
 from data.tokenizer import EOT, GPT2Tokenizer, Tokenizer, TokenizerMetaError, tokenizer_from_meta
 from formats.checkpoint import read_torch
-from formats.export import Unsupported, check_positions, same_logits, write_failed
+from formats.export import Unsupported, check_positions, same_logits
 from formats.format import CheckpointError, Format, Loaded, Parts, Source, check_fits, config_from, gpt2_bpe, imported
 from formats.layout import RMS_EPS, gpt2_layout, qwen3_layout, read_state, read_weights, written
 from model.attention import ROTARY_BASE
@@ -493,7 +493,7 @@ def write(loaded: Loaded, model: GPT, folder: Path, record: dict) -> tuple[str, 
     try:
         replace_folder(folder, save, last=MARKER)
     except OSError as exc:
-        raise write_failed(folder, exc, "the Hugging Face folder") from None
+        raise UserError(cannot_write(f"the Hugging Face folder {folder}", folder, exc, "choose another path")) from None
     finally:
         if shown:
             progress.enable_progress_bar()

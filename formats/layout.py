@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from formats.checkpoint import not_finite, tensor_problem
+from formats.checkpoint import check_finite, tensor_problem
 from formats.format import CheckpointError
 from model.config import GPTConfig
 from model.gpt import GPT
@@ -309,12 +309,7 @@ def read_weights(
         if problem is not None:
             raise CheckpointError(f"{where}: {name} {problem}; {EDITED}")
         value = value.float()  # a float16 or float64 weight beyond float32's range becomes inf here
-        found = not_finite({name: value}, "")
-        if found is not None:
-            raise CheckpointError(
-                f"{where} holds numbers that are not finite ({found}); it is damaged, or comes from "
-                f"a run that diverged: use an intact copy"
-            )
+        check_finite({name: value}, where, "use an intact copy")
         return value
 
     weights = read_back(rows, tensor)

@@ -15,9 +15,9 @@ from typing import Any
 import torch
 
 from common.errors import UserError
-from common.files import destination, replace_file
+from common.files import cannot_write, destination, replace_file
 from formats.checkpoint import torch_file
-from formats.export import check_positions, same_logits, write_failed
+from formats.export import check_positions, same_logits
 from formats.format import Format, Loaded
 from formats.huggingface import REQUIREMENTS, MissingDependency, fill, hf_activation, library
 from formats.layout import RMS_EPS, hooked_layout, written
@@ -139,7 +139,7 @@ def write(loaded: Loaded, model: GPT, path: Path, record: dict) -> tuple[str, st
     try:
         replace_file(path, lambda fh: torch.save(contents, fh))
     except OSError as exc:
-        raise write_failed(path, exc, "the TransformerLens file") from None
+        raise UserError(cannot_write(f"the TransformerLens file {path}", path, exc, "choose another path")) from None
     usage = (
         f"  import torch; from transformer_lens import HookedTransformer\n"
         f"  saved = torch.load({str(path)!r})\n"

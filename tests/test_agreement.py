@@ -11,9 +11,9 @@ import torch
 from conftest import require_gpt2
 
 import train
+from bench.harness import load_config
 from common.cli import run_cli
 from common.errors import UserError
-from common.settings import load_config
 from data.probes import AgreementProbe, Probe, load_jsonl
 from data.tokenizer import CharTokenizer, GPT2Tokenizer
 from trainer import runtime

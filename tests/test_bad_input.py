@@ -1369,7 +1369,7 @@ CASES = [
         "sample",
         lambda w: w.sample("--max_new_tokens=0"),
         2,
-        ("--max_new_tokens must be positive",),
+        ("--max_new_tokens must be a positive integer; got",),
     ),
     Case(
         "sample-negative-tokens",
@@ -1377,7 +1377,7 @@ CASES = [
         "sample",
         lambda w: w.sample("--max_new_tokens=-5"),
         2,
-        ("--max_new_tokens must be positive",),
+        ("--max_new_tokens must be a positive integer; got",),
     ),
     Case(
         "sample-negative-temperature",
@@ -1444,7 +1444,7 @@ CASES = [
         "sample",
         lambda w: w.sample("--seed=-1"),
         2,
-        ("--seed must be between 0 and 2**32 - 1",),
+        ("--seed must be between 0 and 2**32 - 1; got -1",),
     ),
     Case(
         "sample-prompt-file-missing",
@@ -2159,7 +2159,7 @@ CASES = [
         "train",
         lambda w: w.train(f"--data_dir={w.file('a-file', 'x')}/prep"),
         1,
-        ("cannot write prepared data", "--data_dir"),
+        ("cannot write prepared data", "a-file is a file, not a folder", "--data_dir"),
     ),
     Case(
         "disk-full",

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from bench.harness import load_config
 from common.errors import UsageError
-from common.settings import FIELDS, TrainConfig, load_config, make_config, parse_command_line
+from common.settings import FIELDS, TrainConfig, make_config, parse_command_line
 
 CONFIGS = sorted((Path(__file__).resolve().parent.parent / "configs").glob("*.toml"))
 

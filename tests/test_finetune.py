@@ -216,7 +216,7 @@ def test_model_keys_that_disagree_with_the_model_are_refused_naming_both(given, 
 def trainer_for(root: Path, *args: str, without: str = ""):
     """The Trainer train.py would run with tiny_args and `args`, leaving out the tiny arguments that start with
     `without`."""
-    from common.settings import load_config
+    from bench.harness import load_config
     from trainer import runtime
     from trainer.start import starting_from
     from trainer.trainer import Trainer
@@ -305,7 +305,7 @@ def test_the_heads_whose_type_fine_tuning_changed_are_named_marked_and_labelled(
 def test_resuming_compares_the_settings_a_model_from_elsewhere_brings(trained):
     """A checkpoint whose model computes GPT-2's tanh GELU is no checkpoint a run from scratch can continue, though
     every tensor has the shape it expects."""
-    from common.settings import load_config
+    from bench.harness import load_config
     from trainer.start import check_resume_compatible
 
     saved = torch.load(trained.char, weights_only=True)

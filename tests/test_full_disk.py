@@ -42,9 +42,9 @@ def test_a_full_disk_during_a_checkpoint_save_is_one_line_and_keeps_the_last_che
     code, _, err = run_train(tiny_args(tmp_path, f"--out_dir={out}", "--ckpt_interval=1"))
     assert code == 1
     assert one_line(err) == (
-        f"error: cannot write checkpoint {out / 'ckpt.pt'}: No space left on device on the disk "
-        f"mounted at {small_disk}; the previous checkpoint is intact; free disk space or choose a "
-        f"writable --out_dir\n"
+        f"error: cannot write checkpoint {out / 'ckpt.pt'} (No space left on device on the disk "
+        f"mounted at {small_disk}); free disk space or choose a writable --out_dir; the previous "
+        f"checkpoint is intact\n"
     )
     assert load_checkpoint(out)["step"] == 1
     assert sorted(p.name for p in out.iterdir()) == ["ckpt.pt"]  # no temporary file, and the lock released
@@ -93,8 +93,8 @@ def test_a_full_disk_during_an_export_is_one_line_naming_the_disk_and_leaves_not
     code, _, err = run_sample([f"--out_dir={folder}", "--export", target, str(small_disk / "model")])
     assert code == 1
     assert one_line(err) == (
-        f"error: cannot write {what} {small_disk / 'model'}: No space left on device on the "
-        f"disk mounted at {small_disk}; free disk space or choose another path\n"
+        f"error: cannot write {what} {small_disk / 'model'} (No space left on device on the "
+        f"disk mounted at {small_disk}); free disk space or choose another path\n"
     )
     assert list(small_disk.iterdir()) == []
 

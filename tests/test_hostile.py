@@ -257,8 +257,8 @@ def test_a_full_disk_in_hugging_faces_writer_is_one_line(tmp_path, checkpoint_fo
     monkeypatch.setattr(transformers.PreTrainedModel, "save_pretrained", full)
     code, _, err = _export("hf", tmp_path / "model", checkpoint_folder)
     assert code == 1 and err == (
-        f"error: cannot write the Hugging Face folder {tmp_path / 'model'}: No space left "
-        f"on device on the disk mounted at {files.mount_point(tmp_path)}; free disk space "
+        f"error: cannot write the Hugging Face folder {tmp_path / 'model'} (No space left "
+        f"on device on the disk mounted at {files.mount_point(tmp_path)}); free disk space "
         f"or choose another path\n"
     )
     assert list(tmp_path.iterdir()) == []

@@ -165,7 +165,16 @@ GOOD = json.dumps(
         (
             '{"text": "the dog saw a ball and he ran", "pronoun": "he", "referent": "dog", "distractor": "ball",'
             ' "continuations": "ran"}',
-            "continuations must be a list",
+            "field 'continuations' must be a list of non-empty words",
+        ),
+        (
+            '{"text": "the dog saw a ball and he ran", "pronoun": "he", "referent": "dog", "distractor": "ball",'
+            ' "referent_offset": true}',
+            "field 'referent_offset' must be an integer, got True",
+        ),
+        (
+            '{"text": "the dog saw a ball and he ran", "pronoun": " ", "referent": "dog", "distractor": "ball"}',
+            "field 'pronoun' must be a non-empty string",
         ),
         ('["a list"]', "expected a JSON object"),
         (

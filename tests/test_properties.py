@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bench.harness import load_config
 from common.errors import UsageError
-from common.settings import FIELDS, TrainConfig, load_config, read_toml
+from common.settings import FIELDS, TrainConfig, read_toml
 from data.tokenizer import EOT, CharTokenizer, GPT2Tokenizer, TokenizerError
 
 FEW = settings(max_examples=30, deadline=None)

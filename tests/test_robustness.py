@@ -22,8 +22,8 @@ import pytest
 import torch
 from conftest import Trained
 
+from bench.harness import load_config
 from common.errors import UserError
-from common.settings import load_config
 from data.batches import Batches
 from formats import checkpoint as ckpt_mod
 from formats.checkpoint import FORMAT, FORMAT_VERSION, CheckpointError, load_checkpoint, save_checkpoint

@@ -201,7 +201,7 @@ def test_sample_streams_text_from_the_checkpoint(tmp_path, capsys):
 
 
 def test_gradient_accumulation_keeps_tokens_per_step(tmp_path):
-    from common.settings import load_config
+    from bench.harness import load_config
     from trainer import runtime
     from trainer.start import starting_from
     from trainer.trainer import Trainer

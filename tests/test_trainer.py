@@ -8,8 +8,8 @@ import math
 import pytest
 import torch
 
+from bench.harness import load_config
 from common.errors import GptwatchWarning, UserError
-from common.settings import load_config
 from train import TextSample, TrainingLog
 from trainer import runtime
 from trainer.optim import lr_at

@@ -18,18 +18,19 @@ import socket
 import stat
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
-from common import cores
-from common.errors import UsageError, UserError, is_out_of_memory, warn
+from common import cores, errors
+from common.errors import UsageError, UserError, warn
 from common.files import (
     Kind,
     cannot,
+    cannot_write,
     fresh_file,
     missing_folders,
     process_alive,
@@ -37,8 +38,6 @@ from common.files import (
     remove_empty,
     replace_file,
     writable_folder,
-    write_error,
-    write_fix,
 )
 from common.parsing import NotParsed, parse_int, parse_json, quoted
 from common.settings import TrainConfig, pick_device
@@ -217,18 +216,14 @@ def _keys_to_lower(cfg: TrainConfig, need: dict[str, int]) -> str:
     )
 
 
-@contextlib.contextmanager
-def out_of_memory(cfg: TrainConfig) -> Iterator[None]:
+def out_of_memory(cfg: TrainConfig) -> contextlib.AbstractContextManager:
     """An allocation that fails inside becomes one line naming the keys to lower."""
-    try:
-        yield
-    except (MemoryError, RuntimeError) as exc:
-        if not is_out_of_memory(exc):
-            raise
-        raise UserError(
+    return errors.out_of_memory(
+        lambda exc: UserError(
             f"ran out of memory ({' '.join(str(exc).split())[:120] or type(exc).__name__}); "
             f"{_keys_to_lower(cfg, training_bytes(cfg, vocab_size=1))}"
-        ) from None
+        )
+    )
 
 
 # --- a TensorBoard run of its own for every run -----------------------------------------------------------
@@ -403,8 +398,7 @@ class RunLock:
         except OSError as exc:
             self.__exit__()
             raise UserError(
-                f"cannot write the run lock {self.path} ({write_error(exc, self.path)}); "
-                f"{write_fix(exc, f'choose another {self.option}')}"
+                cannot_write(f"the run lock {self.path}", self.path, exc, f"choose another {self.option}")
             ) from None
 
     def check(self) -> None:

@@ -27,7 +27,7 @@ import torch
 
 from common.cli import say
 from common.errors import UsageError, UserError, warn
-from common.files import inside_name, utf8_value
+from common.files import check_utf8, inside_name
 from common.settings import RESUME, SCRATCH, TrainConfig, checked_paths, make_config, parse_command_line, read_toml
 from data import corpora
 from data.prepare import ModelVocabulary, Prepared, prepare, source_text
@@ -158,9 +158,8 @@ def resolve(argv: list[str], bases: str | None = None) -> Start:
     the settings it starts from) starts: its settings, then its model (see the module's docstring)."""
     config_path, overrides = parse_command_line(argv, bases)  # --help prints and exits here
     overrides |= checked_paths(overrides)  # before choosing settings reads the dataset or a checkpoint
-    problem = utf8_value(config_path) if config_path else None
-    if problem is not None:  # its name becomes the run's name, which checkpoints and logs record
-        raise UsageError(f"the config file name {problem}; rename it to a UTF-8 name")
+    if config_path:  # its name becomes the run's name, which checkpoints and logs record
+        check_utf8(config_path, "the config file name", "rename it to a UTF-8 name")
     path, base, found = _base_settings(config_path, overrides)
     return starting_from(make_config(path, overrides, base, chosen=config_path is not None), **found)
 
