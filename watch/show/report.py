@@ -314,7 +314,7 @@ def _change(key: str, before: Results, after: Results) -> str:
         return text + (f"; it {loss}" if loss else "")
     text = _moves("the in-context gain", old, new, 3, spreads, "nats/token", ("shrinks {}", "grows {}"))
     if not text.startswith("changes"):  # a change beyond the spreads: how much of the gain it is
-        text += f": {_share_taken(old, new, spreads)}"
+        text += f": {_share_taken(*_share_lost(key, before, after))}"
     keys = ("loss_first_copy", "loss_second_copy")
     if all(k in before.numbers and k in after.numbers for k in keys):  # a removed copying head can worsen both copies
         (first, second), (first_after, second_after) = ([r.numbers[k] for k in keys] for r in (before, after))
@@ -367,10 +367,17 @@ def _moves(
 
 
 def _cost(result: AblationResult, before: Results) -> tuple[float, float | None] | None:
-    """The share of what a kind of head is tested on that removing `result.heads` lost (0: nothing), with its spread
-    (from the spreads of the figures before and after; None where they have none)."""
+    """The share of what a kind of head is tested on that removing `result.heads` lost (0: nothing), with its spread."""
     key, higher = result.tested_on or (None, True)
-    after = result.reading.results
+    return _share_lost(key, before, result.reading.results, higher)
+
+
+def _share_lost(
+    key: str | None, before: Results, after: Results, higher: bool = True
+) -> tuple[float, float | None] | None:
+    """The share of the figure `key` lost from `before` to `after` (with not `higher`, of a figure where lower is
+    better: the share it grew by), with its spread from the spreads of the two (None where they have none); None
+    where either was not measured, or was 0."""
     old, new = before.numbers.get(key), after.numbers.get(key)
     if old is None or new is None or old == 0:
         return None
@@ -474,15 +481,12 @@ def route_lines(reading: Reading, found: Sequence[AblationResult]) -> list[str]:
     return lines
 
 
-def _share_taken(old: float, new: float, spreads: tuple[float | None, float | None]) -> str:
-    """How much of a positive figure `old` removing heads took away, when it became `new`, in words, a share with its
-    spread."""
-    taken = (old - new) / old
+def _share_taken(taken: float, spread: float | None) -> str:
+    """How much of a positive figure removing heads took away (`_share_lost`), in words, a share with its spread."""
     if taken > 1.05:
         return "all of it and more"
     if taken >= 0.95:
         return "all of it"
-    spread = None if None in spreads else math.hypot(spreads[1] / old, new * spreads[0] / old**2)
     if taken >= 0.05:
         return f"{_percent((taken, spread))} of it"
     if taken > -0.05:
