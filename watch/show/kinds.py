@@ -31,18 +31,19 @@ class Shown:
     category: str = ""
 
 
-def _best_reach(reading: Reading) -> tuple[str, dict[int, float]]:
-    """The best induction head and its score by distance to the earlier copy, where the pass read the repeats by
-    distance (`REACH`) beside the repeated tokens ({} otherwise: a quick pass reads only the longest)."""
-    best = reading.results.best("induction")
-    reach = reading.reach.get(best[0], {}) if best is not None else {}
-    return (best[0], reach) if len(reach) > 1 else ("", {})
+def _best_reach(reading: Reading) -> tuple[str, dict[int, float], dict[int, float]]:
+    """The best induction head, its score by distance to the earlier copy and the spread of each, where the pass read
+    the repeats by distance (`REACH`) beside the repeated tokens ({} otherwise: a quick pass reads only the
+    longest)."""
+    name = (reading.results.best("induction") or ("",))[0]
+    reach, spreads = reading.reach.get(name, {}), reading.results.reach("_spread").get(name, {})
+    return (name, reach, spreads) if len(reach) > 1 else ("", {}, {})
 
 
 def _repeated_lines(reading: Reading) -> list[str]:
     """How far back the best induction head copies, and the in-context gain, with its spread and what it means."""
     lines = []
-    best, reach = _best_reach(reading)
+    best, reach, spreads = _best_reach(reading)
     if reach and max(reach.values()) >= CLOSE * needed(None):  # some distance copies
         far, near = reach[max(reach)], max(reach.values())
         shape = (
@@ -50,7 +51,6 @@ def _repeated_lines(reading: Reading) -> list[str]:
             if far < 0.75 * near
             else ""
         )
-        spreads = reading.results.reach("_spread").get(best, {})
         by_distance = ", ".join(f"{d} tokens {with_spread(value, spreads.get(d))}" for d, value in reach.items())
         lines.append(f"{best}'s induction score by distance to the earlier copy: {by_distance}{shape}")
     numbers = reading.results.numbers
@@ -67,22 +67,9 @@ def _repeated_lines(reading: Reading) -> list[str]:
     return lines
 
 
-def _spread_scalars(reading: Reading) -> Scalars:
-    """Beside each head type read from the repeated tokens, its spread: every head's (heads/{type}_spread) and the
-    best head's (heads/{type}/best_spread, beside heads/{type}/best)."""
-    scalars = {}
-    for name in (name for name, head_type in TYPES.items() if head_type.probe_set == REPEATED):
-        spreads = reading.results.heads.get(f"{name}_spread")
-        if spreads is not None and reading.results.best(name) is not None:
-            scalars[f"heads/{name}_spread"] = spreads
-            scalars[f"heads/{name}/best_spread"] = reading.results.best_spread(name)
-    return scalars
-
-
 def _reach_scalars(reading: Reading) -> Scalars:
     """The best induction head's score at each distance, and its spread."""
-    best, reach = _best_reach(reading)
-    spreads = reading.results.reach("_spread").get(best, {})
+    _, reach, spreads = _best_reach(reading)
     scalars = {f"heads/induction/best_at_{d:02d}": value for d, value in reach.items()}
     return scalars | {f"heads/induction/best_at_{d:02d}_spread": spreads.get(d) for d in reach}
 
@@ -285,7 +272,6 @@ PATCHING_CHARTS = {
 SHOWN: dict[str, Shown] = {
     REPEATED: Shown(
         lines=_repeated_lines,
-        scalars=_spread_scalars,
         # The phase change: the induction score and the in-context gain jump together (a chart each: one run's lines
         # share its colour).
         charts={

@@ -419,7 +419,8 @@ def log_evaluation(
 
 def log_scores(writer: Any, step: int, reading: Reading) -> None:
     """Every head's type scores, each in the head's own run, with the best in the run's; what each kind of probe set
-    gives (`ProbeKind.numbers`, as the views show them, and `Shown.scalars`: watch/show/kinds.py); the flat lines the
+    gives (`ProbeKind.numbers`, as the views show them; of each type read on it with a spread, heads/{type}_spread and
+    heads/{type}/best_spread; and `Shown.scalars`: watch/show/kinds.py); the flat lines the
     charts draw beside theirs (`REFERENCES`); and every pair's Q-, K- and
     V-composition, in the earlier head's run (composition/K/into_L1H3/L0 in run L0H1: L0H1's output as L1H3's keys
     read it), with per kind the best pair's score beside the untrained model's best."""
@@ -432,8 +433,13 @@ def log_scores(writer: Any, step: int, reading: Reading) -> None:
         scalars["reference/untrained_loss"] = reading.untrained.results.numbers.get("text_loss")
     for kind in PROBE_KINDS.values():
         scalars.update({f"heads/{name}": numbers.get(name) for name in kind.numbers})
-        if kind.name in reading.results.sets.sets:  # the kinds the pass read
-            scalars.update(SHOWN[kind.name].scalars(reading))
+        if kind.name not in reading.results.sets.sets:  # the kinds the pass read
+            continue
+        for name in (name for name, t in TYPES.items() if t.probe_set == kind.name and reading.results.best(name)):
+            # Beside a type's score, its spread where it has one: every head's and the best head's.
+            scalars[f"heads/{name}_spread"] = reading.results.heads.get(f"{name}_spread")
+            scalars[f"heads/{name}/best_spread"] = reading.results.best_spread(name)
+        scalars.update(SHOWN[kind.name].scalars(reading))
     found = reading.composition
     untrained = reading.untrained.composition if reading.untrained is not None and found is not None else None
     for kind in KINDS if found is not None else ():
