@@ -35,9 +35,11 @@ def _best_reach(reading: Reading) -> tuple[str, dict[int, float], dict[int, floa
     """The best induction head, its score by distance to the earlier copy and the spread of each, where the pass read
     the repeats by distance (`REACH`) beside the repeated tokens ({} otherwise: a quick pass reads only the
     longest)."""
-    name = (reading.results.best("induction") or ("",))[0]
-    reach, spreads = reading.reach.get(name, {}), reading.results.reach("_spread").get(name, {})
-    return (name, reach, spreads) if len(reach) > 1 else ("", {}, {})
+    best = reading.results.best("induction")
+    reach = reading.reach.get(best[0], {}) if best is not None else {}
+    if len(reach) < 2:
+        return "", {}, {}
+    return best[0], reach, reading.results.reach("_spread").get(best[0], {})
 
 
 def _repeated_lines(reading: Reading) -> list[str]:
@@ -56,8 +58,7 @@ def _repeated_lines(reading: Reading) -> list[str]:
     numbers = reading.results.numbers
     if "in_context_gain" in numbers:
         then = reading.untrained.results.numbers if reading.untrained is not None else {}
-        better = "better" if numbers["in_context_gain"] > 0 else "worse"
-        meaning = f"the second copy is predicted {{size}} nats {better} than the first"
+        meaning = "the second copy is predicted {size} nats {better} than the first"
         lines.append(
             f"in-context gain on repeated random tokens: {measured(numbers, 'in_context_gain', meaning)} "
             f"(first copy {numbers['loss_first_copy']:.3f}, second {numbers['loss_second_copy']:.3f} nats/token: "
@@ -87,8 +88,7 @@ def _text_lines(reading: Reading) -> list[str]:
         f"tokens {late.start}-{late.stop - 1} of a {length}-token context "
         f"against the same tokens at {early.start}-{early.start + late.stop - late.start - 1}"
     )
-    better = "better" if numbers["in_context_score"] > 0 else "worse"
-    meaning = f"later in the context, tokens are predicted {{size}} nats {better}"
+    meaning = "later in the context, tokens are predicted {size} nats {better}"
     return [
         f"in-context score on held-out text: {measured(numbers, 'in_context_score', meaning, 'nats')} ({where}, "
         f"{len(text.ids) // 2} pairs of windows{_then(then, 'in_context_score')}; the negative of Olsson et al.'s "
@@ -107,12 +107,13 @@ def shown(numbers: dict[str, float]) -> dict[str, float]:
 
 
 def measured(numbers: dict, name: str, meaning: str, unit: str = "nats/token") -> str:
-    """ "+0.12 ± 0.03 nats/token: the second copy is ...", or "no measurable effect, +0.02 ± 0.05 nats/token"
-    when the figure lies inside its spread."""
+    """ "+0.12 ± 0.03 nats/token: the second copy is ...", `meaning` with the figure's {size} and whether it is
+    {better} or worse; or "no measurable effect, +0.02 ± 0.05 nats/token" when the figure lies inside its spread."""
     figure, inside = _signed(numbers, name)
     if inside:
         return f"no measurable effect, {figure} {unit}"
-    return f"{figure} {unit}: {meaning.format(size=figure.split(' ± ')[0].lstrip('+-'))}"  # at the figure's places
+    size = figure.split(" ± ")[0].lstrip("+-")  # at the figure's places
+    return f"{figure} {unit}: {meaning.format(size=size, better='better' if numbers[name] > 0 else 'worse')}"
 
 
 def _then(then: dict, name: str) -> str:
