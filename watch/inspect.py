@@ -321,9 +321,7 @@ def heads_json(reading: Reading, found: list, mode: str, sets: ProbeSets) -> dic
             "type": head_type.kind,
             "type_label": TYPES[head_type.kind].label if head_type.kind else None,
             # activation patching on the watch's pairs: the share of the answer it carries, its direct attribution
-            "patching": results.head("patching", layer, head),
-            "patching_spread": results.head("patching_spread", layer, head),
-            "attribution": results.head("attribution", layer, head),
+            **{key: results.head(key, layer, head) for key in ("patching", "patching_spread", "attribution")},
             "untrained": scores_of(untrained, layer, head),
         }
     out = {
