@@ -344,33 +344,29 @@ def chart_layout(sets: ProbeSets, n_layer: int, n_head: int, *, fine_tuning: boo
         if PATHS in sets.sets
         else {},
     }
-    layout = {}
+    layout: dict[str, dict[str, list[str]]] = {}
     for category, charts in CHARTS.items():
         if category not in drawn:
             continue
-        layout[category] = {}
+        found = layout[category] = {}
         for title, tags in charts.items():
             if not title.endswith(EVERY_HEAD):
-                layout[category][title] = ["Multiline", list(tags)]
+                found[title] = list(tags)
                 continue
             for group, words in groups.items():  # the tag in each head's run ends in its group (`_log_heads`)
-                layout[category][f"{title.removesuffix(EVERY_HEAD)}, {words}"] = [
-                    "Multiline",
-                    [tag if tag.startswith("reference/") else f"{tag.removesuffix('$')}/{group}$" for tag in tags],
-                ]
+                ends = [tag if tag.startswith("reference/") else f"{tag.removesuffix('$')}/{group}$" for tag in tags]
+                found[f"{title.removesuffix(EVERY_HEAD)}, {words}"] = ends
         if n_layer * n_head <= COMPOSITION_CHARTS_MAX_HEADS:
             for title, (tag, last) in readers.get(category, {}).items():  # a chart per group of earlier heads
                 earlier = [group for group in groups if int(group[1:].partition("H")[0]) <= last]
                 for group in earlier:
-                    chart = title + ("" if len(earlier) == 1 else f", from {groups[group]}")
-                    layout[category][chart] = ["Multiline", [rf"{tag}/{group}$"]]
-    for charts in layout.values():
-        for _, tags in charts.values():
-            if not any(tag.startswith(NOT_SHARES) for tag in tags):
-                tags.append(r"reference/all$")
+                    found[title + ("" if len(earlier) == 1 else f", from {groups[group]}")] = [rf"{tag}/{group}$"]
     pairs = sets.get(PATHS) or sets.get(PAIRS)  # the patching category says what it was measured on
     return {
-        f"{category}, over {pairs.about}" if category == "patching" else category: charts
+        f"{category}, over {pairs.about}" if category == "patching" else category: {
+            title: ["Multiline", tags + ([] if any(t.startswith(NOT_SHARES) for t in tags) else [r"reference/all$"])]
+            for title, tags in charts.items()
+        }
         for category, charts in layout.items()
     }
 
