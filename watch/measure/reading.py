@@ -273,7 +273,7 @@ PROBE_KINDS: dict[str, ProbeKind] = {
                 "agreement_accuracy": scores.right_word(),
                 "agreement_accuracy_first_mention": scores.right_word("first"),
                 "agreement_accuracy_second_mention": scores.right_word("second"),
-                "agreement_share": scores.right_share,
+                "agreement_share": scores.right_word(share=True),
                 "name_reading": scores.name_reading,
             },
         ),

@@ -335,23 +335,17 @@ def _margins(capture: Capture) -> list[tuple]:
     ]
 
 
-def right_word(mention: str | None = None) -> Measure:
-    """The share of contexts where the right next word is more probable than the wrong one; with `mention`, of the
-    contexts of that mention only ("first", "second")."""
+def right_word(mention: str | None = None, *, share: bool = False) -> Measure:
+    """The share of contexts where the right next word is more probable than the wrong one, or with `share` the mean
+    of P(right) / (P(right) + P(wrong)) over them; with `mention`, of the contexts of that mention only ("first",
+    "second")."""
 
     def measure(capture: Capture) -> Total:
-        hits = [
-            bool(margin > 0) for item, margin in _margins(capture) if mention is None or item.probe.mention == mention
-        ]
-        return float(sum(hits)), len(hits)
+        margins = [margin for item, margin in _margins(capture) if mention is None or item.probe.mention == mention]
+        values = [torch.sigmoid(margin.double()).item() if share else bool(margin > 0) for margin in margins]
+        return float(sum(values)), len(values)
 
     return measure
-
-
-def right_share(capture: Capture) -> Total:
-    """The mean of P(right) / (P(right) + P(wrong)) over the contexts."""
-    shares = [torch.sigmoid(margin.double()).item() for _, margin in _margins(capture)]
-    return float(sum(shares)), len(shares)
 
 
 def name_reading(capture: Capture) -> Total:
