@@ -428,11 +428,8 @@ def _less_than_alone(result: AblationResult, found: Sequence[AblationResult], be
     if not alone:
         return ""
     most, single = max(alone, key=lambda item: item[0])
-    first = "loss_first_copy"
     old, new, new_alone = (
-        before.numbers.get(first),
-        result.reading.results.numbers.get(first),
-        single.reading.results.numbers.get(first),
+        r.numbers.get("loss_first_copy") for r in (before, result.reading.results, single.reading.results)
     )
     if most - together[0] < NO_EFFECT or None in (old, new, new_alone) or new - old <= new_alone - old:
         return ""
