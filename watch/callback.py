@@ -227,10 +227,8 @@ class AttentionWatch:
             # Through `cli.say`: the sets' words name the text they were read from, a path we did not write.
             say("", f"head types ({report.measured_on(self.sets)}); the untrained model's scores in brackets:")
             say(*report.type_report(reading, [p for p in found if p is not removed], self.since(reading)).splitlines())
-            for kind in (kind for kind, head_type in TYPES.items() if head_type.hparam):
-                top = reading.results.best(kind)
-                if top is not None:
-                    metrics[f"hparam/best_{kind}"] = top[1]
+            best = {kind: reading.results.best(kind) for kind, head_type in TYPES.items() if head_type.hparam}
+            metrics.update({f"hparam/best_{kind}": top[1] for kind, top in best.items() if top is not None})
             numbers = shown(reading.results.numbers)
             metrics.update({f"hparam/{n}": numbers[n] for n in ("in_context_gain", "in_context_score") if n in numbers})
         elif types_not_measurable(self.sets) is not None:  # say why the section is missing, as --heads does

@@ -20,7 +20,7 @@ from data.prepare import find_prepared
 from data.probes import Probe
 from watch.measure.capture import capture_attention
 from watch.measure.composition import composition_json
-from watch.measure.heads import Ablation, ablation_names, default_query, display_token, focused_head, head_name
+from watch.measure.heads import Ablation, ablation_names, default_query, display_token, head_name
 from watch.measure.headtypes import BROAD, TYPE_SETS, TYPES, types_not_measurable
 from watch.measure.patching import (
     MIN_GAP,
@@ -97,10 +97,10 @@ def show_attention(model, tokenizer, checkpoint: dict, args: argparse.Namespace,
         )
     patterns = capture_attention(model, [ids], ablate)[0]
     query = _query_position(tokens, args.query)
-    layer, head = focused_head(patterns, query)
+    view = SentenceView(text, tokens, patterns, query=query)  # its head to mark: the most focused from the query
+    layer, head = view.best
     written: list[str] = []
     if args.html:
-        view = SentenceView(text, tokens, patterns, query=query)
         step = f" at step {checkpoint['step']}" if "step" in checkpoint else ""
         ablated = f", with {', '.join(ablation_names(ablate))} ablated" if ablate else ""
         with working(f"reading {args.out_dir} for the page"):  # on a large model, a minute or more
@@ -110,8 +110,7 @@ def show_attention(model, tokenizer, checkpoint: dict, args: argparse.Namespace,
         page = write_page(args.html, page)
         written.append(f"attention page: {page} (open it in a browser; it needs no network)")
     if args.png_dir is not None:
-        removed = sorted(set(ablation_names(ablate)))  # a set of heads, however given
-        written += _write_heatmaps(checkpoint, args, tokens, patterns, query, (layer, head), removed)
+        written += _write_heatmaps(checkpoint, args, view, sorted(ablation_names(ablate)))  # by name, as files are
     if args.json:
         weights = [[[[round(float(w), 6) for w in row] for row in h] for h in p.tolist()] for p in patterns]
         out = {
@@ -132,31 +131,24 @@ def show_attention(model, tokenizer, checkpoint: dict, args: argparse.Namespace,
     say(f"most focused head: {head_name(layer, head)}", *written)
 
 
-def _write_heatmaps(
-    checkpoint: dict,
-    args: argparse.Namespace,
-    tokens: list[str],
-    patterns: list,
-    query: int,
-    focused: tuple[int, int],
-    removed: list[str],
-) -> list[str]:
-    """PNGs of every layer and of the focused head in --png_dir, named for all that makes them differ: the
-    sentence, the heads `removed` and the query. They are also added to the checkpoint's TensorBoard run, under
-    inspect/ and a tag of the same parts, when that run's folder is here. Both its parts come from the checkpoint,
-    so nothing else is written: no folder is made, and a run name that would lead outside its log_dir ('..', an
-    absolute path) is not followed. Returns the lines saying where they went."""
+def _write_heatmaps(checkpoint: dict, args: argparse.Namespace, view: SentenceView, removed: list[str]) -> list[str]:
+    """PNGs of every layer of the sentence's `view` and of its most focused head in --png_dir, named for all that makes
+    them differ: the sentence, the heads `removed` (in the order of their names) and the query. They
+    are also added to the checkpoint's TensorBoard run, under inspect/ and a tag of the same parts, when that run's
+    folder is here. Both its parts come from the checkpoint, so nothing else is written: no folder is made, and a run
+    name that would lead outside its log_dir ('..', an absolute path) is not followed. Returns the lines saying where
+    they went."""
     png_dir = Path(args.png_dir)
     without = f", without {', '.join(removed)}" if removed else ""
     # The hash in the slug tells every set of heads apart; the words, cut short, say which to a reader.
     slug = sentence_slug(args.attention, *removed) + (f"_without_{'_'.join(removed)}"[:60] if removed else "")
-    name = head_name(*focused)
+    tokens, patterns, query, name = view.tokens, view.patterns, view.query, head_name(*view.best)
     layers = HeatmapCanvas(tokens, len(patterns[0]))  # every layer has as many heads: one canvas draws them all
     images = {
         f"layer{n}": layers.draw(list(p), head_titles(n, len(p)), f"layer {n}{without}") for n, p in enumerate(patterns)
     }
     images[f"{name}_query{query}"] = HeatmapCanvas(tokens, 1, highlight_query=query).draw(
-        [patterns[focused[0]][focused[1]]], [f"{name}: most focused head for {tokens[query].strip()!r}{without}"]
+        [patterns[view.best[0]][view.best[1]]], [f"{name}: most focused head for {tokens[query].strip()!r}{without}"]
     )
     files = {png_dir / f"{slug}_{part}.png": png_of(image) for part, image in images.items()}
     written = [f"heatmaps: {png_dir}/{slug}_*.png"]
@@ -329,9 +321,7 @@ def heads_json(reading: Reading, found: list, mode: str, sets: ProbeSets) -> dic
             "type": head_type.kind,
             "type_label": TYPES[head_type.kind].label if head_type.kind else None,
             # activation patching on the watch's pairs: the share of the answer it carries, its direct attribution
-            "patching": results.head("patching", layer, head),
-            "patching_spread": results.head("patching_spread", layer, head),
-            "attribution": results.head("attribution", layer, head),
+            **{key: results.head(key, layer, head) for key in ("patching", "patching_spread", "attribution")},
             "untrained": scores_of(untrained, layer, head),
         }
     out = {

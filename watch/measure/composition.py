@@ -19,6 +19,7 @@ is 0 here: a head that writes nothing composes with nothing.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import product
 
 import torch
 import torch.nn as nn
@@ -114,22 +115,11 @@ def composition(model: nn.Module) -> Composition | None:
             scores = composition_scores(model)
     finally:
         torch.set_num_threads(threads)
-    n_layer, n_head = model.config.n_layer, model.config.n_head
-    pairs = [
-        (a, h, b, k)
-        for a in range(n_layer)
-        for h in range(n_head)
-        for b in range(a + 1, n_layer)
-        for k in range(n_head)
-    ]
-    lists = {kind: values.tolist() for kind, values in scores.items()}
-    return Composition(
-        scores,
-        {
-            kind: {pair_name(head_name(a, h), head_name(b, k)): values[a][h][b][k] for a, h, b, k in pairs}
-            for kind, values in lists.items()
-        },
-    )
+    heads = list(product(range(model.config.n_layer), range(model.config.n_head)))
+    pairs = [(a, h, b, k) for (a, h), (b, k) in product(heads, heads) if b > a]  # sources in order
+    names = [pair_name(head_name(a, h), head_name(b, k)) for a, h, b, k in pairs]
+    index = tuple(torch.tensor(pairs).T)  # the pairs' [layer_from, head_from, layer_to, head_to], as four columns
+    return Composition(scores, {kind: dict(zip(names, v[index].tolist(), strict=True)) for kind, v in scores.items()})
 
 
 def composition_json(found: Composition | None, untrained: Composition | None) -> dict:
@@ -146,20 +136,17 @@ def reads_from(found: Composition | None, untrained: Composition | None) -> dict
     if found is None:
         return {}
     n_layer, n_head = found.scores["K"].shape[:2]
-    out: dict[str, dict[str, list]] = {}
-    for kind in KINDS:
-        before = untrained.pairs[kind] if untrained is not None else {}
-        heads = {}
-        for layer in range(1, n_layer):
-            for head in range(n_head):
-                target = head_name(layer, head)
-                heads[target] = [
-                    [
-                        source,
-                        round(value, 4),
-                        round(before[pair], 4) if (pair := pair_name(source, target)) in before else None,
-                    ]
-                    for source, value in found.sources(kind, (layer, head))
-                ]
-        out[kind] = heads
-    return out
+    targets = [(layer, head) for layer in range(1, n_layer) for head in range(n_head)]
+    rounded = (
+        {kind: {pair: round(v, 4) for pair, v in untrained.pairs[kind].items()} for kind in KINDS} if untrained else {}
+    )
+    return {
+        kind: {
+            head_name(*target): [
+                [source, round(value, 4), rounded.get(kind, {}).get(pair_name(source, head_name(*target)))]
+                for source, value in found.sources(kind, target)
+            ]
+            for target in targets
+        }
+        for kind in KINDS
+    }

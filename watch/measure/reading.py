@@ -204,14 +204,18 @@ def watched_pairs(materials: Materials) -> ProbeSet | str:
     return materials.made[PAIRS]
 
 
+def drawn(make: Callable, kind: str) -> Callable[[Materials], ProbeSet | str | None]:
+    """The maker of a set of random tokens of `kind` (`make`: `repeated_tokens`, `repeats_by_distance`), drawn from the
+    materials' pool with the seed of their draw (`probesets.draw_seed`)."""
+    return lambda materials: make(materials.pool, materials.block_size, seed=probesets.draw_seed(materials.draw, kind))
+
+
 PROBE_KINDS: dict[str, ProbeKind] = {
     kind.name: kind
     for kind in (
         ProbeKind(
             REPEATED,
-            make=lambda materials: probesets.repeated_tokens(
-                materials.pool, materials.block_size, seed=probesets.draw_seed(materials.draw, REPEATED)
-            ),
+            make=drawn(probesets.repeated_tokens, REPEATED),
             quick=CUT,
             scores={
                 # The loss of predicting tokens 2..L of each copy (nats/token), and each sequence's in-context gain
@@ -224,9 +228,7 @@ PROBE_KINDS: dict[str, ProbeKind] = {
         ),
         ProbeKind(
             REACH,
-            make=lambda materials: probesets.repeats_by_distance(
-                materials.pool, materials.block_size, seed=probesets.draw_seed(materials.draw, REACH)
-            ),
+            make=drawn(probesets.repeats_by_distance, REACH),
             quick=AT_EVALUATIONS,
             # Induction where the earlier copy is d tokens back.
             scores={
@@ -271,7 +273,7 @@ PROBE_KINDS: dict[str, ProbeKind] = {
                 "agreement_accuracy": scores.right_word(),
                 "agreement_accuracy_first_mention": scores.right_word("first"),
                 "agreement_accuracy_second_mention": scores.right_word("second"),
-                "agreement_share": scores.right_share,
+                "agreement_share": scores.right_word(share=True),
                 "name_reading": scores.name_reading,
             },
         ),

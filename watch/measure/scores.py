@@ -34,15 +34,9 @@ Measure = Callable[[Capture], Total]
 # --- the shared maths ---------------------------------------------------------------------------------
 
 
-def weight_on_targets(capture: Capture, targets: torch.Tensor) -> Total:
-    """Per head, the weight on `targets` ([N, query_pos, key_pos] bool) summed over each query's
-    targets, added over the queries that have one: (total [layer, head], number of such queries)."""
-    by_sequence, queries = weight_by_sequence(capture, targets)
-    return by_sequence.sum(0), int(queries.sum())
-
-
 def weight_by_sequence(capture: Capture, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """`weight_on_targets` of each sequence: (total [N, layer, head], number of queries with a target [N])."""
+    """Per head and sequence, the weight on `targets` ([N, query_pos, key_pos] bool) summed over each query's targets,
+    added over the queries that have one: (total [N, layer, head], number of such queries [N])."""
     targets = targets.to(torch.float64)
     queries = (targets.sum(-1) > 0).to(torch.float64)  # [N, T]: queries with a target
     totals = [((pattern.double() * targets[:, None]).sum(-1) * queries[:, None]).sum(2) for pattern in capture.patterns]
@@ -78,17 +72,9 @@ def at_offset(offset: int) -> Measure:
     return partial(weight_at_offset, offset=offset, first_query=max(offset, 1))
 
 
-def on_targets(key: str, targets: Callable[[Capture], torch.Tensor]) -> Measure:
-    """Per head, the weight on `targets(capture)`, which depend on the sequences alone: made once per set, as `key`."""
-
-    def measure(capture: Capture) -> Total:
-        return weight_on_targets(capture, capture.constant(key, lambda: targets(capture)))
-
-    return measure
-
-
 def on_targets_with_spread(name: str, key: str, targets: Callable[[Capture], torch.Tensor]) -> dict[str, Measure]:
-    """The head score `name` (`on_targets`) and what its spread is read from: each sequence's own score, averaged
+    """The head score `name`, per head the weight on `targets(capture)` (which depend on the sequences alone: made once
+    per set, as `key`), and what its spread is read from: each sequence's own score, averaged
     and squared over the sequences that have a target (`{name}_sequences`, `{name}_squares`; `derived_head_scores`).
     The random sequences are the draws, so the spread says how far another draw of as many could move the score."""
 
@@ -100,7 +86,7 @@ def on_targets_with_spread(name: str, key: str, targets: Callable[[Capture], tor
             lambda: weight_by_sequence(capture, capture.constant(key, lambda: targets(capture))),
         )
 
-    def whole(capture: Capture) -> Total:  # the queries of every sequence together, as `on_targets`
+    def whole(capture: Capture) -> Total:  # the queries of every sequence together
         totals, queries = per_sequence(capture)
         return totals.sum(0), int(queries.sum())
 
@@ -216,7 +202,8 @@ def derived_model_scores(values: dict[str, float], counts: dict[str, int]) -> di
     for name in ("in_context_gain", "in_context_score"):  # the numbers reported with their spread
         mean, squares = {**values, **out}.get(name), values.get(f"{name}_squares")
         if mean is not None and squares is not None:
-            out[f"{name}_spread"] = spread(mean, squares, counts.get(f"{name}_squares", 0))
+            figures = torch.tensor([mean, squares], dtype=torch.float64)
+            out[f"{name}_spread"] = float(spread(*figures, counts.get(f"{name}_squares", 0)))
     return out
 
 
@@ -227,27 +214,19 @@ def derived_head_scores(heads: dict[str, torch.Tensor], counts: dict[str, int]) 
     for name in heads:
         means, squares = heads.get(f"{name}_sequences"), heads.get(f"{name}_squares")
         if means is not None and squares is not None:
-            out[f"{name}_spread"] = _spreads(means, squares, counts.get(f"{name}_squares", 0))
+            out[f"{name}_spread"] = spread(means, squares, counts.get(f"{name}_squares", 0))
     return out
 
 
-def _spreads(means: torch.Tensor, squares: torch.Tensor, count: int) -> torch.Tensor:
-    """`spread` of every head at once."""
+def spread(means: torch.Tensor, squares: torch.Tensor, count: int) -> torch.Tensor:
+    """Two standard errors of a mean of `count` independent draws with this mean and mean square (of each of a
+    tensor's at once: every head's): drawing the sequences again lands within this of the mean 19 times in 20, so a
+    figure inside it is no measurable effect, and one outside it cannot change sign from sampling alone. Infinite for
+    fewer than two draws."""
     if count < 2:
         return torch.full_like(means, math.inf)
     variance = (squares - means**2).clamp_min(0.0) * count / (count - 1)
     return 2 * (variance / count).sqrt()
-
-
-def spread(mean: float, mean_square: float, count: int) -> float:
-    """Two standard errors of a mean of `count` independent draws with this mean and mean square: drawing
-    the sequences again lands within this of the mean 19 times in 20, so a figure inside it is no
-    measurable effect, and one outside it cannot change sign from sampling alone. Infinite for fewer than
-    two draws."""
-    if count < 2:
-        return math.inf
-    variance = max(mean_square - mean**2, 0.0) * count / (count - 1)
-    return 2 * math.sqrt(variance / count)
 
 
 # --- pronoun probes: the pronoun's row ---------------------------------------------------------------
@@ -356,23 +335,17 @@ def _margins(capture: Capture) -> list[tuple]:
     ]
 
 
-def right_word(mention: str | None = None) -> Measure:
-    """The share of contexts where the right next word is more probable than the wrong one; with `mention`, of the
-    contexts of that mention only ("first", "second")."""
+def right_word(mention: str | None = None, *, share: bool = False) -> Measure:
+    """The share of contexts where the right next word is more probable than the wrong one, or with `share` the mean
+    of P(right) / (P(right) + P(wrong)) over them; with `mention`, of the contexts of that mention only ("first",
+    "second")."""
 
     def measure(capture: Capture) -> Total:
-        hits = [
-            bool(margin > 0) for item, margin in _margins(capture) if mention is None or item.probe.mention == mention
-        ]
-        return float(sum(hits)), len(hits)
+        margins = [margin for item, margin in _margins(capture) if mention is None or item.probe.mention == mention]
+        values = [torch.sigmoid(margin.double()).item() if share else bool(margin > 0) for margin in margins]
+        return float(sum(values)), len(values)
 
     return measure
-
-
-def right_share(capture: Capture) -> Total:
-    """The mean of P(right) / (P(right) + P(wrong)) over the contexts."""
-    shares = [torch.sigmoid(margin.double()).item() for _, margin in _margins(capture)]
-    return float(sum(shares)), len(shares)
 
 
 def name_reading(capture: Capture) -> Total:

@@ -31,18 +31,21 @@ class Shown:
     category: str = ""
 
 
-def _best_reach(reading: Reading) -> tuple[str, dict[int, float]]:
-    """The best induction head and its score by distance to the earlier copy, where the pass read the repeats by
-    distance (`REACH`) beside the repeated tokens ({} otherwise: a quick pass reads only the longest)."""
+def _best_reach(reading: Reading) -> tuple[str, dict[int, float], dict[int, float]]:
+    """The best induction head, its score by distance to the earlier copy and the spread of each, where the pass read
+    the repeats by distance (`REACH`) beside the repeated tokens ({} otherwise: a quick pass reads only the
+    longest)."""
     best = reading.results.best("induction")
     reach = reading.reach.get(best[0], {}) if best is not None else {}
-    return (best[0], reach) if len(reach) > 1 else ("", {})
+    if len(reach) < 2:
+        return "", {}, {}
+    return best[0], reach, reading.results.reach("_spread").get(best[0], {})
 
 
 def _repeated_lines(reading: Reading) -> list[str]:
     """How far back the best induction head copies, and the in-context gain, with its spread and what it means."""
     lines = []
-    best, reach = _best_reach(reading)
+    best, reach, spreads = _best_reach(reading)
     if reach and max(reach.values()) >= CLOSE * needed(None):  # some distance copies
         far, near = reach[max(reach)], max(reach.values())
         shape = (
@@ -50,14 +53,12 @@ def _repeated_lines(reading: Reading) -> list[str]:
             if far < 0.75 * near
             else ""
         )
-        spreads = reading.results.reach("_spread").get(best, {})
         by_distance = ", ".join(f"{d} tokens {with_spread(value, spreads.get(d))}" for d, value in reach.items())
         lines.append(f"{best}'s induction score by distance to the earlier copy: {by_distance}{shape}")
     numbers = reading.results.numbers
     if "in_context_gain" in numbers:
         then = reading.untrained.results.numbers if reading.untrained is not None else {}
-        better = "better" if numbers["in_context_gain"] > 0 else "worse"
-        meaning = f"the second copy is predicted {{size}} nats {better} than the first"
+        meaning = "the second copy is predicted {size} nats {better} than the first"
         lines.append(
             f"in-context gain on repeated random tokens: {measured(numbers, 'in_context_gain', meaning)} "
             f"(first copy {numbers['loss_first_copy']:.3f}, second {numbers['loss_second_copy']:.3f} nats/token: "
@@ -67,22 +68,9 @@ def _repeated_lines(reading: Reading) -> list[str]:
     return lines
 
 
-def _spread_scalars(reading: Reading) -> Scalars:
-    """Beside each head type read from the repeated tokens, its spread: every head's (heads/{type}_spread) and the
-    best head's (heads/{type}/best_spread, beside heads/{type}/best)."""
-    scalars = {}
-    for name in (name for name, head_type in TYPES.items() if head_type.probe_set == REPEATED):
-        spreads = reading.results.heads.get(f"{name}_spread")
-        if spreads is not None and reading.results.best(name) is not None:
-            scalars[f"heads/{name}_spread"] = spreads
-            scalars[f"heads/{name}/best_spread"] = reading.results.best_spread(name)
-    return scalars
-
-
 def _reach_scalars(reading: Reading) -> Scalars:
     """The best induction head's score at each distance, and its spread."""
-    best, reach = _best_reach(reading)
-    spreads = reading.results.reach("_spread").get(best, {})
+    _, reach, spreads = _best_reach(reading)
     scalars = {f"heads/induction/best_at_{d:02d}": value for d, value in reach.items()}
     return scalars | {f"heads/induction/best_at_{d:02d}_spread": spreads.get(d) for d in reach}
 
@@ -100,8 +88,7 @@ def _text_lines(reading: Reading) -> list[str]:
         f"tokens {late.start}-{late.stop - 1} of a {length}-token context "
         f"against the same tokens at {early.start}-{early.start + late.stop - late.start - 1}"
     )
-    better = "better" if numbers["in_context_score"] > 0 else "worse"
-    meaning = f"later in the context, tokens are predicted {{size}} nats {better}"
+    meaning = "later in the context, tokens are predicted {size} nats {better}"
     return [
         f"in-context score on held-out text: {measured(numbers, 'in_context_score', meaning, 'nats')} ({where}, "
         f"{len(text.ids) // 2} pairs of windows{_then(then, 'in_context_score')}; the negative of Olsson et al.'s "
@@ -120,12 +107,13 @@ def shown(numbers: dict[str, float]) -> dict[str, float]:
 
 
 def measured(numbers: dict, name: str, meaning: str, unit: str = "nats/token") -> str:
-    """ "+0.12 ± 0.03 nats/token: the second copy is ...", or "no measurable effect, +0.02 ± 0.05 nats/token"
-    when the figure lies inside its spread."""
+    """ "+0.12 ± 0.03 nats/token: the second copy is ...", `meaning` with the figure's {size} and whether it is
+    {better} or worse; or "no measurable effect, +0.02 ± 0.05 nats/token" when the figure lies inside its spread."""
     figure, inside = _signed(numbers, name)
     if inside:
         return f"no measurable effect, {figure} {unit}"
-    return f"{figure} {unit}: {meaning.format(size=figure.split(' ± ')[0].lstrip('+-'))}"  # at the figure's places
+    size = figure.split(" ± ")[0].lstrip("+-")  # at the figure's places
+    return f"{figure} {unit}: {meaning.format(size=size, better='better' if numbers[name] > 0 else 'worse')}"
 
 
 def _then(then: dict, name: str) -> str:
@@ -285,7 +273,6 @@ PATCHING_CHARTS = {
 SHOWN: dict[str, Shown] = {
     REPEATED: Shown(
         lines=_repeated_lines,
-        scalars=_spread_scalars,
         # The phase change: the induction score and the in-context gain jump together (a chart each: one run's lines
         # share its colour).
         charts={

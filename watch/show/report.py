@@ -258,8 +258,8 @@ def ablation_lines(reading: Reading, found: Sequence[AblationResult]) -> str:
     results = reading.results
     lines = []
     for result in (r for r in found if r.kind != "copying"):  # those make up `route_lines`
-        after, tested = result.reading.results, result.tested_on
-        costs = [_change(tested[0], results, after)] if tested else []
+        after = result.reading.results
+        costs = [_change(result, results)] if result.tested_on else []
         fed = TYPES[result.kind].feeds if result.kind in TYPES else None
         if fed is not None:  # a circuit: the best head left of the type its heads feed, before and after
             old, new = ({n: v for n, v in r.per_head(fed).items() if n not in result.heads} for r in (results, after))
@@ -295,11 +295,12 @@ def _spread_of(results: Results, key: str) -> float | None:
     return _share_spread(results.numbers.get(key), results.counts.get(key)) if key.endswith("accuracy") else None
 
 
-def _change(key: str, before: Results, after: Results) -> str:
-    """What removing heads did to the measure `key`, in words, always "by how much, from what to what": "shrinks the
-    in-context gain by 3.83 nats/token, from 3.01 to -0.82: all of it and more (first copy ...)"; "" when it was not
-    measured. A model with no in-context gain to lose is said to have none, and the held-out loss says what removing
-    the heads does to its text instead."""
+def _change(result: AblationResult, before: Results) -> str:
+    """What removing `result.heads` did to the measure they are tested on, in words, always "by how much, from what
+    to what": "shrinks the in-context gain by 3.83 nats/token, from 3.01 to -0.82: all of it and more (first copy
+    ...)"; "" when it was not measured. A model with no in-context gain to lose is said to have none, and the held-out
+    loss says what removing the heads does to its text instead."""
+    key, after = result.tested_on[0], result.reading.results
     old, new = before.numbers.get(key), after.numbers.get(key)
     if old is None or new is None:
         return ""
@@ -314,7 +315,7 @@ def _change(key: str, before: Results, after: Results) -> str:
         return text + (f"; it {loss}" if loss else "")
     text = _moves("the in-context gain", old, new, 3, spreads, "nats/token", ("shrinks {}", "grows {}"))
     if not text.startswith("changes"):  # a change beyond the spreads: how much of the gain it is
-        text += f": {_share_taken(old, new, spreads)}"
+        text += f": {_share_taken(*_cost(result, before))}"
     keys = ("loss_first_copy", "loss_second_copy")
     if all(k in before.numbers and k in after.numbers for k in keys):  # a removed copying head can worsen both copies
         (first, second), (first_after, second_after) = ([r.numbers[k] for k in keys] for r in (before, after))
@@ -367,8 +368,9 @@ def _moves(
 
 
 def _cost(result: AblationResult, before: Results) -> tuple[float, float | None] | None:
-    """The share of what a kind of head is tested on that removing `result.heads` lost (0: nothing), with its spread
-    (from the spreads of the figures before and after; None where they have none)."""
+    """The share of what a kind of head is tested on that removing `result.heads` lost (0: nothing; of a figure where
+    lower is better, the share it grew by), with its spread from the spreads of the figures before and after (None
+    where they have none); None where either was not measured, or was 0."""
     key, higher = result.tested_on or (None, True)
     after = result.reading.results
     old, new = before.numbers.get(key), after.numbers.get(key)
@@ -426,11 +428,8 @@ def _less_than_alone(result: AblationResult, found: Sequence[AblationResult], be
     if not alone:
         return ""
     most, single = max(alone, key=lambda item: item[0])
-    first = "loss_first_copy"
     old, new, new_alone = (
-        before.numbers.get(first),
-        result.reading.results.numbers.get(first),
-        single.reading.results.numbers.get(first),
+        r.numbers.get("loss_first_copy") for r in (before, result.reading.results, single.reading.results)
     )
     if most - together[0] < NO_EFFECT or None in (old, new, new_alone) or new - old <= new_alone - old:
         return ""
@@ -474,15 +473,12 @@ def route_lines(reading: Reading, found: Sequence[AblationResult]) -> list[str]:
     return lines
 
 
-def _share_taken(old: float, new: float, spreads: tuple[float | None, float | None]) -> str:
-    """How much of a positive figure `old` removing heads took away, when it became `new`, in words, a share with its
-    spread."""
-    taken = (old - new) / old
+def _share_taken(taken: float, spread: float | None) -> str:
+    """How much of a positive figure removing heads took away (`_cost`), in words, a share with its spread."""
     if taken > 1.05:
         return "all of it and more"
     if taken >= 0.95:
         return "all of it"
-    spread = None if None in spreads else math.hypot(spreads[1] / old, new * spreads[0] / old**2)
     if taken >= 0.05:
         return f"{_percent((taken, spread))} of it"
     if taken > -0.05:

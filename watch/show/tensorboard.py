@@ -344,33 +344,29 @@ def chart_layout(sets: ProbeSets, n_layer: int, n_head: int, *, fine_tuning: boo
         if PATHS in sets.sets
         else {},
     }
-    layout = {}
+    layout: dict[str, dict[str, list[str]]] = {}
     for category, charts in CHARTS.items():
         if category not in drawn:
             continue
-        layout[category] = {}
+        found = layout[category] = {}
         for title, tags in charts.items():
             if not title.endswith(EVERY_HEAD):
-                layout[category][title] = ["Multiline", list(tags)]
+                found[title] = list(tags)
                 continue
             for group, words in groups.items():  # the tag in each head's run ends in its group (`_log_heads`)
-                layout[category][f"{title.removesuffix(EVERY_HEAD)}, {words}"] = [
-                    "Multiline",
-                    [tag if tag.startswith("reference/") else f"{tag.removesuffix('$')}/{group}$" for tag in tags],
-                ]
+                ends = [tag if tag.startswith("reference/") else f"{tag.removesuffix('$')}/{group}$" for tag in tags]
+                found[f"{title.removesuffix(EVERY_HEAD)}, {words}"] = ends
         if n_layer * n_head <= COMPOSITION_CHARTS_MAX_HEADS:
             for title, (tag, last) in readers.get(category, {}).items():  # a chart per group of earlier heads
                 earlier = [group for group in groups if int(group[1:].partition("H")[0]) <= last]
                 for group in earlier:
-                    chart = title + ("" if len(earlier) == 1 else f", from {groups[group]}")
-                    layout[category][chart] = ["Multiline", [rf"{tag}/{group}$"]]
-    for charts in layout.values():
-        for _, tags in charts.values():
-            if not any(tag.startswith(NOT_SHARES) for tag in tags):
-                tags.append(r"reference/all$")
+                    found[title + ("" if len(earlier) == 1 else f", from {groups[group]}")] = [rf"{tag}/{group}$"]
     pairs = sets.get(PATHS) or sets.get(PAIRS)  # the patching category says what it was measured on
     return {
-        f"{category}, over {pairs.about}" if category == "patching" else category: charts
+        f"{category}, over {pairs.about}" if category == "patching" else category: {
+            title: ["Multiline", tags + ([] if any(t.startswith(NOT_SHARES) for t in tags) else [r"reference/all$"])]
+            for title, tags in charts.items()
+        }
         for category, charts in layout.items()
     }
 
@@ -419,7 +415,8 @@ def log_evaluation(
 
 def log_scores(writer: Any, step: int, reading: Reading) -> None:
     """Every head's type scores, each in the head's own run, with the best in the run's; what each kind of probe set
-    gives (`ProbeKind.numbers`, as the views show them, and `Shown.scalars`: watch/show/kinds.py); the flat lines the
+    gives (`ProbeKind.numbers`, as the views show them; of each type read on it with a spread, heads/{type}_spread and
+    heads/{type}/best_spread; and `Shown.scalars`: watch/show/kinds.py); the flat lines the
     charts draw beside theirs (`REFERENCES`); and every pair's Q-, K- and
     V-composition, in the earlier head's run (composition/K/into_L1H3/L0 in run L0H1: L0H1's output as L1H3's keys
     read it), with per kind the best pair's score beside the untrained model's best."""
@@ -432,8 +429,13 @@ def log_scores(writer: Any, step: int, reading: Reading) -> None:
         scalars["reference/untrained_loss"] = reading.untrained.results.numbers.get("text_loss")
     for kind in PROBE_KINDS.values():
         scalars.update({f"heads/{name}": numbers.get(name) for name in kind.numbers})
-        if kind.name in reading.results.sets.sets:  # the kinds the pass read
-            scalars.update(SHOWN[kind.name].scalars(reading))
+        if kind.name not in reading.results.sets.sets:  # the kinds the pass read
+            continue
+        for name in (name for name, t in TYPES.items() if t.probe_set == kind.name and reading.results.best(name)):
+            # Beside a type's score, its spread where it has one: every head's and the best head's.
+            scalars[f"heads/{name}_spread"] = reading.results.heads.get(f"{name}_spread")
+            scalars[f"heads/{name}/best_spread"] = reading.results.best_spread(name)
+        scalars.update(SHOWN[kind.name].scalars(reading))
     found = reading.composition
     untrained = reading.untrained.composition if reading.untrained is not None and found is not None else None
     for kind in KINDS if found is not None else ():
