@@ -189,8 +189,11 @@ def generate_stream(model: nn.Module, idx: torch.Tensor, max_new_tokens: int, **
 
 
 def generate(model: nn.Module, idx: torch.Tensor, max_new_tokens: int, **options) -> torch.Tensor:
-    """idx [B, T] -> [B, T + max_new_tokens]; see `generate_stream` for options."""
-    return torch.cat([idx, *generate_stream(model, idx, max_new_tokens, **options)], dim=1)
+    """idx [B, T] -> [B, T + max_new_tokens]; see `generate_stream` for options. In sampling's mode once for every
+    token: entering it for each, as `generate_stream` must, costs a tenth of a small model's decode."""
+    with sampling_mode():
+        new = list(_sampled(model, idx, max_new_tokens, **options))
+    return torch.cat([idx, *new], dim=1)
 
 
 def _sampled(
