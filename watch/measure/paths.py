@@ -70,7 +70,7 @@ class Path:
     def clear(self) -> bool:
         """Measured, above its spread (a path the pairs show, not one their draw could have made up) and above
         NOISE."""
-        return self.measured and self.share > max(NOISE, self.spread if self.spread == self.spread else 0.0)
+        return bool(above_spread(self.share, self.spread))
 
 
 def receivers(model: nn.Module, layer: int) -> list[tuple[str, str, str, int | None]]:
@@ -196,9 +196,15 @@ def watched(model: nn.Module, pairs: Sequence[Pair], found: dict[str, torch.Tens
 
 
 def carrying(found: dict[str, torch.Tensor | float], name: str) -> torch.Tensor:
-    """Where the share `found[name]` is above its spread and NOISE: the rule a path's `clear` follows."""
-    spread = torch.nan_to_num(torch.as_tensor(found[f"{name}_spread"]), nan=0.0)
-    return torch.as_tensor(found[name]) > spread.clamp(min=NOISE)
+    """Where the share `found[name]` is above its spread `found[name + "_spread"]` (`above_spread`)."""
+    return above_spread(found[name], found[f"{name}_spread"])
+
+
+def above_spread(share: torch.Tensor | float, spread: torch.Tensor | float) -> torch.Tensor:
+    """Where a share is measured and above both its spread (NaN for one pair: none) and NOISE: a share the pairs
+    show, not one their draw could have made up. The one rule for a sender, a receiver and a path."""
+    spread = torch.nan_to_num(torch.as_tensor(spread), nan=0.0)
+    return torch.as_tensor(share) > spread.clamp(min=NOISE)
 
 
 def on(pairs: ProbeSet | str) -> ProbeSet | str:
