@@ -352,6 +352,10 @@ def test_restarts_stopped_right_after_their_first_step_never_push_the_trained_ru
         else:
             assert "before this run's first checkpoint: not saved, so that the earlier runs'" in err, err
             assert (out / "ckpt.pt").read_bytes() == first_restart and "saved step" not in "".join(lines)
+            # A run not saved keeps no claim on its TensorBoard folder: the same --run_name starts again.
+            assert json.loads((tmp_path / "runs" / f"r{seed}" / ".gptwatch-run").read_text())["saved"] is False
+    code, _, err = run_train(tiny_args(tmp_path, "--max_iters=2", "--seed=13", "--run_name=r13"))
+    assert code == 0, err  # the last one, not saved, keeps no claim on its name: it starts again
 
 
 def _said(proc: subprocess.Popen, start: str) -> Callable[[], bool]:

@@ -116,17 +116,23 @@ class CheckpointWriter:
             CHECKPOINT_FILE.check(previous_path(path), "choose another --out_dir", "the earlier run's checkpoint")
         remove_dead_leftovers(path)
 
-    def save(self, checkpoint: Checkpoint, step: int, *, stopped: bool = False) -> None:
-        """Saves `checkpoint` of `step`; `stopped`: a stop signal ended the run, and this is its last save."""
+    def skips_stopped(self, step: int) -> bool:
+        """Whether the last save of a run a stop signal ended, at `step`, is skipped (and says so): it would push an
+        earlier run out of ckpt.prev.pt. Asked before anything of the save is done, the run folder's record too."""
+        previous = previous_path(self.path)
+        if not (self.keep_previous and os.path.lexists(previous)):
+            return False
+        warn(
+            f"stopped at step {step}, before this run's first checkpoint: not saved, so that the earlier runs' "
+            f"{self.path} and {previous} stay as they were"
+        )
+        return True
+
+    def save(self, checkpoint: Checkpoint, step: int) -> None:
+        """Saves `checkpoint` of `step`."""
         if self.guard is not None:
             self.guard()
         previous = previous_path(self.path) if self.keep_previous else None
-        if previous is not None and stopped and os.path.lexists(previous):
-            warn(
-                f"stopped at step {step}, before this run's first checkpoint: not saved, so that the earlier runs' "
-                f"{self.path} and {previous} stay as they were"
-            )
-            return
         save_checkpoint(self.path, checkpoint, keep_previous=previous)
         if previous is not None:
             self.keep_previous = False
@@ -320,7 +326,7 @@ class Trainer:
         so the checkpoint on disk stays the last sane state; at the end of fit (`final`) the run stops with an
         error instead. A run that comes back down says what was not saved. `stopped`: a stop signal ended the run
         (`CheckpointWriter.save`)."""
-        if self.checkpoints is None:
+        if self.checkpoints is None or (stopped and self.checkpoints.skips_stopped(self.state.step)):
             return
         if not all(bool(torch.isfinite(p).all()) for p in self.model.parameters()):
             raise self._diverged("a parameter", "inf or nan")
@@ -355,7 +361,7 @@ class Trainer:
             **asdict(self.state),
         )
         self._emit("on_save", self)
-        self.checkpoints.save(checkpoint, self.state.step, stopped=stopped)
+        self.checkpoints.save(checkpoint, self.state.step)
 
     def _diverged(self, what: str, value: object) -> UserError:
         saved = self.checkpoints.saved_step if self.checkpoints is not None else None
