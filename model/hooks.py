@@ -98,15 +98,16 @@ def where(mask: torch.Tensor, values: torch.Tensor) -> Edit:
 def removed_heads(heads: Iterable[int], means: torch.Tensor | None = None) -> Edit:
     """The edit of a layer's `hook_z` [..., head, d_head] that removes `heads`: their output becomes zeros
     (zero-ablation) or, with `means` [head, d_head], each one's mean output over some text (mean-ablation)."""
-    heads = list(heads)
+    heads, made = list(heads), {}  # the mask and the fill, made once for each kind of z: sampling edits every token
 
     def edit(z: torch.Tensor) -> torch.Tensor:
-        n_head = z.shape[-2]
-        if any(not 0 <= head < n_head for head in heads):
-            raise ValueError(f"cannot remove head {max(heads)}: the layer has heads 0 to {n_head - 1}")
-        gone = torch.zeros(n_head, 1, dtype=torch.bool, device=z.device)
-        gone[heads] = True
-        fill = torch.zeros((), dtype=z.dtype, device=z.device) if means is None else means.to(z)
-        return torch.where(gone, fill, z)
+        n_head, kind = z.shape[-2], (z.shape[-2], z.device, z.dtype)
+        if kind not in made:
+            if any(not 0 <= head < n_head for head in heads):
+                raise ValueError(f"cannot remove head {max(heads)}: the layer has heads 0 to {n_head - 1}")
+            gone = torch.zeros(n_head, 1, dtype=torch.bool, device=z.device)
+            gone[heads] = True
+            made[kind] = gone, torch.zeros((), dtype=z.dtype, device=z.device) if means is None else means.to(z)
+        return torch.where(*made[kind], z)
 
     return edit

@@ -133,10 +133,8 @@ def attention_step(layer: LayerCache, x: torch.Tensor, z_edit: Edit | None = Non
             future = torch.triu(torch.ones(shape, device=x.device), diagonal=start + 1).bool()
             mask = mask.masked_fill(future, float("-inf"))
         context = F.scaled_dot_product_attention(queries, keys, values, attn_mask=mask.to(queries.dtype))
-    if z_edit is not None:
-        rows = z_edit(context.transpose(1, 2)).reshape(B * T, H * D)
-    else:
-        rows = context.view(B, H * D) if T == 1 else context.transpose(1, 2).reshape(B * T, H * D)
+    heads = context.transpose(1, 2)  # [B, T, H, D], as at the readable path's hook_z (a view for one token)
+    rows = (heads if z_edit is None else z_edit(heads)).reshape(B * T, H * D)
     return linear(rows, *layer.out_proj, x)
 
 

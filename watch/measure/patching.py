@@ -46,7 +46,7 @@ from common.errors import UserError
 from data.probes import PatchPair, Probe, load_jsonl
 from data.pronouns import PRONOUNS_OF
 from data.tokenizer import Tokenizer, TokenizerError
-from model.hooks import HEAD_SITES, Cache, Edit, site_name, sites
+from model.hooks import HEAD_SITES, Cache, Edit, Edits, site_name, sites
 from watch.measure.heads import head_name
 from watch.measure.probesets import ProbeSet, ProbeSets
 
@@ -377,7 +377,7 @@ def patched(model: nn.Module, both: Runs, rows: Rows, *, record: Sequence[str] =
     recorded from those runs (rows in order). Row r runs pair `rows.pair[r]`'s corrupted prompt. Without `record`, a
     row that changes nothing before layer l starts there, from the corrupted run's stream entering it (the blocks
     before it would compute what the corrupted run did): most of path patching's rows, half of patching's."""
-    n_pairs, diffs, recorded = len(both.pairs), [torch.zeros(0, dtype=torch.float64)], Cache()
+    n_pairs, diffs, recorded = len(both.pairs), [torch.zeros(0, dtype=torch.float64)], {}
     first = rows.first_layers() if not record else torch.zeros(len(rows.pair), dtype=torch.long)
     order = torch.argsort(first, stable=True)
     rows, first = rows.reordered(order), first[order]
@@ -387,24 +387,24 @@ def patched(model: nn.Module, both: Runs, rows: Rows, *, record: Sequence[str] =
             part = slice(
                 chunk.start + int((first[chunk] < layer).sum()), chunk.start + int((first[chunk] <= layer).sum())
             )
-            corrupted = (n_pairs + rows.pair[part]).to(both.idx.device)
-            start_from = both.idx[corrupted] if layer == 0 else stream_entering(model, both, rows, part, layer)
+            corrupted, edits = (n_pairs + rows.pair[part]).to(both.idx.device), rows.edits(part)
+            start_from = both.idx[corrupted] if layer == 0 else stream_entering(both, corrupted, edits, layer)
             logits, cache = model.run_with_cache(
-                start_from, record, edits=rows.edits(part), logits_at=both.last[corrupted], start_at_layer=layer
+                start_from, record, edits=edits, logits_at=both.last[corrupted], start_at_layer=layer
             )
             diffs.append(both.diffs(logits, rows.pair[part]))
             for name, value in cache.items():
-                recorded[name] = torch.cat([recorded[name], value]) if name in recorded else value
-    return torch.cat(diffs)[torch.argsort(order)], recorded
+                recorded.setdefault(name, []).append(value)
+    return torch.cat(diffs)[torch.argsort(order)], Cache({name: torch.cat(found) for name, found in recorded.items()})
 
 
-def stream_entering(model: nn.Module, both: Runs, rows: Rows, part: slice, layer: int) -> torch.Tensor:
-    """The stream entering block `layer` (past the last block: the final norm's input) for rows `part`: the corrupted
-    run's, with what the rows put in the previous block's MLP output in place of the corrupted run's."""
-    corrupted = len(both.pairs) + rows.pair[part]
+def stream_entering(both: Runs, corrupted: torch.Tensor, edits: Edits, layer: int) -> torch.Tensor:
+    """The stream entering block `layer` (past the last block: the final norm's input) for rows running the corrupted
+    runs `corrupted` (rows of `both`) with `edits`: the corrupted run's, with what the edits put in the previous
+    block's MLP output in place of the corrupted run's."""
     stream = both.cache["resid_post", layer - 1][corrupted]
     site = site_name("mlp_out", layer - 1)
-    edit = rows.edits(part).get(site)
+    edit = edits.get(site)
     if edit is not None:
         before = both.cache[site][corrupted]
         stream = stream + (edit(before) - before)

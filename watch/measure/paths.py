@@ -108,9 +108,8 @@ def path_patching(
     through = torch.zeros(n_pairs, 0, dtype=torch.float64)
     if edges:
         feeding = sorted({s for s, *_ in edges})  # step 1 runs for the senders that have a receiver to read them
-        frozen = patched(
-            model, both, sender_rows(model, both, [senders[s] for s in feeding]), record=receiver_sites(model)
-        )[1]
+        steps = sender_rows(model, both, [senders[s] for s in feeding])
+        frozen = patched(model, both, steps, record=sorted({site for *_, site, _ in edges}))[1]  # what step 2 reads
         pair = torch.arange(n_pairs).repeat_interleave(len(edges))  # row p * E + e: pair p, edge e
         sender = torch.tensor([feeding.index(s) for s, *_ in edges], dtype=torch.long).repeat(n_pairs)
         wheres: dict[str, torch.Tensor] = {}
@@ -146,13 +145,6 @@ def sender_rows(model: nn.Module, both: Runs, senders: Sequence[tuple[int, int]]
         everywhere = torch.ones(len(pair), 1, 1, 1, dtype=torch.bool)
         takes[site_name("z", layer)] = [(everywhere, both.cache, n_pairs + pair), (mine, both.cache, pair)]
     return Rows(pair, takes)
-
-
-def receiver_sites(model: nn.Module) -> list[str]:
-    """The sites a receiver reads a sender through: each layer's queries, keys and values, and each MLP's output."""
-    cfg = model.config
-    found = [site_name(kind, layer) for layer in range(cfg.n_layer) for kind in INPUTS]
-    return found + [site_name("mlp_out", layer) for layer in range(cfg.n_layer) if model.blocks[layer].mlp is not None]
 
 
 def direct_to_logits(model: nn.Module, both: Runs, senders: Sequence[tuple[int, int]]) -> torch.Tensor:
@@ -192,7 +184,7 @@ def watched(model: nn.Module, pairs: Sequence[Pair], found: dict[str, torch.Tens
         for layer in range(model.config.n_layer)
         if f"{WATCHED_NAMES['mlps']}{layer}" in found and carrying(found, f"{WATCHED_NAMES['mlps']}{layer}")
     }
-    return path_patching(model, runs(model, pairs), senders, read)
+    return path_patching(model, runs(model, pairs), senders, read) if senders else []
 
 
 def carrying(found: dict[str, torch.Tensor | float], name: str) -> torch.Tensor:
