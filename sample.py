@@ -330,6 +330,7 @@ def main(argv: list[str]) -> int:
     if args.prompt.startswith("@"):
         args.prompt = "@" + path_setting(args.prompt[1:], "--prompt @FILE")
     mode = check_mode(args)
+    check_options(OPTIONS, args, "--{}")  # before the model is read: no rule but --top_k's needs it
     if args.html is not None:
         args.html = str(destination(args.html, "--html", folder=False, fix="give a file path, e.g. page.html"))
     if mode == "export":
@@ -342,7 +343,6 @@ def main(argv: list[str]) -> int:
     device = pick_device(args.device)
     loaded = load(args, device, mode)
     model, tokenizer = loaded.model, loaded.tokenizer
-    check_options(OPTIONS, args, "--{}")
     if args.top_k is not None and not 0 < args.top_k <= tokenizer.vocab_size:
         raise UsageError(f"--top_k must be between 1 and the vocabulary size {tokenizer.vocab_size}, got {args.top_k}")
     from watch.measure.heads import ablation_for

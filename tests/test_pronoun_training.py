@@ -65,8 +65,11 @@ def test_the_head_table_names_the_pronoun_head(demo, capsys):
     run_cli(sample.main, [f"--out_dir={demo / 'out'}", f"--probes={probes}", "--json"])
     best = json.loads(capsys.readouterr().out)["best"]["name"]
     assert run_cli(sample.main, [f"--out_dir={demo / 'out'}", "--heads", "--json"]) == 0
-    heads = json.loads(capsys.readouterr().out)["heads"]
+    found = json.loads(capsys.readouterr().out)
+    heads = found["heads"]
     assert heads[best]["type"] == "pronoun" and heads[best]["pronoun"] >= 3 * heads[best]["untrained"]["pronoun"]
+    # The paths the report prints are in the JSON too: the pronoun head's output goes on into the first MLP.
+    assert any(path["sender"] == best and path["receiver"] == "MLP0" for path in found["paths"]), found["paths"]
     assert run_cli(sample.main, [f"--out_dir={demo / 'out'}", "--heads"]) == 0
     out = capsys.readouterr().out
     assert f"pronoun heads: {best} " in out and "how to read it:" in out

@@ -477,9 +477,8 @@ class RunLock:
         alive = owner and owner.get("host") == socket.gethostname() and process_alive(owner.get("pid"))
         if fcntl is None and not alive:  # no kernel lock here: a lock file whose owner has ended is free
             return
-        who = _describe(owner) if owner else "its details are not written yet"
         raise UserError(
-            f"{self.what} {self.folder} is in use by another training run ({who}); wait for it to "
+            f"{self.what} {self.folder} is in use by another training run ({_describe(owner)}); wait for it to "
             f"finish or stop it, or choose another {self.option}"
         )
 
@@ -493,11 +492,11 @@ class RunLock:
 
 
 def _owner(fd: int) -> dict:
-    """What the lock file says of its owner: {} when it is empty (nobody has written it yet), {"pid": "unknown"}
-    when it cannot be read or holds no table."""
+    """What the lock file says of its owner (written whole, after its header, before it is linked into place);
+    {"pid": "unknown"} when it cannot be read or holds no table."""
     try:
         os.lseek(fd, 0, os.SEEK_SET)
-        owner = parse_json(os.read(fd, 4096) or b"{}")
+        owner = parse_json(os.read(fd, 4096))
     except (OSError, NotParsed):
         return {"pid": "unknown"}
     return owner if isinstance(owner, dict) else {"pid": "unknown"}

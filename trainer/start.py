@@ -431,9 +431,7 @@ def data_differences(checkpoint: dict, data: dict, path: Path) -> list[tuple[str
     found = []
     why = "; another split would validate on text the model trained on"
     if isinstance(fraction, float):
-        _differs(
-            found, "val_fraction", data["val_fraction"], fraction, f"--val_fraction={fraction:g}", why, "{:g}".format
-        )
+        _differs(found, "val_fraction", data["val_fraction"], fraction, why=why, shown="{:g}".format)  # exact flag
     if saved is None or not isinstance(saved.get("source_sha256"), str):
         warn(
             f"{path} does not record which text it was trained on (an older checkpoint), so resuming cannot check "

@@ -201,14 +201,16 @@ def show_probes(model, tokenizer, _checkpoint: dict, args: argparse.Namespace, a
 # --- head types -----------------------------------------------------------------------------------
 
 
-def checkpoint_reading(model, sets: ProbeSets, checkpoint: dict, ablate: Ablation | None = None) -> Reading:
-    """`model` (`ablate`'s heads removed) read on `sets` against the untrained model its run started from (built from
-    the run's seed: 1337, the default, when it records none), with the composition of both."""
+def checkpoint_reading(
+    model, sets: ProbeSets, checkpoint: dict, ablate: Ablation | None = None, kinds: tuple[str, ...] | None = None
+) -> Reading:
+    """`model` (`ablate`'s heads removed) read on `sets` (only `kinds`, if given) against the untrained model its run
+    started from (built from the run's seed: 1337, the default, when it records none), with the composition of both."""
     config = checkpoint.get("train_config")
     seed = config.get("seed") if isinstance(config, dict) else None
     untrained = untrained_like(model, seed if type(seed) is int else 1337)
     baseline = read_pass(untrained, sets, kinds=TYPE_SETS, compose=True)
-    return read_pass(model, sets, untrained=baseline, ablate=ablate, compose=True)
+    return read_pass(model, sets, untrained=baseline, ablate=ablate, kinds=kinds, compose=True)
 
 
 def checkpoint_sets(model, tokenizer, checkpoint: dict, text_file: str | None, draw: int = 0) -> ProbeSets:
@@ -331,6 +333,7 @@ def heads_json(reading: Reading, found: list, mode: str, sets: ProbeSets) -> dic
         "ablated": results.ablated,
         "ablation": mode,
         "probe_sets": {kind: s.about for kind, s in sets.sets.items()},
+        "paths": [asdict(path) for path in results.paths],  # which head feeds which, as `--patch --paths` gives them
         "draw_rule": sets.get(REPEATED).draw_rule if sets.get(REPEATED) is not None else None,
         "not_measured": dict(sets.missing),
         "ablations": [
@@ -413,7 +416,8 @@ def _circuit(model, tokenizer, checkpoint: dict, pairs: list, found: list | None
     if found is None:
         return None
     with working("reading the heads' types for the graph"):
-        labels = type_labels(checkpoint_reading(model, checkpoint_sets(model, tokenizer, checkpoint, None), checkpoint))
+        sets = checkpoint_sets(model, tokenizer, checkpoint, None)
+        labels = type_labels(checkpoint_reading(model, sets, checkpoint, kinds=TYPE_SETS))  # the types alone
     title = f"which head feeds which on {len(pairs)} pair{'s' if len(pairs) > 1 else ''} (path patching)"
     return circuit_image(found, model.config.n_layer, model.config.n_head, labels, title)
 

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 from PIL import Image, ImageDraw
 
-from watch.measure.paths import Path
+from watch.measure.paths import PATHS, Path
 from watch.measure.reading import Reading
 from watch.show.heatmaps import INK, font
 from watch.show.report import type_labels
@@ -77,7 +77,7 @@ def circuit_image(found: Sequence[Path], n_layer: int, n_head: int, labels: dict
 def circuit_of(reading: Reading, title: str) -> np.ndarray | None:
     """The graph of the paths a pass read (None where it read none), its heads labelled with their types."""
     found = reading.results.paths
-    if "paths" not in reading.results.counts:  # not read (none read, no sender carrying anything: an empty graph)
+    if PATHS not in reading.results.counts:  # not read (none read, no sender carrying anything: an empty graph)
         return None
     n_layer, n_head = reading.results.heads["patching"].shape
     return circuit_image(found, n_layer, n_head, type_labels(reading), title)
@@ -85,7 +85,7 @@ def circuit_of(reading: Reading, title: str) -> np.ndarray | None:
 
 def circuit_figure(reading: Reading) -> list[tuple[str, np.ndarray]]:
     """The attention page's figure of the paths a pass read ([] without any)."""
-    pairs = reading.results.sets.get("paths")
+    pairs = reading.results.sets.get(PATHS)
     image = circuit_of(reading, "which head feeds which (path patching)")
     if image is None:
         return []

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from watch.measure.composition import KINDS, ONE_LAYER_NOTE, pair_name
-from watch.measure.heads import display_token, head_name, with_spread
+from watch.measure.heads import display_token, head_name, parse_head, with_spread
 from watch.measure.headtypes import BROAD, BROAD_COLUMN, BROAD_MEANING, CLOSE, RULE, TYPES, needed
 from watch.measure.patching import LAYER_HEAD, PARTS, Mean, Patching, by_name
 from watch.measure.probesets import REPEATED, TEXT, ProbeSets
@@ -673,7 +673,7 @@ def patching_report(found: Patching, tokens: Sequence[str], answer: str, wrong: 
         )
         return "\n".join(lines)
     for n, (name, share) in enumerate(found.carriers()[:3]):
-        layer, head = (int(n) for n in name[1:].split("H"))
+        layer, head = parse_head(name)
         pos = int(shares["positions"][layer, head].argmax())
         said = carries(name, f"{share:.2f}", "on this pair") if n == 0 else f"then {name}: {share:.2f}"
         lines.append(
